@@ -1,0 +1,156 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// RecordVersion is the major version of the VM record this agent-vm writes.
+// Adding fields does not bump it (readers ignore unknown fields); changing
+// the meaning of a field does, and older agent-vm builds then refuse the record.
+const RecordVersion = 1
+
+// Record is a VM's config.json: everything agent-vm knows about one branch's
+// VM that is not live state.
+type Record struct {
+	Version   int       `json:"version"`
+	ID        string    `json:"id"`      // random, unique per VM; QEMU's -uuid
+	Branch    string    `json:"branch"`  // the git branch, as given
+	Slug      string    `json:"slug"`    // Slug(Branch): directory, hostname
+	VMName    string    `json:"vm_name"` // QEMU -name, "agent-vm-<slug>"
+	Backend   string    `json:"backend"` // "qemu" or "nixos"
+	CreatedAt time.Time `json:"created_at"`
+	Ports     Ports     `json:"ports"`
+	Resources Resources `json:"resources"`
+	Guest     Guest     `json:"guest"`
+	Git       Git       `json:"git"`
+	// Paths records where this VM's files were when it was created, for
+	// people and tools reading config.json. agent-vm itself always derives
+	// them from the VM directory (see Layout), so a moved state dir works.
+	Paths Paths `json:"paths"`
+	// Image is the base image a qemu-backend VM boots (empty: the default
+	// built image).
+	Image string `json:"image,omitempty"`
+	// NixOSConfig is the user's extra NixOS module (nixos backend, --config).
+	NixOSConfig string `json:"nixos_config,omitempty"`
+	// Provision counts re-provisioning requests; the guest's first-boot
+	// setup runs again whenever it changes.
+	Provision int `json:"provision"`
+}
+
+// Ports are the host ports forwarded to the guest, bound to 127.0.0.1.
+type Ports struct {
+	SSH int `json:"ssh"`
+	MCP int `json:"mcp"`
+}
+
+// Resources are the VM's size.
+type Resources struct {
+	CPUs      int `json:"cpus"`
+	MemoryMiB int `json:"memory_mib"`
+	DiskGiB   int `json:"disk_gib"`
+}
+
+// Guest describes the login user inside the VM.
+type Guest struct {
+	User string `json:"user"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+}
+
+// Git records where the workspace came from.
+type Git struct {
+	Source      string `json:"source"`                 // the repository create ran in
+	OriginURL   string `json:"origin_url"`             // the workspace's origin
+	UpstreamURL string `json:"upstream_url,omitempty"` // the source's own origin
+}
+
+// Paths are informational absolute paths (see Record.Paths).
+type Paths struct {
+	Dir        string `json:"dir"`
+	Workspace  string `json:"workspace"`
+	SSHKey     string `json:"ssh_key"`
+	KnownHosts string `json:"known_hosts"`
+}
+
+// ErrNotFound is returned when a VM directory or record does not exist.
+var ErrNotFound = errors.New("not found")
+
+// notFoundError is an ErrNotFound with a message for the user.
+type notFoundError string
+
+func (e notFoundError) Error() string        { return string(e) }
+func (e notFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// ReadRecord reads and checks a config.json.
+func ReadRecord(path string) (*Record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("reading %s: %w", path, ErrNotFound)
+		}
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return ParseRecord(path, b)
+}
+
+// ParseRecord decodes a record, tolerating unknown fields and refusing a
+// newer major version. path is only used in messages.
+func ParseRecord(path string, b []byte) (*Record, error) {
+	var probe struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON: %v (hint: fix or remove the file; `agent-vm destroy --force` removes the VM)", path, err)
+	}
+	if probe.Version == nil || *probe.Version < 1 {
+		return nil, fmt.Errorf("%s has no record version; it was not written by agent-vm (hint: remove the directory if it is not yours)", path)
+	}
+	if *probe.Version > RecordVersion {
+		return nil, fmt.Errorf("%s was written by a newer agent-vm (record version %d; this agent-vm reads version %d) (hint: upgrade agent-vm)", path, *probe.Version, RecordVersion)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %v (hint: fix or remove the file)", path, err)
+	}
+	if err := r.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+func (r *Record) check() error {
+	switch {
+	case r.Branch == "":
+		return errors.New("record has no branch")
+	case !ValidSlug(r.Slug):
+		return fmt.Errorf("record has an invalid slug %q", r.Slug)
+	case r.Ports.SSH <= 0 || r.Ports.SSH > 65535 || r.Ports.MCP <= 0 || r.Ports.MCP > 65535:
+		return fmt.Errorf("record has invalid ports ssh=%d mcp=%d", r.Ports.SSH, r.Ports.MCP)
+	}
+	return nil
+}
+
+// Marshal renders the record as it is stored: indented JSON with a newline.
+func (r *Record) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteRecord stores the record atomically with mode 0600.
+func WriteRecord(path string, r *Record) error {
+	b, err := r.Marshal()
+	if err != nil {
+		return fmt.Errorf("encoding record: %w", err)
+	}
+	return WriteFileAtomic(path, b, 0o600)
+}

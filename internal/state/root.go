@@ -1,0 +1,282 @@
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+const (
+	locksDir = ".locks"
+	tmpDir   = ".tmp"
+	trashDir = ".trash"
+	portLock = "ports.lock"
+)
+
+// Root is an opened state directory.
+type Root struct{ Dir string }
+
+// Open makes sure the state directory exists (0700) and returns it. It also
+// sweeps what killed creates and destroys left behind.
+func Open(dir string) (*Root, error) {
+	if dir == "" {
+		return nil, errors.New("state directory is empty (hint: set --state-dir or AGENT_VM_STATE_DIR)")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("state directory %q: %w", dir, err)
+	}
+	for _, d := range []string{abs, filepath.Join(abs, locksDir), filepath.Join(abs, tmpDir), filepath.Join(abs, trashDir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("creating state directory %s: %w (hint: choose a writable --state-dir)", d, err)
+		}
+	}
+	r := &Root{Dir: abs}
+	r.sweep()
+	return r, nil
+}
+
+// Layout returns the layout of the VM with this slug.
+func (r *Root) Layout(slug string) Layout { return Layout{Dir: filepath.Join(r.Dir, slug)} }
+
+// LockVM takes the per-VM lock, serialising create, start, stop and destroy
+// of one VM across processes.
+func (r *Root) LockVM(ctx context.Context, slug string) (*Lock, error) {
+	return AcquireLock(ctx, filepath.Join(r.Dir, locksDir, slug+".lock"))
+}
+
+// LockPorts serialises port allocation across processes.
+func (r *Root) LockPorts(ctx context.Context) (*Lock, error) {
+	return AcquireLock(ctx, filepath.Join(r.Dir, locksDir, portLock))
+}
+
+// Entry is one VM directory as List found it: a record, or why there is none.
+type Entry struct {
+	Slug   string
+	Layout Layout
+	Record *Record // nil when Err is set
+	Err    error
+}
+
+// List returns every VM directory, sorted by slug. A corrupt or unreadable
+// record becomes an Entry with Err set; it never fails the listing.
+func (r *Root) List() ([]Entry, error) {
+	des, err := os.ReadDir(r.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading state directory %s: %w", r.Dir, err)
+	}
+	var out []Entry
+	for _, de := range des {
+		name := de.Name()
+		if strings.HasPrefix(name, ".") || !de.IsDir() {
+			continue
+		}
+		out = append(out, r.entry(name))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Slug < out[j].Slug })
+	return out, nil
+}
+
+func (r *Root) entry(slug string) Entry {
+	e := Entry{Slug: slug, Layout: r.Layout(slug)}
+	if !ValidSlug(slug) {
+		e.Err = fmt.Errorf("%s is not an agent-vm VM directory (hint: move it out of the state directory)", e.Layout.Dir)
+		return e
+	}
+	rec, err := ReadRecord(e.Layout.Record())
+	if errors.Is(err, ErrNotFound) {
+		err = fmt.Errorf("%s has no %s, so it is not a complete VM (hint: remove the directory if nothing in it is yours)", e.Layout.Dir, RecordFile)
+	}
+	if err == nil && rec.Slug != slug {
+		err = fmt.Errorf("%s: record says slug %q but lives in %q", e.Layout.Record(), rec.Slug, slug)
+	}
+	e.Record, e.Err = rec, err
+	if err != nil {
+		e.Record = nil
+	}
+	return e
+}
+
+// Find resolves what a user typed (a branch name or a slug) to a VM.
+func (r *Root) Find(name string) (Entry, error) {
+	entries, err := r.List()
+	if err != nil {
+		return Entry{}, err
+	}
+	for _, e := range entries {
+		if e.Record != nil && e.Record.Branch == name {
+			return e, nil
+		}
+	}
+	for _, e := range entries {
+		if e.Slug == name {
+			return e, nil
+		}
+	}
+	if slug, err := Slug(name); err == nil {
+		for _, e := range entries {
+			if e.Slug == slug && e.Record == nil {
+				return e, nil // a broken record: let the caller report it
+			}
+		}
+	}
+	return Entry{}, notFoundError(fmt.Sprintf("no VM for branch %q in %s (hint: `agent-vm list` shows the VMs; `agent-vm create --branch %s` makes one)", name, r.Dir, name))
+}
+
+// Staging is a VM directory being built. Nothing outside .tmp sees it until
+// Commit renames it into place; if the creating process dies, the next
+// Open sweeps it away.
+type Staging struct {
+	Layout Layout // the staging directory (use it to write files)
+	slug   string
+	root   *Root
+	lock   *Lock
+	lockP  string
+}
+
+// BeginCreate starts building a VM directory for slug.
+func (r *Root) BeginCreate(slug string) (*Staging, error) {
+	if !ValidSlug(slug) {
+		return nil, fmt.Errorf("invalid VM name %q", slug)
+	}
+	name := slug + "." + randHex(6)
+	lockP := filepath.Join(r.Dir, tmpDir, name+".lock")
+	lock, ok, err := TryLock(lockP)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("starting create of %s: lock %s busy or failing: %v", slug, lockP, err)
+	}
+	dir := filepath.Join(r.Dir, tmpDir, name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		lock.Release()
+		os.Remove(lockP)
+		return nil, fmt.Errorf("starting create of %s: %w", slug, err)
+	}
+	return &Staging{Layout: Layout{Dir: dir}, slug: slug, root: r, lock: lock, lockP: lockP}, nil
+}
+
+// Commit moves the staging directory to its final place. It fails if a VM
+// directory with that slug appeared meanwhile (the caller holds the VM lock,
+// so that means another process ignored it).
+func (s *Staging) Commit() (Layout, error) {
+	final := s.root.Layout(s.slug)
+	if _, err := os.Lstat(final.Dir); err == nil {
+		return Layout{}, fmt.Errorf("%s already exists", final.Dir)
+	}
+	if err := os.Rename(s.Layout.Dir, final.Dir); err != nil {
+		return Layout{}, fmt.Errorf("moving %s into place: %w", s.Layout.Dir, err)
+	}
+	s.Layout = final
+	s.release()
+	return final, nil
+}
+
+// Abort removes the staging directory. It is a no-op after Commit.
+func (s *Staging) Abort() {
+	if s.lock == nil {
+		return
+	}
+	_ = removeAll(s.Layout.Dir)
+	s.release()
+}
+
+func (s *Staging) release() {
+	os.Remove(s.lockP)
+	s.lock.Release()
+	s.lock = nil
+}
+
+// Remove deletes a VM directory: it is first renamed into .trash (one atomic
+// step, after which the VM no longer exists), then deleted. Only that one
+// directory is ever touched, and symlinks inside are removed, not followed.
+func (r *Root) Remove(slug string) error {
+	if !ValidSlug(slug) {
+		return fmt.Errorf("refusing to remove %q: not a VM name", slug)
+	}
+	dir := r.Layout(slug).Dir
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("refusing to remove %s: not a directory", dir)
+	}
+	name := slug + "." + randHex(6)
+	lockP := filepath.Join(r.Dir, trashDir, name+".lock")
+	lock, ok, err := TryLock(lockP)
+	if err != nil || !ok {
+		return fmt.Errorf("removing %s: lock %s busy or failing: %v", dir, lockP, err)
+	}
+	defer func() { os.Remove(lockP); lock.Release() }()
+	trash := filepath.Join(r.Dir, trashDir, name)
+	if err := os.Rename(dir, trash); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	if err := removeAll(trash); err != nil {
+		return fmt.Errorf("the VM is gone, but deleting its files in %s failed: %w (hint: remove that directory by hand)", trash, err)
+	}
+	return nil
+}
+
+// StagedRecords returns the records of creates in progress whose creator is
+// alive, so port allocation can avoid the ports they hold.
+func (r *Root) StagedRecords() []*Record {
+	var out []*Record
+	locks, _ := filepath.Glob(filepath.Join(r.Dir, tmpDir, "*.lock"))
+	for _, lp := range locks {
+		dir := strings.TrimSuffix(lp, ".lock")
+		rec, err := ReadRecord(filepath.Join(dir, RecordFile))
+		if err == nil {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// sweep removes staging and trash directories whose owning process died.
+// A directory whose lock is still held belongs to a live process and stays.
+func (r *Root) sweep() {
+	for _, d := range []string{tmpDir, trashDir} {
+		base := filepath.Join(r.Dir, d)
+		des, err := os.ReadDir(base)
+		if err != nil {
+			continue
+		}
+		for _, de := range des {
+			name := strings.TrimSuffix(de.Name(), ".lock")
+			lockP := filepath.Join(base, name+".lock")
+			lock, ok, err := TryLock(lockP)
+			if err != nil || !ok {
+				continue
+			}
+			_ = removeAll(filepath.Join(base, name))
+			os.Remove(lockP)
+			lock.Release()
+		}
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// NewID returns a random VM id formatted as a UUID (QEMU's -uuid).
+func NewID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

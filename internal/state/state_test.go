@@ -1,0 +1,198 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sampleRecord(branch string) *Record {
+	slug, _ := Slug(branch)
+	return &Record{Version: RecordVersion, ID: NewID(), Branch: branch, Slug: slug, VMName: "agent-vm-" + slug,
+		Backend: "qemu", CreatedAt: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
+		Ports: Ports{SSH: 2222, MCP: 8000}, Resources: Resources{CPUs: 2, MemoryMiB: 4096, DiskGiB: 20},
+		Guest: Guest{User: "dev", UID: 1000, GID: 1000}}
+}
+
+func TestRecordRoundTripAndVersions(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, RecordFile)
+	r := sampleRecord("feature/x")
+	if err := WriteRecord(p, r); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(p)
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("record mode %v, want 0600", fi.Mode().Perm())
+	}
+	got, err := ReadRecord(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Branch != r.Branch || got.Ports != r.Ports || !got.CreatedAt.Equal(r.CreatedAt) || got.ID != r.ID {
+		t.Errorf("round trip: got %+v", got)
+	}
+
+	// Unknown fields (a newer minor version) are tolerated.
+	var m map[string]any
+	b, _ := os.ReadFile(p)
+	json.Unmarshal(b, &m)
+	m["future_field"] = map[string]any{"x": 1}
+	b, _ = json.Marshal(m)
+	if _, err := ParseRecord(p, b); err != nil {
+		t.Errorf("unknown field refused: %v", err)
+	}
+	// A newer major version is refused with a message that says so.
+	m["version"] = RecordVersion + 1
+	b, _ = json.Marshal(m)
+	if _, err := ParseRecord(p, b); err == nil || !strings.Contains(err.Error(), "newer agent-vm") {
+		t.Errorf("newer version: got %v", err)
+	}
+	for _, bad := range []string{`{`, `{}`, `{"version": 1}`, `{"version":1,"branch":"x","slug":"../x","ports":{"ssh":1,"mcp":2}}`} {
+		if _, err := ParseRecord(p, []byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestListShowsCorruptRecordsWithoutFailing(t *testing.T) {
+	root, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"good", "corrupt", "future", "empty"} {
+		os.MkdirAll(root.Layout(b).Dir, 0o700)
+	}
+	good := sampleRecord("good")
+	WriteRecord(root.Layout("good").Record(), good)
+	os.WriteFile(root.Layout("corrupt").Record(), []byte("{not json"), 0o600)
+	os.WriteFile(root.Layout("future").Record(), []byte(`{"version": 99}`), 0o600)
+	os.MkdirAll(filepath.Join(root.Dir, "Not_A_Slug"), 0o700)
+	os.WriteFile(filepath.Join(root.Dir, "stray-file"), nil, 0o600)
+
+	entries, err := root.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range entries {
+		if e.Err != nil {
+			got[e.Slug] = e.Err.Error()
+		} else {
+			got[e.Slug] = "ok"
+		}
+	}
+	want := map[string]string{"good": "ok", "corrupt": "not valid JSON", "future": "newer agent-vm",
+		"empty": "has no config.json", "Not_A_Slug": "not an agent-vm VM directory"}
+	for slug, frag := range want {
+		if !strings.Contains(got[slug], frag) {
+			t.Errorf("%s: got %q, want it to contain %q", slug, got[slug], frag)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("entries: %v", got)
+	}
+	e, err := root.Find("good")
+	if err != nil || e.Record == nil {
+		t.Errorf("Find by branch: %v", err)
+	}
+	if _, err := root.Find("nope"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "agent-vm list") {
+		t.Errorf("Find of a missing VM: %v", err)
+	}
+}
+
+func TestStagingCommitAbortAndSweep(t *testing.T) {
+	root, _ := Open(t.TempDir())
+	s, err := root.BeginCreate("feature-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(s.Layout.Dir, "f"), []byte("x"), 0o600)
+	if entries, _ := root.List(); len(entries) != 0 {
+		t.Errorf("a staging dir is visible in List: %+v", entries)
+	}
+	l, err := s.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Dir, "f")); err != nil {
+		t.Errorf("committed dir lacks its file: %v", err)
+	}
+	s2, _ := root.BeginCreate("feature-x")
+	if _, err := s2.Commit(); err == nil {
+		t.Error("commit over an existing VM dir succeeded")
+	}
+	s2.Abort()
+	s3, _ := root.BeginCreate("other")
+	s3.Abort()
+	if des, _ := os.ReadDir(filepath.Join(root.Dir, tmpDir)); len(des) != 0 {
+		t.Errorf(".tmp not empty after aborts: %v", des)
+	}
+
+	// A staging dir whose owner died (its lock file unlocked) is swept by the
+	// next Open; one whose owner lives is kept.
+	dead := filepath.Join(root.Dir, tmpDir, "dead.abc")
+	os.MkdirAll(filepath.Join(dead, "workspace"), 0o700)
+	os.WriteFile(dead+".lock", nil, 0o600)
+	live, _ := root.BeginCreate("live")
+	if _, err := Open(root.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("dead staging dir not swept: %v", err)
+	}
+	if _, err := os.Stat(live.Layout.Dir); err != nil {
+		t.Errorf("live staging dir swept: %v", err)
+	}
+	live.Abort()
+}
+
+func TestRemoveOnlyTouchesTheVMDir(t *testing.T) {
+	root, _ := Open(t.TempDir())
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o600)
+	l := root.Layout("vm")
+	os.MkdirAll(filepath.Join(l.Dir, "workspace", "ro"), 0o700)
+	os.WriteFile(filepath.Join(l.Dir, "workspace", "ro", "f"), []byte("x"), 0o400)
+	os.Chmod(filepath.Join(l.Dir, "workspace", "ro"), 0o500)
+	os.Symlink(outside, filepath.Join(l.Dir, "workspace", "link"))
+	if err := root.Remove("vm"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(l.Dir); !os.IsNotExist(err) {
+		t.Errorf("VM dir still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Errorf("a file outside the VM dir went away: %v", err)
+	}
+	if err := root.Remove("../x"); err == nil {
+		t.Error("Remove accepted a path")
+	}
+	if des, _ := os.ReadDir(filepath.Join(root.Dir, trashDir)); len(des) != 0 {
+		t.Errorf(".trash not empty: %v", des)
+	}
+}
+
+func TestLockExcludesAndHonoursContext(t *testing.T) {
+	root, _ := Open(t.TempDir())
+	l, err := root.LockVM(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := root.LockVM(ctx, "x"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second lock: got %v, want deadline exceeded", err)
+	}
+	l.Release()
+	l2, err := root.LockVM(context.Background(), "x")
+	if err != nil {
+		t.Errorf("lock after release: %v", err)
+	}
+	l2.Release()
+}

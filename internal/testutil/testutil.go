@@ -1,0 +1,90 @@
+// Package testutil holds helpers shared by tests: real git repositories in
+// temp dirs and the skip-or-fail rule for missing tools. Only tests import it.
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Strict reports whether missing prerequisites must fail tests rather than
+// skip them (CI sets AGENT_VM_TEST_STRICT=1, so nothing is skipped silently).
+func Strict() bool { return os.Getenv("AGENT_VM_TEST_STRICT") == "1" }
+
+// Need skips the test with reason, or fails it under AGENT_VM_TEST_STRICT=1.
+func Need(t testing.TB, ok bool, reason string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if Strict() {
+		t.Fatalf("prerequisite missing (AGENT_VM_TEST_STRICT=1): %s", reason)
+	}
+	t.Skipf("skipping: %s (set AGENT_VM_TEST_STRICT=1 to make this a failure)", reason)
+}
+
+// NeedProgram skips or fails when a program is not on PATH.
+func NeedProgram(t testing.TB, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	Need(t, err == nil, name+" is not installed (Debian package "+pkg+")")
+	return p
+}
+
+// gitEnv gives tests a fixed identity and isolates them from the user's
+// git configuration.
+func gitEnv(home string) []string {
+	return append(os.Environ(),
+		"GIT_AUTHOR_NAME=Test", "GIT_AUTHOR_EMAIL=test@example.com",
+		"GIT_COMMITTER_NAME=Test", "GIT_COMMITTER_EMAIL=test@example.com",
+		"GIT_CONFIG_NOSYSTEM=1", "HOME="+home, "LC_ALL=C")
+}
+
+// Git runs git in dir and returns its trimmed output, failing the test on error.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = gitEnv(filepath.Dir(dir))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Repo makes a git repository with one commit on branch main, and returns
+// its path. With remote set, the repo gets an origin (a bare repo beside it).
+func Repo(t testing.TB, remote bool) string {
+	t.Helper()
+	NeedProgram(t, "git", "git")
+	base := t.TempDir()
+	dir := filepath.Join(base, "project")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Git(t, dir, "init", "--quiet", "--initial-branch=main")
+	WriteFile(t, filepath.Join(dir, "README.md"), "hello\n")
+	Git(t, dir, "add", ".")
+	Git(t, dir, "commit", "--quiet", "-m", "first")
+	if remote {
+		bare := filepath.Join(base, "remote.git")
+		Git(t, base, "init", "--quiet", "--bare", bare)
+		Git(t, dir, "remote", "add", "origin", bare)
+		Git(t, dir, "push", "--quiet", "origin", "main")
+	}
+	return dir
+}
+
+// WriteFile writes a file, failing the test on error.
+func WriteFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
