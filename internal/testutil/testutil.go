@@ -88,3 +88,21 @@ func WriteFile(t testing.TB, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// Kernel returns a Linux kernel (bzImage) for tests that boot one: the file
+// named by AGENT_VM_TEST_KERNEL, or one from a base image agent-vm built
+// into the cache. It skips (or fails under AGENT_VM_TEST_STRICT=1) when none.
+func Kernel(t testing.TB) string {
+	t.Helper()
+	if k := os.Getenv("AGENT_VM_TEST_KERNEL"); k != "" {
+		return k
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache")
+	}
+	matches, _ := filepath.Glob(filepath.Join(cache, "agent-vm", "images", "*", "vmlinuz*"))
+	Need(t, len(matches) > 0, "no Linux kernel to boot: run `agent-vm image build` or set AGENT_VM_TEST_KERNEL")
+	return matches[0]
+}

@@ -1,0 +1,304 @@
+package vm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// CreateOptions are create's inputs, already parsed.
+type CreateOptions struct {
+	Repo      string // a directory inside the source repository
+	Branch    string // "" = the source's current branch
+	From      string // start point for a new branch
+	Backend   string // auto, qemu, nixos, vagrant
+	MCPPort   int    // 0 = allocate
+	CPUs      int    // 0 = default
+	MemoryMiB int    // 0 = default
+	DiskGiB   int    // 0 = default
+	Config    string // nixos: the user's extra NixOS module
+	Image     string // qemu: a base image path ("" = the built default)
+}
+
+// ErrExists means a VM for that branch already exists.
+var ErrExists = errors.New("already exists")
+
+// Create makes a new VM record with its keys, ports and workspace. It is
+// atomic: everything is built in a staging directory and renamed into place
+// at the end, so a failure or an interrupt leaves no VM directory behind.
+func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, error) {
+	source, err := m.Git.Toplevel(ctx, o.Repo)
+	if err != nil {
+		return nil, err
+	}
+	branch := o.Branch
+	if branch == "" {
+		if branch, err = m.Git.CurrentBranch(ctx, source); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.Git.CheckBranchName(ctx, branch); err != nil {
+		return nil, err
+	}
+	slug, err := state.Slug(branch)
+	if err != nil {
+		return nil, err
+	}
+	backend, err := m.resolveBackend(o.Backend)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCreateFlags(o, backend.Name()); err != nil {
+		return nil, err
+	}
+
+	lock, err := m.Root.LockVM(ctx, slug)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	if err := m.checkFree(branch, slug); err != nil {
+		return nil, err
+	}
+
+	staging, err := m.Root.BeginCreate(slug)
+	if err != nil {
+		return nil, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			staging.Abort()
+		}
+	}()
+	rec := m.newRecord(o, branch, slug, backend.Name())
+	rec.Git.Source = source
+	l := staging.Layout
+	if err := makeDirs(l); err != nil {
+		return nil, err
+	}
+	if err := m.allocatePorts(ctx, o.MCPPort, rec, l); err != nil {
+		return nil, err
+	}
+	if err := writeSecrets(l, rec); err != nil {
+		return nil, err
+	}
+	log := m.Log.With("vm", slug)
+	log.Info("cloning workspace", "source", source, "branch", branch)
+	remotes, err := m.Git.Clone(ctx, gitws.CloneOptions{Source: source, Dest: l.Workspace(), Branch: branch, From: o.From})
+	if err != nil {
+		return nil, err
+	}
+	rec.Git.OriginURL, rec.Git.UpstreamURL = remotes.Origin, remotes.Upstream
+	if rec.Guest.UID, rec.Guest.GID, err = shareOwnership(l.Workspace()); err != nil {
+		return nil, err
+	}
+	if err := backend.Provision(ctx, l, rec); err != nil {
+		return nil, err
+	}
+	final := m.Root.Layout(slug)
+	rec.Paths = final.Paths()
+	if err := state.WriteRecord(l.Record(), rec); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := staging.Commit(); err != nil {
+		return nil, err
+	}
+	committed = true
+	log.Info("created", "backend", rec.Backend, "ssh_port", rec.Ports.SSH, "mcp_port", rec.Ports.MCP)
+	return rec, nil
+}
+
+func checkCreateFlags(o CreateOptions, backend string) error {
+	if o.Config != "" && backend != BackendNixOS {
+		return fmt.Errorf("--config adds a NixOS module, which only the nixos backend uses (hint: drop --config, or pass --backend nixos)")
+	}
+	if o.Image != "" && backend != BackendQEMU {
+		return fmt.Errorf("--image sets the base disk image of the qemu backend; the %s backend builds its own (hint: drop --image, or pass --backend qemu)", backend)
+	}
+	switch {
+	case o.CPUs < 0 || o.CPUs > 64:
+		return fmt.Errorf("--cpus %d is out of range (hint: use 1 to 64)", o.CPUs)
+	case o.MemoryMiB != 0 && o.MemoryMiB < 256:
+		return fmt.Errorf("--memory %d MiB is too small for a Linux guest (hint: use at least 512M; 4G is the default)", o.MemoryMiB)
+	case o.DiskGiB < 0 || o.DiskGiB > 4096:
+		return fmt.Errorf("--disk %d GiB is out of range (hint: use 2G to 4096G)", o.DiskGiB)
+	}
+	if o.Config != "" {
+		fi, err := os.Stat(o.Config)
+		if err != nil || fi.IsDir() {
+			return fmt.Errorf("--config %s: not a readable file (hint: pass the path of a NixOS module, e.g. ./vm-config.nix)", o.Config)
+		}
+	}
+	return nil
+}
+
+// checkFree refuses a branch whose slug is taken, by itself (already exists)
+// or by another branch (the slugs collide). The caller holds the VM lock.
+func (m *Manager) checkFree(branch, slug string) error {
+	l := m.Root.Layout(slug)
+	if _, err := os.Lstat(l.Dir); os.IsNotExist(err) {
+		return nil
+	}
+	rec, err := state.ReadRecord(l.Record())
+	switch {
+	case err != nil:
+		return fmt.Errorf("VM directory %s already exists but is unreadable: %v (hint: `agent-vm destroy %s --force` removes it): %w", l.Dir, err, slug, ErrExists)
+	case rec.Branch == branch:
+		return fmt.Errorf("a VM for branch %q already exists (hint: `agent-vm start %s` starts it; `agent-vm destroy %s` removes it): %w", branch, slug, slug, ErrExists)
+	default:
+		return fmt.Errorf("branch %q would use the VM name %q, which branch %q already uses (hint: destroy that VM first, or use a branch name that differs in more than case and punctuation): %w", branch, slug, rec.Branch, ErrExists)
+	}
+}
+
+func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *state.Record {
+	r := &state.Record{
+		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
+		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
+		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
+		Guest:     state.Guest{User: guestUser},
+		Image:     o.Image, NixOSConfig: o.Config,
+	}
+	if r.Resources.CPUs == 0 {
+		r.Resources.CPUs = defaultCPUs()
+	}
+	if r.Resources.MemoryMiB == 0 {
+		r.Resources.MemoryMiB = defaultMemoryMiB
+	}
+	if r.Resources.DiskGiB == 0 {
+		r.Resources.DiskGiB = defaultDiskGiB
+	}
+	if r.Image != "" {
+		r.Image, _ = filepath.Abs(r.Image)
+	}
+	if r.NixOSConfig != "" {
+		r.NixOSConfig, _ = filepath.Abs(r.NixOSConfig)
+	}
+	return r
+}
+
+func makeDirs(l state.Layout) error {
+	for _, d := range []string{l.SSHDir(), l.SecretsDir(), l.RunDir(), l.LogsDir()} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// allocatePorts picks the SSH and MCP ports under the global ports lock and
+// writes the staging record at once, so concurrent creates see the ports as
+// taken before this one finishes.
+func (m *Manager) allocatePorts(ctx context.Context, mcp int, rec *state.Record, l state.Layout) error {
+	lock, err := m.Root.LockPorts(ctx)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	taken, err := m.takenPorts()
+	if err != nil {
+		return err
+	}
+	if mcp != 0 {
+		if err := ports.Check(mcp, taken, m.PortFree); err != nil {
+			return fmt.Errorf("--port: %w", err)
+		}
+		rec.Ports.MCP = mcp
+		taken[mcp] = "this VM"
+	} else if rec.Ports.MCP, err = ports.Pick(ports.MCPRange(), taken, m.PortFree); err != nil {
+		return err
+	}
+	taken[rec.Ports.MCP] = "this VM"
+	if rec.Ports.SSH, err = ports.Pick(ports.SSHRange(), taken, m.PortFree); err != nil {
+		return err
+	}
+	return state.WriteRecord(l.Record(), rec)
+}
+
+// takenPorts maps every port some VM record (or a create in progress)
+// holds to a description of its owner.
+func (m *Manager) takenPorts() (map[int]string, error) {
+	entries, err := m.Root.List()
+	if err != nil {
+		return nil, err
+	}
+	taken := map[int]string{}
+	add := func(r *state.Record, what string) {
+		taken[r.Ports.SSH] = fmt.Sprintf("%s %q (ssh)", what, r.Branch)
+		taken[r.Ports.MCP] = fmt.Sprintf("%s %q (mcp)", what, r.Branch)
+	}
+	for _, e := range entries {
+		if e.Record != nil {
+			add(e.Record, "the VM of branch")
+		}
+	}
+	for _, r := range m.Root.StagedRecords() {
+		add(r, "the VM being created for branch")
+	}
+	return taken, nil
+}
+
+// writeSecrets makes the client key, the guest's host key, the pinned
+// known_hosts line and the MCP bearer token.
+func writeSecrets(l state.Layout, rec *state.Record) error {
+	client, err := sshkeys.Generate("agent-vm " + rec.Slug)
+	if err != nil {
+		return err
+	}
+	if err := client.Write(l.ClientKey()); err != nil {
+		return err
+	}
+	host, err := sshkeys.Generate("agent-vm host " + rec.Slug)
+	if err != nil {
+		return err
+	}
+	if err := host.Write(l.HostKey()); err != nil {
+		return err
+	}
+	if err := state.WriteFileAtomic(l.KnownHosts(), []byte(sshkeys.KnownHostsLine(rec.Ports.SSH, host.Public)), 0o600); err != nil {
+		return err
+	}
+	token := make([]byte, 32)
+	if _, err := rand.Read(token); err != nil {
+		return fmt.Errorf("generating the MCP token: %w", err)
+	}
+	return state.WriteFileAtomic(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
+}
+
+// shareOwnership decides the guest user's uid/gid from the workspace's owner
+// on the host, so files the agent creates belong to that owner. A root-owned
+// workspace is handed to rootGuestID instead (the guest user cannot be root).
+func shareOwnership(ws string) (uid, gid int, err error) {
+	fi, err := os.Stat(ws)
+	if err != nil {
+		return 0, 0, err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	uid, gid = int(st.Uid), int(st.Gid)
+	if uid != 0 {
+		return uid, gid, nil
+	}
+	err = filepath.WalkDir(ws, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, rootGuestID, rootGuestID)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("handing the workspace to the guest user (uid %d): %w", rootGuestID, err)
+	}
+	return rootGuestID, rootGuestID, nil
+}

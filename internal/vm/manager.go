@@ -1,0 +1,104 @@
+// Package vm orchestrates agent-vm's verbs (create, start, stop, status,
+// destroy ...) over the state directory, the git workspace and a small
+// Backend interface that each VM flavour implements.
+package vm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Backend names as the user types them.
+const (
+	BackendAuto    = "auto"
+	BackendQEMU    = "qemu"
+	BackendNixOS   = "nixos"
+	BackendVagrant = "vagrant"
+)
+
+// Backend is one VM flavour. The orchestration calls it at the points where
+// flavours differ; everything else (state, keys, ports, workspace, the QEMU
+// launcher) is shared.
+type Backend interface {
+	// Name is the backend's name as stored in the record.
+	Name() string
+	// Provision adds the backend's own files to a VM directory being
+	// created. l is the staging layout; rec is complete except for fields
+	// the backend fills in.
+	Provision(ctx context.Context, l state.Layout, rec *state.Record) error
+}
+
+// Manager carries what every verb needs. Construct it with New.
+type Manager struct {
+	Root     *state.Root
+	Git      *gitws.Git
+	Run      execx.Runner
+	Log      hclog.Logger
+	Backends map[string]Backend
+	// PortFree probes a host port; ports.Listenable outside tests.
+	PortFree ports.Probe
+	Now      func() time.Time
+	// IsNixOS reports whether this host runs NixOS (backend "auto").
+	IsNixOS func() bool
+}
+
+// New returns a Manager with the real probes.
+func New(root *state.Root, run execx.Runner, log hclog.Logger, backends ...Backend) *Manager {
+	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]Backend{},
+		PortFree: ports.Listenable, Now: time.Now, IsNixOS: isNixOS}
+	for _, b := range backends {
+		m.Backends[b.Name()] = b
+	}
+	return m
+}
+
+func isNixOS() bool {
+	_, err := os.Stat("/etc/NIXOS")
+	return err == nil
+}
+
+// resolveBackend turns --backend into a backend this build has.
+func (m *Manager) resolveBackend(name string) (Backend, error) {
+	switch name {
+	case "", BackendAuto:
+		name = BackendQEMU
+		if m.IsNixOS() {
+			name = BackendNixOS
+		}
+	case BackendVagrant:
+		return nil, fmt.Errorf("the vagrant backend is not available in this version of agent-vm (hint: use --backend qemu, which runs the VM with QEMU directly)")
+	}
+	b, ok := m.Backends[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown backend %q (hint: use --backend auto, qemu or nixos)", name)
+	}
+	return b, nil
+}
+
+// Defaults for a new VM's size (seed 002: 4096 MiB, 4 cores, 20 GiB), with
+// the CPU count capped at the host's.
+func defaultCPUs() int {
+	if n := runtime.NumCPU(); n < 4 {
+		return n
+	}
+	return 4
+}
+
+const (
+	defaultMemoryMiB = 4096
+	defaultDiskGiB   = 20
+	guestUser        = "dev"
+	// rootGuestID is the uid/gid the guest user gets when the workspace's
+	// owner on the host is root (see docs/design.md, workspace ownership).
+	rootGuestID = 1000
+)
