@@ -156,7 +156,7 @@ let
         "127.0.0.1:8001->8000"
       ]
     )
-    (expect "firewall" (lib.sort lib.lessThan virtiofs.networking.firewall.allowedTCPPorts) [
+    (expect "firewall" (lib.sort lib.lessThan (lib.unique virtiofs.networking.firewall.allowedTCPPorts)) [
       22
       8000
     ])
