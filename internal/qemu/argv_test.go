@@ -1,0 +1,121 @@
+package qemu
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// golden compares got with testdata/name, or rewrites it under -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `go test ./internal/qemu -update` to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the golden file (review, then `go test ./internal/qemu -update`):\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// render puts one option and its value per line, for readable diffs.
+func render(argv []string) string {
+	var b strings.Builder
+	for i := 0; i < len(argv); i++ {
+		b.WriteString(argv[i])
+		if strings.HasPrefix(argv[i], "-") && i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-") {
+			b.WriteString(" " + argv[i+1])
+			i++
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func sampleMachine() Machine {
+	return Machine{
+		Name: "agent-vm-feature-x", UUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", CPUs: 2, MemoryMiB: 1024,
+		RunDir: "/state/feature-x/run", LogsDir: "/state/feature-x/logs",
+		Share:       Share{Source: "/state/feature-x/workspace", Tag: "workspace"},
+		Forwards:    []Forward{{Name: "ssh", Host: 2222, Guest: 22}, {Name: "mcp", Host: 8000, Guest: 8000}},
+		Credentials: []Credential{{Name: "agent-vm.mcp-token", File: "/state/feature-x/secrets/mcp-token"}},
+	}
+}
+
+func TestDirectArgvGolden(t *testing.T) {
+	a, _ := ArchFor("amd64")
+	d := &Direct{
+		Disks:  []Disk{{Path: "/state/feature-x/disk.qcow2", Format: "qcow2"}, {Path: "/state/feature-x/seed.iso", Format: "raw", ReadOnly: true}},
+		Kernel: "/cache/images/debian-bookworm/vmlinuz", Initrd: "/cache/images/debian-bookworm/initrd.img",
+		Append: "root=/dev/vda rw console=ttyS0,115200",
+	}
+	golden(t, "direct-tcg-virtiofs.golden", render(DirectArgv(a, sampleMachine(), d, "tcg", ShareVirtiofs)))
+	golden(t, "direct-kvm-9p.golden", render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", Share9p)))
+}
+
+func TestScriptArgsGolden(t *testing.T) {
+	golden(t, "script-tcg-virtiofs.golden", render(ScriptArgs(sampleMachine(), "tcg", ShareVirtiofs, false)))
+	golden(t, "script-kvm-virtiofs-nixpkgs-memory.golden", render(ScriptArgs(sampleMachine(), "kvm", ShareVirtiofs, true)))
+}
+
+func TestForwardsBindLoopbackOnly(t *testing.T) {
+	for _, a := range netArgs(sampleMachine().Forwards) {
+		if strings.Contains(a, "hostfwd") {
+			for _, rule := range strings.Split(a, ",")[2:] {
+				if !strings.HasPrefix(rule, "hostfwd=tcp:127.0.0.1:") {
+					t.Errorf("forward %q is not bound to 127.0.0.1", rule)
+				}
+			}
+		}
+	}
+}
+
+func TestCommasInPathsAreEscaped(t *testing.T) {
+	m := sampleMachine()
+	m.Share.Source = "/home/a,b/ws"
+	got := strings.Join(shareArgs(Share9p, m.Share, ""), " ")
+	if !strings.Contains(got, "path=/home/a,,b/ws,") {
+		t.Errorf("comma not escaped: %s", got)
+	}
+}
+
+func TestSharedMemoryMatchesGuestMemory(t *testing.T) {
+	argv := strings.Join(DirectArgv(Arch{Binary: "q", Machine: "q35"}, sampleMachine(), &Direct{}, "tcg", ShareVirtiofs), " ")
+	if !strings.Contains(argv, "-m 1024M") || !strings.Contains(argv, "size=1024M,share=on") {
+		t.Errorf("memfd size must equal -m: %s", argv)
+	}
+	if strings.Contains(strings.Join(DirectArgv(Arch{}, sampleMachine(), &Direct{}, "tcg", Share9p), " "), "memory-backend") {
+		t.Error("9p needs no shared memory backend")
+	}
+}
+
+func TestSocketDirForLongPaths(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	short := "/s/run"
+	if d, _ := SocketDirFor(short, "0f1e2d3c-4b5a"); d != short {
+		t.Errorf("short run dir moved: %s", d)
+	}
+	long := "/" + strings.Repeat("x", 120) + "/run"
+	d, err := SocketDirFor(long, "0f1e2d3c-4b5a-4978-8695")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(filepath.Join(d, VirtiofsdSock)) > maxSocketPath {
+		t.Errorf("socket dir %s still too long", d)
+	}
+	fi, _ := os.Stat(d)
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("socket dir mode %v", fi.Mode().Perm())
+	}
+}

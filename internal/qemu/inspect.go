@@ -1,0 +1,220 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/qmp"
+)
+
+// States a VM can be in, as far as QEMU is concerned.
+const (
+	StateStopped = "stopped" // not running, shut down cleanly (or never started)
+	StateRunning = "running"
+	StatePaused  = "paused"
+	StateCrashed = "crashed" // process gone without a clean shutdown
+)
+
+// Live is a VM's live state, read from its pid and QMP (never over SSH).
+type Live struct {
+	State     string
+	Detail    string // e.g. "guest powered itself off", "QMP did not answer"
+	Pid       int
+	Launch    *Launch // what the last start recorded; nil if never started
+	QMPStatus string  // QEMU's own run state, when QMP answered
+}
+
+// Alive reports whether a QEMU process of this VM exists.
+func (lv Live) Alive() bool { return lv.State == StateRunning || lv.State == StatePaused }
+
+// Uptime is how long the VM has been running.
+func (lv Live) Uptime(now time.Time) time.Duration {
+	if !lv.Alive() || lv.Launch == nil {
+		return 0
+	}
+	return now.Sub(lv.Launch.StartedAt).Truncate(time.Second)
+}
+
+// powerOffMarker is what Linux prints on the serial console as its last
+// line when it powers the machine off cleanly.
+const powerOffMarker = "reboot: Power down"
+
+// Inspect reads the VM's state. A PID that now belongs to another process
+// is not this VM (it is never signalled either).
+func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
+	launch, err := readLaunch(m.runFile(LaunchFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return Live{State: StateStopped}, nil
+	}
+	if err != nil {
+		return Live{}, err
+	}
+	live := Live{Launch: launch}
+	pid := launch.QEMUPid
+	if p, err := readPid(m.runFile(PidFile)); err == nil {
+		pid = p
+	}
+	if !verified(pid, isQEMUFor(m.UUID)) {
+		live.State = StateCrashed
+		switch {
+		case exists(m.runFile(CleanMarker)):
+			live.State = StateStopped
+		case strings.Contains(tailFile(m.ConsoleLogPath(), 3), powerOffMarker):
+			live.State, live.Detail = StateStopped, "the guest powered itself off"
+		default:
+			live.Detail = "QEMU is gone without a clean shutdown; " + crashHint(m)
+		}
+		return live, nil
+	}
+	live.Pid, live.State = pid, StateRunning
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := qmp.Dial(qctx, m.QMPPath())
+	if err != nil {
+		live.Detail = "QMP did not answer (another agent-vm command may be using it)"
+		return live, nil
+	}
+	defer c.Close()
+	st, err := c.Status(qctx)
+	if err != nil {
+		live.Detail = "QMP did not answer: " + err.Error()
+		return live, nil
+	}
+	live.QMPStatus = st
+	switch st {
+	case "running":
+	case "paused", "suspended", "prelaunch", "inmigrate", "postmigrate", "save-vm", "restore-vm", "finish-migrate":
+		live.State = StatePaused
+	case "shutdown", "guest-panicked", "internal-error", "io-error":
+		live.Detail = "QEMU reports " + st
+	}
+	return live, nil
+}
+
+func crashHint(m Machine) string {
+	return fmt.Sprintf("see %s and %s", m.ConsoleLogPath(), m.QEMULogPath())
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// ErrNotRunning means there is no QEMU of this VM to stop.
+var ErrNotRunning = errors.New("not running")
+
+// Stop shuts the VM down: ACPI power-off (the guest shuts down cleanly),
+// then QMP quit, then SIGKILL, each only if the previous did not end QEMU
+// within its time. Only a PID proven to be this VM's QEMU is ever signalled.
+// virtiofsd is stopped after QEMU, and a clean-shutdown marker is written.
+func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) error {
+	live, err := l.Inspect(ctx, m)
+	if err != nil {
+		return err
+	}
+	vfs := 0
+	if live.Launch != nil {
+		vfs = live.Launch.VirtiofsdPid
+	}
+	if !live.Alive() {
+		// Nothing to stop; clear what a crash left (a crashed VM that was
+		// stopped reads as stopped from now on).
+		l.stopVirtiofsd(m, vfs, 0)
+		if live.Launch != nil {
+			_ = l.finishStop(m, 0)
+		}
+		return ErrNotRunning
+	}
+	match := isQEMUFor(m.UUID)
+	log := l.Log.With("vm", m.Name, "pid", live.Pid)
+	if l.qmpCommand(ctx, m, "system_powerdown") {
+		log.Debug("asked the guest to power off")
+		if waitGoneCtx(ctx, live.Pid, match, grace) {
+			return l.finishStop(m, vfs)
+		}
+		log.Warn("the guest did not power off in time; quitting QEMU", "waited", grace)
+	}
+	if l.qmpCommand(ctx, m, "quit") && waitGoneCtx(ctx, live.Pid, match, 5*time.Second) {
+		return l.finishStop(m, vfs)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	log.Warn("QEMU did not quit; killing it")
+	killVerified(live.Pid, match)
+	if verified(live.Pid, match) {
+		return fmt.Errorf("QEMU (pid %d) of %s survived SIGKILL", live.Pid, m.Name)
+	}
+	return l.finishStop(m, vfs)
+}
+
+func (l *Launcher) finishStop(m Machine, vfs int) error {
+	l.stopVirtiofsd(m, vfs, 3*time.Second)
+	l.cleanup(m)
+	return os.WriteFile(m.runFile(CleanMarker), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
+}
+
+// cleanup removes the pid file and sockets of a VM that no longer runs.
+func (l *Launcher) cleanup(m Machine) {
+	_ = os.Remove(m.runFile(PidFile))
+	_ = os.Remove(m.QMPPath())
+	_ = os.Remove(m.sockFile(VirtiofsdSock))
+}
+
+// stopVirtiofsd ends this VM's virtiofsd: it exits by itself when QEMU goes;
+// otherwise SIGTERM, then SIGKILL.
+func (l *Launcher) stopVirtiofsd(m Machine, pid int, wait time.Duration) {
+	if pid == 0 {
+		return
+	}
+	match := isVirtiofsdFor(m.sockFile(VirtiofsdSock))
+	if waitGone(pid, match, wait) {
+		return
+	}
+	signalVerified(pid, match, syscall.SIGTERM)
+	if !waitGone(pid, match, 2*time.Second) {
+		killVerified(pid, match)
+	}
+}
+
+// qmpCommand runs a command that takes no arguments and reports whether QEMU
+// accepted it.
+func (l *Launcher) qmpCommand(ctx context.Context, m Machine, cmd string) bool {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := qmp.Dial(qctx, m.QMPPath())
+	if err != nil {
+		l.Log.Debug("qmp unavailable", "command", cmd, "error", err)
+		return false
+	}
+	defer c.Close()
+	if _, err := c.Execute(qctx, cmd, nil); err != nil {
+		l.Log.Debug("qmp command failed", "command", cmd, "error", err)
+		return false
+	}
+	return true
+}
+
+// waitGoneCtx is waitGone that also ends with ctx.
+func waitGoneCtx(ctx context.Context, pid int, match func([]string) bool, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	b := newBackoff(20*time.Millisecond, 250*time.Millisecond)
+	for {
+		if !verified(pid, match) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(b.next()):
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/qmp"
+)
+
+// Launcher starts, inspects and stops VMs.
+type Launcher struct {
+	Run  execx.Runner
+	Log  hclog.Logger
+	Arch Arch
+	// PortFree checks host ports before QEMU tries to bind them.
+	PortFree ports.Probe
+	// BootTimeout bounds how long QEMU may take to open its QMP socket.
+	BootTimeout time.Duration
+}
+
+// NewLauncher returns a Launcher for the host's architecture.
+func NewLauncher(run execx.Runner, log hclog.Logger) (*Launcher, error) {
+	a, err := HostArch()
+	if err != nil {
+		return nil, err
+	}
+	return &Launcher{Run: run, Log: log, Arch: a, PortFree: ports.Listenable, BootTimeout: 60 * time.Second}, nil
+}
+
+// Launch is what Start recorded about a running VM (run/launch.json).
+type Launch struct {
+	QEMUPid      int       `json:"qemu_pid"`
+	VirtiofsdPid int       `json:"virtiofsd_pid,omitempty"`
+	Accel        string    `json:"accel"`
+	AccelReason  string    `json:"accel_reason,omitempty"`
+	Share        ShareMode `json:"share"`
+	QMP          string    `json:"qmp"`
+	StartedAt    time.Time `json:"started_at"`
+}
+
+// StartOptions are per-start choices.
+type StartOptions struct {
+	Accel       string // "kvm" or "tcg"
+	AccelReason string
+	// Virtiofsd to use; nil shares the workspace over 9p.
+	Virtiofsd *Virtiofsd
+}
+
+// ErrRunning means the VM is already running.
+var ErrRunning = errors.New("already running")
+
+// Start launches the VM detached from the caller (its own session), and
+// returns once QEMU answers on QMP. Booting the guest is then under way; the
+// caller waits for SSH. On failure nothing of this start keeps running.
+func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error) {
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	if (b.Direct == nil) == (b.Script == nil) {
+		return nil, errors.New("internal error: a boot needs exactly one of Direct and Script")
+	}
+	if live, err := l.Inspect(ctx, m); err == nil && live.Alive() {
+		return nil, fmt.Errorf("%s is %s (pid %d): %w", m.Name, live.State, live.Pid, ErrRunning)
+	}
+	if err := l.checkForwards(m); err != nil {
+		return nil, err
+	}
+	if err := prepareDirs(m); err != nil {
+		return nil, err
+	}
+	mode := Share9p
+	vfsPid := 0
+	if o.Virtiofsd != nil {
+		pid, err := l.startVirtiofsd(ctx, o.Virtiofsd, m)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			l.Log.Warn("virtiofsd failed; sharing the workspace over 9p instead (slower for many small files)", "error", err)
+		} else {
+			mode, vfsPid = ShareVirtiofs, pid
+		}
+	}
+	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode))
+	if err != nil {
+		l.stopVirtiofsd(m, vfsPid, 0)
+		return nil, fmt.Errorf("starting QEMU: %w", err)
+	}
+	pid, err := l.waitQMP(ctx, m, p)
+	if err != nil {
+		killVerified(p.Pid(), isQEMUFor(m.UUID))
+		l.stopVirtiofsd(m, vfsPid, 0)
+		return nil, err
+	}
+	launch := &Launch{QEMUPid: pid, VirtiofsdPid: vfsPid, Accel: o.Accel, AccelReason: o.AccelReason,
+		Share: mode, QMP: m.QMPPath(), StartedAt: time.Now().UTC()}
+	if err := writeJSON(m.runFile(LaunchFile), launch); err != nil {
+		return nil, err
+	}
+	l.Log.Debug("qemu started", "pid", pid, "accel", o.Accel, "share", mode)
+	return launch, nil
+}
+
+// detached builds the process description for QEMU or the script.
+func (l *Launcher) detached(m Machine, b Boot, accel string, mode ShareMode) execx.Detached {
+	if b.Direct != nil {
+		return execx.Detached{Path: l.Arch.Binary, Args: DirectArgv(l.Arch, m, b.Direct, accel, mode),
+			StdoutPath: m.QEMULogPath()}
+	}
+	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode, b.Script.SharedMemory),
+		Env: b.Script.Env, StdoutPath: m.QEMULogPath()}
+}
+
+// checkForwards fails early, with a clear message, when a forwarded port is
+// taken (QEMU's own error is cryptic).
+func (l *Launcher) checkForwards(m Machine) error {
+	for _, f := range m.Forwards {
+		if !l.PortFree(f.Host) {
+			return fmt.Errorf("port %d (%s) is already in use on 127.0.0.1 by another program (hint: stop that program; `ss -ltnp 'sport = :%d'` shows it): %w", f.Host, f.Name, f.Host, ports.ErrTaken)
+		}
+	}
+	return nil
+}
+
+// prepareDirs makes the run and log dirs, clears what the last run left and
+// keeps one previous console log.
+func prepareDirs(m Machine) error {
+	for _, d := range []string{m.RunDir, m.LogsDir, m.socketDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{m.runFile(PidFile), m.runFile(VirtiofsdPid), m.runFile(LaunchFile), m.runFile(CleanMarker), m.QMPPath(), m.sockFile(VirtiofsdSock)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if _, err := os.Stat(m.ConsoleLogPath()); err == nil {
+		_ = os.Rename(m.ConsoleLogPath(), m.ConsoleLogPath()+".1")
+	}
+	return nil
+}
+
+// waitQMP waits until QEMU answers on its QMP socket, or fails with QEMU's
+// own words when it exits first.
+func (l *Launcher) waitQMP(ctx context.Context, m Machine, p execx.Process) (int, error) {
+	timeout := l.BootTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	b := newBackoff(20*time.Millisecond, 250*time.Millisecond)
+	for {
+		select {
+		case <-p.Exited():
+			return 0, l.exitError(m, p.ExitCode())
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		default:
+		}
+		if pid, err := readPid(m.runFile(PidFile)); err == nil {
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			c, err := qmp.Dial(qctx, m.QMPPath())
+			cancel()
+			if err == nil {
+				c.Close()
+				return pid, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("QEMU did not open its QMP socket within %s; its log %s says: %s", timeout, m.QEMULogPath(), orNothing(tailFile(m.QEMULogPath(), 5)))
+		}
+		select {
+		case <-p.Exited():
+			return 0, l.exitError(m, p.ExitCode())
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(b.next()):
+		}
+	}
+}
+
+var hostfwdRE = regexp.MustCompile(`host forwarding rule 'tcp:127\.0\.0\.1:(\d+)`)
+
+// exitError explains an early QEMU exit from its log.
+func (l *Launcher) exitError(m Machine, code int) error {
+	log := tailFile(m.QEMULogPath(), 5)
+	if sm := hostfwdRE.FindStringSubmatch(log); sm != nil {
+		return fmt.Errorf("QEMU could not forward port %s: it is already in use on 127.0.0.1 (hint: stop the program using it, or recreate the VM to get other ports): %w", sm[1], ports.ErrTaken)
+	}
+	if strings.Contains(log, "Could not access KVM kernel module") || strings.Contains(log, "failed to initialize kvm") {
+		return fmt.Errorf("QEMU could not use KVM: %s (hint: set AGENT_VM_ACCEL=tcg to run without it)", log)
+	}
+	return fmt.Errorf("QEMU exited at once (code %d); its log %s says:\n%s", code, m.QEMULogPath(), orNothing(log))
+}
+
+func orNothing(s string) string {
+	if s == "" {
+		return "(nothing)"
+	}
+	return s
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readLaunch(path string) (*Launch, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var l Launch
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &l, nil
+}

@@ -1,0 +1,214 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+)
+
+// These tests run real QEMU processes with a real kernel that boots to a
+// panic (no root file system) and then sits there: enough to exercise the
+// launcher's process, QMP, virtiofsd and stop handling without a disk image.
+// Full boots with SSH are in internal/vm.
+
+func testLauncher(t *testing.T) *Launcher {
+	t.Helper()
+	tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	l, err := NewLauncher(execx.OS{}, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func testMachine(t *testing.T) (Machine, Boot) {
+	t.Helper()
+	kernel := tu.Kernel(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	os.Mkdir(ws, 0o755)
+	token := filepath.Join(dir, "token")
+	os.WriteFile(token, []byte("secret\n"), 0o600)
+	sshPort, _ := ports.Pick(ports.Range{Lo: 30000, Hi: 30999}, nil, ports.Listenable)
+	m := Machine{Name: "agent-vm-test", UUID: state.NewID(), CPUs: 1, MemoryMiB: 256,
+		RunDir: filepath.Join(dir, "run"), LogsDir: filepath.Join(dir, "logs"),
+		Share:       Share{Source: ws, Tag: "workspace"},
+		Forwards:    []Forward{{Name: "ssh", Host: sshPort, Guest: 22}},
+		Credentials: []Credential{{Name: "agent-vm.mcp-token", File: token}}}
+	b := Boot{Direct: &Direct{Kernel: kernel, Append: "console=ttyS0 panic=0"}}
+	return m, b
+}
+
+func virtiofsd(t *testing.T, l *Launcher) *Virtiofsd {
+	v, err := FindVirtiofsd(context.Background(), l.Run)
+	tu.Need(t, err == nil, "virtiofsd is missing")
+	tu.Need(t, os.Geteuid() == 0 || v.Rust, "QEMU's C virtiofsd needs root")
+	return v
+}
+
+func mustStart(t *testing.T, l *Launcher, m Machine, b Boot, o StartOptions) *Launch {
+	t.Helper()
+	launch, err := l.Start(context.Background(), m, b, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		killVerified(launch.QEMUPid, isQEMUFor(m.UUID))
+		if launch.VirtiofsdPid != 0 {
+			killVerified(launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock)))
+		}
+	})
+	return launch
+}
+
+func TestStartInspectStopWithVirtiofs(t *testing.T) {
+	l := testLauncher(t)
+	m, b := testMachine(t)
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: virtiofsd(t, l)})
+	if launch.Share != ShareVirtiofs || launch.VirtiofsdPid == 0 {
+		t.Fatalf("launch %+v: want a virtiofs share", launch)
+	}
+	live, err := l.Inspect(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.State != StateRunning || live.Pid != launch.QEMUPid || live.QMPStatus != "running" {
+		t.Errorf("live %+v", live)
+	}
+	// The secret reached QEMU as a file name, never as a value.
+	args := procArgs(launch.QEMUPid)
+	if strings.Contains(strings.Join(args, " "), "secret") {
+		t.Error("the credential's content is on QEMU's command line")
+	}
+	if _, err := l.Start(context.Background(), m, b, StartOptions{Accel: "tcg"}); !errors.Is(err, ErrRunning) {
+		t.Errorf("second start: got %v, want ErrRunning", err)
+	}
+
+	// The kernel sits in a panic and ignores ACPI: Stop falls through to QMP
+	// quit after the grace period.
+	if err := l.Stop(context.Background(), m, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if procArgs(launch.QEMUPid) != nil {
+		t.Error("QEMU still running after stop")
+	}
+	if procArgs(launch.VirtiofsdPid) != nil {
+		t.Error("virtiofsd still running after stop")
+	}
+	if live, _ := l.Inspect(context.Background(), m); live.State != StateStopped {
+		t.Errorf("after stop: %+v", live)
+	}
+	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("stop of a stopped VM: %v", err)
+	}
+}
+
+func TestKilledQEMUReadsAsCrashedAndRestarts(t *testing.T) {
+	l := testLauncher(t)
+	m, b := testMachine(t)
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
+	if launch.Share != Share9p {
+		t.Errorf("without virtiofsd the share must be 9p, got %s", launch.Share)
+	}
+	syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
+	waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
+	live, _ := l.Inspect(context.Background(), m)
+	if live.State != StateCrashed || live.Detail == "" {
+		t.Fatalf("after SIGKILL: %+v", live)
+	}
+	again := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
+	if live, _ := l.Inspect(context.Background(), m); live.State != StateRunning || live.Pid != again.QEMUPid {
+		t.Errorf("after restart: %+v", live)
+	}
+	l.Stop(context.Background(), m, time.Second)
+}
+
+func TestGuestPowerOffReadsAsStopped(t *testing.T) {
+	l := testLauncher(t)
+	m, b := testMachine(t)
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
+	syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
+	waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
+	f, _ := os.OpenFile(m.ConsoleLogPath(), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
+	f.WriteString("[   42.0] reboot: Power down\n")
+	f.Close()
+	if live, _ := l.Inspect(context.Background(), m); live.State != StateStopped || !strings.Contains(live.Detail, "powered itself off") {
+		t.Errorf("got %+v", live)
+	}
+}
+
+// A pid file whose PID now belongs to another process is not this VM: it
+// reads as not running, and stop leaves that process alone.
+func TestStalePidIsLeftAlone(t *testing.T) {
+	l := testLauncher(t)
+	m, _ := testMachine(t)
+	other := exec.Command("sleep", "300")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Process.Kill()
+	os.MkdirAll(m.RunDir, 0o700)
+	writeJSON(m.runFile(LaunchFile), &Launch{QEMUPid: other.Process.Pid, Accel: "tcg"})
+	os.WriteFile(m.runFile(PidFile), []byte(itoa(other.Process.Pid)+"\n"), 0o600)
+	live, _ := l.Inspect(context.Background(), m)
+	if live.Alive() {
+		t.Fatalf("a foreign process read as this VM: %+v", live)
+	}
+	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("stop: %v", err)
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Error("stop signalled a process that is not this VM's QEMU")
+	}
+}
+
+func TestPortTakenFailsEarlyAndLeavesNothing(t *testing.T) {
+	l := testLauncher(t)
+	m, b := testMachine(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	m.Forwards[0].Host = ln.Addr().(*net.TCPAddr).Port
+	_, err = l.Start(context.Background(), m, b, StartOptions{Accel: "tcg"})
+	if !errors.Is(err, ports.ErrTaken) || !strings.Contains(err.Error(), itoa(m.Forwards[0].Host)) {
+		t.Errorf("got %v, want a port-taken error naming the port", err)
+	}
+	if _, err := os.Stat(m.runFile(LaunchFile)); err == nil {
+		t.Error("a failed start left launch.json")
+	}
+}
+
+func TestQEMUFailureIsExplainedAndCleansUp(t *testing.T) {
+	l := testLauncher(t)
+	m, b := testMachine(t)
+	b.Direct.Kernel = filepath.Join(t.TempDir(), "no-such-kernel")
+	v := virtiofsd(t, l)
+	_, err := l.Start(context.Background(), m, b, StartOptions{Accel: "tcg", Virtiofsd: v})
+	if err == nil || !strings.Contains(err.Error(), "no-such-kernel") {
+		t.Fatalf("got %v, want QEMU's own complaint about the kernel", err)
+	}
+	// virtiofsd was started first and must be gone.
+	out, _ := exec.Command("pgrep", "-f", m.sockFile(VirtiofsdSock)).Output()
+	if len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("virtiofsd left running: %s", out)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

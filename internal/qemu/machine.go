@@ -1,0 +1,168 @@
+// Package qemu is the launcher every QEMU-based backend shares: it turns a
+// Machine into a QEMU command line (small pure functions, golden-tested),
+// starts virtiofsd and QEMU detached from the CLI, answers what state a VM is
+// in from its pid and QMP, and stops it (ACPI, then QMP quit, then SIGKILL to
+// a PID proven to be this VM's QEMU).
+//
+// Two boot styles share all of that: Direct (agent-vm builds the whole QEMU
+// command line: the cloud-init backend) and Script (a program such as
+// nixpkgs' run-<name>-vm builds its own and takes the launcher's part as
+// extra arguments: the NixOS backend).
+package qemu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Machine is what the launcher needs to know about one VM.
+type Machine struct {
+	Name      string // -name: "agent-vm-<slug>"
+	UUID      string // -uuid: unique per VM; identifies its QEMU in /proc
+	CPUs      int
+	MemoryMiB int
+	RunDir    string // pid files, sockets, launch.json, markers
+	LogsDir   string // console.log, qemu.log, virtiofsd.log
+	// SocketDir holds the QMP and virtiofsd sockets. It is RunDir unless
+	// that path is too long for a unix socket (see ShortSocketDir).
+	SocketDir   string
+	Share       Share        // the workspace
+	Forwards    []Forward    // host 127.0.0.1 ports to guest ports
+	Credentials []Credential // systemd credentials passed by fw_cfg
+}
+
+// Share is a host directory shared into the guest.
+type Share struct {
+	Source string // host directory
+	Tag    string // mount tag in the guest
+}
+
+// Forward forwards 127.0.0.1:Host on the host to Guest in the guest.
+type Forward struct {
+	Name  string // "ssh", "mcp": for messages
+	Host  int
+	Guest int
+}
+
+// Credential is a file QEMU hands to the guest through fw_cfg as the
+// systemd credential Name (opt/io.systemd.credentials/<Name>). QEMU reads
+// the file itself, so the secret never appears on a command line.
+type Credential struct {
+	Name string
+	File string
+}
+
+// Boot is how to start the VM: exactly one of Direct and Script is set.
+type Boot struct {
+	Direct *Direct
+	Script *Script
+}
+
+// Direct is a VM whose whole QEMU command line agent-vm builds.
+type Direct struct {
+	Disks  []Disk
+	Kernel string // direct kernel boot when set
+	Initrd string
+	Append string
+}
+
+// Disk is a virtio disk.
+type Disk struct {
+	Path     string
+	Format   string // qcow2, raw
+	ReadOnly bool
+}
+
+// Script is a program that starts QEMU itself (nixpkgs' run-<name>-vm) and
+// passes its arguments on to QEMU. Its own command line already sets memory,
+// CPUs, disks and the forwarded ports.
+type Script struct {
+	Path string
+	Env  []string // e.g. NIX_DISK_IMAGE, TMPDIR, USE_TMPDIR
+	// SharedMemory: the script already backs guest RAM with shared memory.
+	SharedMemory bool
+}
+
+// Files the launcher keeps in RunDir and LogsDir.
+const (
+	PidFile       = "qemu.pid"
+	VirtiofsdPid  = "virtiofsd.pid"
+	LaunchFile    = "launch.json"
+	CleanMarker   = "clean-shutdown"
+	QMPSocket     = "qmp.sock"
+	VirtiofsdSock = "virtiofsd.sock"
+	ConsoleLog    = "console.log"
+	QEMULog       = "qemu.log"
+	VirtiofsdLog  = "virtiofsd.log"
+)
+
+func (m Machine) runFile(name string) string  { return filepath.Join(m.RunDir, name) }
+func (m Machine) logFile(name string) string  { return filepath.Join(m.LogsDir, name) }
+func (m Machine) sockFile(name string) string { return filepath.Join(m.socketDir(), name) }
+
+func (m Machine) socketDir() string {
+	if m.SocketDir != "" {
+		return m.SocketDir
+	}
+	return m.RunDir
+}
+
+// ConsoleLogPath is where the guest's serial console is written.
+func (m Machine) ConsoleLogPath() string { return m.logFile(ConsoleLog) }
+
+// QEMULogPath is where QEMU's own messages go.
+func (m Machine) QEMULogPath() string { return m.logFile(QEMULog) }
+
+// QMPPath is the QMP socket.
+func (m Machine) QMPPath() string { return m.sockFile(QMPSocket) }
+
+func (m Machine) validate() error {
+	switch {
+	case m.Name == "" || m.UUID == "" || m.RunDir == "" || m.LogsDir == "":
+		return fmt.Errorf("internal error: incomplete machine %+v", m)
+	case m.CPUs < 1 || m.MemoryMiB < 128:
+		return fmt.Errorf("VM size %d CPUs, %d MiB is not bootable", m.CPUs, m.MemoryMiB)
+	}
+	return nil
+}
+
+// maxSocketPath keeps unix socket paths under the kernel's limit (108 bytes
+// with the terminating NUL), with room for the longest socket name.
+const maxSocketPath = 100
+
+// SocketDirFor returns where a VM's sockets live: its run dir when the paths
+// fit a unix socket, else a private directory under $XDG_RUNTIME_DIR (or the
+// temp dir) named after the VM's UUID.
+func SocketDirFor(runDir, uuid string) (string, error) {
+	if len(filepath.Join(runDir, VirtiofsdSock)) <= maxSocketPath {
+		return runDir, nil
+	}
+	base := os.Getenv("XDG_RUNTIME_DIR")
+	if base == "" {
+		base = os.TempDir()
+	}
+	base = filepath.Join(base, fmt.Sprintf("agent-vm-%d", os.Geteuid()))
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return "", fmt.Errorf("creating socket directory %s: %w", base, err)
+	}
+	// In a shared temp dir, someone else could have made it first.
+	fi, err := os.Lstat(base)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("socket directory %s is not a private directory of this user (hint: remove it, or set XDG_RUNTIME_DIR)", base)
+	}
+	dir := filepath.Join(base, strings.ReplaceAll(uuid, "-", "")[:12])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if len(filepath.Join(dir, VirtiofsdSock)) > maxSocketPath {
+		return "", fmt.Errorf("socket directory %s is too long for unix sockets (hint: set XDG_RUNTIME_DIR to a short path)", dir)
+	}
+	return dir, nil
+}

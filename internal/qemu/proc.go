@@ -1,0 +1,137 @@
+package qemu
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// procArgs returns a live process's argv, or nil when it is gone, a zombie,
+// or unreadable.
+func procArgs(pid int) []string {
+	if pid <= 0 {
+		return nil
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	// The state follows the parenthesised command name.
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// isQEMUFor matches the QEMU started for the VM with this UUID: its command
+// line carries "-uuid <uuid>". A recycled PID never matches.
+func isQEMUFor(uuid string) func(args []string) bool {
+	return func(args []string) bool {
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-uuid" && args[i+1] == uuid {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// verified reports whether pid is alive and matches.
+func verified(pid int, match func([]string) bool) bool {
+	args := procArgs(pid)
+	return args != nil && match(args)
+}
+
+// killVerified sends SIGKILL to pid only if it still matches, and waits
+// briefly for it to go. It never signals a PID that is not ours.
+func killVerified(pid int, match func([]string) bool) bool {
+	if !verified(pid, match) {
+		return false
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	waitGone(pid, match, 5*time.Second)
+	return true
+}
+
+// signalVerified sends sig to pid if it matches.
+func signalVerified(pid int, match func([]string) bool, sig syscall.Signal) bool {
+	if !verified(pid, match) {
+		return false
+	}
+	return syscall.Kill(pid, sig) == nil
+}
+
+// waitGone polls until pid no longer matches or the timeout passes, and
+// reports whether it went.
+func waitGone(pid int, match func([]string) bool, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	b := newBackoff(5*time.Millisecond, 100*time.Millisecond)
+	for {
+		if !verified(pid, match) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(b.next())
+	}
+}
+
+// readPid reads a pid file.
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, errors.New("bad pid file " + path)
+	}
+	return pid, nil
+}
+
+// tailFile returns the last n lines of a (log) file, or "" when unreadable.
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const max = 64 << 10
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := fi.Size() - max
+	if off < 0 {
+		off = 0
+	}
+	buf := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return ""
+	}
+	text := strings.ReplaceAll(string(buf), "\r", "")
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	var keep []string
+	for _, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "\n")
+}
+
+// TailFile is tailFile for callers outside the package (the serial log tail
+// shown when a boot fails).
+func TailFile(path string, n int) string { return tailFile(path, n) }

@@ -1,0 +1,114 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+)
+
+// virtiofsdPaths are where distributions install virtiofsd besides PATH:
+// Debian/Ubuntu's QEMU ships the C one in /usr/lib/qemu, Fedora and others
+// put the Rust one in /usr/libexec.
+func virtiofsdPaths() []string {
+	return []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd", "/usr/lib/virtiofsd"}
+}
+
+// Virtiofsd is a found virtiofsd binary.
+type Virtiofsd struct {
+	Path string
+	Rust bool // the Rust implementation (different flags from QEMU's C one)
+}
+
+// FindVirtiofsd looks for virtiofsd on PATH and in the usual places.
+func FindVirtiofsd(ctx context.Context, run execx.Runner) (*Virtiofsd, error) {
+	cands := virtiofsdPaths()
+	if p, err := run.LookPath("virtiofsd"); err == nil {
+		cands = append([]string{p}, cands...)
+	}
+	for _, p := range cands {
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			continue
+		}
+		res, err := run.Run(ctx, execx.Cmd{Path: p, Args: []string{"--help"}})
+		help := string(res.Stdout) + string(res.Stderr)
+		if err != nil && help == "" {
+			continue
+		}
+		return &Virtiofsd{Path: p, Rust: strings.Contains(help, "--shared-dir")}, nil
+	}
+	return nil, fmt.Errorf("virtiofsd not found on PATH or in %s (hint: install it: Debian/Ubuntu package qemu-system-common (QEMU <= 7.2) or virtiofsd, Fedora virtiofsd; without it the workspace is shared over 9p, which is slower for many small files)", strings.Join(virtiofsdPaths(), ", "))
+}
+
+// args is virtiofsd's command line for sharing source on sock.
+func (v *Virtiofsd) args(source, sock string) []string {
+	if v.Rust {
+		args := []string{"--socket-path", sock, "--shared-dir", source, "--cache", "auto"}
+		if os.Geteuid() != 0 {
+			// Unprivileged: no namespace sandbox; the process's own uid
+			// owns what the guest writes.
+			args = append(args, "--sandbox", "none")
+		}
+		return args
+	}
+	return []string{"--socket-path=" + sock, "-o", "source=" + source, "-o", "cache=auto"}
+}
+
+// startVirtiofsd starts virtiofsd for the machine's share and waits for its
+// socket. On failure the process is gone and the error says why.
+func (l *Launcher) startVirtiofsd(ctx context.Context, v *Virtiofsd, m Machine) (int, error) {
+	sock := m.sockFile(VirtiofsdSock)
+	_ = os.Remove(sock)
+	p, err := l.Run.Start(execx.Detached{Path: v.Path, Args: v.args(m.Share.Source, sock), StdoutPath: m.logFile(VirtiofsdLog)})
+	if err != nil {
+		return 0, fmt.Errorf("starting virtiofsd: %w", err)
+	}
+	wait := newBackoff(10*time.Millisecond, 200*time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			return p.Pid(), nil
+		}
+		select {
+		case <-p.Exited():
+			return 0, fmt.Errorf("virtiofsd exited at once (code %d): %s", p.ExitCode(), tailFile(m.logFile(VirtiofsdLog), 3))
+		case <-ctx.Done():
+			killVerified(p.Pid(), isVirtiofsdFor(sock))
+			return 0, ctx.Err()
+		case <-time.After(wait.next()):
+		}
+		if time.Now().After(deadline) {
+			killVerified(p.Pid(), isVirtiofsdFor(sock))
+			return 0, fmt.Errorf("virtiofsd did not create its socket %s within 10s: %s", sock, tailFile(m.logFile(VirtiofsdLog), 3))
+		}
+	}
+}
+
+// isVirtiofsdFor matches a virtiofsd serving this socket.
+func isVirtiofsdFor(sock string) func(args []string) bool {
+	return func(args []string) bool {
+		for i, a := range args {
+			if a == "--socket-path="+sock || (a == "--socket-path" && i+1 < len(args) && args[i+1] == sock) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// backoff yields growing delays up to a cap.
+type backoff struct{ cur, max time.Duration }
+
+func newBackoff(start, max time.Duration) *backoff { return &backoff{cur: start, max: max} }
+
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	if b.cur *= 2; b.cur > b.max {
+		b.cur = b.max
+	}
+	return d
+}
