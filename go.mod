@@ -5,7 +5,8 @@ go 1.26.0
 require (
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/tidwall/gjson v1.18.0
-	golang.org/x/crypto v0.58.0
+	golang.org/x/crypto v0.48.0
+	golang.org/x/term v0.40.0
 )
 
 require (

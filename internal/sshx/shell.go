@@ -1,0 +1,97 @@
+package sshx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/term"
+)
+
+// Shell runs an interactive login shell (or cmd, when not empty) on a PTY
+// sized like the local terminal, with the local terminal in raw mode and
+// window resizes passed on. The terminal is restored however the shell ends.
+// When in is not a terminal, the shell runs without a PTY.
+func Shell(ctx context.Context, c *ssh.Client, cmd string, in *os.File, out, errOut io.Writer) (int, error) {
+	s, err := c.NewSession()
+	if err != nil {
+		return -1, fmt.Errorf("opening an SSH session: %w", err)
+	}
+	defer s.Close()
+	s.Stdin, s.Stdout, s.Stderr = in, out, errOut
+
+	fd := int(in.Fd())
+	if term.IsTerminal(fd) {
+		w, h, err := term.GetSize(fd)
+		if err != nil {
+			w, h = 80, 24
+		}
+		termName := os.Getenv("TERM")
+		if termName == "" {
+			termName = "xterm-256color"
+		}
+		modes := ssh.TerminalModes{ssh.ECHO: 1, ssh.TTY_OP_ISPEED: 38400, ssh.TTY_OP_OSPEED: 38400}
+		if err := s.RequestPty(termName, h, w, modes); err != nil {
+			return -1, fmt.Errorf("requesting a terminal: %w", err)
+		}
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			return -1, fmt.Errorf("putting the terminal in raw mode: %w", err)
+		}
+		defer term.Restore(fd, old)
+		stopResize := forwardResizes(fd, s)
+		defer stopResize()
+	}
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	if cmd == "" {
+		err = s.Shell()
+		if err == nil {
+			err = s.Wait()
+		}
+	} else {
+		err = s.Run(cmd)
+	}
+	var ee *ssh.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &ee):
+		return ee.ExitStatus(), nil
+	case ctx.Err() != nil:
+		return -1, ctx.Err()
+	}
+	var missing *ssh.ExitMissingError
+	if errors.As(err, &missing) {
+		return 0, nil // the connection closed after the shell ended
+	}
+	return -1, err
+}
+
+// forwardResizes passes SIGWINCH on as window-change requests.
+func forwardResizes(fd int, s *ssh.Session) func() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGWINCH)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ch:
+				if w, h, err := term.GetSize(fd); err == nil {
+					_ = s.WindowChange(h, w)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
+}

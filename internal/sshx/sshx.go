@@ -1,0 +1,181 @@
+// Package sshx is agent-vm's SSH client (golang.org/x/crypto/ssh): it
+// connects only to the host key pinned at create, waits for a booting guest
+// with backoff, runs commands with their exit status, and opens an
+// interactive PTY shell.
+package sshx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
+)
+
+// Target says where and as whom to connect.
+type Target struct {
+	Addr       string // "127.0.0.1:2222"
+	User       string
+	KeyFile    string // private key
+	KnownHosts string // pinned host key
+}
+
+// ErrHostKeyMismatch means something answered with a host key other than the
+// pinned one. It is never retried: it is either another program on the port
+// or an attack.
+var ErrHostKeyMismatch = errors.New("host key mismatch")
+
+func (t Target) config(timeout time.Duration) (*ssh.ClientConfig, error) {
+	signer, err := sshkeys.LoadSigner(t.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	hk, err := sshkeys.HostKeyCallback(t.KnownHosts)
+	if err != nil {
+		return nil, err
+	}
+	return &ssh.ClientConfig{
+		User:              t.User,
+		Auth:              []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback:   hk,
+		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
+		Timeout:           timeout,
+	}, nil
+}
+
+// Dial connects once. The whole handshake is bounded by timeout and ctx.
+func Dial(ctx context.Context, t Target, timeout time.Duration) (*ssh.Client, error) {
+	cfg, err := t.config(timeout)
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", t.Addr)
+	if err != nil {
+		return nil, err
+	}
+	// The handshake has no context of its own: a deadline bounds it, and
+	// cancellation closes the connection.
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	c, chans, reqs, err := ssh.NewClientConn(conn, t.Addr, cfg)
+	if err != nil {
+		conn.Close()
+		var ke *knownhosts.KeyError
+		if errors.As(err, &ke) && len(ke.Want) > 0 {
+			return nil, fmt.Errorf("%s presented a host key other than the one pinned in %s (hint: another program may be listening on that port; agent-vm will not connect to it): %w", t.Addr, t.KnownHosts, ErrHostKeyMismatch)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// Progress is told about each failed attempt while waiting.
+type Progress func(elapsed time.Duration, lastErr error)
+
+// WaitReady dials until the guest answers with the pinned key and accepts
+// the key, or ctx ends. Refused, reset and timed-out connections mean "not
+// yet" (QEMU's user networking accepts and resets until sshd listens); a
+// host key mismatch ends the wait at once.
+func WaitReady(ctx context.Context, t Target, progress Progress) (*ssh.Client, error) {
+	start := time.Now()
+	delay := 250 * time.Millisecond
+	var last error
+	for {
+		c, err := Dial(ctx, t, 10*time.Second)
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, ErrHostKeyMismatch) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			if last == nil {
+				last = err
+			}
+			return nil, fmt.Errorf("SSH on %s not ready after %s (last error: %v): %w", t.Addr, time.Since(start).Truncate(time.Second), describe(last), ctx.Err())
+		}
+		last = err
+		if progress != nil {
+			progress(time.Since(start), err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		if delay < 2*time.Second {
+			delay = delay * 3 / 2
+		}
+	}
+}
+
+// describe shortens the usual not-ready errors.
+func describe(err error) string {
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "connection refused"):
+		return "connection refused"
+	case strings.Contains(s, "connection reset"), strings.Contains(s, "EOF"):
+		return "connection reset (sshd not listening yet)"
+	case strings.Contains(s, "unable to authenticate"):
+		return "the key was not accepted (yet)"
+	}
+	return s
+}
+
+// ExitError is a remote command's non-zero exit.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("remote command exited with status %d", e.Code) }
+
+// Run runs cmd (a shell command line) and returns its exit code. Only a
+// failure to run it at all is an error; a non-zero exit is a code.
+func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	s, err := c.NewSession()
+	if err != nil {
+		return -1, fmt.Errorf("opening an SSH session: %w", err)
+	}
+	defer s.Close()
+	s.Stdin, s.Stdout, s.Stderr = stdin, stdout, stderr
+	stop := context.AfterFunc(ctx, func() {
+		_ = s.Signal(ssh.SIGTERM)
+		s.Close()
+	})
+	defer stop()
+	err = s.Run(cmd)
+	var ee *ssh.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &ee):
+		return ee.ExitStatus(), nil
+	case ctx.Err() != nil:
+		return -1, ctx.Err()
+	}
+	var missing *ssh.ExitMissingError
+	if errors.As(err, &missing) {
+		return -1, errors.New("the remote command ended without an exit status (the connection dropped or it was killed by a signal)")
+	}
+	return -1, err
+}
+
+// Quote joins argv into a shell command line that runs exactly argv.
+func Quote(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
