@@ -54,6 +54,9 @@ type StartOptions struct {
 	AccelReason string
 	// Virtiofsd to use; nil shares the workspace over 9p.
 	Virtiofsd *Virtiofsd
+	// NoFallback: when virtiofsd fails, fail the start instead of sharing
+	// over 9p (a guest built for virtiofs would boot without its workspace).
+	NoFallback bool
 }
 
 // ErrRunning means the VM is already running.
@@ -85,6 +88,9 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if o.NoFallback {
+				return nil, fmt.Errorf("sharing the workspace: %w (hint: fix virtiofsd, or recreate the VM on a host without it to use 9p)", err)
 			}
 			l.Log.Warn("virtiofsd failed; sharing the workspace over 9p instead (slower for many small files)", "error", err)
 		} else {

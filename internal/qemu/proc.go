@@ -135,3 +135,6 @@ func tailFile(path string, n int) string {
 // TailFile is tailFile for callers outside the package (the serial log tail
 // shown when a boot fails).
 func TailFile(path string, n int) string { return tailFile(path, n) }
+
+// Running reports whether pid is the live QEMU of machine m.
+func Running(m Machine, pid int) bool { return verified(pid, isQEMUFor(m.UUID)) }

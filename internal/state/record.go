@@ -37,6 +37,11 @@ type Record struct {
 	Image string `json:"image,omitempty"`
 	// NixOSConfig is the user's extra NixOS module (nixos backend, --config).
 	NixOSConfig string `json:"nixos_config,omitempty"`
+	// Nixpkgs is the nixpkgs the user chose at create (--nixpkgs: a path or
+	// a flake reference); empty means NIX_PATH or agent-vm's own.
+	Nixpkgs string `json:"nixpkgs,omitempty"`
+	// AllowOrigins are the browser origins agent-mcp accepts (--allow-origin).
+	AllowOrigins []string `json:"allow_origins,omitempty"`
 	// Provision counts re-provisioning requests; the guest's first-boot
 	// setup runs again whenever it changes.
 	Provision int `json:"provision"`

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -27,7 +28,10 @@ type CreateOptions struct {
 	MemoryMiB int    // 0 = default
 	DiskGiB   int    // 0 = default
 	Config    string // nixos: the user's extra NixOS module
+	Nixpkgs   string // nixos: a nixpkgs path or flake reference
 	Image     string // qemu: a base image path ("" = the built default)
+	// AllowOrigins are browser origins agent-mcp accepts (e.g. https://claude.ai).
+	AllowOrigins []string
 }
 
 // ErrExists means a VM for that branch already exists.
@@ -54,11 +58,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err != nil {
 		return nil, err
 	}
-	backend, err := m.resolveBackend(o.Backend)
+	be, err := m.resolveBackend(o.Backend)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCreateFlags(o, backend.Name()); err != nil {
+	if err := checkCreateFlags(o, be.Name()); err != nil {
 		return nil, err
 	}
 
@@ -81,7 +85,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 			staging.Abort()
 		}
 	}()
-	rec := m.newRecord(o, branch, slug, backend.Name())
+	rec := m.newRecord(o, branch, slug, be.Name())
 	rec.Git.Source = source
 	l := staging.Layout
 	if err := makeDirs(l); err != nil {
@@ -103,7 +107,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if rec.Guest.UID, rec.Guest.GID, err = shareOwnership(l.Workspace()); err != nil {
 		return nil, err
 	}
-	if err := backend.Provision(ctx, l, rec); err != nil {
+	if err := be.Provision(ctx, l, rec); err != nil {
 		return nil, err
 	}
 	final := m.Root.Layout(slug)
@@ -123,6 +127,14 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 }
 
 func checkCreateFlags(o CreateOptions, backend string) error {
+	if o.Nixpkgs != "" && backend != BackendNixOS {
+		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend (hint: drop --nixpkgs, or pass --backend nixos)")
+	}
+	for _, origin := range o.AllowOrigins {
+		if err := checkOrigin(origin); err != nil {
+			return err
+		}
+	}
 	if o.Config != "" && backend != BackendNixOS {
 		return fmt.Errorf("--config adds a NixOS module, which only the nixos backend uses (hint: drop --config, or pass --backend nixos)")
 	}
@@ -170,7 +182,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
 		Guest:     state.Guest{User: guestUser},
-		Image:     o.Image, NixOSConfig: o.Config,
+		Image:     o.Image, NixOSConfig: o.Config, Nixpkgs: o.Nixpkgs, AllowOrigins: o.AllowOrigins,
 	}
 	if r.Resources.CPUs == 0 {
 		r.Resources.CPUs = defaultCPUs()
@@ -301,4 +313,13 @@ func shareOwnership(ws string) (uid, gid int, err error) {
 		return 0, 0, fmt.Errorf("handing the workspace to the guest user (uid %d): %w", rootGuestID, err)
 	}
 	return rootGuestID, rootGuestID, nil
+}
+
+// checkOrigin accepts a browser origin: scheme://host[:port], nothing more.
+func checkOrigin(o string) error {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("--allow-origin %q is not an origin (hint: scheme://host[:port], e.g. https://claude.ai)", o)
+	}
+	return nil
 }

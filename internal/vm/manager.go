@@ -12,9 +12,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -26,36 +29,31 @@ const (
 	BackendVagrant = "vagrant"
 )
 
-// Backend is one VM flavour. The orchestration calls it at the points where
-// flavours differ; everything else (state, keys, ports, workspace, the QEMU
-// launcher) is shared.
-type Backend interface {
-	// Name is the backend's name as stored in the record.
-	Name() string
-	// Provision adds the backend's own files to a VM directory being
-	// created. l is the staging layout; rec is complete except for fields
-	// the backend fills in.
-	Provision(ctx context.Context, l state.Layout, rec *state.Record) error
-}
-
 // Manager carries what every verb needs. Construct it with New.
 type Manager struct {
 	Root     *state.Root
 	Git      *gitws.Git
 	Run      execx.Runner
 	Log      hclog.Logger
-	Backends map[string]Backend
+	Backends map[string]backend.Backend
 	// PortFree probes a host port; ports.Listenable outside tests.
 	PortFree ports.Probe
 	Now      func() time.Time
 	// IsNixOS reports whether this host runs NixOS (backend "auto").
 	IsNixOS func() bool
+	// Launcher runs the VMs of every backend.
+	Launcher *qemu.Launcher
+	// Accel decides between KVM and TCG (a cached real probe).
+	Accel func(ctx context.Context) accel.Result
+	// FindVirtiofsd finds virtiofsd; an error means 9p.
+	FindVirtiofsd func(ctx context.Context) (*qemu.Virtiofsd, error)
 }
 
 // New returns a Manager with the real probes.
-func New(root *state.Root, run execx.Runner, log hclog.Logger, backends ...Backend) *Manager {
-	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]Backend{},
-		PortFree: ports.Listenable, Now: time.Now, IsNixOS: isNixOS}
+func New(root *state.Root, run execx.Runner, log hclog.Logger, launcher *qemu.Launcher, backends ...backend.Backend) *Manager {
+	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
+		PortFree: ports.Listenable, Now: time.Now, IsNixOS: isNixOS, Launcher: launcher,
+		FindVirtiofsd: func(ctx context.Context) (*qemu.Virtiofsd, error) { return qemu.FindVirtiofsd(ctx, run) }}
 	for _, b := range backends {
 		m.Backends[b.Name()] = b
 	}
@@ -68,7 +66,7 @@ func isNixOS() bool {
 }
 
 // resolveBackend turns --backend into a backend this build has.
-func (m *Manager) resolveBackend(name string) (Backend, error) {
+func (m *Manager) resolveBackend(name string) (backend.Backend, error) {
 	switch name {
 	case "", BackendAuto:
 		name = BackendQEMU

@@ -1,0 +1,57 @@
+// Package backend is the contract between the orchestration (internal/vm)
+// and the VM flavours (internal/cloudinit, internal/nixos): the interface a
+// flavour implements and the types that cross it. It holds no logic, so
+// flavours depend on it rather than on the orchestration above them.
+package backend
+
+import (
+	"context"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Backend is one VM flavour. Everything else (state, keys, ports, workspace,
+// the QEMU launcher) is shared.
+type Backend interface {
+	// Name is the backend's name as stored in the record: "qemu", "nixos".
+	Name() string
+	// Provision adds the backend's own files to a VM directory being
+	// created. l is the staging layout; r is complete except for fields the
+	// backend fills in.
+	Provision(ctx context.Context, l state.Layout, r *state.Record) error
+	// Prepare readies a VM for booting (disks, seed, nix build) and says how
+	// to boot it.
+	Prepare(ctx context.Context, l state.Layout, r *state.Record, o PrepareOptions) (*Plan, error)
+}
+
+// Plan is how a backend wants its VM booted.
+type Plan struct {
+	Boot qemu.Boot
+	// Credentials besides the MCP token (e.g. the NixOS guest's host key).
+	Credentials []qemu.Credential
+	// FixedShare: the guest mounts exactly the share mode it was prepared
+	// for, so the launcher must not fall back from virtiofs to 9p.
+	FixedShare bool
+}
+
+// PrepareOptions tell a backend what the launcher will do.
+type PrepareOptions struct {
+	Share  qemu.ShareMode // the workspace share the launcher will attach
+	Accel  string         // kvm or tcg
+	Report Reporter
+	// Reprovision asks the guest's first-boot setup to run again.
+	Reprovision bool
+}
+
+// Reporter receives progress while a long step runs: the phase, the time it
+// has taken so far, and a detail (e.g. the guest's last console line).
+type Reporter func(phase string, elapsed time.Duration, detail string)
+
+// Report calls r if it is set.
+func (r Reporter) Report(phase string, elapsed time.Duration, detail string) {
+	if r != nil {
+		r(phase, elapsed, detail)
+	}
+}

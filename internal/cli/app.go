@@ -1,0 +1,246 @@
+// Package cli is agent-vm's command line: it builds the urfave/cli App, one
+// file per verb, parses flags into option structs and calls one function of
+// internal/vm (or another package) per command. It maps errors to exit codes
+// (0 ok, 1 error, 2 usage, 130 interrupted) and prints them with their hints.
+// No business logic lives here.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+)
+
+// Exit codes.
+const (
+	ExitOK          = 0
+	ExitError       = 1
+	ExitUsage       = 2
+	ExitInterrupted = 130
+)
+
+// Version is set at build time (-ldflags -X).
+var Version = "dev"
+
+// usageError is a mistake in how the command was called.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+// exitCodeError carries a command's own exit status (exec, shell).
+type exitCodeError struct{ code int }
+
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// IO is where a command reads and writes.
+type IO struct {
+	In     *os.File
+	Out    io.Writer
+	Err    io.Writer
+	Getenv func(string) string
+}
+
+// Main runs agent-vm with args (including the program name) and returns
+// the process exit code. ctx is cancelled on SIGINT/SIGTERM.
+func Main(ctx context.Context, args []string, stdio IO) int {
+	if stdio.Getenv == nil {
+		stdio.Getenv = os.Getenv
+	}
+	app := newApp(stdio)
+	err := app.RunContext(ctx, args)
+	return report(ctx, stdio, err)
+}
+
+// report prints err (if any) and returns the exit code for it.
+func report(ctx context.Context, stdio IO, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var code *exitCodeError
+	if errors.As(err, &code) {
+		return code.code
+	}
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stdio.Err, "agent-vm: interrupted: %v\n", err)
+		return ExitInterrupted
+	}
+	var u *usageError
+	if errors.As(err, &u) {
+		fmt.Fprintf(stdio.Err, "agent-vm: %v\n(run `agent-vm --help` for usage)\n", err)
+		return ExitUsage
+	}
+	fmt.Fprintf(stdio.Err, "agent-vm: %v\n", err)
+	return ExitError
+}
+
+// globals are the parsed global flags.
+type globals struct {
+	stateDir  string
+	verbose   bool
+	logFormat string
+	noColor   bool
+}
+
+func newApp(stdio IO) *cli.App {
+	app := &cli.App{
+		Name:                 "agent-vm",
+		Usage:                "one isolated VM per git branch, for coding agents",
+		Version:              Version,
+		Writer:               stdio.Out,
+		ErrWriter:            stdio.Err,
+		EnableBashCompletion: true,
+		HideHelpCommand:      true,
+		HideVersion:          true,                         // its -v alias would clash with --verbose; see the version command
+		ExitErrHandler:       func(*cli.Context, error) {}, // we map errors ourselves
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usagef("%v", err)
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"AGENT_VM_STATE_DIR"}, Usage: "where VM records and workspaces live (default: $XDG_DATA_HOME/agent-vms)"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debug details"},
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format on stderr: text or json"},
+			&cli.BoolFlag{Name: "no-color", Usage: "no colour in logs (also: NO_COLOR)"},
+			&cli.BoolFlag{Name: "version", Usage: "print the version"},
+		},
+		Before: func(cliCtx *cli.Context) error {
+			if f := cliCtx.String("log-format"); f != "text" && f != "json" {
+				return usagef("--log-format %q: must be text or json", f)
+			}
+			return nil
+		},
+		Action: func(cliCtx *cli.Context) error {
+			if cliCtx.Bool("version") {
+				_, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version)
+				return err
+			}
+			if cliCtx.Args().Present() {
+				return unknownCommand(cliCtx.App, cliCtx.Args().First())
+			}
+			return cli.ShowAppHelp(cliCtx)
+		},
+	}
+	app.Commands = commands(stdio)
+	for _, c := range app.Commands {
+		setUsageHandlers(c)
+	}
+	app.CommandNotFound = func(cliCtx *cli.Context, name string) {
+		// Only reached for unknown subcommands of a command; report it.
+		fmt.Fprintln(stdio.Err, unknownCommand(cliCtx.App, name))
+	}
+	return app
+}
+
+func setUsageHandlers(c *cli.Command) {
+	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
+		return usagef("%s: %v", c.Name, err)
+	}
+	for _, sub := range c.Subcommands {
+		setUsageHandlers(sub)
+	}
+}
+
+// parseGlobals reads the global flags (from any command's context).
+func parseGlobals(cliCtx *cli.Context, stdio IO) globals {
+	g := globals{
+		stateDir:  cliCtx.String("state-dir"),
+		verbose:   cliCtx.Bool("verbose"),
+		logFormat: cliCtx.String("log-format"),
+		noColor:   cliCtx.Bool("no-color") || stdio.Getenv("NO_COLOR") != "",
+	}
+	if g.stateDir == "" {
+		g.stateDir = defaultStateDir(stdio.Getenv)
+	}
+	return g
+}
+
+// defaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
+func defaultStateDir(getenv func(string) string) string {
+	if d := getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "agent-vms")
+	}
+	home := getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, ".local", "share", "agent-vms")
+}
+
+// newLogger makes the CLI's logger: stderr, no timestamps (a CLI's lines are
+// read as they happen), text or JSON.
+func newLogger(g globals, w io.Writer) hclog.Logger {
+	level := hclog.Info
+	if g.verbose {
+		level = hclog.Debug
+	}
+	color := hclog.AutoColor
+	if g.noColor {
+		color = hclog.ColorOff
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name: "agent-vm", Level: level, Output: w, JSONFormat: g.logFormat == "json",
+		DisableTime: g.logFormat != "json", Color: color,
+	})
+}
+
+// unknownCommand says a command does not exist, suggesting the nearest.
+func unknownCommand(app *cli.App, name string) error {
+	var names []string
+	for _, c := range app.Commands {
+		if !c.Hidden {
+			names = append(names, c.Name)
+		}
+	}
+	sort.Strings(names)
+	if best := nearest(name, names); best != "" {
+		return usagef("unknown command %q (did you mean %q?)", name, best)
+	}
+	return usagef("unknown command %q; commands: %s", name, strings.Join(names, ", "))
+}
+
+// nearest returns the candidate closest to s by edit distance, if close.
+func nearest(s string, candidates []string) string {
+	best, bestD := "", 1<<30
+	for _, c := range candidates {
+		d := editDistance(s, c)
+		if strings.HasPrefix(c, s) && len(s) >= 2 {
+			d = 1
+		}
+		if d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if bestD <= max(2, len(s)/3) {
+		return best
+	}
+	return ""
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// commands lists the verbs. A verb is listed only once it works.
+func commands(stdio IO) []*cli.Command {
+	return []*cli.Command{
+		createCommand(stdio),
+		listCommand(stdio),
+		statusCommand(stdio),
+		destroyCommand(stdio),
+		sshConfigCommand(stdio),
+		completionCommand(stdio),
+		{
+			Name: "version", Usage: "print the version", ArgsUsage: " ",
+			Action: func(*cli.Context) error { _, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version); return err },
+		},
+	}
+}
+
+// vmName returns the VM a command is about: its BRANCH argument, or the
+// branch checked out where agent-vm runs.
+func vmName(cliCtx *cli.Context, m *vm.Manager) (string, error) {
+	switch cliCtx.NArg() {
+	case 0:
+	case 1:
+		return cliCtx.Args().First(), nil
+	default:
+		return "", usagef("%s takes at most one BRANCH, got %d arguments", cliCtx.Command.Name, cliCtx.NArg())
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	top, err := m.Git.Toplevel(cliCtx.Context, cwd)
+	if err != nil {
+		return "", usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s BRANCH; `agent-vm list` shows the VMs)", cwd, cliCtx.Command.Name)
+	}
+	return m.Git.CurrentBranch(cliCtx.Context, top)
+}
+
+// writeJSON prints v as indented JSON on stdout.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// noArgs refuses positional arguments.
+func noArgs(cliCtx *cli.Context) error {
+	if cliCtx.NArg() > 0 {
+		return usagef("%s takes no arguments, got %q", cliCtx.Command.Name, cliCtx.Args().Slice())
+	}
+	return nil
+}
+
+// withManager wraps an action that needs the environment and a Manager.
+func withManager(stdio IO, f func(cliCtx *cli.Context, e *env, m *vm.Manager) error) cli.ActionFunc {
+	return func(cliCtx *cli.Context) error {
+		e := newEnv(cliCtx, stdio)
+		m, err := e.manager()
+		if err != nil {
+			return err
+		}
+		return f(cliCtx, e, m)
+	}
+}
+
+// vmCompletion completes BRANCH arguments with the VMs' branches.
+func vmCompletion(stdio IO) cli.BashCompleteFunc {
+	return func(cliCtx *cli.Context) {
+		if cliCtx.NArg() > 0 {
+			return
+		}
+		m, err := newEnv(cliCtx, stdio).manager()
+		if err != nil {
+			return
+		}
+		entries, _ := m.Root.List()
+		for _, e := range entries {
+			if e.Record != nil {
+				fmt.Fprintln(stdio.Out, e.Record.Branch)
+			}
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+func createCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "create",
+		Usage:     "create a VM record and workspace for a branch",
+		ArgsUsage: " ",
+		Description: "Clones the repository you are in into the VM's workspace at --branch (default: the\n" +
+			"current branch; a new branch starts at --from, default HEAD), makes the VM's SSH keys and\n" +
+			"MCP token, and picks its ports. Nothing runs until `agent-vm start`.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch (default: the current branch)"},
+			&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
+			&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu, nixos or vagrant"},
+			&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp (default: the first free from 8000)"},
+			&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
+			&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
+			&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
+			&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
+			&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
+		},
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			o, err := createOptions(cliCtx)
+			if err != nil {
+				return err
+			}
+			r, err := m.Create(cliCtx.Context, o)
+			if err != nil {
+				return err
+			}
+			l := m.Root.Layout(r.Slug)
+			out := stdio.Out
+			fmt.Fprintf(out, "created VM %s for branch %s\n", r.Slug, r.Branch)
+			fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, humanMiB(r.Resources.MemoryMiB), r.Resources.DiskGiB)
+			fmt.Fprintf(out, "  workspace: %s\n", l.Workspace())
+			fmt.Fprintf(out, "  ports:     ssh 127.0.0.1:%d, mcp 127.0.0.1:%d\n", r.Ports.SSH, r.Ports.MCP)
+			fmt.Fprintf(out, "next: agent-vm start %s\n", r.Slug)
+			return nil
+		}),
+	}
+}
+
+func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
+	o := vm.CreateOptions{
+		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
+		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), CPUs: cliCtx.Int("cpus"),
+		Config: cliCtx.String("config"), Image: cliCtx.String("image"),
+	}
+	switch o.Backend {
+	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant:
+	default:
+		return o, usagef("--backend %q: must be auto, qemu, nixos or vagrant", o.Backend)
+	}
+	if cliCtx.IsSet("port") && (o.MCPPort < 1024 || o.MCPPort > 65535) {
+		return o, usagef("--port %d: must be between 1024 and 65535", o.MCPPort)
+	}
+	if cliCtx.IsSet("cpus") && o.CPUs < 1 {
+		return o, usagef("--cpus %d: must be at least 1", o.CPUs)
+	}
+	var err error
+	if s := cliCtx.String("memory"); s != "" {
+		if o.MemoryMiB, err = parseSize("memory", s, "M"); err != nil {
+			return o, err
+		}
+	}
+	if s := cliCtx.String("disk"); s != "" {
+		mib, err := parseSize("disk", s, "G")
+		if err != nil {
+			return o, err
+		}
+		if o.DiskGiB = mib / 1024; o.DiskGiB < 1 {
+			return o, usagef("--disk %q: must be at least 1G", s)
+		}
+	}
+	if o.Repo == "" {
+		if o.Repo, err = os.Getwd(); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}

@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+func statusCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "status",
+		Usage:        "show a VM's record and live state",
+		ArgsUsage:    "[BRANCH]",
+		Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (fields documented in README)"}},
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			en, err := m.Root.Find(name)
+			if err != nil {
+				return err
+			}
+			info := m.Status(cliCtx.Context, en, true)
+			if cliCtx.Bool("json") {
+				return writeJSON(stdio.Out, info)
+			}
+			printStatus(stdio.Out, info)
+			return nil
+		}),
+	}
+}
+
+func printStatus(w io.Writer, i vm.Info) {
+	if i.Branch == "" {
+		fmt.Fprintf(w, "vm:         %s\nstate:      %s\nreason:     %s\n", i.Slug, i.State, i.Error)
+		return
+	}
+	fmt.Fprintf(w, "branch:     %s\n", i.Branch)
+	fmt.Fprintf(w, "vm:         %s (backend %s)\n", i.Slug, i.Backend)
+	state := i.State
+	if i.Pid != 0 {
+		state += fmt.Sprintf(", pid %d, up %s", i.Pid, time.Duration(i.UptimeSeconds)*time.Second)
+	}
+	if i.Detail != "" {
+		state += " (" + i.Detail + ")"
+	}
+	fmt.Fprintf(w, "state:      %s\n", state)
+	if i.Accel != "" {
+		fmt.Fprintf(w, "accel:      %s", i.Accel)
+		if i.AccelReason != "" {
+			fmt.Fprintf(w, " (%s)", i.AccelReason)
+		}
+		fmt.Fprintf(w, ", workspace over %s\n", i.Share)
+	}
+	agent := i.Agent.State
+	if i.Agent.Detail != "" {
+		agent += " (" + i.Agent.Detail + ")"
+	}
+	fmt.Fprintf(w, "agent:      %s\n", agent)
+	fmt.Fprintf(w, "ssh:        agent-vm shell %s, or ssh %s after `agent-vm ssh-config >> ~/.ssh/config` (127.0.0.1:%d, user %s)\n", i.Slug, i.SSH.Alias, i.SSH.Port, i.SSH.User)
+	fmt.Fprintf(w, "mcp:        %s (health: %s)\n", i.MCP.URL, i.MCP.Health)
+	if i.MCP.Token != "" {
+		fmt.Fprintf(w, "token:      %s (`agent-vm mcp-config %s` prints a client entry)\n", i.MCP.Token, i.Slug)
+	}
+	fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
+	fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, humanMiB(i.Resources.MemoryMiB), i.Resources.DiskGiB)
+	fmt.Fprintf(w, "created:    %s\n", i.CreatedAt.Local().Format(time.RFC3339))
+}

@@ -1,0 +1,273 @@
+package nixos
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
+
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Name is the backend's name in VM records.
+const Name = "nixos"
+
+// Backend builds per-branch NixOS VMs with nix.
+type Backend struct {
+	Run    execx.Runner
+	Log    hclog.Logger
+	Getenv func(string) string
+	// Nixpkgs is --nixpkgs (a path or flake reference); "" picks one.
+	Nixpkgs string
+	// Executable is the agent-vm binary the guest runs as its MCP proxy.
+	Executable func() (string, error)
+	// Progress receives nix's own output while it builds.
+	Progress io.Writer
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return Name }
+
+// Provision writes vm.json, default.nix, data.nix and the modules into the
+// new VM's directory. A local nixpkgs is resolved now; a flake reference at
+// start (fetching it needs nix, which this host may not have yet).
+func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
+	nixpkgs := ""
+	if src, err := pickNixpkgs("", r.Nixpkgs, b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
+		p, err := resolveNixpkgs(ctx, b.Run, "", src)
+		if err != nil && r.Nixpkgs != "" {
+			return err
+		}
+		if r.Nixpkgs != "" {
+			r.Nixpkgs = p // the absolute path, so a later cwd does not matter
+		}
+		nixpkgs = p
+	}
+	exe, err := b.guestExecutable()
+	if err != nil {
+		return err
+	}
+	v, err := newVMJSON(l, r, nixpkgs, string(qemu.ShareVirtiofs), exe)
+	if err != nil {
+		return err
+	}
+	return writeFiles(l.Dir, v)
+}
+
+// Prepare implements backend.Backend: it builds the VM with nix (unless
+// nothing changed since the last build) and returns its run script.
+func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
+	nix, err := b.findNix(ctx)
+	if err != nil {
+		return nil, err
+	}
+	src, err := pickNixpkgs(b.Nixpkgs, r.Nixpkgs, b.Getenv("NIX_PATH"))
+	if err != nil {
+		return nil, err
+	}
+	nixpkgs, err := resolveNixpkgs(ctx, b.Run, nix, src)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := b.guestExecutable()
+	if err != nil {
+		return nil, err
+	}
+	v, err := newVMJSON(l, r, nixpkgs, string(o.Share), exe)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFiles(l.Dir, v); err != nil {
+		return nil, err
+	}
+	out, err := b.build(ctx, nix, l, r, o)
+	if err != nil {
+		return nil, err
+	}
+	return b.plan(l, out, o.Share)
+}
+
+// minNix is the oldest nix that evaluates nixpkgs 26.05 and has
+// `nix build --print-out-paths`.
+const minNix = "2.18"
+
+var versionRE = regexp.MustCompile(`(\d+)\.(\d+)(?:\.(\d+))?`)
+
+// findNix finds nix and checks its version.
+func (b *Backend) findNix(ctx context.Context) (string, error) {
+	nix, err := b.Run.LookPath("nix")
+	if err != nil {
+		return "", fmt.Errorf("the nixos backend needs nix, which is not installed here (hint: install Nix from https://nixos.org/download, or use the qemu backend instead: `agent-vm create --backend qemu`)")
+	}
+	res, err := b.Run.Run(ctx, execx.Cmd{Path: nix, Args: []string{"--version"}})
+	if err != nil {
+		return "", fmt.Errorf("running %s --version: %w", nix, err)
+	}
+	m := versionRE.FindStringSubmatch(string(res.Stdout))
+	if m == nil {
+		return "", fmt.Errorf("cannot read nix's version from %q", strings.TrimSpace(string(res.Stdout)))
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	if major < 2 || (major == 2 && minor < 18) {
+		return "", fmt.Errorf("nix %s.%s is too old for the nixos backend, which needs nix %s or newer to evaluate nixpkgs 26.05 (hint: upgrade nix, or use `--backend qemu`)", m[1], m[2], minNix)
+	}
+	return nix, nil
+}
+
+// guestExecutable is the agent-vm binary the guest will run: this one. It
+// must be statically linked (NixOS has no /lib64/ld-linux*).
+func (b *Backend) guestExecutable() (string, error) {
+	exe, err := b.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the agent-vm binary for the guest: %w", err)
+	}
+	if p, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = p
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		return "", fmt.Errorf("agent-vm at %s is not a Linux executable the guest can run: %w", exe, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("agent-vm at %s is dynamically linked, and the NixOS guest runs it as its MCP proxy (hint: use the Nix-built agent-vm, or build a static one: CGO_ENABLED=0 go install ./cmd/agent-vm)", exe)
+		}
+	}
+	return exe, nil
+}
+
+// buildOutputs are the store paths of a build.
+type buildOutputs struct {
+	Inputs   string `json:"inputs"` // hash of everything the build read
+	VM       string `json:"vm"`
+	Launcher string `json:"launcher"`
+}
+
+// build runs nix build, unless the inputs are those of the last build and
+// its outputs still exist.
+func (b *Backend) build(ctx context.Context, nix string, l state.Layout, r *state.Record, o backend.PrepareOptions) (*buildOutputs, error) {
+	inputs, err := inputsHash(l.Dir, r)
+	if err != nil {
+		return nil, err
+	}
+	recordPath := filepath.Join(l.Dir, BuildRecord)
+	var last buildOutputs
+	if raw, err := os.ReadFile(recordPath); err == nil && json.Unmarshal(raw, &last) == nil &&
+		last.Inputs == inputs && exists(last.VM) && exists(last.Launcher) {
+		b.Log.Debug("nix build skipped: nothing changed since the last build", "vm", last.VM)
+		return &last, nil
+	}
+	o.Report.Report("building the NixOS VM with nix", 0, "")
+	args := []string{"--extra-experimental-features", "nix-command", "build", "--no-link", "--print-out-paths", "--json",
+		"--file", filepath.Join(l.Dir, DefaultNix), "vm", "launcher"}
+	res, err := b.Run.Run(ctx, execx.Cmd{Path: nix, Args: args, Stderr: b.Progress})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("nix could not build the VM: %s\n(hint: fix the error above, e.g. in your --config module; to reproduce: cd %s && nix build -f default.nix vm)",
+			execx.Tail(res.Stderr, 3000), execx.ShellQuote(l.Dir))
+	}
+	outs := gjson.GetBytes(res.Stdout, "#.outputs.out").Array()
+	if len(outs) != 2 || outs[0].String() == "" || outs[1].String() == "" {
+		return nil, fmt.Errorf("nix build printed no output paths for vm and launcher: %s", execx.Tail(res.Stdout, 500))
+	}
+	out := &buildOutputs{Inputs: inputs, VM: outs[0].String(), Launcher: outs[1].String()}
+	raw, _ := json.MarshalIndent(out, "", "  ")
+	if err := state.WriteFileAtomic(recordPath, append(raw, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// plan reads the launcher description the build made and returns how to
+// boot: the run script with the disk and temp dir in the VM's directory.
+func (b *Backend) plan(l state.Layout, out *buildOutputs, share qemu.ShareMode) (*backend.Plan, error) {
+	raw, err := os.ReadFile(out.Launcher)
+	if err != nil {
+		return nil, fmt.Errorf("reading the build's launcher description: %w", err)
+	}
+	script := gjson.GetBytes(raw, "runScript").String()
+	if script == "" || strings.Contains(script, "..") {
+		return nil, fmt.Errorf("the build's launcher description %s has no usable runScript", out.Launcher)
+	}
+	if t := gjson.GetBytes(raw, "workspace.transport").String(); t != string(share) {
+		return nil, fmt.Errorf("the VM was built for a %s workspace but the launcher will share it over %s", t, share)
+	}
+	tmp := filepath.Join(l.RunDir(), "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	return &backend.Plan{
+		Boot: qemu.Boot{Script: &qemu.Script{
+			Path:         filepath.Join(out.VM, script),
+			Env:          []string{"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, DiskImage), "TMPDIR=" + tmp, "USE_TMPDIR=1"},
+			SharedMemory: gjson.GetBytes(raw, "sharedMemoryBackend").String() == "nixpkgs",
+		}},
+		Credentials: []qemu.Credential{{Name: "agent-vm.ssh-host-key", File: l.HostKey()}},
+		FixedShare:  true,
+	}, nil
+}
+
+// inputsHash covers everything a build reads: vm.json (with the nixpkgs
+// path), the expressions, the modules, the user's module and the agent-vm
+// binary. Files the user's module imports are not covered (start --rebuild).
+func inputsHash(dir string, r *state.Record) (string, error) {
+	h := sha256.New()
+	files := []string{filepath.Join(dir, VMJSONFile), filepath.Join(dir, DefaultNix), filepath.Join(dir, DataNix)}
+	mods, _ := filepath.Glob(filepath.Join(dir, ModulesDir, "*.nix"))
+	files = append(files, mods...)
+	if r.NixOSConfig != "" {
+		files = append(files, r.NixOSConfig)
+	}
+	var v VMJSON
+	if raw, err := os.ReadFile(filepath.Join(dir, VMJSONFile)); err == nil && json.Unmarshal(raw, &v) == nil && v.AgentVMExecutable != nil {
+		files = append(files, *v.AgentVMExecutable)
+	}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return "", fmt.Errorf("reading build input %s: %w", f, err)
+		}
+		fmt.Fprintf(h, "%s\x00", f)
+		_, err = io.Copy(h, fh)
+		fh.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// ForgetBuild makes the next start run nix build again.
+func ForgetBuild(l state.Layout) error {
+	err := os.Remove(filepath.Join(l.Dir, BuildRecord))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}

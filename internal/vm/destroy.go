@@ -1,0 +1,95 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// UnsavedError is a destroy refused because the workspace holds work that
+// exists nowhere else. Its message says what and how to keep it.
+type UnsavedError struct {
+	Report string
+}
+
+func (e *UnsavedError) Error() string { return e.Report }
+
+// DestroyResult says what destroy did.
+type DestroyResult struct {
+	Branch  string
+	Slug    string
+	Stopped bool // the VM was running and was stopped first
+}
+
+// Destroy stops the VM if it runs and removes its directory, unless the
+// workspace holds unsaved work (then it refuses, saying what would be lost)
+// or force is set. Nothing outside the VM's directory is ever removed.
+func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*DestroyResult, error) {
+	e, err := m.Root.Find(name)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := m.Root.LockVM(ctx, e.Slug)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	res := &DestroyResult{Slug: e.Slug}
+	if e.Record == nil {
+		if !force {
+			return nil, fmt.Errorf("the VM directory %s has an unreadable record: %v (hint: agent-vm cannot check it for running processes or unsaved work; look inside, then `agent-vm destroy %s --force`)", e.Layout.Dir, e.Err, e.Slug)
+		}
+	} else {
+		res.Branch = e.Record.Branch
+		was, err := m.stopLocked(ctx, e)
+		if err != nil {
+			return nil, fmt.Errorf("stopping VM %q before destroying it: %w", e.Record.Branch, err)
+		}
+		res.Stopped = was == StateRunning || was == StatePaused || was == StateStarting
+		if !force {
+			if err := m.checkUnsaved(ctx, e); err != nil {
+				return res, err
+			}
+		}
+		m.removeSocketDir(e)
+	}
+	if err := m.Root.Remove(e.Slug); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// checkUnsaved refuses when the workspace holds work found nowhere else.
+func (m *Manager) checkUnsaved(ctx context.Context, e state.Entry) error {
+	ws := e.Layout.Workspace()
+	if _, err := os.Stat(ws); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if !gitws.IsRepo(ws) {
+		return &UnsavedError{Report: fmt.Sprintf("the workspace %s is no longer a git repository, so agent-vm cannot tell what would be lost (hint: copy out what you need, then `agent-vm destroy %s --force`)", ws, e.Slug)}
+	}
+	u, err := m.Git.Inspect(ctx, ws, e.Record.Git.Source)
+	if err != nil {
+		return fmt.Errorf("checking the workspace for unsaved work: %w (hint: `agent-vm destroy %s --force` skips the check and loses whatever is there)", err, e.Slug)
+	}
+	if u.Empty() {
+		return nil
+	}
+	return &UnsavedError{Report: u.Report(ws, e.Record.Branch, e.Slug)}
+}
+
+// removeSocketDir removes a VM's socket directory when it lives outside the
+// VM directory (long state paths, see qemu.SocketDirFor).
+func (m *Manager) removeSocketDir(e state.Entry) {
+	mach, err := m.machine(e.Record, e.Layout, nil)
+	if err != nil || strings.HasPrefix(mach.SocketDir, e.Layout.Dir+string(filepath.Separator)) {
+		return
+	}
+	_ = os.RemoveAll(mach.SocketDir)
+}

@@ -1,0 +1,172 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+)
+
+// LogsOptions are logs' inputs.
+type LogsOptions struct {
+	Follow bool
+	Lines  int // how many lines of each log to show first; 0 = 200
+}
+
+// Logs writes the VM's serial console and, when the VM runs, agent-mcp's
+// journal. With Follow it keeps writing both as they grow, each line
+// prefixed with its source, until ctx ends.
+func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.Writer) error {
+	e, err := m.Root.Find(name)
+	if err != nil {
+		return err
+	}
+	if e.Record == nil {
+		return e.Err
+	}
+	if o.Lines <= 0 {
+		o.Lines = 200
+	}
+	console := e.Layout.Log(qemu.ConsoleLog)
+	running := m.Status(ctx, e, false).State == StateRunning
+	journal := fmt.Sprintf("sudo journalctl -u agent-mcp --no-pager --output=short-iso -n %d", o.Lines)
+	if !o.Follow {
+		fmt.Fprintf(out, "==> serial console (%s) <==\n", console)
+		if tail := qemu.TailFile(console, o.Lines); tail != "" {
+			fmt.Fprintln(out, tail)
+		}
+		if !running {
+			fmt.Fprintf(out, "==> agent-mcp journal: the VM is not running <==\n")
+			return nil
+		}
+		fmt.Fprintf(out, "==> agent-mcp journal <==\n")
+		_, err := m.guestCommand(ctx, name, journal, out)
+		return err
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs <- followFile(ctx, console, o.Lines, &prefixWriter{w: out, prefix: "console   | ", mu: &mu})
+	}()
+	if running {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := m.guestCommand(ctx, name, journal+" -f", &prefixWriter{w: out, prefix: "agent-mcp | ", mu: &mu})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// guestCommand runs a shell command in the VM, output to out.
+func (m *Manager) guestCommand(ctx context.Context, name, cmd string, out io.Writer) (int, error) {
+	c, _, err := m.connect(ctx, name)
+	if err != nil {
+		return -1, err
+	}
+	defer c.Close()
+	return sshx.Run(ctx, c, cmd, nil, out, out)
+}
+
+// followFile writes the last n lines of path, then what is appended, until
+// ctx ends. A file replaced by a new one (a restart rotates the console
+// log) is followed from its start.
+func followFile(ctx context.Context, path string, n int, out io.Writer) error {
+	if tail := qemu.TailFile(path, n); tail != "" {
+		fmt.Fprintln(out, tail)
+	}
+	f, err := os.Open(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	var off int64
+	if f != nil {
+		off, _ = f.Seek(0, io.SeekEnd)
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		if f != nil {
+			for {
+				k, rerr := f.ReadAt(buf, off)
+				if k > 0 {
+					out.Write(buf[:k])
+					off += int64(k)
+				}
+				if rerr != nil || k == 0 {
+					break
+				}
+			}
+			if replaced(f, path, off) {
+				f.Close()
+				f, off = nil, 0
+			}
+		}
+		if f == nil {
+			if nf, err := os.Open(path); err == nil {
+				f = nf
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if f != nil {
+				f.Close()
+			}
+			return nil
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// replaced reports whether path now names another file than f, or f shrank.
+func replaced(f *os.File, path string, off int64) bool {
+	a, err1 := f.Stat()
+	b, err2 := os.Stat(path)
+	if err1 != nil || err2 != nil {
+		return err2 == nil
+	}
+	return !os.SameFile(a, b) || a.Size() < off
+}
+
+// prefixWriter prefixes every line and serialises writers sharing mu.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	mu     *sync.Mutex
+	part   []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.part = append(p.part, b...)
+	for {
+		i := bytes.IndexByte(p.part, '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimRight(string(p.part[:i]), "\r")
+		if _, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, line); err != nil {
+			return 0, err
+		}
+		p.part = p.part[i+1:]
+	}
+	return len(b), nil
+}

@@ -1,0 +1,39 @@
+package vm
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// machine describes a VM to the launcher. extra adds a backend's own
+// credentials to the MCP token every guest gets.
+func (m *Manager) machine(r *state.Record, l state.Layout, extra []qemu.Credential) (qemu.Machine, error) {
+	sock, err := qemu.SocketDirFor(l.RunDir(), r.ID)
+	if err != nil {
+		return qemu.Machine{}, err
+	}
+	creds := append([]qemu.Credential{{Name: TokenCredName, File: l.MCPToken()}}, extra...)
+	return qemu.Machine{
+		Name: r.VMName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
+		RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: sock,
+		Share: qemu.Share{Source: l.Workspace(), Tag: ShareTag},
+		Forwards: []qemu.Forward{
+			{Name: "ssh", Host: r.Ports.SSH, Guest: GuestSSHPort},
+			{Name: "mcp", Host: r.Ports.MCP, Guest: GuestMCPPort},
+		},
+		Credentials: creds,
+	}, nil
+}
+
+// readToken reads the VM's MCP bearer token.
+func readToken(l state.Layout) (string, error) {
+	b, err := os.ReadFile(l.MCPToken())
+	if err != nil {
+		return "", fmt.Errorf("reading the MCP token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

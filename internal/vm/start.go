@@ -1,0 +1,232 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// StartOptions are start's inputs.
+type StartOptions struct {
+	// Timeout bounds the wait for SSH and agent-mcp; 0 picks one for the
+	// accelerator (TCG boots are several times slower than KVM).
+	Timeout     time.Duration
+	Report      backend.Reporter
+	Reprovision bool
+}
+
+// StartResult is what start did.
+type StartResult struct {
+	Info           Info
+	AlreadyRunning bool
+	Accel          accel.Result
+	SSHReady       time.Duration // from launch to SSH answering with the pinned key
+	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
+}
+
+// BootError is a boot that did not reach SSH or agent-mcp in time. The VM
+// is left running so it can be inspected.
+type BootError struct {
+	VM         string
+	Phase      string
+	Err        error
+	ConsoleLog string
+	Tail       string
+}
+
+func (e *BootError) Error() string {
+	return fmt.Sprintf("%s: %s: %v\nlast lines of the serial console (%s):\n%s\n(hint: the VM is still running: `agent-vm logs %s` shows more, `agent-vm stop %s` stops it)",
+		e.VM, e.Phase, e.Err, e.ConsoleLog, indent(e.Tail), e.VM, e.VM)
+}
+
+func (e *BootError) Unwrap() error { return e.Err }
+
+// Start boots a VM and waits until its SSH and agent-mcp answer. A VM that
+// is already running is left alone. Interrupting the wait (ctx) stops the VM
+// again, so an aborted start leaves nothing running.
+func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	r, l := e.Record, e.Layout
+	be, ok := m.Backends[r.Backend]
+	if !ok {
+		return nil, fmt.Errorf("VM %q uses the %s backend, which this agent-vm cannot start (hint: use an agent-vm build with that backend, or recreate the VM with --backend qemu)", r.Branch, r.Backend)
+	}
+	mach, err := m.machine(r, l, nil)
+	if err != nil {
+		return nil, err
+	}
+	live, err := m.Launcher.Inspect(ctx, mach)
+	if err != nil {
+		return nil, err
+	}
+	if live.Alive() {
+		return &StartResult{Info: m.Status(ctx, e, true), AlreadyRunning: true}, nil
+	}
+	acc := m.Accel(ctx)
+	if acc.Accel == accel.TCG {
+		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
+	}
+	vfs, err := m.FindVirtiofsd(ctx)
+	share := qemu.ShareVirtiofs
+	if err != nil {
+		m.Log.Warn("sharing the workspace over 9p", "reason", err)
+		share = qemu.Share9p
+	}
+	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{Share: share, Accel: acc.Accel, Report: o.Report, Reprovision: o.Reprovision})
+	if err != nil {
+		return nil, err
+	}
+	mach.Credentials = append(mach.Credentials, plan.Credentials...)
+	o.Report.Report("starting QEMU", 0, "")
+	launch, err := m.Launcher.Start(ctx, mach, plan.Boot, qemu.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
+		Virtiofsd: vfs, NoFallback: plan.FixedShare})
+	if err != nil {
+		return nil, err
+	}
+	res := &StartResult{Accel: acc}
+	if err := m.waitReady(ctx, e, mach, launch, o, res); err != nil {
+		if ctx.Err() != nil {
+			// Interrupted: undo the start, without the caller's dead ctx.
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = m.Launcher.Stop(sctx, mach, 5*time.Second)
+			return nil, fmt.Errorf("start of %q interrupted; the VM was stopped again: %w", r.Branch, ctx.Err())
+		}
+		return nil, err
+	}
+	res.Info = m.Status(ctx, e, true)
+	return res, nil
+}
+
+// waitReady waits for SSH with the pinned key, then for agent-mcp's health.
+func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machine, launch *qemu.Launch, o StartOptions, res *StartResult) error {
+	r, l := e.Record, e.Layout
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Minute
+		if launch.Accel == accel.TCG {
+			timeout = 15 * time.Minute
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wctx, stopWatch := m.watchQEMU(wctx, mach, launch.QEMUPid)
+	defer stopWatch()
+	began := time.Now()
+	bootErr := func(phase string, err error) error {
+		if errors.Is(context.Cause(wctx), errQEMUGone) {
+			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, mach.QEMULogPath(), qemu.TailFile(mach.QEMULogPath(), 3))
+		}
+		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: mach.ConsoleLogPath(), Tail: qemu.TailFile(mach.ConsoleLogPath(), 15)}
+	}
+	target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)), User: r.Guest.User,
+		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
+	progress := func(elapsed time.Duration, _ error) {
+		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(mach))
+	}
+	client, err := sshx.WaitReady(wctx, target, progress)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return bootErr("waiting for SSH", err)
+	}
+	client.Close()
+	res.SSHReady = time.Since(began)
+	m.Log.Debug("ssh ready", "after", res.SSHReady)
+
+	b := 250 * time.Millisecond
+	for {
+		h := checkHealth(wctx, r.Ports.MCP)
+		if h.State == "healthy" {
+			res.HealthReady = time.Since(began)
+			return nil
+		}
+		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return bootErr("waiting for agent-mcp /health", fmt.Errorf("%s after %s (hint: `agent-vm logs %s` shows agent-mcp's journal)", h.Detail, time.Since(began).Truncate(time.Second), r.Slug))
+		case <-time.After(b):
+		}
+		if b < 2*time.Second {
+			b *= 2
+		}
+	}
+}
+
+var errQEMUGone = errors.New("QEMU exited during boot")
+
+// watchQEMU returns a context that is cancelled with errQEMUGone when the
+// VM's QEMU exits, so a boot that dies ends the wait at once instead of at
+// the timeout.
+func (m *Manager) watchQEMU(ctx context.Context, mach qemu.Machine, pid int) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				if !qemu.Running(mach, pid) {
+					cancel(errQEMUGone)
+					return
+				}
+			}
+		}
+	}()
+	return wctx, func() { close(done); cancel(nil) }
+}
+
+// lastConsoleLine is the guest's latest console output, for progress lines.
+func lastConsoleLine(mach qemu.Machine) string {
+	line := qemu.TailFile(mach.ConsoleLogPath(), 1)
+	if len(line) > 120 {
+		line = line[:120] + "…"
+	}
+	return strings.TrimSpace(line)
+}
+
+func indent(s string) string {
+	if s == "" {
+		return "  (empty)"
+	}
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+// lockedEntry finds a VM with a readable record and takes its lock.
+func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
+	e, err := m.Root.Find(name)
+	if err != nil {
+		return state.Entry{}, nil, err
+	}
+	if e.Record == nil {
+		return state.Entry{}, nil, e.Err
+	}
+	lock, err := m.Root.LockVM(ctx, e.Slug)
+	if err != nil {
+		return state.Entry{}, nil, err
+	}
+	return e, lock, nil
+}

@@ -1,0 +1,174 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// VM states as users see them: the launcher's states plus "starting"
+// (QEMU runs, the guest's sshd does not answer yet) and "invalid" (the
+// record cannot be read).
+const (
+	StateStopped  = qemu.StateStopped
+	StateStarting = "starting"
+	StateRunning  = qemu.StateRunning
+	StatePaused   = qemu.StatePaused
+	StateCrashed  = qemu.StateCrashed
+	StateInvalid  = "invalid"
+)
+
+// Guest-side ports and names of the guest contract (docs/design.md).
+const (
+	GuestSSHPort  = 22
+	GuestMCPPort  = 8000
+	ShareTag      = "workspace"
+	HealthPath    = "/health"
+	TokenCredName = "agent-vm.mcp-token"
+	HostKeyCred   = "agent-vm.ssh-host-key"
+)
+
+// Info is what `status --json` prints for one VM. Field names are part of
+// the documented output (README, "JSON output").
+type Info struct {
+	Branch        string          `json:"branch"`
+	Slug          string          `json:"slug"`
+	Backend       string          `json:"backend"`
+	State         string          `json:"state"`
+	Detail        string          `json:"detail,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	Ports         state.Ports     `json:"ports"`
+	Resources     state.Resources `json:"resources"`
+	Accel         string          `json:"accel,omitempty"`
+	AccelReason   string          `json:"accel_reason,omitempty"`
+	Share         string          `json:"share,omitempty"`
+	Pid           int             `json:"pid,omitempty"`
+	StartedAt     *time.Time      `json:"started_at,omitempty"`
+	UptimeSeconds int64           `json:"uptime_seconds,omitempty"`
+	Agent         Health          `json:"agent"`
+	SSH           SSHInfo         `json:"ssh"`
+	MCP           MCPInfo         `json:"mcp"`
+	Paths         PathsInfo       `json:"paths"`
+	Git           state.Git       `json:"git"`
+	Error         string          `json:"error,omitempty"` // set for invalid records
+}
+
+// Health is agent-mcp's answer on /health through the forwarded port.
+type Health struct {
+	State  string `json:"state"` // healthy, unhealthy, unreachable, unknown (VM not running)
+	Detail string `json:"detail,omitempty"`
+}
+
+// SSHInfo says how to reach the VM over SSH.
+type SSHInfo struct {
+	Host           string `json:"host"`
+	Port           int    `json:"port"`
+	User           string `json:"user"`
+	IdentityFile   string `json:"identity_file"`
+	KnownHostsFile string `json:"known_hosts_file"`
+	Alias          string `json:"alias"` // the Host name in `agent-vm ssh-config`
+}
+
+// MCPInfo says how to reach agent-mcp from the host.
+type MCPInfo struct {
+	URL    string `json:"url"`
+	Health string `json:"health_url"`
+	Token  string `json:"token,omitempty"`
+}
+
+// PathsInfo are the VM's files on the host.
+type PathsInfo struct {
+	Dir        string `json:"dir"`
+	Workspace  string `json:"workspace"`
+	ConsoleLog string `json:"console_log"`
+}
+
+// SSHAlias is the Host name ssh-config gives a VM.
+func SSHAlias(slug string) string { return "agent-vm-" + slug }
+
+// Status reads a VM's record and live state. withHealth also asks agent-mcp
+// for /health (one HTTP request through the forwarded port).
+func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) Info {
+	if e.Record == nil {
+		return Info{Slug: e.Slug, State: StateInvalid, Error: e.Err.Error(), Paths: PathsInfo{Dir: e.Layout.Dir}}
+	}
+	r, l := e.Record, e.Layout
+	info := Info{
+		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
+		Ports: r.Ports, Resources: r.Resources, Git: r.Git,
+		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
+			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
+		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, HealthPath)},
+		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace(), ConsoleLog: l.Log(qemu.ConsoleLog)},
+		Agent: Health{State: "unknown"},
+	}
+	if tok, err := readToken(l); err == nil {
+		info.MCP.Token = tok
+	}
+	mach, err := m.machine(r, l, nil)
+	if err != nil {
+		info.State, info.Detail = StateInvalid, err.Error()
+		return info
+	}
+	live, err := m.Launcher.Inspect(ctx, mach)
+	if err != nil {
+		info.State, info.Detail = StateInvalid, err.Error()
+		return info
+	}
+	info.State, info.Detail, info.Pid = live.State, live.Detail, live.Pid
+	if lc := live.Launch; lc != nil {
+		info.Accel, info.AccelReason, info.Share = lc.Accel, lc.AccelReason, string(lc.Share)
+		if live.Alive() {
+			started := lc.StartedAt
+			info.StartedAt = &started
+			info.UptimeSeconds = int64(live.Uptime(m.Now()).Seconds())
+		}
+	}
+	if live.State == StateRunning && !sshAnswers(ctx, r.Ports.SSH) {
+		info.State = StateStarting
+	}
+	if withHealth && live.Alive() {
+		info.Agent = checkHealth(ctx, r.Ports.MCP)
+	}
+	return info
+}
+
+// sshAnswers reports whether something speaking SSH answers on the port:
+// the guest's sshd is up. It reads the banner and authenticates nothing.
+func sshAnswers(ctx context.Context, port int) bool {
+	d := net.Dialer{Timeout: 500 * time.Millisecond}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "SSH-")
+}
+
+// checkHealth asks agent-mcp's /health through the forwarded port.
+func checkHealth(ctx context.Context, port int) Health {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, HealthPath), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Health{State: "unreachable", Detail: "no answer on the MCP port (agent-mcp not up yet?)"}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusOK {
+		return Health{State: "healthy"}
+	}
+	return Health{State: "unhealthy", Detail: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))}
+}

@@ -1,0 +1,61 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// StopResult says what stop found and did.
+type StopResult struct {
+	Branch string
+	Was    string // the state before stopping
+}
+
+// Stop shuts a VM down cleanly (see qemu.Launcher.Stop).
+func (m *Manager) Stop(ctx context.Context, name string) (*StopResult, error) {
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	was, err := m.stopLocked(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	return &StopResult{Branch: e.Record.Branch, Was: was}, nil
+}
+
+// stopLocked stops the VM of e (the caller holds its lock) and returns the
+// state it was in.
+func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (string, error) {
+	mach, err := m.machine(e.Record, e.Layout, nil)
+	if err != nil {
+		return "", err
+	}
+	live, err := m.Launcher.Inspect(ctx, mach)
+	if err != nil {
+		return "", err
+	}
+	grace := 30 * time.Second
+	if live.Launch != nil && live.Launch.Accel == accel.TCG {
+		grace = 90 * time.Second
+	}
+	err = m.Launcher.Stop(ctx, mach, grace)
+	if errors.Is(err, qemu.ErrNotRunning) {
+		return live.State, nil
+	}
+	return live.State, err
+}
+
+// Restart stops the VM if it runs, then starts it.
+func (m *Manager) Restart(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
+	if _, err := m.Stop(ctx, name); err != nil {
+		return nil, err
+	}
+	return m.Start(ctx, name, o)
+}
