@@ -57,7 +57,7 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		stdio.Getenv = os.Getenv
 	}
 	app := newApp(stdio)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, interspersed(app, args))
 	return report(ctx, stdio, err)
 }
 

@@ -120,6 +120,9 @@ func execCommand(stdio IO) *cli.Command {
 		// the command, and "--" must be seen to tell BRANCH from COMMAND.
 		SkipFlagParsing: true,
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if a := cliCtx.Args().First(); a == "-h" || a == "--help" {
+				return cli.ShowCommandHelp(cliCtx, "exec")
+			}
 			name, argv, err := splitExecArgs(cliCtx.Args().Slice())
 			if err != nil {
 				return err

@@ -103,19 +103,27 @@ func TestSharedMemoryMatchesGuestMemory(t *testing.T) {
 func TestSocketDirForLongPaths(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
 	short := "/s/run"
-	if d, _ := SocketDirFor(short, "0f1e2d3c-4b5a"); d != short {
+	if d := SocketDirFor(short, "0f1e2d3c-4b5a"); d != short {
 		t.Errorf("short run dir moved: %s", d)
 	}
 	long := "/" + strings.Repeat("x", 120) + "/run"
-	d, err := SocketDirFor(long, "0f1e2d3c-4b5a-4978-8695")
-	if err != nil {
+	m := Machine{RunDir: long, SocketDir: SocketDirFor(long, "0f1e2d3c-4b5a-4978-8695")}
+	if _, err := os.Stat(m.SocketDir); !os.IsNotExist(err) {
+		t.Errorf("SocketDirFor created %s; only Start may", m.SocketDir)
+	}
+	if err := ensureSocketDir(m); err != nil {
 		t.Fatal(err)
 	}
-	if len(filepath.Join(d, VirtiofsdSock)) > maxSocketPath {
-		t.Errorf("socket dir %s still too long", d)
+	if len(filepath.Join(m.SocketDir, VirtiofsdSock)) > maxSocketPath {
+		t.Errorf("socket dir %s still too long", m.SocketDir)
 	}
-	fi, _ := os.Stat(d)
+	fi, _ := os.Stat(m.SocketDir)
 	if fi.Mode().Perm() != 0o700 {
 		t.Errorf("socket dir mode %v", fi.Mode().Perm())
+	}
+	// A shared parent someone else could write is refused.
+	os.Chmod(filepath.Dir(m.SocketDir), 0o777)
+	if err := ensureSocketDir(m); err == nil {
+		t.Error("a world-writable socket parent was accepted")
 	}
 }

@@ -205,7 +205,7 @@ func waitGoneCtx(ctx context.Context, pid int, match func([]string) bool, timeou
 	deadline := time.Now().Add(timeout)
 	b := newBackoff(20*time.Millisecond, 250*time.Millisecond)
 	for {
-		if !verified(pid, match) {
+		if !verified(pid, match) && !exiting(pid) {
 			return true
 		}
 		if time.Now().After(deadline) {

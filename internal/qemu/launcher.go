@@ -128,10 +128,17 @@ func (l *Launcher) detached(m Machine, b Boot, accel string, mode ShareMode) exe
 }
 
 // checkForwards fails early, with a clear message, when a forwarded port is
-// taken (QEMU's own error is cryptic).
+// taken (QEMU's own error is cryptic). A port is given a moment to come free:
+// a QEMU that just exited (this VM's, before a restart) can hold its
+// listening sockets briefly after it is gone from the process table.
 func (l *Launcher) checkForwards(m Machine) error {
 	for _, f := range m.Forwards {
-		if !l.PortFree(f.Host) {
+		free := l.PortFree(f.Host)
+		for b, deadline := newBackoff(20*time.Millisecond, 250*time.Millisecond), time.Now().Add(3*time.Second); !free && time.Now().Before(deadline); {
+			time.Sleep(b.next())
+			free = l.PortFree(f.Host)
+		}
+		if !free {
 			return fmt.Errorf("port %d (%s) is already in use on 127.0.0.1 by another program (hint: stop that program; `ss -ltnp 'sport = :%d'` shows it): %w", f.Host, f.Name, f.Host, ports.ErrTaken)
 		}
 	}
@@ -141,10 +148,13 @@ func (l *Launcher) checkForwards(m Machine) error {
 // prepareDirs makes the run and log dirs, clears what the last run left and
 // keeps one previous console log.
 func prepareDirs(m Machine) error {
-	for _, d := range []string{m.RunDir, m.LogsDir, m.socketDir()} {
+	for _, d := range []string{m.RunDir, m.LogsDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
+	}
+	if err := ensureSocketDir(m); err != nil {
+		return err
 	}
 	for _, f := range []string{m.runFile(PidFile), m.runFile(VirtiofsdPid), m.runFile(LaunchFile), m.runFile(CleanMarker), m.QMPPath(), m.sockFile(VirtiofsdSock)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {

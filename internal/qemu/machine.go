@@ -135,34 +135,45 @@ const maxSocketPath = 100
 
 // SocketDirFor returns where a VM's sockets live: its run dir when the paths
 // fit a unix socket, else a private directory under $XDG_RUNTIME_DIR (or the
-// temp dir) named after the VM's UUID.
-func SocketDirFor(runDir, uuid string) (string, error) {
+// temp dir) named after the VM's UUID. It only computes the path; Start
+// creates it.
+func SocketDirFor(runDir, uuid string) string {
 	if len(filepath.Join(runDir, VirtiofsdSock)) <= maxSocketPath {
-		return runDir, nil
+		return runDir
 	}
+	return filepath.Join(socketBase(), strings.ReplaceAll(uuid, "-", "")[:12])
+}
+
+func socketBase() string {
 	base := os.Getenv("XDG_RUNTIME_DIR")
 	if base == "" {
 		base = os.TempDir()
 	}
-	base = filepath.Join(base, fmt.Sprintf("agent-vm-%d", os.Geteuid()))
-	if err := os.MkdirAll(base, 0o700); err != nil {
-		return "", fmt.Errorf("creating socket directory %s: %w", base, err)
+	return filepath.Join(base, fmt.Sprintf("agent-vm-%d", os.Geteuid()))
+}
+
+// ensureSocketDir creates the socket directory. Outside the run dir, the
+// shared parent must be a private directory of this user (in /tmp someone
+// else could have made it first).
+func ensureSocketDir(m Machine) error {
+	dir := m.socketDir()
+	if dir == m.RunDir {
+		return os.MkdirAll(dir, 0o700)
 	}
-	// In a shared temp dir, someone else could have made it first.
+	base := filepath.Dir(dir)
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return fmt.Errorf("creating socket directory %s: %w", base, err)
+	}
 	fi, err := os.Lstat(base)
 	if err != nil {
-		return "", err
+		return err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("socket directory %s is not a private directory of this user (hint: remove it, or set XDG_RUNTIME_DIR)", base)
-	}
-	dir := filepath.Join(base, strings.ReplaceAll(uuid, "-", "")[:12])
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+		return fmt.Errorf("socket directory %s is not a private directory of this user (hint: remove it, or set XDG_RUNTIME_DIR)", base)
 	}
 	if len(filepath.Join(dir, VirtiofsdSock)) > maxSocketPath {
-		return "", fmt.Errorf("socket directory %s is too long for unix sockets (hint: set XDG_RUNTIME_DIR to a short path)", dir)
+		return fmt.Errorf("socket directory %s is too long for unix sockets (hint: set XDG_RUNTIME_DIR to a short path)", dir)
 	}
-	return dir, nil
+	return os.MkdirAll(dir, 0o700)
 }

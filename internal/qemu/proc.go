@@ -10,18 +10,28 @@ import (
 	"time"
 )
 
-// procArgs returns a live process's argv, or nil when it is gone, a zombie,
-// or unreadable.
-func procArgs(pid int) []string {
+// procState reads a process's state letter from /proc ("" when the pid
+// does not exist).
+func procState(pid int) byte {
 	if pid <= 0 {
-		return nil
+		return 0
 	}
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return nil
+		return 0
 	}
 	// The state follows the parenthesised command name.
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return 0
+	}
+	return stat[i+2]
+}
+
+// procArgs returns a live process's argv, or nil when it is gone, a zombie,
+// exiting, or unreadable.
+func procArgs(pid int) []string {
+	if st := procState(pid); st == 0 || st == 'Z' || st == 'X' {
 		return nil
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
@@ -29,6 +39,19 @@ func procArgs(pid int) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// exiting reports whether pid is still a live process whose command line is
+// already gone: the kernel releases a process's memory (and with it
+// /proc/pid/cmdline) before its open files, so its sockets and ports are
+// still held.
+func exiting(pid int) bool {
+	st := procState(pid)
+	if st == 0 || st == 'Z' || st == 'X' {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && len(b) == 0
 }
 
 // isQEMUFor matches the QEMU started for the VM with this UUID: its command
@@ -75,7 +98,7 @@ func waitGone(pid int, match func([]string) bool, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	b := newBackoff(5*time.Millisecond, 100*time.Millisecond)
 	for {
-		if !verified(pid, match) {
+		if !verified(pid, match) && !exiting(pid) {
 			return true
 		}
 		if time.Now().After(deadline) {

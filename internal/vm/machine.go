@@ -12,10 +12,7 @@ import (
 // machine describes a VM to the launcher. extra adds a backend's own
 // credentials to the MCP token every guest gets.
 func (m *Manager) machine(r *state.Record, l state.Layout, extra []qemu.Credential) (qemu.Machine, error) {
-	sock, err := qemu.SocketDirFor(l.RunDir(), r.ID)
-	if err != nil {
-		return qemu.Machine{}, err
-	}
+	sock := qemu.SocketDirFor(l.RunDir(), r.ID)
 	creds := append([]qemu.Credential{{Name: TokenCredName, File: l.MCPToken()}}, extra...)
 	return qemu.Machine{
 		Name: r.VMName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,

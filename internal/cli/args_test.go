@@ -1,0 +1,26 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestInterspersedFlags(t *testing.T) {
+	app := newApp(IO{})
+	cases := map[string]string{
+		"agent-vm destroy x --force":              "agent-vm destroy --force x",
+		"agent-vm --state-dir /s status x --json": "agent-vm --state-dir /s status --json x",
+		"agent-vm create --branch b --memory 2G":  "agent-vm create --branch b --memory 2G",
+		"agent-vm logs x -n 5 -f":                 "agent-vm logs -n 5 -f x",
+		"agent-vm start x --timeout 10m":          "agent-vm start --timeout 10m x",
+		"agent-vm exec x -- ls --force":           "agent-vm exec x -- ls --force",
+		"agent-vm -v destroy x --force -- y":      "agent-vm -v destroy --force x -- y",
+		"agent-vm --log-format json list --json":  "agent-vm --log-format json list --json",
+		"agent-vm status --json=true x":           "agent-vm status --json=true x",
+	}
+	for in, want := range cases {
+		if got := strings.Join(interspersed(app, strings.Fields(in)), " "); got != want {
+			t.Errorf("%s\n got %s\nwant %s", in, got, want)
+		}
+	}
+}
