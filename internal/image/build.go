@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -179,7 +180,7 @@ func (b *builder) run(ctx context.Context) (*Image, error) {
 		return nil, err
 	}
 	start := b.now()
-	st, err := openStore(b.opts.CacheDir)
+	st, err := openStore(b.opts.CacheDir, b.geteuid())
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +195,9 @@ func (b *builder) run(ctx context.Context) (*Image, error) {
 		return img, nil
 	}
 	if err := st.sweep(b.opts.Name); err != nil {
+		return nil, err
+	}
+	if err := checkFreeSpace(st.root, buildFreeSpace); err != nil {
 		return nil, err
 	}
 	work, err := st.tempDir(b.opts.Name)
@@ -313,7 +317,12 @@ func (b *builder) mmdebstrap(ctx context.Context, work, rootfs string) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("building the root filesystem: %w", ctx.Err())
 		}
-		return fmt.Errorf("building the root filesystem with mmdebstrap failed (its output is above; hint: check that %s is reachable): %w", b.opts.Mirror, err)
+		// Its whole output went to the progress writer; the error keeps the end.
+		var xe *execx.Error
+		if errors.As(err, &xe) && xe.Stderr != "" {
+			err = fmt.Errorf("%w: %s", xe.Err, execx.TailLines(xe.Stderr, 5))
+		}
+		return fmt.Errorf("building the root filesystem with mmdebstrap failed (hint: check that %s is reachable; the full output is above): %w", b.opts.Mirror, err)
 	}
 	return os.RemoveAll(hooks)
 }
@@ -369,6 +378,25 @@ func (b *builder) describeDisk(ctx context.Context, disk string, m *Manifest) er
 		return err
 	}
 	m.Disk, m.Format, m.SizeBytes, m.VirtualSizeBytes, m.SHA256 = filepath.Base(disk), info.Format, fi.Size(), info.VirtualSize, sums["sha256"]
+	return nil
+}
+
+// buildFreeSpace is the free space a build needs in the cache: at its peak
+// it holds the root filesystem tree and the raw image (about 1.1 GiB each),
+// then the raw image and the qcow2; plus a margin.
+const buildFreeSpace = 3 << 30
+
+// checkFreeSpace fails early, with a clear message, when dir's filesystem has
+// less than need bytes available.
+func checkFreeSpace(dir string, need int64) error {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		return nil // unknown: let the build try
+	}
+	if avail := int64(fs.Bavail) * fs.Bsize; avail < need {
+		return fmt.Errorf("building an image needs about %s free in %s, only %s is available (hint: free some space, or pass a cache directory on a larger disk)",
+			formatBytes(need), dir, formatBytes(avail))
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -401,6 +402,24 @@ func TestConcurrentBuildsShareOneResult(t *testing.T) {
 	}
 	if !strings.Contains(progress2.String(), "waiting for another build or pull of debian-bookworm") {
 		t.Errorf("second build did not say it waited:\n%s", progress2)
+	}
+}
+
+func TestBuildChecksFreeSpaceFirst(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "mounting a small tmpfs needs root")
+	}
+	cache := t.TempDir()
+	if err := syscall.Mount("tmpfs", cache, "tmpfs", 0, "size=64m"); err != nil {
+		skipOrFail(t, "cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(cache, syscall.MNT_DETACH) })
+	f := newFakeBuildTools(t)
+	b, _ := testBuilder(t, f, cache, BuildOptions{})
+	_, err := b.run(context.Background())
+	wantErr(t, err, "needs about 3.0 GiB free in "+cache, "only 64.0 MiB is available", "hint:")
+	if n := f.mmdebstraps.Load(); n != 0 {
+		t.Errorf("mmdebstrap ran %d times on a full disk", n)
 	}
 }
 

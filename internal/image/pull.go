@@ -153,7 +153,7 @@ func newPuller(opts PullOptions) (*puller, error) {
 
 func (p *puller) run(ctx context.Context) (*Image, error) {
 	start := p.now()
-	st, err := openStore(p.opts.CacheDir)
+	st, err := openStore(p.opts.CacheDir, os.Geteuid())
 	if err != nil {
 		return nil, err
 	}
@@ -183,12 +183,19 @@ func (p *puller) run(ctx context.Context) (*Image, error) {
 	}
 
 	partDir := filepath.Join(st.root, partialDir, p.opts.Name)
+	if err := os.MkdirAll(filepath.Join(st.root, partialDir), 0o755); err != nil {
+		return nil, err
+	}
+	st.own(filepath.Join(st.root, partialDir))
 	if err := os.MkdirAll(partDir, 0o755); err != nil {
 		return nil, err
 	}
+	st.own(partDir)
 	part := filepath.Join(partDir, r.file+".part")
 	fmt.Fprintf(p.out, "==> downloading %s\n", r.url())
 	meta, err := p.dl.fetch(ctx, r.url(), part)
+	st.own(part) // a partial download left for the next run stays usable by the cache's owner
+	st.own(part + metaSuffix)
 	if err != nil {
 		return nil, err
 	}

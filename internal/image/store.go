@@ -27,9 +27,16 @@ const (
 // store is an open image cache.
 type store struct {
 	root string
+	// uid and gid own what the store creates, or are -1 to leave ownership
+	// alone. When root (e.g. `sudo agent-vm image build --cache-dir
+	// ~/.cache/...`) writes into a cache that belongs to a user, the new
+	// files go to that user, so their own later pulls and builds still work.
+	uid, gid int
 }
 
-func openStore(root string) (*store, error) {
+// openStore opens (creating as needed) the cache at root; euid is the
+// effective uid of this process.
+func openStore(root string, euid int) (*store, error) {
 	if root == "" {
 		return nil, errors.New("no image cache directory given")
 	}
@@ -37,12 +44,52 @@ func openStore(root string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image cache %q: %w", root, err)
 	}
+	s := &store{root: abs, uid: -1, gid: -1}
+	existing := abs
+	for {
+		if _, err := os.Stat(existing); err == nil || filepath.Dir(existing) == existing {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if fi, err := os.Stat(existing); err == nil && euid == 0 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+			s.uid, s.gid = int(st.Uid), int(st.Gid)
+		}
+	}
 	for _, d := range []string{abs, filepath.Join(abs, locksDir), filepath.Join(abs, tmpDir), filepath.Join(abs, storeDir)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("creating the image cache: %w (hint: check the permissions of %s, or pass another cache directory)", err, abs)
 		}
 	}
-	return &store{root: abs}, nil
+	// Hand over what MkdirAll created, from below the existing ancestor down.
+	for d := abs; d != existing && d != filepath.Dir(d); d = filepath.Dir(d) {
+		s.own(d)
+	}
+	for _, d := range []string{locksDir, tmpDir, storeDir} {
+		s.own(filepath.Join(abs, d))
+	}
+	return s, nil
+}
+
+// own gives path to the cache's owner, when the store has one to give.
+func (s *store) own(path string) {
+	if s.uid >= 0 {
+		_ = os.Lchown(path, s.uid, s.gid)
+	}
+}
+
+// ownTree gives path and everything below it to the cache's owner.
+func (s *store) ownTree(path string) error {
+	if s.uid < 0 {
+		return nil
+	}
+	return filepath.WalkDir(path, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, s.uid, s.gid)
+	})
 }
 
 // lock takes the per-name lock, waiting (and saying so on progress) while
@@ -54,6 +101,7 @@ func (s *store) lock(ctx context.Context, name string, progress io.Writer) (unlo
 	if err != nil {
 		return nil, fmt.Errorf("opening lock %s: %w", path, err)
 	}
+	s.own(path)
 	unlock = func() { _ = f.Close() } // closing the descriptor releases the flock
 	delay := 100 * time.Millisecond
 	said := false
@@ -91,6 +139,7 @@ func (s *store) tempDir(name string) (string, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating a work directory: %w", err)
 	}
+	s.own(dir)
 	return dir, nil
 }
 
@@ -120,6 +169,10 @@ func (s *store) sweep(name string) error {
 func (s *store) publish(name, work string, created time.Time) (string, error) {
 	versions := filepath.Join(s.root, storeDir, name)
 	if err := os.MkdirAll(versions, 0o755); err != nil {
+		return "", fmt.Errorf("publishing image %q: %w", name, err)
+	}
+	s.own(versions)
+	if err := s.ownTree(work); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
 	if err := syncDir(work); err != nil {
@@ -152,6 +205,7 @@ func (s *store) publish(name, work string, created time.Time) (string, error) {
 	if err := os.Symlink(target, tmpLink); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
+	s.own(tmpLink)
 	if err := os.Rename(tmpLink, link); err != nil {
 		_ = os.Remove(tmpLink)
 		return "", fmt.Errorf("publishing image %q: %w", name, err)

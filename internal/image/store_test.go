@@ -35,7 +35,7 @@ func publishFake(t *testing.T, st *store, name string, created time.Time) string
 
 func TestPublishLookupList(t *testing.T) {
 	root := t.TempDir()
-	st, err := openStore(root)
+	st, err := openStore(root, os.Geteuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestLookupErrors(t *testing.T) {
 	}
 	wantErr(t, err, "agent-vm image build")
 
-	st, err := openStore(root)
+	st, err := openStore(root, os.Geteuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestLookupErrors(t *testing.T) {
 }
 
 func TestLockWaitsAndHonoursContext(t *testing.T) {
-	st, err := openStore(t.TempDir())
+	st, err := openStore(t.TempDir(), os.Geteuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +158,46 @@ func TestLockWaitsAndHonoursContext(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("second lock never got the lock after unlock")
+	}
+}
+
+func TestStoreGivesNewFilesToTheCacheOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "changing file ownership needs root")
+	}
+	home := t.TempDir()
+	const uid, gid = 4321, 4322
+	if err := os.Chown(home, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(home, ".cache", "agent-vm", "images")
+	st, err := openStore(root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := st.lock(context.Background(), "debian-bookworm", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	publishFake(t, st, "debian-bookworm", time.Now())
+	err = filepath.Walk(filepath.Join(home, ".cache"), func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if s := fi.Sys().(*syscall.Stat_t); s.Uid != uid || s.Gid != gid {
+			t.Errorf("%s belongs to %d:%d, want %d:%d", p, s.Uid, s.Gid, uid, gid)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A root-owned cache (or a non-root process) leaves ownership alone.
+	st, err = openStore(filepath.Join(t.TempDir(), "images"), 0)
+	if err != nil || st.uid != -1 {
+		t.Errorf("root-owned cache: uid %d, %v; want -1", st.uid, err)
 	}
 }
 
