@@ -200,6 +200,7 @@ func (b *builder) run(ctx context.Context) (*Image, error) {
 	if err := checkFreeSpace(st.root, buildFreeSpace); err != nil {
 		return nil, err
 	}
+	buildStart := b.now()
 	work, err := st.tempDir(b.opts.Name)
 	if err != nil {
 		return nil, err
@@ -216,7 +217,7 @@ func (b *builder) run(ctx context.Context) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.BuildSeconds = b.now().Sub(start).Round(100 * time.Millisecond).Seconds()
+	m.BuildSeconds = b.now().Sub(buildStart).Round(100 * time.Millisecond).Seconds()
 	if err := writeManifest(filepath.Join(work, ManifestFile), m); err != nil {
 		return nil, err
 	}

@@ -102,12 +102,13 @@ func Pull(ctx context.Context, opts PullOptions) (*Image, error) {
 }
 
 type puller struct {
-	opts   PullOptions
-	remote remote
-	log    hclog.Logger
-	out    io.Writer
-	now    func() time.Time
-	dl     *downloader
+	opts    PullOptions
+	remote  remote
+	log     hclog.Logger
+	out     io.Writer
+	now     func() time.Time
+	geteuid func() int
+	dl      *downloader
 }
 
 func newPuller(opts PullOptions) (*puller, error) {
@@ -131,7 +132,7 @@ func newPuller(opts PullOptions) (*puller, error) {
 	if opts.Attempts <= 0 {
 		opts.Attempts = 3
 	}
-	p := &puller{opts: opts, remote: r, log: opts.Logger, out: opts.Progress, now: opts.Now}
+	p := &puller{opts: opts, remote: r, log: opts.Logger, out: opts.Progress, now: opts.Now, geteuid: os.Geteuid}
 	if p.log == nil {
 		p.log = hclog.NewNullLogger()
 	}
@@ -153,7 +154,7 @@ func newPuller(opts PullOptions) (*puller, error) {
 
 func (p *puller) run(ctx context.Context) (*Image, error) {
 	start := p.now()
-	st, err := openStore(p.opts.CacheDir, os.Geteuid())
+	st, err := openStore(p.opts.CacheDir, p.geteuid())
 	if err != nil {
 		return nil, err
 	}
@@ -163,14 +164,33 @@ func (p *puller) run(ctx context.Context) (*Image, error) {
 	}
 	defer unlock()
 	if img, err := Lookup(st.root, p.opts.Name); err == nil && img.Manifest.Kind == KindPulled &&
-		(!p.opts.Force || !img.Manifest.Created.Before(start)) {
+		img.Manifest.Arch == p.remote.arch && (!p.opts.Force || !img.Manifest.Created.Before(start)) {
 		fmt.Fprintf(p.out, "==> using cached image %s (downloaded %s)\n", img.Name, img.Manifest.Created.Local().Format(time.DateTime))
 		return img, nil
 	}
 	if err := st.sweep(p.opts.Name); err != nil {
 		return nil, err
 	}
+	v, err := p.download(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	return p.publish(st, v)
+}
 
+// verified is a complete download that matched its published checksum and
+// is a standalone disk image.
+type verified struct {
+	part     string // the file, still in .partial/
+	disk     *Disk
+	sha256   string
+	checksum string // "<algo>:<hex>" as published
+	meta     partialMeta
+}
+
+// download fetches the checksum list, then the image (resuming a partial
+// one), and verifies it. Whatever fails verification is discarded.
+func (p *puller) download(ctx context.Context, st *store) (*verified, error) {
 	r := p.remote
 	fmt.Fprintf(p.out, "==> fetching the checksum list %s\n", r.sumsURL())
 	sums, err := p.dl.small(ctx, r.sumsURL(), 1<<20)
@@ -183,14 +203,12 @@ func (p *puller) run(ctx context.Context) (*Image, error) {
 	}
 
 	partDir := filepath.Join(st.root, partialDir, p.opts.Name)
-	if err := os.MkdirAll(filepath.Join(st.root, partialDir), 0o755); err != nil {
-		return nil, err
+	for _, d := range []string{filepath.Dir(partDir), partDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+		st.own(d)
 	}
-	st.own(filepath.Join(st.root, partialDir))
-	if err := os.MkdirAll(partDir, 0o755); err != nil {
-		return nil, err
-	}
-	st.own(partDir)
 	part := filepath.Join(partDir, r.file+".part")
 	fmt.Fprintf(p.out, "==> downloading %s\n", r.url())
 	meta, err := p.dl.fetch(ctx, r.url(), part)
@@ -211,19 +229,22 @@ func (p *puller) run(ctx context.Context) (*Image, error) {
 			r.url(), r.algo, got[r.algo], want, r.sumsURL())
 	}
 	disk, err := Inspect(ctx, p.opts.Runner, part)
+	if err == nil && disk.BackingFile != "" {
+		err = fmt.Errorf("it is a qcow2 overlay of %s, not a standalone image", disk.BackingFile)
+	}
 	if err != nil {
 		discardPartial(part)
 		return nil, fmt.Errorf("%s matches its checksum but is not a usable disk image (the download was discarded): %w", r.url(), err)
 	}
-	if disk.BackingFile != "" {
-		discardPartial(part)
-		return nil, fmt.Errorf("%s is a qcow2 overlay of %s, not a standalone image; the download was discarded", r.url(), disk.BackingFile)
-	}
-	fi, err := os.Stat(part)
+	return &verified{part: part, disk: disk, sha256: got["sha256"], checksum: r.algo + ":" + want, meta: meta}, nil
+}
+
+// publish moves a verified download into the cache with its manifest.
+func (p *puller) publish(st *store, v *verified) (*Image, error) {
+	fi, err := os.Stat(v.part)
 	if err != nil {
 		return nil, err
 	}
-
 	work, err := st.tempDir(p.opts.Name)
 	if err != nil {
 		return nil, err
@@ -234,16 +255,17 @@ func (p *puller) run(ctx context.Context) (*Image, error) {
 			_ = removeTree(work)
 		}
 	}()
-	diskFile := "disk." + disk.Format
-	if err := os.Rename(part, filepath.Join(work, diskFile)); err != nil {
+	r := p.remote
+	diskFile := "disk." + v.disk.Format
+	if err := os.Rename(v.part, filepath.Join(work, diskFile)); err != nil {
 		return nil, err
 	}
 	m := &Manifest{
 		Schema: manifestSchema, Name: p.opts.Name, Kind: KindPulled, BuilderVersion: BuilderVersion,
 		Created: p.now().UTC().Round(0), Arch: r.arch, Release: r.release,
-		Disk: diskFile, Format: disk.Format, SizeBytes: fi.Size(), VirtualSizeBytes: disk.VirtualSize, SHA256: got["sha256"],
-		SourceURL: r.url(), ChecksumURL: r.sumsURL(), Checksum: r.algo + ":" + want,
-		ETag: meta.ETag, LastModified: meta.LastModified,
+		Disk: diskFile, Format: v.disk.Format, SizeBytes: fi.Size(), VirtualSizeBytes: v.disk.VirtualSize, SHA256: v.sha256,
+		SourceURL: r.url(), ChecksumURL: r.sumsURL(), Checksum: v.checksum,
+		ETag: v.meta.ETag, LastModified: v.meta.LastModified,
 	}
 	if err := writeManifest(filepath.Join(work, ManifestFile), m); err != nil {
 		return nil, err
@@ -253,7 +275,7 @@ func (p *puller) run(ctx context.Context) (*Image, error) {
 		return nil, err
 	}
 	published = true
-	discardPartial(part)
+	discardPartial(v.part)
 	img, err := load(p.opts.Name, dir)
 	if err != nil {
 		return nil, err
