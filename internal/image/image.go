@@ -20,9 +20,11 @@
 package image
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -227,4 +229,78 @@ func validName(name string) error {
 		return fmt.Errorf("invalid image name %q (hint: use letters, digits, '.', '_' and '-', e.g. debian-bookworm)", name)
 	}
 	return nil
+}
+
+// Prune removes the versions of cached images that are no longer current
+// (a rebuild or re-pull replaced them) and that inUse does not claim. inUse
+// gets the absolute path of each such version's disk and must report
+// whether any VM's overlay still has it as its backing file; when in doubt
+// it must answer true, since removing a base destroys the VMs built on it.
+// Prune returns the version directories it removed. It holds each name's
+// lock while it looks, so a build or pull publishing meanwhile is safe.
+func Prune(ctx context.Context, cacheDir string, inUse func(disk string) bool) ([]string, error) {
+	st, err := openStore(cacheDir, os.Geteuid())
+	if err != nil {
+		return nil, fmt.Errorf("pruning images: %w", err)
+	}
+	cacheDir = st.root
+	names, err := os.ReadDir(filepath.Join(cacheDir, storeDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pruning images: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, n := range names {
+		if validName(n.Name()) != nil {
+			continue
+		}
+		r, err := pruneName(ctx, st, n.Name(), inUse)
+		removed = append(removed, r...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+func pruneName(ctx context.Context, st *store, name string, inUse func(disk string) bool) ([]string, error) {
+	unlock, err := st.lock(ctx, name, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	current, _ := filepath.EvalSymlinks(filepath.Join(st.root, name))
+	versions, err := os.ReadDir(filepath.Join(st.root, storeDir, name))
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, v := range versions {
+		dir := filepath.Join(st.root, storeDir, name, v.Name())
+		if real, _ := filepath.EvalSymlinks(dir); (real == current && current != "") || versionInUse(dir, inUse) {
+			continue
+		}
+		if err := removeTree(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// versionInUse asks inUse about every disk file in a version directory (all
+// of them, so a version with a damaged manifest is not removed under a VM).
+func versionInUse(dir string, inUse func(disk string) bool) bool {
+	disks, _ := filepath.Glob(filepath.Join(dir, "disk.*"))
+	for _, d := range disks {
+		if inUse(d) {
+			return true
+		}
+	}
+	return false
 }

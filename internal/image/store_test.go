@@ -84,6 +84,43 @@ func TestPublishLookupList(t *testing.T) {
 	}
 }
 
+func TestPruneKeepsCurrentAndInUseVersions(t *testing.T) {
+	root := t.TempDir()
+	st, err := openStore(root, os.Geteuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	oldFree := publishFake(t, st, "debian-bookworm", t0)
+	oldUsed := publishFake(t, st, "debian-bookworm", t0.Add(time.Hour))
+	current := publishFake(t, st, "debian-bookworm", t0.Add(2*time.Hour))
+	other := publishFake(t, st, "debian-12", t0)
+	var asked []string
+	removed, err := Prune(context.Background(), root, func(disk string) bool {
+		asked = append(asked, disk)
+		return disk == filepath.Join(oldUsed, "disk.qcow2")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != oldFree {
+		t.Errorf("removed %q, want only %s", removed, oldFree)
+	}
+	for _, dir := range []string{oldUsed, current, other} {
+		if _, err := os.Stat(filepath.Join(dir, "disk.qcow2")); err != nil {
+			t.Errorf("%s was removed: %v", dir, err)
+		}
+	}
+	for _, a := range asked {
+		if !filepath.IsAbs(a) || strings.HasPrefix(a, current) || strings.HasPrefix(a, other) {
+			t.Errorf("inUse asked about %s; current versions must not even be asked", a)
+		}
+	}
+	if _, err := Lookup(root, "debian-bookworm"); err != nil {
+		t.Errorf("current image after prune: %v", err)
+	}
+}
+
 func TestLookupErrors(t *testing.T) {
 	root := t.TempDir()
 	_, err := Lookup(root, "debian-bookworm")
