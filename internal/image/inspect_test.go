@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
@@ -154,5 +155,39 @@ func TestNotADiskMagicOffsets(t *testing.T) {
 	}
 	if what, _ := notADisk(make([]byte, 100)); what != "" {
 		t.Errorf("short zero header: got %q, want nothing", what)
+	}
+}
+
+func TestInspectImageInUseByQemu(t *testing.T) {
+	needTool(t, "qemu-img", "qemu-utils")
+	needTool(t, "qemu-system-x86_64", "qemu-system-x86")
+	dir := t.TempDir()
+	disk := makeQcow2(t, dir, "busy.qcow2", 16<<20)
+	// A paused QEMU (-S) holds the disk's write lock, as a running VM does.
+	p, err := execx.OS{}.Start(execx.Detached{Path: "qemu-system-x86_64",
+		Args:       []string{"-S", "-nodefaults", "-display", "none", "-accel", "tcg", "-drive", "file=" + disk + ",if=virtio,format=qcow2"},
+		StdoutPath: filepath.Join(dir, "qemu.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(p.Pid(), syscall.SIGKILL)
+		<-p.Exited()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, err := Inspect(ctx, execx.OS{}, disk)
+		if err != nil {
+			wantErr(t, err, "in use by a running QEMU", "hint: stop the VM")
+			return
+		}
+		select {
+		case <-p.Exited():
+			t.Fatalf("qemu exited early (code %d)", p.ExitCode())
+		case <-ctx.Done():
+			t.Fatal("qemu never took the disk's lock")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

@@ -241,6 +241,9 @@ func (p *puller) download(ctx context.Context, st *store) (*verified, error) {
 
 // publish moves a verified download into the cache with its manifest.
 func (p *puller) publish(st *store, v *verified) (*Image, error) {
+	if err := syncFile(v.part); err != nil {
+		return nil, err
+	}
 	fi, err := os.Stat(v.part)
 	if err != nil {
 		return nil, err
