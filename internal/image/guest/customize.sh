@@ -1,0 +1,48 @@
+#!/bin/sh
+# mmdebstrap --customize-hook for agent-vm's base image; $1 is the root
+# filesystem, with every package installed.
+set -eu
+root=$1
+
+# The launcher attaches the root disk first, as a whole-disk ext4 (no
+# partition table) on virtio-blk.
+echo '/dev/vda / ext4 rw,discard,errors=remount-ro 0 1' > "$root/etc/fstab"
+
+# Replace what mmdebstrap copied from the build host. cloud-init sets the
+# real hostname from the seed's meta-data.
+echo agent-vm > "$root/etc/hostname"
+ln -sfn ../run/systemd/resolve/stub-resolv.conf "$root/etc/resolv.conf"
+# C.UTF-8 needs no generated locale; with it set, cloud-init's locale module
+# has nothing to regenerate at first boot.
+echo 'LANG=C.UTF-8' > "$root/etc/default/locale"
+
+# Network: DHCP on QEMU's user-mode network, whatever the NIC is called.
+# cloud-init's own network-config, when the seed has one, takes precedence.
+mkdir -p "$root/etc/systemd/network"
+cat > "$root/etc/systemd/network/90-agent-vm-dhcp.network" <<'NET'
+[Match]
+Name=en* eth*
+
+[Network]
+DHCP=yes
+NET
+chroot "$root" systemctl enable systemd-networkd.service systemd-resolved.service
+
+# cloud-init reads only the NoCloud seed (a disk labelled cidata).
+mkdir -p "$root/etc/cloud/cloud.cfg.d"
+cat > "$root/etc/cloud/cloud.cfg.d/90-agent-vm.cfg" <<'CFG'
+# agent-vm: the seed is a NoCloud disk; never probe cloud metadata services.
+datasource_list: [ NoCloud, None ]
+CFG
+
+# QEMU fw_cfg carries secrets as systemd credentials; load its driver early.
+mkdir -p "$root/etc/modules-load.d"
+echo qemu_fw_cfg > "$root/etc/modules-load.d/agent-vm.conf"
+
+# Agents install packages; apt's daily timers would take the dpkg lock from
+# under them (and cost CPU under TCG).
+chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer
+
+# Every VM gets its own host key (cloud-init installs the pinned one); the
+# image carries none.
+rm -f "$root"/etc/ssh/ssh_host_*

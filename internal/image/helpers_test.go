@@ -1,0 +1,76 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+)
+
+// skipOrFail skips the test, or fails it when AGENT_VM_TEST_STRICT=1 (CI),
+// where a missing tool is a broken environment rather than a reason to skip.
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
+		t.Fatalf("AGENT_VM_TEST_STRICT=1 and %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// needTool skips (or fails, strict) when a program is not installed.
+func needTool(t testing.TB, name, debianPackage string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		skipOrFail(t, "%s is not installed (apt-get install %s)", name, debianPackage)
+	}
+}
+
+// run runs a program for test setup and fails the test if it fails.
+func run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: name, Args: args})
+	if err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	return string(res.Stdout)
+}
+
+// makeQcow2 creates a real qcow2 image of the given virtual size.
+func makeQcow2(t testing.TB, dir, name string, size int64) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	run(t, "qemu-img", "create", "-q", "-f", "qcow2", p, fmt.Sprint(size))
+	return p
+}
+
+// writeFile writes a file of size bytes holding the given (offset, bytes)
+// patches over zeros.
+func writeFile(t testing.TB, path string, size int, patches map[int]string) string {
+	t.Helper()
+	b := make([]byte, size)
+	for off, s := range patches {
+		copy(b[off:], s)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func wantErr(t testing.TB, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want one containing %q", parts)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not contain %q", err, p)
+		}
+	}
+}
