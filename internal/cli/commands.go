@@ -25,6 +25,8 @@ func commands(stdio IO) []*cli.Command {
 		shellCommand(stdio),
 		logsCommand(stdio),
 		sshConfigCommand(stdio),
+		imageCommand(stdio),
+		doctorCommand(stdio),
 		completionCommand(stdio),
 		{
 			Name: "version", Usage: "print the version", ArgsUsage: " ",

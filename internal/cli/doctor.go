@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+func doctorCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "doctor",
+		Usage:     "check what this host can do: QEMU, virtiofsd, KVM, the base image, nix",
+		ArgsUsage: " ",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			r := m.Doctor(cliCtx.Context, e.imageDir())
+			if cliCtx.Bool("json") {
+				return writeJSON(stdio.Out, r)
+			}
+			for _, c := range r.Checks {
+				mark := "ok  "
+				if !c.OK {
+					mark = "--  "
+				}
+				fmt.Fprintf(stdio.Out, "%s%-26s %s\n", mark, c.Name, c.Detail)
+				if c.Hint != "" {
+					fmt.Fprintf(stdio.Out, "    %-26s hint: %s\n", "", c.Hint)
+				}
+			}
+			if r.VMReady {
+				fmt.Fprintf(stdio.Out, "\nthis host can run VMs (%s)\n", r.Accel)
+			} else {
+				fmt.Fprintf(stdio.Out, "\nthis host cannot run VMs yet: see the hints above\n")
+			}
+			return nil
+		}),
+	}
+}
