@@ -88,4 +88,3 @@ func (m *Manager) program(ctx context.Context, name string, args []string, hint 
 	line, _, _ := strings.Cut(strings.TrimSpace(string(res.Stdout)), "\n")
 	return Check{Name: name, OK: true, Detail: p + " (" + line + ")"}
 }
-
