@@ -102,12 +102,16 @@ func shareArgs(mode ShareMode, s Share, virtiofsdSock string) []string {
 
 // netArgs is user-mode networking with host forwards bound to 127.0.0.1
 // only: nothing a VM serves is reachable from other machines.
-func netArgs(fwds []Forward) []string {
+func netArgs(fwds []Forward, mac string) []string {
 	opts := []string{"user", "id=agentvm-net"}
 	for _, f := range fwds {
 		opts = append(opts, fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest))
 	}
-	return []string{"-netdev", strings.Join(opts, ","), "-device", "virtio-net-pci,netdev=agentvm-net"}
+	dev := "virtio-net-pci,netdev=agentvm-net"
+	if mac != "" {
+		dev += ",mac=" + mac
+	}
+	return []string{"-netdev", strings.Join(opts, ","), "-device", dev}
 }
 
 // diskArgs attaches the disks as virtio block devices.
@@ -174,7 +178,7 @@ func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode ShareMode) []st
 	}
 	argv = append(argv, kernelArgs(d)...)
 	argv = append(argv, diskArgs(d.Disks)...)
-	argv = append(argv, netArgs(m.Forwards)...)
+	argv = append(argv, netArgs(m.Forwards, d.MAC)...)
 	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock))...)
 	argv = append(argv, credentialArgs(m.Credentials)...)
 	argv = append(argv, consoleArgs(m)...)

@@ -59,6 +59,7 @@ func TestDirectArgvGolden(t *testing.T) {
 		Disks:  []Disk{{Path: "/state/feature-x/disk.qcow2", Format: "qcow2"}, {Path: "/state/feature-x/seed.iso", Format: "raw", ReadOnly: true}},
 		Kernel: "/cache/images/debian-bookworm/vmlinuz", Initrd: "/cache/images/debian-bookworm/initrd.img",
 		Append: "root=/dev/vda rw console=ttyS0,115200",
+		MAC:    "52:54:00:12:34:56",
 	}
 	golden(t, "direct-tcg-virtiofs.golden", render(DirectArgv(a, sampleMachine(), d, "tcg", ShareVirtiofs)))
 	golden(t, "direct-kvm-9p.golden", render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", Share9p)))
@@ -70,7 +71,7 @@ func TestScriptArgsGolden(t *testing.T) {
 }
 
 func TestForwardsBindLoopbackOnly(t *testing.T) {
-	for _, a := range netArgs(sampleMachine().Forwards) {
+	for _, a := range netArgs(sampleMachine().Forwards, "") {
 		if strings.Contains(a, "hostfwd") {
 			for _, rule := range strings.Split(a, ",")[2:] {
 				if !strings.HasPrefix(rule, "hostfwd=tcp:127.0.0.1:") {

@@ -63,7 +63,9 @@ type Boot struct {
 
 // Direct is a VM whose whole QEMU command line agent-vm builds.
 type Direct struct {
-	Disks  []Disk
+	Disks []Disk
+	// MAC of the virtio NIC; empty means QEMU's default for the first NIC.
+	MAC    string
 	Kernel string // direct kernel boot when set
 	Initrd string
 	Append string

@@ -76,6 +76,13 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if live.Alive() {
 		return &StartResult{Info: m.Status(ctx, e, true), AlreadyRunning: true}, nil
 	}
+	if o.Reprovision {
+		// A new instance-id makes the guest's first-boot setup run again.
+		r.Provision++
+		if err := state.WriteRecord(l.Record(), r); err != nil {
+			return nil, err
+		}
+	}
 	acc := m.Accel(ctx)
 	if acc.Accel == accel.TCG {
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
