@@ -1,3 +1,12 @@
 module github.com/agent-vm/agent-vm
 
 go 1.24.0
+
+require github.com/hashicorp/go-hclog v1.6.3
+
+require (
+	github.com/fatih/color v1.13.0 // indirect
+	github.com/mattn/go-colorable v0.1.12 // indirect
+	github.com/mattn/go-isatty v0.0.14 // indirect
+	golang.org/x/sys v0.0.0-20220503163025-988cb79eb6c6 // indirect
+)
