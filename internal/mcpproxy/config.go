@@ -244,9 +244,10 @@ func buildServer(name string, rs rawServer, baseDir string, lookupEnv func(strin
 	if srv.Dir != "" && !filepath.IsAbs(srv.Dir) {
 		srv.Dir = filepath.Join(baseDir, srv.Dir)
 	}
-	if len(missing) > 0 {
-		srv.Problem = fmt.Sprintf("environment variable %s is not set (hint: set it in the proxy's environment, or write ${%s:-DEFAULT} in the config)",
-			strings.Join(dedupe(missing), ", "), missing[0])
+	if missing = dedupe(missing); len(missing) == 1 {
+		srv.Problem = fmt.Sprintf("environment variable %s is not set (hint: set it in the proxy's environment, or write ${%s:-DEFAULT} in the config)", missing[0], missing[0])
+	} else if len(missing) > 1 {
+		srv.Problem = fmt.Sprintf("environment variables %s are not set (hint: set them in the proxy's environment, or write ${%s:-DEFAULT} in the config)", strings.Join(missing, ", "), missing[0])
 	}
 	return srv, nil
 }
