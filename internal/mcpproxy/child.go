@@ -218,6 +218,17 @@ func (c *child) readStderr() {
 	}
 }
 
+// stdoutErr is why reading stdout stopped, once it has (nil at EOF or while
+// still reading).
+func (c *child) stdoutErr() error {
+	select {
+	case <-c.outDone:
+		return c.readErr
+	default:
+		return nil
+	}
+}
+
 // exitStatus describes how the process ended, for logs and client errors.
 func (c *child) exitStatus() string {
 	select {

@@ -74,7 +74,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := r.Header.Get(hdrProtocolVersion); v != "" && !supportedProtocolVersion(v) {
-		httpError(w, http.StatusBadRequest, fmt.Sprintf("unsupported %s %q (this proxy speaks 2024-11-05 to 2025-11-25)", hdrProtocolVersion, v))
+		httpError(w, http.StatusBadRequest, fmt.Sprintf("unsupported %s %q (this proxy speaks the initialize-based revisions 2024-11-05 to 2025-11-25)", hdrProtocolVersion, v))
 		return
 	}
 	e, msg := p.server(name)
@@ -266,7 +266,7 @@ func (p *Proxy) sessionError(w http.ResponseWriter, e *serverEntry, id json.RawM
 	case errors.Is(err, errShuttingDown):
 		writeRPCError(w, http.StatusServiceUnavailable, id, codeConnectionClosed, err.Error())
 	case errors.Is(err, errSessionGone):
-		writeRPCError(w, http.StatusNotFound, id, codeConnectionClosed, "session not found or ended (hint: start a new session with initialize)")
+		writeRPCError(w, http.StatusNotFound, id, codeConnectionClosed, err.Error()+" (hint: start a new session with initialize)")
 	case errors.Is(err, errServerStalled):
 		writeRPCError(w, http.StatusServiceUnavailable, id, codeConnectionClosed, fmt.Sprintf("MCP server %q is not reading its input; try again later or start a new session", e.Name))
 	case errors.Is(err, errDuplicateID):

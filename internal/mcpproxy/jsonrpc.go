@@ -20,6 +20,9 @@ const (
 	// codeConnectionClosed is what the MCP SDKs use when the peer went away
 	// before answering (the TypeScript SDK's ErrorCode.ConnectionClosed).
 	codeConnectionClosed = -32000
+	// codeRequestCancelled answers a request the client cancelled, should the
+	// client still be listening (it ignores it by the spec).
+	codeRequestCancelled = -32800
 )
 
 type msgKind int
@@ -42,6 +45,9 @@ type message struct {
 	// for (params._meta.progressToken), for notifications/progress the one it
 	// reports on. Normalised like id; "" when there is none.
 	progress string
+	// cancels is, for notifications/cancelled, the id of the request it
+	// cancels, normalised like id.
+	cancels string
 }
 
 type envelope struct {
@@ -86,6 +92,14 @@ func parseMessage(raw []byte) (message, error) {
 			m.rawID, m.id = env.ID, key
 		}
 		m.progress = progressToken(m, env.Params)
+		if m.kind == kindNotification && m.method == "notifications/cancelled" {
+			var p struct {
+				RequestID json.RawMessage `json:"requestId"`
+			}
+			if json.Unmarshal(env.Params, &p) == nil && len(p.RequestID) > 0 {
+				m.cancels, _ = idKey(p.RequestID)
+			}
+		}
 		return m, nil
 	}
 	if !hasID || (len(env.Result) > 0) == (len(env.Error) > 0) {

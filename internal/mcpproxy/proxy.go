@@ -217,7 +217,6 @@ func (p *Proxy) newSession(e *serverEntry, kind transport) (*session, error) {
 		server:    e,
 		proxy:     p,
 		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
 		pending:   map[string]*call{},
 		exchanges: map[*exchange]struct{}{},
 		lastUsed:  p.now(),

@@ -323,3 +323,29 @@ func TestShortcutsNeedANameWithTwoServers(t *testing.T) {
 		t.Errorf("unknown server: status %d, want 404", resp.StatusCode)
 	}
 }
+
+func TestCancelledRequestIsSettled(t *testing.T) {
+	tp := startProxy(t, []Server{testServerCmd(t, "t", "1")}, nil)
+	sid := tp.initialize(mcpPath)
+	done := make(chan []json.RawMessage, 1)
+	go func() {
+		_, msgs := tp.post(mcpPath, sid, `{"jsonrpc":"2.0","id":"c1","method":"sleep","params":{"ms":600000}}`)
+		done <- msgs
+	}()
+	waitPending(t, tp, sid, 1)
+	if resp, _ := tp.post(mcpPath, sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c1","reason":"user pressed Esc"}}`); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel: status %d", resp.StatusCode)
+	}
+	msgs := <-done
+	if len(msgs) != 1 {
+		t.Fatalf("cancelled request got %s", msgs)
+	}
+	if m := decode(t, msgs[0]); string(m.ID) != `"c1"` || m.Error == nil || m.Error.Code != codeRequestCancelled {
+		t.Errorf("cancelled request got %s, want a cancellation error for c1", msgs[0])
+	}
+	// The server was told, and the id is free again.
+	_, msgs = tp.post(mcpPath, sid, `{"jsonrpc":"2.0","id":"c1","method":"received"}`)
+	if !strings.Contains(string(decode(t, msgs[0]).Result), "notifications/cancelled") {
+		t.Errorf("server received %s, want the cancellation relayed", msgs[0])
+	}
+}

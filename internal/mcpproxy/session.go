@@ -59,10 +59,10 @@ type session struct {
 	log    hclog.Logger
 	child  *child
 	stop   chan struct{} // closed by end(): the run goroutine stops the child
-	done   chan struct{} // closed when the session has ended
 
 	mu        sync.Mutex
 	closed    bool
+	reason    string // why it ended, once closed
 	pending   map[string]*call
 	exchanges map[*exchange]struct{}
 	general   *mailbox // GET stream (Streamable HTTP) or the SSE stream (legacy)
@@ -88,32 +88,29 @@ func (s *session) run() {
 	select {
 	case <-s.stop:
 	case <-c.exited:
-		// Its last responses may still be in the pipe.
-		t := time.NewTimer(drainTimeout)
-		select {
-		case <-c.outDone:
-		case <-t.C:
-		}
-		t.Stop()
+		waitUpTo(c.outDone, drainTimeout) // its last responses may still be in the pipe
 		s.end(s.childGoneMessage())
 	case <-c.outDone:
-		// Usually the process is exiting; wait a moment to say how.
-		t := time.NewTimer(drainTimeout)
-		select {
-		case <-c.exited:
-		case <-t.C:
-		}
-		t.Stop()
+		waitUpTo(c.exited, drainTimeout) // usually it is exiting: wait to say how
 		s.end(s.childGoneMessage())
 	}
 	c.stop(s.proxy.opts.StopGrace)
 	s.log.Debug("server stopped", "status", c.exitStatus())
 }
 
+func waitUpTo(ch <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
 func (s *session) childGoneMessage() string {
 	c := s.child
-	if errors.Is(c.readErr, errMessageTooLarge) {
-		s.log.Error("ending session", "error", c.readErr)
+	if err := c.stdoutErr(); errors.Is(err, errMessageTooLarge) {
+		s.log.Error("ending session", "error", err)
 		return fmt.Sprintf("MCP server %q sent a message larger than %d bytes; the session is over (start a new one)", s.server.Name, s.proxy.opts.MaxMessageBytes)
 	}
 	status := c.exitStatus()
@@ -131,6 +128,7 @@ func (s *session) end(msg string) {
 		return
 	}
 	s.closed = true
+	s.reason = msg
 	for _, c := range s.pending {
 		it := item{raw: rpcError(c.rawID, codeConnectionClosed, msg), response: true}
 		switch {
@@ -153,7 +151,6 @@ func (s *session) end(msg string) {
 	s.mu.Unlock()
 	s.proxy.forget(s)
 	s.log.Info("session ended", "reason", msg)
-	close(s.done)
 	close(s.stop)
 }
 
@@ -178,7 +175,10 @@ func (s *session) idleSince() (time.Time, bool) {
 	return s.lastUsed, s.active == 0 && !s.closed
 }
 
-// send queues client messages for the server, in order.
+// send queues client messages for the server, in order. A cancellation
+// also settles the cancelled request here: the server need not answer it
+// (the spec says it should not), so its HTTP stream would otherwise wait
+// until the session ends.
 func (s *session) send(msgs []message) error {
 	for _, m := range msgs {
 		switch err := s.child.send(m.raw); {
@@ -187,8 +187,28 @@ func (s *session) send(msgs []message) error {
 		case err != nil:
 			return errSessionGone
 		}
+		if m.cancels != "" {
+			s.settleCancelled(m.cancels)
+		}
 	}
 	return nil
+}
+
+func (s *session) settleCancelled(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.pending[id]
+	if !ok || s.closed {
+		return
+	}
+	if s.kind == legacySSE { // the client stopped listening for it: just forget it
+		delete(s.pending, id)
+		return
+	}
+	s.routeResponseLocked(message{
+		raw:  rpcError(c.rawID, codeRequestCancelled, "request cancelled by the client"),
+		kind: kindResponse, rawID: c.rawID, id: id,
+	})
 }
 
 // register records the requests of a Streamable HTTP POST as pending and
@@ -197,7 +217,7 @@ func (s *session) register(reqs []message, sseOK bool) (*exchange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errSessionGone
+		return nil, s.goneLocked()
 	}
 	if err := s.checkNewIDsLocked(reqs); err != nil {
 		return nil, err
@@ -229,7 +249,7 @@ func (s *session) registerLegacy(reqs []message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errSessionGone
+		return s.goneLocked()
 	}
 	if err := s.checkNewIDsLocked(reqs); err != nil {
 		return err
@@ -274,7 +294,7 @@ func (s *session) openGeneral() (*mailbox, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errSessionGone
+		return nil, s.goneLocked()
 	}
 	if s.general != nil {
 		return nil, errStreamExists
@@ -464,3 +484,5 @@ func (s *session) generalBox() *mailbox {
 	defer s.mu.Unlock()
 	return s.general
 }
+
+func (s *session) goneLocked() error { return fmt.Errorf("%w: %s", errSessionGone, s.reason) }

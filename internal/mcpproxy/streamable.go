@@ -172,11 +172,13 @@ func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *
 			break
 		}
 	}
+	if got < n { // the exchange was closed early: this client was not keeping up
+		s.abandon(ex)
+	}
 	if stream != nil {
 		return // the stream ends with the handler
 	}
-	if got < n && len(held) == 0 {
-		s.abandon(ex)
+	if len(held) == 0 {
 		httpError(w, http.StatusInternalServerError, "the response stream broke off before the server answered")
 		return
 	}
