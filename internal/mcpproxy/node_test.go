@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -54,6 +55,11 @@ func (h nodeHarness) client(t *testing.T, env []string, args ...string) map[stri
 	cmd := exec.CommandContext(ctx, h.node, append([]string{filepath.Join(h.dir, "client.mjs")}, args...)...)
 	cmd.Dir = h.dir
 	cmd.Env = append(os.Environ(), env...)
+	// The client may start a bridge (mcp-remote) of its own: on timeout kill
+	// the whole group, and do not wait forever for pipes a straggler holds.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
