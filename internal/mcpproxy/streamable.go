@@ -78,16 +78,7 @@ func (p *Proxy) postSession(w http.ResponseWriter, r *http.Request, e *serverEnt
 		}
 	}
 	if init == nil {
-		if sid == "" {
-			httpError(w, http.StatusBadRequest, "missing "+hdrSessionID+" header (hint: start a session with an initialize request)")
-			return nil, false
-		}
-		s := p.lookup(sid, e, streamableHTTP)
-		if s == nil {
-			httpError(w, http.StatusNotFound, "session not found or ended (hint: start a new session with initialize)")
-			return nil, false
-		}
-		return s, true
+		return p.headerSession(w, r, e)
 	}
 	switch {
 	case batch || len(msgs) > 1:
@@ -229,7 +220,7 @@ func (p *Proxy) deleteStreamable(w http.ResponseWriter, r *http.Request, e *serv
 func (p *Proxy) headerSession(w http.ResponseWriter, r *http.Request, e *serverEntry) (*session, bool) {
 	sid := r.Header.Get(hdrSessionID)
 	if sid == "" {
-		httpError(w, http.StatusBadRequest, "missing "+hdrSessionID+" header")
+		httpError(w, http.StatusBadRequest, "missing "+hdrSessionID+" header (hint: start a session with an initialize request)")
 		return nil, false
 	}
 	s := p.lookup(sid, e, streamableHTTP)
