@@ -1,9 +1,12 @@
 package mcpproxy
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -416,4 +419,55 @@ func TestShutdownWithOpenSessionsAndStreams(t *testing.T) {
 	if pids := childPids(t); len(pids) != 0 {
 		t.Errorf("servers left after Serve returned: %v", pids)
 	}
+}
+
+func TestRunListensAndStops(t *testing.T) {
+	goroutines := runtime.NumGoroutine()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	err = Run(context.Background(), Options{Token: testToken, Addr: busy.Addr().String()})
+	if err == nil || !strings.Contains(err.Error(), "listening for MCP clients") || !strings.Contains(err.Error(), "hint:") {
+		t.Errorf("Run on a busy address: %v, want a listen error with a hint", err)
+	}
+	if err := Run(context.Background(), Options{Addr: "127.0.0.1:0"}); err == nil || !strings.Contains(err.Error(), "token is empty") {
+		t.Errorf("Run without a token: %v", err)
+	}
+
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Token: testToken, Addr: addr, Config: Config{Servers: []Server{testServerCmd(t, "t", "1")}}})
+	}()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if err := waitFor(wctx, func() bool {
+		resp, err := client.Get("http://" + addr + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}); err != nil {
+		t.Fatalf("Run never answered /health on %s: %v", addr, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	checkNoLeaks(t, goroutines)
 }
