@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,31 +58,8 @@ type childSpec struct {
 }
 
 func startChild(spec childSpec) (*child, error) {
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	stdinR, stdinW, err := pipe()
+	p, err := newPipes()
 	if err != nil {
-		return nil, err
-	}
-	stdoutR, stdoutW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	stderrR, stderrW, err := pipe()
-	if err != nil {
-		closeAll()
 		return nil, err
 	}
 	srv := spec.server
@@ -92,28 +68,26 @@ func startChild(spec childSpec) (*child, error) {
 		Args:   append([]string{srv.Command}, srv.Args...),
 		Env:    childEnv(srv.Env),
 		Dir:    srv.Dir,
-		Stdin:  stdinR,
-		Stdout: stdoutW,
-		Stderr: stderrW,
+		Stdin:  p.stdinR,
+		Stdout: p.stdoutW,
+		Stderr: p.stderrW,
 		// Its own process group, so stopping it reaches whatever it spawned
 		// (npx -> node, uvx -> python).
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	if err := cmd.Start(); err != nil {
-		closeAll()
+	err = cmd.Start()
+	p.closeChildEnds() // the child holds its own copies now (or never will)
+	if err != nil {
+		p.closeOurEnds()
 		return nil, err
 	}
-	// The child holds its ends now.
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
 	c := &child{
 		log:     spec.log.With("pid", cmd.Process.Pid),
 		cmd:     cmd,
 		pid:     cmd.Process.Pid,
-		stdinW:  stdinW,
-		stdoutR: stdoutR,
-		stderrR: stderrR,
+		stdinW:  p.stdinW,
+		stdoutR: p.stdoutR,
+		stderrR: p.stderrR,
 		in:      newMailbox(spec.inLimit),
 		exited:  make(chan struct{}),
 		outDone: make(chan struct{}),
@@ -127,6 +101,41 @@ func startChild(spec childSpec) (*child, error) {
 	go c.readStderr()
 	go c.writeStdin()
 	return c, nil
+}
+
+// pipes are a server's stdin, stdout and stderr: the child's ends and ours.
+type pipes struct {
+	stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW *os.File
+}
+
+func newPipes() (*pipes, error) {
+	var p pipes
+	var err error
+	if p.stdinR, p.stdinW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.stdoutR, p.stdoutW, err = os.Pipe(); err != nil {
+		p.closeChildEnds()
+		p.closeOurEnds()
+		return nil, err
+	}
+	if p.stderrR, p.stderrW, err = os.Pipe(); err != nil {
+		p.closeChildEnds()
+		p.closeOurEnds()
+		return nil, err
+	}
+	return &p, nil
+}
+
+func (p *pipes) closeChildEnds() { closeFiles(p.stdinR, p.stdoutW, p.stderrW) }
+func (p *pipes) closeOurEnds()   { closeFiles(p.stdinW, p.stdoutR, p.stderrR) }
+
+func closeFiles(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 func childEnv(extra map[string]string) []string {
@@ -284,66 +293,4 @@ func (c *child) signalGroup(sig syscall.Signal) {
 	if err := syscall.Kill(-c.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		c.log.Warn("signalling the server's process group failed", "signal", sig, "error", err)
 	}
-}
-
-// resolveCommand finds the program a server runs: with PATH from the server's
-// env when it sets one (as a client launching it would), else the proxy's.
-func resolveCommand(srv Server) (string, error) {
-	if srv.Problem != "" {
-		return "", errors.New(srv.Problem)
-	}
-	cmd := srv.Command
-	if strings.Contains(cmd, "/") {
-		p := cmd
-		if !filepath.IsAbs(p) {
-			base := srv.Dir
-			if base == "" {
-				wd, err := os.Getwd()
-				if err != nil {
-					return "", err
-				}
-				base = wd
-			}
-			p = filepath.Join(base, p)
-		}
-		if err := checkExecutable(p); err != nil {
-			return "", fmt.Errorf("command %s: %w", cmd, err)
-		}
-		return p, nil
-	}
-	pathEnv, ok := srv.Env["PATH"]
-	if !ok {
-		pathEnv = os.Getenv("PATH")
-	}
-	for _, dir := range filepath.SplitList(pathEnv) {
-		if dir == "" || !filepath.IsAbs(dir) {
-			continue // never run a program from a relative PATH entry
-		}
-		p := filepath.Join(dir, cmd)
-		if checkExecutable(p) == nil {
-			return p, nil
-		}
-	}
-	hint := "install it in the VM, or give its absolute path"
-	if strings.ContainsAny(cmd, " \t") {
-		hint = `put its arguments in "args", not in "command"`
-	}
-	return "", fmt.Errorf("command %q not found on PATH (hint: %s)", cmd, hint)
-}
-
-func checkExecutable(p string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return errors.New("no such file")
-		}
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return errors.New("not a regular file")
-	}
-	if st.Mode().Perm()&0o111 == 0 || syscall.Access(p, 1 /* X_OK */) != nil {
-		return fmt.Errorf("not executable (hint: chmod +x %s)", p)
-	}
-	return nil
 }

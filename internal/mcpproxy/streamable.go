@@ -102,37 +102,14 @@ func (p *Proxy) postSession(w http.ResponseWriter, r *http.Request, e *serverEnt
 // requests or notifications first (or the client accepts only SSE, or a
 // response takes longer than the keep-alive interval).
 func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *exchange, n int, batch, jsonOK, sseOK bool) {
-	var (
-		stream *sseStream
-		held   [][]byte // responses held for a JSON answer
-		got    int
-	)
-	startStream := func() error {
-		stream = startSSE(w)
-		for _, raw := range held {
-			if err := stream.event("message", raw); err != nil {
-				return err
-			}
-		}
-		held = nil
-		return nil
-	}
+	rep := &reply{w: w, jsonOK: jsonOK}
 	keep := time.NewTicker(p.opts.KeepAlive)
 	defer keep.Stop()
-	for got < n {
+	for rep.responses < n {
 		select {
 		case <-ex.box.ready:
 		case <-keep.C:
-			if !sseOK {
-				continue
-			}
-			if stream == nil {
-				if err := startStream(); err != nil {
-					s.abandon(ex)
-					return
-				}
-			}
-			if err := stream.keepAlive(); err != nil {
+			if sseOK && rep.keepAlive() != nil {
 				s.abandon(ex)
 				return
 			}
@@ -143,18 +120,7 @@ func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *
 		}
 		items, closed := ex.box.take()
 		for _, it := range items {
-			if it.response {
-				got++
-			}
-			if stream == nil && (!it.response || !jsonOK) {
-				if err := startStream(); err != nil {
-					s.abandon(ex)
-					return
-				}
-			}
-			if stream == nil {
-				held = append(held, it.raw)
-			} else if err := stream.event("message", it.raw); err != nil {
+			if err := rep.add(it); err != nil {
 				s.abandon(ex)
 				return
 			}
@@ -163,25 +129,74 @@ func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *
 			break
 		}
 	}
-	if got < n { // the exchange was closed early: this client was not keeping up
+	if rep.responses < n { // the exchange was closed early: this client was not keeping up
 		s.abandon(ex)
 	}
-	if stream != nil {
-		return // the stream ends with the handler
+	rep.finish(batch)
+}
+
+// reply is the answer to one POST: held back as JSON until something forces
+// an SSE stream.
+type reply struct {
+	w         http.ResponseWriter
+	jsonOK    bool
+	stream    *sseStream // once started
+	held      [][]byte   // responses held for a JSON answer
+	responses int
+}
+
+func (rp *reply) add(it item) error {
+	if it.response {
+		rp.responses++
 	}
-	if len(held) == 0 {
-		httpError(w, http.StatusInternalServerError, "the response stream broke off before the server answered")
+	if rp.stream == nil && (!it.response || !rp.jsonOK) {
+		if err := rp.startStream(); err != nil {
+			return err
+		}
+	}
+	if rp.stream == nil {
+		rp.held = append(rp.held, it.raw)
+		return nil
+	}
+	return rp.stream.event("message", it.raw)
+}
+
+func (rp *reply) startStream() error {
+	rp.stream = startSSE(rp.w)
+	for _, raw := range rp.held {
+		if err := rp.stream.event("message", raw); err != nil {
+			return err
+		}
+	}
+	rp.held = nil
+	return nil
+}
+
+func (rp *reply) keepAlive() error {
+	if rp.stream == nil {
+		if err := rp.startStream(); err != nil {
+			return err
+		}
+	}
+	return rp.stream.keepAlive()
+}
+
+// finish ends a stream (by returning) or writes the JSON answer.
+func (rp *reply) finish(batch bool) {
+	if rp.stream != nil {
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	var body []byte
-	if batch {
-		body = append(append([]byte{'['}, bytes.Join(held, []byte{','})...), ']')
-	} else {
-		body = held[0]
+	if len(rp.held) == 0 {
+		httpError(rp.w, http.StatusInternalServerError, "the response stream broke off before the server answered")
+		return
 	}
-	_, _ = w.Write(append(body, '\n'))
+	body := rp.held[0]
+	if batch {
+		body = append(append([]byte{'['}, bytes.Join(rp.held, []byte{','})...), ']')
+	}
+	rp.w.Header().Set("Content-Type", "application/json")
+	rp.w.WriteHeader(http.StatusOK)
+	_, _ = rp.w.Write(append(body, '\n'))
 }
 
 func (p *Proxy) getStreamable(w http.ResponseWriter, r *http.Request, e *serverEntry) {
