@@ -471,3 +471,34 @@ func TestRunListensAndStops(t *testing.T) {
 	}
 	checkNoLeaks(t, goroutines)
 }
+
+func TestChildCrashOnLegacySSE(t *testing.T) {
+	tp := startProxy(t, []Server{testServerCmd(t, "t", "1")}, nil)
+	resp := tp.do("GET", "/servers/t/sse", "", map[string]string{"Accept": "text/event-stream"})
+	defer resp.Body.Close()
+	events := sseEvents(resp.Body)
+	ev, _ := nextEvent(t, events)
+	endpoint := ev.data
+	tp.post(endpoint, "", `{"jsonrpc":"2.0","id":"s","method":"sleep","params":{"ms":600000}}`)
+	tp.post(endpoint, "", `{"jsonrpc":"2.0","id":"c","method":"crash"}`)
+	got := map[string]string{}
+	for range 2 {
+		ev, ok := nextEvent(t, events)
+		if !ok {
+			t.Fatalf("stream ended early; got %v", got)
+		}
+		m := decode(t, []byte(ev.data))
+		if m.Error == nil {
+			t.Fatalf("got %s, want error responses", ev.data)
+		}
+		got[string(m.ID)] = m.Error.Message
+	}
+	for _, id := range []string{`"s"`, `"c"`} {
+		if !strings.Contains(got[id], "exited (exit status 3)") {
+			t.Errorf("request %s got %q, want the exit named", id, got[id])
+		}
+	}
+	if _, ok := nextEvent(t, events); ok {
+		t.Error("the SSE stream stayed open after the server died")
+	}
+}
