@@ -50,20 +50,17 @@ func (s *session) fromChild(line []byte) {
 		}
 	}
 	var msgs []message
+	var err error
 	if line[0] == '[' { // a batch, from a server of the 2025-03-26 era
-		ms, _, err := parseBody(line)
-		if err != nil {
-			s.log.Warn("ignoring output from the server that is not JSON-RPC", "error", err, "output", preview(line))
-			return
-		}
-		msgs = ms
+		msgs, _, err = parseBody(line)
 	} else {
-		m, err := parseMessage(line)
-		if err != nil {
-			s.log.Warn("ignoring output from the server that is not JSON-RPC", "error", err, "output", preview(line))
-			return
-		}
+		var m message
+		m, err = parseMessage(line)
 		msgs = []message{m}
+	}
+	if err != nil {
+		s.log.Warn("ignoring output from the server that is not JSON-RPC", "error", err, "output", preview(line))
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
