@@ -196,7 +196,6 @@ func (p *Proxy) newSession(e *serverEntry, kind transport) (*session, error) {
 	id := newSessionID()
 	s := &session{
 		id:        id,
-		short:     id[:8],
 		kind:      kind,
 		server:    e,
 		proxy:     p,

@@ -51,7 +51,6 @@ type exchange struct {
 
 type session struct {
 	id     string
-	short  string // a prefix of id for logs
 	kind   transport
 	server *serverEntry
 	proxy  *Proxy
