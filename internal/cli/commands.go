@@ -27,6 +27,8 @@ func commands(stdio IO) []*cli.Command {
 		sshConfigCommand(stdio),
 		imageCommand(stdio),
 		doctorCommand(stdio),
+		mcpConfigCommand(stdio),
+		mcpProxyCommand(stdio),
 		completionCommand(stdio),
 		{
 			Name: "version", Usage: "print the version", ArgsUsage: " ",
