@@ -65,7 +65,7 @@ func TestGuestUnitsVerify(t *testing.T) {
 		}
 	}
 	must(os.MkdirAll(filepath.Join(root, "usr/lib/systemd"), 0o755))
-	must(os.CopyFS(filepath.Join(root, "usr/lib/systemd/system"), os.DirFS(hostUnits)))
+	must(copyTree(filepath.Join(root, "usr/lib/systemd/system"), hostUnits))
 	must(os.Symlink("usr/lib", filepath.Join(root, "lib")))
 	must(os.Symlink("usr/bin", filepath.Join(root, "bin")))
 	must(os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755))
@@ -222,4 +222,36 @@ func TestEnsurePackages(t *testing.T) {
 	if string(calls) != want {
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s(output %q)", calls, want, out)
 	}
+}
+
+// copyTree copies regular files, directories and symlinks (as they are) from
+// src to dst. (os.CopyFS refuses symlinks before Go 1.25.)
+func copyTree(dst, src string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(target, b, 0o644)
+		}
+		return nil // sockets and the like: not units
+	})
 }
