@@ -1,0 +1,131 @@
+// Package cloudinit renders the NoCloud seed that turns a stock Debian (or
+// Ubuntu) cloud-init guest into an agent-vm guest, and writes it as an ISO
+// 9660 image labelled cidata.
+//
+// The seed implements the guest contract of docs/design.md: user dev with the
+// workspace owner's uid/gid, passwordless sudo and the VM's SSH key; sshd
+// key-only with the pinned host key; /workspace from virtiofs, else 9p; the
+// agent-mcp unit running `agent-vm mcp-proxy` with the NixOS module's
+// hardening; the MCP token read from QEMU fw_cfg at every boot.
+//
+// Every document is a typed struct marshalled to JSON (JSON is YAML, so
+// "#cloud-config\n" + JSON is valid user-data). The guest's units and scripts
+// are static files embedded from guest/; nothing from the Config is spliced
+// into them. Values reach the guest only as JSON strings, as arguments, or in
+// an environment file whose values are validated to plain characters.
+//
+// Boot cost: cloud-init's stages take ~20 s of every boot under TCG, so the
+// first boot ends by creating /etc/cloud/cloud-init.disabled, and later boots
+// skip cloud-init. The agent-vm units are enabled and do not need it. To
+// provision again (a new InstanceID), either boot once with
+// ReprovisionKernelArg on the kernel command line, or let the guest notice:
+// agent-vm-setup.service compares the seed's instance-id with the one
+// cloud-init provisioned, switches cloud-init back on and reboots once.
+package cloudinit
+
+// Names the launcher and the guest agree on (the guest contract).
+const (
+	// UserName is the guest's login user; it runs the agent and agent-mcp.
+	UserName = "dev"
+	// SeedLabel is the volume id of the seed ISO, which cloud-init's NoCloud
+	// datasource and agent-vm-setup.service look for.
+	SeedLabel = "cidata"
+	// WorkspaceTag is the virtiofs tag (vhost-user-fs-pci tag=) and the 9p
+	// mount tag (-virtfs mount_tag=) of the workspace share.
+	WorkspaceTag = "workspace"
+	// WorkspaceDir is where the guest mounts the workspace.
+	WorkspaceDir = "/workspace"
+	// NinePMountOptions are the options the guest mounts a 9p workspace with.
+	NinePMountOptions = "trans=virtio,version=9p2000.L,msize=524288"
+	// MCPTokenFwCfgName is the fw_cfg name under which QEMU must pass the MCP
+	// token file: -fw_cfg name=<this>,file=<vm>/secrets/mcp-token. systemd
+	// imports it as the system credential agent-vm.mcp-token.
+	MCPTokenFwCfgName = "opt/io.systemd.credentials/agent-vm.mcp-token"
+	// DefaultMCPPort is the port agent-mcp listens on in the guest.
+	DefaultMCPPort = 8000
+	// MCPHealthPath answers GET without a token once agent-mcp is serving.
+	MCPHealthPath = "/health"
+	// DefaultMACAddress is QEMU's default MAC for the first NIC; the network
+	// config matches the NIC by its MAC, so the launcher must give the
+	// virtio-net device this MAC (or pass its own as Config.MACAddress).
+	DefaultMACAddress = "52:54:00:12:34:56"
+	// AgentBinaryName is the name of the agent-vm binary on the seed.
+	AgentBinaryName = "agent-vm"
+	// ReprovisionKernelArg, on the kernel command line, makes cloud-init run
+	// although the first boot switched it off (its systemd generator checks
+	// the kernel command line before /etc/cloud/cloud-init.disabled). Pass it
+	// on the first boot after changing InstanceID when booting a kernel
+	// directly; it saves the reboot the guest otherwise does by itself.
+	// Leave it off other boots: it costs cloud-init's ~20 s each time.
+	ReprovisionKernelArg = "cloud-init=enabled"
+)
+
+// AgentPackages returns the Debian packages the agent needs. The first boot
+// installs whichever are missing; on agent-vm's own images (which must carry
+// them) that is none, and costs no apt-get update.
+func AgentPackages() []string { return []string{"git", "nodejs", "npm"} }
+
+// Config is everything the seed says about one VM.
+type Config struct {
+	// InstanceID is cloud-init's instance-id. cloud-init provisions once per
+	// instance-id: change it only to provision the VM again.
+	InstanceID string
+	// Hostname is the guest's hostname: one lowercase DNS label.
+	Hostname string
+	// UID and GID are dev's ids in the guest. virtiofs passes ids through, so
+	// they must be the workspace owner's on the host (see docs/design.md,
+	// "Workspace ownership"): uid 1000 or above, never 0.
+	UID, GID int
+	// AuthorizedKeys are authorized_keys lines (no options) that may log in
+	// as dev.
+	AuthorizedKeys []string
+	// HostKey is the pinned ed25519 host key sshd presents.
+	HostKey HostKey
+	// MCP configures agent-mcp.
+	MCP MCP
+	// ExtraPackages are Debian packages installed on the first boot in
+	// addition to AgentPackages.
+	ExtraPackages []string
+	// MACAddress is the MAC of the guest's virtio NIC; empty means
+	// DefaultMACAddress.
+	MACAddress string
+}
+
+// HostKey is an ed25519 SSH host key pair, as ssh-keygen writes it. The
+// private key is a secret: it reaches only the seed ISO (0600).
+type HostKey struct {
+	// Private is the unencrypted OpenSSH private key
+	// ("-----BEGIN OPENSSH PRIVATE KEY-----...").
+	Private string
+	// Public is the matching public key line ("ssh-ed25519 AAAA... comment").
+	Public string
+}
+
+// MCP configures the agent-mcp unit.
+type MCP struct {
+	// Port is the port agent-mcp listens on in the guest (all addresses; the
+	// host forwards a 127.0.0.1 port to it). 0 means DefaultMCPPort.
+	Port int
+	// AllowOrigins are the browser origins the proxy accepts
+	// (scheme://host[:port]), passed as --allow-origin.
+	AllowOrigins []string
+	// Config is the VM's own MCP configuration (Claude's mcpServers JSON),
+	// used when the workspace has no .mcp.json. nil means no servers. It may
+	// hold secrets (API keys in env): in the guest it is readable by root
+	// and dev only.
+	Config []byte
+}
+
+func (c Config) mcpPort() int {
+	if c.MCP.Port == 0 {
+		return DefaultMCPPort
+	}
+	return c.MCP.Port
+}
+
+func (c Config) macAddress() string {
+	if c.MACAddress == "" {
+		return DefaultMACAddress
+	}
+	return c.MACAddress
+}

@@ -1,0 +1,257 @@
+package cloudinit
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+)
+
+// guestScripts returns the embedded shell scripts by name.
+func guestScripts(t *testing.T) map[string]string {
+	t.Helper()
+	scripts := map[string]string{}
+	entries, err := guest.ReadDir("guest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := guest.ReadFile("guest/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(string(b), "#!/bin/sh\n") {
+			scripts[e.Name()] = string(b)
+		}
+	}
+	if len(scripts) != 4 {
+		t.Fatalf("found %d guest scripts, want 4", len(scripts))
+	}
+	return scripts
+}
+
+func TestGuestScriptsPassShellcheck(t *testing.T) {
+	shellcheck := needTool(t, "shellcheck", "shellcheck")
+	for name := range guestScripts(t) {
+		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{
+			Path: shellcheck, Args: []string{"--shell=sh", "--severity=style", filepath.Join("guest", name)},
+		})
+		if err != nil {
+			t.Errorf("shellcheck %s:\n%s%v", name, res.Stdout, err)
+		}
+	}
+}
+
+// TestGuestUnitsVerify runs systemd-analyze verify on the units, inside a
+// scratch root that holds the scripts they run and the host's own units
+// (Debian 12's systemd is the guest's). Unknown keys and bad values are
+// warnings there, so any output fails the test.
+func TestGuestUnitsVerify(t *testing.T) {
+	analyze := needTool(t, "systemd-analyze", "systemd")
+	hostUnits := "/usr/lib/systemd/system"
+	if _, err := os.Stat(filepath.Join(hostUnits, "multi-user.target")); err != nil {
+		skipOrFail(t, "no systemd units in "+hostUnits+" to verify against (apt-get install systemd)")
+	}
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "usr/lib/systemd"), 0o755))
+	must(copyTree(filepath.Join(root, "usr/lib/systemd/system"), hostUnits))
+	must(os.Symlink("usr/lib", filepath.Join(root, "lib")))
+	must(os.Symlink("usr/bin", filepath.Join(root, "bin")))
+	must(os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "usr/bin/umount"), []byte("#!/bin/sh\n"), 0o755))
+
+	seed, err := Render(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var units []string
+	for _, f := range parseUserData(t, seed.UserData).WriteFiles {
+		if f.Encoding != "" {
+			continue
+		}
+		dst := filepath.Join(root, f.Path)
+		must(os.MkdirAll(filepath.Dir(dst), 0o755))
+		mode, err := strconv.ParseUint(f.Permissions, 8, 32)
+		must(err)
+		must(os.WriteFile(dst, []byte(f.Content), fs.FileMode(mode)))
+		if strings.HasSuffix(f.Path, ".service") {
+			units = append(units, dst)
+		}
+	}
+	if len(units) != 3 {
+		t.Fatalf("found %d units in write_files, want 3", len(units))
+	}
+	res, err := execx.OS{}.Run(context.Background(), execx.Cmd{
+		Path: analyze, Args: append([]string{"verify", "--man=no", "--root=" + root}, units...), Dir: root,
+	})
+	out := strings.TrimSpace(string(res.Stdout) + string(res.Stderr))
+	// The copied unit tree holds symlinks that leave it; their complaints
+	// are about the scratch root, not our units.
+	var complaints []string
+	for _, line := range strings.Split(out, "\n") {
+		if line != "" && !strings.HasPrefix(line, "Failed to resolve symlink") {
+			complaints = append(complaints, line)
+		}
+	}
+	if err != nil || len(complaints) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, strings.Join(complaints, "\n"))
+	}
+}
+
+// TestGuestFilesAgreeWithTheGo checks that the static guest files use the
+// names the Go side exports to the launcher.
+func TestGuestFilesAgreeWithTheGo(t *testing.T) {
+	s := guestScripts(t)
+	read := func(name string) string {
+		b, err := guest.ReadFile("guest/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	checks := []struct{ file, want string }{
+		{"mount-workspace", "ninep_options=" + NinePMountOptions + "\n"},
+		{"mount-workspace", "tag=" + WorkspaceTag + "\n"},
+		{"mount-workspace", "dir=" + WorkspaceDir + "\n"},
+		{"setup", "/sys/firmware/qemu_fw_cfg/by_name/" + MCPTokenFwCfgName + "/raw"},
+		{"setup", "/run/credentials/@system/" + strings.TrimPrefix(MCPTokenFwCfgName, "opt/io.systemd.credentials/")},
+		{"setup", "for label in " + SeedLabel + " " + strings.ToUpper(SeedLabel) + "; do"},
+		{"setup", `"$seed_dir/` + AgentBinaryName + `"`},
+		{"setup", cloudInitDisabledFile},
+		{"agent-mcp-start", "--health-path " + MCPHealthPath + " "},
+		{"agent-mcp-start", "${AGENT_MCP_PORT}"},
+		{"agent-mcp-start", "${AGENT_MCP_ALLOW_ORIGINS:-}"},
+		{"agent-mcp-start", "/etc/agent-vm/mcp.json"},
+		{mcpUnit, "User=" + UserName + "\n"},
+		{mcpUnit, "Group=" + UserName + "\n"},
+		{mcpUnit, "ExecStart=" + libDir + "/agent-mcp-start\n"},
+		{mcpUnit, "EnvironmentFile=" + etcDir + "/agent-mcp.env\n"},
+		{mcpUnit, "LoadCredential=mcp-token:/run/agent-vm/mcp-token\n"},
+		{mcpUnit, "Requires=" + setupUnit + " " + workspaceUnit + "\n"},
+		{setupUnit, "ExecStart=" + libDir + "/setup\n"},
+		{workspaceUnit, "ExecStart=" + libDir + "/mount-workspace\n"},
+	}
+	for _, c := range checks {
+		text, ok := s[c.file]
+		if !ok {
+			text = read(c.file)
+		}
+		if !strings.Contains(text, c.want) {
+			t.Errorf("guest/%s lacks %q", c.file, c.want)
+		}
+	}
+	env := mcpEnv(testConfig(t))
+	for _, v := range []string{"AGENT_MCP_PORT=", "AGENT_MCP_ALLOW_ORIGINS="} {
+		if !strings.Contains(env, "\n"+v) {
+			t.Errorf("agent-mcp.env lacks %s:\n%s", v, env)
+		}
+	}
+	// The hardening the NixOS module has (seed 002), by name.
+	unit := read(mcpUnit)
+	for _, k := range []string{
+		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "ProtectKernelTunables=yes",
+		"ProtectKernelModules=yes", "ProtectControlGroups=yes", "RestrictSUIDSGID=yes", "RestrictNamespaces=yes",
+		"LockPersonality=yes", "PrivateTmp=yes", "PrivateDevices=yes", "ReadWritePaths=/workspace",
+		"Restart=always", "StartLimitBurst=", "KillMode=mixed", "TimeoutStopSec=30s", "WorkingDirectory=/workspace",
+		"StateDirectory=agent-mcp", "CacheDirectory=agent-mcp", "Environment=HOME=/var/lib/agent-mcp",
+	} {
+		if !strings.Contains(unit, "\n"+k) {
+			t.Errorf("agent-mcp.service lacks %s", k)
+		}
+	}
+	// Nothing from a Config may be spliced into the static files.
+	for name, text := range s {
+		if strings.Contains(text, "{{") {
+			t.Errorf("guest/%s looks like a template", name)
+		}
+	}
+}
+
+// TestEnsurePackages runs guest/ensure-packages inside the cloud-init root
+// filesystem. With every package present it must not touch apt at all; with
+// one missing it must run apt-get update and install only that one. apt-get
+// is replaced by a recording FAKE (a shell script first on PATH), since a
+// real install is not what is under test.
+func TestEnsurePackages(t *testing.T) {
+	rootfs := cloudInitRootfs(t)
+	dir, err := os.MkdirTemp(filepath.Join(rootfs, "tmp"), "ensure-packages-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	inside := "/tmp/" + filepath.Base(dir)
+	script, err := guest.ReadFile("guest/ensure-packages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ensure-packages"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := "#!/bin/sh\n# FAKE apt-get: records its arguments.\necho \"$*\" >>" + inside + "/apt-calls\n"
+	if err := os.WriteFile(filepath.Join(dir, "apt-get"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(pkgs ...string) string {
+		args := append([]string{rootfs, "env", "PATH=" + inside + ":/usr/sbin:/usr/bin:/sbin:/bin", inside + "/ensure-packages"}, pkgs...)
+		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "chroot", Args: args})
+		if err != nil {
+			t.Fatalf("ensure-packages %v: %v", pkgs, err)
+		}
+		return string(res.Stdout) + string(res.Stderr)
+	}
+	if out := run("cloud-init", "systemd"); out != "" {
+		t.Errorf("with everything installed it printed %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "apt-calls")); err == nil {
+		t.Error("with everything installed it ran apt-get")
+	}
+	out := run("cloud-init", "agent-vm-no-such-package")
+	calls, _ := os.ReadFile(filepath.Join(dir, "apt-calls"))
+	want := "update -q\ninstall -y -q --no-install-recommends agent-vm-no-such-package\n"
+	if string(calls) != want {
+		t.Errorf("apt-get calls:\n%s\nwant:\n%s(output %q)", calls, want, out)
+	}
+}
+
+// copyTree copies regular files, directories and symlinks (as they are) from
+// src to dst. (os.CopyFS refuses symlinks before Go 1.25.)
+func copyTree(dst, src string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(target, b, 0o644)
+		}
+		return nil // sockets and the like: not units
+	})
+}

@@ -1,0 +1,85 @@
+package cloudinit
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// skipOrFail skips the test with the reason, or fails it when
+// AGENT_VM_TEST_STRICT=1 (as CI sets) forbids skipping.
+func skipOrFail(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
+		t.Fatalf("%s; AGENT_VM_TEST_STRICT=1 forbids skipping", reason)
+	}
+	t.Skip(reason)
+}
+
+// needTool returns the path of a program the test needs, or skips/fails.
+func needTool(t testing.TB, name, debianPackage string) string {
+	t.Helper()
+	p, err := execx.OS{}.LookPath(name)
+	if err != nil {
+		skipOrFail(t, name+" is not installed (apt-get install "+debianPackage+")")
+	}
+	return p
+}
+
+func readFixture(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "keys", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// testConfig is a valid Config built from the test keys.
+func testConfig(t testing.TB) Config {
+	t.Helper()
+	return Config{
+		InstanceID:     "feat-x-1",
+		Hostname:       "feat-x",
+		UID:            1000,
+		GID:            1000,
+		AuthorizedKeys: []string{strings.TrimSpace(readFixture(t, "user_ed25519.pub"))},
+		HostKey: HostKey{
+			Private: readFixture(t, "host_ed25519"),
+			Public:  strings.TrimSpace(readFixture(t, "host_ed25519.pub")),
+		},
+	}
+}
+
+// agentBinary returns an x86-64 executable to stand in for agent-vm: the
+// test binary itself.
+func agentBinary(t testing.TB) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAgentBinary(exe); err != nil {
+		t.Skipf("the test binary cannot stand in for agent-vm here: %v", err)
+	}
+	return exe
+}
+
+var seedTime = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func runTool(t testing.TB, path string, args ...string) (string, string) {
+	t.Helper()
+	res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: path, Args: args})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return string(res.Stdout), string(res.Stderr)
+}

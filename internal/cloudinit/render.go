@@ -1,0 +1,238 @@
+package cloudinit
+
+import (
+	"bytes"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// guest holds the units and scripts the seed installs. They are static: the
+// Config reaches them only through /etc/agent-vm/agent-mcp.env and the
+// arguments below.
+//
+//go:embed guest
+var guest embed.FS
+
+// Paths in the guest.
+const (
+	libDir                = "/usr/local/lib/agent-vm"
+	unitDir               = "/etc/systemd/system"
+	etcDir                = "/etc/agent-vm"
+	sshdDropIn            = "/etc/ssh/sshd_config.d/50-agent-vm.conf"
+	cloudInitDisabledFile = "/etc/cloud/cloud-init.disabled"
+	setupUnit             = "agent-vm-setup.service"
+	workspaceUnit         = "agent-vm-workspace.service"
+	mcpUnit               = "agent-mcp.service"
+)
+
+// Seed is the rendered NoCloud seed.
+type Seed struct {
+	UserData      []byte // "#cloud-config" + JSON; holds the host private key
+	MetaData      []byte // JSON: instance-id, local-hostname
+	NetworkConfig []byte // JSON: network config version 2
+}
+
+// Render validates c and renders the three NoCloud documents. The output
+// depends only on c.
+func Render(c Config) (Seed, error) {
+	if err := c.Validate(); err != nil {
+		return Seed{}, err
+	}
+	ud, err := renderUserData(c)
+	if err != nil {
+		return Seed{}, err
+	}
+	md, err := marshal(metaData{InstanceID: c.InstanceID, LocalHostname: c.Hostname})
+	if err != nil {
+		return Seed{}, err
+	}
+	nc, err := marshal(networkConfig{Version: 2, Ethernets: map[string]ethernet{
+		"nic0": {Match: match{MACAddress: c.macAddress()}, DHCP4: true},
+	}})
+	if err != nil {
+		return Seed{}, err
+	}
+	return Seed{UserData: append([]byte("#cloud-config\n"), ud...), MetaData: md, NetworkConfig: nc}, nil
+}
+
+type metaData struct {
+	InstanceID    string `json:"instance-id"`
+	LocalHostname string `json:"local-hostname"`
+}
+
+type networkConfig struct {
+	Version   int                 `json:"version"`
+	Ethernets map[string]ethernet `json:"ethernets"`
+}
+
+// ethernet matches the NIC by MAC: cloud-init's networkd and ENI renderers
+// turn that into the NIC's real name, which a driver or name match does not.
+type ethernet struct {
+	Match match `json:"match"`
+	DHCP4 bool  `json:"dhcp4"`
+}
+
+type match struct {
+	MACAddress string `json:"macaddress"`
+}
+
+// userData is the cloud-config, in the order cloud-init applies it.
+type userData struct {
+	Hostname         string `json:"hostname"`
+	PreserveHostname bool   `json:"preserve_hostname"`
+	ManageEtcHosts   bool   `json:"manage_etc_hosts"`
+	// Debian's cloud images carry no en_US.UTF-8, and cloud-init's default
+	// locale then fails its config stage; C.UTF-8 is always there.
+	Locale        string      `json:"locale"`
+	Bootcmd       [][]string  `json:"bootcmd"`
+	WriteFiles    []writeFile `json:"write_files"`
+	Users         []user      `json:"users"`
+	DisableRoot   bool        `json:"disable_root"`
+	SSHPwauth     bool        `json:"ssh_pwauth"`
+	SSHDeleteKeys bool        `json:"ssh_deletekeys"`
+	// The schema rejects an empty list; a key given in ssh_keys is kept, so
+	// nothing is generated.
+	SSHGenKeyTypes []string   `json:"ssh_genkeytypes"`
+	SSHKeys        sshKeys    `json:"ssh_keys"`
+	Runcmd         [][]string `json:"runcmd"`
+}
+
+type user struct {
+	Name              string   `json:"name"`
+	UID               int      `json:"uid"`
+	PrimaryGroup      string   `json:"primary_group"`
+	Groups            []string `json:"groups"`
+	Shell             string   `json:"shell"`
+	Sudo              string   `json:"sudo"`
+	LockPasswd        bool     `json:"lock_passwd"`
+	SSHAuthorizedKeys []string `json:"ssh_authorized_keys"`
+}
+
+type sshKeys struct {
+	Ed25519Private string `json:"ed25519_private"`
+	Ed25519Public  string `json:"ed25519_public"`
+}
+
+type writeFile struct {
+	Path        string `json:"path"`
+	Owner       string `json:"owner"`
+	Permissions string `json:"permissions"`
+	Encoding    string `json:"encoding,omitempty"`
+	Content     string `json:"content"`
+}
+
+func renderUserData(c Config) ([]byte, error) {
+	files, err := guestFiles(c)
+	if err != nil {
+		return nil, err
+	}
+	units := []string{setupUnit, workspaceUnit, mcpUnit}
+	ud := userData{
+		Hostname:         c.Hostname,
+		PreserveHostname: false,
+		ManageEtcHosts:   true,
+		Locale:           "C.UTF-8",
+		Bootcmd: [][]string{
+			// users-groups cannot give a group a gid: create dev's group
+			// first (sharing the gid if the image already uses it), then
+			// name it as the user's primary group.
+			{"sh", "-c", `getent group ` + UserName + ` >/dev/null || groupadd --gid "$1" --non-unique ` + UserName, "agent-vm-group", strconv.Itoa(c.GID)},
+			// Start the agent-vm units as soon as this stage (which writes
+			// them and creates dev) is done, rather than in runcmd at the
+			// very end of the first boot.
+			{"systemd-run", "--no-block", "--collect", "--unit=agent-vm-enable",
+				"--property=After=cloud-init.service", "--description=agent-vm: enable and start the agent-vm units",
+				"/bin/sh", "-c", "systemctl enable " + strings.Join(units, " ") + " && systemctl start --no-block " + mcpUnit},
+		},
+		WriteFiles: files,
+		Users: []user{{
+			Name:              UserName,
+			UID:               c.UID,
+			PrimaryGroup:      UserName,
+			Groups:            []string{"systemd-journal"},
+			Shell:             "/bin/bash",
+			Sudo:              "ALL=(ALL) NOPASSWD:ALL",
+			LockPasswd:        true,
+			SSHAuthorizedKeys: c.AuthorizedKeys,
+		}},
+		DisableRoot:    true,
+		SSHPwauth:      false,
+		SSHDeleteKeys:  true,
+		SSHGenKeyTypes: []string{"ed25519"},
+		SSHKeys:        sshKeys{Ed25519Private: c.HostKey.Private, Ed25519Public: c.HostKey.Public},
+		Runcmd: [][]string{
+			append([]string{libDir + "/ensure-packages"}, append(AgentPackages(), c.ExtraPackages...)...),
+			// Idempotent; covers a bootcmd that could not start them.
+			append([]string{"systemctl", "enable", "--now", "--no-block"}, units...),
+			// Later boots skip cloud-init (~20 s under TCG); see the package
+			// documentation for provisioning again.
+			{"touch", cloudInitDisabledFile},
+		},
+	}
+	return marshal(ud)
+}
+
+// guestFiles lists the files the first boot writes.
+func guestFiles(c Config) ([]writeFile, error) {
+	static := []struct{ src, dst, mode string }{
+		{"50-agent-vm.conf", sshdDropIn, "0644"},
+		{"setup", libDir + "/setup", "0755"},
+		{"mount-workspace", libDir + "/mount-workspace", "0755"},
+		{"agent-mcp-start", libDir + "/agent-mcp-start", "0755"},
+		{"ensure-packages", libDir + "/ensure-packages", "0755"},
+		{setupUnit, unitDir + "/" + setupUnit, "0644"},
+		{workspaceUnit, unitDir + "/" + workspaceUnit, "0644"},
+		{mcpUnit, unitDir + "/" + mcpUnit, "0644"},
+	}
+	var files []writeFile
+	for _, s := range static {
+		b, err := guest.ReadFile("guest/" + s.src)
+		if err != nil {
+			return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
+		}
+		files = append(files, writeFile{Path: s.dst, Owner: "root:root", Permissions: s.mode, Content: string(b)})
+	}
+	mcpConfig := c.MCP.Config
+	if mcpConfig == nil {
+		mcpConfig = []byte(`{"mcpServers": {}}` + "\n")
+	}
+	files = append(files,
+		writeFile{Path: etcDir + "/agent-mcp.env", Owner: "root:root", Permissions: "0644", Content: mcpEnv(c)},
+		// Base64: the caller's JSON may hold any Unicode, which need not
+		// survive YAML's rules for printable characters; and it may hold
+		// secrets, so only root and dev (the proxy) read it.
+		writeFile{Path: etcDir + "/mcp.json", Owner: "root:" + UserName, Permissions: "0640",
+			Encoding: "b64", Content: base64.StdEncoding.EncodeToString(mcpConfig)},
+	)
+	return files, nil
+}
+
+// mcpEnv renders agent-mcp's environment file. Its values are validated to
+// characters that need no quoting beyond the double quotes.
+func mcpEnv(c Config) string {
+	return "# Written by agent-vm (cloud-init) for agent-mcp.service.\n" +
+		"AGENT_MCP_PORT=" + strconv.Itoa(c.mcpPort()) + "\n" +
+		`AGENT_MCP_ALLOW_ORIGINS="` + strings.Join(c.MCP.AllowOrigins, " ") + `"` + "\n"
+}
+
+// marshal renders v as indented JSON that is also plain YAML: printable ASCII
+// only, no HTML escapes, a final newline.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("rendering cloud-init: %w", err)
+	}
+	for i, c := range b.Bytes() {
+		if (c < 0x20 || c > 0x7e) && c != '\n' {
+			return nil, fmt.Errorf("internal error: rendered cloud-init has byte %#x at offset %d", c, i)
+		}
+	}
+	return b.Bytes(), nil
+}
