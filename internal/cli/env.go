@@ -10,7 +10,9 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -65,7 +67,16 @@ func (e *env) manager() (*vm.Manager, error) {
 
 // backends lists the VM flavours this build has.
 func (e *env) backends() []backend.Backend {
+	q := &cloudinit.Backend{Run: e.run, Log: e.log.Named("qemu"), ImageDir: e.imageDir(), Executable: os.Executable}
+	if os.Geteuid() == 0 {
+		// "It works first time": the first start on a host builds the base
+		// image (mmdebstrap's root mode needs root).
+		q.BuildImage = func(ctx context.Context) (*image.Image, error) {
+			return image.Build(ctx, image.BuildOptions{CacheDir: e.imageDir(), Runner: e.run, Progress: e.stdio.Err, Logger: e.log.Named("image")})
+		}
+	}
 	return []backend.Backend{
+		q,
 		&nixos.Backend{Run: e.run, Log: e.log.Named("nixos"), Getenv: e.stdio.Getenv, Nixpkgs: e.nixpkgs,
 			Executable: os.Executable, Progress: e.stdio.Err},
 	}

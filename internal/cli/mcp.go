@@ -61,7 +61,7 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 		Description: "claude-code:    paste into .mcp.json (or `claude mcp add-json NAME '<the entry>'`)\n" +
 			"claude-desktop: merge into claude_desktop_config.json (runs mcp-remote through npx)\n" +
 			"json:           name, URL and header for any other client",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "client", Value: mcpproxy.ClientClaudeCode, Usage: "claude-code, claude-desktop or json"}},
+		Flags:        []cli.Flag{&cli.StringFlag{Name: "client", Value: mcpproxy.ClientClaudeCode, Usage: "claude-code, claude-desktop or json"}},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, err := vmName(cliCtx, m)

@@ -46,6 +46,20 @@ type Launch struct {
 	Share        ShareMode `json:"share"`
 	QMP          string    `json:"qmp"`
 	StartedAt    time.Time `json:"started_at"`
+	// ReadyAt is when the guest first answered on SSH after this start
+	// (set by MarkReady); nil while it boots.
+	ReadyAt *time.Time `json:"ready_at,omitempty"`
+}
+
+// MarkReady records that the guest of the current launch is up.
+func MarkReady(m Machine, at time.Time) error {
+	l, err := readLaunch(m.runFile(LaunchFile))
+	if err != nil {
+		return err
+	}
+	at = at.UTC()
+	l.ReadyAt = &at
+	return writeJSON(m.runFile(LaunchFile), l)
 }
 
 // StartOptions are per-start choices.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -154,6 +155,9 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machin
 	}
 	client.Close()
 	res.SSHReady = time.Since(began)
+	if err := qemu.MarkReady(mach, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
 	m.Log.Debug("ssh ready", "after", res.SSHReady)
 
 	b := 250 * time.Millisecond
@@ -206,9 +210,12 @@ func (m *Manager) watchQEMU(ctx context.Context, mach qemu.Machine, pid int) (co
 	return wctx, func() { close(done); cancel(nil) }
 }
 
+// ansiRE matches terminal escape sequences (systemd colours its console).
+var ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+
 // lastConsoleLine is the guest's latest console output, for progress lines.
 func lastConsoleLine(mach qemu.Machine) string {
-	line := qemu.TailFile(mach.ConsoleLogPath(), 1)
+	line := ansiRE.ReplaceAllString(qemu.TailFile(mach.ConsoleLogPath(), 1), "")
 	if len(line) > 120 {
 		line = line[:120] + "…"
 	}

@@ -133,7 +133,9 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 			info.UptimeSeconds = int64(live.Uptime(m.Now()).Seconds())
 		}
 	}
-	if live.State == StateRunning && !sshAnswers(ctx, r.Ports.SSH) {
+	// Booting until the start that launched it saw SSH answer; a VM whose
+	// start gave up (or was started by an older agent-vm) is asked directly.
+	if live.State == StateRunning && (live.Launch == nil || live.Launch.ReadyAt == nil) && !sshAnswers(ctx, r.Ports.SSH) {
 		info.State = StateStarting
 	}
 	if withHealth && live.Alive() {
@@ -151,7 +153,9 @@ func sshAnswers(ctx context.Context, port int) bool {
 		return false
 	}
 	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	// sshd forks and re-executes itself per connection: under TCG the
+	// banner takes about half a second.
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	return err == nil && strings.HasPrefix(line, "SSH-")
 }

@@ -1,0 +1,197 @@
+package cloudinit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Name is the backend's name in VM records: a Debian (or Ubuntu) guest run
+// by QEMU directly and configured with cloud-init.
+const Name = "qemu"
+
+// Files of the qemu backend in a VM directory.
+const (
+	DiskFile     = "disk.qcow2" // the VM's overlay on the base image
+	DiskInfoFile = "disk.json"  // what the overlay was made from
+	SeedFile     = "seed.iso"   // the NoCloud seed, rewritten at every start
+	MCPConfig    = "mcp.json"   // the VM's own MCP servers (optional)
+)
+
+// Backend boots cloud-init guests with the shared QEMU launcher.
+type Backend struct {
+	Run execx.Runner
+	Log hclog.Logger
+	// ImageDir is the image cache (image.DefaultCacheDir's layout).
+	ImageDir string
+	// Executable is the agent-vm binary the guest runs as its MCP proxy.
+	Executable func() (string, error)
+	// BuildImage builds the default base image when there is none; nil
+	// means the user must build it.
+	BuildImage func(ctx context.Context) (*image.Image, error)
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return Name }
+
+// Provision implements backend.Backend: it checks an --image now, so a
+// mistake is reported at create rather than at the first start.
+func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
+	if r.Image == "" {
+		return nil
+	}
+	d, err := image.Inspect(ctx, b.Run, r.Image)
+	if err != nil {
+		return fmt.Errorf("--image: %w", err)
+	}
+	if want := int64(r.Resources.DiskGiB) << 30; want < d.VirtualSize {
+		return fmt.Errorf("--disk %dG is smaller than the image %s (%d GiB) (hint: leave --disk out, or give at least %dG)",
+			r.Resources.DiskGiB, r.Image, d.VirtualSize>>30, (d.VirtualSize+(1<<30)-1)>>30)
+	}
+	return nil
+}
+
+// DiskInfo is disk.json: the base an overlay was made on, and how to boot
+// it. The kernel travels with the base's immutable image version, so a
+// rebuilt image never changes what an existing VM boots.
+type DiskInfo struct {
+	Base       string `json:"base"`
+	BaseFormat string `json:"base_format"`
+	Kernel     string `json:"kernel,omitempty"`
+	Initrd     string `json:"initrd,omitempty"`
+	Cmdline    string `json:"cmdline,omitempty"`
+}
+
+// Prepare implements backend.Backend: the VM's overlay (made on first
+// start), a fresh seed ISO, and a direct-kernel boot when the base has a
+// kernel.
+func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
+	disk, err := b.disk(ctx, l, r, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.writeSeed(ctx, l, r); err != nil {
+		return nil, err
+	}
+	d := &qemu.Direct{
+		Disks: []qemu.Disk{
+			{Path: filepath.Join(l.Dir, DiskFile), Format: "qcow2"},
+			{Path: filepath.Join(l.Dir, SeedFile), Format: "raw", ReadOnly: true},
+		},
+		Kernel: disk.Kernel, Initrd: disk.Initrd, Append: disk.Cmdline,
+		MAC: DefaultMACAddress, // the network config matches the NIC by it
+	}
+	if o.Reprovision && d.Kernel != "" {
+		d.Append = strings.TrimSpace(d.Append + " " + ReprovisionKernelArg)
+	}
+	return &backend.Plan{Boot: qemu.Boot{Direct: d}}, nil
+}
+
+// disk returns the VM's disk, making the overlay on first start.
+func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*DiskInfo, error) {
+	infoPath := filepath.Join(l.Dir, DiskInfoFile)
+	overlay := filepath.Join(l.Dir, DiskFile)
+	if raw, err := os.ReadFile(infoPath); err == nil {
+		var info DiskInfo
+		if err := json.Unmarshal(raw, &info); err != nil {
+			return nil, fmt.Errorf("%s: %w", infoPath, err)
+		}
+		if _, err := os.Stat(overlay); err != nil {
+			return nil, fmt.Errorf("the VM's disk %s is missing: %w (hint: `agent-vm destroy %s` and create the VM again)", overlay, err, r.Slug)
+		}
+		if _, err := os.Stat(info.Base); err != nil {
+			return nil, fmt.Errorf("the base image %s of this VM's disk is gone (was it pruned or moved?) (hint: put it back, or destroy and recreate the VM)", info.Base)
+		}
+		return &info, nil
+	}
+	info, err := b.base(ctx, r, o)
+	if err != nil {
+		return nil, err
+	}
+	o.Report.Report("creating the VM's disk", 0, "")
+	if err := image.CreateOverlay(ctx, b.Run, info.Base, info.BaseFormat, overlay, int64(r.Resources.DiskGiB)<<30); err != nil {
+		return nil, err
+	}
+	raw, _ := json.MarshalIndent(info, "", "  ")
+	if err := state.WriteFileAtomic(infoPath, append(raw, '\n'), 0o600); err != nil {
+		os.Remove(overlay)
+		return nil, err
+	}
+	return info, nil
+}
+
+// base picks the base image: --image, else the default built image, built
+// now if the host can.
+func (b *Backend) base(ctx context.Context, r *state.Record, o backend.PrepareOptions) (*DiskInfo, error) {
+	if r.Image != "" {
+		d, err := image.Inspect(ctx, b.Run, r.Image)
+		if err != nil {
+			return nil, err
+		}
+		return &DiskInfo{Base: d.Path, BaseFormat: d.Format}, nil
+	}
+	img, err := image.Lookup(b.ImageDir, image.DefaultBuildName)
+	if errors.Is(err, image.ErrNotFound) && b.BuildImage != nil {
+		o.Report.Report("building the base image (first start on this host, about 2 minutes)", 0, "")
+		img, err = b.BuildImage(ctx)
+	}
+	if errors.Is(err, image.ErrNotFound) {
+		return nil, fmt.Errorf("there is no base image in %s (hint: build it with `sudo agent-vm image build` (about 2 minutes), or create the VM with --image PATH, e.g. from `agent-vm image pull debian-12`)", b.ImageDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &DiskInfo{Base: img.Disk, BaseFormat: img.Format, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}, nil
+}
+
+// writeSeed renders the VM's cloud-init seed and writes it with the agent-vm
+// binary the guest installs.
+func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record) error {
+	pub, err := os.ReadFile(l.ClientPubKey())
+	if err != nil {
+		return fmt.Errorf("reading the VM's client key: %w", err)
+	}
+	hostPriv, err := os.ReadFile(l.HostKey())
+	if err != nil {
+		return fmt.Errorf("reading the VM's host key: %w", err)
+	}
+	hostPub, err := os.ReadFile(l.HostPubKey())
+	if err != nil {
+		return fmt.Errorf("reading the VM's host key: %w", err)
+	}
+	var mcpConfig []byte
+	if b, err := os.ReadFile(filepath.Join(l.Dir, MCPConfig)); err == nil {
+		mcpConfig = b
+	}
+	exe, err := b.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the agent-vm binary for the guest: %w", err)
+	}
+	if p, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = p
+	}
+	c := Config{
+		InstanceID:     fmt.Sprintf("%s-%d", r.ID, r.Provision),
+		Hostname:       r.Slug,
+		UID:            r.Guest.UID,
+		GID:            r.Guest.GID,
+		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
+		HostKey:        HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
+		MCP:            MCP{Port: 8000, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
+	}
+	return WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
+}
