@@ -1,0 +1,133 @@
+package integration
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"time"
+
+	"golang.org/x/term"
+)
+
+// Exit codes of the integration-test binary.
+const (
+	ExitPassed      = 0
+	ExitFailed      = 1
+	ExitUsage       = 2
+	ExitInterrupted = 130
+)
+
+// DefaultTimeout bounds a whole run unless --timeout says otherwise. Every
+// scenario under TCG on two cores fits in well under half of it.
+const DefaultTimeout = 45 * time.Minute
+
+// Config is what one run is asked to do.
+type Config struct {
+	// AgentVM is the agent-vm binary under test; "" means the one beside
+	// the integration-test binary, else the one on PATH.
+	AgentVM string
+	// StateDir is agent-vm's state directory; "" means a fresh temporary
+	// directory, removed at the end. A given one is never removed: only
+	// the VMs the run created in it are destroyed.
+	StateDir string
+	// Backend is passed to `agent-vm create --backend`; "" leaves agent-vm's
+	// default (auto).
+	Backend string
+	// Run selects scenarios by name; nil runs all.
+	Run *regexp.Regexp
+	// Keep leaves the VMs and files of failed scenarios in place.
+	Keep bool
+	// Timeout bounds the whole run.
+	Timeout time.Duration
+	// Verbose shows every agent-vm command and its output.
+	Verbose bool
+	// List prints the scenarios and exits.
+	List bool
+
+	// Where the run writes, and what it reads from its environment.
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+	// Executable is the integration-test binary's own path (os.Executable);
+	// agent-vm is looked for beside it.
+	Executable func() (string, error)
+	// IsTerminal reports whether Stdout is a terminal (colour, a redrawn
+	// progress line).
+	IsTerminal bool
+	// TermWidth is the terminal's width in columns (0: unknown).
+	TermWidth int
+}
+
+// ParseFlags parses the integration-test command line (without the program
+// name) into a Config writing to stdout and stderr. On -h it prints the
+// usage and returns flag.ErrHelp; on a mistake it prints the error with a
+// hint and returns it. ExitCode turns either into an exit code.
+func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
+	cfg := Config{Stdout: stdout, Stderr: stderr, Getenv: os.Getenv, Executable: os.Executable}
+	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		cfg.IsTerminal = true
+		cfg.TermWidth, _, _ = term.GetSize(int(f.Fd()))
+	}
+	fs := flag.NewFlagSet("integration-test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.AgentVM, "agent-vm", "", "the agent-vm binary to test (default: the one beside integration-test, else on PATH)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "agent-vm's state directory (default: a fresh temporary one, removed at the end)")
+	fs.StringVar(&cfg.Backend, "backend", "", "create VMs with this backend: auto, qemu or nixos (default: agent-vm's own choice)")
+	run := fs.String("run", "", "run only the scenarios whose name matches this regular expression")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the VMs and files of failed scenarios for debugging, and print where they are")
+	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "stop the whole run after this long")
+	fs.BoolVar(&cfg.Verbose, "verbose", false, "show every agent-vm command and its output")
+	fs.BoolVar(&cfg.List, "list", false, "list the scenarios and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: integration-test [flags]\n\n"+
+			"Drives the agent-vm binary through its command line, end to end, and says whether\n"+
+			"this build works on this host. Scenarios that need what the host lacks are skipped\n"+
+			"with the reason (set AGENT_VM_TEST_STRICT=1 to count them as failures).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "(run `integration-test -h` for the flags)")
+		}
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, usageErr(stderr, "unexpected argument %q (integration-test takes only flags; to pick scenarios use --run REGEX)", fs.Arg(0))
+	}
+	if *run != "" {
+		re, err := regexp.Compile(*run)
+		if err != nil {
+			return cfg, usageErr(stderr, "--run %q is not a regular expression: %v", *run, err)
+		}
+		cfg.Run = re
+	}
+	if cfg.Timeout <= 0 {
+		return cfg, usageErr(stderr, "--timeout %s: must be positive, e.g. 30m", cfg.Timeout)
+	}
+	switch cfg.Backend {
+	case "", "auto", "qemu", "nixos", "vagrant":
+	default:
+		return cfg, usageErr(stderr, "--backend %q: must be auto, qemu, nixos or vagrant", cfg.Backend)
+	}
+	return cfg, nil
+}
+
+// errUsage marks a command-line mistake that has already been printed.
+var errUsage = errors.New("usage error")
+
+func usageErr(stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "integration-test: "+format+"\n", args...)
+	return errUsage
+}
+
+// ExitCode is the exit code for an error from ParseFlags: 0 for -h, 2 for
+// a mistake.
+func ExitCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitPassed
+	}
+	return ExitUsage
+}

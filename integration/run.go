@@ -1,0 +1,378 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Run runs the selected scenarios against the agent-vm binary and returns
+// the exit code: 0 all passed, 1 any failed, 2 a usage mistake, 130
+// interrupted (ctx cancelled, by SIGINT or SIGTERM). Whatever happens, it
+// stops and destroys the VMs it started and removes its temporary
+// directories before it returns, except what --keep keeps of a failed
+// scenario.
+func Run(ctx context.Context, cfg Config) int {
+	cfg = withDefaults(cfg)
+	rep := &reporter{w: cfg.Stdout, color: cfg.IsTerminal && cfg.Getenv("NO_COLOR") == "",
+		live: cfg.IsTerminal, width: cfg.TermWidth, verbose: cfg.Verbose, now: time.Now}
+
+	selected := selectScenarios(Scenarios(), cfg.Run)
+	if cfg.List {
+		listScenarios(rep, Scenarios())
+		return ExitPassed
+	}
+	if len(selected) == 0 {
+		fmt.Fprintf(cfg.Stderr, "integration-test: no scenario matches --run %q (the scenarios: %s; `integration-test --list` describes them)\n",
+			cfg.Run.String(), strings.Join(names(Scenarios()), ", "))
+		return ExitUsage
+	}
+	bin, err := findAgentVM(cfg)
+	if err != nil {
+		fmt.Fprintf(cfg.Stderr, "integration-test: %v\n", err)
+		return ExitFailed
+	}
+	root, err := os.MkdirTemp("", "agent-vm-itest-")
+	if err != nil {
+		fmt.Fprintf(cfg.Stderr, "integration-test: making a temporary directory: %v\n", err)
+		return ExitFailed
+	}
+	r := &run{cfg: cfg, rep: rep, root: root, ctx: ctx}
+	return r.main(selected, bin)
+}
+
+// run is one invocation's state.
+type run struct {
+	cfg      Config
+	rep      *reporter
+	root     string          // the run's temporary directory
+	ctx      context.Context // cancelled on SIGINT/SIGTERM
+	av       *agentVM
+	host     host
+	ownState bool // the state directory is the run's own, inside root
+	kept     bool // a failed scenario's files are kept (--keep)
+
+	passed, failed, skipped int
+}
+
+func (r *run) interrupted() bool { return r.ctx.Err() != nil }
+
+func (r *run) main(selected []Scenario, bin string) int {
+	begin := time.Now()
+	stateDir := r.cfg.StateDir
+	if stateDir == "" {
+		stateDir, r.ownState = filepath.Join(r.root, "state"), true
+	} else if abs, err := filepath.Abs(stateDir); err == nil {
+		stateDir = abs
+	}
+	runCtx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+	defer cancel()
+	stopNotice := context.AfterFunc(r.ctx, func() {
+		r.rep.print("\n" + r.rep.style(styleYellow+styleBold, "interrupted:") +
+			" stopping the VMs this run started and removing its files (interrupt again to leave them)\n")
+	})
+	defer stopNotice()
+
+	r.av = &agentVM{bin: bin, stateDir: stateDir, env: childEnv(), dir: r.root,
+		timeout: time.Minute, grace: time.Minute, rep: r.rep}
+	r.rep.title("agent-vm integration test")
+	var err error
+	r.host, err = probeHost(runCtx, r.av, verbsOf(selected))
+	if err != nil {
+		return r.abort(err)
+	}
+	r.header(bin, selected)
+	for _, sc := range selected {
+		r.scenario(runCtx, sc)
+	}
+	r.finish()
+	r.rep.printf("\nfinished in %s\n", fmtDuration(time.Since(begin)))
+	r.rep.summary(r.passed, r.failed, r.skipped)
+	switch {
+	case r.interrupted():
+		return ExitInterrupted
+	case r.failed > 0:
+		return ExitFailed
+	}
+	return ExitPassed
+}
+
+// abort ends a run that could not start its scenarios.
+func (r *run) abort(err error) int {
+	if r.interrupted() {
+		r.finish()
+		return ExitInterrupted
+	}
+	r.rep.print(r.rep.style(styleRed, "error: ") + err.Error() + "\n")
+	var se *stepError
+	if errors.As(err, &se) && se.res != nil {
+		r.rep.command(se.res, true)
+	}
+	r.finish()
+	return ExitFailed
+}
+
+func (r *run) header(bin string, selected []Scenario) {
+	r.rep.headerLine("agent-vm", fmt.Sprintf("%s (%s)", bin, r.host.version))
+	if r.ownState {
+		r.rep.headerLine("state dir", r.av.stateDir+" (fresh, removed at the end)")
+	} else {
+		r.rep.headerLine("state dir", r.av.stateDir+" (yours: only the VMs this run makes are removed)")
+	}
+	for i, l := range r.host.describe() {
+		key := ""
+		if i == 0 {
+			key = "host"
+		}
+		r.rep.headerLine(key, l)
+	}
+	if r.cfg.Backend != "" {
+		r.rep.headerLine("backend", r.cfg.Backend)
+	}
+	if strict(r.cfg.Getenv) {
+		r.rep.headerLine("strict", "AGENT_VM_TEST_STRICT=1: a scenario this host cannot run counts as failed")
+	}
+	r.rep.headerLine("scenarios", strings.Join(names(selected), ", "))
+}
+
+// scenario runs one scenario and cleans up after it.
+func (r *run) scenario(ctx context.Context, sc Scenario) {
+	if r.interrupted() {
+		r.skipped++
+		return
+	}
+	r.rep.scenario(sc.Name, sc.Summary)
+	if ctx.Err() != nil {
+		r.rep.step(markFail, "not run: the run's --timeout had passed", 0, "")
+		r.failed++
+		return
+	}
+	if reason := r.skipReason(sc); reason != "" {
+		if strict(r.cfg.Getenv) {
+			r.rep.step(markFail, "cannot run here (AGENT_VM_TEST_STRICT=1)", 0, "")
+			r.rep.detail(reason)
+			r.failed++
+			return
+		}
+		r.rep.skip(reason)
+		r.skipped++
+		return
+	}
+	s := &S{name: sc.Name, av: r.av, rep: r.rep, dir: filepath.Join(r.root, sc.Name), backend: r.cfg.Backend,
+		scale: r.host.scale(), vm: sc.NeedsVM, interrupted: r.interrupted}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		r.rep.step(markFail, "make the scenario's directory", 0, err.Error())
+		r.failed++
+		return
+	}
+	sc.run(ctx, s)
+
+	if s.failed && r.cfg.Keep {
+		s.keep(context.WithoutCancel(ctx))
+		r.kept = true
+	} else {
+		r.cleanupScenario(s)
+	}
+	switch {
+	case s.failed:
+		r.failed++
+	case r.interrupted():
+		r.skipped++
+	default:
+		r.passed++
+	}
+}
+
+// cleanupScenario runs a scenario's cleanup on a context of its own: the
+// run's may be cancelled (interrupt, --timeout) and cleanup must still run.
+func (r *run) cleanupScenario(s *S) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout*s.scale)
+	defer cancel()
+	start := time.Now()
+	summary, err := s.cleanup(ctx)
+	if err != nil {
+		s.failed = true
+		r.rep.step(markFail, "clean up", time.Since(start), "")
+		r.rep.detail(r.rep.style(styleRed, err.Error()))
+		return
+	}
+	r.rep.step(markPass, "clean up", time.Since(start), summary)
+}
+
+// skipReason says why a scenario cannot run with this agent-vm on this
+// host, and what would let it; "" when it can.
+func (r *run) skipReason(sc Scenario) string {
+	if miss := r.host.missingVerbs(sc.Verbs); len(miss) > 0 {
+		return fmt.Sprintf("this agent-vm has no `%s` command (hint: test a newer agent-vm build)", strings.Join(miss, "`, `"))
+	}
+	if sc.NeedsVM {
+		return r.host.vmSkip()
+	}
+	return ""
+}
+
+// finish is the run's last cleanup: in its own state directory, any VM
+// still there (one a scenario made without knowing, e.g. from a hostile
+// branch name that create accepted) is stopped and destroyed; then the
+// run's temporary directory goes, unless --keep kept something in it.
+func (r *run) finish() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout*r.host.scale())
+	defer cancel()
+	if r.kept {
+		r.rep.printf("\nkept: %s (remove it when done: rm -rf %s, after destroying its VMs)\n", r.root, shellQuote(r.root))
+		return
+	}
+	if r.ownState && r.av != nil {
+		if err := r.sweep(ctx); err != nil {
+			r.rep.print(r.rep.style(styleRed, "left behind: ") + err.Error() + "\n")
+			r.failed++
+		}
+	}
+	if err := os.RemoveAll(r.root); err != nil {
+		r.rep.print(r.rep.style(styleRed, "error: ") + fmt.Sprintf("removing %s: %v\n", r.root, err))
+		r.failed++
+	}
+}
+
+// sweep stops and destroys every VM left in the run's own state directory.
+// Anything there is an error: each scenario cleans up after itself.
+func (r *run) sweep(ctx context.Context) error {
+	if _, err := os.Stat(r.av.stateDir); os.IsNotExist(err) {
+		return nil
+	}
+	s := &S{name: "sweep", av: r.av, rep: r.rep, dir: filepath.Join(r.root, ".sweep"), scale: r.host.scale(),
+		interrupted: func() bool { return false }}
+	res := r.av.run(ctx, call{args: []string{"list", "--json"}})
+	list, _, err := parseList([]byte(res.Stdout))
+	if res.ExitCode != 0 || err != nil {
+		return fmt.Errorf("`%s`: %s %s", res.Short(), res.Outcome(), lastLine(res.Stderr))
+	}
+	var left []string
+	for _, st := range list {
+		if st.Branch == "" {
+			left = append(left, fmt.Sprintf("an unreadable VM record %s (%s)", st.Slug, st.Error))
+			continue
+		}
+		left = append(left, fmt.Sprintf("VM %q (%s)", st.Branch, st.State))
+		s.register(st.Branch)
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	_, err = s.cleanup(ctx)
+	return errors.Join(fmt.Errorf("the state directory still held %s after every scenario cleaned up", strings.Join(left, ", ")), err)
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	if cfg.Executable == nil {
+		cfg.Executable = os.Executable
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return cfg
+}
+
+// findAgentVM resolves --agent-vm, else the agent-vm beside this binary,
+// else the one on PATH, to an absolute path.
+func findAgentVM(cfg Config) (string, error) {
+	if cfg.AgentVM != "" {
+		p, err := filepath.Abs(cfg.AgentVM)
+		if err != nil {
+			return "", err
+		}
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("--agent-vm %s: not an executable file (hint: build one with `go build -o agent-vm ./cmd/agent-vm`)", cfg.AgentVM)
+		}
+		return p, nil
+	}
+	if exe, err := cfg.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "agent-vm")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("agent-vm")
+	if err != nil {
+		return "", fmt.Errorf("no agent-vm beside integration-test nor on PATH (hint: pass --agent-vm PATH, e.g. after `go build -o agent-vm ./cmd/agent-vm`)")
+	}
+	return filepath.Abs(p)
+}
+
+// childEnv is agent-vm's environment: ours, without AGENT_VM_STATE_DIR
+// (every call passes --state-dir).
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AGENT_VM_STATE_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// strict reports AGENT_VM_TEST_STRICT=1: what cannot run here fails.
+func strict(getenv func(string) string) bool { return getenv("AGENT_VM_TEST_STRICT") == "1" }
+
+func selectScenarios(all []Scenario, re *regexp.Regexp) []Scenario {
+	var out []Scenario
+	for _, sc := range all {
+		if re == nil || re.MatchString(sc.Name) {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+func names(scs []Scenario) []string {
+	out := make([]string, len(scs))
+	for i, sc := range scs {
+		out[i] = sc.Name
+	}
+	return out
+}
+
+// verbsOf lists the agent-vm commands the scenarios need.
+func verbsOf(scs []Scenario) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, sc := range scs {
+		for _, v := range sc.Verbs {
+			if !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+func listScenarios(rep *reporter, scs []Scenario) {
+	for _, sc := range scs {
+		needs := "records only, no VM"
+		if sc.NeedsVM {
+			needs = "boots VMs"
+		}
+		rep.printf("%-10s %s (%s; agent-vm commands: %s)\n", sc.Name, sc.Summary, needs, strings.Join(sc.Verbs, ", "))
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
