@@ -209,7 +209,11 @@ func (r *run) cleanupScenario(s *S) {
 // host, and what would let it; "" when it can.
 func (r *run) skipReason(sc Scenario) string {
 	if miss := r.host.missingVerbs(sc.Verbs); len(miss) > 0 {
-		return fmt.Sprintf("this agent-vm has no `%s` command (hint: test a newer agent-vm build)", strings.Join(miss, "`, `"))
+		noun := "command"
+		if len(miss) > 1 {
+			noun = "commands"
+		}
+		return fmt.Sprintf("this agent-vm has no `%s` %s yet (hint: test a newer agent-vm build)", strings.Join(miss, "`, `"), noun)
 	}
 	if sc.NeedsVM {
 		return r.host.vmSkip()

@@ -26,6 +26,10 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	return []Scenario{
 		cliScenario(),
+		lifecycleScenario(),
+		crashScenario(),
+		severalScenario(),
+		mcpScenario(),
 	}
 }
 
