@@ -102,8 +102,8 @@ func (a *agentVM) run(ctx context.Context, c call) *Result {
 		res.TimedOut = true
 	}
 	var exitErr *exec.ExitError
-	if err != nil && !errors.As(err, &exitErr) {
-		res.Err = err
+	if err != nil && (!errors.As(err, &exitErr) || res.ExitCode < 0) {
+		res.Err = err // it did not run, or a signal ended it ("signal: killed")
 	}
 	if a.rep.verbose && !c.quiet {
 		a.rep.command(res, false)

@@ -20,7 +20,7 @@ import (
 // scenario.
 func Run(ctx context.Context, cfg Config) int {
 	cfg = withDefaults(cfg)
-	rep := &reporter{w: cfg.Stdout, color: cfg.IsTerminal && cfg.Getenv("NO_COLOR") == "",
+	rep := &reporter{w: cfg.Stdout, color: colorOn(cfg),
 		live: cfg.IsTerminal, width: cfg.TermWidth, verbose: cfg.Verbose, now: time.Now}
 
 	selected := selectScenarios(Scenarios(), cfg.Run)
@@ -329,6 +329,10 @@ func childEnv() []string {
 	}
 	return env
 }
+
+// colorOn: colour on a terminal, unless NO_COLOR is set (no-color.org:
+// to any non-empty value).
+func colorOn(cfg Config) bool { return cfg.IsTerminal && cfg.Getenv("NO_COLOR") == "" }
 
 // strict reports AGENT_VM_TEST_STRICT=1: what cannot run here fails.
 func strict(getenv func(string) string) bool { return getenv("AGENT_VM_TEST_STRICT") == "1" }
