@@ -18,6 +18,12 @@ func commands(stdio IO) []*cli.Command {
 		listCommand(stdio),
 		statusCommand(stdio),
 		destroyCommand(stdio),
+		startCommand(stdio),
+		stopCommand(stdio),
+		restartCommand(stdio),
+		execCommand(stdio),
+		shellCommand(stdio),
+		logsCommand(stdio),
 		sshConfigCommand(stdio),
 		completionCommand(stdio),
 		{
@@ -32,11 +38,16 @@ func commands(stdio IO) []*cli.Command {
 func vmName(cliCtx *cli.Context, m *vm.Manager) (string, error) {
 	switch cliCtx.NArg() {
 	case 0:
+		return currentBranch(cliCtx, m)
 	case 1:
 		return cliCtx.Args().First(), nil
 	default:
 		return "", usagef("%s takes at most one BRANCH, got %d arguments", cliCtx.Command.Name, cliCtx.NArg())
 	}
+}
+
+// currentBranch is the branch checked out where agent-vm runs.
+func currentBranch(cliCtx *cli.Context, m *vm.Manager) (string, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return "", err

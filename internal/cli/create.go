@@ -27,6 +27,8 @@ func createCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
 			&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
 			&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
+			&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: NIX_PATH, else agent-vm's own)"},
+			&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
 			&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
 		},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -57,7 +59,8 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	o := vm.CreateOptions{
 		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
 		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), CPUs: cliCtx.Int("cpus"),
-		Config: cliCtx.String("config"), Image: cliCtx.String("image"),
+		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Nixpkgs: cliCtx.String("nixpkgs"),
+		AllowOrigins: cliCtx.StringSlice("allow-origin"),
 	}
 	switch o.Backend {
 	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant:

@@ -11,6 +11,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -22,11 +23,17 @@ type env struct {
 	log   hclog.Logger
 	stdio IO
 	run   execx.Runner
+	// nixpkgs is start's --nixpkgs (nixos backend).
+	nixpkgs string
 }
 
 func newEnv(cliCtx *cli.Context, stdio IO) *env {
 	g := parseGlobals(cliCtx, stdio)
-	return &env{g: g, log: newLogger(g, stdio.Err), stdio: stdio, run: execx.OS{}}
+	e := &env{g: g, log: newLogger(g, stdio.Err), stdio: stdio, run: execx.OS{}}
+	if cliCtx.Command != nil && hasFlag(cliCtx.Command, "nixpkgs") {
+		e.nixpkgs = cliCtx.String("nixpkgs")
+	}
+	return e
 }
 
 // cacheDir is $XDG_CACHE_HOME/agent-vm (images, the accelerator probe).
@@ -58,7 +65,10 @@ func (e *env) manager() (*vm.Manager, error) {
 
 // backends lists the VM flavours this build has.
 func (e *env) backends() []backend.Backend {
-	return nil
+	return []backend.Backend{
+		&nixos.Backend{Run: e.run, Log: e.log.Named("nixos"), Getenv: e.stdio.Getenv, Nixpkgs: e.nixpkgs,
+			Executable: os.Executable, Progress: e.stdio.Err},
+	}
 }
 
 // probeAccel decides between KVM and TCG once per host boot (cached).
@@ -76,4 +86,15 @@ func (e *env) probeAccel(ctx context.Context) accel.Result {
 	p := &accel.Prober{Run: e.run, QEMU: qemuPath, Kernels: kernels,
 		Cache: filepath.Join(e.cacheDir(), "accel.json"), Override: e.stdio.Getenv("AGENT_VM_ACCEL")}
 	return p.Probe(ctx)
+}
+
+func hasFlag(c *cli.Command, name string) bool {
+	for _, f := range c.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
 }

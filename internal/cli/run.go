@@ -1,0 +1,206 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+func startFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp (default: 5m with KVM, 15m with TCG)"},
+		&cli.BoolFlag{Name: "reprovision", Usage: "run the guest's first-boot setup again (cloud-init)"},
+		&cli.StringFlag{Name: "nixpkgs", Usage: "nixos backend: the nixpkgs to build with (PATH or FLAKEREF)"},
+	}
+}
+
+func startCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "start",
+		Usage:        "boot a VM and wait until SSH and agent-mcp answer",
+		ArgsUsage:    "[BRANCH]",
+		Flags:        startFlags(),
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			p := newProgress(stdio.Err)
+			res, err := m.Start(cliCtx.Context, name, startOptions(cliCtx, p))
+			p.done()
+			if err != nil {
+				return err
+			}
+			printStarted(stdio, res)
+			return nil
+		}),
+	}
+}
+
+func restartCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "restart",
+		Usage:        "stop a VM (if it runs) and start it again",
+		ArgsUsage:    "[BRANCH]",
+		Flags:        startFlags(),
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			p := newProgress(stdio.Err)
+			res, err := m.Restart(cliCtx.Context, name, startOptions(cliCtx, p))
+			p.done()
+			if err != nil {
+				return err
+			}
+			printStarted(stdio, res)
+			return nil
+		}),
+	}
+}
+
+func startOptions(cliCtx *cli.Context, p *progress) vm.StartOptions {
+	return vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Reprovision: cliCtx.Bool("reprovision")}
+}
+
+func printStarted(stdio IO, res *vm.StartResult) {
+	i := res.Info
+	if res.AlreadyRunning {
+		fmt.Fprintf(stdio.Out, "VM %s (branch %s) is already running\n", i.Slug, i.Branch)
+	} else {
+		fmt.Fprintf(stdio.Out, "started VM %s (branch %s): SSH after %s, agent-mcp after %s (%s, workspace over %s)\n",
+			i.Slug, i.Branch, res.SSHReady.Truncate(time.Second), res.HealthReady.Truncate(time.Second), i.Accel, i.Share)
+	}
+	fmt.Fprintf(stdio.Out, "  shell: agent-vm shell %s    (or ssh %s, after `agent-vm ssh-config >> ~/.ssh/config`)\n", i.Slug, i.SSH.Alias)
+	fmt.Fprintf(stdio.Out, "  mcp:   %s    (client config: agent-vm mcp-config %s)\n", i.MCP.URL, i.Slug)
+	fmt.Fprintf(stdio.Out, "  agent: %s\n", i.Agent.State)
+}
+
+func stopCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "stop",
+		Usage:        "shut a VM down cleanly (ACPI, then QEMU quit, then kill)",
+		ArgsUsage:    "[BRANCH]",
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			res, err := m.Stop(cliCtx.Context, name)
+			if err != nil {
+				return err
+			}
+			switch res.Was {
+			case vm.StateStopped:
+				fmt.Fprintf(stdio.Out, "VM of branch %s is not running\n", res.Branch)
+			case vm.StateCrashed:
+				fmt.Fprintf(stdio.Out, "VM of branch %s had crashed; cleaned up what it left\n", res.Branch)
+			default:
+				fmt.Fprintf(stdio.Out, "stopped the VM of branch %s\n", res.Branch)
+			}
+			return nil
+		}),
+	}
+}
+
+func execCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "exec",
+		Usage:     "run a command in the VM's /workspace; its exit status becomes agent-vm's",
+		ArgsUsage: "[BRANCH] -- COMMAND [ARGS...]",
+		// exec has no flags of its own: everything after BRANCH belongs to
+		// the command, and "--" must be seen to tell BRANCH from COMMAND.
+		SkipFlagParsing: true,
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, argv, err := splitExecArgs(cliCtx.Args().Slice())
+			if err != nil {
+				return err
+			}
+			if name == "" {
+				if name, err = currentBranch(cliCtx, m); err != nil {
+					return err
+				}
+			}
+			code, err := m.Exec(cliCtx.Context, name, argv, stdio.In, stdio.Out, stdio.Err)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitCodeError{code: code}
+			}
+			return nil
+		}),
+	}
+}
+
+// splitExecArgs reads `[BRANCH] -- COMMAND [ARGS...]` (or `BRANCH COMMAND
+// [ARGS...]`). An empty name means the current branch.
+func splitExecArgs(args []string) (name string, argv []string, err error) {
+	switch {
+	case len(args) > 0 && args[0] == "--":
+		argv = args[1:]
+	case len(args) > 1 && args[1] == "--":
+		name, argv = args[0], args[2:]
+	case len(args) > 1:
+		name, argv = args[0], args[1:]
+	}
+	if len(argv) == 0 {
+		return "", nil, usagef("exec needs a command (hint: agent-vm exec BRANCH -- COMMAND [ARGS...])")
+	}
+	return name, argv, nil
+}
+
+func shellCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "shell",
+		Usage:        "open a login shell in the VM's /workspace",
+		ArgsUsage:    "[BRANCH]",
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			code, err := m.Shell(cliCtx.Context, name, stdio.In, stdio.Out, stdio.Err)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitCodeError{code: code}
+			}
+			return nil
+		}),
+	}
+}
+
+func logsCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "logs",
+		Usage:     "show the VM's serial console and, when it runs, agent-mcp's journal",
+		ArgsUsage: "[BRANCH]",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"},
+			&cli.IntFlag{Name: "lines", Aliases: []string{"n"}, Value: 200, Usage: "lines of each log to show first"},
+		},
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			err = m.Logs(cliCtx.Context, name, vm.LogsOptions{Follow: cliCtx.Bool("follow"), Lines: cliCtx.Int("lines")}, stdio.Out)
+			if cliCtx.Bool("follow") && errors.Is(err, cliCtx.Context.Err()) {
+				return nil
+			}
+			return err
+		}),
+	}
+}
