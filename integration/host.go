@@ -70,11 +70,40 @@ func probeHost(ctx context.Context, av *agentVM, verbs []string) (host, error) {
 		}
 	}
 
+	// agent-vm lists a command in --help only once it works.
+	res = av.run(ctx, call{args: []string{"--help"}, quiet: true})
+	listed := helpCommands(res.Stdout)
 	for _, v := range verbs {
+		if listed != nil {
+			h.verbs[v] = listed[v]
+			continue
+		}
 		res := av.run(ctx, call{args: []string{v, "--help"}, quiet: true})
 		h.verbs[v] = res.ExitCode == 0
 	}
 	return h, ctx.Err()
+}
+
+// helpCommands reads the COMMANDS section of `agent-vm --help`: each line
+// starts with a command's name and its aliases ("list, ls   list the VMs").
+// It returns nil when there is no such section.
+func helpCommands(help string) map[string]bool {
+	var cmds map[string]bool
+	for _, line := range strings.Split(help, "\n") {
+		switch {
+		case strings.TrimSpace(line) == "COMMANDS:":
+			cmds = map[string]bool{}
+		case cmds == nil:
+		case strings.TrimSpace(line) == "" || !strings.HasPrefix(line, " "):
+			return cmds
+		default:
+			names, _, _ := strings.Cut(strings.TrimSpace(line), "  ")
+			for _, n := range strings.Split(names, ",") {
+				cmds[strings.TrimSpace(n)] = true
+			}
+		}
+	}
+	return cmds
 }
 
 // missingVerbs lists the verbs of need that this agent-vm lacks.

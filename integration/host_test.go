@@ -70,3 +70,20 @@ func TestMissingVerbs(t *testing.T) {
 		t.Errorf("missingVerbs = %q, want start,stop", got)
 	}
 }
+
+func TestHelpCommands(t *testing.T) {
+	help := "NAME:\n   agent-vm - x\n\nCOMMANDS:\n   create      create a VM\n   list, ls    list the VMs\n" +
+		"   exec        run a command in the VM's /workspace; its exit status becomes agent-vm's\n\nGLOBAL OPTIONS:\n   --state-dir value\n"
+	got := helpCommands(help)
+	for _, v := range []string{"create", "list", "ls", "exec"} {
+		if !got[v] {
+			t.Errorf("%q not found in %v", v, got)
+		}
+	}
+	if got["start"] || got["--state-dir"] || len(got) != 4 {
+		t.Errorf("commands %v, want create, list, ls, exec", got)
+	}
+	if helpCommands("usage: x\n") != nil {
+		t.Error("a help text without COMMANDS gave a list")
+	}
+}

@@ -86,14 +86,9 @@ func tryHostile(ctx context.Context, s *S, rp *repo, name string) (accepted bool
 	if err != nil {
 		return false, err
 	}
-	args := []string{"create", "--branch=" + name}
-	if s.backend != "" {
-		args = append(args, "--backend", s.backend)
-	}
-	res := s.call(ctx, call{args: args, dir: rp.Dir})
+	res := s.tryCreate(ctx, rp.Dir, "--branch="+name)
 	switch res.ExitCode {
 	case 0:
-		s.register(name)
 		return true, checkAccepted(ctx, s, name)
 	case 1:
 	default:
@@ -210,10 +205,7 @@ func checkSlugCollision(ctx context.Context, s *S, rp *repo) error {
 	if err != nil {
 		return err
 	}
-	res := s.call(ctx, call{args: []string{"create", "--branch", second}, dir: rp.Dir})
-	if res.ExitCode == 0 {
-		s.register(second)
-	}
+	res := s.tryCreate(ctx, rp.Dir, "--branch", second)
 	if err := want(res, 1); err != nil {
 		return err
 	}

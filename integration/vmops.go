@@ -18,17 +18,28 @@ const (
 
 // create runs `agent-vm create --branch B` in repoDir (plus --backend when
 // the run has one) and registers the VM for cleanup when it succeeds.
-func (s *S) create(ctx context.Context, repoDir, branch string, extra ...string) (*Result, error) {
-	args := []string{"create", "--branch", branch}
+func (s *S) create(ctx context.Context, repoDir, branch string) (*Result, error) {
+	res := s.tryCreate(ctx, repoDir, "--branch", branch)
+	return res, want(res, 0)
+}
+
+// tryCreate runs `agent-vm create` with branchArgs (--branch B, or
+// --branch=B) and the run's --backend in repoDir; the caller judges the
+// outcome. A VM it makes is registered for cleanup.
+func (s *S) tryCreate(ctx context.Context, repoDir string, branchArgs ...string) *Result {
+	args := append([]string{"create"}, branchArgs...)
 	if s.backend != "" {
 		args = append(args, "--backend", s.backend)
 	}
-	args = append(args, extra...)
 	res := s.call(ctx, call{args: args, dir: repoDir})
 	if res.ExitCode == 0 {
+		branch := branchArgs[len(branchArgs)-1]
+		if b, ok := strings.CutPrefix(branch, "--branch="); ok {
+			branch = b
+		}
 		s.register(branch)
 	}
-	return res, want(res, 0)
+	return res
 }
 
 // status runs `status B --json` and parses it, checking the documented
