@@ -43,8 +43,9 @@ func runLifecycle(ctx context.Context, s *S) {
 		if st, err = s.healthy(ctx, lifeBranch); err != nil {
 			return err
 		}
-		if !strings.Contains(res.Stdout, strconv.Itoa(st.Ports.MCP)) || !strings.Contains(res.Stdout, strconv.Itoa(st.Ports.SSH)) {
-			return failf(res, "start did not print the endpoints (SSH port %d, MCP port %d)", st.Ports.SSH, st.Ports.MCP)
+		sshShown := strings.Contains(res.Stdout, strconv.Itoa(st.Ports.SSH)) || strings.Contains(res.Stdout, st.SSH.Alias)
+		if !strings.Contains(res.Stdout, st.MCP.URL) || !sshShown {
+			return failf(res, "start did not print the endpoints: the MCP URL %s and SSH (port %d or host %s)", st.MCP.URL, st.Ports.SSH, st.SSH.Alias)
 		}
 		if (st.Accel != "kvm" && st.Accel != "tcg") || (st.Share != "virtiofs" && st.Share != "9p") {
 			return failf(nil, "status says accel %q and share %q; want kvm|tcg and virtiofs|9p", st.Accel, st.Share)
@@ -55,7 +56,7 @@ func runLifecycle(ctx context.Context, s *S) {
 	s.Step(ctx, "the guest sees a file the host just wrote", func() error {
 		return checkHostToGuest(ctx, s, st)
 	})
-	s.Step(ctx, "the host sees a file the guest wrote, owned by the workspace's owner", func() error {
+	s.Step(ctx, "the host sees a guest's file, owned by the workspace owner", func() error {
 		return checkGuestToHost(ctx, s, st, "from-guest.txt")
 	})
 	s.Step(ctx, "exec: exit codes propagate, stdout and stderr stay apart", func() error {
@@ -89,7 +90,7 @@ func runLifecycle(ctx context.Context, s *S) {
 		firstCloudInit = strings.TrimSpace(res.Stdout)
 		return checkStop(ctx, s, st)
 	})
-	s.Step(ctx, "start again: the workspace is intact, first-boot setup does not rerun", func() error {
+	s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error {
 		if _, err := s.start(ctx, lifeBranch, 1); err != nil {
 			return err
 		}

@@ -87,7 +87,7 @@ func runMCP(ctx context.Context, s *S) {
 		}
 		return nil
 	})
-	s.Step(ctx, "initialize with the token is answered by the workspace's server", func() error {
+	s.Step(ctx, "initialize with the token: the workspace's server answers", func() error {
 		return checkInitialize(ctx, st)
 	})
 	s.Step(ctx, "without the token, or with a wrong one: 401", func() error {

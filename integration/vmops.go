@@ -185,7 +185,11 @@ func (s *S) serialTails(ctx context.Context) {
 			continue
 		}
 		data, err := os.ReadFile(st.Paths.ConsoleLog)
-		if err != nil {
+		switch {
+		case os.IsNotExist(err):
+			s.rep.detail(fmt.Sprintf("serial console of %s: none (the VM never booted)", b))
+			continue
+		case err != nil:
 			s.rep.detail(fmt.Sprintf("serial console of %s: %v", b, err))
 			continue
 		}
