@@ -54,15 +54,19 @@ while IFS= read -r line; do
 done
 `
 
-// mcpConfig is the workspace's .mcp.json (Claude's mcpServers shape): the
-// one server above, which agent-mcp serves at /mcp.
-const mcpConfig = `{"mcpServers": {"itest": {"command": "sh", "args": ["/workspace/.itest/mcp-server.sh"]}}}
-`
+// mcpConfig is a .mcp.json (Claude's mcpServers shape) with the one
+// server above, run from script; agent-mcp serves a single server at /mcp.
+func mcpConfig(script string) string {
+	b, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"itest": map[string]any{"command": "sh", "args": []string{script}}}})
+	return string(b) + "\n"
+}
 
 func runMCP(ctx context.Context, s *S) {
 	var st *vmStatus
 	s.Step(ctx, "make a git repo with an MCP server and create a VM", func() error {
-		_, err := s.prepare(ctx, mcpBranch, map[string]string{".mcp.json": mcpConfig, ".itest/mcp-server.sh": mcpServerScript})
+		_, err := s.prepare(ctx, mcpBranch, map[string]string{
+			".mcp.json": mcpConfig("/workspace/.itest/mcp-server.sh"), ".itest/mcp-server.sh": mcpServerScript})
 		return err
 	})
 	s.Step(ctx, "start it", func() (err error) {
@@ -77,49 +81,60 @@ func runMCP(ctx context.Context, s *S) {
 		}
 		return nil
 	})
-	s.Step(ctx, "/health answers 200 without a token", func() error {
-		code, body, err := httpDo(ctx, http.MethodGet, st.MCP.HealthURL, nil, nil)
-		if err != nil {
-			return err
-		}
-		if code != http.StatusOK {
-			return fmt.Errorf("GET %s: HTTP %d, want 200: %s", st.MCP.HealthURL, code, body)
-		}
-		return nil
-	})
+	s.Step(ctx, "/health answers 200 without a token", func() error { return checkMCPHealth(ctx, st) })
 	s.Step(ctx, "initialize with the token: the workspace's server answers", func() error {
 		return checkInitialize(ctx, st)
 	})
-	s.Step(ctx, "without the token, or with a wrong one: 401", func() error {
-		for _, auth := range []string{"", "Bearer not-the-token", "Bearer " + st.MCP.Token + "x", st.MCP.Token} {
-			h := map[string]string{}
-			if auth != "" {
-				h["Authorization"] = auth
-			}
-			code, body, err := mcpPost(ctx, st.MCP.URL, h)
-			if err != nil {
-				return err
-			}
-			if code != http.StatusUnauthorized {
-				return fmt.Errorf("POST %s with Authorization %q: HTTP %d, want 401: %s", st.MCP.URL, redact(auth, st.MCP.Token), code, body)
-			}
-		}
-		return nil
+	s.Step(ctx, "without the token, or with a wrong one: 401", func() error { return checkMCPAuth(ctx, st) })
+	s.Step(ctx, "a foreign browser Origin is refused: 403", func() error { return checkMCPOrigin(ctx, st) })
+	s.Step(ctx, "the forwarded ports listen on 127.0.0.1 only", func() error {
+		return checkLoopbackOnly(ctx, s, st)
 	})
-	s.Step(ctx, "a foreign browser Origin is refused: 403", func() error {
-		h := map[string]string{"Authorization": "Bearer " + st.MCP.Token, "Origin": "https://evil.example"}
+}
+
+// checkMCPHealth: /health answers 200 to anyone (no token).
+func checkMCPHealth(ctx context.Context, st *vmStatus) error {
+	code, body, err := httpDo(ctx, http.MethodGet, st.MCP.HealthURL, nil, nil)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d, want 200: %s", st.MCP.HealthURL, code, body)
+	}
+	return nil
+}
+
+// checkMCPAuth: the MCP endpoint refuses a request without the bearer
+// token, with a wrong one, or with the token but not as a Bearer.
+func checkMCPAuth(ctx context.Context, st *vmStatus) error {
+	for _, auth := range []string{"", "Bearer not-the-token", "Bearer " + st.MCP.Token + "x", st.MCP.Token} {
+		h := map[string]string{}
+		if auth != "" {
+			h["Authorization"] = auth
+		}
 		code, body, err := mcpPost(ctx, st.MCP.URL, h)
 		if err != nil {
 			return err
 		}
-		if code != http.StatusForbidden {
-			return fmt.Errorf("POST %s from Origin https://evil.example: HTTP %d, want 403: %s", st.MCP.URL, code, body)
+		if code != http.StatusUnauthorized {
+			return fmt.Errorf("POST %s with Authorization %q: HTTP %d, want 401: %s", st.MCP.URL, redact(auth, st.MCP.Token), code, body)
 		}
-		return nil
-	})
-	s.Step(ctx, "the forwarded ports listen on 127.0.0.1 only", func() error {
-		return checkLoopbackOnly(ctx, s, st)
-	})
+	}
+	return nil
+}
+
+// checkMCPOrigin: a browser page from a foreign origin is refused even
+// with the token (DNS rebinding, a page probing localhost).
+func checkMCPOrigin(ctx context.Context, st *vmStatus) error {
+	h := map[string]string{"Authorization": "Bearer " + st.MCP.Token, "Origin": "https://evil.example"}
+	code, body, err := mcpPost(ctx, st.MCP.URL, h)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusForbidden {
+		return fmt.Errorf("POST %s from Origin https://evil.example: HTTP %d, want 403: %s", st.MCP.URL, code, body)
+	}
+	return nil
 }
 
 // initializeRequest is an MCP initialize request as a client sends it.
