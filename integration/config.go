@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"golang.org/x/term"
@@ -130,4 +133,111 @@ func ExitCode(err error) int {
 		return ExitPassed
 	}
 	return ExitUsage
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	if cfg.Executable == nil {
+		cfg.Executable = os.Executable
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return cfg
+}
+
+// findAgentVM resolves --agent-vm, else the agent-vm beside this binary,
+// else the one on PATH, to an absolute path.
+func findAgentVM(cfg Config) (string, error) {
+	if cfg.AgentVM != "" {
+		p, err := filepath.Abs(cfg.AgentVM)
+		if err != nil {
+			return "", err
+		}
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("--agent-vm %s: not an executable file (hint: build one with `go build -o agent-vm ./cmd/agent-vm`)", cfg.AgentVM)
+		}
+		return p, nil
+	}
+	if exe, err := cfg.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "agent-vm")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("agent-vm")
+	if err != nil {
+		return "", fmt.Errorf("no agent-vm beside integration-test nor on PATH (hint: pass --agent-vm PATH, e.g. after `go build -o agent-vm ./cmd/agent-vm`)")
+	}
+	return filepath.Abs(p)
+}
+
+// childEnv is agent-vm's environment: ours, without AGENT_VM_STATE_DIR
+// (every call passes --state-dir).
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AGENT_VM_STATE_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// colorOn: colour on a terminal, unless NO_COLOR is set (no-color.org:
+// to any non-empty value).
+func colorOn(cfg Config) bool { return cfg.IsTerminal && cfg.Getenv("NO_COLOR") == "" }
+
+// strict reports AGENT_VM_TEST_STRICT=1: what cannot run here fails.
+func strict(getenv func(string) string) bool { return getenv("AGENT_VM_TEST_STRICT") == "1" }
+
+func selectScenarios(all []Scenario, re *regexp.Regexp) []Scenario {
+	var out []Scenario
+	for _, sc := range all {
+		if re == nil || re.MatchString(sc.Name) {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+func names(scs []Scenario) []string {
+	out := make([]string, len(scs))
+	for i, sc := range scs {
+		out[i] = sc.Name
+	}
+	return out
+}
+
+// verbsOf lists the agent-vm commands the scenarios need.
+func verbsOf(scs []Scenario) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, sc := range scs {
+		for _, v := range sc.Verbs {
+			if !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+func listScenarios(rep *reporter, scs []Scenario) {
+	for _, sc := range scs {
+		needs := "records only, no VM"
+		if sc.NeedsVM {
+			needs = "boots VMs"
+		}
+		rep.printf("%-10s %s (%s; agent-vm commands: %s)\n", sc.Name, sc.Summary, needs, strings.Join(sc.Verbs, ", "))
+	}
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -85,7 +83,7 @@ func (r *run) main(selected []Scenario, bin string) int {
 	var err error
 	r.host, err = probeHost(runCtx, r.av, verbsOf(selected))
 	if err != nil {
-		return r.abort(err)
+		return r.abort(err, len(selected))
 	}
 	r.header(bin, selected)
 	for _, sc := range selected {
@@ -103,19 +101,22 @@ func (r *run) main(selected []Scenario, bin string) int {
 	return ExitPassed
 }
 
-// abort ends a run that could not start its scenarios.
-func (r *run) abort(err error) int {
-	if r.interrupted() {
-		r.finish()
-		return ExitInterrupted
-	}
-	r.rep.print(r.rep.style(styleRed, "error: ") + err.Error() + "\n")
-	var se *stepError
-	if errors.As(err, &se) && se.res != nil {
-		r.rep.command(se.res, true)
+// abort ends a run that could not start its n scenarios: they count as
+// skipped, and the failure to start as one failure.
+func (r *run) abort(err error, n int) int {
+	code := ExitInterrupted
+	if !r.interrupted() {
+		code, r.failed = ExitFailed, 1
+		r.rep.print(r.rep.style(styleRed, "error: ") + err.Error() + "\n")
+		var se *stepError
+		if errors.As(err, &se) && se.res != nil {
+			r.rep.command(se.res, true)
+		}
 	}
 	r.finish()
-	return ExitFailed
+	r.skipped += n
+	r.rep.summary(r.passed, r.failed, r.skipped)
+	return code
 }
 
 func (r *run) header(bin string, selected []Scenario) {
@@ -271,116 +272,4 @@ func (r *run) sweep(ctx context.Context) error {
 	}
 	_, err = s.cleanup(ctx)
 	return errors.Join(fmt.Errorf("the state directory still held %s after every scenario cleaned up", strings.Join(left, ", ")), err)
-}
-
-func withDefaults(cfg Config) Config {
-	if cfg.Stdout == nil {
-		cfg.Stdout = os.Stdout
-	}
-	if cfg.Stderr == nil {
-		cfg.Stderr = os.Stderr
-	}
-	if cfg.Getenv == nil {
-		cfg.Getenv = os.Getenv
-	}
-	if cfg.Executable == nil {
-		cfg.Executable = os.Executable
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	return cfg
-}
-
-// findAgentVM resolves --agent-vm, else the agent-vm beside this binary,
-// else the one on PATH, to an absolute path.
-func findAgentVM(cfg Config) (string, error) {
-	if cfg.AgentVM != "" {
-		p, err := filepath.Abs(cfg.AgentVM)
-		if err != nil {
-			return "", err
-		}
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("--agent-vm %s: not an executable file (hint: build one with `go build -o agent-vm ./cmd/agent-vm`)", cfg.AgentVM)
-		}
-		return p, nil
-	}
-	if exe, err := cfg.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "agent-vm")
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("agent-vm")
-	if err != nil {
-		return "", fmt.Errorf("no agent-vm beside integration-test nor on PATH (hint: pass --agent-vm PATH, e.g. after `go build -o agent-vm ./cmd/agent-vm`)")
-	}
-	return filepath.Abs(p)
-}
-
-// childEnv is agent-vm's environment: ours, without AGENT_VM_STATE_DIR
-// (every call passes --state-dir).
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AGENT_VM_STATE_DIR=") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// colorOn: colour on a terminal, unless NO_COLOR is set (no-color.org:
-// to any non-empty value).
-func colorOn(cfg Config) bool { return cfg.IsTerminal && cfg.Getenv("NO_COLOR") == "" }
-
-// strict reports AGENT_VM_TEST_STRICT=1: what cannot run here fails.
-func strict(getenv func(string) string) bool { return getenv("AGENT_VM_TEST_STRICT") == "1" }
-
-func selectScenarios(all []Scenario, re *regexp.Regexp) []Scenario {
-	var out []Scenario
-	for _, sc := range all {
-		if re == nil || re.MatchString(sc.Name) {
-			out = append(out, sc)
-		}
-	}
-	return out
-}
-
-func names(scs []Scenario) []string {
-	out := make([]string, len(scs))
-	for i, sc := range scs {
-		out[i] = sc.Name
-	}
-	return out
-}
-
-// verbsOf lists the agent-vm commands the scenarios need.
-func verbsOf(scs []Scenario) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, sc := range scs {
-		for _, v := range sc.Verbs {
-			if !seen[v] {
-				seen[v] = true
-				out = append(out, v)
-			}
-		}
-	}
-	return out
-}
-
-func listScenarios(rep *reporter, scs []Scenario) {
-	for _, sc := range scs {
-		needs := "records only, no VM"
-		if sc.NeedsVM {
-			needs = "boots VMs"
-		}
-		rep.printf("%-10s %s (%s; agent-vm commands: %s)\n", sc.Name, sc.Summary, needs, strings.Join(sc.Verbs, ", "))
-	}
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
 }
