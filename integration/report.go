@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -155,10 +156,29 @@ func (r *reporter) started(res *Result) {
 	r.open = res
 }
 
+// secretPatterns match the MCP token where agent-vm prints it (status
+// --json, status, an Authorization header), so output shown on a failure
+// or in verbose mode never carries it into a log.
+func secretPatterns() []*regexp.Regexp {
+	return []*regexp.Regexp{
+		regexp.MustCompile(`("token"\s*:\s*")[^"]*(")`),
+		regexp.MustCompile(`(?m)^(\s*token:\s*)\S+`),
+		regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+`),
+	}
+}
+
+// redactSecrets replaces the secrets in s with <redacted>.
+func redactSecrets(s string) string {
+	for _, re := range secretPatterns() {
+		s = re.ReplaceAllString(s, "${1}<redacted>${2}")
+	}
+	return s
+}
+
 // writeTail writes the last tailLines lines of out under a label, or
-// nothing when out is empty.
+// nothing when out is empty. Secrets are redacted.
 func writeTail(b *strings.Builder, label, out string) {
-	out = strings.TrimRight(out, "\n")
+	out = strings.TrimRight(redactSecrets(out), "\n")
 	if out == "" {
 		return
 	}

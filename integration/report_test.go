@@ -179,3 +179,25 @@ func TestLiveProgress(t *testing.T) {
 		t.Errorf("the progress line is not cleared at the end: %q", got)
 	}
 }
+
+func TestRedactSecrets(t *testing.T) {
+	tok := "23f696cb50cc53af91cfc2b44fc02c038ba7e00154b8aceb7b7a7f16051f14dd"
+	for _, in := range []string{
+		`  "mcp": {"url": "u", "token": "` + tok + `"}`,
+		"token:      " + tok + " (`agent-vm mcp-config x` prints a client entry)",
+		"Authorization: Bearer " + tok,
+	} {
+		got := redactSecrets(in)
+		if strings.Contains(got, tok) || !strings.Contains(got, "<redacted>") {
+			t.Errorf("redactSecrets(%q) = %q", in, got)
+		}
+	}
+	if got := redactSecrets(`"state": "running"`); got != `"state": "running"` {
+		t.Errorf("redacted what is no secret: %q", got)
+	}
+	var b strings.Builder
+	writeTail(&b, "stdout", `{"token": "`+tok+`"}`)
+	if strings.Contains(b.String(), tok) {
+		t.Errorf("a command's output shows the token: %s", b.String())
+	}
+}
