@@ -27,9 +27,11 @@ func TestInterruptCleansUp(t *testing.T) {
 	for _, c := range []interruptCase{
 		// SIGINT while `agent-vm create` runs: forwarded to it, then cleanup.
 		{name: "cli", run: "^cli$", trigger: "$ agent-vm create --branch itest/cli"},
-		// SIGINT mid-boot: agent-vm start stops the VM; no QEMU or
-		// virtiofsd may survive, no temp dir may remain.
-		{name: "mid-boot", run: "^lifecycle$", trigger: "$ agent-vm start", delay: 5 * time.Second, vm: true},
+		// SIGINT mid-boot, at the first progress line of the boot (15 s in,
+		// after agent-vm's accelerator probe, with QEMU running): agent-vm
+		// start stops the VM; no QEMU or virtiofsd may survive, no temp dir
+		// may remain.
+		{name: "mid-boot", run: "^lifecycle$", trigger: "… booting itest/lifecycle", vm: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.vm {
