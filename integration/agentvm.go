@@ -1,0 +1,178 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// agentVM runs the agent-vm binary under test. It is the only way the
+// integration test touches agent-vm: through its command line.
+type agentVM struct {
+	bin      string // absolute path
+	stateDir string
+	env      []string
+	// dir is where commands run unless a call says otherwise: a directory
+	// that is not a git checkout, so no command picks up a branch from it.
+	dir string
+	// timeout bounds a call that names none.
+	timeout time.Duration
+	// grace is how long a call may take to finish after it was sent SIGINT
+	// (agent-vm stops a booting VM then) before it is killed.
+	grace time.Duration
+	rep   *reporter
+}
+
+// call is one agent-vm invocation.
+type call struct {
+	args    []string
+	dir     string        // "" = agentVM.dir
+	timeout time.Duration // 0 = agentVM.timeout
+	// onLine receives each line agent-vm writes to stderr, as it comes
+	// (start's progress lines).
+	onLine func(string)
+	// quiet calls are not shown in verbose mode (probes of the build).
+	quiet bool
+}
+
+// Result is one finished agent-vm call.
+type Result struct {
+	Bin      string
+	StateDir string
+	Args     []string // after the global flags
+	Dir      string
+	ExitCode int // -1 when the process did not exit by itself
+	Stdout   string
+	Stderr   string
+	Elapsed  time.Duration
+	Timeout  time.Duration
+	// Err is set when agent-vm could not be run, or had to be killed.
+	Err         error
+	TimedOut    bool
+	Interrupted bool
+}
+
+// run runs agent-vm with the state directory and args. When ctx ends or
+// the call's timeout passes, agent-vm gets SIGINT, as from Ctrl-C, so its
+// own interrupt handling (a booting VM is stopped again) runs; only if it
+// has not exited after the grace period is it killed. agent-vm runs in its
+// own process group, so a Ctrl-C on the terminal reaches it once, through
+// us, rather than twice.
+func (a *agentVM) run(ctx context.Context, c call) *Result {
+	res := &Result{Bin: a.bin, StateDir: a.stateDir, Args: c.args, Dir: c.dir, ExitCode: -1, Timeout: c.timeout}
+	if res.Dir == "" {
+		res.Dir = a.dir
+	}
+	if res.Timeout == 0 {
+		res.Timeout = a.timeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, res.Timeout)
+	defer cancel()
+	argv := append([]string{"--state-dir", a.stateDir}, c.args...)
+	cmd := exec.CommandContext(cctx, a.bin, argv...)
+	cmd.Dir, cmd.Env = res.Dir, a.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = a.grace
+	var stdout bytes.Buffer
+	stderr := &lineWriter{onLine: c.onLine}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+
+	if !c.quiet {
+		a.rep.started(res)
+	}
+	start := time.Now()
+	err := cmd.Run()
+	res.Elapsed = time.Since(start)
+	res.Stdout, res.Stderr = stdout.String(), stderr.String()
+	if cmd.ProcessState != nil {
+		res.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	switch {
+	case ctx.Err() != nil:
+		res.Interrupted = true
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		res.TimedOut = true
+	}
+	var exitErr *exec.ExitError
+	if err != nil && (!errors.As(err, &exitErr) || res.ExitCode < 0) {
+		res.Err = err // it did not run, or a signal ended it ("signal: killed")
+	}
+	if a.rep.verbose && !c.quiet {
+		a.rep.command(res, false)
+	}
+	return res
+}
+
+// Short is the call as a person would type it, with agent-vm on PATH and
+// the state directory implied.
+func (r *Result) Short() string {
+	return "agent-vm " + shellJoin(r.Args)
+}
+
+// Reproduce is a shell command line that runs the call again.
+func (r *Result) Reproduce() string {
+	argv := append([]string{r.Bin, "--state-dir", r.StateDir}, r.Args...)
+	return "cd " + shellQuote(r.Dir) + " && " + shellJoin(argv)
+}
+
+// Outcome says how the call ended.
+func (r *Result) Outcome() string {
+	var parts []string
+	switch {
+	case r.Interrupted:
+		parts = append(parts, "interrupted (sent SIGINT)")
+	case r.TimedOut:
+		parts = append(parts, fmt.Sprintf("timed out after %s (sent SIGINT)", r.Timeout))
+	}
+	switch {
+	case r.ExitCode >= 0:
+		parts = append(parts, fmt.Sprintf("exit status %d", r.ExitCode))
+	case r.Err != nil:
+		parts = append(parts, r.Err.Error())
+	default:
+		parts = append(parts, "did not exit by itself")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// lineWriter keeps everything written to it and hands each complete line
+// to onLine as it arrives.
+type lineWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	partial []byte
+	onLine  func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.onLine == nil {
+		return len(p), nil
+	}
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.onLine(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}

@@ -1,0 +1,116 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestShellQuote: what Reproduce prints, a real sh reads back as the same
+// arguments, and shellSplit (which reads agent-vm's hints) agrees.
+func TestShellQuote(t *testing.T) {
+	args := append(hostileBranches(), "", "plain", "a=b", "--state-dir", "/tmp/x y")
+	line := shellJoin(args)
+	out, err := exec.Command("sh", "-c", `for a in "$@"; do printf '%s\0' "$a"; done`, "sh", "ARGS").Output()
+	if err != nil || string(out) != "ARGS\x00" {
+		t.Fatalf("sh does not work here: %v %q", err, out)
+	}
+	out, err = exec.Command("sh", "-c", `for a in `+line+`; do printf '%s\0' "$a"; done`).Output()
+	if err != nil {
+		t.Fatalf("sh rejects %s: %v", line, err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if strings.Join(got, "|") != strings.Join(args, "|") {
+		t.Errorf("sh reads %q\nwant       %q", got, args)
+	}
+	split, err := shellSplit(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(split, "|") != strings.Join(args, "|") || len(split) != len(args) {
+		t.Errorf("shellSplit reads %q\nwant           %q", split, args)
+	}
+	if q := shellQuote("feature/x-1.2"); q != "feature/x-1.2" {
+		t.Errorf("a plain word is quoted: %s", q)
+	}
+	for _, bad := range []string{"'open", `"open`} {
+		if _, err := shellSplit(bad); err == nil {
+			t.Errorf("shellSplit(%q) did not fail", bad)
+		}
+	}
+}
+
+func TestLineWriter(t *testing.T) {
+	var lines []string
+	w := &lineWriter{onLine: func(l string) { lines = append(lines, l) }}
+	for _, p := range []string{"one\ntw", "o\n", "three"} {
+		w.Write([]byte(p))
+	}
+	if strings.Join(lines, "|") != "one|two" || w.String() != "one\ntwo\nthree" {
+		t.Errorf("lines %q, all %q", lines, w.String())
+	}
+}
+
+// standIn writes a small shell script that stands in for a child process
+// of the runner, to test how the exec driver signals and waits. It is not
+// agent-vm and plays no agent-vm behaviour; scenarios always run the real
+// agent-vm.
+func standIn(t *testing.T, script string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "stand-in")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestInterruptReachesChild: when the run's context ends, the child gets
+// SIGINT (so agent-vm's own interrupt handling runs) and is waited for;
+// it runs in its own process group, so a terminal's Ctrl-C reaches it only
+// through the runner.
+func TestInterruptReachesChild(t *testing.T) {
+	bin := standIn(t, `trap 'echo got SIGINT >&2; exit 130' INT
+echo "pgid $(ps -o pgid= -p $$)" >&2
+while :; do sleep 0.05; done
+`)
+	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), timeout: time.Minute, grace: 10 * time.Second,
+		rep: &reporter{w: &syncBuffer{}, now: time.Now}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var pgid string
+	res := av.run(ctx, call{args: []string{"start"}, onLine: func(l string) {
+		if p, ok := strings.CutPrefix(l, "pgid "); ok {
+			pgid = strings.TrimSpace(p)
+			cancel()
+		}
+	}})
+	if !res.Interrupted || res.ExitCode != 130 || !strings.Contains(res.Stderr, "got SIGINT") {
+		t.Fatalf("interrupted %v, %s, stderr %q: want the child to get SIGINT and exit 130", res.Interrupted, res.Outcome(), res.Stderr)
+	}
+	if own := syscall.Getpgrp(); pgid == "" || pgid == strconv.Itoa(own) {
+		t.Errorf("the child ran in process group %q, want its own (ours is %d)", pgid, own)
+	}
+}
+
+// TestUnresponsiveChildIsKilled: a child that ignores SIGINT is killed
+// after the grace period, and the call says so.
+func TestUnresponsiveChildIsKilled(t *testing.T) {
+	bin := standIn(t, `trap '' INT
+echo ready >&2
+while :; do sleep 0.05; done
+`)
+	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), timeout: time.Minute, grace: 300 * time.Millisecond,
+		rep: &reporter{w: &syncBuffer{}, now: time.Now}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := av.run(ctx, call{args: []string{"start"}, onLine: func(string) { cancel() }})
+	if !res.Interrupted || res.ExitCode != -1 || !strings.Contains(res.Outcome(), "signal: killed") {
+		t.Fatalf("%s (err %v): want the child killed after the grace period", res.Outcome(), res.Err)
+	}
+}

@@ -1,0 +1,93 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	var out, errOut bytes.Buffer
+	cfg, err := ParseFlags(nil, &out, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Timeout != DefaultTimeout || cfg.Run != nil || cfg.Keep || cfg.Verbose || cfg.AgentVM != "" || cfg.StateDir != "" {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	if cfg.IsTerminal {
+		t.Error("a buffer is taken for a terminal")
+	}
+
+	cfg, err = ParseFlags([]string{"--agent-vm", "./a", "--state-dir", "/s", "--backend", "qemu", "--run", "^(cli|mcp)$",
+		"--keep", "--timeout", "10m", "--verbose", "--list"}, &out, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AgentVM != "./a" || cfg.StateDir != "/s" || cfg.Backend != "qemu" || !cfg.Keep || cfg.Timeout != 10*time.Minute ||
+		!cfg.Verbose || !cfg.List || !cfg.Run.MatchString("mcp") || cfg.Run.MatchString("lifecycle") {
+		t.Errorf("parsed %+v", cfg)
+	}
+
+	for _, c := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"--run", "("}, "not a regular expression"},
+		{[]string{"--timeout", "-1m"}, "must be positive"},
+		{[]string{"--backend", "docker"}, `--backend "docker"`},
+		{[]string{"lifecycle"}, `unexpected argument "lifecycle"`},
+		{[]string{"--nope"}, "-nope"},
+	} {
+		errOut.Reset()
+		_, err := ParseFlags(c.args, &out, &errOut)
+		if err == nil || ExitCode(err) != ExitUsage || !strings.Contains(errOut.String(), c.mention) {
+			t.Errorf("%q: err %v, stderr %q; want exit %d and %q said", c.args, err, errOut.String(), ExitUsage, c.mention)
+		}
+	}
+	_, err = ParseFlags([]string{"-h"}, &out, &errOut)
+	if !errors.Is(err, flag.ErrHelp) || ExitCode(err) != ExitPassed {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestSelectScenarios(t *testing.T) {
+	cfg, _ := ParseFlags([]string{"--run", "c"}, &bytes.Buffer{}, &bytes.Buffer{})
+	got := strings.Join(names(selectScenarios(Scenarios(), cfg.Run)), ",")
+	if got != "cli,lifecycle,crash,mcp" {
+		t.Errorf("--run c selects %s", got)
+	}
+	if n := len(selectScenarios(Scenarios(), nil)); n != len(Scenarios()) {
+		t.Errorf("no filter selects %d of %d", n, len(Scenarios()))
+	}
+}
+
+func TestNamesBranchAndWithin(t *testing.T) {
+	for _, c := range []struct {
+		msg, name string
+		want      bool
+	}{
+		{`invalid branch name "it's"`, "it's", true},
+		{`invalid branch name "new\nline"`, "new\nline", true},
+		{`invalid branch name "say\"hi\""`, `say"hi"`, true},
+		{`invalid branch name`, "x y", false},
+	} {
+		if got := namesBranch(c.msg, c.name); got != c.want {
+			t.Errorf("namesBranch(%q, %q) = %v", c.msg, c.name, got)
+		}
+	}
+	for _, c := range []struct {
+		dir, p string
+		want   bool
+	}{
+		{"/state", "/state/x", true}, {"/state", "/state", false}, {"/state", "/state/../etc", false},
+		{"/state", "/statex/y", false}, {"/state", "/state/..x", true},
+	} {
+		if got := within(c.dir, c.p); got != c.want {
+			t.Errorf("within(%q, %q) = %v", c.dir, c.p, got)
+		}
+	}
+}

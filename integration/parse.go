@@ -1,0 +1,183 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// vmStatus is one object of `status --json` and `list --json`: the
+// documented fields, written down here from the CLI contract rather than
+// imported, because this package may use agent-vm only through its CLI.
+type vmStatus struct {
+	Branch    string    `json:"branch"`
+	Slug      string    `json:"slug"`
+	Backend   string    `json:"backend"`
+	State     string    `json:"state"`
+	Detail    string    `json:"detail"`
+	CreatedAt time.Time `json:"created_at"`
+	Ports     struct {
+		SSH int `json:"ssh"`
+		MCP int `json:"mcp"`
+	} `json:"ports"`
+	Resources struct {
+		CPUs      int `json:"cpus"`
+		MemoryMiB int `json:"memory_mib"`
+		DiskGiB   int `json:"disk_gib"`
+	} `json:"resources"`
+	Accel         string     `json:"accel"`
+	AccelReason   string     `json:"accel_reason"`
+	Share         string     `json:"share"`
+	Pid           int        `json:"pid"`
+	StartedAt     *time.Time `json:"started_at"`
+	UptimeSeconds int64      `json:"uptime_seconds"`
+	Agent         struct {
+		State  string `json:"state"`
+		Detail string `json:"detail"`
+	} `json:"agent"`
+	SSH struct {
+		Host           string `json:"host"`
+		Port           int    `json:"port"`
+		User           string `json:"user"`
+		IdentityFile   string `json:"identity_file"`
+		KnownHostsFile string `json:"known_hosts_file"`
+		Alias          string `json:"alias"`
+	} `json:"ssh"`
+	MCP struct {
+		URL       string `json:"url"`
+		HealthURL string `json:"health_url"`
+		Token     string `json:"token"`
+	} `json:"mcp"`
+	Paths struct {
+		Dir        string `json:"dir"`
+		Workspace  string `json:"workspace"`
+		ConsoleLog string `json:"console_log"`
+	} `json:"paths"`
+	Git struct {
+		Source      string `json:"source"`
+		OriginURL   string `json:"origin_url"`
+		UpstreamURL string `json:"upstream_url"`
+	} `json:"git"`
+	Error string `json:"error"`
+}
+
+// statusKeys are the fields every status object has, running or not.
+func statusKeys() []string {
+	return []string{"branch", "slug", "backend", "state", "created_at", "ports", "resources",
+		"agent", "ssh", "mcp", "paths", "git"}
+}
+
+// runningKeys are the fields a running VM's status has besides statusKeys.
+func runningKeys() []string {
+	return append(statusKeys(), "pid", "started_at", "uptime_seconds", "accel", "share")
+}
+
+// parseStatus reads one status object and checks that it has the keys.
+func parseStatus(data []byte, keys []string) (*vmStatus, error) {
+	var st vmStatus
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("not a JSON status object: %w", err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	var missing []string
+	for _, k := range keys {
+		if _, ok := raw[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the status object lacks the documented field(s) %s", strings.Join(missing, ", "))
+	}
+	return &st, nil
+}
+
+// parseList reads `list --json`: an array of status objects.
+func parseList(data []byte) ([]vmStatus, []map[string]json.RawMessage, error) {
+	var list []vmStatus
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, nil, fmt.Errorf("not a JSON array of status objects: %w", err)
+	}
+	var raw []map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, nil, err
+	}
+	return list, raw, nil
+}
+
+// parseTable reads a table whose first line names the columns, aligned as
+// text/tabwriter aligns them: each cell starts where its header starts
+// (counted in runes). The last column runs to the end of the line.
+func parseTable(out string) (header []string, rows []map[string]string, err error) {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) == 0 || strings.TrimSpace(lines[0]) == "" {
+		return nil, nil, fmt.Errorf("no table: the output is empty")
+	}
+	head := []rune(lines[0])
+	var starts []int
+	for i, r := range head {
+		if r != ' ' && (i == 0 || head[i-1] == ' ') {
+			starts = append(starts, i)
+		}
+	}
+	for i, st := range starts {
+		end := len(head)
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		header = append(header, strings.TrimSpace(string(head[st:end])))
+	}
+	for _, l := range lines[1:] {
+		r := []rune(l)
+		row := map[string]string{}
+		for i, st := range starts {
+			end := len(r)
+			if i+1 < len(starts) && starts[i+1] < end {
+				end = starts[i+1]
+			}
+			if st < len(r) {
+				row[header[i]] = strings.TrimSpace(string(r[st:end]))
+			}
+		}
+		rows = append(rows, row)
+	}
+	return header, rows, nil
+}
+
+// sshHost is one `Host` block of an OpenSSH config.
+type sshHost struct {
+	Name string
+	// Options maps lowercased keywords to their values.
+	Options map[string]string
+}
+
+// parseSSHConfig reads Host blocks: "Host NAME" then "Keyword value"
+// lines (comments and blank lines skipped).
+func parseSSHConfig(out string) ([]sshHost, error) {
+	var hosts []sshHost
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, value, ok := strings.Cut(line, " ")
+		if !ok {
+			return nil, fmt.Errorf("line %d %q: want `Keyword value`", n, line)
+		}
+		key, value = strings.ToLower(key), strings.TrimSpace(value)
+		if key == "host" {
+			hosts = append(hosts, sshHost{Name: value, Options: map[string]string{}})
+			continue
+		}
+		if len(hosts) == 0 {
+			return nil, fmt.Errorf("line %d %q comes before any Host line", n, line)
+		}
+		hosts[len(hosts)-1].Options[key] = value
+	}
+	return hosts, sc.Err()
+}

@@ -1,0 +1,138 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// checkDestroyRefuses commits in the workspace without pushing; destroy
+// must refuse (exit 1), say which commit would be lost, and keep the VM.
+func checkDestroyRefuses(ctx context.Context, s *S, st *vmStatus) error {
+	subject := "itest: unpushed work " + randHex(4)
+	ws := st.Paths.Workspace
+	if err := os.WriteFile(filepath.Join(ws, "unpushed.txt"), []byte(subject+"\n"), 0o644); err != nil {
+		return err
+	}
+	if _, err := git(ctx, ws, "add", "unpushed.txt"); err != nil {
+		return err
+	}
+	if _, err := git(ctx, ws, "commit", "--quiet", "-m", subject); err != nil {
+		return err
+	}
+	hash, _ := git(ctx, ws, "rev-parse", "--short", "HEAD")
+	res := s.agentVM(ctx, "destroy", st.Branch)
+	if err := want(res, 1); err != nil {
+		return err
+	}
+	report := res.Stdout + res.Stderr
+	if !strings.Contains(report, subject) && !strings.Contains(report, hash) {
+		return failf(res, "the refusal does not name the unpushed commit %s %q", hash, subject)
+	}
+	if !isDir(st.Paths.Dir) {
+		return failf(res, "destroy refused, yet %s is gone", st.Paths.Dir)
+	}
+	_, err := s.ok(ctx, "status", "--json", st.Branch)
+	return err
+}
+
+// checkAsPrinted runs agent-vm the way its usage lines (`status [BRANCH]
+// [--json]`) and its own hints write commands, flags after the branch: the
+// command a refused destroy suggests must do what it says.
+func checkAsPrinted(ctx context.Context, s *S, rp *repo) error {
+	const branch = "itest/hint"
+	if _, err := s.create(ctx, rp.Dir, branch); err != nil {
+		return err
+	}
+	res := s.agentVM(ctx, "status", branch, "--json")
+	if err := want(res, 0); err != nil {
+		return err
+	}
+	st, err := parseStatus([]byte(res.Stdout), statusKeys())
+	if err != nil {
+		return failf(res, "%v", err)
+	}
+	if _, err := git(ctx, st.Paths.Workspace, "commit", "--quiet", "--allow-empty", "-m", "itest: unpushed"); err != nil {
+		return err
+	}
+	res = s.agentVM(ctx, "destroy", branch)
+	if err := want(res, 1); err != nil {
+		return err
+	}
+	var hint string
+	for _, l := range strings.Split(res.Stdout+res.Stderr, "\n") {
+		if i := strings.Index(l, "agent-vm destroy "); i >= 0 && strings.Contains(l, "--force") {
+			hint = strings.Trim(l[i:], " `.")
+		}
+	}
+	if hint == "" {
+		return failf(res, "the refusal suggests no `agent-vm destroy ... --force` command")
+	}
+	args, err := shellSplit(strings.TrimPrefix(hint, "agent-vm "))
+	if err != nil {
+		return failf(res, "the suggested command %q: %v", hint, err)
+	}
+	res = s.agentVM(ctx, args...)
+	if err := want(res, 0); err != nil {
+		return failf(res, "the command the refusal suggests, `%s`, fails: %s", hint, res.Outcome())
+	}
+	return checkGone(ctx, s, branch, st.Paths.Dir)
+}
+
+// checkGone: the VM is unknown to agent-vm and its directory is gone.
+func checkGone(ctx context.Context, s *S, branch, dir string) error {
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		return failf(nil, "%s still exists after destroy (%v)", dir, err)
+	}
+	res := s.agentVM(ctx, "status", "--json", branch)
+	return want(res, 1)
+}
+
+// checkUnknownVM: asking about a VM that does not exist is exit 1 with the
+// name and a hint on stderr, and nothing on stdout.
+func checkUnknownVM(ctx context.Context, s *S) error {
+	name := "no-such-vm-" + randHex(3)
+	for _, args := range [][]string{{"status", name}, {"status", "--json", name}, {"destroy", name}, {"ssh-config", name}} {
+		res := s.agentVM(ctx, args...)
+		if err := want(res, 1); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(lastLine(res.Stderr), "agent-vm: ") || !strings.Contains(res.Stderr, name) || !strings.Contains(res.Stderr, "hint") {
+			return failf(res, "want an `agent-vm: ...` error naming %q with a hint on stderr", name)
+		}
+		if strings.TrimSpace(res.Stdout) != "" {
+			return failf(res, "an error printed data on stdout")
+		}
+	}
+	return nil
+}
+
+// checkUsageErrors: mistakes in how agent-vm is called are exit 2, say what
+// was wrong, and suggest the command that was probably meant.
+func checkUsageErrors(ctx context.Context, s *S) error {
+	cases := []struct {
+		args     []string
+		mentions string
+	}{
+		{[]string{"list", "--bogus-flag"}, "bogus-flag"},
+		{[]string{"statu"}, `"status"`},
+		{[]string{"destory", "x"}, `"destroy"`},
+		{[]string{"status", "a", "b"}, "status"},
+		{[]string{"--log-format", "xml", "list"}, "xml"},
+		{[]string{"create", "--cpus", "0"}, "cpus"},
+	}
+	for _, c := range cases {
+		res := s.agentVM(ctx, c.args...)
+		if err := want(res, 2); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, c.mentions) {
+			return failf(res, "the usage error does not mention %s", c.mentions)
+		}
+		if strings.Contains(res.Stderr, "goroutine ") {
+			return failf(res, "agent-vm crashed")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+func lifecycleScenario() Scenario {
+	return Scenario{
+		Name:    "lifecycle",
+		Summary: "boot, files both ways through the workspace, exec, stop, boot again, destroy",
+		NeedsVM: true,
+		Verbs:   []string{"create", "status", "start", "exec", "stop", "destroy"},
+		run:     runLifecycle,
+	}
+}
+
+const lifeBranch = "itest/lifecycle"
+
+// cloudInitFinished prints when cloud-init last finished its final stage
+// (it rewrites the file on every boot it runs), or nothing where the guest
+// has no cloud-init (NixOS).
+const cloudInitFinished = "cat /var/lib/cloud/instance/boot-finished 2>/dev/null || true"
+
+func runLifecycle(ctx context.Context, s *S) {
+	l := &lifecycle{s: s, branch: lifeBranch}
+	s.Step(ctx, "make a git repo and create a VM", func() error {
+		_, err := s.prepare(ctx, l.branch, nil)
+		return err
+	})
+	s.Step(ctx, "start boots it to SSH and a healthy agent", func() error { return l.firstBoot(ctx) })
+	s.Step(ctx, "the guest sees a file the host just wrote", func() error { return checkHostToGuest(ctx, s, l.st) })
+	s.Step(ctx, "the host sees a guest's file, owned by the workspace owner", func() error {
+		return checkGuestToHost(ctx, s, l.st, "from-guest.txt")
+	})
+	s.Step(ctx, "exec: exit codes propagate, stdout and stderr stay apart", func() error { return checkExec(ctx, s, l.st) })
+	s.Step(ctx, "start on a running VM says so and changes nothing", func() error { return l.startAgain(ctx) })
+	s.Step(ctx, "stop shuts it down and leaves no process behind", func() error { return l.stop(ctx) })
+	s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx) })
+	s.Step(ctx, "destroy refuses while the workspace has untracked files", func() error {
+		res := s.agentVM(ctx, "destroy", l.branch)
+		if err := want(res, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout+res.Stderr, "from-guest.txt") {
+			return failf(res, "the refusal does not name the untracked file from-guest.txt")
+		}
+		_, err := s.healthy(ctx, l.branch)
+		return err
+	})
+	s.Step(ctx, "destroy --force stops it and leaves nothing", func() error {
+		if _, err := s.ok(ctx, "destroy", "--force", l.branch); err != nil {
+			return err
+		}
+		if err := checkGone(ctx, s, l.branch, l.st.Paths.Dir); err != nil {
+			return err
+		}
+		return checkNoProcesses(l.st)
+	})
+}
+
+// lifecycle is what the lifecycle scenario learns as it goes.
+type lifecycle struct {
+	s      *S
+	branch string
+	st     *vmStatus // the latest status of the running VM
+	// bootID and cloudInit are from the first boot, to compare with the
+	// second.
+	bootID, cloudInit string
+}
+
+// firstBoot starts the VM: running, agent healthy, endpoints printed.
+func (l *lifecycle) firstBoot(ctx context.Context) error {
+	res, err := l.s.start(ctx, l.branch, 1)
+	if err != nil {
+		return err
+	}
+	st, err := l.s.healthy(ctx, l.branch)
+	if err != nil {
+		return err
+	}
+	l.st = st
+	sshShown := strings.Contains(res.Stdout, strconv.Itoa(st.Ports.SSH)) || strings.Contains(res.Stdout, st.SSH.Alias)
+	if !strings.Contains(res.Stdout, st.MCP.URL) || !sshShown {
+		return failf(res, "start did not print the endpoints: the MCP URL %s and SSH (port %d or host %s)", st.MCP.URL, st.Ports.SSH, st.SSH.Alias)
+	}
+	if (st.Accel != "kvm" && st.Accel != "tcg") || (st.Share != "virtiofs" && st.Share != "9p") {
+		return failf(nil, "status says accel %q and share %q; want kvm|tcg and virtiofs|9p", st.Accel, st.Share)
+	}
+	l.s.notef("%s, workspace over %s, agent healthy", st.Accel, st.Share)
+	return nil
+}
+
+// startAgain starts the running VM: agent-vm says so and leaves it be.
+func (l *lifecycle) startAgain(ctx context.Context) error {
+	res, err := l.s.start(ctx, l.branch, 1)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(strings.ToLower(res.Stdout+res.Stderr), "already running") {
+		return failf(res, "start on a running VM does not say it is already running")
+	}
+	now, err := l.s.healthy(ctx, l.branch)
+	if err != nil {
+		return err
+	}
+	if now.Pid != l.st.Pid {
+		return failf(nil, "QEMU's pid changed from %d to %d: start rebooted a running VM", l.st.Pid, now.Pid)
+	}
+	return nil
+}
+
+// stop notes the boot (its id, cloud-init's last run), then stops the VM.
+func (l *lifecycle) stop(ctx context.Context) error {
+	var err error
+	if l.bootID, err = bootID(ctx, l.s, l.branch); err != nil {
+		return err
+	}
+	res, err := l.s.execOK(ctx, l.branch, "sh", "-c", cloudInitFinished)
+	if err != nil {
+		return err
+	}
+	l.cloudInit = strings.TrimSpace(res.Stdout)
+	return checkStop(ctx, l.s, l.st)
+}
+
+// secondBoot starts the VM again: a new boot, the guest's file still
+// there, and cloud-init's first-boot setup not run again.
+func (l *lifecycle) secondBoot(ctx context.Context) error {
+	if _, err := l.s.start(ctx, l.branch, 1); err != nil {
+		return err
+	}
+	st, err := l.s.healthy(ctx, l.branch)
+	if err != nil {
+		return err
+	}
+	l.st = st
+	res, err := l.s.execOK(ctx, l.branch, "cat", "from-guest.txt")
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(res.Stdout) == "" {
+		return failf(res, "the file the guest wrote before the reboot is empty or gone")
+	}
+	second, err := bootID(ctx, l.s, l.branch)
+	if err != nil {
+		return err
+	}
+	if second == l.bootID {
+		return failf(nil, "the guest's boot id is unchanged (%s): it did not reboot", second)
+	}
+	if res, err = l.s.execOK(ctx, l.branch, "sh", "-c", cloudInitFinished); err != nil {
+		return err
+	}
+	switch again := strings.TrimSpace(res.Stdout); {
+	case l.cloudInit == "":
+		l.s.notef("no cloud-init in this guest")
+	case again != l.cloudInit:
+		return failf(res, "cloud-init ran again on the second boot: boot-finished was %q, now %q", l.cloudInit, again)
+	default:
+		l.s.notef("cloud-init did not run again")
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func severalScenario() Scenario {
+	return Scenario{
+		Name:    "several",
+		Summary: "two branches booted together: distinct ports, both healthy, each its own workspace",
+		NeedsVM: true,
+		Verbs:   []string{"create", "status", "start", "exec", "stop", "destroy"},
+		run:     runSeveral,
+	}
+}
+
+func runSeveral(ctx context.Context, s *S) {
+	branches := []string{"itest/several-a", "itest/several-b"}
+	sts := make([]*vmStatus, len(branches))
+	s.Step(ctx, "make a git repo and create two VMs", func() error {
+		rp, err := s.prepare(ctx, branches[0], nil)
+		if err != nil {
+			return err
+		}
+		_, err = s.create(ctx, rp.Dir, branches[1])
+		return err
+	})
+	s.Step(ctx, "start both at once", func() error { return s.startAll(ctx, branches...) })
+	s.Step(ctx, "both are running with healthy agents on distinct ports", func() error {
+		seen := map[int]string{}
+		for i, b := range branches {
+			st, err := s.healthy(ctx, b)
+			if err != nil {
+				return err
+			}
+			sts[i] = st
+			for _, p := range []int{st.Ports.SSH, st.Ports.MCP} {
+				if other, dup := seen[p]; dup {
+					return failf(nil, "port %d is used by %s and %s", p, other, b)
+				}
+				seen[p] = b
+			}
+			if sts[0].Pid == st.Pid && i > 0 {
+				return failf(nil, "both VMs report QEMU pid %d", st.Pid)
+			}
+		}
+		return nil
+	})
+	s.Step(ctx, "each VM sees its own workspace", func() error {
+		for _, st := range sts {
+			if err := os.WriteFile(filepath.Join(st.Paths.Workspace, "whoami.txt"), []byte(st.Branch+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
+		for _, st := range sts {
+			res, err := s.execOK(ctx, st.Branch, "cat", "whoami.txt")
+			if err != nil {
+				return err
+			}
+			if got := strings.TrimSpace(res.Stdout); got != st.Branch {
+				return failf(res, "the VM of %s reads %q from its workspace: %s", st.Branch, got, fmt.Sprintf("want %q", st.Branch))
+			}
+		}
+		return nil
+	})
+	s.Step(ctx, "stop both", func() error {
+		for _, st := range sts {
+			if err := checkStop(ctx, s, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

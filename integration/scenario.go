@@ -1,0 +1,184 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// Scenario is one end-to-end story told through the agent-vm CLI.
+type Scenario struct {
+	Name    string
+	Summary string
+	// NeedsVM: the scenario boots VMs, so it is skipped where they cannot
+	// boot (no qemu, no base image).
+	NeedsVM bool
+	// Verbs are the agent-vm commands it needs; it is skipped, with the
+	// reason, when this agent-vm build lacks one.
+	Verbs []string
+	run   func(ctx context.Context, s *S)
+}
+
+// Scenarios lists the scenarios in the order they run.
+func Scenarios() []Scenario {
+	return []Scenario{
+		cliScenario(),
+		lifecycleScenario(),
+		crashScenario(),
+		severalScenario(),
+		mcpScenario(),
+	}
+}
+
+// S is a scenario while it runs: its agent-vm, its own temporary directory,
+// the VMs it made, and how its steps went.
+type S struct {
+	name    string
+	av      *agentVM
+	rep     *reporter
+	dir     string // the scenario's own files (git repos)
+	backend string // --backend for create; "" for agent-vm's default
+	scale   time.Duration
+	vm      bool // the scenario boots VMs: show their serial consoles on failure
+	// interrupted reports whether the user interrupted the run.
+	interrupted func() bool
+
+	mu      sync.Mutex
+	vms     []string // branches created, for cleanup and serial logs
+	last    *Result  // the latest agent-vm call of the running step
+	note    string   // what the running step wants said on its line
+	failed  bool
+	stopped bool // a step failed: the rest are not run
+}
+
+// stepError is a failed check, with the agent-vm call it is about.
+type stepError struct {
+	msg string
+	res *Result
+}
+
+func (e *stepError) Error() string { return e.msg }
+
+// failf fails a step about res (nil: about the step's latest call).
+func failf(res *Result, format string, args ...any) error {
+	return &stepError{msg: fmt.Sprintf(format, args...), res: res}
+}
+
+// Step runs one step unless an earlier one failed, and prints its line.
+// A failure prints what went wrong, the agent-vm call it is about (exit
+// code, stdout, stderr) and, in a VM scenario, the serial console's tail.
+func (s *S) Step(ctx context.Context, name string, f func() error) {
+	if s.stopped {
+		if !s.interrupted() {
+			s.rep.step(markSkip, name, 0, "")
+		}
+		return
+	}
+	s.mu.Lock()
+	s.last, s.note = nil, ""
+	s.mu.Unlock()
+	if s.rep.verbose {
+		s.rep.print("  " + s.rep.style(styleDim, "· "+name) + "\n")
+	}
+	start := time.Now()
+	err := f()
+	elapsed := time.Since(start)
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err == nil {
+		s.rep.step(markPass, name, elapsed, s.note)
+		return
+	}
+	s.stopped = true
+	switch {
+	case s.interrupted():
+		s.rep.step(markFail, name, elapsed, "interrupted")
+		return
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		s.failed = true
+		s.rep.step(markFail, name, elapsed, "the run's --timeout passed")
+		return
+	}
+	s.failed = true
+	s.rep.step(markFail, name, elapsed, "")
+	s.rep.detail(s.rep.style(styleRed, err.Error()))
+	var se *stepError
+	res := s.lastResult()
+	if errors.As(err, &se) && se.res != nil {
+		res = se.res
+	}
+	if res != nil {
+		s.rep.command(res, true)
+	}
+	if s.vm {
+		s.serialTails(ctx)
+	}
+}
+
+// notef sets the note printed on the running step's line when it passes.
+func (s *S) notef(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.note = fmt.Sprintf(format, args...)
+}
+
+func (s *S) lastResult() *Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// agentVM runs agent-vm in the run's neutral directory.
+func (s *S) agentVM(ctx context.Context, args ...string) *Result {
+	return s.call(ctx, call{args: args})
+}
+
+// call runs agent-vm and remembers the call as the step's latest.
+func (s *S) call(ctx context.Context, c call) *Result {
+	res := s.av.run(ctx, c)
+	s.mu.Lock()
+	s.last = res
+	s.mu.Unlock()
+	return res
+}
+
+// want checks a call's exit code.
+func want(res *Result, code int) error {
+	if res.ExitCode == code && res.Err == nil {
+		return nil
+	}
+	return failf(res, "`%s`: %s, want exit status %d", res.Short(), res.Outcome(), code)
+}
+
+// ok runs agent-vm and requires exit status 0.
+func (s *S) ok(ctx context.Context, args ...string) (*Result, error) {
+	res := s.agentVM(ctx, args...)
+	return res, want(res, 0)
+}
+
+// register records a VM the scenario made, for cleanup.
+func (s *S) register(branch string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.vms {
+		if b == branch {
+			return
+		}
+	}
+	s.vms = append(s.vms, branch)
+}
+
+func (s *S) branches() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.vms...)
+}
+
+// tempDir makes a fresh directory inside the scenario's own.
+func (s *S) tempDir(pattern string) (string, error) {
+	return os.MkdirTemp(s.dir, pattern)
+}

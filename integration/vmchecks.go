@@ -1,0 +1,177 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// checkHostToGuest writes a file into the workspace on the host and reads
+// it in the guest, which runs commands in /workspace.
+func checkHostToGuest(ctx context.Context, s *S, st *vmStatus) error {
+	content := "written by the host " + randHex(8)
+	if err := os.WriteFile(filepath.Join(st.Paths.Workspace, "from-host.txt"), []byte(content+"\n"), 0o644); err != nil {
+		return err
+	}
+	res, err := s.execOK(ctx, st.Branch, "pwd")
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(res.Stdout); got != "/workspace" {
+		return failf(res, "exec runs in %q, want /workspace", got)
+	}
+	res, err = s.execOK(ctx, st.Branch, "cat", "from-host.txt")
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(res.Stdout); got != content {
+		return failf(res, "the guest reads %q, want %q", got, content)
+	}
+	return nil
+}
+
+// checkGuestToHost has the guest write a file in /workspace and reads it
+// on the host, where it must belong to the workspace's owner (the guest
+// user maps to them).
+func checkGuestToHost(ctx context.Context, s *S, st *vmStatus, name string) error {
+	content := "written by the guest " + randHex(8)
+	if _, err := s.execOK(ctx, st.Branch, "sh", "-c", "printf '%s\\n' \"$1\" > \"$2\"", "sh", content, name); err != nil {
+		return err
+	}
+	path := filepath.Join(st.Paths.Workspace, name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return failf(nil, "the host cannot read what the guest wrote: %v", err)
+	}
+	if got := strings.TrimSpace(string(data)); got != content {
+		return failf(nil, "the host reads %q in %s, want %q", got, path, content)
+	}
+	fileUID, fileGID, err := owner(path)
+	if err != nil {
+		return err
+	}
+	wsUID, wsGID, err := owner(st.Paths.Workspace)
+	if err != nil {
+		return err
+	}
+	if fileUID != wsUID || fileGID != wsGID {
+		return failf(nil, "%s belongs to %d:%d on the host, the workspace to %d:%d", path, fileUID, fileGID, wsUID, wsGID)
+	}
+	return nil
+}
+
+// checkExec: exec's exit status is the command's, its stdout and stderr
+// stay apart, and it runs as the guest user.
+func checkExec(ctx context.Context, s *S, st *vmStatus) error {
+	b := st.Branch
+	for _, c := range []struct {
+		argv []string
+		code int
+	}{
+		{[]string{"true"}, 0},
+		{[]string{"sh", "-c", "exit 3"}, 3},
+		{[]string{"no-such-command-itest"}, 127},
+	} {
+		res := s.exec(ctx, b, c.argv...)
+		if err := want(res, c.code); err != nil {
+			return err
+		}
+	}
+	res, err := s.execOK(ctx, b, "sh", "-c", "echo to-stdout; echo to-stderr >&2")
+	if err != nil {
+		return err
+	}
+	if res.Stdout != "to-stdout\n" || !strings.Contains(res.Stderr, "to-stderr") {
+		return failf(res, "stdout %q and stderr %q: want to-stdout on stdout only and to-stderr on stderr", res.Stdout, res.Stderr)
+	}
+	args := []string{"a b", "it's", "$(echo no)", "*", `back\slash`, "ünï"}
+	res, err = s.execOK(ctx, b, append([]string{"printf", "%s|"}, args...)...)
+	if err != nil {
+		return err
+	}
+	if want := strings.Join(args, "|") + "|"; res.Stdout != want {
+		return failf(res, "exec passed the arguments as %q, want %q (each argument exactly as given)", res.Stdout, want)
+	}
+	res, err = s.execOK(ctx, b, "id", "-un")
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(res.Stdout); got != st.SSH.User {
+		return failf(res, "exec runs as %q, want %q", got, st.SSH.User)
+	}
+	return nil
+}
+
+// checkStop stops the VM: status says stopped, QEMU's process is gone, and
+// nothing (virtiofsd) still works on the VM's files.
+func checkStop(ctx context.Context, s *S, st *vmStatus) error {
+	if _, err := s.stop(ctx, st.Branch); err != nil {
+		return err
+	}
+	now, _, err := s.status(ctx, st.Branch, statusKeys())
+	if err != nil {
+		return err
+	}
+	if now.State != "stopped" {
+		return failf(nil, "after stop the VM is %q, want stopped", now.State)
+	}
+	return checkNoProcesses(st)
+}
+
+// checkNoProcesses: the VM's QEMU (st.Pid) has exited, and no process
+// names the VM's directory any more.
+func checkNoProcesses(st *vmStatus) error {
+	if alive(st.Pid) {
+		return failf(nil, "QEMU (pid %d, %s) is still running", st.Pid, truncate(cmdline(st.Pid), 100))
+	}
+	if ps := processesMentioning(st.Paths.Dir); len(ps) > 0 {
+		return failf(nil, "pid %d (%s) still uses the VM's directory", ps[0].Pid, truncate(ps[0].Cmdline, 120))
+	}
+	return nil
+}
+
+// bootID is the guest kernel's boot id: it changes with every boot.
+func bootID(ctx context.Context, s *S, branch string) (string, error) {
+	res, err := s.execOK(ctx, branch, "cat", "/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(res.Stdout)
+	if id == "" {
+		return "", failf(res, "the guest has no boot id")
+	}
+	return id, nil
+}
+
+// owner is a file's uid and gid.
+func owner(path string) (uid, gid uint32, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, fmt.Errorf("no owner information for %s on this system", path)
+	}
+	return sys.Uid, sys.Gid, nil
+}
+
+// waitGone waits until pid has exited, for at most timeout.
+func waitGone(ctx context.Context, pid int, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := 20 * time.Millisecond
+	for alive(pid) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+	}
+	return true
+}

@@ -1,0 +1,200 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Timeouts for VM operations with KVM; S.scale multiplies them under TCG.
+const (
+	bootTimeout = 90 * time.Second // agent-vm start: boot, SSH and agent-mcp healthy
+	stopTimeout = 30 * time.Second
+	execTimeout = 30 * time.Second
+)
+
+// create runs `agent-vm create --branch B` in repoDir (plus --backend when
+// the run has one) and registers the VM for cleanup when it succeeds.
+func (s *S) create(ctx context.Context, repoDir, branch string) (*Result, error) {
+	res := s.tryCreate(ctx, repoDir, "--branch", branch)
+	return res, want(res, 0)
+}
+
+// tryCreate runs `agent-vm create` with branchArgs (--branch B, or
+// --branch=B) and the run's --backend in repoDir; the caller judges the
+// outcome. A VM it makes is registered for cleanup.
+func (s *S) tryCreate(ctx context.Context, repoDir string, branchArgs ...string) *Result {
+	args := append([]string{"create"}, branchArgs...)
+	if s.backend != "" {
+		args = append(args, "--backend", s.backend)
+	}
+	res := s.call(ctx, call{args: args, dir: repoDir})
+	if res.ExitCode == 0 {
+		branch := branchArgs[len(branchArgs)-1]
+		if b, ok := strings.CutPrefix(branch, "--branch="); ok {
+			branch = b
+		}
+		s.register(branch)
+	}
+	return res
+}
+
+// status runs `status B --json` and parses it, checking the documented
+// fields (keys) are there.
+func (s *S) status(ctx context.Context, branch string, keys []string) (*vmStatus, *Result, error) {
+	res := s.agentVM(ctx, "status", "--json", branch)
+	if err := want(res, 0); err != nil {
+		return nil, res, err
+	}
+	st, err := parseStatus([]byte(res.Stdout), keys)
+	if err != nil {
+		return nil, res, failf(res, "`%s`: %v", res.Short(), err)
+	}
+	if st.Branch != branch {
+		return nil, res, failf(res, "`%s` describes branch %q, want %q", res.Short(), st.Branch, branch)
+	}
+	return st, res, nil
+}
+
+// bootTimeout is how long one boot may take here; n VMs booting together
+// share the host's cores, so they get n times as long.
+func (s *S) bootTimeout(n int) time.Duration {
+	return bootTimeout * s.scale * time.Duration(max(n, 1))
+}
+
+// start runs `agent-vm start B` with a progress line fed by agent-vm's own
+// progress output. concurrent is how many VMs boot at the same time.
+func (s *S) start(ctx context.Context, branch string, concurrent int) (*Result, error) {
+	return s.boot(ctx, "start", branch, concurrent)
+}
+
+// boot runs a verb that boots a VM (start, restart) and waits for it.
+func (s *S) boot(ctx context.Context, verb, branch string, concurrent int) (*Result, error) {
+	t := s.rep.begin("booting " + branch)
+	defer s.rep.end(t)
+	d := s.bootTimeout(concurrent)
+	args := []string{verb, branch}
+	if verb == "start" { // restart has no --timeout: it picks its own for the accelerator
+		args = []string{verb, "--timeout", d.String(), branch}
+	}
+	res := s.call(ctx, call{
+		args:    args,
+		timeout: d + time.Minute, // agent-vm's own timeout should fire first, with its report
+		onLine:  func(l string) { s.rep.update(t, l) },
+	})
+	return res, want(res, 0)
+}
+
+// startAll starts the branches at the same time and waits for all.
+func (s *S) startAll(ctx context.Context, branches ...string) error {
+	errs := make([]error, len(branches))
+	var wg sync.WaitGroup
+	for i, b := range branches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.start(ctx, b, len(branches))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare makes the scenario's git repo (with files) and a VM for branch.
+func (s *S) prepare(ctx context.Context, branch string, files map[string]string) (*repo, error) {
+	rp, err := newRepo(ctx, s.dir, files)
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.create(ctx, rp.Dir, branch)
+	return rp, err
+}
+
+// stop runs `agent-vm stop B`.
+func (s *S) stop(ctx context.Context, branch string) (*Result, error) {
+	res := s.call(ctx, call{args: []string{"stop", branch}, timeout: stopTimeout * s.scale})
+	return res, want(res, 0)
+}
+
+// exec runs `agent-vm exec B -- argv...` and returns the call; the caller
+// judges the exit code.
+func (s *S) exec(ctx context.Context, branch string, argv ...string) *Result {
+	args := append([]string{"exec", branch, "--"}, argv...)
+	return s.call(ctx, call{args: args, timeout: execTimeout * s.scale})
+}
+
+// execOK runs a command in the guest and requires exit status 0.
+func (s *S) execOK(ctx context.Context, branch string, argv ...string) (*Result, error) {
+	res := s.exec(ctx, branch, argv...)
+	return res, want(res, 0)
+}
+
+// healthy requires the VM to be running with agent-mcp healthy.
+func (s *S) healthy(ctx context.Context, branch string) (*vmStatus, error) {
+	st, res, err := s.status(ctx, branch, runningKeys())
+	if err != nil {
+		return nil, err
+	}
+	if st.State != "running" || st.Agent.State != "healthy" {
+		return nil, failf(res, "%s is %s with agent %s (%s), want running with agent healthy", branch, st.State, st.Agent.State, st.Agent.Detail)
+	}
+	if st.Pid <= 0 || !alive(st.Pid) {
+		return nil, failf(res, "%s is running but its pid %d is not a live process", branch, st.Pid)
+	}
+	return st, nil
+}
+
+// waitState polls `status --json` until the VM's state is want, with
+// backoff, for at most timeout.
+func (s *S) waitState(ctx context.Context, branch, want string, timeout time.Duration) (*vmStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	for {
+		st, res, err := s.status(ctx, branch, statusKeys())
+		if err == nil && st.State == want {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return nil, err
+			}
+			return nil, failf(res, "%s is still %s after %s, want %s", branch, st.State, timeout, want)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+// serialTails prints the tail of each VM's serial console: what the guest
+// said, for a failed VM scenario.
+func (s *S) serialTails(ctx context.Context) {
+	for _, b := range s.branches() {
+		res := s.av.run(ctx, call{args: []string{"status", "--json", b}})
+		st, err := parseStatus([]byte(res.Stdout), nil)
+		if res.ExitCode != 0 || err != nil || st.Paths.ConsoleLog == "" {
+			continue
+		}
+		data, err := os.ReadFile(st.Paths.ConsoleLog)
+		switch {
+		case os.IsNotExist(err):
+			s.rep.detail(fmt.Sprintf("serial console of %s: none (the VM never booted)", b))
+			continue
+		case err != nil:
+			s.rep.detail(fmt.Sprintf("serial console of %s: %v", b, err))
+			continue
+		}
+		var sb strings.Builder
+		writeTail(&sb, fmt.Sprintf("serial console of %s (%s)", b, st.Paths.ConsoleLog), string(data))
+		s.rep.detail(sb.String())
+	}
+}
