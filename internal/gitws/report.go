@@ -24,28 +24,34 @@ func (u *Unsaved) Report(ws, branch, vm string) string {
 	}
 	section(&b, commits, "commit that no remote has", "commits that no remote has")
 	q := execx.ShellQuote
+	git := "git -C " + q(ws)
+	if u.ForeignOwner {
+		// The workspace belongs to the guest's uid: git refuses it as
+		// "dubious ownership" unless told otherwise.
+		git = "git -c safe.directory=" + q(ws) + " -C " + q(ws)
+	}
 	b.WriteString("to keep it:\n")
 	if len(u.Changed) > 0 || len(u.Untracked) > 0 {
-		fmt.Fprintf(&b, "  git -C %s add -A && git -C %s commit -m 'work from the agent VM'\n", q(ws), q(ws))
+		fmt.Fprintf(&b, "  %s add -A && %s commit -m 'work from the agent VM'\n", git, git)
 	}
 	if len(u.Stashes) > 0 {
-		fmt.Fprintf(&b, "  git -C %s stash pop   (or `stash branch NAME` for each stash)\n", q(ws))
+		fmt.Fprintf(&b, "  %s stash pop   (or `stash branch NAME` for each stash)\n", git)
 	}
 	for _, c := range u.Unpushed {
 		if c.Branch == "HEAD" {
-			fmt.Fprintf(&b, "  git -C %s branch saved-work HEAD   (the commits on the detached HEAD; then push that branch)\n", q(ws))
+			fmt.Fprintf(&b, "  %s branch saved-work HEAD   (the commits on the detached HEAD; then push that branch)\n", git)
 			break
 		}
 	}
 	for _, br := range u.branchesToPush(len(u.Changed) > 0 || len(u.Untracked) > 0, branch) {
-		fmt.Fprintf(&b, "  git -C %s push origin %s\n", q(ws), q(br))
+		fmt.Fprintf(&b, "  %s push origin %s\n", git, q(br))
 	}
 	if len(u.Risky) > 0 {
 		b.WriteString("careful: the agent can change the workspace's .git, and these settings make git on this host run commands:\n")
 		for _, r := range u.Risky {
 			fmt.Fprintf(&b, "    %s\n", r)
 		}
-		fmt.Fprintf(&b, "  review them (`git -C %s config --local --list`, .git/hooks) before running git there, or fetch from your repository instead of pushing from the workspace\n", q(ws))
+		fmt.Fprintf(&b, "  review them (`%s config --local --list`, .git/hooks) before running git there, or fetch from your repository instead of pushing from the workspace\n", git)
 	}
 	fmt.Fprintf(&b, "or destroy it anyway, losing all of the above: agent-vm destroy %s --force", q(vm))
 	return b.String()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
@@ -91,6 +92,9 @@ type Unsaved struct {
 	// Risky lists workspace git settings that make git on the host run
 	// commands: a warning for whoever runs git there by hand.
 	Risky []string
+	// ForeignOwner: the workspace belongs to another user (the guest uid,
+	// when agent-vm runs as root), so git needs safe.directory there.
+	ForeignOwner bool
 }
 
 // Empty reports whether nothing would be lost.
@@ -117,6 +121,11 @@ func (g *Git) Inspect(ctx context.Context, ws, source string) (*Unsaved, error) 
 		return nil, fmt.Errorf("checking %s for unpushed commits: %w", ws, err)
 	}
 	u.Risky = g.risky(ctx, ws)
+	if fi, err := os.Stat(ws); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+			u.ForeignOwner = true
+		}
+	}
 	return u, nil
 }
 
