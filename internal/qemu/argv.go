@@ -10,6 +10,7 @@ import (
 // Arch describes the QEMU target for the host's architecture.
 type Arch struct {
 	Binary  string // qemu-system-x86_64
+	Package string // the Debian package that has it
 	Machine string // q35
 	Console string // ttyS0
 }
@@ -24,9 +25,9 @@ func HostArch() (Arch, error) {
 func ArchFor(goarch string) (Arch, error) {
 	switch goarch {
 	case "amd64":
-		return Arch{Binary: "qemu-system-x86_64", Machine: "q35", Console: "ttyS0"}, nil
+		return Arch{Binary: "qemu-system-x86_64", Package: "qemu-system-x86", Machine: "q35", Console: "ttyS0"}, nil
 	case "arm64":
-		return Arch{Binary: "qemu-system-aarch64", Machine: "virt", Console: "ttyAMA0"}, nil
+		return Arch{Binary: "qemu-system-aarch64", Package: "qemu-system-arm", Machine: "virt", Console: "ttyAMA0"}, nil
 	}
 	return Arch{}, fmt.Errorf("agent-vm runs VMs on amd64 and arm64 hosts, not %s", goarch)
 }

@@ -86,6 +86,11 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if (b.Direct == nil) == (b.Script == nil) {
 		return nil, errors.New("internal error: a boot needs exactly one of Direct and Script")
 	}
+	if b.Direct != nil {
+		if _, err := l.Run.LookPath(l.Arch.Binary); err != nil {
+			return nil, fmt.Errorf("%s is not installed, so agent-vm cannot run VMs (hint: install QEMU: `sudo apt-get install %s qemu-utils` on Debian/Ubuntu, `sudo dnf install qemu-kvm qemu-img` on Fedora)", l.Arch.Binary, l.Arch.Package)
+		}
+	}
 	if live, err := l.Inspect(ctx, m); err == nil && live.Alive() {
 		return nil, fmt.Errorf("%s is %s (pid %d): %w", m.Name, live.State, live.Pid, ErrRunning)
 	}

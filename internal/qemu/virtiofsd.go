@@ -25,7 +25,11 @@ type Virtiofsd struct {
 
 // FindVirtiofsd looks for virtiofsd on PATH and in the usual places.
 func FindVirtiofsd(ctx context.Context, run execx.Runner) (*Virtiofsd, error) {
-	cands := virtiofsdPaths()
+	return findVirtiofsd(ctx, run, virtiofsdPaths())
+}
+
+func findVirtiofsd(ctx context.Context, run execx.Runner, places []string) (*Virtiofsd, error) {
+	cands := places
 	if p, err := run.LookPath("virtiofsd"); err == nil {
 		cands = append([]string{p}, cands...)
 	}
@@ -41,7 +45,7 @@ func FindVirtiofsd(ctx context.Context, run execx.Runner) (*Virtiofsd, error) {
 		}
 		return &Virtiofsd{Path: p, Rust: strings.Contains(help, "--shared-dir")}, nil
 	}
-	return nil, fmt.Errorf("virtiofsd not found on PATH or in %s (hint: install it: Debian/Ubuntu package qemu-system-common (QEMU <= 7.2) or virtiofsd, Fedora virtiofsd; without it the workspace is shared over 9p, which is slower for many small files)", strings.Join(virtiofsdPaths(), ", "))
+	return nil, fmt.Errorf("virtiofsd not found on PATH or in %s (hint: install it: Debian 12's package qemu-system-common has it, newer Debian/Ubuntu and Fedora package it as virtiofsd; without it the workspace is shared over 9p, which is slower for many small files)", strings.Join(places, ", "))
 }
 
 // args is virtiofsd's command line for sharing source on sock.
