@@ -1,0 +1,347 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// These tests boot real VMs (Debian, cloud-init, QEMU under TCG here) from
+// the base image `agent-vm image build` makes. Each boot takes about a
+// minute on the machines CI runs on; they are skipped under -short.
+
+func imageDir() string {
+	d, _ := image.DefaultCacheDir()
+	return d
+}
+
+// newManager wires the real orchestration with the qemu backend.
+func newManager(t *testing.T) *vm.Manager {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots VMs; skipped under -short")
+	}
+	tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	_, err := image.Lookup(imageDir(), image.DefaultBuildName)
+	tu.Need(t, err == nil, "no base image: run `agent-vm image build`")
+	root, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})
+	launcher, err := qemu.NewLauncher(execx.OS{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := agentVMBinary(t)
+	be := &cloudinit.Backend{Run: execx.OS{}, Log: log, ImageDir: imageDir(), Executable: func() (string, error) { return exe, nil }}
+	m := vm.New(root, execx.OS{}, log, launcher, be)
+	kernels, _ := filepath.Glob(filepath.Join(imageDir(), "*", "vmlinuz*"))
+	prober := &accel.Prober{Run: execx.OS{}, QEMU: "qemu-system-x86_64", Kernels: kernels, Override: os.Getenv("AGENT_VM_ACCEL"),
+		Cache: filepath.Join(t.TempDir(), "accel.json")}
+	m.Accel = prober.Probe
+	return m
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// agentVMBinary builds a static agent-vm: the guest runs it as agent-mcp.
+func agentVMBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "agent-vm-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "agent-vm")
+		_, buildErr = execx.OS{}.Run(context.Background(), execx.Cmd{Path: "go", Args: []string{"build", "-o", binPath, "github.com/agent-vm/agent-vm/cmd/agent-vm"},
+			Env: []string{"CGO_ENABLED=0"}})
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func create(t *testing.T, m *vm.Manager, branch string) state.Entry {
+	t.Helper()
+	repo := tu.Repo(t, true)
+	_, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: branch, Backend: vm.BackendQEMU, CPUs: 1, MemoryMiB: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := m.Root.Find(branch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if t.Failed() {
+			t.Logf("serial console of %s:\n%s", branch, qemu.TailFile(e.Layout.Log(qemu.ConsoleLog), 40))
+		}
+		m.Stop(ctx, branch)
+	})
+	return e
+}
+
+func start(t *testing.T, m *vm.Manager, branch string) *vm.StartResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	res, err := m.Start(ctx, branch, vm.StartOptions{})
+	if err != nil {
+		t.Fatalf("start %s: %v", branch, err)
+	}
+	t.Logf("%s: SSH after %s, agent-mcp after %s (%s)", branch, res.SSHReady, res.HealthReady, res.Info.Accel)
+	return res
+}
+
+func run(t *testing.T, m *vm.Manager, branch string, argv ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code, err := m.Exec(context.Background(), branch, argv, nil, &out, &errb)
+	if err != nil {
+		t.Fatalf("exec %v: %v", argv, err)
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestVMLifecycle(t *testing.T) {
+	m := newManager(t)
+	e := create(t, m, "life")
+	res := start(t, m, "life")
+	info := res.Info
+	if info.State != vm.StateRunning || info.Agent.State != "healthy" || info.Share == "" {
+		t.Fatalf("after start: state %s, agent %+v, share %q", info.State, info.Agent, info.Share)
+	}
+
+	// /health through the forwarded port, on 127.0.0.1 only.
+	resp, err := http.Get(info.MCP.Health)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status"`) {
+		t.Errorf("/health: %d %s", resp.StatusCode, body)
+	}
+	for _, addr := range nonLoopbackAddrs(t) {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, fmt.Sprint(info.Ports.MCP)), time.Second); err == nil {
+			c.Close()
+			t.Errorf("the MCP port answers on %s, not only on 127.0.0.1", addr)
+		}
+	}
+
+	// The workspace, both ways, with the workspace owner's ownership.
+	ws := e.Layout.Workspace()
+	tu.WriteFile(t, filepath.Join(ws, "from-host.txt"), "hello from the host\n")
+	if code, out, _ := run(t, m, "life", "cat", "from-host.txt"); code != 0 || out != "hello from the host\n" {
+		t.Errorf("guest reading the host's file: %d %q", code, out)
+	}
+	if code, _, errs := run(t, m, "life", "sh", "-c", "echo from the guest > from-guest.txt"); code != 0 {
+		t.Fatalf("guest writing: %d %s", code, errs)
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "from-guest.txt"))
+	if err != nil || string(b) != "from the guest\n" {
+		t.Errorf("host reading the guest's file: %q %v", b, err)
+	}
+	wsInfo, _ := os.Stat(ws)
+	fi, _ := os.Stat(filepath.Join(ws, "from-guest.txt"))
+	if fi != nil && fi.Sys().(*syscall.Stat_t).Uid != wsInfo.Sys().(*syscall.Stat_t).Uid {
+		t.Errorf("the guest's file belongs to uid %d, the workspace to %d", fi.Sys().(*syscall.Stat_t).Uid, wsInfo.Sys().(*syscall.Stat_t).Uid)
+	}
+
+	// Exit codes and separate streams.
+	if code, out, errs := run(t, m, "life", "sh", "-c", "echo out; echo err >&2; exit 3"); code != 3 || out != "out\n" || errs != "err\n" {
+		t.Errorf("exit 3: code %d out %q err %q", code, out, errs)
+	}
+	if code, _, _ := run(t, m, "life", "no-such-command"); code != 127 {
+		t.Errorf("a missing command: code %d, want 127", code)
+	}
+
+	// A host key other than the pinned one is refused.
+	impostor, _ := sshkeys.Generate("impostor")
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	os.WriteFile(kh, []byte(sshkeys.KnownHostsLine(info.Ports.SSH, impostor.Public)), 0o600)
+	_, err = sshx.Dial(context.Background(), sshx.Target{Addr: fmt.Sprintf("127.0.0.1:%d", info.Ports.SSH), User: "dev",
+		KeyFile: e.Layout.ClientKey(), KnownHosts: kh}, 30*time.Second)
+	if !errors.Is(err, sshx.ErrHostKeyMismatch) {
+		t.Errorf("a different pinned key: got %v, want a host key mismatch", err)
+	}
+
+	// Stop leaves no QEMU or virtiofsd of this VM.
+	if _, err := m.Stop(context.Background(), "life"); err != nil {
+		t.Fatal(err)
+	}
+	if procs := processesMentioning(e.Layout.Dir); len(procs) > 0 {
+		t.Errorf("processes left after stop: %v", procs)
+	}
+	if st := m.Status(context.Background(), e, true); st.State != vm.StateStopped {
+		t.Errorf("after stop: %s", st.State)
+	}
+
+	// A second boot: cloud-init stays off, files are still there.
+	start(t, m, "life")
+	if code, _, _ := run(t, m, "life", "test", "-e", "/etc/cloud/cloud-init.disabled"); code != 0 {
+		t.Error("cloud-init ran again on the second boot")
+	}
+	if code, out, _ := run(t, m, "life", "cat", "from-guest.txt"); code != 0 || out != "from the guest\n" {
+		t.Errorf("after a restart: %d %q", code, out)
+	}
+
+	// SIGKILL to QEMU reads as crashed; restart recovers.
+	st := m.Status(context.Background(), e, false)
+	syscall.Kill(st.Pid, syscall.SIGKILL)
+	waitFor(t, func() bool { return m.Status(context.Background(), e, false).State == vm.StateCrashed }, "state crashed")
+	if procs := processesMentioning(e.Layout.Dir); len(procs) > 0 {
+		// virtiofsd exits when its QEMU goes.
+		waitFor(t, func() bool { return len(processesMentioning(e.Layout.Dir)) == 0 }, "virtiofsd to exit after the crash")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	res, err = m.Restart(ctx, "life", vm.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Info.State != vm.StateRunning || res.Info.Agent.State != "healthy" {
+		t.Errorf("after restart: %+v", res.Info)
+	}
+}
+
+// Two VMs run at once on distinct ports, both healthy.
+func TestTwoVMsAtOnce(t *testing.T) {
+	m := newManager(t)
+	a, b := create(t, m, "one"), create(t, m, "two")
+	if a.Record.Ports == b.Record.Ports || a.Record.Ports.SSH == b.Record.Ports.SSH || a.Record.Ports.MCP == b.Record.Ports.MCP {
+		t.Fatalf("ports overlap: %+v %+v", a.Record.Ports, b.Record.Ports)
+	}
+	var wg sync.WaitGroup
+	for _, branch := range []string{"one", "two"} {
+		wg.Add(1)
+		go func(branch string) {
+			defer wg.Done()
+			start(t, m, branch)
+		}(branch)
+	}
+	wg.Wait()
+	for _, e := range []state.Entry{a, b} {
+		if st := m.Status(context.Background(), e, true); st.State != vm.StateRunning || st.Agent.State != "healthy" {
+			t.Errorf("%s: %s, agent %+v", e.Slug, st.State, st.Agent)
+		}
+	}
+}
+
+// Bad inputs that fail before anything boots.
+func TestStartRefusesATakenPort(t *testing.T) {
+	m := newManager(t)
+	e := create(t, m, "taken")
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", e.Record.Ports.SSH))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = m.Start(context.Background(), "taken", vm.StartOptions{})
+	if !errors.Is(err, ports.ErrTaken) || !strings.Contains(err.Error(), fmt.Sprint(e.Record.Ports.SSH)) {
+		t.Errorf("got %v, want a port-taken error naming %d", err, e.Record.Ports.SSH)
+	}
+	if procs := processesMentioning(e.Layout.Dir); len(procs) > 0 {
+		t.Errorf("a refused start left %v", procs)
+	}
+}
+
+func TestCreateRefusesABadImage(t *testing.T) {
+	m := newManager(t)
+	repo := tu.Repo(t, false)
+	notImage := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(notImage, []byte(strings.Repeat("just text\n", 200000)), 0o644)
+	for path, want := range map[string]string{filepath.Join(t.TempDir(), "missing.qcow2"): "does not exist", notImage: notImage} {
+		_, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "img", Backend: vm.BackendQEMU, Image: path})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--image %s: got %v, want it to mention %q", path, err, want)
+		}
+	}
+	if entries, _ := m.Root.List(); len(entries) != 0 {
+		t.Errorf("a refused create left %d VM dirs", len(entries))
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// processesMentioning lists live processes whose command line mentions s.
+func processesMentioning(s string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		if stat, _ := os.ReadFile(filepath.Join(d, "stat")); bytes.Contains(stat, []byte(") Z ")) {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmd, s) {
+			out = append(out, filepath.Base(d)+": "+cmd)
+		}
+	}
+	return out
+}
+
+// nonLoopbackAddrs are this host's IPv4 addresses other than 127.0.0.0/8.
+func nonLoopbackAddrs(t *testing.T) []string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			out = append(out, ipn.IP.String())
+		}
+	}
+	return out
+}
