@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// lab holds what a run makes: a temp directory with agent-vm state
+// directories, source repositories and bare QEMU boots, and the VMs made
+// in them. Figures share its VMs (a boot costs a minute or more), and it
+// removes everything at the end, whatever happened.
+type lab struct {
+	cfg config
+	log *logger
+	dir string
+	av  *agentVM // the state directory of the VMs that boot
+	// others are further state directories (P5's records), cleaned alike.
+	others []*agentVM
+
+	mu    sync.Mutex
+	vms   []*labVM
+	bares map[*bareVM]struct{}
+
+	repo, tar string // the source tree as a git repository and as a tarball
+	treeFiles int
+	// canBoot is why VMs cannot boot here, "" when they can.
+	canBoot string
+}
+
+// labVM is a VM the lab created, and what the lab knows of it.
+type labVM struct {
+	name    string
+	booted  bool // it has had its first boot (cloud-init ran)
+	running bool
+	share   string   // virtiofs or 9p, while running
+	argv    []string // its QEMU command line, read from /proc at its first boot
+	// overlay is its disk's size after the first boot, before any other.
+	overlay *diskSize
+	// noOverlay: it was used before its first stop, so its overlay is not
+	// one after a first boot alone (P8 does not count it).
+	noOverlay bool
+}
+
+// guest size for every VM the harness boots: small enough for three at
+// once on the smallest machine the project runs on.
+const (
+	vmCPUs   = "1"
+	vmMemory = "1G"
+)
+
+func newLab(cfg config, log *logger, bin string) (*lab, error) {
+	dir, err := os.MkdirTemp("", "agent-vm-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the lab's temp dir: %w", err)
+	}
+	l := &lab{cfg: cfg, log: log, dir: dir, bares: map[*bareVM]struct{}{}}
+	l.av = l.stateDir("state")
+	l.av.bin = bin
+	return l, nil
+}
+
+// stateDir is an agent-vm with a state directory of its own in the lab.
+func (l *lab) stateDir(name string) *agentVM {
+	a := &agentVM{stateDir: filepath.Join(l.dir, name), dir: l.dir}
+	if l.av != nil {
+		a.bin = l.av.bin
+		l.others = append(l.others, a)
+	}
+	return a
+}
+
+// newVM creates a VM from the source repository.
+func (l *lab) newVM(ctx context.Context, prefix string) (*labVM, error) {
+	repo, err := l.sourceRepo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	v := &labVM{name: fmt.Sprintf("bench-%s-%d", prefix, len(l.vms)+1)}
+	l.vms = append(l.vms, v)
+	l.mu.Unlock()
+	res := l.av.run(ctx, quickTimeout, "create", "--repo", repo, "--branch", v.name, "--backend", "qemu", "--cpus", vmCPUs, "--memory", vmMemory)
+	return v, res.Err
+}
+
+// start boots v (prefix: see agentVM.spec) and, at its first boot, keeps
+// its QEMU command line.
+func (l *lab) start(ctx context.Context, v *labVM, prefix []string) (bootTimes, error) {
+	t, err := l.av.start(ctx, v.name, prefix)
+	v.running = true // a boot that failed may leave QEMU running; stop will see
+	if err != nil {
+		return t, err
+	}
+	v.booted, v.share = true, t.Share
+	if v.argv == nil {
+		st, err := l.av.status(ctx, v.name)
+		if err != nil {
+			return t, err
+		}
+		if v.argv = cmdline(st.Pid); v.argv == nil {
+			return t, fmt.Errorf("reading the QEMU command line of %s (pid %d) from /proc", v.name, st.Pid)
+		}
+	}
+	return t, nil
+}
+
+// stop shuts v down; after its first boot, it measures the overlay.
+func (l *lab) stop(ctx context.Context, v *labVM) error {
+	if res := l.av.run(ctx, stopTimeout, "stop", v.name); res.Err != nil {
+		return res.Err
+	}
+	v.running = false
+	if v.overlay == nil && v.argv != nil && !v.noOverlay {
+		disk, err := overlayPath(v.argv)
+		if err != nil {
+			return err
+		}
+		sz, err := imageSize(ctx, disk)
+		if err != nil {
+			return err
+		}
+		v.overlay = &sz
+	}
+	return nil
+}
+
+// stopAll stops every VM of the lab's that runs, at once.
+func (l *lab) stopAll(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(l.vms))
+	for i, v := range l.vms {
+		if !v.running {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = l.stop(ctx, v) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// provisioned returns k VMs that have had their first boot, stopped,
+// creating and booting (all at once) those missing.
+func (l *lab) provisioned(ctx context.Context, k int) ([]*labVM, error) {
+	var have []*labVM
+	for _, v := range l.vms {
+		if v.booted && len(have) < k {
+			have = append(have, v)
+		}
+	}
+	var fresh []*labVM
+	for len(have)+len(fresh) < k {
+		v, err := l.newVM(ctx, "vm")
+		if err != nil {
+			return nil, err
+		}
+		fresh = append(fresh, v)
+	}
+	if len(fresh) > 0 {
+		l.log.Printf("first boot of %d VM(s) for later figures (cloud-init runs once per VM)", len(fresh))
+		if err := l.stopAll(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := l.startTogether(ctx, fresh); err != nil {
+			return nil, err
+		}
+	}
+	return append(have, fresh...), l.stopAll(ctx)
+}
+
+// startTogether starts vms at once and returns each one's boot times.
+func (l *lab) startTogether(ctx context.Context, vms []*labVM) ([]bootTimes, error) {
+	times := make([]bootTimes, len(vms))
+	errs := make([]error, len(vms))
+	var wg sync.WaitGroup
+	for i, v := range vms {
+		wg.Add(1)
+		go func() { defer wg.Done(); times[i], errs[i] = l.start(ctx, v, nil) }()
+	}
+	wg.Wait()
+	return times, errors.Join(errs...)
+}
+
+// running returns a VM that runs alone with the workspace over virtiofs,
+// booted and settled.
+func (l *lab) running(ctx context.Context) (*labVM, error) {
+	for _, v := range l.vms {
+		if v.running && v.share == "virtiofs" {
+			for _, o := range l.vms {
+				if o != v && o.running {
+					if err := l.stop(ctx, o); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return v, l.settle(ctx, v)
+		}
+	}
+	if err := l.stopAll(ctx); err != nil {
+		return nil, err
+	}
+	var v *labVM
+	for _, o := range l.vms {
+		if o.booted {
+			v = o
+			break
+		}
+	}
+	if v == nil { // a first boot, kept running rather than booted twice
+		var err error
+		if v, err = l.newVM(ctx, "vm"); err != nil {
+			return nil, err
+		}
+		v.noOverlay = true
+	}
+	l.log.Printf("starting %s", v.name)
+	if _, err := l.start(ctx, v, nil); err != nil {
+		return nil, err
+	}
+	return v, l.settle(ctx, v)
+}
+
+// settle waits until the guest's boot has finished (systemd has run every
+// start-up job), so a measurement does not compete with it.
+func (l *lab) settle(ctx context.Context, v *labVM) error {
+	res := l.av.run(ctx, 10*time.Minute, "exec", v.name, "--", "systemctl", "is-system-running", "--wait")
+	if res.Err != nil && res.Exit != 1 { // 1: degraded, which is settled too
+		return res.Err
+	}
+	return nil
+}
+
+// cleanup stops and removes everything the lab made: bare QEMUs, VMs (in
+// every state directory of the lab), stray processes that still name the
+// lab's directory, and the directory. It reports each problem.
+func (l *lab) cleanup(ctx context.Context) error {
+	var problems []error
+	l.mu.Lock()
+	bares := make([]*bareVM, 0, len(l.bares))
+	for b := range l.bares {
+		bares = append(bares, b)
+	}
+	l.mu.Unlock()
+	for _, b := range bares {
+		b.kill()
+	}
+	for _, a := range append([]*agentVM{l.av}, l.others...) {
+		if _, err := os.Stat(a.stateDir); err != nil {
+			continue
+		}
+		list, err := a.list(ctx)
+		if err != nil {
+			problems = append(problems, err)
+		}
+		for _, st := range list {
+			if st.State != "stopped" && st.State != "invalid" {
+				if res := a.run(ctx, stopTimeout, "stop", st.Branch); res.Err != nil {
+					problems = append(problems, res.Err)
+				}
+			}
+			if a == l.av { // the others are never started: removing the directory is enough
+				if res := a.run(ctx, quickTimeout, "destroy", "--force", st.Branch); res.Err != nil {
+					problems = append(problems, res.Err)
+				}
+			}
+		}
+	}
+	for _, p := range processes() {
+		if p.mentions(l.dir) {
+			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+			problems = append(problems, fmt.Errorf("pid %d (%s) still used the lab's directory after cleanup; killed it", p.Pid, p.argv0()))
+		}
+	}
+	if err := os.RemoveAll(l.dir); err != nil {
+		problems = append(problems, fmt.Errorf("removing %s: %w", l.dir, err))
+	}
+	return errors.Join(problems...)
+}

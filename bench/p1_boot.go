@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+)
+
+// figureSpec is one figure the harness can measure.
+type figureSpec struct {
+	ID    string
+	Title string
+	Boots bool // needs VMs that boot
+	Run   func(ctx context.Context, l *lab, f *Figure) error
+}
+
+// figureSpecs lists the figures in the order they run: those needing no VM
+// first, on a quiet machine, then those sharing the lab's VMs.
+func figureSpecs() []figureSpec {
+	return []figureSpec{
+		{ID: "P5", Title: "list with many records, and create", Run: runP5},
+		{ID: "MCP", Title: "MCP proxy: added latency per request and 50 sessions", Run: runMCP},
+		{ID: "P1", Title: "start to SSH-ready and health-ready, against a bare QEMU boot of the same guest", Boots: true, Run: runP1},
+		{ID: "P8", Title: "overlay size after the first boot, against the base image", Boots: true, Run: runP8},
+		{ID: "P3", Title: "exec round trip, against OpenSSH", Boots: true, Run: runP3},
+		{ID: "P4", Title: "status --json", Run: runP4},
+		{ID: "P6", Title: "workspace throughput (virtiofs, 9p) against the guest's own disk", Boots: true, Run: runP6},
+		{ID: "P7", Title: "several VMs starting together", Boots: true, Run: runP7},
+	}
+}
+
+// p1Samples are one boot kind's samples, one per round.
+type p1Samples struct {
+	wall, sshWall, sshLaunch, bare []float64
+}
+
+func (s *p1Samples) add(t bootTimes, bare float64) {
+	s.wall = append(s.wall, t.Wall)
+	s.sshWall = append(s.sshWall, t.SSHWall)
+	s.sshLaunch = append(s.sshLaunch, t.SSHLaunch)
+	s.bare = append(s.bare, bare)
+}
+
+func (s *p1Samples) rows(kind string) []*Row {
+	bare := "bare QEMU, " + kind + " boot, to SSH-ready"
+	return []*Row{
+		newRow("P1."+kind+".ssh", "start -> SSH-ready, "+kind+" boot (from running `start`)", "s",
+			series("agent-vm start", s.sshWall), ref(bare, s.bare), true),
+		newRow("P1."+kind+".ssh-launch", "start -> SSH-ready, "+kind+" boot (start's own figure, from QEMU's launch)", "s",
+			series("agent-vm start", s.sshLaunch), ref(bare, s.bare), true),
+		newRow("P1."+kind+".health", "start -> agent-mcp healthy, "+kind+" boot (start returns)", "s",
+			series("agent-vm start", s.wall), ref(bare, s.bare), true),
+	}
+}
+
+// runP1 boots, per round, a new VM with agent-vm and its guest bare, then
+// both again: A(first) B(first) B(later) A(later). The bare boot needs the
+// seed agent-vm writes at start, so A goes first; the later boots run in
+// the opposite order, so drift over the round hits both alike.
+func runP1(ctx context.Context, l *lab, f *Figure) error {
+	if err := l.stopAll(ctx); err != nil {
+		return err
+	}
+	var first, later p1Samples
+	nan := math.NaN()
+	for r := 1; r <= l.cfg.Rounds; r++ {
+		v, err := l.newVM(ctx, "p1")
+		if err != nil {
+			return err
+		}
+		step := func(what string) { l.log.Printf("P1 round %d/%d: %s", r, l.cfg.Rounds, what) }
+		step("agent-vm start " + v.name + " (first boot)")
+		a1, err := l.start(ctx, v, nil)
+		if err != nil {
+			return err
+		}
+		st, err := l.av.status(ctx, v.name)
+		if err != nil {
+			return err
+		}
+		if err := l.stop(ctx, v); err != nil {
+			return err
+		}
+		b, err := l.newBare(ctx, v, st, filepath.Join(l.dir, fmt.Sprintf("bare-%d", r)))
+		if err != nil {
+			return err
+		}
+		step("bare QEMU (first boot)")
+		b1, err1 := l.bootBare(ctx, b)
+		err = l.shutdown(ctx, b)
+		if err1 != nil || err != nil {
+			f.Errors = append(f.Errors, fmt.Sprintf("round %d, bare first boot: %v", r, firstErr(err1, err)))
+			b1 = nan
+		}
+		step("bare QEMU (later boot)")
+		b2, err2 := l.bootBare(ctx, b)
+		err = l.shutdown(ctx, b)
+		if err2 != nil || err != nil {
+			f.Errors = append(f.Errors, fmt.Sprintf("round %d, bare later boot: %v", r, firstErr(err2, err)))
+			b2 = nan
+		}
+		step("agent-vm start " + v.name + " (later boot)")
+		a2, err := l.start(ctx, v, nil)
+		if err != nil {
+			return err
+		}
+		first.add(a1, b1)
+		later.add(a2, b2)
+		l.log.Printf("P1 round %d: first boot: agent-vm SSH %.1fs healthy %.1fs, bare SSH %.1fs; later boot: agent-vm SSH %.1fs healthy %.1fs, bare SSH %.1fs",
+			r, a1.SSHWall, a1.Wall, b1, a2.SSHWall, a2.Wall, b2)
+		if r < l.cfg.Rounds {
+			if err := l.stop(ctx, v); err != nil {
+				return err
+			}
+		}
+	}
+	f.Rows = append(first.rows("first"), later.rows("later")...)
+	f.Notes = append(f.Notes,
+		"The reference is the guest agent-vm boots, booted by QEMU alone with the same command line minus virtiofsd, its shared memory, the fw_cfg token, QMP and the MCP forward, on its own overlay and a copy of the VM's seed ISO; ready = OpenSSH logs in with the VM's key against the pinned host key (polled every 0.25-1 s).",
+		"First boot: cloud-init provisions the guest; later boot: the same overlay boots again (agent-vm switches cloud-init off after the first boot). The last VM is left running for the figures that follow.",
+		"`ssh` rows count from running `start` (so they include preparing the seed and overlay); `ssh-launch` is start's own figure, from QEMU's launch; `health` is start's whole run (SSH, then agent-mcp's /health through the forwarded port). agent-vm polls SSH with a backoff of up to about 2 s, which is part of what it costs.")
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

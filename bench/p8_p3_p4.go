@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// runP8 compares the overlays of the lab's VMs, measured right after their
+// first boot and stop (P1's VMs, or one booted for this), with the base
+// image.
+func runP8(ctx context.Context, l *lab, f *Figure) error {
+	var booted []*labVM
+	for _, v := range l.vms {
+		if v.overlay != nil {
+			booted = append(booted, v)
+		}
+	}
+	if len(booted) == 0 {
+		if err := l.stopAll(ctx); err != nil {
+			return err
+		}
+		v, err := l.newVM(ctx, "p8")
+		if err != nil {
+			return err
+		}
+		l.log.Printf("P8: first boot of %s", v.name)
+		if _, err := l.start(ctx, v, nil); err != nil {
+			return err
+		}
+		if err := l.stop(ctx, v); err != nil {
+			return err
+		}
+		booted = append(booted, v)
+	}
+	img, err := baseImage(ctx, l.av)
+	if err != nil {
+		return fmt.Errorf("finding the base image: %w", err)
+	}
+	base, err := imageSize(ctx, img.Disk)
+	if err != nil {
+		return err
+	}
+	const mib = 1 << 20
+	var alloc, file, baseAlloc, baseFile []float64
+	for _, v := range booted {
+		if v.overlay == nil {
+			continue
+		}
+		alloc = append(alloc, float64(v.overlay.Allocated)/mib)
+		file = append(file, float64(v.overlay.File)/mib)
+		baseAlloc = append(baseAlloc, float64(base.Allocated)/mib)
+		baseFile = append(baseFile, float64(base.File)/mib)
+	}
+	f.Rows = []*Row{
+		newRow("P8.allocated", "VM overlay after its first boot, allocated on disk (qemu-img actual-size)", "MiB",
+			series("overlay", alloc), ref("base image "+img.Name, baseAlloc), true),
+		newRow("P8.file", "VM overlay after its first boot, file size", "MiB",
+			series("overlay", file), ref("base image "+img.Name, baseFile), true),
+	}
+	f.Notes = append(f.Notes, "N is the number of VMs measured (each right after its first boot and stop); the base image is the same file every time. A new branch's VM costs the overlay, not another base image.")
+	return nil
+}
+
+// runP3 times `agent-vm exec VM -- true` against OpenSSH running `true`
+// with the VM's key and pinned host key, alternating.
+func runP3(ctx context.Context, l *lab, f *Figure) error {
+	v, err := l.running(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := l.av.status(ctx, v.name)
+	if err != nil {
+		return err
+	}
+	t := sshTarget{Port: st.SSH.Port, User: st.SSH.User, Key: st.SSH.IdentityFile, KnownHosts: st.SSH.KnownHostsFile}
+	execTrue := func() cmdResult { return l.av.run(ctx, quickTimeout, "exec", v.name, "--", "true") }
+	sshTrue := func() cmdResult { return sshRun(ctx, t, quickTimeout, "true") }
+	a, b, err := alternate(l.cfg.N, execTrue, sshTrue)
+	f.Rows = []*Row{newRow("P3.exec", "`agent-vm exec VM -- true` round trip on a running VM", "ms",
+		series("agent-vm exec", a), ref("OpenSSH `ssh -i KEY -p PORT dev@127.0.0.1 true`, pinned known_hosts", b), true)}
+	f.Notes = append(f.Notes, "One unmeasured call of each first. Both sides open a new SSH connection per call (agent-vm keeps none open between commands).")
+	return err
+}
+
+// runP4 times `status --json` of a running VM (when VMs can boot) and of a
+// stopped one, against `agent-vm version`: the cost of starting the binary,
+// which every command pays.
+func runP4(ctx context.Context, l *lab, f *Figure) error {
+	version := func() cmdResult { return l.av.run(ctx, quickTimeout, "version") }
+	stopped, err := l.newVM(ctx, "p4")
+	if err != nil {
+		return err
+	}
+	a, b, err := alternate(l.cfg.N, func() cmdResult { return l.av.run(ctx, quickTimeout, "status", "--json", stopped.name) }, version)
+	if err != nil {
+		return err
+	}
+	f.Rows = append(f.Rows, newRow("P4.stopped", "`status --json` of a stopped VM", "ms",
+		series("agent-vm status --json", a), ref("`agent-vm version`", b), true))
+	if l.canBoot != "" {
+		f.Notes = append(f.Notes, "status of a running VM not measured: "+l.canBoot)
+		return nil
+	}
+	v, err := l.running(ctx)
+	if err != nil {
+		return err
+	}
+	a, b, err = alternate(l.cfg.N, func() cmdResult { return l.av.run(ctx, quickTimeout, "status", "--json", v.name) }, version)
+	f.Rows = append(f.Rows, newRow("P4.running", "`status --json` of a running VM (QMP query and agent-mcp /health included)", "ms",
+		series("agent-vm status --json", a), ref("`agent-vm version`", b), true))
+	return err
+}
+
+// alternate runs a and b n times each, alternately; see interleave.
+func alternate(n int, a, b func() cmdResult) (as, bs []float64, err error) {
+	out, err := interleave(n, a, b)
+	return out[0], out[1], err
+}
+
+// interleave runs each of fns n times, in turn (A/B/C/A/B/C ...), after
+// one unmeasured call of each, and returns their wall times in
+// milliseconds. A failed call is a NaN sample; the first error is
+// returned.
+func interleave(n int, fns ...func() cmdResult) ([][]float64, error) {
+	for _, f := range fns {
+		f()
+	}
+	out := make([][]float64, len(fns))
+	var err error
+	for i := 0; i < n; i++ {
+		for j, f := range fns {
+			res := f()
+			if res.Err != nil {
+				out[j] = append(out[j], math.NaN())
+				if err == nil {
+					err = res.Err
+				}
+				continue
+			}
+			out[j] = append(out[j], res.Seconds()*1000)
+		}
+	}
+	return out, err
+}
