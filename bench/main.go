@@ -192,13 +192,14 @@ func measure(ctx context.Context, cfg config, log *logger, began time.Time) (*Re
 			log.Printf("%s: skipped: %s", f.ID, canBoot)
 			continue
 		}
-		log.Printf("%s: %s", f.ID, f.Title)
+		f.LoadStart, f.OtherVMs = loadAvg(), otherVMs(l.dir)
+		log.Printf("%s: %s (load %.2f, other VMs: %d)", f.ID, f.Title, f.LoadStart, len(f.OtherVMs))
 		t0 := time.Now()
 		if err := spec.Run(ctx, l, f); err != nil {
 			f.Errors = append(f.Errors, err.Error())
 			log.Printf("%s: error: %v", f.ID, err)
 		}
-		f.Seconds = time.Since(t0).Seconds()
+		f.Seconds, f.LoadEnd = time.Since(t0).Seconds(), loadAvg()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w during %s: %v", errInterrupted, f.ID, context.Cause(ctx))
 		}

@@ -90,13 +90,17 @@ func writeRow(w io.Writer, row *Row) {
 }
 
 func writeFigureNotes(w io.Writer, f *Figure) {
-	if f.Skipped == "" && len(f.Errors) == 0 && len(f.Notes) == 0 {
-		return
-	}
 	fmt.Fprintf(w, "### %s: %s\n\n", f.ID, f.Title)
 	if f.Skipped != "" {
 		fmt.Fprintf(w, "Not measured: %s\n\n", f.Skipped)
+		return
 	}
+	others := "none"
+	if len(f.OtherVMs) > 0 {
+		others = strings.Join(f.OtherVMs, ", ")
+	}
+	fmt.Fprintf(w, "%s; load average %.2f at its start, %.2f at its end; other VMs running at its start: %s.\n\n",
+		fmtDuration(f.Seconds), f.LoadStart, f.LoadEnd, mdCell(others))
 	for _, n := range f.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
@@ -119,12 +123,12 @@ func fmtSummary(s Summary, unit string) string {
 	return fmt.Sprintf("%s [%s-%s]", fmtValue(s.Median, unit), fmtNumber(s.Min), fmtNumber(s.Max))
 }
 
-// fmtRange is a ratio: "1.23x [1.10-1.40]".
+// fmtRange is a ratio: "1.23x [1.10-1.40]", "0.0319x".
 func fmtRange(s Summary, suffix string) string {
 	if s.N == 1 || s.Min == s.Max {
-		return fmt.Sprintf("%.2f%s", s.Median, suffix)
+		return fmtNumber(s.Median) + suffix
 	}
-	return fmt.Sprintf("%.2f%s [%.2f-%.2f]", s.Median, suffix, s.Min, s.Max)
+	return fmt.Sprintf("%s%s [%s-%s]", fmtNumber(s.Median), suffix, fmtNumber(s.Min), fmtNumber(s.Max))
 }
 
 // fmtSignedRange is a difference with its sign: "+4.1 s [+3.0-+5.2]".

@@ -82,6 +82,11 @@ type Figure struct {
 	Errors  []string `json:"errors,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
 	Seconds float64  `json:"seconds"`
+	// The machine's load while the figure ran: the 1-minute load average
+	// at its start and end, and QEMUs not the harness's at its start.
+	LoadStart float64  `json:"load_avg_1m_start"`
+	LoadEnd   float64  `json:"load_avg_1m_end"`
+	OtherVMs  []string `json:"other_vms_at_start"`
 }
 
 // Row is one measurement against its reference.
