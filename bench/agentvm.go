@@ -44,11 +44,15 @@ func (a *agentVM) run(ctx context.Context, timeout time.Duration, args ...string
 // vmStatus is the part of `status --json` (and `list --json`) the harness
 // reads, written down from the CLI's documented fields.
 type vmStatus struct {
-	Branch    string `json:"branch"`
-	State     string `json:"state"`
-	Share     string `json:"share"`
-	Accel     string `json:"accel"`
-	Pid       int    `json:"pid"`
+	Branch string `json:"branch"`
+	State  string `json:"state"`
+	Share  string `json:"share"`
+	Accel  string `json:"accel"`
+	Pid    int    `json:"pid"`
+	Ports  struct {
+		SSH int `json:"ssh"`
+		MCP int `json:"mcp"`
+	} `json:"ports"`
 	Resources struct {
 		CPUs      int `json:"cpus"`
 		MemoryMiB int `json:"memory_mib"`

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -23,9 +26,10 @@ type lab struct {
 	// others are further state directories (P5's records), cleaned alike.
 	others []*agentVM
 
-	mu    sync.Mutex
-	vms   []*labVM
-	bares map[*bareVM]struct{}
+	mu        sync.Mutex
+	vms       []*labVM
+	bares     map[*bareVM]struct{}
+	usedPorts map[int]bool // MCP ports given to the lab's VMs
 
 	repo, tar string // the source tree as a git repository and as a tarball
 	treeFiles int
@@ -59,7 +63,7 @@ func newLab(cfg config, log *logger, bin string) (*lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the lab's temp dir: %w", err)
 	}
-	l := &lab{cfg: cfg, log: log, dir: dir, bares: map[*bareVM]struct{}{}}
+	l := &lab{cfg: cfg, log: log, dir: dir, bares: map[*bareVM]struct{}{}, usedPorts: map[int]bool{}}
 	l.av = l.stateDir("state")
 	l.av.bin = bin
 	return l, nil
@@ -84,14 +88,82 @@ func (l *lab) newVM(ctx context.Context, prefix string) (*labVM, error) {
 	l.mu.Lock()
 	v := &labVM{name: fmt.Sprintf("bench-%s-%d", prefix, len(l.vms)+1)}
 	l.vms = append(l.vms, v)
+	port, err := l.mcpPort()
 	l.mu.Unlock()
-	res := l.av.run(ctx, quickTimeout, "create", "--repo", repo, "--branch", v.name, "--backend", "qemu", "--cpus", vmCPUs, "--memory", vmMemory)
+	if err != nil {
+		return v, err
+	}
+	res := l.av.run(ctx, quickTimeout, "create", "--repo", repo, "--branch", v.name, "--backend", "qemu",
+		"--cpus", vmCPUs, "--memory", vmMemory, "--port", strconv.Itoa(port))
 	return v, res.Err
+}
+
+// mcpPort picks a free MCP port at random from the upper half of
+// agent-vm's MCP range. agent-vm picks the lowest free port at create and
+// checks it again only at start, so VMs of another state directory (the
+// integration tests running beside the harness) would otherwise collide
+// with the harness's on 8000, 8001 ... The caller holds l.mu.
+func (l *lab) mcpPort() (int, error) {
+	for range 100 {
+		p := 8500 + rand.IntN(500)
+		if portFree(p) && !l.usedPorts[p] {
+			l.usedPorts[p] = true
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port in 8500-8999 on 127.0.0.1")
+}
+
+// waitPorts waits (up to 10 minutes) until a stopped VM's ports are free:
+// a VM of another state directory may hold one (agent-vm's SSH port is
+// not chosen by the harness), and start would refuse it.
+func (l *lab) waitPorts(ctx context.Context, v *labVM) error {
+	st, err := l.av.status(ctx, v.name)
+	if err != nil || st.State != "stopped" {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for delay, said := time.Second, false; ; delay = min(2*delay, 15*time.Second) {
+		busy := 0
+		for _, p := range []int{st.Ports.SSH, st.Ports.MCP} {
+			if !portFree(p) {
+				busy = p
+			}
+		}
+		if busy == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port %d of %s stayed in use by another program for 10 minutes", busy, v.name)
+		}
+		if !said {
+			l.log.Printf("port %d of %s is in use by another program (a VM of another state directory?); waiting for it", busy, v.name)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// portFree reports whether 127.0.0.1:port can be bound now.
+func portFree(port int) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
 }
 
 // start boots v (prefix: see agentVM.spec) and, at its first boot, keeps
 // its QEMU command line.
 func (l *lab) start(ctx context.Context, v *labVM, prefix []string) (bootTimes, error) {
+	if err := l.waitPorts(ctx, v); err != nil {
+		return bootTimes{}, err
+	}
 	t, err := l.av.start(ctx, v.name, prefix)
 	v.running = true // a boot that failed may leave QEMU running; stop will see
 	if err != nil {

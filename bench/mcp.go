@@ -65,20 +65,24 @@ func parseBench(out string) (results []benchResult, skipped map[string]string) {
 	return results, skipped
 }
 
-// runMCP runs the proxy benchmarks and makes rows of them.
-func runMCP(ctx context.Context, l *lab, f *Figure) error {
+// mcpSamples are benchmark results by benchmark and metric, one value
+// per run.
+type mcpSamples map[string]map[string][]float64
+
+// runMCPBenchmarks builds the proxy's test binary and runs its benchmarks
+// -mcp-runs times; it returns the samples and why benchmarks were skipped.
+func runMCPBenchmarks(ctx context.Context, l *lab) (mcpSamples, map[string]string, error) {
 	bin := filepath.Join(l.dir, "mcpproxy.test")
 	if res := runCmd(ctx, cmdSpec{Path: "go", Args: []string{"test", "-c", "-o", bin, "./internal/mcpproxy"}, Dir: l.cfg.Root, Timeout: 10 * time.Minute}); res.Err != nil {
-		return res.Err
+		return nil, nil, res.Err
 	}
-	samples := map[string]map[string][]float64{} // benchmark -> metric -> one value per run
-	skipped := map[string]string{}
+	samples, skipped := mcpSamples{}, map[string]string{}
 	for run := 1; run <= l.cfg.MCPRuns; run++ {
 		l.log.Printf("MCP: benchmark run %d/%d", run, l.cfg.MCPRuns)
 		res := runCmd(ctx, cmdSpec{Path: bin, Args: []string{"-test.run", "^$", "-test.bench", ".", "-test.benchtime", "2000x", "-test.count", "1", "-test.v"},
 			Dir: filepath.Join(l.cfg.Root, "internal", "mcpproxy"), Timeout: 15 * time.Minute})
 		if res.Err != nil {
-			return fmt.Errorf("%w%s", res.Err, tailSuffix(res.Stdout))
+			return nil, nil, fmt.Errorf("%w%s", res.Err, tailSuffix(res.Stdout))
 		}
 		results, sk := parseBench(res.Stdout)
 		for k, v := range sk {
@@ -92,6 +96,15 @@ func runMCP(ctx context.Context, l *lab, f *Figure) error {
 				samples[r.Name][m] = append(samples[r.Name][m], v)
 			}
 		}
+	}
+	return samples, skipped, nil
+}
+
+// runMCP runs the proxy benchmarks and makes rows of them.
+func runMCP(ctx context.Context, l *lab, f *Figure) error {
+	samples, skipped, err := runMCPBenchmarks(ctx, l)
+	if err != nil {
+		return err
 	}
 	us := func(name string) []float64 {
 		ns := samples[name]["ns/op"]

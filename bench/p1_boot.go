@@ -63,45 +63,12 @@ func runP1(ctx context.Context, l *lab, f *Figure) error {
 		return err
 	}
 	var first, later p1Samples
-	nan := math.NaN()
 	for r := 1; r <= l.cfg.Rounds; r++ {
 		v, err := l.newVM(ctx, "p1")
 		if err != nil {
 			return err
 		}
-		step := func(what string) { l.log.Printf("P1 round %d/%d: %s", r, l.cfg.Rounds, what) }
-		step("agent-vm start " + v.name + " (first boot)")
-		a1, err := l.start(ctx, v, nil)
-		if err != nil {
-			return err
-		}
-		st, err := l.av.status(ctx, v.name)
-		if err != nil {
-			return err
-		}
-		if err := l.stop(ctx, v); err != nil {
-			return err
-		}
-		b, err := l.newBare(ctx, v, st, filepath.Join(l.dir, fmt.Sprintf("bare-%d", r)))
-		if err != nil {
-			return err
-		}
-		step("bare QEMU (first boot)")
-		b1, err1 := l.bootBare(ctx, b)
-		err = l.shutdown(ctx, b)
-		if err1 != nil || err != nil {
-			f.Errors = append(f.Errors, fmt.Sprintf("round %d, bare first boot: %v", r, firstErr(err1, err)))
-			b1 = nan
-		}
-		step("bare QEMU (later boot)")
-		b2, err2 := l.bootBare(ctx, b)
-		err = l.shutdown(ctx, b)
-		if err2 != nil || err != nil {
-			f.Errors = append(f.Errors, fmt.Sprintf("round %d, bare later boot: %v", r, firstErr(err2, err)))
-			b2 = nan
-		}
-		step("agent-vm start " + v.name + " (later boot)")
-		a2, err := l.start(ctx, v, nil)
+		a1, a2, b1, b2, err := p1Round(ctx, l, f, v, r)
 		if err != nil {
 			return err
 		}
@@ -121,6 +88,41 @@ func runP1(ctx context.Context, l *lab, f *Figure) error {
 		"First boot: cloud-init provisions the guest; later boot: the same overlay boots again (agent-vm switches cloud-init off after the first boot). The last VM is left running for the figures that follow.",
 		"`ssh` rows count from running `start` (so they include preparing the seed and overlay); `ssh-launch` is start's own figure, from QEMU's launch; `health` is start's whole run (SSH, then agent-mcp's /health through the forwarded port). agent-vm polls SSH with a backoff of up to about 2 s, which is part of what it costs.")
 	return nil
+}
+
+// p1Round is one round on the new VM v. A failed bare boot is a NaN
+// sample and an error of the figure; a failed agent-vm start ends it.
+func p1Round(ctx context.Context, l *lab, f *Figure, v *labVM, r int) (a1, a2 bootTimes, b1, b2 float64, err error) {
+	step := func(what string) { l.log.Printf("P1 round %d/%d: %s", r, l.cfg.Rounds, what) }
+	step("agent-vm start " + v.name + " (first boot)")
+	if a1, err = l.start(ctx, v, nil); err != nil {
+		return
+	}
+	st, err := l.av.status(ctx, v.name)
+	if err != nil {
+		return
+	}
+	if err = l.stop(ctx, v); err != nil {
+		return
+	}
+	b, err := l.newBare(ctx, v, st, filepath.Join(l.dir, fmt.Sprintf("bare-%d", r)))
+	if err != nil {
+		return
+	}
+	bare := func(kind string) float64 {
+		step("bare QEMU (" + kind + " boot)")
+		t, err1 := l.bootBare(ctx, b)
+		err2 := l.shutdown(ctx, b)
+		if err := firstErr(err1, err2); err != nil {
+			f.Errors = append(f.Errors, fmt.Sprintf("round %d, bare %s boot: %v", r, kind, err))
+			return math.NaN()
+		}
+		return t
+	}
+	b1, b2 = bare("first"), bare("later")
+	step("agent-vm start " + v.name + " (later boot)")
+	a2, err = l.start(ctx, v, nil)
+	return
 }
 
 func firstErr(errs ...error) error {

@@ -43,7 +43,7 @@ func runP7(ctx context.Context, l *lab, f *Figure) error {
 			all[k] = append(all[k], slowest)
 			f.Notes = append(f.Notes, fmt.Sprintf("%d at once: all healthy after %.1f s (each start: %s)", k, slowest, strings.Join(each, ", ")))
 		}
-		if k == most {
+		if k == most && err == nil {
 			for _, v := range group {
 				if st, err := l.av.status(ctx, v.name); err == nil && st.Pid > 0 {
 					rss = append(rss, rssMiB(st.Pid))
