@@ -92,7 +92,10 @@ type userData struct {
 	WriteFiles    []writeFile `json:"write_files"`
 	Users         []user      `json:"users"`
 	DisableRoot   bool        `json:"disable_root"`
-	SSHPwauth     bool        `json:"ssh_pwauth"`
+	// No ssh_pwauth: cloud-init's set-passwords module acts on it in the
+	// config stage by rewriting sshd_config and restarting sshd, which cut
+	// agent-vm's first SSH sessions after a boot. The sshd_config.d drop-in
+	// (written before sshd starts) makes sshd key-only instead.
 	SSHDeleteKeys bool        `json:"ssh_deletekeys"`
 	// The schema rejects an empty list; a key given in ssh_keys is kept, so
 	// nothing is generated.
@@ -160,7 +163,6 @@ func renderUserData(c Config) ([]byte, error) {
 			SSHAuthorizedKeys: c.AuthorizedKeys,
 		}},
 		DisableRoot:    true,
-		SSHPwauth:      false,
 		SSHDeleteKeys:  true,
 		SSHGenKeyTypes: []string{"ed25519"},
 		SSHKeys:        sshKeys{Ed25519Private: c.HostKey.Private, Ed25519Public: c.HostKey.Public},
