@@ -70,7 +70,10 @@ func newManager(t *testing.T) *vm.Manager {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 var (
 	buildOnce sync.Once
