@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"os/user"
 	"path/filepath"
 	"text/tabwriter"
 
@@ -119,8 +121,17 @@ func newImageInfo(i *image.Image) imageInfo {
 		Kernel: i.Kernel, KernelVersion: i.Manifest.KernelVersion, Created: i.Manifest.Created.Format("2006-01-02T15:04:05Z07:00")}
 }
 
-// imageDir is the image cache: $XDG_CACHE_HOME/agent-vm/images.
-func (e *env) imageDir() string { return filepath.Join(e.cacheDir(), "images") }
+// imageDir is the image cache: $XDG_CACHE_HOME/agent-vm/images. Under sudo
+// (building an image needs root) it is the invoking user's, so
+// `sudo agent-vm image build` makes the image that user's VMs boot.
+func (e *env) imageDir() string {
+	if u := e.stdio.Getenv("SUDO_USER"); u != "" && os.Geteuid() == 0 && e.stdio.Getenv("XDG_CACHE_HOME") == "" {
+		if pw, err := user.Lookup(u); err == nil && pw.HomeDir != "" {
+			return filepath.Join(pw.HomeDir, ".cache", "agent-vm", "images")
+		}
+	}
+	return filepath.Join(e.cacheDir(), "images")
+}
 
 func humanBytes(n int64) string {
 	switch {
