@@ -207,7 +207,12 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("a different pinned key: got %v, want a host key mismatch", err)
 	}
 
-	// Stop leaves no QEMU or virtiofsd of this VM.
+	// Stop leaves no QEMU or virtiofsd of this VM. (First let cloud-init
+	// finish its first boot, as any session longer than this test's would:
+	// a VM stopped earlier rightly provisions again on its next boot.)
+	if code, _, errs := run(t, m, "life", "cloud-init", "status", "--wait"); code != 0 {
+		t.Errorf("cloud-init's first boot did not finish cleanly (%d): %s", code, errs)
+	}
 	if _, err := m.Stop(context.Background(), "life"); err != nil {
 		t.Fatal(err)
 	}
