@@ -135,13 +135,6 @@ func describe(err error) string {
 	return s
 }
 
-// ExitError is a remote command's non-zero exit.
-type ExitError struct{ Code int }
-
-func (e *ExitError) Error() string {
-	return fmt.Sprintf("remote command exited with status %d", e.Code)
-}
-
 // Run runs cmd (a shell command line) and returns its exit code. Only a
 // failure to run it at all is an error; a non-zero exit is a code.
 func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
