@@ -9,7 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 func imageCommand(stdio IO) *cli.Command {
@@ -65,6 +67,38 @@ func imageCommand(stdio IO) *cli.Command {
 					fmt.Fprintf(stdio.Out, "image %s ready: %s (use it with `agent-vm create --image %s`)\n", img.Name, img.Disk, img.Disk)
 					return nil
 				},
+			},
+			{
+				Name:      "prune",
+				Usage:     "remove cached image versions that were replaced and that no VM's disk is based on",
+				ArgsUsage: " ",
+				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					if err := noArgs(cliCtx); err != nil {
+						return err
+					}
+					entries, err := m.Root.List()
+					if err != nil {
+						return err
+					}
+					used := map[string]bool{}
+					for _, en := range entries {
+						if en.Record == nil {
+							// An unreadable VM might use any version: keep all.
+							return fmt.Errorf("VM directory %s has an unreadable record, so agent-vm cannot tell which images it uses (hint: fix or destroy it first)", en.Layout.Dir)
+						}
+						if b := cloudinit.BaseOf(en.Layout); b != "" {
+							used[b] = true
+						}
+					}
+					removed, err := image.Prune(cliCtx.Context, e.imageDir(), func(disk string) bool { return used[disk] })
+					for _, r := range removed {
+						fmt.Fprintf(stdio.Out, "removed %s\n", r)
+					}
+					if err == nil && len(removed) == 0 {
+						fmt.Fprintln(stdio.Out, "nothing to prune")
+					}
+					return err
+				}),
 			},
 			{
 				Name:      "list",

@@ -195,3 +195,17 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 	}
 	return WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
 }
+
+// BaseOf returns the base image a VM's disk was made on, or "" when it has
+// none yet (never started).
+func BaseOf(l state.Layout) string {
+	raw, err := os.ReadFile(filepath.Join(l.Dir, DiskInfoFile))
+	if err != nil {
+		return ""
+	}
+	var info DiskInfo
+	if json.Unmarshal(raw, &info) != nil {
+		return ""
+	}
+	return info.Base
+}
