@@ -126,6 +126,10 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, o b
 	if err := image.CreateOverlay(ctx, b.Run, info.Base, info.BaseFormat, overlay, int64(r.Resources.DiskGiB)<<30); err != nil {
 		return nil, err
 	}
+	if err := image.MarkUsed(info.Base, overlay); err != nil {
+		os.Remove(overlay)
+		return nil, err
+	}
 	raw, _ := json.MarshalIndent(info, "", "  ")
 	if err := state.WriteFileAtomic(infoPath, append(raw, '\n'), 0o600); err != nil {
 		os.Remove(overlay)
