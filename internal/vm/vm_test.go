@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -195,6 +196,25 @@ func TestVMLifecycle(t *testing.T) {
 	}
 	if code, _, _ := run(t, m, "life", "no-such-command"); code != 127 {
 		t.Errorf("a missing command: code %d, want 127", code)
+	}
+
+	// shell, on a real terminal (script(1) gives it a PTY): raw mode, the
+	// remote shell's output, and its exit status.
+	script := tu.NeedProgram(t, "script", "util-linux")
+	cmd := exec.Command(script, "-qec", agentVMBinary(t)+" --state-dir "+m.Root.Dir+" shell life", "/dev/null")
+	cmd.Stdin = strings.NewReader("echo shell-says-$((6*7)); tty; exit 7\n")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 7 || !strings.Contains(string(out), "shell-says-42") || !strings.Contains(string(out), "/dev/pts/") {
+		t.Errorf("shell: exit %d, output:\n%s", code, out)
+	}
+
+	// logs: the serial console and agent-mcp's journal.
+	var logs bytes.Buffer
+	if err := m.Logs(context.Background(), "life", vm.LogsOptions{Lines: 100}, &logs); err != nil {
+		t.Errorf("logs: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "==> serial console") || !strings.Contains(l, "==> agent-mcp journal") || !strings.Contains(l, "serving MCP") {
+		t.Errorf("logs lack the console or agent-mcp's journal:\n%s", l)
 	}
 
 	// A host key other than the pinned one is refused.
