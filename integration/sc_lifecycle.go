@@ -18,10 +18,12 @@ func lifecycleScenario() Scenario {
 
 const lifeBranch = "itest/lifecycle"
 
-// cloudInitFinished prints when cloud-init last finished its final stage
+// cloudInitFinished waits for cloud-init (a VM stopped before its first boot
+// finished rightly provisions again on the next), then prints when it last
+// finished its final stage
 // (it rewrites the file on every boot it runs), or nothing where the guest
 // has no cloud-init (NixOS).
-const cloudInitFinished = "cat /var/lib/cloud/instance/boot-finished 2>/dev/null || true"
+const cloudInitFinished = "if command -v cloud-init >/dev/null; then cloud-init status --wait >/dev/null 2>&1; fi; cat /var/lib/cloud/instance/boot-finished 2>/dev/null || true"
 
 func runLifecycle(ctx context.Context, s *S) {
 	l := &lifecycle{s: s, branch: lifeBranch}

@@ -12,8 +12,10 @@
 }:
 
 let
+  version = "0.1.0";
+
   common = {
-    version = "0.1.0";
+    inherit version;
 
     # Only what `go build` reads: the module files and the Go packages,
     # including modules/ (embedded with go:embed). maybeMissing keeps the
@@ -42,6 +44,7 @@ let
       "-s"
       "-w"
       "-X github.com/agent-vm/agent-vm/internal/nixos.defaultNixpkgs=${path}"
+      "-X github.com/agent-vm/agent-vm/internal/cli.Version=${version}"
     ];
 
     # The test suite drives git, QEMU, sshd and nix, none of which the build

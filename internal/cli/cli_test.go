@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -470,10 +471,37 @@ func TestKilledCreateLeavesNothing(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(st, "killed")); !os.IsNotExist(err) {
 				t.Fatalf("a killed create left its VM dir: %v", err)
 			}
-			// The next command (any) sweeps what a SIGKILL left in .tmp.
+			// The next command (any) sweeps what a SIGKILL left in .tmp,
+			// once no process holds the staging lock. The create is reaped,
+			// but a git it was forking may hold a copy of the lock until its
+			// exec (or its death, via Pdeathsig): wait for that, briefly.
+			waitUnlocked(t, filepath.Join(st, ".tmp"))
 			mustRun(t, "", st, "list")
 			assertNoDebris(t, st, nil)
 		})
+	}
+}
+
+// waitUnlocked waits until no process holds a lock in dir.
+func waitUnlocked(t *testing.T, dir string) {
+	t.Helper()
+	locks, _ := filepath.Glob(filepath.Join(dir, "*.lock"))
+	for _, lp := range locks {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l, ok, err := state.TryLock(lp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				l.Release()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is still held 10s after its create was killed", lp)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 

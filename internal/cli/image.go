@@ -2,12 +2,16 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"os/user"
 	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 func imageCommand(stdio IO) *cli.Command {
@@ -65,6 +69,38 @@ func imageCommand(stdio IO) *cli.Command {
 				},
 			},
 			{
+				Name:      "prune",
+				Usage:     "remove cached image versions that were replaced and that no VM's disk is based on",
+				ArgsUsage: " ",
+				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					if err := noArgs(cliCtx); err != nil {
+						return err
+					}
+					entries, err := m.Root.List()
+					if err != nil {
+						return err
+					}
+					used := map[string]bool{}
+					for _, en := range entries {
+						if en.Record == nil {
+							// An unreadable VM might use any version: keep all.
+							return fmt.Errorf("VM directory %s has an unreadable record, so agent-vm cannot tell which images it uses (hint: fix or destroy it first)", en.Layout.Dir)
+						}
+						if b := cloudinit.BaseOf(en.Layout); b != "" {
+							used[b] = true
+						}
+					}
+					removed, err := image.Prune(cliCtx.Context, e.imageDir(), func(disk string) bool { return used[disk] })
+					for _, r := range removed {
+						fmt.Fprintf(stdio.Out, "removed %s\n", r)
+					}
+					if err == nil && len(removed) == 0 {
+						fmt.Fprintln(stdio.Out, "nothing to prune")
+					}
+					return err
+				}),
+			},
+			{
 				Name:      "list",
 				Usage:     "list the cached images",
 				ArgsUsage: " ",
@@ -119,8 +155,17 @@ func newImageInfo(i *image.Image) imageInfo {
 		Kernel: i.Kernel, KernelVersion: i.Manifest.KernelVersion, Created: i.Manifest.Created.Format("2006-01-02T15:04:05Z07:00")}
 }
 
-// imageDir is the image cache: $XDG_CACHE_HOME/agent-vm/images.
-func (e *env) imageDir() string { return filepath.Join(e.cacheDir(), "images") }
+// imageDir is the image cache: $XDG_CACHE_HOME/agent-vm/images. Under sudo
+// (building an image needs root) it is the invoking user's, so
+// `sudo agent-vm image build` makes the image that user's VMs boot.
+func (e *env) imageDir() string {
+	if u := e.stdio.Getenv("SUDO_USER"); u != "" && os.Geteuid() == 0 && e.stdio.Getenv("XDG_CACHE_HOME") == "" {
+		if pw, err := user.Lookup(u); err == nil && pw.HomeDir != "" {
+			return filepath.Join(pw.HomeDir, ".cache", "agent-vm", "images")
+		}
+	}
+	return filepath.Join(e.cacheDir(), "images")
+}
 
 func humanBytes(n int64) string {
 	switch {

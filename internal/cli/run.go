@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -19,43 +20,28 @@ func startFlags() []cli.Flag {
 }
 
 func startCommand(stdio IO) *cli.Command {
-	return &cli.Command{
-		Name:         "start",
-		Usage:        "boot a VM and wait until SSH and agent-mcp answer",
-		ArgsUsage:    "[BRANCH]",
-		Flags:        startFlags(),
-		BashComplete: vmCompletion(stdio),
-		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			name, err := vmName(cliCtx, m)
-			if err != nil {
-				return err
-			}
-			p := newProgress(stdio.Err)
-			res, err := m.Start(cliCtx.Context, name, startOptions(cliCtx, p))
-			p.done()
-			if err != nil {
-				return err
-			}
-			printStarted(stdio, res)
-			return nil
-		}),
-	}
+	return bootCommand(stdio, "start", "boot a VM and wait until SSH and agent-mcp answer", (*vm.Manager).Start)
 }
 
 func restartCommand(stdio IO) *cli.Command {
+	return bootCommand(stdio, "restart", "stop a VM (if it runs) and start it again", (*vm.Manager).Restart)
+}
+
+// bootCommand is start or restart: the same flags, progress and output.
+func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Context, string, vm.StartOptions) (*vm.StartResult, error)) *cli.Command {
 	return &cli.Command{
-		Name:         "restart",
-		Usage:        "stop a VM (if it runs) and start it again",
+		Name:         name,
+		Usage:        usage,
 		ArgsUsage:    "[BRANCH]",
 		Flags:        startFlags(),
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			name, err := vmName(cliCtx, m)
+			branch, err := vmName(cliCtx, m)
 			if err != nil {
 				return err
 			}
 			p := newProgress(stdio.Err)
-			res, err := m.Restart(cliCtx.Context, name, startOptions(cliCtx, p))
+			res, err := boot(m, cliCtx.Context, branch, startOptions(cliCtx, p))
 			p.done()
 			if err != nil {
 				return err

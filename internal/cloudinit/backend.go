@@ -126,6 +126,10 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, o b
 	if err := image.CreateOverlay(ctx, b.Run, info.Base, info.BaseFormat, overlay, int64(r.Resources.DiskGiB)<<30); err != nil {
 		return nil, err
 	}
+	if err := image.MarkUsed(info.Base, overlay); err != nil {
+		os.Remove(overlay)
+		return nil, err
+	}
 	raw, _ := json.MarshalIndent(info, "", "  ")
 	if err := state.WriteFileAtomic(infoPath, append(raw, '\n'), 0o600); err != nil {
 		os.Remove(overlay)
@@ -194,4 +198,18 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 		MCP:            MCP{Port: 8000, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 	}
 	return WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
+}
+
+// BaseOf returns the base image a VM's disk was made on, or "" when it has
+// none yet (never started).
+func BaseOf(l state.Layout) string {
+	raw, err := os.ReadFile(filepath.Join(l.Dir, DiskInfoFile))
+	if err != nil {
+		return ""
+	}
+	var info DiskInfo
+	if json.Unmarshal(raw, &info) != nil {
+		return ""
+	}
+	return info.Base
 }

@@ -87,13 +87,16 @@ type userData struct {
 	ManageEtcHosts   bool   `json:"manage_etc_hosts"`
 	// Debian's cloud images carry no en_US.UTF-8, and cloud-init's default
 	// locale then fails its config stage; C.UTF-8 is always there.
-	Locale        string      `json:"locale"`
-	Bootcmd       [][]string  `json:"bootcmd"`
-	WriteFiles    []writeFile `json:"write_files"`
-	Users         []user      `json:"users"`
-	DisableRoot   bool        `json:"disable_root"`
-	SSHPwauth     bool        `json:"ssh_pwauth"`
-	SSHDeleteKeys bool        `json:"ssh_deletekeys"`
+	Locale      string      `json:"locale"`
+	Bootcmd     [][]string  `json:"bootcmd"`
+	WriteFiles  []writeFile `json:"write_files"`
+	Users       []user      `json:"users"`
+	DisableRoot bool        `json:"disable_root"`
+	// No ssh_pwauth: cloud-init's set-passwords module acts on it in the
+	// config stage by rewriting sshd_config and restarting sshd, which cut
+	// agent-vm's first SSH sessions after a boot. The sshd_config.d drop-in
+	// (written before sshd starts) makes sshd key-only instead.
+	SSHDeleteKeys bool `json:"ssh_deletekeys"`
 	// The schema rejects an empty list; a key given in ssh_keys is kept, so
 	// nothing is generated.
 	SSHGenKeyTypes []string   `json:"ssh_genkeytypes"`
@@ -160,7 +163,6 @@ func renderUserData(c Config) ([]byte, error) {
 			SSHAuthorizedKeys: c.AuthorizedKeys,
 		}},
 		DisableRoot:    true,
-		SSHPwauth:      false,
 		SSHDeleteKeys:  true,
 		SSHGenKeyTypes: []string{"ed25519"},
 		SSHKeys:        sshKeys{Ed25519Private: c.HostKey.Private, Ed25519Public: c.HostKey.Public},

@@ -125,8 +125,12 @@ func (OS) Run(ctx context.Context, c Cmd) (Result, error) {
 	cmd.Stdout = teeTo(&stdout, c.Stdout)
 	cmd.Stderr = teeTo(stderr, c.Stderr)
 	// Put the child in its own process group and kill the whole group on
-	// cancellation, so helpers it spawned do not outlive us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// cancellation, so helpers it spawned do not outlive us. Pdeathsig covers
+	// the case cancellation cannot: we are SIGKILLed, and a git clone left
+	// behind would go on writing into a staging directory nobody owns. (It
+	// fires when the forking OS thread ends; Go ends threads only for
+	// goroutines that exit locked to one, which this program never does.)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
 			return nil

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -64,6 +66,42 @@ func TestRunCancelKillsProcessGroup(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Errorf("grandchild %d still alive after cancel", pid)
+}
+
+// A program Run started dies with us even when we are SIGKILLed and get no
+// chance to cancel it. The test binary re-runs itself as the parent.
+func TestRunChildDiesWithSIGKILLedParent(t *testing.T) {
+	if pidFile := os.Getenv("EXECX_TEST_PARENT"); pidFile != "" {
+		_, _ = OS{}.Run(context.Background(), Cmd{Path: "sh", Args: []string{"-c", "echo $$ > " + pidFile + "; exec sleep 60"}})
+		os.Exit(0)
+	}
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	parent := exec.Command(os.Args[0], "-test.run=^TestRunChildDiesWithSIGKILLedParent$")
+	parent.Env = append(os.Environ(), "EXECX_TEST_PARENT="+pidFile)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for i := 0; i < 500 && pid == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		b, _ := os.ReadFile(pidFile)
+		_, _ = fmt.Sscan(strings.TrimSpace(string(b)), &pid)
+	}
+	if pid == 0 {
+		parent.Process.Kill()
+		t.Fatal("child never wrote its pid")
+	}
+	parent.Process.Kill()
+	parent.Wait()
+	for i := 0; i < 500; i++ {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	t.Errorf("child %d outlived its SIGKILLed parent", pid)
 }
 
 func TestStartDetachedWritesLogAndReportsExit(t *testing.T) {

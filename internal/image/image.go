@@ -21,6 +21,8 @@ package image
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -294,7 +297,9 @@ func pruneName(ctx context.Context, st *store, name string, inUse func(disk stri
 }
 
 // versionInUse asks inUse about every disk file in a version directory (all
-// of them, so a version with a damaged manifest is not removed under a VM).
+// of them, so a version with a damaged manifest is not removed under a VM),
+// and keeps any version an existing overlay was registered on (MarkUsed),
+// wherever that overlay's VM lives.
 func versionInUse(dir string, inUse func(disk string) bool) bool {
 	disks, _ := filepath.Glob(filepath.Join(dir, "disk.*"))
 	for _, d := range disks {
@@ -302,5 +307,38 @@ func versionInUse(dir string, inUse func(disk string) bool) bool {
 			return true
 		}
 	}
+	users, _ := filepath.Glob(filepath.Join(dir, usersDir, "*"))
+	for _, u := range users {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			return true // unreadable: in doubt, keep
+		}
+		if _, err := os.Stat(strings.TrimSpace(string(b))); err == nil {
+			return true
+		}
+	}
 	return false
+}
+
+// usersDir, in an image version's directory, has one file per overlay made
+// on that version's disk, holding the overlay's path.
+const usersDir = ".users"
+
+// MarkUsed records that overlay is based on disk (an image version's disk),
+// so Prune keeps that version while the overlay exists, whichever state
+// directory its VM lives in. Disks outside the cache are not recorded.
+func MarkUsed(disk, overlay string) error {
+	dir := filepath.Dir(disk)
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err != nil {
+		return nil // not a cached image version
+	}
+	abs, err := filepath.Abs(overlay)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, usersDir), 0o755); err != nil {
+		return fmt.Errorf("recording that %s uses %s: %w", overlay, disk, err)
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return writeFileSync(filepath.Join(dir, usersDir, hex.EncodeToString(sum[:8])), []byte(abs+"\n"), 0o644)
 }

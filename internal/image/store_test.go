@@ -299,3 +299,36 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+// An overlay registered with MarkUsed keeps its base version through Prune,
+// whatever inUse says, until the overlay is gone.
+func TestPruneKeepsVersionsWithRegisteredOverlays(t *testing.T) {
+	cache := t.TempDir()
+	old := filepath.Join(cache, storeDir, "img", "20260101T000000Z")
+	cur := filepath.Join(cache, storeDir, "img", "20260201T000000Z")
+	for _, d := range []string{old, cur} {
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, ManifestFile), []byte(`{"schema":1,"name":"img","kind":"built","disk":"disk.qcow2","format":"qcow2"}`), 0o644)
+		os.WriteFile(filepath.Join(d, "disk.qcow2"), []byte("disk"), 0o644)
+	}
+	os.Symlink(filepath.Join(storeDir, "img", "20260201T000000Z"), filepath.Join(cache, "img"))
+	overlay := filepath.Join(t.TempDir(), "elsewhere", "disk.qcow2")
+	os.MkdirAll(filepath.Dir(overlay), 0o700)
+	os.WriteFile(overlay, []byte("overlay"), 0o600)
+	if err := MarkUsed(filepath.Join(old, "disk.qcow2"), overlay); err != nil {
+		t.Fatal(err)
+	}
+	never := func(string) bool { return false }
+	removed, err := Prune(context.Background(), cache, never)
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("pruned %v (%v) while a registered overlay exists", removed, err)
+	}
+	os.Remove(overlay)
+	removed, err = Prune(context.Background(), cache, never)
+	if err != nil || len(removed) != 1 || removed[0] != old {
+		t.Errorf("after the overlay went: removed %v, %v; want %s", removed, err, old)
+	}
+	if _, err := os.Stat(cur); err != nil {
+		t.Errorf("the current version went: %v", err)
+	}
+}

@@ -57,20 +57,12 @@ func Shell(ctx context.Context, c *ssh.Client, cmd string, in *os.File, out, err
 	} else {
 		err = s.Run(cmd)
 	}
-	var ee *ssh.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &ee):
-		return ee.ExitStatus(), nil
-	case ctx.Err() != nil:
-		return -1, ctx.Err()
-	}
+	code, err := exitStatus(ctx, err)
 	var missing *ssh.ExitMissingError
 	if errors.As(err, &missing) {
 		return 0, nil // the connection closed after the shell ended
 	}
-	return -1, err
+	return code, err
 }
 
 // forwardResizes passes SIGWINCH on as window-change requests.

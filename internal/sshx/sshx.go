@@ -135,13 +135,6 @@ func describe(err error) string {
 	return s
 }
 
-// ExitError is a remote command's non-zero exit.
-type ExitError struct{ Code int }
-
-func (e *ExitError) Error() string {
-	return fmt.Sprintf("remote command exited with status %d", e.Code)
-}
-
 // Run runs cmd (a shell command line) and returns its exit code. Only a
 // failure to run it at all is an error; a non-zero exit is a code.
 func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
@@ -156,7 +149,17 @@ func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout
 		s.Close()
 	})
 	defer stop()
-	err = s.Run(cmd)
+	code, err := exitStatus(ctx, s.Run(cmd))
+	var missing *ssh.ExitMissingError
+	if errors.As(err, &missing) {
+		return -1, errors.New("the remote command ended without an exit status (the connection dropped or it was killed by a signal)")
+	}
+	return code, err
+}
+
+// exitStatus turns a session's end into the remote exit code. Only a
+// failure to run the command at all is an error.
+func exitStatus(ctx context.Context, err error) (int, error) {
 	var ee *ssh.ExitError
 	switch {
 	case err == nil:
@@ -165,10 +168,6 @@ func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout
 		return ee.ExitStatus(), nil
 	case ctx.Err() != nil:
 		return -1, ctx.Err()
-	}
-	var missing *ssh.ExitMissingError
-	if errors.As(err, &missing) {
-		return -1, errors.New("the remote command ended without an exit status (the connection dropped or it was killed by a signal)")
 	}
 	return -1, err
 }

@@ -28,8 +28,9 @@ type DestroyResult struct {
 }
 
 // Destroy stops the VM if it runs and removes its directory, unless the
-// workspace holds unsaved work (then it refuses, saying what would be lost)
-// or force is set. Nothing outside the VM's directory is ever removed.
+// workspace holds unsaved work (then it refuses, saying what would be lost,
+// and leaves the VM as it was) or force is set. Nothing outside the VM's
+// directory is ever removed.
 func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*DestroyResult, error) {
 	e, err := m.Root.Find(name)
 	if err != nil {
@@ -47,12 +48,20 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 		}
 	} else {
 		res.Branch = e.Record.Branch
+		// A refused destroy changes nothing, so look before stopping; and
+		// look again once the VM is stopped, since the agent may have
+		// written more in between.
+		if !force {
+			if err := m.checkUnsaved(ctx, e); err != nil {
+				return res, err
+			}
+		}
 		was, err := m.stopLocked(ctx, e)
 		if err != nil {
 			return nil, fmt.Errorf("stopping VM %q before destroying it: %w", e.Record.Branch, err)
 		}
 		res.Stopped = was == StateRunning || was == StatePaused || was == StateStarting
-		if !force {
+		if !force && res.Stopped {
 			if err := m.checkUnsaved(ctx, e); err != nil {
 				return res, err
 			}

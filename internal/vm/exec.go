@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -35,8 +36,23 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 		return nil, "", fmt.Errorf("VM %q is %s (hint: `agent-vm start %s` starts it)", e.Record.Branch, info.State, e.Slug)
 	}
 	r, l := e.Record, e.Layout
-	c, err := sshx.Dial(ctx, sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)),
-		User: r.Guest.User, KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}, 15*time.Second)
+	target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)),
+		User: r.Guest.User, KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
+	// A guest that is up can still drop a connection now and then (sshd
+	// restarting, a busy TCG guest): a reset or refused connection is tried
+	// again for a few seconds; a host key mismatch never is.
+	var c *ssh.Client
+	for attempt, delay := 0, 500*time.Millisecond; ; attempt, delay = attempt+1, delay*2 {
+		c, err = sshx.Dial(ctx, target, 15*time.Second)
+		if err == nil || errors.Is(err, sshx.ErrHostKeyMismatch) || ctx.Err() != nil || attempt == 3 {
+			break
+		}
+		m.Log.Debug("ssh connection failed, trying again", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("connecting to VM %q over SSH: %w", r.Branch, err)
 	}

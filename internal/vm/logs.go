@@ -76,14 +76,29 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	return nil
 }
 
-// guestCommand runs a shell command in the VM, output to out.
+// guestCommand runs a shell command in the VM, its stdout and stderr both
+// to out. The SSH session copies the two streams concurrently, so out is
+// locked around each write.
 func (m *Manager) guestCommand(ctx context.Context, name, cmd string, out io.Writer) (int, error) {
 	c, _, err := m.connect(ctx, name)
 	if err != nil {
 		return -1, err
 	}
 	defer c.Close()
-	return sshx.Run(ctx, c, cmd, nil, out, out)
+	w := &lockedWriter{w: out}
+	return sshx.Run(ctx, c, cmd, nil, w, w)
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 // followFile writes the last n lines of path, then what is appended, until

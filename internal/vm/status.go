@@ -38,34 +38,36 @@ const (
 )
 
 // Info is what `status --json` prints for one VM. Field names are part of
-// the documented output (README, "JSON output").
+// the documented output (README, "JSON output"); every field is always
+// present (empty, 0 or null when it does not apply), except mcp.token in
+// `list --json`.
 type Info struct {
 	Branch        string          `json:"branch"`
 	Slug          string          `json:"slug"`
 	Backend       string          `json:"backend"`
 	State         string          `json:"state"`
-	Detail        string          `json:"detail,omitempty"`
+	Detail        string          `json:"detail"`
 	CreatedAt     time.Time       `json:"created_at"`
 	Ports         state.Ports     `json:"ports"`
 	Resources     state.Resources `json:"resources"`
-	Accel         string          `json:"accel,omitempty"`
-	AccelReason   string          `json:"accel_reason,omitempty"`
-	Share         string          `json:"share,omitempty"`
-	Pid           int             `json:"pid,omitempty"`
-	StartedAt     *time.Time      `json:"started_at,omitempty"`
-	UptimeSeconds int64           `json:"uptime_seconds,omitempty"`
+	Accel         string          `json:"accel"`
+	AccelReason   string          `json:"accel_reason"`
+	Share         string          `json:"share"`
+	Pid           int             `json:"pid"`
+	StartedAt     *time.Time      `json:"started_at"`
+	UptimeSeconds int64           `json:"uptime_seconds"`
 	Agent         Health          `json:"agent"`
 	SSH           SSHInfo         `json:"ssh"`
 	MCP           MCPInfo         `json:"mcp"`
 	Paths         PathsInfo       `json:"paths"`
 	Git           state.Git       `json:"git"`
-	Error         string          `json:"error,omitempty"` // set for invalid records
+	Error         string          `json:"error"` // set for invalid records
 }
 
 // Health is agent-mcp's answer on /health through the forwarded port.
 type Health struct {
 	State  string `json:"state"` // healthy, unhealthy, unreachable, unknown (VM not running)
-	Detail string `json:"detail,omitempty"`
+	Detail string `json:"detail"`
 }
 
 // SSHInfo says how to reach the VM over SSH.

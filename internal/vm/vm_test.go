@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -70,7 +71,10 @@ func newManager(t *testing.T) *vm.Manager {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 var (
 	buildOnce sync.Once
@@ -194,6 +198,25 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("a missing command: code %d, want 127", code)
 	}
 
+	// shell, on a real terminal (script(1) gives it a PTY): raw mode, the
+	// remote shell's output, and its exit status.
+	script := tu.NeedProgram(t, "script", "util-linux")
+	cmd := exec.Command(script, "-qec", agentVMBinary(t)+" --state-dir "+m.Root.Dir+" shell life", "/dev/null")
+	cmd.Stdin = strings.NewReader("echo shell-says-$((6*7)); tty; exit 7\n")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 7 || !strings.Contains(string(out), "shell-says-42") || !strings.Contains(string(out), "/dev/pts/") {
+		t.Errorf("shell: exit %d, output:\n%s", code, out)
+	}
+
+	// logs: the serial console and agent-mcp's journal.
+	var logs bytes.Buffer
+	if err := m.Logs(context.Background(), "life", vm.LogsOptions{Lines: 100}, &logs); err != nil {
+		t.Errorf("logs: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "==> serial console") || !strings.Contains(l, "==> agent-mcp journal") || !strings.Contains(l, "serving MCP") {
+		t.Errorf("logs lack the console or agent-mcp's journal:\n%s", l)
+	}
+
 	// A host key other than the pinned one is refused.
 	impostor, _ := sshkeys.Generate("impostor")
 	kh := filepath.Join(t.TempDir(), "known_hosts")
@@ -204,7 +227,12 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("a different pinned key: got %v, want a host key mismatch", err)
 	}
 
-	// Stop leaves no QEMU or virtiofsd of this VM.
+	// Stop leaves no QEMU or virtiofsd of this VM. (First let cloud-init
+	// finish its first boot, as any session longer than this test's would:
+	// a VM stopped earlier rightly provisions again on its next boot.)
+	if code, _, errs := run(t, m, "life", "cloud-init", "status", "--wait"); code != 0 {
+		t.Errorf("cloud-init's first boot did not finish cleanly (%d): %s", code, errs)
+	}
 	if _, err := m.Stop(context.Background(), "life"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,143 @@
+package vm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/nixos"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// TestNixOSStartHandsTheRunScriptItsArguments drives `start` of a
+// nixos-backend VM through the real orchestration and launcher, with a FAKE
+// at the exec boundary (execxtest) standing in for nix (these machines cannot
+// evaluate nixpkgs) and for the run-<name>-vm script it builds. The fake
+// records what it was asked; the test checks the exact nix build command and
+// what the launcher handed the run script: its environment and the QEMU
+// arguments for QMP, the pid file, the serial log, the workspace and the
+// secrets. The fake run script "exits at once", so the start fails the way a
+// QEMU that cannot start does.
+func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
+	repo := tu.Repo(t, false)
+	root, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := t.TempDir()
+	nixpkgs := t.TempDir()
+	os.MkdirAll(filepath.Join(nixpkgs, "nixos", "lib"), 0o755)
+	os.WriteFile(filepath.Join(nixpkgs, "nixos", "lib", "eval-config.nix"), nil, 0o644)
+	runScript := filepath.Join(store, "vm", "bin", "run-feature-x-vm")
+
+	fake := execxtest.New(t).Installed("git", "/usr/bin/git")
+	fake.On("git", func(c execxtest.Call) execxtest.Reply { // the real git, for create's clone
+		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "git", Args: c.Args, Env: c.Env})
+		r := execxtest.Reply{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode}
+		if err != nil && res.ExitCode <= 0 {
+			r.Err = err
+		}
+		return r
+	})
+	fake.On("nix", func(c execxtest.Call) execxtest.Reply {
+		if len(c.Args) == 1 && c.Args[0] == "--version" {
+			return execxtest.Reply{Stdout: "nix (Nix) 2.24.9\n"}
+		}
+		os.MkdirAll(filepath.Dir(runScript), 0o755)
+		os.WriteFile(runScript, []byte("#!/bin/sh\n"), 0o755)
+		launcher := filepath.Join(store, "launcher.json")
+		os.WriteFile(launcher, []byte(`{"runScript":"bin/run-feature-x-vm","workspace":{"transport":"9p"},"sharedMemoryBackend":"none"}`), 0o644)
+		return execxtest.Reply{Stdout: fmt.Sprintf(`[{"outputs":{"out":%q}},{"outputs":{"out":%q}}]`, filepath.Join(store, "vm"), launcher)}
+	})
+	fake.On("run-feature-x-vm", func(execxtest.Call) execxtest.Reply { return execxtest.Reply{ExitCode: 1} })
+
+	launcher, _ := qemu.NewLauncher(fake, hclog.NewNullLogger())
+	exe := staticTestBinary(t)
+	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Nixpkgs: nixpkgs,
+		Executable: func() (string, error) { return exe, nil }}
+	m := vm.New(root, fake, hclog.NewNullLogger(), launcher, be)
+	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
+	// A host without virtiofsd: the VM is built for, and given, a 9p share.
+	m.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, fmt.Errorf("no virtiofsd") }
+	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Start(context.Background(), "feature/x", vm.StartOptions{})
+	if err == nil || !strings.Contains(err.Error(), "QEMU exited at once") {
+		t.Fatalf("start: got %v, want the fake run script's early exit reported", err)
+	}
+
+	l := root.Layout("feature-x")
+	rec, _ := state.ReadRecord(l.Record())
+	var build, run *execxtest.Call
+	for _, c := range fake.Calls() {
+		c := c
+		switch {
+		case filepath.Base(c.Path) == "nix" && len(c.Args) > 2 && c.Args[2] == "build":
+			build = &c
+		case c.Detached && c.Path == runScript:
+			run = &c
+		}
+	}
+	if build == nil || run == nil {
+		t.Fatalf("calls: %+v", fake.Calls())
+	}
+	if got := strings.Join(build.Args, " "); got != "--extra-experimental-features nix-command build --no-link --print-out-paths --json --file "+filepath.Join(l.Dir, "default.nix")+" vm launcher" {
+		t.Errorf("nix build: %s", got)
+	}
+	env := strings.Join(run.Env, "\n")
+	for _, want := range []string{"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, "disk.qcow2"), "TMPDIR=" + filepath.Join(l.RunDir(), "tmp"), "USE_TMPDIR=1"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("run script env lacks %s:\n%s", want, env)
+		}
+	}
+	args := strings.Join(run.Args, " ")
+	for _, want := range []string{
+		"-uuid " + rec.ID,
+		"-machine accel=tcg",
+		"-virtfs local,path=" + l.Workspace() + ",mount_tag=workspace,security_model=none",
+		"-fw_cfg name=opt/io.systemd.credentials/agent-vm.mcp-token,file=" + l.MCPToken(),
+		"-fw_cfg name=opt/io.systemd.credentials/agent-vm.ssh-host-key,file=" + l.HostKey(),
+		"-serial file:" + l.Log("console.log"),
+		"-qmp unix:" + l.Run("qmp.sock") + ",server=on,wait=off",
+		"-pidfile " + l.Run("qemu.pid"),
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("run script args lack %q:\n%s", want, args)
+		}
+	}
+	// The secrets reach QEMU as file names, never as values.
+	key, _ := os.ReadFile(l.HostKey())
+	tok, _ := os.ReadFile(l.MCPToken())
+	if strings.Contains(args+env, strings.TrimSpace(string(tok))) || strings.Contains(args+env, "PRIVATE KEY") || len(key) == 0 {
+		t.Error("a secret's value is on the run script's command line or environment")
+	}
+}
+
+// staticTestBinary builds a static program to stand in for agent-vm as the
+// guest's MCP proxy (the nixos backend refuses a dynamic one).
+func staticTestBinary(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\nfunc main() {}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\ngo 1.24\n"), 0o644)
+	cmd := exec.Command("go", "build", "-o", "stand-in", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return filepath.Join(dir, "stand-in")
+}
