@@ -5,7 +5,7 @@
 // Run it from a checkout of agent-vm, on a Linux host with QEMU and the
 // base image (`agent-vm image build`):
 //
-//	go run ./bench                 # everything, about 20-30 minutes under TCG
+//	go run ./bench                 # everything, about 35 minutes under TCG on 2 cores
 //	go run ./bench -only 'P4|P5'   # a few figures (regexp on the figure ids)
 //	go run ./bench -no-boot        # only what needs no VM boot (P4, P5, MCP)
 //
