@@ -5,7 +5,8 @@
 // The directory looks like this:
 //
 //	<root>/
-//	  .locks/<slug>.lock, .locks/ports.lock   flock files
+//	  .locks/<slug>.lock                       flock files: one per VM, and
+//	  .locks/.ports.lock, .locks/.sweep.lock   agent-vm's own (dot: no slug)
 //	  .tmp/<slug>.<rand>/                      creates in progress
 //	  .trash/<slug>.<rand>/                    removals in progress
 //	  <slug>/                                  one VM (see Layout)

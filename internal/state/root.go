@@ -10,13 +10,18 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 const (
 	locksDir = ".locks"
 	tmpDir   = ".tmp"
 	trashDir = ".trash"
-	portLock = "ports.lock"
+	// Locks of agent-vm's own start with a dot: a VM's lock is <slug>.lock
+	// and no slug starts with one (a branch named "ports" must not share
+	// the port allocator's lock).
+	portLock  = ".ports.lock"
+	sweepLock = ".sweep.lock"
 )
 
 // Root is an opened state directory.
@@ -147,9 +152,9 @@ func (r *Root) BeginCreate(slug string) (*Staging, error) {
 	}
 	name := slug + "." + randHex(6)
 	lockP := filepath.Join(r.Dir, tmpDir, name+".lock")
-	lock, ok, err := TryLock(lockP)
-	if err != nil || !ok {
-		return nil, fmt.Errorf("starting create of %s: lock %s busy or failing: %v", slug, lockP, err)
+	lock, err := r.newOwnerLock(lockP)
+	if err != nil {
+		return nil, fmt.Errorf("starting create of %s: %w", slug, err)
 	}
 	dir := filepath.Join(r.Dir, tmpDir, name)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -208,9 +213,9 @@ func (r *Root) Remove(slug string) error {
 	}
 	name := slug + "." + randHex(6)
 	lockP := filepath.Join(r.Dir, trashDir, name+".lock")
-	lock, ok, err := TryLock(lockP)
-	if err != nil || !ok {
-		return fmt.Errorf("removing %s: lock %s busy or failing: %v", dir, lockP, err)
+	lock, err := r.newOwnerLock(lockP)
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	defer func() { os.Remove(lockP); lock.Release() }()
 	trash := filepath.Join(r.Dir, trashDir, name)
@@ -240,25 +245,88 @@ func (r *Root) StagedRecords() []*Record {
 
 // sweep removes staging and trash directories whose owning process died.
 // A directory whose lock is still held belongs to a live process and stays.
+// It decides under the sweep guard (see newOwnerLock) and deletes after,
+// holding each dead entry's lock, so creates wait only for the decision.
 func (r *Root) sweep() {
+	type dead struct {
+		dir, lockP string
+		lock       *Lock
+	}
+	var found []dead
+	release, err := r.sweepGuard(syscall.LOCK_EX)
+	if err != nil {
+		return // sweeping is housekeeping: the next command tries again
+	}
 	for _, d := range []string{tmpDir, trashDir} {
 		base := filepath.Join(r.Dir, d)
 		des, err := os.ReadDir(base)
 		if err != nil {
 			continue
 		}
+		seen := map[string]bool{}
 		for _, de := range des {
 			name := strings.TrimSuffix(de.Name(), ".lock")
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
 			lockP := filepath.Join(base, name+".lock")
 			lock, ok, err := TryLock(lockP)
 			if err != nil || !ok {
 				continue
 			}
-			_ = removeAll(filepath.Join(base, name))
-			os.Remove(lockP)
-			lock.Release()
+			found = append(found, dead{dir: filepath.Join(base, name), lockP: lockP, lock: lock})
 		}
 	}
+	release()
+	for _, e := range found {
+		_ = removeAll(e.dir)
+		os.Remove(e.lockP)
+		e.lock.Release()
+	}
+}
+
+// newOwnerLock creates and locks the lock file that marks a staging or
+// trash entry as owned by this process. Between creating that file and
+// locking it, a sweep in another process would find it free and take the
+// entry for a dead one; so owners do both under the sweep guard held shared,
+// and the sweep takes it exclusively.
+func (r *Root) newOwnerLock(path string) (*Lock, error) {
+	release, err := r.sweepGuard(syscall.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	lock, ok, err := TryLock(path)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		// A random name nobody else uses: only a broken flock gets here.
+		return nil, fmt.Errorf("lock %s is held by another process", path)
+	}
+	return lock, nil
+}
+
+// sweepGuard takes the sweep guard (an flock on .locks/.sweep.lock) shared
+// or exclusive, waiting for it: holders keep it for a few file operations.
+func (r *Root) sweepGuard(how int) (release func(), err error) {
+	p := filepath.Join(r.Dir, locksDir, sweepLock)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", p, err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", p, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 func randHex(n int) string {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -195,4 +197,87 @@ func TestLockExcludesAndHonoursContext(t *testing.T) {
 		t.Errorf("lock after release: %v", err)
 	}
 	l2.Release()
+}
+
+// Creates and removals racing with the sweeps of other commands never lose
+// their entry: a sweep must not mistake a lock file its owner has created
+// but not yet locked for a dead one. (flock conflicts between open files of
+// one process as between processes, so goroutines stand in for commands.)
+func TestSweepsNeverTakeALiveCreate(t *testing.T) {
+	dir := t.TempDir()
+	root, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var sweeps sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		sweeps.Add(1)
+		go func() {
+			defer sweeps.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := Open(dir); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var creates sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		creates.Add(1)
+		go func(i int) {
+			defer creates.Done()
+			slug := fmt.Sprintf("vm-%d", i)
+			for j := 0; j < 300; j++ {
+				s, err := root.BeginCreate(slug)
+				if err != nil {
+					t.Errorf("create %d of %s: %v", j, slug, err)
+					return
+				}
+				if err := os.WriteFile(filepath.Join(s.Layout.Dir, "f"), nil, 0o600); err != nil {
+					t.Errorf("create %d of %s: its staging dir went away: %v", j, slug, err)
+				}
+				if _, err := s.Commit(); err != nil {
+					t.Errorf("commit %d of %s: %v", j, slug, err)
+					return
+				}
+				if err := root.Remove(slug); err != nil {
+					t.Errorf("remove %d of %s: %v", j, slug, err)
+					return
+				}
+			}
+		}(i)
+	}
+	creates.Wait()
+	close(stop)
+	sweeps.Wait()
+}
+
+// A branch may be called "ports": its VM lock is not the port allocator's.
+func TestVMLockIsNeverAnInternalLock(t *testing.T) {
+	root, _ := Open(t.TempDir())
+	for _, slug := range []string{"ports", "sweep"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		vm, err := root.LockVM(ctx, slug)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports, err := root.LockPorts(ctx)
+		if err != nil {
+			t.Errorf("VM %q: the ports lock waits on the VM's lock: %v", slug, err)
+		} else {
+			ports.Release()
+		}
+		if _, err := root.BeginCreate(slug); err != nil {
+			t.Errorf("VM %q: staging waits on the VM's lock: %v", slug, err)
+		}
+		vm.Release()
+		cancel()
+	}
 }
