@@ -34,6 +34,8 @@ func hostileBranches() []string {
 		`-rf`,
 		`a..b`,
 		`x.lock`,
+		`ports`, // names agent-vm uses for its own locks
+		`sweep`,
 		`.hidden`,
 		`trailing/`,
 		`@{-1}`,
