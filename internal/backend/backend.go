@@ -34,6 +34,11 @@ type Plan struct {
 	// FixedShare: the guest mounts exactly the share mode it was prepared
 	// for, so the launcher must not fall back from virtiofs to 9p.
 	FixedShare bool
+	// Settle is a shell command start runs in the guest (as its user, over
+	// SSH) once the agent is healthy and before it returns: it waits for the
+	// guest's own setup to finish and makes it durable, so a VM killed
+	// right after start (SIGKILL, host crash) still boots. "" for none.
+	Settle string
 }
 
 // PrepareOptions tell a backend what the launcher will do.

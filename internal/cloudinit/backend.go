@@ -98,7 +98,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if o.Reprovision && d.Kernel != "" {
 		d.Append = strings.TrimSpace(d.Append + " " + ReprovisionKernelArg)
 	}
-	return &backend.Plan{Boot: qemu.Boot{Direct: d}}, nil
+	return &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: SettleCommand}, nil
 }
 
 // disk returns the VM's disk, making the overlay on first start.

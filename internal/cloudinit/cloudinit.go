@@ -58,6 +58,13 @@ const (
 	// directly; it saves the reboot the guest otherwise does by itself.
 	// Leave it off other boots: it costs cloud-init's ~20 s each time.
 	ReprovisionKernelArg = "cloud-init=enabled"
+	// SettleCommand is what start runs in the guest before it returns. The
+	// agent is healthy well before cloud-init's first boot ends (runcmd,
+	// then the switch-off above); until the guest flushes its page cache,
+	// a kill of QEMU can leave host keys, users or that switch half
+	// written. It waits for cloud-init (at once on later boots, where
+	// cloud-init is disabled) and syncs, which needs no privilege.
+	SettleCommand = "cloud-init status --wait >/dev/null 2>&1; sync"
 )
 
 // AgentPackages returns the Debian packages the agent needs. The first boot

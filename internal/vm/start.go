@@ -1,9 +1,11 @@
 package vm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"regexp"
 	"strconv"
@@ -106,7 +108,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	res := &StartResult{Accel: acc}
-	if err := m.waitReady(ctx, e, mach, launch, o, res); err != nil {
+	if err := m.waitReady(ctx, e, mach, launch, o, plan.Settle, res); err != nil {
 		if ctx.Err() != nil {
 			// Interrupted: undo the start, without the caller's dead ctx.
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -120,8 +122,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	return res, nil
 }
 
-// waitReady waits for SSH with the pinned key, then for agent-mcp's health.
-func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machine, launch *qemu.Launch, o StartOptions, res *StartResult) error {
+// waitReady waits for SSH with the pinned key, then for agent-mcp's health,
+// then runs the backend's settle command.
+func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machine, launch *qemu.Launch, o StartOptions, settle string, res *StartResult) error {
 	r, l := e.Record, e.Layout
 	timeout := o.Timeout
 	if timeout == 0 {
@@ -165,7 +168,8 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machin
 		h := checkHealth(wctx, r.Ports.MCP)
 		if h.State == "healthy" {
 			res.HealthReady = time.Since(began)
-			return nil
+			m.settle(wctx, target, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
+			return ctx.Err() // interrupted while settling: the caller stops the VM
 		}
 		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
 		select {
@@ -179,6 +183,28 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machin
 		if b < 2*time.Second {
 			b *= 2
 		}
+	}
+}
+
+// settle runs the backend's settle command (see backend.Plan.Settle). A
+// failure is a warning, not a failed start: the VM is up and healthy.
+func (m *Manager) settle(ctx context.Context, target sshx.Target, cmd string, report func()) {
+	if cmd == "" {
+		return
+	}
+	report()
+	c, err := sshx.Dial(ctx, target, 30*time.Second)
+	if err == nil {
+		var errOut bytes.Buffer
+		var code int
+		code, err = sshx.Run(ctx, c, cmd, nil, io.Discard, &errOut)
+		c.Close()
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(errOut.String()))
+		}
+	}
+	if err != nil {
+		m.Log.Warn("the VM is up, but waiting for its setup to finish failed; if the VM is killed soon, its next boot may set it up again", "command", cmd, "error", err)
 	}
 }
 
