@@ -273,6 +273,10 @@ func (l *lab) shutdown(ctx context.Context, b *bareVM) error {
 	if b.cmd == nil {
 		return nil
 	}
+	// Let cloud-init finish its first boot first, as agent-vm's start does
+	// (it settles before returning): otherwise the bare guest's later boot
+	// provisions again and the later-boot reference is not the same boot.
+	_ = sshRun(ctx, b.target, 5*time.Minute, "cloud-init", "status", "--wait")
 	_ = sshRun(ctx, b.target, 20*time.Second, "sudo", "systemctl", "poweroff")
 	select {
 	case <-b.exited:
