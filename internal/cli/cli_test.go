@@ -342,6 +342,15 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 var buildOnce sync.Once
 var binPath string
 
+// TestMain removes the agent-vm binary the tests built, once they are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 func agentVMBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {

@@ -82,6 +82,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the agent-vm binary the tests built, once they are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // agentVMBinary builds a static agent-vm: the guest runs it as agent-mcp.
 func agentVMBinary(t *testing.T) string {
 	t.Helper()
