@@ -338,37 +338,15 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 	}
 }
 
-// buildBinary builds agent-vm once for the tests that need real processes.
-var buildOnce sync.Once
-var binPath string
-
 // TestMain removes the agent-vm binary the tests built, once they are done.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	tu.RemoveAgentVMBinary()
 	os.Exit(code)
 }
 
-func agentVMBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agent-vm-bin-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		binPath = filepath.Join(dir, "agent-vm")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/agent-vm/agent-vm/cmd/agent-vm").CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
-	})
-	return binPath
-}
-
 func TestConcurrentCreatesOfOneBranchExactlyOneWins(t *testing.T) {
-	bin := agentVMBinary(t)
+	bin := tu.AgentVMBinary(t)
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
 	const n = 10
@@ -440,7 +418,7 @@ func TestKilledCreateLeavesNothing(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("linux only")
 	}
-	bin := agentVMBinary(t)
+	bin := tu.AgentVMBinary(t)
 	repo := tu.Repo(t, false)
 	// A repository big enough that cloning it takes a moment.
 	big := make([]byte, 64<<20)
@@ -516,7 +494,7 @@ func waitUnlocked(t *testing.T, dir string) {
 
 func TestBashCompletionCompletesCommandsAndBranches(t *testing.T) {
 	bash := tu.NeedProgram(t, "bash", "bash")
-	bin := agentVMBinary(t)
+	bin := tu.AgentVMBinary(t)
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
 	mustRun(t, repo, st, "create", "--branch", "feature/complete-me", "--backend", "qemu")

@@ -3,10 +3,12 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -107,4 +109,42 @@ func Kernel(t testing.TB) string {
 	matches, _ := filepath.Glob(filepath.Join(cache, "agent-vm", "images", "*", "vmlinuz*"))
 	Need(t, len(matches) > 0, "no Linux kernel to boot: run `agent-vm image build` or set AGENT_VM_TEST_KERNEL")
 	return matches[0]
+}
+
+var agentVM struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// AgentVMBinary builds agent-vm once per test binary, statically
+// (CGO_ENABLED=0: guests run the same file as agent-mcp), for tests that
+// need it as a real process. Call RemoveAgentVMBinary from TestMain after
+// the tests have run.
+func AgentVMBinary(t testing.TB) string {
+	t.Helper()
+	agentVM.once.Do(func() {
+		dir, err := os.MkdirTemp("", "agent-vm-bin-")
+		if err != nil {
+			agentVM.err = err
+			return
+		}
+		agentVM.path = filepath.Join(dir, "agent-vm")
+		cmd := exec.Command("go", "build", "-o", agentVM.path, "github.com/agent-vm/agent-vm/cmd/agent-vm")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentVM.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if agentVM.err != nil {
+		t.Fatal(agentVM.err)
+	}
+	return agentVM.path
+}
+
+// RemoveAgentVMBinary removes what AgentVMBinary built, if anything.
+func RemoveAgentVMBinary() {
+	if agentVM.path != "" {
+		os.RemoveAll(filepath.Dir(agentVM.path))
+	}
 }

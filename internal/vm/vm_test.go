@@ -59,7 +59,7 @@ func newManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := agentVMBinary(t)
+	exe := tu.AgentVMBinary(t)
 	be := &cloudinit.Backend{Run: execx.OS{}, Log: log, ImageDir: imageDir(), Executable: func() (string, error) { return exe, nil }}
 	m := vm.New(root, execx.OS{}, log, launcher, be)
 	kernels, _ := filepath.Glob(filepath.Join(imageDir(), "*", "vmlinuz*"))
@@ -76,38 +76,11 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // TestMain removes the agent-vm binary the tests built, once they are done.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	tu.RemoveAgentVMBinary()
 	os.Exit(code)
-}
-
-// agentVMBinary builds a static agent-vm: the guest runs it as agent-mcp.
-func agentVMBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agent-vm-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "agent-vm")
-		_, buildErr = execx.OS{}.Run(context.Background(), execx.Cmd{Path: "go", Args: []string{"build", "-o", binPath, "github.com/agent-vm/agent-vm/cmd/agent-vm"},
-			Env: []string{"CGO_ENABLED=0"}})
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
 }
 
 func create(t *testing.T, m *vm.Manager, branch string) state.Entry {
@@ -215,7 +188,7 @@ func TestVMLifecycle(t *testing.T) {
 	// shell, on a real terminal (script(1) gives it a PTY): raw mode, the
 	// remote shell's output, and its exit status.
 	script := tu.NeedProgram(t, "script", "util-linux")
-	cmd := exec.Command(script, "-qec", agentVMBinary(t)+" --state-dir "+m.Root.Dir+" shell life", "/dev/null")
+	cmd := exec.Command(script, "-qec", tu.AgentVMBinary(t)+" --state-dir "+m.Root.Dir+" shell life", "/dev/null")
 	cmd.Stdin = strings.NewReader("echo shell-says-$((6*7)); tty; exit 7\n")
 	out, _ := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); code != 7 || !strings.Contains(string(out), "shell-says-42") || !strings.Contains(string(out), "/dev/pts/") {
