@@ -16,7 +16,7 @@ import (
 // The probe's detector, exercised with real QEMU under TCG (which works
 // everywhere): a real kernel reaches its panic and is recognised.
 func TestBootsRecognisesAKernelReachingPanic(t *testing.T) {
-	qemu := tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	qemu := tu.Program(t, "qemu-system-x86_64")
 	kernel := tu.Kernel(t)
 	ok, detail := Boots(context.Background(), execx.OS{}, qemu, TCG, kernel, 2*time.Minute)
 	if !ok {
@@ -25,7 +25,7 @@ func TestBootsRecognisesAKernelReachingPanic(t *testing.T) {
 }
 
 func TestBootsRejectsSomethingThatIsNotAKernel(t *testing.T) {
-	qemu := tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	qemu := tu.Program(t, "qemu-system-x86_64")
 	bogus := filepath.Join(t.TempDir(), "vmlinuz")
 	os.WriteFile(bogus, []byte(strings.Repeat("not a kernel\n", 1000)), 0o644)
 	ok, detail := Boots(context.Background(), execx.OS{}, qemu, TCG, bogus, 30*time.Second)
@@ -35,7 +35,7 @@ func TestBootsRejectsSomethingThatIsNotAKernel(t *testing.T) {
 }
 
 func TestProbeDecidesCachesAndExplains(t *testing.T) {
-	qemu := tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	qemu := tu.Program(t, "qemu-system-x86_64")
 	kernel := tu.Kernel(t)
 	cache := filepath.Join(t.TempDir(), "accel.json")
 	p := &Prober{Run: execx.OS{}, QEMU: qemu, Kernels: []string{"/nonexistent", kernel}, Cache: cache, Timeout: 5 * time.Second}

@@ -493,7 +493,7 @@ func waitUnlocked(t *testing.T, dir string) {
 }
 
 func TestBashCompletionCompletesCommandsAndBranches(t *testing.T) {
-	bash := tu.NeedProgram(t, "bash", "bash")
+	bash := tu.Program(t, "bash")
 	bin := tu.AgentVMBinary(t)
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
@@ -526,7 +526,7 @@ printf '%s\n' "${COMPREPLY[@]}"
 func TestZshAndFishCompletionScriptsParse(t *testing.T) {
 	st := t.TempDir()
 	for shell, check := range map[string][]string{"zsh": {"zsh", "-n"}, "fish": {"fish", "--no-execute"}} {
-		prog := tu.NeedProgram(t, check[0], check[0])
+		prog := tu.Program(t, check[0])
 		script := mustRun(t, "", st, "completion", shell).stdout
 		f := filepath.Join(t.TempDir(), "completion."+shell)
 		os.WriteFile(f, []byte(script), 0o644)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // guestScripts returns the embedded shell scripts by name.
@@ -36,7 +37,7 @@ func guestScripts(t *testing.T) map[string]string {
 }
 
 func TestGuestScriptsPassShellcheck(t *testing.T) {
-	shellcheck := needTool(t, "shellcheck", "shellcheck")
+	shellcheck := testutil.Program(t, "shellcheck")
 	for name := range guestScripts(t) {
 		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{
 			Path: shellcheck, Args: []string{"--shell=sh", "--severity=style", filepath.Join("guest", name)},
@@ -52,7 +53,7 @@ func TestGuestScriptsPassShellcheck(t *testing.T) {
 // (Debian 12's systemd is the guest's). Unknown keys and bad values are
 // warnings there, so any output fails the test.
 func TestGuestUnitsVerify(t *testing.T) {
-	analyze := needTool(t, "systemd-analyze", "systemd")
+	analyze := testutil.Program(t, "systemd-analyze")
 	hostUnits := "/usr/lib/systemd/system"
 	if _, err := os.Stat(filepath.Join(hostUnits, "multi-user.target")); err != nil {
 		skipOrFail(t, "no systemd units in "+hostUnits+" to verify against (apt-get install systemd)")

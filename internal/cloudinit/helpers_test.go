@@ -24,16 +24,6 @@ func skipOrFail(t testing.TB, reason string) {
 	t.Skip(reason)
 }
 
-// needTool returns the path of a program the test needs, or skips/fails.
-func needTool(t testing.TB, name, debianPackage string) string {
-	t.Helper()
-	p, err := execx.OS{}.LookPath(name)
-	if err != nil {
-		skipOrFail(t, name+" is not installed (apt-get install "+debianPackage+")")
-	}
-	return p
-}
-
 func readFixture(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "keys", name))

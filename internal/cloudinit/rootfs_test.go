@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // The real cloud-init validates what we render, but installing Debian's
@@ -49,7 +50,7 @@ func cloudInitRootfs(t testing.TB) string {
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "validating with the real cloud-init needs root (mmdebstrap --mode=root, chroot)")
 	}
-	needTool(t, "chroot", "coreutils")
+	testutil.Program(t, "chroot")
 	mirror := os.Getenv("AGENT_VM_TEST_DEBIAN_MIRROR")
 	if mirror == "" {
 		mirror = defaultMirror
@@ -68,7 +69,7 @@ func cloudInitRootfs(t testing.TB) string {
 	if ready() {
 		return final
 	}
-	mmdebstrap := needTool(t, "mmdebstrap", "mmdebstrap")
+	mmdebstrap := testutil.Program(t, "mmdebstrap")
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		t.Fatal(err)
 	}

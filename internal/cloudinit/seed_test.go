@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/iso9660"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func TestWriteSeedReadsBackWithRealTools(t *testing.T) {
-	xorriso := needTool(t, "xorriso", "xorriso")
-	blkid := needTool(t, "blkid", "util-linux")
+	xorriso := testutil.Program(t, "xorriso")
+	blkid := testutil.Program(t, "blkid")
 	bin := agentBinary(t)
 	c := goldenCases(t)["custom-ids-with-origins"]
 	path := filepath.Join(t.TempDir(), "seed.iso")

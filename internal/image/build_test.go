@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -438,7 +439,7 @@ func TestMkfsRefusesATooSmallDisk(t *testing.T) {
 }
 
 func TestGuestHooksPassShellcheck(t *testing.T) {
-	needTool(t, "shellcheck", "shellcheck")
+	testutil.Program(t, "shellcheck")
 	for _, p := range []string{"guest/essential.sh", "guest/customize.sh"} {
 		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "shellcheck", Args: []string{"-s", "sh", p}})
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,14 +20,6 @@ func skipOrFail(t testing.TB, format string, args ...any) {
 		t.Fatalf("AGENT_VM_TEST_STRICT=1 and %s", msg)
 	}
 	t.Skip(msg)
-}
-
-// needTool skips (or fails, strict) when a program is not installed.
-func needTool(t testing.TB, name, debianPackage string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		skipOrFail(t, "%s is not installed (apt-get install %s)", name, debianPackage)
-	}
 }
 
 // run runs a program for test setup and fails the test if it fails.

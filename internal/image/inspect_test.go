@@ -14,11 +14,12 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func TestInspectAcceptsDiskImages(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
-	needTool(t, "mkfs.ext4", "e2fsprogs")
+	testutil.Program(t, "qemu-img")
+	testutil.Program(t, "mkfs.ext4")
 	dir := t.TempDir()
 	ctx := context.Background()
 
@@ -51,7 +52,7 @@ func TestInspectAcceptsDiskImages(t *testing.T) {
 }
 
 func TestInspectRelativePathBecomesAbsolute(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "qemu-img")
 	dir := t.TempDir()
 	makeQcow2(t, dir, "rel.qcow2", 1<<20)
 	t.Chdir(dir)
@@ -68,7 +69,7 @@ func TestInspectRelativePathBecomesAbsolute(t *testing.T) {
 // that are not disk images. qemu-img calls most of them "raw"; Inspect must
 // still say what they are and what to do.
 func TestInspectRejectsWhatUsersPassByMistake(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "qemu-img")
 	dir := t.TempDir()
 	ctx := context.Background()
 
@@ -159,8 +160,8 @@ func TestNotADiskMagicOffsets(t *testing.T) {
 }
 
 func TestInspectImageInUseByQemu(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
-	needTool(t, "qemu-system-x86_64", "qemu-system-x86")
+	testutil.Program(t, "qemu-img")
+	testutil.Program(t, "qemu-system-x86_64")
 	dir := t.TempDir()
 	disk := makeQcow2(t, dir, "busy.qcow2", 16<<20)
 	// A paused QEMU (-S) holds the disk's write lock, as a running VM does.

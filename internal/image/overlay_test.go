@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // qemuInfoJSON is the real qemu-img's view of a file, for assertions.
@@ -21,7 +22,7 @@ func qemuInfoJSON(t *testing.T, path string) gjson.Result {
 }
 
 func TestCreateOverlay(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "qemu-img")
 	ctx := context.Background()
 	dir := t.TempDir()
 	base := makeQcow2(t, dir, "base.qcow2", 64<<20)
@@ -86,7 +87,7 @@ func tempLeftovers(t *testing.T, dir string) []string {
 }
 
 func TestCreateOverlayRelativeBaseIsStoredAbsolute(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "qemu-img")
 	dir := t.TempDir()
 	makeQcow2(t, dir, "base.qcow2", 16<<20)
 	ovDir := t.TempDir()
@@ -102,7 +103,7 @@ func TestCreateOverlayRelativeBaseIsStoredAbsolute(t *testing.T) {
 }
 
 func TestCreateOverlayRefuses(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "qemu-img")
 	ctx := context.Background()
 	dir := t.TempDir()
 	base := makeQcow2(t, dir, "base.qcow2", 64<<20)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // mirror is a local stand-in for cloud.debian.org / cloud-images.ubuntu.com:
@@ -133,7 +134,7 @@ func (c *cutWriter) Write(p []byte) (int, error) {
 // testDisk returns a real qcow2 image with a few MiB of random data.
 func testDisk(t *testing.T) []byte {
 	t.Helper()
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "qemu-img")
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "data.raw")
 	data := make([]byte, 3<<20)
@@ -459,7 +460,7 @@ func TestPullRejectsAFileThatIsNotADisk(t *testing.T) {
 	notDisk := bytes.Repeat([]byte("<html>moved</html>\n"), 100000)
 	m.put("/debian/"+debianFile, notDisk)
 	m.put("/debian/SHA512SUMS", []byte(sha512hex(notDisk)+"  "+debianFile+"\n"))
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "qemu-img")
 	cache := t.TempDir()
 	p, _ := testPuller(t, m, cache, PullOptions{})
 	_, err := p.run(context.Background())

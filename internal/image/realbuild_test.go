@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // TestBuildRealImage builds the default image for real with mmdebstrap (about
@@ -28,10 +29,10 @@ func TestBuildRealImage(t *testing.T) {
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "building an image needs root (mmdebstrap root mode)")
 	}
-	needTool(t, "mmdebstrap", "mmdebstrap")
-	needTool(t, "mkfs.ext4", "e2fsprogs")
-	needTool(t, "debugfs", "e2fsprogs")
-	needTool(t, "qemu-img", "qemu-utils")
+	testutil.Program(t, "mmdebstrap")
+	testutil.Program(t, "mkfs.ext4")
+	testutil.Program(t, "debugfs")
+	testutil.Program(t, "qemu-img")
 	cache, err := DefaultCacheDir()
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func bootImage(t *testing.T, ctx context.Context, img *Image) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the boot check uses qemu-system-x86_64")
 	}
-	needTool(t, "qemu-system-x86_64", "qemu-system-x86")
+	testutil.Program(t, "qemu-system-x86_64")
 	dir := t.TempDir()
 	ov := filepath.Join(dir, "boot.qcow2")
 	if err := CreateOverlay(ctx, execx.OS{}, img.Disk, img.Format, ov, 0); err != nil {

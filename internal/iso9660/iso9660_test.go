@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 var fixedTime = time.Date(2026, 11, 21, 10, 30, 0, 0, time.UTC)
@@ -88,7 +90,7 @@ func TestVolumeIdentity(t *testing.T) {
 	v, _ := seedLike(t, 10)
 	image := writeImage(t, v)
 
-	blkid := needTool(t, "blkid", "util-linux")
+	blkid := testutil.Program(t, "blkid")
 	label, _ := run(t, blkid, "-o", "value", "-s", "LABEL", image)
 	if strings.TrimSpace(label) != "cidata" {
 		t.Errorf("blkid LABEL: got %q, want cidata", label)
@@ -98,13 +100,13 @@ func TestVolumeIdentity(t *testing.T) {
 		t.Errorf("blkid TYPE: got %q, want iso9660", typ)
 	}
 
-	file := needTool(t, "file", "file")
+	file := testutil.Program(t, "file")
 	desc, _ := run(t, file, "-b", image)
 	if !strings.Contains(desc, "ISO 9660") || !strings.Contains(desc, "'cidata'") {
 		t.Errorf("file says %q, want an ISO 9660 filesystem labelled 'cidata'", desc)
 	}
 
-	isoinfo := needTool(t, "isoinfo", "genisoimage")
+	isoinfo := testutil.Program(t, "isoinfo")
 	info, _ := run(t, isoinfo, "-d", "-i", image)
 	for _, want := range []string{
 		"Volume id: cidata",

@@ -14,23 +14,8 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
-
-// needTool returns the path of a program the test needs. When it is missing
-// the test is skipped with the reason, or fails under AGENT_VM_TEST_STRICT=1.
-func needTool(t testing.TB, name, debianPackage string) string {
-	t.Helper()
-	p, err := execx.OS{}.LookPath(name)
-	if err == nil {
-		return p
-	}
-	msg := name + " is not installed (apt-get install " + debianPackage + ")"
-	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
-		t.Fatalf("%s; AGENT_VM_TEST_STRICT=1 forbids skipping", msg)
-	}
-	t.Skip(msg)
-	return ""
-}
 
 // run runs a program and returns its stdout and stderr, failing the test when
 // it exits non-zero.
@@ -58,7 +43,7 @@ var lsdlLine = regexp.MustCompile(`^(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+.*'/
 // Ridge) and fails the test if xorriso complains about the image.
 func xorrisoList(t testing.TB, image string) map[string]listed {
 	t.Helper()
-	xorriso := needTool(t, "xorriso", "xorriso")
+	xorriso := testutil.Program(t, "xorriso")
 	out, errOut := run(t, xorriso, "-abort_on", "FAILURE", "-return_with", "WARNING", "32",
 		"-indev", image, "-find", "/", "-exec", "lsdl")
 	for _, bad := range []string{"WARNING", "FAILURE", "SORRY", "MISHAP"} {
@@ -89,7 +74,7 @@ func xorrisoList(t testing.TB, image string) map[string]listed {
 // xorrisoExtract copies one file out of the image and returns its bytes.
 func xorrisoExtract(t testing.TB, image, name string) []byte {
 	t.Helper()
-	xorriso := needTool(t, "xorriso", "xorriso")
+	xorriso := testutil.Program(t, "xorriso")
 	dst := filepath.Join(t.TempDir(), "extracted")
 	run(t, xorriso, "-osirrox", "on", "-indev", image, "-extract", "/"+name, dst)
 	b, err := os.ReadFile(dst)
@@ -103,7 +88,7 @@ func xorrisoExtract(t testing.TB, image, name string) []byte {
 // (rr true) or the plain ISO 9660 names.
 func isoinfoNames(t testing.TB, image string, rr bool) []string {
 	t.Helper()
-	isoinfo := needTool(t, "isoinfo", "genisoimage")
+	isoinfo := testutil.Program(t, "isoinfo")
 	args := []string{"-l", "-i", image}
 	if rr {
 		args = append([]string{"-R"}, args...)

@@ -47,7 +47,7 @@ func testVM(t *testing.T, branch, keyComment string) (state.Layout, *state.Recor
 
 func nixEval(t *testing.T, dir, file string) []byte {
 	t.Helper()
-	tu.NeedProgram(t, "nix-instantiate", "nix-bin")
+	tu.Program(t, "nix-instantiate")
 	cmd := exec.Command("nix-instantiate", "--eval", "--strict", "--json", filepath.Join(dir, file))
 	cmd.Env = append(os.Environ(), "NIX_STATE_DIR="+t.TempDir())
 	out, err := cmd.Output()

@@ -28,7 +28,7 @@ import (
 
 func testLauncher(t *testing.T) *Launcher {
 	t.Helper()
-	tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	tu.Program(t, "qemu-system-x86_64")
 	l, err := NewLauncher(execx.OS{}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)

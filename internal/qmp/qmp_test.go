@@ -15,7 +15,7 @@ import (
 // startQEMU runs a real QEMU with no machine (no guest to boot), just QMP.
 func startQEMU(t *testing.T) string {
 	t.Helper()
-	qemu := tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	qemu := tu.Program(t, "qemu-system-x86_64")
 	sock := filepath.Join(t.TempDir(), "qmp.sock")
 	cmd := exec.Command(qemu, "-machine", "none", "-display", "none", "-nodefaults",
 		"-qmp", "unix:"+sock+",server=on,wait=off")

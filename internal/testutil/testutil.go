@@ -1,5 +1,6 @@
 // Package testutil holds helpers shared by tests: real git repositories in
-// temp dirs and the skip-or-fail rule for missing tools. Only tests import it.
+// temp dirs, and the programs tests run with the skip-or-fail rule for
+// missing ones (Program). Only tests import it.
 package testutil
 
 import (
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 )
 
 // Strict reports whether missing prerequisites must fail tests rather than
@@ -28,12 +32,20 @@ func Need(t testing.TB, ok bool, reason string) {
 	t.Skipf("skipping: %s (set AGENT_VM_TEST_STRICT=1 to make this a failure)", reason)
 }
 
-// NeedProgram skips or fails when a program is not on PATH.
-func NeedProgram(t testing.TB, name, pkg string) string {
+// Program returns the path of an external program a test runs, and skips
+// the test (or fails it under AGENT_VM_TEST_STRICT=1) when it is missing.
+// Every program a test runs is named here: it must be on hostpkgs' list,
+// which knows its package, and which `agent-vm setup --tests` (README's test
+// command, CI) installs. A program not on the list fails the test.
+func Program(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	Need(t, err == nil, name+" is not installed (Debian package "+pkg+")")
-	return p
+	p, err := hostpkgs.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, ok := hostpkgs.Host{Run: execx.OS{}}.Find(p)
+	Need(t, ok, fmt.Sprintf("%s is not installed (%s; `go run ./cmd/agent-vm setup --tests` installs it)", name, p.PackageHint()))
+	return path
 }
 
 // gitEnv gives tests a fixed identity and isolates them from the user's
@@ -63,7 +75,7 @@ func Git(t testing.TB, dir string, args ...string) string {
 // its path. With remote set, the repo gets an origin (a bare repo beside it).
 func Repo(t testing.TB, remote bool) string {
 	t.Helper()
-	NeedProgram(t, "git", "git")
+	Program(t, "git")
 	base := t.TempDir()
 	dir := filepath.Join(base, "project")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

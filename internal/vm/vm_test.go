@@ -47,7 +47,7 @@ func newManager(t *testing.T) *vm.Manager {
 	if testing.Short() {
 		t.Skip("boots VMs; skipped under -short")
 	}
-	tu.NeedProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	tu.Program(t, "qemu-system-x86_64")
 	_, err := image.Lookup(imageDir(), image.DefaultBuildName)
 	tu.Need(t, err == nil, "no base image: run `agent-vm image build`")
 	root, err := state.Open(t.TempDir())
@@ -187,7 +187,7 @@ func TestVMLifecycle(t *testing.T) {
 
 	// shell, on a real terminal (script(1) gives it a PTY): raw mode, the
 	// remote shell's output, and its exit status.
-	script := tu.NeedProgram(t, "script", "util-linux")
+	script := tu.Program(t, "script")
 	cmd := exec.Command(script, "-qec", tu.AgentVMBinary(t)+" --state-dir "+m.Root.Dir+" shell life", "/dev/null")
 	cmd.Stdin = strings.NewReader("echo shell-says-$((6*7)); tty; exit 7\n")
 	out, _ := cmd.CombinedOutput()

@@ -1,0 +1,153 @@
+// Package hostpkgs is the one list of the host programs agent-vm and its
+// tests run, with the packages that provide them, and the installer that
+// installs what is missing with the host's package manager. `agent-vm
+// setup`, `start` (when something is missing), the README and CI all read
+// this list; tests name every program they run through it (testutil.Program).
+package hostpkgs
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// Need says what a program is needed for. A program may serve several.
+type Need uint8
+
+const (
+	// Run: running VMs (the qemu backend and the launcher).
+	Run Need = 1 << iota
+	// Image: building the Debian base image.
+	Image
+	// Test: the test suite (README's test command, CI).
+	Test
+)
+
+// String names the needs, for messages.
+func (n Need) String() string {
+	var parts []string
+	for _, x := range []struct {
+		n    Need
+		name string
+	}{{Run, "running VMs"}, {Image, "building the base image"}, {Test, "the tests"}} {
+		if n&x.n != 0 {
+			parts = append(parts, x.name)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Program is one external program and where it comes from.
+type Program struct {
+	// Name is what is looked up on PATH.
+	Name string
+	// Paths are absolute places to look when Name is not on PATH (programs
+	// that live outside PATH, like Debian 12's /usr/lib/qemu/virtiofsd).
+	Paths []string
+	// Debian lists the Debian/Ubuntu packages that provide it, the preferred
+	// first; the installer takes the first one the package index knows.
+	// Empty: no Debian package (Go comes from go.dev, see Note).
+	Debian []string
+	// Fedora lists the Fedora packages (dnf), the same way.
+	Fedora []string
+	Need   Need
+	// Note says, for a program no package provides, how to get it.
+	Note string
+}
+
+// programs is the list. Keep it sorted by name.
+func programs(arch string) []Program {
+	qemu := Program{Name: "qemu-system-x86_64", Debian: []string{"qemu-system-x86"}, Fedora: []string{"qemu-system-x86-core"}, Need: Run | Test}
+	if arch == "arm64" {
+		qemu = Program{Name: "qemu-system-aarch64", Debian: []string{"qemu-system-arm"}, Fedora: []string{"qemu-system-aarch64-core"}, Need: Run | Test}
+	}
+	return []Program{
+		{Name: "bash", Debian: []string{"bash"}, Fedora: []string{"bash"}, Need: Test},
+		{Name: "blkid", Paths: []string{"/sbin/blkid", "/usr/sbin/blkid"}, Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Test},
+		{Name: "chroot", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Image | Test},
+		{Name: "cloud-init", Paths: []string{"/usr/bin/cloud-init"}, Debian: []string{"cloud-init"}, Fedora: []string{"cloud-init"}, Need: Test},
+		{Name: "curl", Debian: []string{"curl"}, Fedora: []string{"curl"}, Need: Test},
+		{Name: "debugfs", Paths: []string{"/sbin/debugfs", "/usr/sbin/debugfs"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Test},
+		{Name: "file", Debian: []string{"file"}, Fedora: []string{"file"}, Need: Test},
+		{Name: "fish", Debian: []string{"fish"}, Fedora: []string{"fish"}, Need: Test},
+		{Name: "git", Debian: []string{"git"}, Fedora: []string{"git"}, Need: Run | Test},
+		{Name: "go", Paths: []string{"/usr/local/go/bin/go"}, Need: Test,
+			Note: "Go " + goVersion + " or newer from https://go.dev/dl (distribution packages are older)"},
+		{Name: "isoinfo", Debian: []string{"genisoimage"}, Fedora: []string{"genisoimage"}, Need: Test},
+		{Name: "mkfs.ext4", Paths: []string{"/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Image | Test},
+		{Name: "mmdebstrap", Debian: []string{"mmdebstrap"}, Fedora: []string{"mmdebstrap"}, Need: Image | Test},
+		{Name: "nix", Debian: []string{"nix-bin"}, Need: Test},
+		{Name: "nix-instantiate", Debian: []string{"nix-bin"}, Need: Test},
+		{Name: "node", Debian: []string{"nodejs"}, Fedora: []string{"nodejs"}, Need: Test},
+		{Name: "npm", Debian: []string{"npm"}, Fedora: []string{"npm"}, Need: Test},
+		{Name: "pgrep", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
+		qemu,
+		{Name: "qemu-img", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Run | Image | Test},
+		{Name: "script", Debian: []string{"bsdutils"}, Fedora: []string{"util-linux-script"}, Need: Test},
+		{Name: "sh", Debian: []string{"dash"}, Fedora: []string{"bash"}, Need: Test},
+		{Name: "shellcheck", Debian: []string{"shellcheck"}, Fedora: []string{"ShellCheck"}, Need: Test},
+		{Name: "sleep", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Test},
+		{Name: "ssh", Debian: []string{"openssh-client"}, Fedora: []string{"openssh-clients"}, Need: Test},
+		{Name: "ssh-keygen", Debian: []string{"openssh-client"}, Fedora: []string{"openssh-clients"}, Need: Test},
+		{Name: "sshd", Paths: []string{"/usr/sbin/sshd"}, Debian: []string{"openssh-server"}, Fedora: []string{"openssh-server"}, Need: Test},
+		{Name: "systemd-analyze", Debian: []string{"systemd"}, Fedora: []string{"systemd"}, Need: Test},
+		{Name: "unshare", Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Image | Test},
+		// Debian 12 ships QEMU's C virtiofsd in qemu-system-common (pulled in
+		// by qemu-system-x86); later releases package the Rust one.
+		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
+			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test},
+		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},
+		{Name: "zsh", Debian: []string{"zsh"}, Fedora: []string{"zsh"}, Need: Test},
+	}
+}
+
+// goVersion is the Go go.mod asks for (kept in step by a test).
+const goVersion = "1.26"
+
+// All returns every program, for this host's architecture.
+func All() []Program { return programs(runtime.GOARCH) }
+
+// For returns the programs any of need asks for.
+func For(need Need) []Program {
+	var out []Program
+	for _, p := range All() {
+		if p.Need&need != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Lookup returns the program called name, or an error saying it is not on
+// the list (tests may run only listed programs).
+func Lookup(name string) (Program, error) {
+	for _, p := range All() {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Program{}, fmt.Errorf("%q is not on agent-vm's list of host programs (hint: add it, with its packages, to internal/hostpkgs)", name)
+}
+
+// PackageHint is how a message names a program's package: "Debian package
+// X" or the note when no package provides it.
+func (p Program) PackageHint() string {
+	if len(p.Debian) == 0 {
+		return p.Note
+	}
+	return "Debian package " + strings.Join(p.Debian, " or ")
+}
+
+// DebianPackages returns the distinct first-choice Debian packages of progs,
+// sorted, for messages and documentation.
+func DebianPackages(progs []Program) []string {
+	var out []string
+	for _, p := range progs {
+		if len(p.Debian) > 0 && !slices.Contains(out, p.Debian[0]) {
+			out = append(out, p.Debian[0])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
