@@ -26,6 +26,7 @@ func commands(stdio IO) []*cli.Command {
 		logsCommand(stdio),
 		sshConfigCommand(stdio),
 		imageCommand(stdio),
+		setupCommand(stdio),
 		doctorCommand(stdio),
 		mcpConfigCommand(stdio),
 		mcpProxyCommand(stdio),

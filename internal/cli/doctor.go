@@ -22,22 +22,27 @@ func doctorCommand(stdio IO) *cli.Command {
 			if cliCtx.Bool("json") {
 				return writeJSON(stdio.Out, r)
 			}
-			for _, c := range r.Checks {
-				mark := "ok  "
-				if !c.OK {
-					mark = "--  "
-				}
-				fmt.Fprintf(stdio.Out, "%s%-26s %s\n", mark, c.Name, c.Detail)
-				if c.Hint != "" {
-					fmt.Fprintf(stdio.Out, "    %-26s hint: %s\n", "", c.Hint)
-				}
-			}
-			if r.VMReady {
-				fmt.Fprintf(stdio.Out, "\nthis host can run VMs (%s)\n", r.Accel)
-			} else {
-				fmt.Fprintf(stdio.Out, "\nthis host cannot run VMs yet: see the hints above\n")
-			}
+			printDoctor(stdio, r)
 			return nil
 		}),
+	}
+}
+
+// printDoctor prints doctor's table and its verdict.
+func printDoctor(stdio IO, r vm.DoctorReport) {
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "--  "
+		}
+		fmt.Fprintf(stdio.Out, "%s%-26s %s\n", mark, c.Name, c.Detail)
+		if c.Hint != "" {
+			fmt.Fprintf(stdio.Out, "    %-26s hint: %s\n", "", c.Hint)
+		}
+	}
+	if r.VMReady {
+		fmt.Fprintf(stdio.Out, "\nthis host can run VMs (%s)\n", r.Accel)
+	} else {
+		fmt.Fprintf(stdio.Out, "\nthis host cannot run VMs yet: see the hints above\n")
 	}
 }

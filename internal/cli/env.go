@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -72,7 +73,10 @@ func (e *env) backends() []backend.Backend {
 		// "It works first time": the first start on a host builds the base
 		// image (mmdebstrap's root mode needs root).
 		q.BuildImage = func(ctx context.Context) (*image.Image, error) {
-			return image.Build(ctx, image.BuildOptions{CacheDir: e.imageDir(), Runner: e.run, Progress: e.stdio.Err, Logger: e.log.Named("image")})
+			if err := setupFirst(ctx, e, hostpkgs.Image); err != nil {
+				return nil, err
+			}
+			return e.buildImage(ctx)
 		}
 	}
 	return []backend.Backend{

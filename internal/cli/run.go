@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -38,6 +39,9 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			branch, err := vmName(cliCtx, m)
 			if err != nil {
+				return err
+			}
+			if err := setupFirst(cliCtx.Context, e, hostpkgs.Run); err != nil {
 				return err
 			}
 			p := newProgress(stdio.Err)

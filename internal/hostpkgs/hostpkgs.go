@@ -66,7 +66,6 @@ func programs(arch string) []Program {
 		{Name: "bash", Debian: []string{"bash"}, Fedora: []string{"bash"}, Need: Test},
 		{Name: "blkid", Paths: []string{"/sbin/blkid", "/usr/sbin/blkid"}, Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Test},
 		{Name: "chroot", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Image | Test},
-		{Name: "cloud-init", Paths: []string{"/usr/bin/cloud-init"}, Debian: []string{"cloud-init"}, Fedora: []string{"cloud-init"}, Need: Test},
 		{Name: "curl", Debian: []string{"curl"}, Fedora: []string{"curl"}, Need: Test},
 		{Name: "debugfs", Paths: []string{"/sbin/debugfs", "/usr/sbin/debugfs"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Test},
 		{Name: "file", Debian: []string{"file"}, Fedora: []string{"file"}, Need: Test},

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 )
 
 // Defaults for Build.
@@ -142,17 +143,6 @@ func newBuilder(opts BuildOptions) (*builder, error) {
 	return b, nil
 }
 
-// buildTools are the programs Build runs, with the Debian package that has each.
-func buildTools() []struct{ name, pkg string } {
-	return []struct{ name, pkg string }{
-		{"mmdebstrap", "mmdebstrap"},
-		{"mkfs.ext4", "e2fsprogs"},
-		{"qemu-img", "qemu-utils"},
-		{"unshare", "util-linux"},
-		{"chroot", "coreutils"},
-	}
-}
-
 // preflight checks what Build needs before it takes any lock or space.
 func (b *builder) preflight() error {
 	var errs []error
@@ -161,16 +151,9 @@ func (b *builder) preflight() error {
 			"(hint: run it with sudo and keep your cache: `sudo agent-vm image build --cache-dir ~/.cache/agent-vm/images`, "+
 			"or use a ready-made cloud image: `agent-vm image pull debian-12`)"))
 	}
-	var missing, pkgs []string
-	for _, t := range buildTools() {
-		if _, err := b.opts.Runner.LookPath(t.name); err != nil {
-			missing = append(missing, t.name)
-			pkgs = append(pkgs, t.pkg)
-		}
-	}
-	if len(missing) > 0 {
-		errs = append(errs, fmt.Errorf("building an image needs %s, not found in PATH (hint: apt-get install %s)",
-			strings.Join(missing, ", "), strings.Join(pkgs, " ")))
+	if missing := (hostpkgs.Host{Run: b.opts.Runner}).Missing(hostpkgs.For(hostpkgs.Image)); len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("building an image needs %s, not found (hint: `sudo agent-vm setup` installs them; on Debian: apt-get install %s)",
+			hostpkgs.Names(missing), strings.Join(hostpkgs.DebianPackages(missing), " ")))
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+func setupCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:  "setup",
+		Usage: "install what this host needs (packages, the base image), probe KVM and show what the host can do",
+		Description: "Installs the missing host packages with apt-get or dnf (as root; otherwise it prints the sudo\n" +
+			"command), builds the Debian base image, probes KVM, and ends with the doctor table. It asks once\n" +
+			"before it changes anything; without a terminal it needs --yes. On NixOS it installs nothing and\n" +
+			"points to the flake. Running it again changes nothing.",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do it without asking"},
+			&cli.BoolFlag{Name: "tests", Usage: "also what the test suite needs (nix, sshd, xorriso, shellcheck, ...)"},
+			&cli.BoolFlag{Name: "check", Usage: "change nothing: list each program, where it is or which package has it; exit 1 if any is missing"},
+		},
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			need := hostpkgs.Run | hostpkgs.Image
+			if cliCtx.Bool("tests") {
+				need |= hostpkgs.Test
+			}
+			if cliCtx.Bool("check") {
+				return checkPrograms(stdio, e, need)
+			}
+			consent := askConsent(stdio)
+			if cliCtx.Bool("yes") {
+				consent = func([]string) (bool, error) { return true, nil }
+			}
+			rep, err := vm.Setup(cliCtx.Context, hostpkgs.Host{Run: e.run}, vm.SetupOptions{Need: need, ImageDir: e.imageDir(), Build: e.buildImage,
+				Root: os.Geteuid() == 0, Consent: consent, Out: stdio.Err})
+			if len(rep.Installed) > 0 {
+				fmt.Fprintf(stdio.Out, "installed: %s\n", strings.Join(rep.Installed, " "))
+			}
+			if rep.Image != "" {
+				fmt.Fprintf(stdio.Out, "built the base image: %s\n", rep.Image)
+			}
+			for _, n := range rep.Notes {
+				fmt.Fprintf(stdio.Out, "note: %s\n", n)
+			}
+			if err != nil {
+				return err
+			}
+			if len(rep.Installed) == 0 && rep.Image == "" {
+				fmt.Fprintln(stdio.Out, "nothing to install: this host has what agent-vm needs")
+			}
+			fmt.Fprintln(stdio.Out)
+			printDoctor(stdio, m.Doctor(cliCtx.Context, e.imageDir()))
+			return nil
+		}),
+	}
+}
+
+// askConsent asks on the terminal; without one there is no consent to ask.
+func askConsent(stdio IO) func([]string) (bool, error) {
+	if stdio.In == nil || !term.IsTerminal(int(stdio.In.Fd())) {
+		return nil
+	}
+	return func(actions []string) (bool, error) {
+		fmt.Fprintf(stdio.Err, "agent-vm setup will:\n")
+		for _, a := range actions {
+			fmt.Fprintf(stdio.Err, "  - %s\n", a)
+		}
+		fmt.Fprintf(stdio.Err, "Go on? [y/N] ")
+		line, err := bufio.NewReader(stdio.In).ReadString('\n')
+		if err != nil && line == "" {
+			return false, fmt.Errorf("reading the answer: %w", err)
+		}
+		a := strings.ToLower(strings.TrimSpace(line))
+		return a == "y" || a == "yes", nil
+	}
+}
+
+// checkPrograms prints each program need asks for and fails when any is
+// missing (CI's check that the installer installs what the tests run).
+func checkPrograms(stdio IO, e *env, need hostpkgs.Need) error {
+	host := hostpkgs.Host{Run: e.run}
+	var missing []hostpkgs.Program
+	for _, p := range hostpkgs.For(need) {
+		if path, ok := host.Find(p); ok {
+			fmt.Fprintf(stdio.Out, "ok  %-20s %s\n", p.Name, path)
+		} else {
+			missing = append(missing, p)
+			fmt.Fprintf(stdio.Out, "--  %-20s missing (%s)\n", p.Name, p.PackageHint())
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("this host lacks %s (hint: run `agent-vm setup%s` as root)", hostpkgs.Names(missing), testsFlag(need))
+	}
+	return nil
+}
+
+func testsFlag(need hostpkgs.Need) string {
+	if need&hostpkgs.Test != 0 {
+		return " --tests"
+	}
+	return ""
+}
+
+// buildImage builds the default base image into the image cache.
+func (e *env) buildImage(ctx context.Context) (*image.Image, error) {
+	return image.Build(ctx, image.BuildOptions{CacheDir: e.imageDir(), Runner: e.run, Progress: e.stdio.Err, Logger: e.log.Named("image")})
+}
+
+// setupFirst is what start does before it boots: install what running VMs
+// needs when it is missing, with a one-line notice instead of a question
+// (the user asked for a running VM).
+func setupFirst(ctx context.Context, e *env, need hostpkgs.Need) error {
+	_, err := vm.Setup(ctx, hostpkgs.Host{Run: e.run}, vm.SetupOptions{Need: need, Root: os.Geteuid() == 0, Out: e.stdio.Err,
+		Consent: func(actions []string) (bool, error) {
+			fmt.Fprintf(e.stdio.Err, "agent-vm: this host is not set up yet; doing what `agent-vm setup` does: %s\n", strings.Join(actions, "; "))
+			return true, nil
+		}})
+	return err
+}
