@@ -41,14 +41,19 @@ func newSetupHost(t *testing.T) *setupHost {
 
 func (s *setupHost) options(t *testing.T, root bool, answer *bool) SetupOptions {
 	o := SetupOptions{Need: hostpkgs.Run | hostpkgs.Image, ImageDir: t.TempDir(), Root: root, Out: &bytes.Buffer{},
-		Build: func(context.Context) (*image.Image, error) { s.builds++; return &image.Image{Disk: "/images/disk.qcow2"}, nil }}
+		Build: func(context.Context) (*image.Image, error) {
+			s.builds++
+			return &image.Image{Disk: "/images/disk.qcow2"}, nil
+		}}
 	if answer != nil {
 		o.Consent = func(actions []string) (bool, error) { s.asked = append(s.asked, actions); return *answer, nil }
 	}
 	return o
 }
 
-func (s *setupHost) host(t *testing.T) hostpkgs.Host { return hostpkgs.Host{Run: s.fake, Root: t.TempDir()} }
+func (s *setupHost) host(t *testing.T) hostpkgs.Host {
+	return hostpkgs.Host{Run: s.fake, Root: t.TempDir()}
+}
 
 func TestSetupAsksOnceThenInstallsAndBuilds(t *testing.T) {
 	s := newSetupHost(t)
