@@ -46,6 +46,8 @@ type Prober struct {
 	Timeout time.Duration // how long the kernel may take under KVM; 0 = 10s
 	// Override forces an accelerator (AGENT_VM_ACCEL), skipping the probe.
 	Override string
+	// Device is the KVM device node; "" = /dev/kvm.
+	Device string
 }
 
 // panicMarkers are what the probe kernel prints when it has come up far
@@ -63,7 +65,7 @@ func (p *Prober) Probe(ctx context.Context) Result {
 	default:
 		return Result{Accel: TCG, Reason: fmt.Sprintf("AGENT_VM_ACCEL=%q is not kvm or tcg", p.Override)}
 	}
-	if r, ok := deviceCheck(); !ok {
+	if r, ok := deviceCheck(p.device()); !ok {
 		return r
 	}
 	kernel := p.kernel()
@@ -79,20 +81,28 @@ func (p *Prober) Probe(ctx context.Context) Result {
 	return r
 }
 
-// deviceCheck rules out KVM when /dev/kvm is missing or not accessible.
-func deviceCheck() (Result, bool) {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+func (p *Prober) device() string {
+	if p.Device == "" {
+		return "/dev/kvm"
+	}
+	return p.Device
+}
+
+// deviceCheck rules out KVM when its device node is missing or not
+// accessible. Nothing is cached: the check costs an open.
+func deviceCheck(dev string) (Result, bool) {
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
 	switch {
 	case err == nil:
 		f.Close()
 		return Result{}, true
 	case errors.Is(err, os.ErrNotExist):
-		return Result{Accel: TCG, Reason: "/dev/kvm does not exist", Hint: nestedHint()}, false
+		return Result{Accel: TCG, Reason: dev + " does not exist", Hint: nestedHint()}, false
 	case errors.Is(err, os.ErrPermission):
-		return Result{Accel: TCG, Reason: "no permission to open /dev/kvm",
+		return Result{Accel: TCG, Reason: "no permission to open " + dev,
 			Hint: "add your user to the kvm group (`sudo usermod -aG kvm $USER`) and log in again"}, false
 	default:
-		return Result{Accel: TCG, Reason: "opening /dev/kvm: " + err.Error(), Hint: nestedHint()}, false
+		return Result{Accel: TCG, Reason: "opening " + dev + ": " + err.Error(), Hint: nestedHint()}, false
 	}
 }
 

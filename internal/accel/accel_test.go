@@ -3,6 +3,7 @@ package accel
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -34,13 +36,37 @@ func TestBootsRejectsSomethingThatIsNotAKernel(t *testing.T) {
 	}
 }
 
-func TestProbeDecidesCachesAndExplains(t *testing.T) {
+// The real probe on this machine, with real QEMU and a real kernel. The
+// machines this runs on differ (no /dev/kvm; /dev/kvm whose guest hangs;
+// /dev/kvm where QEMU aborts; working KVM), so what is checked follows what
+// this machine has: every case gives a decision with a reason, and a
+// measured decision is cached and reused.
+func TestProbeOnThisMachine(t *testing.T) {
 	qemu := tu.Program(t, "qemu-system-x86_64")
 	kernel := tu.Kernel(t)
 	cache := filepath.Join(t.TempDir(), "accel.json")
 	p := &Prober{Run: execx.OS{}, QEMU: qemu, Kernels: []string{"/nonexistent", kernel}, Cache: cache, Timeout: 5 * time.Second}
 	r := p.Probe(context.Background())
-	t.Logf("probe: %+v", r)
+	t.Logf("this machine: %+v", r)
+	checkDecision(t, r)
+	if _, err := os.Stat("/dev/kvm"); errors.Is(err, os.ErrNotExist) {
+		if !strings.Contains(r.Reason, "does not exist") {
+			t.Errorf("no /dev/kvm here, but the reason is %q", r.Reason)
+		}
+		if _, err := os.Stat(cache); err == nil {
+			t.Errorf("a missing device was cached; it is checked on every probe")
+		}
+		return
+	}
+	if r.Accel == TCG && !strings.Contains(r.Reason, "present") && !strings.Contains(r.Reason, "permission") {
+		t.Errorf("/dev/kvm exists, so TCG must say why KVM failed: %q", r.Reason)
+	}
+	checkCached(t, p, cache, r, kernel)
+}
+
+// checkDecision: a decision is KVM, or TCG with a reason and a hint.
+func checkDecision(t *testing.T, r Result) {
+	t.Helper()
 	switch r.Accel {
 	case KVM:
 	case TCG:
@@ -50,6 +76,12 @@ func TestProbeDecidesCachesAndExplains(t *testing.T) {
 	default:
 		t.Fatalf("accel %q", r.Accel)
 	}
+}
+
+// checkCached: the result is in the cache file, a cached result is used as
+// it is, and another kernel is another key.
+func checkCached(t *testing.T, p *Prober, cache string, r Result, kernel string) {
+	t.Helper()
 	b, err := os.ReadFile(cache)
 	if err != nil {
 		t.Fatalf("result not cached: %v", err)
@@ -59,18 +91,74 @@ func TestProbeDecidesCachesAndExplains(t *testing.T) {
 	if c.Accel != r.Accel || !strings.Contains(c.Key, kernel) {
 		t.Errorf("cached %+v", c)
 	}
-	// A cached result is used as is: make it say something the probe
-	// would never measure, and see it come back.
 	c.Reason = "from the cache"
 	b, _ = json.Marshal(c)
 	os.WriteFile(cache, b, 0o600)
 	if again := p.Probe(context.Background()); again.Reason != "from the cache" {
 		t.Errorf("cache not used: %+v", again)
 	}
-	// A different kernel is a different key: measured again.
 	p.Kernels = []string{"/nonexistent-kernel"}
 	if again := p.Probe(context.Background()); again.Reason == "from the cache" {
 		t.Errorf("stale cache entry used: %+v", again)
+	}
+}
+
+// The KVM cases the machines show, each made here whatever this machine
+// has: the device node is a path the test controls, and QEMU is a FAKE at
+// the exec boundary (execxtest) that behaves as the real one was seen to.
+func TestProbeKVMCasesSimulated(t *testing.T) {
+	kernel := filepath.Join(t.TempDir(), "vmlinuz")
+	os.WriteFile(kernel, []byte("kernel"), 0o644)
+	present := filepath.Join(t.TempDir(), "kvm") // stands in for a /dev/kvm that opens
+	os.WriteFile(present, nil, 0o600)
+	serialOf := func(c execxtest.Call) string {
+		for i, a := range c.Args {
+			if a == "-serial" {
+				return strings.TrimPrefix(c.Args[i+1], "file:")
+			}
+		}
+		t.Fatalf("no -serial in %q", c.Args)
+		return ""
+	}
+	cases := []struct {
+		name, device string
+		qemu         execxtest.Handler // nil: QEMU must not run
+		accel, why   string
+		cached       bool
+	}{
+		{name: "no /dev/kvm", device: filepath.Join(t.TempDir(), "absent"), accel: TCG, why: "does not exist"},
+		{name: "guest hangs", device: present, accel: TCG, why: "no progress in 200ms", cached: true,
+			qemu: func(execxtest.Call) execxtest.Reply { time.Sleep(400 * time.Millisecond); return execxtest.Reply{} }},
+		{name: "QEMU aborts", device: present, accel: TCG, why: "kvm_buf_set_msrs: Assertion", cached: true,
+			qemu: func(execxtest.Call) execxtest.Reply {
+				return execxtest.Reply{ExitCode: 134, Stderr: "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\n" +
+					"qemu-system-x86_64: ../../target/i386/kvm/kvm.c:3183: kvm_buf_set_msrs: Assertion `ret == cpu->kvm_msr_buf->nmsrs' failed."}
+			}},
+		{name: "KVM works", device: present, accel: KVM, why: "booted under KVM", cached: true,
+			qemu: func(c execxtest.Call) execxtest.Reply {
+				os.WriteFile(serialOf(c), []byte("[    0.9] Kernel panic - not syncing: VFS: Unable to mount root fs\n"), 0o644)
+				return execxtest.Reply{}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := execxtest.New(t)
+			if tc.qemu != nil {
+				f.On("qemu-system-x86_64", tc.qemu)
+			}
+			cache := filepath.Join(t.TempDir(), "accel.json")
+			p := &Prober{Run: f, QEMU: "qemu-system-x86_64", Kernels: []string{kernel}, Cache: cache, Timeout: 200 * time.Millisecond, Device: tc.device}
+			r := p.Probe(context.Background())
+			checkDecision(t, r)
+			if r.Accel != tc.accel || !strings.Contains(r.Reason, tc.why) {
+				t.Errorf("got %+v, want %s because %q", r, tc.accel, tc.why)
+			}
+			if tc.cached {
+				checkCached(t, p, cache, r, kernel)
+			} else if _, err := os.Stat(cache); err == nil {
+				t.Errorf("cached, but a device check is made on every probe")
+			}
+		})
 	}
 }
 
