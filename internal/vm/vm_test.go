@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -250,29 +249,6 @@ func TestVMLifecycle(t *testing.T) {
 	}
 	if res.Info.State != vm.StateRunning || res.Info.Agent.State != "healthy" {
 		t.Errorf("after restart: %+v", res.Info)
-	}
-}
-
-// Two VMs run at once on distinct ports, both healthy.
-func TestTwoVMsAtOnce(t *testing.T) {
-	m := newManager(t)
-	a, b := create(t, m, "one"), create(t, m, "two")
-	if a.Record.Ports == b.Record.Ports || a.Record.Ports.SSH == b.Record.Ports.SSH || a.Record.Ports.MCP == b.Record.Ports.MCP {
-		t.Fatalf("ports overlap: %+v %+v", a.Record.Ports, b.Record.Ports)
-	}
-	var wg sync.WaitGroup
-	for _, branch := range []string{"one", "two"} {
-		wg.Add(1)
-		go func(branch string) {
-			defer wg.Done()
-			start(t, m, branch)
-		}(branch)
-	}
-	wg.Wait()
-	for _, e := range []state.Entry{a, b} {
-		if st := m.Status(context.Background(), e, true); st.State != vm.StateRunning || st.Agent.State != "healthy" {
-			t.Errorf("%s: %s, agent %+v", e.Slug, st.State, st.Agent)
-		}
 	}
 }
 
