@@ -123,7 +123,7 @@ func (e *env) buildImage(ctx context.Context) (*image.Image, error) {
 // needs when it is missing, with a one-line notice instead of a question
 // (the user asked for a running VM).
 func setupFirst(ctx context.Context, e *env, need hostpkgs.Need) error {
-	_, err := vm.Setup(ctx, hostpkgs.Host{Run: e.run}, vm.SetupOptions{Need: need, Root: os.Geteuid() == 0, Out: e.stdio.Err,
+	_, err := vm.Setup(ctx, hostpkgs.Host{Run: e.run}, vm.SetupOptions{Need: need, Root: os.Geteuid() == 0, Out: e.stdio.Err, RequiredOnly: true,
 		Consent: func(actions []string) (bool, error) {
 			fmt.Fprintf(e.stdio.Err, "agent-vm: this host is not set up yet; doing what `agent-vm setup` does: %s\n", strings.Join(actions, "; "))
 			return true, nil

@@ -52,6 +52,9 @@ type Program struct {
 	// Fedora lists the Fedora packages (dnf), the same way.
 	Fedora []string
 	Need   Need
+	// Optional: without it agent-vm works, only worse (virtiofsd: the
+	// workspace is shared over 9p). start does not stop for it.
+	Optional bool
 	// Note says, for a program no package provides, how to get it.
 	Note string
 }
@@ -95,7 +98,7 @@ func programs(arch string) []Program {
 		// Debian 12 ships QEMU's C virtiofsd in qemu-system-common (pulled in
 		// by qemu-system-x86); later releases package the Rust one.
 		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
-			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test},
+			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test, Optional: true},
 		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},
 		{Name: "zsh", Debian: []string{"zsh"}, Fedora: []string{"zsh"}, Need: Test},
 	}

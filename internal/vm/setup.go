@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
@@ -29,6 +30,9 @@ type SetupOptions struct {
 	Consent func(actions []string) (bool, error)
 	// Out receives the package manager's and the image build's output.
 	Out io.Writer
+	// RequiredOnly: do nothing when only optional programs are missing
+	// (start: a host without virtiofsd still runs VMs, over 9p).
+	RequiredOnly bool
 }
 
 // SetupReport says what setup did.
@@ -54,6 +58,9 @@ func Setup(ctx context.Context, host hostpkgs.Host, o SetupOptions) (SetupReport
 	}
 	if err != nil {
 		return r, err
+	}
+	if o.RequiredOnly && !slices.ContainsFunc(plan.Missing, func(p hostpkgs.Program) bool { return !p.Optional }) {
+		return r, nil
 	}
 	if plan.Manager == hostpkgs.NixOS {
 		if !plan.Empty() {

@@ -135,3 +135,23 @@ func TestSetupReportsAFailedImageBuild(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// start's set-up does not stop a user for a missing optional program
+// (virtiofsd: the workspace goes over 9p), but installs it with the rest.
+func TestSetupRequiredOnlyIgnoresOptionalPrograms(t *testing.T) {
+	s := newSetupHost(t)
+	for _, p := range hostpkgs.All() {
+		if !p.Optional {
+			s.fake.Installed(p.Name, "/usr/bin/"+p.Name)
+		}
+	}
+	o := s.options(t, false, nil) // a user, no terminal
+	o.ImageDir, o.RequiredOnly = "", true
+	if _, err := Setup(context.Background(), s.host(t), o); err != nil || len(s.apt) != 0 {
+		t.Errorf("err %v, apt %q: only virtiofsd is missing, which start does without", err, s.apt)
+	}
+	o.RequiredOnly = false
+	if _, err := Setup(context.Background(), s.host(t), o); err == nil || !strings.Contains(err.Error(), "virtiofsd") {
+		t.Errorf("setup itself must still want virtiofsd: err %v", err)
+	}
+}
