@@ -100,8 +100,9 @@ func (p *Proxy) postSession(w http.ResponseWriter, r *http.Request, e *serverEnt
 // deliver answers a POST that carried requests: with one JSON body when the
 // responses come alone, or as an SSE stream when the server sends related
 // requests or notifications first (or the client accepts only SSE, or a
-// response takes longer than the keep-alive interval).
-func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *exchange, n int, batch, jsonOK, sseOK bool) {
+// response takes longer than the keep-alive interval). It reports whether
+// the client got all n responses.
+func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *exchange, n int, batch, jsonOK, sseOK bool) bool {
 	rep := &reply{w: w, jsonOK: jsonOK}
 	keep := time.NewTicker(p.opts.KeepAlive)
 	defer keep.Stop()
@@ -111,18 +112,18 @@ func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *
 		case <-keep.C:
 			if sseOK && rep.keepAlive() != nil {
 				s.abandon(ex)
-				return
+				return false
 			}
 			continue
 		case <-r.Context().Done():
 			s.abandon(ex)
-			return
+			return false
 		}
 		items, closed := ex.box.take()
 		for _, it := range items {
 			if err := rep.add(it); err != nil {
 				s.abandon(ex)
-				return
+				return false
 			}
 		}
 		if closed {
@@ -133,6 +134,7 @@ func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *
 		s.abandon(ex)
 	}
 	rep.finish(batch)
+	return rep.responses >= n
 }
 
 // reply is the answer to one POST: held back as JSON until something forces
@@ -194,9 +196,7 @@ func (rp *reply) finish(batch bool) {
 	if batch {
 		body = append(append([]byte{'['}, bytes.Join(rp.held, []byte{','})...), ']')
 	}
-	rp.w.Header().Set("Content-Type", "application/json")
-	rp.w.WriteHeader(http.StatusOK)
-	_, _ = rp.w.Write(append(body, '\n'))
+	writeJSON(rp.w, body)
 }
 
 func (p *Proxy) getStreamable(w http.ResponseWriter, r *http.Request, e *serverEntry) {
