@@ -50,12 +50,7 @@ func (p *Proxy) serveModern(w http.ResponseWriter, r *http.Request, e *serverEnt
 		httpError(w, http.StatusMethodNotAllowed, "method not allowed: MCP "+modernProtocolVersion+" has no GET stream and no sessions to DELETE; send each request as a POST")
 		return
 	}
-	jsonOK, sseOK := accepts(r)
-	if !jsonOK && !sseOK {
-		httpError(w, http.StatusNotAcceptable, "Accept must list application/json and text/event-stream")
-		return
-	}
-	msgs, batch, ok := p.readBody(w, r)
+	msgs, batch, jsonOK, sseOK, ok := p.readPost(w, r)
 	if !ok {
 		return
 	}

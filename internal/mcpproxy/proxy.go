@@ -5,6 +5,8 @@
 //
 // Each client session gets its own server process, and messages are relayed
 // as they are, ids and all; the proxy reads only enough of each to route it.
+// MCP 2026-07-28 clients, which have no sessions, are served from a pool of
+// servers the proxy initializes on their behalf (pool.go, modern.go).
 // Every MCP request needs the VM's bearer token, browser origins must be
 // allowed explicitly, and /health reports which servers can start.
 package mcpproxy

@@ -24,13 +24,20 @@ func (p *Proxy) serveStreamable(w http.ResponseWriter, r *http.Request, e *serve
 	}
 }
 
-func (p *Proxy) postStreamable(w http.ResponseWriter, r *http.Request, e *serverEntry) {
-	jsonOK, sseOK := accepts(r)
+// readPost reads a Streamable HTTP POST: the response types it accepts and
+// its messages. It answers the error itself when it fails.
+func (p *Proxy) readPost(w http.ResponseWriter, r *http.Request) (msgs []message, batch, jsonOK, sseOK, ok bool) {
+	jsonOK, sseOK = accepts(r)
 	if !jsonOK && !sseOK {
 		httpError(w, http.StatusNotAcceptable, "Accept must list application/json and text/event-stream")
-		return
+		return nil, false, false, false, false
 	}
-	msgs, batch, ok := p.readBody(w, r)
+	msgs, batch, ok = p.readBody(w, r)
+	return msgs, batch, jsonOK, sseOK, ok
+}
+
+func (p *Proxy) postStreamable(w http.ResponseWriter, r *http.Request, e *serverEntry) {
+	msgs, batch, jsonOK, sseOK, ok := p.readPost(w, r)
 	if !ok {
 		return
 	}
