@@ -227,11 +227,37 @@ func TestOriginCheck(t *testing.T) {
 func TestProtocolVersionHeader(t *testing.T) {
 	tp := startProxy(t, []Server{testServerCmd(t, "t", "1")}, nil)
 	sid := tp.initialize(mcpPath)
-	for v, want := range map[string]int{"2025-06-18": 200, "2025-11-25": 200, "2025-03-26": 200, "1999-01-01": 400, "latest": 400} {
-		resp := tp.do("POST", mcpPath, `{"jsonrpc":"2.0","id":1,"method":"echo"}`, map[string]string{hdrSessionID: sid, hdrProtocolVersion: v})
+	legacy := `{"jsonrpc":"2.0","id":1,"method":"echo"}`
+	for _, c := range []struct {
+		version, body string
+		status, code  int // code: the JSON-RPC error, 0 for a result
+	}{
+		{"2024-11-05", legacy, 200, 0},
+		{"2025-03-26", legacy, 200, 0},
+		{"2025-06-18", legacy, 200, 0},
+		{"2025-11-25", legacy, 200, 0},
+		// 2026-07-28 has no sessions: its requests carry _meta instead.
+		{modernProtocolVersion, modernBody(1, "echo", "c", nil), 200, 0},
+		{modernProtocolVersion, legacy, 400, codeHeaderMismatch},
+		{"1999-01-01", legacy, 400, codeUnsupportedVersion},
+		{"latest", legacy, 400, codeUnsupportedVersion},
+		{"2026-12-31", modernBody(1, "echo", "c", nil), 400, codeUnsupportedVersion},
+	} {
+		resp := tp.do("POST", mcpPath, c.body, map[string]string{hdrSessionID: sid, hdrProtocolVersion: c.version, hdrMethod: "echo"})
 		msgs := readMessages(t, resp)
-		if resp.StatusCode != want {
-			t.Errorf("%s %s: status %d (%s), want %d", hdrProtocolVersion, v, resp.StatusCode, msgs, want)
+		if resp.StatusCode != c.status || len(msgs) != 1 {
+			t.Errorf("%s %s: status %d (%s), want %d", hdrProtocolVersion, c.version, resp.StatusCode, msgs, c.status)
+			continue
+		}
+		m := decode(t, msgs[0])
+		switch {
+		case c.code == 0 && m.Result == nil:
+			t.Errorf("%s %s: %s, want a result", hdrProtocolVersion, c.version, msgs[0])
+		case c.code != 0 && (m.Error == nil || m.Error.Code != c.code):
+			t.Errorf("%s %s: %s, want a JSON-RPC error %d", hdrProtocolVersion, c.version, msgs[0], c.code)
+		case c.code == codeUnsupportedVersion && (!strings.Contains(m.Error.Message, modernProtocolVersion) ||
+			!strings.Contains(m.Error.Message, "2024-11-05 to 2025-11-25") || !strings.Contains(string(msgs[0]), `"supported":["2026-07-28","2025-11-25"`)):
+			t.Errorf("%s %s: %s, want the supported revisions named", hdrProtocolVersion, c.version, msgs[0])
 		}
 	}
 }

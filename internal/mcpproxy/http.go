@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -21,14 +22,25 @@ const (
 // bodyReadTimeout bounds reading one POST body.
 const bodyReadTimeout = 30 * time.Second
 
+// modernProtocolVersion is the MCP revision without initialize and sessions
+// (see modern.go).
+const modernProtocolVersion = "2026-07-28"
+
+// protocolVersions are the MCP revisions the proxy speaks, newest first: the
+// modern one, then the initialize-based ones.
+var protocolVersions = []string{modernProtocolVersion, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07"}
+
 // supportedProtocolVersion reports whether the proxy speaks the transport of
 // an MCP protocol revision (the MCP-Protocol-Version header).
-func supportedProtocolVersion(v string) bool {
-	switch v {
-	case "2024-10-07", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25":
-		return true
-	}
-	return false
+func supportedProtocolVersion(v string) bool { return slices.Contains(protocolVersions, v) }
+
+// unsupportedVersion answers a request for a revision the proxy does not
+// speak with the 2026-07-28 UnsupportedProtocolVersionError, which lists the
+// supported ones (a modern client retries with one of them).
+func unsupportedVersion(w http.ResponseWriter, id json.RawMessage, v string) {
+	msg := fmt.Sprintf("unsupported %s %q (this proxy speaks %s and the initialize-based revisions 2024-11-05 to 2025-11-25)", hdrProtocolVersion, v, modernProtocolVersion)
+	data := map[string]any{"supported": protocolVersions, "requested": v}
+	writeRPCErrorData(w, http.StatusBadRequest, id, codeUnsupportedVersion, msg, data)
 }
 
 // endpoint is what a URL path asks for.
@@ -73,13 +85,22 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		p.unauthorized(w, r)
 		return
 	}
-	if v := r.Header.Get(hdrProtocolVersion); v != "" && !supportedProtocolVersion(v) {
-		httpError(w, http.StatusBadRequest, fmt.Sprintf("unsupported %s %q (this proxy speaks the initialize-based revisions 2024-11-05 to 2025-11-25)", hdrProtocolVersion, v))
+	v := r.Header.Get(hdrProtocolVersion)
+	if v != "" && !supportedProtocolVersion(v) {
+		unsupportedVersion(w, nil, v)
 		return
 	}
 	e, msg := p.server(name)
 	if e == nil {
 		httpError(w, http.StatusNotFound, msg)
+		return
+	}
+	switch {
+	case v == modernProtocolVersion && ep != epStreamable:
+		httpError(w, http.StatusBadRequest, "MCP "+modernProtocolVersion+" is served on the Streamable HTTP endpoint /servers/NAME/mcp, not on the HTTP+SSE one")
+		return
+	case v == modernProtocolVersion:
+		p.serveModern(w, r, e)
 		return
 	}
 	switch ep {
@@ -177,10 +198,14 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 }
 
 func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	writeRPCErrorData(w, status, id, code, msg, nil)
+}
+
+func writeRPCErrorData(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, data any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(rpcError(id, code, msg), '\n'))
+	_, _ = w.Write(append(rpcErrorData(id, code, msg, data), '\n'))
 }
 
 // readBody reads a POST body within the size limit and answers the error

@@ -23,6 +23,11 @@ const (
 	// codeRequestCancelled answers a request the client cancelled, should the
 	// client still be listening (it ignores it by the spec).
 	codeRequestCancelled = -32800
+	codeMethodNotFound   = -32601
+	// MCP 2026-07-28: the HTTP headers do not match the body, and a protocol
+	// revision the server does not speak.
+	codeHeaderMismatch     = -32020
+	codeUnsupportedVersion = -32022
 )
 
 type msgKind int
@@ -235,20 +240,24 @@ func checkUniqueIDs(msgs []message) error {
 // rpcError renders a JSON-RPC error response. id is the raw id to answer, or
 // nil for an error that answers no particular request (id null).
 func rpcError(id json.RawMessage, code int, msg string) []byte {
+	return rpcErrorData(id, code, msg, nil)
+}
+
+// rpcErrorData is rpcError with the error's optional data member.
+func rpcErrorData(id json.RawMessage, code int, msg string, data any) []byte {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
+	}
+	type rpcErr struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    any    `json:"data,omitempty"`
 	}
 	b, err := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}})
+		Error   rpcErr          `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: rpcErr{code, msg, data}})
 	if err != nil { // cannot happen: every field marshals
 		panic(err)
 	}

@@ -34,7 +34,7 @@ func needNode(t *testing.T) nodeHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"@modelcontextprotocol/sdk", "@modelcontextprotocol/server-everything", "@modelcontextprotocol/server-filesystem", "mcp-remote"} {
+	for _, p := range []string{"@modelcontextprotocol/sdk", "@modelcontextprotocol/client", "@modelcontextprotocol/server-everything", "@modelcontextprotocol/server-filesystem", "mcp-remote"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", p, "package.json")); err != nil {
 			needTool(t, "npm package %s is not installed (hint: npm ci --prefix internal/mcpproxy/testdata/node)", p)
 		}
@@ -50,9 +50,15 @@ func (h nodeHarness) bin(name string) string {
 // with the client's output when the client fails.
 func (h nodeHarness) client(t *testing.T, env []string, args ...string) map[string]any {
 	t.Helper()
+	return h.script(t, "client.mjs", env, args...)
+}
+
+// script runs a client script of testdata/node and returns its JSON summary.
+func (h nodeHarness) script(t *testing.T, script string, env []string, args ...string) map[string]any {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, h.node, append([]string{filepath.Join(h.dir, "client.mjs")}, args...)...)
+	cmd := exec.CommandContext(ctx, h.node, append([]string{filepath.Join(h.dir, script)}, args...)...)
 	cmd.Dir = h.dir
 	cmd.Env = append(os.Environ(), env...)
 	// The client may start a bridge (mcp-remote) of its own: on timeout kill
@@ -63,11 +69,11 @@ func (h nodeHarness) client(t *testing.T, env []string, args ...string) map[stri
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node client.mjs %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		t.Fatalf("node %s %s: %v\nstdout:\n%s\nstderr:\n%s", script, strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	var summary map[string]any
 	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
-		t.Fatalf("client.mjs printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
+		t.Fatalf("%s printed %q: %v\nstderr:\n%s", script, stdout.String(), err, stderr.String())
 	}
 	return summary
 }
@@ -107,6 +113,47 @@ func TestNodeSDKClientThroughProxy(t *testing.T) {
 			s := h.client(t, token, "filesystem", "transport="+transport, "url="+tp.base+"/servers/filesystem"+endpoint, "dir="+dir)
 			t.Logf("summary: %v", s)
 		})
+	}
+	waitNoSessions(t, tp)
+}
+
+// Both eras at once through one proxy and one stdio server: the SDK's v2
+// client pinned to MCP 2026-07-28 (no initialize, no session; the proxy
+// initializes a pooled server for it) and the v1 SDK client on 2025-11-25
+// (initialize and Mcp-Session-Id; a server per session). Each calls tools.
+func TestNodeClients2026And2025Together(t *testing.T) {
+	h := needNode(t)
+	servers, _ := h.servers(t)
+	tp := startProxy(t, servers[:1], nil)
+	token := []string{"MCP_TOKEN=" + testToken}
+	url := tp.base + "/servers/everything/mcp"
+	t.Run("clients", func(t *testing.T) {
+		for _, c := range []struct {
+			name, script string
+			args         []string
+		}{
+			{"2026-07-28 pinned", "client2026.mjs", []string{"url=" + url, "negotiation=pin"}},
+			{"2026-07-28 auto", "client2026.mjs", []string{"url=" + url, "negotiation=auto"}},
+			{"2025-11-25", "client.mjs", []string{"everything", "transport=streamable", "url=" + url}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				s := h.script(t, c.script, token, c.args...)
+				t.Logf("summary: %v", s)
+				if c.script == "client.mjs" {
+					if s["echo"] != "Echo: hello through the proxy" {
+						t.Errorf("summary %v", s)
+					}
+					return
+				}
+				if s["era"] != "modern" || s["protocolVersion"] != modernProtocolVersion || s["sessionId"] != nil || s["echo"] != "Echo: hello from 2026" {
+					t.Errorf("summary %v, want era modern, version %s, no session, the echo", s, modernProtocolVersion)
+				}
+			})
+		}
+	})
+	if n := pooled(tp); n == 0 {
+		t.Error("no pooled server for the 2026-07-28 clients")
 	}
 	waitNoSessions(t, tp)
 }
@@ -205,7 +252,23 @@ func readPackageVersion(t *testing.T, path string) string {
 	return pkg.Version
 }
 
-// waitNoSessions waits for clients' sessions to end (the SDK client DELETEs
+// pooled counts the idle servers pooled for 2026-07-28 clients.
+func pooled(tp *testProxy) int {
+	tp.p.mu.Lock()
+	defer tp.p.mu.Unlock()
+	return pooledLocked(tp)
+}
+
+func pooledLocked(tp *testProxy) int {
+	n := 0
+	for _, list := range tp.p.idle {
+		n += len(list)
+	}
+	return n
+}
+
+// waitNoSessions waits for clients' sessions to end (idle pooled servers
+// stay) (the SDK client DELETEs
 // its Streamable HTTP session; an SSE session ends with its stream).
 func waitNoSessions(t *testing.T, tp *testProxy) {
 	t.Helper()
@@ -214,7 +277,7 @@ func waitNoSessions(t *testing.T, tp *testProxy) {
 	err := waitFor(ctx, func() bool {
 		tp.p.mu.Lock()
 		defer tp.p.mu.Unlock()
-		return len(tp.p.sessions) == 0
+		return len(tp.p.sessions) == pooledLocked(tp)
 	})
 	if err != nil {
 		t.Errorf("sessions still open after the clients closed: %v", tp.p.sessionCounts())

@@ -5,6 +5,8 @@
 //
 // Each client session gets its own server process, and messages are relayed
 // as they are, ids and all; the proxy reads only enough of each to route it.
+// MCP 2026-07-28 clients, which have no sessions, are served from a pool of
+// servers the proxy initializes on their behalf (pool.go, modern.go).
 // Every MCP request needs the VM's bearer token, browser origins must be
 // allowed explicitly, and /health reports which servers can start.
 package mcpproxy
@@ -32,16 +34,17 @@ type Options struct {
 	AllowedOrigins []string
 	HealthPath     string // default "/health"
 	Logger         hclog.Logger
-	// MaxSessions caps concurrent client sessions (each is a server
-	// process); beyond it clients get 503. Default 32.
+	// MaxSessions caps concurrent client sessions and pooled servers for
+	// MCP 2026-07-28 clients (each is a server process); beyond it clients
+	// get 503. Default 32.
 	MaxSessions int
 	// MaxBodyBytes caps a client's POST body (413 beyond). Default 4 MiB.
 	MaxBodyBytes int64
 	// MaxMessageBytes caps one message from a server; a server that sends a
 	// larger one loses its session. Default 64 MiB.
 	MaxMessageBytes int
-	// SessionIdleTimeout ends a session that has had no request and no open
-	// stream for this long. Default 30 minutes.
+	// SessionIdleTimeout ends a session (or a pooled server) that has had no
+	// request and no open stream for this long. Default 30 minutes.
 	SessionIdleTimeout time.Duration
 	// StopGrace is how long a server gets to exit after its stdin closes and
 	// then after SIGTERM (half each) before it is killed. Default 4s.
@@ -65,6 +68,7 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	idle     map[poolKey][]*session // pooled servers waiting for a request (pool.go)
 	starting int
 	closing  bool
 	wg       sync.WaitGroup // session goroutines (each owns its child)
@@ -97,6 +101,7 @@ func New(opts Options) (*Proxy, error) {
 		servers:  map[string]*serverEntry{},
 		now:      time.Now,
 		sessions: map[string]*session{},
+		idle:     map[poolKey][]*session{},
 	}
 	for _, sk := range opts.Config.Skipped {
 		p.log.Warn("skipping config entry that is not a stdio server", "server", sk.Name, "reason", sk.Reason)
@@ -257,8 +262,11 @@ func (p *Proxy) unreserve() {
 }
 
 func (t transport) String() string {
-	if t == legacySSE {
+	switch t {
+	case legacySSE:
 		return "sse"
+	case modernHTTP:
+		return "streamable-http-" + modernProtocolVersion
 	}
 	return "streamable-http"
 }
@@ -279,6 +287,9 @@ func (p *Proxy) forget(s *session) {
 	defer p.mu.Unlock()
 	if p.sessions[s.id] == s {
 		delete(p.sessions, s.id)
+	}
+	if s.kind == modernHTTP {
+		p.forgetIdleLocked(s)
 	}
 }
 

@@ -82,9 +82,14 @@ func (s *session) routeResponseLocked(m message) {
 		delete(s.pending, m.id)
 	}
 	it := item{raw: m.raw, response: true}
-	if s.kind == legacySSE {
+	switch s.kind {
+	case legacySSE:
 		s.putGeneralLocked(it)
 		return
+	case modernHTTP:
+		if ok {
+			it.raw = modernResult(c.method, it.raw)
+		}
 	}
 	if !ok {
 		s.log.Debug("dropping a response no client is waiting for", "id", string(m.rawID))
@@ -110,8 +115,12 @@ func (s *session) routeResponseLocked(m message) {
 // stream open it waits in the backlog.
 func (s *session) routeLocked(m message) {
 	it := item{raw: m.raw}
-	if s.kind == legacySSE {
+	switch s.kind {
+	case legacySSE:
 		s.putGeneralLocked(it)
+		return
+	case modernHTTP:
+		s.routeModernLocked(m)
 		return
 	}
 	if ex := s.pickExchangeLocked(m); ex != nil {

@@ -20,6 +20,7 @@ type transport int
 const (
 	streamableHTTP transport = iota + 1 // MCP Streamable HTTP (2025-03-26 and later)
 	legacySSE                           // HTTP+SSE (2024-11-05)
+	modernHTTP                          // Streamable HTTP of 2026-07-28: a pooled server the proxy initialized (pool.go)
 )
 
 // backlogMax bounds the server-to-client messages held for a Streamable HTTP
@@ -35,8 +36,9 @@ var (
 
 // call is a client request waiting for the server's response.
 type call struct {
-	rawID json.RawMessage
-	ex    *exchange // the POST waiting for it; nil on the legacy transport
+	rawID  json.RawMessage
+	method string
+	ex     *exchange // the POST waiting for it; nil on the legacy transport
 }
 
 // exchange is one Streamable HTTP POST waiting for the responses to its
@@ -68,6 +70,11 @@ type session struct {
 	seq       uint64
 	active    int       // HTTP requests in progress on this session
 	lastUsed  time.Time // when active last dropped to zero
+
+	// modernHTTP only, set once when it starts: the pool it belongs to and
+	// the server's answer to the proxy's initialize.
+	key        poolKey
+	initResult json.RawMessage
 }
 
 func newSessionID() string {
@@ -212,7 +219,7 @@ func (s *session) register(reqs []message, sseOK bool) (*exchange, error) {
 		progress:  map[string]bool{},
 	}
 	for _, r := range reqs {
-		s.pending[r.id] = &call{rawID: r.rawID, ex: ex}
+		s.pending[r.id] = &call{rawID: r.rawID, method: r.method, ex: ex}
 		if r.progress != "" {
 			ex.progress[r.progress] = true
 		}

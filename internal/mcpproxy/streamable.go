@@ -24,13 +24,20 @@ func (p *Proxy) serveStreamable(w http.ResponseWriter, r *http.Request, e *serve
 	}
 }
 
-func (p *Proxy) postStreamable(w http.ResponseWriter, r *http.Request, e *serverEntry) {
-	jsonOK, sseOK := accepts(r)
+// readPost reads a Streamable HTTP POST: the response types it accepts and
+// its messages. It answers the error itself when it fails.
+func (p *Proxy) readPost(w http.ResponseWriter, r *http.Request) (msgs []message, batch, jsonOK, sseOK, ok bool) {
+	jsonOK, sseOK = accepts(r)
 	if !jsonOK && !sseOK {
 		httpError(w, http.StatusNotAcceptable, "Accept must list application/json and text/event-stream")
-		return
+		return nil, false, false, false, false
 	}
-	msgs, batch, ok := p.readBody(w, r)
+	msgs, batch, ok = p.readBody(w, r)
+	return msgs, batch, jsonOK, sseOK, ok
+}
+
+func (p *Proxy) postStreamable(w http.ResponseWriter, r *http.Request, e *serverEntry) {
+	msgs, batch, jsonOK, sseOK, ok := p.readPost(w, r)
 	if !ok {
 		return
 	}
@@ -100,8 +107,9 @@ func (p *Proxy) postSession(w http.ResponseWriter, r *http.Request, e *serverEnt
 // deliver answers a POST that carried requests: with one JSON body when the
 // responses come alone, or as an SSE stream when the server sends related
 // requests or notifications first (or the client accepts only SSE, or a
-// response takes longer than the keep-alive interval).
-func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *exchange, n int, batch, jsonOK, sseOK bool) {
+// response takes longer than the keep-alive interval). It reports whether
+// the client got all n responses.
+func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *exchange, n int, batch, jsonOK, sseOK bool) bool {
 	rep := &reply{w: w, jsonOK: jsonOK}
 	keep := time.NewTicker(p.opts.KeepAlive)
 	defer keep.Stop()
@@ -111,18 +119,18 @@ func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *
 		case <-keep.C:
 			if sseOK && rep.keepAlive() != nil {
 				s.abandon(ex)
-				return
+				return false
 			}
 			continue
 		case <-r.Context().Done():
 			s.abandon(ex)
-			return
+			return false
 		}
 		items, closed := ex.box.take()
 		for _, it := range items {
 			if err := rep.add(it); err != nil {
 				s.abandon(ex)
-				return
+				return false
 			}
 		}
 		if closed {
@@ -133,6 +141,7 @@ func (p *Proxy) deliver(w http.ResponseWriter, r *http.Request, s *session, ex *
 		s.abandon(ex)
 	}
 	rep.finish(batch)
+	return rep.responses >= n
 }
 
 // reply is the answer to one POST: held back as JSON until something forces
@@ -194,9 +203,7 @@ func (rp *reply) finish(batch bool) {
 	if batch {
 		body = append(append([]byte{'['}, bytes.Join(rp.held, []byte{','})...), ']')
 	}
-	rp.w.Header().Set("Content-Type", "application/json")
-	rp.w.WriteHeader(http.StatusOK)
-	_, _ = rp.w.Write(append(body, '\n'))
+	writeJSON(rp.w, body)
 }
 
 func (p *Proxy) getStreamable(w http.ResponseWriter, r *http.Request, e *serverEntry) {
