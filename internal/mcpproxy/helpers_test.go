@@ -21,16 +21,6 @@ import (
 
 const testToken = "test-token-0123456789abcdef"
 
-// needTool skips a test whose tool is missing, or fails it when
-// AGENT_VM_TEST_STRICT=1 (CI), so a missing tool cannot pass silently there.
-func needTool(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
-		t.Fatalf("AGENT_VM_TEST_STRICT=1: "+format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
 // testServerCmd is a Server running this test binary as the test MCP server.
 func testServerCmd(t testing.TB, name, mode string) Server {
 	t.Helper()

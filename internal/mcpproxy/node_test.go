@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // These tests put real MCP peers on both sides of the proxy: the reference
@@ -26,17 +28,14 @@ type nodeHarness struct {
 
 func needNode(t *testing.T) nodeHarness {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		needTool(t, "node is not installed (hint: apt-get install nodejs npm)")
-	}
+	node := tu.Program(t, "node")
 	dir, err := filepath.Abs(filepath.Join("testdata", "node"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"@modelcontextprotocol/sdk", "@modelcontextprotocol/client", "@modelcontextprotocol/server-everything", "@modelcontextprotocol/server-filesystem", "mcp-remote"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", p, "package.json")); err != nil {
-			needTool(t, "npm package %s is not installed (hint: npm ci --prefix internal/mcpproxy/testdata/node)", p)
+			tu.Need(t, false, "npm package "+p+" is not installed (hint: npm ci --prefix internal/mcpproxy/testdata/node)")
 		}
 	}
 	return nodeHarness{node: node, dir: dir}
