@@ -12,6 +12,8 @@ let
   inherit (nixpkgs) lib;
   system = pkgs.stdenv.hostPlatform.system;
   agent-vm = self.packages.${system}.agent-vm;
+  # What the guest runs: the binary without the host tools' wrapper.
+  guest-agent-vm = agent-vm.unwrapped;
 
   testData = {
     enable = true;
@@ -35,7 +37,7 @@ let
         {
           nixpkgs.hostPlatform = system;
           agent-vm.guest = testData;
-          services.agent-mcp.package = agent-vm;
+          services.agent-mcp.package = guest-agent-vm;
           services.agent-mcp.allowOrigin = [ "https://claude.ai" ];
         }
         extra
@@ -60,7 +62,7 @@ let
   expectations = [
     (expect "agent-mcp ExecStart" sc.ExecStart (
       lib.escapeShellArgs [
-        (lib.getExe' agent-vm "agent-vm")
+        (lib.getExe' guest-agent-vm "agent-vm")
         "mcp-proxy"
         "--config"
         "/run/agent-mcp/mcp.json"
@@ -299,7 +301,7 @@ let
       # A file, because reading the generated key into a string would need
       # import-from-derivation.
       users.users.dev.openssh.authorizedKeys.keyFiles = [ "${testKeys}/client.pub" ];
-      services.agent-mcp.package = agent-vm;
+      services.agent-mcp.package = guest-agent-vm;
       virtualisation.qemu.options = [
         # The launcher's job in real VMs: credentials and the workspace share.
         "-fw_cfg name=opt/io.systemd.credentials/agent-vm.ssh-host-key,file=${testKeys}/host"
