@@ -60,6 +60,15 @@ let
 
   launcherSharesMemory = cfg.workspace.transport == "virtiofs" && !cfg.qemu.nixpkgsSharesMemory;
 
+  # NixOS's static group with the host's gid, if any (ids.nix; a separate
+  # option, so reading it cannot recurse into users.groups). `users` (100)
+  # always exists and is reused; defining `dev` with its gid would be a
+  # second group with the same gid.
+  staticGroup = lib.findFirst (
+    name: config.ids.gids.${name} == cfg.user.gid
+  ) null (lib.attrNames config.ids.gids);
+  groupName = if staticGroup == "users" then "users" else userName;
+
   workspaceFileSystem =
     if cfg.workspace.transport == "virtiofs" then
       {
@@ -153,8 +162,11 @@ in
     };
 
     user = {
+      # Any host id but root's (0) and nobody's (65534, 65535): the ids must
+      # match the host's for the shared workspace, whatever range its
+      # distribution allocates from.
       uid = lib.mkOption {
-        type = lib.types.ints.between 1000 60000;
+        type = lib.types.ints.between 1 65533;
         example = 1000;
         description = ''
           uid of `dev`: the uid that owns the workspace on the host, so files
@@ -162,9 +174,13 @@ in
         '';
       };
       gid = lib.mkOption {
-        type = lib.types.ints.between 1000 60000;
-        example = 1000;
-        description = "gid of `dev`'s primary group `dev` (the workspace owner's gid on the host).";
+        type = lib.types.ints.between 1 65533;
+        example = 100;
+        description = ''
+          gid of `dev`'s primary group (the workspace owner's gid on the host).
+          NixOS's own `users` group (gid 100, the primary group of ordinary
+          NixOS users) is reused; any other gid gets a group `dev`.
+        '';
       };
       authorizedKeys = lib.mkOption {
         type = lib.types.listOf lib.types.str;
@@ -302,6 +318,14 @@ in
         '';
       }
       {
+        assertion = staticGroup == null || staticGroup == "users";
+        message = ''
+          agent-vm.guest.user.gid is ${toString cfg.user.gid}, the gid NixOS gives its own group "${toString staticGroup}".
+          The workspace owner's primary group cannot share it; run agent-vm as a user whose primary group is
+          users (100) or an ordinary group of its own.
+        '';
+      }
+      {
         assertion = cfg.ports.ssh != cfg.ports.mcp;
         message = ''
           agent-vm.guest.ports.ssh and agent-vm.guest.ports.mcp are both ${toString cfg.ports.ssh}.
@@ -428,11 +452,11 @@ in
     security.protectKernelImage = lib.mkIf cfg.hardening.enable (lib.mkDefault true);
 
     users.mutableUsers = lib.mkDefault false;
-    users.groups.${userName}.gid = cfg.user.gid;
+    users.groups = lib.mkIf (groupName == userName) { ${userName}.gid = cfg.user.gid; };
     users.users.${userName} = {
       isNormalUser = true;
       inherit (cfg.user) uid;
-      group = userName;
+      group = groupName;
       extraGroups = [ "wheel" ];
       openssh.authorizedKeys.keys = cfg.user.authorizedKeys;
       # The agent's login shell sees the same tools as its MCP servers.
@@ -507,7 +531,7 @@ in
       enable = lib.mkDefault true;
       package = lib.mkIf (cfg.agentVmExecutable != null) hostAgentVm;
       user = userName;
-      group = userName;
+      group = groupName;
       workspaceDir = cfg.workspace.mountPoint;
       configFile = lib.mkDefault "${cfg.workspace.mountPoint}/.mcp.json";
       tokenFile = tokenPath;

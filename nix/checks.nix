@@ -55,6 +55,8 @@ let
     };
 
   virtiofs = (evalGuest { }).config;
+  # An ordinary NixOS user's primary group: `users`, gid 100.
+  usersGid = (evalGuest { agent-vm.guest.user.gid = lib.mkForce 100; }).config;
   ninep = (evalGuest { agent-vm.guest.workspace.transport = "9p"; }).config;
   svc = virtiofs.systemd.services.agent-mcp;
   sc = svc.serviceConfig;
@@ -213,6 +215,20 @@ let
         gid = 1000;
         wheel = true;
         sudo = false;
+      }
+    )
+    (expect "gid 100 reuses NixOS's users group"
+      {
+        group = usersGid.users.users.dev.group;
+        mcpGroup = usersGid.systemd.services.agent-mcp.serviceConfig.Group;
+        devGroup = usersGid.users.groups ? dev;
+        evaluates = evaluates (evalGuest { agent-vm.guest.user.gid = lib.mkForce 100; });
+      }
+      {
+        group = "users";
+        mcpGroup = "users";
+        devGroup = false;
+        evaluates = true;
       }
     )
     (expect "resources" {

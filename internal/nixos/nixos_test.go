@@ -225,3 +225,45 @@ func TestResolveNixpkgsPathMustBeATree(t *testing.T) {
 		t.Errorf("got %q, %v", p, err)
 	}
 }
+
+// An ordinary NixOS user's primary group is `users` (gid 100): the real nix
+// carries gid 100 through data.nix, and guest.nix's declared uid/gid types
+// (read with the real nix, lib.types.ints.between standing in for nixpkgs')
+// accept it, while root's ids stay refused.
+func TestGID100RendersAndTypeChecks(t *testing.T) {
+	l, r := testVM(t, "main", "k")
+	r.Guest.UID, r.Guest.GID = 1000, 100
+	v, err := newVMJSON(l, r, "/nix/store/x-source", "virtiofs", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFiles(l.Dir, v); err != nil {
+		t.Fatal(err)
+	}
+	check := `let
+	  data = import ./data.nix;
+	  lib = {
+	    mkOption = a: a;
+	    types.ints.between = lo: hi: { check = v: builtins.isInt v && lo <= v && v <= hi; };
+	  };
+	  guest = import ./modules/guest.nix { config = { }; inherit lib; pkgs = { }; modulesPath = "/nonexistent"; };
+	  opt = guest.options.agent-vm.guest.user;
+	  u = data.guest.agent-vm.guest.user;
+	in {
+	  inherit (u) uid gid;
+	  uidOk = opt.uid.type.check u.uid;
+	  gidOk = opt.gid.type.check u.gid;
+	  rootRefused = !(opt.uid.type.check 0) && !(opt.gid.type.check 0);
+	}`
+	if err := os.WriteFile(filepath.Join(l.Dir, "check.nix"), []byte(check), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(nixEval(t, l.Dir, "check.nix"), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"uid": 1000.0, "gid": 100.0, "uidOk": true, "gidOk": true, "rootRefused": true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("nix evaluated %v, want %v", got, want)
+	}
+}
