@@ -50,7 +50,7 @@ func (b *Backend) Name() string { return Name }
 // start (fetching it needs nix, which this host may not have yet).
 func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
 	nixpkgs := ""
-	if src, err := pickNixpkgs("", r.Nixpkgs, b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
+	if src, err := pickNixpkgs("", r.Nixpkgs, defaultNixpkgs, b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
 		p, err := resolveNixpkgs(ctx, b.Run, "", src)
 		if err != nil && r.Nixpkgs != "" {
 			return err
@@ -78,7 +78,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	src, err := pickNixpkgs(b.Nixpkgs, r.Nixpkgs, b.Getenv("NIX_PATH"))
+	src, err := pickNixpkgs(b.Nixpkgs, r.Nixpkgs, defaultNixpkgs, b.Getenv("NIX_PATH"))
 	if err != nil {
 		return nil, err
 	}

@@ -194,22 +194,23 @@ func golden(t *testing.T, name, got string) {
 }
 
 func TestPickNixpkgsOrder(t *testing.T) {
-	cases := []struct{ flag, recorded, nixPath, want, from string }{
-		{"/a", "/b", "nixpkgs=/c", "/a", "--nixpkgs"},
-		{"", "/b", "nixpkgs=/c", "/b", "create --nixpkgs"},
-		{"", "", "foo=/x:nixpkgs=/c", "/c", "NIX_PATH"},
-		{"", "", "nixpkgs=flake:nixpkgs", "nixpkgs", "NIX_PATH"},
+	cases := []struct{ flag, recorded, pinned, nixPath, want, from string }{
+		{"/a", "/b", "/pin", "nixpkgs=/c", "/a", "--nixpkgs"},
+		{"", "/b", "/pin", "nixpkgs=/c", "/b", "create --nixpkgs"},
+		// The pin wins over NIX_PATH.
+		{"", "", "/pin", "nixpkgs=/c", "/pin", "built-in"},
+		// NIX_PATH only when agent-vm was not built with a pin.
+		{"", "", "", "foo=/x:nixpkgs=/c", "/c", "NIX_PATH"},
+		{"", "", "", "nixpkgs=flake:nixpkgs", "nixpkgs", "NIX_PATH"},
 	}
 	for _, c := range cases {
-		got, err := pickNixpkgs(c.flag, c.recorded, c.nixPath)
+		got, err := pickNixpkgs(c.flag, c.recorded, c.pinned, c.nixPath)
 		if err != nil || got.value != c.want || got.from != c.from {
-			t.Errorf("pickNixpkgs(%q,%q,%q) = %+v, %v; want %s from %s", c.flag, c.recorded, c.nixPath, got, err, c.want, c.from)
+			t.Errorf("pickNixpkgs(%q,%q,%q,%q) = %+v, %v; want %s from %s", c.flag, c.recorded, c.pinned, c.nixPath, got, err, c.want, c.from)
 		}
 	}
-	if defaultNixpkgs == "" {
-		if _, err := pickNixpkgs("", "", ""); err == nil || !strings.Contains(err.Error(), "--nixpkgs") {
-			t.Errorf("no nixpkgs anywhere: %v", err)
-		}
+	if _, err := pickNixpkgs("", "", "", ""); err == nil || !strings.Contains(err.Error(), "--nixpkgs") {
+		t.Errorf("no nixpkgs anywhere: %v", err)
 	}
 }
 
