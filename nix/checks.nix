@@ -182,7 +182,7 @@ let
         "9pnet_virtio"
         "qemu_fw_cfg"
       ];
-      memory = ninep.agent-vm.guest.launcher.sharedMemoryBackend;
+      memory = ninep.agent-vm.guest.launcher.sharedMemory;
     } {
       device = "workspace";
       fsType = "9p";
@@ -245,10 +245,13 @@ let
       graphics = false;
     })
     (expect "launcher contract" {
-      inherit (virtiofs.agent-vm.guest.launcher) runScript sharedMemoryBackend;
+      inherit (virtiofs.agent-vm.guest.launcher) runScript sharedMemory;
+      # nixpkgs' own option backs RAM with shared memory for virtiofs.
+      enableSharedMemory = virtiofs.virtualisation.qemu.enableSharedMemory or null;
     } {
       runScript = "bin/run-feature-x-vm";
-      sharedMemoryBackend = "launcher";
+      sharedMemory = "qemu-vm";
+      enableSharedMemory = true;
     })
     (expect "guest evaluates" (evaluates (evalGuest { })) true)
     (expect "password login is refused at evaluation" (evaluates (evalGuest {

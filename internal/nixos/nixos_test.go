@@ -247,7 +247,7 @@ func TestGID100RendersAndTypeChecks(t *testing.T) {
 	    mkOption = a: a;
 	    types.ints.between = lo: hi: { check = v: builtins.isInt v && lo <= v && v <= hi; };
 	  };
-	  guest = import ./modules/guest.nix { config = { }; inherit lib; pkgs = { }; modulesPath = "/nonexistent"; };
+	  guest = import ./modules/guest.nix { config = { }; options = { }; inherit lib; pkgs = { }; modulesPath = "/nonexistent"; };
 	  opt = guest.options.agent-vm.guest.user;
 	  u = data.guest.agent-vm.guest.user;
 	in {
@@ -266,5 +266,19 @@ func TestGID100RendersAndTypeChecks(t *testing.T) {
 	want := map[string]any{"uid": 1000.0, "gid": 100.0, "uidOk": true, "gidOk": true, "rootRefused": true}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("nix evaluated %v, want %v", got, want)
+	}
+}
+
+// The run script's environment is exactly this list (the launcher starts it
+// with nothing else): no SHARED_DIR, QEMU_OPTS, QEMU_NET_OPTS or
+// QEMU_KERNEL_PARAMS can reach it from the caller.
+func TestRunScriptEnvGolden(t *testing.T) {
+	env := scriptEnv(state.Layout{Dir: "/state/feature-x"}, "/usr/bin:/bin")
+	golden(t, "run-script-env.golden", strings.Join(env, "\n")+"\n")
+	for _, e := range env {
+		name, _, _ := strings.Cut(e, "=")
+		if strings.HasPrefix(name, "QEMU_") || name == "SHARED_DIR" || strings.HasPrefix(name, "NIXPKGS_QEMU_KERNEL") {
+			t.Errorf("run script env sets %s", name)
+		}
 	}
 }
