@@ -48,11 +48,13 @@
         default = pkgs.callPackage ./nix/devshell.nix { };
       });
 
-      # The same files agent-vm embeds (modules/embed.go).
+      # The same files agent-vm embeds (modules/embed.go). The default is
+      # agent-mcp, safe on any NixOS host; guest imports qemu-vm.nix and
+      # turns the importing system into a VM, so it is only ever named.
       nixosModules = {
         agent-mcp = ./modules/agent-mcp.nix;
         guest = ./modules/guest.nix;
-        default = self.nixosModules.guest;
+        default = self.nixosModules.agent-mcp;
       };
 
       overlays.default = final: _prev: {

@@ -171,15 +171,20 @@ in
     package = lib.mkOption {
       type = lib.types.package;
       default =
-        pkgs.agent-vm or (throw ''
-          services.agent-mcp.package: pkgs.agent-vm does not exist.
-          Add agent-vm's overlay (its flake's overlays.default) to nixpkgs.overlays,
-          or set services.agent-mcp.package to an agent-vm package.'');
-      defaultText = lib.literalExpression "pkgs.agent-vm";
+        let
+          agent-vm =
+            pkgs.agent-vm or (throw ''
+              services.agent-mcp.package: pkgs.agent-vm does not exist.
+              Add agent-vm's overlay (its flake's overlays.default) to nixpkgs.overlays,
+              or set services.agent-mcp.package to an agent-vm package.'');
+        in
+        agent-vm.unwrapped or agent-vm;
+      defaultText = lib.literalExpression "pkgs.agent-vm.unwrapped";
       description = ''
         The agent-vm package whose `agent-vm mcp-proxy` serves the MCP servers.
         The default comes from agent-vm's overlay (`overlays.default` of its
-        flake), which adds `pkgs.agent-vm`.
+        flake), which adds `pkgs.agent-vm`; its `unwrapped` binary, without the
+        host tools (QEMU, virtiofsd) the wrapper puts on PATH.
       '';
     };
 

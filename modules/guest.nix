@@ -31,8 +31,12 @@
 #   - there `virtualisation.sharedDirectories` are 9p (`-virtfs`) and always
 #     passed to QEMU, so they cannot serve as a run-time fallback; the 9p
 #     workspace is declared here and its device comes from the launcher.
+# virtualisation.qemu.enableSharedMemory is not in that revision; it was read
+# in nixos/lib/testing/driver.nix at 01fbdeef22b76df85ea168fbfe1bfd9e63681b30
+# (the test driver sets it) and is used only where nixpkgs declares it.
 {
   config,
+  options,
   lib,
   pkgs,
   modulesPath,
@@ -51,14 +55,23 @@ let
   hostKeyCredential = "agent-vm.ssh-host-key";
   tokenCredential = "agent-vm.mcp-token";
 
-  # nixpkgs master replaced 9p with virtiofs for sharedDirectories in
-  # September 2026 (NixOS/nixpkgs PR 552774); from then on QEMU already gets a
-  # shared memory backend from qemu-vm.nix and a second one would clash.
-  detectedNixpkgsSharesMemory =
-    lib.versionAtLeast lib.trivial.release "26.11"
-    || lib.any (o: lib.hasInfix "memory-backend" o) config.virtualisation.qemu.options;
-
-  launcherSharesMemory = cfg.workspace.transport == "virtiofs" && !cfg.qemu.nixpkgsSharesMemory;
+  # virtiofs (vhost-user) needs guest RAM in shared memory. nixpkgs has an
+  # option for it, virtualisation.qemu.enableSharedMemory (the NixOS test
+  # driver sets it for its vhost-user SSH backdoor; nixpkgs PR 563324 makes
+  # it the default once sharedDirectories are virtiofs); it is used when the
+  # evaluated nixpkgs declares it. An older nixpkgs without it gets the same
+  # memfd backend from this module, sized from virtualisation.memorySize.
+  # Either way the run script brings the backend and the launcher adds none.
+  needsSharedMemory = cfg.workspace.transport == "virtiofs";
+  nixpkgsHasSharedMemory = options.virtualisation.qemu ? enableSharedMemory;
+  # NixOS's static group with the host's gid, if any (ids.nix; a separate
+  # option, so reading it cannot recurse into users.groups). `users` (100)
+  # always exists and is reused; defining `dev` with its gid would be a
+  # second group with the same gid.
+  staticGroup = lib.findFirst (
+    name: config.ids.gids.${name} == cfg.user.gid
+  ) null (lib.attrNames config.ids.gids);
+  groupName = if staticGroup == "users" then "users" else userName;
 
   workspaceFileSystem =
     if cfg.workspace.transport == "virtiofs" then
@@ -153,8 +166,11 @@ in
     };
 
     user = {
+      # Any host id but root's (0) and nobody's (65534, 65535): the ids must
+      # match the host's for the shared workspace, whatever range its
+      # distribution allocates from.
       uid = lib.mkOption {
-        type = lib.types.ints.between 1000 60000;
+        type = lib.types.ints.between 1 65533;
         example = 1000;
         description = ''
           uid of `dev`: the uid that owns the workspace on the host, so files
@@ -162,9 +178,13 @@ in
         '';
       };
       gid = lib.mkOption {
-        type = lib.types.ints.between 1000 60000;
-        example = 1000;
-        description = "gid of `dev`'s primary group `dev` (the workspace owner's gid on the host).";
+        type = lib.types.ints.between 1 65533;
+        example = 100;
+        description = ''
+          gid of `dev`'s primary group (the workspace owner's gid on the host).
+          NixOS's own `users` group (gid 100, the primary group of ordinary
+          NixOS users) is reused; any other gid gets a group `dev`.
+        '';
       };
       authorizedKeys = lib.mkOption {
         type = lib.types.listOf lib.types.str;
@@ -236,22 +256,6 @@ in
       };
     };
 
-    qemu.nixpkgsSharesMemory = lib.mkOption {
-      type = lib.types.bool;
-      default = detectedNixpkgsSharesMemory;
-      defaultText = lib.literalExpression ''
-        lib.versionAtLeast lib.trivial.release "26.11"
-        || lib.any (lib.hasInfix "memory-backend") config.virtualisation.qemu.options'';
-      description = ''
-        Whether nixpkgs' qemu-vm.nix (or another module) already gives QEMU a
-        shared memory backend, as nixpkgs master does since sharedDirectories
-        moved to virtiofs (PR 552774, September 2026). When true the launcher
-        must not add its own memfd backend (`launcher.sharedMemoryBackend`
-        says so). The default guesses from the nixpkgs release; set it when
-        the guess is wrong.
-      '';
-    };
-
     hardening.enable = lib.mkOption {
       type = lib.types.bool;
       default = true;
@@ -302,18 +306,18 @@ in
         '';
       }
       {
+        assertion = staticGroup == null || staticGroup == "users";
+        message = ''
+          agent-vm.guest.user.gid is ${toString cfg.user.gid}, the gid NixOS gives its own group "${toString staticGroup}".
+          The workspace owner's primary group cannot share it; run agent-vm as a user whose primary group is
+          users (100) or an ordinary group of its own.
+        '';
+      }
+      {
         assertion = cfg.ports.ssh != cfg.ports.mcp;
         message = ''
           agent-vm.guest.ports.ssh and agent-vm.guest.ports.mcp are both ${toString cfg.ports.ssh}.
           Give the VM two different host ports (agent-vm create allocates them).
-        '';
-      }
-      {
-        assertion = !launcherSharesMemory || config.virtualisation.memorySize == cfg.resources.memorySize;
-        message = ''
-          virtualisation.memorySize (${toString config.virtualisation.memorySize}) differs from agent-vm.guest.resources.memorySize (${toString cfg.resources.memorySize}),
-          but the launcher sizes the virtiofs shared memory from the VM record, and QEMU refuses a mismatch.
-          Remove virtualisation.memorySize from your module and use `agent-vm create --memory` instead.
         '';
       }
       {
@@ -347,15 +351,16 @@ in
         inherit (cfg.workspace) transport mountPoint;
         tag = "workspace";
       };
-      # "launcher": add -object memory-backend-memfd,...,share=on -numa node,memdev=...
-      # "nixpkgs": qemu-vm.nix already does; "none": 9p needs no shared memory.
-      sharedMemoryBackend =
-        if cfg.workspace.transport != "virtiofs" then
+      # Who backs guest RAM with shared memory, for information: the run
+      # script does either way ("qemu-vm": enableSharedMemory; "module":
+      # this module's memfd backend), "none" for 9p. The launcher adds none.
+      sharedMemory =
+        if !needsSharedMemory then
           "none"
-        else if cfg.qemu.nixpkgsSharesMemory then
-          "nixpkgs"
+        else if nixpkgsHasSharedMemory then
+          "qemu-vm"
         else
-          "launcher";
+          "module";
       fwCfg = {
         sshHostKey = "${credentialPrefix}/${hostKeyCredential}";
         mcpToken = "${credentialPrefix}/${tokenCredential}";
@@ -385,6 +390,16 @@ in
 
     virtualisation = {
       memorySize = lib.mkDefault cfg.resources.memorySize;
+      qemu =
+        if nixpkgsHasSharedMemory then
+          { enableSharedMemory = lib.mkIf needsSharedMemory true; }
+        else
+          {
+            options = lib.mkIf needsSharedMemory [
+              "-object memory-backend-memfd,id=agentvm-mem,size=${toString config.virtualisation.memorySize}M,share=on"
+              "-numa node,memdev=agentvm-mem"
+            ];
+          };
       cores = lib.mkDefault cfg.resources.cores;
       diskSize = lib.mkDefault cfg.resources.diskSize;
       graphics = lib.mkDefault cfg.resources.graphics;
@@ -428,11 +443,11 @@ in
     security.protectKernelImage = lib.mkIf cfg.hardening.enable (lib.mkDefault true);
 
     users.mutableUsers = lib.mkDefault false;
-    users.groups.${userName}.gid = cfg.user.gid;
+    users.groups = lib.mkIf (groupName == userName) { ${userName}.gid = cfg.user.gid; };
     users.users.${userName} = {
       isNormalUser = true;
       inherit (cfg.user) uid;
-      group = userName;
+      group = groupName;
       extraGroups = [ "wheel" ];
       openssh.authorizedKeys.keys = cfg.user.authorizedKeys;
       # The agent's login shell sees the same tools as its MCP servers.
@@ -507,7 +522,7 @@ in
       enable = lib.mkDefault true;
       package = lib.mkIf (cfg.agentVmExecutable != null) hostAgentVm;
       user = userName;
-      group = userName;
+      group = groupName;
       workspaceDir = cfg.workspace.mountPoint;
       configFile = lib.mkDefault "${cfg.workspace.mountPoint}/.mcp.json";
       tokenFile = tokenPath;

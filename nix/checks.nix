@@ -12,6 +12,8 @@ let
   inherit (nixpkgs) lib;
   system = pkgs.stdenv.hostPlatform.system;
   agent-vm = self.packages.${system}.agent-vm;
+  # What the guest runs: the binary without the host tools' wrapper.
+  guest-agent-vm = agent-vm.unwrapped;
 
   testData = {
     enable = true;
@@ -35,7 +37,7 @@ let
         {
           nixpkgs.hostPlatform = system;
           agent-vm.guest = testData;
-          services.agent-mcp.package = agent-vm;
+          services.agent-mcp.package = guest-agent-vm;
           services.agent-mcp.allowOrigin = [ "https://claude.ai" ];
         }
         extra
@@ -53,6 +55,8 @@ let
     };
 
   virtiofs = (evalGuest { }).config;
+  # An ordinary NixOS user's primary group: `users`, gid 100.
+  usersGid = (evalGuest { agent-vm.guest.user.gid = lib.mkForce 100; }).config;
   ninep = (evalGuest { agent-vm.guest.workspace.transport = "9p"; }).config;
   svc = virtiofs.systemd.services.agent-mcp;
   sc = svc.serviceConfig;
@@ -60,7 +64,7 @@ let
   expectations = [
     (expect "agent-mcp ExecStart" sc.ExecStart (
       lib.escapeShellArgs [
-        (lib.getExe' agent-vm "agent-vm")
+        (lib.getExe' guest-agent-vm "agent-vm")
         "mcp-proxy"
         "--config"
         "/run/agent-mcp/mcp.json"
@@ -178,7 +182,7 @@ let
         "9pnet_virtio"
         "qemu_fw_cfg"
       ];
-      memory = ninep.agent-vm.guest.launcher.sharedMemoryBackend;
+      memory = ninep.agent-vm.guest.launcher.sharedMemory;
     } {
       device = "workspace";
       fsType = "9p";
@@ -213,6 +217,20 @@ let
         sudo = false;
       }
     )
+    (expect "gid 100 reuses NixOS's users group"
+      {
+        group = usersGid.users.users.dev.group;
+        mcpGroup = usersGid.systemd.services.agent-mcp.serviceConfig.Group;
+        devGroup = usersGid.users.groups ? dev;
+        evaluates = evaluates (evalGuest { agent-vm.guest.user.gid = lib.mkForce 100; });
+      }
+      {
+        group = "users";
+        mcpGroup = "users";
+        devGroup = false;
+        evaluates = true;
+      }
+    )
     (expect "resources" {
       inherit (virtiofs.virtualisation)
         memorySize
@@ -227,10 +245,13 @@ let
       graphics = false;
     })
     (expect "launcher contract" {
-      inherit (virtiofs.agent-vm.guest.launcher) runScript sharedMemoryBackend;
+      inherit (virtiofs.agent-vm.guest.launcher) runScript sharedMemory;
+      # nixpkgs' own option backs RAM with shared memory for virtiofs.
+      enableSharedMemory = virtiofs.virtualisation.qemu.enableSharedMemory or null;
     } {
       runScript = "bin/run-feature-x-vm";
-      sharedMemoryBackend = "launcher";
+      sharedMemory = "qemu-vm";
+      enableSharedMemory = true;
     })
     (expect "guest evaluates" (evaluates (evalGuest { })) true)
     (expect "password login is refused at evaluation" (evaluates (evalGuest {
@@ -299,7 +320,7 @@ let
       # A file, because reading the generated key into a string would need
       # import-from-derivation.
       users.users.dev.openssh.authorizedKeys.keyFiles = [ "${testKeys}/client.pub" ];
-      services.agent-mcp.package = agent-vm;
+      services.agent-mcp.package = guest-agent-vm;
       virtualisation.qemu.options = [
         # The launcher's job in real VMs: credentials and the workspace share.
         "-fw_cfg name=opt/io.systemd.credentials/agent-vm.ssh-host-key,file=${testKeys}/host"

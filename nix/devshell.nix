@@ -1,7 +1,7 @@
 # `nix develop`: the tools the build, the tests and the VMs use.
 {
   mkShell,
-  go,
+  go_1_26,
   gopls,
   gotools,
   qemu,
@@ -16,7 +16,7 @@
 
 mkShell {
   packages = [
-    go
+    go_1_26
     gopls
     gotools
     qemu
@@ -29,7 +29,7 @@ mkShell {
     e2fsprogs
   ];
 
-  # Build with the Go in this shell, as `nix build` does; go.mod's `go` line
-  # must not need a newer one.
+  # Build with the Go in this shell, the one package.nix builds with
+  # (buildGo126Module); go.mod's `go` line must not need a newer one.
   env.GOTOOLCHAIN = "local";
 }

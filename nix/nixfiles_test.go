@@ -130,8 +130,8 @@ func TestFlakeOutputsWithoutNixpkgs(t *testing.T) {
 	var exported []string
 	for name, path := range got.Modules {
 		if name == "default" {
-			if path != filepath.Join(root, "modules", "guest.nix") {
-				t.Errorf("nixosModules.default is %s, want modules/guest.nix", path)
+			if path != filepath.Join(root, "modules", "agent-mcp.nix") {
+				t.Errorf("nixosModules.default is %s, want modules/agent-mcp.nix (guest imports qemu-vm.nix and would turn an importing host into a VM)", path)
 			}
 			continue
 		}

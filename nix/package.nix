@@ -1,14 +1,20 @@
 # agent-vm and its end-to-end driver, integration-test, built with
-# buildGoModule from this repository.
+# buildGo126Module from this repository: go.mod says `go 1.26.0`, so the
+# builder is named rather than left to nixpkgs' default Go.
 #
 # The binary gets the store path of the nixpkgs it was built with
 # (internal/nixos.defaultNixpkgs), so `agent-vm start` of a nixos-backend VM
 # builds against the same, pinned nixpkgs by default.
 {
   lib,
-  buildGoModule,
+  buildGo126Module,
   makeBinaryWrapper,
   path,
+  runCommand,
+  git,
+  openssh,
+  qemu,
+  virtiofsd,
 }:
 
 let
@@ -52,23 +58,49 @@ let
     doCheck = false;
   };
 
-  agent-vm = buildGoModule (
+  # What agent-vm runs. Appended to PATH, not prepended: a user's own git,
+  # ssh or QEMU (newer, or with site configuration) still wins, and these
+  # only fill in what the host lacks. `nix` is not among them: it must be
+  # the host's, talking to the host's store and daemon.
+  runtimePath = lib.makeBinPath [
+    git
+    openssh
+    qemu
+    virtiofsd
+  ];
+
+  meta = {
+    description = "One isolated VM per git branch for coding agents";
+    mainProgram = "agent-vm";
+    platforms = lib.platforms.linux;
+  };
+
+  # The static binary alone. The guest runs this one as its MCP proxy
+  # (services.agent-mcp.package defaults to it), so QEMU and virtiofsd
+  # never end up in a VM's closure.
+  unwrapped = buildGo126Module (
     common
     // {
-      pname = "agent-vm";
+      pname = "agent-vm-unwrapped";
       subPackages = [ "cmd/agent-vm" ];
-      passthru = { inherit integration-test; };
-      meta = {
-        description = "One isolated VM per git branch for coding agents";
-        mainProgram = "agent-vm";
-        platforms = lib.platforms.linux;
-      };
+      inherit meta;
     }
   );
 
+  agent-vm =
+    runCommand "agent-vm-${version}"
+      {
+        nativeBuildInputs = [ makeBinaryWrapper ];
+        passthru = { inherit unwrapped integration-test; };
+        inherit meta;
+      }
+      ''
+        makeBinaryWrapper ${unwrapped}/bin/agent-vm $out/bin/agent-vm --suffix PATH : ${runtimePath}
+      '';
+
   # integration-test drives the agent-vm CLI; the wrapper puts the matching
   # agent-vm first on its PATH.
-  integration-test = buildGoModule (
+  integration-test = buildGo126Module (
     common
     // {
       pname = "agent-vm-integration-test";

@@ -27,7 +27,7 @@ func createCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
 			&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
 			&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
-			&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: NIX_PATH, else agent-vm's own)"},
+			&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the nixpkgs agent-vm was built with, else NIX_PATH)"},
 			&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
 			&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
 		},

@@ -55,12 +55,15 @@ type Result struct {
 // own session (so Ctrl-C in the terminal does not reach it), with stdin from
 // /dev/null and stdout/stderr appended to the named files.
 type Detached struct {
-	Path       string
-	Args       []string
-	Dir        string
-	Env        []string // appended to the current environment
-	StdoutPath string   // file that receives stdout (created 0600, truncated)
-	StderrPath string   // file that receives stderr; empty means StdoutPath
+	Path string
+	Args []string
+	Dir  string
+	Env  []string // appended to the current environment, unless ExactEnv
+	// ExactEnv: Env is the program's whole environment; nothing of ours is
+	// inherited.
+	ExactEnv   bool
+	StdoutPath string // file that receives stdout (created 0600, truncated)
+	StderrPath string // file that receives stderr; empty means StdoutPath
 }
 
 // Process is a started detached program.
@@ -152,7 +155,10 @@ func (OS) Run(ctx context.Context, c Cmd) (Result, error) {
 func (OS) Start(d Detached) (Process, error) {
 	cmd := exec.Command(d.Path, d.Args...)
 	cmd.Dir = d.Dir
-	if len(d.Env) > 0 {
+	switch {
+	case d.ExactEnv:
+		cmd.Env = append([]string{}, d.Env...) // non-nil: an empty Env is an empty environment
+	case len(d.Env) > 0:
 		cmd.Env = append(os.Environ(), d.Env...)
 	}
 	errf := func(err error) error {

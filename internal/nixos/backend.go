@@ -50,7 +50,7 @@ func (b *Backend) Name() string { return Name }
 // start (fetching it needs nix, which this host may not have yet).
 func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
 	nixpkgs := ""
-	if src, err := pickNixpkgs("", r.Nixpkgs, b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
+	if src, err := pickNixpkgs("", r.Nixpkgs, defaultNixpkgs, b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
 		p, err := resolveNixpkgs(ctx, b.Run, "", src)
 		if err != nil && r.Nixpkgs != "" {
 			return err
@@ -78,7 +78,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	src, err := pickNixpkgs(b.Nixpkgs, r.Nixpkgs, b.Getenv("NIX_PATH"))
+	src, err := pickNixpkgs(b.Nixpkgs, r.Nixpkgs, defaultNixpkgs, b.Getenv("NIX_PATH"))
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +172,15 @@ func (b *Backend) build(ctx context.Context, nix string, l state.Layout, r *stat
 	recordPath := filepath.Join(l.Dir, BuildRecord)
 	var last buildOutputs
 	if raw, err := os.ReadFile(recordPath); err == nil && json.Unmarshal(raw, &last) == nil &&
-		last.Inputs == inputs && exists(last.VM) && exists(last.Launcher) {
+		last.Inputs == inputs && exists(last.VM) && exists(last.Launcher) && gcRooted(l.Dir, &last) {
 		b.Log.Debug("nix build skipped: nothing changed since the last build", "vm", last.VM)
 		return &last, nil
 	}
 	o.Report.Report("building the NixOS VM with nix", 0, "")
-	args := []string{"--extra-experimental-features", "nix-command", "build", "--no-link", "--print-out-paths", "--json",
-		"--file", filepath.Join(l.Dir, DefaultNix), "vm", "launcher"}
+	// --out-link, not --no-link: the links are GC roots, so
+	// nix-collect-garbage cannot delete the VM's system while the VM exists.
+	args := []string{"--extra-experimental-features", "nix-command", "build", "--out-link", filepath.Join(l.Dir, GCRoot),
+		"--print-out-paths", "--json", "--file", filepath.Join(l.Dir, DefaultNix), "vm", "launcher"}
 	res, err := b.Run.Run(ctx, execx.Cmd{Path: nix, Args: args, Stderr: b.Progress})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -219,13 +221,30 @@ func (b *Backend) plan(l state.Layout, out *buildOutputs, share qemu.ShareMode) 
 	}
 	return &backend.Plan{
 		Boot: qemu.Boot{Script: &qemu.Script{
-			Path:         filepath.Join(out.VM, script),
-			Env:          []string{"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, DiskImage), "TMPDIR=" + tmp, "USE_TMPDIR=1"},
-			SharedMemory: gjson.GetBytes(raw, "sharedMemoryBackend").String() == "nixpkgs",
+			Path: filepath.Join(out.VM, script),
+			Env:  scriptEnv(l, b.Getenv("PATH")),
 		}},
 		Credentials: []qemu.Credential{{Name: "agent-vm.ssh-host-key", File: l.HostKey()}},
 		FixedShare:  true,
 	}, nil
+}
+
+// scriptEnv is the run script's whole environment. nixpkgs' run-<name>-vm
+// (qemu-vm.nix's startVM) reads NIX_DISK_IMAGE, TMPDIR and USE_TMPDIR, set
+// here to the VM's directory; it also reads SHARED_DIR (a host directory
+// shared read-write), QEMU_OPTS, QEMU_NET_OPTS (e.g. a forward on every
+// address), QEMU_KERNEL_PARAMS, NIXPKGS_QEMU_KERNEL_<name> (another
+// kernel), NIX_EFI_VARS, NIX_SWTPM_DIR and NIX_SSL_CERT_FILE, none of which
+// an agent-vm VM may take from whoever runs start, so none is passed. PATH
+// is the caller's: the script puts coreutils first and calls QEMU by its
+// store path.
+func scriptEnv(l state.Layout, path string) []string {
+	return []string{
+		"PATH=" + path,
+		"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, DiskImage),
+		"TMPDIR=" + filepath.Join(l.RunDir(), "tmp"),
+		"USE_TMPDIR=1",
+	}
 }
 
 // inputsHash covers everything a build reads: vm.json (with the nixpkgs
@@ -256,6 +275,18 @@ func inputsHash(dir string, r *state.Record) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// gcRooted says whether the out-links of the last build still point at
+// its outputs (a VM built by an older agent-vm has none).
+func gcRooted(dir string, out *buildOutputs) bool {
+	roots := GCRoots(dir)
+	for i, want := range []string{out.VM, out.Launcher} {
+		if got, err := os.Readlink(roots[i]); err != nil || got != want {
+			return false
+		}
+	}
+	return true
 }
 
 func exists(p string) bool {

@@ -10,6 +10,7 @@ package nixos
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -32,7 +33,27 @@ const (
 	ModulesDir  = "modules"
 	DiskImage   = "disk.qcow2"
 	BuildRecord = "nix-build.json"
+	// GCRoot is nix build's --out-link: GCRoot -> the VM, GCRoot+"-1" ->
+	// the launcher description. They keep the build from nix-collect-garbage
+	// while the VM exists (GCRoots lists both).
+	GCRoot = "nix-gcroot"
 )
+
+// GCRoots are the out-links one build leaves in a VM directory.
+func GCRoots(dir string) []string {
+	return []string{filepath.Join(dir, GCRoot), filepath.Join(dir, GCRoot+"-1")}
+}
+
+// RemoveGCRoots removes a VM's out-links, so nix may collect its build.
+func RemoveGCRoots(dir string) error {
+	var errs []error
+	for _, p := range GCRoots(dir) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // VMJSON is vm.json: every per-branch value the Nix side needs. data.nix
 // maps it onto the modules' options (modules/README.md).

@@ -194,22 +194,23 @@ func golden(t *testing.T, name, got string) {
 }
 
 func TestPickNixpkgsOrder(t *testing.T) {
-	cases := []struct{ flag, recorded, nixPath, want, from string }{
-		{"/a", "/b", "nixpkgs=/c", "/a", "--nixpkgs"},
-		{"", "/b", "nixpkgs=/c", "/b", "create --nixpkgs"},
-		{"", "", "foo=/x:nixpkgs=/c", "/c", "NIX_PATH"},
-		{"", "", "nixpkgs=flake:nixpkgs", "nixpkgs", "NIX_PATH"},
+	cases := []struct{ flag, recorded, pinned, nixPath, want, from string }{
+		{"/a", "/b", "/pin", "nixpkgs=/c", "/a", "--nixpkgs"},
+		{"", "/b", "/pin", "nixpkgs=/c", "/b", "create --nixpkgs"},
+		// The pin wins over NIX_PATH.
+		{"", "", "/pin", "nixpkgs=/c", "/pin", "built-in"},
+		// NIX_PATH only when agent-vm was not built with a pin.
+		{"", "", "", "foo=/x:nixpkgs=/c", "/c", "NIX_PATH"},
+		{"", "", "", "nixpkgs=flake:nixpkgs", "nixpkgs", "NIX_PATH"},
 	}
 	for _, c := range cases {
-		got, err := pickNixpkgs(c.flag, c.recorded, c.nixPath)
+		got, err := pickNixpkgs(c.flag, c.recorded, c.pinned, c.nixPath)
 		if err != nil || got.value != c.want || got.from != c.from {
-			t.Errorf("pickNixpkgs(%q,%q,%q) = %+v, %v; want %s from %s", c.flag, c.recorded, c.nixPath, got, err, c.want, c.from)
+			t.Errorf("pickNixpkgs(%q,%q,%q,%q) = %+v, %v; want %s from %s", c.flag, c.recorded, c.pinned, c.nixPath, got, err, c.want, c.from)
 		}
 	}
-	if defaultNixpkgs == "" {
-		if _, err := pickNixpkgs("", "", ""); err == nil || !strings.Contains(err.Error(), "--nixpkgs") {
-			t.Errorf("no nixpkgs anywhere: %v", err)
-		}
+	if _, err := pickNixpkgs("", "", "", ""); err == nil || !strings.Contains(err.Error(), "--nixpkgs") {
+		t.Errorf("no nixpkgs anywhere: %v", err)
 	}
 }
 
@@ -223,5 +224,61 @@ func TestResolveNixpkgsPathMustBeATree(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "nixos", "lib", "eval-config.nix"), nil, 0o644)
 	if p, err := resolveNixpkgs(context.Background(), nil, "", nixpkgsSource{dir, "--nixpkgs"}); err != nil || p != dir {
 		t.Errorf("got %q, %v", p, err)
+	}
+}
+
+// An ordinary NixOS user's primary group is `users` (gid 100): the real nix
+// carries gid 100 through data.nix, and guest.nix's declared uid/gid types
+// (read with the real nix, lib.types.ints.between standing in for nixpkgs')
+// accept it, while root's ids stay refused.
+func TestGID100RendersAndTypeChecks(t *testing.T) {
+	l, r := testVM(t, "main", "k")
+	r.Guest.UID, r.Guest.GID = 1000, 100
+	v, err := newVMJSON(l, r, "/nix/store/x-source", "virtiofs", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFiles(l.Dir, v); err != nil {
+		t.Fatal(err)
+	}
+	check := `let
+	  data = import ./data.nix;
+	  lib = {
+	    mkOption = a: a;
+	    types.ints.between = lo: hi: { check = v: builtins.isInt v && lo <= v && v <= hi; };
+	  };
+	  guest = import ./modules/guest.nix { config = { }; options = { }; inherit lib; pkgs = { }; modulesPath = "/nonexistent"; };
+	  opt = guest.options.agent-vm.guest.user;
+	  u = data.guest.agent-vm.guest.user;
+	in {
+	  inherit (u) uid gid;
+	  uidOk = opt.uid.type.check u.uid;
+	  gidOk = opt.gid.type.check u.gid;
+	  rootRefused = !(opt.uid.type.check 0) && !(opt.gid.type.check 0);
+	}`
+	if err := os.WriteFile(filepath.Join(l.Dir, "check.nix"), []byte(check), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(nixEval(t, l.Dir, "check.nix"), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"uid": 1000.0, "gid": 100.0, "uidOk": true, "gidOk": true, "rootRefused": true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("nix evaluated %v, want %v", got, want)
+	}
+}
+
+// The run script's environment is exactly this list (the launcher starts it
+// with nothing else): no SHARED_DIR, QEMU_OPTS, QEMU_NET_OPTS or
+// QEMU_KERNEL_PARAMS can reach it from the caller.
+func TestRunScriptEnvGolden(t *testing.T) {
+	env := scriptEnv(state.Layout{Dir: "/state/feature-x"}, "/usr/bin:/bin")
+	golden(t, "run-script-env.golden", strings.Join(env, "\n")+"\n")
+	for _, e := range env {
+		name, _, _ := strings.Cut(e, "=")
+		if strings.HasPrefix(name, "QEMU_") || name == "SHARED_DIR" || strings.HasPrefix(name, "NIXPKGS_QEMU_KERNEL") {
+			t.Errorf("run script env sets %s", name)
+		}
 	}
 }

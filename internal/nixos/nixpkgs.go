@@ -27,19 +27,22 @@ type nixpkgsSource struct {
 }
 
 // pickNixpkgs chooses, in order: start's --nixpkgs, create's --nixpkgs (kept
-// in the VM record), NIX_PATH's nixpkgs entry, the one agent-vm was built with.
-func pickNixpkgs(flag, recorded, nixPath string) (nixpkgsSource, error) {
+// in the VM record), the pinned nixpkgs agent-vm was built with, and only
+// when there is none NIX_PATH's nixpkgs entry. The pin comes before NIX_PATH
+// so a channel the host happens to have does not silently replace the
+// nixpkgs the modules were checked against; --nixpkgs still overrides it.
+func pickNixpkgs(flag, recorded, pinned, nixPath string) (nixpkgsSource, error) {
 	if flag != "" {
 		return nixpkgsSource{flag, "--nixpkgs"}, nil
 	}
 	if recorded != "" {
 		return nixpkgsSource{recorded, "create --nixpkgs"}, nil
 	}
+	if pinned != "" {
+		return nixpkgsSource{pinned, "built-in"}, nil
+	}
 	if v := nixpkgsFromNixPath(nixPath); v != "" {
 		return nixpkgsSource{v, "NIX_PATH"}, nil
-	}
-	if defaultNixpkgs != "" {
-		return nixpkgsSource{defaultNixpkgs, "built-in"}, nil
 	}
 	return nixpkgsSource{}, fmt.Errorf("no nixpkgs to build the VM from (hint: pass --nixpkgs PATH|FLAKEREF, e.g. --nixpkgs github:NixOS/nixpkgs/nixos-26.05, set NIX_PATH=nixpkgs=..., or use the Nix-built agent-vm (`nix run github:...#agent-vm`), which carries its pinned nixpkgs)")
 }

@@ -39,7 +39,8 @@ func staticBinary(t *testing.T) string {
 }
 
 // fakeNix answers `nix --version` and `nix build` (writing real output
-// files, as a build would) and counts builds.
+// files and, for --out-link L, the links L and L-1, as a build would) and
+// counts builds.
 type fakeNix struct {
 	version string
 	store   string
@@ -47,7 +48,7 @@ type fakeNix struct {
 	fail    string // stderr of a failing build
 }
 
-func (f *fakeNix) handler(t *testing.T, transport, sharedMemory string) execxtest.Handler {
+func (f *fakeNix) handler(t *testing.T, transport string) execxtest.Handler {
 	return func(c execxtest.Call) execxtest.Reply {
 		if len(c.Args) == 1 && c.Args[0] == "--version" {
 			return execxtest.Reply{Stdout: "nix (Nix) " + f.version + "\n"}
@@ -61,7 +62,16 @@ func (f *fakeNix) handler(t *testing.T, transport, sharedMemory string) execxtes
 		os.WriteFile(filepath.Join(vm, "bin", "run-feature-x-vm"), []byte("#!/bin/sh\n"), 0o755)
 		launcher := filepath.Join(f.store, fmt.Sprintf("build%d-launcher.json", f.builds))
 		os.WriteFile(launcher, []byte(fmt.Sprintf(`{"name":"feature-x","runScript":"bin/run-feature-x-vm","memorySize":2048,"cores":2,
-			"workspace":{"transport":%q,"mountPoint":"/workspace","tag":"workspace"},"sharedMemoryBackend":%q}`, transport, sharedMemory)), 0o644)
+			"workspace":{"transport":%q,"mountPoint":"/workspace","tag":"workspace"}}`, transport)), 0o644)
+		for i, a := range c.Args {
+			if a == "--out-link" && i+1 < len(c.Args) {
+				for j, target := range []string{vm, launcher} {
+					link := c.Args[i+1] + []string{"", "-1"}[j]
+					os.Remove(link)
+					os.Symlink(target, link)
+				}
+			}
+		}
 		return execxtest.Reply{Stdout: fmt.Sprintf(`[{"drvPath":"/nix/store/a.drv","outputs":{"out":%q}},{"drvPath":"/nix/store/b.drv","outputs":{"out":%q}}]`, vm, launcher)}
 	}
 }
@@ -78,7 +88,7 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	exe := staticBinary(t)
 	fake := execxtest.New(t)
 	nix := &fakeNix{version: "2.24.10", store: t.TempDir()}
-	fake.On("nix", nix.handler(t, "virtiofs", "launcher"))
+	fake.On("nix", nix.handler(t, "virtiofs"))
 	b := newTestBackend(t, fake, exe)
 	l, r := testVM(t, "feature/x", "k")
 	os.MkdirAll(l.RunDir(), 0o700)
@@ -95,8 +105,8 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 			build = c
 		}
 	}
-	want := []string{"--extra-experimental-features", "nix-command", "build", "--no-link", "--print-out-paths", "--json",
-		"--file", filepath.Join(l.Dir, "default.nix"), "vm", "launcher"}
+	want := []string{"--extra-experimental-features", "nix-command", "build", "--out-link", filepath.Join(l.Dir, "nix-gcroot"),
+		"--print-out-paths", "--json", "--file", filepath.Join(l.Dir, "default.nix"), "vm", "launcher"}
 	if strings.Join(build.Args, " ") != strings.Join(want, " ") {
 		t.Errorf("nix build args:\n got %q\nwant %q", build.Args, want)
 	}
@@ -104,14 +114,18 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if s == nil || s.Path != filepath.Join(nix.store, "build1-nixos-vm", "bin", "run-feature-x-vm") {
 		t.Fatalf("plan %+v", plan.Boot)
 	}
-	env := strings.Join(s.Env, " ")
-	for _, w := range []string{"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, "disk.qcow2"), "TMPDIR=" + filepath.Join(l.RunDir(), "tmp"), "USE_TMPDIR=1"} {
-		if !strings.Contains(env, w) {
-			t.Errorf("run script env lacks %s: %v", w, s.Env)
-		}
+	wantEnv := []string{"PATH=", "NIX_DISK_IMAGE=" + filepath.Join(l.Dir, "disk.qcow2"), "TMPDIR=" + filepath.Join(l.RunDir(), "tmp"), "USE_TMPDIR=1"}
+	if strings.Join(s.Env, "\n") != strings.Join(wantEnv, "\n") {
+		t.Errorf("run script env %q, want exactly %q", s.Env, wantEnv)
 	}
-	if s.SharedMemory || !plan.FixedShare {
-		t.Errorf("plan: shared memory by nixpkgs %v, fixed share %v", s.SharedMemory, plan.FixedShare)
+	if !plan.FixedShare {
+		t.Error("plan: the share is not fixed")
+	}
+	// The build is a GC root through the VM directory's out-links.
+	for i, want := range []string{filepath.Join(nix.store, "build1-nixos-vm"), filepath.Join(nix.store, "build1-launcher.json")} {
+		if got, err := os.Readlink(GCRoots(l.Dir)[i]); err != nil || got != want {
+			t.Errorf("out-link %s -> %q (%v), want %s", GCRoots(l.Dir)[i], got, err, want)
+		}
 	}
 	if len(plan.Credentials) != 1 || plan.Credentials[0].Name != "agent-vm.ssh-host-key" || plan.Credentials[0].File != l.HostKey() {
 		t.Errorf("credentials %+v", plan.Credentials)
@@ -124,12 +138,23 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if nix.builds != 1 {
 		t.Errorf("an unchanged VM was built again (%d builds)", nix.builds)
 	}
+	// Without its out-links the build is not protected from
+	// nix-collect-garbage: build again, which makes them again.
+	if err := RemoveGCRoots(l.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Readlink(GCRoots(l.Dir)[0]); nix.builds != 2 || err != nil {
+		t.Errorf("missing out-links: %d builds, link %v", nix.builds, err)
+	}
 	// A change that reaches vm.json (9p instead of virtiofs) rebuilds.
-	fake.On("nix", nix.handler(t, "9p", "none"))
+	fake.On("nix", nix.handler(t, "9p"))
 	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.Share9p}); err != nil {
 		t.Fatal(err)
 	}
-	if nix.builds != 2 {
+	if nix.builds != 3 {
 		t.Errorf("a changed vm.json did not rebuild (%d builds)", nix.builds)
 	}
 }
@@ -147,14 +172,14 @@ func TestPrepareFailuresSayWhatToDo(t *testing.T) {
 	}
 
 	old := execxtest.New(t)
-	old.On("nix", (&fakeNix{version: "2.8.0"}).handler(t, "virtiofs", "launcher"))
+	old.On("nix", (&fakeNix{version: "2.8.0"}).handler(t, "virtiofs"))
 	_, err = newTestBackend(t, old, exe).Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})
 	if err == nil || !strings.Contains(err.Error(), "too old") {
 		t.Errorf("old nix: %v", err)
 	}
 
 	failing := execxtest.New(t)
-	failing.On("nix", (&fakeNix{version: "2.24.1", fail: "error: attribute 'foo' missing\n       at /home/me/vm-config.nix:3:5"}).handler(t, "virtiofs", "launcher"))
+	failing.On("nix", (&fakeNix{version: "2.24.1", fail: "error: attribute 'foo' missing\n       at /home/me/vm-config.nix:3:5"}).handler(t, "virtiofs"))
 	_, err = newTestBackend(t, failing, exe).Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})
 	if err == nil || !strings.Contains(err.Error(), "attribute 'foo' missing") || !strings.Contains(err.Error(), "nix build -f default.nix vm") {
 		t.Errorf("failed build: %v", err)

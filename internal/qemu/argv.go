@@ -191,14 +191,12 @@ func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode ShareMode) []st
 // nixpkgs' run-<name>-vm ends in `$QEMU_OPTS "$@"`: its arguments reach QEMU
 // verbatim, so the launcher passes these as arguments (QEMU_OPTS would be
 // word-split). The script sets memory, CPUs, disks, the forwarded ports and
-// -nographic; sharedMemory says whether it already backs RAM with shared
-// memory (nixpkgs after PR 552774), in which case a second backend would clash.
-func ScriptArgs(m Machine, accel string, mode ShareMode, sharedMemory bool) []string {
+// -nographic, and the shared memory virtiofs needs: the guest module asks
+// qemu-vm.nix for it (virtualisation.qemu.enableSharedMemory), so the
+// launcher never adds a second memory backend.
+func ScriptArgs(m Machine, accel string, mode ShareMode) []string {
 	argv := []string{"-uuid", m.UUID}
 	argv = append(argv, scriptAccelArgs(accel)...)
-	if mode == ShareVirtiofs && !sharedMemory {
-		argv = append(argv, sharedMemoryArgs(m.MemoryMiB)...)
-	}
 	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock))...)
 	argv = append(argv, credentialArgs(m.Credentials)...)
 	argv = append(argv, consoleArgs(m)...)

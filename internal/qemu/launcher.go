@@ -142,8 +142,8 @@ func (l *Launcher) detached(m Machine, b Boot, accel string, mode ShareMode) exe
 		return execx.Detached{Path: l.Arch.Binary, Args: DirectArgv(l.Arch, m, b.Direct, accel, mode),
 			StdoutPath: m.QEMULogPath()}
 	}
-	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode, b.Script.SharedMemory),
-		Env: b.Script.Env, StdoutPath: m.QEMULogPath()}
+	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode),
+		Env: b.Script.Env, ExactEnv: true, StdoutPath: m.QEMULogPath()}
 }
 
 // checkForwards fails early, with a clear message, when a forwarded port is

@@ -79,13 +79,14 @@ type Disk struct {
 }
 
 // Script is a program that starts QEMU itself (nixpkgs' run-<name>-vm) and
-// passes its arguments on to QEMU. Its own command line already sets memory,
-// CPUs, disks and the forwarded ports.
+// passes its arguments on to QEMU. Its own command line already sets memory
+// (shared memory for virtiofs included), CPUs, disks and the forwarded ports.
 type Script struct {
 	Path string
-	Env  []string // e.g. NIX_DISK_IMAGE, TMPDIR, USE_TMPDIR
-	// SharedMemory: the script already backs guest RAM with shared memory.
-	SharedMemory bool
+	// Env is the script's whole environment: nothing of the caller's is
+	// inherited, since the run script reads variables (SHARED_DIR,
+	// QEMU_OPTS, QEMU_NET_OPTS, ...) that would change the VM.
+	Env []string
 }
 
 // Files the launcher keeps in RunDir and LogsDir.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -67,6 +68,12 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 			}
 		}
 		m.removeSocketDir(e)
+	}
+	// The nix out-links first: should removing the directory stop half way
+	// (it is renamed into .trash, then deleted), they would keep the VM's
+	// system from nix-collect-garbage.
+	if err := nixos.RemoveGCRoots(e.Layout.Dir); err != nil {
+		return nil, fmt.Errorf("removing the VM's nix GC roots: %w", err)
 	}
 	if err := m.Root.Remove(e.Slug); err != nil {
 		return nil, err

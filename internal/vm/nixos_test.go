@@ -3,9 +3,11 @@ package vm_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,7 +60,14 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 		os.MkdirAll(filepath.Dir(runScript), 0o755)
 		os.WriteFile(runScript, []byte("#!/bin/sh\n"), 0o755)
 		launcher := filepath.Join(store, "launcher.json")
-		os.WriteFile(launcher, []byte(`{"runScript":"bin/run-feature-x-vm","workspace":{"transport":"9p"},"sharedMemoryBackend":"none"}`), 0o644)
+		os.WriteFile(launcher, []byte(`{"runScript":"bin/run-feature-x-vm","workspace":{"transport":"9p"}}`), 0o644)
+		// As nix build --out-link L does for two installables: L and L-1.
+		for i, a := range c.Args {
+			if a == "--out-link" && i+1 < len(c.Args) {
+				os.Symlink(filepath.Join(store, "vm"), c.Args[i+1])
+				os.Symlink(launcher, c.Args[i+1]+"-1")
+			}
+		}
 		return execxtest.Reply{Stdout: fmt.Sprintf(`[{"outputs":{"out":%q}},{"outputs":{"out":%q}}]`, filepath.Join(store, "vm"), launcher)}
 	})
 	fake.On("run-feature-x-vm", func(execxtest.Call) execxtest.Reply { return execxtest.Reply{ExitCode: 1} })
@@ -94,15 +103,26 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 	if build == nil || run == nil {
 		t.Fatalf("calls: %+v", fake.Calls())
 	}
-	if got := strings.Join(build.Args, " "); got != "--extra-experimental-features nix-command build --no-link --print-out-paths --json --file "+filepath.Join(l.Dir, "default.nix")+" vm launcher" {
+	if got := strings.Join(build.Args, " "); got != "--extra-experimental-features nix-command build --out-link "+filepath.Join(l.Dir, "nix-gcroot")+" --print-out-paths --json --file "+filepath.Join(l.Dir, "default.nix")+" vm launcher" {
 		t.Errorf("nix build: %s", got)
 	}
-	env := strings.Join(run.Env, "\n")
-	for _, want := range []string{"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, "disk.qcow2"), "TMPDIR=" + filepath.Join(l.RunDir(), "tmp"), "USE_TMPDIR=1"} {
-		if !strings.Contains(env, want) {
-			t.Errorf("run script env lacks %s:\n%s", want, env)
+	// The out-links (GC roots) point at the build's outputs.
+	for link, want := range map[string]string{"nix-gcroot": filepath.Join(store, "vm"), "nix-gcroot-1": filepath.Join(store, "launcher.json")} {
+		if got, err := os.Readlink(filepath.Join(l.Dir, link)); err != nil || got != want {
+			t.Errorf("out-link %s -> %q (%v), want %s", link, got, err, want)
 		}
 	}
+	// The run script's whole environment, nothing inherited from ours.
+	wantEnv := []string{
+		"PATH=", // the test backend's Getenv has no PATH
+		"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, "disk.qcow2"),
+		"TMPDIR=" + filepath.Join(l.RunDir(), "tmp"),
+		"USE_TMPDIR=1",
+	}
+	if !run.ExactEnv || !slices.Equal(run.Env, wantEnv) {
+		t.Errorf("run script env (exact %v):\n%q\nwant exactly\n%q", run.ExactEnv, run.Env, wantEnv)
+	}
+	env := strings.Join(run.Env, "\n")
 	args := strings.Join(run.Args, " ")
 	for _, want := range []string{
 		"-uuid " + rec.ID,
@@ -124,6 +144,55 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 	if strings.Contains(args+env, strings.TrimSpace(string(tok))) || strings.Contains(args+env, "PRIVATE KEY") || len(key) == 0 {
 		t.Error("a secret's value is on the run script's command line or environment")
 	}
+}
+
+// TestNixOSDestroyRemovesTheGCRoots: destroy leaves no out-link behind,
+// anywhere under the state directory, so nix may collect the VM's system.
+func TestNixOSDestroyRemovesTheGCRoots(t *testing.T) {
+	repo := tu.Repo(t, false)
+	root, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := execxtest.New(t).Installed("git", "/usr/bin/git")
+	fake.On("git", func(c execxtest.Call) execxtest.Reply {
+		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "git", Args: c.Args, Env: c.Env})
+		r := execxtest.Reply{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode}
+		if err != nil && res.ExitCode <= 0 {
+			r.Err = err
+		}
+		return r
+	})
+	launcher, _ := qemu.NewLauncher(fake, hclog.NewNullLogger())
+	exe := staticTestBinary(t)
+	nixpkgs := t.TempDir()
+	os.MkdirAll(filepath.Join(nixpkgs, "nixos", "lib"), 0o755)
+	os.WriteFile(filepath.Join(nixpkgs, "nixos", "lib", "eval-config.nix"), nil, 0o644)
+	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Nixpkgs: nixpkgs,
+		Executable: func() (string, error) { return exe, nil }}
+	m := vm.New(root, fake, hclog.NewNullLogger(), launcher, be)
+	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {
+		t.Fatal(err)
+	}
+	// What a build left: the two out-links into the store.
+	l := root.Layout("feature-x")
+	store := t.TempDir()
+	for _, p := range nixos.GCRoots(l.Dir) {
+		if err := os.Symlink(store, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Destroy(context.Background(), "feature/x", true); err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(root.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&fs.ModeSymlink != 0 {
+			if dst, _ := os.Readlink(p); dst == store {
+				t.Errorf("out-link %s survived destroy", p)
+			}
+		}
+		return nil
+	})
 }
 
 // staticTestBinary builds a static program to stand in for agent-vm as the

@@ -1,0 +1,76 @@
+package nix_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// package.nix and devshell.nix name Go 1.26 (go.mod's `go 1.26.0`), so the
+// flake never builds with whatever Go nixpkgs makes its default.
+func TestGoIsNamedExplicitly(t *testing.T) {
+	root := repoRoot(t)
+	var got struct {
+		Package  []string `json:"package"`
+		Devshell []string `json:"devshell"`
+	}
+	evalJSON(t, root, `{
+		package = builtins.attrNames (builtins.functionArgs (import ./nix/package.nix));
+		devshell = builtins.attrNames (builtins.functionArgs (import ./nix/devshell.nix));
+	}`, &got)
+	if !slices.Contains(got.Package, "buildGo126Module") || slices.Contains(got.Package, "buildGoModule") {
+		t.Errorf("package.nix takes %q, want buildGo126Module and not buildGoModule", got.Package)
+	}
+	if !slices.Contains(got.Devshell, "go_1_26") || slices.Contains(got.Devshell, "go") {
+		t.Errorf("devshell.nix takes %q, want go_1_26 and not go", got.Devshell)
+	}
+}
+
+// package.nix evaluated by nix with stand-ins for nixpkgs' functions: the
+// wrapper appends git, ssh, QEMU and virtiofsd to PATH (the user's own come
+// first), and both Go builds use buildGo126Module.
+func TestPackageWrapsRuntimePath(t *testing.T) {
+	root := repoRoot(t)
+	var got struct {
+		Builders []string `json:"builders"`
+		Script   string   `json:"script"`
+		Unwrap   string   `json:"unwrapped"`
+		Main     string   `json:"main"`
+	}
+	evalJSON(t, root, `
+		let
+		  stub = name: { outPath = "/stub/${name}"; };
+		  pkg = import ./nix/package.nix {
+		    lib = {
+		      fileset = { toSource = _: "/stub/src"; unions = x: x; maybeMissing = x: x; };
+		      makeBinPath = ps: builtins.concatStringsSep ":" (map (p: "${p}/bin") ps);
+		      platforms.linux = [ ];
+		    };
+		    buildGo126Module = a: a // { builder = "buildGo126Module"; outPath = "/stub/${a.pname}"; };
+		    runCommand = name: env: script: env // env.passthru // { inherit name script; };
+		    makeBinaryWrapper = stub "makeBinaryWrapper";
+		    path = "/stub/nixpkgs";
+		    git = stub "git";
+		    openssh = stub "openssh";
+		    qemu = stub "qemu";
+		    virtiofsd = stub "virtiofsd";
+		  };
+		in {
+		  builders = [ pkg.unwrapped.builder pkg.integration-test.builder ];
+		  script = pkg.script;
+		  unwrapped = pkg.unwrapped.pname;
+		  main = pkg.meta.mainProgram;
+		}`, &got)
+	for _, b := range got.Builders {
+		if b != "buildGo126Module" {
+			t.Errorf("a Go build uses %q, want buildGo126Module", b)
+		}
+	}
+	want := "makeBinaryWrapper /stub/agent-vm-unwrapped/bin/agent-vm $out/bin/agent-vm --suffix PATH : /stub/git/bin:/stub/openssh/bin:/stub/qemu/bin:/stub/virtiofsd/bin"
+	if strings.TrimSpace(got.Script) != want {
+		t.Errorf("wrapper script %q, want %q", strings.TrimSpace(got.Script), want)
+	}
+	if got.Unwrap != "agent-vm-unwrapped" || got.Main != "agent-vm" {
+		t.Errorf("unwrapped %q, mainProgram %q", got.Unwrap, got.Main)
+	}
+}
