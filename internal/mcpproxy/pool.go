@@ -79,7 +79,11 @@ func (p *Proxy) checkout(ctx context.Context, e *serverEntry, key poolKey, clien
 	defer cancel()
 	if err := s.handshake(ctx, clientInfo); err != nil {
 		s.end("the proxy's initialize failed")
-		return nil, fmt.Errorf("initializing MCP server %q: %w", e.Name, err)
+		// Not wrapped: a server that dies during the proxy's own handshake
+		// is a bad gateway (502), not a session the client lost (404,
+		// whose hint to send initialize means nothing to a 2026-07-28
+		// client). Which of the two the exit looked like was a race.
+		return nil, fmt.Errorf("initializing MCP server %q: %v", e.Name, err)
 	}
 	return s, nil
 }
