@@ -8,6 +8,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
 
@@ -34,9 +35,9 @@ func (m *Manager) Doctor(ctx context.Context, imageDir string) DoctorReport {
 	var r DoctorReport
 	add := func(c Check) bool { r.Checks = append(r.Checks, c); return c.OK }
 
-	add(m.program(ctx, "git", []string{"--version"}, "install git (Debian: apt-get install git)"))
-	qemuOK := add(m.program(ctx, m.Launcher.Arch.Binary, []string{"--version"}, "install QEMU (Debian: apt-get install qemu-system-x86 qemu-utils)"))
-	add(m.program(ctx, "qemu-img", []string{"--version"}, "install qemu-img (Debian: apt-get install qemu-utils)"))
+	add(m.program(ctx, "git", []string{"--version"}, installHint("git")))
+	qemuOK := add(m.program(ctx, m.Launcher.Arch.Binary, []string{"--version"}, installHint(m.Launcher.Arch.Binary)))
+	add(m.program(ctx, "qemu-img", []string{"--version"}, installHint("qemu-img")))
 	if v, err := m.FindVirtiofsd(ctx); err != nil {
 		add(Check{Name: "virtiofsd", Detail: "not found: the workspace is shared over 9p (slower for many small files)", Hint: "install virtiofsd (Debian 12: qemu-system-common; newer: virtiofsd)"})
 	} else {
@@ -62,7 +63,7 @@ func (m *Manager) Doctor(ctx context.Context, imageDir string) DoctorReport {
 		add(Check{Name: "base image", Detail: "none in " + imageDir,
 			Hint: "build it: `sudo agent-vm image build` (about 2 minutes), or `agent-vm image pull debian-12` and create VMs with --image"})
 	}
-	mmde := m.program(ctx, "mmdebstrap", []string{"--version"}, "to build images: apt-get install mmdebstrap e2fsprogs")
+	mmde := m.program(ctx, "mmdebstrap", []string{"--version"}, "to build images: "+installHint("mmdebstrap"))
 	if mmde.OK && os.Geteuid() != 0 {
 		mmde.Detail += "; building images needs root"
 	}
@@ -73,6 +74,16 @@ func (m *Manager) Doctor(ctx context.Context, imageDir string) DoctorReport {
 	add(nix)
 	r.VMReady = qemuOK && r.Image != ""
 	return r
+}
+
+// installHint says how to get a program: setup, and its package from
+// hostpkgs' list (the one place that names packages).
+func installHint(name string) string {
+	p, err := hostpkgs.Lookup(name)
+	if err != nil {
+		return "install " + name
+	}
+	return "`sudo agent-vm setup` installs it (" + p.PackageHint() + ")"
 }
 
 // program checks that a program runs and reports its version line.
