@@ -242,7 +242,15 @@ func (m *Manager) allocatePorts(ctx context.Context, mcp int, rec *state.Record,
 
 // takenPorts maps every port some VM record (or a create in progress)
 // holds to a description of its owner.
+//
+// A create commits (renames its staging directory into place) without the
+// ports lock, so the two reads must come in the one order that cannot miss
+// it: creates in progress first, then the VM directories. A create that
+// commits between the reads is in the second; one that commits before the
+// first is in the second too; one still staging is in the first.
 func (m *Manager) takenPorts() (map[int]string, error) {
+	staged := m.Root.StagedRecords()
+	betweenPortReads()
 	entries, err := m.Root.List()
 	if err != nil {
 		return nil, err
@@ -252,16 +260,20 @@ func (m *Manager) takenPorts() (map[int]string, error) {
 		taken[r.Ports.SSH] = fmt.Sprintf("%s %q (ssh)", what, r.Branch)
 		taken[r.Ports.MCP] = fmt.Sprintf("%s %q (mcp)", what, r.Branch)
 	}
+	for _, r := range staged {
+		add(r, "the VM being created for branch")
+	}
 	for _, e := range entries {
 		if e.Record != nil {
 			add(e.Record, "the VM of branch")
 		}
 	}
-	for _, r := range m.Root.StagedRecords() {
-		add(r, "the VM being created for branch")
-	}
 	return taken, nil
 }
+
+// betweenPortReads lets a test commit a create between takenPorts' two
+// reads, the interleaving that once handed two VMs the same ports.
+var betweenPortReads = func() {}
 
 // writeSecrets makes the client key, the guest's host key, the pinned
 // known_hosts line and the MCP bearer token.
