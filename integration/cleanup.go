@@ -21,32 +21,40 @@ const cleanupTimeout = 2 * time.Minute
 // or virtiofsd still running after destroy (it is killed, and reported).
 func (s *S) cleanup(ctx context.Context) (summary string, err error) {
 	var problems []error
-	existing := map[string]vmStatus{}
 	res := s.av.run(ctx, call{args: []string{"list", "--json"}})
 	list, _, lerr := parseList([]byte(res.Stdout))
 	if res.ExitCode != 0 || lerr != nil {
 		problems = append(problems, fmt.Errorf("`%s`: %s %s", res.Short(), res.Outcome(), lastLine(res.Stderr)))
 	}
-	for _, st := range list {
-		existing[st.Branch] = st
+	find := func(v vmRef) (vmStatus, bool) {
+		for _, st := range list {
+			if st.Branch == v.Branch && (v.Dir == "" || samePath(st.Git.Source, v.Dir)) {
+				return st, true
+			}
+		}
+		return vmStatus{}, false
 	}
 	stopped, destroyed := 0, 0
-	mine := s.branches()
+	mine := s.made()
 	for i := len(mine) - 1; i >= 0; i-- {
-		b := mine[i]
-		st, ok := existing[b]
+		v := mine[i]
+		st, ok := find(v)
 		if !ok && lerr == nil {
 			continue // destroyed by the scenario itself
 		}
 		if ok && st.State != "stopped" && st.State != "invalid" {
-			res := s.av.run(ctx, call{args: []string{"stop", b}, timeout: stopTimeout * s.scale})
+			c := v.call("stop")
+			c.timeout = stopTimeout * s.scale
+			res := s.av.run(ctx, c)
 			if res.ExitCode != 0 {
 				problems = append(problems, fmt.Errorf("`%s`: %s %s", res.Short(), res.Outcome(), lastLine(res.Stderr)))
 			} else {
 				stopped++
 			}
 		}
-		res := s.av.run(ctx, call{args: []string{"destroy", "--force", b}, timeout: stopTimeout * s.scale})
+		c := v.call("destroy", "--force")
+		c.timeout = stopTimeout * s.scale
+		res := s.av.run(ctx, c)
 		if res.ExitCode != 0 {
 			problems = append(problems, fmt.Errorf("`%s`: %s %s", res.Short(), res.Outcome(), lastLine(res.Stderr)))
 		} else {
@@ -96,14 +104,17 @@ func (s *S) keep(ctx context.Context) {
 	fmt.Fprintf(&b, "kept for debugging (--keep):\n")
 	fmt.Fprintf(&b, "  files:     %s\n", s.dir)
 	sd := shellQuote(s.av.stateDir)
-	for _, br := range s.branches() {
-		res := s.av.run(ctx, call{args: []string{"status", "--json", br}})
+	for _, v := range s.made() {
+		res := s.av.run(ctx, v.call("status", "--json"))
 		if res.ExitCode != 0 {
 			continue
 		}
-		q := shellQuote(br)
-		fmt.Fprintf(&b, "  VM %s: agent-vm --state-dir %s status %s   (logs, shell, exec work the same way)\n", br, sd, q)
-		fmt.Fprintf(&b, "    remove it: agent-vm --state-dir %s destroy --force %s\n", sd, q)
+		q, cd := shellQuote(v.Branch), ""
+		if v.Dir != "" {
+			cd = "cd " + shellQuote(v.Dir) + " && "
+		}
+		fmt.Fprintf(&b, "  VM %s: %sagent-vm --state-dir %s status %s   (logs, shell, exec work the same way)\n", v.Branch, cd, sd, q)
+		fmt.Fprintf(&b, "    remove it: %sagent-vm --state-dir %s destroy --force %s\n", cd, sd, q)
 	}
 	s.rep.detail(b.String())
 }

@@ -265,7 +265,7 @@ func (r *run) sweep(ctx context.Context) error {
 			continue
 		}
 		left = append(left, fmt.Sprintf("VM %q (%s)", st.Branch, st.State))
-		s.register(st.Branch)
+		s.register(st.Branch, st.Git.Source)
 	}
 	if len(left) == 0 {
 		return nil

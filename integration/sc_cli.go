@@ -63,6 +63,7 @@ func runCLI(ctx context.Context, s *S) {
 	})
 	s.Step(ctx, "hostile branch names work or fail cleanly", func() error { return checkHostileNames(ctx, s, rp) })
 	s.Step(ctx, "a branch whose slug another VM has is refused", func() error { return checkSlugCollision(ctx, s, rp) })
+	s.Step(ctx, "two repositories each have a main VM, kept apart", func() error { return checkTwoRepositories(ctx, s, rp) })
 	s.Step(ctx, "an unknown VM is an error with a hint", func() error { return checkUnknownVM(ctx, s) })
 	s.Step(ctx, "bad flags, arguments and commands are usage errors", func() error { return checkUsageErrors(ctx, s) })
 	s.Step(ctx, "commands work as the usage lines and hints print them", func() error { return checkAsPrinted(ctx, s, rp) })
@@ -118,7 +119,7 @@ func checkList(ctx context.Context, s *S, st *vmStatus) error {
 	if err != nil {
 		return failf(res, "%v", err)
 	}
-	wantHeader := []string{"BRANCH", "BACKEND", "STATE", "SSH", "MCP", "CREATED"}
+	wantHeader := []string{"BRANCH", "REPO", "NAME", "BACKEND", "STATE", "SSH", "MCP", "CREATED"}
 	if len(header) < len(wantHeader) || strings.Join(header[:len(wantHeader)], " ") != strings.Join(wantHeader, " ") {
 		return failf(res, "the table's columns are %q, want %q", header, wantHeader)
 	}
@@ -131,7 +132,7 @@ func checkList(ctx context.Context, s *S, st *vmStatus) error {
 	if row == nil {
 		return failf(res, "the table has no row for %q", st.Branch)
 	}
-	for col, want := range map[string]string{"BACKEND": st.Backend, "STATE": "stopped",
+	for col, want := range map[string]string{"NAME": st.Slug, "BACKEND": st.Backend, "STATE": "stopped",
 		"SSH": strconv.Itoa(st.Ports.SSH), "MCP": strconv.Itoa(st.Ports.MCP)} {
 		if row[col] != want {
 			return failf(res, "the %s column of %q says %q, want %q", col, st.Branch, row[col], want)

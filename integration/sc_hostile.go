@@ -226,3 +226,66 @@ func checkSlugCollision(ctx context.Context, s *S, rp *repo) error {
 	}
 	return checkGone(ctx, s, first, st.Paths.Dir)
 }
+
+// checkTwoRepositories: a VM belongs to a repository and a branch. Two
+// repositories each get a VM for main; commands run in one see only its
+// own; from outside any repository "main" means both and is refused, listing
+// them; destroy with no BRANCH in the second removes its VM, never the first's.
+func checkTwoRepositories(ctx context.Context, s *S, rp *repo) error {
+	dir, err := s.tempDir("second-repo")
+	if err != nil {
+		return err
+	}
+	other, err := newRepo(ctx, dir, nil)
+	if err != nil {
+		return err
+	}
+	repos := []string{rp.Dir, other.Dir}
+	for _, d := range repos {
+		if _, err := s.create(ctx, d, "main"); err != nil {
+			return err
+		}
+	}
+	slugs := map[string]string{}
+	for _, d := range repos {
+		res := s.call(ctx, call{args: []string{"status", "--json"}, dir: d}) // no BRANCH: the checkout's
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		st, err := parseStatus([]byte(res.Stdout), statusKeys())
+		if err != nil {
+			return failf(res, "%v", err)
+		}
+		if st.Branch != "main" || !samePath(st.Git.Source, d) {
+			return failf(res, "status in %s describes branch %q of %s, want main of %s", d, st.Branch, st.Git.Source, d)
+		}
+		slugs[d] = st.Slug
+	}
+	if slugs[rp.Dir] == slugs[other.Dir] {
+		return failf(nil, "both repositories' main VMs are named %q", slugs[rp.Dir])
+	}
+	res := s.agentVM(ctx, "status", "main") // outside any repository
+	if err := want(res, 1); err != nil {
+		return err
+	}
+	for _, d := range repos {
+		if !strings.Contains(res.Stderr, slugs[d]) || !strings.Contains(res.Stderr, d) {
+			return failf(res, "the refusal of an ambiguous name does not list VM %s of %s", slugs[d], d)
+		}
+	}
+	if err := want(s.call(ctx, call{args: []string{"destroy", "--force"}, dir: other.Dir}), 0); err != nil {
+		return err
+	}
+	res = s.call(ctx, call{args: []string{"destroy", "--force", "main"}, dir: other.Dir})
+	if err := want(res, 1); err != nil {
+		return err
+	}
+	if !strings.Contains(res.Stderr, rp.Dir) {
+		return failf(res, "destroy main in a repository without one does not name the repository that has one (%s)", rp.Dir)
+	}
+	res = s.call(ctx, call{args: []string{"status", "--json", "main"}, dir: rp.Dir})
+	if err := want(res, 0); err != nil {
+		return failf(res, "the first repository's main VM is gone after destroys in the second")
+	}
+	return want(s.call(ctx, call{args: []string{"destroy", "--force", "main"}, dir: rp.Dir}), 0)
+}

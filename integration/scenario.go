@@ -47,9 +47,9 @@ type S struct {
 	interrupted func() bool
 
 	mu      sync.Mutex
-	vms     []string // branches created, for cleanup and serial logs
-	last    *Result  // the latest agent-vm call of the running step
-	note    string   // what the running step wants said on its line
+	vms     []vmRef // VMs created, for cleanup and serial logs
+	last    *Result // the latest agent-vm call of the running step
+	note    string  // what the running step wants said on its line
 	failed  bool
 	stopped bool // a step failed: the rest are not run
 }
@@ -160,22 +160,33 @@ func (s *S) ok(ctx context.Context, args ...string) (*Result, error) {
 	return res, want(res, 0)
 }
 
+// vmRef names a VM as a user would: its branch, from the repository it
+// belongs to (agent-vm resolves branch names within the repository it runs
+// in; "" runs it outside any repository).
+type vmRef struct {
+	Branch string
+	Dir    string
+}
+
+// call is a call about this VM, from its repository.
+func (v vmRef) call(args ...string) call { return call{args: append(args, v.Branch), dir: v.Dir} }
+
 // register records a VM the scenario made, for cleanup.
-func (s *S) register(branch string) {
+func (s *S) register(branch, dir string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, b := range s.vms {
-		if b == branch {
+	for _, v := range s.vms {
+		if v.Branch == branch && v.Dir == dir {
 			return
 		}
 	}
-	s.vms = append(s.vms, branch)
+	s.vms = append(s.vms, vmRef{Branch: branch, Dir: dir})
 }
 
-func (s *S) branches() []string {
+func (s *S) made() []vmRef {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]string(nil), s.vms...)
+	return append([]vmRef(nil), s.vms...)
 }
 
 // tempDir makes a fresh directory inside the scenario's own.

@@ -37,7 +37,7 @@ func (s *S) tryCreate(ctx context.Context, repoDir string, branchArgs ...string)
 		if b, ok := strings.CutPrefix(branch, "--branch="); ok {
 			branch = b
 		}
-		s.register(branch)
+		s.register(branch, repoDir)
 	}
 	return res
 }
@@ -178,8 +178,9 @@ func (s *S) waitState(ctx context.Context, branch, want string, timeout time.Dur
 // serialTails prints the tail of each VM's serial console: what the guest
 // said, for a failed VM scenario.
 func (s *S) serialTails(ctx context.Context) {
-	for _, b := range s.branches() {
-		res := s.av.run(ctx, call{args: []string{"status", "--json", b}})
+	for _, v := range s.made() {
+		b := v.Branch
+		res := s.av.run(ctx, v.call("status", "--json"))
 		st, err := parseStatus([]byte(res.Stdout), nil)
 		if res.ExitCode != 0 || err != nil || st.Paths.ConsoleLog == "" {
 			continue

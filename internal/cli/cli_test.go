@@ -31,17 +31,20 @@ type result struct {
 	stderr string
 }
 
-// agentVM runs the CLI in process, in dir, with the state dir given.
+// agentVM runs the CLI in process, in dir, with the state dir given. An
+// empty dir is a directory outside any git repository (the test's own
+// working directory is inside agent-vm's checkout).
 func agentVM(t *testing.T, dir, stateDir string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
 	wd, _ := os.Getwd()
-	if dir != "" {
-		if err := os.Chdir(dir); err != nil {
-			t.Fatal(err)
-		}
-		defer os.Chdir(wd)
+	if dir == "" {
+		dir = t.TempDir()
 	}
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
 	env := map[string]string{"HOME": os.Getenv("HOME"), "NO_COLOR": "1"}
 	code := Main(context.Background(), append([]string{"agent-vm", "--state-dir", stateDir}, args...),
 		IO{In: os.Stdin, Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }})
@@ -533,5 +536,104 @@ func TestZshAndFishCompletionScriptsParse(t *testing.T) {
 		if out, err := exec.Command(prog, append(check[1:], f)...).CombinedOutput(); err != nil {
 			t.Errorf("%s completion does not parse: %v\n%s", shell, err, out)
 		}
+	}
+}
+
+// TestVMsBelongToTheirRepository: two repositories each have a VM for
+// "main"; names resolve within the repository a command runs in, and from
+// outside any repository only when they name one VM.
+func TestVMsBelongToTheirRepository(t *testing.T) {
+	a, b := tu.Repo(t, false), tu.Repo(t, false)
+	st := t.TempDir()
+	mustRun(t, a, st, "create", "--backend", "qemu")
+	r := mustRun(t, b, st, "create", "--backend", "qemu")
+	if !strings.Contains(r.stdout, "created VM main-") {
+		t.Errorf("the second repository's main VM should get a name of its own:\n%s", r.stdout)
+	}
+	slugIn := func(dir string, args ...string) string {
+		t.Helper()
+		var info map[string]any
+		out := mustRun(t, dir, st, append([]string{"status", "--json"}, args...)...).stdout
+		if err := json.Unmarshal([]byte(out), &info); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return info["slug"].(string)
+	}
+	bSlug := slugIn(b)
+	if got := slugIn(a); got != "main" {
+		t.Errorf("status in repository A: VM %q, want main", got)
+	}
+	if got := slugIn(a, "main"); got != "main" {
+		t.Errorf("status main in repository A: VM %q, want main", got)
+	}
+	if got := slugIn(b, "main"); got != bSlug || bSlug == "main" {
+		t.Errorf("status main in repository B: VM %q, want B's own (%s)", got, bSlug)
+	}
+	// A worktree of A is repository A.
+	wt := filepath.Join(t.TempDir(), "wt")
+	tu.Git(t, a, "worktree", "add", "--quiet", "-b", "side", wt)
+	if got := slugIn(wt, "main"); got != "main" {
+		t.Errorf("status main in a worktree of A: VM %q, want main", got)
+	}
+	// From outside any repository "main" names two VMs: refused, listing both.
+	r = agentVM(t, "", st, "status", "main")
+	if r.code != 1 || !strings.Contains(r.stderr, "more than one VM") || !strings.Contains(r.stderr, a) || !strings.Contains(r.stderr, b) {
+		t.Errorf("ambiguous name outside a repository: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := slugIn("", bSlug); got != bSlug {
+		t.Errorf("status %s outside a repository: VM %q", bSlug, got)
+	}
+	// destroy with no BRANCH in B destroys B's VM, never A's.
+	mustRun(t, b, st, "destroy")
+	if got := slugIn(a); got != "main" {
+		t.Errorf("A's VM after destroy in B: %q", got)
+	}
+	r = agentVM(t, b, st, "destroy", "main")
+	if r.code != 1 || !strings.Contains(r.stderr, "other repositories") || !strings.Contains(r.stderr, a) {
+		t.Errorf("destroy main in B once B has none: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := slugIn(a); got != "main" {
+		t.Errorf("A's VM after a refused destroy in B: %q", got)
+	}
+	// The VM's own workspace belongs to its repository.
+	if got := slugIn(filepath.Join(st, "main", "workspace"), "main"); got != "main" {
+		t.Errorf("status in A's VM workspace: VM %q", got)
+	}
+}
+
+// TestRecordsWithoutARepositoryStillResolve: a record written before VMs
+// had a repository gets it from the checkout it was created from.
+func TestRecordsWithoutARepositoryStillResolve(t *testing.T) {
+	a, b := tu.Repo(t, false), tu.Repo(t, false)
+	st := t.TempDir()
+	mustRun(t, a, st, "create", "--backend", "qemu")
+	cfg := filepath.Join(st, "main", state.RecordFile)
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	delete(rec["git"].(map[string]any), "repo")
+	raw, _ = json.Marshal(rec)
+	if err := os.WriteFile(cfg, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r := agentVM(t, b, st, "status")
+	if r.code != 1 || !strings.Contains(r.stderr, "other repositories") {
+		t.Errorf("status in B of A's old-style VM: exit %d\n%s", r.code, r.stderr)
+	}
+	mustRun(t, b, st, "create", "--backend", "qemu")
+	mustRun(t, a, st, "status", "main")
+	saved, err := state.ReadRecord(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := filepath.EvalSymlinks(filepath.Join(a, ".git"))
+	if saved.Git.Repo != want {
+		t.Errorf("the old record's repository: saved %q, want %q", saved.Git.Repo, want)
 	}
 }

@@ -101,7 +101,7 @@ func vmCompletion(stdio IO) cli.BashCompleteFunc {
 		if err != nil {
 			return
 		}
-		entries, _ := m.Root.List()
+		entries, _ := m.List(cliCtx.Context)
 		for _, e := range entries {
 			if e.Record != nil {
 				fmt.Fprintln(stdio.Out, e.Record.Branch)

@@ -63,6 +63,7 @@ func (e *env) manager() (*vm.Manager, error) {
 	}
 	m := vm.New(root, e.run, e.log, launcher, e.backends()...)
 	m.Accel = e.probeAccel
+	m.WorkDir, _ = os.Getwd() // "" (outside any repository) if it is gone
 	return m, nil
 }
 

@@ -76,7 +76,7 @@ func imageCommand(stdio IO) *cli.Command {
 					if err := noArgs(cliCtx); err != nil {
 						return err
 					}
-					entries, err := m.Root.List()
+					entries, err := m.List(cliCtx.Context)
 					if err != nil {
 						return err
 					}

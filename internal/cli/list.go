@@ -2,6 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
@@ -20,7 +23,7 @@ func listCommand(stdio IO) *cli.Command {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
-			entries, err := m.Root.List()
+			entries, err := m.List(cliCtx.Context)
 			if err != nil {
 				return err
 			}
@@ -38,20 +41,32 @@ func listCommand(stdio IO) *cli.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "BRANCH\tBACKEND\tSTATE\tSSH\tMCP\tCREATED\t")
+			fmt.Fprintln(tw, "BRANCH\tREPO\tNAME\tBACKEND\tSTATE\tSSH\tMCP\tCREATED\t")
 			for _, i := range infos {
 				if i.State == vm.StateInvalid && i.Branch == "" {
-					fmt.Fprintf(tw, "%s\t-\t%s\t-\t-\t-\t%s\n", i.Slug, i.State, i.Error)
+					fmt.Fprintf(tw, "-\t-\t%s\t-\t%s\t-\t-\t-\t%s\n", i.Slug, i.State, i.Error)
 					continue
 				}
 				note := ""
 				if i.State == vm.StateCrashed || i.State == vm.StateInvalid {
 					note = i.Detail
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", i.Branch, i.Backend, i.State, i.Ports.SSH, i.Ports.MCP,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", i.Branch, homeRel(i.Git.Source), i.Slug, i.Backend, i.State, i.Ports.SSH, i.Ports.MCP,
 					i.CreatedAt.Local().Format("2006-01-02 15:04"), note)
 			}
 			return tw.Flush()
 		}),
 	}
+}
+
+// homeRel shortens a path under the home directory to ~/...
+func homeRel(p string) string {
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" || home == "/" {
+		return p
+	}
+	if rel, err := filepath.Rel(home, p); err == nil && !strings.HasPrefix(rel, "..") {
+		return filepath.Join("~", rel)
+	}
+	return p
 }

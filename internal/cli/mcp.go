@@ -68,7 +68,7 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			en, err := m.Root.Find(name)
+			en, err := m.Find(cliCtx.Context, name)
 			if err != nil {
 				return err
 			}

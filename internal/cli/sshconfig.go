@@ -21,13 +21,13 @@ func sshConfigCommand(stdio IO) *cli.Command {
 			var entries []state.Entry
 			switch cliCtx.NArg() {
 			case 0:
-				all, err := m.Root.List()
+				all, err := m.List(cliCtx.Context)
 				if err != nil {
 					return err
 				}
 				entries = all
 			case 1:
-				en, err := m.Root.Find(cliCtx.Args().First())
+				en, err := m.Find(cliCtx.Context, cliCtx.Args().First())
 				if err != nil {
 					return err
 				}

@@ -22,7 +22,7 @@ func statusCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			en, err := m.Root.Find(name)
+			en, err := m.Find(cliCtx.Context, name)
 			if err != nil {
 				return err
 			}

@@ -56,6 +56,20 @@ func (g *Git) Toplevel(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
+// RepoID names the repository that contains dir, the same for all its
+// worktrees: the absolute path of its common git directory (for a plain
+// checkout, <toplevel>/.git), with symlinks resolved.
+func (g *Git) RepoID(ctx context.Context, dir string) (string, error) {
+	out, err := g.git(ctx, dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	if err != nil {
+		return "", fmt.Errorf("%s is not inside a git repository: %w", dir, err)
+	}
+	if real, err := filepath.EvalSymlinks(out); err == nil {
+		out = real
+	}
+	return out, nil
+}
+
 // CurrentBranch returns the branch checked out in repo.
 func (g *Git) CurrentBranch(ctx context.Context, repo string) (string, error) {
 	out, err := g.git(ctx, repo, "symbolic-ref", "--quiet", "--short", "HEAD")

@@ -69,7 +69,11 @@ type Guest struct {
 
 // Git records where the workspace came from.
 type Git struct {
-	Source      string `json:"source"`                 // the repository create ran in
+	Source string `json:"source"` // the checkout create ran in (its top level)
+	// Repo identifies the repository the VM belongs to (see gitws.RepoID):
+	// a VM is one repository's and one branch's. Records from before it
+	// existed get it from Source when first read (vm.Manager.List).
+	Repo        string `json:"repo"`
 	OriginURL   string `json:"origin_url"`             // the workspace's origin
 	UpstreamURL string `json:"upstream_url,omitempty"` // the source's own origin
 }
@@ -85,7 +89,9 @@ type Paths struct {
 // ErrNotFound is returned when a VM directory or record does not exist.
 var ErrNotFound = errors.New("not found")
 
-// notFoundError is an ErrNotFound with a message for the user.
+// NotFound is an error for the user (msg) that matches ErrNotFound.
+func NotFound(msg string) error { return notFoundError(msg) }
+
 type notFoundError string
 
 func (e notFoundError) Error() string        { return string(e) }

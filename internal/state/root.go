@@ -108,30 +108,9 @@ func (r *Root) entry(slug string) Entry {
 	return e
 }
 
-// Find resolves what a user typed (a branch name or a slug) to a VM.
-func (r *Root) Find(name string) (Entry, error) {
-	entries, err := r.List()
-	if err != nil {
-		return Entry{}, err
-	}
-	for _, e := range entries {
-		if e.Record != nil && e.Record.Branch == name {
-			return e, nil
-		}
-	}
-	for _, e := range entries {
-		if e.Slug == name {
-			return e, nil
-		}
-	}
-	if slug, err := Slug(name); err == nil {
-		for _, e := range entries {
-			if e.Slug == slug && e.Record == nil {
-				return e, nil // a broken record: let the caller report it
-			}
-		}
-	}
-	return Entry{}, notFoundError(fmt.Sprintf("no VM for branch %q in %s (hint: `agent-vm list` shows the VMs; `agent-vm create --branch %s` makes one)", name, r.Dir, name))
+// TryLockVM takes the per-VM lock if nobody holds it.
+func (r *Root) TryLockVM(slug string) (*Lock, bool, error) {
+	return TryLock(filepath.Join(r.Dir, locksDir, slug+".lock"))
 }
 
 // Staging is a VM directory being built. Nothing outside .tmp sees it until

@@ -54,7 +54,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := m.Git.CheckBranchName(ctx, branch); err != nil {
 		return nil, err
 	}
-	slug, err := state.Slug(branch)
+	repo, err := m.Git.RepoID(ctx, source)
 	if err != nil {
 		return nil, err
 	}
@@ -66,14 +66,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		return nil, err
 	}
 
-	lock, err := m.Root.LockVM(ctx, slug)
+	slug, lock, err := m.claimSlug(ctx, branch, repo)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Release()
-	if err := m.checkFree(branch, slug); err != nil {
-		return nil, err
-	}
 
 	staging, err := m.Root.BeginCreate(slug)
 	if err != nil {
@@ -86,7 +83,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		}
 	}()
 	rec := m.newRecord(o, branch, slug, be.Name())
-	rec.Git.Source = source
+	rec.Git.Source, rec.Git.Repo = source, repo
 	l := staging.Layout
 	if err := makeDirs(l); err != nil {
 		return nil, err
@@ -158,22 +155,74 @@ func checkCreateFlags(o CreateOptions, backend string) error {
 	return nil
 }
 
-// checkFree refuses a branch whose slug is taken, by itself (already exists)
-// or by another branch (the slugs collide). The caller holds the VM lock.
-func (m *Manager) checkFree(branch, slug string) error {
+// claimSlug picks the name of the new VM for branch of repo and takes that
+// name's lock: the branch's slug, or, when a VM of another repository has
+// that, the slug with a short hash of the repository (repoSlug). It refuses
+// when repo already has a VM for branch, or another of its branches maps to
+// the same slug.
+func (m *Manager) claimSlug(ctx context.Context, branch, repo string) (string, *state.Lock, error) {
+	base, err := state.Slug(branch)
+	if err != nil {
+		return "", nil, err
+	}
+	// A VM made while another repository held the plain slug keeps the
+	// hashed one after that VM is gone; look for it by branch first.
+	entries, err := m.List(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, e := range entries {
+		if e.Record != nil && e.Record.Branch == branch && e.Record.Git.Repo == repo {
+			return "", nil, existsError(branch, e.Slug)
+		}
+	}
+	for _, slug := range []string{base, repoSlug(base, repo)} {
+		lock, err := m.Root.LockVM(ctx, slug)
+		if err != nil {
+			return "", nil, err
+		}
+		err = m.checkFree(ctx, branch, repo, slug)
+		if err == nil {
+			return slug, lock, nil
+		}
+		lock.Release()
+		if !errors.Is(err, errOtherRepo) {
+			return "", nil, err
+		}
+	}
+	return "", nil, fmt.Errorf("the VM names %q and %q are both taken by other repositories' VMs (hint: `agent-vm list` shows them; destroy one, or use another branch name)", base, repoSlug(base, repo))
+}
+
+// errOtherRepo: the slug belongs to a VM of another repository.
+var errOtherRepo = errors.New("the name is another repository's")
+
+// checkFree refuses a slug that is taken, by this branch of repo (already
+// exists) or by another of its branches (the slugs collide); a slug of
+// another repository's VM is errOtherRepo. The caller holds the VM lock.
+func (m *Manager) checkFree(ctx context.Context, branch, repo, slug string) error {
 	l := m.Root.Layout(slug)
 	if _, err := os.Lstat(l.Dir); os.IsNotExist(err) {
 		return nil
 	}
 	rec, err := state.ReadRecord(l.Record())
-	switch {
-	case err != nil:
+	if err != nil {
 		return fmt.Errorf("VM directory %s already exists but is unreadable: %v (hint: `agent-vm destroy %s --force` removes it): %w", l.Dir, err, slug, ErrExists)
+	}
+	if rec.Git.Repo == "" {
+		m.migrateRepo(ctx, state.Entry{Slug: slug, Layout: l, Record: rec})
+	}
+	switch {
+	case rec.Git.Repo != repo:
+		return errOtherRepo
 	case rec.Branch == branch:
-		return fmt.Errorf("a VM for branch %q already exists (hint: `agent-vm start %s` starts it; `agent-vm destroy %s` removes it): %w", branch, slug, slug, ErrExists)
+		return existsError(branch, slug)
 	default:
 		return fmt.Errorf("branch %q would use the VM name %q, which branch %q already uses (hint: destroy that VM first, or use a branch name that differs in more than case and punctuation): %w", branch, slug, rec.Branch, ErrExists)
 	}
+}
+
+func existsError(branch, slug string) error {
+	return fmt.Errorf("a VM for branch %q of this repository already exists (hint: `agent-vm start %s` starts it; `agent-vm destroy %s` removes it): %w", branch, slug, slug, ErrExists)
 }
 
 func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *state.Record {

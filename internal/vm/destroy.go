@@ -33,7 +33,7 @@ type DestroyResult struct {
 // and leaves the VM as it was) or force is set. Nothing outside the VM's
 // directory is ever removed.
 func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*DestroyResult, error) {
-	e, err := m.Root.Find(name)
+	e, err := m.Find(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ const GuestWorkspace = "/workspace"
 
 // connect opens an SSH connection to a running VM with the pinned host key.
 func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string, error) {
-	e, err := m.Root.Find(name)
+	e, err := m.Find(ctx, name)
 	if err != nil {
 		return nil, "", err
 	}

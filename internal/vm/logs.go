@@ -24,7 +24,7 @@ type LogsOptions struct {
 // journal. With Follow it keeps writing both as they grow, each line
 // prefixed with its source, until ctx ends.
 func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.Writer) error {
-	e, err := m.Root.Find(name)
+	e, err := m.Find(ctx, name)
 	if err != nil {
 		return err
 	}

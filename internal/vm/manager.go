@@ -45,6 +45,9 @@ type Manager struct {
 	Launcher *qemu.Launcher
 	// Accel decides between KVM and TCG (a cached real probe).
 	Accel func(ctx context.Context) accel.Result
+	// WorkDir is the directory the command runs in: its repository scopes
+	// the names Find resolves. "" means outside any repository.
+	WorkDir string
 	// FindVirtiofsd finds virtiofsd; an error means 9p.
 	FindVirtiofsd func(ctx context.Context) (*qemu.Virtiofsd, error)
 }

@@ -257,7 +257,7 @@ func indent(s string) string {
 
 // lockedEntry finds a VM with a readable record and takes its lock.
 func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
-	e, err := m.Root.Find(name)
+	e, err := m.Find(ctx, name)
 	if err != nil {
 		return state.Entry{}, nil, err
 	}

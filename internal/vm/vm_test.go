@@ -89,7 +89,7 @@ func create(t *testing.T, m *vm.Manager, branch string) state.Entry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := m.Root.Find(branch)
+	e, err := m.Find(context.Background(), branch)
 	if err != nil {
 		t.Fatal(err)
 	}
