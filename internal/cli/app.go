@@ -100,8 +100,11 @@ func newApp(stdio IO) *cli.App {
 		ErrWriter:            stdio.Err,
 		EnableBashCompletion: true,
 		HideHelpCommand:      true,
-		HideVersion:          true,                         // its -v alias would clash with --verbose; see the version command
-		ExitErrHandler:       func(*cli.Context, error) {}, // we map errors ourselves
+		HideVersion:          true, // its -v alias would clash with --verbose; see the version command
+		// A repeatable flag takes one value per use: a comma is part of the
+		// value (and reaches its validator), not a separator.
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*cli.Context, error) {}, // we map errors ourselves
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usagef("%v", err)
 		},

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -533,5 +535,29 @@ func TestZshAndFishCompletionScriptsParse(t *testing.T) {
 		if out, err := exec.Command(prog, append(check[1:], f)...).CombinedOutput(); err != nil {
 			t.Errorf("%s completion does not parse: %v\n%s", shell, err, out)
 		}
+	}
+}
+
+// create refuses what start would refuse, naming the whole --allow-origin
+// value (a comma is part of it, not a separator), and leaves no VM behind.
+func TestCreateRefusesOriginsStartWouldRefuse(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	for _, origin := range []string{`https://a"b`, "https://$(id)", "https://*", "http://a,b", "https://claude.ai/"} {
+		r := agentVM(t, repo, st, "create", "--branch", "o", "--backend", "qemu", "--allow-origin", origin)
+		if want := "--allow-origin " + strconv.Quote(origin); r.code == 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "hint:") {
+			t.Errorf("create --allow-origin %s: exit %d, want an error containing %s and a hint\n%s", origin, r.code, want, r.stderr)
+		}
+	}
+	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("refused creates left VMs:\n%s", r.stdout)
+	}
+	mustRun(t, repo, st, "create", "--branch", "o", "--backend", "qemu", "--allow-origin", "http://[::1]:8080", "--allow-origin", "https://claude.ai")
+	rec, err := state.ReadRecord(state.Layout{Dir: filepath.Join(st, "o")}.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"http://[::1]:8080", "https://claude.ai"}; !slices.Equal(rec.AllowOrigins, want) {
+		t.Errorf("record's allow_origins %q, want %q", rec.AllowOrigins, want)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/modules"
 )
 
 // CreateOptions are create's inputs, already parsed.
@@ -131,7 +131,7 @@ func checkCreateFlags(o CreateOptions, backend string) error {
 		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend (hint: drop --nixpkgs, or pass --backend nixos)")
 	}
 	for _, origin := range o.AllowOrigins {
-		if err := checkOrigin(origin); err != nil {
+		if err := modules.CheckOrigin("--allow-origin", origin); err != nil {
 			return err
 		}
 	}
@@ -313,13 +313,4 @@ func shareOwnership(ws string) (uid, gid int, err error) {
 		return 0, 0, fmt.Errorf("handing the workspace to the guest user (uid %d): %w", rootGuestID, err)
 	}
 	return rootGuestID, rootGuestID, nil
-}
-
-// checkOrigin accepts a browser origin: scheme://host[:port], nothing more.
-func checkOrigin(o string) error {
-	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return fmt.Errorf("--allow-origin %q is not an origin (hint: scheme://host[:port], e.g. https://claude.ai)", o)
-	}
-	return nil
 }
