@@ -561,3 +561,25 @@ func TestCreateRefusesOriginsStartWouldRefuse(t *testing.T) {
 		t.Errorf("record's allow_origins %q, want %q", rec.AllowOrigins, want)
 	}
 }
+
+// --disk is whole GiB, at least the documented 2G: nothing is rounded away.
+func TestCreateRefusesDisksItCannotGive(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	for disk, want := range map[string]string{
+		"1500M":   `--disk "1500M" is not a whole number of GiB (hint: `,
+		"1.5G":    `--disk "1.5G" is not a whole number of GiB (hint: `,
+		"2.0001G": `--disk "2.0001G" is not a whole number of `,
+		"1":       "--disk 1G is smaller than the 2G minimum (hint: ",
+		"1G":      "--disk 1G is smaller than the 2G minimum (hint: ",
+		"1024M":   "--disk 1G is smaller than the 2G minimum (hint: ",
+	} {
+		r := agentVM(t, repo, st, "create", "--branch", "d", "--backend", "nixos", "--disk", disk)
+		if r.code == 0 || !strings.Contains(r.stderr, want) {
+			t.Errorf("create --disk %s: exit %d, want an error containing %q\n%s", disk, r.code, want, r.stderr)
+		}
+	}
+	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("refused creates left VMs:\n%s", r.stdout)
+	}
+}

@@ -146,8 +146,10 @@ func checkCreateFlags(o CreateOptions, backend string) error {
 		return fmt.Errorf("--cpus %d is out of range (hint: use 1 to 64)", o.CPUs)
 	case o.MemoryMiB != 0 && o.MemoryMiB < 256:
 		return fmt.Errorf("--memory %d MiB is too small for a Linux guest (hint: use at least 512M; 4G is the default)", o.MemoryMiB)
-	case o.DiskGiB < 0 || o.DiskGiB > 4096:
-		return fmt.Errorf("--disk %d GiB is out of range (hint: use 2G to 4096G)", o.DiskGiB)
+	case o.DiskGiB < 0 || o.DiskGiB > maxDiskGiB:
+		return fmt.Errorf("--disk %dG is out of range (hint: use %dG to %dG)", o.DiskGiB, minDiskGiB, maxDiskGiB)
+	case o.DiskGiB != 0 && o.DiskGiB < minDiskGiB:
+		return fmt.Errorf("--disk %dG is smaller than the %dG minimum (hint: use at least --disk %dG; %dG is the default)", o.DiskGiB, minDiskGiB, minDiskGiB, defaultDiskGiB)
 	}
 	if o.Config != "" {
 		fi, err := os.Stat(o.Config)
