@@ -583,3 +583,52 @@ func TestCreateRefusesDisksItCannotGive(t *testing.T) {
 		t.Errorf("refused creates left VMs:\n%s", r.stdout)
 	}
 }
+
+// An explicitly empty flag value is a usage error naming the flag, not a
+// silent default; an empty AGENT_VM_STATE_DIR is as good as unset.
+func TestEmptyValuesAreRefusedNotDefaulted(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	for _, c := range []struct{ args, want string }{
+		{"--state-dir= list", "--state-dir is empty"},
+		{"create --branch=", "--branch is empty"},
+		{"create --branch ''", "--branch is empty"},
+		{"--state-dir '' list", "--state-dir is empty"},
+		{"create -b=", "--branch is empty"},
+		{"create --repo= --branch x", "--repo is empty"},
+		{"create --memory= --branch x", "--memory is empty"},
+		{"create --backend= --branch x", "--backend is empty"},
+	} {
+		args := strings.Fields(c.args)
+		for i, a := range args {
+			if a == "''" {
+				args[i] = ""
+			}
+		}
+		r := agentVM(t, repo, st, args...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "hint:") {
+			t.Errorf("agent-vm %s: exit %d, want %d and %q with a hint\n%s", c.args, r.code, ExitUsage, c.want, r.stderr)
+		}
+	}
+	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("refused commands made VMs:\n%s", r.stdout)
+	}
+
+	home, fromEnv := t.TempDir(), t.TempDir()
+	list := func(env map[string]string) string {
+		var out, errb bytes.Buffer
+		env["HOME"] = home
+		code := Main(context.Background(), []string{"agent-vm", "list"},
+			IO{In: os.Stdin, Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }})
+		if code != 0 {
+			t.Fatalf("list with %v: exit %d\n%s", env, code, errb.String())
+		}
+		return out.String()
+	}
+	if got := list(map[string]string{"AGENT_VM_STATE_DIR": fromEnv}); !strings.Contains(got, "no VMs in "+fromEnv) {
+		t.Errorf("AGENT_VM_STATE_DIR=%s: list says %q", fromEnv, got)
+	}
+	if got, want := list(map[string]string{"AGENT_VM_STATE_DIR": ""}), filepath.Join(home, ".local", "share", "agent-vms"); !strings.Contains(got, "no VMs in "+want) {
+		t.Errorf("AGENT_VM_STATE_DIR='': list says %q, want the default %s", got, want)
+	}
+}
