@@ -168,7 +168,7 @@ func setUsageHandlers(c *cli.Command) {
 }
 
 // refuseEmpty is a usage error for a string flag given an empty value on
-// the command line (--branch ''), which would otherwise silently mean the
+// the command line (--branch ""), which would otherwise silently mean the
 // flag's default.
 func refuseEmpty(cliCtx *cli.Context, flags []cli.Flag) error {
 	for _, f := range flags {
