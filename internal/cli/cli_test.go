@@ -632,3 +632,51 @@ func TestEmptyValuesAreRefusedNotDefaulted(t *testing.T) {
 		t.Errorf("AGENT_VM_STATE_DIR='': list says %q, want the default %s", got, want)
 	}
 }
+
+// Every field README's "JSON output" table documents is in status --json
+// and list --json (less mcp.token), even when empty: here a repository
+// without a remote, so git.upstream_url is "".
+func TestJSONHasEveryDocumentedField(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## JSON output\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var fields []string
+	for _, line := range strings.Split(section, "\n") {
+		if cell, ok := strings.CutPrefix(line, "| `"); ok {
+			cell, _, _ = strings.Cut("`"+cell, " |")
+			for _, f := range strings.Split(cell, ",") {
+				fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
+			}
+		}
+	}
+	if len(fields) < 30 {
+		t.Fatalf("found only %d fields in README's JSON output table: %q", len(fields), fields)
+	}
+
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--backend", "qemu")
+	var list []map[string]any
+	if r := mustRun(t, "", st, "list", "--json"); json.Unmarshal([]byte(r.stdout), &list) != nil || len(list) != 1 {
+		t.Fatalf("list --json:\n%s", r.stdout)
+	}
+	for name, obj := range map[string]map[string]any{"status": statusJSON(t, st, "main"), "list": list[0]} {
+		for _, f := range fields {
+			if name == "list" && f == "mcp.token" {
+				continue
+			}
+			var v any = obj
+			for _, key := range strings.Split(f, ".") {
+				m, _ := v.(map[string]any)
+				var ok bool
+				if v, ok = m[key]; !ok {
+					t.Errorf("%s --json lacks %s", name, f)
+					break
+				}
+			}
+		}
+	}
+}

@@ -69,9 +69,9 @@ type Guest struct {
 
 // Git records where the workspace came from.
 type Git struct {
-	Source      string `json:"source"`                 // the repository create ran in
-	OriginURL   string `json:"origin_url"`             // the workspace's origin
-	UpstreamURL string `json:"upstream_url,omitempty"` // the source's own origin
+	Source      string `json:"source"`       // the repository create ran in
+	OriginURL   string `json:"origin_url"`   // the workspace's origin
+	UpstreamURL string `json:"upstream_url"` // the source's own origin ("" when it has none)
 }
 
 // Paths are informational absolute paths (see Record.Paths).
