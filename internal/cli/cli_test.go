@@ -680,3 +680,69 @@ func TestJSONHasEveryDocumentedField(t *testing.T) {
 		}
 	}
 }
+
+// A long branch name is cut with an ellipsis in the list table (by terminal
+// columns, so wide characters count double) and keeps every row's columns
+// where they were; list --json has it whole.
+func TestListTruncatesLongBranchesInTheTableOnly(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	long, wide := "feature/"+strings.Repeat("very-long-name-", 8), "機能/"+strings.Repeat("長い名前", 10)
+	for _, b := range []string{"x", long, wide} {
+		mustRun(t, repo, st, "create", "--branch", b, "--backend", "qemu")
+	}
+	r := mustRun(t, "", st, "list")
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("list:\n%s", r.stdout)
+	}
+	backendAt := func(line, word string) int {
+		i := strings.Index(line, word)
+		if i < 0 {
+			t.Fatalf("no %q in %q", word, line)
+		}
+		return displayWidth(line[:i])
+	}
+	col := backendAt(lines[0], "BACKEND")
+	if col > maxBranchColumn+2 {
+		t.Errorf("the BRANCH column is %d columns wide, more than %d:\n%s", col-2, maxBranchColumn, r.stdout)
+	}
+	for _, line := range lines[1:] {
+		if got := backendAt(line, " qemu ") + 1; got != col {
+			t.Errorf("BACKEND at column %d, want %d:\n%s", got, col, r.stdout)
+		}
+		if strings.Contains(line, long) || strings.Contains(line, wide) {
+			t.Errorf("a long branch is shown whole:\n%s", line)
+		}
+	}
+	if !strings.Contains(r.stdout, "feature/very-long-name-very-long-name-v…") || !strings.Contains(r.stdout, "機能/長い名前長い名前長い名前長い名前長…") {
+		t.Errorf("long branches are not cut to %d columns with an ellipsis:\n%s", maxBranchColumn, r.stdout)
+	}
+	r = mustRun(t, "", st, "list", "--json")
+	for _, b := range []string{long, wide} {
+		if !strings.Contains(r.stdout, `"branch": "`+b+`"`) {
+			t.Errorf("list --json lacks the whole branch %q", b)
+		}
+	}
+}
+
+func TestTruncateWidth(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"eleven-long", 10, "eleven-lo…"},
+		{"日本語ブランチ", 14, "日本語ブランチ"},
+		{"日本語ブランチ", 7, "日本語…"},
+		{"日本語ブランチ", 6, "日本…"},
+		{"e\u0301e\u0301e\u0301e\u0301", 3, "e\u0301e\u0301…"},
+	} {
+		got := truncateWidth(c.in, c.n)
+		if got != c.want || displayWidth(got) > c.n {
+			t.Errorf("truncateWidth(%q, %d) = %q (%d columns), want %q", c.in, c.n, got, displayWidth(got), c.want)
+		}
+	}
+}
