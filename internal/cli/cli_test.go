@@ -330,12 +330,19 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"--log-format", "xml", "list"}, 2, "text or json"},
 		{[]string{"completion", "tcsh"}, 2, "bash, zsh or fish"},
 		{[]string{"exec", "x"}, 2, "exec needs a command"},
+		{[]string{"logs", "x", "-n", "-1"}, 2, "--lines -1 must be at least 1 (hint: "},
+		{[]string{"logs", "-n", "0", "x"}, 2, "--lines 0 must be at least 1 (hint: "},
+		{[]string{"mcp-proxy"}, 2, "mcp-proxy needs --token-file (hint: "},
+		{[]string{"mcp-proxy", "--listen", "127.0.0.1:0"}, 2, "mcp-proxy needs --token-file (hint: "},
 		{[]string{"version"}, 0, ""},
 	}
 	for _, c := range cases {
 		r := agentVM(t, t.TempDir(), st, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr+r.stdout, c.want) {
 			t.Errorf("agent-vm %v: exit %d (want %d)\n%s%s", c.args, r.code, c.code, r.stdout, r.stderr)
+		}
+		if c.code == ExitUsage && (r.stdout != "" || !strings.HasPrefix(r.stderr, "agent-vm: ") || strings.Count(r.stderr, "\n") > 2) {
+			t.Errorf("agent-vm %v: want a short usage error on stderr, got stdout:\n%s\nstderr:\n%s", c.args, r.stdout, r.stderr)
 		}
 	}
 }
