@@ -286,8 +286,9 @@ in
     };
 
     allowOrigin = lib.mkOption {
-      # scheme://host[:port], nothing systemd or a shell would interpret.
-      type = lib.types.listOf (lib.types.strMatching "[a-z][a-z0-9+.-]*://[][A-Za-z0-9.:_-]+");
+      # http(s)://host[:port], nothing systemd or a shell would interpret.
+      # The same text as modules.OriginPattern in origin.go (tests compare).
+      type = lib.types.listOf (lib.types.strMatching "https?://([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|[[][0-9A-Fa-f:.]+[]])(:[0-9]{1,5})?");
       default = [ ];
       example = [ "https://claude.ai" ];
       description = ''

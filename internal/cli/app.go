@@ -100,19 +100,27 @@ func newApp(stdio IO) *cli.App {
 		ErrWriter:            stdio.Err,
 		EnableBashCompletion: true,
 		HideHelpCommand:      true,
-		HideVersion:          true,                         // its -v alias would clash with --verbose; see the version command
-		ExitErrHandler:       func(*cli.Context, error) {}, // we map errors ourselves
+		HideVersion:          true, // its -v alias would clash with --verbose; see the version command
+		// A repeatable flag takes one value per use: a comma is part of the
+		// value (and reaches its validator), not a separator.
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*cli.Context, error) {}, // we map errors ourselves
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usagef("%v", err)
 		},
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"AGENT_VM_STATE_DIR"}, Usage: "where VM records and workspaces live (default: $XDG_DATA_HOME/agent-vms)"},
+			// AGENT_VM_STATE_DIR is read in parseGlobals (through stdio.Getenv,
+			// and empty as unset), so IsSet means the command line.
+			&cli.StringFlag{Name: "state-dir", Usage: "where VM records and workspaces live (default: $AGENT_VM_STATE_DIR, else $XDG_DATA_HOME/agent-vms)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debug details"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format on stderr: text or json"},
 			&cli.BoolFlag{Name: "no-color", Usage: "no colour in logs (also: NO_COLOR)"},
 			&cli.BoolFlag{Name: "version", Usage: "print the version"},
 		},
 		Before: func(cliCtx *cli.Context) error {
+			if err := refuseEmpty(cliCtx, cliCtx.App.Flags); err != nil {
+				return err
+			}
 			if f := cliCtx.String("log-format"); f != "text" && f != "json" {
 				return usagef("--log-format %q: must be text or json", f)
 			}
@@ -144,9 +152,35 @@ func setUsageHandlers(c *cli.Command) {
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 		return usagef("%s: %v", c.Name, err)
 	}
+	before := c.Before
+	c.Before = func(cliCtx *cli.Context) error {
+		if err := refuseEmpty(cliCtx, c.Flags); err != nil {
+			return err
+		}
+		if before != nil {
+			return before(cliCtx)
+		}
+		return nil
+	}
 	for _, sub := range c.Subcommands {
 		setUsageHandlers(sub)
 	}
+}
+
+// refuseEmpty is a usage error for a string flag given an empty value on
+// the command line (--branch ""), which would otherwise silently mean the
+// flag's default.
+func refuseEmpty(cliCtx *cli.Context, flags []cli.Flag) error {
+	for _, f := range flags {
+		if _, ok := f.(*cli.StringFlag); !ok {
+			continue
+		}
+		name := f.Names()[0]
+		if cliCtx.IsSet(name) && cliCtx.String(name) == "" {
+			return usagef("--%s is empty (hint: give it a value, or leave the flag out for its default)", name)
+		}
+	}
+	return nil
 }
 
 // parseGlobals reads the global flags (from any command's context).
@@ -156,6 +190,9 @@ func parseGlobals(cliCtx *cli.Context, stdio IO) globals {
 		verbose:   cliCtx.Bool("verbose"),
 		logFormat: cliCtx.String("log-format"),
 		noColor:   cliCtx.Bool("no-color") || stdio.Getenv("NO_COLOR") != "",
+	}
+	if g.stateDir == "" {
+		g.stateDir = stdio.Getenv("AGENT_VM_STATE_DIR")
 	}
 	if g.stateDir == "" {
 		g.stateDir = defaultStateDir(stdio.Getenv)

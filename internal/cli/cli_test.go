@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -331,12 +333,19 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"--log-format", "xml", "list"}, 2, "text or json"},
 		{[]string{"completion", "tcsh"}, 2, "bash, zsh or fish"},
 		{[]string{"exec", "x"}, 2, "exec needs a command"},
+		{[]string{"logs", "x", "-n", "-1"}, 2, "--lines -1 must be at least 1 (hint: "},
+		{[]string{"logs", "-n", "0", "x"}, 2, "--lines 0 must be at least 1 (hint: "},
+		{[]string{"mcp-proxy"}, 2, "mcp-proxy needs --token-file (hint: "},
+		{[]string{"mcp-proxy", "--listen", "127.0.0.1:0"}, 2, "mcp-proxy needs --token-file (hint: "},
 		{[]string{"version"}, 0, ""},
 	}
 	for _, c := range cases {
 		r := agentVM(t, t.TempDir(), st, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr+r.stdout, c.want) {
 			t.Errorf("agent-vm %v: exit %d (want %d)\n%s%s", c.args, r.code, c.code, r.stdout, r.stderr)
+		}
+		if c.code == ExitUsage && (r.stdout != "" || !strings.HasPrefix(r.stderr, "agent-vm: ") || strings.Count(r.stderr, "\n") > 2) {
+			t.Errorf("agent-vm %v: want a short usage error on stderr, got stdout:\n%s\nstderr:\n%s", c.args, r.stdout, r.stderr)
 		}
 	}
 }
@@ -635,5 +644,214 @@ func TestRecordsWithoutARepositoryStillResolve(t *testing.T) {
 	want, _ := filepath.EvalSymlinks(filepath.Join(a, ".git"))
 	if saved.Git.Repo != want {
 		t.Errorf("the old record's repository: saved %q, want %q", saved.Git.Repo, want)
+	}
+}
+
+// create refuses what start would refuse, naming the whole --allow-origin
+// value (a comma is part of it, not a separator), and leaves no VM behind.
+func TestCreateRefusesOriginsStartWouldRefuse(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	for _, origin := range []string{`https://a"b`, "https://$(id)", "https://*", "http://a,b", "https://claude.ai/"} {
+		r := agentVM(t, repo, st, "create", "--branch", "o", "--backend", "qemu", "--allow-origin", origin)
+		if want := "--allow-origin " + strconv.Quote(origin); r.code == 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "hint:") {
+			t.Errorf("create --allow-origin %s: exit %d, want an error containing %s and a hint\n%s", origin, r.code, want, r.stderr)
+		}
+	}
+	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("refused creates left VMs:\n%s", r.stdout)
+	}
+	mustRun(t, repo, st, "create", "--branch", "o", "--backend", "qemu", "--allow-origin", "http://[::1]:8080", "--allow-origin", "https://claude.ai")
+	rec, err := state.ReadRecord(state.Layout{Dir: filepath.Join(st, "o")}.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"http://[::1]:8080", "https://claude.ai"}; !slices.Equal(rec.AllowOrigins, want) {
+		t.Errorf("record's allow_origins %q, want %q", rec.AllowOrigins, want)
+	}
+}
+
+// --disk is whole GiB, at least the documented 2G: nothing is rounded away.
+func TestCreateRefusesDisksItCannotGive(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	for disk, want := range map[string]string{
+		"1500M":   `--disk "1500M" is not a whole number of GiB (hint: `,
+		"1.5G":    `--disk "1.5G" is not a whole number of GiB (hint: `,
+		"2.0001G": `--disk "2.0001G" is not a whole number of `,
+		"1":       "--disk 1G is smaller than the 2G minimum (hint: ",
+		"1G":      "--disk 1G is smaller than the 2G minimum (hint: ",
+		"1024M":   "--disk 1G is smaller than the 2G minimum (hint: ",
+	} {
+		r := agentVM(t, repo, st, "create", "--branch", "d", "--backend", "nixos", "--disk", disk)
+		if r.code == 0 || !strings.Contains(r.stderr, want) {
+			t.Errorf("create --disk %s: exit %d, want an error containing %q\n%s", disk, r.code, want, r.stderr)
+		}
+	}
+	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("refused creates left VMs:\n%s", r.stdout)
+	}
+}
+
+// An explicitly empty flag value is a usage error naming the flag, not a
+// silent default; an empty AGENT_VM_STATE_DIR is as good as unset.
+func TestEmptyValuesAreRefusedNotDefaulted(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	for _, c := range []struct{ args, want string }{
+		{"--state-dir= list", "--state-dir is empty"},
+		{"create --branch=", "--branch is empty"},
+		{"create --branch ''", "--branch is empty"},
+		{"--state-dir '' list", "--state-dir is empty"},
+		{"create -b=", "--branch is empty"},
+		{"create --repo= --branch x", "--repo is empty"},
+		{"create --memory= --branch x", "--memory is empty"},
+		{"create --backend= --branch x", "--backend is empty"},
+	} {
+		args := strings.Fields(c.args)
+		for i, a := range args {
+			if a == "''" {
+				args[i] = ""
+			}
+		}
+		r := agentVM(t, repo, st, args...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "hint:") {
+			t.Errorf("agent-vm %s: exit %d, want %d and %q with a hint\n%s", c.args, r.code, ExitUsage, c.want, r.stderr)
+		}
+	}
+	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("refused commands made VMs:\n%s", r.stdout)
+	}
+
+	home, fromEnv := t.TempDir(), t.TempDir()
+	list := func(env map[string]string) string {
+		var out, errb bytes.Buffer
+		env["HOME"] = home
+		code := Main(context.Background(), []string{"agent-vm", "list"},
+			IO{In: os.Stdin, Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }})
+		if code != 0 {
+			t.Fatalf("list with %v: exit %d\n%s", env, code, errb.String())
+		}
+		return out.String()
+	}
+	if got := list(map[string]string{"AGENT_VM_STATE_DIR": fromEnv}); !strings.Contains(got, "no VMs in "+fromEnv) {
+		t.Errorf("AGENT_VM_STATE_DIR=%s: list says %q", fromEnv, got)
+	}
+	if got, want := list(map[string]string{"AGENT_VM_STATE_DIR": ""}), filepath.Join(home, ".local", "share", "agent-vms"); !strings.Contains(got, "no VMs in "+want) {
+		t.Errorf("AGENT_VM_STATE_DIR='': list says %q, want the default %s", got, want)
+	}
+}
+
+// Every field README's "JSON output" table documents is in status --json
+// and list --json (less mcp.token), even when empty: here a repository
+// without a remote, so git.upstream_url is "".
+func TestJSONHasEveryDocumentedField(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## JSON output\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var fields []string
+	for _, line := range strings.Split(section, "\n") {
+		if cell, ok := strings.CutPrefix(line, "| `"); ok {
+			cell, _, _ = strings.Cut("`"+cell, " |")
+			for _, f := range strings.Split(cell, ",") {
+				fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
+			}
+		}
+	}
+	if len(fields) < 30 {
+		t.Fatalf("found only %d fields in README's JSON output table: %q", len(fields), fields)
+	}
+
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--backend", "qemu")
+	var list []map[string]any
+	if r := mustRun(t, "", st, "list", "--json"); json.Unmarshal([]byte(r.stdout), &list) != nil || len(list) != 1 {
+		t.Fatalf("list --json:\n%s", r.stdout)
+	}
+	for name, obj := range map[string]map[string]any{"status": statusJSON(t, st, "main"), "list": list[0]} {
+		for _, f := range fields {
+			if name == "list" && f == "mcp.token" {
+				continue
+			}
+			var v any = obj
+			for _, key := range strings.Split(f, ".") {
+				m, _ := v.(map[string]any)
+				var ok bool
+				if v, ok = m[key]; !ok {
+					t.Errorf("%s --json lacks %s", name, f)
+					break
+				}
+			}
+		}
+	}
+}
+
+// A long branch name is cut with an ellipsis in the list table (by terminal
+// columns, so wide characters count double) and keeps every row's columns
+// where they were; list --json has it whole.
+func TestListTruncatesLongBranchesInTheTableOnly(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	long, wide := "feature/"+strings.Repeat("very-long-name-", 8), "機能/"+strings.Repeat("長い名前", 10)
+	for _, b := range []string{"x", long, wide} {
+		mustRun(t, repo, st, "create", "--branch", b, "--backend", "qemu")
+	}
+	r := mustRun(t, "", st, "list")
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("list:\n%s", r.stdout)
+	}
+	backendAt := func(line, word string) int {
+		i := strings.Index(line, word)
+		if i < 0 {
+			t.Fatalf("no %q in %q", word, line)
+		}
+		return displayWidth(line[:i])
+	}
+	if repoCol := backendAt(lines[0], "REPO"); repoCol > maxBranchColumn+2 {
+		t.Errorf("the BRANCH column is %d columns wide, more than %d:\n%s", repoCol-2, maxBranchColumn, r.stdout)
+	}
+	col := backendAt(lines[0], "BACKEND")
+	for _, line := range lines[1:] {
+		if got := backendAt(line, " qemu ") + 1; got != col {
+			t.Errorf("BACKEND at column %d, want %d:\n%s", got, col, r.stdout)
+		}
+		if strings.Contains(line, long) || strings.Contains(line, wide) {
+			t.Errorf("a long branch is shown whole:\n%s", line)
+		}
+	}
+	if !strings.Contains(r.stdout, "feature/very-long-name-very-long-name-v…") || !strings.Contains(r.stdout, "機能/長い名前長い名前長い名前長い名前長…") {
+		t.Errorf("long branches are not cut to %d columns with an ellipsis:\n%s", maxBranchColumn, r.stdout)
+	}
+	r = mustRun(t, "", st, "list", "--json")
+	for _, b := range []string{long, wide} {
+		if !strings.Contains(r.stdout, `"branch": "`+b+`"`) {
+			t.Errorf("list --json lacks the whole branch %q", b)
+		}
+	}
+}
+
+func TestTruncateWidth(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"eleven-long", 10, "eleven-lo…"},
+		{"日本語ブランチ", 14, "日本語ブランチ"},
+		{"日本語ブランチ", 7, "日本語…"},
+		{"日本語ブランチ", 6, "日本…"},
+		{"e\u0301e\u0301e\u0301e\u0301", 3, "e\u0301e\u0301…"},
+	} {
+		got := truncateWidth(c.in, c.n)
+		if got != c.want || displayWidth(got) > c.n {
+			t.Errorf("truncateWidth(%q, %d) = %q (%d columns), want %q", c.in, c.n, got, displayWidth(got), c.want)
+		}
 	}
 }

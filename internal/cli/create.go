@@ -84,9 +84,10 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		if err != nil {
 			return o, err
 		}
-		if o.DiskGiB = mib / 1024; o.DiskGiB < 1 {
-			return o, usagef("--disk %q: must be at least 1G", s)
+		if mib%1024 != 0 {
+			return o, usagef("--disk %q is not a whole number of GiB (hint: disks are sized in GiB, e.g. --disk %dG)", s, (mib+1023)/1024)
 		}
+		o.DiskGiB = mib / 1024 // at least 1: parseSize refuses 0; vm.Create checks the range
 	}
 	if o.Repo == "" {
 		if o.Repo, err = os.Getwd(); err != nil {

@@ -4,13 +4,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
+
+// maxBranchColumn bounds the BRANCH column of the list table (in terminal
+// columns), so one long branch name does not widen every row; --json has
+// the names whole.
+const maxBranchColumn = 40
+
+// maxRepoColumn bounds the REPO column the same way, keeping a path's end.
+const maxRepoColumn = 40
 
 func listCommand(stdio IO) *cli.Command {
 	return &cli.Command{
@@ -40,21 +48,21 @@ func listCommand(stdio IO) *cli.Command {
 				fmt.Fprintf(stdio.Out, "no VMs in %s (hint: `agent-vm create` makes one for the current branch)\n", m.Root.Dir)
 				return nil
 			}
-			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "BRANCH\tREPO\tNAME\tBACKEND\tSTATE\tSSH\tMCP\tCREATED\t")
+			rows := [][]string{{"BRANCH", "REPO", "NAME", "BACKEND", "STATE", "SSH", "MCP", "CREATED", ""}}
 			for _, i := range infos {
 				if i.State == vm.StateInvalid && i.Branch == "" {
-					fmt.Fprintf(tw, "-\t-\t%s\t-\t%s\t-\t-\t-\t%s\n", i.Slug, i.State, i.Error)
+					rows = append(rows, []string{"-", "-", i.Slug, "-", i.State, "-", "-", "-", i.Error})
 					continue
 				}
 				note := ""
 				if i.State == vm.StateCrashed || i.State == vm.StateInvalid {
 					note = i.Detail
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", i.Branch, homeRel(i.Git.Source), i.Slug, i.Backend, i.State, i.Ports.SSH, i.Ports.MCP,
-					i.CreatedAt.Local().Format("2006-01-02 15:04"), note)
+				rows = append(rows, []string{truncateWidth(i.Branch, maxBranchColumn), truncateStart(homeRel(i.Git.Source), maxRepoColumn),
+					i.Slug, i.Backend, i.State, strconv.Itoa(i.Ports.SSH), strconv.Itoa(i.Ports.MCP),
+					i.CreatedAt.Local().Format("2006-01-02 15:04"), note})
 			}
-			return tw.Flush()
+			return writeTable(stdio.Out, rows)
 		}),
 	}
 }

@@ -21,13 +21,18 @@ func mcpProxyCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "MCP servers, Claude's mcpServers JSON (default: none)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address to listen on"},
-			&cli.StringFlag{Name: "token-file", Required: true, Usage: "file holding the bearer token (mode 0600 or stricter)"},
+			// Required, but checked in Action: urfave's own check prints the
+			// whole help and exits 1.
+			&cli.StringFlag{Name: "token-file", Usage: "file holding the bearer token, mode 0600 or stricter (required)"},
 			&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin allowed to call the proxy (repeatable)"},
 			&cli.StringFlag{Name: "health-path", Value: "/health", Usage: "path of the unauthenticated health check"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
+			}
+			if !cliCtx.IsSet("token-file") {
+				return usagef("mcp-proxy needs --token-file (hint: --token-file FILE, a file holding the bearer token, mode 0600)")
 			}
 			e := newEnv(cliCtx, stdio)
 			var cfg mcpproxy.Config

@@ -185,6 +185,9 @@ func logsCommand(stdio IO) *cli.Command {
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if n := cliCtx.Int("lines"); n < 1 {
+				return usagef("--lines %d must be at least 1 (hint: -n 50 shows the last 50 lines of each log)", n)
+			}
 			name, err := vmName(cliCtx, m)
 			if err != nil {
 				return err

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -23,6 +24,9 @@ func parseSize(flag, s, defaultUnit string) (int, error) {
 	mib := v * map[string]float64{"K": 1.0 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[unit]
 	if mib < 1 || mib > 1<<30 {
 		return 0, usagef("--%s %q is out of range", flag, s)
+	}
+	if mib != math.Trunc(mib) {
+		return 0, usagef("--%s %q is not a whole number of MiB (hint: e.g. --%s 4G or 4096M)", flag, s, flag)
 	}
 	return int(mib), nil
 }

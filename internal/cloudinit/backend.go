@@ -48,19 +48,30 @@ var _ backend.Backend = (*Backend)(nil)
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return Name }
 
-// Provision implements backend.Backend: it checks an --image now, so a
-// mistake is reported at create rather than at the first start.
+// Provision implements backend.Backend: it checks the base image the first
+// start will use (--image, else the default one, built then when missing)
+// against --disk now, so a mistake is reported at create rather than at
+// every start.
 func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
 	if r.Image == "" {
-		return nil
+		size := int64(image.DefaultSizeBytes)
+		if img, err := image.Lookup(b.ImageDir, image.DefaultBuildName); err == nil {
+			size = img.Manifest.VirtualSizeBytes
+		}
+		return diskHolds(r.Resources.DiskGiB, "the default base image", size)
 	}
 	d, err := image.Inspect(ctx, b.Run, r.Image)
 	if err != nil {
 		return fmt.Errorf("--image: %w", err)
 	}
-	if want := int64(r.Resources.DiskGiB) << 30; want < d.VirtualSize {
-		return fmt.Errorf("--disk %dG is smaller than the image %s (%d GiB) (hint: leave --disk out, or give at least %dG)",
-			r.Resources.DiskGiB, r.Image, d.VirtualSize>>30, (d.VirtualSize+(1<<30)-1)>>30)
+	return diskHolds(r.Resources.DiskGiB, "the image "+r.Image, d.VirtualSize)
+}
+
+// diskHolds checks that a diskGiB overlay can be made on a base of size bytes.
+func diskHolds(diskGiB int, base string, size int64) error {
+	if int64(diskGiB)<<30 < size {
+		return fmt.Errorf("--disk %dG is smaller than %s (%d GiB) (hint: leave --disk out, or give at least %dG)",
+			diskGiB, base, size>>30, (size+(1<<30)-1)>>30)
 	}
 	return nil
 }

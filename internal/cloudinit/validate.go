@@ -10,9 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/modules"
 )
 
 var (
@@ -247,7 +248,7 @@ func validateMCP(m MCP) error {
 		errs = append(errs, fmt.Errorf("mcp port %d is out of range (hint: %d-65535; dev cannot bind lower ports; 0 means %d)", m.Port, minMCPPort, DefaultMCPPort))
 	}
 	for _, o := range m.AllowOrigins {
-		if err := validateOrigin(o); err != nil {
+		if err := modules.CheckOrigin("allowed origin", o); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -259,33 +260,6 @@ func validateMCP(m MCP) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// validateOrigin accepts scheme://host[:port] with scheme http or https. The
-// result travels through a systemd environment file and a shell word list,
-// so only plain characters pass.
-func validateOrigin(o string) error {
-	bad := func(why string) error {
-		return fmt.Errorf("allowed origin %q %s (hint: scheme://host[:port], such as https://claude.ai)", o, why)
-	}
-	for _, r := range o {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":/.-[]", r)) {
-			return bad(fmt.Sprintf("contains %q", r))
-		}
-	}
-	u, err := url.Parse(o)
-	if err != nil {
-		return bad("does not parse")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return bad("is not http or https")
-	case u.Host == "" || u.Hostname() == "":
-		return bad("has no host")
-	case u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "":
-		return bad("has more than scheme, host and port")
-	}
-	return nil
 }
 
 func validatePackages(pkgs []string) error {

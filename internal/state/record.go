@@ -74,8 +74,8 @@ type Git struct {
 	// a VM is one repository's and one branch's. Records from before it
 	// existed get it from Source when first read (vm.Manager.List).
 	Repo        string `json:"repo"`
-	OriginURL   string `json:"origin_url"`             // the workspace's origin
-	UpstreamURL string `json:"upstream_url,omitempty"` // the source's own origin
+	OriginURL   string `json:"origin_url"`   // the workspace's origin
+	UpstreamURL string `json:"upstream_url"` // the source's own origin ("" when it has none)
 }
 
 // Paths are informational absolute paths (see Record.Paths).

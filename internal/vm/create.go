@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/modules"
 )
 
 // CreateOptions are create's inputs, already parsed.
@@ -128,7 +128,7 @@ func checkCreateFlags(o CreateOptions, backend string) error {
 		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend (hint: drop --nixpkgs, or pass --backend nixos)")
 	}
 	for _, origin := range o.AllowOrigins {
-		if err := checkOrigin(origin); err != nil {
+		if err := modules.CheckOrigin("--allow-origin", origin); err != nil {
 			return err
 		}
 	}
@@ -143,8 +143,10 @@ func checkCreateFlags(o CreateOptions, backend string) error {
 		return fmt.Errorf("--cpus %d is out of range (hint: use 1 to 64)", o.CPUs)
 	case o.MemoryMiB != 0 && o.MemoryMiB < 256:
 		return fmt.Errorf("--memory %d MiB is too small for a Linux guest (hint: use at least 512M; 4G is the default)", o.MemoryMiB)
-	case o.DiskGiB < 0 || o.DiskGiB > 4096:
-		return fmt.Errorf("--disk %d GiB is out of range (hint: use 2G to 4096G)", o.DiskGiB)
+	case o.DiskGiB < 0 || o.DiskGiB > maxDiskGiB:
+		return fmt.Errorf("--disk %dG is out of range (hint: use %dG to %dG)", o.DiskGiB, minDiskGiB, maxDiskGiB)
+	case o.DiskGiB != 0 && o.DiskGiB < minDiskGiB:
+		return fmt.Errorf("--disk %dG is smaller than the %dG minimum (hint: use at least --disk %dG; %dG is the default)", o.DiskGiB, minDiskGiB, minDiskGiB, defaultDiskGiB)
 	}
 	if o.Config != "" {
 		fi, err := os.Stat(o.Config)
@@ -374,13 +376,4 @@ func shareOwnership(ws string) (uid, gid int, err error) {
 		return 0, 0, fmt.Errorf("handing the workspace to the guest user (uid %d): %w", rootGuestID, err)
 	}
 	return rootGuestID, rootGuestID, nil
-}
-
-// checkOrigin accepts a browser origin: scheme://host[:port], nothing more.
-func checkOrigin(o string) error {
-	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return fmt.Errorf("--allow-origin %q is not an origin (hint: scheme://host[:port], e.g. https://claude.ai)", o)
-	}
-	return nil
 }

@@ -98,7 +98,11 @@ func defaultCPUs() int {
 const (
 	defaultMemoryMiB = 4096
 	defaultDiskGiB   = 20
-	guestUser        = "dev"
+	// A disk's size range: a Debian or NixOS root with room to work (the
+	// qemu backend's base image may need more; it checks at create).
+	minDiskGiB = 2
+	maxDiskGiB = 4096
+	guestUser  = "dev"
 	// rootGuestID is the uid/gid the guest user gets when the workspace's
 	// owner on the host is root (see docs/design.md, workspace ownership).
 	rootGuestID = 1000
