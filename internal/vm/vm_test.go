@@ -188,6 +188,7 @@ func TestVMLifecycle(t *testing.T) {
 	// remote shell's output, and its exit status.
 	script := tu.Program(t, "script")
 	cmd := exec.Command(script, "-qec", tu.AgentVMBinary(t)+" --state-dir "+m.Root.Dir+" shell life", "/dev/null")
+	cmd.Dir = t.TempDir() // outside any repository: "life" names the one VM there is
 	cmd.Stdin = strings.NewReader("echo shell-says-$((6*7)); tty; exit 7\n")
 	out, _ := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); code != 7 || !strings.Contains(string(out), "shell-says-42") || !strings.Contains(string(out), "/dev/pts/") {
