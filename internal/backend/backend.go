@@ -21,6 +21,9 @@ type Backend interface {
 	// created. l is the staging layout; r is complete except for fields the
 	// backend fills in.
 	Provision(ctx context.Context, l state.Layout, r *state.Record) error
+	// CheckStart refuses start flags this backend cannot honour, before
+	// anything is done (also when the VM is already running).
+	CheckStart(r *state.Record, f StartFlags) error
 	// Prepare readies a VM for booting (disks, seed, nix build) and says how
 	// to boot it.
 	Prepare(ctx context.Context, l state.Layout, r *state.Record, o PrepareOptions) (*Plan, error)
@@ -41,13 +44,21 @@ type Plan struct {
 	Settle string
 }
 
-// PrepareOptions tell a backend what the launcher will do.
-type PrepareOptions struct {
-	Share  qemu.ShareMode // the workspace share the launcher will attach
-	Accel  string         // kvm or tcg
-	Report Reporter
+// StartFlags are the user's choices for one start. Each backend accepts the
+// ones that mean something for its guests and refuses the others
+// (CheckStart), so no flag is silently ignored.
+type StartFlags struct {
 	// Reprovision asks the guest's first-boot setup to run again.
 	Reprovision bool
+	// Nixpkgs builds the VM from this nixpkgs (a path or flake reference).
+	Nixpkgs string
+}
+
+// PrepareOptions tell a backend what the launcher will do.
+type PrepareOptions struct {
+	StartFlags
+	Share  qemu.ShareMode // the workspace share the launcher will attach
+	Report Reporter
 }
 
 // Reporter receives progress while a long step runs: the phase, the time it

@@ -855,3 +855,18 @@ func TestTruncateWidth(t *testing.T) {
 		}
 	}
 }
+
+// start flags a backend cannot honour are refused, naming the flag and the
+// backend, before anything boots (they were silently ignored).
+func TestStartRefusesFlagsItsBackendIgnores(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--backend", "qemu")
+	r := agentVM(t, repo, st, "start", "--nixpkgs", "/nowhere")
+	if r.code != 1 || !strings.Contains(r.stderr, "--nixpkgs") || !strings.Contains(r.stderr, "qemu backend") {
+		t.Errorf("start --nixpkgs of a qemu VM: exit %d\n%s", r.code, r.stderr)
+	}
+	if s := statusJSON(t, st, "main")["state"]; s != "stopped" {
+		t.Errorf("after the refused start the VM is %v", s)
+	}
+}

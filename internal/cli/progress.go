@@ -10,10 +10,10 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// progress renders a backend.Reporter on stderr: one updating line on a
+// progress renders a vm.Reporter on stderr: one updating line on a
 // terminal, a line every 15 s (and on every phase change) otherwise.
 type progress struct {
 	w        io.Writer
@@ -33,7 +33,7 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
-func (p *progress) reporter() backend.Reporter {
+func (p *progress) reporter() vm.Reporter {
 	return func(phase string, elapsed time.Duration, detail string) {
 		p.mu.Lock()
 		defer p.mu.Unlock()

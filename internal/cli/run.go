@@ -8,7 +8,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -41,7 +40,7 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 			if err != nil {
 				return err
 			}
-			if err := setupFirst(cliCtx.Context, e, hostpkgs.Run); err != nil {
+			if err := m.PrepareHost(cliCtx.Context); err != nil {
 				return err
 			}
 			p := newProgress(stdio.Err)
@@ -57,7 +56,8 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 }
 
 func startOptions(cliCtx *cli.Context, p *progress) vm.StartOptions {
-	return vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Reprovision: cliCtx.Bool("reprovision")}
+	return vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Reprovision: cliCtx.Bool("reprovision"),
+		Nixpkgs: cliCtx.String("nixpkgs")}
 }
 
 func printStarted(stdio IO, res *vm.StartResult) {

@@ -2,16 +2,12 @@ package cli
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/agent-vm/agent-vm/internal/hostpkgs"
-	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -33,19 +29,15 @@ func setupCommand(stdio IO) *cli.Command {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
-			need := hostpkgs.Run | hostpkgs.Image
-			if cliCtx.Bool("tests") {
-				need |= hostpkgs.Test
-			}
+			tests := cliCtx.Bool("tests")
 			if cliCtx.Bool("check") {
-				return checkPrograms(stdio, e, need)
+				return checkPrograms(stdio, m, tests)
 			}
 			consent := askConsent(stdio)
 			if cliCtx.Bool("yes") {
 				consent = func([]string) (bool, error) { return true, nil }
 			}
-			rep, err := vm.Setup(cliCtx.Context, hostpkgs.Host{Run: e.run}, vm.SetupOptions{Need: need, ImageDir: e.imageDir(), Build: e.buildImage,
-				Root: os.Geteuid() == 0, Consent: consent, Out: stdio.Err})
+			rep, err := m.SetupHost(cliCtx.Context, tests, consent)
 			if len(rep.Installed) > 0 {
 				fmt.Fprintf(stdio.Out, "installed: %s\n", strings.Join(rep.Installed, " "))
 			}
@@ -62,7 +54,7 @@ func setupCommand(stdio IO) *cli.Command {
 				fmt.Fprintln(stdio.Out, "nothing to install: this host has what agent-vm needs")
 			}
 			fmt.Fprintln(stdio.Out)
-			printDoctor(stdio, m.Doctor(cliCtx.Context, e.imageDir()))
+			printDoctor(stdio, m.Doctor(cliCtx.Context))
 			return nil
 		}),
 	}
@@ -88,45 +80,17 @@ func askConsent(stdio IO) func([]string) (bool, error) {
 	}
 }
 
-// checkPrograms prints each program need asks for and fails when any is
-// missing (CI's check that the installer installs what the tests run).
-func checkPrograms(stdio IO, e *env, need hostpkgs.Need) error {
-	host := hostpkgs.Host{Run: e.run}
-	var missing []hostpkgs.Program
-	for _, p := range hostpkgs.For(need) {
-		if path, ok := host.Find(p); ok {
-			fmt.Fprintf(stdio.Out, "ok  %-20s %s\n", p.Name, path)
+// checkPrograms prints each program agent-vm (and with tests, the test
+// suite) runs and fails when any is missing (CI's check that the installer
+// installs what the tests run).
+func checkPrograms(stdio IO, m *vm.Manager, tests bool) error {
+	checks, err := m.CheckPrograms(tests)
+	for _, c := range checks {
+		if c.Path != "" {
+			fmt.Fprintf(stdio.Out, "ok  %-20s %s\n", c.Name, c.Path)
 		} else {
-			missing = append(missing, p)
-			fmt.Fprintf(stdio.Out, "--  %-20s missing (%s)\n", p.Name, p.PackageHint())
+			fmt.Fprintf(stdio.Out, "--  %-20s missing (%s)\n", c.Name, c.Hint)
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("this host lacks %s (hint: run `agent-vm setup%s` as root)", hostpkgs.Names(missing), testsFlag(need))
-	}
-	return nil
-}
-
-func testsFlag(need hostpkgs.Need) string {
-	if need&hostpkgs.Test != 0 {
-		return " --tests"
-	}
-	return ""
-}
-
-// buildImage builds the default base image into the image cache.
-func (e *env) buildImage(ctx context.Context) (*image.Image, error) {
-	return image.Build(ctx, image.BuildOptions{CacheDir: e.imageDir(), Runner: e.run, Progress: e.stdio.Err, Logger: e.log.Named("image")})
-}
-
-// setupFirst is what start does before it boots: install what running VMs
-// needs when it is missing, with a one-line notice instead of a question
-// (the user asked for a running VM).
-func setupFirst(ctx context.Context, e *env, need hostpkgs.Need) error {
-	_, err := vm.Setup(ctx, hostpkgs.Host{Run: e.run}, vm.SetupOptions{Need: need, Root: os.Geteuid() == 0, Out: e.stdio.Err, RequiredOnly: true,
-		Consent: func(actions []string) (bool, error) {
-			fmt.Fprintf(e.stdio.Err, "agent-vm: this host is not set up yet; doing what `agent-vm setup` does: %s\n", strings.Join(actions, "; "))
-			return true, nil
-		}})
 	return err
 }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -18,27 +17,14 @@ func sshConfigCommand(stdio IO) *cli.Command {
 			"Remote-SSH reach a running VM, checking its pinned host key.",
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			var entries []state.Entry
-			switch cliCtx.NArg() {
-			case 0:
-				all, err := m.List(cliCtx.Context)
-				if err != nil {
-					return err
-				}
-				entries = all
-			case 1:
-				en, err := m.Find(cliCtx.Context, cliCtx.Args().First())
-				if err != nil {
-					return err
-				}
-				if en.Record == nil {
-					return en.Err
-				}
-				entries = []state.Entry{en}
-			default:
+			if cliCtx.NArg() > 1 {
 				return usagef("ssh-config takes at most one BRANCH")
 			}
-			_, err := fmt.Fprint(stdio.Out, vm.SSHConfig(entries))
+			out, err := m.SSHConfigFor(cliCtx.Context, cliCtx.Args().First())
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(stdio.Out, out)
 			return err
 		}),
 	}

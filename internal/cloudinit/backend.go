@@ -87,6 +87,14 @@ type DiskInfo struct {
 	Cmdline    string `json:"cmdline,omitempty"`
 }
 
+// CheckStart implements backend.Backend.
+func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
+	if f.Nixpkgs != "" {
+		return fmt.Errorf("--nixpkgs chooses the nixpkgs a nixos VM is built from; VM %q uses the qemu backend, which boots a Debian image (hint: drop --nixpkgs)", r.Branch)
+	}
+	return nil
+}
+
 // Prepare implements backend.Backend: the VM's overlay (made on first
 // start), a fresh seed ISO, and a direct-kernel boot when the base has a
 // kernel.

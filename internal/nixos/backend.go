@@ -32,8 +32,10 @@ type Backend struct {
 	Run    execx.Runner
 	Log    hclog.Logger
 	Getenv func(string) string
-	// Nixpkgs is --nixpkgs (a path or flake reference); "" picks one.
-	Nixpkgs string
+	// Pinned replaces the nixpkgs this build carries (set at link time by
+	// the flake); tests point it at a stand-in tree. Start's --nixpkgs and
+	// create's still win over it.
+	Pinned string
 	// Executable is the agent-vm binary the guest runs as its MCP proxy.
 	Executable func() (string, error)
 	// Progress receives nix's own output while it builds.
@@ -50,7 +52,7 @@ func (b *Backend) Name() string { return Name }
 // start (fetching it needs nix, which this host may not have yet).
 func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
 	nixpkgs := ""
-	if src, err := pickNixpkgs("", r.Nixpkgs, defaultNixpkgs, b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
+	if src, err := pickNixpkgs("", r.Nixpkgs, b.pinned(), b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
 		p, err := resolveNixpkgs(ctx, b.Run, "", src)
 		if err != nil && r.Nixpkgs != "" {
 			return err
@@ -71,6 +73,23 @@ func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record
 	return writeFiles(l.Dir, v)
 }
 
+// CheckStart implements backend.Backend. A NixOS guest is its configuration,
+// built again at every start: there is no first-boot setup to repeat.
+func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
+	if f.Reprovision {
+		return fmt.Errorf("--reprovision runs a cloud-init guest's first-boot setup again; VM %q uses the nixos backend, whose guest is rebuilt from its NixOS configuration at every start (hint: drop --reprovision; change the VM's --config module and start it)", r.Branch)
+	}
+	return nil
+}
+
+// pinned is the nixpkgs this build carries (or the test's Pinned).
+func (b *Backend) pinned() string {
+	if b.Pinned != "" {
+		return b.Pinned
+	}
+	return defaultNixpkgs
+}
+
 // Prepare implements backend.Backend: it builds the VM with nix (unless
 // nothing changed since the last build) and returns its run script.
 func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
@@ -78,7 +97,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	src, err := pickNixpkgs(b.Nixpkgs, r.Nixpkgs, defaultNixpkgs, b.Getenv("NIX_PATH"))
+	src, err := pickNixpkgs(o.Nixpkgs, r.Nixpkgs, b.pinned(), b.Getenv("NIX_PATH"))
 	if err != nil {
 		return nil, err
 	}

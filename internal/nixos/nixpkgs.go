@@ -17,9 +17,6 @@ import (
 // -ldflags "-X github.com/agent-vm/agent-vm/internal/nixos.defaultNixpkgs=...".
 var defaultNixpkgs string
 
-// DefaultNixpkgs reports the built-in nixpkgs ("" when not built by Nix).
-func DefaultNixpkgs() string { return defaultNixpkgs }
-
 // nixpkgsSource says where a nixpkgs choice came from, for messages.
 type nixpkgsSource struct {
 	value string // a path or flake reference

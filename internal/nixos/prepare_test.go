@@ -80,7 +80,7 @@ func newTestBackend(t *testing.T, fake *execxtest.Fake, exe string) *Backend {
 	nixpkgs := t.TempDir()
 	os.MkdirAll(filepath.Join(nixpkgs, "nixos", "lib"), 0o755)
 	os.WriteFile(filepath.Join(nixpkgs, "nixos", "lib", "eval-config.nix"), nil, 0o644)
-	return &Backend{Run: fake, Log: hclog.NewNullLogger(), Nixpkgs: nixpkgs,
+	return &Backend{Run: fake, Log: hclog.NewNullLogger(), Pinned: nixpkgs,
 		Getenv: func(string) string { return "" }, Executable: func() (string, error) { return exe, nil }}
 }
 
@@ -95,7 +95,7 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if err := b.Provision(context.Background(), l, r); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs, Accel: "tcg"})
+	plan, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,8 @@ type DoctorReport struct {
 }
 
 // Doctor checks the host: the programs agent-vm runs, KVM, the base image.
-func (m *Manager) Doctor(ctx context.Context, imageDir string) DoctorReport {
+func (m *Manager) Doctor(ctx context.Context) DoctorReport {
+	imageDir := m.imageDir
 	var r DoctorReport
 	add := func(c Check) bool { r.Checks = append(r.Checks, c); return c.OK }
 

@@ -6,6 +6,7 @@ package vm
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"time"
@@ -50,12 +51,17 @@ type Manager struct {
 	WorkDir string
 	// FindVirtiofsd finds virtiofsd; an error means 9p.
 	FindVirtiofsd func(ctx context.Context) (*qemu.Virtiofsd, error)
+
+	// Set by Open (see Config).
+	cacheDir, imageDir string
+	progress           io.Writer
+	getenv             func(string) string
 }
 
 // New returns a Manager with the real probes.
 func New(root *state.Root, run execx.Runner, log hclog.Logger, launcher *qemu.Launcher, backends ...backend.Backend) *Manager {
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
-		PortFree: ports.Listenable, Now: time.Now, IsNixOS: isNixOS, Launcher: launcher,
+		PortFree: ports.Listenable, Now: time.Now, IsNixOS: isNixOS, Launcher: launcher, progress: io.Discard,
 		FindVirtiofsd: func(ctx context.Context) (*qemu.Virtiofsd, error) { return qemu.FindVirtiofsd(ctx, run) }}
 	for _, b := range backends {
 		m.Backends[b.Name()] = b

@@ -74,7 +74,7 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 
 	launcher, _ := qemu.NewLauncher(fake, hclog.NewNullLogger())
 	exe := staticTestBinary(t)
-	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Nixpkgs: nixpkgs,
+	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Pinned: nixpkgs,
 		Executable: func() (string, error) { return exe, nil }}
 	m := vm.New(root, fake, hclog.NewNullLogger(), launcher, be)
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
@@ -82,6 +82,16 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 	m.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, fmt.Errorf("no virtiofsd") }
 	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {
 		t.Fatal(err)
+	}
+	// --reprovision means nothing to a NixOS guest: refused before any build.
+	_, err = m.Start(context.Background(), "feature/x", vm.StartOptions{Reprovision: true})
+	if err == nil || !strings.Contains(err.Error(), "--reprovision") || !strings.Contains(err.Error(), "nixos backend") {
+		t.Fatalf("start --reprovision of a nixos VM: got %v, want a refusal naming the flag and the backend", err)
+	}
+	for _, c := range fake.Calls() {
+		if filepath.Base(c.Path) == "nix" && slices.Contains(c.Args, "build") {
+			t.Fatalf("a refused start ran nix build: %v", c.Args)
+		}
 	}
 	_, err = m.Start(context.Background(), "feature/x", vm.StartOptions{})
 	if err == nil || !strings.Contains(err.Error(), "QEMU exited at once") {
@@ -168,7 +178,7 @@ func TestNixOSDestroyRemovesTheGCRoots(t *testing.T) {
 	nixpkgs := t.TempDir()
 	os.MkdirAll(filepath.Join(nixpkgs, "nixos", "lib"), 0o755)
 	os.WriteFile(filepath.Join(nixpkgs, "nixos", "lib", "eval-config.nix"), nil, 0o644)
-	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Nixpkgs: nixpkgs,
+	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Pinned: nixpkgs,
 		Executable: func() (string, error) { return exe, nil }}
 	m := vm.New(root, fake, hclog.NewNullLogger(), launcher, be)
 	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {

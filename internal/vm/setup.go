@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -136,4 +137,63 @@ func notRoot(plan hostpkgs.Plan, buildImage bool) error {
 		}
 	}
 	return fmt.Errorf("this host lacks %s, and installing needs root (hint: run `%s`, or `sudo agent-vm setup`)", what, strings.Join(steps, " && "))
+}
+
+// SetupHost is `agent-vm setup`: the packages running VMs (and, with
+// tests, the test suite) need and the base image, asking consent once.
+func (m *Manager) SetupHost(ctx context.Context, tests bool, consent func(actions []string) (bool, error)) (SetupReport, error) {
+	return Setup(ctx, hostpkgs.Host{Run: m.Run}, SetupOptions{Need: setupNeed(tests), ImageDir: m.imageDir,
+		Build: func(ctx context.Context) (*image.Image, error) { return m.buildImage(ctx, ImageBuildOptions{}) },
+		Root:  os.Geteuid() == 0, Consent: consent, Out: m.progress})
+}
+
+// PrepareHost is what start does before it boots: install what running VMs
+// need when it is missing, with a one-line notice instead of a question
+// (the user asked for a running VM).
+func (m *Manager) PrepareHost(ctx context.Context) error { return m.setupFirst(ctx, hostpkgs.Run) }
+
+func (m *Manager) setupFirst(ctx context.Context, need hostpkgs.Need) error {
+	_, err := Setup(ctx, hostpkgs.Host{Run: m.Run}, SetupOptions{Need: need, Root: os.Geteuid() == 0, Out: m.progress, RequiredOnly: true,
+		Consent: func(actions []string) (bool, error) {
+			fmt.Fprintf(m.progress, "agent-vm: this host is not set up yet; doing what `agent-vm setup` does: %s\n", strings.Join(actions, "; "))
+			return true, nil
+		}})
+	return err
+}
+
+func setupNeed(tests bool) hostpkgs.Need {
+	if tests {
+		return hostpkgs.Run | hostpkgs.Image | hostpkgs.Test
+	}
+	return hostpkgs.Run | hostpkgs.Image
+}
+
+// ProgramCheck is one host program `setup --check` looked for.
+type ProgramCheck struct {
+	Name string `json:"name"`
+	Path string `json:"path"` // "" when missing
+	Hint string `json:"hint"` // the package that has it
+}
+
+// CheckPrograms looks for every program agent-vm (and, with tests, the test
+// suite) runs, changing nothing. The error names the missing ones.
+func (m *Manager) CheckPrograms(tests bool) ([]ProgramCheck, error) {
+	host := hostpkgs.Host{Run: m.Run}
+	var out []ProgramCheck
+	var missing []hostpkgs.Program
+	for _, p := range hostpkgs.For(setupNeed(tests)) {
+		path, ok := host.Find(p)
+		if !ok {
+			missing = append(missing, p)
+		}
+		out = append(out, ProgramCheck{Name: p.Name, Path: path, Hint: p.PackageHint()})
+	}
+	if len(missing) > 0 {
+		flag := ""
+		if tests {
+			flag = " --tests"
+		}
+		return out, fmt.Errorf("this host lacks %s (hint: run `agent-vm setup%s` as root)", hostpkgs.Names(missing), flag)
+	}
+	return out, nil
 }

@@ -1,11 +1,32 @@
 package vm
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/state"
 )
+
+// SSHConfigFor is `ssh-config [BRANCH]`: the Host block of the VM name
+// means, or of every VM when name is "".
+func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error) {
+	if name == "" {
+		all, err := m.List(ctx)
+		if err != nil {
+			return "", err
+		}
+		return SSHConfig(all), nil
+	}
+	e, err := m.Find(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if e.Record == nil {
+		return "", e.Err
+	}
+	return SSHConfig([]state.Entry{e}), nil
+}
 
 // SSHConfig renders OpenSSH Host blocks for the VMs, so `ssh agent-vm-<slug>`
 // and editors' Remote-SSH work with the pinned host key.

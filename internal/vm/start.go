@@ -19,20 +19,25 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
+// Reporter receives progress while a long step runs (see backend.Reporter).
+type Reporter = backend.Reporter
+
 // StartOptions are start's inputs.
 type StartOptions struct {
 	// Timeout bounds the wait for SSH and agent-mcp; 0 picks one for the
 	// accelerator (TCG boots are several times slower than KVM).
-	Timeout     time.Duration
-	Report      backend.Reporter
+	Timeout time.Duration
+	Report  backend.Reporter
+	// Reprovision, Nixpkgs: the backend's own start flags (it refuses
+	// those that mean nothing for its guests).
 	Reprovision bool
+	Nixpkgs     string
 }
 
 // StartResult is what start did.
 type StartResult struct {
 	Info           Info
 	AlreadyRunning bool
-	Accel          accel.Result
 	SSHReady       time.Duration // from launch to SSH answering with the pinned key
 	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
 }
@@ -68,6 +73,10 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if !ok {
 		return nil, fmt.Errorf("VM %q uses the %s backend, which this agent-vm cannot start (hint: use an agent-vm build with that backend, or recreate the VM with --backend qemu)", r.Branch, r.Backend)
 	}
+	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
+	if err := be.CheckStart(r, flags); err != nil {
+		return nil, err
+	}
 	mach, err := m.machine(r, l, nil)
 	if err != nil {
 		return nil, err
@@ -96,7 +105,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("sharing the workspace over 9p", "reason", err)
 		share = qemu.Share9p
 	}
-	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{Share: share, Accel: acc.Accel, Report: o.Report, Reprovision: o.Reprovision})
+	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report})
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +116,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err != nil {
 		return nil, err
 	}
-	res := &StartResult{Accel: acc}
+	res := &StartResult{}
 	if err := m.waitReady(ctx, e, mach, launch, o, plan.Settle, res); err != nil {
 		if ctx.Err() != nil {
 			// Interrupted: undo the start, without the caller's dead ctx.

@@ -1,0 +1,109 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/image"
+)
+
+// The base images VMs boot: `agent-vm image build|pull|list|prune`.
+
+// Image defaults, for the CLI's flags and messages.
+const (
+	DefaultImageRelease = image.DefaultRelease
+	DefaultImageMirror  = image.DefaultMirror
+)
+
+// PullableImages are the names `image pull` knows.
+func PullableImages() []string { return image.PullNames() }
+
+// ImageInfo is one cached image, as `image list --json` prints it.
+type ImageInfo struct {
+	Name          string    `json:"name"`
+	Kind          string    `json:"kind"`
+	Disk          string    `json:"disk"`
+	Format        string    `json:"format"`
+	SizeBytes     int64     `json:"size_bytes"`
+	Kernel        string    `json:"kernel,omitempty"`
+	KernelVersion string    `json:"kernel_version,omitempty"`
+	Created       time.Time `json:"created"`
+}
+
+func imageInfo(i *image.Image) ImageInfo {
+	return ImageInfo{Name: i.Name, Kind: i.Manifest.Kind, Disk: i.Disk, Format: i.Format, SizeBytes: i.Manifest.SizeBytes,
+		Kernel: i.Kernel, KernelVersion: i.Manifest.KernelVersion, Created: i.Manifest.Created.Truncate(time.Second)}
+}
+
+// ImageBuildOptions are `image build`'s flags.
+type ImageBuildOptions struct {
+	Release string // "" = DefaultImageRelease
+	Mirror  string // "" = DefaultImageMirror
+	Force   bool   // build a new version even if a current one is cached
+}
+
+// BuildImage builds the Debian base image into the image cache.
+func (m *Manager) BuildImage(ctx context.Context, o ImageBuildOptions) (ImageInfo, error) {
+	img, err := m.buildImage(ctx, o)
+	if err != nil {
+		return ImageInfo{}, err
+	}
+	return imageInfo(img), nil
+}
+
+func (m *Manager) buildImage(ctx context.Context, o ImageBuildOptions) (*image.Image, error) {
+	return image.Build(ctx, image.BuildOptions{Release: o.Release, Mirror: o.Mirror, Force: o.Force,
+		CacheDir: m.imageDir, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
+}
+
+// ImagePullOptions are `image pull`'s arguments.
+type ImagePullOptions struct {
+	Name    string // see PullableImages
+	BaseURL string // "" = the distribution's site
+	Force   bool
+}
+
+// PullImage downloads an official cloud image and checks its checksum.
+func (m *Manager) PullImage(ctx context.Context, o ImagePullOptions) (ImageInfo, error) {
+	img, err := image.Pull(ctx, image.PullOptions{Name: o.Name, BaseURL: o.BaseURL, Force: o.Force,
+		CacheDir: m.imageDir, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
+	if err != nil {
+		return ImageInfo{}, err
+	}
+	return imageInfo(img), nil
+}
+
+// Images lists the cached images.
+func (m *Manager) Images() ([]ImageInfo, error) {
+	imgs, err := image.List(m.imageDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ImageInfo, 0, len(imgs))
+	for _, i := range imgs {
+		out = append(out, imageInfo(i))
+	}
+	return out, nil
+}
+
+// PruneImages removes cached image versions that were replaced and that no
+// VM's disk is based on, and returns what it removed. A VM whose record is
+// unreadable might use any version, so then nothing is removed.
+func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
+	entries, err := m.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	for _, en := range entries {
+		if en.Record == nil {
+			return nil, fmt.Errorf("VM directory %s has an unreadable record, so agent-vm cannot tell which images it uses (hint: fix or destroy it first)", en.Layout.Dir)
+		}
+		if b := cloudinit.BaseOf(en.Layout); b != "" {
+			used[b] = true
+		}
+	}
+	return image.Prune(ctx, m.imageDir, func(disk string) bool { return used[disk] })
+}

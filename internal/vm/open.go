@@ -1,0 +1,142 @@
+package vm
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/nixos"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Config is what the composition root (Open) needs from the program that
+// runs it: where things live and how to reach the outside world. Open
+// builds everything else (backends, the QEMU launcher, the accelerator
+// probe, the image cache's path), so the CLI knows no backend.
+type Config struct {
+	StateDir string // required
+	// WorkDir is where the command runs; its repository scopes names
+	// (see Find). "" means outside any repository.
+	WorkDir string
+	Getenv  func(string) string // nil = os.Getenv
+	Log     hclog.Logger        // nil = no logs
+	Run     execx.Runner        // nil = execx.OS{}
+	// Progress receives the output of long steps: package installs, the
+	// image build, nix build. nil = io.Discard.
+	Progress io.Writer
+	// Executable is the agent-vm binary guests run as agent-mcp; nil =
+	// os.Executable.
+	Executable func() (string, error)
+}
+
+// Open opens the state directory and wires the orchestration: the one
+// place that knows which backends and drivers exist.
+func Open(c Config) (*Manager, error) {
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	if c.Log == nil {
+		c.Log = hclog.NewNullLogger()
+	}
+	if c.Run == nil {
+		c.Run = execx.OS{}
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Executable == nil {
+		c.Executable = os.Executable
+	}
+	root, err := state.Open(c.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	launcher, err := qemu.NewLauncher(c.Run, c.Log.Named("qemu"))
+	if err != nil {
+		return nil, err
+	}
+	m := New(root, c.Run, c.Log, launcher)
+	m.WorkDir = c.WorkDir
+	m.cacheDir = cacheDir(c.Getenv)
+	m.imageDir = imageDir(c.Getenv, m.cacheDir)
+	m.progress, m.getenv = c.Progress, c.Getenv
+	m.Accel = m.probeAccel
+	for _, b := range m.backends(c) {
+		m.Backends[b.Name()] = b
+	}
+	return m, nil
+}
+
+// backends are the VM flavours this build has.
+func (m *Manager) backends(c Config) []backend.Backend {
+	q := &cloudinit.Backend{Run: c.Run, Log: c.Log.Named("qemu"), ImageDir: m.imageDir, Executable: c.Executable}
+	if os.Geteuid() == 0 {
+		// "It works first time": the first start on a host builds the base
+		// image (mmdebstrap's root mode needs root).
+		q.BuildImage = func(ctx context.Context) (*image.Image, error) {
+			if err := m.setupFirst(ctx, hostpkgs.Image); err != nil {
+				return nil, err
+			}
+			return m.buildImage(ctx, ImageBuildOptions{})
+		}
+	}
+	return []backend.Backend{
+		q,
+		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
+	}
+}
+
+// cacheDir is $XDG_CACHE_HOME/agent-vm (images, the accelerator probe).
+func cacheDir(getenv func(string) string) string {
+	if d := getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "agent-vm")
+	}
+	home := getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, ".cache", "agent-vm")
+}
+
+// imageDir is the image cache: <cache>/images. Under sudo (building an
+// image needs root) it is the invoking user's, so `sudo agent-vm image
+// build` makes the image that user's VMs boot.
+func imageDir(getenv func(string) string, cache string) string {
+	if u := getenv("SUDO_USER"); u != "" && os.Geteuid() == 0 && getenv("XDG_CACHE_HOME") == "" {
+		if pw, err := user.Lookup(u); err == nil && pw.HomeDir != "" {
+			return filepath.Join(pw.HomeDir, ".cache", "agent-vm", "images")
+		}
+	}
+	return filepath.Join(cache, "images")
+}
+
+// ImageDir is where base images are cached.
+func (m *Manager) ImageDir() string { return m.imageDir }
+
+// probeAccel decides between KVM and TCG once per host boot (cached).
+func (m *Manager) probeAccel(ctx context.Context) accel.Result {
+	qemuPath, err := m.Run.LookPath(m.Launcher.Arch.Binary)
+	if err != nil {
+		qemuPath = m.Launcher.Arch.Binary
+	}
+	kernels, _ := filepath.Glob(filepath.Join(m.imageDir, "*", "vmlinuz*"))
+	kernels = append(kernels, "/run/current-system/kernel")
+	getenv := os.Getenv
+	if m.getenv != nil {
+		getenv = m.getenv
+	}
+	p := &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels,
+		Cache: filepath.Join(m.cacheDir, "accel.json"), Override: getenv("AGENT_VM_ACCEL")}
+	return p.Probe(ctx)
+}
