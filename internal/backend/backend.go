@@ -17,15 +17,20 @@ import (
 type Backend interface {
 	// Name is the backend's name as stored in the record: "qemu", "nixos".
 	Name() string
+	// CheckCreate refuses create flags this backend does not use, and bad
+	// values of those it does, before anything is made. It may look at the
+	// host (a --config file exists) but changes nothing.
+	CheckCreate(f CreateFlags) error
 	// Provision adds the backend's own files to a VM directory being
-	// created. l is the staging layout; r is complete except for fields the
-	// backend fills in.
-	Provision(ctx context.Context, l state.Layout, r *state.Record) error
+	// created and stores its section of the record (r.SetSection). l is the
+	// staging layout; r is complete except for that section.
+	Provision(ctx context.Context, l state.Layout, r *state.Record, f CreateFlags) error
 	// CheckStart refuses start flags this backend cannot honour, before
 	// anything is done (also when the VM is already running).
 	CheckStart(r *state.Record, f StartFlags) error
 	// Prepare readies a VM for booting (disks, seed, nix build) and says how
-	// to boot it.
+	// to boot it. It may change its own section of r (the caller saves the
+	// record when it did).
 	Prepare(ctx context.Context, l state.Layout, r *state.Record, o PrepareOptions) (*Plan, error)
 }
 
@@ -42,6 +47,15 @@ type Plan struct {
 	// guest's own setup to finish and makes it durable, so a VM killed
 	// right after start (SIGKILL, host crash) still boots. "" for none.
 	Settle string
+}
+
+// CreateFlags are the user's backend-specific choices at create. Each
+// backend takes the ones it understands and refuses the others
+// (CheckCreate), naming itself.
+type CreateFlags struct {
+	Image   string // --image: a base disk image (qemu)
+	Config  string // --config: an extra NixOS module (nixos)
+	Nixpkgs string // --nixpkgs: a nixpkgs path or flake reference (nixos)
 }
 
 // StartFlags are the user's choices for one start. Each backend accepts the

@@ -48,23 +48,60 @@ var _ backend.Backend = (*Backend)(nil)
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return Name }
 
-// Provision implements backend.Backend: it checks the base image the first
-// start will use (--image, else the default one, built then when missing)
-// against --disk now, so a mistake is reported at create rather than at
-// every start.
-func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
-	if r.Image == "" {
+// Settings is this backend's section of the VM record.
+type Settings struct {
+	// Image is the base image the VM boots (--image; empty: the default
+	// built image), an absolute path.
+	Image string `json:"image,omitempty"`
+	// Provision counts re-provisioning requests (start --reprovision); the
+	// guest's first-boot setup runs again whenever it changes.
+	Provision int `json:"provision"`
+}
+
+func settings(r *state.Record) (Settings, error) {
+	var s Settings
+	return s, r.Section(&s)
+}
+
+// CheckCreate implements backend.Backend.
+func (b *Backend) CheckCreate(f backend.CreateFlags) error {
+	switch {
+	case f.Config != "":
+		return fmt.Errorf("--config adds a NixOS module, which the qemu backend (a Debian guest) does not use (hint: drop --config, or pass --backend nixos)")
+	case f.Nixpkgs != "":
+		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend; the qemu backend boots a Debian image (hint: drop --nixpkgs, or pass --backend nixos)")
+	}
+	return nil
+}
+
+// Provision implements backend.Backend: it records --image and checks the
+// base image the first start will use (--image, else the default one, built
+// then when missing) against --disk now, so a mistake is reported at create
+// rather than at every start.
+func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) error {
+	s := Settings{Image: f.Image}
+	if s.Image != "" {
+		abs, err := filepath.Abs(s.Image)
+		if err != nil {
+			return fmt.Errorf("--image %s: %w", s.Image, err)
+		}
+		s.Image = abs
+	}
+	if err := r.SetSection(s); err != nil {
+		return err
+	}
+	if s.Image == "" {
 		size := int64(image.DefaultSizeBytes)
 		if img, err := image.Lookup(b.ImageDir, image.DefaultBuildName); err == nil {
 			size = img.Manifest.VirtualSizeBytes
 		}
 		return diskHolds(r.Resources.DiskGiB, "the default base image", size)
 	}
-	d, err := image.Inspect(ctx, b.Run, r.Image)
+	d, err := image.Inspect(ctx, b.Run, s.Image)
 	if err != nil {
 		return fmt.Errorf("--image: %w", err)
 	}
-	return diskHolds(r.Resources.DiskGiB, "the image "+r.Image, d.VirtualSize)
+	return diskHolds(r.Resources.DiskGiB, "the image "+s.Image, d.VirtualSize)
 }
 
 // diskHolds checks that a diskGiB overlay can be made on a base of size bytes.
@@ -99,11 +136,22 @@ func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
 // start), a fresh seed ISO, and a direct-kernel boot when the base has a
 // kernel.
 func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	disk, err := b.disk(ctx, l, r, o)
+	s, err := settings(r)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.writeSeed(ctx, l, r); err != nil {
+	if o.Reprovision {
+		// A new instance-id makes the guest's first-boot setup run again.
+		s.Provision++
+		if err := r.SetSection(s); err != nil {
+			return nil, err
+		}
+	}
+	disk, err := b.disk(ctx, l, r, s, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.writeSeed(ctx, l, r, s); err != nil {
 		return nil, err
 	}
 	d := &qemu.Direct{
@@ -121,7 +169,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 }
 
 // disk returns the VM's disk, making the overlay on first start.
-func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*DiskInfo, error) {
+func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s Settings, o backend.PrepareOptions) (*DiskInfo, error) {
 	infoPath := filepath.Join(l.Dir, DiskInfoFile)
 	overlay := filepath.Join(l.Dir, DiskFile)
 	if raw, err := os.ReadFile(infoPath); err == nil {
@@ -137,7 +185,7 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, o b
 		}
 		return &info, nil
 	}
-	info, err := b.base(ctx, r, o)
+	info, err := b.base(ctx, s, o)
 	if err != nil {
 		return nil, err
 	}
@@ -159,9 +207,9 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, o b
 
 // base picks the base image: --image, else the default built image, built
 // now if the host can.
-func (b *Backend) base(ctx context.Context, r *state.Record, o backend.PrepareOptions) (*DiskInfo, error) {
-	if r.Image != "" {
-		d, err := image.Inspect(ctx, b.Run, r.Image)
+func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions) (*DiskInfo, error) {
+	if s.Image != "" {
+		d, err := image.Inspect(ctx, b.Run, s.Image)
 		if err != nil {
 			return nil, err
 		}
@@ -183,7 +231,7 @@ func (b *Backend) base(ctx context.Context, r *state.Record, o backend.PrepareOp
 
 // writeSeed renders the VM's cloud-init seed and writes it with the agent-vm
 // binary the guest installs.
-func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record) error {
+func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record, s Settings) error {
 	pub, err := os.ReadFile(l.ClientPubKey())
 	if err != nil {
 		return fmt.Errorf("reading the VM's client key: %w", err)
@@ -208,7 +256,7 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 		exe = p
 	}
 	c := Config{
-		InstanceID:     fmt.Sprintf("%s-%d", r.ID, r.Provision),
+		InstanceID:     fmt.Sprintf("%s-%d", r.ID, s.Provision),
 		Hostname:       r.Slug,
 		UID:            r.Guest.UID,
 		GID:            r.Guest.GID,

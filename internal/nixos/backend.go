@@ -50,17 +50,28 @@ func (b *Backend) Name() string { return Name }
 // Provision writes vm.json, default.nix, data.nix and the modules into the
 // new VM's directory. A local nixpkgs is resolved now; a flake reference at
 // start (fetching it needs nix, which this host may not have yet).
-func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record) error {
+func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) error {
+	s := Settings{Config: f.Config, Nixpkgs: f.Nixpkgs}
+	if s.Config != "" {
+		abs, err := filepath.Abs(s.Config)
+		if err != nil {
+			return fmt.Errorf("--config %s: %w", s.Config, err)
+		}
+		s.Config = abs
+	}
 	nixpkgs := ""
-	if src, err := pickNixpkgs("", r.Nixpkgs, b.pinned(), b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
+	if src, err := pickNixpkgs("", s.Nixpkgs, b.pinned(), b.Getenv("NIX_PATH")); err == nil && isPath(src.value) {
 		p, err := resolveNixpkgs(ctx, b.Run, "", src)
-		if err != nil && r.Nixpkgs != "" {
+		if err != nil && s.Nixpkgs != "" {
 			return err
 		}
-		if r.Nixpkgs != "" {
-			r.Nixpkgs = p // the absolute path, so a later cwd does not matter
+		if s.Nixpkgs != "" {
+			s.Nixpkgs = p // the absolute path, so a later cwd does not matter
 		}
 		nixpkgs = p
+	}
+	if err := r.SetSection(s); err != nil {
+		return err
 	}
 	exe, err := b.guestExecutable()
 	if err != nil {
@@ -71,6 +82,34 @@ func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record
 		return err
 	}
 	return writeFiles(l.Dir, v)
+}
+
+// Settings is this backend's section of the VM record.
+type Settings struct {
+	// Config is the user's extra NixOS module (--config), an absolute path.
+	Config string `json:"config,omitempty"`
+	// Nixpkgs is the nixpkgs chosen at create (--nixpkgs: a path or a flake
+	// reference); empty means the pinned one, else NIX_PATH.
+	Nixpkgs string `json:"nixpkgs,omitempty"`
+}
+
+func settings(r *state.Record) (Settings, error) {
+	var s Settings
+	return s, r.Section(&s)
+}
+
+// CheckCreate implements backend.Backend.
+func (b *Backend) CheckCreate(f backend.CreateFlags) error {
+	if f.Image != "" {
+		return fmt.Errorf("--image sets the base disk image of the qemu backend; the nixos backend builds its own (hint: drop --image, or pass --backend qemu)")
+	}
+	if f.Config != "" {
+		fi, err := os.Stat(f.Config)
+		if err != nil || fi.IsDir() {
+			return fmt.Errorf("--config %s: not a readable file (hint: pass the path of a NixOS module, e.g. ./vm-config.nix)", f.Config)
+		}
+	}
+	return nil
 }
 
 // CheckStart implements backend.Backend. A NixOS guest is its configuration,
@@ -97,7 +136,11 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	src, err := pickNixpkgs(o.Nixpkgs, r.Nixpkgs, b.pinned(), b.Getenv("NIX_PATH"))
+	s, err := settings(r)
+	if err != nil {
+		return nil, err
+	}
+	src, err := pickNixpkgs(o.Nixpkgs, s.Nixpkgs, b.pinned(), b.Getenv("NIX_PATH"))
 	if err != nil {
 		return nil, err
 	}
@@ -274,8 +317,12 @@ func inputsHash(dir string, r *state.Record) (string, error) {
 	files := []string{filepath.Join(dir, VMJSONFile), filepath.Join(dir, DefaultNix), filepath.Join(dir, DataNix)}
 	mods, _ := filepath.Glob(filepath.Join(dir, ModulesDir, "*.nix"))
 	files = append(files, mods...)
-	if r.NixOSConfig != "" {
-		files = append(files, r.NixOSConfig)
+	s, err := settings(r)
+	if err != nil {
+		return "", err
+	}
+	if s.Config != "" {
+		files = append(files, s.Config)
 	}
 	var v VMJSON
 	if raw, err := os.ReadFile(filepath.Join(dir, VMJSONFile)); err == nil && json.Unmarshal(raw, &v) == nil && v.AgentVMExecutable != nil {

@@ -140,9 +140,12 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 	if agentVM != "" {
 		v.AgentVMExecutable = &agentVM
 	}
-	if r.NixOSConfig != "" {
-		cfg := r.NixOSConfig
-		v.UserModule = &cfg
+	s, err := settings(r)
+	if err != nil {
+		return nil, err
+	}
+	if s.Config != "" {
+		v.UserModule = &s.Config
 	}
 	return v, nil
 }

@@ -68,7 +68,7 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 		t.Run(strings.ReplaceAll(branch, "/", "_"), func(t *testing.T) {
 			l, r := testVM(t, branch, "comment with \"quotes\" ${x} and \\ "+branch)
 			cfg := filepath.Join(t.TempDir(), `my "vm" config ${x}.nix`)
-			r.NixOSConfig = cfg
+			r.SetSection(Settings{Config: cfg})
 			exe := "/opt/agent vm/bin/agent-vm"
 			v, err := newVMJSON(l, r, "/nix/store/0000000000000000000000000000000-source", "virtiofs", exe)
 			if err != nil {
@@ -164,7 +164,7 @@ func TestExpressionsAreStatic(t *testing.T) {
 func TestVMJSONGolden(t *testing.T) {
 	l, r := testVM(t, "feature/x", "agent-vm feature-x")
 	os.WriteFile(l.ClientPubKey(), []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGolden agent-vm feature-x\n"), 0o644)
-	r.NixOSConfig = "/home/me/project/vm-config.nix"
+	r.SetSection(Settings{Config: "/home/me/project/vm-config.nix"})
 	v, err := newVMJSON(l, r, "/nix/store/00000000000000000000000000000000-source", "virtiofs", "/usr/local/bin/agent-vm")
 	if err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	b := newTestBackend(t, fake, exe)
 	l, r := testVM(t, "feature/x", "k")
 	os.MkdirAll(l.RunDir(), 0o700)
-	if err := b.Provision(context.Background(), l, r); err != nil {
+	if err := b.Provision(context.Background(), l, r, backend.CreateFlags{}); err != nil {
 		t.Fatal(err)
 	}
 	plan, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})

@@ -12,7 +12,11 @@ import (
 // RecordVersion is the major version of the VM record this agent-vm writes.
 // Adding fields does not bump it (readers ignore unknown fields); changing
 // the meaning of a field does, and older agent-vm builds then refuse the record.
-const RecordVersion = 1
+//
+// Version 2 moved the backends' own fields (image, provision; nixos_config,
+// nixpkgs) from the top level into "settings"; version 1 records are
+// migrated when read (see migrateV1).
+const RecordVersion = 2
 
 // Record is a VM's config.json: everything agent-vm knows about one branch's
 // VM that is not live state.
@@ -32,19 +36,34 @@ type Record struct {
 	// people and tools reading config.json. agent-vm itself always derives
 	// them from the VM directory (see Layout), so a moved state dir works.
 	Paths Paths `json:"paths"`
-	// Image is the base image a qemu-backend VM boots (empty: the default
-	// built image).
-	Image string `json:"image,omitempty"`
-	// NixOSConfig is the user's extra NixOS module (nixos backend, --config).
-	NixOSConfig string `json:"nixos_config,omitempty"`
-	// Nixpkgs is the nixpkgs the user chose at create (--nixpkgs: a path or
-	// a flake reference); empty means NIX_PATH or agent-vm's own.
-	Nixpkgs string `json:"nixpkgs,omitempty"`
 	// AllowOrigins are the browser origins agent-mcp accepts (--allow-origin).
 	AllowOrigins []string `json:"allow_origins,omitempty"`
-	// Provision counts re-provisioning requests; the guest's first-boot
-	// setup runs again whenever it changes.
-	Provision int `json:"provision"`
+	// Settings is the backend's own section, which only that backend reads
+	// and writes (see Section and SetSection): what the user chose at create
+	// for that backend, and its own counters.
+	Settings json.RawMessage `json:"settings,omitempty"`
+}
+
+// Section decodes the backend's section into v (left as it is when the
+// record has none).
+func (r *Record) Section(v any) error {
+	if len(r.Settings) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.Settings, v); err != nil {
+		return fmt.Errorf("the %s backend's settings in the record of %q: %w", r.Backend, r.Branch, err)
+	}
+	return nil
+}
+
+// SetSection stores v as the backend's section.
+func (r *Record) SetSection(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding the %s backend's settings: %w", r.Backend, err)
+	}
+	r.Settings = b
+	return nil
 }
 
 // Ports are the host ports forwarded to the guest, bound to 127.0.0.1.
@@ -128,10 +147,47 @@ func ParseRecord(path string, b []byte) (*Record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %v (hint: fix or remove the file)", path, err)
 	}
+	if *probe.Version == 1 {
+		if err := migrateV1(&r, b); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if len(r.Settings) > 0 {
+		// Compact, as SetSection writes it, so comparing sections compares
+		// their content, not how the file was indented.
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, r.Settings); err != nil {
+			return nil, fmt.Errorf("%s: settings: %w", path, err)
+		}
+		r.Settings = buf.Bytes()
+	}
 	if err := r.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &r, nil
+}
+
+// migrateV1 moves a version 1 record's backend fields into its section, in
+// the shape each backend's section has (cloudinit.Settings, nixos.Settings).
+// The file itself is rewritten only when agent-vm next writes the record.
+func migrateV1(r *Record, b []byte) error {
+	var v1 struct {
+		Image       string `json:"image"`
+		NixOSConfig string `json:"nixos_config"`
+		Nixpkgs     string `json:"nixpkgs"`
+		Provision   int    `json:"provision"`
+	}
+	if err := json.Unmarshal(b, &v1); err != nil {
+		return err
+	}
+	r.Version = RecordVersion
+	switch r.Backend {
+	case "qemu":
+		return r.SetSection(map[string]any{"image": v1.Image, "provision": v1.Provision})
+	case "nixos":
+		return r.SetSection(map[string]any{"config": v1.NixOSConfig, "nixpkgs": v1.Nixpkgs})
+	}
+	return nil
 }
 
 func (r *Record) check() error {

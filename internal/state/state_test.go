@@ -274,3 +274,44 @@ func TestVMLockIsNeverAnInternalLock(t *testing.T) {
 		cancel()
 	}
 }
+
+// Records written by agent-vm before version 2 (these two by main at
+// 45dfa23: a qemu VM started once with --reprovision, a nixos VM with
+// --config and --nixpkgs) load with their backend fields in the section.
+func TestVersion1RecordsMigrate(t *testing.T) {
+	for file, want := range map[string]map[string]any{
+		"testdata/record-v1-qemu.json":  {"image": "", "provision": 1.0},
+		"testdata/record-v1-nixos.json": {"config": "/tmp/rec/vm.nix", "nixpkgs": "/tmp/rec/nixpkgs"},
+	} {
+		r, err := ReadRecord(file)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if r.Version != RecordVersion {
+			t.Errorf("%s: version %d after migration, want %d", file, r.Version, RecordVersion)
+		}
+		var got map[string]any
+		if err := r.Section(&got); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: section %v, want %v", file, got, want)
+		}
+		if r.Git.Source != "/tmp/rec/src" || r.Ports.SSH == 0 || r.Resources.MemoryMiB == 0 {
+			t.Errorf("%s: common fields lost: %+v", file, r)
+		}
+		// Written again, it is a version 2 record that reads back the same.
+		p := filepath.Join(t.TempDir(), RecordFile)
+		if err := WriteRecord(p, r); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := os.ReadFile(p)
+		if strings.Contains(string(raw), `"provision"`) && !strings.Contains(string(raw), `"settings"`) {
+			t.Errorf("%s: rewritten record keeps the old top-level fields:\n%s", file, raw)
+		}
+		again, err := ReadRecord(p)
+		if err != nil || string(again.Settings) != string(r.Settings) {
+			t.Errorf("%s: rewritten record reads back %v (%v), want section %s", file, again, err, r.Settings)
+		}
+	}
+}

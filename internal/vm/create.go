@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
@@ -62,7 +63,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCreateFlags(o, be.Name()); err != nil {
+	if err := checkCreateFlags(o); err != nil {
+		return nil, err
+	}
+	flags := backend.CreateFlags{Image: o.Image, Config: o.Config, Nixpkgs: o.Nixpkgs}
+	if err := be.CheckCreate(flags); err != nil {
 		return nil, err
 	}
 
@@ -104,7 +109,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if rec.Guest.UID, rec.Guest.GID, err = shareOwnership(l.Workspace()); err != nil {
 		return nil, err
 	}
-	if err := be.Provision(ctx, l, rec); err != nil {
+	if err := be.Provision(ctx, l, rec, flags); err != nil {
 		return nil, err
 	}
 	final := m.Root.Layout(slug)
@@ -123,20 +128,13 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	return rec, nil
 }
 
-func checkCreateFlags(o CreateOptions, backend string) error {
-	if o.Nixpkgs != "" && backend != BackendNixOS {
-		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend (hint: drop --nixpkgs, or pass --backend nixos)")
-	}
+// checkCreateFlags checks what every backend shares; each backend checks
+// its own flags (backend.CheckCreate).
+func checkCreateFlags(o CreateOptions) error {
 	for _, origin := range o.AllowOrigins {
 		if err := modules.CheckOrigin("--allow-origin", origin); err != nil {
 			return err
 		}
-	}
-	if o.Config != "" && backend != BackendNixOS {
-		return fmt.Errorf("--config adds a NixOS module, which only the nixos backend uses (hint: drop --config, or pass --backend nixos)")
-	}
-	if o.Image != "" && backend != BackendQEMU {
-		return fmt.Errorf("--image sets the base disk image of the qemu backend; the %s backend builds its own (hint: drop --image, or pass --backend qemu)", backend)
 	}
 	switch {
 	case o.CPUs < 0 || o.CPUs > 64:
@@ -147,12 +145,6 @@ func checkCreateFlags(o CreateOptions, backend string) error {
 		return fmt.Errorf("--disk %dG is out of range (hint: use %dG to %dG)", o.DiskGiB, minDiskGiB, maxDiskGiB)
 	case o.DiskGiB != 0 && o.DiskGiB < minDiskGiB:
 		return fmt.Errorf("--disk %dG is smaller than the %dG minimum (hint: use at least --disk %dG; %dG is the default)", o.DiskGiB, minDiskGiB, minDiskGiB, defaultDiskGiB)
-	}
-	if o.Config != "" {
-		fi, err := os.Stat(o.Config)
-		if err != nil || fi.IsDir() {
-			return fmt.Errorf("--config %s: not a readable file (hint: pass the path of a NixOS module, e.g. ./vm-config.nix)", o.Config)
-		}
 	}
 	return nil
 }
@@ -232,8 +224,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
-		Guest:     state.Guest{User: guestUser},
-		Image:     o.Image, NixOSConfig: o.Config, Nixpkgs: o.Nixpkgs, AllowOrigins: o.AllowOrigins,
+		Guest:     state.Guest{User: guestUser}, AllowOrigins: o.AllowOrigins,
 	}
 	if r.Resources.CPUs == 0 {
 		r.Resources.CPUs = defaultCPUs()
@@ -243,12 +234,6 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 	}
 	if r.Resources.DiskGiB == 0 {
 		r.Resources.DiskGiB = defaultDiskGiB
-	}
-	if r.Image != "" {
-		r.Image, _ = filepath.Abs(r.Image)
-	}
-	if r.NixOSConfig != "" {
-		r.NixOSConfig, _ = filepath.Abs(r.NixOSConfig)
 	}
 	return r
 }

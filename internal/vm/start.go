@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,13 +89,6 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if live.Alive() {
 		return &StartResult{Info: m.Status(ctx, e, true), AlreadyRunning: true}, nil
 	}
-	if o.Reprovision {
-		// A new instance-id makes the guest's first-boot setup run again.
-		r.Provision++
-		if err := state.WriteRecord(l.Record(), r); err != nil {
-			return nil, err
-		}
-	}
 	acc := m.Accel(ctx)
 	if acc.Accel == accel.TCG {
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
@@ -105,9 +99,15 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("sharing the workspace over 9p", "reason", err)
 		share = qemu.Share9p
 	}
+	section := slices.Clone(r.Settings)
 	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report})
 	if err != nil {
 		return nil, err
+	}
+	if !bytes.Equal(section, r.Settings) {
+		if err := state.WriteRecord(l.Record(), r); err != nil {
+			return nil, err
+		}
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
 	o.Report.Report("starting QEMU", 0, "")
