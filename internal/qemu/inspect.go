@@ -57,15 +57,14 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 		return Live{State: StateStopped}, nil
 	}
 	live := Live{Launch: launch, LaunchErr: err}
+	// QEMU's own pid file first, then what the start recorded; the
+	// process table when launch.json cannot say.
 	match := m.isQEMU()
-	pid := 0
-	if launch != nil {
+	pid, _ := readPid(m.runFile(PidFile))
+	if !verified(pid, match) && launch != nil {
 		pid = launch.QEMUPid
 	}
-	if p, err := readPid(m.runFile(PidFile)); err == nil {
-		pid = p
-	}
-	if live.LaunchErr != nil && !verified(pid, match) {
+	if !verified(pid, match) && live.LaunchErr != nil {
 		pid = findProcess(match)
 	}
 	if !verified(pid, match) {
@@ -165,6 +164,9 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		log.Debug("asked the guest to power off")
 		if waitGoneCtx(ctx, live.Pid, match, grace) {
 			return l.finishStop(m, vfs)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		log.Warn("the guest did not power off in time; quitting QEMU", "waited", grace)
 	}

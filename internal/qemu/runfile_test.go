@@ -26,8 +26,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeStart starts the fake QEMU, with a fake virtiofsd, for a new machine.
-func fakeStart(t *testing.T) (*Launcher, Machine, Boot, *Launch) {
+// fakeStart starts the fake QEMU, with a fake virtiofsd, for a new machine
+// in dir (a new temporary directory when "").
+func fakeStart(t *testing.T, dir string) (*Launcher, Machine, Boot, *Launch) {
 	t.Helper()
 	l, err := NewLauncher(execx.OS{}, hclog.NewNullLogger())
 	if err != nil {
@@ -38,11 +39,16 @@ func fakeStart(t *testing.T) (*Launcher, Machine, Boot, *Launch) {
 		t.Fatal(err)
 	}
 	t.Setenv(qemutest.FakeEnv, "qemu") // for the virtiofsd, which inherits it
-	dir := t.TempDir()
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	m := Machine{Name: "agent-vm-fake", UUID: state.NewID(), CPUs: 1, MemoryMiB: 256,
 		RunDir: filepath.Join(dir, "run"), LogsDir: filepath.Join(dir, "logs"),
 		Share: Share{Source: dir, Tag: "workspace"}}
 	m.SocketDir = SocketDirFor(m.RunDir, m.UUID)
+	if m.SocketDir != m.RunDir {
+		t.Cleanup(func() { os.RemoveAll(m.SocketDir) })
+	}
 	b := Boot{Script: &Script{Path: exe, Env: env}}
 	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: &Virtiofsd{Path: exe, Rust: true}})
 	if launch.VirtiofsdPid == 0 {
@@ -55,7 +61,7 @@ func fakeStart(t *testing.T) (*Launcher, Machine, Boot, *Launch) {
 // end: the VM is found from its pid file, or failing that the process table,
 // and stop ends QEMU through QMP and virtiofsd with it.
 func TestUnreadableLaunchFileFindsQEMUInTheProcessTable(t *testing.T) {
-	l, m, _, launch := fakeStart(t)
+	l, m, _, launch := fakeStart(t, "")
 	ctx := context.Background()
 	if err := os.WriteFile(m.runFile(LaunchFile), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -88,7 +94,7 @@ func TestUnreadableLaunchFileFindsQEMUInTheProcessTable(t *testing.T) {
 // After a crash that left launch.json unreadable, the VM reads as crashed
 // (saying why) and starts again.
 func TestUnreadableLaunchFileAfterACrashReadsCrashedAndStarts(t *testing.T) {
-	l, m, b, launch := fakeStart(t)
+	l, m, b, launch := fakeStart(t, "")
 	ctx := context.Background()
 	syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
 	syscall.Kill(launch.VirtiofsdPid, syscall.SIGKILL)
@@ -115,7 +121,7 @@ func TestUnreadableLaunchFileAfterACrashReadsCrashedAndStarts(t *testing.T) {
 func TestStopEndsAVirtiofsdNoRunFileNames(t *testing.T) {
 	for _, launchFile := range []string{"missing", "empty"} {
 		t.Run(launchFile, func(t *testing.T) {
-			l, m, _, launch := fakeStart(t)
+			l, m, _, launch := fakeStart(t, "")
 			syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
 			waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
 			exe, _, _ := qemutest.Script(false)
@@ -135,5 +141,31 @@ func TestStopEndsAVirtiofsdNoRunFileNames(t *testing.T) {
 				t.Error("virtiofsd still runs after stop")
 			}
 		})
+	}
+}
+
+// A machine known only by its directories (its record is unreadable) gets
+// back, from its running QEMU, the uuid and socket directory (here outside
+// the run directory, as long state paths have it) that stop needs to reach
+// it over QMP. Another run directory's QEMU is not adopted.
+func TestAdoptCompletesAMachineFromItsQEMU(t *testing.T) {
+	l, m, _, launch := fakeStart(t, filepath.Join(t.TempDir(), strings.Repeat("long-state-path", 6)))
+	if m.SocketDir == m.RunDir {
+		t.Fatalf("socket dir %s: want one outside the run dir", m.SocketDir)
+	}
+	bare := Machine{Name: m.Name, RunDir: m.RunDir, LogsDir: m.LogsDir, SocketDir: m.RunDir, Share: m.Share}
+	if _, pid := Adopt(Machine{RunDir: m.RunDir + "-2", LogsDir: m.LogsDir}); pid != 0 {
+		t.Errorf("adopted pid %d for a run directory that has no QEMU", pid)
+	}
+	os.Remove(m.runFile(PidFile)) // found in the process table all the same
+	got, pid := Adopt(bare)
+	if pid != launch.QEMUPid || got.UUID != m.UUID || got.SocketDir != m.SocketDir {
+		t.Fatalf("adopted pid %d as %+v; want pid %d, uuid %s, socket dir %s", pid, got, launch.QEMUPid, m.UUID, m.SocketDir)
+	}
+	if err := l.Stop(context.Background(), got, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if log := tailFile(m.QEMULogPath(), 10); !strings.Contains(log, "qmp: system_powerdown") {
+		t.Errorf("stop did not reach QEMU over QMP; its log:\n%s", log)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -77,6 +78,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 
 // TestMain removes the agent-vm binary the tests built, once they are done.
 func TestMain(m *testing.M) {
+	qemutest.Main()
 	code := m.Run()
 	tu.RemoveAgentVMBinary()
 	os.Exit(code)
