@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -21,28 +18,12 @@ import (
 
 // These tests run a FAKE QEMU and virtiofsd (qemutest: this test binary,
 // re-executed with QEMU's command line) through the real launcher, in VM
-// directories made by hand; destroy, stop and status are real.
+// directories made by hand; destroy and status are real.
 
 type fakeVM struct {
 	Entry  state.Entry
 	Mach   qemu.Machine
 	Launch *qemu.Launch
-}
-
-// fakeManager is a Manager over a new state directory, with no backends:
-// the tests below start their VMs through the launcher.
-func fakeManager(t *testing.T) *vm.Manager {
-	t.Helper()
-	root, err := state.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})
-	launcher, err := qemu.NewLauncher(execx.OS{}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return vm.New(root, execx.OS{}, log, launcher)
 }
 
 // startFakeVM makes the directory of a VM for branch (its record, an empty
@@ -121,7 +102,7 @@ func gone(pid int) bool {
 func TestDestroyForceStopsTheQEMUOfAnUnreadableRecord(t *testing.T) {
 	for _, launchFile := range []string{"intact", "empty"} {
 		t.Run("launch file "+launchFile, func(t *testing.T) {
-			m := fakeManager(t)
+			m := plainManager(t)
 			mine := startFakeVM(t, m, "feature/x", false)
 			other := startFakeVM(t, m, "feature/x-2", false)
 			l := mine.Entry.Layout
@@ -156,7 +137,7 @@ func TestDestroyForceStopsTheQEMUOfAnUnreadableRecord(t *testing.T) {
 
 // A torn launch.json blocks neither status nor destroy --force.
 func TestDestroyForceWithAnUnreadableLaunchFile(t *testing.T) {
-	m := fakeManager(t)
+	m := plainManager(t)
 	v := startFakeVM(t, m, "feature/y", false)
 	os.WriteFile(v.Entry.Layout.Run(qemu.LaunchFile), nil, 0o600)
 
@@ -179,7 +160,7 @@ func TestDestroyForceWithAnUnreadableLaunchFile(t *testing.T) {
 // destroy --force refuses, saying so, and removes nothing: the directory is
 // the only handle left on that QEMU.
 func TestDestroyForceRefusesWhenQEMUCannotBeStopped(t *testing.T) {
-	m := fakeManager(t)
+	m := plainManager(t)
 	v := startFakeVM(t, m, "feature/z", true)
 	l := v.Entry.Layout
 	os.WriteFile(l.Record(), nil, 0o600)
