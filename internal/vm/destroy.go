@@ -96,7 +96,7 @@ func destroyStopError(e state.Entry, live qemu.Live, err error) error {
 	if e.Record != nil {
 		name = e.Record.Branch
 	}
-	if live.Pid == 0 {
+	if live.Pid == 0 || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("stopping VM %q before destroying it: %w (hint: nothing was removed; `agent-vm destroy %s --force` tries again)", name, err, e.Slug)
 	}
 	return fmt.Errorf("QEMU (pid %d) of VM %q did not stop, so nothing was removed: %w (hint: end it with `kill -9 %d`, then run `agent-vm destroy %s --force` again)", live.Pid, name, err, live.Pid, e.Slug)
