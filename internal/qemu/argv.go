@@ -43,6 +43,22 @@ const (
 // esc escapes a value for QEMU's comma-separated option syntax.
 func esc(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
+// unesc is the first value of an option string, unescaped: what esc made
+// of it, from "value,key=...,...".
+func unesc(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == ',' {
+			if i+1 == len(s) || s[i+1] != ',' {
+				break
+			}
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // identityArgs name the VM and make its QEMU findable in /proc.
 func identityArgs(m Machine) []string {
 	return []string{"-name", esc(m.Name), "-uuid", m.UUID}

@@ -133,3 +133,13 @@ func TestSocketDirForLongPaths(t *testing.T) {
 		t.Error("a world-writable socket parent was accepted")
 	}
 }
+
+func TestUnescUndoesEsc(t *testing.T) {
+	for _, s := range []string{"", "plain", "a,b", ",lead", "trail,", "a,,b", "/x,y/qmp.sock"} {
+		for _, rest := range []string{"", ",server=on,wait=off"} {
+			if got := unesc(esc(s) + rest); got != s {
+				t.Errorf("unesc(%q): got %q, want %q", esc(s)+rest, got, s)
+			}
+		}
+	}
+}

@@ -27,6 +27,9 @@ type Live struct {
 	Pid       int
 	Launch    *Launch // what the last start recorded; nil if never started
 	QMPStatus string  // QEMU's own run state, when QMP answered
+	// LaunchErr is why launch.json, which exists, could not be read (then
+	// Launch is nil and the state comes from the process table).
+	LaunchErr error
 }
 
 // Alive reports whether a QEMU process of this VM exists.
@@ -45,21 +48,26 @@ func (lv Live) Uptime(now time.Time) time.Duration {
 const powerOffMarker = "reboot: Power down"
 
 // Inspect reads the VM's state. A PID that now belongs to another process
-// is not this VM (it is never signalled either).
+// is not this VM (it is never signalled either). An unreadable launch.json
+// (torn by a host crash, say) is no dead end: QEMU is then looked for
+// through its pid file and the process table, and QMP as usual.
 func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	launch, err := readLaunch(m.runFile(LaunchFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return Live{State: StateStopped}, nil
 	}
-	if err != nil {
-		return Live{}, err
+	live := Live{Launch: launch, LaunchErr: err}
+	// QEMU's own pid file first, then what the start recorded; the
+	// process table when launch.json cannot say.
+	match := m.isQEMU()
+	pid, _ := readPid(m.runFile(PidFile))
+	if !verified(pid, match) && launch != nil {
+		pid = launch.QEMUPid
 	}
-	live := Live{Launch: launch}
-	pid := launch.QEMUPid
-	if p, err := readPid(m.runFile(PidFile)); err == nil {
-		pid = p
+	if !verified(pid, match) && live.LaunchErr != nil {
+		pid = findProcess(match)
 	}
-	if !verified(pid, isQEMUFor(m.UUID)) {
+	if !verified(pid, match) {
 		live.State = StateCrashed
 		switch {
 		case exists(m.runFile(CleanMarker)):
@@ -69,31 +77,47 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 		default:
 			live.Detail = "QEMU is gone without a clean shutdown; " + crashHint(m)
 		}
+		live.Detail = withLaunchErr(live.Detail, live.LaunchErr)
 		return live, nil
 	}
 	live.Pid, live.State = pid, StateRunning
+	live.Detail, live.QMPStatus = l.qmpStatus(ctx, m)
+	switch live.QMPStatus {
+	case "paused", "suspended", "prelaunch", "inmigrate", "postmigrate", "save-vm", "restore-vm", "finish-migrate":
+		live.State = StatePaused
+	case "shutdown", "guest-panicked", "internal-error", "io-error":
+		live.Detail = "QEMU reports " + live.QMPStatus
+	}
+	live.Detail = withLaunchErr(live.Detail, live.LaunchErr)
+	return live, nil
+}
+
+// qmpStatus asks QEMU for its run state; detail says why it did not answer.
+func (l *Launcher) qmpStatus(ctx context.Context, m Machine) (detail, status string) {
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	c, err := qmp.Dial(qctx, m.QMPPath())
 	if err != nil {
-		live.Detail = "QMP did not answer (another agent-vm command may be using it)"
-		return live, nil
+		return "QMP did not answer (another agent-vm command may be using it)", ""
 	}
 	defer c.Close()
 	st, err := c.Status(qctx)
 	if err != nil {
-		live.Detail = "QMP did not answer: " + err.Error()
-		return live, nil
+		return "QMP did not answer: " + err.Error(), ""
 	}
-	live.QMPStatus = st
-	switch st {
-	case "running":
-	case "paused", "suspended", "prelaunch", "inmigrate", "postmigrate", "save-vm", "restore-vm", "finish-migrate":
-		live.State = StatePaused
-	case "shutdown", "guest-panicked", "internal-error", "io-error":
-		live.Detail = "QEMU reports " + st
+	return "", st
+}
+
+// withLaunchErr adds to a detail that launch.json is unreadable.
+func withLaunchErr(detail string, err error) string {
+	if err == nil {
+		return detail
 	}
-	return live, nil
+	msg := fmt.Sprintf("unreadable run file: %v (accelerator, share and uptime unknown; the next start writes it anew)", err)
+	if detail == "" {
+		return msg
+	}
+	return detail + "; " + msg
 }
 
 func crashHint(m Machine) string {
@@ -120,22 +144,29 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 	vfs := 0
 	if live.Launch != nil {
 		vfs = live.Launch.VirtiofsdPid
+	} else {
+		// No launch.json to say (unreadable, or a start killed before it
+		// wrote one): the process table knows.
+		vfs = findProcess(isVirtiofsdFor(m.sockFile(VirtiofsdSock)))
 	}
 	if !live.Alive() {
 		// Nothing to stop; clear what a crash left (a crashed VM that was
 		// stopped reads as stopped from now on).
 		l.stopVirtiofsd(m, vfs, 0)
-		if live.Launch != nil {
+		if live.Launch != nil || live.LaunchErr != nil {
 			_ = l.finishStop(m, 0)
 		}
 		return ErrNotRunning
 	}
-	match := isQEMUFor(m.UUID)
+	match := m.isQEMU()
 	log := l.Log.With("vm", m.Name, "pid", live.Pid)
 	if l.qmpCommand(ctx, m, "system_powerdown") {
 		log.Debug("asked the guest to power off")
 		if waitGoneCtx(ctx, live.Pid, match, grace) {
 			return l.finishStop(m, vfs)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		log.Warn("the guest did not power off in time; quitting QEMU", "waited", grace)
 	}

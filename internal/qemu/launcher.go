@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/state"
 )
 
 // Launcher starts, inspects and stops VMs.
@@ -123,7 +124,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	pid, err := l.waitQMP(ctx, m, p)
 	if err != nil {
-		killVerified(p.Pid(), isQEMUFor(m.UUID))
+		killVerified(p.Pid(), m.isQEMU())
 		l.stopVirtiofsd(m, vfsPid, 0)
 		return nil, err
 	}
@@ -246,16 +247,14 @@ func orNothing(s string) string {
 	return s
 }
 
+// writeJSON replaces a run file durably: a host crash must not leave a torn
+// launch.json (see Inspect for what is done with one all the same).
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return state.WriteFileAtomic(path, append(b, '\n'), 0o600)
 }
 
 func readLaunch(path string) (*Launch, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/nixos"
+	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -31,7 +32,9 @@ type DestroyResult struct {
 // Destroy stops the VM if it runs and removes its directory, unless the
 // workspace holds unsaved work (then it refuses, saying what would be lost,
 // and leaves the VM as it was) or force is set. Nothing outside the VM's
-// directory is ever removed.
+// directory is ever removed, and the directory never while its QEMU runs:
+// with the record unreadable, QEMU is found from what the run directory
+// still has (see qemu.Adopt).
 func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*DestroyResult, error) {
 	e, err := m.Find(ctx, name)
 	if err != nil {
@@ -43,10 +46,12 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	}
 	defer lock.Release()
 	res := &DestroyResult{Slug: e.Slug}
+	var mach qemu.Machine
 	if e.Record == nil {
 		if !force {
-			return nil, fmt.Errorf("the VM directory %s has an unreadable record: %v (hint: agent-vm cannot check it for running processes or unsaved work; look inside, then `agent-vm destroy %s --force`)", e.Layout.Dir, e.Err, e.Slug)
+			return nil, fmt.Errorf("the VM directory %s has an unreadable record: %v (hint: agent-vm cannot check it for unsaved work; look inside, then `agent-vm destroy %s --force`)", e.Layout.Dir, e.Err, e.Slug)
 		}
+		mach, _ = qemu.Adopt(unrecordedMachine(e))
 	} else {
 		res.Branch = e.Record.Branch
 		// A refused destroy changes nothing, so look before stopping; and
@@ -57,18 +62,21 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 				return res, err
 			}
 		}
-		was, err := m.stopLocked(ctx, e)
-		if err != nil {
-			return nil, fmt.Errorf("stopping VM %q before destroying it: %w", e.Record.Branch, err)
+		if mach, err = m.machine(e.Record, e.Layout, nil); err != nil {
+			return nil, err
 		}
-		res.Stopped = was == StateRunning || was == StatePaused || was == StateStarting
-		if !force && res.Stopped {
-			if err := m.checkUnsaved(ctx, e); err != nil {
-				return res, err
-			}
-		}
-		m.removeSocketDir(e)
 	}
+	live, err := m.stopMachine(ctx, mach)
+	if err != nil {
+		return nil, destroyStopError(e, live, err)
+	}
+	res.Stopped = live.Alive()
+	if !force && res.Stopped {
+		if err := m.checkUnsaved(ctx, e); err != nil {
+			return res, err
+		}
+	}
+	removeSocketDir(e, mach)
 	// The nix out-links first: should removing the directory stop half way
 	// (it is renamed into .trash, then deleted), they would keep the VM's
 	// system from nix-collect-garbage.
@@ -79,6 +87,19 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 		return nil, err
 	}
 	return res, nil
+}
+
+// destroyStopError explains a destroy refused because the VM did not stop:
+// its directory, the only handle on its QEMU, was left as it was.
+func destroyStopError(e state.Entry, live qemu.Live, err error) error {
+	name := e.Slug
+	if e.Record != nil {
+		name = e.Record.Branch
+	}
+	if live.Pid == 0 || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("stopping VM %q before destroying it: %w (hint: nothing was removed; `agent-vm destroy %s --force` tries again)", name, err, e.Slug)
+	}
+	return fmt.Errorf("QEMU (pid %d) of VM %q did not stop, so nothing was removed: %w (hint: end it with `kill -9 %d`, then run `agent-vm destroy %s --force` again)", live.Pid, name, err, live.Pid, e.Slug)
 }
 
 // checkUnsaved refuses when the workspace holds work found nowhere else.
@@ -101,10 +122,11 @@ func (m *Manager) checkUnsaved(ctx context.Context, e state.Entry) error {
 }
 
 // removeSocketDir removes a VM's socket directory when it lives outside the
-// VM directory (long state paths, see qemu.SocketDirFor).
-func (m *Manager) removeSocketDir(e state.Entry) {
-	mach, err := m.machine(e.Record, e.Layout, nil)
-	if err != nil || strings.HasPrefix(mach.SocketDir, e.Layout.Dir+string(filepath.Separator)) {
+// VM directory (long state paths, see qemu.SocketDirFor): only ever the one
+// SocketDirFor names for this VM.
+func removeSocketDir(e state.Entry, mach qemu.Machine) {
+	if mach.UUID == "" || mach.SocketDir != qemu.SocketDirFor(mach.RunDir, mach.UUID) ||
+		strings.HasPrefix(mach.SocketDir, e.Layout.Dir+string(filepath.Separator)) {
 		return
 	}
 	_ = os.RemoveAll(mach.SocketDir)

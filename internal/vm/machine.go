@@ -26,6 +26,15 @@ func (m *Manager) machine(r *state.Record, l state.Layout, extra []qemu.Credenti
 	}, nil
 }
 
+// unrecordedMachine describes the VM of a directory whose record is
+// unreadable from that directory alone: no uuid, no size, no ports. Enough
+// for qemu.Adopt to find its QEMU and for Stop to end it.
+func unrecordedMachine(e state.Entry) qemu.Machine {
+	l := e.Layout
+	return qemu.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: l.RunDir(),
+		Share: qemu.Share{Source: l.Workspace(), Tag: ShareTag}}
+}
+
 // readToken reads the VM's MCP bearer token.
 func readToken(l state.Layout) (string, error) {
 	b, err := os.ReadFile(l.MCPToken())

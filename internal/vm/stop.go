@@ -37,9 +37,16 @@ func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (string, error)
 	if err != nil {
 		return "", err
 	}
+	live, err := m.stopMachine(ctx, mach)
+	return live.State, err
+}
+
+// stopMachine stops a VM (the caller holds its lock) and returns what it
+// found before stopping it.
+func (m *Manager) stopMachine(ctx context.Context, mach qemu.Machine) (qemu.Live, error) {
 	live, err := m.Launcher.Inspect(ctx, mach)
 	if err != nil {
-		return "", err
+		return live, err
 	}
 	grace := 30 * time.Second
 	if live.Launch != nil && live.Launch.Accel == accel.TCG {
@@ -47,9 +54,9 @@ func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (string, error)
 	}
 	err = m.Launcher.Stop(ctx, mach, grace)
 	if errors.Is(err, qemu.ErrNotRunning) {
-		return live.State, nil
+		return live, nil
 	}
-	return live.State, err
+	return live, err
 }
 
 // Restart stops the VM if it runs, then starts it.

@@ -24,6 +24,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -40,15 +41,10 @@ func imageDir() string {
 	return d
 }
 
-// newManager wires the real orchestration with the qemu backend.
-func newManager(t *testing.T) *vm.Manager {
+// plainManager is the real orchestration over a new state directory, with
+// no backend.
+func plainManager(t *testing.T) *vm.Manager {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("boots VMs; skipped under -short")
-	}
-	tu.Program(t, "qemu-system-x86_64")
-	_, err := image.Lookup(imageDir(), image.DefaultBuildName)
-	tu.Need(t, err == nil, "no base image: run `agent-vm image build`")
 	root, err := state.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -58,9 +54,22 @@ func newManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return vm.New(root, execx.OS{}, log, launcher)
+}
+
+// newManager wires the real orchestration with the qemu backend.
+func newManager(t *testing.T) *vm.Manager {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots VMs; skipped under -short")
+	}
+	tu.Program(t, "qemu-system-x86_64")
+	_, err := image.Lookup(imageDir(), image.DefaultBuildName)
+	tu.Need(t, err == nil, "no base image: run `agent-vm image build`")
+	m := plainManager(t)
 	exe := tu.AgentVMBinary(t)
-	be := &cloudinit.Backend{Run: execx.OS{}, Log: log, ImageDir: imageDir(), Executable: func() (string, error) { return exe, nil }}
-	m := vm.New(root, execx.OS{}, log, launcher, be)
+	be := &cloudinit.Backend{Run: execx.OS{}, Log: m.Log, ImageDir: imageDir(), Executable: func() (string, error) { return exe, nil }}
+	m.Backends[be.Name()] = be
 	kernels, _ := filepath.Glob(filepath.Join(imageDir(), "*", "vmlinuz*"))
 	prober := &accel.Prober{Run: execx.OS{}, QEMU: "qemu-system-x86_64", Kernels: kernels, Override: os.Getenv("AGENT_VM_ACCEL"),
 		Cache: filepath.Join(t.TempDir(), "accel.json")}
@@ -77,6 +86,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 
 // TestMain removes the agent-vm binary the tests built, once they are done.
 func TestMain(m *testing.M) {
+	qemutest.Main()
 	code := m.Run()
 	tu.RemoveAgentVMBinary()
 	os.Exit(code)

@@ -1,0 +1,196 @@
+// Package qemutest holds a FAKE QEMU (and virtiofsd) for tests: the test
+// binary itself, re-executed with FakeEnv set, standing at the exec boundary
+// where the launcher starts QEMU or a run script.
+//
+// It is a real process whose command line is the one the launcher built
+// (-uuid, -pidfile, -qmp ...), so everything that finds and verifies a VM's
+// QEMU through /proc sees it as it would see QEMU. It writes its pid file,
+// serves QMP on the -qmp socket (greeting, qmp_capabilities, query-status,
+// system_powerdown and quit, which end it) and logs each QMP command it gets
+// on stdout (the launcher's qemu.log) as "qmp: <command>". Given
+// --socket-path it is a virtiofsd instead: it listens on that socket until a
+// signal ends it. Tests that use it say so.
+package qemutest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// FakeEnv selects the fake: "qemu" behaves as described above; "stubborn"
+// also ignores system_powerdown, quit and SIGTERM (only SIGKILL ends it).
+const FakeEnv = "AGENT_VM_FAKE_QEMU"
+
+// lifetime bounds a fake a test forgot to end.
+const lifetime = 5 * time.Minute
+
+// Main runs the fake and exits when FakeEnv is set; otherwise it returns.
+// Call it first thing in TestMain.
+func Main() {
+	mode := os.Getenv(FakeEnv)
+	if mode == "" {
+		return
+	}
+	go func() { time.Sleep(lifetime); os.Exit(3) }()
+	args := os.Args[1:]
+	if sock := argAfter(args, "--socket-path"); sock != "" {
+		os.Exit(virtiofsd(sock))
+	}
+	os.Exit(fakeQEMU(args, mode == "stubborn"))
+}
+
+// Script is the program and whole environment that start the fake in place
+// of a run script (qemu.Script; the launcher appends the QEMU arguments it
+// needs). stubborn picks the fake that only SIGKILL ends. As virtiofsd
+// (qemu.Virtiofsd{Path: path, Rust: true}) the fake gets the test process's
+// environment, so the caller sets FakeEnv there (t.Setenv(FakeEnv, "qemu")).
+//
+// It returns plain values: package qemu's own tests use the fake, and a
+// qemu.Boot here would make an import cycle.
+func Script(stubborn bool) (path string, env []string, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	mode := "qemu"
+	if stubborn {
+		mode = "stubborn"
+	}
+	return exe, []string{FakeEnv + "=" + mode}, nil
+}
+
+func fakeQEMU(args []string, stubborn bool) int {
+	if stubborn {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	qmpArg := argAfter(args, "-qmp")
+	pidfile := argAfter(args, "-pidfile")
+	if !strings.HasPrefix(qmpArg, "unix:") || pidfile == "" {
+		fmt.Println("fake qemu: need -qmp unix:PATH,... and -pidfile PATH")
+		return 1
+	}
+	sock, _, _ := strings.Cut(strings.TrimPrefix(qmpArg, "unix:"), ",server=")
+	sock = strings.ReplaceAll(sock, ",,", ",")
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		fmt.Println("fake qemu:", err)
+		return 1
+	}
+	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		fmt.Println("fake qemu:", err)
+		return 1
+	}
+	// Like QEMU, hold virtiofsd's socket while running: virtiofsd exits
+	// when it closes.
+	if fs := chardevPath(args); fs != "" {
+		c, err := net.Dial("unix", fs)
+		if err != nil {
+			fmt.Println("fake qemu:", err)
+			return 1
+		}
+		defer c.Close()
+	}
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return 1
+		}
+		if serveQMP(conn, stubborn) {
+			_ = os.Remove(sock)
+			_ = os.Remove(pidfile)
+			return 0
+		}
+	}
+}
+
+// serveQMP answers one QMP client; it reports whether QEMU should exit.
+func serveQMP(conn net.Conn, stubborn bool) bool {
+	defer conn.Close()
+	enc := json.NewEncoder(conn)
+	_ = enc.Encode(map[string]any{"QMP": map[string]any{
+		"version":      map[string]any{"qemu": map[string]int{"major": 8, "minor": 2, "micro": 0}},
+		"capabilities": []string{}}})
+	sc := bufio.NewScanner(conn)
+	for sc.Scan() {
+		var req struct {
+			Execute string          `json:"execute"`
+			ID      json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(sc.Bytes(), &req) != nil {
+			return false
+		}
+		fmt.Println("qmp:", req.Execute)
+		reply := map[string]any{"id": req.ID, "return": map[string]any{}}
+		switch req.Execute {
+		case "qmp_capabilities", "system_powerdown", "quit":
+		case "query-status":
+			reply["return"] = map[string]any{"status": "running", "running": true}
+		default:
+			delete(reply, "return")
+			reply["error"] = map[string]string{"class": "CommandNotFound", "desc": "fake qemu: no " + req.Execute}
+		}
+		_ = enc.Encode(reply)
+		if !stubborn && (req.Execute == "system_powerdown" || req.Execute == "quit") {
+			return true
+		}
+	}
+	return false
+}
+
+func virtiofsd(sock string) int {
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		fmt.Println("fake virtiofsd:", err)
+		return 1
+	}
+	defer ln.Close()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	hangup := make(chan struct{})
+	go func() {
+		// Serve one QEMU until it goes, as virtiofsd does.
+		if c, err := ln.Accept(); err == nil {
+			_, _ = io.Copy(io.Discard, c)
+			close(hangup)
+		}
+	}()
+	select {
+	case <-sig:
+	case <-hangup:
+	}
+	return 0
+}
+
+// chardevPath is the socket path of the -chardev socket (virtiofs), if any.
+func chardevPath(args []string) string {
+	for _, opt := range strings.Split(argAfter(args, "-chardev"), ",") {
+		if p, ok := strings.CutPrefix(opt, "path="); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// argAfter returns the argument after flag ("--flag value" or "--flag=value").
+func argAfter(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
