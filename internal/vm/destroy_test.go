@@ -77,7 +77,7 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 	if launch.VirtiofsdPid == 0 {
 		t.Fatalf("launch %+v: the fake virtiofsd did not start", launch)
 	}
-	e, err := m.Root.Find(branch)
+	e, err := m.Find(context.Background(), branch)
 	if err != nil {
 		t.Fatal(err)
 	}
