@@ -595,3 +595,22 @@ func TestDestroyRefusesForIgnoredFilesAndTaggedCommits(t *testing.T) {
 	}
 	mustRun(t, "", st, "destroy", "w", "--force")
 }
+
+// logs shows the guest's console escaped (always, not only on a terminal:
+// `logs | grep` reaches one too); colour sequences are dropped.
+func TestLogsEscapesTheConsole(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	console := statusJSON(t, st, "w")["paths"].(map[string]any)["console_log"].(string)
+	tu.WriteFile(t, console, "[  \x1b[0;32mOK\x1b[0m  ] Started x.\r\nevil \x1b]0;pwned\x07 \u202eline\r\n")
+	r := mustRun(t, "", st, "logs", "w")
+	for _, want := range []string{"[  OK  ] Started x.\n", `evil \x1b]0;pwned\x07 \u202eline` + "\n", "the VM is not running"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("logs lack %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.ContainsAny(r.stdout, "\x1b\x07\r\u202e") {
+		t.Errorf("logs carry control characters raw: %q", r.stdout)
+	}
+}

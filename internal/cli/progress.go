@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // progress renders a backend.Reporter on stderr: one updating line on a
@@ -37,6 +38,7 @@ func (p *progress) reporter() backend.Reporter {
 	return func(phase string, elapsed time.Duration, detail string) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		detail = termsafe.String(detail) // the guest's console line, or its /health answer
 		secs := elapsed.Truncate(time.Second)
 		if p.tty {
 			frames := []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}

@@ -32,13 +32,14 @@ func String(s string) string {
 	return b.String()
 }
 
-// Line is String for a line of the guest's console or journal: colour
-// sequences (SGR, which systemd writes) are dropped, tabs kept, and a
-// trailing carriage return removed; the rest is escaped as String does.
+// Line is String for a line of the guest's console or journal: CSI
+// sequences (colours and cursor control, which systemd writes) are dropped,
+// tabs kept, and a trailing carriage return removed; the rest is escaped as
+// String does (OSC and any other escape included).
 func Line(s string) string {
 	s = strings.TrimSuffix(s, "\r")
 	if strings.Contains(s, "\x1b[") {
-		s = sgr.ReplaceAllString(s, "")
+		s = csi.ReplaceAllString(s, "")
 	}
 	if clean(s, "\t") {
 		return s
@@ -48,9 +49,10 @@ func Line(s string) string {
 	return b.String()
 }
 
-// sgr matches a Select Graphic Rendition sequence (colours, bold ...):
-// the only escape sequences Line removes rather than shows.
-var sgr = regexp.MustCompile(`\x1b\[[0-9;]*m`)
+// csi matches a Control Sequence Introducer sequence (colours, erase line,
+// cursor moves): the only escape sequences Line removes rather than shows.
+// Removed, they do nothing; what is left of a longer sequence is escaped.
+var csi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 
 // unsafe reports whether r must be escaped.
 func unsafe(r rune) bool {

@@ -35,7 +35,8 @@ func TestLine(t *testing.T) {
 		{"[  \x1b[0;32mOK\x1b[0m  ] Started foo.\r", "[  OK  ] Started foo."},
 		{"col\tumns", "col\tumns"},
 		{"\x1b]0;pwned\x07title", `\x1b]0;pwned\x07title`},
-		{"\x1b[1A\x1b[2Kup", `\x1b[1A\x1b[2Kup`},
+		{"\x1b[1A\x1b[2Kup\x1b[?25l", "up"},
+		{"\x1b[\x1b[31mx", `\x1b[x`},
 		{"mid\rline", `mid\rline`},
 		{"a\nb", `a\nb`},
 	}
