@@ -29,7 +29,8 @@ type Unsaved struct {
 	Ignored   []string // git-ignored; a directory wholly ignored is one entry ending in "/"
 	Stashes   []string // "stash@{0}: ..."
 	Unpushed  []Commit // on local refs, reachable from no remote
-	// Submodules are the submodules with unsaved work of their own.
+	// Submodules are the submodules with unsaved work or risky settings of
+	// their own.
 	Submodules []Submodule
 	// Risky lists workspace git settings that make git on the host run
 	// commands: a warning for whoever runs git there by hand.
@@ -45,10 +46,16 @@ type Submodule struct {
 	Unsaved
 }
 
-// Empty reports whether nothing would be lost.
+// Empty reports whether nothing would be lost (risky settings are a
+// warning, not work).
 func (u *Unsaved) Empty() bool {
+	for _, s := range u.Submodules {
+		if !s.Empty() {
+			return false
+		}
+	}
 	return len(u.Changed) == 0 && len(u.Untracked) == 0 && len(u.Ignored) == 0 && len(u.Stashes) == 0 &&
-		len(u.Unpushed) == 0 && len(u.Submodules) == 0
+		len(u.Unpushed) == 0
 }
 
 // maxDepth bounds how deep submodules of submodules are followed.

@@ -213,3 +213,34 @@ func TestReportEscapesWorkspaceStrings(t *testing.T) {
 		t.Errorf("want %q in the untracked file, stash, commit and config lines:\n%s", want, report)
 	}
 }
+
+// Risky settings alone are a warning, not work to lose: a submodule that
+// has nothing else does not make destroy refuse.
+func TestInspectSubmoduleWithOnlyRiskySettingsIsEmpty(t *testing.T) {
+	src, ws := sourceWithSubmodule(t)
+	tu.Git(t, filepath.Join(ws, "sub"), "config", "core.fsmonitor", "true")
+	u := inspect(t, ws, src)
+	if !u.Empty() {
+		t.Errorf("a submodule with only a risky setting counts as unsaved work: %+v", u)
+	}
+	if r := u.allRisky(""); len(r) != 1 || r[0] != "submodule sub: git config core.fsmonitor = true" {
+		t.Errorf("risky: got %q", r)
+	}
+}
+
+// Files written into a submodule's directory that was never checked out
+// are invisible to git status; they count as untracked.
+func TestInspectFilesInASubmoduleNotCheckedOut(t *testing.T) {
+	src, _ := sourceWithSubmodule(t)
+	ws, _, err := clone(t, src, "feature/x", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := inspect(t, ws, src); !u.Empty() {
+		t.Fatalf("a fresh clone with its submodule not checked out is not empty: %+v", u)
+	}
+	tu.WriteFile(t, filepath.Join(ws, "sub", "notes.txt"), "n\n")
+	if u := inspect(t, ws, src); len(u.Untracked) != 1 || u.Untracked[0] != "sub/" {
+		t.Errorf("untracked: got %q, want [sub/]", u.Untracked)
+	}
+}
