@@ -244,3 +244,25 @@ func TestInspectFilesInASubmoduleNotCheckedOut(t *testing.T) {
 		t.Errorf("untracked: got %q, want [sub/]", u.Untracked)
 	}
 }
+
+// A filter driver defined in the worktree config (extensions.worktreeConfig)
+// is the workspace's own too, and never runs.
+func TestInspectDoesNotRunWorktreeConfigFilters(t *testing.T) {
+	src, ws := freshWorkspace(t)
+	canary := filepath.Join(t.TempDir(), "pwned")
+	tu.WriteFile(t, filepath.Join(ws, ".gitattributes"), "*.txt filter=wt\n")
+	tu.WriteFile(t, filepath.Join(ws, "a.txt"), "one\n")
+	tu.Git(t, ws, "add", ".gitattributes", "a.txt")
+	tu.Git(t, ws, "commit", "--quiet", "-m", "a")
+	tu.Git(t, ws, "config", "extensions.worktreeConfig", "true")
+	tu.Git(t, ws, "config", "--worktree", "filter.wt.clean", "touch "+canary+"; cat")
+	tu.WriteFile(t, filepath.Join(ws, "a.txt"), "two\n") // same size: git must hash it
+	os.Chtimes(filepath.Join(ws, "a.txt"), timeAgo(), timeAgo())
+	u := inspect(t, ws, src)
+	if _, err := os.Stat(canary); err == nil {
+		t.Fatal("inspecting the workspace ran a filter its worktree config named")
+	}
+	if len(u.Changed) != 1 {
+		t.Errorf("changed: got %q, want a.txt", u.Changed)
+	}
+}

@@ -72,12 +72,14 @@ func (g *Git) untrusted(ctx context.Context, r repo, args ...string) (string, er
 	return strings.TrimRight(string(res.Stdout), "\n"), nil
 }
 
-// filterDrivers lists the filter drivers the config git would read there
-// defines, in any scope (the workspace's own, its worktree config, what they
-// include). Reading config executes nothing.
+// filterDrivers lists the filter drivers the repository's own config
+// defines: .git/config, its worktree config, and what they include. (A
+// driver only the user's global config defines, such as git-lfs, is the
+// user's own and runs as it would anywhere.) Reading config executes
+// nothing.
 func (g *Git) filterDrivers(ctx context.Context, r repo) ([]string, error) {
 	res, err := g.run.Run(ctx, execx.Cmd{Path: "git", Env: untrustedEnv(), Args: append(r.args(),
-		"config", "--includes", "--null", "--name-only", "--get-regexp", `^filter\.`)})
+		"config", "--includes", "--show-scope", "--null", "--name-only", "--get-regexp", `^filter\.`)})
 	if err != nil {
 		if execx.ExitCode(err) == 1 { // no such keys
 			return nil, nil
@@ -86,9 +88,11 @@ func (g *Git) filterDrivers(ctx context.Context, r repo) ([]string, error) {
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, key := range strings.Split(string(res.Stdout), "\x00") {
+	fields := strings.Split(string(res.Stdout), "\x00")
+	for k := 0; k+1 < len(fields); k += 2 {
+		scope, key := fields[k], fields[k+1]
 		i, j := strings.Index(key, "."), strings.LastIndex(key, ".")
-		if i < 0 || j <= i {
+		if (scope != "local" && scope != "worktree") || i < 0 || j <= i {
 			continue
 		}
 		if d := key[i+1 : j]; !seen[d] {
