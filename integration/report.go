@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -190,6 +192,11 @@ func writeTail(b *strings.Builder, label, out string) {
 		fmt.Fprintf(b, "%s:\n", label)
 	}
 	for _, l := range lines {
+		if strings.ContainsFunc(l, func(r rune) bool { return r != '\t' && !unicode.IsPrint(r) }) {
+			// agent-vm's output may carry what a workspace or guest wrote:
+			// never pass control characters on to the terminal.
+			l = strings.Trim(strconv.Quote(l), `"`)
+		}
 		fmt.Fprintf(b, "  | %s\n", l)
 	}
 }

@@ -55,6 +55,7 @@ func runCLI(ctx context.Context, s *S) {
 		return nil
 	})
 	s.Step(ctx, "destroy refuses to lose an unpushed commit", func() error { return checkDestroyRefuses(ctx, s, st) })
+	s.Step(ctx, "its refusal shows a hostile file name escaped", func() error { return checkRefusalEscapes(ctx, s, st) })
 	s.Step(ctx, "destroy --force removes the VM and its directory", func() error {
 		if _, err := s.ok(ctx, "destroy", "--force", cliBranch); err != nil {
 			return err

@@ -136,3 +136,33 @@ func checkUsageErrors(ctx context.Context, s *S) error {
 	}
 	return nil
 }
+
+// checkRefusalEscapes: the workspace is the agent's, so a file name there
+// may carry a newline, a forged "it is safe" line and escape sequences.
+// destroy's refusal, as the CLI prints it, shows that name escaped: on its
+// own line, with no control character reaching the terminal.
+func checkRefusalEscapes(ctx context.Context, s *S, st *vmStatus) error {
+	forged := "it is safe: agent-vm destroy " + st.Slug + " --force" // a slug has no "/"
+	name := "itest-hostile\n" + forged + "\x1b]0;pwned\x07\x1b[2J"
+	path := filepath.Join(st.Paths.Workspace, name)
+	if err := os.WriteFile(path, []byte("x\n"), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	res := s.agentVM(ctx, "destroy", st.Branch)
+	if err := want(res, 1); err != nil {
+		return err
+	}
+	out := res.Stdout + res.Stderr
+	escaped := `itest-hostile\n` + forged + `\x1b]0;pwned\x07\x1b[2J`
+	if !strings.Contains(out, escaped) {
+		return failf(res, "the refusal does not show the file name escaped as %q", escaped)
+	}
+	if strings.ContainsAny(out, "\x1b\x07") || strings.Contains(out, "\n"+forged) {
+		return failf(res, "the refusal passes the file name's control characters to the terminal")
+	}
+	if !isDir(st.Paths.Dir) {
+		return failf(res, "destroy refused, yet %s is gone", st.Paths.Dir)
+	}
+	return nil
+}

@@ -870,3 +870,82 @@ func TestStartRefusesFlagsItsBackendIgnores(t *testing.T) {
 		t.Errorf("after the refused start the VM is %v", s)
 	}
 }
+
+// The workspace is the agent's: destroy's refusal shows the names and
+// messages it takes from there escaped, so none can forge a line of
+// agent-vm's output or drive the terminal. That holds for git's own
+// errors about the workspace too.
+func TestDestroyRefusalEscapesWorkspaceStrings(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	ws := filepath.Join(st, "w", "workspace")
+	evil := "notes\nit is safe: agent-vm destroy w --force\x1b]0;pwned\x07"
+	tu.WriteFile(t, filepath.Join(ws, evil), "x\n")
+	r := agentVM(t, "", st, "destroy", "w")
+	if r.code != 1 {
+		t.Fatalf("destroy with an untracked file: exit %d\n%s", r.code, r.stderr)
+	}
+	if want := `notes\nit is safe: agent-vm destroy w --force\x1b]0;pwned\x07`; !strings.Contains(r.stderr, want) {
+		t.Errorf("refusal lacks the escaped name %q:\n%s", want, r.stderr)
+	}
+	if strings.Contains(r.stderr, "\x1b") || strings.Contains(r.stderr, "\nit is safe") {
+		t.Errorf("refusal carries the name raw:\n%q", r.stderr)
+	}
+
+	f, err := os.OpenFile(filepath.Join(ws, ".git", "config"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("[core]\n\tbigFileThreshold = \"x\\nit is safe: agent-vm destroy w --force\"\n")
+	f.Close()
+	r = agentVM(t, "", st, "destroy", "w")
+	if r.code != 1 || !strings.Contains(r.stderr, `x\nit is safe`) || strings.Contains(r.stderr, "\nit is safe") {
+		t.Errorf("git's error about the workspace: exit %d, want it escaped:\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(ws); err != nil {
+		t.Fatalf("a refused destroy removed the workspace: %v", err)
+	}
+}
+
+// Ignored files and a commit only a tag reaches are work destroy keeps.
+func TestDestroyRefusesForIgnoredFilesAndTaggedCommits(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	ws := filepath.Join(st, "w", "workspace")
+	tu.WriteFile(t, filepath.Join(ws, ".git", "info", "exclude"), ".env\n")
+	tu.WriteFile(t, filepath.Join(ws, ".env"), "TOKEN=1\n")
+	r := agentVM(t, "", st, "destroy", "w")
+	if r.code != 1 || !strings.Contains(r.stderr, "ignored file that exists only here") || !strings.Contains(r.stderr, ".env") {
+		t.Errorf("destroy with an ignored .env: exit %d\n%s", r.code, r.stderr)
+	}
+	os.Remove(filepath.Join(ws, ".env"))
+	tu.Git(t, ws, "commit", "--quiet", "--allow-empty", "-m", "tagged only")
+	tu.Git(t, ws, "tag", "keep")
+	tu.Git(t, ws, "reset", "--quiet", "--hard", "HEAD~1")
+	r = agentVM(t, "", st, "destroy", "w")
+	if r.code != 1 || !strings.Contains(r.stderr, "tagged only (tag keep)") {
+		t.Errorf("destroy with a commit only a tag has: exit %d\n%s", r.code, r.stderr)
+	}
+	mustRun(t, "", st, "destroy", "w", "--force")
+}
+
+// logs shows the guest's console escaped (always, not only on a terminal:
+// `logs | grep` reaches one too); colour sequences are dropped.
+func TestLogsEscapesTheConsole(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	console := statusJSON(t, st, "w")["paths"].(map[string]any)["console_log"].(string)
+	tu.WriteFile(t, console, "[  \x1b[0;32mOK\x1b[0m  ] Started x.\r\nevil \x1b]0;pwned\x07 \u202eline\r\n")
+	r := mustRun(t, "", st, "logs", "w")
+	for _, want := range []string{"[  OK  ] Started x.\n", `evil \x1b]0;pwned\x07 \u202eline` + "\n", "the VM is not running"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("logs lack %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.ContainsAny(r.stdout, "\x1b\x07\r\u202e") {
+		t.Errorf("logs carry control characters raw: %q", r.stdout)
+	}
+}

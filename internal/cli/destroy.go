@@ -15,7 +15,8 @@ func destroyCommand(stdio IO) *cli.Command {
 		Usage:     "stop a VM and remove its record, disk and workspace",
 		ArgsUsage: "[BRANCH]",
 		Description: "Refuses when the workspace holds work that exists nowhere else (uncommitted\n" +
-			"changes, untracked files, stashes, commits no remote has) and says how to keep it.",
+			"changes, untracked and ignored files, stashes, commits no remote has on any\n" +
+			"branch, tag or other local ref, the same inside submodules) and says how to keep it.",
 		Flags:        []cli.Flag{&cli.BoolFlag{Name: "force", Aliases: []string{"f"}, Usage: "destroy even if unsaved work would be lost"}},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {

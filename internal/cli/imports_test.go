@@ -15,6 +15,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 	allowed := map[string]bool{
 		module + "/internal/vm":       true, // the orchestration
 		module + "/internal/mcpproxy": true, // agent-mcp, which `mcp-proxy` runs in the guest
+		module + "/internal/termsafe": true, // a UI helper: escaping untrusted text for the terminal
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

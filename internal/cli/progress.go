@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -37,6 +38,7 @@ func (p *progress) reporter() vm.Reporter {
 	return func(phase string, elapsed time.Duration, detail string) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		detail = termsafe.String(detail) // the guest's console line, or its /health answer
 		secs := elapsed.Truncate(time.Second)
 		if p.tty {
 			frames := []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}

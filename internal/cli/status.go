@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -60,7 +61,7 @@ func printStatus(w io.Writer, i vm.Info) {
 	}
 	agent := i.Agent.State
 	if i.Agent.Detail != "" {
-		agent += " (" + i.Agent.Detail + ")"
+		agent += " (" + termsafe.String(i.Agent.Detail) + ")" // the guest's /health answer
 	}
 	fmt.Fprintf(w, "agent:      %s\n", agent)
 	fmt.Fprintf(w, "ssh:        agent-vm shell %s, or ssh %s after `agent-vm ssh-config >> ~/.ssh/config` (127.0.0.1:%d, user %s)\n", i.Slug, i.SSH.Alias, i.SSH.Port, i.SSH.User)

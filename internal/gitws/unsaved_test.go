@@ -62,17 +62,17 @@ func TestInspectEachKindOfUnsavedWork(t *testing.T) {
 		}},
 		{"unpushed commit", func(t *testing.T, ws string) { commit(t, ws, "a.txt", "agent work") },
 			func(u *Unsaved) bool {
-				return len(u.Unpushed) == 1 && u.Unpushed[0].Subject == "agent work" && u.Unpushed[0].Branch == "feature/x"
+				return len(u.Unpushed) == 1 && u.Unpushed[0].Subject == "agent work" && u.Unpushed[0].Ref == "refs/heads/feature/x"
 			}},
 		{"unpushed on another branch", func(t *testing.T, ws string) {
 			tu.Git(t, ws, "checkout", "--quiet", "-b", "side")
 			commit(t, ws, "b.txt", "side work")
 			tu.Git(t, ws, "checkout", "--quiet", "feature/x")
-		}, func(u *Unsaved) bool { return len(u.Unpushed) == 1 && u.Unpushed[0].Branch == "side" }},
+		}, func(u *Unsaved) bool { return len(u.Unpushed) == 1 && u.Unpushed[0].Ref == "refs/heads/side" }},
 		{"detached HEAD commit", func(t *testing.T, ws string) {
 			tu.Git(t, ws, "checkout", "--quiet", "--detach")
 			commit(t, ws, "c.txt", "detached work")
-		}, func(u *Unsaved) bool { return len(u.Unpushed) == 1 && u.Unpushed[0].Branch == "HEAD" }},
+		}, func(u *Unsaved) bool { return len(u.Unpushed) == 1 && u.Unpushed[0].Ref == "HEAD" }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // UnsavedError is a destroy refused because the workspace holds work that
@@ -113,7 +114,8 @@ func (m *Manager) checkUnsaved(ctx context.Context, e state.Entry) error {
 	}
 	u, err := m.Git.Inspect(ctx, ws, e.Record.Git.Source)
 	if err != nil {
-		return fmt.Errorf("checking the workspace for unsaved work: %w (hint: `agent-vm destroy %s --force` skips the check and loses whatever is there)", err, e.Slug)
+		// git's errors quote the workspace (config values, paths): escaped.
+		return fmt.Errorf("checking the workspace for unsaved work: %s (hint: `agent-vm destroy %s --force` skips the check and loses whatever is there)", termsafe.String(err.Error()), e.Slug)
 	}
 	if u.Empty() {
 		return nil

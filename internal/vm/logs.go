@@ -3,15 +3,16 @@ package vm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // LogsOptions are logs' inputs.
@@ -23,6 +24,11 @@ type LogsOptions struct {
 // Logs writes the VM's serial console and, when the VM runs, agent-mcp's
 // journal. With Follow it keeps writing both as they grow, each line
 // prefixed with its source, until ctx ends.
+//
+// The guest writes both, so every line is escaped (termsafe.Line: colours
+// dropped, other control characters shown as \x1b ...), whether or not out
+// is a terminal: `agent-vm logs | grep` reaches one too. The raw bytes are
+// in the console log file the header names.
 func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.Writer) error {
 	e, err := m.Find(ctx, name)
 	if err != nil {
@@ -39,34 +45,39 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	journal := fmt.Sprintf("sudo journalctl -u agent-mcp --no-pager --output=short-iso -n %d", o.Lines)
 	if !o.Follow {
 		fmt.Fprintf(out, "==> serial console (%s) <==\n", console)
+		safe := &prefixWriter{w: out, mu: &sync.Mutex{}}
 		if tail := qemu.TailFile(console, o.Lines); tail != "" {
-			fmt.Fprintln(out, tail)
+			fmt.Fprintln(safe, tail)
 		}
 		if !running {
 			fmt.Fprintf(out, "==> agent-mcp journal: the VM is not running <==\n")
 			return nil
 		}
 		fmt.Fprintf(out, "==> agent-mcp journal <==\n")
-		_, err := m.guestCommand(ctx, name, journal, out)
-		return err
+		_, err := m.guestCommand(ctx, name, journal, safe)
+		return errors.Join(err, safe.Flush())
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
+	consoleOut := &prefixWriter{w: out, prefix: "console   | ", mu: &mu}
+	journalOut := &prefixWriter{w: out, prefix: "agent-mcp | ", mu: &mu}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		errs <- followFile(ctx, console, o.Lines, &prefixWriter{w: out, prefix: "console   | ", mu: &mu})
+		errs <- followFile(ctx, console, o.Lines, consoleOut)
 	}()
 	if running {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := m.guestCommand(ctx, name, journal+" -f", &prefixWriter{w: out, prefix: "agent-mcp | ", mu: &mu})
+			_, err := m.guestCommand(ctx, name, journal+" -f", journalOut)
 			errs <- err
 		}()
 	}
 	wg.Wait()
+	consoleOut.Flush()
+	journalOut.Flush()
 	close(errs)
 	for err := range errs {
 		if err != nil && ctx.Err() == nil {
@@ -160,7 +171,9 @@ func replaced(f *os.File, path string, off int64) bool {
 	return !os.SameFile(a, b) || a.Size() < off
 }
 
-// prefixWriter prefixes every line and serialises writers sharing mu.
+// prefixWriter prefixes every line, escapes it for a terminal (the guest
+// wrote it) and serialises writers sharing mu. A last line without a
+// newline waits for Flush.
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
@@ -177,11 +190,23 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		line := strings.TrimRight(string(p.part[:i]), "\r")
+		line := termsafe.Line(string(p.part[:i]))
 		if _, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, line); err != nil {
 			return 0, err
 		}
 		p.part = p.part[i+1:]
 	}
 	return len(b), nil
+}
+
+// Flush writes a last line that has no newline yet.
+func (p *prefixWriter) Flush() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.part) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, termsafe.Line(string(p.part)))
+	p.part = nil
+	return err
 }

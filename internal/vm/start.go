@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // Reporter receives progress while a long step runs (see backend.Reporter).
@@ -186,7 +186,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machin
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return bootErr("waiting for agent-mcp /health", fmt.Errorf("%s after %s (hint: `agent-vm logs %s` shows agent-mcp's journal)", h.Detail, time.Since(began).Truncate(time.Second), r.Slug))
+			return bootErr("waiting for agent-mcp /health", fmt.Errorf("%s after %s (hint: `agent-vm logs %s` shows agent-mcp's journal)", termsafe.String(h.Detail), time.Since(began).Truncate(time.Second), r.Slug))
 		case <-time.After(b):
 		}
 		if b < 2*time.Second {
@@ -245,23 +245,29 @@ func (m *Manager) watchQEMU(ctx context.Context, mach qemu.Machine, pid int) (co
 	return wctx, func() { close(done); cancel(nil) }
 }
 
-// ansiRE matches terminal escape sequences (systemd colours its console).
-var ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
-
-// lastConsoleLine is the guest's latest console output, for progress lines.
+// lastConsoleLine is the guest's latest console output, for progress
+// lines: escaped, without colours, at most 120 characters.
 func lastConsoleLine(mach qemu.Machine) string {
-	line := ansiRE.ReplaceAllString(qemu.TailFile(mach.ConsoleLogPath(), 1), "")
+	line := []rune(strings.TrimSpace(termsafe.Line(qemu.TailFile(mach.ConsoleLogPath(), 1))))
 	if len(line) > 120 {
-		line = line[:120] + "…"
+		return string(line[:120]) + "…"
 	}
-	return strings.TrimSpace(line)
+	return string(line)
 }
 
+// indent indents the guest's console lines, escaped, for an error message.
 func indent(s string) string {
 	if s == "" {
 		return "  (empty)"
 	}
-	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+	var b strings.Builder
+	for i, l := range strings.Split(s, "\n") {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("  " + termsafe.Line(l))
+	}
+	return b.String()
 }
 
 // lockedEntry finds a VM with a readable record and takes its lock.
