@@ -181,7 +181,7 @@ func TestCLIScenarioPasses(t *testing.T) {
 
 func TestFailingScenarioExits1AndShowsTheCommand(t *testing.T) {
 	// A real failure from the real agent-vm: it has no vagrant backend, so
-	// the cli scenario's create fails.
+	// the cli scenario's create fails (a usage error).
 	r := runITest(t, "--agent-vm", testBins.agentVM, "--run", "^cli$", "--backend", "vagrant")
 	if r.code != ExitFailed {
 		r.dump(t)
@@ -194,7 +194,7 @@ func TestFailingScenarioExits1AndShowsTheCommand(t *testing.T) {
 	for _, want := range []string{
 		markFail + " create a VM for a new branch",
 		"create --branch itest/cli --backend vagrant", // the failing command line, to run again
-		"exit status 1", // its exit code
+		"exit status 2", // its exit code
 		"stderr:",       // and what it said
 		"vagrant",
 		markSkip + " list shows it", // later steps are shown as not run

@@ -21,7 +21,7 @@ func createCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch (default: the current branch)"},
 			&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
 			&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
-			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu, nixos or vagrant"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu or nixos"},
 			&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp (default: the first free from 8000)"},
 			&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
 			&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
@@ -63,9 +63,9 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		AllowOrigins: cliCtx.StringSlice("allow-origin"),
 	}
 	switch o.Backend {
-	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant:
+	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS:
 	default:
-		return o, usagef("--backend %q: must be auto, qemu, nixos or vagrant", o.Backend)
+		return o, usagef("--backend %q: must be auto, qemu or nixos", o.Backend)
 	}
 	if cliCtx.IsSet("port") && (o.MCPPort < 1024 || o.MCPPort > 65535) {
 		return o, usagef("--port %d: must be between 1024 and 65535", o.MCPPort)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -262,7 +263,7 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 		GID:            r.Guest.GID,
 		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
 		HostKey:        HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
-		MCP:            MCP{Port: 8000, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
+		MCP:            MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 	}
 	return WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
 }

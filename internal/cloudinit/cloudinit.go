@@ -23,28 +23,30 @@
 // cloud-init provisioned, switches cloud-init back on and reboots once.
 package cloudinit
 
+import "github.com/agent-vm/agent-vm/internal/guest"
+
 // Names the launcher and the guest agree on (the guest contract).
 const (
-	// UserName is the guest's login user; it runs the agent and agent-mcp.
-	UserName = "dev"
+	// UserName is the guest's login user (the guest contract's).
+	UserName = guest.User
 	// SeedLabel is the volume id of the seed ISO, which cloud-init's NoCloud
 	// datasource and agent-vm-setup.service look for.
 	SeedLabel = "cidata"
 	// WorkspaceTag is the virtiofs tag (vhost-user-fs-pci tag=) and the 9p
 	// mount tag (-virtfs mount_tag=) of the workspace share.
-	WorkspaceTag = "workspace"
+	WorkspaceTag = guest.ShareTag
 	// WorkspaceDir is where the guest mounts the workspace.
-	WorkspaceDir = "/workspace"
+	WorkspaceDir = guest.Workspace
 	// NinePMountOptions are the options the guest mounts a 9p workspace with.
 	NinePMountOptions = "trans=virtio,version=9p2000.L,msize=524288"
 	// MCPTokenFwCfgName is the fw_cfg name under which QEMU must pass the MCP
 	// token file: -fw_cfg name=<this>,file=<vm>/secrets/mcp-token. systemd
 	// imports it as the system credential agent-vm.mcp-token.
-	MCPTokenFwCfgName = "opt/io.systemd.credentials/agent-vm.mcp-token"
+	MCPTokenFwCfgName = "opt/io.systemd.credentials/" + guest.MCPTokenCredential
 	// DefaultMCPPort is the port agent-mcp listens on in the guest.
-	DefaultMCPPort = 8000
+	DefaultMCPPort = guest.MCPPort
 	// MCPHealthPath answers GET without a token once agent-mcp is serving.
-	MCPHealthPath = "/health"
+	MCPHealthPath = guest.HealthPath
 	// DefaultMACAddress is QEMU's default MAC for the first NIC; the network
 	// config matches the NIC by its MAC, so the launcher must give the
 	// virtio-net device this MAC (or pass its own as Config.MACAddress).

@@ -17,12 +17,12 @@ import (
 func guestScripts(t *testing.T) map[string]string {
 	t.Helper()
 	scripts := map[string]string{}
-	entries, err := guest.ReadDir("guest")
+	entries, err := guestFS.ReadDir("guest")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		b, err := guest.ReadFile("guest/" + e.Name())
+		b, err := guestFS.ReadFile("guest/" + e.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestGuestUnitsVerify(t *testing.T) {
 func TestGuestFilesAgreeWithTheGo(t *testing.T) {
 	s := guestScripts(t)
 	read := func(name string) string {
-		b, err := guest.ReadFile("guest/" + name)
+		b, err := guestFS.ReadFile("guest/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func TestEnsurePackages(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	inside := "/tmp/" + filepath.Base(dir)
-	script, err := guest.ReadFile("guest/ensure-packages")
+	script, err := guestFS.ReadFile("guest/ensure-packages")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	"strings"
 )
 
-// guest holds the units and scripts the seed installs. They are static: the
+// guestFS holds the units and scripts the seed installs. They are static: the
 // Config reaches them only through /etc/agent-vm/agent-mcp.env and the
 // arguments below.
 //
 //go:embed guest
-var guest embed.FS
+var guestFS embed.FS
 
 // Paths in the guest.
 const (
@@ -192,7 +192,7 @@ func guestFiles(c Config) ([]writeFile, error) {
 	}
 	var files []writeFile
 	for _, s := range static {
-		b, err := guest.ReadFile("guest/" + s.src)
+		b, err := guestFS.ReadFile("guest/" + s.src)
 		if err != nil {
 			return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
 		}

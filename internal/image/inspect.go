@@ -21,7 +21,6 @@ type Disk struct {
 	Path        string // absolute
 	Format      string // "qcow2" or "raw"
 	VirtualSize int64  // bytes the guest sees
-	FileSize    int64  // bytes the file takes on the host
 	// BackingFile is the absolute path of a qcow2 image's backing file, or
 	// empty; BackingFormat is its format when recorded.
 	BackingFile   string
@@ -32,7 +31,6 @@ type Disk struct {
 type qemuInfo struct {
 	Format        string
 	VirtualSize   int64
-	ActualSize    int64
 	Backing       string // full-backing-filename (resolved), else backing-filename
 	BackingFormat string
 	Corrupt       bool
@@ -60,7 +58,6 @@ func qemuImgInfo(ctx context.Context, r execx.Runner, path string) (*qemuInfo, e
 	info := &qemuInfo{
 		Format:        j.Get("format").String(),
 		VirtualSize:   j.Get("virtual-size").Int(),
-		ActualSize:    j.Get("actual-size").Int(),
 		Backing:       j.Get("full-backing-filename").String(),
 		BackingFormat: j.Get("backing-filename-format").String(),
 		Corrupt:       j.Get("format-specific.data.corrupt").Bool(),
@@ -105,7 +102,7 @@ func Inspect(ctx context.Context, r execx.Runner, path string) (*Disk, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Disk{Path: abs, Format: info.Format, VirtualSize: info.VirtualSize, FileSize: info.ActualSize,
+	d := &Disk{Path: abs, Format: info.Format, VirtualSize: info.VirtualSize,
 		BackingFile: info.Backing, BackingFormat: info.BackingFormat}
 	switch info.Format {
 	case "qcow2":

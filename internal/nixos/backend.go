@@ -6,7 +6,6 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -286,7 +286,7 @@ func (b *Backend) plan(l state.Layout, out *buildOutputs, share qemu.ShareMode) 
 			Path: filepath.Join(out.VM, script),
 			Env:  scriptEnv(l, b.Getenv("PATH")),
 		}},
-		Credentials: []qemu.Credential{{Name: "agent-vm.ssh-host-key", File: l.HostKey()}},
+		Credentials: []qemu.Credential{{Name: guest.HostKeyCredential, File: l.HostKey()}},
 		FixedShare:  true,
 	}, nil
 }
@@ -358,13 +358,4 @@ func gcRooted(dir string, out *buildOutputs) bool {
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-// ForgetBuild makes the next start run nix build again.
-func ForgetBuild(l state.Layout) error {
-	err := os.Remove(filepath.Join(l.Dir, BuildRecord))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
 }

@@ -151,15 +151,6 @@ func (c *Client) WaitEvent(ctx context.Context, name string) (gjson.Result, erro
 	}
 }
 
-// Events returns and forgets the events seen so far.
-func (c *Client) Events() []gjson.Result {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ev := c.events
-	c.events = nil
-	return ev
-}
-
 // Close ends the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -23,7 +24,7 @@ type CreateOptions struct {
 	Repo      string // a directory inside the source repository
 	Branch    string // "" = the source's current branch
 	From      string // start point for a new branch
-	Backend   string // auto, qemu, nixos, vagrant
+	Backend   string // auto, qemu, nixos
 	MCPPort   int    // 0 = allocate
 	CPUs      int    // 0 = default
 	MemoryMiB int    // 0 = default
@@ -224,7 +225,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
-		Guest:     state.Guest{User: guestUser}, AllowOrigins: o.AllowOrigins,
+		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins,
 	}
 	if r.Resources.CPUs == 0 {
 		r.Resources.CPUs = defaultCPUs()
@@ -340,7 +341,7 @@ func writeSecrets(l state.Layout, rec *state.Record) error {
 
 // shareOwnership decides the guest user's uid/gid from the workspace's owner
 // on the host, so files the agent creates belong to that owner. A root-owned
-// workspace is handed to rootGuestID instead (the guest user cannot be root).
+// workspace is handed to guest.RootOwnerID instead (the guest user cannot be root).
 func shareOwnership(ws string) (uid, gid int, err error) {
 	fi, err := os.Stat(ws)
 	if err != nil {
@@ -355,10 +356,10 @@ func shareOwnership(ws string) (uid, gid int, err error) {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(p, rootGuestID, rootGuestID)
+		return os.Lchown(p, guest.RootOwnerID, guest.RootOwnerID)
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("handing the workspace to the guest user (uid %d): %w", rootGuestID, err)
+		return 0, 0, fmt.Errorf("handing the workspace to the guest user (uid %d): %w", guest.RootOwnerID, err)
 	}
-	return rootGuestID, rootGuestID, nil
+	return guest.RootOwnerID, guest.RootOwnerID, nil
 }

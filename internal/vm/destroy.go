@@ -63,9 +63,7 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 				return res, err
 			}
 		}
-		if mach, err = m.machine(e.Record, e.Layout, nil); err != nil {
-			return nil, err
-		}
+		mach = m.machine(e.Record, e.Layout)
 	}
 	live, err := m.stopMachine(ctx, mach)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -52,7 +53,7 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 	// What Manager.machine makes of the record, less the forwards and
 	// credentials, which the fake does not use.
 	mach := qemu.Machine{Name: rec.VMName, UUID: rec.ID, CPUs: 1, MemoryMiB: 256, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
-		SocketDir: qemu.SocketDirFor(l.RunDir(), rec.ID), Share: qemu.Share{Source: l.Workspace(), Tag: vm.ShareTag}}
+		SocketDir: qemu.SocketDirFor(l.RunDir(), rec.ID), Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
 	exe, env, err := qemutest.Script(stubborn)
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 )
-
-// GuestWorkspace is where the workspace is mounted in the guest.
-const GuestWorkspace = "/workspace"
 
 // connect opens an SSH connection to a running VM with the pinned host key.
 func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string, error) {
@@ -70,7 +68,7 @@ func (m *Manager) Exec(ctx context.Context, name string, argv []string, stdin io
 		return -1, err
 	}
 	defer c.Close()
-	return sshx.Run(ctx, c, "cd "+GuestWorkspace+" && exec "+sshx.Quote(argv), stdin, stdout, stderr)
+	return sshx.Run(ctx, c, "cd "+guest.Workspace+" && exec "+sshx.Quote(argv), stdin, stdout, stderr)
 }
 
 // Shell opens an interactive login shell in the VM's /workspace.
@@ -80,5 +78,5 @@ func (m *Manager) Shell(ctx context.Context, name string, in *os.File, out, errO
 		return -1, err
 	}
 	defer c.Close()
-	return sshx.Shell(ctx, c, `cd `+GuestWorkspace+` 2>/dev/null; exec "${SHELL:-/bin/bash}" -l`, in, out, errOut)
+	return sshx.Shell(ctx, c, `cd `+guest.Workspace+` 2>/dev/null; exec "${SHELL:-/bin/bash}" -l`, in, out, errOut)
 }

@@ -5,25 +5,26 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// machine describes a VM to the launcher. extra adds a backend's own
-// credentials to the MCP token every guest gets.
-func (m *Manager) machine(r *state.Record, l state.Layout, extra []qemu.Credential) (qemu.Machine, error) {
+// machine describes a VM to the launcher, with the MCP token every guest
+// gets (start adds the backend's own credentials).
+func (m *Manager) machine(r *state.Record, l state.Layout) qemu.Machine {
 	sock := qemu.SocketDirFor(l.RunDir(), r.ID)
-	creds := append([]qemu.Credential{{Name: TokenCredName, File: l.MCPToken()}}, extra...)
+	creds := []qemu.Credential{{Name: guest.MCPTokenCredential, File: l.MCPToken()}}
 	return qemu.Machine{
 		Name: r.VMName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
 		RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: sock,
-		Share: qemu.Share{Source: l.Workspace(), Tag: ShareTag},
+		Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag},
 		Forwards: []qemu.Forward{
-			{Name: "ssh", Host: r.Ports.SSH, Guest: GuestSSHPort},
-			{Name: "mcp", Host: r.Ports.MCP, Guest: GuestMCPPort},
+			{Name: "ssh", Host: r.Ports.SSH, Guest: guest.SSHPort},
+			{Name: "mcp", Host: r.Ports.MCP, Guest: guest.MCPPort},
 		},
 		Credentials: creds,
-	}, nil
+	}
 }
 
 // unrecordedMachine describes the VM of a directory whose record is
@@ -32,7 +33,7 @@ func (m *Manager) machine(r *state.Record, l state.Layout, extra []qemu.Credenti
 func unrecordedMachine(e state.Entry) qemu.Machine {
 	l := e.Layout
 	return qemu.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: l.RunDir(),
-		Share: qemu.Share{Source: l.Workspace(), Tag: ShareTag}}
+		Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
 }
 
 // readToken reads the VM's MCP bearer token.

@@ -24,10 +24,9 @@ import (
 
 // Backend names as the user types them.
 const (
-	BackendAuto    = "auto"
-	BackendQEMU    = "qemu"
-	BackendNixOS   = "nixos"
-	BackendVagrant = "vagrant"
+	BackendAuto  = "auto"
+	BackendQEMU  = "qemu"
+	BackendNixOS = "nixos"
 )
 
 // Manager carries what every verb needs. Construct it with New.
@@ -82,8 +81,6 @@ func (m *Manager) resolveBackend(name string) (backend.Backend, error) {
 		if m.IsNixOS() {
 			name = BackendNixOS
 		}
-	case BackendVagrant:
-		return nil, fmt.Errorf("the vagrant backend is not available in this version of agent-vm (hint: use --backend qemu, which runs the VM with QEMU directly)")
 	}
 	b, ok := m.Backends[name]
 	if !ok {
@@ -108,8 +105,4 @@ const (
 	// qemu backend's base image may need more; it checks at create).
 	minDiskGiB = 2
 	maxDiskGiB = 4096
-	guestUser  = "dev"
-	// rootGuestID is the uid/gid the guest user gets when the workspace's
-	// owner on the host is root (see docs/design.md, workspace ownership).
-	rootGuestID = 1000
 )

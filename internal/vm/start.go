@@ -78,10 +78,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err := be.CheckStart(r, flags); err != nil {
 		return nil, err
 	}
-	mach, err := m.machine(r, l, nil)
-	if err != nil {
-		return nil, err
-	}
+	mach := m.machine(r, l)
 	live, err := m.Launcher.Inspect(ctx, mach)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -25,16 +26,6 @@ const (
 	StatePaused   = qemu.StatePaused
 	StateCrashed  = qemu.StateCrashed
 	StateInvalid  = "invalid"
-)
-
-// Guest-side ports and names of the guest contract (docs/design.md).
-const (
-	GuestSSHPort  = 22
-	GuestMCPPort  = 8000
-	ShareTag      = "workspace"
-	HealthPath    = "/health"
-	TokenCredName = "agent-vm.mcp-token"
-	HostKeyCred   = "agent-vm.ssh-host-key"
 )
 
 // Info is what `status --json` prints for one VM. Field names are part of
@@ -109,18 +100,14 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		Ports: r.Ports, Resources: r.Resources, Git: r.Git,
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
-		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, HealthPath)},
+		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
 		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace(), ConsoleLog: l.Log(qemu.ConsoleLog)},
 		Agent: Health{State: "unknown"},
 	}
 	if tok, err := readToken(l); err == nil {
 		info.MCP.Token = tok
 	}
-	mach, err := m.machine(r, l, nil)
-	if err != nil {
-		info.State, info.Detail = StateInvalid, err.Error()
-		return info
-	}
+	mach := m.machine(r, l)
 	live, err := m.Launcher.Inspect(ctx, mach)
 	if err != nil {
 		info.State, info.Detail = StateInvalid, err.Error()
@@ -166,7 +153,7 @@ func sshAnswers(ctx context.Context, port int) bool {
 func checkHealth(ctx context.Context, port int) Health {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, HealthPath), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, guest.HealthPath), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return Health{State: "unreachable", Detail: "no answer on the MCP port (agent-mcp not up yet?)"}

@@ -33,10 +33,7 @@ func (m *Manager) Stop(ctx context.Context, name string) (*StopResult, error) {
 // stopLocked stops the VM of e (the caller holds its lock) and returns the
 // state it was in.
 func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (string, error) {
-	mach, err := m.machine(e.Record, e.Layout, nil)
-	if err != nil {
-		return "", err
-	}
+	mach := m.machine(e.Record, e.Layout)
 	live, err := m.stopMachine(ctx, mach)
 	return live.State, err
 }
