@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -947,5 +948,34 @@ func TestLogsEscapesTheConsole(t *testing.T) {
 	}
 	if strings.ContainsAny(r.stdout, "\x1b\x07\r\u202e") {
 		t.Errorf("logs carry control characters raw: %q", r.stdout)
+	}
+}
+
+// Sizes are checked against the host that will run them (measured before:
+// --memory 5T was accepted on a 24 GiB host and recorded as 5120 GiB).
+func TestCreateRefusesMoreThanTheHostHas(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	threads := runtime.NumCPU()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--memory", "5T"}, []string{"--memory 5 TiB", "this host's", "of RAM", "--overcommit"}},
+		{[]string{"--cpus", strconv.Itoa(threads + 1)}, []string{fmt.Sprintf("this host's %d CPU threads", threads), "--overcommit"}},
+	} {
+		r := agentVM(t, repo, st, append([]string{"create", "--backend", "qemu"}, c.args...)...)
+		for _, w := range c.want {
+			if r.code != 1 || !strings.Contains(r.stderr, w) {
+				t.Errorf("create %v: exit %d, want 1 and %q in\n%s", c.args, r.code, w, r.stderr)
+			}
+		}
+	}
+	if entries, _ := os.ReadDir(st); len(entries) > 3 { // .locks .tmp .trash
+		t.Errorf("refused creates left %v", entries)
+	}
+	mustRun(t, repo, st, "create", "--backend", "qemu", "--memory", "5T", "--cpus", strconv.Itoa(threads+1), "--overcommit")
+	if res := statusJSON(t, st, "main")["resources"].(map[string]any); res["memory_mib"] != float64(5<<20) {
+		t.Errorf("--overcommit --memory 5T recorded %v", res)
 	}
 }

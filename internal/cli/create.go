@@ -26,6 +26,7 @@ func createCommand(stdio IO) *cli.Command {
 			&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
 			&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
 			&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
+			&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
 			&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
 			&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the nixpkgs agent-vm was built with, else NIX_PATH)"},
 			&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
@@ -46,7 +47,7 @@ func createCommand(stdio IO) *cli.Command {
 			l := m.Root.Layout(r.Slug)
 			out := stdio.Out
 			fmt.Fprintf(out, "created VM %s for branch %s\n", r.Slug, r.Branch)
-			fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, humanMiB(r.Resources.MemoryMiB), r.Resources.DiskGiB)
+			fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, vm.HumanMiB(r.Resources.MemoryMiB), r.Resources.DiskGiB)
 			fmt.Fprintf(out, "  workspace: %s\n", l.Workspace())
 			fmt.Fprintf(out, "  ports:     ssh 127.0.0.1:%d, mcp 127.0.0.1:%d\n", r.Ports.SSH, r.Ports.MCP)
 			fmt.Fprintf(out, "next: agent-vm start %s\n", r.Slug)
@@ -60,7 +61,7 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
 		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), CPUs: cliCtx.Int("cpus"),
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Nixpkgs: cliCtx.String("nixpkgs"),
-		AllowOrigins: cliCtx.StringSlice("allow-origin"),
+		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
 	}
 	switch o.Backend {
 	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS:

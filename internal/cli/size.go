@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -31,10 +30,3 @@ func parseSize(flag, s, defaultUnit string) (int, error) {
 	return int(mib), nil
 }
 
-// humanMiB renders MiB for people.
-func humanMiB(mib int) string {
-	if mib%1024 == 0 {
-		return fmt.Sprintf("%d GiB", mib/1024)
-	}
-	return fmt.Sprintf("%d MiB", mib)
-}

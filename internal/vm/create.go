@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
@@ -34,6 +35,9 @@ type CreateOptions struct {
 	Image     string // qemu: a base image path ("" = the built default)
 	// AllowOrigins are browser origins agent-mcp accepts (e.g. https://claude.ai).
 	AllowOrigins []string
+	// Overcommit allows more memory than the host has, or more vCPUs than
+	// its threads.
+	Overcommit bool
 }
 
 // ErrExists means a VM for that branch already exists.
@@ -64,7 +68,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCreateFlags(o); err != nil {
+	if err := checkCreateFlags(o, m.Host()); err != nil {
 		return nil, err
 	}
 	flags := backend.CreateFlags{Image: o.Image, Config: o.Config, Nixpkgs: o.Nixpkgs}
@@ -129,9 +133,10 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	return rec, nil
 }
 
-// checkCreateFlags checks what every backend shares; each backend checks
-// its own flags (backend.CheckCreate).
-func checkCreateFlags(o CreateOptions) error {
+// checkCreateFlags checks what every backend shares, resources against the
+// host that will run them; each backend checks its own flags
+// (backend.CheckCreate).
+func checkCreateFlags(o CreateOptions, host HostSize) error {
 	for _, origin := range o.AllowOrigins {
 		if err := modules.CheckOrigin("--allow-origin", origin); err != nil {
 			return err
@@ -146,6 +151,11 @@ func checkCreateFlags(o CreateOptions) error {
 		return fmt.Errorf("--disk %dG is out of range (hint: use %dG to %dG)", o.DiskGiB, minDiskGiB, maxDiskGiB)
 	case o.DiskGiB != 0 && o.DiskGiB < minDiskGiB:
 		return fmt.Errorf("--disk %dG is smaller than the %dG minimum (hint: use at least --disk %dG; %dG is the default)", o.DiskGiB, minDiskGiB, minDiskGiB, defaultDiskGiB)
+	case o.Overcommit:
+	case host.MemoryMiB > 0 && o.MemoryMiB > host.MemoryMiB:
+		return fmt.Errorf("--memory %s is more than this host's %s of RAM (hint: give at most --memory %dM, or pass --overcommit if you mean it)", HumanMiB(o.MemoryMiB), HumanMiB(host.MemoryMiB), host.MemoryMiB)
+	case host.Threads > 0 && o.CPUs > host.Threads:
+		return fmt.Errorf("--cpus %d is more than this host's %d CPU threads (hint: give at most --cpus %d, or pass --overcommit if you mean it)", o.CPUs, host.Threads, host.Threads)
 	}
 	return nil
 }
@@ -218,6 +228,35 @@ func (m *Manager) checkFree(ctx context.Context, branch, repo, slug string) erro
 
 func existsError(branch, slug string) error {
 	return fmt.Errorf("a VM for branch %q of this repository already exists (hint: `agent-vm start %s` starts it; `agent-vm destroy %s` removes it): %w", branch, slug, slug, ErrExists)
+}
+
+// HostSize is what the host has to give its VMs.
+type HostSize struct {
+	MemoryMiB int // physical RAM; 0 = unknown
+	Threads   int // CPU threads
+}
+
+// hostSize reads this host's RAM and CPU threads.
+func hostSize() HostSize {
+	h := HostSize{Threads: runtime.NumCPU()}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		h.MemoryMiB = int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
+	}
+	return h
+}
+
+// HumanMiB is a size for people: "5 TiB", "24 GiB", "1536 MiB".
+func HumanMiB(mib int) string {
+	switch {
+	case mib >= 1<<20 && mib%(1<<20) == 0:
+		return fmt.Sprintf("%d TiB", mib>>20)
+	case mib >= 1<<10 && mib%(1<<10) == 0:
+		return fmt.Sprintf("%d GiB", mib>>10)
+	case mib >= 10<<10:
+		return fmt.Sprintf("%.1f GiB", float64(mib)/1024)
+	}
+	return fmt.Sprintf("%d MiB", mib)
 }
 
 func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *state.Record {

@@ -39,6 +39,9 @@ type Manager struct {
 	// PortFree probes a host port; ports.Listenable outside tests.
 	PortFree ports.Probe
 	Now      func() time.Time
+	// Host reports the host's RAM and CPU threads (create checks sizes
+	// against it).
+	Host func() HostSize
 	// IsNixOS reports whether this host runs NixOS (backend "auto").
 	IsNixOS func() bool
 	// Launcher runs the VMs of every backend.
@@ -60,7 +63,7 @@ type Manager struct {
 // New returns a Manager with the real probes.
 func New(root *state.Root, run execx.Runner, log hclog.Logger, launcher *qemu.Launcher, backends ...backend.Backend) *Manager {
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
-		PortFree: ports.Listenable, Now: time.Now, IsNixOS: isNixOS, Launcher: launcher, progress: io.Discard,
+		PortFree: ports.Listenable, Now: time.Now, Host: hostSize, IsNixOS: isNixOS, Launcher: launcher, progress: io.Discard,
 		FindVirtiofsd: func(ctx context.Context) (*qemu.Virtiofsd, error) { return qemu.FindVirtiofsd(ctx, run) }}
 	for _, b := range backends {
 		m.Backends[b.Name()] = b
