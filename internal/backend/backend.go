@@ -17,6 +17,9 @@ import (
 type Backend interface {
 	// Name is the backend's name as stored in the record: "qemu", "nixos".
 	Name() string
+	// Doctor says whether this host can run the backend's VMs, with the
+	// checks that decided it (doctor prints them after the shared ones).
+	Doctor(ctx context.Context) Readiness
 	// CheckCreate refuses create flags this backend does not use, and bad
 	// values of those it does, before anything is made. It may look at the
 	// host (a --config file exists) but changes nothing.
@@ -47,6 +50,20 @@ type Plan struct {
 	// guest's own setup to finish and makes it durable, so a VM killed
 	// right after start (SIGKILL, host crash) still boots. "" for none.
 	Settle string
+}
+
+// Check is one thing doctor looked at.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+// Readiness is a backend's part of doctor.
+type Readiness struct {
+	Ready  bool
+	Checks []Check
 }
 
 // CreateFlags are the user's backend-specific choices at create. Each

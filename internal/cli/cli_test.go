@@ -22,6 +22,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // These tests run the real command line (in process, with buffers, or as a
@@ -977,5 +978,25 @@ func TestCreateRefusesMoreThanTheHostHas(t *testing.T) {
 	mustRun(t, repo, st, "create", "--backend", "qemu", "--memory", "5T", "--cpus", strconv.Itoa(threads+1), "--overcommit")
 	if res := statusJSON(t, st, "main")["resources"].(map[string]any); res["memory_mib"] != float64(5<<20) {
 		t.Errorf("--overcommit --memory 5T recorded %v", res)
+	}
+}
+
+// doctor's verdict names the backend that can run VMs, and another one
+// that could when the default cannot.
+func TestDoctorVerdictNamesTheBackend(t *testing.T) {
+	for _, c := range []struct {
+		r    vm.DoctorReport
+		want string
+	}{
+		{vm.DoctorReport{Accel: "tcg", Backend: "nixos", Backends: []string{"nixos"}, VMReady: true}, "this host can run VMs (tcg) with the nixos backend\n"},
+		{vm.DoctorReport{Accel: "kvm", Backend: "qemu", Backends: []string{"nixos", "qemu"}, VMReady: true}, "this host can run VMs (kvm) with the qemu backend, and with --backend nixos\n"},
+		{vm.DoctorReport{Accel: "tcg", Backend: "qemu", Backends: []string{"nixos"}}, "cannot run VMs with the qemu backend yet (see the hints above), but can with --backend nixos\n"},
+		{vm.DoctorReport{Accel: "tcg", Backend: "qemu", Backends: []string{}}, "this host cannot run VMs yet: see the hints above\n"},
+	} {
+		var out bytes.Buffer
+		printDoctor(IO{Out: &out}, c.r)
+		if !strings.HasSuffix(out.String(), c.want) {
+			t.Errorf("%+v: got %q, want it to end %q", c.r, out.String(), c.want)
+		}
 	}
 }

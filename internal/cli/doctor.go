@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -40,9 +41,20 @@ func printDoctor(stdio IO, r vm.DoctorReport) {
 			fmt.Fprintf(stdio.Out, "    %-26s hint: %s\n", "", c.Hint)
 		}
 	}
-	if r.VMReady {
-		fmt.Fprintf(stdio.Out, "\nthis host can run VMs (%s)\n", r.Accel)
-	} else {
+	var others []string
+	for _, b := range r.Backends {
+		if b != r.Backend {
+			others = append(others, "--backend "+b)
+		}
+	}
+	switch {
+	case r.VMReady && len(others) > 0:
+		fmt.Fprintf(stdio.Out, "\nthis host can run VMs (%s) with the %s backend, and with %s\n", r.Accel, r.Backend, strings.Join(others, " or "))
+	case r.VMReady:
+		fmt.Fprintf(stdio.Out, "\nthis host can run VMs (%s) with the %s backend\n", r.Accel, r.Backend)
+	case len(others) > 0:
+		fmt.Fprintf(stdio.Out, "\nthis host cannot run VMs with the %s backend yet (see the hints above), but can with %s\n", r.Backend, strings.Join(others, " or "))
+	default:
 		fmt.Fprintf(stdio.Out, "\nthis host cannot run VMs yet: see the hints above\n")
 	}
 }

@@ -64,6 +64,31 @@ func settings(r *state.Record) (Settings, error) {
 	return s, r.Section(&s)
 }
 
+// Doctor implements backend.Backend: VMs boot from the base image, which
+// `agent-vm image build` makes with mmdebstrap (as root).
+func (b *Backend) Doctor(ctx context.Context) backend.Readiness {
+	var r backend.Readiness
+	if img, err := image.Lookup(b.ImageDir, image.DefaultBuildName); err == nil {
+		r.Ready = true
+		r.Checks = append(r.Checks, backend.Check{Name: "base image", OK: true,
+			Detail: fmt.Sprintf("%s (%s, built %s)", img.Disk, img.Name, img.Manifest.Created.Format("2006-01-02"))})
+	} else {
+		r.Checks = append(r.Checks, backend.Check{Name: "base image", Detail: "none in " + b.ImageDir,
+			Hint: "build it: `sudo agent-vm image build` (about 2 minutes), or `agent-vm image pull debian-12` and create VMs with --image"})
+	}
+	c := backend.Check{Name: "mmdebstrap (image build)"}
+	if p, err := b.Run.LookPath("mmdebstrap"); err == nil {
+		c.OK, c.Detail = true, p
+		if os.Geteuid() != 0 {
+			c.Detail += "; building images needs root"
+		}
+	} else {
+		c.Detail, c.Hint = "not found", "to build images: `sudo agent-vm setup` installs it"
+	}
+	r.Checks = append(r.Checks, c)
+	return r
+}
+
 // CheckCreate implements backend.Backend.
 func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	switch {

@@ -98,6 +98,16 @@ func settings(r *state.Record) (Settings, error) {
 	return s, r.Section(&s)
 }
 
+// Doctor implements backend.Backend: the VM is built with nix, so nix (new
+// enough to evaluate nixpkgs) is all this backend needs besides QEMU.
+func (b *Backend) Doctor(ctx context.Context) backend.Readiness {
+	nix, err := b.findNix(ctx)
+	if err != nil {
+		return backend.Readiness{Checks: []backend.Check{{Name: "nix (nixos backend)", Detail: err.Error()}}}
+	}
+	return backend.Readiness{Ready: true, Checks: []backend.Check{{Name: "nix (nixos backend)", OK: true, Detail: nix}}}
+}
+
 // CheckCreate implements backend.Backend.
 func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	if f.Image != "" {

@@ -2,23 +2,18 @@ package vm
 
 import (
 	"context"
-	"fmt"
-	"os"
+	"slices"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
 
 // Check is one thing doctor looked at.
-type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail"`
-	Hint   string `json:"hint,omitempty"`
-}
+type Check = backend.Check
 
 // DoctorReport says what this host can do. It is `doctor --json`.
 type DoctorReport struct {
@@ -26,21 +21,25 @@ type DoctorReport struct {
 	Accel       string  `json:"accel"`
 	AccelReason string  `json:"accel_reason"`
 	AccelHint   string  `json:"accel_hint,omitempty"`
-	Image       string  `json:"image"`    // the default base image's disk, "" when none
-	VMReady     bool    `json:"vm_ready"` // qemu and a base image are there
+	Image       string  `json:"image"` // the default base image's disk, "" when none
+	// Backends are the backends that can run VMs here; Backend is the one
+	// `create` picks (auto).
+	Backends []string `json:"backends"`
+	Backend  string   `json:"backend"`
+	VMReady  bool     `json:"vm_ready"` // the default backend can run VMs here
 }
 
-// Doctor checks the host: the programs agent-vm runs, KVM, the base image.
+// Doctor checks the host: the programs every VM needs (git, QEMU,
+// virtiofsd), KVM, then each backend's own needs.
 func (m *Manager) Doctor(ctx context.Context) DoctorReport {
-	imageDir := m.imageDir
-	var r DoctorReport
+	r := DoctorReport{Backends: []string{}}
 	add := func(c Check) bool { r.Checks = append(r.Checks, c); return c.OK }
 
-	add(m.program(ctx, "git", []string{"--version"}, installHint("git")))
+	gitOK := add(m.program(ctx, "git", []string{"--version"}, installHint("git")))
 	qemuOK := add(m.program(ctx, m.Launcher.Arch.Binary, []string{"--version"}, installHint(m.Launcher.Arch.Binary)))
 	add(m.program(ctx, "qemu-img", []string{"--version"}, installHint("qemu-img")))
 	if v, err := m.FindVirtiofsd(ctx); err != nil {
-		add(Check{Name: "virtiofsd", Detail: "not found: the workspace is shared over 9p (slower for many small files)", Hint: "install virtiofsd (Debian 12: qemu-system-common; newer: virtiofsd)"})
+		add(Check{Name: "virtiofsd", Detail: "not found: the workspace is shared over 9p (slower for many small files)", Hint: installHint("virtiofsd")})
 	} else {
 		kind := "QEMU's C virtiofsd"
 		if v.Rust {
@@ -57,24 +56,39 @@ func (m *Manager) Doctor(ctx context.Context) DoctorReport {
 		add(Check{Name: "kvm", Detail: "not usable, VMs run under TCG (software emulation): " + acc.Reason, Hint: acc.Hint})
 	}
 
-	if img, err := image.Lookup(imageDir, image.DefaultBuildName); err == nil {
+	if def, err := m.resolveBackend(BackendAuto); err == nil {
+		r.Backend = def.Name()
+	}
+	for _, name := range m.backendNames(r.Backend) {
+		rd := m.Backends[name].Doctor(ctx)
+		for _, c := range rd.Checks {
+			add(c)
+		}
+		if rd.Ready && gitOK && qemuOK {
+			r.Backends = append(r.Backends, name)
+		}
+	}
+	if img, err := image.Lookup(m.imageDir, image.DefaultBuildName); err == nil {
 		r.Image = img.Disk
-		add(Check{Name: "base image", OK: true, Detail: fmt.Sprintf("%s (%s, built %s)", img.Disk, img.Name, img.Manifest.Created.Format("2006-01-02"))})
-	} else {
-		add(Check{Name: "base image", Detail: "none in " + imageDir,
-			Hint: "build it: `sudo agent-vm image build` (about 2 minutes), or `agent-vm image pull debian-12` and create VMs with --image"})
 	}
-	mmde := m.program(ctx, "mmdebstrap", []string{"--version"}, "to build images: "+installHint("mmdebstrap"))
-	if mmde.OK && os.Geteuid() != 0 {
-		mmde.Detail += "; building images needs root"
-	}
-	mmde.Name = "mmdebstrap (image build)"
-	add(mmde)
-	nix := m.program(ctx, "nix", []string{"--version"}, "only the nixos backend needs it: https://nixos.org/download")
-	nix.Name = "nix (nixos backend)"
-	add(nix)
-	r.VMReady = qemuOK && r.Image != ""
+	r.VMReady = slices.Contains(r.Backends, r.Backend)
 	return r
+}
+
+// backendNames are the backends this build has: first the default one,
+// then the others sorted.
+func (m *Manager) backendNames(first string) []string {
+	names := make([]string, 0, len(m.Backends))
+	for n := range m.Backends {
+		if n != first {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	if _, ok := m.Backends[first]; ok {
+		names = append([]string{first}, names...)
+	}
+	return names
 }
 
 // installHint says how to get a program: setup, and its package from
