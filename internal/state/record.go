@@ -168,7 +168,7 @@ func ParseRecord(path string, b []byte) (*Record, error) {
 }
 
 // migrateV1 moves a version 1 record's backend fields into its section, in
-// the shape each backend's section has (cloudinit.Settings, nixos.Settings).
+// the shape each backend's section has (debian.Settings, nixos.Settings).
 // The file itself is rewritten only when agent-vm next writes the record.
 func migrateV1(r *Record, b []byte) error {
 	var v1 struct {

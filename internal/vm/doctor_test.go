@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
-	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -37,7 +37,7 @@ func TestDoctorOnANixOSHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := vm.New(root, fake, hclog.NewNullLogger(), launcher,
-		&cloudinit.Backend{Run: fake, ImageDir: t.TempDir()},
+		&debian.Backend{Run: fake, ImageDir: t.TempDir()},
 		&nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }})
 	m.IsNixOS = func() bool { return true }
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }

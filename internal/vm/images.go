@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
 
@@ -101,7 +101,7 @@ func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
 		if en.Record == nil {
 			return nil, fmt.Errorf("VM directory %s has an unreadable record, so agent-vm cannot tell which images it uses (hint: fix or destroy it first)", en.Layout.Dir)
 		}
-		if b := cloudinit.BaseOf(en.Layout); b != "" {
+		if b := debian.BaseOf(en.Layout); b != "" {
 			used[b] = true
 		}
 	}

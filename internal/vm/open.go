@@ -11,7 +11,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
-	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
@@ -80,7 +80,7 @@ func Open(c Config) (*Manager, error) {
 
 // backends are the VM flavours this build has.
 func (m *Manager) backends(c Config) []backend.Backend {
-	q := &cloudinit.Backend{Run: c.Run, Log: c.Log.Named("qemu"), ImageDir: m.imageDir, Executable: c.Executable}
+	q := &debian.Backend{Run: c.Run, Log: c.Log.Named("qemu"), ImageDir: m.imageDir, Executable: c.Executable}
 	if os.Geteuid() == 0 {
 		// "It works first time": the first start on a host builds the base
 		// image (mmdebstrap's root mode needs root).

@@ -19,7 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
-	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
@@ -68,7 +68,7 @@ func newManager(t *testing.T) *vm.Manager {
 	tu.Need(t, err == nil, "no base image: run `agent-vm image build`")
 	m := plainManager(t)
 	exe := tu.AgentVMBinary(t)
-	be := &cloudinit.Backend{Run: execx.OS{}, Log: m.Log, ImageDir: imageDir(), Executable: func() (string, error) { return exe, nil }}
+	be := &debian.Backend{Run: execx.OS{}, Log: m.Log, ImageDir: imageDir(), Executable: func() (string, error) { return exe, nil }}
 	m.Backends[be.Name()] = be
 	kernels, _ := filepath.Glob(filepath.Join(imageDir(), "*", "vmlinuz*"))
 	prober := &accel.Prober{Run: execx.OS{}, QEMU: "qemu-system-x86_64", Kernels: kernels, Override: os.Getenv("AGENT_VM_ACCEL"),

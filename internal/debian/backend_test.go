@@ -1,4 +1,4 @@
-package cloudinit
+package debian
 
 import (
 	"context"

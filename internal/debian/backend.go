@@ -1,4 +1,9 @@
-package cloudinit
+// Package debian is the backend users call "qemu": a Debian (or Ubuntu)
+// cloud image, booted by the QEMU launcher on its own overlay, made an
+// agent-vm guest by a cloud-init NoCloud seed (internal/cloudinit renders
+// it). It owns its section of the VM record (Settings) and its files in the
+// VM directory.
+package debian
 
 import (
 	"context"
@@ -12,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/image"
@@ -186,12 +192,12 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 			{Path: filepath.Join(l.Dir, SeedFile), Format: "raw", ReadOnly: true},
 		},
 		Kernel: disk.Kernel, Initrd: disk.Initrd, Append: disk.Cmdline,
-		MAC: DefaultMACAddress, // the network config matches the NIC by it
+		MAC: cloudinit.DefaultMACAddress, // the network config matches the NIC by it
 	}
 	if o.Reprovision && d.Kernel != "" {
-		d.Append = strings.TrimSpace(d.Append + " " + ReprovisionKernelArg)
+		d.Append = strings.TrimSpace(d.Append + " " + cloudinit.ReprovisionKernelArg)
 	}
-	return &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: SettleCommand}, nil
+	return &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand}, nil
 }
 
 // disk returns the VM's disk, making the overlay on first start.
@@ -281,16 +287,16 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 	if p, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = p
 	}
-	c := Config{
+	c := cloudinit.Config{
 		InstanceID:     fmt.Sprintf("%s-%d", r.ID, s.Provision),
 		Hostname:       r.Slug,
 		UID:            r.Guest.UID,
 		GID:            r.Guest.GID,
 		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
-		HostKey:        HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
-		MCP:            MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
+		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
+		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 	}
-	return WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
+	return cloudinit.WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, cloudinit.SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
 }
 
 // BaseOf returns the base image a VM's disk was made on, or "" when it has
