@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"math"
 	"os"
 	"path/filepath"
@@ -211,10 +212,10 @@ func (r *Result) write(dir string) (jsonPath, mdPath string, err error) {
 	writeMarkdown(&md, r)
 	jsonPath = filepath.Join(dir, r.baseName()+".json")
 	mdPath = filepath.Join(dir, r.baseName()+".md")
-	if err := writeAtomic(jsonPath, append(data, '\n')); err != nil {
+	if err := atomicfile.Write(jsonPath, append(data, '\n'), 0o644); err != nil {
 		return "", "", err
 	}
-	if err := writeAtomic(mdPath, md.Bytes()); err != nil {
+	if err := atomicfile.Write(mdPath, md.Bytes(), 0o644); err != nil {
 		return "", "", err
 	}
 	return jsonPath, mdPath, nil
@@ -234,16 +235,4 @@ func readResult(path string) (*Result, error) {
 		return nil, fmt.Errorf("%s has results schema %d, newer than this harness reads (%d) (hint: update the checkout)", path, r.Schema, schemaVersion)
 	}
 	return &r, nil
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
@@ -238,8 +239,5 @@ func (p *Prober) store(r Result) {
 	}
 	b, _ := json.Marshal(r)
 	_ = os.MkdirAll(filepath.Dir(p.Cache), 0o700)
-	tmp := p.Cache + ".tmp"
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		_ = os.Rename(tmp, p.Cache)
-	}
+	_ = atomicfile.Write(p.Cache, b, 0o600) // a cache: the next probe tries again
 }

@@ -29,4 +29,3 @@ func parseSize(flag, s, defaultUnit string) (int, error) {
 	}
 	return int(mib), nil
 }
-

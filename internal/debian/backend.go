@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/execx"
@@ -230,7 +231,7 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s S
 		return nil, err
 	}
 	raw, _ := json.MarshalIndent(info, "", "  ")
-	if err := state.WriteFileAtomic(infoPath, append(raw, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(infoPath, append(raw, '\n'), 0o600); err != nil {
 		os.Remove(overlay)
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"net"
 	"net/http"
@@ -258,7 +259,7 @@ func writeMeta(part string, meta partialMeta) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(part+metaSuffix, b, 0o644)
+	return atomicfile.Write(part+metaSuffix, b, 0o644)
 }
 
 // parseContentRange parses "bytes <start>-<end>/<total>".

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"hash"
 	"io"
 	"os"
@@ -31,23 +32,6 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// writeFileSync writes a new file and syncs it before returning.
-func writeFileSync(path string, data []byte, perm os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func newHash(algo string) (hash.Hash, error) {
@@ -93,7 +77,7 @@ func writeManifest(path string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(path, b, 0o644)
+	return atomicfile.Write(path, b, 0o644)
 }
 
 func marshalManifest(m *Manifest) ([]byte, error) {

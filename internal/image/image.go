@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -340,5 +341,5 @@ func MarkUsed(disk, overlay string) error {
 		return fmt.Errorf("recording that %s uses %s: %w", overlay, disk, err)
 	}
 	sum := sha256.Sum256([]byte(abs))
-	return writeFileSync(filepath.Join(dir, usersDir, hex.EncodeToString(sum[:8])), []byte(abs+"\n"), 0o644)
+	return atomicfile.Write(filepath.Join(dir, usersDir, hex.EncodeToString(sum[:8])), []byte(abs+"\n"), 0o644)
 }

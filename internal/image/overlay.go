@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
@@ -86,5 +87,5 @@ func CreateOverlay(ctx context.Context, r execx.Runner, base, baseFormat, overla
 		}
 		return fmt.Errorf("creating overlay %s: %w", ov, err)
 	}
-	return syncDir(filepath.Dir(ov))
+	return atomicfile.SyncDir(filepath.Dir(ov))
 }

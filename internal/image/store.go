@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -175,7 +176,7 @@ func (s *store) publish(name, work string, created time.Time) (string, error) {
 	if err := s.ownTree(work); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
-	if err := syncDir(work); err != nil {
+	if err := atomicfile.SyncDir(work); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
 	id := created.UTC().Format("20060102T150405Z")
@@ -190,7 +191,7 @@ func (s *store) publish(name, work string, created time.Time) (string, error) {
 		}
 		dir = filepath.Join(versions, fmt.Sprintf("%s-%d", id, i))
 	}
-	if err := syncDir(versions); err != nil {
+	if err := atomicfile.SyncDir(versions); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
 	link := filepath.Join(s.root, name)
@@ -210,7 +211,7 @@ func (s *store) publish(name, work string, created time.Time) (string, error) {
 		_ = os.Remove(tmpLink)
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
-	if err := syncDir(s.root); err != nil {
+	if err := atomicfile.SyncDir(s.root); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
 	return dir, nil
@@ -220,15 +221,6 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func syncFile(path string) error {

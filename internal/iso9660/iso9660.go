@@ -18,10 +18,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -70,38 +70,13 @@ type Volume struct {
 // Write writes the image to path atomically: it is written to a temporary
 // file in the same directory (mode 0600), synced and renamed into place, so
 // path holds either the old contents or the complete new image.
-func Write(ctx context.Context, path string, v Volume) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+func Write(ctx context.Context, path string, v Volume) error {
+	err := atomicfile.WriteFrom(path, 0o600, func(w io.Writer) error {
+		_, err := Encode(ctx, w, v)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("writing iso image %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = Encode(ctx, tmp, v); err != nil {
-		return fmt.Errorf("writing iso image %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("writing iso image %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("writing iso image %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing iso image %s: %w", path, err)
-	}
-	// Make the rename itself durable; failing to sync a directory is not
-	// worth failing the write for (some filesystems refuse it).
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
+		return fmt.Errorf("writing iso image: %w", err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/tidwall/gjson"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
@@ -267,7 +268,7 @@ func (b *Backend) build(ctx context.Context, nix string, l state.Layout, r *stat
 	}
 	out := &buildOutputs{Inputs: inputs, VM: outs[0].String(), Launcher: outs[1].String()}
 	raw, _ := json.MarshalIndent(out, "", "  ")
-	if err := state.WriteFileAtomic(recordPath, append(raw, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(recordPath, append(raw, '\n'), 0o600); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/modules"
 )
@@ -157,7 +158,7 @@ func writeFiles(dir string, v *VMJSON) error {
 	if err != nil {
 		return err
 	}
-	if err := state.WriteFileAtomic(filepath.Join(dir, VMJSONFile), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, VMJSONFile), append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	for _, name := range []string{DefaultNix, DataNix} {
@@ -165,7 +166,7 @@ func writeFiles(dir string, v *VMJSON) error {
 		if err != nil {
 			return err
 		}
-		if err := state.WriteFileAtomic(filepath.Join(dir, name), src, 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, name), src, 0o644); err != nil {
 			return err
 		}
 	}
@@ -178,7 +179,7 @@ func writeFiles(dir string, v *VMJSON) error {
 		if err != nil {
 			return err
 		}
-		if err := state.WriteFileAtomic(filepath.Join(mdir, name), src, 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(mdir, name), src, 0o644); err != nil {
 			return err
 		}
 	}

@@ -12,10 +12,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qmp"
-	"github.com/agent-vm/agent-vm/internal/state"
 )
 
 // Launcher starts, inspects and stops VMs.
@@ -254,7 +254,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return state.WriteFileAtomic(path, append(b, '\n'), 0o600)
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
 }
 
 func readLaunch(path string) (*Launch, error) {

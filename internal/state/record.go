@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"os"
 	"time"
 )
@@ -219,5 +220,5 @@ func WriteRecord(path string, r *Record) error {
 	if err != nil {
 		return fmt.Errorf("encoding record: %w", err)
 	}
-	return WriteFileAtomic(path, b, 0o600)
+	return atomicfile.Write(path, b, 0o600)
 }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
@@ -368,14 +369,14 @@ func writeSecrets(l state.Layout, rec *state.Record) error {
 	if err := host.Write(l.HostKey()); err != nil {
 		return err
 	}
-	if err := state.WriteFileAtomic(l.KnownHosts(), []byte(sshkeys.KnownHostsLine(rec.Ports.SSH, host.Public)), 0o600); err != nil {
+	if err := atomicfile.Write(l.KnownHosts(), []byte(sshkeys.KnownHostsLine(rec.Ports.SSH, host.Public)), 0o600); err != nil {
 		return err
 	}
 	token := make([]byte, 32)
 	if _, err := rand.Read(token); err != nil {
 		return fmt.Errorf("generating the MCP token: %w", err)
 	}
-	return state.WriteFileAtomic(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
+	return atomicfile.Write(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
 }
 
 // shareOwnership decides the guest user's uid/gid from the workspace's owner
