@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // rpcAnswer is a JSON-RPC response.
@@ -89,7 +91,7 @@ func TestMCPServerScript(t *testing.T) {
 // only the port forward.
 func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 	if out, err := exec.Command(testBins.agentVM, "mcp-proxy", "--help").CombinedOutput(); err != nil {
-		skipOrFail(t, "this tree's agent-vm has no mcp-proxy command yet: %s", lastLine(string(out)))
+		blackbox.SkipOrFail(t, "this tree's agent-vm has no mcp-proxy command yet: %s", lastLine(string(out)))
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "mcp-server.sh")

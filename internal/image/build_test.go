@@ -408,11 +408,11 @@ func TestConcurrentBuildsShareOneResult(t *testing.T) {
 
 func TestBuildChecksFreeSpaceFirst(t *testing.T) {
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "mounting a small tmpfs needs root")
+		testutil.SkipOrFail(t, "mounting a small tmpfs needs root")
 	}
 	cache := t.TempDir()
 	if err := syscall.Mount("tmpfs", cache, "tmpfs", 0, "size=64m"); err != nil {
-		skipOrFail(t, "cannot mount a tmpfs here: %v", err)
+		testutil.SkipOrFail(t, "cannot mount a tmpfs here: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(cache, syscall.MNT_DETACH) })
 	f := newFakeBuildTools(t)
