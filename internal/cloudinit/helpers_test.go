@@ -2,7 +2,6 @@ package cloudinit
 
 import (
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +10,6 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
 
 func readFixture(t testing.TB, name string) string {
 	t.Helper()
