@@ -48,9 +48,9 @@ func runHarness(t *testing.T, args ...string) *Result {
 	if len(left) > 0 {
 		t.Errorf("the run left its lab behind: %v", left)
 	}
-	for _, p := range processes() {
-		if p.mentions(tmp) {
-			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, strings.Join(p.Argv, " "))
+	for _, p := range blackbox.Processes() {
+		if p.Mentions(tmp) {
+			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, p.CommandLine())
 		}
 	}
 	return res
@@ -172,9 +172,9 @@ func TestInterruptMidBoot(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(tmp, "agent-vm-bench-*")); len(left) > 0 {
 		t.Errorf("the interrupted run left its lab behind: %v\n%s", left, stderr.String())
 	}
-	for _, p := range processes() {
-		if p.mentions(tmp) {
-			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, strings.Join(p.Argv, " "))
+	for _, p := range blackbox.Processes() {
+		if p.Mentions(tmp) {
+			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, p.CommandLine())
 		}
 	}
 }

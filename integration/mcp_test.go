@@ -115,7 +115,7 @@ func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 	}
 	defer func() { cancel(); _ = cmd.Wait() }()
 
-	st := &vmStatus{}
+	st := &blackbox.Status{}
 	st.MCP.URL = fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 	st.MCP.HealthURL = fmt.Sprintf("http://127.0.0.1:%d/health", port)
 	st.MCP.Token = token
@@ -126,7 +126,7 @@ func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for name, check := range map[string]func(context.Context, *vmStatus) error{
+	for name, check := range map[string]func(context.Context, *blackbox.Status) error{
 		"initialize": checkInitialize, "auth": checkMCPAuth, "origin": checkMCPOrigin,
 	} {
 		if err := check(ctx, st); err != nil {
