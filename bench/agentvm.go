@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // agentVM runs the agent-vm binary: the harness touches agent-vm only
@@ -41,57 +43,24 @@ func (a *agentVM) run(ctx context.Context, timeout time.Duration, args ...string
 	return runCmd(ctx, a.spec(timeout, nil, args...))
 }
 
-// vmStatus is the part of `status --json` (and `list --json`) the harness
-// reads, written down from the CLI's documented fields.
-type vmStatus struct {
-	Branch string `json:"branch"`
-	State  string `json:"state"`
-	Share  string `json:"share"`
-	Accel  string `json:"accel"`
-	Pid    int    `json:"pid"`
-	Ports  struct {
-		SSH int `json:"ssh"`
-		MCP int `json:"mcp"`
-	} `json:"ports"`
-	Resources struct {
-		CPUs      int `json:"cpus"`
-		MemoryMiB int `json:"memory_mib"`
-		DiskGiB   int `json:"disk_gib"`
-	} `json:"resources"`
-	Agent struct {
-		State string `json:"state"`
-	} `json:"agent"`
-	SSH struct {
-		Port           int    `json:"port"`
-		User           string `json:"user"`
-		IdentityFile   string `json:"identity_file"`
-		KnownHostsFile string `json:"known_hosts_file"`
-	} `json:"ssh"`
-	Paths struct {
-		Dir        string `json:"dir"`
-		Workspace  string `json:"workspace"`
-		ConsoleLog string `json:"console_log"`
-	} `json:"paths"`
-}
-
-func (a *agentVM) status(ctx context.Context, name string) (*vmStatus, error) {
+func (a *agentVM) status(ctx context.Context, name string) (*blackbox.Status, error) {
 	res := a.run(ctx, quickTimeout, "status", "--json", name)
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	var st vmStatus
+	var st blackbox.Status
 	if err := json.Unmarshal([]byte(res.Stdout), &st); err != nil {
 		return nil, fmt.Errorf("reading `%s`: %w", res.Line, err)
 	}
 	return &st, nil
 }
 
-func (a *agentVM) list(ctx context.Context) ([]vmStatus, error) {
+func (a *agentVM) list(ctx context.Context) ([]blackbox.Status, error) {
 	res := a.run(ctx, quickTimeout, "list", "--json")
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	var list []vmStatus
+	var list []blackbox.Status
 	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
 		return nil, fmt.Errorf("reading `%s`: %w", res.Line, err)
 	}

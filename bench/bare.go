@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // The reference for boots is the same guest booted by QEMU alone: the
@@ -193,7 +195,7 @@ type bareVM struct {
 
 // newBare prepares a bare boot of vm's guest in dir: a fresh overlay over
 // vm's base image, a copy of its seed, its known_hosts for another port.
-func (l *lab) newBare(ctx context.Context, vm *labVM, st *vmStatus, dir string) (*bareVM, error) {
+func (l *lab) newBare(ctx context.Context, vm *labVM, st *blackbox.Status, dir string) (*bareVM, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // cmdSpec is a program to run and how.
@@ -46,9 +44,9 @@ func (r cmdResult) Seconds() float64 { return r.End.Sub(r.Start).Seconds() }
 // stops a VM it was booting) before it is killed.
 const cancelGrace = 45 * time.Second
 
-// runCmd runs a program in its own process group, so a Ctrl-C on the
-// terminal reaches it only through us: when ctx ends or the timeout
-// passes it gets SIGINT, then SIGKILL after cancelGrace.
+// runCmd runs a program with blackbox.Run: in its own process group, so a
+// Ctrl-C on the terminal reaches it only through us; when ctx ends or the
+// timeout passes it gets SIGINT, then SIGKILL after cancelGrace.
 func runCmd(ctx context.Context, s cmdSpec) cmdResult {
 	res := cmdResult{Line: shellJoin(append([]string{s.Path}, s.Args...)), Exit: -1}
 	if s.Timeout > 0 {
@@ -56,27 +54,15 @@ func runCmd(ctx context.Context, s cmdSpec) cmdResult {
 		ctx, cancel = context.WithTimeout(ctx, s.Timeout)
 		defer cancel()
 	}
-	cmd := exec.CommandContext(ctx, s.Path, s.Args...)
-	cmd.Dir, cmd.Env, cmd.Stdin = s.Dir, s.Env, s.Stdin
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = cancelGrace
-	var stdout bytes.Buffer
-	stderr := &lineWriter{onLine: s.OnLine}
-	cmd.Stdout, cmd.Stderr = &stdout, stderr
-	res.Start = time.Now()
-	err := cmd.Run()
-	res.End = time.Now()
-	res.Stdout, res.Stderr = stdout.String(), stderr.String()
-	if cmd.ProcessState != nil {
-		res.Exit = cmd.ProcessState.ExitCode()
-	}
+	ex := blackbox.Run(ctx, blackbox.Cmd{Path: s.Path, Args: s.Args, Dir: s.Dir, Env: s.Env, Stdin: s.Stdin,
+		Grace: cancelGrace, OnLine: s.OnLine})
+	res.Stdout, res.Stderr, res.Exit, res.Start, res.End = ex.Stdout, ex.Stderr, ex.Code, ex.Start, ex.End
 	switch {
-	case err == nil:
+	case ex.Err == nil:
 	case ctx.Err() != nil:
 		res.Err = fmt.Errorf("`%s` was stopped (%w)%s", res.Line, context.Cause(ctx), tailSuffix(res.Stderr))
 	default:
-		res.Err = fmt.Errorf("`%s`: %w%s", res.Line, err, tailSuffix(res.Stderr))
+		res.Err = fmt.Errorf("`%s`: %w%s", res.Line, ex.Err, tailSuffix(res.Stderr))
 	}
 	return res
 }
@@ -102,39 +88,6 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " / ")
-}
-
-// lineWriter keeps what is written to it and hands each complete line to
-// onLine.
-type lineWriter struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	partial []byte
-	onLine  func(string)
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if w.onLine == nil {
-		return len(p), nil
-	}
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		w.onLine(string(w.partial[:i]))
-		w.partial = w.partial[i+1:]
-	}
-}
-
-func (w *lineWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
 
 // shellJoin quotes argv for a shell, for messages and the results file.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // lab holds what a run makes: a temp directory with agent-vm state
@@ -175,7 +177,7 @@ func (l *lab) start(ctx context.Context, v *labVM, prefix []string) (bootTimes, 
 		if err != nil {
 			return t, err
 		}
-		if v.argv = cmdline(st.Pid); v.argv == nil {
+		if v.argv = blackbox.Cmdline(st.Pid); v.argv == nil {
 			return t, fmt.Errorf("reading the QEMU command line of %s (pid %d) from /proc", v.name, st.Pid)
 		}
 	}
@@ -343,10 +345,10 @@ func (l *lab) cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	for _, p := range processes() {
-		if p.mentions(l.dir) {
+	for _, p := range blackbox.Processes() {
+		if p.Mentions(l.dir) {
 			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
-			problems = append(problems, fmt.Errorf("pid %d (%s) still used the lab's directory after cleanup; killed it", p.Pid, p.argv0()))
+			problems = append(problems, fmt.Errorf("pid %d (%s) still used the lab's directory after cleanup; killed it", p.Pid, p.Name()))
 		}
 	}
 	if err := os.RemoveAll(l.dir); err != nil {

@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // machineInfo describes the host. Missing pieces stay empty: a results
@@ -123,8 +124,8 @@ func loadAvg() float64 {
 // not mention ours (the harness's temp dir): their -name, else their pid.
 func otherVMs(ours string) []string {
 	var out []string
-	for _, p := range processes() {
-		if !strings.Contains(p.argv0(), "qemu-system") || (ours != "" && p.mentions(ours)) {
+	for _, p := range blackbox.Processes() {
+		if !strings.Contains(p.Name(), "qemu-system") || (ours != "" && p.Mentions(ours)) {
 			continue
 		}
 		name := "pid " + strconv.Itoa(p.Pid)
@@ -136,54 +137,6 @@ func otherVMs(ours string) []string {
 		out = append(out, name)
 	}
 	return out
-}
-
-// proc is a live process, from /proc.
-type proc struct {
-	Pid  int
-	Argv []string
-}
-
-func (p proc) argv0() string {
-	if len(p.Argv) == 0 {
-		return ""
-	}
-	return filepath.Base(p.Argv[0])
-}
-
-func (p proc) mentions(s string) bool {
-	for _, a := range p.Argv {
-		if strings.Contains(a, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// processes lists the live processes other than this one.
-func processes() []proc {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	self := os.Getpid()
-	var out []proc
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil || pid == self {
-			continue
-		}
-		if argv := cmdline(pid); len(argv) > 0 {
-			out = append(out, proc{Pid: pid, Argv: argv})
-		}
-	}
-	return out
-}
-
-// cmdline is a process's argv, nil when it is gone (or a kernel thread).
-func cmdline(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil || len(b) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 }
 
 // rssMiB is a process's resident memory.

@@ -11,20 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// need skips the test with reason, or fails it when AGENT_VM_TEST_STRICT=1
-// (CI), so nothing is skipped silently there.
-func need(t *testing.T, ok bool, reason string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
-		t.Fatalf("prerequisite missing (AGENT_VM_TEST_STRICT=1): %s", reason)
-	}
-	t.Skipf("skipping: %s (set AGENT_VM_TEST_STRICT=1 to make this a failure)", reason)
-}
+	"github.com/agent-vm/agent-vm/blackbox"
+)
 
 // runHarness runs the harness as `go run ./bench ARGS -out DIR` would,
 // with its temp files under a directory of the test's, and returns the
@@ -34,7 +23,7 @@ func runHarness(t *testing.T, args ...string) *Result {
 	t.Helper()
 	for _, p := range []string{"go", "git"} {
 		_, err := exec.LookPath(p)
-		need(t, err == nil, p+" is not installed")
+		blackbox.Need(t, err == nil, p+" is not installed")
 	}
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
@@ -59,9 +48,9 @@ func runHarness(t *testing.T, args ...string) *Result {
 	if len(left) > 0 {
 		t.Errorf("the run left its lab behind: %v", left)
 	}
-	for _, p := range processes() {
-		if p.mentions(tmp) {
-			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, strings.Join(p.Argv, " "))
+	for _, p := range blackbox.Processes() {
+		if p.Mentions(tmp) {
+			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, p.CommandLine())
 		}
 	}
 	return res
@@ -131,10 +120,10 @@ func TestBootFiguresRun(t *testing.T) {
 		t.Skip("boots a VM (minutes under TCG); not with -short")
 	}
 	_, err := exec.LookPath("qemu-system-x86_64")
-	need(t, err == nil, "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)")
+	blackbox.Need(t, err == nil, "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)")
 	res := runHarness(t, "-only", "^(P3|P4)$", "-n", "2", "-tree", filepath.Join(runtimeGOROOT(t), "src", "encoding"))
 	p3 := figure(t, res, "P3")
-	need(t, p3.Skipped == "", "VMs cannot boot here: "+p3.Skipped)
+	blackbox.Need(t, p3.Skipped == "", "VMs cannot boot here: "+p3.Skipped)
 	checkRow(t, p3, "P3.exec", 2)
 	checkRow(t, figure(t, res, "P4"), "P4.running", 2)
 	if res.Machine.Accel == "" || res.Machine.QEMU == "" || res.Machine.Image.Name == "" {
@@ -158,7 +147,7 @@ func TestInterruptMidBoot(t *testing.T) {
 		t.Skip("boots a VM; not with -short")
 	}
 	_, err := exec.LookPath("qemu-system-x86_64")
-	need(t, err == nil, "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)")
+	blackbox.Need(t, err == nil, "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)")
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	out := filepath.Join(tmp, "results")
@@ -172,7 +161,7 @@ func TestInterruptMidBoot(t *testing.T) {
 	}
 	code := run(ctx, []string{"-only", "^P3$", "-n", "1", "-out", out, "-tree", filepath.Join(runtimeGOROOT(t), "src", "encoding")}, io.Discard, &stderr)
 	if strings.Contains(stderr.String(), "P3: skipped") {
-		need(t, false, "VMs cannot boot here")
+		blackbox.Need(t, false, "VMs cannot boot here")
 	}
 	if code != 130 {
 		t.Errorf("exit code %d after an interrupt, want 130\n%s", code, stderr.String())
@@ -183,9 +172,9 @@ func TestInterruptMidBoot(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(tmp, "agent-vm-bench-*")); len(left) > 0 {
 		t.Errorf("the interrupted run left its lab behind: %v\n%s", left, stderr.String())
 	}
-	for _, p := range processes() {
-		if p.mentions(tmp) {
-			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, strings.Join(p.Argv, " "))
+	for _, p := range blackbox.Processes() {
+		if p.Mentions(tmp) {
+			t.Errorf("pid %d still runs with the test's temp dir: %s", p.Pid, p.CommandLine())
 		}
 	}
 }

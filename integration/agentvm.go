@@ -1,16 +1,14 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // agentVM runs the agent-vm binary under test. It is the only way the
@@ -75,26 +73,15 @@ func (a *agentVM) run(ctx context.Context, c call) *Result {
 	}
 	cctx, cancel := context.WithTimeout(ctx, res.Timeout)
 	defer cancel()
-	argv := append([]string{"--state-dir", a.stateDir}, c.args...)
-	cmd := exec.CommandContext(cctx, a.bin, argv...)
-	cmd.Dir, cmd.Env = res.Dir, a.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = a.grace
-	var stdout bytes.Buffer
-	stderr := &lineWriter{onLine: c.onLine}
-	cmd.Stdout, cmd.Stderr = &stdout, stderr
-
 	if !c.quiet {
 		a.rep.started(res)
 	}
-	start := time.Now()
-	err := cmd.Run()
-	res.Elapsed = time.Since(start)
-	res.Stdout, res.Stderr = stdout.String(), stderr.String()
-	if cmd.ProcessState != nil {
-		res.ExitCode = cmd.ProcessState.ExitCode()
-	}
+	ex := blackbox.Run(cctx, blackbox.Cmd{
+		Path: a.bin, Args: append([]string{"--state-dir", a.stateDir}, c.args...),
+		Dir: res.Dir, Env: a.env, Grace: a.grace, OnLine: c.onLine,
+	})
+	res.Elapsed = ex.End.Sub(ex.Start)
+	res.Stdout, res.Stderr, res.ExitCode = ex.Stdout, ex.Stderr, ex.Code
 	switch {
 	case ctx.Err() != nil:
 		res.Interrupted = true
@@ -102,8 +89,8 @@ func (a *agentVM) run(ctx context.Context, c call) *Result {
 		res.TimedOut = true
 	}
 	var exitErr *exec.ExitError
-	if err != nil && (!errors.As(err, &exitErr) || res.ExitCode < 0) {
-		res.Err = err // it did not run, or a signal ended it ("signal: killed")
+	if ex.Err != nil && (!errors.As(ex.Err, &exitErr) || res.ExitCode < 0) {
+		res.Err = ex.Err // it did not run, or a signal ended it ("signal: killed")
 	}
 	if a.rep.verbose && !c.quiet {
 		a.rep.command(res, false)
@@ -141,38 +128,4 @@ func (r *Result) Outcome() string {
 		parts = append(parts, "did not exit by itself")
 	}
 	return strings.Join(parts, ", ")
-}
-
-// lineWriter keeps everything written to it and hands each complete line
-// to onLine as it arrives.
-type lineWriter struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	partial []byte
-	onLine  func(string)
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if w.onLine == nil {
-		return len(p), nil
-	}
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		w.onLine(string(w.partial[:i]))
-		w.partial = w.partial[i+1:]
-	}
-	return len(p), nil
-}
-
-func (w *lineWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }

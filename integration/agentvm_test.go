@@ -46,17 +46,6 @@ func TestShellQuote(t *testing.T) {
 	}
 }
 
-func TestLineWriter(t *testing.T) {
-	var lines []string
-	w := &lineWriter{onLine: func(l string) { lines = append(lines, l) }}
-	for _, p := range []string{"one\ntw", "o\n", "three"} {
-		w.Write([]byte(p))
-	}
-	if strings.Join(lines, "|") != "one|two" || w.String() != "one\ntwo\nthree" {
-		t.Errorf("lines %q, all %q", lines, w.String())
-	}
-}
-
 // standIn writes a small shell script that stands in for a child process
 // of the runner, to test how the exec driver signals and waits. It is not
 // agent-vm and plays no agent-vm behaviour; scenarios always run the real

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // cleanupTimeout bounds a scenario's cleanup (stopping VMs, destroying
@@ -26,13 +28,13 @@ func (s *S) cleanup(ctx context.Context) (summary string, err error) {
 	if res.ExitCode != 0 || lerr != nil {
 		problems = append(problems, fmt.Errorf("`%s`: %s %s", res.Short(), res.Outcome(), lastLine(res.Stderr)))
 	}
-	find := func(v vmRef) (vmStatus, bool) {
+	find := func(v vmRef) (blackbox.Status, bool) {
 		for _, st := range list {
 			if st.Branch == v.Branch && (v.Dir == "" || samePath(st.Git.Source, v.Dir)) {
 				return st, true
 			}
 		}
-		return vmStatus{}, false
+		return blackbox.Status{}, false
 	}
 	stopped, destroyed := 0, 0
 	mine := s.made()
@@ -81,9 +83,9 @@ func (s *S) cleanup(ctx context.Context) (summary string, err error) {
 // reap finds processes a destroyed VM left behind: its QEMU (by pid) and
 // anything whose command line names the VM's directory (virtiofsd). It
 // kills them, so the run leaves nothing, and says so.
-func reap(st vmStatus) []error {
+func reap(st blackbox.Status) []error {
 	var problems []error
-	if st.Pid > 0 && alive(st.Pid) && isQEMU(st.Pid) {
+	if st.Pid > 0 && blackbox.Alive(st.Pid) && isQEMU(st.Pid) {
 		_ = syscall.Kill(st.Pid, syscall.SIGKILL)
 		problems = append(problems, fmt.Errorf("QEMU of %s (pid %d) was still running after stop and destroy; killed it", st.Branch, st.Pid))
 	}
@@ -92,7 +94,7 @@ func reap(st vmStatus) []error {
 	}
 	for _, p := range processesMentioning(st.Paths.Dir) {
 		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
-		problems = append(problems, fmt.Errorf("pid %d (%s) still used %s after destroy; killed it", p.Pid, truncate(p.Cmdline, 120), st.Paths.Dir))
+		problems = append(problems, fmt.Errorf("pid %d (%s) still used %s after destroy; killed it", p.Pid, truncate(p.CommandLine(), 120), st.Paths.Dir))
 	}
 	return problems
 }

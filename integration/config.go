@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // Exit codes of the integration-test binary.
@@ -88,7 +90,7 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
 		fmt.Fprintf(stderr, "usage: integration-test [flags]\n\n"+
 			"Drives the agent-vm binary through its command line, end to end, and says whether\n"+
 			"this build works on this host. Scenarios that need what the host lacks are skipped\n"+
-			"with the reason (set AGENT_VM_TEST_STRICT=1 to count them as failures).\n\nflags:\n")
+			"with the reason (set "+blackbox.StrictEnv+"=1 to count them as failures).\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -195,9 +197,6 @@ func childEnv() []string {
 // colorOn: colour on a terminal, unless NO_COLOR is set (no-color.org:
 // to any non-empty value).
 func colorOn(cfg Config) bool { return cfg.IsTerminal && cfg.Getenv("NO_COLOR") == "" }
-
-// strict reports AGENT_VM_TEST_STRICT=1: what cannot run here fails.
-func strict(getenv func(string) string) bool { return getenv("AGENT_VM_TEST_STRICT") == "1" }
 
 func selectScenarios(all []Scenario, re *regexp.Regexp) []Scenario {
 	var out []Scenario

@@ -7,11 +7,12 @@ import (
 )
 
 // TestNoInternalImports enforces the rule that the integration test drives
-// agent-vm only through its command line: neither it nor its tests may
-// depend, even indirectly, on agent-vm's internal packages.
+// agent-vm only through its command line: neither it nor its tests, nor
+// blackbox (what it shares with bench/), may depend, even indirectly, on
+// agent-vm's internal packages.
 func TestNoInternalImports(t *testing.T) {
 	const module = "github.com/agent-vm/agent-vm"
-	pkgs := []string{module + "/integration", module + "/cmd/integration-test"}
+	pkgs := []string{module + "/integration", module + "/cmd/integration-test", module + "/blackbox"}
 	out, err := exec.Command("go", append([]string{"list", "-deps", "-test"}, pkgs...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
@@ -21,7 +22,7 @@ func TestNoInternalImports(t *testing.T) {
 	for _, d := range deps {
 		listed[d] = true
 		if d == module+"/internal" || strings.HasPrefix(d, module+"/internal/") {
-			t.Errorf("the integration test depends on %s; it may use agent-vm only through its command line", d)
+			t.Errorf("the integration test (or blackbox) depends on %s; it may use agent-vm only through its command line", d)
 		}
 	}
 	for _, p := range pkgs {

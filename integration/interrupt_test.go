@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // interruptCase is a run interrupted with SIGINT when a line matching
@@ -111,9 +113,9 @@ func requireVMs(t *testing.T) {
 	out, err := exec.Command(testBins.agentVM, "doctor", "--json").Output()
 	var d doctorReport
 	if jerr := json.Unmarshal(out, &d); jerr != nil {
-		skipOrFail(t, "agent-vm doctor --json gives no report (%v; %v), so whether VMs boot here is unknown", err, jerr)
+		blackbox.SkipOrFail(t, "agent-vm doctor --json gives no report (%v; %v), so whether VMs boot here is unknown", err, jerr)
 	}
 	if !d.VMReady {
-		skipOrFail(t, "agent-vm doctor says VMs cannot boot here: %s", host{doctor: &d}.vmSkip())
+		blackbox.SkipOrFail(t, "agent-vm doctor says VMs cannot boot here: %s", host{doctor: &d}.vmSkip())
 	}
 }

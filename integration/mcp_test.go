@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // rpcAnswer is a JSON-RPC response.
@@ -89,7 +91,7 @@ func TestMCPServerScript(t *testing.T) {
 // only the port forward.
 func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 	if out, err := exec.Command(testBins.agentVM, "mcp-proxy", "--help").CombinedOutput(); err != nil {
-		skipOrFail(t, "this tree's agent-vm has no mcp-proxy command yet: %s", lastLine(string(out)))
+		blackbox.SkipOrFail(t, "this tree's agent-vm has no mcp-proxy command yet: %s", lastLine(string(out)))
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "mcp-server.sh")
@@ -113,7 +115,7 @@ func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 	}
 	defer func() { cancel(); _ = cmd.Wait() }()
 
-	st := &vmStatus{}
+	st := &blackbox.Status{}
 	st.MCP.URL = fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 	st.MCP.HealthURL = fmt.Sprintf("http://127.0.0.1:%d/health", port)
 	st.MCP.Token = token
@@ -124,7 +126,7 @@ func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for name, check := range map[string]func(context.Context, *vmStatus) error{
+	for name, check := range map[string]func(context.Context, *blackbox.Status) error{
 		"initialize": checkInitialize, "auth": checkMCPAuth, "origin": checkMCPOrigin,
 	} {
 		if err := check(ctx, st); err != nil {

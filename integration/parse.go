@@ -5,63 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
-)
 
-// vmStatus is one object of `status --json` and `list --json`: the
-// documented fields, written down here from the CLI contract rather than
-// imported, because this package may use agent-vm only through its CLI.
-type vmStatus struct {
-	Branch    string    `json:"branch"`
-	Slug      string    `json:"slug"`
-	Backend   string    `json:"backend"`
-	State     string    `json:"state"`
-	Detail    string    `json:"detail"`
-	CreatedAt time.Time `json:"created_at"`
-	Ports     struct {
-		SSH int `json:"ssh"`
-		MCP int `json:"mcp"`
-	} `json:"ports"`
-	Resources struct {
-		CPUs      int `json:"cpus"`
-		MemoryMiB int `json:"memory_mib"`
-		DiskGiB   int `json:"disk_gib"`
-	} `json:"resources"`
-	Accel         string     `json:"accel"`
-	AccelReason   string     `json:"accel_reason"`
-	Share         string     `json:"share"`
-	Pid           int        `json:"pid"`
-	StartedAt     *time.Time `json:"started_at"`
-	UptimeSeconds int64      `json:"uptime_seconds"`
-	Agent         struct {
-		State  string `json:"state"`
-		Detail string `json:"detail"`
-	} `json:"agent"`
-	SSH struct {
-		Host           string `json:"host"`
-		Port           int    `json:"port"`
-		User           string `json:"user"`
-		IdentityFile   string `json:"identity_file"`
-		KnownHostsFile string `json:"known_hosts_file"`
-		Alias          string `json:"alias"`
-	} `json:"ssh"`
-	MCP struct {
-		URL       string `json:"url"`
-		HealthURL string `json:"health_url"`
-		Token     string `json:"token"`
-	} `json:"mcp"`
-	Paths struct {
-		Dir        string `json:"dir"`
-		Workspace  string `json:"workspace"`
-		ConsoleLog string `json:"console_log"`
-	} `json:"paths"`
-	Git struct {
-		Source      string `json:"source"`
-		OriginURL   string `json:"origin_url"`
-		UpstreamURL string `json:"upstream_url"`
-	} `json:"git"`
-	Error string `json:"error"`
-}
+	"github.com/agent-vm/agent-vm/blackbox"
+)
 
 // statusKeys are the fields every status object has, running or not.
 func statusKeys() []string {
@@ -75,8 +21,8 @@ func runningKeys() []string {
 }
 
 // parseStatus reads one status object and checks that it has the keys.
-func parseStatus(data []byte, keys []string) (*vmStatus, error) {
-	var st vmStatus
+func parseStatus(data []byte, keys []string) (*blackbox.Status, error) {
+	var st blackbox.Status
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("not a JSON status object: %w", err)
 	}
@@ -97,8 +43,8 @@ func parseStatus(data []byte, keys []string) (*vmStatus, error) {
 }
 
 // parseList reads `list --json`: an array of status objects.
-func parseList(data []byte) ([]vmStatus, []map[string]json.RawMessage, error) {
-	var list []vmStatus
+func parseList(data []byte) ([]blackbox.Status, []map[string]json.RawMessage, error) {
+	var list []blackbox.Status
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, nil, fmt.Errorf("not a JSON array of status objects: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // Run runs the selected scenarios against the agent-vm binary and returns
@@ -136,8 +138,8 @@ func (r *run) header(bin string, selected []Scenario) {
 	if r.cfg.Backend != "" {
 		r.rep.headerLine("backend", r.cfg.Backend)
 	}
-	if strict(r.cfg.Getenv) {
-		r.rep.headerLine("strict", "AGENT_VM_TEST_STRICT=1: a scenario this host cannot run counts as failed")
+	if blackbox.Strict(r.cfg.Getenv) {
+		r.rep.headerLine("strict", blackbox.StrictEnv+"=1: a scenario this host cannot run counts as failed")
 	}
 	r.rep.headerLine("scenarios", strings.Join(names(selected), ", "))
 }
@@ -155,8 +157,8 @@ func (r *run) scenario(ctx context.Context, sc Scenario) {
 		return
 	}
 	if reason := r.skipReason(sc); reason != "" {
-		if strict(r.cfg.Getenv) {
-			r.rep.step(markFail, "cannot run here (AGENT_VM_TEST_STRICT=1)", 0, "")
+		if blackbox.Strict(r.cfg.Getenv) {
+			r.rep.step(markFail, "cannot run here ("+blackbox.StrictEnv+"=1)", 0, "")
 			r.rep.detail(reason)
 			r.failed++
 			return

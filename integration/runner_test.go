@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // bins are the binaries TestMain builds: agent-vm and integration-test,
@@ -57,19 +59,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// strictMode: tests that cannot run here fail instead of skipping (CI).
-func strictMode() bool { return os.Getenv("AGENT_VM_TEST_STRICT") == "1" }
-
-// skipOrFail skips the test with the reason, or fails it under
-// AGENT_VM_TEST_STRICT=1.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if strictMode() {
-		t.Fatalf("AGENT_VM_TEST_STRICT=1: "+format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
 // itestRun is one finished run of the integration-test binary.
 type itestRun struct {
 	stdout, stderr string
@@ -85,7 +74,7 @@ func itestEnv(tmp string) []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "TMPDIR", "AGENT_VM_STATE_DIR", "AGENT_VM_TEST_STRICT", "NO_COLOR":
+		case "TMPDIR", "AGENT_VM_STATE_DIR", blackbox.StrictEnv, "NO_COLOR":
 			continue
 		}
 		env = append(env, kv)
@@ -159,7 +148,7 @@ func requireCreate(t *testing.T) {
 	cmd.Dir = rp.Dir
 	out, err := cmd.CombinedOutput()
 	if err != nil && bytes.Contains(out, []byte("unknown backend")) {
-		skipOrFail(t, "this tree's agent-vm cannot create a VM record yet: %s", bytes.TrimSpace(out))
+		blackbox.SkipOrFail(t, "this tree's agent-vm cannot create a VM record yet: %s", bytes.TrimSpace(out))
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 func cliScenario() Scenario {
@@ -26,7 +28,7 @@ const cliBranch = "itest/cli"
 
 func runCLI(ctx context.Context, s *S) {
 	var rp *repo
-	var st *vmStatus
+	var st *blackbox.Status
 	s.Step(ctx, "make a git repo with a bare remote", func() (err error) {
 		rp, err = newRepo(ctx, s.dir, nil)
 		return err
@@ -72,7 +74,7 @@ func runCLI(ctx context.Context, s *S) {
 
 // checkWorkspace: the workspace is a git clone of the source at the
 // branch, origin is the source repository and upstream the source's origin.
-func checkWorkspace(ctx context.Context, s *S, st *vmStatus, rp *repo, branch string) error {
+func checkWorkspace(ctx context.Context, s *S, st *blackbox.Status, rp *repo, branch string) error {
 	ws := st.Paths.Workspace
 	if !within(s.av.stateDir, st.Paths.Dir) || !within(st.Paths.Dir, ws) {
 		return failf(nil, "the VM's directory %s and workspace %s should lie inside the state directory %s", st.Paths.Dir, ws, s.av.stateDir)
@@ -111,7 +113,7 @@ func checkWorkspace(ctx context.Context, s *S, st *vmStatus, rp *repo, branch st
 
 // checkList: the VM's row in the table and its object in --json agree with
 // its status.
-func checkList(ctx context.Context, s *S, st *vmStatus) error {
+func checkList(ctx context.Context, s *S, st *blackbox.Status) error {
 	res, err := s.ok(ctx, "list")
 	if err != nil {
 		return err
@@ -173,7 +175,7 @@ func mustJSON(m map[string]json.RawMessage) []byte {
 
 // checkStoppedStatus: the documented fields of a stopped VM hold sensible
 // values, and the text form says the same.
-func checkStoppedStatus(ctx context.Context, s *S, st *vmStatus) error {
+func checkStoppedStatus(ctx context.Context, s *S, st *blackbox.Status) error {
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if st.State != "stopped" {
@@ -233,7 +235,7 @@ func checkStoppedStatus(ctx context.Context, s *S, st *vmStatus) error {
 // checkSSHConfig: one Host block for the VM, pointing at files that exist:
 // the private key (not readable by others) and the pinned known_hosts.
 // OpenSSH's own parser (ssh -G) reads it the same way, when ssh is here.
-func checkSSHConfig(ctx context.Context, s *S, st *vmStatus) error {
+func checkSSHConfig(ctx context.Context, s *S, st *blackbox.Status) error {
 	res, err := s.ok(ctx, "ssh-config", st.Branch)
 	if err != nil {
 		return err

@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // checkDestroyRefuses commits in the workspace without pushing; destroy
 // must refuse (exit 1), say which commit would be lost, and keep the VM.
-func checkDestroyRefuses(ctx context.Context, s *S, st *vmStatus) error {
+func checkDestroyRefuses(ctx context.Context, s *S, st *blackbox.Status) error {
 	subject := "itest: unpushed work " + randHex(4)
 	ws := st.Paths.Workspace
 	if err := os.WriteFile(filepath.Join(ws, "unpushed.txt"), []byte(subject+"\n"), 0o644); err != nil {

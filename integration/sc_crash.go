@@ -4,6 +4,8 @@ import (
 	"context"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 func crashScenario() Scenario {
@@ -19,7 +21,7 @@ func crashScenario() Scenario {
 const crashBranch = "itest/crash"
 
 func runCrash(ctx context.Context, s *S) {
-	var st *vmStatus
+	var st *blackbox.Status
 	s.Step(ctx, "make a git repo and create a VM", func() error {
 		_, err := s.prepare(ctx, crashBranch, nil)
 		return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 func lifecycleScenario() Scenario {
@@ -66,7 +68,7 @@ func runLifecycle(ctx context.Context, s *S) {
 type lifecycle struct {
 	s      *S
 	branch string
-	st     *vmStatus // the latest status of the running VM
+	st     *blackbox.Status // the latest status of the running VM
 	// bootID and cloudInit are from the first boot, to compare with the
 	// second.
 	bootID, cloudInit string

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 func mcpScenario() Scenario {
@@ -63,7 +65,7 @@ func mcpConfig(script string) string {
 }
 
 func runMCP(ctx context.Context, s *S) {
-	var st *vmStatus
+	var st *blackbox.Status
 	s.Step(ctx, "make a git repo with an MCP server and create a VM", func() error {
 		_, err := s.prepare(ctx, mcpBranch, map[string]string{
 			".mcp.json": mcpConfig("/workspace/.itest/mcp-server.sh"), ".itest/mcp-server.sh": mcpServerScript})
@@ -93,7 +95,7 @@ func runMCP(ctx context.Context, s *S) {
 }
 
 // checkMCPHealth: /health answers 200 to anyone (no token).
-func checkMCPHealth(ctx context.Context, st *vmStatus) error {
+func checkMCPHealth(ctx context.Context, st *blackbox.Status) error {
 	code, body, err := httpDo(ctx, http.MethodGet, st.MCP.HealthURL, nil, nil)
 	if err != nil {
 		return err
@@ -106,7 +108,7 @@ func checkMCPHealth(ctx context.Context, st *vmStatus) error {
 
 // checkMCPAuth: the MCP endpoint refuses a request without the bearer
 // token, with a wrong one, or with the token but not as a Bearer.
-func checkMCPAuth(ctx context.Context, st *vmStatus) error {
+func checkMCPAuth(ctx context.Context, st *blackbox.Status) error {
 	for _, auth := range []string{"", "Bearer not-the-token", "Bearer " + st.MCP.Token + "x", st.MCP.Token} {
 		h := map[string]string{}
 		if auth != "" {
@@ -125,7 +127,7 @@ func checkMCPAuth(ctx context.Context, st *vmStatus) error {
 
 // checkMCPOrigin: a browser page from a foreign origin is refused even
 // with the token (DNS rebinding, a page probing localhost).
-func checkMCPOrigin(ctx context.Context, st *vmStatus) error {
+func checkMCPOrigin(ctx context.Context, st *blackbox.Status) error {
 	h := map[string]string{"Authorization": "Bearer " + st.MCP.Token, "Origin": "https://evil.example"}
 	code, body, err := mcpPost(ctx, st.MCP.URL, h)
 	if err != nil {
@@ -143,7 +145,7 @@ const initializeRequest = `{"jsonrpc":"2.0","id":1,"method":"initialize","params
 
 // checkInitialize posts initialize with the token and reads the JSON-RPC
 // answer, as JSON or as an SSE stream (the client accepts both).
-func checkInitialize(ctx context.Context, st *vmStatus) error {
+func checkInitialize(ctx context.Context, st *blackbox.Status) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.MCP.URL, strings.NewReader(initializeRequest))
@@ -269,7 +271,7 @@ func redact(s, token string) string {
 // checkLoopbackOnly dials the VM's forwarded ports on each of the host's
 // other addresses: none may answer, so nothing outside this host reaches
 // the VM.
-func checkLoopbackOnly(ctx context.Context, s *S, st *vmStatus) error {
+func checkLoopbackOnly(ctx context.Context, s *S, st *blackbox.Status) error {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 func severalScenario() Scenario {
@@ -20,7 +22,7 @@ func severalScenario() Scenario {
 
 func runSeveral(ctx context.Context, s *S) {
 	branches := []string{"itest/several-a", "itest/several-b"}
-	sts := make([]*vmStatus, len(branches))
+	sts := make([]*blackbox.Status, len(branches))
 	s.Step(ctx, "make a git repo and create two VMs", func() error {
 		rp, err := s.prepare(ctx, branches[0], nil)
 		if err != nil {

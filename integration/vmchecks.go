@@ -8,11 +8,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // checkHostToGuest writes a file into the workspace on the host and reads
 // it in the guest, which runs commands in /workspace.
-func checkHostToGuest(ctx context.Context, s *S, st *vmStatus) error {
+func checkHostToGuest(ctx context.Context, s *S, st *blackbox.Status) error {
 	content := "written by the host " + randHex(8)
 	if err := os.WriteFile(filepath.Join(st.Paths.Workspace, "from-host.txt"), []byte(content+"\n"), 0o644); err != nil {
 		return err
@@ -37,7 +39,7 @@ func checkHostToGuest(ctx context.Context, s *S, st *vmStatus) error {
 // checkGuestToHost has the guest write a file in /workspace and reads it
 // on the host, where it must belong to the workspace's owner (the guest
 // user maps to them).
-func checkGuestToHost(ctx context.Context, s *S, st *vmStatus, name string) error {
+func checkGuestToHost(ctx context.Context, s *S, st *blackbox.Status, name string) error {
 	content := "written by the guest " + randHex(8)
 	if _, err := s.execOK(ctx, st.Branch, "sh", "-c", "printf '%s\\n' \"$1\" > \"$2\"", "sh", content, name); err != nil {
 		return err
@@ -66,7 +68,7 @@ func checkGuestToHost(ctx context.Context, s *S, st *vmStatus, name string) erro
 
 // checkExec: exec's exit status is the command's, its stdout and stderr
 // stay apart, and it runs as the guest user.
-func checkExec(ctx context.Context, s *S, st *vmStatus) error {
+func checkExec(ctx context.Context, s *S, st *blackbox.Status) error {
 	b := st.Branch
 	for _, c := range []struct {
 		argv []string
@@ -108,7 +110,7 @@ func checkExec(ctx context.Context, s *S, st *vmStatus) error {
 
 // checkStop stops the VM: status says stopped, QEMU's process is gone, and
 // nothing (virtiofsd) still works on the VM's files.
-func checkStop(ctx context.Context, s *S, st *vmStatus) error {
+func checkStop(ctx context.Context, s *S, st *blackbox.Status) error {
 	if _, err := s.stop(ctx, st.Branch); err != nil {
 		return err
 	}
@@ -124,12 +126,12 @@ func checkStop(ctx context.Context, s *S, st *vmStatus) error {
 
 // checkNoProcesses: the VM's QEMU (st.Pid) has exited, and no process
 // names the VM's directory any more.
-func checkNoProcesses(st *vmStatus) error {
-	if alive(st.Pid) {
+func checkNoProcesses(st *blackbox.Status) error {
+	if blackbox.Alive(st.Pid) {
 		return failf(nil, "QEMU (pid %d, %s) is still running", st.Pid, truncate(cmdline(st.Pid), 100))
 	}
 	if ps := processesMentioning(st.Paths.Dir); len(ps) > 0 {
-		return failf(nil, "pid %d (%s) still uses the VM's directory", ps[0].Pid, truncate(ps[0].Cmdline, 120))
+		return failf(nil, "pid %d (%s) still uses the VM's directory", ps[0].Pid, truncate(ps[0].CommandLine(), 120))
 	}
 	return nil
 }
@@ -165,7 +167,7 @@ func waitGone(ctx context.Context, pid int, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	delay := 20 * time.Millisecond
-	for alive(pid) {
+	for blackbox.Alive(pid) {
 		select {
 		case <-ctx.Done():
 			return false

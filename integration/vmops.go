@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // Timeouts for VM operations with KVM; S.scale multiplies them under TCG.
@@ -44,7 +46,7 @@ func (s *S) tryCreate(ctx context.Context, repoDir string, branchArgs ...string)
 
 // status runs `status B --json` and parses it, checking the documented
 // fields (keys) are there.
-func (s *S) status(ctx context.Context, branch string, keys []string) (*vmStatus, *Result, error) {
+func (s *S) status(ctx context.Context, branch string, keys []string) (*blackbox.Status, *Result, error) {
 	res := s.agentVM(ctx, "status", "--json", branch)
 	if err := want(res, 0); err != nil {
 		return nil, res, err
@@ -138,7 +140,7 @@ func (s *S) execOK(ctx context.Context, branch string, argv ...string) (*Result,
 }
 
 // healthy requires the VM to be running with agent-mcp healthy.
-func (s *S) healthy(ctx context.Context, branch string) (*vmStatus, error) {
+func (s *S) healthy(ctx context.Context, branch string) (*blackbox.Status, error) {
 	st, res, err := s.status(ctx, branch, runningKeys())
 	if err != nil {
 		return nil, err
@@ -146,7 +148,7 @@ func (s *S) healthy(ctx context.Context, branch string) (*vmStatus, error) {
 	if st.State != "running" || st.Agent.State != "healthy" {
 		return nil, failf(res, "%s is %s with agent %s (%s), want running with agent healthy", branch, st.State, st.Agent.State, st.Agent.Detail)
 	}
-	if st.Pid <= 0 || !alive(st.Pid) {
+	if st.Pid <= 0 || !blackbox.Alive(st.Pid) {
 		return nil, failf(res, "%s is running but its pid %d is not a live process", branch, st.Pid)
 	}
 	return st, nil
@@ -154,7 +156,7 @@ func (s *S) healthy(ctx context.Context, branch string) (*vmStatus, error) {
 
 // waitState polls `status --json` until the VM's state is want, with
 // backoff, for at most timeout.
-func (s *S) waitState(ctx context.Context, branch, want string, timeout time.Duration) (*vmStatus, error) {
+func (s *S) waitState(ctx context.Context, branch, want string, timeout time.Duration) (*blackbox.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	delay := 100 * time.Millisecond

@@ -13,22 +13,9 @@ import (
 	"testing"
 	"time"
 
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/modules"
 )
-
-// requireTool returns the path of a program the test needs. When it is
-// missing the test is skipped, or fails under AGENT_VM_TEST_STRICT=1 (CI).
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
-			t.Fatalf("%s not found in PATH, and AGENT_VM_TEST_STRICT=1 forbids skipping", name)
-		}
-		t.Skipf("%s not found in PATH; skipping", name)
-	}
-	return p
-}
 
 func TestEmbedHoldsEveryModule(t *testing.T) {
 	onDisk, err := filepath.Glob("*.nix")
@@ -62,7 +49,7 @@ func TestEmbedHoldsEveryModule(t *testing.T) {
 
 // The embedded bytes, written out as agent-vm writes them, are valid Nix.
 func TestEmbeddedModulesParse(t *testing.T) {
-	nixInstantiate := requireTool(t, "nix-instantiate")
+	nixInstantiate := tu.Program(t, "nix-instantiate")
 	dir := t.TempDir()
 	for _, name := range modules.Names() {
 		data, err := fs.ReadFile(modules.FS(), name)

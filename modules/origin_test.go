@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/modules"
 )
 
@@ -97,7 +98,7 @@ func TestModuleUsesOriginPattern(t *testing.T) {
 // Nix's builtins.match (what strMatching uses) reads OriginPattern as Go
 // does: same verdict on every case.
 func TestOriginPatternInNix(t *testing.T) {
-	nixInstantiate := requireTool(t, "nix-instantiate")
+	nixInstantiate := tu.Program(t, "nix-instantiate")
 	origins := make([]string, len(originCases))
 	for i, c := range originCases {
 		origins[i] = c.origin

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // The nixpkgs node issue 2 pins: release-26.05, committed 2026-08-13.
@@ -63,7 +65,7 @@ func TestFlakeLockPinsNixpkgs(t *testing.T) {
 // inputs: with --offline and --no-write-lock-file, any mismatch would make it
 // try to re-lock from GitHub and fail. The second half shows that it does.
 func TestFlakeLockMatchesInputs(t *testing.T) {
-	nix := requireTool(t, "nix")
+	nix := tu.Program(t, "nix")
 	root := repoRoot(t)
 	metadata := func(dir string) result {
 		return run(t, 2*time.Minute, dir, nil, nix,
@@ -90,7 +92,7 @@ func TestFlakeLockMatchesInputs(t *testing.T) {
 
 	r := metadata(copyFlake(func(s string) string { return s }))
 	if r.err != nil && storeUnusable(r.stderr) {
-		skipOrFail(t, "nix cannot use its store here: %s", r.stderr)
+		tu.SkipOrFail(t, "nix cannot use its store here: %s", r.stderr)
 	}
 	if r.err != nil {
 		t.Fatalf("nix flake metadata: %v\n%s", r.err, r.stderr)

@@ -15,26 +15,6 @@ import (
 	"time"
 )
 
-// requireTool returns the path of a program the test needs. When it is
-// missing the test is skipped, or fails under AGENT_VM_TEST_STRICT=1 (CI).
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		skipOrFail(t, "%s not found in PATH", name)
-	}
-	return p
-}
-
-// skipOrFail skips, or fails when AGENT_VM_TEST_STRICT=1.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
-		t.Fatalf(format+" (AGENT_VM_TEST_STRICT=1 forbids skipping)", args...)
-	}
-	t.Skipf(format+"; skipping", args...)
-}
-
 // repoRoot is the repository root: this package lives in nix/.
 func repoRoot(t *testing.T) string {
 	t.Helper()

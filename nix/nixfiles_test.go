@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // nixFiles lists every .nix file of the repository, skipping VCS data and
@@ -36,7 +38,7 @@ func nixFiles(t *testing.T, root string) []string {
 }
 
 func TestEveryNixFileParses(t *testing.T) {
-	nixInstantiate := requireTool(t, "nix-instantiate")
+	nixInstantiate := tu.Program(t, "nix-instantiate")
 	root := repoRoot(t)
 	files := nixFiles(t, root)
 	rel := make([]string, 0, len(files))
@@ -61,7 +63,7 @@ func TestEveryNixFileParses(t *testing.T) {
 // A file with a syntax error must fail the parse check, or the check above
 // could not fail either.
 func TestParseCheckRejectsBrokenNix(t *testing.T) {
-	nixInstantiate := requireTool(t, "nix-instantiate")
+	nixInstantiate := tu.Program(t, "nix-instantiate")
 	bad := filepath.Join(t.TempDir(), "bad.nix")
 	if err := os.WriteFile(bad, []byte("{ a = 1; b = ; }\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestParseCheckRejectsBrokenNix(t *testing.T) {
 // evalJSON evaluates expr with the real nix (no nixpkgs) in dir.
 func evalJSON(t *testing.T, dir, expr string, into any) {
 	t.Helper()
-	nixInstantiate := requireTool(t, "nix-instantiate")
+	nixInstantiate := tu.Program(t, "nix-instantiate")
 	r := run(t, time.Minute, dir, nil, nixInstantiate, "--eval", "--strict", "--json", "--expr", expr)
 	if r.err != nil {
 		t.Fatalf("nix-instantiate --eval %s: %v\n%s", expr, r.err, r.stderr)
@@ -170,7 +172,7 @@ func TestVendorHashFileFormat(t *testing.T) {
 		{"garbage", "sha256-tooshort\n", nil, `not an SRI sha256 hash or null`},
 		{"empty", "", nil, `not an SRI sha256 hash or null`},
 	}
-	nixInstantiate := requireTool(t, "nix-instantiate")
+	nixInstantiate := tu.Program(t, "nix-instantiate")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, tc.name)

@@ -34,6 +34,7 @@ let
           ../go.sum
         ]
         ++ map lib.fileset.maybeMissing [
+          ../blackbox
           ../cmd
           ../internal
           ../integration

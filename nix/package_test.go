@@ -4,6 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // package.nix and devshell.nix name Go 1.26 (go.mod's `go 1.26.0`), so the
@@ -72,5 +75,61 @@ func TestPackageWrapsRuntimePath(t *testing.T) {
 	}
 	if got.Unwrap != "agent-vm-unwrapped" || got.Main != "agent-vm" {
 		t.Errorf("unwrapped %q, mainProgram %q", got.Unwrap, got.Main)
+	}
+}
+
+// Both Go builds' source (package.nix's fileset) holds every directory of
+// this module that the binaries import: a package in a directory left out
+// builds here and fails only in `nix build`.
+func TestPackageSourceHoldsEveryImportedDirectory(t *testing.T) {
+	root := repoRoot(t)
+	const module = "github.com/agent-vm/agent-vm/"
+	r := run(t, time.Minute, root, nil, tu.Program(t, "go"), "list", "-deps", "-f", "{{.ImportPath}}", "./cmd/...")
+	if r.err != nil {
+		t.Fatalf("go list: %v\n%s", r.err, r.stderr)
+	}
+	need := map[string]bool{}
+	for _, p := range strings.Fields(string(r.stdout)) {
+		if rest, ok := strings.CutPrefix(p, module); ok {
+			top, _, _ := strings.Cut(rest, "/")
+			need[top] = true
+		}
+	}
+	if !need["cmd"] || !need["internal"] || !need["integration"] {
+		t.Fatalf("go list names only %v of this module: the check would prove nothing", need)
+	}
+	var got struct {
+		AgentVM         []string `json:"agentVM"`
+		IntegrationTest []string `json:"integrationTest"`
+	}
+	evalJSON(t, root, `
+		let
+		  stub = name: { outPath = "/stub/${name}"; };
+		  names = fs: map (p: baseNameOf (toString p)) fs;
+		  pkg = import ./nix/package.nix {
+		    lib = {
+		      fileset = { toSource = a: a.fileset; unions = x: x; maybeMissing = x: x; };
+		      makeBinPath = ps: "";
+		      platforms.linux = [ ];
+		    };
+		    buildGo126Module = a: a // { outPath = "/stub/${a.pname}"; };
+		    runCommand = name: env: script: env // env.passthru;
+		    makeBinaryWrapper = stub "makeBinaryWrapper";
+		    path = "/stub/nixpkgs";
+		    git = stub "git";
+		    openssh = stub "openssh";
+		    qemu = stub "qemu";
+		    virtiofsd = stub "virtiofsd";
+		  };
+		in {
+		  agentVM = names pkg.unwrapped.src;
+		  integrationTest = names pkg.integration-test.src;
+		}`, &got)
+	for build, src := range map[string][]string{"agent-vm": got.AgentVM, "integration-test": got.IntegrationTest} {
+		for dir := range need {
+			if !slices.Contains(src, dir) {
+				t.Errorf("the %s build's source (nix/package.nix fileset) lacks %s/, which the binaries import; it has %q", build, dir, src)
+			}
+		}
 	}
 }

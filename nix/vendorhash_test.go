@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 var sriSHA256 = regexp.MustCompile(`^sha256-[A-Za-z0-9+/]{43}=$`)
@@ -14,9 +16,9 @@ var sriSHA256 = regexp.MustCompile(`^sha256-[A-Za-z0-9+/]{43}=$`)
 // script runs nix/update-vendor-hash with args.
 func script(t *testing.T, args ...string) result {
 	t.Helper()
-	requireTool(t, "bash")
-	requireTool(t, "go")
-	requireTool(t, "nix")
+	tu.Program(t, "bash")
+	tu.Program(t, "go")
+	tu.Program(t, "nix")
 	path := filepath.Join(repoRoot(t), "nix", "update-vendor-hash")
 	return run(t, 5*time.Minute, "", nil, "bash", append([]string{path}, args...)...)
 }
@@ -50,8 +52,8 @@ func readTrimmed(t *testing.T, path string) string {
 // (or fails, under AGENT_VM_TEST_STRICT=1) when the proxy cannot be reached.
 func needNetwork(t *testing.T, dir string, env []string, args ...string) {
 	t.Helper()
-	if r := run(t, 3*time.Minute, dir, env, requireTool(t, "go"), args...); r.err != nil {
-		skipOrFail(t, "go %s failed (is the Go module proxy reachable?): %v\n%s", strings.Join(args, " "), r.err, r.stderr)
+	if r := run(t, 3*time.Minute, dir, env, tu.Program(t, "go"), args...); r.err != nil {
+		tu.SkipOrFail(t, "go %s failed (is the Go module proxy reachable?): %v\n%s", strings.Join(args, " "), r.err, r.stderr)
 	}
 }
 
@@ -202,7 +204,7 @@ func TestUpdateVendorHashMatchesNixpkgsGron(t *testing.T) {
 func TestRepositoryVendorHashIsCurrent(t *testing.T) {
 	r := script(t, "--check")
 	if r.err != nil && strings.Contains(string(r.stderr), "go mod vendor failed") {
-		skipOrFail(t, "go mod vendor could not run: %s", r.stderr)
+		tu.SkipOrFail(t, "go mod vendor could not run: %s", r.stderr)
 	}
 	if r.err != nil {
 		t.Fatalf("vendorHash is stale or unreadable: %v\n%s", r.err, r.stderr)
@@ -210,7 +212,7 @@ func TestRepositoryVendorHashIsCurrent(t *testing.T) {
 }
 
 func TestUpdateVendorHashShellcheck(t *testing.T) {
-	shellcheck := requireTool(t, "shellcheck")
+	shellcheck := tu.Program(t, "shellcheck")
 	path := filepath.Join(repoRoot(t), "nix", "update-vendor-hash")
 	if r := run(t, time.Minute, "", nil, shellcheck, path); r.err != nil {
 		t.Errorf("shellcheck %s: %v\n%s%s", path, r.err, r.stdout, r.stderr)

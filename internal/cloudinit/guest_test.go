@@ -56,7 +56,7 @@ func TestGuestUnitsVerify(t *testing.T) {
 	analyze := testutil.Program(t, "systemd-analyze")
 	hostUnits := "/usr/lib/systemd/system"
 	if _, err := os.Stat(filepath.Join(hostUnits, "multi-user.target")); err != nil {
-		skipOrFail(t, "no systemd units in "+hostUnits+" to verify against (apt-get install systemd)")
+		testutil.SkipOrFail(t, "no systemd units in %s to verify against (apt-get install systemd)", hostUnits)
 	}
 	root := t.TempDir()
 	must := func(err error) {

@@ -2,7 +2,6 @@ package cloudinit
 
 import (
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,18 +10,6 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
-
-// skipOrFail skips the test with the reason, or fails it when
-// AGENT_VM_TEST_STRICT=1 (as CI sets) forbids skipping.
-func skipOrFail(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
-		t.Fatalf("%s; AGENT_VM_TEST_STRICT=1 forbids skipping", reason)
-	}
-	t.Skip(reason)
-}
 
 func readFixture(t testing.TB, name string) string {
 	t.Helper()

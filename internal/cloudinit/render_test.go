@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // goldenCases are the representative records whose rendering is pinned in
-// testdata/golden/<name>/ (regenerate: go test ./internal/cloudinit -update).
+// testdata/golden/<name>/ (regenerate: AGENT_VM_UPDATE_GOLDEN=1 go test ./internal/cloudinit).
 func goldenCases(t testing.TB) map[string]Config {
 	t.Helper()
 	base := testConfig(t)
@@ -47,41 +47,10 @@ func TestGoldens(t *testing.T) {
 			dir := filepath.Join("testdata", "golden", name)
 			docs := map[string][]byte{"user-data": seed.UserData, "meta-data": seed.MetaData, "network-config": seed.NetworkConfig}
 			for file, got := range docs {
-				path := filepath.Join(dir, file)
-				if *update {
-					if err := os.MkdirAll(dir, 0o755); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(path, got, 0o644); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				want, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("%v (hint: go test ./internal/cloudinit -update)", err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Errorf("%s differs from the golden file (review, then go test ./internal/cloudinit -update):\n%s", path, firstDiff(got, want))
-				}
+				testutil.Golden(t, filepath.Join(dir, file), got)
 			}
 		})
 	}
-}
-
-// firstDiff shows where got first departs from want, with some context
-// (a rendered script is one long JSON line).
-func firstDiff(got, want []byte) string {
-	i := 0
-	for i < len(got) && i < len(want) && got[i] == want[i] {
-		i++
-	}
-	line := bytes.Count(got[:i], []byte("\n")) + 1
-	window := func(b []byte) string {
-		lo, hi := max(0, i-60), min(len(b), i+60)
-		return strconv.Quote(string(b[lo:hi]))
-	}
-	return "line " + strconv.Itoa(line) + ", byte " + strconv.Itoa(i) + ":\n got  " + window(got) + "\n want " + window(want)
 }
 
 // parseUserData reads user-data back as JSON, which it must also be.

@@ -48,7 +48,7 @@ func rootfsArgs(dir, mirror string) []string {
 func cloudInitRootfs(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "validating with the real cloud-init needs root (mmdebstrap --mode=root, chroot)")
+		testutil.SkipOrFail(t, "validating with the real cloud-init needs root (mmdebstrap --mode=root, chroot)")
 	}
 	testutil.Program(t, "chroot")
 	mirror := os.Getenv("AGENT_VM_TEST_DEBIAN_MIRROR")

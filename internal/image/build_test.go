@@ -3,7 +3,6 @@ package image
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,8 +17,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 const fakeKernel = "6.1.0-99-amd64"
 
@@ -226,19 +223,7 @@ func TestBuildArgsGolden(t *testing.T) {
 	a, _ := debianArchFor("amd64")
 	args := mmdebstrapArgs(b.opts, a, "/cache/.tmp/debian-bookworm.123/hooks", "/cache/.tmp/debian-bookworm.123/rootfs")
 	got := strings.Join(args, "\n") + "\n"
-	golden := filepath.Join("testdata", "mmdebstrap-args.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("mmdebstrap args differ from %s (review, then go test -update):\ngot:\n%s\nwant:\n%s", golden, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", "mmdebstrap-args.golden"), []byte(got))
 }
 
 func TestBuildOptionDefaultsAndErrors(t *testing.T) {
@@ -408,11 +393,11 @@ func TestConcurrentBuildsShareOneResult(t *testing.T) {
 
 func TestBuildChecksFreeSpaceFirst(t *testing.T) {
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "mounting a small tmpfs needs root")
+		testutil.SkipOrFail(t, "mounting a small tmpfs needs root")
 	}
 	cache := t.TempDir()
 	if err := syscall.Mount("tmpfs", cache, "tmpfs", 0, "size=64m"); err != nil {
-		skipOrFail(t, "cannot mount a tmpfs here: %v", err)
+		testutil.SkipOrFail(t, "cannot mount a tmpfs here: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(cache, syscall.MNT_DETACH) })
 	f := newFakeBuildTools(t)

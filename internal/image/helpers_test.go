@@ -11,17 +11,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
-// skipOrFail skips the test, or fails it when AGENT_VM_TEST_STRICT=1 (CI),
-// where a missing tool is a broken environment rather than a reason to skip.
-func skipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("AGENT_VM_TEST_STRICT") == "1" {
-		t.Fatalf("AGENT_VM_TEST_STRICT=1 and %s", msg)
-	}
-	t.Skip(msg)
-}
-
 // run runs a program for test setup and fails the test if it fails.
 func run(t testing.TB, name string, args ...string) string {
 	t.Helper()

@@ -27,7 +27,7 @@ func TestBuildRealImage(t *testing.T) {
 		t.Skip("-short: building a real image takes minutes")
 	}
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "building an image needs root (mmdebstrap root mode)")
+		testutil.SkipOrFail(t, "building an image needs root (mmdebstrap root mode)")
 	}
 	testutil.Program(t, "mmdebstrap")
 	testutil.Program(t, "mkfs.ext4")

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // publishFake puts a small image with a real manifest into the store.
@@ -200,7 +202,7 @@ func TestLockWaitsAndHonoursContext(t *testing.T) {
 
 func TestStoreGivesNewFilesToTheCacheOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "changing file ownership needs root")
+		tu.SkipOrFail(t, "changing file ownership needs root")
 	}
 	home := t.TempDir()
 	const uid, gid = 4321, 4322
@@ -240,7 +242,7 @@ func TestStoreGivesNewFilesToTheCacheOwner(t *testing.T) {
 
 func TestRemoveTreeDetachesLeftoverMounts(t *testing.T) {
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "mounting a tmpfs needs root")
+		tu.SkipOrFail(t, "mounting a tmpfs needs root")
 	}
 	root := t.TempDir()
 	proc := filepath.Join(root, "rootfs", "proc")
@@ -248,7 +250,7 @@ func TestRemoveTreeDetachesLeftoverMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("tmpfs", proc, "tmpfs", 0, "size=1m"); err != nil {
-		skipOrFail(t, "cannot mount a tmpfs here: %v", err)
+		tu.SkipOrFail(t, "cannot mount a tmpfs here: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(proc, syscall.MNT_DETACH) })
 	writeFile(t, filepath.Join(proc, "keep-me-out"), 10, nil)

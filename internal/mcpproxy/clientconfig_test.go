@@ -3,14 +3,12 @@ package mcpproxy
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+)
 
 const (
 	goldenURL   = "http://127.0.0.1:40123/mcp"
@@ -24,19 +22,7 @@ func TestClientConfigGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", "clientconfig", client+".json")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (hint: go test ./internal/mcpproxy -run ClientConfigGolden -update)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("got:\n%s\nwant (%s):\n%s", got, golden, want)
-			}
+			tu.Golden(t, filepath.Join("testdata", "clientconfig", client+".json"), got)
 		})
 	}
 }

@@ -3,7 +3,6 @@ package nixos
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +14,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // hostile are branch names and key comments that would break Nix text if
 // they were ever spliced into it.
@@ -170,26 +167,10 @@ func TestVMJSONGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := json.MarshalIndent(v, "", "  ")
-	golden(t, "vm.json.golden", string(got)+"\n")
+	tu.Golden(t, filepath.Join("testdata", "vm.json.golden"), append(got, '\n'))
 	for _, f := range []string{DefaultNix, DataNix} {
 		b, _ := expressions.ReadFile("nix/" + f)
-		golden(t, f+".golden", string(b))
-	}
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		os.WriteFile(path, []byte(got), 0o644)
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `go test ./internal/nixos -update`)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s changed (review, then `go test ./internal/nixos -update`):\n%s", name, got)
+		tu.Golden(t, filepath.Join("testdata", f+".golden"), b)
 	}
 }
 
@@ -274,7 +255,7 @@ func TestGID100RendersAndTypeChecks(t *testing.T) {
 // QEMU_KERNEL_PARAMS can reach it from the caller.
 func TestRunScriptEnvGolden(t *testing.T) {
 	env := scriptEnv(state.Layout{Dir: "/state/feature-x"}, "/usr/bin:/bin")
-	golden(t, "run-script-env.golden", strings.Join(env, "\n")+"\n")
+	tu.Golden(t, filepath.Join("testdata", "run-script-env.golden"), []byte(strings.Join(env, "\n")+"\n"))
 	for _, e := range env {
 		name, _, _ := strings.Cut(e, "=")
 		if strings.HasPrefix(name, "QEMU_") || name == "SHARED_DIR" || strings.HasPrefix(name, "NIXPKGS_QEMU_KERNEL") {

@@ -1,33 +1,13 @@
 package qemu
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
-
-// golden compares got with testdata/name, or rewrites it under -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `go test ./internal/qemu -update` to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (review, then `go test ./internal/qemu -update`):\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
-}
 
 // render puts one option and its value per line, for readable diffs.
 func render(argv []string) string {
@@ -61,13 +41,13 @@ func TestDirectArgvGolden(t *testing.T) {
 		Append: "root=/dev/vda rw console=ttyS0,115200",
 		MAC:    "52:54:00:12:34:56",
 	}
-	golden(t, "direct-tcg-virtiofs.golden", render(DirectArgv(a, sampleMachine(), d, "tcg", ShareVirtiofs)))
-	golden(t, "direct-kvm-9p.golden", render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", Share9p)))
+	tu.Golden(t, filepath.Join("testdata", "direct-tcg-virtiofs.golden"), []byte(render(DirectArgv(a, sampleMachine(), d, "tcg", ShareVirtiofs))))
+	tu.Golden(t, filepath.Join("testdata", "direct-kvm-9p.golden"), []byte(render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", Share9p))))
 }
 
 func TestScriptArgsGolden(t *testing.T) {
-	golden(t, "script-tcg-virtiofs.golden", render(ScriptArgs(sampleMachine(), "tcg", ShareVirtiofs)))
-	golden(t, "script-kvm-virtiofs.golden", render(ScriptArgs(sampleMachine(), "kvm", ShareVirtiofs)))
+	tu.Golden(t, filepath.Join("testdata", "script-tcg-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "tcg", ShareVirtiofs))))
+	tu.Golden(t, filepath.Join("testdata", "script-kvm-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "kvm", ShareVirtiofs))))
 	// The run script brings its own shared memory (qemu-vm.nix's
 	// enableSharedMemory); a second backend would clash.
 	if a := strings.Join(ScriptArgs(sampleMachine(), "kvm", ShareVirtiofs), " "); strings.Contains(a, "memory-backend") || strings.Contains(a, "-numa") {

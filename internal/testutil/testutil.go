@@ -1,6 +1,8 @@
 // Package testutil holds helpers shared by tests: real git repositories in
-// temp dirs, and the programs tests run with the skip-or-fail rule for
-// missing ones (Program). Only tests import it.
+// temp dirs, the programs tests run with the skip-or-fail rule for missing
+// ones (Program, Need, SkipOrFail), and golden files. Only tests import it.
+// Test code that must not import internal/ (integration/, bench/) uses
+// blackbox, where the skip-or-fail rule is written once.
 package testutil
 
 import (
@@ -12,24 +14,24 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/blackbox"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 )
 
-// Strict reports whether missing prerequisites must fail tests rather than
-// skip them (CI sets AGENT_VM_TEST_STRICT=1, so nothing is skipped silently).
-func Strict() bool { return os.Getenv("AGENT_VM_TEST_STRICT") == "1" }
-
-// Need skips the test with reason, or fails it under AGENT_VM_TEST_STRICT=1.
+// Need skips the test with reason, or fails it under AGENT_VM_TEST_STRICT=1
+// (CI sets it, so nothing is skipped silently there). The rule itself is
+// written once, in blackbox, which the black-box tests share.
 func Need(t testing.TB, ok bool, reason string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if Strict() {
-		t.Fatalf("prerequisite missing (AGENT_VM_TEST_STRICT=1): %s", reason)
-	}
-	t.Skipf("skipping: %s (set AGENT_VM_TEST_STRICT=1 to make this a failure)", reason)
+	blackbox.Need(t, ok, reason)
+}
+
+// SkipOrFail skips the test with the formatted reason, or fails it under
+// AGENT_VM_TEST_STRICT=1: Need for a prerequisite already found missing.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	blackbox.SkipOrFail(t, format, args...)
 }
 
 // Program returns the path of an external program a test runs, and skips
