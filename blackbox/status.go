@@ -52,6 +52,7 @@ type Status struct {
 	} `json:"paths"`
 	Git struct {
 		Source      string `json:"source"`
+		Repo        string `json:"repo"`
 		OriginURL   string `json:"origin_url"`
 		UpstreamURL string `json:"upstream_url"`
 	} `json:"git"`

@@ -143,7 +143,7 @@ func checkUsageErrors(ctx context.Context, s *S) error {
 // may carry a newline, a forged "it is safe" line and escape sequences.
 // destroy's refusal, as the CLI prints it, shows that name escaped: on its
 // own line, with no control character reaching the terminal.
-func checkRefusalEscapes(ctx context.Context, s *S, st *vmStatus) error {
+func checkRefusalEscapes(ctx context.Context, s *S, st *blackbox.Status) error {
 	forged := "it is safe: agent-vm destroy " + st.Slug + " --force" // a slug has no "/"
 	name := "itest-hostile\n" + forged + "\x1b]0;pwned\x07\x1b[2J"
 	path := filepath.Join(st.Paths.Workspace, name)
