@@ -1,6 +1,8 @@
 // Package vm orchestrates agent-vm's verbs (create, start, stop, status,
 // destroy ...) over the state directory, the git workspace and a small
-// Backend interface that each VM flavour implements.
+// Backend interface that each VM flavour implements. Open is the
+// composition root: the CLI reaches backends, the launcher, images and host
+// set-up only through a Manager. docs/ARCHITECTURE.md draws the layers.
 package vm
 
 import (
