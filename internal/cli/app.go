@@ -12,12 +12,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // Exit codes.
@@ -196,21 +197,9 @@ func parseGlobals(cliCtx *cli.Context, stdio IO) globals {
 		g.stateDir = stdio.Getenv("AGENT_VM_STATE_DIR")
 	}
 	if g.stateDir == "" {
-		g.stateDir = defaultStateDir(stdio.Getenv)
+		g.stateDir = vm.DefaultStateDir(stdio.Getenv)
 	}
 	return g
-}
-
-// defaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
-func defaultStateDir(getenv func(string) string) string {
-	if d := getenv("XDG_DATA_HOME"); d != "" {
-		return filepath.Join(d, "agent-vms")
-	}
-	home := getenv("HOME")
-	if home == "" {
-		home, _ = os.UserHomeDir()
-	}
-	return filepath.Join(home, ".local", "share", "agent-vms")
 }
 
 // newLogger makes the CLI's logger: stderr, no timestamps (a CLI's lines are

@@ -66,11 +66,6 @@ type Settings struct {
 	Provision int `json:"provision"`
 }
 
-func settings(r *state.Record) (Settings, error) {
-	var s Settings
-	return s, r.Section(&s)
-}
-
 // Doctor implements backend.Backend: VMs boot from the base image, which
 // `agent-vm image build` makes with mmdebstrap (as root).
 func (b *Backend) Doctor(ctx context.Context) backend.Readiness {
@@ -169,7 +164,7 @@ func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
 // start), a fresh seed ISO, and a direct-kernel boot when the base has a
 // kernel.
 func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	s, err := settings(r)
+	s, err := state.SectionOf[Settings](r)
 	if err != nil {
 		return nil, err
 	}

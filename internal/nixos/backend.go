@@ -94,11 +94,6 @@ type Settings struct {
 	Nixpkgs string `json:"nixpkgs,omitempty"`
 }
 
-func settings(r *state.Record) (Settings, error) {
-	var s Settings
-	return s, r.Section(&s)
-}
-
 // Doctor implements backend.Backend: the VM is built with nix, so nix (new
 // enough to evaluate nixpkgs) is all this backend needs besides QEMU.
 func (b *Backend) Doctor(ctx context.Context) backend.Readiness {
@@ -147,7 +142,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	s, err := settings(r)
+	s, err := state.SectionOf[Settings](r)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +323,7 @@ func inputsHash(dir string, r *state.Record) (string, error) {
 	files := []string{filepath.Join(dir, VMJSONFile), filepath.Join(dir, DefaultNix), filepath.Join(dir, DataNix)}
 	mods, _ := filepath.Glob(filepath.Join(dir, ModulesDir, "*.nix"))
 	files = append(files, mods...)
-	s, err := settings(r)
+	s, err := state.SectionOf[Settings](r)
 	if err != nil {
 		return "", err
 	}

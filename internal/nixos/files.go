@@ -141,7 +141,7 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 	if agentVM != "" {
 		v.AgentVMExecutable = &agentVM
 	}
-	s, err := settings(r)
+	s, err := state.SectionOf[Settings](r)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,13 @@ func (r *Record) Section(v any) error {
 	return nil
 }
 
+// SectionOf decodes r's backend section as a T (T's zero value when the
+// record has none).
+func SectionOf[T any](r *Record) (T, error) {
+	var v T
+	return v, r.Section(&v)
+}
+
 // SetSection stores v as the backend's section.
 func (r *Record) SetSection(v any) error {
 	b, err := json.Marshal(v)

@@ -99,14 +99,24 @@ func (m *Manager) backends(c Config) []backend.Backend {
 
 // cacheDir is $XDG_CACHE_HOME/agent-vm (images, the accelerator probe).
 func cacheDir(getenv func(string) string) string {
-	if d := getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "agent-vm")
+	return xdgDir(getenv, "XDG_CACHE_HOME", ".cache", "agent-vm")
+}
+
+// DefaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
+func DefaultStateDir(getenv func(string) string) string {
+	return xdgDir(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vms")
+}
+
+// xdgDir is $env/name, else ~/fallback/name (an XDG base directory).
+func xdgDir(getenv func(string) string, env, fallback, name string) string {
+	if d := getenv(env); d != "" {
+		return filepath.Join(d, name)
 	}
 	home := getenv("HOME")
 	if home == "" {
 		home, _ = os.UserHomeDir()
 	}
-	return filepath.Join(home, ".cache", "agent-vm")
+	return filepath.Join(home, fallback, name)
 }
 
 // imageDir is the image cache: <cache>/images. Under sudo (building an
