@@ -17,6 +17,9 @@ import (
 type Backend interface {
 	// Name is the backend's name as stored in the record: "qemu", "nixos".
 	Name() string
+	// ImagesInUse lists the cached image files the VM in l depends on, so
+	// `image prune` keeps them.
+	ImagesInUse(l state.Layout) []string
 	// Doctor says whether this host can run the backend's VMs, with the
 	// checks that decided it (doctor prints them after the shared ones).
 	Doctor(ctx context.Context) Readiness

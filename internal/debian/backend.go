@@ -295,16 +295,16 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 	return cloudinit.WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, cloudinit.SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
 }
 
-// BaseOf returns the base image a VM's disk was made on, or "" when it has
-// none yet (never started).
-func BaseOf(l state.Layout) string {
+// ImagesInUse implements backend.Backend: the base image the VM's disk was
+// made on (none before its first start).
+func (b *Backend) ImagesInUse(l state.Layout) []string {
 	raw, err := os.ReadFile(filepath.Join(l.Dir, DiskInfoFile))
 	if err != nil {
-		return ""
+		return nil
 	}
 	var info DiskInfo
-	if json.Unmarshal(raw, &info) != nil {
-		return ""
+	if json.Unmarshal(raw, &info) != nil || info.Base == "" {
+		return nil
 	}
-	return info.Base
+	return []string{info.Base}
 }

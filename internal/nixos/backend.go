@@ -104,6 +104,10 @@ func (b *Backend) Doctor(ctx context.Context) backend.Readiness {
 	return backend.Readiness{Ready: true, Checks: []backend.Check{{Name: "nix (nixos backend)", OK: true, Detail: nix}}}
 }
 
+// ImagesInUse implements backend.Backend: a NixOS VM's disk is its own,
+// built by nix; it uses no cached image.
+func (b *Backend) ImagesInUse(state.Layout) []string { return nil }
+
 // CheckCreate implements backend.Backend.
 func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	if f.Image != "" {

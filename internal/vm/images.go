@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
 
@@ -101,8 +100,12 @@ func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
 		if en.Record == nil {
 			return nil, fmt.Errorf("VM directory %s has an unreadable record, so agent-vm cannot tell which images it uses (hint: fix or destroy it first)", en.Layout.Dir)
 		}
-		if b := debian.BaseOf(en.Layout); b != "" {
-			used[b] = true
+		be, ok := m.Backends[en.Record.Backend]
+		if !ok {
+			return nil, fmt.Errorf("VM %q uses the %s backend, which this agent-vm does not have, so it cannot tell which images that VM uses (hint: use an agent-vm build with that backend to prune)", en.Record.Branch, en.Record.Backend)
+		}
+		for _, img := range be.ImagesInUse(en.Layout) {
+			used[img] = true
 		}
 	}
 	return image.Prune(ctx, m.imageDir, func(disk string) bool { return used[disk] })
