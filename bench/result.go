@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"math"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
 // schemaVersion is the version of the results file's shape; readers refuse

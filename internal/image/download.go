@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
 // metaSuffix names the file beside a partial download that records what it

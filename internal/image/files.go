@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"hash"
 	"io"
 	"os"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
 // copyFile copies src to a new file dst with mode perm and syncs it.

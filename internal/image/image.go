@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -34,6 +33,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
 // BuilderVersion identifies the recipe Build uses. It is bumped whenever the

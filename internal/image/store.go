@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -15,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/flock"
 )
 
 // Cache layout, below the cache root.
@@ -98,37 +100,14 @@ func (s *store) ownTree(path string) error {
 // the kernel if this process dies.
 func (s *store) lock(ctx context.Context, name string, progress io.Writer) (unlock func(), err error) {
 	path := filepath.Join(s.root, locksDir, name+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	l, err := flock.Acquire(ctx, path, 0o644, func() {
+		fmt.Fprintf(progress, "==> waiting for another build or pull of %s to finish\n", name)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+		return nil, fmt.Errorf("image %q: %w", name, err)
 	}
 	s.own(path)
-	unlock = func() { _ = f.Close() } // closing the descriptor releases the flock
-	delay := 100 * time.Millisecond
-	said := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return unlock, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			unlock()
-			return nil, fmt.Errorf("locking %s: %w", path, err)
-		}
-		if !said {
-			fmt.Fprintf(progress, "==> waiting for another build or pull of %s to finish\n", name)
-			said = true
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			unlock()
-			return nil, fmt.Errorf("waiting for the lock on image %q: %w", name, ctx.Err())
-		case <-t.C:
-		}
-		delay = min(delay*2, 2*time.Second)
-	}
+	return l.Release, nil
 }
 
 // tempDir makes a fresh work directory for name under .tmp.

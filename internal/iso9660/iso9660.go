@@ -18,13 +18,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
 // SectorSize is the logical block size of every image this package writes.

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"os"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
 // RecordVersion is the major version of the VM record this agent-vm writes.
