@@ -93,6 +93,10 @@ type PrepareOptions struct {
 	StartFlags
 	Share  qemu.ShareMode // the workspace share the launcher will attach
 	Report Reporter
+	// CACerts are PEM CA certificates the guest is to trust besides its own
+	// bundle: the host's added ones, unless the VM was created with
+	// --no-host-ca.
+	CACerts []string
 }
 
 // Reporter receives progress while a long step runs: the phase, the time it

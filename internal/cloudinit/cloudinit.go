@@ -98,6 +98,10 @@ type Config struct {
 	// MACAddress is the MAC of the guest's virtio NIC; empty means
 	// DefaultMACAddress.
 	MACAddress string
+	// CACerts are PEM CA certificates the guest trusts besides its own
+	// bundle (the host's added ones, see internal/hostca), installed by
+	// cloud-init's ca_certs module on the first boot.
+	CACerts []string
 }
 
 // HostKey is an ed25519 SSH host key pair, as ssh-keygen writes it. The

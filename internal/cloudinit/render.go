@@ -99,9 +99,15 @@ type userData struct {
 	SSHDeleteKeys bool `json:"ssh_deletekeys"`
 	// The schema rejects an empty list; a key given in ssh_keys is kept, so
 	// nothing is generated.
-	SSHGenKeyTypes []string   `json:"ssh_genkeytypes"`
-	SSHKeys        sshKeys    `json:"ssh_keys"`
-	Runcmd         [][]string `json:"runcmd"`
+	SSHGenKeyTypes []string `json:"ssh_genkeytypes"`
+	SSHKeys        sshKeys  `json:"ssh_keys"`
+	// ca_certs runs in the init stage, before runcmd installs packages.
+	CACerts *caCerts   `json:"ca_certs,omitempty"`
+	Runcmd  [][]string `json:"runcmd"`
+}
+
+type caCerts struct {
+	Trusted []string `json:"trusted"`
 }
 
 type user struct {
@@ -166,6 +172,7 @@ func renderUserData(c Config) ([]byte, error) {
 		SSHDeleteKeys:  true,
 		SSHGenKeyTypes: []string{"ed25519"},
 		SSHKeys:        sshKeys{Ed25519Private: c.HostKey.Private, Ed25519Public: c.HostKey.Public},
+		CACerts:        trusted(c.CACerts),
 		Runcmd: [][]string{
 			append([]string{libDir + "/ensure-packages"}, append(AgentPackages(), c.ExtraPackages...)...),
 			// Idempotent; covers a bootcmd that could not start them.
@@ -237,4 +244,11 @@ func marshal(v any) ([]byte, error) {
 		}
 	}
 	return b.Bytes(), nil
+}
+
+func trusted(pems []string) *caCerts {
+	if len(pems) == 0 {
+		return nil
+	}
+	return &caCerts{Trusted: pems}
 }

@@ -30,6 +30,7 @@ func goldenCases(t testing.TB) map[string]Config {
 	}
 	custom.ExtraPackages = []string{"ripgrep", "python3-venv"}
 	custom.MACAddress = "52:54:00:ab:cd:ef"
+	custom.CACerts = []string{readFixture(t, "host-ca.pem")}
 
 	return map[string]Config{
 		"uid-1000":                base,

@@ -3,6 +3,7 @@ package cloudinit
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -52,6 +53,7 @@ func (c Config) Validate() error {
 	add(validateMCP(c.MCP))
 	add(validatePackages(c.ExtraPackages))
 	add(validateMAC(c.MACAddress))
+	add(validateCACerts(c.CACerts))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid cloud-init config: %w", err)
 	}
@@ -285,6 +287,21 @@ func validateMAC(mac string) error {
 	}
 	if hw[0]&1 != 0 {
 		return fmt.Errorf("mac address %q is a multicast address", mac)
+	}
+	return nil
+}
+
+// validateCACerts accepts PEM blocks that each hold one certificate and
+// nothing else.
+func validateCACerts(pems []string) error {
+	for i, p := range pems {
+		b, rest := pem.Decode([]byte(p))
+		if b == nil || b.Type != "CERTIFICATE" || strings.TrimSpace(string(rest)) != "" {
+			return fmt.Errorf("CA certificate %d is not one PEM CERTIFICATE block", i+1)
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return fmt.Errorf("CA certificate %d: %w", i+1, err)
+		}
 	}
 	return nil
 }

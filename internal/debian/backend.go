@@ -179,7 +179,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	if err := b.writeSeed(ctx, l, r, s); err != nil {
+	if err := b.writeSeed(ctx, l, r, s, o.CACerts); err != nil {
 		return nil, err
 	}
 	d := &qemu.Direct{
@@ -259,7 +259,7 @@ func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions
 
 // writeSeed renders the VM's cloud-init seed and writes it with the agent-vm
 // binary the guest installs.
-func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record, s Settings) error {
+func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record, s Settings, caCerts []string) error {
 	pub, err := os.ReadFile(l.ClientPubKey())
 	if err != nil {
 		return fmt.Errorf("reading the VM's client key: %w", err)
@@ -291,6 +291,7 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
 		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
 		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
+		CACerts:        caCerts,
 	}
 	return cloudinit.WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, cloudinit.SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
 }

@@ -166,6 +166,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
+	v.CACertificates = append(v.CACertificates, o.CACerts...)
 	if err := writeFiles(l.Dir, v); err != nil {
 		return nil, err
 	}

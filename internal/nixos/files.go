@@ -72,6 +72,9 @@ type VMJSON struct {
 	AgentVMExecutable *string   `json:"agentVmExecutable"` // a static agent-vm for the guest
 	UserModule        *string   `json:"userModule"`        // --config, absolute
 	MCP               MCPJSON   `json:"mcp"`
+	// CACertificates are PEM CA certificates the guest trusts besides
+	// nixpkgs' bundle (security.pki.certificates).
+	CACertificates []string `json:"caCertificates"`
 }
 
 // GuestJSON is the guest user's ids.
@@ -131,12 +134,13 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 	}
 	v := &VMJSON{
 		Version: 1, System: sys, Nixpkgs: nixpkgs, Slug: r.Slug, Branch: r.Branch,
-		Guest:     GuestJSON{UID: r.Guest.UID, GID: r.Guest.GID},
-		SSH:       SSHJSON{AuthorizedKey: strings.TrimSpace(string(pub))},
-		Ports:     PortsJSON{SSH: r.Ports.SSH, MCP: r.Ports.MCP},
-		Resources: ResJSON{MemorySize: r.Resources.MemoryMiB, Cores: r.Resources.CPUs, DiskSize: r.Resources.DiskGiB * 1024},
-		Workspace: WSJSON{Transport: transport},
-		MCP:       MCPJSON{AllowOrigin: append([]string{}, r.AllowOrigins...)},
+		Guest:          GuestJSON{UID: r.Guest.UID, GID: r.Guest.GID},
+		SSH:            SSHJSON{AuthorizedKey: strings.TrimSpace(string(pub))},
+		Ports:          PortsJSON{SSH: r.Ports.SSH, MCP: r.Ports.MCP},
+		Resources:      ResJSON{MemorySize: r.Resources.MemoryMiB, Cores: r.Resources.CPUs, DiskSize: r.Resources.DiskGiB * 1024},
+		Workspace:      WSJSON{Transport: transport},
+		MCP:            MCPJSON{AllowOrigin: append([]string{}, r.AllowOrigins...)},
+		CACertificates: []string{},
 	}
 	if agentVM != "" {
 		v.AgentVMExecutable = &agentVM

@@ -71,6 +71,9 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// PEM text with what Nix would read as interpolation or escapes.
+			ca := "-----BEGIN CERTIFICATE-----\nMIIB${x}\\''\"\n-----END CERTIFICATE-----\n"
+			v.CACertificates = []string{ca}
 			if err := writeFiles(l.Dir, v); err != nil {
 				t.Fatal(err)
 			}
@@ -91,6 +94,7 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 						"agentVmExecutable": exe,
 					}},
 					"services": map[string]any{"agent-mcp": map[string]any{"allowOrigin": []any{"https://claude.ai"}}},
+					"security": map[string]any{"pki": map[string]any{"certificates": []any{ca}}},
 				},
 			}
 			if !reflect.DeepEqual(got, want) {

@@ -40,6 +40,9 @@ type Record struct {
 	Paths Paths `json:"paths"`
 	// AllowOrigins are the browser origins agent-mcp accepts (--allow-origin).
 	AllowOrigins []string `json:"allow_origins,omitempty"`
+	// NoHostCA: the guest does not trust the CA certificates the host added
+	// (create --no-host-ca); by default it does (see internal/hostca).
+	NoHostCA bool `json:"no_host_ca,omitempty"`
 	// Settings is the backend's own section, which only that backend reads
 	// and writes (see Section and SetSection): what the user chose at create
 	// for that backend, and its own counters.

@@ -39,6 +39,8 @@ type CreateOptions struct {
 	// Overcommit allows more memory than the host has, or more vCPUs than
 	// its threads.
 	Overcommit bool
+	// NoHostCA keeps the host's added CA certificates out of the guest.
+	NoHostCA bool
 }
 
 // ErrExists means a VM for that branch already exists.
@@ -265,7 +267,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
-		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins,
+		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA,
 	}
 	if r.Resources.CPUs == 0 {
 		r.Resources.CPUs = defaultCPUs()

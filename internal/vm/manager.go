@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/hostca"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -53,6 +54,9 @@ type Manager struct {
 	// WorkDir is the directory the command runs in: its repository scopes
 	// the names Find resolves. "" means outside any repository.
 	WorkDir string
+	// HostCAs returns the PEM CA certificates the host added to its trust
+	// store, which guests trust too (hostca.Finder outside tests).
+	HostCAs func() ([]string, error)
 	// FindVirtiofsd finds virtiofsd; an error means 9p.
 	FindVirtiofsd func(ctx context.Context) (*qemu.Virtiofsd, error)
 
@@ -67,6 +71,7 @@ func New(root *state.Root, run execx.Runner, log hclog.Logger, launcher *qemu.La
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
 		PortFree: ports.Listenable, Now: time.Now, Host: hostSize, IsNixOS: isNixOS, Launcher: launcher, progress: io.Discard,
 		FindVirtiofsd: func(ctx context.Context) (*qemu.Virtiofsd, error) { return qemu.FindVirtiofsd(ctx, run) }}
+	m.HostCAs = m.hostCAs
 	for _, b := range backends {
 		m.Backends[b.Name()] = b
 	}
@@ -111,3 +116,22 @@ const (
 	minDiskGiB = 2
 	maxDiskGiB = 4096
 )
+
+// hostCAs finds the host's added CA certificates (see internal/hostca).
+func (m *Manager) hostCAs() ([]string, error) {
+	getenv := os.Getenv
+	if m.getenv != nil {
+		getenv = m.getenv
+	}
+	certs, skipped, err := hostca.Finder{Getenv: getenv}.Find()
+	for _, s := range skipped {
+		m.Log.Debug("not passing a host CA file to the guest", "file", s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(certs) > 0 {
+		m.Log.Debug("the guest trusts the host's added CA certificates", "count", len(certs))
+	}
+	return hostca.PEMs(certs), nil
+}

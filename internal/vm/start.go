@@ -96,8 +96,14 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("sharing the workspace over 9p", "reason", err)
 		share = qemu.Share9p
 	}
+	var cas []string
+	if !r.NoHostCA {
+		if cas, err = m.HostCAs(); err != nil {
+			return nil, err
+		}
+	}
 	section := slices.Clone(r.Settings)
-	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report})
+	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas})
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,20 @@ package vm_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +147,11 @@ func run(t *testing.T, m *vm.Manager, branch string, argv ...string) (int, strin
 
 func TestVMLifecycle(t *testing.T) {
 	m := newManager(t)
+	// The host "added" a CA (as a TLS-inspecting proxy's is here); an HTTPS
+	// server on the host's loopback presents a certificate it signed.
+	caPEM, tlsServer := hostCAAndServer(t)
+	_, untrustedServer := hostCAAndServer(t) // a CA the host did not add
+	m.HostCAs = func() ([]string, error) { return []string{caPEM}, nil }
 	e := create(t, m, "life")
 	res := start(t, m, "life")
 	info := res.Info
@@ -148,6 +162,14 @@ func TestVMLifecycle(t *testing.T) {
 	// switches cloud-init off), so a kill from now on loses none of it.
 	if code, _, errs := run(t, m, "life", "test", "-e", "/etc/cloud/cloud-init.disabled"); code != 0 {
 		t.Errorf("start returned before the guest's first-boot setup ended (%d): %s", code, errs)
+	}
+
+	// The guest trusts the host's CA: curl verifies the server's certificate.
+	if code, out, errs := run(t, m, "life", "curl", "-sS", "--max-time", "60", "https://10.0.2.2:"+tlsServer); code != 0 || out != "trusted\n" {
+		t.Errorf("HTTPS from the guest to a server whose certificate the host's CA signed: exit %d, %q %s", code, out, errs)
+	}
+	if code, _, _ := run(t, m, "life", "curl", "-sS", "--max-time", "60", "https://10.0.2.2:"+untrustedServer); code != 60 {
+		t.Errorf("HTTPS to a server signed by a CA nobody added: curl exit %d, want 60 (certificate not trusted)", code)
 	}
 
 	// /health through the forwarded port, on 127.0.0.1 only.
@@ -341,4 +363,40 @@ func nonLoopbackAddrs(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// hostCAAndServer makes a CA and an HTTPS server on 127.0.0.1 whose
+// certificate (for 10.0.2.2, the host as QEMU's user network shows it to
+// the guest) that CA signed. It returns the CA's PEM and the server's port.
+func hostCAAndServer(t *testing.T) (caPEM, port string) {
+	t.Helper()
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey, leafKey := key(), key()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agent-vm test host CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ = x509.ParseCertificate(caDER)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "10.0.2.2"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("10.0.2.2")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &leafKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "trusted") }))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, port, _ = net.SplitHostPort(srv.Listener.Addr().String())
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), port
 }

@@ -28,5 +28,6 @@ in
       inherit (vm) agentVmExecutable;
     };
     services.agent-mcp.allowOrigin = vm.mcp.allowOrigin;
+    security.pki.certificates = vm.caCertificates;
   };
 }
