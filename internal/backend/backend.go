@@ -8,6 +8,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -44,7 +45,7 @@ type Backend interface {
 type Plan struct {
 	Boot qemu.Boot
 	// Credentials besides the MCP token (e.g. the NixOS guest's host key).
-	Credentials []qemu.Credential
+	Credentials []driver.Credential
 	// FixedShare: the guest mounts exactly the share mode it was prepared
 	// for, so the launcher must not fall back from virtiofs to 9p.
 	FixedShare bool
@@ -91,7 +92,7 @@ type StartFlags struct {
 // PrepareOptions tell a backend what the launcher will do.
 type PrepareOptions struct {
 	StartFlags
-	Share  qemu.ShareMode // the workspace share the launcher will attach
+	Share  driver.ShareMode // the workspace share the launcher will attach
 	Report Reporter
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -14,17 +15,17 @@ import (
 // gets (start adds the backend's own credentials).
 func (m *Manager) machine(r *state.Record, l state.Layout) qemu.Machine {
 	sock := qemu.SocketDirFor(l.RunDir(), r.ID)
-	creds := []qemu.Credential{{Name: guest.MCPTokenCredential, File: l.MCPToken()}}
-	return qemu.Machine{
+	creds := []driver.Credential{{Name: guest.MCPTokenCredential, File: l.MCPToken()}}
+	return qemu.Machine{Machine: driver.Machine{
 		Name: r.VMName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
-		RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: sock,
-		Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag},
-		Forwards: []qemu.Forward{
+		RunDir: l.RunDir(), LogsDir: l.LogsDir(),
+		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag},
+		Forwards: []driver.Forward{
 			{Name: "ssh", Host: r.Ports.SSH, Guest: guest.SSHPort},
 			{Name: "mcp", Host: r.Ports.MCP, Guest: guest.MCPPort},
 		},
 		Credentials: creds,
-	}
+	}, SocketDir: sock}
 }
 
 // unrecordedMachine describes the VM of a directory whose record is
@@ -32,8 +33,8 @@ func (m *Manager) machine(r *state.Record, l state.Layout) qemu.Machine {
 // for qemu.Adopt to find its QEMU and for Stop to end it.
 func unrecordedMachine(e state.Entry) qemu.Machine {
 	l := e.Layout
-	return qemu.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: l.RunDir(),
-		Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
+	return qemu.Machine{Machine: driver.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
+		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag}}, SocketDir: l.RunDir()}
 }
 
 // readToken reads the VM's MCP bearer token.

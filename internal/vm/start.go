@@ -14,6 +14,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -91,10 +92,10 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
 	}
 	vfs, err := m.FindVirtiofsd(ctx)
-	share := qemu.ShareVirtiofs
+	share := driver.ShareVirtiofs
 	if err != nil {
 		m.Log.Warn("sharing the workspace over 9p", "reason", err)
-		share = qemu.Share9p
+		share = driver.Share9p
 	}
 	section := slices.Clone(r.Settings)
 	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report})
@@ -146,9 +147,9 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machin
 	began := time.Now()
 	bootErr := func(phase string, err error) error {
 		if errors.Is(context.Cause(wctx), errQEMUGone) {
-			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, mach.QEMULogPath(), qemu.TailFile(mach.QEMULogPath(), 3))
+			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, mach.QEMULogPath(), driver.TailFile(mach.QEMULogPath(), 3))
 		}
-		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: mach.ConsoleLogPath(), Tail: qemu.TailFile(mach.ConsoleLogPath(), 15)}
+		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: mach.ConsoleLogPath(), Tail: driver.TailFile(mach.ConsoleLogPath(), 15)}
 	}
 	target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)), User: r.Guest.User,
 		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
@@ -245,7 +246,7 @@ func (m *Manager) watchQEMU(ctx context.Context, mach qemu.Machine, pid int) (co
 // lastConsoleLine is the guest's latest console output, for progress
 // lines: escaped, without colours, at most 120 characters.
 func lastConsoleLine(mach qemu.Machine) string {
-	line := []rune(strings.TrimSpace(termsafe.Line(qemu.TailFile(mach.ConsoleLogPath(), 1))))
+	line := []rune(strings.TrimSpace(termsafe.Line(driver.TailFile(mach.ConsoleLogPath(), 1))))
 	if len(line) > 120 {
 		return string(line[:120]) + "…"
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -20,11 +21,11 @@ import (
 // (QEMU runs, the guest's sshd does not answer yet) and "invalid" (the
 // record cannot be read).
 const (
-	StateStopped  = qemu.StateStopped
+	StateStopped  = driver.StateStopped
 	StateStarting = "starting"
-	StateRunning  = qemu.StateRunning
-	StatePaused   = qemu.StatePaused
-	StateCrashed  = qemu.StateCrashed
+	StateRunning  = driver.StateRunning
+	StatePaused   = driver.StatePaused
+	StateCrashed  = driver.StateCrashed
 	StateInvalid  = "invalid"
 )
 

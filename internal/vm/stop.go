@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -50,7 +51,7 @@ func (m *Manager) stopMachine(ctx context.Context, mach qemu.Machine) (qemu.Live
 		grace = 90 * time.Second
 	}
 	err = m.Launcher.Stop(ctx, mach, grace)
-	if errors.Is(err, qemu.ErrNotRunning) {
+	if errors.Is(err, driver.ErrNotRunning) {
 		return live, nil
 	}
 	return live, err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/debian"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
@@ -107,7 +108,7 @@ func create(t *testing.T, m *vm.Manager, branch string) state.Entry {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if t.Failed() {
-			t.Logf("serial console of %s:\n%s", branch, qemu.TailFile(e.Layout.Log(qemu.ConsoleLog), 40))
+			t.Logf("serial console of %s:\n%s", branch, driver.TailFile(e.Layout.Log(qemu.ConsoleLog), 40))
 		}
 		m.Stop(ctx, branch)
 	})
