@@ -49,6 +49,9 @@ var _ backend.Backend = (*Backend)(nil)
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return Name }
 
+// Driver is "qemu": QEMU runs the VMs.
+func (b *Backend) Driver() string { return qemu.DriverName }
+
 // Provision writes vm.json, default.nix, data.nix and the modules into the
 // new VM's directory. A local nixpkgs is resolved now; a flake reference at
 // start (fetching it needs nix, which this host may not have yet).

@@ -14,6 +14,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/qemu"
 )
 
 // These tests put a FAKE nix at the exec boundary (execxtest): nixpkgs
@@ -110,7 +111,8 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if strings.Join(build.Args, " ") != strings.Join(want, " ") {
 		t.Errorf("nix build args:\n got %q\nwant %q", build.Args, want)
 	}
-	s := plan.Boot.Script
+	boot, _ := plan.Boot.(qemu.Boot)
+	s := boot.Script
 	if s == nil || s.Path != filepath.Join(nix.store, "build1-nixos-vm", "bin", "run-feature-x-vm") {
 		t.Fatalf("plan %+v", plan.Boot)
 	}

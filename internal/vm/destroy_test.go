@@ -60,7 +60,7 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 		t.Fatal(err)
 	}
 	t.Setenv(qemutest.FakeEnv, "qemu") // for the virtiofsd, which inherits it
-	launch, err := m.Launcher.Start(context.Background(), mach, qemu.Boot{Script: &qemu.Script{Path: exe, Env: env}},
+	launch, err := m.Drivers[qemu.DriverName].(*qemu.Driver).Launcher.Start(context.Background(), mach, qemu.Boot{Script: &qemu.Script{Path: exe, Env: env}},
 		qemu.StartOptions{Accel: "tcg", Virtiofsd: &qemu.Virtiofsd{Path: exe, Rust: true}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
-	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -41,7 +40,11 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	if o.Lines <= 0 {
 		o.Lines = 200
 	}
-	console := e.Layout.Log(qemu.ConsoleLog)
+	d, err := m.driverOf(e.Record)
+	if err != nil {
+		return err
+	}
+	console := d.Logs(m.machine(e.Record, e.Layout)).Console
 	running := m.Status(ctx, e, false).State == StateRunning
 	journal := fmt.Sprintf("sudo journalctl -u agent-mcp --no-pager --output=short-iso -n %d", o.Lines)
 	if !o.Follow {

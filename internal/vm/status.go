@@ -13,11 +13,10 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
-	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// VM states as users see them: the launcher's states plus "starting"
+// VM states as users see them: the driver's states plus "starting"
 // (QEMU runs, the guest's sshd does not answer yet) and "invalid" (the
 // record cannot be read).
 const (
@@ -102,14 +101,20 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
-		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace(), ConsoleLog: l.Log(qemu.ConsoleLog)},
+		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
 		Agent: Health{State: "unknown"},
 	}
 	if tok, err := readToken(l); err == nil {
 		info.MCP.Token = tok
 	}
+	d, err := m.driverOf(r)
+	if err != nil {
+		info.State, info.Detail = StateInvalid, err.Error()
+		return info
+	}
 	mach := m.machine(r, l)
-	live, err := m.Launcher.Inspect(ctx, mach)
+	info.Paths.ConsoleLog = d.Logs(mach).Console
+	live, err := d.Inspect(ctx, mach)
 	if err != nil {
 		info.State, info.Detail = StateInvalid, err.Error()
 		return info

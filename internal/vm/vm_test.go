@@ -55,7 +55,7 @@ func plainManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return vm.New(root, execx.OS{}, log, launcher)
+	return vm.New(root, execx.OS{}, log, []driver.Driver{qemu.NewDriver(launcher)})
 }
 
 // newManager wires the real orchestration with the qemu backend.
