@@ -27,11 +27,16 @@
 //   - Destroy removes what the driver keeps for a stopped machine outside
 //     its run and log directories.
 //   - Logs names the log files: the guest's console and the driver's own.
+//   - Share says which workspace share a start would attach on this host,
+//     so the backend prepares its guest for it before Start; Doctor checks
+//     the programs the driver needs.
 //
 // Driver-neutral: the machine description (Machine), its states, Live,
 // Launch and the workspace share modes, all here. Driver-specific: the boot
-// plan (Boot), and everything behind the verbs (QEMU's command line,
-// virtiofsd, QMP, socket directories stay in internal/qemu).
+// plan (Boot), what Adopt learnt (Machine.Adopted, opaque to the caller),
+// and everything behind the verbs (QEMU's command line, virtiofsd, QMP,
+// socket directories stay in internal/qemu). The accelerator (KVM or TCG)
+// is chosen by the caller and passed in StartOptions.
 //
 // How a plan travels: a backend names the driver it needs (Backend.Driver)
 // and its Plan carries a Boot, a value of that driver's own plan type
