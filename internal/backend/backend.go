@@ -8,15 +8,19 @@ import (
 	"context"
 	"time"
 
-	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// Backend is one VM flavour. Everything else (state, keys, ports, workspace,
-// the QEMU launcher) is shared.
+// Backend is one VM flavour: what the guest is. How it runs is a driver's
+// (internal/driver), which the backend names; everything else (state, keys,
+// ports, workspace) is shared.
 type Backend interface {
 	// Name is the backend's name as stored in the record: "qemu", "nixos".
 	Name() string
+	// Driver names the driver that runs this backend's VMs (and whose
+	// plan type Plan.Boot is): "qemu".
+	Driver() string
 	// ImagesInUse lists the cached image files the VM in l depends on, so
 	// `image prune` keeps them.
 	ImagesInUse(l state.Layout) []string
@@ -42,11 +46,13 @@ type Backend interface {
 
 // Plan is how a backend wants its VM booted.
 type Plan struct {
-	Boot qemu.Boot
+	// Boot is the plan of the driver the backend names (qemu.Boot for
+	// "qemu"), which refuses any other.
+	Boot driver.Boot
 	// Credentials besides the MCP token (e.g. the NixOS guest's host key).
-	Credentials []qemu.Credential
+	Credentials []driver.Credential
 	// FixedShare: the guest mounts exactly the share mode it was prepared
-	// for, so the launcher must not fall back from virtiofs to 9p.
+	// for, so the driver must not fall back from virtiofs to 9p.
 	FixedShare bool
 	// Settle is a shell command start runs in the guest (as its user, over
 	// SSH) once the agent is healthy and before it returns: it waits for the
@@ -56,12 +62,7 @@ type Plan struct {
 }
 
 // Check is one thing doctor looked at.
-type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail"`
-	Hint   string `json:"hint,omitempty"`
-}
+type Check = driver.Check
 
 // Readiness is a backend's part of doctor.
 type Readiness struct {
@@ -88,10 +89,10 @@ type StartFlags struct {
 	Nixpkgs string
 }
 
-// PrepareOptions tell a backend what the launcher will do.
+// PrepareOptions tell a backend what the driver will do.
 type PrepareOptions struct {
 	StartFlags
-	Share  qemu.ShareMode // the workspace share the launcher will attach
+	Share  driver.ShareMode // the workspace share the driver will attach
 	Report Reporter
 	// CACerts are PEM CA certificates the guest is to trust besides its own
 	// bundle: the host's added ones, unless the VM was created with

@@ -56,6 +56,9 @@ var _ backend.Backend = (*Backend)(nil)
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return Name }
 
+// Driver is "qemu": QEMU runs the VMs.
+func (b *Backend) Driver() string { return qemu.DriverName }
+
 // Settings is this backend's section of the VM record.
 type Settings struct {
 	// Image is the base image the VM boots (--image; empty: the default

@@ -153,3 +153,13 @@ func DebianPackages(progs []Program) []string {
 	slices.Sort(out)
 	return out
 }
+
+// InstallHint says how to get a program: setup, and its package from the
+// list (the one place that names packages).
+func InstallHint(name string) string {
+	p, err := Lookup(name)
+	if err != nil {
+		return "install " + name
+	}
+	return "`sudo agent-vm setup` installs it (" + p.PackageHint() + ")"
+}

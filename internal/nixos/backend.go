@@ -19,6 +19,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -47,6 +48,9 @@ var _ backend.Backend = (*Backend)(nil)
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return Name }
+
+// Driver is "qemu": QEMU runs the VMs.
+func (b *Backend) Driver() string { return qemu.DriverName }
 
 // Provision writes vm.json, default.nix, data.nix and the modules into the
 // new VM's directory. A local nixpkgs is resolved now; a flake reference at
@@ -78,7 +82,7 @@ func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record
 	if err != nil {
 		return err
 	}
-	v, err := newVMJSON(l, r, nixpkgs, string(qemu.ShareVirtiofs), exe)
+	v, err := newVMJSON(l, r, nixpkgs, string(driver.ShareVirtiofs), exe)
 	if err != nil {
 		return err
 	}
@@ -276,7 +280,7 @@ func (b *Backend) build(ctx context.Context, nix string, l state.Layout, r *stat
 
 // plan reads the launcher description the build made and returns how to
 // boot: the run script with the disk and temp dir in the VM's directory.
-func (b *Backend) plan(l state.Layout, out *buildOutputs, share qemu.ShareMode) (*backend.Plan, error) {
+func (b *Backend) plan(l state.Layout, out *buildOutputs, share driver.ShareMode) (*backend.Plan, error) {
 	raw, err := os.ReadFile(out.Launcher)
 	if err != nil {
 		return nil, fmt.Errorf("reading the build's launcher description: %w", err)
@@ -297,7 +301,7 @@ func (b *Backend) plan(l state.Layout, out *buildOutputs, share qemu.ShareMode) 
 			Path: filepath.Join(out.VM, script),
 			Env:  scriptEnv(l, b.Getenv("PATH")),
 		}},
-		Credentials: []qemu.Credential{{Name: guest.HostKeyCredential, File: l.HostKey()}},
+		Credentials: []driver.Credential{{Name: guest.HostKeyCredential, File: l.HostKey()}},
 		FixedShare:  true,
 	}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 )
@@ -95,7 +96,7 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if err := b.Provision(context.Background(), l, r, backend.CreateFlags{}); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})
+	plan, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: driver.ShareVirtiofs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,8 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if strings.Join(build.Args, " ") != strings.Join(want, " ") {
 		t.Errorf("nix build args:\n got %q\nwant %q", build.Args, want)
 	}
-	s := plan.Boot.Script
+	boot, _ := plan.Boot.(qemu.Boot)
+	s := boot.Script
 	if s == nil || s.Path != filepath.Join(nix.store, "build1-nixos-vm", "bin", "run-feature-x-vm") {
 		t.Fatalf("plan %+v", plan.Boot)
 	}
@@ -132,7 +134,7 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	}
 
 	// Unchanged inputs: no second build.
-	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs}); err != nil {
+	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: driver.ShareVirtiofs}); err != nil {
 		t.Fatal(err)
 	}
 	if nix.builds != 1 {
@@ -143,7 +145,7 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if err := RemoveGCRoots(l.Dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs}); err != nil {
+	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: driver.ShareVirtiofs}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Readlink(GCRoots(l.Dir)[0]); nix.builds != 2 || err != nil {
@@ -151,7 +153,7 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	}
 	// A change that reaches vm.json (9p instead of virtiofs) rebuilds.
 	fake.On("nix", nix.handler(t, "9p"))
-	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.Share9p}); err != nil {
+	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: driver.Share9p}); err != nil {
 		t.Fatal(err)
 	}
 	if nix.builds != 3 {
@@ -166,21 +168,21 @@ func TestPrepareFailuresSayWhatToDo(t *testing.T) {
 
 	noNix := execxtest.New(t).Installed("nix", "")
 	b := newTestBackend(t, noNix, exe)
-	_, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})
+	_, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{Share: driver.ShareVirtiofs})
 	if err == nil || !strings.Contains(err.Error(), "install Nix") || !strings.Contains(err.Error(), "--backend qemu") {
 		t.Errorf("without nix: %v", err)
 	}
 
 	old := execxtest.New(t)
 	old.On("nix", (&fakeNix{version: "2.8.0"}).handler(t, "virtiofs"))
-	_, err = newTestBackend(t, old, exe).Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})
+	_, err = newTestBackend(t, old, exe).Prepare(context.Background(), l, r, backend.PrepareOptions{Share: driver.ShareVirtiofs})
 	if err == nil || !strings.Contains(err.Error(), "too old") {
 		t.Errorf("old nix: %v", err)
 	}
 
 	failing := execxtest.New(t)
 	failing.On("nix", (&fakeNix{version: "2.24.1", fail: "error: attribute 'foo' missing\n       at /home/me/vm-config.nix:3:5"}).handler(t, "virtiofs"))
-	_, err = newTestBackend(t, failing, exe).Prepare(context.Background(), l, r, backend.PrepareOptions{Share: qemu.ShareVirtiofs})
+	_, err = newTestBackend(t, failing, exe).Prepare(context.Background(), l, r, backend.PrepareOptions{Share: driver.ShareVirtiofs})
 	if err == nil || !strings.Contains(err.Error(), "attribute 'foo' missing") || !strings.Contains(err.Error(), "nix build -f default.nix vm") {
 		t.Errorf("failed build: %v", err)
 	}

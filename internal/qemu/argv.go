@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
 )
 
 // Arch describes the QEMU target for the host's architecture.
@@ -31,14 +33,6 @@ func ArchFor(goarch string) (Arch, error) {
 	}
 	return Arch{}, fmt.Errorf("agent-vm runs VMs on amd64 and arm64 hosts, not %s", goarch)
 }
-
-// ShareMode is how the workspace reaches the guest.
-type ShareMode string
-
-const (
-	ShareVirtiofs ShareMode = "virtiofs"
-	Share9p       ShareMode = "9p"
-)
 
 // esc escapes a value for QEMU's comma-separated option syntax.
 func esc(s string) string { return strings.ReplaceAll(s, ",", ",,") }
@@ -107,8 +101,8 @@ func sharedMemoryArgs(memMiB int) []string {
 // 9p served by QEMU itself. security_model=none keeps host ownership rules:
 // as root, files get the guest user's uid; otherwise they belong to the
 // user running QEMU.
-func shareArgs(mode ShareMode, s Share, virtiofsdSock string) []string {
-	if mode == ShareVirtiofs {
+func shareArgs(mode driver.ShareMode, s driver.Share, virtiofsdSock string) []string {
+	if mode == driver.ShareVirtiofs {
 		return []string{
 			"-chardev", "socket,id=agentvm-fs,path=" + esc(virtiofsdSock),
 			"-device", "vhost-user-fs-pci,chardev=agentvm-fs,tag=" + esc(s.Tag),
@@ -119,7 +113,7 @@ func shareArgs(mode ShareMode, s Share, virtiofsdSock string) []string {
 
 // netArgs is user-mode networking with host forwards bound to 127.0.0.1
 // only: nothing a VM serves is reachable from other machines.
-func netArgs(fwds []Forward, mac string) []string {
+func netArgs(fwds []driver.Forward, mac string) []string {
 	opts := []string{"user", "id=agentvm-net"}
 	for _, f := range fwds {
 		opts = append(opts, fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest))
@@ -162,7 +156,7 @@ func kernelArgs(d *Direct) []string {
 }
 
 // credentialArgs hand secrets to the guest as systemd credentials.
-func credentialArgs(creds []Credential) []string {
+func credentialArgs(creds []driver.Credential) []string {
 	var out []string
 	for _, c := range creds {
 		out = append(out, "-fw_cfg", "name=opt/io.systemd.credentials/"+c.Name+",file="+esc(c.File))
@@ -185,12 +179,12 @@ func consoleArgs(m Machine) []string {
 
 // DirectArgv is the whole QEMU command line (without the binary) for a
 // Direct boot.
-func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode ShareMode) []string {
+func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMode) []string {
 	var argv []string
 	argv = append(argv, identityArgs(m)...)
 	argv = append(argv, machineArgs(a, m)...)
 	argv = append(argv, accelArgs(accel)...)
-	if mode == ShareVirtiofs {
+	if mode == driver.ShareVirtiofs {
 		argv = append(argv, sharedMemoryArgs(m.MemoryMiB)...)
 	}
 	argv = append(argv, kernelArgs(d)...)
@@ -210,7 +204,7 @@ func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode ShareMode) []st
 // -nographic, and the shared memory virtiofs needs: the guest module asks
 // qemu-vm.nix for it (virtualisation.qemu.enableSharedMemory), so the
 // launcher never adds a second memory backend.
-func ScriptArgs(m Machine, accel string, mode ShareMode) []string {
+func ScriptArgs(m Machine, accel string, mode driver.ShareMode) []string {
 	argv := []string{"-uuid", m.UUID}
 	argv = append(argv, scriptAccelArgs(accel)...)
 	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock))...)

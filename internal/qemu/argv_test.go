@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -24,13 +25,13 @@ func render(argv []string) string {
 }
 
 func sampleMachine() Machine {
-	return Machine{
+	return Machine{Machine: driver.Machine{
 		Name: "agent-vm-feature-x", UUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", CPUs: 2, MemoryMiB: 1024,
 		RunDir: "/state/feature-x/run", LogsDir: "/state/feature-x/logs",
-		Share:       Share{Source: "/state/feature-x/workspace", Tag: "workspace"},
-		Forwards:    []Forward{{Name: "ssh", Host: 2222, Guest: 22}, {Name: "mcp", Host: 8000, Guest: 8000}},
-		Credentials: []Credential{{Name: "agent-vm.mcp-token", File: "/state/feature-x/secrets/mcp-token"}},
-	}
+		Share:       driver.Share{Source: "/state/feature-x/workspace", Tag: "workspace"},
+		Forwards:    []driver.Forward{{Name: "ssh", Host: 2222, Guest: 22}, {Name: "mcp", Host: 8000, Guest: 8000}},
+		Credentials: []driver.Credential{{Name: "agent-vm.mcp-token", File: "/state/feature-x/secrets/mcp-token"}},
+	}}
 }
 
 func TestDirectArgvGolden(t *testing.T) {
@@ -41,16 +42,16 @@ func TestDirectArgvGolden(t *testing.T) {
 		Append: "root=/dev/vda rw console=ttyS0,115200",
 		MAC:    "52:54:00:12:34:56",
 	}
-	tu.Golden(t, filepath.Join("testdata", "direct-tcg-virtiofs.golden"), []byte(render(DirectArgv(a, sampleMachine(), d, "tcg", ShareVirtiofs))))
-	tu.Golden(t, filepath.Join("testdata", "direct-kvm-9p.golden"), []byte(render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", Share9p))))
+	tu.Golden(t, filepath.Join("testdata", "direct-tcg-virtiofs.golden"), []byte(render(DirectArgv(a, sampleMachine(), d, "tcg", driver.ShareVirtiofs))))
+	tu.Golden(t, filepath.Join("testdata", "direct-kvm-9p.golden"), []byte(render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", driver.Share9p))))
 }
 
 func TestScriptArgsGolden(t *testing.T) {
-	tu.Golden(t, filepath.Join("testdata", "script-tcg-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "tcg", ShareVirtiofs))))
-	tu.Golden(t, filepath.Join("testdata", "script-kvm-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "kvm", ShareVirtiofs))))
+	tu.Golden(t, filepath.Join("testdata", "script-tcg-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "tcg", driver.ShareVirtiofs))))
+	tu.Golden(t, filepath.Join("testdata", "script-kvm-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "kvm", driver.ShareVirtiofs))))
 	// The run script brings its own shared memory (qemu-vm.nix's
 	// enableSharedMemory); a second backend would clash.
-	if a := strings.Join(ScriptArgs(sampleMachine(), "kvm", ShareVirtiofs), " "); strings.Contains(a, "memory-backend") || strings.Contains(a, "-numa") {
+	if a := strings.Join(ScriptArgs(sampleMachine(), "kvm", driver.ShareVirtiofs), " "); strings.Contains(a, "memory-backend") || strings.Contains(a, "-numa") {
 		t.Errorf("script args add a memory backend: %s", a)
 	}
 }
@@ -70,18 +71,18 @@ func TestForwardsBindLoopbackOnly(t *testing.T) {
 func TestCommasInPathsAreEscaped(t *testing.T) {
 	m := sampleMachine()
 	m.Share.Source = "/home/a,b/ws"
-	got := strings.Join(shareArgs(Share9p, m.Share, ""), " ")
+	got := strings.Join(shareArgs(driver.Share9p, m.Share, ""), " ")
 	if !strings.Contains(got, "path=/home/a,,b/ws,") {
 		t.Errorf("comma not escaped: %s", got)
 	}
 }
 
 func TestSharedMemoryMatchesGuestMemory(t *testing.T) {
-	argv := strings.Join(DirectArgv(Arch{Binary: "q", Machine: "q35"}, sampleMachine(), &Direct{}, "tcg", ShareVirtiofs), " ")
+	argv := strings.Join(DirectArgv(Arch{Binary: "q", Machine: "q35"}, sampleMachine(), &Direct{}, "tcg", driver.ShareVirtiofs), " ")
 	if !strings.Contains(argv, "-m 1024M") || !strings.Contains(argv, "size=1024M,share=on") {
 		t.Errorf("memfd size must equal -m: %s", argv)
 	}
-	if strings.Contains(strings.Join(DirectArgv(Arch{}, sampleMachine(), &Direct{}, "tcg", Share9p), " "), "memory-backend") {
+	if strings.Contains(strings.Join(DirectArgv(Arch{}, sampleMachine(), &Direct{}, "tcg", driver.Share9p), " "), "memory-backend") {
 		t.Error("9p needs no shared memory backend")
 	}
 }
@@ -93,7 +94,7 @@ func TestSocketDirForLongPaths(t *testing.T) {
 		t.Errorf("short run dir moved: %s", d)
 	}
 	long := "/" + strings.Repeat("x", 120) + "/run"
-	m := Machine{RunDir: long, SocketDir: SocketDirFor(long, "0f1e2d3c-4b5a-4978-8695")}
+	m := Machine{Machine: driver.Machine{RunDir: long}, SocketDir: SocketDirFor(long, "0f1e2d3c-4b5a-4978-8695")}
 	if _, err := os.Stat(m.SocketDir); !os.IsNotExist(err) {
 		t.Errorf("SocketDirFor created %s; only Start may", m.SocketDir)
 	}

@@ -9,15 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/qmp"
-)
-
-// States a VM can be in, as far as QEMU is concerned.
-const (
-	StateStopped = "stopped" // not running, shut down cleanly (or never started)
-	StateRunning = "running"
-	StatePaused  = "paused"
-	StateCrashed = "crashed" // process gone without a clean shutdown
 )
 
 // Live is a VM's live state, read from its pid and QMP (never over SSH).
@@ -33,7 +26,7 @@ type Live struct {
 }
 
 // Alive reports whether a QEMU process of this VM exists.
-func (lv Live) Alive() bool { return lv.State == StateRunning || lv.State == StatePaused }
+func (lv Live) Alive() bool { return lv.State == driver.StateRunning || lv.State == driver.StatePaused }
 
 // Uptime is how long the VM has been running.
 func (lv Live) Uptime(now time.Time) time.Duration {
@@ -54,7 +47,7 @@ const powerOffMarker = "reboot: Power down"
 func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	launch, err := readLaunch(m.runFile(LaunchFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return Live{State: StateStopped}, nil
+		return Live{State: driver.StateStopped}, nil
 	}
 	live := Live{Launch: launch, LaunchErr: err}
 	// QEMU's own pid file first, then what the start recorded; the
@@ -68,23 +61,23 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 		pid = findProcess(match)
 	}
 	if !verified(pid, match) {
-		live.State = StateCrashed
+		live.State = driver.StateCrashed
 		switch {
 		case exists(m.runFile(CleanMarker)):
-			live.State = StateStopped
-		case strings.Contains(tailFile(m.ConsoleLogPath(), 3), powerOffMarker):
-			live.State, live.Detail = StateStopped, "the guest powered itself off"
+			live.State = driver.StateStopped
+		case strings.Contains(driver.TailFile(m.ConsoleLogPath(), 3), powerOffMarker):
+			live.State, live.Detail = driver.StateStopped, "the guest powered itself off"
 		default:
 			live.Detail = "QEMU is gone without a clean shutdown; " + crashHint(m)
 		}
 		live.Detail = withLaunchErr(live.Detail, live.LaunchErr)
 		return live, nil
 	}
-	live.Pid, live.State = pid, StateRunning
+	live.Pid, live.State = pid, driver.StateRunning
 	live.Detail, live.QMPStatus = l.qmpStatus(ctx, m)
 	switch live.QMPStatus {
 	case "paused", "suspended", "prelaunch", "inmigrate", "postmigrate", "save-vm", "restore-vm", "finish-migrate":
-		live.State = StatePaused
+		live.State = driver.StatePaused
 	case "shutdown", "guest-panicked", "internal-error", "io-error":
 		live.Detail = "QEMU reports " + live.QMPStatus
 	}
@@ -129,9 +122,6 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// ErrNotRunning means there is no QEMU of this VM to stop.
-var ErrNotRunning = errors.New("not running")
-
 // Stop shuts the VM down: ACPI power-off (the guest shuts down cleanly),
 // then QMP quit, then SIGKILL, each only if the previous did not end QEMU
 // within its time. Only a PID proven to be this VM's QEMU is ever signalled.
@@ -156,7 +146,7 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		if live.Launch != nil || live.LaunchErr != nil {
 			_ = l.finishStop(m, 0)
 		}
-		return ErrNotRunning
+		return driver.ErrNotRunning
 	}
 	match := m.isQEMU()
 	log := l.Log.With("vm", m.Name, "pid", live.Pid)

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qmp"
@@ -40,13 +41,13 @@ func NewLauncher(run execx.Runner, log hclog.Logger) (*Launcher, error) {
 
 // Launch is what Start recorded about a running VM (run/launch.json).
 type Launch struct {
-	QEMUPid      int       `json:"qemu_pid"`
-	VirtiofsdPid int       `json:"virtiofsd_pid,omitempty"`
-	Accel        string    `json:"accel"`
-	AccelReason  string    `json:"accel_reason,omitempty"`
-	Share        ShareMode `json:"share"`
-	QMP          string    `json:"qmp"`
-	StartedAt    time.Time `json:"started_at"`
+	QEMUPid      int              `json:"qemu_pid"`
+	VirtiofsdPid int              `json:"virtiofsd_pid,omitempty"`
+	Accel        string           `json:"accel"`
+	AccelReason  string           `json:"accel_reason,omitempty"`
+	Share        driver.ShareMode `json:"share"`
+	QMP          string           `json:"qmp"`
+	StartedAt    time.Time        `json:"started_at"`
 	// ReadyAt is when the guest first answered on SSH after this start
 	// (set by MarkReady); nil while it boots.
 	ReadyAt *time.Time `json:"ready_at,omitempty"`
@@ -74,9 +75,6 @@ type StartOptions struct {
 	NoFallback bool
 }
 
-// ErrRunning means the VM is already running.
-var ErrRunning = errors.New("already running")
-
 // Start launches the VM detached from the caller (its own session), and
 // returns once QEMU answers on QMP. Booting the guest is then under way; the
 // caller waits for SSH. On failure nothing of this start keeps running.
@@ -93,7 +91,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		}
 	}
 	if live, err := l.Inspect(ctx, m); err == nil && live.Alive() {
-		return nil, fmt.Errorf("%s is %s (pid %d): %w", m.Name, live.State, live.Pid, ErrRunning)
+		return nil, fmt.Errorf("%s is %s (pid %d): %w", m.Name, live.State, live.Pid, driver.ErrRunning)
 	}
 	if err := l.checkForwards(m); err != nil {
 		return nil, err
@@ -101,7 +99,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if err := prepareDirs(m); err != nil {
 		return nil, err
 	}
-	mode := Share9p
+	mode := driver.Share9p
 	vfsPid := 0
 	if o.Virtiofsd != nil {
 		pid, err := l.startVirtiofsd(ctx, o.Virtiofsd, m)
@@ -114,7 +112,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 			}
 			l.Log.Warn("virtiofsd failed; sharing the workspace over 9p instead (slower for many small files)", "error", err)
 		} else {
-			mode, vfsPid = ShareVirtiofs, pid
+			mode, vfsPid = driver.ShareVirtiofs, pid
 		}
 	}
 	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode))
@@ -138,7 +136,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 }
 
 // detached builds the process description for QEMU or the script.
-func (l *Launcher) detached(m Machine, b Boot, accel string, mode ShareMode) execx.Detached {
+func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMode) execx.Detached {
 	if b.Direct != nil {
 		return execx.Detached{Path: l.Arch.Binary, Args: DirectArgv(l.Arch, m, b.Direct, accel, mode),
 			StdoutPath: m.QEMULogPath()}
@@ -214,7 +212,7 @@ func (l *Launcher) waitQMP(ctx context.Context, m Machine, p execx.Process) (int
 			}
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("QEMU did not open its QMP socket within %s; its log %s says: %s", timeout, m.QEMULogPath(), orNothing(tailFile(m.QEMULogPath(), 5)))
+			return 0, fmt.Errorf("QEMU did not open its QMP socket within %s; its log %s says: %s", timeout, m.QEMULogPath(), orNothing(driver.TailFile(m.QEMULogPath(), 5)))
 		}
 		select {
 		case <-p.Exited():
@@ -230,7 +228,7 @@ var hostfwdRE = regexp.MustCompile(`host forwarding rule 'tcp:127\.0\.0\.1:(\d+)
 
 // exitError explains an early QEMU exit from its log.
 func (l *Launcher) exitError(m Machine, code int) error {
-	log := tailFile(m.QEMULogPath(), 5)
+	log := driver.TailFile(m.QEMULogPath(), 5)
 	if sm := hostfwdRE.FindStringSubmatch(log); sm != nil {
 		return fmt.Errorf("QEMU could not forward port %s: it is already in use on 127.0.0.1 (hint: stop the program using it, or recreate the VM to get other ports): %w", sm[1], ports.ErrTaken)
 	}

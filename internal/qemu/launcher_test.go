@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -45,11 +46,11 @@ func testMachine(t *testing.T) (Machine, Boot) {
 	token := filepath.Join(dir, "token")
 	os.WriteFile(token, []byte("secret\n"), 0o600)
 	sshPort, _ := ports.Pick(ports.Range{Lo: 30000, Hi: 30999}, nil, ports.Listenable)
-	m := Machine{Name: "agent-vm-test", UUID: state.NewID(), CPUs: 1, MemoryMiB: 256,
+	m := Machine{Machine: driver.Machine{Name: "agent-vm-test", UUID: state.NewID(), CPUs: 1, MemoryMiB: 256,
 		RunDir: filepath.Join(dir, "run"), LogsDir: filepath.Join(dir, "logs"),
-		Share:       Share{Source: ws, Tag: "workspace"},
-		Forwards:    []Forward{{Name: "ssh", Host: sshPort, Guest: 22}},
-		Credentials: []Credential{{Name: "agent-vm.mcp-token", File: token}}}
+		Share:       driver.Share{Source: ws, Tag: "workspace"},
+		Forwards:    []driver.Forward{{Name: "ssh", Host: sshPort, Guest: 22}},
+		Credentials: []driver.Credential{{Name: "agent-vm.mcp-token", File: token}}}}
 	b := Boot{Direct: &Direct{Kernel: kernel, Append: "console=ttyS0 panic=0"}}
 	return m, b
 }
@@ -80,14 +81,14 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	l := testLauncher(t)
 	m, b := testMachine(t)
 	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: virtiofsd(t, l)})
-	if launch.Share != ShareVirtiofs || launch.VirtiofsdPid == 0 {
+	if launch.Share != driver.ShareVirtiofs || launch.VirtiofsdPid == 0 {
 		t.Fatalf("launch %+v: want a virtiofs share", launch)
 	}
 	live, err := l.Inspect(context.Background(), m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live.State != StateRunning || live.Pid != launch.QEMUPid || live.QMPStatus != "running" {
+	if live.State != driver.StateRunning || live.Pid != launch.QEMUPid || live.QMPStatus != "running" {
 		t.Errorf("live %+v", live)
 	}
 	// The secret reached QEMU as a file name, never as a value.
@@ -95,8 +96,8 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	if strings.Contains(strings.Join(args, " "), "secret") {
 		t.Error("the credential's content is on QEMU's command line")
 	}
-	if _, err := l.Start(context.Background(), m, b, StartOptions{Accel: "tcg"}); !errors.Is(err, ErrRunning) {
-		t.Errorf("second start: got %v, want ErrRunning", err)
+	if _, err := l.Start(context.Background(), m, b, StartOptions{Accel: "tcg"}); !errors.Is(err, driver.ErrRunning) {
+		t.Errorf("second start: got %v, want driver.ErrRunning", err)
 	}
 
 	// The kernel sits in a panic and ignores ACPI: Stop falls through to QMP
@@ -110,10 +111,10 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	if procArgs(launch.VirtiofsdPid) != nil {
 		t.Error("virtiofsd still running after stop")
 	}
-	if live, _ := l.Inspect(context.Background(), m); live.State != StateStopped {
+	if live, _ := l.Inspect(context.Background(), m); live.State != driver.StateStopped {
 		t.Errorf("after stop: %+v", live)
 	}
-	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, ErrNotRunning) {
+	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
 		t.Errorf("stop of a stopped VM: %v", err)
 	}
 }
@@ -122,17 +123,17 @@ func TestKilledQEMUReadsAsCrashedAndRestarts(t *testing.T) {
 	l := testLauncher(t)
 	m, b := testMachine(t)
 	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
-	if launch.Share != Share9p {
+	if launch.Share != driver.Share9p {
 		t.Errorf("without virtiofsd the share must be 9p, got %s", launch.Share)
 	}
 	syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
 	waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
 	live, _ := l.Inspect(context.Background(), m)
-	if live.State != StateCrashed || live.Detail == "" {
+	if live.State != driver.StateCrashed || live.Detail == "" {
 		t.Fatalf("after SIGKILL: %+v", live)
 	}
 	again := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
-	if live, _ := l.Inspect(context.Background(), m); live.State != StateRunning || live.Pid != again.QEMUPid {
+	if live, _ := l.Inspect(context.Background(), m); live.State != driver.StateRunning || live.Pid != again.QEMUPid {
 		t.Errorf("after restart: %+v", live)
 	}
 	l.Stop(context.Background(), m, time.Second)
@@ -147,7 +148,7 @@ func TestGuestPowerOffReadsAsStopped(t *testing.T) {
 	f, _ := os.OpenFile(m.ConsoleLogPath(), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
 	f.WriteString("[   42.0] reboot: Power down\n")
 	f.Close()
-	if live, _ := l.Inspect(context.Background(), m); live.State != StateStopped || !strings.Contains(live.Detail, "powered itself off") {
+	if live, _ := l.Inspect(context.Background(), m); live.State != driver.StateStopped || !strings.Contains(live.Detail, "powered itself off") {
 		t.Errorf("got %+v", live)
 	}
 }
@@ -169,7 +170,7 @@ func TestStalePidIsLeftAlone(t *testing.T) {
 	if live.Alive() {
 		t.Fatalf("a foreign process read as this VM: %+v", live)
 	}
-	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, ErrNotRunning) {
+	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
 		t.Errorf("stop: %v", err)
 	}
 	if err := other.Process.Signal(syscall.Signal(0)); err != nil {

@@ -16,43 +16,17 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
 )
 
-// Machine is what the launcher needs to know about one VM.
+// Machine is what the launcher needs to know about one VM: the
+// driver-neutral description and where its sockets live.
 type Machine struct {
-	Name      string // -name: "agent-vm-<slug>"
-	UUID      string // -uuid: unique per VM; identifies its QEMU in /proc
-	CPUs      int
-	MemoryMiB int
-	RunDir    string // pid files, sockets, launch.json, markers
-	LogsDir   string // console.log, qemu.log, virtiofsd.log
+	driver.Machine
 	// SocketDir holds the QMP and virtiofsd sockets. It is RunDir unless
-	// that path is too long for a unix socket (see ShortSocketDir).
-	SocketDir   string
-	Share       Share        // the workspace
-	Forwards    []Forward    // host 127.0.0.1 ports to guest ports
-	Credentials []Credential // systemd credentials passed by fw_cfg
-}
-
-// Share is a host directory shared into the guest.
-type Share struct {
-	Source string // host directory
-	Tag    string // mount tag in the guest
-}
-
-// Forward forwards 127.0.0.1:Host on the host to Guest in the guest.
-type Forward struct {
-	Name  string // "ssh", "mcp": for messages
-	Host  int
-	Guest int
-}
-
-// Credential is a file QEMU hands to the guest through fw_cfg as the
-// systemd credential Name (opt/io.systemd.credentials/<Name>). QEMU reads
-// the file itself, so the secret never appears on a command line.
-type Credential struct {
-	Name string
-	File string
+	// that path is too long for a unix socket (see SocketDirFor).
+	SocketDir string
 }
 
 // Boot is how to start the VM: exactly one of Direct and Script is set.

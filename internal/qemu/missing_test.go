@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 )
 
@@ -17,7 +18,7 @@ func TestMissingQEMUNamesThePackage(t *testing.T) {
 	fake := execxtest.New(t).Installed("qemu-system-x86_64", "")
 	a, _ := ArchFor("amd64")
 	l := &Launcher{Run: fake, Log: hclog.NewNullLogger(), Arch: a, PortFree: func(int) bool { return true }}
-	m := Machine{Name: "x", UUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", CPUs: 1, MemoryMiB: 256, RunDir: t.TempDir(), LogsDir: t.TempDir()}
+	m := Machine{Machine: driver.Machine{Name: "x", UUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", CPUs: 1, MemoryMiB: 256, RunDir: t.TempDir(), LogsDir: t.TempDir()}}
 	_, err := l.Start(context.Background(), m, Boot{Direct: &Direct{}}, StartOptions{Accel: "tcg"})
 	if err == nil || !strings.Contains(err.Error(), "apt-get install qemu-system-x86") {
 		t.Errorf("got %v, want a hint naming the Debian package", err)

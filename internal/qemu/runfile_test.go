@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -42,9 +43,9 @@ func fakeStart(t *testing.T, dir string) (*Launcher, Machine, Boot, *Launch) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	m := Machine{Name: "agent-vm-fake", UUID: state.NewID(), CPUs: 1, MemoryMiB: 256,
+	m := Machine{Machine: driver.Machine{Name: "agent-vm-fake", UUID: state.NewID(), CPUs: 1, MemoryMiB: 256,
 		RunDir: filepath.Join(dir, "run"), LogsDir: filepath.Join(dir, "logs"),
-		Share: Share{Source: dir, Tag: "workspace"}}
+		Share: driver.Share{Source: dir, Tag: "workspace"}}}
 	m.SocketDir = SocketDirFor(m.RunDir, m.UUID)
 	if m.SocketDir != m.RunDir {
 		t.Cleanup(func() { os.RemoveAll(m.SocketDir) })
@@ -67,11 +68,11 @@ func TestUnreadableLaunchFileFindsQEMUInTheProcessTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	live, err := l.Inspect(ctx, m)
-	if err != nil || live.State != StateRunning || live.Pid != launch.QEMUPid || !strings.Contains(live.Detail, LaunchFile) {
+	if err != nil || live.State != driver.StateRunning || live.Pid != launch.QEMUPid || !strings.Contains(live.Detail, LaunchFile) {
 		t.Fatalf("with an empty %s: got %+v, %v; want running (pid %d), the file named in the detail", LaunchFile, live, err, launch.QEMUPid)
 	}
 	os.Remove(m.runFile(PidFile))
-	if live, err := l.Inspect(ctx, m); err != nil || live.State != StateRunning || live.Pid != launch.QEMUPid {
+	if live, err := l.Inspect(ctx, m); err != nil || live.State != driver.StateRunning || live.Pid != launch.QEMUPid {
 		t.Fatalf("without the pid file either: got %+v, %v; want running (pid %d)", live, err, launch.QEMUPid)
 	}
 	if err := l.Stop(ctx, m, 5*time.Second); err != nil {
@@ -83,10 +84,10 @@ func TestUnreadableLaunchFileFindsQEMUInTheProcessTable(t *testing.T) {
 	if !waitGone(launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock)), 5*time.Second) {
 		t.Error("virtiofsd still runs after stop")
 	}
-	if log := tailFile(m.QEMULogPath(), 10); !strings.Contains(log, "qmp: system_powerdown") {
+	if log := driver.TailFile(m.QEMULogPath(), 10); !strings.Contains(log, "qmp: system_powerdown") {
 		t.Errorf("stop did not ask the guest to power off over QMP; QEMU's log:\n%s", log)
 	}
-	if live, err := l.Inspect(ctx, m); err != nil || live.State != StateStopped {
+	if live, err := l.Inspect(ctx, m); err != nil || live.State != driver.StateStopped {
 		t.Errorf("after stop: got %+v, %v; want stopped", live, err)
 	}
 }
@@ -103,11 +104,11 @@ func TestUnreadableLaunchFileAfterACrashReadsCrashedAndStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	live, err := l.Inspect(ctx, m)
-	if err != nil || live.State != StateCrashed || !strings.Contains(live.Detail, LaunchFile) {
+	if err != nil || live.State != driver.StateCrashed || !strings.Contains(live.Detail, LaunchFile) {
 		t.Fatalf("got %+v, %v; want crashed, the unreadable %s named in the detail", live, err, LaunchFile)
 	}
 	again := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
-	if live, err := l.Inspect(ctx, m); err != nil || live.State != StateRunning || live.Pid != again.QEMUPid {
+	if live, err := l.Inspect(ctx, m); err != nil || live.State != driver.StateRunning || live.Pid != again.QEMUPid {
 		t.Errorf("after the new start: got %+v, %v", live, err)
 	}
 	if err := l.Stop(ctx, m, 5*time.Second); err != nil {
@@ -134,8 +135,8 @@ func TestStopEndsAVirtiofsdNoRunFileNames(t *testing.T) {
 			if launchFile == "empty" {
 				os.WriteFile(m.runFile(LaunchFile), nil, 0o600)
 			}
-			if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, ErrNotRunning) {
-				t.Errorf("stop: got %v, want ErrNotRunning", err)
+			if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
+				t.Errorf("stop: got %v, want driver.ErrNotRunning", err)
 			}
 			if !waitGone(vfs, isVirtiofsdFor(m.sockFile(VirtiofsdSock)), time.Second) {
 				t.Error("virtiofsd still runs after stop")
@@ -153,8 +154,8 @@ func TestAdoptCompletesAMachineFromItsQEMU(t *testing.T) {
 	if m.SocketDir == m.RunDir {
 		t.Fatalf("socket dir %s: want one outside the run dir", m.SocketDir)
 	}
-	bare := Machine{Name: m.Name, RunDir: m.RunDir, LogsDir: m.LogsDir, SocketDir: m.RunDir, Share: m.Share}
-	if _, pid := Adopt(Machine{RunDir: m.RunDir + "-2", LogsDir: m.LogsDir}); pid != 0 {
+	bare := Machine{Machine: driver.Machine{Name: m.Name, RunDir: m.RunDir, LogsDir: m.LogsDir, Share: m.Share}, SocketDir: m.RunDir}
+	if _, pid := Adopt(Machine{Machine: driver.Machine{RunDir: m.RunDir + "-2", LogsDir: m.LogsDir}}); pid != 0 {
 		t.Errorf("adopted pid %d for a run directory that has no QEMU", pid)
 	}
 	os.Remove(m.runFile(PidFile)) // found in the process table all the same
@@ -165,7 +166,7 @@ func TestAdoptCompletesAMachineFromItsQEMU(t *testing.T) {
 	if err := l.Stop(context.Background(), got, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if log := tailFile(m.QEMULogPath(), 10); !strings.Contains(log, "qmp: system_powerdown") {
+	if log := driver.TailFile(m.QEMULogPath(), 10); !strings.Contains(log, "qmp: system_powerdown") {
 		t.Errorf("stop did not reach QEMU over QMP; its log:\n%s", log)
 	}
 }

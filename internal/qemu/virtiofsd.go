@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
@@ -79,7 +80,7 @@ func (l *Launcher) startVirtiofsd(ctx context.Context, v *Virtiofsd, m Machine) 
 		}
 		select {
 		case <-p.Exited():
-			return 0, fmt.Errorf("virtiofsd exited at once (code %d): %s", p.ExitCode(), tailFile(m.logFile(VirtiofsdLog), 3))
+			return 0, fmt.Errorf("virtiofsd exited at once (code %d): %s", p.ExitCode(), driver.TailFile(m.logFile(VirtiofsdLog), 3))
 		case <-ctx.Done():
 			killVerified(p.Pid(), isVirtiofsdFor(sock))
 			return 0, ctx.Err()
@@ -87,7 +88,7 @@ func (l *Launcher) startVirtiofsd(ctx context.Context, v *Virtiofsd, m Machine) 
 		}
 		if time.Now().After(deadline) {
 			killVerified(p.Pid(), isVirtiofsdFor(sock))
-			return 0, fmt.Errorf("virtiofsd did not create its socket %s within 10s: %s", sock, tailFile(m.logFile(VirtiofsdLog), 3))
+			return 0, fmt.Errorf("virtiofsd did not create its socket %s within 10s: %s", sock, driver.TailFile(m.logFile(VirtiofsdLog), 3))
 		}
 	}
 }

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/nixos"
-	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -35,7 +33,7 @@ type DestroyResult struct {
 // and leaves the VM as it was) or force is set. Nothing outside the VM's
 // directory is ever removed, and the directory never while its QEMU runs:
 // with the record unreadable, QEMU is found from what the run directory
-// still has (see qemu.Adopt).
+// still has (see the driver's Adopt).
 func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*DestroyResult, error) {
 	e, err := m.Find(ctx, name)
 	if err != nil {
@@ -47,12 +45,16 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	}
 	defer lock.Release()
 	res := &DestroyResult{Slug: e.Slug}
-	var mach qemu.Machine
+	d, err := m.driverOf(e.Record)
+	if err != nil {
+		return nil, err
+	}
+	var mach driver.Machine
 	if e.Record == nil {
 		if !force {
 			return nil, fmt.Errorf("the VM directory %s has an unreadable record: %v (hint: agent-vm cannot check it for unsaved work; look inside, then `agent-vm destroy %s --force`)", e.Layout.Dir, e.Err, e.Slug)
 		}
-		mach, _ = qemu.Adopt(unrecordedMachine(e))
+		mach = d.Adopt(ctx, unrecordedMachine(e))
 	} else {
 		res.Branch = e.Record.Branch
 		// A refused destroy changes nothing, so look before stopping; and
@@ -65,7 +67,7 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 		}
 		mach = m.machine(e.Record, e.Layout)
 	}
-	live, err := m.stopMachine(ctx, mach)
+	live, err := m.stopMachine(ctx, d, mach)
 	if err != nil {
 		return nil, destroyStopError(e, live, err)
 	}
@@ -75,7 +77,9 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 			return res, err
 		}
 	}
-	removeSocketDir(e, mach)
+	if err := d.Destroy(ctx, mach); err != nil {
+		return nil, err
+	}
 	// The nix out-links first: should removing the directory stop half way
 	// (it is renamed into .trash, then deleted), they would keep the VM's
 	// system from nix-collect-garbage.
@@ -90,7 +94,7 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 
 // destroyStopError explains a destroy refused because the VM did not stop:
 // its directory, the only handle on its QEMU, was left as it was.
-func destroyStopError(e state.Entry, live qemu.Live, err error) error {
+func destroyStopError(e state.Entry, live driver.Live, err error) error {
 	name := e.Slug
 	if e.Record != nil {
 		name = e.Record.Branch
@@ -119,15 +123,4 @@ func (m *Manager) checkUnsaved(ctx context.Context, e state.Entry) error {
 		return nil
 	}
 	return &UnsavedError{Report: u.Report(ws, e.Record.Branch, e.Slug)}
-}
-
-// removeSocketDir removes a VM's socket directory when it lives outside the
-// VM directory (long state paths, see qemu.SocketDirFor): only ever the one
-// SocketDirFor names for this VM.
-func removeSocketDir(e state.Entry, mach qemu.Machine) {
-	if mach.UUID == "" || mach.SocketDir != qemu.SocketDirFor(mach.RunDir, mach.UUID) ||
-		strings.HasPrefix(mach.SocketDir, e.Layout.Dir+string(filepath.Separator)) {
-		return
-	}
-	_ = os.RemoveAll(mach.SocketDir)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
@@ -52,14 +53,14 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 	}
 	// What Manager.machine makes of the record, less the forwards and
 	// credentials, which the fake does not use.
-	mach := qemu.Machine{Name: rec.VMName, UUID: rec.ID, CPUs: 1, MemoryMiB: 256, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
-		SocketDir: qemu.SocketDirFor(l.RunDir(), rec.ID), Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
+	mach := qemu.Machine{Machine: driver.Machine{Name: rec.VMName, UUID: rec.ID, CPUs: 1, MemoryMiB: 256, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
+		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag}}, SocketDir: qemu.SocketDirFor(l.RunDir(), rec.ID)}
 	exe, env, err := qemutest.Script(stubborn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(qemutest.FakeEnv, "qemu") // for the virtiofsd, which inherits it
-	launch, err := m.Launcher.Start(context.Background(), mach, qemu.Boot{Script: &qemu.Script{Path: exe, Env: env}},
+	launch, err := m.Drivers[qemu.DriverName].(*qemu.Driver).Launcher.Start(context.Background(), mach, qemu.Boot{Script: &qemu.Script{Path: exe, Env: env}},
 		qemu.StartOptions{Accel: "tcg", Virtiofsd: &qemu.Virtiofsd{Path: exe, Rust: true}})
 	if err != nil {
 		t.Fatal(err)

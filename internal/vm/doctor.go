@@ -2,12 +2,12 @@ package vm
 
 import (
 	"context"
+	"maps"
 	"slices"
-	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
-	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
@@ -29,23 +29,20 @@ type DoctorReport struct {
 	VMReady  bool     `json:"vm_ready"` // the default backend can run VMs here
 }
 
-// Doctor checks the host: the programs every VM needs (git, QEMU,
-// virtiofsd), KVM, then each backend's own needs.
+// Doctor checks the host: the programs every VM needs (git, then each
+// driver's: QEMU, virtiofsd), KVM, then each backend's own needs.
 func (m *Manager) Doctor(ctx context.Context) DoctorReport {
 	r := DoctorReport{Backends: []string{}}
 	add := func(c Check) bool { r.Checks = append(r.Checks, c); return c.OK }
 
-	gitOK := add(m.program(ctx, "git", []string{"--version"}, installHint("git")))
-	qemuOK := add(m.program(ctx, m.Launcher.Arch.Binary, []string{"--version"}, installHint(m.Launcher.Arch.Binary)))
-	add(m.program(ctx, "qemu-img", []string{"--version"}, installHint("qemu-img")))
-	if v, err := m.FindVirtiofsd(ctx); err != nil {
-		add(Check{Name: "virtiofsd", Detail: "not found: the workspace is shared over 9p (slower for many small files)", Hint: installHint("virtiofsd")})
-	} else {
-		kind := "QEMU's C virtiofsd"
-		if v.Rust {
-			kind = "the Rust virtiofsd"
+	gitOK := add(driver.CheckProgram(ctx, m.Run, "git", []string{"--version"}, hostpkgs.InstallHint("git")))
+	driverOK := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(m.Drivers)) {
+		checks, ok := m.Drivers[name].Doctor(ctx)
+		for _, c := range checks {
+			add(c)
 		}
-		add(Check{Name: "virtiofsd", OK: true, Detail: v.Path + " (" + kind + ")"})
+		driverOK[name] = ok
 	}
 
 	acc := m.Accel(ctx)
@@ -64,7 +61,7 @@ func (m *Manager) Doctor(ctx context.Context) DoctorReport {
 		for _, c := range rd.Checks {
 			add(c)
 		}
-		if rd.Ready && gitOK && qemuOK {
+		if rd.Ready && gitOK && driverOK[m.Backends[name].Driver()] {
 			r.Backends = append(r.Backends, name)
 		}
 	}
@@ -89,28 +86,4 @@ func (m *Manager) backendNames(first string) []string {
 		names = append([]string{first}, names...)
 	}
 	return names
-}
-
-// installHint says how to get a program: setup, and its package from
-// hostpkgs' list (the one place that names packages).
-func installHint(name string) string {
-	p, err := hostpkgs.Lookup(name)
-	if err != nil {
-		return "install " + name
-	}
-	return "`sudo agent-vm setup` installs it (" + p.PackageHint() + ")"
-}
-
-// program checks that a program runs and reports its version line.
-func (m *Manager) program(ctx context.Context, name string, args []string, hint string) Check {
-	p, err := m.Run.LookPath(name)
-	if err != nil {
-		return Check{Name: name, Detail: "not found", Hint: hint}
-	}
-	res, err := m.Run.Run(ctx, execx.Cmd{Path: p, Args: args})
-	if err != nil {
-		return Check{Name: name, Detail: p + ": " + err.Error(), Hint: hint}
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(res.Stdout)), "\n")
-	return Check{Name: name, OK: true, Detail: p + " (" + line + ")"}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/debian"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -36,12 +37,13 @@ func TestDoctorOnANixOSHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := vm.New(root, fake, hclog.NewNullLogger(), launcher,
+	d := qemu.NewDriver(launcher)
+	d.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, errors.New("none") }
+	m := vm.New(root, fake, hclog.NewNullLogger(), []driver.Driver{d},
 		&debian.Backend{Run: fake, ImageDir: t.TempDir()},
 		&nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }})
 	m.IsNixOS = func() bool { return true }
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
-	m.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, errors.New("none") }
 
 	r := m.Doctor(context.Background())
 	if !r.VMReady || r.Backend != "nixos" || !slices.Equal(r.Backends, []string{"nixos"}) {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -40,13 +40,17 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	if o.Lines <= 0 {
 		o.Lines = 200
 	}
-	console := e.Layout.Log(qemu.ConsoleLog)
+	d, err := m.driverOf(e.Record)
+	if err != nil {
+		return err
+	}
+	console := d.Logs(m.machine(e.Record, e.Layout)).Console
 	running := m.Status(ctx, e, false).State == StateRunning
 	journal := fmt.Sprintf("sudo journalctl -u agent-mcp --no-pager --output=short-iso -n %d", o.Lines)
 	if !o.Follow {
 		fmt.Fprintf(out, "==> serial console (%s) <==\n", console)
 		safe := &prefixWriter{w: out, mu: &sync.Mutex{}}
-		if tail := qemu.TailFile(console, o.Lines); tail != "" {
+		if tail := driver.TailFile(console, o.Lines); tail != "" {
 			fmt.Fprintln(safe, tail)
 		}
 		if !running {
@@ -116,7 +120,7 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 // ctx ends. A file replaced by a new one (a restart rotates the console
 // log) is followed from its start.
 func followFile(ctx context.Context, path string, n int, out io.Writer) error {
-	if tail := qemu.TailFile(path, n); tail != "" {
+	if tail := driver.TailFile(path, n); tail != "" {
 		fmt.Fprintln(out, tail)
 	}
 	f, err := os.Open(path)

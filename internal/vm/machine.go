@@ -5,21 +5,20 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
-	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// machine describes a VM to the launcher, with the MCP token every guest
+// machine describes a VM to its driver, with the MCP token every guest
 // gets (start adds the backend's own credentials).
-func (m *Manager) machine(r *state.Record, l state.Layout) qemu.Machine {
-	sock := qemu.SocketDirFor(l.RunDir(), r.ID)
-	creds := []qemu.Credential{{Name: guest.MCPTokenCredential, File: l.MCPToken()}}
-	return qemu.Machine{
+func (m *Manager) machine(r *state.Record, l state.Layout) driver.Machine {
+	creds := []driver.Credential{{Name: guest.MCPTokenCredential, File: l.MCPToken()}}
+	return driver.Machine{
 		Name: r.VMName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
-		RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: sock,
-		Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag},
-		Forwards: []qemu.Forward{
+		RunDir: l.RunDir(), LogsDir: l.LogsDir(),
+		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag},
+		Forwards: []driver.Forward{
 			{Name: "ssh", Host: r.Ports.SSH, Guest: guest.SSHPort},
 			{Name: "mcp", Host: r.Ports.MCP, Guest: guest.MCPPort},
 		},
@@ -29,11 +28,11 @@ func (m *Manager) machine(r *state.Record, l state.Layout) qemu.Machine {
 
 // unrecordedMachine describes the VM of a directory whose record is
 // unreadable from that directory alone: no uuid, no size, no ports. Enough
-// for qemu.Adopt to find its QEMU and for Stop to end it.
-func unrecordedMachine(e state.Entry) qemu.Machine {
+// for the driver's Adopt to find it and for Stop to end it.
+func unrecordedMachine(e state.Entry) driver.Machine {
 	l := e.Layout
-	return qemu.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(), SocketDir: l.RunDir(),
-		Share: qemu.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
+	return driver.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
+		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
 }
 
 // readToken reads the VM's MCP bearer token.

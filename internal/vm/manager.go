@@ -1,7 +1,8 @@
 // Package vm orchestrates agent-vm's verbs (create, start, stop, status,
 // destroy ...) over the state directory, the git workspace and a small
-// Backend interface that each VM flavour implements. Open is the
-// composition root: the CLI reaches backends, the launcher, images and host
+// Backend interface that each VM flavour implements, and runs the VMs
+// through the driver contract (internal/driver) their backends name. Open is
+// the composition root: the CLI reaches backends, drivers, images and host
 // set-up only through a Manager. docs/ARCHITECTURE.md draws the layers.
 package vm
 
@@ -17,11 +18,11 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/hostca"
 	"github.com/agent-vm/agent-vm/internal/ports"
-	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -47,8 +48,9 @@ type Manager struct {
 	Host func() HostSize
 	// IsNixOS reports whether this host runs NixOS (backend "auto").
 	IsNixOS func() bool
-	// Launcher runs the VMs of every backend.
-	Launcher *qemu.Launcher
+	// Drivers run the VMs, by name; each backend names its own (see
+	// driverOf).
+	Drivers map[string]driver.Driver
 	// Accel decides between KVM and TCG (a cached real probe).
 	Accel func(ctx context.Context) accel.Result
 	// WorkDir is the directory the command runs in: its repository scopes
@@ -57,8 +59,6 @@ type Manager struct {
 	// HostCAs returns the PEM CA certificates the host added to its trust
 	// store, which guests trust too (hostca.Finder outside tests).
 	HostCAs func() ([]string, error)
-	// FindVirtiofsd finds virtiofsd; an error means 9p.
-	FindVirtiofsd func(ctx context.Context) (*qemu.Virtiofsd, error)
 
 	// Set by Open (see Config).
 	cacheDir, imageDir string
@@ -67,15 +67,38 @@ type Manager struct {
 }
 
 // New returns a Manager with the real probes.
-func New(root *state.Root, run execx.Runner, log hclog.Logger, launcher *qemu.Launcher, backends ...backend.Backend) *Manager {
+func New(root *state.Root, run execx.Runner, log hclog.Logger, drivers []driver.Driver, backends ...backend.Backend) *Manager {
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
-		PortFree: ports.Listenable, Now: time.Now, Host: hostSize, IsNixOS: isNixOS, Launcher: launcher, progress: io.Discard,
-		FindVirtiofsd: func(ctx context.Context) (*qemu.Virtiofsd, error) { return qemu.FindVirtiofsd(ctx, run) }}
+		Drivers: map[string]driver.Driver{}, PortFree: ports.Listenable, Now: time.Now, Host: hostSize, IsNixOS: isNixOS,
+		progress: io.Discard}
 	m.HostCAs = m.hostCAs
+	for _, d := range drivers {
+		m.Drivers[d.Name()] = d
+	}
 	for _, b := range backends {
 		m.Backends[b.Name()] = b
 	}
 	return m
+}
+
+// defaultDriver runs the VMs whose backend this build lacks or whose record
+// cannot be read: every backend so far runs on QEMU.
+const defaultDriver = "qemu"
+
+// driverOf returns the driver that runs the VM whose record is r (nil when
+// unreadable): the one its backend names.
+func (m *Manager) driverOf(r *state.Record) (driver.Driver, error) {
+	name := defaultDriver
+	if r != nil {
+		if be, ok := m.Backends[r.Backend]; ok {
+			name = be.Driver()
+		}
+	}
+	d, ok := m.Drivers[name]
+	if !ok {
+		return nil, fmt.Errorf("internal error: this agent-vm has no %q driver", name)
+	}
+	return d, nil
 }
 
 func isNixOS() bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/nixos"
@@ -76,10 +77,11 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 	exe := staticTestBinary(t)
 	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Pinned: nixpkgs,
 		Executable: func() (string, error) { return exe, nil }}
-	m := vm.New(root, fake, hclog.NewNullLogger(), launcher, be)
-	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
 	// A host without virtiofsd: the VM is built for, and given, a 9p share.
-	m.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, fmt.Errorf("no virtiofsd") }
+	d := qemu.NewDriver(launcher)
+	d.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, fmt.Errorf("no virtiofsd") }
+	m := vm.New(root, fake, hclog.NewNullLogger(), []driver.Driver{d}, be)
+	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
 	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func TestNixOSDestroyRemovesTheGCRoots(t *testing.T) {
 	os.WriteFile(filepath.Join(nixpkgs, "nixos", "lib", "eval-config.nix"), nil, 0o644)
 	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Pinned: nixpkgs,
 		Executable: func() (string, error) { return exe, nil }}
-	m := vm.New(root, fake, hclog.NewNullLogger(), launcher, be)
+	m := vm.New(root, fake, hclog.NewNullLogger(), []driver.Driver{qemu.NewDriver(launcher)}, be)
 	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {
 		t.Fatal(err)
 	}

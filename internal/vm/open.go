@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/debian"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
@@ -22,8 +23,8 @@ import (
 
 // Config is what the composition root (Open) needs from the program that
 // runs it: where things live and how to reach the outside world. Open
-// builds everything else (backends, the QEMU launcher, the accelerator
-// probe, the image cache's path), so the CLI knows no backend.
+// builds everything else (backends, the QEMU driver, the accelerator
+// probe, the image cache's path), so the CLI knows no backend or driver.
 type Config struct {
 	StateDir string // required
 	// WorkDir is where the command runs; its repository scopes names
@@ -66,12 +67,12 @@ func Open(c Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := New(root, c.Run, c.Log, launcher)
+	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher)})
 	m.WorkDir = c.WorkDir
 	m.cacheDir = cacheDir(c.Getenv)
 	m.imageDir = imageDir(c.Getenv, m.cacheDir)
 	m.progress, m.getenv = c.Progress, c.Getenv
-	m.Accel = m.probeAccel
+	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {
 		m.Backends[b.Name()] = b
 	}
@@ -134,11 +135,13 @@ func imageDir(getenv func(string) string, cache string) string {
 // ImageDir is where base images are cached.
 func (m *Manager) ImageDir() string { return m.imageDir }
 
-// probeAccel decides between KVM and TCG once per host boot (cached).
-func (m *Manager) probeAccel(ctx context.Context) accel.Result {
-	qemuPath, err := m.Run.LookPath(m.Launcher.Arch.Binary)
+// probeAccel decides between KVM and TCG once per host boot (cached), by
+// running the QEMU binary qemuBin: the accelerator is a QEMU matter, which
+// is why the composition root wires it.
+func (m *Manager) probeAccel(ctx context.Context, qemuBin string) accel.Result {
+	qemuPath, err := m.Run.LookPath(qemuBin)
 	if err != nil {
-		qemuPath = m.Launcher.Arch.Binary
+		qemuPath = qemuBin
 	}
 	kernels, _ := filepath.Glob(filepath.Join(m.imageDir, "*", "vmlinuz*"))
 	kernels = append(kernels, "/run/current-system/kernel")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
-	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -78,8 +78,12 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err := be.CheckStart(r, flags); err != nil {
 		return nil, err
 	}
+	d, err := m.driverOf(r)
+	if err != nil {
+		return nil, err
+	}
 	mach := m.machine(r, l)
-	live, err := m.Launcher.Inspect(ctx, mach)
+	live, err := d.Inspect(ctx, mach)
 	if err != nil {
 		return nil, err
 	}
@@ -90,11 +94,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if acc.Accel == accel.TCG {
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
 	}
-	vfs, err := m.FindVirtiofsd(ctx)
-	share := qemu.ShareVirtiofs
+	share, err := d.Share(ctx)
 	if err != nil {
-		m.Log.Warn("sharing the workspace over 9p", "reason", err)
-		share = qemu.Share9p
+		m.Log.Warn("sharing the workspace over "+string(share), "reason", err)
 	}
 	var cas []string
 	if !r.NoHostCA {
@@ -114,18 +116,18 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
 	o.Report.Report("starting QEMU", 0, "")
-	launch, err := m.Launcher.Start(ctx, mach, plan.Boot, qemu.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
-		Virtiofsd: vfs, NoFallback: plan.FixedShare})
+	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
+		Share: share, FixedShare: plan.FixedShare})
 	if err != nil {
 		return nil, err
 	}
 	res := &StartResult{}
-	if err := m.waitReady(ctx, e, mach, launch, o, plan.Settle, res); err != nil {
+	if err := m.waitReady(ctx, e, d, mach, launch, o, plan.Settle, res); err != nil {
 		if ctx.Err() != nil {
 			// Interrupted: undo the start, without the caller's dead ctx.
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_ = m.Launcher.Stop(sctx, mach, 5*time.Second)
+			_ = d.Stop(sctx, mach, 5*time.Second)
 			return nil, fmt.Errorf("start of %q interrupted; the VM was stopped again: %w", r.Branch, ctx.Err())
 		}
 		return nil, err
@@ -136,7 +138,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 
 // waitReady waits for SSH with the pinned key, then for agent-mcp's health,
 // then runs the backend's settle command.
-func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machine, launch *qemu.Launch, o StartOptions, settle string, res *StartResult) error {
+func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
 	r, l := e.Record, e.Layout
 	timeout := o.Timeout
 	if timeout == 0 {
@@ -147,19 +149,20 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machin
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	wctx, stopWatch := m.watchQEMU(wctx, mach, launch.QEMUPid)
+	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
 	defer stopWatch()
 	began := time.Now()
+	logs := d.Logs(mach)
 	bootErr := func(phase string, err error) error {
 		if errors.Is(context.Cause(wctx), errQEMUGone) {
-			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, mach.QEMULogPath(), qemu.TailFile(mach.QEMULogPath(), 3))
+			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, driver.TailFile(logs.Driver, 3))
 		}
-		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: mach.ConsoleLogPath(), Tail: qemu.TailFile(mach.ConsoleLogPath(), 15)}
+		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}
 	target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)), User: r.Guest.User,
 		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
 	progress := func(elapsed time.Duration, _ error) {
-		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(mach))
+		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(logs.Console))
 	}
 	client, err := sshx.WaitReady(wctx, target, progress)
 	if err != nil {
@@ -170,7 +173,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, mach qemu.Machin
 	}
 	client.Close()
 	res.SSHReady = time.Since(began)
-	if err := qemu.MarkReady(mach, time.Now()); err != nil {
+	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
 	m.Log.Debug("ssh ready", "after", res.SSHReady)
@@ -223,9 +226,9 @@ func (m *Manager) settle(ctx context.Context, target sshx.Target, cmd string, re
 var errQEMUGone = errors.New("QEMU exited during boot")
 
 // watchQEMU returns a context that is cancelled with errQEMUGone when the
-// VM's QEMU exits, so a boot that dies ends the wait at once instead of at
-// the timeout.
-func (m *Manager) watchQEMU(ctx context.Context, mach qemu.Machine, pid int) (context.Context, func()) {
+// VM's QEMU exits (the driver's Running), so a boot that dies ends the wait
+// at once instead of at the timeout.
+func (m *Manager) watchQEMU(ctx context.Context, d driver.Driver, mach driver.Machine, launch *driver.Launch) (context.Context, func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -238,7 +241,7 @@ func (m *Manager) watchQEMU(ctx context.Context, mach qemu.Machine, pid int) (co
 			case <-wctx.Done():
 				return
 			case <-t.C:
-				if !qemu.Running(mach, pid) {
+				if !d.Running(mach, launch) {
 					cancel(errQEMUGone)
 					return
 				}
@@ -250,8 +253,8 @@ func (m *Manager) watchQEMU(ctx context.Context, mach qemu.Machine, pid int) (co
 
 // lastConsoleLine is the guest's latest console output, for progress
 // lines: escaped, without colours, at most 120 characters.
-func lastConsoleLine(mach qemu.Machine) string {
-	line := []rune(strings.TrimSpace(termsafe.Line(qemu.TailFile(mach.ConsoleLogPath(), 1))))
+func lastConsoleLine(console string) string {
+	line := []rune(strings.TrimSpace(termsafe.Line(driver.TailFile(console, 1))))
 	if len(line) > 120 {
 		return string(line[:120]) + "…"
 	}

@@ -11,20 +11,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
-	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// VM states as users see them: the launcher's states plus "starting"
+// VM states as users see them: the driver's states plus "starting"
 // (QEMU runs, the guest's sshd does not answer yet) and "invalid" (the
 // record cannot be read).
 const (
-	StateStopped  = qemu.StateStopped
+	StateStopped  = driver.StateStopped
 	StateStarting = "starting"
-	StateRunning  = qemu.StateRunning
-	StatePaused   = qemu.StatePaused
-	StateCrashed  = qemu.StateCrashed
+	StateRunning  = driver.StateRunning
+	StatePaused   = driver.StatePaused
+	StateCrashed  = driver.StateCrashed
 	StateInvalid  = "invalid"
 )
 
@@ -53,7 +53,7 @@ type Info struct {
 	Paths         PathsInfo       `json:"paths"`
 	Git           state.Git       `json:"git"`
 	HostCA        bool            `json:"host_ca"` // the guest trusts the host's added CA certificates
-	Error         string          `json:"error"` // set for invalid records
+	Error         string          `json:"error"`   // set for invalid records
 }
 
 // Health is agent-mcp's answer on /health through the forwarded port.
@@ -102,14 +102,20 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
-		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace(), ConsoleLog: l.Log(qemu.ConsoleLog)},
+		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
 		Agent: Health{State: "unknown"},
 	}
 	if tok, err := readToken(l); err == nil {
 		info.MCP.Token = tok
 	}
+	d, err := m.driverOf(r)
+	if err != nil {
+		info.State, info.Detail = StateInvalid, err.Error()
+		return info
+	}
 	mach := m.machine(r, l)
-	live, err := m.Launcher.Inspect(ctx, mach)
+	info.Paths.ConsoleLog = d.Logs(mach).Console
+	live, err := d.Inspect(ctx, mach)
 	if err != nil {
 		info.State, info.Detail = StateInvalid, err.Error()
 		return info

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
-	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -16,7 +16,7 @@ type StopResult struct {
 	Was    string // the state before stopping
 }
 
-// Stop shuts a VM down cleanly (see qemu.Launcher.Stop).
+// Stop shuts a VM down cleanly (see driver.Driver's Stop).
 func (m *Manager) Stop(ctx context.Context, name string) (*StopResult, error) {
 	e, lock, err := m.lockedEntry(ctx, name)
 	if err != nil {
@@ -33,15 +33,18 @@ func (m *Manager) Stop(ctx context.Context, name string) (*StopResult, error) {
 // stopLocked stops the VM of e (the caller holds its lock) and returns the
 // state it was in.
 func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (string, error) {
-	mach := m.machine(e.Record, e.Layout)
-	live, err := m.stopMachine(ctx, mach)
+	d, err := m.driverOf(e.Record)
+	if err != nil {
+		return "", err
+	}
+	live, err := m.stopMachine(ctx, d, m.machine(e.Record, e.Layout))
 	return live.State, err
 }
 
 // stopMachine stops a VM (the caller holds its lock) and returns what it
 // found before stopping it.
-func (m *Manager) stopMachine(ctx context.Context, mach qemu.Machine) (qemu.Live, error) {
-	live, err := m.Launcher.Inspect(ctx, mach)
+func (m *Manager) stopMachine(ctx context.Context, d driver.Driver, mach driver.Machine) (driver.Live, error) {
+	live, err := d.Inspect(ctx, mach)
 	if err != nil {
 		return live, err
 	}
@@ -49,8 +52,8 @@ func (m *Manager) stopMachine(ctx context.Context, mach qemu.Machine) (qemu.Live
 	if live.Launch != nil && live.Launch.Accel == accel.TCG {
 		grace = 90 * time.Second
 	}
-	err = m.Launcher.Stop(ctx, mach, grace)
-	if errors.Is(err, qemu.ErrNotRunning) {
+	err = d.Stop(ctx, mach, grace)
+	if errors.Is(err, driver.ErrNotRunning) {
 		return live, nil
 	}
 	return live, err

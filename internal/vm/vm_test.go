@@ -29,6 +29,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/debian"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
@@ -63,7 +64,7 @@ func plainManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return vm.New(root, execx.OS{}, log, launcher)
+	return vm.New(root, execx.OS{}, log, []driver.Driver{qemu.NewDriver(launcher)})
 }
 
 // newManager wires the real orchestration with the qemu backend.
@@ -116,7 +117,7 @@ func create(t *testing.T, m *vm.Manager, branch string) state.Entry {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if t.Failed() {
-			t.Logf("serial console of %s:\n%s", branch, qemu.TailFile(e.Layout.Log(qemu.ConsoleLog), 40))
+			t.Logf("serial console of %s:\n%s", branch, driver.TailFile(e.Layout.Log(qemu.ConsoleLog), 40))
 		}
 		m.Stop(ctx, branch)
 	})

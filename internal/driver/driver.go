@@ -1,0 +1,123 @@
+// Package driver is the contract between the orchestration (internal/vm)
+// and the ways agent-vm runs machines: how a machine runs, as opposed to
+// what its guest is (a backend, internal/backend). A backend prepares a
+// guest (disks, seed, nix build) and says how to boot it; a driver boots
+// it, watches it and stops it. internal/qemu implements it today (the QEMU
+// launcher, for the Debian and NixOS backends); Vagrant, which owns its
+// machines' whole lifecycle, is to be the second (issue 15).
+//
+// What each verb guarantees:
+//   - Inspect reads a machine's live state from the host side only (process
+//     table, the driver's own run files and control channels), never from
+//     the guest, so it is fast and answers for a guest that hangs.
+//   - Start launches a machine per a plan and returns once it is launched
+//     (for QEMU: once it answers on QMP); the guest boots after that and
+//     the caller waits for it (SSH, agent-mcp). A failed Start leaves
+//     nothing of itself running; a machine already alive is ErrRunning.
+//   - Stop shuts a machine down cleanly (the guest powers off), and after
+//     grace forces it; ErrNotRunning when there was nothing to stop (what
+//     a crash left is cleared all the same).
+//   - Suspend and Resume keep a machine's memory across a stop; a driver
+//     that cannot answers ErrUnsupported (QEMU, until issue 16).
+//   - Adopt completes a machine whose record is lost (no uuid) from what
+//     still runs in its run directory, so Stop and Destroy reach it.
+//   - MarkReady records that the guest of the current launch came up, and
+//     Running tells whether a launched process is still that machine (the
+//     boot watch), never mistaking a recycled pid for it.
+//   - Destroy removes what the driver keeps for a stopped machine outside
+//     its run and log directories.
+//   - Logs names the log files: the guest's console and the driver's own.
+//   - Share says which workspace share a start would attach on this host,
+//     so the backend prepares its guest for it before Start; Doctor checks
+//     the programs the driver needs.
+//
+// Driver-neutral: the machine description (Machine), its states, Live,
+// Launch and the workspace share modes, all here. Driver-specific: the boot
+// plan (Boot), what Adopt learnt (Machine.Adopted, opaque to the caller),
+// and everything behind the verbs (QEMU's command line, virtiofsd, QMP,
+// socket directories stay in internal/qemu). The accelerator (KVM or TCG)
+// is chosen by the caller and passed in StartOptions.
+//
+// How a plan travels: a backend names the driver it needs (Backend.Driver)
+// and its Plan carries a Boot, a value of that driver's own plan type
+// (qemu.Boot: a QEMU command line or a run script; for Vagrant it will be a
+// Vagrantfile). The named driver type-checks it in Start and refuses a plan
+// of another driver with an error naming both. A neutral plan type would be
+// the union of every driver's (argv and disks mean nothing to Vagrant, a
+// Vagrantfile nothing to QEMU), and generics cannot help: vm holds drivers
+// of different plan types side by side. Boot is an interface with one
+// method, rather than any, so that a plan says which driver it is for.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Driver runs machines. Every verb takes the machine's description; a
+// driver keeps no state between calls other than its run files.
+type Driver interface {
+	// Name is the driver's name, as backends name it: "qemu".
+	Name() string
+	// Doctor checks the programs this driver needs on this host; ok is
+	// false when it cannot run machines here.
+	Doctor(ctx context.Context) (checks []Check, ok bool)
+	// Share says how this host would share the workspace into a machine
+	// started now, and why it is not the best mode when it is not (err).
+	// The backend prepares its guest for that mode before Start.
+	Share(ctx context.Context) (mode ShareMode, err error)
+
+	Inspect(ctx context.Context, m Machine) (Live, error)
+	Start(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
+	Stop(ctx context.Context, m Machine, grace time.Duration) error
+	Suspend(ctx context.Context, m Machine) error
+	Resume(ctx context.Context, m Machine) error
+	Adopt(ctx context.Context, m Machine) Machine
+	Destroy(ctx context.Context, m Machine) error
+
+	// MarkReady records that the guest of the current launch is up (the
+	// time Launch.ReadyAt reports).
+	MarkReady(m Machine, at time.Time) error
+	// Running reports whether the machine launched as l still runs.
+	Running(m Machine, l *Launch) bool
+	Logs(m Machine) Logs
+}
+
+// Boot is a driver-specific boot plan (see the package doc).
+type Boot interface {
+	// DriverName names the driver that runs this plan.
+	DriverName() string
+}
+
+// StartOptions are the driver-neutral choices of one start.
+type StartOptions struct {
+	Accel       string // "kvm" or "tcg"
+	AccelReason string
+	// Share is the mode Share answered, which the backend prepared for.
+	Share ShareMode
+	// FixedShare: the guest mounts exactly Share, so the driver must fail
+	// rather than fall back to another mode.
+	FixedShare bool
+}
+
+// Errors the verbs return (wrapped).
+var (
+	ErrRunning     = errors.New("already running")
+	ErrNotRunning  = errors.New("not running")
+	ErrUnsupported = errors.New("not supported by this driver")
+)
+
+// Check is one thing doctor looked at.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+// Logs are a machine's log files on the host.
+type Logs struct {
+	Console string // the guest's serial console
+	Driver  string // the driver's own messages (QEMU's)
+}

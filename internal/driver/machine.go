@@ -1,0 +1,92 @@
+package driver
+
+import "time"
+
+// Machine is what a driver needs to know about one machine.
+type Machine struct {
+	Name        string // "agent-vm-<slug>"
+	UUID        string // unique per machine; "" when its record is lost (see Adopt)
+	CPUs        int
+	MemoryMiB   int
+	RunDir      string       // the driver's run files: pids, markers, sockets
+	LogsDir     string       // the console log and the driver's own logs
+	Share       Share        // the workspace
+	Forwards    []Forward    // host 127.0.0.1 ports to guest ports
+	Credentials []Credential // secrets handed to the guest as files
+	// Adopted is what Adopt learnt from the running machine that the rest
+	// does not say (for QEMU: its socket directory). It belongs to the
+	// driver; callers pass it back unchanged. nil unless adopted.
+	Adopted any
+}
+
+// Share is a host directory shared into the guest.
+type Share struct {
+	Source string // host directory
+	Tag    string // mount tag in the guest
+}
+
+// Forward forwards 127.0.0.1:Host on the host to Guest in the guest.
+type Forward struct {
+	Name  string // "ssh", "mcp": for messages
+	Host  int
+	Guest int
+}
+
+// Credential is a file handed to the guest as the systemd credential Name.
+// The driver passes the file, never its content on a command line.
+type Credential struct {
+	Name string
+	File string
+}
+
+// ShareMode is how the workspace reaches the guest.
+type ShareMode string
+
+// Share modes.
+const (
+	ShareVirtiofs ShareMode = "virtiofs"
+	Share9p       ShareMode = "9p"
+)
+
+// States a machine can be in, as far as its driver can tell from the host.
+const (
+	StateStopped = "stopped" // not running, shut down cleanly (or never started)
+	StateRunning = "running"
+	StatePaused  = "paused"
+	StateCrashed = "crashed" // process gone without a clean shutdown
+)
+
+// Live is a machine's live state (see Driver.Inspect).
+type Live struct {
+	State  string
+	Detail string // e.g. "guest powered itself off", "QMP did not answer"
+	Pid    int
+	Launch *Launch // what the last start recorded; nil if never started
+	// LaunchErr is why the driver's record of the last start, which
+	// exists, could not be read (then Launch is nil).
+	LaunchErr error
+}
+
+// Alive reports whether the machine's process exists.
+func (lv Live) Alive() bool { return lv.State == StateRunning || lv.State == StatePaused }
+
+// Uptime is how long the machine has been running.
+func (lv Live) Uptime(now time.Time) time.Duration {
+	if !lv.Alive() || lv.Launch == nil {
+		return 0
+	}
+	return now.Sub(lv.Launch.StartedAt).Truncate(time.Second)
+}
+
+// Launch is what a start recorded about a running machine.
+type Launch struct {
+	Pid         int // the machine's process (QEMU)
+	SharePid    int // the process serving the workspace share (virtiofsd); 0 for none
+	Accel       string
+	AccelReason string
+	Share       ShareMode
+	StartedAt   time.Time
+	// ReadyAt is when the guest first answered after this start (see
+	// MarkReady); nil while it boots.
+	ReadyAt *time.Time
+}

@@ -1,0 +1,184 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+)
+
+// DriverName is the name backends give the QEMU driver.
+const DriverName = "qemu"
+
+// DriverName says that a Boot is the QEMU driver's plan.
+func (Boot) DriverName() string { return DriverName }
+
+// Driver is the QEMU launcher behind the driver contract: it turns the
+// neutral machine description into the launcher's (adding the socket
+// directory) and the launcher's results into the neutral ones.
+type Driver struct {
+	Launcher *Launcher
+	// FindVirtiofsd finds virtiofsd; an error means 9p.
+	FindVirtiofsd func(ctx context.Context) (*Virtiofsd, error)
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// NewDriver returns the driver over l, finding virtiofsd with l's runner.
+func NewDriver(l *Launcher) *Driver {
+	return &Driver{Launcher: l, FindVirtiofsd: func(ctx context.Context) (*Virtiofsd, error) { return FindVirtiofsd(ctx, l.Run) }}
+}
+
+// Name is "qemu".
+func (d *Driver) Name() string { return DriverName }
+
+// adopted is what Adopt learnt (driver.Machine.Adopted): where the running
+// QEMU's sockets are.
+type adopted struct{ socketDir string }
+
+// machine is m as the launcher sees it: with its socket directory, which is
+// the run directory when the uuid is unknown (see Adopt).
+func (d *Driver) machine(m driver.Machine) Machine {
+	if a, ok := m.Adopted.(adopted); ok {
+		return Machine{Machine: m, SocketDir: a.socketDir}
+	}
+	if m.UUID == "" {
+		return Machine{Machine: m, SocketDir: m.RunDir}
+	}
+	return Machine{Machine: m, SocketDir: SocketDirFor(m.RunDir, m.UUID)}
+}
+
+// Doctor checks QEMU, qemu-img and virtiofsd (optional: without it the
+// workspace is shared over 9p). ok is whether QEMU runs.
+func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
+	bin := d.Launcher.Arch.Binary
+	checks := []driver.Check{
+		driver.CheckProgram(ctx, d.Launcher.Run, bin, []string{"--version"}, hostpkgs.InstallHint(bin)),
+		driver.CheckProgram(ctx, d.Launcher.Run, "qemu-img", []string{"--version"}, hostpkgs.InstallHint("qemu-img")),
+	}
+	if v, err := d.FindVirtiofsd(ctx); err != nil {
+		checks = append(checks, driver.Check{Name: "virtiofsd", Detail: "not found: the workspace is shared over 9p (slower for many small files)", Hint: hostpkgs.InstallHint("virtiofsd")})
+	} else {
+		kind := "QEMU's C virtiofsd"
+		if v.Rust {
+			kind = "the Rust virtiofsd"
+		}
+		checks = append(checks, driver.Check{Name: "virtiofsd", OK: true, Detail: v.Path + " (" + kind + ")"})
+	}
+	return checks, checks[0].OK
+}
+
+// Share is virtiofs when virtiofsd is found, else 9p (err says why).
+func (d *Driver) Share(ctx context.Context) (driver.ShareMode, error) {
+	if _, err := d.FindVirtiofsd(ctx); err != nil {
+		return driver.Share9p, err
+	}
+	return driver.ShareVirtiofs, nil
+}
+
+// Inspect reads the VM's state from its pid and QMP (Launcher.Inspect).
+func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, error) {
+	lv, err := d.Launcher.Inspect(ctx, d.machine(m))
+	if err != nil {
+		return driver.Live{}, err
+	}
+	return driver.Live{State: lv.State, Detail: lv.Detail, Pid: lv.Pid, Launch: lv.Launch.neutral(), LaunchErr: lv.LaunchErr}, nil
+}
+
+// Start runs a Boot (Launcher.Start), with virtiofsd when o.Share is
+// virtiofs. Any other plan is refused.
+func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
+	boot, ok := b.(Boot)
+	if !ok {
+		return nil, fmt.Errorf("internal error: the qemu driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", driverOf(b), b)
+	}
+	so := StartOptions{Accel: o.Accel, AccelReason: o.AccelReason, NoFallback: o.FixedShare}
+	if o.Share == driver.ShareVirtiofs {
+		v, err := d.FindVirtiofsd(ctx)
+		switch {
+		case err != nil && o.FixedShare:
+			return nil, fmt.Errorf("sharing the workspace: %w", err)
+		case err != nil:
+			d.Launcher.Log.Warn("sharing the workspace over 9p", "reason", err)
+		}
+		so.Virtiofsd = v
+	}
+	launch, err := d.Launcher.Start(ctx, d.machine(m), boot, so)
+	if err != nil {
+		return nil, err
+	}
+	return launch.neutral(), nil
+}
+
+func driverOf(b driver.Boot) string {
+	if b == nil {
+		return ""
+	}
+	return b.DriverName()
+}
+
+// Stop shuts the VM down (Launcher.Stop).
+func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration) error {
+	return d.Launcher.Stop(ctx, d.machine(m), grace)
+}
+
+// Suspend is not implemented for QEMU yet (issue 16).
+func (d *Driver) Suspend(ctx context.Context, m driver.Machine) error {
+	return fmt.Errorf("suspending %s: the qemu driver: %w", m.Name, driver.ErrUnsupported)
+}
+
+// Resume is not implemented for QEMU yet (issue 16).
+func (d *Driver) Resume(ctx context.Context, m driver.Machine) error {
+	return fmt.Errorf("resuming %s: the qemu driver: %w", m.Name, driver.ErrUnsupported)
+}
+
+// Adopt completes m from the QEMU running in its run directory (see the
+// function Adopt); m is returned as it was when none runs.
+func (d *Driver) Adopt(ctx context.Context, m driver.Machine) driver.Machine {
+	am, pid := Adopt(d.machine(m))
+	if pid == 0 {
+		return m
+	}
+	out := am.Machine
+	out.Adopted = adopted{socketDir: am.SocketDir}
+	return out
+}
+
+// Destroy removes the VM's socket directory when it lives outside the run
+// directory (long state paths, see SocketDirFor): only ever the one
+// SocketDirFor names for this VM. It is best effort; nothing else is kept
+// outside the VM's directories.
+func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
+	sock := d.machine(m).SocketDir
+	if m.UUID == "" || sock != SocketDirFor(m.RunDir, m.UUID) || sock == m.RunDir {
+		return nil
+	}
+	_ = os.RemoveAll(sock)
+	return nil
+}
+
+// MarkReady records that the guest of the current launch is up.
+func (d *Driver) MarkReady(m driver.Machine, at time.Time) error { return MarkReady(d.machine(m), at) }
+
+// Running reports whether the QEMU launched as l still runs.
+func (d *Driver) Running(m driver.Machine, l *driver.Launch) bool {
+	return l != nil && Running(d.machine(m), l.Pid)
+}
+
+// Logs are the serial console and QEMU's own log.
+func (d *Driver) Logs(m driver.Machine) driver.Logs {
+	qm := d.machine(m)
+	return driver.Logs{Console: qm.ConsoleLogPath(), Driver: qm.QEMULogPath()}
+}
+
+// neutral is the launch as the driver contract reports it.
+func (l *Launch) neutral() *driver.Launch {
+	if l == nil {
+		return nil
+	}
+	return &driver.Launch{Pid: l.QEMUPid, SharePid: l.VirtiofsdPid, Accel: l.Accel, AccelReason: l.AccelReason,
+		Share: l.Share, StartedAt: l.StartedAt, ReadyAt: l.ReadyAt}
+}
