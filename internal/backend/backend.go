@@ -21,6 +21,10 @@ type Backend interface {
 	// Driver names the driver that runs this backend's VMs (and whose
 	// plan type Plan.Boot is): "qemu".
 	Driver() string
+	// Release undoes, before the VM's directory is removed, what the backend
+	// made that would outlive the directory half-removed (nixos: the
+	// GC-root out-links, so nix may collect the VM's system).
+	Release(l state.Layout) error
 	// ImagesInUse lists the cached image files the VM in l depends on, so
 	// `image prune` keeps them.
 	ImagesInUse(l state.Layout) []string

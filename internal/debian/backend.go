@@ -299,6 +299,10 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 	return cloudinit.WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, cloudinit.SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
 }
 
+// Release implements backend.Backend: a Debian VM has nothing outside its
+// directory to let go of first.
+func (b *Backend) Release(state.Layout) error { return nil }
+
 // ImagesInUse implements backend.Backend: the base image the VM's disk was
 // made on (none before its first start).
 func (b *Backend) ImagesInUse(l state.Layout) []string {

@@ -108,6 +108,15 @@ func (b *Backend) Doctor(ctx context.Context) backend.Readiness {
 	return backend.Readiness{Ready: true, Checks: []backend.Check{{Name: "nix (nixos backend)", OK: true, Detail: nix}}}
 }
 
+// Release implements backend.Backend: the out-links that keep the VM's
+// system from nix-collect-garbage go before the directory.
+func (b *Backend) Release(l state.Layout) error {
+	if err := RemoveGCRoots(l.Dir); err != nil {
+		return fmt.Errorf("removing the VM's nix GC roots: %w", err)
+	}
+	return nil
+}
+
 // ImagesInUse implements backend.Backend: a NixOS VM's disk is its own,
 // built by nix; it uses no cached image.
 func (b *Backend) ImagesInUse(state.Layout) []string { return nil }

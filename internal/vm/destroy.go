@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"os"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/gitws"
-	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -80,11 +80,13 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	if err := d.Destroy(ctx, mach); err != nil {
 		return nil, err
 	}
-	// The nix out-links first: should removing the directory stop half way
-	// (it is renamed into .trash, then deleted), they would keep the VM's
-	// system from nix-collect-garbage.
-	if err := nixos.RemoveGCRoots(e.Layout.Dir); err != nil {
-		return nil, fmt.Errorf("removing the VM's nix GC roots: %w", err)
+	// What a backend made that would outlive a half-removed directory goes
+	// first (the directory is renamed into .trash, then deleted). With an
+	// unreadable record every backend releases what it may have made.
+	for _, be := range m.backendsOf(e) {
+		if err := be.Release(e.Layout); err != nil {
+			return nil, fmt.Errorf("releasing what the %s backend made for VM %s: %w", be.Name(), e.Slug, err)
+		}
 	}
 	if err := m.Root.Remove(e.Slug); err != nil {
 		return nil, err
@@ -123,4 +125,19 @@ func (m *Manager) checkUnsaved(ctx context.Context, e state.Entry) error {
 		return nil
 	}
 	return &UnsavedError{Report: u.Report(ws, e.Record.Branch, e.Slug)}
+}
+
+// backendsOf is the backend of e's VM, or every backend when its record
+// cannot say which.
+func (m *Manager) backendsOf(e state.Entry) []backend.Backend {
+	if e.Record != nil {
+		if be, ok := m.Backends[e.Record.Backend]; ok {
+			return []backend.Backend{be}
+		}
+	}
+	var all []backend.Backend
+	for _, name := range m.backendNames("") {
+		all = append(all, m.Backends[name])
+	}
+	return all
 }

@@ -9,16 +9,20 @@ import (
 	"testing"
 )
 
-// TestOnlyOpenKnowsQEMU keeps the driver seam: the orchestration runs
-// machines through internal/driver, and only the composition root (open.go)
-// imports the QEMU driver, to build it. Tests may reach it (fakes).
-func TestOnlyOpenKnowsQEMU(t *testing.T) {
-	const qemuPkg = "github.com/agent-vm/agent-vm/internal/qemu"
+// TestOnlyOpenKnowsDriversAndBackends keeps both seams: the orchestration
+// runs machines through internal/driver and guests through
+// internal/backend; only the composition root (open.go) imports the QEMU
+// driver and the backends, to build them. Tests may reach them (fakes).
+func TestOnlyOpenKnowsDriversAndBackends(t *testing.T) {
+	const module = "github.com/agent-vm/agent-vm/internal/"
+	concrete := map[string]bool{module + "qemu": true, module + "qmp": true, module + "debian": true,
+		module + "nixos": true, module + "cloudinit": true}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := 0
+	openImports := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -27,21 +31,19 @@ func TestOnlyOpenKnowsQEMU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		imports := false
 		for _, imp := range parsed.Imports {
-			if p, _ := strconv.Unquote(imp.Path.Value); p == qemuPkg {
-				imports = true
+			p, _ := strconv.Unquote(imp.Path.Value)
+			switch {
+			case !concrete[p]:
+			case f == "open.go":
+				openImports++
+			default:
+				t.Errorf("%s imports %s; use the contracts (internal/driver, internal/backend), and build drivers and backends in open.go", f, p)
 			}
-		}
-		switch {
-		case f == "open.go" && !imports:
-			t.Errorf("open.go no longer imports %s: if the QEMU driver is built elsewhere now, update this test", qemuPkg)
-		case f != "open.go" && imports:
-			t.Errorf("%s imports %s; use the driver contract (internal/driver), and build drivers in open.go", f, qemuPkg)
 		}
 		seen++
 	}
-	if seen < 10 {
-		t.Fatalf("looked at %d files only, so the check proves nothing", seen)
+	if seen < 10 || openImports < 3 {
+		t.Fatalf("looked at %d files, and open.go builds %d concrete drivers/backends: the check proves nothing", seen, openImports)
 	}
 }
