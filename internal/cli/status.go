@@ -70,6 +70,7 @@ func printStatus(w io.Writer, i vm.Info) {
 		fmt.Fprintf(w, "token:      %s (`agent-vm mcp-config %s` prints a client entry)\n", i.MCP.Token, i.Slug)
 	}
 	fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
+	fmt.Fprintf(w, "repo:       %s\n", termsafe.String(i.Git.Source))
 	fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, vm.HumanMiB(i.Resources.MemoryMiB), i.Resources.DiskGiB)
 	fmt.Fprintf(w, "created:    %s\n", i.CreatedAt.Local().Format(time.RFC3339))
 }
