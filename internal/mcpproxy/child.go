@@ -165,7 +165,9 @@ func (c *child) writeStdin() {
 				return
 			}
 		}
-		if closed && len(items) == 0 {
+		if closed {
+			// Nothing comes after a close, and its wake-up may already have
+			// been spent on the lines just written: waiting would hang.
 			return
 		}
 		<-c.in.ready
