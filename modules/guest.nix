@@ -282,6 +282,18 @@ in
       '';
     };
 
+    guidance = lib.mkOption {
+      type = lib.types.str;
+      default = "";
+      description = ''
+        A note that tells coding agents where they are (agent-vm writes it:
+        the branch, /workspace, sudo, the forwarded ports, not to push),
+        linked into the user's home as ~/.claude/CLAUDE.md,
+        ~/.codex/AGENTS.md, ~/.gemini/GEMINI.md and ~/AGENTS.md. Empty
+        writes none.
+      '';
+    };
+
     launcher = lib.mkOption {
       type = lib.types.attrs;
       readOnly = true;
@@ -455,6 +467,19 @@ in
     };
     security.sudo.wheelNeedsPassword = false;
     environment.systemPackages = [ pkgs.git ];
+
+    # The guidance note: the directories are the user's (agents keep their
+    # own files there), the notes are links into the store.
+    systemd.tmpfiles.rules = lib.mkIf (cfg.guidance != "") (
+      let
+        home = config.users.users.${userName}.home;
+        note = pkgs.writeText "agent-vm-guidance.md" cfg.guidance;
+        files = [ ".claude/CLAUDE.md" ".codex/AGENTS.md" ".gemini/GEMINI.md" "AGENTS.md" ];
+        dirs = lib.unique (lib.filter (d: d != ".") (map builtins.dirOf files));
+      in
+      map (d: "d ${home}/${d} 0755 ${userName} ${groupName} -") dirs
+      ++ map (f: "L+ ${home}/${f} - - - - ${note}") files
+    );
 
     services.openssh = {
       enable = true;

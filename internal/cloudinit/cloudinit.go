@@ -98,6 +98,10 @@ type Config struct {
 	// MACAddress is the MAC of the guest's virtio NIC; empty means
 	// DefaultMACAddress.
 	MACAddress string
+	// Guidance is the note that tells agents where they are
+	// (guest.Guidance), written to each of guest.GuidanceFiles in dev's
+	// home on the first boot. Empty writes none.
+	Guidance string
 	// CACerts are PEM CA certificates the guest trusts besides its own
 	// bundle (the host's added ones, see internal/hostca), installed by
 	// cloud-init's ca_certs module on the first boot.

@@ -6,6 +6,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -19,6 +22,7 @@ var guestFS embed.FS
 
 // Paths in the guest.
 const (
+	homeDir               = "/home/" + UserName
 	libDir                = "/usr/local/lib/agent-vm"
 	unitDir               = "/etc/systemd/system"
 	etcDir                = "/etc/agent-vm"
@@ -132,6 +136,8 @@ type writeFile struct {
 	Permissions string `json:"permissions"`
 	Encoding    string `json:"encoding,omitempty"`
 	Content     string `json:"content"`
+	// Defer writes the file in the final stage, once dev exists.
+	Defer bool `json:"defer,omitempty"`
 }
 
 func renderUserData(c Config) ([]byte, error) {
@@ -157,7 +163,7 @@ func renderUserData(c Config) ([]byte, error) {
 				"--property=After=cloud-init.service", "--description=agent-vm: enable and start the agent-vm units",
 				"/bin/sh", "-c", "systemctl enable " + strings.Join(units, " ") + " && systemctl start --no-block " + mcpUnit},
 		},
-		WriteFiles: files,
+		WriteFiles: append(files, guidanceFiles(c)...),
 		Users: []user{{
 			Name:              UserName,
 			UID:               c.UID,
@@ -173,14 +179,15 @@ func renderUserData(c Config) ([]byte, error) {
 		SSHGenKeyTypes: []string{"ed25519"},
 		SSHKeys:        sshKeys{Ed25519Private: c.HostKey.Private, Ed25519Public: c.HostKey.Public},
 		CACerts:        trusted(c.CACerts),
-		Runcmd: [][]string{
+		Runcmd: slices.Concat([][]string{
 			append([]string{libDir + "/ensure-packages"}, append(AgentPackages(), c.ExtraPackages...)...),
+		}, guidanceOwner(c), [][]string{
 			// Idempotent; covers a bootcmd that could not start them.
 			append([]string{"systemctl", "enable", "--now", "--no-block"}, units...),
 			// Later boots skip cloud-init (~20 s under TCG); see the package
 			// documentation for provisioning again.
 			{"touch", cloudInitDisabledFile},
-		},
+		}),
 	}
 	return marshal(ud)
 }
@@ -251,4 +258,33 @@ func trusted(pems []string) *caCerts {
 		return nil
 	}
 	return &caCerts{Trusted: pems}
+}
+
+// guidanceFiles are the guidance notes in dev's home, written once dev
+// exists (deferred).
+func guidanceFiles(c Config) []writeFile {
+	if c.Guidance == "" {
+		return nil
+	}
+	var out []writeFile
+	for _, f := range guest.GuidanceFiles {
+		out = append(out, writeFile{Path: homeDir + "/" + f, Owner: UserName + ":" + UserName, Permissions: "0644",
+			Content: c.Guidance, Defer: true})
+	}
+	return out
+}
+
+// guidanceOwner gives dev the directories write_files made (as root) for
+// the guidance notes, so the agents can keep their own files there.
+func guidanceOwner(c Config) [][]string {
+	if c.Guidance == "" {
+		return nil
+	}
+	cmd := []string{"chown", UserName + ":" + UserName}
+	for _, f := range guest.GuidanceFiles {
+		if d := path.Dir(f); d != "." {
+			cmd = append(cmd, homeDir+"/"+d)
+		}
+	}
+	return [][]string{cmd}
 }

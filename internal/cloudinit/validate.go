@@ -13,6 +13,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/agent-vm/agent-vm/modules"
 )
@@ -54,6 +55,7 @@ func (c Config) Validate() error {
 	add(validatePackages(c.ExtraPackages))
 	add(validateMAC(c.MACAddress))
 	add(validateCACerts(c.CACerts))
+	add(validateGuidance(c.Guidance))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid cloud-init config: %w", err)
 	}
@@ -302,6 +304,17 @@ func validateCACerts(pems []string) error {
 		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
 			return fmt.Errorf("CA certificate %d: %w", i+1, err)
 		}
+	}
+	return nil
+}
+
+// validateGuidance keeps the guidance note a short text file.
+func validateGuidance(g string) error {
+	switch {
+	case len(g) > 16<<10:
+		return fmt.Errorf("guidance is %d bytes, more than 16 KiB", len(g))
+	case !utf8.ValidString(g) || strings.ContainsRune(g, 0):
+		return errors.New("guidance is not text (invalid UTF-8 or a NUL byte)")
 	}
 	return nil
 }

@@ -6,6 +6,8 @@
 // here, so they cannot drift apart.
 package guest
 
+import "fmt"
+
 const (
 	// User is the guest's login user; it runs the agent and agent-mcp.
 	User = "dev"
@@ -30,3 +32,40 @@ const (
 	// Nix store).
 	HostKeyCredential = "agent-vm.ssh-host-key"
 )
+
+// GuidanceFiles are where agents look for the user's own instructions,
+// relative to User's home: Claude Code, Codex, Gemini CLI, and a plain
+// AGENTS.md. Each gets the same text (Guidance).
+var GuidanceFiles = []string{".claude/CLAUDE.md", ".codex/AGENTS.md", ".gemini/GEMINI.md", "AGENTS.md"}
+
+// GuidanceInfo is what the guidance says about one VM.
+type GuidanceInfo struct {
+	Branch  string
+	Repo    string // where the repository lives on the host
+	SSHPort int    // host ports forwarded to the guest
+	MCPPort int
+	// Install says how to install software in this guest (the backend's
+	// words: apt-get for Debian, nix-shell for NixOS).
+	Install string
+}
+
+// Guidance is the short note that tells an agent where it is.
+func Guidance(g GuidanceInfo) string {
+	return fmt.Sprintf(`# You are working in an agent-vm virtual machine
+
+This machine is a disposable VM that agent-vm made for the branch %[1]s of
+the repository at %[2]s on the user's host. You may change anything in it:
+the host is protected from what happens here.
+
+- %[3]s is the repository, checked out at %[1]s. It is shared with the
+  host: what you write there, the user sees at once. Everything outside
+  %[3]s is lost when the VM is destroyed.
+- You are the user %[4]s, with passwordless sudo. %[5]s
+- The host reaches this VM on two forwarded ports only: SSH (host port
+  %[6]d) and agent-mcp (host port %[7]d, guest port %[8]d). A server you
+  start here is not reachable from the host unless the user forwards its
+  port: ask them if you need that.
+- Commit your work in %[3]s with git. Pushing, and what goes upstream,
+  is the user's decision: do not push unless they ask you to.
+`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort)
+}

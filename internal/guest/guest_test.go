@@ -28,4 +28,20 @@ func TestGuestModuleAgrees(t *testing.T) {
 			t.Errorf("modules/guest.nix lacks %s", want)
 		}
 	}
+	for _, f := range GuidanceFiles {
+		if !strings.Contains(nix, fmt.Sprintf("%q", f)) {
+			t.Errorf("modules/guest.nix does not link the guidance note to %s", f)
+		}
+	}
+}
+
+func TestGuidanceSaysWhereTheAgentIs(t *testing.T) {
+	g := Guidance(GuidanceInfo{Branch: "feature/x", Repo: "/home/me/project", SSHPort: 2222, MCPPort: 8001,
+		Install: "Install packages with `sudo apt-get install NAME`."})
+	for _, want := range []string{"`feature/x`", "/home/me/project", "/workspace", "user dev, with passwordless sudo",
+		"sudo apt-get install NAME", "host port\n  2222", "host port 8001, guest port 8000", "do not push unless they ask"} {
+		if !strings.Contains(g, want) {
+			t.Errorf("guidance lacks %q:\n%s", want, g)
+		}
+	}
 }

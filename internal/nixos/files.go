@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/modules"
 )
@@ -75,6 +76,8 @@ type VMJSON struct {
 	// CACertificates are PEM CA certificates the guest trusts besides
 	// nixpkgs' bundle (security.pki.certificates).
 	CACertificates []string `json:"caCertificates"`
+	// Guidance is the note telling agents where they are (guest.Guidance).
+	Guidance string `json:"guidance"`
 }
 
 // GuestJSON is the guest user's ids.
@@ -141,6 +144,8 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 		Workspace:      WSJSON{Transport: transport},
 		MCP:            MCPJSON{AllowOrigin: append([]string{}, r.AllowOrigins...)},
 		CACertificates: []string{},
+		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
+			Install: "For a shell with a program, `nix-shell -p PACKAGE`; what should last belongs in the VM's NixOS configuration (`agent-vm create --config`): ask the user."}),
 	}
 	if agentVM != "" {
 		v.AgentVMExecutable = &agentVM

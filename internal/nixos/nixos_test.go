@@ -92,6 +92,7 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 						"resources":         map[string]any{"memorySize": 2048.0, "cores": 2.0, "diskSize": 10240.0},
 						"workspace":         map[string]any{"transport": "virtiofs"},
 						"agentVmExecutable": exe,
+						"guidance":          v.Guidance,
 					}},
 					"services": map[string]any{"agent-mcp": map[string]any{"allowOrigin": []any{"https://claude.ai"}}},
 					"security": map[string]any{"pki": map[string]any{"certificates": []any{ca}}},

@@ -173,6 +173,12 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("HTTPS to a server signed by a CA nobody added: curl exit %d, want 60 (certificate not trusted)", code)
 	}
 
+	// The guidance note in dev's home tells agents where they are; the
+	// directories it lives in are dev's.
+	if code, out, errs := run(t, m, "life", "sh", "-c", "stat -c %U ~/.claude ~/.codex ~/.gemini && grep -l 'branch `life`' ~/.claude/CLAUDE.md ~/.codex/AGENTS.md ~/.gemini/GEMINI.md ~/AGENTS.md | wc -l"); code != 0 || out != "dev\ndev\ndev\n4\n" {
+		t.Errorf("guidance notes: exit %d, %q %s", code, out, errs)
+	}
+
 	// /health through the forwarded port, on 127.0.0.1 only.
 	resp, err := http.Get(info.MCP.Health)
 	if err != nil {
