@@ -56,5 +56,7 @@ type Status struct {
 		OriginURL   string `json:"origin_url"`
 		UpstreamURL string `json:"upstream_url"`
 	} `json:"git"`
-	Error string `json:"error"`
+	HostCA   bool   `json:"host_ca"`
+	AgentCLI string `json:"agent_cli"`
+	Error    string `json:"error"`
 }

@@ -21,6 +21,7 @@ type doctorReport struct {
 	AccelHint   string        `json:"accel_hint"`
 	Image       string        `json:"image"`
 	VMReady     bool          `json:"vm_ready"`
+	Backend     string        `json:"backend"` // the backend create picks here
 }
 
 type doctorCheck struct {

@@ -219,7 +219,18 @@ func (r *run) skipReason(sc Scenario) string {
 		return fmt.Sprintf("this agent-vm has no `%s` %s yet (hint: test a newer agent-vm build)", strings.Join(miss, "`, `"), noun)
 	}
 	if sc.NeedsVM {
-		return r.host.vmSkip()
+		if reason := r.host.vmSkip(); reason != "" {
+			return reason
+		}
+	}
+	if sc.Backend != "" {
+		backend := r.cfg.Backend
+		if (backend == "" || backend == "auto") && r.host.doctor != nil {
+			backend = r.host.doctor.Backend
+		}
+		if backend != sc.Backend {
+			return fmt.Sprintf("it tests the %s backend; this run creates VMs with %q (hint: --backend %s)", sc.Backend, backend, sc.Backend)
+		}
 	}
 	return ""
 }

@@ -19,7 +19,10 @@ type Scenario struct {
 	// Verbs are the agent-vm commands it needs; it is skipped, with the
 	// reason, when this agent-vm build lacks one.
 	Verbs []string
-	run   func(ctx context.Context, s *S)
+	// Backend, when set, is the only backend the scenario tests (a
+	// feature the others do not have yet); other runs skip it.
+	Backend string
+	run     func(ctx context.Context, s *S)
 }
 
 // Scenarios lists the scenarios in the order they run.
@@ -30,6 +33,7 @@ func Scenarios() []Scenario {
 		crashScenario(),
 		severalScenario(),
 		mcpScenario(),
+		agentCLIScenario(),
 	}
 }
 

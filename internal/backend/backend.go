@@ -81,6 +81,7 @@ type CreateFlags struct {
 	Image   string // --image: a base disk image (qemu)
 	Config  string // --config: an extra NixOS module (nixos)
 	Nixpkgs string // --nixpkgs: a nixpkgs path or flake reference (nixos)
+	Agent   string // --agent: an agent CLI to install (guest.Agents)
 }
 
 // StartFlags are the user's choices for one start. Each backend accepts the

@@ -1000,3 +1000,22 @@ func TestDoctorVerdictNamesTheBackend(t *testing.T) {
 		}
 	}
 }
+
+// --agent takes the agents agent-vm knows; the nixos backend cannot install
+// them yet and says so; status reports the choice.
+func TestCreateAgent(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	r := agentVM(t, repo, st, "create", "--backend", "qemu", "--agent", "clippy")
+	if r.code != 1 || !strings.Contains(r.stderr, `--agent "clippy"`) || !strings.Contains(r.stderr, "claude, codex, gemini") {
+		t.Errorf("unknown agent: exit %d\n%s", r.code, r.stderr)
+	}
+	r = agentVM(t, repo, st, "create", "--backend", "nixos", "--agent", "claude")
+	if r.code != 1 || !strings.Contains(r.stderr, "nixos backend cannot install agent CLIs") {
+		t.Errorf("--agent on nixos: exit %d\n%s", r.code, r.stderr)
+	}
+	mustRun(t, repo, st, "create", "--backend", "qemu", "--agent", "codex")
+	if got := statusJSON(t, st, "main")["agent_cli"]; got != "codex" {
+		t.Errorf("status agent_cli %v, want codex", got)
+	}
+}

@@ -98,6 +98,9 @@ type Config struct {
 	// MACAddress is the MAC of the guest's virtio NIC; empty means
 	// DefaultMACAddress.
 	MACAddress string
+	// NPMPackages are npm packages installed globally on the first boot,
+	// after the Debian packages (the agent CLI of create --agent).
+	NPMPackages []string
 	// Guidance is the note that tells agents where they are
 	// (guest.Guidance), written to each of guest.GuidanceFiles in dev's
 	// home on the first boot. Empty writes none.

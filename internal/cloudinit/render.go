@@ -181,7 +181,7 @@ func renderUserData(c Config) ([]byte, error) {
 		CACerts:        trusted(c.CACerts),
 		Runcmd: slices.Concat([][]string{
 			append([]string{libDir + "/ensure-packages"}, append(AgentPackages(), c.ExtraPackages...)...),
-		}, guidanceOwner(c), [][]string{
+		}, npmInstall(c), guidanceOwner(c), [][]string{
 			// Idempotent; covers a bootcmd that could not start them.
 			append([]string{"systemctl", "enable", "--now", "--no-block"}, units...),
 			// Later boots skip cloud-init (~20 s under TCG); see the package
@@ -287,4 +287,13 @@ func guidanceOwner(c Config) [][]string {
 		}
 	}
 	return [][]string{cmd}
+}
+
+// npmInstall installs the npm packages (agent CLIs) globally, once the
+// Debian packages (nodejs, npm) are there.
+func npmInstall(c Config) [][]string {
+	if len(c.NPMPackages) == 0 {
+		return nil
+	}
+	return [][]string{append([]string{"npm", "install", "--global", "--no-fund", "--no-audit", "--no-update-notifier", "--"}, c.NPMPackages...)}
 }

@@ -31,6 +31,7 @@ func goldenCases(t testing.TB) map[string]Config {
 	custom.ExtraPackages = []string{"ripgrep", "python3-venv"}
 	custom.MACAddress = "52:54:00:ab:cd:ef"
 	custom.CACerts = []string{readFixture(t, "host-ca.pem")}
+	custom.NPMPackages = []string{"@anthropic-ai/claude-code"}
 	custom.Guidance = "# You are working in an agent-vm virtual machine\n\nOn the branch `bugfix/2`: \"quotes\", $HOME and ${x} stay text.\n"
 
 	return map[string]Config{

@@ -56,6 +56,7 @@ func (c Config) Validate() error {
 	add(validateMAC(c.MACAddress))
 	add(validateCACerts(c.CACerts))
 	add(validateGuidance(c.Guidance))
+	add(validateNPMPackages(c.NPMPackages))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid cloud-init config: %w", err)
 	}
@@ -315,6 +316,19 @@ func validateGuidance(g string) error {
 		return fmt.Errorf("guidance is %d bytes, more than 16 KiB", len(g))
 	case !utf8.ValidString(g) || strings.ContainsRune(g, 0):
 		return errors.New("guidance is not text (invalid UTF-8 or a NUL byte)")
+	}
+	return nil
+}
+
+// npmNameRE is an npm package name, optionally scoped (npm's rules, and no
+// leading dash, so a name is never read as an option).
+var npmNameRE = regexp.MustCompile(`^(@[a-z0-9~][a-z0-9._~-]*/)?[a-z0-9~][a-z0-9._~-]*$`)
+
+func validateNPMPackages(pkgs []string) error {
+	for _, p := range pkgs {
+		if len(p) > 214 || !npmNameRE.MatchString(p) {
+			return fmt.Errorf("npm package name %q is not valid (hint: e.g. @anthropic-ai/claude-code)", p)
+		}
 	}
 	return nil
 }

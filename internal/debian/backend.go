@@ -295,6 +295,7 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
 		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 		CACerts:        caCerts,
+		NPMPackages:    agentPackages(r.Agent),
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
 	}
@@ -317,4 +318,15 @@ func (b *Backend) ImagesInUse(l state.Layout) []string {
 		return nil
 	}
 	return []string{info.Base}
+}
+
+// agentPackages are the npm packages of the VM's agent CLI.
+func agentPackages(name string) []string {
+	if name == "" {
+		return nil
+	}
+	if a, err := guest.LookupAgent(name); err == nil {
+		return []string{a.Package}
+	}
+	return nil // create refused unknown names
 }

@@ -6,7 +6,10 @@
 // here, so they cannot drift apart.
 package guest
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 const (
 	// User is the guest's login user; it runs the agent and agent-mcp.
@@ -68,4 +71,31 @@ the host is protected from what happens here.
 - Commit your work in %[3]s with git. Pushing, and what goes upstream,
   is the user's decision: do not push unless they ask you to.
 `, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort)
+}
+
+// Agent is a coding-agent CLI a VM can have installed (create --agent).
+type Agent struct {
+	Name    string // what the user types: claude, codex, gemini
+	Package string // its npm package, installed globally on the first boot
+	Command string // the program it installs
+	KeyEnv  string // the API key it reads
+}
+
+// Agents are the agent CLIs agent-vm knows, by name.
+var Agents = []Agent{
+	{Name: "claude", Package: "@anthropic-ai/claude-code", Command: "claude", KeyEnv: "ANTHROPIC_API_KEY"},
+	{Name: "codex", Package: "@openai/codex", Command: "codex", KeyEnv: "OPENAI_API_KEY"},
+	{Name: "gemini", Package: "@google/gemini-cli", Command: "gemini", KeyEnv: "GEMINI_API_KEY"},
+}
+
+// LookupAgent finds a known agent by name.
+func LookupAgent(name string) (Agent, error) {
+	var names []string
+	for _, a := range Agents {
+		if a.Name == name {
+			return a, nil
+		}
+		names = append(names, a.Name)
+	}
+	return Agent{}, fmt.Errorf("--agent %q is not an agent agent-vm knows (hint: use one of %s; any other tool you can install in the VM yourself)", name, strings.Join(names, ", "))
 }

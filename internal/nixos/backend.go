@@ -126,6 +126,9 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	if f.Image != "" {
 		return fmt.Errorf("--image sets the base disk image of the qemu backend; the nixos backend builds its own (hint: drop --image, or pass --backend qemu)")
 	}
+	if f.Agent != "" {
+		return fmt.Errorf("--agent %s: the nixos backend cannot install agent CLIs yet (hint: use --backend qemu, or add the package in your --config module)", f.Agent)
+	}
 	if f.Config != "" {
 		fi, err := os.Stat(f.Config)
 		if err != nil || fi.IsDir() {

@@ -40,6 +40,9 @@ type Record struct {
 	Paths Paths `json:"paths"`
 	// AllowOrigins are the browser origins agent-mcp accepts (--allow-origin).
 	AllowOrigins []string `json:"allow_origins,omitempty"`
+	// Agent is the agent CLI installed in the guest (create --agent:
+	// claude, codex, gemini; see guest.Agents), "" for none.
+	Agent string `json:"agent,omitempty"`
 	// NoHostCA: the guest does not trust the CA certificates the host added
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`

@@ -41,6 +41,8 @@ type CreateOptions struct {
 	Overcommit bool
 	// NoHostCA keeps the host's added CA certificates out of the guest.
 	NoHostCA bool
+	// Agent is an agent CLI to install in the guest (guest.Agents).
+	Agent string
 }
 
 // ErrExists means a VM for that branch already exists.
@@ -74,7 +76,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := checkCreateFlags(o, m.Host()); err != nil {
 		return nil, err
 	}
-	flags := backend.CreateFlags{Image: o.Image, Config: o.Config, Nixpkgs: o.Nixpkgs}
+	flags := backend.CreateFlags{Image: o.Image, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent}
 	if err := be.CheckCreate(flags); err != nil {
 		return nil, err
 	}
@@ -140,6 +142,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 // host that will run them; each backend checks its own flags
 // (backend.CheckCreate).
 func checkCreateFlags(o CreateOptions, host HostSize) error {
+	if o.Agent != "" {
+		if _, err := guest.LookupAgent(o.Agent); err != nil {
+			return err
+		}
+	}
 	for _, origin := range o.AllowOrigins {
 		if err := modules.CheckOrigin("--allow-origin", origin); err != nil {
 			return err
@@ -267,7 +274,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
-		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA,
+		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
 	}
 	if r.Resources.CPUs == 0 {
 		r.Resources.CPUs = defaultCPUs()

@@ -52,8 +52,9 @@ type Info struct {
 	MCP           MCPInfo         `json:"mcp"`
 	Paths         PathsInfo       `json:"paths"`
 	Git           state.Git       `json:"git"`
-	HostCA        bool            `json:"host_ca"` // the guest trusts the host's added CA certificates
-	Error         string          `json:"error"`   // set for invalid records
+	HostCA        bool            `json:"host_ca"`   // the guest trusts the host's added CA certificates
+	AgentCLI      string          `json:"agent_cli"` // create --agent, "" for none
+	Error         string          `json:"error"`     // set for invalid records
 }
 
 // Health is agent-mcp's answer on /health through the forwarded port.
@@ -98,7 +99,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	r, l := e.Record, e.Layout
 	info := Info{
 		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
-		Ports: r.Ports, Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA,
+		Ports: r.Ports, Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},

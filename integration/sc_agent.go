@@ -1,0 +1,73 @@
+package integration
+
+import (
+	"context"
+	"strings"
+)
+
+func agentCLIScenario() Scenario {
+	return Scenario{
+		Name:    "agent-cli",
+		Summary: "create --agent claude: the real Claude Code CLI from npm is installed in the guest and runs (no API call)",
+		NeedsVM: true,
+		Backend: "qemu",
+		Verbs:   []string{"create", "status", "start", "exec", "destroy"},
+		run:     runAgentCLI,
+	}
+}
+
+const agentBranch = "itest/agent-cli"
+
+// runAgentCLI: the guest installs the agent CLI from the npm registry on
+// its first boot (through the host's TLS-inspecting proxy, whose CA the
+// guest trusts), and `claude --version` runs in it. Nothing here calls the
+// agent's API: no key is available on these machines.
+func runAgentCLI(ctx context.Context, s *S) {
+	var rp *repo
+	s.Step(ctx, "make a git repo and create a VM with --agent claude", func() (err error) {
+		if rp, err = newRepo(ctx, s.dir, nil); err != nil {
+			return err
+		}
+		res := s.tryCreate(ctx, rp.Dir, "--agent", "claude", "--branch", agentBranch)
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		st, _, err := s.status(ctx, agentBranch, statusKeys())
+		if err != nil {
+			return err
+		}
+		if st.AgentCLI != "claude" {
+			return failf(nil, "status says agent_cli %q, want claude", st.AgentCLI)
+		}
+		return nil
+	})
+	s.Step(ctx, "an unknown --agent is refused, naming the known ones", func() error {
+		res := s.tryCreate(ctx, rp.Dir, "--agent", "clippy", "--branch", agentBranch+"-x")
+		if err := want(res, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, `"clippy"`) || !strings.Contains(res.Stderr, "claude, codex, gemini") {
+			return failf(res, "the refusal does not name the input and the known agents")
+		}
+		return nil
+	})
+	s.Step(ctx, "start boots it and installs the agent on the first boot", func() error {
+		_, err := s.start(ctx, agentBranch, 1)
+		return err
+	})
+	s.Step(ctx, "claude --version runs in the guest", func() error {
+		res, err := s.execOK(ctx, agentBranch, "claude", "--version")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout, "Claude Code") {
+			return failf(res, "claude --version printed %q", strings.TrimSpace(res.Stdout))
+		}
+		s.notef("%s", strings.TrimSpace(res.Stdout))
+		return nil
+	})
+	s.Step(ctx, "destroy --force removes it", func() error {
+		_, err := s.ok(ctx, "destroy", "--force", agentBranch)
+		return err
+	})
+}
