@@ -70,7 +70,7 @@ type Manager struct {
 func New(root *state.Root, run execx.Runner, log hclog.Logger, drivers []driver.Driver, backends ...backend.Backend) *Manager {
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
 		Drivers: map[string]driver.Driver{}, PortFree: ports.Listenable, Now: time.Now, Host: hostSize, IsNixOS: isNixOS,
-		progress: io.Discard}
+		progress: io.Discard, getenv: os.Getenv}
 	m.HostCAs = m.hostCAs
 	for _, d := range drivers {
 		m.Drivers[d.Name()] = d
@@ -142,11 +142,7 @@ const (
 
 // hostCAs finds the host's added CA certificates (see internal/hostca).
 func (m *Manager) hostCAs() ([]string, error) {
-	getenv := os.Getenv
-	if m.getenv != nil {
-		getenv = m.getenv
-	}
-	certs, skipped, err := hostca.Finder{Getenv: getenv}.Find()
+	certs, skipped, err := hostca.Finder{Getenv: m.getenv}.Find()
 	for _, s := range skipped {
 		m.Log.Debug("not passing a host CA file to the guest", "file", s)
 	}

@@ -145,11 +145,7 @@ func (m *Manager) probeAccel(ctx context.Context, qemuBin string) accel.Result {
 	}
 	kernels, _ := filepath.Glob(filepath.Join(m.imageDir, "*", "vmlinuz*"))
 	kernels = append(kernels, "/run/current-system/kernel")
-	getenv := os.Getenv
-	if m.getenv != nil {
-		getenv = m.getenv
-	}
 	p := &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels,
-		Cache: filepath.Join(m.cacheDir, "accel.json"), Override: getenv("AGENT_VM_ACCEL")}
+		Cache: filepath.Join(m.cacheDir, "accel.json"), Override: m.getenv("AGENT_VM_ACCEL")}
 	return p.Probe(ctx)
 }
