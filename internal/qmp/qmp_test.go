@@ -3,7 +3,7 @@ package qmp
 import (
 	"context"
 	"errors"
-	"os"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -23,13 +23,19 @@ func startQEMU(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for i := 0; i < 500; i++ {
-		if _, err := os.Stat(sock); err == nil {
+	// QEMU creates the socket file (bind) before it listens: a connect in
+	// between is refused. Ready is when a connection is accepted, which is
+	// what the launcher waits for too.
+	var err error
+	for i := 0; i < 1000; i++ {
+		var c net.Conn
+		if c, err = net.Dial("unix", sock); err == nil {
+			c.Close()
 			return sock
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("QMP socket never appeared")
+	t.Fatalf("QEMU's QMP socket never accepted a connection: %v", err)
 	return ""
 }
 
