@@ -94,6 +94,7 @@ func programs(arch string) []Program {
 		{Name: "ssh-keygen", Debian: []string{"openssh-client"}, Fedora: []string{"openssh-clients"}, Need: Test},
 		{Name: "sshd", Paths: []string{"/usr/sbin/sshd"}, Debian: []string{"openssh-server"}, Fedora: []string{"openssh-server"}, Need: Test},
 		{Name: "systemd-analyze", Debian: []string{"systemd"}, Fedora: []string{"systemd"}, Need: Test},
+		{Name: "tmux", Debian: []string{"tmux"}, Fedora: []string{"tmux"}, Need: Test},
 		{Name: "unshare", Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Image | Test},
 		// Debian 12 ships QEMU's C virtiofsd in qemu-system-common (pulled in
 		// by qemu-system-x86); later releases package the Rust one.
