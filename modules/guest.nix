@@ -466,7 +466,12 @@ in
       packages = lib.optionals mcp.enable mcp.runtimePackages;
     };
     security.sudo.wheelNeedsPassword = false;
-    environment.systemPackages = [ pkgs.git ];
+    # What the agent works with, as in the Debian image (internal/image):
+    # agent sessions run in tmux (internal/session), the agent CLIs come
+    # from npm, and the tools agents reach for first.
+    environment.systemPackages = with pkgs; [
+      git curl tmux nodejs python3 gcc gnumake ripgrep jq fd gh less unzip
+    ];
 
     # The guidance note: the directories are the user's (agents keep their
     # own files there), the notes are links into the store.

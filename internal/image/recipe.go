@@ -52,8 +52,11 @@ func guestPackages(a debianArch) []string {
 		"systemd-resolved", "iproute2", "netbase",
 		// access and provisioning
 		"openssh-server", "openssh-sftp-server", "cloud-init", "sudo",
-		// what the agent works with
-		"git", "curl", "ca-certificates", "python3", "nodejs", "npm", "procps",
+		// what the agent works with: agent sessions run in tmux (see
+		// internal/session), the agent CLIs come from npm, and the tools
+		// agents reach for first
+		"git", "curl", "ca-certificates", "python3", "nodejs", "npm", "procps", "tmux",
+		"build-essential", "ripgrep", "jq", "fd-find", "gh", "less", "unzip",
 	}
 }
 
