@@ -22,6 +22,17 @@ func busyPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// freePort is a port nothing listens on at 127.0.0.1 (the kernel's pick).
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 type forward struct{ Guest, Host int }
 
 func portList(t *testing.T, st, vm string) []forward {
@@ -48,12 +59,7 @@ func TestPortAddListRemoveOnAStoppedVM(t *testing.T) {
 	}
 
 	// The same number when it is free.
-	guest := 0
-	for p := 38000; p < 39000 && guest == 0; p++ {
-		if agentVMPortFree(p) {
-			guest = p
-		}
-	}
+	guest := freePort(t)
 	r := mustRun(t, "", st, "port", "add", "main", strconv.Itoa(guest))
 	if want := fmt.Sprintf("guest port %d of main will be forwarded to 127.0.0.1:%d: the VM is not running, so the forward applies at its next start", guest, guest); !strings.Contains(r.stdout, want) {
 		t.Errorf("port add on a stopped VM says:\n%s\nwant %q", r.stdout, want)
@@ -110,15 +116,6 @@ func TestPortAddListRemoveOnAStoppedVM(t *testing.T) {
 	if fwds := portList(t, st, "main"); len(fwds) != 1 || fwds[0].Guest != sshPort {
 		t.Errorf("after rm: %v", fwds)
 	}
-}
-
-func agentVMPortFree(p int) bool {
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-	if err != nil {
-		return false
-	}
-	ln.Close()
-	return true
 }
 
 // Every way port can be refused, each with its exit code and a message
