@@ -176,7 +176,7 @@ func (m *Manager) pickHostPort(guestPort, hostPort int) (int, error) {
 	}
 	if hostPort != 0 {
 		if err := ports.CheckAs(hostPort, "HOST_PORT", taken, m.PortFree); err != nil {
-			return 0, fmt.Errorf("host port %d: %w", hostPort, err)
+			return 0, err
 		}
 		return hostPort, nil
 	}
