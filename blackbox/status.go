@@ -17,6 +17,11 @@ type Status struct {
 		SSH int `json:"ssh"`
 		MCP int `json:"mcp"`
 	} `json:"ports"`
+	// Forwards are the VM's own port forwards (`agent-vm port add`).
+	Forwards []struct {
+		Guest int `json:"guest"`
+		Host  int `json:"host"`
+	} `json:"forwards"`
 	Resources struct {
 		CPUs      int `json:"cpus"`
 		MemoryMiB int `json:"memory_mib"`

@@ -11,9 +11,9 @@ import (
 func lifecycleScenario() Scenario {
 	return Scenario{
 		Name:    "lifecycle",
-		Summary: "boot, files both ways through the workspace, exec, stop, boot again, destroy",
+		Summary: "boot, files both ways through the workspace, exec, a guest port forwarded to the host, stop, boot again, destroy",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "exec", "stop", "destroy"},
+		Verbs:   []string{"create", "status", "start", "exec", "port", "stop", "destroy"},
 		run:     runLifecycle,
 	}
 }
@@ -39,9 +39,24 @@ func runLifecycle(ctx context.Context, s *S) {
 		return checkGuestToHost(ctx, s, l.st, "from-guest.txt")
 	})
 	s.Step(ctx, "exec: exit codes propagate, stdout and stderr stay apart", func() error { return checkExec(ctx, s, l.st) })
+	s.Step(ctx, "port add: a guest HTTP server answers on the host; port rm ends it", func() error {
+		return checkPortForward(ctx, s, l.branch)
+	})
+	s.Step(ctx, "port add refuses a host port another program holds, naming it", func() error {
+		return checkPortTaken(ctx, s, l.branch)
+	})
 	s.Step(ctx, "start on a running VM says so and changes nothing", func() error { return l.startAgain(ctx) })
 	s.Step(ctx, "stop shuts it down and leaves no process behind", func() error { return l.stop(ctx) })
+	var keptPort int
+	s.Step(ctx, "port add on the stopped VM is kept for the next start", func() error {
+		var err error
+		keptPort, err = addPortStopped(ctx, s, l.branch)
+		return err
+	})
 	s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx) })
+	s.Step(ctx, "the forward kept while stopped answers after the boot", func() error {
+		return checkPortAfterBoot(ctx, s, l.branch, keptPort)
+	})
 	s.Step(ctx, "destroy refuses while the workspace has untracked files", func() error {
 		res := s.agentVM(ctx, "destroy", l.branch)
 		if err := want(res, 1); err != nil {

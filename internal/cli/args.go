@@ -12,6 +12,7 @@ import (
 // positional argument. Flags are recognised by the command's own flag
 // definitions, so a flag's value is never mistaken for an argument; "--"
 // ends the reordering, and commands that skip flag parsing are left alone.
+// Subcommands (`image`, `port`) count as commands.
 func interspersed(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
@@ -30,6 +31,15 @@ func interspersed(app *cli.App, args []string) []string {
 			i++
 		}
 		i++
+	}
+	// A subcommand (`port list BRANCH --json`) is reordered as a command.
+	if cmd != nil && len(cmd.Subcommands) > 0 && i+1 < len(args) {
+		for _, sub := range cmd.Subcommands {
+			if sub.HasName(args[i+1]) {
+				cmd, i = sub, i+1
+				break
+			}
+		}
 	}
 	if cmd == nil || cmd.SkipFlagParsing || len(cmd.Subcommands) > 0 {
 		return args

@@ -17,6 +17,9 @@ func TestInterspersedFlags(t *testing.T) {
 		"agent-vm -v destroy x --force -- y":      "agent-vm -v destroy --force x -- y",
 		"agent-vm --log-format json list --json":  "agent-vm --log-format json list --json",
 		"agent-vm status --json=true x":           "agent-vm status --json=true x",
+		"agent-vm port list x --json":             "agent-vm port list --json x",
+		"agent-vm port add x 3000":                "agent-vm port add x 3000",
+		"agent-vm image list --json":              "agent-vm image list --json",
 	}
 	for in, want := range cases {
 		if got := strings.Join(interspersed(app, strings.Fields(in)), " "); got != want {

@@ -25,6 +25,7 @@ func commands(stdio IO) []*cli.Command {
 		shellCommand(stdio),
 		logsCommand(stdio),
 		sshConfigCommand(stdio),
+		portCommand(stdio),
 		imageCommand(stdio),
 		setupCommand(stdio),
 		doctorCommand(stdio),

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -69,8 +70,21 @@ func printStatus(w io.Writer, i vm.Info) {
 	if i.MCP.Token != "" {
 		fmt.Fprintf(w, "token:      %s (`agent-vm mcp-config %s` prints a client entry)\n", i.MCP.Token, i.Slug)
 	}
+	fmt.Fprintf(w, "forwards:   %s\n", forwardsLine(i))
 	fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
 	fmt.Fprintf(w, "repo:       %s\n", termsafe.String(i.Git.Source))
 	fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, vm.HumanMiB(i.Resources.MemoryMiB), i.Resources.DiskGiB)
 	fmt.Fprintf(w, "created:    %s\n", i.CreatedAt.Local().Format(time.RFC3339))
+}
+
+// forwardsLine lists the VM's own port forwards for status.
+func forwardsLine(i vm.Info) string {
+	if len(i.Forwards) == 0 {
+		return fmt.Sprintf("none (`agent-vm port add %s PORT` forwards a guest port)", i.Slug)
+	}
+	var out []string
+	for _, f := range i.Forwards {
+		out = append(out, fmt.Sprintf("guest %d -> 127.0.0.1:%d", f.Guest, f.Host))
+	}
+	return strings.Join(out, ", ")
 }

@@ -26,6 +26,9 @@
 //     boot watch), never mistaking a recycled pid for it.
 //   - Destroy removes what the driver keeps for a stopped machine outside
 //     its run and log directories.
+//   - AddForward and RemoveForward change a running machine's port
+//     forwards (`agent-vm port`); Start applies Machine.Forwards itself, so
+//     a forward kept in the record comes back at every start.
 //   - Logs names the log files: the guest's console and the driver's own.
 //   - Share says which workspace share a start would attach on this host,
 //     so the backend prepares its guest for it before Start; Doctor checks
@@ -75,6 +78,14 @@ type Driver interface {
 	Resume(ctx context.Context, m Machine) error
 	Adopt(ctx context.Context, m Machine) Machine
 	Destroy(ctx context.Context, m Machine) error
+
+	// AddForward forwards 127.0.0.1:f.Host on the host to f.Guest in the
+	// running machine until it stops: ErrNotRunning when it does not run,
+	// an error naming the port when the host port cannot be bound.
+	AddForward(ctx context.Context, m Machine, f Forward) error
+	// RemoveForward ends the forward of host port f.Host in the running
+	// machine; a forward that is not there is no error.
+	RemoveForward(ctx context.Context, m Machine, f Forward) error
 
 	// MarkReady records that the guest of the current launch is up (the
 	// time Launch.ReadyAt reports).

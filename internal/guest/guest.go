@@ -64,13 +64,15 @@ the host is protected from what happens here.
   host: what you write there, the user sees at once. Everything outside
   %[3]s is lost when the VM is destroyed.
 - You are the user %[4]s, with passwordless sudo. %[5]s
-- The host reaches this VM on two forwarded ports only: SSH (host port
-  %[6]d) and agent-mcp (host port %[7]d, guest port %[8]d). A server you
-  start here is not reachable from the host unless the user forwards its
-  port: ask them if you need that.
+- The host reaches this VM on forwarded ports only: SSH (host port
+  %[6]d), agent-mcp (host port %[7]d, guest port %[8]d) and those the user
+  forwards. For the user to reach a server you start here (listening on
+  0.0.0.0, not 127.0.0.1), ask them to run
+  `+"`agent-vm port add %[9]s PORT`"+`: it then answers on 127.0.0.1 on
+  the host, on PORT or the port that command prints.
 - Commit your work in %[3]s with git. Pushing, and what goes upstream,
   is the user's decision: do not push unless they ask you to.
-`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort)
+`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort, g.Branch)
 }
 
 // Agent is a coding-agent CLI a VM can have installed (create --agent).

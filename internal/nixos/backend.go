@@ -190,7 +190,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	return b.plan(l, out, o.Share)
+	return b.plan(l, r, out, o.Share)
 }
 
 // minNix is the oldest nix that evaluates nixpkgs 26.05 and has
@@ -292,7 +292,7 @@ func (b *Backend) build(ctx context.Context, nix string, l state.Layout, r *stat
 
 // plan reads the launcher description the build made and returns how to
 // boot: the run script with the disk and temp dir in the VM's directory.
-func (b *Backend) plan(l state.Layout, out *buildOutputs, share driver.ShareMode) (*backend.Plan, error) {
+func (b *Backend) plan(l state.Layout, r *state.Record, out *buildOutputs, share driver.ShareMode) (*backend.Plan, error) {
 	raw, err := os.ReadFile(out.Launcher)
 	if err != nil {
 		return nil, fmt.Errorf("reading the build's launcher description: %w", err)
@@ -310,13 +310,21 @@ func (b *Backend) plan(l state.Layout, out *buildOutputs, share driver.ShareMode
 	}
 	return &backend.Plan{
 		Boot: qemu.Boot{Script: &qemu.Script{
-			Path: filepath.Join(out.VM, script),
-			Env:  scriptEnv(l, b.Getenv("PATH")),
+			Path:   filepath.Join(out.VM, script),
+			Env:    scriptEnv(l, b.Getenv("PATH")),
+			Netdev: ScriptNetdev,
+			// The guest module forwards these two (forwardPorts); the
+			// launcher adds the user's own (agent-vm port).
+			Forwarded: []int{r.Ports.SSH, r.Ports.MCP},
 		}},
 		Credentials: []driver.Credential{{Name: guest.HostKeyCredential, File: l.HostKey()}},
 		FixedShare:  true,
 	}, nil
 }
+
+// ScriptNetdev is the id of the user-mode netdev nixpkgs' run script makes
+// (qemu-vm.nix's networkingOptions: `-netdev user,id=user.0,...`).
+const ScriptNetdev = "user.0"
 
 // scriptEnv is the run script's whole environment. nixpkgs' run-<name>-vm
 // (qemu-vm.nix's startVM) reads NIX_DISK_IMAGE, TMPDIR and USE_TMPDIR, set

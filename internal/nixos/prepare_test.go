@@ -120,6 +120,9 @@ func TestPrepareBuildsOnceAndHandsTheRunScriptToTheLauncher(t *testing.T) {
 	if strings.Join(s.Env, "\n") != strings.Join(wantEnv, "\n") {
 		t.Errorf("run script env %q, want exactly %q", s.Env, wantEnv)
 	}
+	if s.Netdev != "user.0" || fmt.Sprint(s.Forwarded) != fmt.Sprint([]int{r.Ports.SSH, r.Ports.MCP}) {
+		t.Errorf("run script netdev %q, forwarded %v; want user.0 and the SSH and MCP ports (its build forwards them)", s.Netdev, s.Forwarded)
+	}
 	if !plan.FixedShare {
 		t.Error("plan: the share is not fixed")
 	}

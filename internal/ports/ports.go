@@ -1,4 +1,5 @@
-// Package ports picks the host ports a VM forwards (SSH and MCP). Every
+// Package ports picks the host ports a VM forwards (SSH, MCP and the
+// user's own forwards). Every
 // forward binds 127.0.0.1 only; a port is free when no VM record holds it and
 // nothing on this machine listens on it.
 package ports
@@ -48,14 +49,26 @@ var ErrTaken = errors.New("port taken")
 
 // Check tells whether a specific port (e.g. --port) can be used, and why not.
 func Check(port int, taken map[int]string, probe Probe) error {
+	return CheckAs(port, "--port", taken, probe)
+}
+
+// CheckAs is Check for a port the user gave as what (a flag, "HOST_PORT"),
+// which its hints name.
+func CheckAs(port int, what string, taken map[int]string, probe Probe) error {
 	if port < 1024 || port > 65535 {
 		return fmt.Errorf("port %d is out of range (hint: use a port between 1024 and 65535)", port)
 	}
 	if owner, ok := taken[port]; ok {
-		return fmt.Errorf("port %d is already used by %s (hint: choose another --port or leave it out to get a free one): %w", port, owner, ErrTaken)
+		return fmt.Errorf("port %d is already used by %s (hint: choose another %s or leave it out to get a free one): %w", port, owner, what, ErrTaken)
 	}
 	if !probe(port) {
-		return fmt.Errorf("port %d is already in use on 127.0.0.1 by another program (hint: stop it, or choose another --port): %w", port, ErrTaken)
+		return fmt.Errorf("port %d is already in use on 127.0.0.1 by another program (hint: stop it, or choose another %s): %w", port, what, ErrTaken)
 	}
 	return nil
 }
+
+// ForwardRange is where a forward of a guest port (`agent-vm port add`)
+// gets its host port when the guest port's own number is not free: the
+// range MCP ports come from, so one allocation scheme covers every port
+// agent-vm binds.
+func ForwardRange() Range { return MCPRange() }

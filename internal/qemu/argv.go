@@ -3,6 +3,7 @@ package qemu
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -111,14 +112,24 @@ func shareArgs(mode driver.ShareMode, s driver.Share, virtiofsdSock string) []st
 	return []string{"-virtfs", "local,path=" + esc(s.Source) + ",mount_tag=" + esc(s.Tag) + ",security_model=none,id=agentvm-fs"}
 }
 
+// DirectNetdev is the id of a Direct boot's user-mode netdev, where
+// forwards added while the VM runs go (AddForward).
+const DirectNetdev = "agentvm-net"
+
+// hostfwd is QEMU's rule for a forward from 127.0.0.1 only: nothing a VM
+// serves is reachable from other machines.
+func hostfwd(f driver.Forward) string {
+	return fmt.Sprintf("tcp:127.0.0.1:%d-:%d", f.Host, f.Guest)
+}
+
 // netArgs is user-mode networking with host forwards bound to 127.0.0.1
-// only: nothing a VM serves is reachable from other machines.
+// only.
 func netArgs(fwds []driver.Forward, mac string) []string {
-	opts := []string{"user", "id=agentvm-net"}
+	opts := []string{"user", "id=" + DirectNetdev}
 	for _, f := range fwds {
-		opts = append(opts, fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest))
+		opts = append(opts, "hostfwd="+hostfwd(f))
 	}
-	dev := "virtio-net-pci,netdev=agentvm-net"
+	dev := "virtio-net-pci,netdev=" + DirectNetdev
 	if mac != "" {
 		dev += ",mac=" + mac
 	}
@@ -195,6 +206,19 @@ func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMod
 	argv = append(argv, consoleArgs(m)...)
 	argv = append(argv, controlArgs(m)...)
 	return argv
+}
+
+// ScriptNetOpts is the QEMU_NET_OPTS a Script boot gets: the machine's
+// forwards that the script's own command line does not make (s.Forwarded),
+// which nixpkgs' run script appends to its netdev's options. "" when none.
+func ScriptNetOpts(m Machine, s *Script) string {
+	var opts []string
+	for _, f := range m.Forwards {
+		if !slices.Contains(s.Forwarded, f.Host) {
+			opts = append(opts, "hostfwd="+hostfwd(f))
+		}
+	}
+	return strings.Join(opts, ",")
 }
 
 // ScriptArgs is what the launcher appends to a Script's own command line.

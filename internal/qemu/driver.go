@@ -160,6 +160,16 @@ func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 	return nil
 }
 
+// AddForward adds a forward to the running VM (Launcher.AddForward).
+func (d *Driver) AddForward(ctx context.Context, m driver.Machine, f driver.Forward) error {
+	return d.Launcher.AddForward(ctx, d.machine(m), f)
+}
+
+// RemoveForward ends a forward of the running VM (Launcher.RemoveForward).
+func (d *Driver) RemoveForward(ctx context.Context, m driver.Machine, f driver.Forward) error {
+	return d.Launcher.RemoveForward(ctx, d.machine(m), f)
+}
+
 // MarkReady records that the guest of the current launch is up.
 func (d *Driver) MarkReady(m driver.Machine, at time.Time) error { return MarkReady(d.machine(m), at) }
 

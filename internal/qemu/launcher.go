@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,9 @@ type Launch struct {
 	// ReadyAt is when the guest first answered on SSH after this start
 	// (set by MarkReady); nil while it boots.
 	ReadyAt *time.Time `json:"ready_at,omitempty"`
+	// Netdev is the id of the VM's user-mode netdev (AddForward); "" in
+	// a launch of an agent-vm from before port forwards.
+	Netdev string `json:"netdev,omitempty"`
 }
 
 // MarkReady records that the guest of the current launch is up.
@@ -127,7 +131,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		return nil, err
 	}
 	launch := &Launch{QEMUPid: pid, VirtiofsdPid: vfsPid, Accel: o.Accel, AccelReason: o.AccelReason,
-		Share: mode, QMP: m.QMPPath(), StartedAt: time.Now().UTC()}
+		Share: mode, QMP: m.QMPPath(), Netdev: b.netdev(), StartedAt: time.Now().UTC()}
 	if err := writeJSON(m.runFile(LaunchFile), launch); err != nil {
 		return nil, err
 	}
@@ -141,8 +145,12 @@ func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMo
 		return execx.Detached{Path: l.Arch.Binary, Args: DirectArgv(l.Arch, m, b.Direct, accel, mode),
 			StdoutPath: m.QEMULogPath()}
 	}
+	env := b.Script.Env
+	if opts := ScriptNetOpts(m, b.Script); opts != "" {
+		env = append(slices.Clip(env), "QEMU_NET_OPTS="+opts)
+	}
 	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode),
-		Env: b.Script.Env, ExactEnv: true, StdoutPath: m.QEMULogPath()}
+		Env: env, ExactEnv: true, StdoutPath: m.QEMULogPath()}
 }
 
 // checkForwards fails early, with a clear message, when a forwarded port is

@@ -61,6 +61,13 @@ type Script struct {
 	// inherited, since the run script reads variables (SHARED_DIR,
 	// QEMU_OPTS, QEMU_NET_OPTS, ...) that would change the VM.
 	Env []string
+	// Netdev is the id of the user-mode netdev the script's command line
+	// makes ("user.0" in nixpkgs' qemu-vm.nix), where forwards added while
+	// the VM runs go.
+	Netdev string
+	// Forwarded are the host ports the script's own command line forwards;
+	// the launcher adds the machine's other forwards (see ScriptNetOpts).
+	Forwarded []int
 }
 
 // Files the launcher keeps in RunDir and LogsDir.

@@ -43,6 +43,10 @@ type Record struct {
 	// Agent is the agent CLI installed in the guest (create --agent:
 	// claude, codex, gemini; see guest.Agents), "" for none.
 	Agent string `json:"agent,omitempty"`
+	// Forwards are the user's own forwards of guest ports to 127.0.0.1 on
+	// the host (`agent-vm port add`), applied at every start and, while
+	// the VM runs, at once.
+	Forwards []Forward `json:"forwards,omitempty"`
 	// NoHostCA: the guest does not trust the CA certificates the host added
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`
@@ -85,6 +89,12 @@ func (r *Record) SetSection(v any) error {
 type Ports struct {
 	SSH int `json:"ssh"`
 	MCP int `json:"mcp"`
+}
+
+// Forward forwards 127.0.0.1:Host on the host to Guest in the guest.
+type Forward struct {
+	Guest int `json:"guest"`
+	Host  int `json:"host"`
 }
 
 // Resources are the VM's size.
@@ -213,6 +223,18 @@ func (r *Record) check() error {
 		return fmt.Errorf("record has an invalid slug %q", r.Slug)
 	case r.Ports.SSH <= 0 || r.Ports.SSH > 65535 || r.Ports.MCP <= 0 || r.Ports.MCP > 65535:
 		return fmt.Errorf("record has invalid ports ssh=%d mcp=%d", r.Ports.SSH, r.Ports.MCP)
+	}
+	guests, hosts := map[int]bool{}, map[int]bool{r.Ports.SSH: true, r.Ports.MCP: true}
+	for _, f := range r.Forwards {
+		switch {
+		case f.Guest <= 0 || f.Guest > 65535 || f.Host <= 0 || f.Host > 65535:
+			return fmt.Errorf("record has an invalid forward of guest port %d to host port %d", f.Guest, f.Host)
+		case guests[f.Guest]:
+			return fmt.Errorf("record forwards guest port %d twice", f.Guest)
+		case hosts[f.Host]:
+			return fmt.Errorf("record uses host port %d twice", f.Host)
+		}
+		guests[f.Guest], hosts[f.Host] = true, true
 	}
 	return nil
 }

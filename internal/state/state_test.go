@@ -315,3 +315,35 @@ func TestVersion1RecordsMigrate(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordForwards(t *testing.T) {
+	p := filepath.Join(t.TempDir(), RecordFile)
+	r := sampleRecord("web")
+	r.Forwards = []Forward{{Guest: 3000, Host: 3000}, {Guest: 80, Host: 8001}}
+	if err := WriteRecord(p, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRecord(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got.Forwards) != fmt.Sprint(r.Forwards) {
+		t.Errorf("forwards after a round trip: got %v, want %v", got.Forwards, r.Forwards)
+	}
+	for _, tc := range []struct {
+		fwds []Forward
+		want string
+	}{
+		{[]Forward{{Guest: 0, Host: 3000}}, "invalid forward"},
+		{[]Forward{{Guest: 3000, Host: 70000}}, "invalid forward"},
+		{[]Forward{{Guest: 3000, Host: 3000}, {Guest: 3000, Host: 3001}}, "guest port 3000 twice"},
+		{[]Forward{{Guest: 3000, Host: 3000}, {Guest: 3001, Host: 3000}}, "host port 3000 twice"},
+		{[]Forward{{Guest: 3000, Host: 2222}}, "host port 2222 twice"}, // the SSH port's
+	} {
+		r.Forwards = tc.fwds
+		b, _ := r.Marshal()
+		if _, err := ParseRecord(p, b); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("forwards %v: got %v, want an error with %q", tc.fwds, err, tc.want)
+		}
+	}
+}

@@ -345,6 +345,9 @@ func (m *Manager) takenPorts() (map[int]string, error) {
 	add := func(r *state.Record, what string) {
 		taken[r.Ports.SSH] = fmt.Sprintf("%s %q (ssh)", what, r.Branch)
 		taken[r.Ports.MCP] = fmt.Sprintf("%s %q (mcp)", what, r.Branch)
+		for _, f := range r.Forwards {
+			taken[f.Host] = fmt.Sprintf("%s %q (its forward of guest port %d)", what, r.Branch, f.Guest)
+		}
 	}
 	for _, r := range staged {
 		add(r, "the VM being created for branch")

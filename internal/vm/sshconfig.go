@@ -48,6 +48,11 @@ func SSHConfig(entries []state.Entry) string {
 		fmt.Fprintf(&b, "  UserKnownHostsFile %s\n", sshQuote(l.KnownHosts()))
 		fmt.Fprintf(&b, "  StrictHostKeyChecking yes\n")
 		fmt.Fprintf(&b, "  HostKeyAlgorithms ssh-ed25519\n")
+		for _, f := range r.Forwards {
+			// Not a LocalForward: QEMU binds the host port while the VM
+			// runs, so ssh could not bind it too.
+			fmt.Fprintf(&b, "  # guest port %d: on 127.0.0.1:%d while the VM runs, forwarded by QEMU (`agent-vm port`), not by ssh\n", f.Guest, f.Host)
+		}
 		fmt.Fprintf(&b, "\n")
 	}
 	return b.String()

@@ -40,6 +40,7 @@ type Info struct {
 	Detail        string          `json:"detail"`
 	CreatedAt     time.Time       `json:"created_at"`
 	Ports         state.Ports     `json:"ports"`
+	Forwards      []state.Forward `json:"forwards"` // the user's own (`agent-vm port`)
 	Resources     state.Resources `json:"resources"`
 	Accel         string          `json:"accel"`
 	AccelReason   string          `json:"accel_reason"`
@@ -94,12 +95,12 @@ func SSHAlias(slug string) string { return "agent-vm-" + slug }
 // for /health (one HTTP request through the forwarded port).
 func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) Info {
 	if e.Record == nil {
-		return Info{Slug: e.Slug, State: StateInvalid, Error: e.Err.Error(), Paths: PathsInfo{Dir: e.Layout.Dir}}
+		return Info{Slug: e.Slug, State: StateInvalid, Error: e.Err.Error(), Forwards: []state.Forward{}, Paths: PathsInfo{Dir: e.Layout.Dir}}
 	}
 	r, l := e.Record, e.Layout
 	info := Info{
 		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
-		Ports: r.Ports, Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
+		Ports: r.Ports, Forwards: forwardsOf(r), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
