@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"time"
@@ -38,6 +39,10 @@ type call struct {
 	onLine func(string)
 	// quiet calls are not shown in verbose mode (probes of the build).
 	quiet bool
+	// stdin is what agent-vm reads (nil: nothing); env is added to its
+	// environment for this call only.
+	stdin io.Reader
+	env   []string
 }
 
 // Result is one finished agent-vm call.
@@ -78,7 +83,7 @@ func (a *agentVM) run(ctx context.Context, c call) *Result {
 	}
 	ex := blackbox.Run(cctx, blackbox.Cmd{
 		Path: a.bin, Args: append([]string{"--state-dir", a.stateDir}, c.args...),
-		Dir: res.Dir, Env: a.env, Grace: a.grace, OnLine: c.onLine,
+		Dir: res.Dir, Env: append(append([]string{}, a.env...), c.env...), Grace: a.grace, OnLine: c.onLine, Stdin: c.stdin,
 	})
 	res.Elapsed = ex.End.Sub(ex.Start)
 	res.Stdout, res.Stderr, res.ExitCode = ex.Stdout, ex.Stderr, ex.Code

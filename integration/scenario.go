@@ -34,6 +34,7 @@ func Scenarios() []Scenario {
 		severalScenario(),
 		mcpScenario(),
 		agentCLIScenario(),
+		sessionsScenario(),
 	}
 }
 

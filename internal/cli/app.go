@@ -59,7 +59,9 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		stdio.Getenv = os.Getenv
 	}
 	app := newApp(stdio)
-	err := app.RunContext(ctx, interspersed(app, args))
+	args = interspersed(app, args)
+	app.Metadata = map[string]any{rawArgsKey: args}
+	err := app.RunContext(ctx, args)
 	return report(ctx, stdio, err)
 }
 

@@ -12,7 +12,7 @@ import (
 // positional argument. Flags are recognised by the command's own flag
 // definitions, so a flag's value is never mistaken for an argument; "--"
 // ends the reordering, and commands that skip flag parsing are left alone.
-// Subcommands (`image`, `port`) count as commands.
+// Subcommands (`image`, `port`, `sessions rm`) count as commands.
 func interspersed(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
@@ -41,7 +41,9 @@ func interspersed(app *cli.App, args []string) []string {
 			}
 		}
 	}
-	if cmd == nil || cmd.SkipFlagParsing || len(cmd.Subcommands) > 0 {
+	// A command with subcommands and an action of its own (`sessions
+	// BRANCH --json`) is reordered when no subcommand is named.
+	if cmd == nil || cmd.SkipFlagParsing || (len(cmd.Subcommands) > 0 && cmd.Action == nil) {
 		return args
 	}
 	head := append([]string{}, args[:i+1]...)

@@ -17,23 +17,10 @@ func createCommand(stdio IO) *cli.Command {
 		Description: "Clones the repository you are in into the VM's workspace at --branch (default: the\n" +
 			"current branch; a new branch starts at --from, default HEAD), makes the VM's SSH keys and\n" +
 			"MCP token, and picks its ports. Nothing runs until `agent-vm start`.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch (default: the current branch)"},
-			&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
-			&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
-			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu or nixos"},
-			&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp (default: the first free from 8000)"},
-			&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
-			&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
-			&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
 			&cli.StringFlag{Name: "agent", Usage: "an agent CLI to install in the guest on its first boot: claude, codex or gemini (qemu backend)"},
-			&cli.BoolFlag{Name: "no-host-ca", Usage: "do not make the guest trust the CA certificates this host added (by default it does, so HTTPS through a TLS-inspecting proxy works in the guest)"},
-			&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
-			&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
-			&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the nixpkgs agent-vm was built with, else NIX_PATH)"},
-			&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
-			&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
-		},
+		}, createFlags()...),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
@@ -55,6 +42,26 @@ func createCommand(stdio IO) *cli.Command {
 			fmt.Fprintf(out, "next: agent-vm start %s\n", r.Slug)
 			return nil
 		}),
+	}
+}
+
+// createFlags are create's flags that run shares (run makes the VM when the
+// branch has none).
+func createFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
+		&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
+		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu or nixos"},
+		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp (default: the first free from 8000)"},
+		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
+		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
+		&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
+		&cli.BoolFlag{Name: "no-host-ca", Usage: "do not make the guest trust the CA certificates this host added (by default it does, so HTTPS through a TLS-inspecting proxy works in the guest)"},
+		&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
+		&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
+		&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the nixpkgs agent-vm was built with, else NIX_PATH)"},
+		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
+		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
 	}
 }
 

@@ -182,6 +182,7 @@ func logsCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"},
 			&cli.IntFlag{Name: "lines", Aliases: []string{"n"}, Value: 200, Usage: "lines of each log to show first"},
+			&cli.StringFlag{Name: "session", Usage: "show an agent session's scrollback instead (see `agent-vm sessions`)"},
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -191,6 +192,12 @@ func logsCommand(stdio IO) *cli.Command {
 			name, err := vmName(cliCtx, m)
 			if err != nil {
 				return err
+			}
+			if sess := cliCtx.String("session"); sess != "" {
+				if cliCtx.Bool("follow") {
+					return usagef("--follow does not go with --session (hint: `agent-vm attach %s %s` shows the session live)", name, sess)
+				}
+				return m.SessionLog(cliCtx.Context, name, sess, stdio.Out)
 			}
 			err = m.Logs(cliCtx.Context, name, vm.LogsOptions{Follow: cliCtx.Bool("follow"), Lines: cliCtx.Int("lines")}, stdio.Out)
 			if cliCtx.Bool("follow") && errors.Is(err, cliCtx.Context.Err()) {

@@ -295,5 +295,5 @@ func npmInstall(c Config) [][]string {
 	if len(c.NPMPackages) == 0 {
 		return nil
 	}
-	return [][]string{append([]string{"npm", "install", "--global", "--no-fund", "--no-audit", "--no-update-notifier", "--"}, c.NPMPackages...)}
+	return [][]string{guest.NPMInstall(c.NPMPackages...)}
 }

@@ -90,6 +90,12 @@ var Agents = []Agent{
 	{Name: "gemini", Package: "@google/gemini-cli", Command: "gemini", KeyEnv: "GEMINI_API_KEY"},
 }
 
+// NPMInstall is the command (run as root) that installs npm packages
+// globally in a guest: agent CLIs at first boot, or on first use by run.
+func NPMInstall(packages ...string) []string {
+	return append([]string{"npm", "install", "--global", "--no-fund", "--no-audit", "--no-update-notifier", "--"}, packages...)
+}
+
 // LookupAgent finds a known agent by name.
 func LookupAgent(name string) (Agent, error) {
 	var names []string

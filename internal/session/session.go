@@ -213,12 +213,11 @@ func Start(s Spec) (cmd string, stdin []byte, err error) {
 	// replaced by "$f", outside any quotes, so the shell expands it.
 	tm := strings.Replace(tmux(args...), execx.ShellQuote("__ENVFILE__"), `"$f"`, 1)
 	script := fmt.Sprintf(`command -v tmux >/dev/null 2>&1 || exit %[1]d
-umask 077
 d=${XDG_RUNTIME_DIR:-/run/user/$(id -u)}
 [ "$(stat -f -c %%T "$d" 2>/dev/null)" = tmpfs ] || d=/dev/shm
 [ "$(stat -f -c %%T "$d" 2>/dev/null)" = tmpfs ] || exit %[2]d
 %[3]s has-session -t %[4]s 2>/dev/null && exit %[5]d
-f=$(mktemp "$d/agent-vm-session.XXXXXXXX") || exit 1
+f=$(mktemp "$d/agent-vm-session.XXXXXXXX") || exit 1 # mode 0600
 cat > "$f" || { rm -f -- "$f"; exit 1; }
 %[6]s || { rm -f -- "$f"; exit 1; }`,
 		exitNoTmux, exitNoTmpfs, tmux(), execx.ShellQuote("="+s.Name), exitDuplicate, tm)

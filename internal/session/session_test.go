@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ func newHost(t *testing.T) *host {
 	t.Cleanup(func() { os.RemoveAll(rt) })
 	h := &host{t: t, runtime: rt, dir: t.TempDir()}
 	tmp := t.TempDir()
+	syscall.Umask(0o022)
 	h.env = append(os.Environ(), "TMUX_TMPDIR="+tmp, "XDG_RUNTIME_DIR="+rt, "SHELL=/bin/sh", "TMUX=")
 	t.Cleanup(func() { h.sh(tmux("kill-server"), nil) })
 	return h
@@ -118,7 +120,7 @@ func TestTheAgentGetsItsEnvironmentAndNothingIsLeftBehind(t *testing.T) {
 	// The stand-in agent writes what it sees into the start directory,
 	// then waits for a line and exits with it.
 	err := h.start(Spec{Name: "agent", Heading: "main",
-		Argv: []string{"sh", "-c", `printf '%s' "$CANARY" > seen; printf 'args:%s|%s\n' "$1" "$2"; read st; exit "$st"`, "stand-in", "a b", "c'd"},
+		Argv: []string{"sh", "-c", `umask > umask; printf '%s' "$CANARY" > seen; printf 'args:%s|%s\n' "$1" "$2"; read st; exit "$st"`, "stand-in", "a b", "c'd"},
 		Env:  []Var{{"CANARY", secret}, {"OTHER", ""}}})
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +129,10 @@ func TestTheAgentGetsItsEnvironmentAndNothingIsLeftBehind(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(h.dir, "seen"))
 		return err == nil && string(b) == secret
 	})
+	// The agent has the user's umask, not the hand-off's.
+	if b, err := os.ReadFile(filepath.Join(h.dir, "umask")); err != nil || strings.TrimSpace(string(b)) != "0022" {
+		t.Errorf("the agent's umask: %q, %v (want the caller's 0022)", b, err)
+	}
 	// The hand-off file is gone, and no process's command line holds the value.
 	ents, err := os.ReadDir(h.runtime)
 	if err != nil {

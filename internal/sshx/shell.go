@@ -18,6 +18,27 @@ import (
 // window resizes passed on. The terminal is restored however the shell ends.
 // When in is not a terminal, the shell runs without a PTY.
 func Shell(ctx context.Context, c *ssh.Client, cmd string, in *os.File, out, errOut io.Writer) (int, error) {
+	return interactive(ctx, c, cmd, in, out, errOut, false)
+}
+
+// Attach runs cmd on a PTY always, like Shell on a terminal: programs that
+// need a terminal (a tmux client) get one even when in is a pipe, sized
+// 80x24 then.
+func Attach(ctx context.Context, c *ssh.Client, cmd string, in *os.File, out, errOut io.Writer) (int, error) {
+	return interactive(ctx, c, cmd, in, out, errOut, true)
+}
+
+// TermSize is the size of the terminal f, or 80x24 when f is not one.
+func TermSize(f *os.File) (width, height int) {
+	if f != nil && term.IsTerminal(int(f.Fd())) {
+		if w, h, err := term.GetSize(int(f.Fd())); err == nil && w > 0 && h > 0 {
+			return w, h
+		}
+	}
+	return 80, 24
+}
+
+func interactive(ctx context.Context, c *ssh.Client, cmd string, in *os.File, out, errOut io.Writer, alwaysPTY bool) (int, error) {
 	s, err := c.NewSession()
 	if err != nil {
 		return -1, fmt.Errorf("opening an SSH session: %w", err)
@@ -26,19 +47,19 @@ func Shell(ctx context.Context, c *ssh.Client, cmd string, in *os.File, out, err
 	s.Stdin, s.Stdout, s.Stderr = in, out, errOut
 
 	fd := int(in.Fd())
-	if term.IsTerminal(fd) {
-		w, h, err := term.GetSize(fd)
-		if err != nil {
-			w, h = 80, 24
-		}
+	isTerm := term.IsTerminal(fd)
+	if isTerm || alwaysPTY {
+		w, h := TermSize(in)
 		termName := os.Getenv("TERM")
-		if termName == "" {
+		if termName == "" || termName == "dumb" {
 			termName = "xterm-256color"
 		}
 		modes := ssh.TerminalModes{ssh.ECHO: 1, ssh.TTY_OP_ISPEED: 38400, ssh.TTY_OP_OSPEED: 38400}
 		if err := s.RequestPty(termName, h, w, modes); err != nil {
 			return -1, fmt.Errorf("requesting a terminal: %w", err)
 		}
+	}
+	if isTerm {
 		old, err := term.MakeRaw(fd)
 		if err != nil {
 			return -1, fmt.Errorf("putting the terminal in raw mode: %w", err)

@@ -1,0 +1,423 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+func sessionsScenario() Scenario {
+	return Scenario{
+		Name:    "sessions",
+		Summary: "run makes, boots and attaches to a stand-in agent; detach, sessions, attach with scrollback, exit status, a secret that reaches only the agent",
+		NeedsVM: true,
+		Verbs:   []string{"run", "attach", "sessions", "logs", "status", "stop", "destroy"},
+		run:     runSessions,
+	}
+}
+
+const sessionsBranch = "itest/sessions"
+
+// standInAgent is the agent the scenario runs: it proves it got the secret
+// by writing its hash (never the value) to the workspace, which the host
+// sees, then waits for a line and exits with it as its status.
+const standInAgent = `#!/bin/sh
+# A stand-in for a coding agent (agent-vm's integration test).
+sum=$(printf %s "$AGENT_VM_CANARY" | sha256sum | cut -d' ' -f1)
+echo "stand-in agent: args [$*], canary sha256 $sum"
+printf '%s\n' "$sum" > .agent-ready
+echo "waiting for an exit status"
+read -r status
+echo "stand-in agent ends with status $status"
+exit "$status"
+`
+
+// sessionInfo is one entry of `sessions --json`.
+type sessionInfo struct {
+	Name     string `json:"name"`
+	Command  string `json:"command"`
+	Attached int    `json:"attached"`
+	Exited   bool   `json:"exited"`
+	Status   int    `json:"status"`
+}
+
+// detachKeys are tmux's Ctrl-b d.
+const detachKeys = "\x02d"
+
+// runSessions drives `run` as a user at a terminal would, with a pipe for
+// the keyboard: agent-vm gives the guest side a PTY either way.
+func runSessions(ctx context.Context, s *S) {
+	canary := "agent-vm-canary-" + randHex(12)
+	canaryEnv := []string{"AGENT_VM_CANARY=" + canary}
+	sum := sha256.Sum256([]byte(canary))
+	wantSum := hex.EncodeToString(sum[:])
+	var rp *repo
+	var ref vmRef
+	var workspace string
+	var calls []*Result // every call, searched for the canary at the end
+	track := func(r *Result) *Result { calls = append(calls, r); return r }
+	agentArgs := []string{"--agent", "./stand-in-agent", "--env", "AGENT_VM_CANARY"}
+	if s.backend != "" {
+		agentArgs = append(agentArgs, "--backend", s.backend)
+	}
+
+	s.Step(ctx, "refusals: an unset --env, an --agent with spaces, attach to a VM that does not exist", func() (err error) {
+		if rp, err = newRepo(ctx, s.dir, map[string]string{"stand-in-agent": standInAgent}); err != nil {
+			return err
+		}
+		if err := os.Chmod(filepath.Join(rp.Dir, "stand-in-agent"), 0o755); err != nil {
+			return err
+		}
+		if _, err := git(ctx, rp.Dir, "add", "stand-in-agent"); err != nil {
+			return err
+		}
+		if _, err := git(ctx, rp.Dir, "commit", "-qm", "the stand-in agent is executable"); err != nil {
+			return err
+		}
+		ref = vmRef{Branch: sessionsBranch, Dir: rp.Dir}
+		for _, tc := range []struct {
+			args []string
+			code int
+			want string
+		}{
+			{[]string{"run", sessionsBranch, "--agent", "./stand-in-agent", "--env", "AGENT_VM_NOT_SET_ANYWHERE"}, 1, "AGENT_VM_NOT_SET_ANYWHERE is not set"},
+			{[]string{"run", sessionsBranch, "--agent", "claude --yolo"}, 1, "give one program"},
+			{[]string{"run", sessionsBranch, "extra", "--agent", "./stand-in-agent"}, 2, "the agent's arguments go after --"},
+			{[]string{"attach", sessionsBranch}, 1, "no VM for branch"},
+		} {
+			res := track(s.call(ctx, call{args: tc.args, dir: rp.Dir}))
+			if err := want(res, tc.code); err != nil {
+				return err
+			}
+			if !strings.Contains(res.Stderr, tc.want) {
+				return failf(res, "the refusal does not say %q", tc.want)
+			}
+		}
+		// Nothing was made by the refusals.
+		res := track(s.call(ctx, call{args: []string{"list", "--json"}}))
+		if strings.Contains(res.Stdout, sessionsBranch) {
+			return failf(res, "a refused run left a VM behind")
+		}
+		return nil
+	})
+
+	// The first run creates and boots the VM, starts the agent and attaches;
+	// the keyboard detaches once the agent is ready.
+	s.Step(ctx, "run creates and boots the VM, attaches to the agent, and Ctrl-b d detaches", func() error {
+		kbd := newKeyboard()
+		done := make(chan *Result, 1)
+		go func() {
+			args := append([]string{"run", sessionsBranch}, agentArgs...)
+			args = append(args, "--", "first", "second arg")
+			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
+		}()
+		s.register(sessionsBranch, rp.Dir)
+		ready, err := s.waitAgentReady(ctx, rp.Dir, &workspace, done)
+		if err != nil {
+			kbd.Close()
+			return err
+		}
+		if ready != wantSum {
+			kbd.Close()
+			return failf(nil, "the agent saw a different canary: sha256 %q, want %q", ready, wantSum)
+		}
+		// The guest's process list does not show the value.
+		ps := track(s.call(ctx, ref.call("exec", "--", "ps", "-eo", "args")))
+		psLeak := strings.Contains(ps.Stdout, canary)
+		kbd.Type(detachKeys)
+		res := track(<-done)
+		kbd.Close()
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		if psLeak {
+			return failf(ps, "the canary is in the guest's process list")
+		}
+		if !strings.Contains(res.Stderr, "creating one") || !strings.Contains(res.Stderr, "detached from session") {
+			return failf(res, "run did not say it created the VM and that the user detached")
+		}
+		if !strings.Contains(res.Stdout, "args [first second arg]") {
+			return failf(res, "the terminal did not show the agent's output with its arguments")
+		}
+		return nil
+	})
+
+	var name string
+	s.Step(ctx, "sessions lists the detached agent; a running session is not removed without --force", func() error {
+		infos, err := s.sessions(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if len(infos) != 1 || infos[0].Exited || infos[0].Attached != 0 || !strings.Contains(infos[0].Command, "stand-in-agent") {
+			return failf(s.lastResult(), "sessions: %+v, want one detached, running stand-in-agent", infos)
+		}
+		name = infos[0].Name
+		res := track(s.call(ctx, call{args: []string{"sessions", "rm", sessionsBranch, name}, dir: rp.Dir}))
+		if err := want(res, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, "still running") {
+			return failf(res, "the refusal does not say the agent still runs")
+		}
+		res = track(s.call(ctx, call{args: []string{"attach", sessionsBranch, "no-such-session"}, dir: rp.Dir}))
+		if err := want(res, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, name) {
+			return failf(res, "attach to an unknown session does not list the sessions there are")
+		}
+		return nil
+	})
+
+	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
+		kbd := newKeyboard()
+		done := make(chan *Result, 1)
+		go func() {
+			args := append([]string{"run", sessionsBranch}, agentArgs...)
+			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd, env: canaryEnv})
+		}()
+		// The agent waits for a line: give it one once the client is
+		// attached (the session shows an attached client).
+		if err := s.waitAttached(ctx, ref, done); err != nil {
+			kbd.Close()
+			return err
+		}
+		kbd.Type("7\r")
+		res := track(<-done)
+		kbd.Close()
+		if err := want(res, 7); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout, "waiting for an exit status") {
+			return failf(res, "re-attaching did not show the agent's earlier output")
+		}
+		if !strings.Contains(res.Stderr, "ended (exit status 7)") {
+			return failf(res, "run does not say the agent ended with status 7")
+		}
+		return nil
+	})
+
+	s.Step(ctx, "sessions shows the exit status, logs --session the scrollback, attach the end", func() error {
+		infos, err := s.sessions(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if len(infos) != 1 || !infos[0].Exited || infos[0].Status != 7 {
+			return failf(s.lastResult(), "sessions: %+v, want one session that exited with 7 (and no second one)", infos)
+		}
+		res := track(s.call(ctx, call{args: []string{"logs", sessionsBranch, "--session", name}, dir: rp.Dir}))
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		for _, w := range []string{"args [first second arg]", "stand-in agent ends with status 7"} {
+			if !strings.Contains(res.Stdout, w) {
+				return failf(res, "logs --session lacks %q", w)
+			}
+		}
+		res = track(s.call(ctx, call{args: []string{"attach", sessionsBranch}, dir: rp.Dir}))
+		if err := want(res, 7); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout, "ends with status 7") {
+			return failf(res, "attach to an ended session does not show its end")
+		}
+		res = track(s.call(ctx, call{args: []string{"sessions", "rm", sessionsBranch, name}, dir: rp.Dir}))
+		return want(res, 0)
+	})
+
+	s.Step(ctx, "the secret is nowhere: not in status, logs, the state directory or the guest's disk after stop", func() error {
+		res := track(s.call(ctx, ref.call("status", "--json")))
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		track(s.call(ctx, ref.call("logs", "-n", "5000")))
+		if _, err := s.stop(ctx, sessionsBranch); err != nil {
+			return err
+		}
+		for _, r := range calls {
+			if strings.Contains(r.Stdout, canary) || strings.Contains(r.Stderr, canary) {
+				return failf(r, "the canary is in the output of `%s`", r.Short())
+			}
+		}
+		hits, scanned, err := grepTree(s.av.stateDir, []byte(canary))
+		if err != nil {
+			return err
+		}
+		if len(hits) > 0 {
+			return failf(nil, "the canary is in %s", strings.Join(hits, ", "))
+		}
+		s.notef("canary absent from %d files (%s) of the state directory, incl. the guest disk", scanned.files, humanBytes(scanned.bytes))
+		return nil
+	})
+
+	s.Step(ctx, "destroy removes the VM", func() error {
+		res := s.call(ctx, ref.call("destroy", "--force"))
+		return want(res, 0)
+	})
+}
+
+// waitAgentReady waits until the stand-in agent has written its ready file
+// in the VM's workspace (on the host) and returns what it wrote; a run that
+// ends first is a failure.
+func (s *S) waitAgentReady(ctx context.Context, dir string, workspace *string, done chan *Result) (string, error) {
+	deadline := time.Now().Add(s.bootTimeout(1) + 2*time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case res := <-done:
+			done <- res
+			return "", failf(res, "run ended before the agent was ready: %s", res.Outcome())
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+		if *workspace == "" {
+			res := s.call(ctx, call{args: []string{"status", "--json", sessionsBranch}, dir: dir, quiet: true})
+			var st struct {
+				Paths struct {
+					Workspace string `json:"workspace"`
+				} `json:"paths"`
+			}
+			if res.ExitCode != 0 || json.Unmarshal([]byte(res.Stdout), &st) != nil || st.Paths.Workspace == "" {
+				continue
+			}
+			*workspace = st.Paths.Workspace
+		}
+		b, err := os.ReadFile(filepath.Join(*workspace, ".agent-ready"))
+		if err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			return strings.TrimSpace(string(b)), nil
+		}
+	}
+	return "", failf(nil, "the agent did not get ready within the boot timeout")
+}
+
+// waitAttached waits until the session has an attached client.
+func (s *S) waitAttached(ctx context.Context, ref vmRef, done chan *Result) error {
+	for range 120 {
+		select {
+		case res := <-done:
+			done <- res
+			return failf(res, "run ended before it attached: %s", res.Outcome())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		infos, err := s.sessions(ctx, ref)
+		if err == nil && len(infos) == 1 && infos[0].Attached > 0 {
+			return nil
+		}
+	}
+	return failf(nil, "run did not attach within a minute")
+}
+
+func (s *S) sessions(ctx context.Context, ref vmRef) ([]sessionInfo, error) {
+	res := s.call(ctx, ref.call("sessions", "--json"))
+	if err := want(res, 0); err != nil {
+		return nil, err
+	}
+	var infos []sessionInfo
+	if err := json.Unmarshal([]byte(res.Stdout), &infos); err != nil {
+		return nil, failf(res, "sessions --json: %v", err)
+	}
+	return infos, nil
+}
+
+// keyboard is agent-vm's stdin: what the test types, when it types it. It
+// stays open until closed (an end of input would end the SSH session).
+type keyboard struct {
+	r *io.PipeReader
+	w *io.PipeWriter
+}
+
+func newKeyboard() *keyboard {
+	r, w := io.Pipe()
+	return &keyboard{r: r, w: w}
+}
+
+func (k *keyboard) Read(p []byte) (int, error) { return k.r.Read(p) }
+
+// Type sends keys without waiting for agent-vm to read them.
+func (k *keyboard) Type(keys string) { go k.w.Write([]byte(keys)) }
+
+func (k *keyboard) Close() { k.w.Close() }
+
+type scanned struct {
+	files int
+	bytes int64
+}
+
+// grepTree lists the files under root that contain needle.
+func grepTree(root string, needle []byte) ([]string, scanned, error) {
+	var hits []string
+	var sc scanned
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		found, n, err := fileContains(p, needle)
+		if err != nil {
+			return err
+		}
+		sc.files++
+		sc.bytes += n
+		if found {
+			hits = append(hits, p)
+		}
+		return nil
+	})
+	return hits, sc, err
+}
+
+// fileContains reads the file in chunks that overlap by len(needle)-1.
+func fileContains(path string, needle []byte) (bool, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return false, 0, nil
+		}
+		return false, 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<20)
+	keep := len(needle) - 1
+	var total int64
+	have := 0
+	for {
+		n, err := f.Read(buf[have:])
+		total += int64(n)
+		if bytes.Contains(buf[:have+n], needle) {
+			return true, total, nil
+		}
+		if err == io.EOF {
+			return false, total, nil
+		}
+		if err != nil {
+			return false, total, err
+		}
+		if have+n > keep {
+			copy(buf, buf[have+n-keep:have+n])
+			have = keep
+		} else {
+			have += n
+		}
+	}
+}
+
+func humanBytes(n int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}

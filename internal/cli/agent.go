@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+func runCommand(stdio IO) *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "agent", Usage: "what runs: claude, codex, gemini, or any PROGRAM in the VM (default: the VM's --agent)"},
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable; the agent's API key variable is passed when set)"},
+		&cli.StringFlag{Name: "session", Usage: "the session's name (default: the agent's)"},
+		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
+		&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for the VM to boot (default: 5m with KVM, 15m with TCG)"},
+	}
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run an agent in the branch's VM (made and started if need be) and attach to it",
+		ArgsUsage: "[BRANCH] [-- ARGS...]",
+		Description: "Attaches your terminal to the agent, which runs as the guest user in /workspace inside a\n" +
+			"session that outlives the connection: detach with Ctrl-b d (or close the terminal), come back\n" +
+			"with `agent-vm attach`. Running it again re-attaches to the same session. Secrets given with\n" +
+			"--env reach the agent's environment only: never the VM's disk, its record or the logs.\n" +
+			"A branch without a VM gets one, made with the create flags below.",
+		Flags:        append(flags, createFlags()...),
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			before, args := splitDashes(cliCtx)
+			if len(before) > 1 {
+				return usagef("run takes one BRANCH, got %q (hint: the agent's arguments go after --: agent-vm run %s -- %s)", before, before[0], strings.Join(before[1:], " "))
+			}
+			name := ""
+			if len(before) == 1 {
+				name = before[0]
+			}
+			if name == "" {
+				var err error
+				if name, err = currentBranch(cliCtx, m); err != nil {
+					return err
+				}
+			}
+			co, err := createOptions(cliCtx)
+			if err != nil {
+				return err
+			}
+			co.Agent = "" // run's --agent is what runs; vm installs a known one
+			if err := m.PrepareHost(cliCtx.Context); err != nil {
+				return err
+			}
+			p := newProgress(stdio.Err)
+			o := vm.RunOptions{
+				Name: name, Create: co, Agent: cliCtx.String("agent"), Args: args, Env: cliCtx.StringSlice("env"),
+				Session: cliCtx.String("session"), New: cliCtx.Bool("new"),
+				Start: vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Nixpkgs: cliCtx.String("nixpkgs")},
+				Term:  vm.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
+				Notify: func(s string) {
+					p.done()
+					fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s)
+				},
+			}
+			res, err := m.RunAgent(cliCtx.Context, o)
+			p.done()
+			return sessionEnd(res, err)
+		}),
+	}
+}
+
+// rawArgsKey holds, in the app's metadata, the command line as parsed.
+const rawArgsKey = "args"
+
+// splitDashes splits a command's positional arguments at the "--" the user
+// typed: urfave/cli drops a "--" that directly follows the flags but keeps
+// one after a positional argument, so the raw command line decides.
+func splitDashes(cliCtx *cli.Context) (before, after []string) {
+	args := cliCtx.Args().Slice()
+	raw, _ := cliCtx.App.Metadata[rawArgsKey].([]string)
+	for j, a := range raw {
+		if a != "--" {
+			continue
+		}
+		n := len(raw) - j - 1 // typed after "--"
+		if n > len(args) {
+			n = len(args)
+		}
+		before, after = args[:len(args)-n], args[len(args)-n:]
+		if len(before) > 0 && before[len(before)-1] == "--" {
+			before = before[:len(before)-1]
+		}
+		return before, after
+	}
+	return args, nil
+}
+
+// sessionEnd turns a session's end into agent-vm's: the agent's exit status
+// when it ended, 0 when the user detached.
+func sessionEnd(res *vm.SessionResult, err error) error {
+	if err != nil {
+		return err
+	}
+	if res.Exited && res.Status != 0 {
+		code := res.Status
+		if code < 0 {
+			code = 1
+		}
+		return &exitCodeError{code: code}
+	}
+	return nil
+}
+
+func attachCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "attach",
+		Usage:        "attach the terminal to an agent session (detach: Ctrl-b d)",
+		ArgsUsage:    "[BRANCH] [SESSION]",
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if cliCtx.NArg() > 2 {
+				return usagef("attach takes at most BRANCH and SESSION, got %d arguments", cliCtx.NArg())
+			}
+			name, sess := cliCtx.Args().Get(0), cliCtx.Args().Get(1)
+			if name == "" {
+				var err error
+				if name, err = currentBranch(cliCtx, m); err != nil {
+					return err
+				}
+			}
+			res, err := m.Attach(cliCtx.Context, vm.AttachOptions{Name: name, Session: sess,
+				Term:   vm.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
+				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }})
+			return sessionEnd(res, err)
+		}),
+	}
+}
+
+func sessionsCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "sessions",
+		Usage:        "list the agent sessions of a VM",
+		ArgsUsage:    "[BRANCH]",
+		Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			infos, err := m.Sessions(cliCtx.Context, name)
+			if err != nil {
+				return err
+			}
+			if cliCtx.Bool("json") {
+				if infos == nil {
+					infos = []vm.SessionInfo{}
+				}
+				return writeJSON(stdio.Out, infos)
+			}
+			if len(infos) == 0 {
+				fmt.Fprintf(stdio.Out, "no agent sessions (agent-vm run %s starts one)\n", name)
+				return nil
+			}
+			rows := [][]string{{"SESSION", "COMMAND", "STARTED", "STATE"}}
+			for _, in := range infos {
+				state := "running, detached"
+				switch {
+				case in.Exited && in.Status >= 0:
+					state = "exited " + strconv.Itoa(in.Status)
+				case in.Exited:
+					state = "killed"
+				case in.Attached == 1:
+					state = "running, attached"
+				case in.Attached > 1:
+					state = fmt.Sprintf("running, %d attached", in.Attached)
+				}
+				rows = append(rows, []string{in.Name, truncateWidth(termsafe.String(in.Command), 50),
+					in.Started.Local().Format(time.DateTime), state})
+			}
+			return writeTable(stdio.Out, rows)
+		}),
+		Subcommands: []*cli.Command{{
+			Name:      "rm",
+			Usage:     "remove a session (one whose agent still runs only with --force)",
+			ArgsUsage: "BRANCH SESSION",
+			Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "end a running agent (it gets SIGHUP)"}},
+			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+				if cliCtx.NArg() != 2 {
+					return usagef("sessions rm needs BRANCH and SESSION (hint: `agent-vm sessions BRANCH` lists them)")
+				}
+				name, sess := cliCtx.Args().Get(0), cliCtx.Args().Get(1)
+				if err := m.RemoveSession(cliCtx.Context, name, sess, cliCtx.Bool("force")); err != nil {
+					return err
+				}
+				fmt.Fprintf(stdio.Out, "removed session %s\n", sess)
+				return nil
+			}),
+		}},
+	}
+}
