@@ -54,17 +54,21 @@ type Config struct {
 }
 
 // Load reads workspace's .agent-vm/config.toml; a repository without one
-// gives an empty Config.
-func Load(workspace string) (*Config, error) {
+// gives an empty Config. Messages name the file as name ("" for its path):
+// a workspace still being created is in a directory the user never sees.
+func Load(workspace, name string) (*Config, error) {
 	path := filepath.Join(workspace, guest.ConfigFile)
+	if name == "" {
+		name = path
+	}
 	raw, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return &Config{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the repository's agent-vm settings: %w", err)
+		return nil, fmt.Errorf("reading the repository's agent-vm settings %s: %w", name, err)
 	}
-	return Parse(path, raw)
+	return Parse(name, raw)
 }
 
 // Parse decodes a config.toml; path is only used in messages.

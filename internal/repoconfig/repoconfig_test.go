@@ -47,18 +47,27 @@ func TestParseRefusesBadInput(t *testing.T) {
 
 func TestLoad(t *testing.T) {
 	ws := t.TempDir()
-	c, err := Load(ws)
+	c, err := Load(ws, "")
 	if err != nil || c.Path != "" || len(c.Packages) != 0 {
 		t.Fatalf("a repository without the file: %+v, %v", c, err)
 	}
 	os.MkdirAll(filepath.Join(ws, ".agent-vm"), 0o755)
 	path := filepath.Join(ws, ".agent-vm", "config.toml")
 	os.WriteFile(path, []byte("packages = [\"hello\"]\n"), 0o644)
-	if c, err = Load(ws); err != nil || c.Path != path || !slices.Equal(c.Packages, []string{"hello"}) {
+	if c, err = Load(ws, ""); err != nil || c.Path != path || !slices.Equal(c.Packages, []string{"hello"}) {
 		t.Errorf("got %+v, %v", c, err)
 	}
 	os.WriteFile(path, []byte("packages = [\"hello\"\n"), 0o644)
-	if _, err = Load(ws); err == nil || !strings.HasPrefix(err.Error(), path+":") {
+	if _, err = Load(ws, ""); err == nil || !strings.HasPrefix(err.Error(), path+":") {
 		t.Errorf("a broken file: %v, want an error starting with %s:", err, path)
+	}
+}
+
+func TestLoadNamesTheFileAsTold(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, ".agent-vm"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".agent-vm", "config.toml"), []byte("cpus = -1\n"), 0o644)
+	if _, err := Load(ws, "feat:.agent-vm/config.toml"); err == nil || !strings.HasPrefix(err.Error(), "feat:.agent-vm/config.toml:1: cpus = -1") {
+		t.Errorf("got %v", err)
 	}
 }
