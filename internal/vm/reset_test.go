@@ -59,8 +59,8 @@ func TestCreateRefusesABadRepositoryConfig(t *testing.T) {
 	m := debianManager(t)
 	for config, want := range map[string]string{
 		"packages = [\n  \"jq\",\n  \"Bad_Name\",\n]\n": `feat:.agent-vm/config.toml:3: package name "Bad_Name" is not a Debian package name`,
-		"cpus = 2\nmemroy = \"1G\"\n":                    `feat:.agent-vm/config.toml:2: unknown key "memroy"`,
-		"memory = \"100M\"\n":                            "feat:.agent-vm/config.toml sets a default that does not fit: --memory 100 MiB is too small",
+		"cpus = 2\nmemroy = \"1G\"\n":                   `feat:.agent-vm/config.toml:2: unknown key "memroy"`,
+		"memory = \"100M\"\n":                           "feat:.agent-vm/config.toml sets a default that does not fit: --memory 100 MiB is too small",
 	} {
 		_, err := m.Create(context.Background(), vm.CreateOptions{Repo: repoWithConfig(t, config), Branch: "feat", Backend: vm.BackendQEMU})
 		if err == nil || !strings.Contains(err.Error(), want) {
