@@ -34,9 +34,9 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 	}
 	defer lock.Release()
 	r, l := e.Record, e.Layout
-	be, ok := m.Backends[r.Backend]
-	if !ok {
-		return nil, fmt.Errorf("VM %q uses the %s backend, which this agent-vm cannot reset (hint: use an agent-vm build with that backend)", r.Branch, r.Backend)
+	be, err := m.backendOf(r, "reset")
+	if err != nil {
+		return nil, err
 	}
 	d, err := m.driverOf(r)
 	if err != nil {

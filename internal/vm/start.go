@@ -70,9 +70,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	defer lock.Release()
 	r, l := e.Record, e.Layout
-	be, ok := m.Backends[r.Backend]
-	if !ok {
-		return nil, fmt.Errorf("VM %q uses the %s backend, which this agent-vm cannot start (hint: use an agent-vm build with that backend, or recreate the VM with --backend qemu)", r.Branch, r.Backend)
+	be, err := m.backendOf(r, "start")
+	if err != nil {
+		return nil, err
 	}
 	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
 	if err := be.CheckStart(r, flags); err != nil {
