@@ -3,6 +3,7 @@ module github.com/agent-vm/agent-vm
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/tidwall/gjson v1.18.0
 	github.com/urfave/cli/v2 v2.27.7

@@ -11,9 +11,9 @@ import (
 func lifecycleScenario() Scenario {
 	return Scenario{
 		Name:    "lifecycle",
-		Summary: "boot, files both ways through the workspace, exec, a guest port forwarded to the host, stop, boot again, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, exec, a guest port forwarded to the host, stop, boot again, reset, destroy",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "exec", "port", "stop", "destroy"},
+		Verbs:   []string{"create", "status", "start", "exec", "port", "stop", "logs", "reset", "destroy"},
 		run:     runLifecycle,
 	}
 }
@@ -30,10 +30,13 @@ const cloudInitFinished = "if command -v cloud-init >/dev/null; then cloud-init 
 func runLifecycle(ctx context.Context, s *S) {
 	l := &lifecycle{s: s, branch: lifeBranch}
 	s.Step(ctx, "make a git repo and create a VM", func() error {
-		_, err := s.prepare(ctx, l.branch, nil)
+		_, err := s.prepare(ctx, l.branch, provisionFiles)
 		return err
 	})
 	s.Step(ctx, "start boots it to SSH and a healthy agent", func() error { return l.firstBoot(ctx) })
+	s.Step(ctx, "the first boot installed the config's package and ran provision.sh", func() error {
+		return checkProvisioned(ctx, s, l.branch)
+	})
 	s.Step(ctx, "the guest sees a file the host just wrote", func() error { return checkHostToGuest(ctx, s, l.st) })
 	s.Step(ctx, "the host sees a guest's file, owned by the workspace owner", func() error {
 		return checkGuestToHost(ctx, s, l.st, "from-guest.txt")
@@ -56,6 +59,15 @@ func runLifecycle(ctx context.Context, s *S) {
 	s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx) })
 	s.Step(ctx, "the forward kept while stopped answers after the boot", func() error {
 		return checkPortAfterBoot(ctx, s, l.branch, keptPort)
+	})
+	s.Step(ctx, "reset refuses a running VM, naming stop and --force", func() error { return resetRefusesRunning(ctx, s, l.branch) })
+	var knownHosts string
+	s.Step(ctx, "reset --force, then a failing provision.sh fails start with its log tail", func() (err error) {
+		knownHosts, err = resetWithFailingProvision(ctx, s, l.branch)
+		return err
+	})
+	s.Step(ctx, "after reset: same host key, the workspace kept, the rest fresh", func() error {
+		return checkAfterReset(ctx, s, l.branch, knownHosts)
 	})
 	s.Step(ctx, "destroy refuses while the workspace has untracked files", func() error {
 		res := s.agentVM(ctx, "destroy", l.branch)

@@ -72,6 +72,8 @@ let
     name: config.ids.gids.${name} == cfg.user.gid
   ) null (lib.attrNames config.ids.gids);
   groupName = if staticGroup == "users" then "users" else userName;
+  # Package names nixpkgs lacks (agent-vm.guest.packages), for the assertion.
+  missingPackages = lib.filter (name: !(pkgs ? ${name})) cfg.packages;
 
   workspaceFileSystem =
     if cfg.workspace.transport == "virtiofs" then
@@ -294,6 +296,33 @@ in
       '';
     };
 
+    packages = lib.mkOption {
+      type = lib.types.listOf (lib.types.strMatching "[A-Za-z_][A-Za-z0-9_'-]*");
+      default = [ ];
+      example = [
+        "ripgrep"
+        "jq"
+      ];
+      description = ''
+        Names of nixpkgs packages (attributes of `pkgs`) installed system-wide
+        (environment.systemPackages): the repository's
+        .agent-vm/config.toml `packages` and `agent-vm create --packages`.
+        A name nixpkgs lacks is refused by an assertion naming it.
+      '';
+    };
+
+    provision.enable = lib.mkOption {
+      type = lib.types.bool;
+      default = true;
+      description = ''
+        Run the repository's .agent-vm/provision.sh (in the workspace, as it is
+        then) once, as root, at the first boot of the VM's root disk:
+        agent-vm-provision.service, guarded by the stamp
+        /var/lib/agent-vm/provision.status, which records how it ended; its
+        output is in /var/log/agent-vm-provision.log (`agent-vm logs`).
+      '';
+    };
+
     launcher = lib.mkOption {
       type = lib.types.attrs;
       readOnly = true;
@@ -323,6 +352,13 @@ in
           agent-vm.guest.user.gid is ${toString cfg.user.gid}, the gid NixOS gives its own group "${toString staticGroup}".
           The workspace owner's primary group cannot share it; run agent-vm as a user whose primary group is
           users (100) or an ordinary group of its own.
+        '';
+      }
+      {
+        assertion = missingPackages == [ ];
+        message = ''
+          agent-vm.guest.packages names ${lib.concatMapStringsSep ", " (n: "\"${n}\"") missingPackages}, which this nixpkgs does not have (pkgs.<name>).
+          Fix the name in the repository's .agent-vm/config.toml or in create --packages (nixpkgs attribute names, e.g. "ripgrep").
         '';
       }
       {
@@ -468,10 +504,42 @@ in
     security.sudo.wheelNeedsPassword = false;
     # What the agent works with, as in the Debian image (internal/image):
     # agent sessions run in tmux (internal/session), the agent CLIs come
-    # from npm, and the tools agents reach for first.
+    # from npm, and the tools agents reach for first; then the packages
+    # the repository and create --packages ask for.
     environment.systemPackages = with pkgs; [
       git curl tmux nodejs python3 gcc gnumake ripgrep jq fd gh less unzip
-    ];
+    ]
+    ++ map (name: pkgs.${name}) (lib.filter (name: pkgs ? ${name}) cfg.packages);
+
+    # The repository's provisioning, once per root disk (the stamp is the
+    # status file on that disk); the script is read from the workspace when
+    # it runs, never copied into the store.
+    systemd.services.agent-vm-provision = lib.mkIf cfg.provision.enable {
+      description = "agent-vm: run the repository's .agent-vm/provision.sh once (first boot)";
+      wantedBy = [ "multi-user.target" ];
+      wants = [ "network-online.target" ];
+      after = [
+        "network-online.target"
+        "agent-vm-secrets.service"
+      ];
+      unitConfig = {
+        RequiresMountsFor = cfg.workspace.mountPoint;
+        ConditionPathExists = "!/var/lib/agent-vm/provision.status";
+      };
+      # The user's script sees the system's programs, its packages included.
+      path = [
+        "/run/wrappers"
+        "/run/current-system/sw"
+      ];
+      serviceConfig = {
+        Type = "oneshot";
+        RemainAfterExit = true;
+        ExecStart = "${pkgs.runtimeShell} ${./provision.sh}";
+        StandardOutput = "journal+console";
+        StandardError = "journal+console";
+        TimeoutStartSec = "infinity";
+      };
+    };
 
     # The guidance note: the directories are the user's (agents keep their
     # own files there), the notes are links into the store.

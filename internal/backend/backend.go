@@ -39,6 +39,14 @@ type Backend interface {
 	// created and stores its section of the record (r.SetSection). l is the
 	// staging layout; r is complete except for that section.
 	Provision(ctx context.Context, l state.Layout, r *state.Record, f CreateFlags) error
+	// Reset discards the VM's root disk (the VM is stopped; the caller
+	// holds its lock), so that the next start boots a fresh one from the
+	// base and provisions it again, with the same host key. It leaves the
+	// workspace, the keys and the record's other fields alone, and refuses
+	// (changing nothing) when the next start could not make a new disk
+	// (the base image is gone). It may change its own section of r (the
+	// caller saves the record).
+	Reset(ctx context.Context, l state.Layout, r *state.Record) error
 	// CheckStart refuses start flags this backend cannot honour, before
 	// anything is done (also when the VM is already running).
 	CheckStart(r *state.Record, f StartFlags) error
@@ -82,6 +90,10 @@ type CreateFlags struct {
 	Config  string // --config: an extra NixOS module (nixos)
 	Nixpkgs string // --nixpkgs: a nixpkgs path or flake reference (nixos)
 	Agent   string // --agent: an agent CLI to install (guest.Agents)
+	// Packages are the packages to install (--packages and the
+	// repository's config.toml): each backend checks them against its own
+	// naming grammar and names the first bad one.
+	Packages []string
 }
 
 // StartFlags are the user's choices for one start. Each backend accepts the

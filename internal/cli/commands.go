@@ -18,6 +18,7 @@ func commands(stdio IO) []*cli.Command {
 		listCommand(stdio),
 		statusCommand(stdio),
 		destroyCommand(stdio),
+		resetCommand(stdio),
 		startCommand(stdio),
 		stopCommand(stdio),
 		restartCommand(stdio),

@@ -16,7 +16,11 @@ func createCommand(stdio IO) *cli.Command {
 		ArgsUsage: " ",
 		Description: "Clones the repository you are in into the VM's workspace at --branch (default: the\n" +
 			"current branch; a new branch starts at --from, default HEAD), makes the VM's SSH keys and\n" +
-			"MCP token, and picks its ports. Nothing runs until `agent-vm start`.",
+			"MCP token, and picks its ports. Nothing runs until `agent-vm start`.\n\n" +
+			"The repository may hold .agent-vm/config.toml (TOML: packages = [\"ripgrep\"], and defaults\n" +
+			"for cpus = 2, memory = \"4G\", agent = \"claude\"; the flags win) and .agent-vm/provision.sh,\n" +
+			"which the guest runs once as root at its first boot, from the workspace as it is then\n" +
+			"(output: `agent-vm logs`; a failure fails that start). `agent-vm reset` provisions afresh.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch (default: the current branch)"},
 			&cli.StringFlag{Name: "agent", Usage: "an agent CLI to install in the guest on its first boot: claude, codex or gemini (qemu backend)"},
@@ -60,6 +64,7 @@ func createFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
 		&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
 		&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the nixpkgs agent-vm was built with, else NIX_PATH)"},
+		&cli.StringSliceFlag{Name: "packages", Usage: "packages to install in the guest at its first boot, besides those of the repository's .agent-vm/config.toml: Debian names (qemu) or nixpkgs attribute names (nixos); comma-separated and repeatable, e.g. --packages ripgrep,jq"},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
 		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
 	}
@@ -85,6 +90,9 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		return o, usagef("--cpus %d: must be at least 1", o.CPUs)
 	}
 	var err error
+	if o.Packages, err = packagesFlag(cliCtx); err != nil {
+		return o, err
+	}
 	if s := cliCtx.String("memory"); s != "" {
 		if o.MemoryMiB, err = parseSize("memory", s, "M"); err != nil {
 			return o, err

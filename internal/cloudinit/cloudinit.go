@@ -93,7 +93,9 @@ type Config struct {
 	// MCP configures agent-mcp.
 	MCP MCP
 	// ExtraPackages are Debian packages installed on the first boot in
-	// addition to AgentPackages.
+	// addition to AgentPackages (create --packages, the repository's
+	// .agent-vm/config.toml), as the first step of the repository's
+	// provisioning: a failure shows in its log and status.
 	ExtraPackages []string
 	// MACAddress is the MAC of the guest's virtio NIC; empty means
 	// DefaultMACAddress.

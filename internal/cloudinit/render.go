@@ -6,11 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/guest"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/modules"
 )
 
 // guestFS holds the units and scripts the seed installs. They are static: the
@@ -180,8 +182,11 @@ func renderUserData(c Config) ([]byte, error) {
 		SSHKeys:        sshKeys{Ed25519Private: c.HostKey.Private, Ed25519Public: c.HostKey.Public},
 		CACerts:        trusted(c.CACerts),
 		Runcmd: slices.Concat([][]string{
-			append([]string{libDir + "/ensure-packages"}, append(AgentPackages(), c.ExtraPackages...)...),
+			append([]string{libDir + "/ensure-packages"}, AgentPackages()...),
 		}, npmInstall(c), guidanceOwner(c), [][]string{
+			// The repository's packages and .agent-vm/provision.sh, once
+			// per disk; how it ended is in guest.ProvisionStatus.
+			provisionCommand(c),
 			// Idempotent; covers a bootcmd that could not start them.
 			append([]string{"systemctl", "enable", "--now", "--no-block"}, units...),
 			// Later boots skip cloud-init (~20 s under TCG); see the package
@@ -212,6 +217,7 @@ func guestFiles(c Config) ([]writeFile, error) {
 		}
 		files = append(files, writeFile{Path: s.dst, Owner: "root:root", Permissions: s.mode, Content: string(b)})
 	}
+	files = append(files, writeFile{Path: libDir + "/provision", Owner: "root:root", Permissions: "0755", Content: string(modules.Provision())})
 	mcpConfig := c.MCP.Config
 	if mcpConfig == nil {
 		mcpConfig = []byte(`{"mcpServers": {}}` + "\n")
@@ -296,4 +302,16 @@ func npmInstall(c Config) [][]string {
 		return nil
 	}
 	return [][]string{guest.NPMInstall(c.NPMPackages...)}
+}
+
+// provisionCommand runs the provisioning script (modules/provision.sh),
+// which installs the extra packages first, through ensure-packages, so that
+// a package apt cannot install fails the provisioning with apt's words in
+// its log.
+func provisionCommand(c Config) []string {
+	cmd := []string{libDir + "/provision"}
+	if len(c.ExtraPackages) > 0 {
+		cmd = append(append(cmd, libDir+"/ensure-packages"), c.ExtraPackages...)
+	}
+	return cmd
 }

@@ -108,8 +108,15 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 	if last := ud.Runcmd[len(ud.Runcmd)-1]; !slices.Equal(last, []string{"touch", "/etc/cloud/cloud-init.disabled"}) {
 		t.Errorf("the last runcmd is %q; the first boot must end by switching cloud-init off", last)
 	}
-	if got := ud.Runcmd[0]; !slices.Equal(got[1:], []string{"git", "nodejs", "npm", "ripgrep", "python3-venv"}) {
-		t.Errorf("packages: got %q", got)
+	if got := ud.Runcmd[0]; !slices.Equal(got[1:], []string{"git", "nodejs", "npm"}) {
+		t.Errorf("agent packages: got %q", got)
+	}
+	// The extra packages are the provisioning's first step, so a failed
+	// install shows in its log and status; it runs before the units are
+	// enabled and cloud-init is switched off.
+	provision := ud.Runcmd[len(ud.Runcmd)-3]
+	if !slices.Equal(provision, []string{libDir + "/provision", libDir + "/ensure-packages", "ripgrep", "python3-venv"}) {
+		t.Errorf("provisioning: got %q", provision)
 	}
 
 	files := map[string]writeFile{}

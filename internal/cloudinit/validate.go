@@ -267,6 +267,10 @@ func validateMCP(m MCP) error {
 	return errors.Join(errs...)
 }
 
+// CheckPackages refuses names that are not Debian package names, naming
+// each bad one.
+func CheckPackages(pkgs []string) error { return validatePackages(pkgs) }
+
 func validatePackages(pkgs []string) error {
 	if len(pkgs) > maxExtraPkgs {
 		return fmt.Errorf("%d extra packages are more than %d", len(pkgs), maxExtraPkgs)
@@ -274,7 +278,7 @@ func validatePackages(pkgs []string) error {
 	var errs []error
 	for _, p := range pkgs {
 		if !packageRE.MatchString(p) {
-			errs = append(errs, fmt.Errorf("package name %q is not a Debian package name (lowercase letters, digits, '+', '-', '.')", p))
+			errs = append(errs, fmt.Errorf("package name %q is not a Debian package name (hint: lowercase letters, digits, '+', '-' and '.', starting with a letter or digit, at least two characters, e.g. \"ripgrep\")", p))
 		}
 	}
 	return errors.Join(errs...)

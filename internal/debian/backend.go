@@ -102,7 +102,33 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	case f.Nixpkgs != "":
 		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend; the qemu backend boots a Debian image (hint: drop --nixpkgs, or pass --backend nixos)")
 	}
-	return nil
+	return cloudinit.CheckPackages(f.Packages)
+}
+
+// Reset implements backend.Backend: the overlay and its disk.json go, so the
+// next start makes a new overlay on the base (the default image as it is
+// now, or --image) and, under a new instance-id, cloud-init provisions it
+// again, with the host key from the seed. A base that is gone is refused
+// first, leaving the VM as it was.
+func (b *Backend) Reset(ctx context.Context, l state.Layout, r *state.Record) error {
+	s, err := state.SectionOf[Settings](r)
+	if err != nil {
+		return err
+	}
+	if s.Image != "" {
+		if _, err := image.Inspect(ctx, b.Run, s.Image); err != nil {
+			return fmt.Errorf("cannot reset VM %q: its base image --image %s: %w (hint: put the image back; the VM is unchanged)", r.Branch, s.Image, err)
+		}
+	} else if _, err := image.Lookup(b.ImageDir, image.DefaultBuildName); err != nil {
+		return fmt.Errorf("cannot reset VM %q: there is no base image in %s to make a fresh disk from: %w (hint: build it with `sudo agent-vm image build`; the VM is unchanged)", r.Branch, b.ImageDir, err)
+	}
+	for _, f := range []string{DiskInfoFile, DiskFile} {
+		if err := os.Remove(filepath.Join(l.Dir, f)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("removing the VM's disk: %w", err)
+		}
+	}
+	s.Provision++ // a new instance-id: cloud-init provisions the new disk
+	return r.SetSection(s)
 }
 
 // Provision implements backend.Backend: it records --image and checks the
@@ -296,6 +322,7 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 		CACerts:        caCerts,
 		NPMPackages:    agentPackages(r.Agent),
+		ExtraPackages:  r.AllPackages(),
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
 	}

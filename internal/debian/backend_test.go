@@ -2,12 +2,15 @@ package debian
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // Without --image, create already knows the base the first start will use
@@ -25,5 +28,61 @@ func TestProvisionRefusesADiskSmallerThanTheDefaultImage(t *testing.T) {
 		} else if want != "" {
 			t.Errorf("--disk %dG: no error, want %q", disk, want)
 		}
+	}
+}
+
+// Packages are checked against Debian's grammar at create, naming the bad one.
+func TestCheckCreateChecksPackageNames(t *testing.T) {
+	b := &Backend{}
+	if err := b.CheckCreate(backend.CreateFlags{Packages: []string{"ripgrep", "g++", "python3.11-venv"}}); err != nil {
+		t.Errorf("valid Debian names refused: %v", err)
+	}
+	for _, bad := range []string{"Ripgrep", "-y", "a", "rip grep", "python3Packages"} {
+		err := b.CheckCreate(backend.CreateFlags{Packages: []string{"jq", bad}})
+		if err == nil || !strings.Contains(err.Error(), `"`+bad+`" is not a Debian package name`) {
+			t.Errorf("%q: got %v", bad, err)
+		}
+	}
+}
+
+// Reset refuses when no base image could make a fresh disk, leaving the VM
+// as it was; otherwise it removes the overlay and bumps the instance-id.
+func TestReset(t *testing.T) {
+	l := state.Layout{Dir: t.TempDir()}
+	for _, f := range []string{DiskFile, DiskInfoFile} {
+		os.WriteFile(filepath.Join(l.Dir, f), []byte("x"), 0o600)
+	}
+	r := &state.Record{Branch: "feat", Backend: Name}
+	r.SetSection(Settings{Provision: 2})
+	b := &Backend{Run: execx.OS{}, ImageDir: t.TempDir()}
+	err := b.Reset(context.Background(), l, r)
+	if err == nil || !strings.Contains(err.Error(), "no base image") || !strings.Contains(err.Error(), "sudo agent-vm image build") {
+		t.Fatalf("reset without a base image: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Dir, DiskFile)); err != nil {
+		t.Errorf("a refused reset touched the disk: %v", err)
+	}
+	r.SetSection(Settings{Image: filepath.Join(t.TempDir(), "gone.qcow2"), Provision: 2})
+	if err := b.Reset(context.Background(), l, r); err == nil || !strings.Contains(err.Error(), "the VM is unchanged") {
+		t.Errorf("reset with a missing --image: %v", err)
+	}
+
+	// A raw disk with an MBR: a base image as far as Inspect can tell.
+	testutil.Program(t, "qemu-img")
+	mbr := make([]byte, 1<<20)
+	mbr[510], mbr[511] = 0x55, 0xaa
+	base := filepath.Join(t.TempDir(), "base.raw")
+	os.WriteFile(base, mbr, 0o644)
+	r.SetSection(Settings{Image: base, Provision: 2})
+	if err := b.Reset(context.Background(), l, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{DiskFile, DiskInfoFile} {
+		if _, err := os.Stat(filepath.Join(l.Dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s is still there after reset: %v", f, err)
+		}
+	}
+	if s, _ := state.SectionOf[Settings](r); s.Provision != 3 || s.Image != base {
+		t.Errorf("settings after reset: %+v, want provision 3 (a new instance-id) and the image kept", s)
 	}
 }

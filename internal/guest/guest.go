@@ -36,6 +36,27 @@ const (
 	HostKeyCredential = "agent-vm.ssh-host-key"
 )
 
+// The repository's own provisioning (both backends): the files in the
+// workspace, and where the guest keeps the run's log and outcome. The
+// script is read from the workspace when it runs, at the first boot of a
+// root disk (create, reset), as root; it runs once per root disk.
+const (
+	// ConfigFile holds the repository's packages and create defaults
+	// (internal/repoconfig), relative to Workspace.
+	ConfigFile = ".agent-vm/config.toml"
+	// ProvisionScript is the repository's provisioning script, relative to
+	// Workspace.
+	ProvisionScript = ".agent-vm/provision.sh"
+	// ProvisionLog is the guest's log of the run: package installs and the
+	// script's output.
+	ProvisionLog = "/var/log/agent-vm-provision.log"
+	// ProvisionStatus records how the run ended, as lines key=value:
+	// status (ok, failed or skipped), exit (the exit status) and boot (the
+	// boot id of the boot that ran it). It is also the stamp that keeps the
+	// run to once per root disk.
+	ProvisionStatus = "/var/lib/agent-vm/provision.status"
+)
+
 // GuidanceFiles are where agents look for the user's own instructions,
 // relative to User's home: Claude Code, Codex, Gemini CLI, and a plain
 // AGENTS.md. Each gets the same text (Guidance).

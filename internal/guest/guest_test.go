@@ -45,3 +45,25 @@ func TestGuidanceSaysWhereTheAgentIs(t *testing.T) {
 		}
 	}
 }
+
+// Both guests run modules/provision.sh, and guest.nix guards its unit with
+// the status file: they must use the contract's paths.
+func TestProvisionFilesAgree(t *testing.T) {
+	script, err := os.ReadFile("../../modules/provision.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"workspace=" + Workspace + "\n", "script=$workspace/" + ProvisionScript + "\n",
+		"log=" + ProvisionLog + "\n", "status=" + ProvisionStatus + "\n"} {
+		if !strings.Contains(string(script), want) {
+			t.Errorf("modules/provision.sh lacks %q", want)
+		}
+	}
+	nix, err := os.ReadFile("../../modules/guest.nix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`ConditionPathExists = "!%s";`, ProvisionStatus); !strings.Contains(string(nix), want) {
+		t.Errorf("modules/guest.nix lacks %s", want)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/modules"
 )
 
 // Name is the backend's name in VM records.
@@ -126,6 +127,9 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	if f.Image != "" {
 		return fmt.Errorf("--image sets the base disk image of the qemu backend; the nixos backend builds its own (hint: drop --image, or pass --backend qemu)")
 	}
+	if err := CheckPackages(f.Packages); err != nil {
+		return err
+	}
 	if f.Agent != "" {
 		return fmt.Errorf("--agent %s: the nixos backend cannot install agent CLIs yet (hint: use --backend qemu, or add the package in your --config module)", f.Agent)
 	}
@@ -134,6 +138,17 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 		if err != nil || fi.IsDir() {
 			return fmt.Errorf("--config %s: not a readable file (hint: pass the path of a NixOS module, e.g. ./vm-config.nix)", f.Config)
 		}
+	}
+	return nil
+}
+
+// Reset implements backend.Backend: the root disk image goes (qemu-vm.nix's
+// run script makes a new one at the next boot), and with it the
+// provisioning stamp. The system is rebuilt from the record as at any start;
+// the host key comes from fw_cfg at every boot, so it stays the same.
+func (b *Backend) Reset(_ context.Context, l state.Layout, _ *state.Record) error {
+	if err := os.Remove(filepath.Join(l.Dir, DiskImage)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("removing the VM's root disk: %w", err)
 	}
 	return nil
 }
@@ -192,6 +207,11 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	}
 	return b.plan(l, r, out, o.Share)
 }
+
+// SettleCommand waits until the guest's boot is done, the repository's
+// provisioning (agent-vm-provision.service) included, so start can report
+// how it went. It needs no privilege.
+const SettleCommand = "systemctl is-system-running --wait >/dev/null 2>&1; true"
 
 // minNix is the oldest nix that evaluates nixpkgs 26.05 and has
 // `nix build --print-out-paths`.
@@ -319,6 +339,7 @@ func (b *Backend) plan(l state.Layout, r *state.Record, out *buildOutputs, share
 		}},
 		Credentials: []driver.Credential{{Name: guest.HostKeyCredential, File: l.HostKey()}},
 		FixedShare:  true,
+		Settle:      SettleCommand,
 	}, nil
 }
 
@@ -352,6 +373,7 @@ func inputsHash(dir string, r *state.Record) (string, error) {
 	files := []string{filepath.Join(dir, VMJSONFile), filepath.Join(dir, DefaultNix), filepath.Join(dir, DataNix)}
 	mods, _ := filepath.Glob(filepath.Join(dir, ModulesDir, "*.nix"))
 	files = append(files, mods...)
+	files = append(files, filepath.Join(dir, ModulesDir, modules.ProvisionFile))
 	s, err := state.SectionOf[Settings](r)
 	if err != nil {
 		return "", err

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 
@@ -78,6 +79,9 @@ type VMJSON struct {
 	CACertificates []string `json:"caCertificates"`
 	// Guidance is the note telling agents where they are (guest.Guidance).
 	Guidance string `json:"guidance"`
+	// Packages are nixpkgs attribute names installed system-wide (create
+	// --packages and the repository's .agent-vm/config.toml).
+	Packages []string `json:"packages"`
 }
 
 // GuestJSON is the guest user's ids.
@@ -150,6 +154,10 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 	if agentVM != "" {
 		v.AgentVMExecutable = &agentVM
 	}
+	v.Packages = append([]string{}, r.AllPackages()...)
+	if err := CheckPackages(v.Packages); err != nil {
+		return nil, err
+	}
 	s, err := state.SectionOf[Settings](r)
 	if err != nil {
 		return nil, err
@@ -183,13 +191,28 @@ func writeFiles(dir string, v *VMJSON) error {
 	if err := os.MkdirAll(mdir, 0o755); err != nil {
 		return err
 	}
-	for _, name := range modules.Names() {
+	for _, name := range append(modules.Names(), modules.ProvisionFile) {
 		src, err := fs.ReadFile(modules.FS(), name)
 		if err != nil {
 			return err
 		}
 		if err := atomicfile.Write(filepath.Join(mdir, name), src, 0o644); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// attrNameRE is a plain Nix attribute name (no quoting): how the guest
+// module names a package, pkgs.<name>.
+var attrNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_'-]*$`)
+
+// CheckPackages refuses names that are not plain nixpkgs attribute names,
+// naming the first bad one. Whether nixpkgs has them, the build says.
+func CheckPackages(names []string) error {
+	for _, n := range names {
+		if len(n) > 128 || !attrNameRE.MatchString(n) {
+			return fmt.Errorf("package %q is not a nixpkgs attribute name, which the nixos backend installs as pkgs.<name> (hint: letters, digits, '_', '-' and an apostrophe, not starting with a digit or '-', e.g. \"ripgrep\" or \"python3\")", n)
 		}
 	}
 	return nil

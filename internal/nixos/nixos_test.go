@@ -74,6 +74,7 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 			// PEM text with what Nix would read as interpolation or escapes.
 			ca := "-----BEGIN CERTIFICATE-----\nMIIB${x}\\''\"\n-----END CERTIFICATE-----\n"
 			v.CACertificates = []string{ca}
+			v.Packages = []string{"ripgrep", "python3", "hello'"}
 			if err := writeFiles(l.Dir, v); err != nil {
 				t.Fatal(err)
 			}
@@ -93,6 +94,7 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 						"workspace":         map[string]any{"transport": "virtiofs"},
 						"agentVmExecutable": exe,
 						"guidance":          v.Guidance,
+						"packages":          []any{"ripgrep", "python3", "hello'"},
 					}},
 					"services": map[string]any{"agent-mcp": map[string]any{"allowOrigin": []any{"https://claude.ai"}}},
 					"security": map[string]any{"pki": map[string]any{"certificates": []any{ca}}},

@@ -47,6 +47,13 @@ type Record struct {
 	// the host (`agent-vm port add`), applied at every start and, while
 	// the VM runs, at once.
 	Forwards []Forward `json:"forwards,omitempty"`
+	// Packages are the packages create --packages asked for, installed in
+	// the guest at the first boot of its root disk (Debian package names
+	// for qemu, nixpkgs attribute names for nixos).
+	Packages []string `json:"packages,omitempty"`
+	// RepoPackages are the packages the repository's .agent-vm/config.toml
+	// listed when the VM was created or last reset, installed likewise.
+	RepoPackages []string `json:"repo_packages,omitempty"`
 	// NoHostCA: the guest does not trust the CA certificates the host added
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`
@@ -54,6 +61,19 @@ type Record struct {
 	// and writes (see Section and SetSection): what the user chose at create
 	// for that backend, and its own counters.
 	Settings json.RawMessage `json:"settings,omitempty"`
+}
+
+// AllPackages are Packages then RepoPackages, each name once.
+func (r *Record) AllPackages() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range append(append([]string{}, r.Packages...), r.RepoPackages...) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Section decodes the backend's section into v (left as it is when the

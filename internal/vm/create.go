@@ -43,6 +43,9 @@ type CreateOptions struct {
 	NoHostCA bool
 	// Agent is an agent CLI to install in the guest (guest.Agents).
 	Agent string
+	// Packages are packages to install in the guest at its first boot,
+	// besides those of the repository's .agent-vm/config.toml.
+	Packages []string
 }
 
 // ErrExists means a VM for that branch already exists.
@@ -76,7 +79,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := checkCreateFlags(o, m.Host()); err != nil {
 		return nil, err
 	}
-	flags := backend.CreateFlags{Image: o.Image, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent}
+	flags := backend.CreateFlags{Image: o.Image, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent, Packages: o.Packages}
 	if err := be.CheckCreate(flags); err != nil {
 		return nil, err
 	}
@@ -119,6 +122,10 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if rec.Guest.UID, rec.Guest.GID, err = shareOwnership(l.Workspace()); err != nil {
 		return nil, err
 	}
+	if err := m.applyRepoConfig(o, l, rec, be); err != nil {
+		return nil, err
+	}
+	flags.Agent = rec.Agent
 	if err := be.Provision(ctx, l, rec, flags); err != nil {
 		return nil, err
 	}
@@ -275,6 +282,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
 		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
+		Packages: o.Packages,
 	}
 	if r.Resources.CPUs == 0 {
 		r.Resources.CPUs = defaultCPUs()

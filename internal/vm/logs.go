@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -21,9 +22,10 @@ type LogsOptions struct {
 	Lines  int // how many lines of each log to show first; 0 = 200
 }
 
-// Logs writes the VM's serial console and, when the VM runs, agent-mcp's
-// journal. With Follow it keeps writing both as they grow, each line
-// prefixed with its source, until ctx ends.
+// Logs writes the VM's serial console and, when the VM runs, the guest's
+// provisioning log (the repository's packages and provision.sh) and
+// agent-mcp's journal. With Follow it keeps writing them as they grow, each
+// line prefixed with its source, until ctx ends.
 //
 // The guest writes both, so every line is escaped (termsafe.Line: colours
 // dropped, other control characters shown as \x1b ...), whether or not out
@@ -57,31 +59,40 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 			fmt.Fprintf(out, "==> agent-mcp journal: the VM is not running <==\n")
 			return nil
 		}
+		fmt.Fprintf(out, "==> provisioning log (%s) <==\n", guest.ProvisionLog)
+		_, perr := m.guestCommand(ctx, name, provisionLog(o.Lines, false), safe)
 		fmt.Fprintf(out, "==> agent-mcp journal <==\n")
 		_, err := m.guestCommand(ctx, name, journal, safe)
-		return errors.Join(err, safe.Flush())
+		return errors.Join(perr, err, safe.Flush())
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	consoleOut := &prefixWriter{w: out, prefix: "console   | ", mu: &mu}
 	journalOut := &prefixWriter{w: out, prefix: "agent-mcp | ", mu: &mu}
+	provisionOut := &prefixWriter{w: out, prefix: "provision | ", mu: &mu}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		errs <- followFile(ctx, console, o.Lines, consoleOut)
 	}()
 	if running {
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			_, err := m.guestCommand(ctx, name, journal+" -f", journalOut)
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := m.guestCommand(ctx, name, provisionLog(o.Lines, true), provisionOut)
 			errs <- err
 		}()
 	}
 	wg.Wait()
 	consoleOut.Flush()
 	journalOut.Flush()
+	provisionOut.Flush()
 	close(errs)
 	for err := range errs {
 		if err != nil && ctx.Err() == nil {
@@ -89,6 +100,15 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 		}
 	}
 	return nil
+}
+
+// provisionLog shows the last n lines of the guest's provisioning log
+// (guest.ProvisionLog), following it with follow.
+func provisionLog(n int, follow bool) string {
+	if follow {
+		return fmt.Sprintf("tail -n %d -F %s 2>/dev/null", n, guest.ProvisionLog)
+	}
+	return fmt.Sprintf("tail -n %d %s 2>/dev/null || echo '(none yet: the guest has not provisioned)'", n, guest.ProvisionLog)
 }
 
 // guestCommand runs a shell command in the VM, its stdout and stderr both

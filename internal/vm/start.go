@@ -70,9 +70,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	defer lock.Release()
 	r, l := e.Record, e.Layout
-	be, ok := m.Backends[r.Backend]
-	if !ok {
-		return nil, fmt.Errorf("VM %q uses the %s backend, which this agent-vm cannot start (hint: use an agent-vm build with that backend, or recreate the VM with --backend qemu)", r.Branch, r.Backend)
+	be, err := m.backendOf(r, "start")
+	if err != nil {
+		return nil, err
 	}
 	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
 	if err := be.CheckStart(r, flags); err != nil {
@@ -133,7 +133,16 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	res.Info = m.Status(ctx, e, true)
+	if err := m.checkProvision(ctx, r, sshTarget(r, l)); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// sshTarget is the VM's SSH endpoint, with its pinned host key.
+func sshTarget(r *state.Record, l state.Layout) sshx.Target {
+	return sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)), User: r.Guest.User,
+		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
 }
 
 // waitReady waits for SSH with the pinned key, then for agent-mcp's health,
@@ -159,8 +168,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		}
 		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}
-	target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)), User: r.Guest.User,
-		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
+	target := sshTarget(r, l)
 	progress := func(elapsed time.Duration, _ error) {
 		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(logs.Console))
 	}

@@ -25,7 +25,7 @@ in
         inherit (vm.resources) memorySize cores diskSize;
       };
       workspace.transport = vm.workspace.transport;
-      inherit (vm) agentVmExecutable guidance;
+      inherit (vm) agentVmExecutable guidance packages;
     };
     services.agent-mcp.allowOrigin = vm.mcp.allowOrigin;
     security.pki.certificates = vm.caCertificates;

@@ -1,0 +1,163 @@
+// Package repoconfig reads a repository's own agent-vm settings,
+// .agent-vm/config.toml in the workspace: the packages its VMs need and
+// defaults for create's flags. It is the repository's file, so it may come
+// from anyone who can push to the branch: it is parsed strictly (unknown
+// keys, wrong types and bad values are errors naming the file and line) and
+// only ever read, never run.
+//
+// The format is TOML, read with github.com/BurntSushi/toml: users write
+// real TOML (comments, multi-line arrays, either quote style), which a
+// hand-made subset would refuse in surprising ways.
+//
+//	# .agent-vm/config.toml
+//	packages = ["ripgrep", "jq"]  # installed at the first boot, both backends
+//	cpus = 2                      # defaults for create's flags of the same name
+//	memory = "2G"
+//	agent = "claude"
+package repoconfig
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+)
+
+// MaxPackages bounds the packages one file may list.
+const MaxPackages = 100
+
+// Config is what a repository's config.toml says. Zero values mean "not
+// set": create's own defaults apply.
+type Config struct {
+	// Path is the file it was read from ("" when the repository has none).
+	Path string `toml:"-"`
+	// Packages are installed in the guest on its first boot: Debian package
+	// names for the qemu backend, nixpkgs attribute names for nixos (the
+	// backend checks each against its grammar).
+	Packages []string `toml:"packages"`
+	// CPUs, Memory and Agent are defaults for create --cpus, --memory and
+	// --agent.
+	CPUs   int    `toml:"cpus"`
+	Memory string `toml:"memory"`
+	Agent  string `toml:"agent"`
+
+	// MemoryMiB is Memory in MiB.
+	MemoryMiB int `toml:"-"`
+	src       string
+}
+
+// Load reads workspace's .agent-vm/config.toml; a repository without one
+// gives an empty Config. Messages name the file as name ("" for its path):
+// a workspace still being created is in a directory the user never sees.
+func Load(workspace, name string) (*Config, error) {
+	path := filepath.Join(workspace, guest.ConfigFile)
+	if name == "" {
+		name = path
+	}
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &Config{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the repository's agent-vm settings %s: %w", name, err)
+	}
+	return Parse(name, raw)
+}
+
+// Parse decodes a config.toml; path is only used in messages.
+func Parse(path string, raw []byte) (*Config, error) {
+	c := &Config{Path: path, src: string(raw)}
+	md, err := toml.Decode(c.src, c)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s:%d: %s (hint: see `agent-vm create --help` for the keys agent-vm reads)", path, pe.Position.Line, pe.Message)
+		}
+		// A type mismatch is not a ParseError; its text has the line.
+		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
+			return nil, fmt.Errorf("%s:%s: %s: %s (hint: packages is a list of strings, cpus a number, memory and agent strings)", path, m[1], m[2], m[3])
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if un := md.Undecoded(); len(un) > 0 {
+		key := un[0].String()
+		return nil, c.errorf(key, "", "unknown key %q (hint: agent-vm reads packages, cpus, memory and agent)", key)
+	}
+	return c, c.check()
+}
+
+var (
+	// nameRE admits the names of both backends' grammars (Debian's
+	// lowercase, '+' and '.'; nixpkgs' capitals, '_' and '\''); each
+	// backend then checks its own.
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_+.'-]*$`)
+	sizeRE = regexp.MustCompile(`^([0-9]{1,7})([MG])$`)
+	// typeErrRE reads BurntSushi/toml's "incompatible types" error.
+	typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+)
+
+func (c *Config) check() error {
+	if len(c.Packages) > MaxPackages {
+		return c.errorf("packages", "", "%d packages are more than %d", len(c.Packages), MaxPackages)
+	}
+	for _, p := range c.Packages {
+		if len(p) > 128 || !nameRE.MatchString(p) {
+			return c.errorf("packages", p, "package name %q is not a package name (hint: e.g. \"ripgrep\": letters, digits, '+', '-', '.', '_')", p)
+		}
+	}
+	if c.CPUs < 0 || c.CPUs > 64 {
+		return c.errorf("cpus", "", "cpus = %d is out of range (hint: use 1 to 64)", c.CPUs)
+	}
+	if c.Memory != "" {
+		m := sizeRE.FindStringSubmatch(strings.ToUpper(c.Memory))
+		if m == nil {
+			return c.errorf("memory", "", "memory = %q is not a size (hint: e.g. \"4G\" or \"2048M\")", c.Memory)
+		}
+		n, _ := strconv.Atoi(m[1])
+		if m[2] == "G" {
+			n *= 1024
+		}
+		c.MemoryMiB = n
+	}
+	if c.Agent != "" {
+		if _, err := guest.LookupAgent(c.Agent); err != nil {
+			return c.errorf("agent", "", "%v", err)
+		}
+	}
+	return nil
+}
+
+// errorf is an error about key (and, when given, the quoted value inside
+// it) at the line where it stands.
+func (c *Config) errorf(key, value, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", c.Path, c.Line(key, value), fmt.Sprintf(format, args...))
+}
+
+// Line finds where key is set: the line of value within it when given
+// (a multi-line array), else the key's own line; 1 when neither is found.
+func (c *Config) Line(key, value string) int {
+	keyRE := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(key) + `"?\s*=`)
+	lines := strings.Split(c.src, "\n")
+	for i, l := range lines {
+		if !keyRE.MatchString(l) {
+			continue
+		}
+		if value == "" {
+			return i + 1
+		}
+		for j := i; j < len(lines); j++ {
+			if strings.Contains(lines[j], `"`+value+`"`) || strings.Contains(lines[j], `'`+value+`'`) {
+				return j + 1
+			}
+		}
+		return i + 1
+	}
+	return 1
+}
