@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -341,14 +342,8 @@ func (c *converter) inProject(s string) bool {
 	return p != "" && (s == p || strings.HasPrefix(s, p+"/"))
 }
 
-func dedupe(ss []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
+// dedupe sorts names and drops repeats.
+func dedupe(names []string) []string {
+	slices.Sort(names)
+	return slices.Compact(names)
 }

@@ -58,15 +58,12 @@ func LoadConfig(path string) (Config, error) {
 	return parseConfig(data, path, os.LookupEnv)
 }
 
-// rawServer is one mcpServers entry as written. Fields the proxy does not use
+// rawServer is one mcpServers entry as written: Claude Code's fields, and
+// the working directory the proxy also takes. Fields the proxy does not use
 // (Claude Desktop's and other clients' extras) are ignored.
 type rawServer struct {
-	Type    string            `json:"type"`
-	Command string            `json:"command"`
-	Args    []string          `json:"args"`
-	Env     map[string]string `json:"env"`
-	Cwd     string            `json:"cwd"`
-	URL     string            `json:"url"`
+	mcpconfig.Server
+	Cwd string `json:"cwd"`
 }
 
 func parseConfig(data []byte, path string, lookupEnv func(string) (string, bool)) (Config, error) {
@@ -274,7 +271,8 @@ func describeJSONError(err error) string {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
 		want := map[string]string{"args": "a list of strings", "env": "an object of string values", "command": "a string", "cwd": "a string", "type": "a string", "url": "a string"}
-		field := typeErr.Field
+		// Fields of the embedded mcpconfig.Server come as "Server.args".
+		field := strings.TrimPrefix(typeErr.Field, "Server.")
 		top, _, _ := strings.Cut(field, ".")
 		if w, ok := want[top]; ok {
 			return fmt.Sprintf("%q must be %s (found a JSON %s)", field, w, typeErr.Value)
