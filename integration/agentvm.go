@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,8 @@ type call struct {
 	onLine func(string)
 	// quiet calls are not shown in verbose mode (probes of the build).
 	quiet bool
+	// env is added to agent-vm's environment for this call (NAME=VALUE).
+	env []string
 }
 
 // Result is one finished agent-vm call.
@@ -78,7 +81,7 @@ func (a *agentVM) run(ctx context.Context, c call) *Result {
 	}
 	ex := blackbox.Run(cctx, blackbox.Cmd{
 		Path: a.bin, Args: append([]string{"--state-dir", a.stateDir}, c.args...),
-		Dir: res.Dir, Env: a.env, Grace: a.grace, OnLine: c.onLine,
+		Dir: res.Dir, Env: append(slices.Clone(a.env), c.env...), Grace: a.grace, OnLine: c.onLine,
 	})
 	res.Elapsed = ex.End.Sub(ex.Start)
 	res.Stdout, res.Stderr, res.ExitCode = ex.Stdout, ex.Stderr, ex.Code
