@@ -45,13 +45,19 @@ func checkMCPSync(ctx context.Context, s *S) error {
 		Exposed []struct {
 			Port int `json:"port"`
 		} `json:"exposed"`
-		Vars []string `json:"vars"`
+		Vars     []string `json:"vars"`
+		AgentMCP []struct {
+			Name string `json:"name"`
+		} `json:"agent_mcp"`
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
 		return failf(res, "mcp sync --json: %v", err)
 	}
 	if !out.Written || len(out.Exposed) != 1 || out.Exposed[0].Port != 4599 || len(out.Vars) != 1 {
 		return failf(res, "mcp sync --json: written %v, exposed %v, vars %v; want written, port 4599, one variable", out.Written, out.Exposed, out.Vars)
+	}
+	if len(out.AgentMCP) != 1 || out.AgentMCP[0].Name != "itest" {
+		return failf(res, "mcp sync --json lists agent-mcp's servers as %v, want the workspace's one, itest", out.AgentMCP)
 	}
 	if b, err := os.ReadFile(host); err != nil || sha256.Sum256(b) != sha256.Sum256([]byte(doc)) {
 		return fmt.Errorf("mcp sync changed the host's %s (err %v)", host, err)
