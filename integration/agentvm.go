@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,7 +84,7 @@ func (a *agentVM) run(ctx context.Context, c call) *Result {
 	}
 	ex := blackbox.Run(cctx, blackbox.Cmd{
 		Path: a.bin, Args: append([]string{"--state-dir", a.stateDir}, c.args...),
-		Dir: res.Dir, Env: append(append([]string{}, a.env...), c.env...), Grace: a.grace, OnLine: c.onLine, Stdin: c.stdin,
+		Dir: res.Dir, Env: append(slices.Clone(a.env), c.env...), Grace: a.grace, OnLine: c.onLine, Stdin: c.stdin,
 	})
 	res.Elapsed = ex.End.Sub(ex.Start)
 	res.Stdout, res.Stderr, res.ExitCode = ex.Stdout, ex.Stderr, ex.Code

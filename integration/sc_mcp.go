@@ -19,9 +19,9 @@ import (
 func mcpScenario() Scenario {
 	return Scenario{
 		Name:    "mcp",
-		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only",
+		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "stop", "destroy"},
+		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp"},
 		run:     runMCP,
 	}
 }
@@ -91,6 +91,9 @@ func runMCP(ctx context.Context, s *S) {
 	s.Step(ctx, "a foreign browser Origin is refused: 403", func() error { return checkMCPOrigin(ctx, st) })
 	s.Step(ctx, "the forwarded ports listen on 127.0.0.1 only", func() error {
 		return checkLoopbackOnly(ctx, s, st)
+	})
+	s.Step(ctx, "mcp sync writes the host's servers into the guest's ~/.claude.json, without their values", func() error {
+		return checkMCPSync(ctx, s)
 	})
 }
 

@@ -40,6 +40,13 @@ type result struct {
 // working directory is inside agent-vm's checkout).
 func agentVM(t *testing.T, dir, stateDir string, args ...string) result {
 	t.Helper()
+	return agentVMEnv(t, dir, stateDir, nil, args...)
+}
+
+// agentVMEnv is agentVM with more environment variables (a HOME of its
+// own, say) over the test's HOME and NO_COLOR.
+func agentVMEnv(t *testing.T, dir, stateDir string, extra map[string]string, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	wd, _ := os.Getwd()
 	if dir == "" {
@@ -50,6 +57,9 @@ func agentVM(t *testing.T, dir, stateDir string, args ...string) result {
 	}
 	defer os.Chdir(wd)
 	env := map[string]string{"HOME": os.Getenv("HOME"), "NO_COLOR": "1"}
+	for k, v := range extra {
+		env[k] = v
+	}
 	code := Main(context.Background(), append([]string{"agent-vm", "--state-dir", stateDir}, args...),
 		IO{In: os.Stdin, Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }})
 	return result{code, out.String(), errb.String()}

@@ -33,6 +33,7 @@ func commands(stdio IO) []*cli.Command {
 		imageCommand(stdio),
 		setupCommand(stdio),
 		doctorCommand(stdio),
+		mcpCommand(stdio),
 		mcpConfigCommand(stdio),
 		mcpProxyCommand(stdio),
 		completionCommand(stdio),

@@ -34,6 +34,15 @@ const (
 	// HostKeyCredential carries a NixOS guest's SSH host key (never in the
 	// Nix store).
 	HostKeyCredential = "agent-vm.ssh-host-key"
+	// HostAddr is the host as the guest reaches it: QEMU user networking's
+	// gateway, which leads to the host's 127.0.0.1. Until containment
+	// (issue 14) lands, every port of the host's loopback answers there; the
+	// ports a VM's record lists as exposed (state.Record.Exposed) are the
+	// ones it is meant to reach.
+	HostAddr = "10.0.2.2"
+	// ClaudeConfig is Claude Code's configuration file (its user and local
+	// MCP scopes among it), relative to User's home.
+	ClaudeConfig = ".claude.json"
 )
 
 // The repository's own provisioning (both backends): the files in the

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/mcpconfig"
 )
 
 // Config is the set of stdio MCP servers the proxy serves, read from a file
@@ -56,15 +58,12 @@ func LoadConfig(path string) (Config, error) {
 	return parseConfig(data, path, os.LookupEnv)
 }
 
-// rawServer is one mcpServers entry as written. Fields the proxy does not use
+// rawServer is one mcpServers entry as written: Claude Code's fields, and
+// the working directory the proxy also takes. Fields the proxy does not use
 // (Claude Desktop's and other clients' extras) are ignored.
 type rawServer struct {
-	Type    string            `json:"type"`
-	Command string            `json:"command"`
-	Args    []string          `json:"args"`
-	Env     map[string]string `json:"env"`
-	Cwd     string            `json:"cwd"`
-	URL     string            `json:"url"`
+	mcpconfig.Server
+	Cwd string `json:"cwd"`
 }
 
 func parseConfig(data []byte, path string, lookupEnv func(string) (string, bool)) (Config, error) {
@@ -76,7 +75,7 @@ func parseConfig(data []byte, path string, lookupEnv func(string) (string, bool)
 		err := json.Unmarshal(data, &v)
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
-			line, col := lineCol(data, syn.Offset)
+			line, col := mcpconfig.LineCol(data, syn.Offset)
 			return fail("invalid JSON at line %d, column %d: %v (hint: check for a missing comma or quote there)", line, col, syn)
 		}
 		return fail("invalid JSON: %v", err)
@@ -214,7 +213,7 @@ func buildServer(name string, rs rawServer, baseDir string, lookupEnv func(strin
 	}
 	var missing []string
 	exp := func(s string) string {
-		out, miss := expandVars(s, lookupEnv)
+		out, miss := mcpconfig.Expand(s, lookupEnv)
 		missing = append(missing, miss...)
 		return out
 	}
@@ -252,53 +251,6 @@ func buildServer(name string, rs rawServer, baseDir string, lookupEnv func(strin
 	return srv, nil
 }
 
-// expandVars replaces ${NAME} and ${NAME:-default}; it returns the names that
-// were unset and had no default (their text is left as written).
-func expandVars(s string, lookupEnv func(string) (string, bool)) (string, []string) {
-	var b strings.Builder
-	var missing []string
-	for {
-		start := strings.Index(s, "${")
-		if start < 0 {
-			b.WriteString(s)
-			return b.String(), missing
-		}
-		end := strings.IndexByte(s[start:], '}')
-		if end < 0 {
-			b.WriteString(s)
-			return b.String(), missing
-		}
-		end += start
-		b.WriteString(s[:start])
-		expr := s[start+2 : end]
-		name, def, hasDef := strings.Cut(expr, ":-")
-		switch v, ok := lookupEnv(name); {
-		case !validVarName(name):
-			b.WriteString(s[start : end+1])
-		case ok:
-			b.WriteString(v)
-		case hasDef:
-			b.WriteString(def)
-		default:
-			missing = append(missing, name)
-			b.WriteString(s[start : end+1])
-		}
-		s = s[end+1:]
-	}
-}
-
-func validVarName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
 // validName checks a server name, which becomes part of URL paths.
 func validName(name string) error {
 	const hint = "use letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters; the name is part of the URL /servers/NAME/mcp (hint: rename the entry)"
@@ -319,7 +271,8 @@ func describeJSONError(err error) string {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
 		want := map[string]string{"args": "a list of strings", "env": "an object of string values", "command": "a string", "cwd": "a string", "type": "a string", "url": "a string"}
-		field := typeErr.Field
+		// Fields of the embedded mcpconfig.Server come as "Server.args".
+		field := strings.TrimPrefix(typeErr.Field, "Server.")
 		top, _, _ := strings.Cut(field, ".")
 		if w, ok := want[top]; ok {
 			return fmt.Sprintf("%q must be %s (found a JSON %s)", field, w, typeErr.Value)
@@ -327,19 +280,6 @@ func describeJSONError(err error) string {
 		return fmt.Sprintf("%q has the wrong type (found a JSON %s)", field, typeErr.Value)
 	}
 	return err.Error()
-}
-
-func lineCol(data []byte, offset int64) (line, col int) {
-	if offset > int64(len(data)) {
-		offset = int64(len(data))
-	}
-	prefix := data[:offset]
-	line = bytes.Count(prefix, []byte("\n")) + 1
-	col = int(offset) - (bytes.LastIndexByte(prefix, '\n') + 1)
-	if col < 1 {
-		col = 1
-	}
-	return line, col
 }
 
 func dedupe(ss []string) []string {

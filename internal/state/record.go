@@ -57,6 +57,14 @@ type Record struct {
 	// NoHostCA: the guest does not trust the CA certificates the host added
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`
+	// Exposed are the host ports the guest is meant to reach (at
+	// guest.HostAddr). Until containment (issue 14) the guest reaches every
+	// host loopback port anyway; then these become its only doors.
+	Exposed []Exposed `json:"exposed,omitempty"`
+	// MCPSynced are the MCP servers `mcp sync` last wrote into the guest's
+	// Claude Code configuration (so the next sync removes the ones the host
+	// no longer has, and no server the guest added itself).
+	MCPSynced []string `json:"mcp_synced,omitempty"`
 	// Settings is the backend's own section, which only that backend reads
 	// and writes (see Section and SetSection): what the user chose at create
 	// for that backend, and its own counters.
@@ -116,6 +124,17 @@ type Forward struct {
 	Guest int `json:"guest"`
 	Host  int `json:"host"`
 }
+
+// Exposed is a host port the guest may reach, why, and who asked for it.
+type Exposed struct {
+	Port int    `json:"port"`
+	Why  string `json:"why"`
+	By   string `json:"by"` // ExposedByMCPSync, or the command that added it
+}
+
+// ExposedByMCPSync marks the ports `mcp sync` exposes: each sync replaces
+// its own and leaves the others.
+const ExposedByMCPSync = "mcp sync"
 
 // Resources are the VM's size.
 type Resources struct {

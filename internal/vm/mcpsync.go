@@ -1,0 +1,241 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/mcpconfig"
+	"github.com/agent-vm/agent-vm/internal/mcpproxy"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// MCPSyncOptions are `mcp sync`'s flags.
+type MCPSyncOptions struct {
+	// DryRun computes what would be written and writes nothing: not the
+	// guest's file, not the VM record. The VM need not be running.
+	DryRun bool
+}
+
+// MCP sync's report types, from the package that makes them.
+type (
+	MCPServerReport = mcpconfig.Report
+	MCPEnvVar       = mcpconfig.EnvVar
+)
+
+// MCPSyncResult is what MCPSync did.
+type MCPSyncResult struct {
+	Branch string `json:"branch"`
+	// HostFiles are the host's Claude Code files read (never written).
+	HostFiles []string `json:"host_files"`
+	// GuestFile is the guest's Claude Code configuration, into whose local
+	// scope for the workspace the servers go.
+	GuestFile string `json:"guest_file"`
+	// Servers says what became of each host server.
+	Servers []MCPServerReport `json:"servers"`
+	// AgentMCP are the servers the VM's agent-mcp serves, which the host
+	// connects to (they are not put in the guest's configuration).
+	AgentMCP []AgentMCPServer `json:"agent_mcp"`
+	// AgentMCPState is agent-mcp's health ("unknown" when the VM is not
+	// running).
+	AgentMCPState string `json:"agent_mcp_state"`
+	// Exposed are the host ports the guest now reaches MCP servers on.
+	Exposed []state.Exposed `json:"exposed"`
+	// Vars are the names of the variables the agent session must carry.
+	Vars []string `json:"vars"`
+	// Env are those variables with their values: pass them inline to the
+	// agent session (`agent-vm run` does). Never printed, never in JSON.
+	Env []MCPEnvVar `json:"-"`
+	// GuestConfig is the part of the guest's file the sync writes, with
+	// ${NAME} references and no values.
+	GuestConfig json.RawMessage `json:"guest_config"`
+	// Written is true when the guest's file and the record were updated.
+	Written bool `json:"written"`
+}
+
+// AgentMCPServer is one server of a VM's agent-mcp, as the host reaches it.
+type AgentMCPServer struct {
+	Name     string `json:"name"`
+	URL      string `json:"url"`
+	CanStart bool   `json:"can_start"`
+	Problem  string `json:"problem,omitempty"`
+}
+
+// MCPSync gives the VM of name the host's Claude Code MCP servers: it reads
+// the host's configuration (user and local scope in ~/.claude.json or
+// $CLAUDE_CONFIG_DIR/.claude.json, the project scope in the .mcp.json of
+// the checkout the VM was created from), merges the guest's equivalent into
+// the local scope of /workspace in the guest's ~/.claude.json over SSH, and
+// records the host ports the guest needs. The returned Env must reach the
+// agent session's environment: the guest's file holds only references.
+//
+// It takes the VM's lock briefly to update the record: callers must not
+// hold it.
+func (m *Manager) MCPSync(ctx context.Context, name string, o MCPSyncOptions) (*MCPSyncResult, error) {
+	e, err := m.Find(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if e.Record == nil {
+		return nil, e.Err
+	}
+	r := e.Record
+	home := m.getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	files := mcpconfig.Locate(m.getenv, home, r.Git.Source)
+	host, err := mcpconfig.Load(files)
+	if err != nil {
+		return nil, err
+	}
+	plan := mcpconfig.Convert(host, mcpconfig.Options{
+		Lookup: func(k string) (string, bool) { v := m.getenv(k); return v, v != "" },
+		Home:   home, Workspace: guest.Workspace, HostAddr: guest.HostAddr, Programs: guestPrograms(r.Backend),
+	})
+	res := &MCPSyncResult{Branch: r.Branch, GuestFile: path.Join("/home", r.Guest.User, guest.ClaudeConfig),
+		Servers: plan.Reports, Env: plan.Env, AgentMCPState: "unknown"}
+	for _, f := range []string{files.ClaudeJSON, files.MCPJSON} {
+		if f != "" {
+			res.HostFiles = append(res.HostFiles, f)
+		}
+	}
+	for _, v := range plan.Env {
+		res.Vars = append(res.Vars, v.Name)
+	}
+	for _, x := range plan.Exposed {
+		res.Exposed = append(res.Exposed, state.Exposed{Port: x.Port, Why: x.Why, By: state.ExposedByMCPSync})
+	}
+	if res.GuestConfig, err = mcpconfig.Fragment(guest.Workspace, plan.Servers); err != nil {
+		return nil, err
+	}
+	info := m.Status(ctx, e, false)
+	if info.State == StateRunning {
+		res.AgentMCP, res.AgentMCPState = agentMCPServers(ctx, r.Ports.MCP)
+	}
+	if o.DryRun {
+		return res, nil
+	}
+	if info.State != StateRunning {
+		return nil, fmt.Errorf("VM %q is %s: mcp sync writes into the running guest (hint: `agent-vm start %s` first; `agent-vm mcp sync --dry-run %[3]s` shows what it would write)", r.Branch, info.State, e.Slug)
+	}
+	c, _, err := m.connect(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if err := writeGuestClaudeConfig(ctx, c, res.GuestFile, plan.Servers, r.MCPSynced); err != nil {
+		return nil, err
+	}
+	if err := m.recordMCPSync(ctx, e, res.Exposed, plan.Servers); err != nil {
+		return nil, err
+	}
+	res.Written = true
+	return res, nil
+}
+
+// guestPrograms are the programs an MCP server may run in a guest of the
+// backend, from the guest's image (internal/image's recipe for Debian; a
+// NixOS guest has what its configuration adds, git only by default).
+func guestPrograms(backend string) []string {
+	base := []string{"sh", "bash", "git"}
+	if backend == BackendQEMU {
+		return append(base, "node", "npm", "npx", "python3", "curl")
+	}
+	return base
+}
+
+// Shell lines that read and replace the guest's file as the guest user:
+// the new file is made 0600 beside the old one and renamed over it, so
+// Claude Code never reads half a file (and a symlink there is replaced,
+// not followed).
+const (
+	readGuestFile  = `f=~/%[1]s; if [ -e "$f" ]; then cat -- "$f"; fi`
+	writeGuestFile = `set -e; umask 077; t=$(mktemp ~/%[1]s.agent-vm.XXXXXX); cat >"$t"; chmod 600 "$t"; mv -f -- "$t" ~/%[1]s`
+)
+
+// writeGuestClaudeConfig merges servers into the guest's Claude Code
+// configuration over the SSH connection c.
+func writeGuestClaudeConfig(ctx context.Context, c *ssh.Client, file string, servers map[string]mcpconfig.Server, previous []string) error {
+	var cur, stderr bytes.Buffer
+	if code, err := sshx.Run(ctx, c, fmt.Sprintf(readGuestFile, guest.ClaudeConfig), nil, &cur, &stderr); err != nil || code != 0 {
+		return fmt.Errorf("reading %s in the VM: %s", file, sshFailure(code, err, &stderr))
+	}
+	out, err := mcpconfig.Merge(cur.Bytes(), file, guest.Workspace, servers, previous)
+	if err != nil {
+		return err
+	}
+	stderr.Reset()
+	if code, err := sshx.Run(ctx, c, fmt.Sprintf(writeGuestFile, guest.ClaudeConfig), bytes.NewReader(out), io.Discard, &stderr); err != nil || code != 0 {
+		return fmt.Errorf("writing %s in the VM: %s", file, sshFailure(code, err, &stderr))
+	}
+	return nil
+}
+
+func sshFailure(code int, err error, stderr *bytes.Buffer) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("exit status %d: %s", code, strings.TrimSpace(stderr.String()))
+}
+
+// recordMCPSync stores the ports the sync exposes (replacing its earlier
+// ones, keeping other commands') and the servers it wrote.
+func (m *Manager) recordMCPSync(ctx context.Context, e state.Entry, exposed []state.Exposed, servers map[string]mcpconfig.Server) error {
+	lock, err := m.Root.LockVM(ctx, e.Slug)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	rec, err := state.ReadRecord(e.Layout.Record())
+	if err != nil {
+		return err
+	}
+	rec.Exposed = slices.DeleteFunc(rec.Exposed, func(x state.Exposed) bool { return x.By == state.ExposedByMCPSync })
+	rec.Exposed = append(rec.Exposed, exposed...)
+	rec.MCPSynced = rec.MCPSynced[:0]
+	for name := range servers {
+		rec.MCPSynced = append(rec.MCPSynced, name)
+	}
+	slices.Sort(rec.MCPSynced)
+	return state.WriteRecord(e.Layout.Record(), rec)
+}
+
+// agentMCPServers asks the VM's agent-mcp which servers it has, through
+// the forwarded port (GET /health needs no token).
+func agentMCPServers(ctx context.Context, port int) ([]AgentMCPServer, string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, guest.HealthPath), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, "unreachable"
+	}
+	defer resp.Body.Close()
+	var rep mcpproxy.HealthReport
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&rep); err != nil {
+		return nil, "unhealthy"
+	}
+	var out []AgentMCPServer
+	for _, s := range rep.Servers {
+		out = append(out, AgentMCPServer{Name: s.Name, URL: fmt.Sprintf("http://127.0.0.1:%d/servers/%s/mcp", port, url.PathEscape(s.Name)),
+			CanStart: s.CanStart, Problem: s.Problem})
+	}
+	if rep.Status != "ok" {
+		return out, "unhealthy"
+	}
+	return out, "healthy"
+}
