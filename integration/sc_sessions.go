@@ -132,7 +132,11 @@ func runSessions(ctx context.Context, s *S) {
 			return failf(nil, "the agent saw a different canary: sha256 %q, want %q", ready, wantSum)
 		}
 		// The guest's process list does not show the value.
-		ps := track(s.call(ctx, ref.call("exec", "--", "ps", "-eo", "args")))
+		ps := track(s.call(ctx, call{args: []string{"exec", sessionsBranch, "--", "ps", "-eo", "args"}, dir: rp.Dir}))
+		if err := want(ps, 0); err != nil {
+			kbd.Close()
+			return err
+		}
 		psLeak := strings.Contains(ps.Stdout, canary)
 		kbd.Type(detachKeys)
 		res := track(<-done)

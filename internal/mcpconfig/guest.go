@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/session"
 )
 
 // What became of a host server.
@@ -71,16 +73,7 @@ type Exposed struct {
 
 // EnvVar is a value the agent session carries for the guest's config. Its
 // Value is a secret: it is never written to the guest's disk.
-type EnvVar struct {
-	Name  string
-	Value string
-}
-
-// String hides the value, so an EnvVar printed by mistake leaks nothing.
-func (e EnvVar) String() string { return e.Name + "=<hidden>" }
-
-// GoString hides the value from %#v too.
-func (e EnvVar) GoString() string { return e.String() }
+type EnvVar = session.Var
 
 // Plan is the guest's equivalent of a host's MCP servers.
 type Plan struct {

@@ -80,10 +80,17 @@ func NameFor(program string) string {
 	return s
 }
 
-// Var is one environment variable for the agent.
+// Var is one environment variable for the agent. Its Value may be a
+// secret: it travels only in the session's environment.
 type Var struct {
 	Name, Value string
 }
+
+// String hides the value, so a Var printed by mistake leaks nothing.
+func (v Var) String() string { return v.Name + "=<hidden>" }
+
+// GoString hides the value from %#v too.
+func (v Var) GoString() string { return v.String() }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 

@@ -156,6 +156,7 @@ func (m *Manager) RunAgent(ctx context.Context, o RunOptions) (*SessionResult, e
 	if err := m.ensureAgent(ctx, c, res.VM, argv[0], o.Term.Err, notify); err != nil {
 		return nil, err
 	}
+	vars = append(m.syncMCP(ctx, res.VM, notify), vars...)
 	w, h := sshx.TermSize(o.Term.In)
 	cmd, stdin, err := session.Start(session.Spec{Name: name, Argv: argv, Env: vars, Width: w, Height: h, Heading: res.Branch})
 	if err != nil {
@@ -175,6 +176,23 @@ func (m *Manager) RunAgent(ctx context.Context, o RunOptions) (*SessionResult, e
 	}
 	notify(fmt.Sprintf("started session %s in VM %s: %s", name, res.VM, strings.Join(argv, " ")))
 	return m.attach(ctx, c, res, name, o.Term, notify)
+}
+
+// syncMCP brings the host's MCP servers into the guest before a session
+// starts (as `mcp sync` does) and returns the variables their guest
+// configuration refers to, for the session's environment. A failure is
+// reported and the agent starts without them: the user's MCP set-up must
+// not keep the agent from running.
+func (m *Manager) syncMCP(ctx context.Context, vmName string, notify func(string)) []session.Var {
+	res, err := m.MCPSync(ctx, vmName, MCPSyncOptions{})
+	if err != nil {
+		notify(fmt.Sprintf("the host's MCP servers were not brought into the VM: %v (the agent starts without them; `agent-vm mcp sync %s` tries again)", err, vmName))
+		return nil
+	}
+	if len(res.Servers) > 0 {
+		notify(fmt.Sprintf("synced %d MCP server(s) from the host's Claude Code configuration into the VM (`agent-vm mcp sync %s --dry-run` shows them)", len(res.Servers), vmName))
+	}
+	return res.Env
 }
 
 // lookupAgent finds a known agent by name.
@@ -426,19 +444,11 @@ func (m *Manager) Sessions(ctx context.Context, name string) ([]SessionInfo, err
 // RemoveSession ends a session. One whose agent still runs is removed only
 // with force (the agent gets SIGHUP).
 func (m *Manager) RemoveSession(ctx context.Context, name, sess string, force bool) error {
-	c, slug, err := m.connect(ctx, name)
+	c, slug, in, err := m.findSession(ctx, name, sess)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	infos, err := listSessions(ctx, c)
-	if err != nil {
-		return err
-	}
-	in, ok := session.Find(infos, sess)
-	if !ok {
-		return fmt.Errorf("VM %s has no session %s%s", slug, sess, sessionHint(infos, slug))
-	}
 	if !in.Exited && !force {
 		return fmt.Errorf("the agent in session %s of VM %s is still running (hint: attach and end it, `agent-vm attach %s %s`, or remove it anyway with --force)", sess, slug, slug, sess)
 	}
@@ -449,19 +459,32 @@ func (m *Manager) RemoveSession(ctx context.Context, name, sess string, force bo
 // SessionLog writes a session's scrollback (escaped: it is the agent's
 // output) to out.
 func (m *Manager) SessionLog(ctx context.Context, name, sess string, out io.Writer) error {
-	c, slug, err := m.connect(ctx, name)
+	c, _, _, err := m.findSession(ctx, name, sess)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	return writeScrollback(ctx, c, sess, out)
+}
+
+// findSession connects to a running VM and finds one of its sessions; the
+// caller closes the connection.
+func (m *Manager) findSession(ctx context.Context, name, sess string) (*ssh.Client, string, SessionInfo, error) {
+	c, slug, err := m.connect(ctx, name)
+	if err != nil {
+		return nil, "", SessionInfo{}, err
+	}
 	infos, err := listSessions(ctx, c)
 	if err != nil {
-		return err
+		c.Close()
+		return nil, "", SessionInfo{}, err
 	}
-	if _, ok := session.Find(infos, sess); !ok {
-		return fmt.Errorf("VM %s has no session %s%s", slug, sess, sessionHint(infos, slug))
+	in, ok := session.Find(infos, sess)
+	if !ok {
+		c.Close()
+		return nil, "", SessionInfo{}, fmt.Errorf("VM %s has no session %s%s", slug, sess, sessionHint(infos, slug))
 	}
-	return writeScrollback(ctx, c, sess, out)
+	return c, slug, in, nil
 }
 
 func writeScrollback(ctx context.Context, c *ssh.Client, sess string, out io.Writer) error {

@@ -1,0 +1,87 @@
+package vm
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/session"
+)
+
+func TestSessionEnv(t *testing.T) {
+	env := map[string]string{"ANTHROPIC_API_KEY": "sk-host", "TOKEN": "from-host"}
+	getenv := func(k string) string { return env[k] }
+	var notes []string
+	notify := func(s string) { notes = append(notes, s) }
+
+	vars, err := sessionEnv([]string{"TOKEN", "EXTRA=given=with=equals", "ANTHROPIC_API_KEY=override"}, "ANTHROPIC_API_KEY", getenv, notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []session.Var{{Name: "ANTHROPIC_API_KEY", Value: "override"}, {Name: "TOKEN", Value: "from-host"}, {Name: "EXTRA", Value: "given=with=equals"}}
+	if len(vars) != len(want) {
+		t.Fatalf("vars: %v", vars)
+	}
+	for i := range want {
+		if vars[i] != want[i] {
+			t.Errorf("var %d: got %s=%q, want %s=%q", i, vars[i].Name, vars[i].Value, want[i].Name, want[i].Value)
+		}
+	}
+	// NAME=VALUE warns (twice here), and no note shows a value.
+	if len(notes) != 2 || !strings.Contains(notes[0], "shell's history") {
+		t.Errorf("notes: %q", notes)
+	}
+	for _, n := range notes {
+		if strings.Contains(n, "given") || strings.Contains(n, "override") {
+			t.Errorf("a note shows a value: %q", n)
+		}
+	}
+
+	// The agent's key is passed only when set; an unset --env NAME and a
+	// bad name are refused, naming them.
+	if vars, _ := sessionEnv(nil, "OPENAI_API_KEY", getenv, notify); len(vars) != 0 {
+		t.Errorf("an unset key variable was passed: %v", vars)
+	}
+	for in, msg := range map[string]string{"NOPE": "NOPE is not set", "1X=v": `"1X" is not an environment variable name`, "=v": `"" is not`} {
+		if _, err := sessionEnv([]string{in}, "", getenv, notify); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("--env %q: got %v, want %q", in, err, msg)
+		}
+	}
+}
+
+func TestAgentCommand(t *testing.T) {
+	argv, key, err := agentCommand("claude", []string{"--model", "x"}, "main")
+	if err != nil || strings.Join(argv, " ") != "claude --model x" || key != "ANTHROPIC_API_KEY" {
+		t.Errorf("claude: %v %q %v", argv, key, err)
+	}
+	argv, key, err = agentCommand("./bin/my agent", nil, "main")
+	if err == nil || !strings.Contains(err.Error(), "give one program") {
+		t.Errorf("a program with a space: %v %q %v", argv, key, err)
+	}
+	argv, key, err = agentCommand("./bin/tool", []string{"a b"}, "main")
+	if err != nil || len(argv) != 2 || argv[1] != "a b" || key != "" {
+		t.Errorf("a program: %v %q %v", argv, key, err)
+	}
+	if _, _, err := agentCommand("", nil, "main"); err == nil || !strings.Contains(err.Error(), "--agent claude|codex|gemini") {
+		t.Errorf("no agent: %v", err)
+	}
+}
+
+func TestPickSession(t *testing.T) {
+	infos := []SessionInfo{{Name: "claude"}, {Name: "claude-2"}}
+	if _, err := pickSession(infos, "", "main"); err == nil || !strings.Contains(err.Error(), "claude, claude-2") {
+		t.Errorf("two sessions, none named: %v", err)
+	}
+	if in, err := pickSession(infos, "claude-2", "main"); err != nil || in.Name != "claude-2" {
+		t.Errorf("named: %v %v", in, err)
+	}
+	if _, err := pickSession(nil, "", "main"); err == nil || !strings.Contains(err.Error(), "agent-vm run main") {
+		t.Errorf("none: %v", err)
+	}
+	if got := freeName(infos, "claude"); got != "claude-3" {
+		t.Errorf("freeName: %q", got)
+	}
+	long := strings.Repeat("x", 40)
+	if got := freeName([]SessionInfo{{Name: long}}, long); len(got) > 40 || session.CheckName(got) != nil {
+		t.Errorf("freeName of a long name: %q", got)
+	}
+}
