@@ -114,12 +114,15 @@ func runSessions(ctx context.Context, s *S) {
 	// The first run creates and boots the VM, starts the agent and attaches;
 	// the keyboard detaches once the agent is ready.
 	s.Step(ctx, "run creates and boots the VM, attaches to the agent, and Ctrl-b d detaches", func() error {
-		kbd := newKeyboard()
+		kbd, err := newKeyboard()
+		if err != nil {
+			return err
+		}
 		done := make(chan *Result, 1)
 		go func() {
 			args := append([]string{"run", sessionsBranch}, agentArgs...)
 			args = append(args, "--", "first", "second arg")
-			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
+			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd.File, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
 		}()
 		s.register(sessionsBranch, rp.Dir)
 		ready, err := s.waitAgentReady(ctx, rp.Dir, &workspace, done)
@@ -184,11 +187,14 @@ func runSessions(ctx context.Context, s *S) {
 	})
 
 	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
-		kbd := newKeyboard()
+		kbd, err := newKeyboard()
+		if err != nil {
+			return err
+		}
 		done := make(chan *Result, 1)
 		go func() {
 			args := append([]string{"run", sessionsBranch}, agentArgs...)
-			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd, env: canaryEnv})
+			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd.File, env: canaryEnv})
 		}()
 		// The agent waits for a line: give it one once the client is
 		// attached (the session shows an attached client).
@@ -336,23 +342,29 @@ func (s *S) sessions(ctx context.Context, ref vmRef) ([]sessionInfo, error) {
 }
 
 // keyboard is agent-vm's stdin: what the test types, when it types it. It
+// is an OS pipe, so agent-vm gets it as its stdin directly (with any other
+// reader, waiting for agent-vm would also wait for the next key), and it
 // stays open until closed (an end of input would end the SSH session).
 type keyboard struct {
-	r *io.PipeReader
-	w *io.PipeWriter
+	*os.File // the read end, agent-vm's stdin
+	w        *os.File
 }
 
-func newKeyboard() *keyboard {
-	r, w := io.Pipe()
-	return &keyboard{r: r, w: w}
+func newKeyboard() (*keyboard, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	return &keyboard{File: r, w: w}, nil
 }
 
-func (k *keyboard) Read(p []byte) (int, error) { return k.r.Read(p) }
+// Type sends keys (a pipe holds far more than a test types).
+func (k *keyboard) Type(keys string) { k.w.Write([]byte(keys)) }
 
-// Type sends keys without waiting for agent-vm to read them.
-func (k *keyboard) Type(keys string) { go k.w.Write([]byte(keys)) }
-
-func (k *keyboard) Close() { k.w.Close() }
+func (k *keyboard) Close() {
+	k.w.Close()
+	k.File.Close()
+}
 
 type scanned struct {
 	files int

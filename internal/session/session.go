@@ -209,7 +209,7 @@ func Start(s Spec) (cmd string, stdin []byte, err error) {
 	}
 	args := serverOptions()
 	args = append(args,
-		"new-session", "-d", "-s", s.Name, "-x", strconv.Itoa(w), "-y", strconv.Itoa(h), "-c", dir,
+		"new-session", "-d", "-s", s.Name, "-n", s.Name, "-x", strconv.Itoa(w), "-y", strconv.Itoa(h), "-c", dir,
 		"--", "/bin/sh", "-c", wrapper, "agent-vm-session", "__ENVFILE__", s.Name)
 	args = append(args, s.Argv...)
 	args = append(args, ";", "set-option", "-t", pane(s.Name), commandOption, display(s.Argv))
