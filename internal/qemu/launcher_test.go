@@ -93,6 +93,12 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	}
 	// The secret reached QEMU as a file name, never as a value.
 	args := procArgs(launch.QEMUPid)
+	if !hasArg(args, "-sandbox", Sandbox(nil).Option()) {
+		t.Errorf("QEMU runs without its sandbox: %q", args)
+	}
+	if fi, err := os.Stat(m.QMPPath()); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("QMP socket: %v, %v; want mode 0600", fi.Mode(), err)
+	}
 	if strings.Contains(strings.Join(args, " "), "secret") {
 		t.Error("the credential's content is on QEMU's command line")
 	}
@@ -116,6 +122,26 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	}
 	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
 		t.Errorf("stop of a stopped VM: %v", err)
+	}
+}
+
+// Run as root, QEMU drops to the workspace's owner once it has opened its
+// files, under its sandbox, and still answers QMP and stops.
+func TestRootDropsQEMUToTheWorkspaceOwner(t *testing.T) {
+	l := testLauncher(t)
+	tu.Need(t, os.Geteuid() == 0, "dropping privileges needs root")
+	m, b := testMachine(t)
+	m.Share.UID, m.Share.GID = 65534, 65534
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(launch.QEMUPid) + "/status")
+	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(string(status), "\nGid:\t65534\t65534\t65534\t65534\n") {
+		t.Errorf("QEMU's ids are not the owner's:\n%s", status)
+	}
+	if live, _ := l.Inspect(context.Background(), m); live.State != driver.StateRunning || live.QMPStatus != "running" {
+		t.Errorf("live %+v", live)
+	}
+	if err := l.Stop(context.Background(), m, time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
