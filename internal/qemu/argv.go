@@ -100,8 +100,10 @@ func sharedMemoryArgs(memMiB int) []string {
 
 // shareArgs attach the workspace: virtiofs through virtiofsd's socket, or
 // 9p served by QEMU itself. security_model=none keeps host ownership rules:
-// as root, files get the guest user's uid; otherwise they belong to the
-// user running QEMU.
+// files belong to the user QEMU runs as, which for a root agent-vm is the
+// workspace's owner (-runas), so the guest's root cannot chown to root nor
+// make device nodes; it can set the owner's setuid bit and make FIFOs,
+// which only virtiofs (through the jail, package sharejail) refuses.
 func shareArgs(mode driver.ShareMode, s driver.Share, virtiofsdSock string) []string {
 	if mode == driver.ShareVirtiofs {
 		return []string{

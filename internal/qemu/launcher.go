@@ -34,6 +34,9 @@ type Launcher struct {
 	NoSandbox bool
 	// Geteuid is the user agent-vm runs as; nil = os.Geteuid.
 	Geteuid func() int
+	// Self is the agent-vm binary, which runs the virtiofsd jail; nil =
+	// os.Executable.
+	Self func() (string, error)
 }
 
 // NewLauncher returns a Launcher for the host's architecture.
@@ -174,11 +177,7 @@ func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMo
 // prepares directories QEMU opens later.
 func (l *Launcher) hardening(m Machine, b Boot) Hardening {
 	var h Hardening
-	euid := os.Geteuid
-	if l.Geteuid != nil {
-		euid = l.Geteuid
-	}
-	if b.Direct != nil && euid() == 0 && m.Share.UID > 0 {
+	if b.Direct != nil && l.euid() == 0 && m.Share.UID > 0 {
 		h.RunAs = &Owner{UID: m.Share.UID, GID: m.Share.GID}
 	}
 	if !l.NoSandbox {
@@ -186,6 +185,13 @@ func (l *Launcher) hardening(m Machine, b Boot) Hardening {
 		h.Sandbox = &p
 	}
 	return h
+}
+
+func (l *Launcher) euid() int {
+	if l.Geteuid != nil {
+		return l.Geteuid()
+	}
+	return os.Geteuid()
 }
 
 // checkForwards fails early, with a clear message, when a forwarded port is
