@@ -114,16 +114,12 @@ func runSessions(ctx context.Context, s *S) {
 	// The first run creates and boots the VM, starts the agent and attaches;
 	// the keyboard detaches once the agent is ready.
 	s.Step(ctx, "run creates and boots the VM, attaches to the agent, and Ctrl-b d detaches", func() error {
-		kbd, err := newKeyboard()
+		args := append([]string{"run", sessionsBranch}, agentArgs...)
+		args = append(args, "--", "first", "second arg")
+		kbd, done, err := s.typing(ctx, call{args: args, dir: rp.Dir, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
 		if err != nil {
 			return err
 		}
-		done := make(chan *Result, 1)
-		go func() {
-			args := append([]string{"run", sessionsBranch}, agentArgs...)
-			args = append(args, "--", "first", "second arg")
-			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd.File, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
-		}()
 		s.register(sessionsBranch, rp.Dir)
 		ready, err := s.waitAgentReady(ctx, rp.Dir, &workspace, done)
 		if err != nil {
@@ -187,15 +183,10 @@ func runSessions(ctx context.Context, s *S) {
 	})
 
 	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
-		kbd, err := newKeyboard()
+		kbd, done, err := s.typing(ctx, call{args: append([]string{"run", sessionsBranch}, agentArgs...), dir: rp.Dir, env: canaryEnv})
 		if err != nil {
 			return err
 		}
-		done := make(chan *Result, 1)
-		go func() {
-			args := append([]string{"run", sessionsBranch}, agentArgs...)
-			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd.File, env: canaryEnv})
-		}()
 		// The agent waits for a line: give it one once the client is
 		// attached (the session shows an attached client).
 		if err := s.waitAttached(ctx, ref, done); err != nil {
@@ -274,6 +265,18 @@ func runSessions(ctx context.Context, s *S) {
 		res := s.call(ctx, ref.call("destroy", "--force"))
 		return want(res, 0)
 	})
+}
+
+// typing starts c with a keyboard for its stdin; its result arrives on done.
+func (s *S) typing(ctx context.Context, c call) (*keyboard, chan *Result, error) {
+	kbd, err := newKeyboard()
+	if err != nil {
+		return nil, nil, err
+	}
+	c.stdin = kbd.File
+	done := make(chan *Result, 1)
+	go func() { done <- s.call(ctx, c) }()
+	return kbd, done, nil
 }
 
 // waitAgentReady waits until the stand-in agent has written its ready file
