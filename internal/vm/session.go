@@ -117,7 +117,7 @@ func (m *Manager) RunAgent(ctx context.Context, o RunOptions) (*SessionResult, e
 		return nil, err
 	}
 	if create {
-		if _, known := lookupAgent(agent); known && o.Create.Agent == "" {
+		if _, err := guest.LookupAgent(agent); err == nil && o.Create.Agent == "" {
 			o.Create.Agent = agent // install the CLI it is about to run
 		}
 		o.Create.Branch = o.Name
@@ -214,16 +214,6 @@ func (m *Manager) syncMCP(ctx context.Context, vmName string, notify func(string
 	return res.Env
 }
 
-// lookupAgent finds a known agent by name.
-func lookupAgent(name string) (guest.Agent, bool) {
-	for _, a := range guest.Agents {
-		if a.Name == name {
-			return a, true
-		}
-	}
-	return guest.Agent{}, false
-}
-
 // ensureAgent installs a known agent's CLI from npm when the guest lacks
 // it (a VM created without --agent, or whose first-boot install failed):
 // once per VM, with npm's output on errOut.
@@ -265,7 +255,7 @@ func agentCommand(name string, args []string, vmName string) ([]string, string, 
 		}
 		return nil, "", fmt.Errorf("no agent to run: VM %s was not created with --agent (hint: `agent-vm run %s --agent %s`, or --agent PROGRAM for any program in the VM)", vmName, vmName, strings.Join(names, "|"))
 	}
-	if a, ok := lookupAgent(name); ok {
+	if a, err := guest.LookupAgent(name); err == nil {
 		return append([]string{a.Command}, args...), a.KeyEnv, nil
 	}
 	if strings.TrimSpace(name) != name || strings.ContainsAny(name, " \t\n\x00") {
