@@ -44,6 +44,8 @@ func NewLauncher(run execx.Runner, log hclog.Logger) (*Launcher, error) {
 type Launch struct {
 	QEMUPid      int              `json:"qemu_pid"`
 	VirtiofsdPid int              `json:"virtiofsd_pid,omitempty"`
+	// EgressPid is the VM's egress proxy (driver.Network); 0 for none.
+	EgressPid int `json:"egress_pid,omitempty"`
 	Accel        string           `json:"accel"`
 	AccelReason  string           `json:"accel_reason,omitempty"`
 	Share        driver.ShareMode `json:"share"`
@@ -100,8 +102,19 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if err := l.checkForwards(m); err != nil {
 		return nil, err
 	}
+	if err := checkNetwork(m); err != nil {
+		return nil, err
+	}
 	if err := prepareDirs(m); err != nil {
 		return nil, err
+	}
+	egressPid := 0
+	if m.Network != nil {
+		pid, err := l.startEgress(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		egressPid = pid
 	}
 	mode := driver.Share9p
 	vfsPid := 0
@@ -109,9 +122,11 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		pid, err := l.startVirtiofsd(ctx, o.Virtiofsd, m)
 		if err != nil {
 			if ctx.Err() != nil {
+				l.stopEgress(m)
 				return nil, ctx.Err()
 			}
 			if o.NoFallback {
+				l.stopEgress(m)
 				return nil, fmt.Errorf("sharing the workspace: %w (hint: fix virtiofsd, or recreate the VM on a host without it to use 9p)", err)
 			}
 			l.Log.Warn("virtiofsd failed; sharing the workspace over 9p instead (slower for many small files)", "error", err)
@@ -122,15 +137,17 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode))
 	if err != nil {
 		l.stopVirtiofsd(m, vfsPid, 0)
+		l.stopEgress(m)
 		return nil, fmt.Errorf("starting QEMU: %w", err)
 	}
 	pid, err := l.waitQMP(ctx, m, p)
 	if err != nil {
 		killVerified(p.Pid(), m.isQEMU())
 		l.stopVirtiofsd(m, vfsPid, 0)
+		l.stopEgress(m)
 		return nil, err
 	}
-	launch := &Launch{QEMUPid: pid, VirtiofsdPid: vfsPid, Accel: o.Accel, AccelReason: o.AccelReason,
+	launch := &Launch{QEMUPid: pid, VirtiofsdPid: vfsPid, EgressPid: egressPid, Accel: o.Accel, AccelReason: o.AccelReason,
 		Share: mode, QMP: m.QMPPath(), Netdev: b.netdev(), StartedAt: time.Now().UTC()}
 	if err := writeJSON(m.runFile(LaunchFile), launch); err != nil {
 		return nil, err
