@@ -42,15 +42,15 @@ func NewLauncher(run execx.Runner, log hclog.Logger) (*Launcher, error) {
 
 // Launch is what Start recorded about a running VM (run/launch.json).
 type Launch struct {
-	QEMUPid      int              `json:"qemu_pid"`
-	VirtiofsdPid int              `json:"virtiofsd_pid,omitempty"`
+	QEMUPid      int `json:"qemu_pid"`
+	VirtiofsdPid int `json:"virtiofsd_pid,omitempty"`
 	// EgressPid is the VM's egress proxy (driver.Network); 0 for none.
-	EgressPid int `json:"egress_pid,omitempty"`
-	Accel        string           `json:"accel"`
-	AccelReason  string           `json:"accel_reason,omitempty"`
-	Share        driver.ShareMode `json:"share"`
-	QMP          string           `json:"qmp"`
-	StartedAt    time.Time        `json:"started_at"`
+	EgressPid   int              `json:"egress_pid,omitempty"`
+	Accel       string           `json:"accel"`
+	AccelReason string           `json:"accel_reason,omitempty"`
+	Share       driver.ShareMode `json:"share"`
+	QMP         string           `json:"qmp"`
+	StartedAt   time.Time        `json:"started_at"`
 	// ReadyAt is when the guest first answered on SSH after this start
 	// (set by MarkReady); nil while it boots.
 	ReadyAt *time.Time `json:"ready_at,omitempty"`
