@@ -36,7 +36,8 @@ type Network struct {
 	// at the same port number.
 	Exposed []int
 	// Proxy is the egress proxy's command line; the driver appends
-	// "--proxy-socket PATH --door-socket PATH", runs it for the machine's
+	// "--proxy-socket PATH --door-socket PATH --qemu-pidfile PATH" (it
+	// exits when the process of that pid file is gone), runs it for the machine's
 	// life (started before, stopped after it) and logs its output.
 	Proxy []string
 	// Relay is the command line that carries one guest connection (its

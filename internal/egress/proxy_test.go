@@ -367,3 +367,29 @@ func TestConnectKeepsEarlyBytes(t *testing.T) {
 		t.Fatalf("log = %+v, want 5 bytes each way", es)
 	}
 }
+
+func TestOrphaned(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "qemu.pid")
+	// No pid file within the grace: orphaned.
+	ctx := Orphaned(context.Background(), pidFile, time.Millisecond)
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a proxy whose QEMU never came was not ended")
+	}
+	// A live process: not orphaned; once its pid file goes, orphaned.
+	os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o600)
+	ctx = Orphaned(context.Background(), pidFile, time.Millisecond)
+	select {
+	case <-ctx.Done():
+		t.Fatal("orphaned while the process lives")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	os.Remove(pidFile)
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not orphaned after the pid file went")
+	}
+}

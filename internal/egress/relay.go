@@ -8,6 +8,9 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
+	"syscall"
+	"time"
 )
 
 // Socket names in a VM's socket directory.
@@ -82,4 +85,38 @@ func (p *Proxy) Run(ctx context.Context, proxySock, doorSock string) error {
 	case err := <-errc:
 		return err
 	}
+}
+
+// Orphaned returns a context that ends with ctx or once the process whose
+// pid file is pidFile has been seen and is gone (the VM's QEMU crashed or
+// was killed: its proxy must not outlive it), or when no pid appears
+// within grace (QEMU never started).
+func Orphaned(ctx context.Context, pidFile string, grace time.Duration) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cancel()
+		seen := 0
+		deadline := time.Now().Add(grace)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			b, err := os.ReadFile(pidFile)
+			pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+			switch {
+			case err == nil && perr == nil && pid > 0:
+				if syscall.Kill(pid, 0) == syscall.ESRCH {
+					return
+				}
+				seen = pid
+			case seen != 0 || time.Now().After(deadline):
+				return // the pid file went away (a stop), or never came
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return ctx
 }

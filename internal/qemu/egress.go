@@ -86,7 +86,7 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine) (int, error) {
 	}
 	_ = os.Remove(sock)
 	_ = os.Remove(door)
-	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door)
+	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door, "--qemu-pidfile", m.runFile(PidFile))
 	p, err := l.Run.Start(execx.Detached{Path: argv[0], Args: argv[1:], StdoutPath: m.logFile(EgressLog)})
 	if err != nil {
 		return 0, fmt.Errorf("starting the egress proxy: %w", err)
