@@ -67,7 +67,6 @@ type Manager struct {
 	cacheDir, imageDir string
 	progress           io.Writer
 	getenv             func(string) string
-
 }
 
 // New returns a Manager with the real probes.
