@@ -73,8 +73,9 @@ func (s *S) start(ctx context.Context, branch string, concurrent int) (*Result, 
 	return s.boot(ctx, "start", branch, concurrent)
 }
 
-// boot runs a verb that boots a VM (start, restart) and waits for it.
-func (s *S) boot(ctx context.Context, verb, branch string, concurrent int) (*Result, error) {
+// boot runs a verb that boots a VM (start, restart) and waits for it; env
+// is added to agent-vm's environment (and so to the VM's egress proxy's).
+func (s *S) boot(ctx context.Context, verb, branch string, concurrent int, env ...string) (*Result, error) {
 	t := s.rep.begin("booting " + branch)
 	defer s.rep.end(t)
 	d := s.bootTimeout(concurrent)
@@ -86,6 +87,7 @@ func (s *S) boot(ctx context.Context, verb, branch string, concurrent int) (*Res
 		args:    args,
 		timeout: d + time.Minute, // agent-vm's own timeout should fire first, with its report
 		onLine:  func(l string) { s.rep.update(t, l) },
+		env:     env,
 	})
 	return res, want(res, 0)
 }

@@ -23,6 +23,8 @@ func TestGuestModuleAgrees(t *testing.T) {
 		fmt.Sprintf("tag = %q;", ShareTag),
 		fmt.Sprintf("default = %q;", Workspace),
 		fmt.Sprintf("port = lib.mkDefault %d;", MCPPort),
+		fmt.Sprintf("default = lib.mkDefault %q;", ProxyURL),
+		fmt.Sprintf("noProxy = lib.mkDefault %q;", NoProxy),
 	} {
 		if !strings.Contains(nix, want) {
 			t.Errorf("modules/guest.nix lacks %s", want)
