@@ -110,7 +110,7 @@ func (p *Proxy) handleProxy(c net.Conn) {
 		p.connect(c, br, req)
 		return
 	}
-	p.forward(c, br, req)
+	p.forward(c, req)
 }
 
 // target splits the destination of a request: CONNECT's authority, or an
@@ -139,14 +139,21 @@ func target(req *http.Request) (host string, port int, err error) {
 	return normalize(h), n, nil
 }
 
-func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
+// begin reads the request's destination, decides on it and dials it. When
+// it cannot it answers the guest (and logs a decision) and returns false.
+func (p *Proxy) begin(c net.Conn, req *http.Request, kind string) (Entry, net.Conn, bool) {
 	host, port, err := target(req)
 	if err != nil {
 		writeStatus(c, http.StatusBadRequest, "agent-vm: "+err.Error()+"\n")
-		return
+		return Entry{}, nil, false
 	}
-	e := Entry{Time: time.Now().UTC(), Kind: "connect", Host: host, Port: port}
+	e := Entry{Time: time.Now().UTC(), Kind: kind, Host: host, Port: port}
 	up, ok := p.open(c, &e)
+	return e, up, ok
+}
+
+func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
+	e, up, ok := p.begin(c, req, "connect")
 	if !ok {
 		return
 	}
@@ -160,14 +167,8 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	p.record(e)
 }
 
-func (p *Proxy) forward(c net.Conn, br *bufio.Reader, req *http.Request) {
-	host, port, err := target(req)
-	if err != nil {
-		writeStatus(c, http.StatusBadRequest, "agent-vm: "+err.Error()+"\n")
-		return
-	}
-	e := Entry{Time: time.Now().UTC(), Kind: "http", Host: host, Port: port}
-	up, ok := p.open(c, &e)
+func (p *Proxy) forward(c net.Conn, req *http.Request) {
+	e, up, ok := p.begin(c, req, "http")
 	if !ok {
 		return
 	}
