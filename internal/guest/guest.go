@@ -109,9 +109,15 @@ the host is protected from what happens here.
   0.0.0.0, not 127.0.0.1), ask them to run
   `+"`agent-vm port add %[9]s PORT`"+`: it then answers on 127.0.0.1 on
   the host, on PORT or the port that command prints.
+- The network is reached only through agent-vm's proxy (already set:
+  http_proxy, https_proxy, apt, npm, git, pip), which allows the agents'
+  APIs, package registries and the repository's git host. A refused
+  connection answers 403 with the command the user can run to allow it:
+  ask them. The host's own services are unreachable, except ports the
+  user exposed to this VM, at %[10]s.
 - Commit your work in %[3]s with git. Pushing, and what goes upstream,
   is the user's decision: do not push unless they ask you to.
-`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort, g.Branch)
+`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort, g.Branch, HostAddr)
 }
 
 // Agent is a coding-agent CLI a VM can have installed (create --agent).
