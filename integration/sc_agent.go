@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"strings"
+	"time"
 )
 
 func agentCLIScenario() Scenario {
@@ -17,6 +18,14 @@ func agentCLIScenario() Scenario {
 }
 
 const agentBranch = "itest/agent-cli"
+
+// agentInstallTimeout is what the first boot's npm install of the agent CLI
+// adds to a boot with KVM (S.scale multiplies it under TCG). Claude Code
+// 2.1.330 is ~350 MB from the registry: npm 9.2 (Debian 12) ignores the
+// platform packages' libc field, so it fetches and unpacks the glibc and
+// the musl binary (175 MB each); under TCG that takes about 3.5 minutes
+// after SSH is up, more on a busy host.
+const agentInstallTimeout = 2 * time.Minute
 
 // runAgentCLI: the guest installs the agent CLI from the npm registry on
 // its first boot (through the host's TLS-inspecting proxy, whose CA the
@@ -52,8 +61,19 @@ func runAgentCLI(ctx context.Context, s *S) {
 		return nil
 	})
 	s.Step(ctx, "start boots it and installs the agent on the first boot", func() error {
-		_, err := s.start(ctx, agentBranch, 1)
-		return err
+		// start waits for the first boot's setup (cloud-init, which runs
+		// the npm install) within its --timeout; past it, start still
+		// succeeds with a warning and the install goes on in the guest.
+		// That is a start that did not see the agent installed: said here,
+		// not as a missing claude in the next step.
+		res, err := s.bootFor(ctx, "start", agentBranch, s.bootTimeout(1)+agentInstallTimeout*s.scale)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(res.Stderr, "setup to finish") {
+			return failf(res, "start returned before the guest's first-boot setup (the npm install of the agent) finished")
+		}
+		return nil
 	})
 	s.Step(ctx, "claude --version runs in the guest", func() error {
 		res, err := s.execOK(ctx, agentBranch, "claude", "--version")

@@ -70,15 +70,19 @@ func (s *S) bootTimeout(n int) time.Duration {
 // start runs `agent-vm start B` with a progress line fed by agent-vm's own
 // progress output. concurrent is how many VMs boot at the same time.
 func (s *S) start(ctx context.Context, branch string, concurrent int) (*Result, error) {
-	return s.boot(ctx, "start", branch, concurrent)
+	return s.bootFor(ctx, "start", branch, s.bootTimeout(concurrent))
 }
 
 // boot runs a verb that boots a VM (start, restart) and waits for it; env
 // is added to agent-vm's environment (and so to the VM's egress proxy's).
 func (s *S) boot(ctx context.Context, verb, branch string, concurrent int, env ...string) (*Result, error) {
+	return s.bootFor(ctx, verb, branch, s.bootTimeout(concurrent), env...)
+}
+
+// bootFor is boot with the time start may take (its --timeout) given.
+func (s *S) bootFor(ctx context.Context, verb, branch string, d time.Duration, env ...string) (*Result, error) {
 	t := s.rep.begin("booting " + branch)
 	defer s.rep.end(t)
-	d := s.bootTimeout(concurrent)
 	args := []string{verb, branch}
 	if verb == "start" { // restart has no --timeout: it picks its own for the accelerator
 		args = []string{verb, "--timeout", d.String(), branch}
