@@ -194,7 +194,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		h := checkHealth(wctx, r.Ports.MCP)
 		if h.State == "healthy" {
 			res.HealthReady = time.Since(began)
-			m.settle(wctx, target, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
+			m.settle(wctx, r.Branch, target, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
 			return ctx.Err() // interrupted while settling: the caller stops the VM
 		}
 		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
@@ -214,7 +214,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 
 // settle runs the backend's settle command (see backend.Plan.Settle). A
 // failure is a warning, not a failed start: the VM is up and healthy.
-func (m *Manager) settle(ctx context.Context, target sshx.Target, cmd string, report func()) {
+func (m *Manager) settle(ctx context.Context, branch string, target sshx.Target, cmd string, report func()) {
 	if cmd == "" {
 		return
 	}
@@ -229,7 +229,13 @@ func (m *Manager) settle(ctx context.Context, target sshx.Target, cmd string, re
 			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(errOut.String()))
 		}
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// A first boot can outlast start's --timeout (an agent CLI's npm
+		// install under TCG): say so, not the killed command's status.
+		m.Log.Warn("the VM is up, but start's timeout ran out before its first-boot setup (cloud-init: packages, agent CLI, provisioning) finished; it goes on in the guest, and if the VM is stopped before it ends, its next boot may set it up again (hint: wait for the setup to finish with `agent-vm exec " + branch + " -- cloud-init status --wait`, or start with a longer --timeout)")
+	default:
 		m.Log.Warn("the VM is up, but waiting for its setup to finish failed; if the VM is killed soon, its next boot may set it up again", "command", cmd, "error", err)
 	}
 }
