@@ -11,7 +11,7 @@ import (
 func lifecycleScenario() Scenario {
 	return Scenario{
 		Name:    "lifecycle",
-		Summary: "boot with the repository's provisioning, files both ways through the workspace, exec, a guest port forwarded to the host, stop, boot again, reset, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a guest port forwarded to the host, stop, boot again, reset, destroy",
 		NeedsVM: true,
 		Verbs:   []string{"create", "status", "start", "exec", "port", "stop", "logs", "reset", "destroy"},
 		run:     runLifecycle,
@@ -40,6 +40,13 @@ func runLifecycle(ctx context.Context, s *S) {
 	s.Step(ctx, "the guest sees a file the host just wrote", func() error { return checkHostToGuest(ctx, s, l.st) })
 	s.Step(ctx, "the host sees a guest's file, owned by the workspace owner", func() error {
 		return checkGuestToHost(ctx, s, l.st, "from-guest.txt")
+	})
+	var canary string
+	s.Step(ctx, "the share is not an escape: the guest's root makes no setuid, root-owned or special file on the host; its symlinks are not followed", func() (err error) {
+		if canary, err = writeCanary(s.dir); err != nil {
+			return err
+		}
+		return checkShareNotAnEscape(ctx, s, l.st, canary)
 	})
 	s.Step(ctx, "exec: exit codes propagate, stdout and stderr stay apart", func() error { return checkExec(ctx, s, l.st) })
 	s.Step(ctx, "port add: a guest HTTP server answers on the host; port rm ends it", func() error {
@@ -76,6 +83,11 @@ func runLifecycle(ctx context.Context, s *S) {
 		}
 		if !strings.Contains(res.Stdout+res.Stderr, "from-guest.txt") {
 			return failf(res, "the refusal does not name the untracked file from-guest.txt")
+		}
+		if canary != "" {
+			if err := checkNoCanary(ctx, s, canary, []string{"destroy", l.branch}); err != nil {
+				return err
+			}
 		}
 		_, err := s.healthy(ctx, l.branch)
 		return err

@@ -114,13 +114,12 @@ func runSessions(ctx context.Context, s *S) {
 	// The first run creates and boots the VM, starts the agent and attaches;
 	// the keyboard detaches once the agent is ready.
 	s.Step(ctx, "run creates and boots the VM, attaches to the agent, and Ctrl-b d detaches", func() error {
-		kbd := newKeyboard()
-		done := make(chan *Result, 1)
-		go func() {
-			args := append([]string{"run", sessionsBranch}, agentArgs...)
-			args = append(args, "--", "first", "second arg")
-			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
-		}()
+		args := append([]string{"run", sessionsBranch}, agentArgs...)
+		args = append(args, "--", "first", "second arg")
+		kbd, done, err := s.typing(ctx, call{args: args, dir: rp.Dir, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
+		if err != nil {
+			return err
+		}
 		s.register(sessionsBranch, rp.Dir)
 		ready, err := s.waitAgentReady(ctx, rp.Dir, &workspace, done)
 		if err != nil {
@@ -184,12 +183,10 @@ func runSessions(ctx context.Context, s *S) {
 	})
 
 	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
-		kbd := newKeyboard()
-		done := make(chan *Result, 1)
-		go func() {
-			args := append([]string{"run", sessionsBranch}, agentArgs...)
-			done <- s.call(ctx, call{args: args, dir: rp.Dir, stdin: kbd, env: canaryEnv})
-		}()
+		kbd, done, err := s.typing(ctx, call{args: append([]string{"run", sessionsBranch}, agentArgs...), dir: rp.Dir, env: canaryEnv})
+		if err != nil {
+			return err
+		}
 		// The agent waits for a line: give it one once the client is
 		// attached (the session shows an attached client).
 		if err := s.waitAttached(ctx, ref, done); err != nil {
@@ -270,6 +267,18 @@ func runSessions(ctx context.Context, s *S) {
 	})
 }
 
+// typing starts c with a keyboard for its stdin; its result arrives on done.
+func (s *S) typing(ctx context.Context, c call) (*keyboard, chan *Result, error) {
+	kbd, err := newKeyboard()
+	if err != nil {
+		return nil, nil, err
+	}
+	c.stdin = kbd.File
+	done := make(chan *Result, 1)
+	go func() { done <- s.call(ctx, c) }()
+	return kbd, done, nil
+}
+
 // waitAgentReady waits until the stand-in agent has written its ready file
 // in the VM's workspace (on the host) and returns what it wrote; a run that
 // ends first is a failure.
@@ -336,23 +345,29 @@ func (s *S) sessions(ctx context.Context, ref vmRef) ([]sessionInfo, error) {
 }
 
 // keyboard is agent-vm's stdin: what the test types, when it types it. It
+// is an OS pipe, so agent-vm gets it as its stdin directly (with any other
+// reader, waiting for agent-vm would also wait for the next key), and it
 // stays open until closed (an end of input would end the SSH session).
 type keyboard struct {
-	r *io.PipeReader
-	w *io.PipeWriter
+	*os.File // the read end, agent-vm's stdin
+	w        *os.File
 }
 
-func newKeyboard() *keyboard {
-	r, w := io.Pipe()
-	return &keyboard{r: r, w: w}
+func newKeyboard() (*keyboard, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	return &keyboard{File: r, w: w}, nil
 }
 
-func (k *keyboard) Read(p []byte) (int, error) { return k.r.Read(p) }
+// Type sends keys (a pipe holds far more than a test types).
+func (k *keyboard) Type(keys string) { k.w.Write([]byte(keys)) }
 
-// Type sends keys without waiting for agent-vm to read them.
-func (k *keyboard) Type(keys string) { go k.w.Write([]byte(keys)) }
-
-func (k *keyboard) Close() { k.w.Close() }
+func (k *keyboard) Close() {
+	k.w.Close()
+	k.File.Close()
+}
 
 type scanned struct {
 	files int

@@ -68,3 +68,18 @@ func countHidden(ents []os.DirEntry) int {
 	}
 	return n
 }
+
+// run for a branch without a VM and without an agent: the VM is made (the
+// repository's config.toml could have named the agent), then run says
+// what is missing; the VM stays, usable.
+func TestRunWithoutAnAgentMakesTheVMAndSaysSo(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	r := agentVM(t, repo, st, "run", "fresh", "--backend", "qemu")
+	if r.code != 1 || !strings.Contains(r.stderr, "created VM fresh for branch fresh, but no agent to run") {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if st := statusJSON(t, st, "fresh"); st["state"] != "stopped" {
+		t.Errorf("the VM: %v", st["state"])
+	}
+}

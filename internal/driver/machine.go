@@ -50,6 +50,10 @@ type Network struct {
 type Share struct {
 	Source string // host directory
 	Tag    string // mount tag in the guest
+	// UID and GID own the workspace on the host (the guest user has the
+	// same ids): what the guest creates there must belong to them. 0 when
+	// unknown (a machine whose record is lost).
+	UID, GID int
 }
 
 // Forward forwards 127.0.0.1:Host on the host to Guest in the guest.

@@ -85,6 +85,7 @@ func programs(arch string) []Program {
 		{Name: "npm", Debian: []string{"npm"}, Fedora: []string{"npm"}, Need: Test},
 		{Name: "pgrep", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
 		qemu,
+		{Name: "ps", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
 		{Name: "qemu-img", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Run | Image | Test},
 		{Name: "script", Debian: []string{"bsdutils"}, Fedora: []string{"util-linux-script"}, Need: Test},
 		{Name: "sh", Debian: []string{"dash"}, Fedora: []string{"bash"}, Need: Test},

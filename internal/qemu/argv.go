@@ -100,8 +100,10 @@ func sharedMemoryArgs(memMiB int) []string {
 
 // shareArgs attach the workspace: virtiofs through virtiofsd's socket, or
 // 9p served by QEMU itself. security_model=none keeps host ownership rules:
-// as root, files get the guest user's uid; otherwise they belong to the
-// user running QEMU.
+// files belong to the user QEMU runs as, which for a root agent-vm is the
+// workspace's owner (-runas), so the guest's root cannot chown to root nor
+// make device nodes; it can set the owner's setuid bit and make FIFOs,
+// which only virtiofs (through the jail, package sharejail) refuses.
 func shareArgs(mode driver.ShareMode, s driver.Share, virtiofsdSock string) []string {
 	if mode == driver.ShareVirtiofs {
 		return []string{
@@ -176,7 +178,9 @@ func credentialArgs(creds []driver.Credential) []string {
 	return out
 }
 
-// controlArgs give the launcher its handles on the VM: QMP and the pid file.
+// controlArgs give the launcher its handles on the VM: QMP (a unix socket
+// in a private directory, chmod 0600 once it answers) and the pid file. No
+// human monitor: consoleArgs turn the default one off.
 func controlArgs(m Machine) []string {
 	return []string{
 		"-qmp", "unix:" + esc(m.QMPPath()) + ",server=on,wait=off",
@@ -190,10 +194,12 @@ func consoleArgs(m Machine) []string {
 }
 
 // DirectArgv is the whole QEMU command line (without the binary) for a
-// Direct boot.
-func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMode) []string {
+// Direct boot. -nodefaults leaves out every device not listed (no USB
+// controller, no floppy, no CD-ROM, no parallel port, no default NIC).
+func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMode, h Hardening) []string {
 	var argv []string
 	argv = append(argv, identityArgs(m)...)
+	argv = append(argv, hardeningArgs(h)...)
 	argv = append(argv, machineArgs(a, m)...)
 	argv = append(argv, accelArgs(accel)...)
 	if mode == driver.ShareVirtiofs {
@@ -231,8 +237,9 @@ func ScriptNetOpts(m Machine, s *Script) string {
 // -nographic, and the shared memory virtiofs needs: the guest module asks
 // qemu-vm.nix for it (virtualisation.qemu.enableSharedMemory), so the
 // launcher never adds a second memory backend.
-func ScriptArgs(m Machine, accel string, mode driver.ShareMode) []string {
+func ScriptArgs(m Machine, accel string, mode driver.ShareMode, h Hardening) []string {
 	argv := []string{"-uuid", m.UUID}
+	argv = append(argv, hardeningArgs(h)...)
 	argv = append(argv, scriptAccelArgs(accel)...)
 	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock))...)
 	argv = append(argv, credentialArgs(m.Credentials)...)

@@ -44,16 +44,16 @@ func TestDirectArgvGolden(t *testing.T) {
 		Append: "root=/dev/vda rw console=ttyS0,115200",
 		MAC:    "52:54:00:12:34:56",
 	}
-	tu.Golden(t, filepath.Join("testdata", "direct-tcg-virtiofs.golden"), []byte(render(DirectArgv(a, sampleMachine(), d, "tcg", driver.ShareVirtiofs))))
-	tu.Golden(t, filepath.Join("testdata", "direct-kvm-9p.golden"), []byte(render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", driver.Share9p))))
+	tu.Golden(t, filepath.Join("testdata", "direct-tcg-virtiofs.golden"), []byte(render(DirectArgv(a, sampleMachine(), d, "tcg", driver.ShareVirtiofs, sampleHardening()))))
+	tu.Golden(t, filepath.Join("testdata", "direct-kvm-9p.golden"), []byte(render(DirectArgv(a, sampleMachine(), &Direct{Disks: d.Disks}, "kvm", driver.Share9p, userHardening()))))
 }
 
 func TestScriptArgsGolden(t *testing.T) {
-	tu.Golden(t, filepath.Join("testdata", "script-tcg-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "tcg", driver.ShareVirtiofs))))
-	tu.Golden(t, filepath.Join("testdata", "script-kvm-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "kvm", driver.ShareVirtiofs))))
+	tu.Golden(t, filepath.Join("testdata", "script-tcg-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "tcg", driver.ShareVirtiofs, userHardening()))))
+	tu.Golden(t, filepath.Join("testdata", "script-kvm-virtiofs.golden"), []byte(render(ScriptArgs(sampleMachine(), "kvm", driver.ShareVirtiofs, userHardening()))))
 	// The run script brings its own shared memory (qemu-vm.nix's
 	// enableSharedMemory); a second backend would clash.
-	if a := strings.Join(ScriptArgs(sampleMachine(), "kvm", driver.ShareVirtiofs), " "); strings.Contains(a, "memory-backend") || strings.Contains(a, "-numa") {
+	if a := strings.Join(ScriptArgs(sampleMachine(), "kvm", driver.ShareVirtiofs, Hardening{}), " "); strings.Contains(a, "memory-backend") || strings.Contains(a, "-numa") {
 		t.Errorf("script args add a memory backend: %s", a)
 	}
 }
@@ -80,11 +80,11 @@ func TestCommasInPathsAreEscaped(t *testing.T) {
 }
 
 func TestSharedMemoryMatchesGuestMemory(t *testing.T) {
-	argv := strings.Join(DirectArgv(Arch{Binary: "q", Machine: "q35"}, sampleMachine(), &Direct{}, "tcg", driver.ShareVirtiofs), " ")
+	argv := strings.Join(DirectArgv(Arch{Binary: "q", Machine: "q35"}, sampleMachine(), &Direct{}, "tcg", driver.ShareVirtiofs, Hardening{}), " ")
 	if !strings.Contains(argv, "-m 1024M") || !strings.Contains(argv, "size=1024M,share=on") {
 		t.Errorf("memfd size must equal -m: %s", argv)
 	}
-	if strings.Contains(strings.Join(DirectArgv(Arch{}, sampleMachine(), &Direct{}, "tcg", driver.Share9p), " "), "memory-backend") {
+	if strings.Contains(strings.Join(DirectArgv(Arch{}, sampleMachine(), &Direct{}, "tcg", driver.Share9p, Hardening{}), " "), "memory-backend") {
 		t.Error("9p needs no shared memory backend")
 	}
 }

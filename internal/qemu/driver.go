@@ -59,6 +59,7 @@ func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
 		driver.CheckProgram(ctx, d.Launcher.Run, bin, []string{"--version"}, hostpkgs.InstallHint(bin)),
 		driver.CheckProgram(ctx, d.Launcher.Run, "qemu-img", []string{"--version"}, hostpkgs.InstallHint("qemu-img")),
 	}
+	checks = append(checks, d.sandboxCheck(ctx, checks[0].OK))
 	if v, err := d.FindVirtiofsd(ctx); err != nil {
 		checks = append(checks, driver.Check{Name: "virtiofsd", Detail: "not found: the workspace is shared over 9p (slower for many small files)", Hint: hostpkgs.InstallHint("virtiofsd")})
 	} else {
@@ -69,6 +70,27 @@ func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
 		checks = append(checks, driver.Check{Name: "virtiofsd", OK: true, Detail: v.Path + " (" + kind + ")"})
 	}
 	return checks, checks[0].OK
+}
+
+// sandboxCheck says whether QEMU accepts agent-vm's seccomp policy (a
+// failing check does not stop doctor: start refuses with the same words).
+func (d *Driver) sandboxCheck(ctx context.Context, haveQEMU bool) driver.Check {
+	c := driver.Check{Name: "QEMU sandbox"}
+	policy := Sandbox(nil)
+	switch {
+	case d.Launcher.NoSandbox:
+		c.Detail = "off (AGENT_VM_QEMU_SANDBOX=off): QEMU runs without its seccomp filter"
+		c.Hint = "unset AGENT_VM_QEMU_SANDBOX to turn it back on"
+	case !haveQEMU:
+		c.Detail = "not checked: QEMU is missing"
+	default:
+		if err := CheckSandbox(ctx, d.Launcher.Run, d.Launcher.Arch.Binary, Hardening{Sandbox: &policy}); err != nil {
+			c.Detail = err.Error()
+		} else {
+			c.OK, c.Detail = true, "-sandbox "+policy.Option()
+		}
+	}
+	return c
 }
 
 // Share is virtiofs when virtiofsd is found, else 9p (err says why).

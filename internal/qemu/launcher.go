@@ -29,6 +29,14 @@ type Launcher struct {
 	PortFree ports.Probe
 	// BootTimeout bounds how long QEMU may take to open its QMP socket.
 	BootTimeout time.Duration
+	// NoSandbox runs QEMU without its seccomp filter
+	// (AGENT_VM_QEMU_SANDBOX=off), for a QEMU built without seccomp.
+	NoSandbox bool
+	// Geteuid is the user agent-vm runs as; nil = os.Geteuid.
+	Geteuid func() int
+	// Self is the agent-vm binary, which runs the virtiofsd jail; nil =
+	// os.Executable.
+	Self func() (string, error)
 }
 
 // NewLauncher returns a Launcher for the host's architecture.
@@ -91,10 +99,17 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if (b.Direct == nil) == (b.Script == nil) {
 		return nil, errors.New("internal error: a boot needs exactly one of Direct and Script")
 	}
+	h := l.hardening(m, b)
 	if b.Direct != nil {
 		if _, err := l.Run.LookPath(l.Arch.Binary); err != nil {
 			return nil, fmt.Errorf("%s is not installed, so agent-vm cannot run VMs (hint: install QEMU: `sudo apt-get install %s qemu-utils` on Debian/Ubuntu, `sudo dnf install qemu-kvm qemu-img` on Fedora)", l.Arch.Binary, l.Arch.Package)
 		}
+		if err := CheckSandbox(ctx, l.Run, l.Arch.Binary, h); err != nil {
+			return nil, err
+		}
+	}
+	if h.Sandbox == nil {
+		l.Log.Warn("QEMU runs without its seccomp sandbox (AGENT_VM_QEMU_SANDBOX=off)")
 	}
 	if live, err := l.Inspect(ctx, m); err == nil && live.Alive() {
 		return nil, fmt.Errorf("%s is %s (pid %d): %w", m.Name, live.State, live.Pid, driver.ErrRunning)
@@ -134,7 +149,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 			mode, vfsPid = driver.ShareVirtiofs, pid
 		}
 	}
-	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode))
+	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode, h))
 	if err != nil {
 		l.stopVirtiofsd(m, vfsPid, 0)
 		l.stopEgress(m)
@@ -157,17 +172,43 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 }
 
 // detached builds the process description for QEMU or the script.
-func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMode) execx.Detached {
+func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMode, h Hardening) execx.Detached {
 	if b.Direct != nil {
-		return execx.Detached{Path: l.Arch.Binary, Args: DirectArgv(l.Arch, m, b.Direct, accel, mode),
+		return execx.Detached{Path: l.Arch.Binary, Args: DirectArgv(l.Arch, m, b.Direct, accel, mode, h),
 			StdoutPath: m.QEMULogPath()}
 	}
 	env := b.Script.Env
 	if opts := ScriptNetOpts(m, b.Script); opts != "" {
 		env = append(slices.Clip(env), "QEMU_NET_OPTS="+opts)
 	}
-	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode),
+	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode, h),
 		Env: env, ExactEnv: true, StdoutPath: m.QEMULogPath()}
+}
+
+// hardening is how this start confines QEMU. Run as root, a Direct boot's
+// QEMU drops to the workspace's owner once it has opened its files (disks,
+// kernel, credentials, logs, sockets and the pid file are all opened
+// before -runas takes effect; /dev/kvm too), so a QEMU compromised from the
+// guest is that user, not root, and a 9p share writes as that user. A
+// Script boot keeps the user it was started as: nixpkgs' run script
+// prepares directories QEMU opens later.
+func (l *Launcher) hardening(m Machine, b Boot) Hardening {
+	var h Hardening
+	if b.Direct != nil && l.euid() == 0 && m.Share.UID > 0 {
+		h.RunAs = &Owner{UID: m.Share.UID, GID: m.Share.GID}
+	}
+	if !l.NoSandbox {
+		p := Sandbox(h.RunAs)
+		h.Sandbox = &p
+	}
+	return h
+}
+
+func (l *Launcher) euid() int {
+	if l.Geteuid != nil {
+		return l.Geteuid()
+	}
+	return os.Geteuid()
 }
 
 // checkForwards fails early, with a clear message, when a forwarded port is
@@ -233,6 +274,11 @@ func (l *Launcher) waitQMP(ctx context.Context, m Machine, p execx.Process) (int
 			cancel()
 			if err == nil {
 				c.Close()
+				// QEMU made the socket under agent-vm's umask; its
+				// directory is private already, the socket is too.
+				if err := os.Chmod(m.QMPPath(), 0o600); err != nil {
+					return 0, fmt.Errorf("restricting the QMP socket: %w", err)
+				}
 				return pid, nil
 			}
 		}

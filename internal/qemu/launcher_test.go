@@ -18,6 +18,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/sharejail"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
@@ -93,6 +94,12 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	}
 	// The secret reached QEMU as a file name, never as a value.
 	args := procArgs(launch.QEMUPid)
+	if !hasArg(args, "-sandbox", Sandbox(nil).Option()) {
+		t.Errorf("QEMU runs without its sandbox: %q", args)
+	}
+	if fi, err := os.Stat(m.QMPPath()); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("QMP socket: %v, %v; want mode 0600", fi.Mode(), err)
+	}
 	if strings.Contains(strings.Join(args, " "), "secret") {
 		t.Error("the credential's content is on QEMU's command line")
 	}
@@ -116,6 +123,60 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	}
 	if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
 		t.Errorf("stop of a stopped VM: %v", err)
+	}
+}
+
+// Run as root, QEMU drops to the workspace's owner once it has opened its
+// files, under its sandbox, and still answers QMP and stops.
+func TestRootDropsQEMUToTheWorkspaceOwner(t *testing.T) {
+	l := testLauncher(t)
+	tu.Need(t, os.Geteuid() == 0, "dropping privileges needs root")
+	m, b := testMachine(t)
+	m.Share.UID, m.Share.GID = 65534, 65534
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(launch.QEMUPid) + "/status")
+	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(string(status), "\nGid:\t65534\t65534\t65534\t65534\n") {
+		t.Errorf("QEMU's ids are not the owner's:\n%s", status)
+	}
+	if live, _ := l.Inspect(context.Background(), m); live.State != driver.StateRunning || live.QMPStatus != "running" {
+		t.Errorf("live %+v", live)
+	}
+	if err := l.Stop(context.Background(), m, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// As root, QEMU's C virtiofsd runs in the jail (package sharejail) as the
+// workspace's owner: QEMU connects to it, and nothing of it runs as root
+// but the jail waiting for it.
+func TestRootJailsVirtiofsd(t *testing.T) {
+	l := testLauncher(t)
+	v := virtiofsd(t, l)
+	tu.Need(t, os.Geteuid() == 0 && !v.Rust, "the jail is for QEMU's C virtiofsd run as root")
+	m, b := testMachine(t)
+	os.Chown(m.Share.Source, 65534, 65534)
+	m.Share.UID, m.Share.GID = 65534, 65534
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: v, NoFallback: true})
+	if launch.Share != driver.ShareVirtiofs {
+		t.Fatalf("launch %+v", launch)
+	}
+	if args := procArgs(launch.VirtiofsdPid); len(args) < 2 || args[1] != sharejail.Command {
+		t.Errorf("virtiofsd pid %d is %q, not the jail", launch.VirtiofsdPid, args)
+	}
+	kids, _ := os.ReadFile("/proc/" + strconv.Itoa(launch.VirtiofsdPid) + "/task/" + strconv.Itoa(launch.VirtiofsdPid) + "/children")
+	child := strings.Fields(string(kids))
+	if len(child) != 1 {
+		t.Fatalf("the jail has children %q", kids)
+	}
+	status, _ := os.ReadFile("/proc/" + child[0] + "/status")
+	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+		t.Errorf("virtiofsd is not the owner under a filter:\n%s", status)
+	}
+	if err := l.Stop(context.Background(), m, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if procArgs(launch.VirtiofsdPid) != nil {
+		t.Error("the jail still runs after stop")
 	}
 }
 

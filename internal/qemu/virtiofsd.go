@@ -9,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/sharejail"
 )
 
 // virtiofsdPaths are where distributions install virtiofsd besides PATH:
@@ -63,12 +64,39 @@ func (v *Virtiofsd) args(source, sock string) []string {
 	return []string{"--socket-path=" + sock, "-o", "source=" + source, "-o", "cache=auto"}
 }
 
+// virtiofsdProcess is how virtiofsd runs for m. As root, QEMU's C
+// virtiofsd runs in agent-vm's jail (package sharejail) as the workspace's
+// owner, so what the guest's root does in the workspace cannot make
+// setuid, root-owned or special files on the host.
+func (l *Launcher) virtiofsdProcess(v *Virtiofsd, m Machine, sock string) (execx.Detached, error) {
+	d := execx.Detached{Path: v.Path, Args: v.args(m.Share.Source, sock), StdoutPath: m.logFile(VirtiofsdLog)}
+	if v.Rust || l.euid() != 0 || m.Share.UID <= 0 || m.Share.GID <= 0 {
+		return d, nil
+	}
+	self := l.Self
+	if self == nil {
+		self = os.Executable
+	}
+	exe, err := self()
+	if err != nil {
+		return d, fmt.Errorf("finding agent-vm's own binary for the virtiofsd jail: %w", err)
+	}
+	spec := sharejail.Spec{UID: m.Share.UID, GID: m.Share.GID, Source: m.Share.Source, SocketPath: sock,
+		Virtiofsd: v.Path, Options: []string{"-o", "cache=auto"}}
+	d.Path, d.Args = exe, spec.Args()
+	return d, nil
+}
+
 // startVirtiofsd starts virtiofsd for the machine's share and waits for its
 // socket. On failure the process is gone and the error says why.
 func (l *Launcher) startVirtiofsd(ctx context.Context, v *Virtiofsd, m Machine) (int, error) {
 	sock := m.sockFile(VirtiofsdSock)
 	_ = os.Remove(sock)
-	p, err := l.Run.Start(execx.Detached{Path: v.Path, Args: v.args(m.Share.Source, sock), StdoutPath: m.logFile(VirtiofsdLog)})
+	d, err := l.virtiofsdProcess(v, m, sock)
+	if err != nil {
+		return 0, err
+	}
+	p, err := l.Run.Start(d)
 	if err != nil {
 		return 0, fmt.Errorf("starting virtiofsd: %w", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/wsfile"
 )
 
 // MaxPackages bounds the packages one file may list.
@@ -56,20 +57,28 @@ type Config struct {
 // Load reads workspace's .agent-vm/config.toml; a repository without one
 // gives an empty Config. Messages name the file as name ("" for its path):
 // a workspace still being created is in a directory the user never sees.
+// The guest can write the workspace: a config.toml (or .agent-vm) that is
+// a symlink or not a regular file is refused, never followed.
 func Load(workspace, name string) (*Config, error) {
 	path := filepath.Join(workspace, guest.ConfigFile)
 	if name == "" {
 		name = path
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := wsfile.Read(workspace, guest.ConfigFile, maxConfigSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return &Config{}, nil
+	}
+	if errors.Is(err, wsfile.ErrNotRegular) {
+		return nil, fmt.Errorf("the repository's agent-vm settings %s are a symlink or not a regular file; agent-vm does not follow links in the workspace (hint: make it a plain file)", name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the repository's agent-vm settings %s: %w", name, err)
 	}
 	return Parse(name, raw)
 }
+
+// maxConfigSize bounds what Load reads.
+const maxConfigSize = 1 << 20
 
 // Parse decodes a config.toml; path is only used in messages.
 func Parse(path string, raw []byte) (*Config, error) {

@@ -71,3 +71,17 @@ func TestLoadNamesTheFileAsTold(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// The guest can write the workspace: a config.toml that is a symlink to a
+// host file is refused without reading what it names.
+func TestLoadRefusesSymlinks(t *testing.T) {
+	ws := t.TempDir()
+	secret := filepath.Join(t.TempDir(), "shadow")
+	os.WriteFile(secret, []byte("root:$6$secret-hash:19000::::::\n"), 0o600)
+	os.Mkdir(filepath.Join(ws, ".agent-vm"), 0o755)
+	os.Symlink(secret, filepath.Join(ws, ".agent-vm", "config.toml"))
+	_, err := Load(ws, "")
+	if err == nil || !strings.Contains(err.Error(), "symlink") || strings.Contains(err.Error(), "secret-hash") {
+		t.Errorf("got %v", err)
+	}
+}

@@ -209,7 +209,7 @@ func Start(s Spec) (cmd string, stdin []byte, err error) {
 	}
 	args := serverOptions()
 	args = append(args,
-		"new-session", "-d", "-s", s.Name, "-x", strconv.Itoa(w), "-y", strconv.Itoa(h), "-c", dir,
+		"new-session", "-d", "-s", s.Name, "-n", s.Name, "-x", strconv.Itoa(w), "-y", strconv.Itoa(h), "-c", dir,
 		"--", "/bin/sh", "-c", wrapper, "agent-vm-session", "__ENVFILE__", s.Name)
 	args = append(args, s.Argv...)
 	args = append(args, ";", "set-option", "-t", pane(s.Name), commandOption, display(s.Argv))
@@ -289,11 +289,12 @@ const listFormat = "#{session_name}\t#{session_created}\t#{session_attached}\t#{
 	statusOption + "}\t#{" + endedOption + "}\t#{" + commandOption + "}"
 
 // List is the command line that lists the sessions (no output, exit 0,
-// when there are none or tmux is not installed).
+// when there are none or tmux is not installed). A server whose last
+// session was just removed exits as it is asked: that is none, too.
 func List() string {
 	return fmt.Sprintf(`command -v tmux >/dev/null 2>&1 || exit 0
 out=$(%s 2>&1) || case $out in
-  *"no server running"*|*"error connecting"*|*"No such file"*) exit 0 ;;
+  *"no server running"*|*"error connecting"*|*"No such file"*|*"server exited unexpectedly"*) exit 0 ;;
   *) printf '%%s\n' "$out" >&2; exit 1 ;;
 esac
 printf '%%s\n' "$out"`, tmux("list-sessions", "-F", listFormat))

@@ -67,6 +67,7 @@ func Open(c Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher)})
 	m.WorkDir = c.WorkDir
 	m.cacheDir = cacheDir(c.Getenv)

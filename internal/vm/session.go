@@ -95,12 +95,25 @@ func (m *Manager) RunAgent(ctx context.Context, o RunOptions) (*SessionResult, e
 	default:
 		agent = e.Record.Agent
 	}
-	argv, keyEnv, err := agentCommand(agent, o.Args, o.Name)
-	if err != nil {
-		return nil, err
+	// A VM made here may get its agent from the repository's
+	// .agent-vm/config.toml: only then is "no agent" known.
+	agentFromConfig := create && agent == ""
+	var argv []string
+	var vars []session.Var
+	check := func() error {
+		var keyEnv string
+		var err error
+		if argv, keyEnv, err = agentCommand(agent, o.Args, o.Name); err != nil {
+			return err
+		}
+		vars, err = sessionEnv(o.Env, keyEnv, m.getenv, notify)
+		return err
 	}
-	vars, err := sessionEnv(o.Env, keyEnv, m.getenv, notify)
-	if err != nil {
+	if !agentFromConfig {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	} else if _, err := sessionEnv(o.Env, "", m.getenv, func(string) {}); err != nil {
 		return nil, err
 	}
 	if create {
@@ -115,6 +128,12 @@ func (m *Manager) RunAgent(ctx context.Context, o RunOptions) (*SessionResult, e
 		}
 		res.Created = true
 		o.Name = r.Slug
+		if agentFromConfig {
+			agent = r.Agent
+			if err := check(); err != nil {
+				return nil, fmt.Errorf("created VM %s for branch %s, but %w", r.Slug, r.Branch, err)
+			}
+		}
 	}
 	sr, err := m.Start(ctx, o.Name, o.Start)
 	if err != nil {

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/sharejail"
 )
 
 // FakeEnv selects the fake: "qemu" behaves as described above; "stubborn"
@@ -36,6 +38,11 @@ const lifetime = 5 * time.Minute
 // Main runs the fake and exits when FakeEnv is set; otherwise it returns.
 // Call it first thing in TestMain.
 func Main() {
+	if len(os.Args) > 1 && os.Args[1] == sharejail.Command {
+		// The launcher runs virtiofsd's jail as its own binary, which in
+		// a test is the test binary.
+		os.Exit(sharejail.Main(os.Args[2:], os.Stderr))
+	}
 	mode := os.Getenv(FakeEnv)
 	if mode == "" {
 		return
