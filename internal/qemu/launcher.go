@@ -198,7 +198,7 @@ func (l *Launcher) hardening(m Machine, b Boot) Hardening {
 		h.RunAs = &Owner{UID: m.Share.UID, GID: m.Share.GID}
 	}
 	if !l.NoSandbox {
-		p := Sandbox(h.RunAs)
+		p := Sandbox(h.RunAs, m.Network != nil)
 		h.Sandbox = &p
 	}
 	return h
