@@ -100,6 +100,9 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		return nil, errors.New("internal error: a boot needs exactly one of Direct and Script")
 	}
 	h := l.hardening(m, b)
+	if h.RunAs != nil && m.Network != nil {
+		m.EgressDir = EgressDirFor(m.UUID)
+	}
 	if b.Direct != nil {
 		if _, err := l.Run.LookPath(l.Arch.Binary); err != nil {
 			return nil, fmt.Errorf("%s is not installed, so agent-vm cannot run VMs (hint: install QEMU: `sudo apt-get install %s qemu-utils` on Debian/Ubuntu, `sudo dnf install qemu-kvm qemu-img` on Fedora)", l.Arch.Binary, l.Arch.Package)
@@ -125,7 +128,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	egressPid := 0
 	if m.Network != nil {
-		pid, err := l.startEgress(ctx, m)
+		pid, err := l.startEgress(ctx, m, h.RunAs)
 		if err != nil {
 			return nil, err
 		}
