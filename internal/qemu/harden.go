@@ -46,8 +46,8 @@ type SandboxPolicy struct {
 }
 
 // Option is the -sandbox value: on, obsolete system calls denied, no
-// privilege changes, no new processes, no changing of CPU affinity,
-// scheduling or priorities.
+// changing of CPU affinity, scheduling or priorities; privilege changes and
+// new processes only as the policy allows.
 func (p SandboxPolicy) Option() string {
 	allow := func(b bool) string {
 		if b {
