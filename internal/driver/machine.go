@@ -58,7 +58,14 @@ const (
 	StateRunning = "running"
 	StatePaused  = "paused"
 	StateCrashed = "crashed" // process gone without a clean shutdown
+	// StateSuspended: the machine's memory is kept (on disk or in a
+	// sleeping guest) and resume continues it; no guest code runs.
+	StateSuspended = "suspended"
 )
+
+// PowerOffMarker is what Linux prints on the serial console as its last
+// line when it powers the machine off cleanly.
+const PowerOffMarker = "reboot: Power down"
 
 // Live is a machine's live state (see Driver.Inspect).
 type Live struct {

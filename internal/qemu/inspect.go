@@ -36,10 +36,6 @@ func (lv Live) Uptime(now time.Time) time.Duration {
 	return now.Sub(lv.Launch.StartedAt).Truncate(time.Second)
 }
 
-// powerOffMarker is what Linux prints on the serial console as its last
-// line when it powers the machine off cleanly.
-const powerOffMarker = "reboot: Power down"
-
 // Inspect reads the VM's state. A PID that now belongs to another process
 // is not this VM (it is never signalled either). An unreadable launch.json
 // (torn by a host crash, say) is no dead end: QEMU is then looked for
@@ -65,7 +61,7 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 		switch {
 		case exists(m.runFile(CleanMarker)):
 			live.State = driver.StateStopped
-		case strings.Contains(driver.TailFile(m.ConsoleLogPath(), 3), powerOffMarker):
+		case strings.Contains(driver.TailFile(m.ConsoleLogPath(), 3), driver.PowerOffMarker):
 			live.State, live.Detail = driver.StateStopped, "the guest powered itself off"
 		default:
 			live.Detail = "QEMU is gone without a clean shutdown; " + crashHint(m)

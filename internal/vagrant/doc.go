@@ -1,0 +1,91 @@
+// Package vagrant is agent-vm's second machine driver (internal/driver):
+// Vagrant, with the libvirt provider (vagrant-libvirt), owns the machine's
+// whole lifecycle, and agent-vm drives it through the vagrant command line.
+//
+// # Backend and driver
+//
+// What the guest is belongs to a backend: the vagrant backend
+// (debian.VagrantBackend) is the Debian guest of the qemu backend, made an
+// agent-vm guest by the same cloud-init NoCloud seed (internal/cloudinit:
+// user dev, the pinned host key, the agent-mcp unit, packages, the agent
+// CLI, the repository's provisioning), booted from a Vagrant box instead
+// of a QEMU overlay: agent-vm's own box (DefaultBox, made from its base
+// image, so nothing is downloaded) or a public one (create --box NAME).
+// Its plan (Boot) names the box, the seed ISO, the NIC's MAC the seed's
+// network config matches, and the SSH user and key.
+//
+// How it runs belongs to this driver: it renders the Vagrantfile from the
+// machine (CPUs, memory, forwards, workspace, credentials, console log),
+// the plan and the start's accelerator, and runs vagrant up, resume, halt,
+// suspend, destroy -f and status. The Vagrantfile is generated, never the
+// user's: it lives in the VM's state directory, <vm>/run/vagrant/, and is
+// rewritten at every start (create writes it first, so it can be read and
+// checked with `vagrant validate` before any start).
+//
+// Reuse of the cloud-init seed rather than a shell provisioner:
+// vagrant-libvirt attaches a file as a CD-ROM (libvirt.storage :file,
+// device: :cdrom), and cloud-init's NoCloud finds its seed on any block
+// device labelled cidata, so the guest's whole first boot is the one the
+// qemu backend tests; the MCP token reaches the guest through QEMU's fw_cfg
+// as for the qemu backend (libvirt.qemuargs), never on a command line. The
+// only shell provisioner is static text: vagrant mounts its synced folder
+// over SSH after boot, so it restarts the workspace and agent-mcp units,
+// which found no workspace at boot, once /workspace is there.
+//
+// # Vagrantfile content
+//
+// The default /vagrant share is disabled; the workspace is a synced folder
+// at /workspace, virtiofs when libvirt can (shared memory backing), else
+// 9p. The SSH and MCP forwards are bound to 127.0.0.1 (forward_ssh_port:
+// vagrant-libvirt forwards port 22 only when asked). Vagrant logs in as the
+// guest user with the VM's own client key and never inserts a key of its
+// own. The libvirt domain is named after the machine (no prefix), which is
+// unique per VM; the domain type is "kvm", or "qemu" (TCG) when the start's
+// accelerator says KVM is unusable. Suspend is libvirt's managedsave: the
+// memory goes to disk and the machine survives a host reboot.
+//
+// Every value in the file goes through one escaper, RubyString: a
+// double-quoted literal in which every byte outside printable ASCII is
+// \xNN and ", \ and # are backslash-escaped. Double quotes, because a
+// single-quoted literal cannot carry NUL, ^D or ^Z (Ruby's lexer ends the
+// program there) nor invalid UTF-8 (a syntax error in a UTF-8 source);
+// escaping # keeps #{...}, #@x and #$x from interpolating. Integers are Go
+// ints. Paths that vagrant-libvirt splices unescaped into the domain XML
+// (the seed, the console log, fw_cfg files) are refused when they hold an
+// XML metacharacter or a quote.
+//
+// # Vagrant's state, per VM
+//
+// Every vagrant command runs with VAGRANT_CWD=<vm>/run/vagrant (its
+// Vagrantfile, VAGRANT_VAGRANTFILE=Vagrantfile whatever the user's
+// environment says) and VAGRANT_DOTFILE_PATH=<vm>/run/vagrant/.vagrant (the
+// machine's id, its forward processes, its logs), so two VMs never share
+// machine state, and none is the user's own project. VAGRANT_HOME is
+// agent-vm's (Driver.Home, <cache>/vagrant), not ~/.vagrant.d: it holds
+// the boxes, which VMs share read-only (a box per VM would copy the base
+// image each time), and vagrant's global machine index, whose entries are
+// keyed by the per-VM dotfile path. VAGRANT_CHECKPOINT_DISABLE=1: no
+// version check over the network. The libvirt domain name is the VM's
+// machine name, agent-vm-<slug>-<id>, unique per host.
+//
+// # State and its cache
+//
+// State comes from `vagrant status --machine-readable`, parsed (see
+// ParseMachineReadable), mapped to the driver's states: running; paused;
+// suspended (vagrant's saved, libvirt's pmsuspended, or shutoff after an
+// agent-vm suspend: managedsave); stopped (not created, or shut off after
+// an agent-vm stop or a guest power-off); crashed (aborted, libvirt's
+// crashed, or shut off without agent-vm stopping it: killed), whose detail
+// says `agent-vm start NAME` recovers it. agent-vm's markers in the run
+// directory (a start's launch record, the clean-stop and suspend markers)
+// tell a killed machine from a halted one, as QEMU's driver does.
+//
+// A vagrant status costs one to three seconds (Ruby and its plugins load
+// every time), so Inspect answers from a per-VM cache file for CacheTTL,
+// 15 s, rather than seed 000's 60 s: that seed polled from a long-lived
+// TUI, while agent-vm is a command people run again within seconds (list,
+// then status) and expect to see a crash in at once; 15 s keeps a burst of
+// list/status/exec at one vagrant run while a crash shows within 15 s.
+// Every lifecycle verb agent-vm runs (start, stop, suspend, resume,
+// destroy) reads vagrant's state afresh and drops the cache.
+package vagrant

@@ -1,0 +1,113 @@
+package vagrant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+)
+
+// Plugin is the vagrant plugin of the libvirt provider.
+const Plugin = "vagrant-libvirt"
+
+// Doctor checks vagrant, its libvirt plugin and libvirt; ok is whether
+// all three are there.
+func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
+	v := driver.CheckProgram(ctx, d.Run, "vagrant", []string{"--version"}, hostpkgs.InstallHint("vagrant"))
+	checks := []driver.Check{v, d.pluginCheck(ctx, v.OK), d.libvirtCheck(ctx)}
+	for _, c := range checks {
+		if !c.OK {
+			return checks, false
+		}
+	}
+	return checks, true
+}
+
+// pluginCheck looks for vagrant-libvirt in `vagrant plugin list
+// --machine-readable` (plugin-name lines; Debian's package is a system
+// plugin, listed like the others).
+func (d *Driver) pluginCheck(ctx context.Context, haveVagrant bool) driver.Check {
+	c := driver.Check{Name: Plugin, Hint: "`sudo agent-vm setup --backend vagrant` installs it (Debian package vagrant-libvirt)"}
+	if !haveVagrant {
+		c.Detail = "not checked: vagrant is missing"
+		return c
+	}
+	env := []string{"VAGRANT_CHECKPOINT_DISABLE=1"}
+	if d.Home != "" {
+		env = append(env, "VAGRANT_HOME="+d.Home)
+	}
+	res, err := d.Run.Run(ctx, execx.Cmd{Path: "vagrant", Args: []string{"plugin", "list", "--machine-readable"}, Env: env})
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	var names []string
+	version := ""
+	for _, l := range ParseMachineReadable(res.Stdout) {
+		switch {
+		case l.Type == "plugin-name" && len(l.Data) > 0:
+			names = append(names, l.Data[0])
+		case l.Type == "plugin-version" && len(l.Data) > 0 && len(names) > 0 && names[len(names)-1] == Plugin:
+			version = l.Data[0]
+		}
+	}
+	for _, n := range names {
+		if n == Plugin {
+			c.OK, c.Detail, c.Hint = true, strings.TrimSpace(Plugin+" "+version), ""
+			return c
+		}
+	}
+	c.Detail = "not among vagrant's plugins"
+	if len(names) > 0 {
+		c.Detail += " (" + strings.Join(names, ", ") + ")"
+	}
+	return c
+}
+
+// libvirtCheck asks libvirtd for its version over the driver's connection.
+func (d *Driver) libvirtCheck(ctx context.Context) driver.Check {
+	c := driver.Check{Name: "libvirt (" + d.uri() + ")"}
+	if _, err := d.Run.LookPath("virsh"); err != nil {
+		c.Detail, c.Hint = "virsh not found", hostpkgs.InstallHint("virsh")
+		return c
+	}
+	res, err := d.Run.Run(ctx, execx.Cmd{Path: "virsh", Args: []string{"-c", d.uri(), "version"}})
+	if err != nil {
+		c.Detail = "libvirtd is not running or not reachable: " + oneLine(err)
+		c.Hint = "start it: `sudo systemctl start libvirtd` (without systemd: `sudo libvirtd -d` and `sudo virtlogd -d`); as a user, join the libvirt group"
+		return c
+	}
+	c.OK = true
+	for _, l := range strings.Split(string(res.Stdout), "\n") {
+		if strings.Contains(l, "running hypervisor") || strings.Contains(l, "libvirt library") {
+			c.Detail = strings.TrimSpace(l)
+			break
+		}
+	}
+	return c
+}
+
+func oneLine(err error) string {
+	var e *execx.Error
+	if errors.As(err, &e) && e.Stderr != "" {
+		return strings.Join(strings.Fields(e.Stderr), " ")
+	}
+	return err.Error()
+}
+
+// Share is virtiofs when the host has virtiofsd (libvirt starts it for
+// the synced folder), else 9p.
+func (d *Driver) Share(context.Context) (driver.ShareMode, error) {
+	p, err := hostpkgs.Lookup("virtiofsd")
+	if err != nil {
+		return driver.Share9p, err
+	}
+	if _, ok := (hostpkgs.Host{Run: d.Run}).Find(p); !ok {
+		return driver.Share9p, fmt.Errorf("virtiofsd is not installed (%s)", p.PackageHint())
+	}
+	return driver.ShareVirtiofs, nil
+}

@@ -1,0 +1,347 @@
+package vagrant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
+)
+
+// DriverName is the name backends give the Vagrant driver.
+const DriverName = "vagrant"
+
+// DefaultURI is the libvirt connection vagrant-libvirt uses.
+const DefaultURI = "qemu:///system"
+
+// Files of the driver: ProjectDir in the run directory holds the
+// Vagrantfile and vagrant's dotfile directory; the rest are agent-vm's.
+const (
+	ProjectDir  = "vagrant"
+	DotDir      = ".vagrant"
+	LaunchFile  = "vagrant-launch.json"
+	CacheFile   = "vagrant-status.json"
+	CleanMarker = "clean-shutdown"
+	SuspendMark = "suspended"
+	ConsoleLog  = "console.log"
+	VagrantLog  = "vagrant.log"
+)
+
+// Boot is the vagrant backend's plan: what its guest needs of the
+// Vagrantfile besides the machine itself.
+type Boot struct {
+	Box     string // the Vagrant box
+	Seed    string // the cloud-init NoCloud seed ISO
+	MAC     string // the management NIC's MAC, which the seed matches
+	SSHUser string // the guest user vagrant logs in as
+	SSHKey  string // its private key (the VM's client key)
+}
+
+// DriverName says that a Boot is the Vagrant driver's plan.
+func (Boot) DriverName() string { return DriverName }
+
+// Driver runs machines with vagrant and vagrant-libvirt.
+type Driver struct {
+	Run execx.Runner
+	Log hclog.Logger
+	// Progress receives vagrant's output while a lifecycle command runs.
+	Progress io.Writer
+	// Home is VAGRANT_HOME: agent-vm's, shared by its VMs (see the
+	// package doc).
+	Home string
+	// URI is the libvirt connection; "" = DefaultURI.
+	URI string
+	Now func() time.Time
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// Name is "vagrant".
+func (d *Driver) Name() string { return DriverName }
+
+func (d *Driver) uri() string {
+	if d.URI == "" {
+		return DefaultURI
+	}
+	return d.URI
+}
+
+func (d *Driver) now() time.Time {
+	if d.Now == nil {
+		return time.Now()
+	}
+	return d.Now()
+}
+
+// Project is the directory of a machine's Vagrantfile (VAGRANT_CWD).
+func Project(runDir string) string { return filepath.Join(runDir, ProjectDir) }
+
+// MachineName is the vagrant machine's (and libvirt domain's) name:
+// agent-vm-<slug>-<first 8 of the uuid>, unique per host. A machine whose
+// record is lost (no uuid) is found by the one machine vagrant keeps in its
+// dotfile directory.
+func MachineName(m driver.Machine) string {
+	if m.UUID != "" {
+		return m.Name + "-" + strings.ReplaceAll(m.UUID, "-", "")[:min(8, len(strings.ReplaceAll(m.UUID, "-", "")))]
+	}
+	entries, _ := os.ReadDir(filepath.Join(Project(m.RunDir), DotDir, "machines"))
+	if len(entries) == 1 {
+		return entries[0].Name()
+	}
+	return m.Name
+}
+
+// Env is the environment of every vagrant command for m: its own project
+// and machine state, agent-vm's VAGRANT_HOME (see the package doc).
+func (d *Driver) Env(m driver.Machine) []string {
+	p := Project(m.RunDir)
+	env := []string{"VAGRANT_CWD=" + p, "VAGRANT_VAGRANTFILE=Vagrantfile", "VAGRANT_DOTFILE_PATH=" + filepath.Join(p, DotDir),
+		"VAGRANT_CHECKPOINT_DISABLE=1", "VAGRANT_DEFAULT_PROVIDER=libvirt", "LIBVIRT_DEFAULT_URI=" + d.uri()}
+	if d.Home != "" {
+		env = append(env, "VAGRANT_HOME="+d.Home)
+	}
+	return env
+}
+
+// vagrant runs one vagrant command for m. Its output goes to the VM's
+// vagrant.log, and with stream to Progress too; a failure names the
+// command and the log.
+func (d *Driver) vagrant(ctx context.Context, m driver.Machine, stream bool, args ...string) (execx.Result, error) {
+	logPath := filepath.Join(m.LogsDir, VagrantLog)
+	cmd := execx.Cmd{Path: "vagrant", Args: args, Dir: Project(m.RunDir), Env: d.Env(m)}
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return execx.Result{}, fmt.Errorf("opening vagrant's log: %w", err)
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "== %s %s\n", d.now().UTC().Format(time.RFC3339), cmd.String())
+	var out io.Writer = log
+	if stream && d.Progress != nil {
+		out = io.MultiWriter(log, d.Progress)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	res, err := d.Run.Run(ctx, cmd)
+	if err != nil {
+		return res, fmt.Errorf("`vagrant %s` failed for %s: %w (hint: vagrant's output is in %s)", strings.Join(args, " "), m.Name, err, logPath)
+	}
+	return res, nil
+}
+
+// Write renders v into m's project directory (atomically, 0600).
+func Write(runDir string, v Vagrantfile) error {
+	b, err := Render(v)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(Project(runDir), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(Project(runDir), "Vagrantfile"), b, 0o600)
+}
+
+// Spec is the Vagrantfile of machine m booted per b with the accelerator
+// and share of o.
+func (d *Driver) Spec(m driver.Machine, b Boot, o driver.StartOptions) Vagrantfile {
+	v := Vagrantfile{Name: MachineName(m), Box: b.Box, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: d.uri(),
+		Folder: Folder{Host: m.Share.Source, Guest: guest.Workspace, Type: o.Share},
+		SSH:    SSH{User: b.SSHUser, KeyFile: b.SSHKey}, MAC: b.MAC, Seed: b.Seed,
+		Console: filepath.Join(m.LogsDir, ConsoleLog)}
+	if o.Accel == accel.TCG {
+		v.Driver = DomainQEMU
+	}
+	if v.Folder.Type == "" {
+		v.Folder.Type = driver.Share9p
+	}
+	for _, f := range m.Forwards {
+		v.Forwards = append(v.Forwards, Forward{ID: f.Name, Host: f.Host, Guest: f.Guest})
+	}
+	for _, c := range m.Credentials {
+		v.FwCfg = append(v.FwCfg, FwCfg{Name: "opt/io.systemd.credentials/" + c.Name, File: c.File})
+	}
+	return v
+}
+
+// Start writes the Vagrantfile and brings the machine up: `vagrant
+// resume` for a suspended one, else `vagrant up` (which also recovers a
+// crashed one). Any other plan is refused.
+func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
+	boot, ok := b.(Boot)
+	if !ok {
+		name := ""
+		if b != nil {
+			name = b.DriverName()
+		}
+		return nil, fmt.Errorf("internal error: the vagrant driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, b)
+	}
+	if err := Write(m.RunDir, d.Spec(m, boot, o)); err != nil {
+		return nil, err
+	}
+	lv, err := d.fresh(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	if lv.Alive() && lv.State != driver.StatePaused {
+		return nil, fmt.Errorf("starting %s: %w", m.Name, driver.ErrRunning)
+	}
+	launch := &driver.Launch{Accel: o.Accel, AccelReason: o.AccelReason, Share: o.Share, StartedAt: d.now().UTC()}
+	if err := writeJSON(runFile(m, LaunchFile), launch); err != nil {
+		return nil, err
+	}
+	removeMarkers(m, CleanMarker)
+	args := []string{"up", "--provider=libvirt", "--no-color"}
+	if lv.State == driver.StateSuspended || lv.State == driver.StatePaused {
+		args = []string{"resume", "--no-color"}
+	}
+	if _, err := d.vagrant(ctx, m, true, append(args, MachineName(m))...); err != nil {
+		d.undoStart(m)
+		return nil, err
+	}
+	removeMarkers(m, SuspendMark)
+	return launch, nil
+}
+
+// undoStart halts what a failed start left (best effort, without the
+// caller's ctx, which may be what failed it).
+func (d *Driver) undoStart(m driver.Machine) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := d.vagrant(ctx, m, false, "halt", "--force", "--no-color", MachineName(m)); err != nil {
+		d.Log.Warn("could not halt the machine after its failed start", "vm", m.Name, "error", err)
+	}
+	_ = touch(runFile(m, CleanMarker))
+}
+
+// Stop halts the machine (`vagrant halt`), forcing it off after grace.
+func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration) error {
+	lv, err := d.fresh(ctx, m)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = touch(runFile(m, CleanMarker)) }()
+	if !lv.Alive() {
+		return fmt.Errorf("stopping %s: %w", m.Name, driver.ErrNotRunning)
+	}
+	hctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	if _, err := d.vagrant(hctx, m, true, "halt", "--no-color", MachineName(m)); err == nil || ctx.Err() != nil {
+		return err
+	}
+	_, err = d.vagrant(ctx, m, true, "halt", "--force", "--no-color", MachineName(m))
+	return err
+}
+
+// Suspend saves the machine's memory to disk (`vagrant suspend`,
+// libvirt's managedsave).
+func (d *Driver) Suspend(ctx context.Context, m driver.Machine) error {
+	lv, err := d.fresh(ctx, m)
+	if err != nil {
+		return err
+	}
+	if lv.State != driver.StateRunning {
+		return fmt.Errorf("suspending %s (%s): %w", m.Name, lv.State, driver.ErrNotRunning)
+	}
+	if _, err := d.vagrant(ctx, m, true, "suspend", "--no-color", MachineName(m)); err != nil {
+		return err
+	}
+	return touch(runFile(m, SuspendMark))
+}
+
+// Resume resumes a suspended (or paused) machine (`vagrant resume`).
+func (d *Driver) Resume(ctx context.Context, m driver.Machine) error {
+	lv, err := d.fresh(ctx, m)
+	if err != nil {
+		return err
+	}
+	switch lv.State {
+	case driver.StateSuspended, driver.StatePaused:
+	case driver.StateRunning:
+		return fmt.Errorf("resuming %s: %w", m.Name, driver.ErrRunning)
+	default:
+		return fmt.Errorf("resuming %s: it is %s, not suspended: %w", m.Name, lv.State, driver.ErrNotRunning)
+	}
+	if _, err := d.vagrant(ctx, m, true, "resume", "--no-color", MachineName(m)); err != nil {
+		return err
+	}
+	removeMarkers(m, SuspendMark)
+	return nil
+}
+
+// Destroy removes the libvirt domain and its disks (`vagrant destroy -f`);
+// a machine vagrant never created is nothing to do.
+func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
+	if _, err := os.Stat(filepath.Join(Project(m.RunDir), "Vagrantfile")); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	st, err := d.status(ctx, m)
+	if err != nil {
+		return err
+	}
+	if st.State == "not_created" {
+		return nil
+	}
+	_, err = d.vagrant(ctx, m, true, "destroy", "-f", "--no-color", MachineName(m))
+	return err
+}
+
+// Adopt has nothing to learn: vagrant's state is in the VM's directory.
+func (d *Driver) Adopt(_ context.Context, m driver.Machine) driver.Machine { return m }
+
+// AddForward is unsupported: vagrant forwards what the Vagrantfile says.
+func (d *Driver) AddForward(_ context.Context, m driver.Machine, f driver.Forward) error {
+	return fmt.Errorf("forwarding host port %d to guest port %d of %s: the vagrant driver forwards only the VM's SSH and MCP ports (hint: reach other guest ports over SSH, `ssh -L` with `agent-vm ssh-config`): %w", f.Host, f.Guest, m.Name, driver.ErrUnsupported)
+}
+
+// RemoveForward is unsupported, like AddForward.
+func (d *Driver) RemoveForward(_ context.Context, m driver.Machine, f driver.Forward) error {
+	return fmt.Errorf("removing the forward of host port %d of %s: the vagrant driver has no forwards besides SSH and MCP: %w", f.Host, m.Name, driver.ErrUnsupported)
+}
+
+// MarkReady records in the launch record when the guest came up.
+func (d *Driver) MarkReady(m driver.Machine, at time.Time) error {
+	var l driver.Launch
+	if err := readJSON(runFile(m, LaunchFile), &l); err != nil {
+		return err
+	}
+	at = at.UTC()
+	l.ReadyAt = &at
+	return writeJSON(runFile(m, LaunchFile), &l)
+}
+
+// Running asks libvirt (virsh domstate, fast) whether the machine's domain
+// still runs; when libvirt cannot say, it is assumed to.
+func (d *Driver) Running(m driver.Machine, _ *driver.Launch) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := d.Run.Run(ctx, execx.Cmd{Path: "virsh", Args: []string{"-c", d.uri(), "domstate", MachineName(m)}})
+	if err != nil {
+		return true
+	}
+	s := strings.TrimSpace(string(res.Stdout))
+	return s != "shut off" && s != "crashed"
+}
+
+// Logs are the serial console and vagrant's output.
+func (d *Driver) Logs(m driver.Machine) driver.Logs {
+	return driver.Logs{Console: filepath.Join(m.LogsDir, ConsoleLog), Driver: filepath.Join(m.LogsDir, VagrantLog)}
+}
+
+func runFile(m driver.Machine, name string) string { return filepath.Join(m.RunDir, name) }
+
+func removeMarkers(m driver.Machine, names ...string) {
+	for _, n := range names {
+		_ = os.Remove(runFile(m, n))
+	}
+}
+
+func touch(path string) error { return atomicfile.Write(path, nil, 0o600) }

@@ -1,0 +1,143 @@
+package vagrant
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/driver"
+)
+
+// CacheTTL is how long Inspect trusts a vagrant status (see the package
+// doc for the choice).
+const CacheTTL = 15 * time.Second
+
+// cached is the status cache file.
+type cached struct {
+	At     time.Time `json:"at"`
+	Status Status    `json:"status"`
+}
+
+// Inspect reads the machine's state from vagrant, or from a status read
+// less than CacheTTL ago.
+func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, error) {
+	var c cached
+	if err := readJSON(runFile(m, CacheFile), &c); err == nil {
+		if age := d.now().Sub(c.At); age >= 0 && age < CacheTTL {
+			return d.live(m, c.Status), nil
+		}
+	}
+	st, err := d.status(ctx, m)
+	if err != nil {
+		return driver.Live{}, err
+	}
+	if err := writeJSON(runFile(m, CacheFile), cached{At: d.now().UTC(), Status: st}); err != nil {
+		d.Log.Debug("could not cache vagrant's status", "vm", m.Name, "error", err)
+	}
+	return d.live(m, st), nil
+}
+
+// fresh reads the state from vagrant, dropping the cache: what every
+// lifecycle verb acts on.
+func (d *Driver) fresh(ctx context.Context, m driver.Machine) (driver.Live, error) {
+	removeMarkers(m, CacheFile)
+	st, err := d.status(ctx, m)
+	if err != nil {
+		return driver.Live{}, err
+	}
+	return d.live(m, st), nil
+}
+
+// status runs `vagrant status --machine-readable` for m. A machine with no
+// Vagrantfile yet is not created.
+func (d *Driver) status(ctx context.Context, m driver.Machine) (Status, error) {
+	if _, err := os.Stat(Project(m.RunDir)); errors.Is(err, os.ErrNotExist) {
+		return Status{State: "not_created"}, nil
+	}
+	name := MachineName(m)
+	res, err := d.vagrant(ctx, m, false, "status", "--machine-readable", name)
+	if err != nil {
+		if st, perr := ParseStatus(res.Stdout, name); perr != nil && len(res.Stdout) > 0 {
+			return st, fmt.Errorf("%w: %v", err, perr)
+		}
+		return Status{}, err
+	}
+	return ParseStatus(res.Stdout, name)
+}
+
+// live maps vagrant's state to the driver's, with agent-vm's markers
+// telling a halt from a kill and a suspend from a halt.
+func (d *Driver) live(m driver.Machine, st Status) driver.Live {
+	var launch *driver.Launch
+	var l driver.Launch
+	err := readJSON(runFile(m, LaunchFile), &l)
+	if err == nil {
+		launch = &l
+	} else if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	lv := driver.Live{Launch: launch, LaunchErr: err}
+	logs := d.Logs(m)
+	recover := fmt.Sprintf("`agent-vm start %s` recovers it; see %s and %s", strings.TrimPrefix(m.Name, "agent-vm-"), logs.Console, logs.Driver)
+	switch st.State {
+	case "running", "preparing", "inaccessible", "blocked", "shutting_down":
+		lv.State = driver.StateRunning
+		if st.State != "running" {
+			lv.Detail = "vagrant says: " + strings.ReplaceAll(st.State, "_", " ")
+		}
+	case "paused":
+		lv.State = driver.StatePaused
+		if exists(runFile(m, SuspendMark)) {
+			lv.State = driver.StateSuspended
+		}
+	case "saved", "pmsuspended":
+		lv.State = driver.StateSuspended
+	case "not_created":
+		lv.State, lv.Detail = driver.StateStopped, "not created yet: the first start runs `vagrant up`"
+	case "shutoff", "poweroff":
+		switch {
+		case exists(runFile(m, SuspendMark)):
+			lv.State = driver.StateSuspended
+		case launch == nil || exists(runFile(m, CleanMarker)):
+			lv.State = driver.StateStopped
+		case strings.Contains(driver.TailFile(logs.Console, 3), driver.PowerOffMarker):
+			lv.State, lv.Detail = driver.StateStopped, "the guest powered itself off"
+		default:
+			lv.State, lv.Detail = driver.StateCrashed, "the machine is off without agent-vm stopping it (killed, or its guest crashed); "+recover
+		}
+	case "aborted", "crashed":
+		lv.State, lv.Detail = driver.StateCrashed, "vagrant says "+st.State+"; "+recover
+	default:
+		lv.State, lv.Detail = driver.StateCrashed, fmt.Sprintf("vagrant reports the unknown state %q; %s", st.State, recover)
+	}
+	return lv
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
+}
