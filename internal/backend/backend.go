@@ -90,6 +90,7 @@ type CreateFlags struct {
 	Config  string // --config: an extra NixOS module (nixos)
 	Nixpkgs string // --nixpkgs: a nixpkgs path or flake reference (nixos)
 	Agent   string // --agent: an agent CLI to install (guest.Agents)
+	Box     string // --box: a Vagrant box (vagrant)
 	// Packages are the packages to install (--packages and the
 	// repository's config.toml): each backend checks them against its own
 	// naming grammar and names the first bad one.

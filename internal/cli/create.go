@@ -55,7 +55,7 @@ func createFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
 		&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
-		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu or nixos"},
+		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu, nixos or vagrant"},
 		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp (default: the first free from 8000)"},
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
 		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
@@ -67,6 +67,7 @@ func createFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "packages", Usage: "packages to install in the guest at its first boot, besides those of the repository's .agent-vm/config.toml: Debian names (qemu) or nixpkgs attribute names (nixos); comma-separated and repeatable, e.g. --packages ripgrep,jq"},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
 		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
+		&cli.StringFlag{Name: "box", Usage: "a Vagrant box, e.g. debian/bookworm64 (vagrant backend; default: agent-vm's own box)"},
 	}
 }
 
@@ -74,14 +75,14 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	o := vm.CreateOptions{
 		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
 		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), CPUs: cliCtx.Int("cpus"),
-		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Nixpkgs: cliCtx.String("nixpkgs"),
+		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
 		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"),
 	}
 	switch o.Backend {
-	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS:
+	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant:
 	default:
-		return o, usagef("--backend %q: must be auto, qemu or nixos", o.Backend)
+		return o, usagef("--backend %q: must be auto, qemu, nixos or vagrant", o.Backend)
 	}
 	if cliCtx.IsSet("port") && (o.MCPPort < 1024 || o.MCPPort > 65535) {
 		return o, usagef("--port %d: must be between 1024 and 65535", o.MCPPort)

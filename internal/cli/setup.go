@@ -23,6 +23,7 @@ func setupCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do it without asking"},
 			&cli.BoolFlag{Name: "tests", Usage: "also what the test suite needs (nix, sshd, xorriso, shellcheck, ...)"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "also what this backend needs: vagrant adds vagrant, vagrant-libvirt and libvirt"},
 			&cli.BoolFlag{Name: "check", Usage: "change nothing: list each program, where it is or which package has it; exit 1 if any is missing"},
 		},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -31,13 +32,13 @@ func setupCommand(stdio IO) *cli.Command {
 			}
 			tests := cliCtx.Bool("tests")
 			if cliCtx.Bool("check") {
-				return checkPrograms(stdio, m, tests)
+				return checkPrograms(stdio, m, tests, cliCtx.String("backend"))
 			}
 			consent := askConsent(stdio)
 			if cliCtx.Bool("yes") {
 				consent = func([]string) (bool, error) { return true, nil }
 			}
-			rep, err := m.SetupHost(cliCtx.Context, tests, consent)
+			rep, err := m.SetupHost(cliCtx.Context, tests, cliCtx.String("backend"), consent)
 			if len(rep.Installed) > 0 {
 				fmt.Fprintf(stdio.Out, "installed: %s\n", strings.Join(rep.Installed, " "))
 			}
@@ -83,8 +84,8 @@ func askConsent(stdio IO) func([]string) (bool, error) {
 // checkPrograms prints each program agent-vm (and with tests, the test
 // suite) runs and fails when any is missing (CI's check that the installer
 // installs what the tests run).
-func checkPrograms(stdio IO, m *vm.Manager, tests bool) error {
-	checks, err := m.CheckPrograms(tests)
+func checkPrograms(stdio IO, m *vm.Manager, tests bool, backend string) error {
+	checks, err := m.CheckPrograms(tests, backend)
 	for _, c := range checks {
 		if c.Path != "" {
 			fmt.Fprintf(stdio.Out, "ok  %-20s %s\n", c.Name, c.Path)

@@ -101,6 +101,8 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 		return fmt.Errorf("--config adds a NixOS module, which the qemu backend (a Debian guest) does not use (hint: drop --config, or pass --backend nixos)")
 	case f.Nixpkgs != "":
 		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend; the qemu backend boots a Debian image (hint: drop --nixpkgs, or pass --backend nixos)")
+	case f.Box != "":
+		return fmt.Errorf("--box chooses the Vagrant box of the vagrant backend; the qemu backend boots a disk image (hint: drop --box, or pass --backend vagrant)")
 	}
 	return cloudinit.CheckPackages(f.Packages)
 }
@@ -208,7 +210,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	if err := b.writeSeed(ctx, l, r, s, o.CACerts); err != nil {
+	if err := writeSeed(ctx, l, r, seedOf(r, s.Provision, cloudinit.DefaultMACAddress), b.Executable, o.CACerts); err != nil {
 		return nil, err
 	}
 	d := &qemu.Direct{
@@ -286,9 +288,20 @@ func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions
 	return &DiskInfo{Base: img.Disk, BaseFormat: img.Format, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}, nil
 }
 
+// seed is what a VM's seed is made of besides its files: the instance-id
+// (the VM's id and its provisioning count) and the NIC's MAC.
+type seed struct {
+	instanceID string
+	mac        string
+}
+
+func seedOf(r *state.Record, provision int, mac string) seed {
+	return seed{instanceID: fmt.Sprintf("%s-%d", r.ID, provision), mac: mac}
+}
+
 // writeSeed renders the VM's cloud-init seed and writes it with the agent-vm
 // binary the guest installs.
-func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record, s Settings, caCerts []string) error {
+func writeSeed(ctx context.Context, l state.Layout, r *state.Record, sd seed, executable func() (string, error), caCerts []string) error {
 	pub, err := os.ReadFile(l.ClientPubKey())
 	if err != nil {
 		return fmt.Errorf("reading the VM's client key: %w", err)
@@ -305,7 +318,7 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 	if b, err := os.ReadFile(filepath.Join(l.Dir, MCPConfig)); err == nil {
 		mcpConfig = b
 	}
-	exe, err := b.Executable()
+	exe, err := executable()
 	if err != nil {
 		return fmt.Errorf("finding the agent-vm binary for the guest: %w", err)
 	}
@@ -313,7 +326,8 @@ func (b *Backend) writeSeed(ctx context.Context, l state.Layout, r *state.Record
 		exe = p
 	}
 	c := cloudinit.Config{
-		InstanceID:     fmt.Sprintf("%s-%d", r.ID, s.Provision),
+		InstanceID:     sd.instanceID,
+		MACAddress:     sd.mac,
 		Hostname:       r.Slug,
 		UID:            r.Guest.UID,
 		GID:            r.Guest.GID,

@@ -22,6 +22,8 @@ const (
 	Image
 	// Test: the test suite (README's test command, CI).
 	Test
+	// Vagrant: the vagrant backend (vagrant, vagrant-libvirt, libvirt).
+	Vagrant
 )
 
 // String names the needs, for messages.
@@ -30,7 +32,7 @@ func (n Need) String() string {
 	for _, x := range []struct {
 		n    Need
 		name string
-	}{{Run, "running VMs"}, {Image, "building the base image"}, {Test, "the tests"}} {
+	}{{Run, "running VMs"}, {Image, "building the base image"}, {Test, "the tests"}, {Vagrant, "the vagrant backend"}} {
 		if n&x.n != 0 {
 			parts = append(parts, x.name)
 		}
@@ -77,6 +79,8 @@ func programs(arch string) []Program {
 		{Name: "go", Paths: []string{"/usr/local/go/bin/go"}, Need: Test,
 			Note: "Go " + goVersion + " or newer from https://go.dev/dl (distribution packages are older)"},
 		{Name: "isoinfo", Debian: []string{"genisoimage"}, Fedora: []string{"genisoimage"}, Need: Test},
+		// libvirtd runs the vagrant backend's machines (qemu:///system).
+		{Name: "libvirtd", Paths: []string{"/usr/sbin/libvirtd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon-kvm"}, Need: Vagrant | Test},
 		{Name: "mkfs.ext4", Paths: []string{"/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Image | Test},
 		{Name: "mmdebstrap", Debian: []string{"mmdebstrap"}, Fedora: []string{"mmdebstrap"}, Need: Image | Test},
 		{Name: "nix", Debian: []string{"nix-bin"}, Need: Test},
@@ -87,6 +91,7 @@ func programs(arch string) []Program {
 		qemu,
 		{Name: "ps", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
 		{Name: "qemu-img", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Run | Image | Test},
+		{Name: "ruby", Debian: []string{"ruby"}, Fedora: []string{"ruby"}, Need: Test},
 		{Name: "script", Debian: []string{"bsdutils"}, Fedora: []string{"util-linux-script"}, Need: Test},
 		{Name: "sh", Debian: []string{"dash"}, Fedora: []string{"bash"}, Need: Test},
 		{Name: "shellcheck", Debian: []string{"shellcheck"}, Fedora: []string{"ShellCheck"}, Need: Test},
@@ -99,6 +104,10 @@ func programs(arch string) []Program {
 		{Name: "unshare", Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Image | Test},
 		// Debian 12 ships QEMU's C virtiofsd in qemu-system-common (pulled in
 		// by qemu-system-x86); later releases package the Rust one.
+		// The plugin's package brings vagrant itself; doctor checks that
+		// vagrant lists the plugin.
+		{Name: "vagrant", Debian: []string{"vagrant-libvirt"}, Fedora: []string{"vagrant-libvirt"}, Need: Vagrant | Test},
+		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Test},
 		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
 			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test, Optional: true},
 		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},

@@ -127,6 +127,9 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	if f.Image != "" {
 		return fmt.Errorf("--image sets the base disk image of the qemu backend; the nixos backend builds its own (hint: drop --image, or pass --backend qemu)")
 	}
+	if f.Box != "" {
+		return fmt.Errorf("--box chooses the Vagrant box of the vagrant backend; the nixos backend builds its own system (hint: drop --box, or pass --backend vagrant)")
+	}
 	if err := CheckPackages(f.Packages); err != nil {
 		return err
 	}

@@ -150,10 +150,14 @@ func Write(runDir string, v Vagrantfile) error {
 	return atomicfile.Write(filepath.Join(Project(runDir), "Vagrantfile"), b, 0o600)
 }
 
-// Spec is the Vagrantfile of machine m booted per b with the accelerator
-// and share of o.
-func (d *Driver) Spec(m driver.Machine, b Boot, o driver.StartOptions) Vagrantfile {
-	v := Vagrantfile{Name: MachineName(m), Box: b.Box, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: d.uri(),
+// DefaultBox is agent-vm's own box, made from its base image (so nothing
+// is downloaded); create --box names another.
+const DefaultBox = "agent-vm/debian-12"
+
+// SpecOf is the Vagrantfile of machine m booted per b with the
+// accelerator and share of o, over libvirt connection uri.
+func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrantfile {
+	v := Vagrantfile{Name: MachineName(m), Box: b.Box, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
 		Folder: Folder{Host: m.Share.Source, Guest: guest.Workspace, Type: o.Share},
 		SSH:    SSH{User: b.SSHUser, KeyFile: b.SSHKey}, MAC: b.MAC, Seed: b.Seed,
 		Console: filepath.Join(m.LogsDir, ConsoleLog)}
@@ -184,7 +188,7 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		}
 		return nil, fmt.Errorf("internal error: the vagrant driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, b)
 	}
-	if err := Write(m.RunDir, d.Spec(m, boot, o)); err != nil {
+	if err := Write(m.RunDir, SpecOf(m, boot, o, d.uri())); err != nil {
 		return nil, err
 	}
 	lv, err := d.fresh(ctx, m)

@@ -26,7 +26,7 @@ type CreateOptions struct {
 	Repo      string // a directory inside the source repository
 	Branch    string // "" = the source's current branch
 	From      string // start point for a new branch
-	Backend   string // auto, qemu, nixos
+	Backend   string // auto, qemu, nixos, vagrant
 	MCPPort   int    // 0 = allocate
 	CPUs      int    // 0 = default
 	MemoryMiB int    // 0 = default
@@ -34,6 +34,7 @@ type CreateOptions struct {
 	Config    string // nixos: the user's extra NixOS module
 	Nixpkgs   string // nixos: a nixpkgs path or flake reference
 	Image     string // qemu: a base image path ("" = the built default)
+	Box       string // vagrant: a Vagrant box ("" = agent-vm's own)
 	// AllowOrigins are browser origins agent-mcp accepts (e.g. https://claude.ai).
 	AllowOrigins []string
 	// Overcommit allows more memory than the host has, or more vCPUs than
@@ -79,7 +80,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := checkCreateFlags(o, m.Host()); err != nil {
 		return nil, err
 	}
-	flags := backend.CreateFlags{Image: o.Image, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent, Packages: o.Packages}
+	flags := backend.CreateFlags{Image: o.Image, Box: o.Box, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent, Packages: o.Packages}
 	if err := be.CheckCreate(flags); err != nil {
 		return nil, err
 	}
@@ -126,11 +127,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		return nil, err
 	}
 	flags.Agent = rec.Agent
+	// The backend may write files that name the VM's paths once created.
+	rec.Paths = m.Root.Layout(slug).Paths()
 	if err := be.Provision(ctx, l, rec, flags); err != nil {
 		return nil, err
 	}
-	final := m.Root.Layout(slug)
-	rec.Paths = final.Paths()
 	if err := state.WriteRecord(l.Record(), rec); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/ports"
@@ -74,7 +75,7 @@ func (m *Manager) PortAdd(ctx context.Context, name string, guestPort, hostPort 
 		return nil, err
 	}
 	if running {
-		if err := d.AddForward(ctx, mach, userForward(ch.Forward)); err != nil {
+		if err := d.AddForward(ctx, mach, backend.UserForward(ch.Forward)); err != nil {
 			return nil, fmt.Errorf("forwarding guest port %d of %q: %w", guestPort, r.Branch, err)
 		}
 		ch.Live = true
@@ -82,7 +83,7 @@ func (m *Manager) PortAdd(ctx context.Context, name string, guestPort, hostPort 
 	r.Forwards = append(r.Forwards, ch.Forward)
 	if err := state.WriteRecord(e.Layout.Record(), r); err != nil {
 		if running {
-			_ = d.RemoveForward(ctx, mach, userForward(ch.Forward))
+			_ = d.RemoveForward(ctx, mach, backend.UserForward(ch.Forward))
 		}
 		return nil, err
 	}
@@ -115,7 +116,7 @@ func (m *Manager) PortRemove(ctx context.Context, name string, guestPort int) (*
 		return nil, err
 	}
 	if running {
-		if err := d.RemoveForward(ctx, mach, userForward(ch.Forward)); err != nil {
+		if err := d.RemoveForward(ctx, mach, backend.UserForward(ch.Forward)); err != nil {
 			return nil, fmt.Errorf("ending the forward of guest port %d of %q: %w", guestPort, r.Branch, err)
 		}
 		ch.Live = true

@@ -31,6 +31,8 @@ const (
 	BackendAuto  = "auto"
 	BackendQEMU  = "qemu"
 	BackendNixOS = "nixos"
+	// BackendVagrant: the Debian guest run by vagrant (vagrant-libvirt).
+	BackendVagrant = "vagrant"
 )
 
 // Manager carries what every verb needs. Construct it with New.
@@ -127,7 +129,7 @@ func (m *Manager) resolveBackend(name string) (backend.Backend, error) {
 	}
 	b, ok := m.Backends[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown backend %q (hint: use --backend auto, qemu or nixos)", name)
+		return nil, fmt.Errorf("unknown backend %q (hint: use --backend auto, qemu, nixos or vagrant)", name)
 	}
 	return b, nil
 }

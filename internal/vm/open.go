@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/vagrant"
 )
 
 // Config is what the composition root (Open) needs from the program that
@@ -68,9 +69,11 @@ func Open(c Config) (*Manager, error) {
 		return nil, err
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
-	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher)})
+	cache := cacheDir(c.Getenv)
+	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: filepath.Join(cache, "vagrant")}
+	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
 	m.WorkDir = c.WorkDir
-	m.cacheDir = cacheDir(c.Getenv)
+	m.cacheDir = cache
 	m.imageDir = imageDir(c.Getenv, m.cacheDir)
 	m.progress, m.getenv = c.Progress, c.Getenv
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
@@ -96,6 +99,7 @@ func (m *Manager) backends(c Config) []backend.Backend {
 	return []backend.Backend{
 		q,
 		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
+		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable},
 	}
 }
 

@@ -140,9 +140,14 @@ func notRoot(plan hostpkgs.Plan, buildImage bool) error {
 }
 
 // SetupHost is `agent-vm setup`: the packages running VMs (and, with
-// tests, the test suite) need and the base image, asking consent once.
-func (m *Manager) SetupHost(ctx context.Context, tests bool, consent func(actions []string) (bool, error)) (SetupReport, error) {
-	return Setup(ctx, hostpkgs.Host{Run: m.Run}, SetupOptions{Need: setupNeed(tests), ImageDir: m.imageDir,
+// tests, the test suite; with backend "vagrant", the vagrant backend) need
+// and the base image, asking consent once.
+func (m *Manager) SetupHost(ctx context.Context, tests bool, backend string, consent func(actions []string) (bool, error)) (SetupReport, error) {
+	need, err := setupNeed(tests, backend)
+	if err != nil {
+		return SetupReport{}, err
+	}
+	return Setup(ctx, hostpkgs.Host{Run: m.Run}, SetupOptions{Need: need, ImageDir: m.imageDir,
 		Build: func(ctx context.Context) (*image.Image, error) { return m.buildImage(ctx, ImageBuildOptions{}) },
 		Root:  os.Geteuid() == 0, Consent: consent, Out: m.progress})
 }
@@ -161,11 +166,21 @@ func (m *Manager) setupFirst(ctx context.Context, need hostpkgs.Need) error {
 	return err
 }
 
-func setupNeed(tests bool) hostpkgs.Need {
-	if tests {
-		return hostpkgs.Run | hostpkgs.Image | hostpkgs.Test
+// setupNeed is what setup installs: what running VMs need, the backend's
+// own needs, and the tests'.
+func setupNeed(tests bool, backend string) (hostpkgs.Need, error) {
+	need := hostpkgs.Run | hostpkgs.Image
+	switch backend {
+	case "", BackendAuto, BackendQEMU, BackendNixOS:
+	case BackendVagrant:
+		need |= hostpkgs.Vagrant
+	default:
+		return 0, fmt.Errorf("--backend %q: must be auto, qemu, nixos or vagrant", backend)
 	}
-	return hostpkgs.Run | hostpkgs.Image
+	if tests {
+		need |= hostpkgs.Test
+	}
+	return need, nil
 }
 
 // ProgramCheck is one host program `setup --check` looked for.
@@ -177,11 +192,15 @@ type ProgramCheck struct {
 
 // CheckPrograms looks for every program agent-vm (and, with tests, the test
 // suite) runs, changing nothing. The error names the missing ones.
-func (m *Manager) CheckPrograms(tests bool) ([]ProgramCheck, error) {
+func (m *Manager) CheckPrograms(tests bool, backend string) ([]ProgramCheck, error) {
+	need, err := setupNeed(tests, backend)
+	if err != nil {
+		return nil, err
+	}
 	host := hostpkgs.Host{Run: m.Run}
 	var out []ProgramCheck
 	var missing []hostpkgs.Program
-	for _, p := range hostpkgs.For(setupNeed(tests)) {
+	for _, p := range hostpkgs.For(need) {
 		path, ok := host.Find(p)
 		if !ok {
 			missing = append(missing, p)
@@ -192,6 +211,9 @@ func (m *Manager) CheckPrograms(tests bool) ([]ProgramCheck, error) {
 		flag := ""
 		if tests {
 			flag = " --tests"
+		}
+		if need&hostpkgs.Vagrant != 0 {
+			flag += " --backend vagrant"
 		}
 		return out, fmt.Errorf("this host lacks %s (hint: run `agent-vm setup%s` as root)", hostpkgs.Names(missing), flag)
 	}
