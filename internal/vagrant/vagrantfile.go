@@ -145,6 +145,9 @@ func (v Vagrantfile) validate() error {
 	case v.Folder.Type != driver.ShareVirtiofs && v.Folder.Type != driver.Share9p:
 		errs = append(errs, fmt.Errorf("internal error: share mode %q is neither virtiofs nor 9p", v.Folder.Type))
 	}
+	if strings.Trim(v.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != "" {
+		errs = append(errs, fmt.Errorf("internal error: machine name %q has characters vagrant refuses", v.Name))
+	}
 	for _, f := range v.Forwards {
 		if f.Host < 1 || f.Host > 65535 || f.Guest < 1 || f.Guest > 65535 || f.ID == "" {
 			errs = append(errs, fmt.Errorf("internal error: forward %+v", f))

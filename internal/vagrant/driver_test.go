@@ -1,0 +1,310 @@
+package vagrant
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+)
+
+// The tests below put a FAKE vagrant (execxtest) at the exec boundary: it
+// records the argv and environment asked and answers with canned
+// machine-readable output. Everything above it is the real driver.
+
+func statusOut(machine, state string) string {
+	return "1700000000,," + "metadata,provider,libvirt\n" +
+		"1700000000," + machine + ",provider-name,libvirt\n" +
+		"1700000000," + machine + ",state," + state + "\n" +
+		"1700000000," + machine + ",state-human-long,The machine is " + state + ".\\nMore%!(VAGRANT_COMMA) text\n"
+}
+
+type rig struct {
+	d     *Driver
+	m     driver.Machine
+	fake  *execxtest.Fake
+	state string
+	fail  map[string]bool // vagrant subcommands that fail
+	prog  bytes.Buffer
+	now   time.Time
+}
+
+func newRig(t *testing.T) *rig {
+	dir := t.TempDir()
+	r := &rig{state: "not_created", fail: map[string]bool{}, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r.m = driver.Machine{Name: "agent-vm-feat", UUID: "0123abcd-1111", CPUs: 2, MemoryMiB: 1024,
+		RunDir: filepath.Join(dir, "run"), LogsDir: filepath.Join(dir, "logs"),
+		Share:    driver.Share{Source: filepath.Join(dir, "workspace")},
+		Forwards: []driver.Forward{{Name: "ssh", Host: 2201, Guest: 22}}}
+	for _, d := range []string{r.m.RunDir, r.m.LogsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.fake = execxtest.New(t).On("vagrant", func(c execxtest.Call) execxtest.Reply {
+		sub := c.Args[0]
+		if r.fail[sub] {
+			return execxtest.Reply{Stdout: "Error: the domain broke\n", ExitCode: 1}
+		}
+		switch sub {
+		case "status":
+			return execxtest.Reply{Stdout: statusOut(c.Args[len(c.Args)-1], r.state)}
+		case "up", "resume":
+			r.state = "running"
+		case "halt":
+			r.state = "shutoff"
+		case "suspend":
+			r.state = "shutoff"
+		case "destroy":
+			r.state = "not_created"
+		}
+		return execxtest.Reply{Stdout: "==> " + sub + " progress\n"}
+	})
+	r.d = &Driver{Run: r.fake, Log: hclog.NewNullLogger(), Progress: &r.prog, Home: "/vh", Now: func() time.Time { return r.now }}
+	return r
+}
+
+func (r *rig) verbs() []string {
+	var out []string
+	for _, c := range r.fake.Calls() {
+		out = append(out, strings.Join(c.Args, " "))
+	}
+	return out
+}
+
+var boot = Boot{Box: DefaultBox, Seed: "/s/seed.iso", MAC: "52:54:00:00:00:01", SSHUser: "dev", SSHKey: "/s/key"}
+
+func TestLifecycle(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	name := "agent-vm-feat-0123abcd"
+	if _, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "tcg", Share: driver.Share9p}); err != nil {
+		t.Fatal(err)
+	}
+	vf, err := os.ReadFile(filepath.Join(r.m.RunDir, "vagrant", "Vagrantfile"))
+	if err != nil || !strings.Contains(string(vf), `libvirt.driver = "qemu"`) {
+		t.Errorf("the Vagrantfile for TCG (%v):\n%s", err, vf)
+	}
+	if !strings.Contains(r.prog.String(), "==> up progress") {
+		t.Errorf("vagrant up's output did not stream: %q", r.prog.String())
+	}
+	for _, c := range r.fake.Calls() {
+		for _, want := range []string{"VAGRANT_CWD=" + filepath.Join(r.m.RunDir, "vagrant"), "VAGRANT_DOTFILE_PATH=" + filepath.Join(r.m.RunDir, "vagrant", ".vagrant"), "VAGRANT_HOME=/vh", "VAGRANT_VAGRANTFILE=Vagrantfile"} {
+			if !slices.Contains(c.Env, want) {
+				t.Errorf("%q ran without %s: %q", c.Args, want, c.Env)
+			}
+		}
+	}
+	if err := r.d.Suspend(ctx, r.m); err != nil {
+		t.Fatal(err)
+	}
+	if lv, _ := r.d.Inspect(ctx, r.m); lv.State != driver.StateSuspended {
+		t.Errorf("after suspend: %+v", lv)
+	}
+	if err := r.d.Resume(ctx, r.m); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.Stop(ctx, r.m, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.Destroy(ctx, r.m); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"status --machine-readable " + name, "up --provider=libvirt --no-color " + name,
+		"status --machine-readable " + name, "suspend --no-color " + name,
+		"status --machine-readable " + name, // Inspect after suspend: the verb dropped the cache
+		"status --machine-readable " + name, "resume --no-color " + name,
+		"status --machine-readable " + name, "halt --no-color " + name,
+		"status --machine-readable " + name, "destroy -f --no-color " + name,
+	}
+	if got := r.verbs(); !slices.Equal(got, want) {
+		t.Errorf("vagrant ran\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestInspectStates(t *testing.T) {
+	for _, tc := range []struct {
+		vagrant, want string
+		launched      bool
+		marker        string
+	}{
+		{"running", driver.StateRunning, true, ""},
+		{"not_created", driver.StateStopped, false, ""},
+		{"shutoff", driver.StateStopped, true, CleanMarker},
+		{"shutoff", driver.StateCrashed, true, ""}, // killed: no clean stop
+		{"shutoff", driver.StateSuspended, true, SuspendMark},
+		{"poweroff", driver.StateStopped, false, ""},
+		{"aborted", driver.StateCrashed, true, ""},
+		{"saved", driver.StateSuspended, true, ""},
+		{"paused", driver.StatePaused, true, ""},
+		{"preparing", driver.StateRunning, true, ""},
+		{"weird_new_state", driver.StateCrashed, true, ""},
+	} {
+		r := newRig(t)
+		r.state = tc.vagrant
+		if err := os.MkdirAll(Project(r.m.RunDir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if tc.launched {
+			if err := writeJSON(runFile(r.m, LaunchFile), driver.Launch{Accel: "kvm"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.marker != "" {
+			_ = touch(runFile(r.m, tc.marker))
+		}
+		lv, err := r.d.Inspect(context.Background(), r.m)
+		if err != nil || lv.State != tc.want {
+			t.Errorf("vagrant %s (launched %v, marker %q): got %+v, %v; want %s", tc.vagrant, tc.launched, tc.marker, lv, err, tc.want)
+		}
+		if lv.State == driver.StateCrashed && !strings.Contains(lv.Detail, "`agent-vm start feat` recovers it") {
+			t.Errorf("crashed without the next step: %q", lv.Detail)
+		}
+	}
+}
+
+func TestInspectCache(t *testing.T) {
+	r := newRig(t)
+	r.state = "running"
+	_ = os.MkdirAll(Project(r.m.RunDir), 0o700)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := r.d.Inspect(ctx, r.m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.fake.Calls()); n != 1 {
+		t.Errorf("three Inspects within the TTL ran vagrant %d times, want 1", n)
+	}
+	r.now = r.now.Add(CacheTTL)
+	r.state = "aborted"
+	if lv, _ := r.d.Inspect(ctx, r.m); lv.State != driver.StateCrashed || len(r.fake.Calls()) != 2 {
+		t.Errorf("after the TTL: %+v, %d calls", lv, len(r.fake.Calls()))
+	}
+}
+
+func TestFailuresNameCommandAndLog(t *testing.T) {
+	ctx := context.Background()
+	logPath := func(r *rig) string { return filepath.Join(r.m.LogsDir, VagrantLog) }
+	for _, tc := range []struct {
+		verb  string
+		state string
+		run   func(r *rig) error
+	}{
+		{"up", "not_created", func(r *rig) error { _, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "kvm"}); return err }},
+		{"halt", "running", func(r *rig) error { return r.d.Stop(ctx, r.m, time.Minute) }},
+		{"suspend", "running", func(r *rig) error { return r.d.Suspend(ctx, r.m) }},
+		{"resume", "saved", func(r *rig) error { return r.d.Resume(ctx, r.m) }},
+		{"destroy", "shutoff", func(r *rig) error { return r.d.Destroy(ctx, r.m) }},
+		{"status", "running", func(r *rig) error { _, err := r.d.Inspect(ctx, r.m); return err }},
+	} {
+		r := newRig(t)
+		r.state = tc.state
+		r.fail[tc.verb] = true
+		_ = Write(r.m.RunDir, SpecOf(r.m, boot, driver.StartOptions{Accel: "kvm", Share: driver.Share9p}, DefaultURI))
+		err := tc.run(r)
+		if err == nil || !strings.Contains(err.Error(), "`vagrant "+tc.verb) || !strings.Contains(err.Error(), logPath(r)) {
+			t.Errorf("failing vagrant %s: %v (want the command and %s)", tc.verb, err, logPath(r))
+		}
+		if b, _ := os.ReadFile(logPath(r)); !strings.Contains(string(b), "the domain broke") {
+			t.Errorf("vagrant %s's output is not in its log: %q", tc.verb, b)
+		}
+	}
+}
+
+func TestStartRefuses(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if _, err := r.d.Start(ctx, r.m, otherBoot{}, driver.StartOptions{}); err == nil || !strings.Contains(err.Error(), `"qemu" driver`) {
+		t.Errorf("a QEMU plan: %v", err)
+	}
+	r.state = "running"
+	_ = os.MkdirAll(Project(r.m.RunDir), 0o700)
+	if _, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "kvm"}); !errors.Is(err, driver.ErrRunning) {
+		t.Errorf("start of a running machine: %v", err)
+	}
+	r.state = "shutoff"
+	if err := r.d.Stop(ctx, r.m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
+		t.Errorf("stop of a stopped machine: %v", err)
+	}
+	if err := r.d.Suspend(ctx, r.m); !errors.Is(err, driver.ErrNotRunning) {
+		t.Errorf("suspend of a stopped machine: %v", err)
+	}
+	if err := r.d.Resume(ctx, r.m); !errors.Is(err, driver.ErrNotRunning) {
+		t.Errorf("resume of a stopped machine: %v", err)
+	}
+	if err := r.d.AddForward(ctx, r.m, driver.Forward{Host: 9000, Guest: 80}); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), "hint:") {
+		t.Errorf("AddForward: %v", err)
+	}
+	if err := r.d.RemoveForward(ctx, r.m, driver.Forward{Host: 9000}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("RemoveForward: %v", err)
+	}
+}
+
+type otherBoot struct{}
+
+func (otherBoot) DriverName() string { return "qemu" }
+
+func TestDoctor(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		plugins string
+		virshOK bool
+		want    []bool
+		detail  string
+	}{
+		{"all there", "1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2%!(VAGRANT_COMMA) system\n", true, []bool{true, true, true}, "vagrant-libvirt 0.11.2, system"},
+		{"no plugin", "1,,plugin-name,vagrant-share\n", true, []bool{true, false, true}, "not among vagrant's plugins (vagrant-share)"},
+		{"no libvirtd", "1,,plugin-name,vagrant-libvirt\n", false, []bool{true, true, false}, "libvirtd is not running"},
+	} {
+		fake := execxtest.New(t).On("vagrant", func(c execxtest.Call) execxtest.Reply {
+			if c.Args[0] == "--version" {
+				return execxtest.Reply{Stdout: "Vagrant 2.3.4\n"}
+			}
+			return execxtest.Reply{Stdout: tc.plugins}
+		}).On("virsh", func(c execxtest.Call) execxtest.Reply {
+			if !tc.virshOK {
+				return execxtest.Reply{Stderr: "error: failed to connect to the hypervisor\nerror: Failed to connect socket to '/var/run/libvirt/libvirt-sock': No such file or directory", ExitCode: 1}
+			}
+			return execxtest.Reply{Stdout: "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nRunning hypervisor: QEMU 7.2.0\n"}
+		})
+		d := &Driver{Run: fake, Log: hclog.NewNullLogger()}
+		checks, ok := d.Doctor(context.Background())
+		all := true
+		var text []string
+		for i, c := range checks {
+			if c.OK != tc.want[i] {
+				t.Errorf("%s: check %s: ok %v, want %v (%s)", tc.name, c.Name, c.OK, tc.want[i], c.Detail)
+			}
+			all = all && c.OK
+			text = append(text, c.Detail+" "+c.Hint)
+		}
+		if ok != all || !strings.Contains(strings.Join(text, "\n"), tc.detail) {
+			t.Errorf("%s: ok %v, checks %q; want %q", tc.name, ok, text, tc.detail)
+		}
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	st, err := ParseStatus([]byte(statusOut("m", "running")+"garbage line\n"), "m")
+	if err != nil || st.State != "running" || st.Provider != "libvirt" || st.Long != "The machine is running.\nMore, text" {
+		t.Errorf("got %+v, %v", st, err)
+	}
+	if _, err := ParseStatus([]byte(statusOut("other", "running")), "m"); err == nil {
+		t.Error("a status of another machine was taken")
+	}
+	_, err = ParseStatus([]byte("1,,error-exit,Vagrant::Errors::VagrantfileSyntaxError,There is a syntax error%!(VAGRANT_COMMA) line 3\n"), "m")
+	if err == nil || !strings.Contains(err.Error(), "There is a syntax error, line 3") {
+		t.Errorf("error-exit: %v", err)
+	}
+}

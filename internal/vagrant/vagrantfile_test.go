@@ -1,0 +1,201 @@
+package vagrant
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/testutil"
+)
+
+// sample is a Vagrantfile with every path under root.
+func sample(root string, share driver.ShareMode, drv string) Vagrantfile {
+	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: DefaultBox, CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
+		Folder:   Folder{Host: root + "/feat-x/workspace", Guest: "/workspace", Type: share},
+		Forwards: []Forward{{ID: "ssh", Host: 2201, Guest: 22}, {ID: "mcp", Host: 8000, Guest: 8000}},
+		SSH:      SSH{User: "dev", KeyFile: root + "/feat-x/ssh/id_ed25519"}, MAC: "52:54:00:ab:cd:ef",
+		Seed: root + "/feat-x/seed.iso", Console: root + "/feat-x/logs/console.log",
+		FwCfg: []FwCfg{{Name: "opt/io.systemd.credentials/agent-vm.mcp-token", File: root + "/feat-x/secrets/mcp-token"}}}
+}
+
+var goldens = []struct {
+	name  string
+	share driver.ShareMode
+	drv   string
+}{
+	{"virtiofs-kvm", driver.ShareVirtiofs, DomainKVM},
+	{"9p-tcg", driver.Share9p, DomainQEMU},
+}
+
+const placeholder = "/STATE"
+
+func TestVagrantfileGolden(t *testing.T) {
+	for _, g := range goldens {
+		t.Run(g.name, func(t *testing.T) {
+			b, err := Render(sample(placeholder, g.share, g.drv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.Golden(t, filepath.Join("testdata", g.name+".golden"), b)
+		})
+	}
+}
+
+func TestRenderRefuses(t *testing.T) {
+	for name, mut := range map[string]func(*Vagrantfile){
+		"xml quote in seed": func(v *Vagrantfile) { v.Seed = "/a'b/seed.iso" },
+		"ampersand console": func(v *Vagrantfile) { v.Console = "/a&b/console.log" },
+		"driver":            func(v *Vagrantfile) { v.Driver = "xen" },
+		"share":             func(v *Vagrantfile) { v.Folder.Type = "nfs" },
+		"size":              func(v *Vagrantfile) { v.CPUs = 0 },
+		"no box":            func(v *Vagrantfile) { v.Box = "" },
+		"machine name":      func(v *Vagrantfile) { v.Name = "a b" },
+		"port":              func(v *Vagrantfile) { v.Forwards[0].Host = 70000 },
+	} {
+		v := sample("/s", driver.Share9p, DomainKVM)
+		mut(&v)
+		if _, err := Render(v); err == nil {
+			t.Errorf("%s: rendered", name)
+		}
+	}
+}
+
+// recorder is Ruby that loads a Vagrantfile with a stand-in Vagrant whose
+// config records every string argument, and prints them in hex, one a
+// line: what the file's literals evaluate to.
+const recorder = `
+$out = []
+class Rec
+  def method_missing(name, *args, **kw, &blk)
+    (args + kw.values).flatten.each { |a| $out << a if a.is_a?(String) }
+    kw.each_value { |h| h.each_value { |x| $out << x if x.is_a?(String) } if h.is_a?(Hash) }
+    blk.call(Rec.new) if blk
+    Rec.new
+  end
+  def respond_to_missing?(*) = true
+end
+module Vagrant
+  def self.configure(_v) = yield(Rec.new)
+end
+load ARGV[0]
+STDOUT.write($out.map { |s| s.b.unpack1("H*") }.join("\n"))
+`
+
+// literals evaluates the Vagrantfile b with real Ruby and returns the
+// strings its literals evaluate to.
+func literals(t testing.TB, ruby string, b []byte) []string {
+	dir := t.TempDir()
+	vf, rec := filepath.Join(dir, "Vagrantfile"), filepath.Join(dir, "rec.rb")
+	testutil.WriteFile(t, vf, string(b))
+	testutil.WriteFile(t, rec, recorder)
+	out, err := exec.Command(ruby, rec, vf).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ruby could not load the Vagrantfile: %v\n%s\n--- Vagrantfile:\n%s", err, out, b)
+	}
+	var got []string
+	for _, h := range strings.Split(string(out), "\n") {
+		s, err := hex.DecodeString(h)
+		if err != nil {
+			t.Fatalf("recorder output %q: %v", h, err)
+		}
+		got = append(got, string(s))
+	}
+	return got
+}
+
+// FuzzVagrantfileLiterals renders hostile boxes and paths (the workspace,
+// under a state directory named anyhow, and the key; a branch reaches the
+// file only as its slug, which Render checks) and
+// proves with real Ruby that each comes back exactly from its literal
+// (nothing broke out, nothing was lost).
+func FuzzVagrantfileLiterals(f *testing.F) {
+	ruby := testutil.Program(f, "ruby")
+	for _, s := range []string{`"; system("id") #`, `#{exit 1}`, `\`, `\"`, "a\nb", "nul\x00byte", "\x04\x1a", "\xff\xfe invalid", "é ü 日本", `#@x #$y`, "'", "end\nend\n", "%q{", "\r\n"} {
+		f.Add(s, "/tmp/"+s, s)
+	}
+	f.Fuzz(func(t *testing.T, key, path, box string) {
+		if key == "" || box == "" || path == "" || strings.ContainsAny(path, `'"<>&`) {
+			t.Skip()
+		}
+		v := sample("/s", driver.ShareVirtiofs, DomainKVM)
+		v.SSH.KeyFile, v.Box, v.Folder.Host, v.Seed = key, box, path, path+"/seed.iso"
+		b, err := Render(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := literals(t, ruby, b)
+		for _, want := range []string{key, box, path, path + "/seed.iso"} {
+			found := false
+			for _, g := range got {
+				found = found || g == want
+			}
+			if !found {
+				t.Errorf("%q does not come back from the Vagrantfile's literals %q", want, got)
+			}
+		}
+	})
+}
+
+func TestRubyString(t *testing.T) {
+	for in, want := range map[string]string{
+		`a"b`: `"a\"b"`, `#{x}`: `"\#{x}"`, `\`: `"\\"`, "\n\x00\xff": `"\x0A\x00\xFF"`, "é": `"\xC3\xA9"`,
+	} {
+		if got := RubyString(in); got != want {
+			t.Errorf("RubyString(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestVagrantValidate runs the real `vagrant validate` (with
+// vagrant-libvirt) on every golden case, its paths made real, and on
+// hostile names.
+func TestVagrantValidate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs vagrant (seconds per file)")
+	}
+	vg := testutil.Program(t, "vagrant")
+	hostile := sample("", driver.Share9p, DomainQEMU)
+	hostile.Box = "box\n#{raise 'no'}\"; raise 'out' #"
+	cases := map[string]Vagrantfile{"hostile": hostile}
+	for _, g := range goldens {
+		cases[g.name] = sample("", g.share, g.drv)
+	}
+	for name, v := range cases {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			b, err := Render(sample(root, v.Folder.Type, v.Driver))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "hostile" {
+				s := v
+				s.Folder.Host, s.SSH.KeyFile, s.Seed, s.Console = root+"/feat-x/we\"ird #{raise 'x'}\n\\dir", root+"/feat-x/ssh/id_ed25519", root+"/seed.iso", root+"/console.log"
+				s.FwCfg = nil
+				if b, err = Render(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, d := range []string{"feat-x/workspace", "feat-x/we\"ird #{raise 'x'}\n\\dir", "feat-x/ssh", "project"} {
+				if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testutil.WriteFile(t, filepath.Join(root, "feat-x/ssh/id_ed25519"), "key")
+			testutil.WriteFile(t, filepath.Join(root, "project/Vagrantfile"), string(b))
+			cmd := exec.CommandContext(context.Background(), vg, "validate")
+			cmd.Dir = filepath.Join(root, "project")
+			cmd.Env = append(os.Environ(), "VAGRANT_HOME="+filepath.Join(root, "home"), "VAGRANT_CHECKPOINT_DISABLE=1",
+				"VAGRANT_CWD="+cmd.Dir, "VAGRANT_DOTFILE_PATH="+filepath.Join(root, "dot"), "VAGRANT_VAGRANTFILE=Vagrantfile", "VAGRANT_DEFAULT_PROVIDER=libvirt")
+			out, err := cmd.CombinedOutput()
+			if err != nil || !bytes.Contains(out, []byte("Vagrantfile validated successfully")) {
+				t.Fatalf("vagrant validate: %v\n%s\n--- Vagrantfile:\n%s", err, out, b)
+			}
+		})
+	}
+}
