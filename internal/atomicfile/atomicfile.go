@@ -5,6 +5,7 @@
 package atomicfile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,16 @@ func Write(path string, b []byte, perm os.FileMode) error {
 		_, err := w.Write(b)
 		return err
 	})
+}
+
+// WriteJSON replaces path (mode perm) with v as indented JSON and a
+// newline.
+func WriteJSON(path string, v any, perm os.FileMode) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return Write(path, append(b, '\n'), perm)
 }
 
 // WriteFrom replaces path (mode perm) with what write writes; when write

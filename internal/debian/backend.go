@@ -195,16 +195,9 @@ func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
 // start), a fresh seed ISO, and a direct-kernel boot when the base has a
 // kernel.
 func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	s, err := state.SectionOf[Settings](r)
+	s, err := sectionForStart(r, o.Reprovision, func(s *Settings) *int { return &s.Provision })
 	if err != nil {
 		return nil, err
-	}
-	if o.Reprovision {
-		// A new instance-id makes the guest's first-boot setup run again.
-		s.Provision++
-		if err := r.SetSection(s); err != nil {
-			return nil, err
-		}
 	}
 	disk, err := b.disk(ctx, l, r, s, o)
 	if err != nil {
@@ -225,6 +218,19 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		d.Append = strings.TrimSpace(d.Append + " " + cloudinit.ReprovisionKernelArg)
 	}
 	return &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand}, nil
+}
+
+// sectionForStart reads the backend's section S of r and, on start
+// --reprovision, counts one more provisioning in it (provision points at
+// the count): a new instance-id makes the guest's first-boot setup run
+// again.
+func sectionForStart[S any](r *state.Record, reprovision bool, provision func(*S) *int) (S, error) {
+	s, err := state.SectionOf[S](r)
+	if err != nil || !reprovision {
+		return s, err
+	}
+	*provision(&s)++
+	return s, r.SetSection(s)
 }
 
 // disk returns the VM's disk, making the overlay on first start.

@@ -123,15 +123,9 @@ func (b *VagrantBackend) CheckStart(r *state.Record, f backend.StartFlags) error
 
 // Prepare implements backend.Backend: a fresh seed, and the plan.
 func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	s, err := state.SectionOf[VagrantSettings](r)
+	s, err := sectionForStart(r, o.Reprovision, func(s *VagrantSettings) *int { return &s.Provision })
 	if err != nil {
 		return nil, err
-	}
-	if o.Reprovision {
-		s.Provision++
-		if err := r.SetSection(s); err != nil {
-			return nil, err
-		}
 	}
 	if err := writeSeed(ctx, l, r, seedOf(r, s.Provision, MACOf(r.ID)), b.Executable, o.CACerts); err != nil {
 		return nil, err

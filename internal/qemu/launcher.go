@@ -301,13 +301,7 @@ func orNothing(s string) string {
 
 // writeJSON replaces a run file durably: a host crash must not leave a torn
 // launch.json (see Inspect for what is done with one all the same).
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.Write(path, append(b, '\n'), 0o600)
-}
+func writeJSON(path string, v any) error { return atomicfile.WriteJSON(path, v, 0o600) }
 
 func readLaunch(path string) (*Launch, error) {
 	b, err := os.ReadFile(path)

@@ -134,10 +134,4 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.Write(path, append(b, '\n'), 0o600)
-}
+func writeJSON(path string, v any) error { return atomicfile.WriteJSON(path, v, 0o600) }
