@@ -61,8 +61,8 @@ func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 		t.Errorf("the version the qemu VM uses was removed: %v", err)
 	}
 
-	vmDir("v", "vagrant")
-	if _, err := m.PruneImages(context.Background()); err == nil || !strings.Contains(err.Error(), "vagrant backend") {
+	vmDir("v", "vmware")
+	if _, err := m.PruneImages(context.Background()); err == nil || !strings.Contains(err.Error(), "vmware backend") {
 		t.Errorf("prune with a VM of an unknown backend: %v, want a refusal naming it", err)
 	}
 }
