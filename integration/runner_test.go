@@ -169,9 +169,9 @@ func TestCLIScenarioPasses(t *testing.T) {
 }
 
 func TestFailingScenarioExits1AndShowsTheCommand(t *testing.T) {
-	// A real failure from the real agent-vm: it has no vagrant backend, so
-	// the cli scenario's create fails (a usage error).
-	r := runITest(t, "--agent-vm", testBins.agentVM, "--run", "^cli$", "--backend", "vagrant")
+	// A real failure from the real agent-vm: the cli scenario's create
+	// finds an unreadable VM directory in its way.
+	r := runITest(t, "--agent-vm", testBins.agentVM, "--run", "^cli$", "--state-dir", blockedStateDir(t))
 	if r.code != ExitFailed {
 		r.dump(t)
 		t.Fatalf("exit status %d, want %d", r.code, ExitFailed)
@@ -182,10 +182,10 @@ func TestFailingScenarioExits1AndShowsTheCommand(t *testing.T) {
 	}
 	for _, want := range []string{
 		markFail + " create a VM for a new branch",
-		"create --branch itest/cli --backend vagrant", // the failing command line, to run again
-		"exit status 2", // its exit code
-		"stderr:",       // and what it said
-		"vagrant",
+		"create --branch itest/cli", // the failing command line, to run again
+		"exit status 1",             // its exit code
+		"stderr:",                   // and what it said
+		"is not valid JSON",
 		markSkip + " list shows it", // later steps are shown as not run
 		markPass + " clean up",
 	} {
@@ -199,8 +199,21 @@ func TestFailingScenarioExits1AndShowsTheCommand(t *testing.T) {
 	}
 }
 
+// blockedStateDir is a state directory in which the cli scenario's create
+// fails for real: the directory its VM would get holds a broken record.
+func blockedStateDir(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "itest-cli"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "itest-cli", "config.json"), []byte("not json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestKeepKeepsAFailedScenario(t *testing.T) {
-	r := runITest(t, "--agent-vm", testBins.agentVM, "--run", "^cli$", "--backend", "vagrant", "--keep")
+	r := runITest(t, "--agent-vm", testBins.agentVM, "--run", "^cli$", "--state-dir", blockedStateDir(t), "--keep")
 	if r.code != ExitFailed {
 		r.dump(t)
 		t.Fatalf("exit status %d, want %d", r.code, ExitFailed)
