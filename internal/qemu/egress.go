@@ -2,8 +2,11 @@ package qemu
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
@@ -122,6 +126,76 @@ func ensureEgressDir(m Machine) error {
 		}
 	}
 	return nil
+}
+
+// relayKeep is how long an unused copy of the relay (installRelay) stays:
+// a start that installed it may not have launched its QEMU yet.
+const relayKeep = 10 * time.Minute
+
+// installRelay returns a copy of the relay program src that any user can
+// run, in base (root's, 0711): under -runas QEMU spawns the relay as the
+// workspace's owner, who may not reach src (a binary under root's home, in
+// a 0700 build or temporary directory). The copy is named by its content,
+// root's and 0755, written by rename so a concurrent start never runs half
+// a file. Copies no process names and unused for relayKeep are removed.
+func installRelay(base, src string) (string, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("reading the relay program: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading the relay program: %w", err)
+	}
+	dst := filepath.Join(base, relayPrefix+hex.EncodeToString(h.Sum(nil))[:16])
+	now := time.Now()
+	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() == 0o755 && ownedByUs(fi) {
+		_ = os.Chtimes(dst, now, now)
+	} else {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", err
+		}
+		err := atomicfile.WriteFrom(dst, 0o755, func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+		if err != nil {
+			return "", fmt.Errorf("installing the relay program: %w", err)
+		}
+	}
+	pruneRelays(base, dst, now)
+	return dst, nil
+}
+
+const relayPrefix = "relay-"
+
+func ownedByUs(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// pruneRelays removes the copies in base other than keep that no process
+// names in its arguments (a QEMU spawns its relay from its netdev option)
+// and that were last installed before relayKeep.
+func pruneRelays(base, keep string, now time.Time) {
+	des, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		p := filepath.Join(base, de.Name())
+		if !strings.HasPrefix(de.Name(), relayPrefix) || p == keep {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil || !fi.Mode().IsRegular() || now.Sub(fi.ModTime()) < relayKeep {
+			continue
+		}
+		named := func(args []string) bool {
+			return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, p) })
+		}
+		if findProcess(named) == 0 {
+			_ = os.Remove(p)
+		}
+	}
 }
 
 // startEgress starts the machine's egress proxy and waits for its sockets.

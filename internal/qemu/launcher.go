@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -125,6 +126,18 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	if err := prepareDirs(m); err != nil {
 		return nil, err
+	}
+	if m.EgressDir != "" {
+		if err := ensureEgressDir(m); err != nil {
+			return nil, err
+		}
+		relay, err := installRelay(filepath.Dir(m.EgressDir), m.Network.Relay[0])
+		if err != nil {
+			return nil, err
+		}
+		n := *m.Network
+		n.Relay = append([]string{relay}, n.Relay[1:]...)
+		m.Network = &n
 	}
 	egressPid := 0
 	if m.Network != nil {
