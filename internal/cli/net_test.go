@@ -80,7 +80,18 @@ func TestNetCommands(t *testing.T) {
 		!strings.Contains(string(b), `"*.example.com"`) || !strings.Contains(string(b), `"exposed": [`) {
 		t.Errorf("policy file: %v\n%s", err, b)
 	}
+	// status sums it up, and status --json carries it.
+	if r := mustRun(t, repo, st, "status", "x"); !strings.Contains(r.stdout,
+		"network:    allow-list (the default and *.example.com, 203.0.113.7); refused: registry.npmjs.org; host ports exposed: 4599 (`agent-vm net show x`)") {
+		t.Errorf("status does not show the network:\n%s", r.stdout)
+	}
+	if s := statusJSON(t, st, "x"); s["net"].(map[string]any)["mode"] != "allow" {
+		t.Errorf("status --json net: %v", s["net"])
+	}
 	mustRun(t, repo, st, "net", "mode", "x", "offline")
+	if r := mustRun(t, repo, st, "status", "x"); !strings.Contains(r.stdout, "network:    offline; refused") {
+		t.Errorf("status after net mode offline:\n%s", r.stdout)
+	}
 	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "egress mode offline") {
 		t.Errorf("net show after net mode offline:\n%s", r.stdout)
 	}

@@ -90,16 +90,22 @@ type Decision struct {
 	Rule    string
 }
 
+// Rules that refuse, which the denial's hint answers (DenialMessage).
+const (
+	ruleDeny    = "deny "
+	ruleOffline = "mode offline"
+)
+
 // Decide says whether the VM may connect to host (a name or an IP literal,
 // without port).
 func (p Policy) Decide(host string) Decision {
 	h := normalize(host)
 	if pat, ok := match(p.Deny, h); ok {
-		return Decision{Rule: "deny " + pat}
+		return Decision{Rule: ruleDeny + pat}
 	}
 	switch p.Mode {
 	case ModeOffline:
-		return Decision{Rule: "mode offline"}
+		return Decision{Rule: ruleOffline}
 	case ModeOpen:
 		return Decision{Allowed: true, Rule: "mode open"}
 	}

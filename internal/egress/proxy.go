@@ -356,9 +356,16 @@ func (c *counter) Write(b []byte) (int, error) {
 // DenialMessage is what a denied guest reads: which rule refused what, and
 // the command the user runs on the host to allow it.
 func DenialMessage(e Entry, branch string) string {
+	fix := fmt.Sprintf("agent-vm net allow %s %s", branch, e.Host)
+	switch {
+	case e.Rule == ruleOffline:
+		fix = fmt.Sprintf("agent-vm net mode %s allow (this VM is offline), and %s if the name is not on the default allow-list", branch, fix)
+	case strings.HasPrefix(e.Rule, ruleDeny):
+		fix = fmt.Sprintf("agent-vm net allow %s %s (the refusal that matched)", branch, strings.TrimPrefix(e.Rule, ruleDeny))
+	}
 	return fmt.Sprintf("agent-vm: connection to %s:%d denied by this VM's network policy (rule: %s).\n"+
 		"This VM reaches the network only through agent-vm's proxy, which allows listed destinations.\n"+
-		"The user can allow it on the host with: agent-vm net allow %s %s\n", e.Host, e.Port, e.Rule, branch, e.Host)
+		"The user can allow it on the host with: %s\n", e.Host, e.Port, e.Rule, fix)
 }
 
 func writeDenied(c net.Conn, e Entry, branch string) {

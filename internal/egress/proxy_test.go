@@ -145,6 +145,25 @@ func TestDeniedCarriesTheHint(t *testing.T) {
 	}
 }
 
+// Each refusal's hint is the command that lifts that refusal.
+func TestDenialHintFitsTheRule(t *testing.T) {
+	p := Policy{Mode: ModeAllow, Allow: []string{"allowed.test"}, Deny: []string{"*.npmjs.org"}}
+	for host, fix := range map[string]string{
+		"other.test":         "agent-vm net allow b other.test\n",
+		"registry.npmjs.org": "agent-vm net allow b *.npmjs.org (the refusal that matched)\n",
+	} {
+		d := p.Decide(host)
+		if msg := DenialMessage(Entry{Host: host, Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.HasSuffix(msg, "on the host with: "+fix) {
+			t.Errorf("%s: %+v %q; want the hint %q", host, d, msg, fix)
+		}
+	}
+	p.Mode = ModeOffline
+	d := p.Decide("allowed.test")
+	if msg := DenialMessage(Entry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode b allow (this VM is offline)") {
+		t.Errorf("offline: %+v %q", d, msg)
+	}
+}
+
 func TestConnectTunnelsTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") }))
 	defer srv.Close()
