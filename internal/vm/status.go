@@ -53,10 +53,10 @@ type Info struct {
 	MCP           MCPInfo         `json:"mcp"`
 	Paths         PathsInfo       `json:"paths"`
 	Git           state.Git       `json:"git"`
-	HostCA        bool            `json:"host_ca"`   // the guest trusts the host's added CA certificates
-	AgentCLI      string          `json:"agent_cli"` // create --agent, "" for none
+	HostCA        bool            `json:"host_ca"`       // the guest trusts the host's added CA certificates
+	AgentCLI      string          `json:"agent_cli"`     // create --agent, "" for none
 	Net           *NetInfo        `json:"net,omitempty"` // the egress policy and exposed host ports
-	Error         string          `json:"error"`     // set for invalid records
+	Error         string          `json:"error"`         // set for invalid records
 }
 
 // Health is agent-mcp's answer on /health through the forwarded port.
