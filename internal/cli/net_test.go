@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -72,6 +73,10 @@ func TestNetCommands(t *testing.T) {
 	if info.Mode != "allow" || !strings.Contains(strings.Join(info.Allow, " "), "*.example.com 203.0.113.7") ||
 		len(info.Deny) != 1 || len(info.Exposed) != 1 || info.Exposed[0].Port != 4599 {
 		t.Errorf("net show --json: %s", r.stdout)
+	}
+	// The new guest is set up for the proxy (no reset warning at start).
+	if b, err := os.ReadFile(filepath.Join(st, "x", state.RecordFile)); err != nil || !strings.Contains(string(b), `"proxy": true`) {
+		t.Errorf("the record does not say the guest is set up for the proxy: %v\n%s", err, b)
 	}
 	// The proxy's policy file says the same, readable by the user only.
 	pol := filepath.Join(st, "x", "net-policy.json")

@@ -158,6 +158,10 @@ type Guest struct {
 	User string `json:"user"`
 	UID  int    `json:"uid"`
 	GID  int    `json:"gid"`
+	// Proxy: the guest was set up (at create or reset) to reach the
+	// network through the VM's egress proxy. Guests set up by an agent-vm
+	// from before network containment reach no network until a reset.
+	Proxy bool `json:"proxy,omitempty"`
 }
 
 // Git records where the workspace came from.

@@ -290,7 +290,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
-		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
+		Guest:     state.Guest{User: guest.User, Proxy: true}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
 		Packages: o.Packages,
 	}
 	if o.Net != "" && o.Net != NetAllow {

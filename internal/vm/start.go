@@ -98,6 +98,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err != nil {
 		m.Log.Warn("sharing the workspace over "+string(share), "reason", err)
 	}
+	if w := proxyUnset(r); w != "" {
+		m.Log.Warn(w)
+	}
 	var cas []string
 	if !r.NoHostCA {
 		if cas, err = m.HostCAs(); err != nil {
