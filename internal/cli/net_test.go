@@ -100,6 +100,11 @@ func TestNetCommands(t *testing.T) {
 	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "egress mode offline") {
 		t.Errorf("net show after net mode offline:\n%s", r.stdout)
 	}
+	// create --net sets the VM's mode.
+	mustRun(t, repo, st, "create", "--branch", "y", "--backend", "qemu", "--net", "offline")
+	if r := mustRun(t, repo, st, "net", "show", "y"); !strings.Contains(r.stdout, "egress mode offline") {
+		t.Errorf("net show of a VM created --net offline:\n%s", r.stdout)
+	}
 	if r := mustRun(t, repo, st, "net", "log", "--json", "x"); r.stdout != "" {
 		t.Errorf("the log of a VM that never ran: %q", r.stdout)
 	}
