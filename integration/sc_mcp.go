@@ -19,9 +19,9 @@ import (
 func mcpScenario() Scenario {
 	return Scenario{
 		Name:    "mcp",
-		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync",
+		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync; the network's containment",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp"},
+		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp", "restart", "expose", "net"},
 		run:     runMCP,
 	}
 }
@@ -95,6 +95,7 @@ func runMCP(ctx context.Context, s *S) {
 	s.Step(ctx, "mcp sync writes the host's servers into the guest's ~/.claude.json, without their values", func() error {
 		return checkMCPSync(ctx, s)
 	})
+	netSteps(ctx, s, mcpBranch)
 }
 
 // checkMCPHealth: /health answers 200 to anyone (no token).

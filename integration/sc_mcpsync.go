@@ -85,8 +85,8 @@ func checkMCPSync(ctx context.Context, s *S) error {
 		return failf(got, "the guest's ~/.claude.json: %v", err)
 	}
 	servers := guest.Projects["/workspace"].MCPServers
-	if u := servers["itest-http"].URL; u != "http://10.0.2.2:4599/mcp" {
-		return failf(got, "itest-http's URL in the guest is %q, want http://10.0.2.2:4599/mcp", u)
+	if u := servers["itest-http"].URL; u != "http://10.0.2.100:4599/mcp" {
+		return failf(got, "itest-http's URL in the guest is %q, want http://10.0.2.100:4599/mcp", u)
 	}
 	if v := servers["itest-secret"].Env["API_KEY"]; v != "${"+out.Vars[0]+"}" {
 		return failf(got, "itest-secret's API_KEY in the guest is %q, want ${%s}", v, out.Vars[0])

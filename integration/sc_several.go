@@ -13,7 +13,7 @@ import (
 func severalScenario() Scenario {
 	return Scenario{
 		Name:    "several",
-		Summary: "two branches booted together: distinct ports, both healthy, each its own workspace",
+		Summary: "two branches booted together: distinct ports, both healthy, each its own workspace, neither reaches the other",
 		NeedsVM: true,
 		Verbs:   []string{"create", "status", "start", "exec", "stop", "destroy"},
 		run:     runSeveral,
@@ -65,6 +65,17 @@ func runSeveral(ctx context.Context, s *S) {
 			}
 			if got := strings.TrimSpace(res.Stdout); got != st.Branch {
 				return failf(res, "the VM of %s reads %q from its workspace: %s", st.Branch, got, fmt.Sprintf("want %q", st.Branch))
+			}
+		}
+		return nil
+	})
+	s.Step(ctx, "neither VM reaches the other's SSH or agent-mcp port", func() error {
+		for i, st := range sts {
+			other := sts[1-i]
+			for _, p := range []int{other.Ports.SSH, other.Ports.MCP} {
+				if err := unreachable(ctx, s, st.Branch, p); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

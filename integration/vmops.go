@@ -73,13 +73,14 @@ func (s *S) start(ctx context.Context, branch string, concurrent int) (*Result, 
 	return s.bootFor(ctx, "start", branch, s.bootTimeout(concurrent))
 }
 
-// boot runs a verb that boots a VM (start, restart) and waits for it.
-func (s *S) boot(ctx context.Context, verb, branch string, concurrent int) (*Result, error) {
-	return s.bootFor(ctx, verb, branch, s.bootTimeout(concurrent))
+// boot runs a verb that boots a VM (start, restart) and waits for it; env
+// is added to agent-vm's environment (and so to the VM's egress proxy's).
+func (s *S) boot(ctx context.Context, verb, branch string, concurrent int, env ...string) (*Result, error) {
+	return s.bootFor(ctx, verb, branch, s.bootTimeout(concurrent), env...)
 }
 
 // bootFor is boot with the time start may take (its --timeout) given.
-func (s *S) bootFor(ctx context.Context, verb, branch string, d time.Duration) (*Result, error) {
+func (s *S) bootFor(ctx context.Context, verb, branch string, d time.Duration, env ...string) (*Result, error) {
 	t := s.rep.begin("booting " + branch)
 	defer s.rep.end(t)
 	args := []string{verb, branch}
@@ -90,6 +91,7 @@ func (s *S) bootFor(ctx context.Context, verb, branch string, d time.Duration) (
 		args:    args,
 		timeout: d + time.Minute, // agent-vm's own timeout should fire first, with its report
 		onLine:  func(l string) { s.rep.update(t, l) },
+		env:     env,
 	})
 	return res, want(res, 0)
 }

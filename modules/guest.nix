@@ -581,6 +581,16 @@ in
       after = [ "agent-vm-secrets.service" ];
     };
 
+    # The guest reaches the network only through agent-vm's egress proxy
+    # (the host starts QEMU with restrict=on and a door at 10.0.2.100):
+    # sessions and nix-daemon get it from networking.proxy, curl, git, npm
+    # and pip read the same variables, and agent-mcp's servers get it too
+    # (below).
+    networking.proxy = {
+      default = lib.mkDefault "http://10.0.2.100:3128";
+      noProxy = lib.mkDefault "localhost,127.0.0.1,::1,10.0.2.100";
+    };
+
     networking.firewall = {
       enable = true;
       allowedTCPPorts = [
@@ -630,6 +640,7 @@ in
     systemd.services.agent-mcp = lib.mkIf mcp.enable {
       requires = [ "agent-vm-secrets.service" ];
       after = [ "agent-vm-secrets.service" ];
+      environment = config.networking.proxy.envVars;
     };
   };
 }

@@ -60,6 +60,7 @@ func createFlags() []cli.Flag {
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
 		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
 		&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
+		&cli.StringFlag{Name: "net", Value: "allow", Usage: "egress: allow (the allow-list: agent APIs, package registries, the repository's git host), open (any destination) or offline (none); always through agent-vm's proxy, logged, with the host unreachable (see `agent-vm net`)"},
 		&cli.BoolFlag{Name: "no-host-ca", Usage: "do not make the guest trust the CA certificates this host added (by default it does, so HTTPS through a TLS-inspecting proxy works in the guest)"},
 		&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
 		&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
@@ -77,7 +78,7 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), CPUs: cliCtx.Int("cpus"),
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
-		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"),
+		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),
 	}
 	switch o.Backend {
 	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant:

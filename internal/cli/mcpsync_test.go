@@ -52,7 +52,7 @@ func TestMCPSyncDryRunWritesNothingAndShowsNoValues(t *testing.T) {
 				t.Errorf("%v printed the value %s:\n%s", args, canary, r.stdout)
 			}
 		}
-		for _, want := range []string{"${AGENT_VM_MCP_GH_ENV_TOKEN}", "10.0.2.2:5432", "AGENT_VM_MCP_DB_HEADER_AUTHORIZATION"} {
+		for _, want := range []string{"${AGENT_VM_MCP_GH_ENV_TOKEN}", "10.0.2.100:5432", "AGENT_VM_MCP_DB_HEADER_AUTHORIZATION"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("%v lacks %q:\n%s", args, want, r.stdout)
 			}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,10 +72,40 @@ func printStatus(w io.Writer, i vm.Info) {
 		fmt.Fprintf(w, "token:      %s (`agent-vm mcp-config %s` prints a client entry)\n", i.MCP.Token, i.Slug)
 	}
 	fmt.Fprintf(w, "forwards:   %s\n", forwardsLine(i))
+	if i.Net != nil {
+		fmt.Fprintf(w, "network:    %s\n", netLine(i))
+	}
 	fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
 	fmt.Fprintf(w, "repo:       %s\n", termsafe.String(i.Git.Source))
 	fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, vm.HumanMiB(i.Resources.MemoryMiB), i.Resources.DiskGiB)
 	fmt.Fprintf(w, "created:    %s\n", i.CreatedAt.Local().Format(time.RFC3339))
+}
+
+// netLine sums up the VM's egress policy and exposed host ports for status.
+func netLine(i vm.Info) string {
+	n := i.Net
+	var parts []string
+	switch {
+	case n.Mode == vm.NetAllow && len(n.Added) > 0:
+		parts = append(parts, fmt.Sprintf("allow-list (the default and %s)", strings.Join(n.Added, ", ")))
+	case n.Mode == vm.NetAllow:
+		parts = append(parts, "allow-list (the default)")
+	default:
+		parts = append(parts, n.Mode)
+	}
+	if len(n.Deny) > 0 {
+		parts = append(parts, "refused: "+strings.Join(n.Deny, ", "))
+	}
+	var ports []string
+	for _, x := range n.Exposed {
+		ports = append(ports, strconv.Itoa(x.Port))
+	}
+	if len(ports) > 0 {
+		parts = append(parts, "host ports exposed: "+strings.Join(ports, ", "))
+	} else {
+		parts = append(parts, "no host port exposed")
+	}
+	return termsafe.String(strings.Join(parts, "; ")) + fmt.Sprintf(" (`agent-vm net show %s`)", i.Slug)
 }
 
 // forwardsLine lists the VM's own port forwards for status.

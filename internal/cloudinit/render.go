@@ -138,6 +138,8 @@ type writeFile struct {
 	Permissions string `json:"permissions"`
 	Encoding    string `json:"encoding,omitempty"`
 	Content     string `json:"content"`
+	// Append adds Content to the file rather than replacing it.
+	Append bool `json:"append,omitempty"`
 	// Defer writes the file in the final stage, once dev exists.
 	Defer bool `json:"defer,omitempty"`
 }
@@ -208,6 +210,13 @@ func guestFiles(c Config) ([]writeFile, error) {
 		{setupUnit, unitDir + "/" + setupUnit, "0644"},
 		{workspaceUnit, unitDir + "/" + workspaceUnit, "0644"},
 		{mcpUnit, unitDir + "/" + mcpUnit, "0644"},
+		// The guest reaches the network only through its egress proxy
+		// (issue 14): every tool is told where it is.
+		{"apt-proxy.conf", "/etc/apt/apt.conf.d/80agent-vm-proxy", "0644"},
+		{"npmrc", "/etc/npmrc", "0644"},
+		{"gitconfig", "/etc/gitconfig", "0644"},
+		{"pip.conf", "/etc/pip.conf", "0644"},
+		{"system-proxy.conf", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf", "0644"},
 	}
 	var files []writeFile
 	for _, s := range static {
@@ -217,6 +226,12 @@ func guestFiles(c Config) ([]writeFile, error) {
 		}
 		files = append(files, writeFile{Path: s.dst, Owner: "root:root", Permissions: s.mode, Content: string(b)})
 	}
+	env, err := guestFS.ReadFile("guest/proxy.environment")
+	if err != nil {
+		return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
+	}
+	// Appended: login sessions (pam_env) get the proxy.
+	files = append(files, writeFile{Path: "/etc/environment", Owner: "root:root", Permissions: "0644", Content: string(env), Append: true})
 	files = append(files, writeFile{Path: libDir + "/provision", Owner: "root:root", Permissions: "0755", Content: string(modules.Provision())})
 	mcpConfig := c.MCP.Config
 	if mcpConfig == nil {
@@ -301,7 +316,7 @@ func npmInstall(c Config) [][]string {
 	if len(c.NPMPackages) == 0 {
 		return nil
 	}
-	return [][]string{guest.NPMInstall(c.NPMPackages...)}
+	return [][]string{withProxy(guest.NPMInstall(c.NPMPackages...))}
 }
 
 // provisionCommand runs the provisioning script (modules/provision.sh),
@@ -309,9 +324,17 @@ func npmInstall(c Config) [][]string {
 // a package apt cannot install fails the provisioning with apt's words in
 // its log.
 func provisionCommand(c Config) []string {
-	cmd := []string{libDir + "/provision"}
+	cmd := withProxy([]string{libDir + "/provision"})
 	if len(c.ExtraPackages) > 0 {
 		cmd = append(append(cmd, libDir+"/ensure-packages"), c.ExtraPackages...)
 	}
 	return cmd
+}
+
+// withProxy runs cmd with the proxy in its environment: runcmd's commands
+// run under cloud-init's service, which neither /etc/environment nor the
+// systemd default (read at the next boot) reaches on the first boot.
+func withProxy(cmd []string) []string {
+	return append([]string{"env", "http_proxy=" + guest.ProxyURL, "https_proxy=" + guest.ProxyURL,
+		"HTTP_PROXY=" + guest.ProxyURL, "HTTPS_PROXY=" + guest.ProxyURL, "no_proxy=" + guest.NoProxy, "NO_PROXY=" + guest.NoProxy}, cmd...)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -115,13 +116,23 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 	// install shows in its log and status; it runs before the units are
 	// enabled and cloud-init is switched off.
 	provision := ud.Runcmd[len(ud.Runcmd)-3]
-	if !slices.Equal(provision, []string{libDir + "/provision", libDir + "/ensure-packages", "ripgrep", "python3-venv"}) {
+	if !slices.Equal(provision, withProxy([]string{libDir + "/provision", libDir + "/ensure-packages", "ripgrep", "python3-venv"})) {
 		t.Errorf("provisioning: got %q", provision)
 	}
 
 	files := map[string]writeFile{}
 	for _, f := range ud.WriteFiles {
 		files[f.Path] = f
+	}
+	// Every tool in the guest is told the egress proxy's address, which
+	// the static files spell out: it must be the guest contract's.
+	for _, p := range []string{"/etc/environment", "/etc/apt/apt.conf.d/80agent-vm-proxy", "/etc/npmrc", "/etc/gitconfig", "/etc/pip.conf", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf"} {
+		if !strings.Contains(files[p].Content, guest.ProxyURL) {
+			t.Errorf("%s does not name the proxy %s: %q", p, guest.ProxyURL, files[p].Content)
+		}
+	}
+	if f := files["/etc/environment"]; !f.Append || !strings.Contains(f.Content, "no_proxy="+guest.NoProxy+"\n") {
+		t.Errorf("/etc/environment: append %v, %q; want the proxy appended, with no_proxy %s", f.Append, f.Content, guest.NoProxy)
 	}
 	env := files["/etc/agent-vm/agent-mcp.env"].Content
 	for _, want := range []string{"AGENT_MCP_PORT=9000\n", `AGENT_MCP_ALLOW_ORIGINS="https://claude.ai http://localhost:6274"`} {

@@ -13,10 +13,37 @@ type Machine struct {
 	Share       Share        // the workspace
 	Forwards    []Forward    // host 127.0.0.1 ports to guest ports
 	Credentials []Credential // secrets handed to the guest as files
+	// Network contains the machine's network (issue 14); nil leaves it
+	// unrestricted.
+	Network *Network
 	// Adopted is what Adopt learnt from the running machine that the rest
 	// does not say (for QEMU: its socket directory). It belongs to the
 	// driver; callers pass it back unchanged. nil unless adopted.
 	Adopted any
+}
+
+// Network is a contained machine network: the guest reaches nothing of
+// the host or beyond except its doors, each a guest address and port that
+// the driver connects to a host-side socket, one relay process per
+// connection. The egress proxy serves two of them: the proxy door and the
+// exposed host ports (internal/egress).
+type Network struct {
+	// Addr is the guest-side address of every door.
+	Addr string
+	// ProxyPort is the proxy's door (HTTP proxy) at Addr.
+	ProxyPort int
+	// Exposed are host ports on 127.0.0.1 the guest reaches at Addr, each
+	// at the same port number.
+	Exposed []int
+	// Proxy is the egress proxy's command line; the driver appends
+	// "--proxy-socket PATH --door-socket PATH --qemu-pidfile PATH" (it
+	// exits when the process of that pid file is gone), runs it for the machine's
+	// life (started before, stopped after it) and logs its output.
+	Proxy []string
+	// Relay is the command line that carries one guest connection (its
+	// stdin and stdout) to a socket; the driver appends the socket, and
+	// for an exposed port the port. Neither may contain spaces.
+	Relay []string
 }
 
 // Share is a host directory shared into the guest.

@@ -34,12 +34,21 @@ const (
 	// HostKeyCredential carries a NixOS guest's SSH host key (never in the
 	// Nix store).
 	HostKeyCredential = "agent-vm.ssh-host-key"
-	// HostAddr is the host as the guest reaches it: QEMU user networking's
-	// gateway, which leads to the host's 127.0.0.1. Until containment
-	// (issue 14) lands, every port of the host's loopback answers there; the
-	// ports a VM's record lists as exposed (state.Record.Exposed) are the
-	// ones it is meant to reach.
-	HostAddr = "10.0.2.2"
+	// HostAddr is where the guest reaches the host's doors (issue 14): the
+	// ports a VM's record lists as exposed (state.Record.Exposed), each
+	// leading to the same port on the host's 127.0.0.1, and the egress
+	// proxy at ProxyPort. Nothing else of the host answers there, nor at
+	// the gateway 10.0.2.2 (slirp's restrict=on; libslirp refuses doors at
+	// the gateway's address).
+	HostAddr = "10.0.2.100"
+	// ProxyPort is the egress proxy's port at HostAddr: the guest's only
+	// way to the network (HTTP, and HTTPS through CONNECT).
+	ProxyPort = 3128
+	// ProxyURL is the proxy as the guest's programs are configured with it.
+	ProxyURL = "http://10.0.2.100:3128"
+	// NoProxy are the destinations the guest reaches without the proxy:
+	// itself, and the doors at HostAddr.
+	NoProxy = "localhost,127.0.0.1,::1,10.0.2.100"
 	// ClaudeConfig is Claude Code's configuration file (its user and local
 	// MCP scopes among it), relative to User's home.
 	ClaudeConfig = ".claude.json"
@@ -100,9 +109,15 @@ the host is protected from what happens here.
   0.0.0.0, not 127.0.0.1), ask them to run
   `+"`agent-vm port add %[9]s PORT`"+`: it then answers on 127.0.0.1 on
   the host, on PORT or the port that command prints.
+- The network is reached only through agent-vm's proxy (already set:
+  http_proxy, https_proxy, apt, npm, git, pip), which allows the agents'
+  APIs, package registries and the repository's git host. A refused
+  connection answers 403 with the command the user can run to allow it:
+  ask them. The host's own services are unreachable, except ports the
+  user exposed to this VM, at %[10]s.
 - Commit your work in %[3]s with git. Pushing, and what goes upstream,
   is the user's decision: do not push unless they ask you to.
-`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort, g.Branch)
+`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort, g.Branch, HostAddr)
 }
 
 // Agent is a coding-agent CLI a VM can have installed (create --agent).

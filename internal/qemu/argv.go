@@ -125,12 +125,13 @@ func hostfwd(f driver.Forward) string {
 }
 
 // netArgs is user-mode networking with host forwards bound to 127.0.0.1
-// only.
-func netArgs(fwds []driver.Forward, mac string) []string {
+// only, contained when the machine has a Network (netOpts).
+func netArgs(m Machine, mac string) []string {
 	opts := []string{"user", "id=" + DirectNetdev}
-	for _, f := range fwds {
+	for _, f := range m.Forwards {
 		opts = append(opts, "hostfwd="+hostfwd(f))
 	}
+	opts = append(opts, netOpts(m)...)
 	dev := "virtio-net-pci,netdev=" + DirectNetdev
 	if mac != "" {
 		dev += ",mac=" + mac
@@ -206,7 +207,7 @@ func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMod
 	}
 	argv = append(argv, kernelArgs(d)...)
 	argv = append(argv, diskArgs(d.Disks)...)
-	argv = append(argv, netArgs(m.Forwards, d.MAC)...)
+	argv = append(argv, netArgs(m, d.MAC)...)
 	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock))...)
 	argv = append(argv, credentialArgs(m.Credentials)...)
 	argv = append(argv, consoleArgs(m)...)
@@ -215,8 +216,9 @@ func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMod
 }
 
 // ScriptNetOpts is the QEMU_NET_OPTS a Script boot gets: the machine's
-// forwards that the script's own command line does not make (s.Forwarded),
-// which nixpkgs' run script appends to its netdev's options. "" when none.
+// forwards that the script's own command line does not make (s.Forwarded)
+// and the containment of its Network (netOpts), which nixpkgs' run script
+// appends to its netdev's options. "" when none.
 func ScriptNetOpts(m Machine, s *Script) string {
 	var opts []string
 	for _, f := range m.Forwards {
@@ -224,6 +226,7 @@ func ScriptNetOpts(m Machine, s *Script) string {
 			opts = append(opts, "hostfwd="+hostfwd(f))
 		}
 	}
+	opts = append(opts, netOpts(m)...)
 	return strings.Join(opts, ",")
 }
 

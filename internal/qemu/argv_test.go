@@ -31,6 +31,8 @@ func sampleMachine() Machine {
 		Share:       driver.Share{Source: "/state/feature-x/workspace", Tag: "workspace"},
 		Forwards:    []driver.Forward{{Name: "ssh", Host: 2222, Guest: 22}, {Name: "mcp", Host: 8000, Guest: 8000}},
 		Credentials: []driver.Credential{{Name: "agent-vm.mcp-token", File: "/state/feature-x/secrets/mcp-token"}},
+		Network: &driver.Network{Addr: "10.0.2.100", ProxyPort: 3128, Exposed: []int{4599},
+			Proxy: []string{"/usr/bin/agent-vm", "net-proxy"}, Relay: []string{"/usr/bin/agent-vm", "net-relay"}},
 	}}
 }
 
@@ -57,10 +59,10 @@ func TestScriptArgsGolden(t *testing.T) {
 }
 
 func TestForwardsBindLoopbackOnly(t *testing.T) {
-	for _, a := range netArgs(sampleMachine().Forwards, "") {
+	for _, a := range netArgs(sampleMachine(), "") {
 		if strings.Contains(a, "hostfwd") {
 			for _, rule := range strings.Split(a, ",")[2:] {
-				if !strings.HasPrefix(rule, "hostfwd=tcp:127.0.0.1:") {
+				if strings.HasPrefix(rule, "hostfwd=") && !strings.HasPrefix(rule, "hostfwd=tcp:127.0.0.1:") {
 					t.Errorf("forward %q is not bound to 127.0.0.1", rule)
 				}
 			}
@@ -122,5 +124,49 @@ func TestUnescUndoesEsc(t *testing.T) {
 				t.Errorf("unesc(%q): got %q, want %q", esc(s)+rest, got, s)
 			}
 		}
+	}
+}
+
+// A contained machine's netdev is restricted and its only ways out are its
+// doors: the proxy and each exposed port, through the relay.
+func TestNetworkIsContained(t *testing.T) {
+	m := sampleMachine()
+	got := strings.Join(netArgs(m, ""), " ")
+	for _, want := range []string{",restrict=on,",
+		",guestfwd=tcp:10.0.2.100:3128-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/egress.sock,",
+		",guestfwd=tcp:10.0.2.100:4599-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/door.sock 4599 "} {
+		if !strings.Contains(got+" ", want) {
+			t.Errorf("netdev %s lacks %q", got, want)
+		}
+	}
+	if n := strings.Count(got, "guestfwd="); n != 2 {
+		t.Errorf("%d guestfwd rules, want 2 (the proxy and one exposed port): %s", n, got)
+	}
+	opts := ScriptNetOpts(m, &Script{Forwarded: []int{2222, 8000}})
+	if want := "restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/egress.sock," +
+		"guestfwd=tcp:10.0.2.100:4599-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/door.sock 4599"; opts != want {
+		t.Errorf("ScriptNetOpts = %q\nwant %q", opts, want)
+	}
+	m.Network = nil
+	if got := strings.Join(netArgs(m, ""), " "); strings.Contains(got, "restrict") || strings.Contains(got, "guestfwd") {
+		t.Errorf("a machine without a Network got %s", got)
+	}
+}
+
+func TestCheckNetwork(t *testing.T) {
+	for name, change := range map[string]func(n *driver.Network){
+		"space in the relay": func(n *driver.Network) { n.Relay = []string{"/opt/my tools/agent-vm", "net-relay"} },
+		"quote":              func(n *driver.Network) { n.Relay = []string{"/opt/it's/agent-vm", "net-relay"} },
+		"proxy port exposed": func(n *driver.Network) { n.Exposed = []int{3128} },
+		"no proxy":           func(n *driver.Network) { n.Proxy = nil },
+	} {
+		m := sampleMachine()
+		change(m.Network)
+		if err := checkNetwork(m); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := checkNetwork(sampleMachine()); err != nil {
+		t.Errorf("the sample network: %v", err)
 	}
 }

@@ -92,6 +92,7 @@ func TestForwardNeedsTheRecordedNetdev(t *testing.T) {
 // through QEMU_NET_OPTS, and records its netdev.
 func TestScriptGetsTheOtherForwardsInQEMUNetOpts(t *testing.T) {
 	m := sampleMachine()
+	m.Network = nil // TestNetworkIsContained has the network's options
 	m.Forwards = append(m.Forwards, driver.Forward{Host: 3000, Guest: 3000}, driver.Forward{Host: 8002, Guest: 80})
 	s := &Script{Path: "/nix/store/x/bin/run-x-vm", Env: []string{"PATH=/bin"}, Netdev: "user.0", Forwarded: []int{2222, 8000}}
 	want := "hostfwd=tcp:127.0.0.1:3000-:3000,hostfwd=tcp:127.0.0.1:8002-:80"

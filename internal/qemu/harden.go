@@ -29,11 +29,12 @@ type Owner struct{ UID, GID int }
 // SandboxPolicy is QEMU's -sandbox: the seccomp filter QEMU installs on
 // itself before the guest runs. What each relaxation costs:
 //
-//   - AllowSpawn lets QEMU fork and exec. Nothing agent-vm runs today
-//     needs it (virtiofsd is started by agent-vm, not by QEMU), but a
-//     slirp `guestfwd=...-cmd:` rule does: QEMU runs the command itself.
-//     With it a QEMU compromised through a device bug can start any
-//     program the QEMU user can.
+//   - AllowSpawn lets QEMU fork and exec. A slirp `guestfwd=...-cmd:`
+//     rule needs it: QEMU runs the command itself, per connection, and
+//     every VM's network reaches its egress proxy and exposed ports that
+//     way (guestfwd=...-cmd:agent-vm net-relay ...). With it a QEMU
+//     compromised through a device bug can start any program the QEMU
+//     user can (the workspace's owner under -runas, never root there).
 //   - AllowSetuid keeps the set*uid/set*gid calls. QEMU 7.2 installs the
 //     filter before it handles -runas, so dropping to another user needs
 //     them (with elevateprivileges=deny QEMU dies of SIGSYS). Once QEMU has
@@ -45,8 +46,8 @@ type SandboxPolicy struct {
 }
 
 // Option is the -sandbox value: on, obsolete system calls denied, no
-// privilege changes, no new processes, no changing of CPU affinity,
-// scheduling or priorities.
+// changing of CPU affinity, scheduling or priorities; privilege changes and
+// new processes only as the policy allows.
 func (p SandboxPolicy) Option() string {
 	allow := func(b bool) string {
 		if b {
@@ -58,11 +59,10 @@ func (p SandboxPolicy) Option() string {
 }
 
 // Sandbox is the policy for a machine: the strictest one, relaxed only
-// where a QEMU option in use needs it (-runas: see SandboxPolicy). The
-// network side relaxes AllowSpawn here if it ever gives QEMU a guestfwd
-// command.
-func Sandbox(runAs *Owner) SandboxPolicy {
-	return SandboxPolicy{AllowSetuid: runAs != nil}
+// where a QEMU option in use needs it: -runas (AllowSetuid) and guestfwd
+// commands, the network's doors (AllowSpawn; see SandboxPolicy).
+func Sandbox(runAs *Owner, guestfwdCmd bool) SandboxPolicy {
+	return SandboxPolicy{AllowSetuid: runAs != nil, AllowSpawn: guestfwdCmd}
 }
 
 // hardeningArgs are the -sandbox and -runas options.

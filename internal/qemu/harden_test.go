@@ -9,15 +9,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// sampleHardening is a root host's: the sandbox relaxed only for -runas.
+// sampleHardening is a root host's with a network: the sandbox relaxed
+// for -runas and for the doors' guestfwd commands.
 func sampleHardening() Hardening {
 	owner := &Owner{UID: 1000, GID: 1000}
-	p := Sandbox(owner)
+	p := Sandbox(owner, true)
 	return Hardening{Sandbox: &p, RunAs: owner}
 }
 
@@ -30,8 +32,9 @@ func TestSandboxOption(t *testing.T) {
 		want string
 	}{
 		{SandboxPolicy{}, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"},
-		{Sandbox(nil), "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"},
-		{Sandbox(&Owner{UID: 1000, GID: 1000}), "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"},
+		{Sandbox(nil, false), "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"},
+		{Sandbox(&Owner{UID: 1000, GID: 1000}, false), "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"},
+		{Sandbox(nil, true), "on,obsolete=deny,elevateprivileges=deny,spawn=allow,resourcecontrol=deny"},
 		{SandboxPolicy{AllowSpawn: true}, "on,obsolete=deny,elevateprivileges=deny,spawn=allow,resourcecontrol=deny"},
 	} {
 		if got := c.p.Option(); got != c.want {
@@ -63,6 +66,19 @@ func TestHardeningPerBootAndUser(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
 	}
+	// A network's doors are guestfwd commands QEMU spawns: the sandbox
+	// allows exactly that, and nothing else changes.
+	m.Network = &driver.Network{Addr: "10.0.2.100", ProxyPort: 3128}
+	for euid, want := range map[int]string{
+		0:    "-sandbox on,obsolete=deny,elevateprivileges=allow,spawn=allow,resourcecontrol=deny -runas 1001:1002",
+		1001: "-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=allow,resourcecontrol=deny",
+	} {
+		l := &Launcher{Geteuid: func() int { return euid }}
+		if got := strings.Join(hardeningArgs(l.hardening(m, direct)), " "); got != want {
+			t.Errorf("euid %d with a network: got %q, want %q", euid, got, want)
+		}
+	}
+	m.Network = nil
 	// An owner that is unknown (0: a machine without its record) or root
 	// is never a user to drop to.
 	m.Share.UID = 0

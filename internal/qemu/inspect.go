@@ -139,6 +139,7 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		// Nothing to stop; clear what a crash left (a crashed VM that was
 		// stopped reads as stopped from now on).
 		l.stopVirtiofsd(m, vfs, 0)
+		l.stopEgress(m)
 		if live.Launch != nil || live.LaunchErr != nil {
 			_ = l.finishStop(m, 0)
 		}
@@ -181,6 +182,7 @@ func (l *Launcher) cleanup(m Machine) {
 	_ = os.Remove(m.runFile(PidFile))
 	_ = os.Remove(m.QMPPath())
 	_ = os.Remove(m.sockFile(VirtiofsdSock))
+	l.stopEgress(m)
 }
 
 // stopVirtiofsd ends this VM's virtiofsd: it exits by itself when QEMU goes;

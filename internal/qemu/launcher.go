@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -50,13 +51,15 @@ func NewLauncher(run execx.Runner, log hclog.Logger) (*Launcher, error) {
 
 // Launch is what Start recorded about a running VM (run/launch.json).
 type Launch struct {
-	QEMUPid      int              `json:"qemu_pid"`
-	VirtiofsdPid int              `json:"virtiofsd_pid,omitempty"`
-	Accel        string           `json:"accel"`
-	AccelReason  string           `json:"accel_reason,omitempty"`
-	Share        driver.ShareMode `json:"share"`
-	QMP          string           `json:"qmp"`
-	StartedAt    time.Time        `json:"started_at"`
+	QEMUPid      int `json:"qemu_pid"`
+	VirtiofsdPid int `json:"virtiofsd_pid,omitempty"`
+	// EgressPid is the VM's egress proxy (driver.Network); 0 for none.
+	EgressPid   int              `json:"egress_pid,omitempty"`
+	Accel       string           `json:"accel"`
+	AccelReason string           `json:"accel_reason,omitempty"`
+	Share       driver.ShareMode `json:"share"`
+	QMP         string           `json:"qmp"`
+	StartedAt   time.Time        `json:"started_at"`
 	// ReadyAt is when the guest first answered on SSH after this start
 	// (set by MarkReady); nil while it boots.
 	ReadyAt *time.Time `json:"ready_at,omitempty"`
@@ -98,6 +101,9 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		return nil, errors.New("internal error: a boot needs exactly one of Direct and Script")
 	}
 	h := l.hardening(m, b)
+	if h.RunAs != nil && m.Network != nil {
+		m.EgressDir = EgressDirFor(m.UUID)
+	}
 	if b.Direct != nil {
 		if _, err := l.Run.LookPath(l.Arch.Binary); err != nil {
 			return nil, fmt.Errorf("%s is not installed, so agent-vm cannot run VMs (hint: install QEMU: `sudo apt-get install %s qemu-utils` on Debian/Ubuntu, `sudo dnf install qemu-kvm qemu-img` on Fedora)", l.Arch.Binary, l.Arch.Package)
@@ -115,8 +121,31 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if err := l.checkForwards(m); err != nil {
 		return nil, err
 	}
+	if err := checkNetwork(m); err != nil {
+		return nil, err
+	}
 	if err := prepareDirs(m); err != nil {
 		return nil, err
+	}
+	if m.EgressDir != "" {
+		if err := ensureEgressDir(m); err != nil {
+			return nil, err
+		}
+		relay, err := installRelay(filepath.Dir(m.EgressDir), m.Network.Relay[0])
+		if err != nil {
+			return nil, err
+		}
+		n := *m.Network
+		n.Relay = append([]string{relay}, n.Relay[1:]...)
+		m.Network = &n
+	}
+	egressPid := 0
+	if m.Network != nil {
+		pid, err := l.startEgress(ctx, m, h.RunAs)
+		if err != nil {
+			return nil, err
+		}
+		egressPid = pid
 	}
 	mode := driver.Share9p
 	vfsPid := 0
@@ -124,9 +153,11 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		pid, err := l.startVirtiofsd(ctx, o.Virtiofsd, m)
 		if err != nil {
 			if ctx.Err() != nil {
+				l.stopEgress(m)
 				return nil, ctx.Err()
 			}
 			if o.NoFallback {
+				l.stopEgress(m)
 				return nil, fmt.Errorf("sharing the workspace: %w (hint: fix virtiofsd, or recreate the VM on a host without it to use 9p)", err)
 			}
 			l.Log.Warn("virtiofsd failed; sharing the workspace over 9p instead (slower for many small files)", "error", err)
@@ -137,15 +168,17 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode, h))
 	if err != nil {
 		l.stopVirtiofsd(m, vfsPid, 0)
+		l.stopEgress(m)
 		return nil, fmt.Errorf("starting QEMU: %w", err)
 	}
 	pid, err := l.waitQMP(ctx, m, p)
 	if err != nil {
 		killVerified(p.Pid(), m.isQEMU())
 		l.stopVirtiofsd(m, vfsPid, 0)
+		l.stopEgress(m)
 		return nil, err
 	}
-	launch := &Launch{QEMUPid: pid, VirtiofsdPid: vfsPid, Accel: o.Accel, AccelReason: o.AccelReason,
+	launch := &Launch{QEMUPid: pid, VirtiofsdPid: vfsPid, EgressPid: egressPid, Accel: o.Accel, AccelReason: o.AccelReason,
 		Share: mode, QMP: m.QMPPath(), Netdev: b.netdev(), StartedAt: time.Now().UTC()}
 	if err := writeJSON(m.runFile(LaunchFile), launch); err != nil {
 		return nil, err
@@ -181,7 +214,7 @@ func (l *Launcher) hardening(m Machine, b Boot) Hardening {
 		h.RunAs = &Owner{UID: m.Share.UID, GID: m.Share.GID}
 	}
 	if !l.NoSandbox {
-		p := Sandbox(h.RunAs)
+		p := Sandbox(h.RunAs, m.Network != nil)
 		h.Sandbox = &p
 	}
 	return h

@@ -94,7 +94,7 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	}
 	// The secret reached QEMU as a file name, never as a value.
 	args := procArgs(launch.QEMUPid)
-	if !hasArg(args, "-sandbox", Sandbox(nil).Option()) {
+	if !hasArg(args, "-sandbox", Sandbox(nil, m.Network != nil).Option()) {
 		t.Errorf("QEMU runs without its sandbox: %q", args)
 	}
 	if fi, err := os.Stat(m.QMPPath()); err != nil || fi.Mode().Perm() != 0o600 {

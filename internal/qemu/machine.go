@@ -27,6 +27,11 @@ type Machine struct {
 	// SocketDir holds the QMP and virtiofsd sockets. It is RunDir unless
 	// that path is too long for a unix socket (see SocketDirFor).
 	SocketDir string
+	// EgressDir holds the egress proxy's sockets, which QEMU's guestfwd
+	// relays connect to. It is SocketDir unless QEMU drops to another user
+	// (-runas), whose relays could not reach a directory of the caller's:
+	// then the launcher sets it to EgressDirFor.
+	EgressDir string
 }
 
 // Boot is how to start the VM: exactly one of Direct and Script is set.
@@ -86,6 +91,13 @@ const (
 func (m Machine) runFile(name string) string  { return filepath.Join(m.RunDir, name) }
 func (m Machine) logFile(name string) string  { return filepath.Join(m.LogsDir, name) }
 func (m Machine) sockFile(name string) string { return filepath.Join(m.socketDir(), name) }
+
+func (m Machine) egressFile(name string) string {
+	if m.EgressDir != "" {
+		return filepath.Join(m.EgressDir, name)
+	}
+	return m.sockFile(name)
+}
 
 func (m Machine) socketDir() string {
 	if m.SocketDir != "" {

@@ -57,10 +57,12 @@ type Record struct {
 	// NoHostCA: the guest does not trust the CA certificates the host added
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`
-	// Exposed are the host ports the guest is meant to reach (at
-	// guest.HostAddr). Until containment (issue 14) the guest reaches every
-	// host loopback port anyway; then these become its only doors.
+	// Exposed are the host ports the guest may reach (at guest.HostAddr):
+	// its only doors to the host's services (issue 14).
 	Exposed []Exposed `json:"exposed,omitempty"`
+	// Net is the VM's egress policy (create --net, `agent-vm net`); nil is
+	// the default: mode allow with the default allow-list.
+	Net *Net `json:"net,omitempty"`
 	// MCPSynced are the MCP servers `mcp sync` last wrote into the guest's
 	// Claude Code configuration (so the next sync removes the ones the host
 	// no longer has, and no server the guest added itself).
@@ -132,6 +134,14 @@ type Exposed struct {
 	By   string `json:"by"` // ExposedByMCPSync, or the command that added it
 }
 
+// Net is a VM's egress policy as the user set it; the proxy's policy adds
+// the defaults (internal/egress, vm.netPolicy).
+type Net struct {
+	Mode  string   `json:"mode"`            // open, allow, offline
+	Allow []string `json:"allow,omitempty"` // added with `net allow`
+	Deny  []string `json:"deny,omitempty"`  // added with `net deny`
+}
+
 // ExposedByMCPSync marks the ports `mcp sync` exposes: each sync replaces
 // its own and leaves the others.
 const ExposedByMCPSync = "mcp sync"
@@ -148,6 +158,10 @@ type Guest struct {
 	User string `json:"user"`
 	UID  int    `json:"uid"`
 	GID  int    `json:"gid"`
+	// Proxy: the guest was set up (at create or reset) to reach the
+	// network through the VM's egress proxy. Guests set up by an agent-vm
+	// from before network containment reach no network until a reset.
+	Proxy bool `json:"proxy,omitempty"`
 }
 
 // Git records where the workspace came from.

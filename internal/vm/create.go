@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/ports"
@@ -42,6 +43,9 @@ type CreateOptions struct {
 	Overcommit bool
 	// NoHostCA keeps the host's added CA certificates out of the guest.
 	NoHostCA bool
+	// Net is the egress mode (NetOpen, NetAllow, NetOffline); "" is
+	// NetAllow.
+	Net string
 	// Agent is an agent CLI to install in the guest (guest.Agents).
 	Agent string
 	// Packages are packages to install in the guest at its first boot,
@@ -79,6 +83,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	}
 	if err := checkCreateFlags(o, m.Host()); err != nil {
 		return nil, err
+	}
+	if o.Net != "" {
+		if err := egress.CheckMode(o.Net); err != nil {
+			return nil, err
+		}
 	}
 	flags := backend.CreateFlags{Image: o.Image, Box: o.Box, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent, Packages: o.Packages}
 	if err := be.CheckCreate(flags); err != nil {
@@ -282,8 +291,11 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
-		Guest:     state.Guest{User: guest.User}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
+		Guest:     state.Guest{User: guest.User, Proxy: true}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
 		Packages: o.Packages,
+	}
+	if o.Net != "" && o.Net != NetAllow {
+		r.Net = &state.Net{Mode: o.Net}
 	}
 	if r.Resources.CPUs == 0 {
 		r.Resources.CPUs = defaultCPUs()

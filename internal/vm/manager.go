@@ -55,6 +55,9 @@ type Manager struct {
 	Drivers map[string]driver.Driver
 	// Accel decides between KVM and TCG (a cached real probe).
 	Accel func(ctx context.Context) accel.Result
+	// Executable is this agent-vm binary, which runs each VM's egress
+	// proxy and its relays (nil: os.Executable).
+	Executable func() (string, error)
 	// WorkDir is the directory the command runs in: its repository scopes
 	// the names Find resolves. "" means outside any repository.
 	WorkDir string

@@ -206,6 +206,9 @@ func (m *Manager) recordMCPSync(ctx context.Context, e state.Entry, exposed []st
 	}
 	rec.Exposed = slices.DeleteFunc(rec.Exposed, func(x state.Exposed) bool { return x.By == state.ExposedByMCPSync })
 	rec.Exposed = append(rec.Exposed, exposed...)
+	if err := writeNetPolicy(e.Layout, rec); err != nil {
+		return err
+	}
 	rec.MCPSynced = rec.MCPSynced[:0]
 	for name := range servers {
 		rec.MCPSynced = append(rec.MCPSynced, name)

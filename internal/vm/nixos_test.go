@@ -81,6 +81,7 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 	d := qemu.NewDriver(launcher)
 	d.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, fmt.Errorf("no virtiofsd") }
 	m := vm.New(root, fake, hclog.NewNullLogger(), []driver.Driver{d}, be)
+	fakeEgress(fake, m, exe)
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
 	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {
 		t.Fatal(err)
@@ -130,6 +131,9 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 		"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, "disk.qcow2"),
 		"TMPDIR=" + filepath.Join(l.RunDir(), "tmp"),
 		"USE_TMPDIR=1",
+		// The same containment as the Debian guest's (issue 14): restrict=on
+		// and the egress proxy's door, appended to the script's netdev.
+		"QEMU_NET_OPTS=restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:" + exe + " net-relay " + filepath.Join(l.RunDir(), "egress.sock"),
 	}
 	if !run.ExactEnv || !slices.Equal(run.Env, wantEnv) {
 		t.Errorf("run script env (exact %v):\n%q\nwant exactly\n%q", run.ExactEnv, run.Env, wantEnv)
@@ -183,6 +187,7 @@ func TestNixOSDestroyRemovesTheGCRoots(t *testing.T) {
 	be := &nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }, Pinned: nixpkgs,
 		Executable: func() (string, error) { return exe, nil }}
 	m := vm.New(root, fake, hclog.NewNullLogger(), []driver.Driver{qemu.NewDriver(launcher)}, be)
+	fakeEgress(fake, m, exe)
 	if _, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feature/x", Backend: vm.BackendNixOS, CPUs: 2, MemoryMiB: 2048}); err != nil {
 		t.Fatal(err)
 	}
@@ -221,4 +226,18 @@ func staticTestBinary(t *testing.T) string {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	return filepath.Join(dir, "stand-in")
+}
+
+// fakeEgress makes exe the VM's agent-vm and answers its egress proxy's
+// start by creating the sockets the launcher waits for.
+func fakeEgress(fake *execxtest.Fake, m *vm.Manager, exe string) {
+	m.Executable = func() (string, error) { return exe, nil }
+	fake.On(filepath.Base(exe), func(c execxtest.Call) execxtest.Reply {
+		for i, a := range c.Args {
+			if (a == "--proxy-socket" || a == "--door-socket") && i+1 < len(c.Args) {
+				os.WriteFile(c.Args[i+1], nil, 0o600)
+			}
+		}
+		return execxtest.Reply{}
+	})
 }

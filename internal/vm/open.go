@@ -75,7 +75,7 @@ func Open(c Config) (*Manager, error) {
 	m.WorkDir = c.WorkDir
 	m.cacheDir = cache
 	m.imageDir = imageDir(c.Getenv, m.cacheDir)
-	m.progress, m.getenv = c.Progress, c.Getenv
+	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {
 		m.Backends[b.Name()] = b

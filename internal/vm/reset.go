@@ -67,6 +67,7 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 		return nil, err
 	}
 	r.RepoPackages = c.Packages
+	r.Guest.Proxy = true // the fresh disk's first boot sets the proxy up
 	res.Packages = r.AllPackages()
 	if err := state.WriteRecord(l.Record(), r); err != nil {
 		return nil, err

@@ -98,6 +98,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err != nil {
 		m.Log.Warn("sharing the workspace over "+string(share), "reason", err)
 	}
+	if w := proxyUnset(r); w != "" {
+		m.Log.Warn(w)
+	}
 	var cas []string
 	if !r.NoHostCA {
 		if cas, err = m.HostCAs(); err != nil {
@@ -115,6 +118,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		}
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
+	if mach.Network, err = m.network(r, l); err != nil {
+		return nil, err
+	}
 	o.Report.Report("starting QEMU", 0, "")
 	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
 		Share: share, FixedShare: plan.FixedShare})

@@ -53,9 +53,10 @@ type Info struct {
 	MCP           MCPInfo         `json:"mcp"`
 	Paths         PathsInfo       `json:"paths"`
 	Git           state.Git       `json:"git"`
-	HostCA        bool            `json:"host_ca"`   // the guest trusts the host's added CA certificates
-	AgentCLI      string          `json:"agent_cli"` // create --agent, "" for none
-	Error         string          `json:"error"`     // set for invalid records
+	HostCA        bool            `json:"host_ca"`       // the guest trusts the host's added CA certificates
+	AgentCLI      string          `json:"agent_cli"`     // create --agent, "" for none
+	Net           *NetInfo        `json:"net,omitempty"` // the egress policy and exposed host ports
+	Error         string          `json:"error"`         // set for invalid records
 }
 
 // Health is agent-mcp's answer on /health through the forwarded port.
@@ -106,6 +107,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
 		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
 		Agent: Health{State: "unknown"},
+		Net:   netInfo(e),
 	}
 	if tok, err := readToken(l); err == nil {
 		info.MCP.Token = tok

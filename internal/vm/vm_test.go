@@ -80,6 +80,7 @@ func newManager(t *testing.T) *vm.Manager {
 	exe := tu.AgentVMBinary(t)
 	be := &debian.Backend{Run: execx.OS{}, Log: m.Log, ImageDir: imageDir(), Executable: func() (string, error) { return exe, nil }}
 	m.Backends[be.Name()] = be
+	m.Executable = func() (string, error) { return exe, nil } // the egress proxy and relays
 	kernels, _ := filepath.Glob(filepath.Join(imageDir(), "*", "vmlinuz*"))
 	prober := &accel.Prober{Run: execx.OS{}, QEMU: "qemu-system-x86_64", Kernels: kernels, Override: os.Getenv("AGENT_VM_ACCEL"),
 		Cache: filepath.Join(t.TempDir(), "accel.json")}
@@ -146,6 +147,10 @@ func run(t *testing.T, m *vm.Manager, branch string, argv ...string) (int, strin
 	return code, out.String(), errb.String()
 }
 
+// tlsTestName is an allowed name that the egress proxy leads to the host's
+// loopback (vm.TestHostsEnv).
+const tlsTestName = "itest-tls.test"
+
 func TestVMLifecycle(t *testing.T) {
 	m := newManager(t)
 	// The host "added" a CA (as a TLS-inspecting proxy's is here); an HTTPS
@@ -153,7 +158,11 @@ func TestVMLifecycle(t *testing.T) {
 	caPEM, tlsServer := hostCAAndServer(t)
 	_, untrustedServer := hostCAAndServer(t) // a CA the host did not add
 	m.HostCAs = func() ([]string, error) { return []string{caPEM}, nil }
+	t.Setenv(vm.TestHostsEnv, tlsTestName+"=127.0.0.1") // inherited by the egress proxy
 	e := create(t, m, "life")
+	if _, err := m.NetAllow(context.Background(), "life", []string{tlsTestName}); err != nil {
+		t.Fatal(err)
+	}
 	res := start(t, m, "life")
 	info := res.Info
 	if info.State != vm.StateRunning || info.Agent.State != "healthy" || info.Share == "" {
@@ -165,12 +174,25 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("start returned before the guest's first-boot setup ended (%d): %s", code, errs)
 	}
 
-	// The guest trusts the host's CA: curl verifies the server's certificate.
-	if code, out, errs := run(t, m, "life", "curl", "-sS", "--max-time", "60", "https://10.0.2.2:"+tlsServer); code != 0 || out != "trusted\n" {
+	// The guest trusts the host's CA: curl verifies the server's
+	// certificate, through the egress proxy (configured in the guest's
+	// environment), which leads the allowed test name to the host's
+	// loopback and passes TLS through untouched.
+	if code, out, errs := run(t, m, "life", "curl", "-sS", "--max-time", "60", "https://"+tlsTestName+":"+tlsServer); code != 0 || out != "trusted\n" {
 		t.Errorf("HTTPS from the guest to a server whose certificate the host's CA signed: exit %d, %q %s", code, out, errs)
 	}
-	if code, _, _ := run(t, m, "life", "curl", "-sS", "--max-time", "60", "https://10.0.2.2:"+untrustedServer); code != 60 {
+	if code, _, _ := run(t, m, "life", "curl", "-sS", "--max-time", "60", "https://"+tlsTestName+":"+untrustedServer); code != 60 {
 		t.Errorf("HTTPS to a server signed by a CA nobody added: curl exit %d, want 60 (certificate not trusted)", code)
+	}
+	// The host's loopback is not reachable directly (restrict=on)...
+	if code, out, errs := run(t, m, "life", "curl", "-sS", "--noproxy", "*", "--max-time", "20", "-k", "https://10.0.2.2:"+tlsServer); code == 0 {
+		t.Errorf("the guest reached the host's loopback at 10.0.2.2 directly: %q %s", out, errs)
+	}
+	// ... nor through the proxy, and a name not allowed is refused with
+	// the rule and the command that allows it.
+	if code, out, _ := run(t, m, "life", "curl", "-sS", "--max-time", "20", "http://not-allowed.test/"); code != 0 ||
+		!strings.Contains(out, "rule: not on the allow-list") || !strings.Contains(out, "agent-vm net allow life not-allowed.test") {
+		t.Errorf("a denied name through the proxy: exit %d, %q", code, out)
 	}
 
 	// The guidance note in dev's home tells agents where they are; the
@@ -395,7 +417,7 @@ func hostCAAndServer(t *testing.T) (caPEM, port string) {
 	ca, _ = x509.ParseCertificate(caDER)
 	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "10.0.2.2"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("10.0.2.2")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		IPAddresses: []net.IP{net.ParseIP("10.0.2.2")}, DNSNames: []string{tlsTestName}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &leafKey.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,194 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Test names the VM's egress proxy leads to the host's loopback
+// (AGENT_VM_TEST_EGRESS_HOSTS): the network here reaches nothing else.
+const (
+	netAllowedName = "itest-allowed.test"
+	netDeniedName  = "itest-denied.test"
+)
+
+// netSteps check the network's containment (issue 14) from inside a
+// running VM, as root where the claim is about the guest's reach: the
+// host's loopback is unreachable at the gateway; exactly the exposed port
+// answers at the doors' address; an allowed name is reached through the
+// proxy and a denied one is refused with the rule and the command that
+// allows it; `net log --json` lists them; mode offline refuses both. It
+// restarts the VM (a door opens at a start).
+func netSteps(ctx context.Context, s *S, branch string) {
+	var exposed, other int
+	s.Step(ctx, "network: expose one host port, allow a test name, restart", func() error {
+		var err error
+		if exposed, err = hostServer(ctx, "exposed"); err != nil {
+			return err
+		}
+		if other, err = hostServer(ctx, "not exposed"); err != nil {
+			return err
+		}
+		for _, args := range [][]string{
+			{"expose", branch, strconv.Itoa(exposed)},
+			{"net", "allow", branch, netAllowedName},
+		} {
+			if err := want(s.call(ctx, call{args: args}), 0); err != nil {
+				return err
+			}
+		}
+		hosts := fmt.Sprintf("AGENT_VM_TEST_EGRESS_HOSTS=%s=127.0.0.1,%s=127.0.0.1", netAllowedName, netDeniedName)
+		_, err = s.boot(ctx, "restart", branch, 1, hosts)
+		return err
+	})
+	s.Step(ctx, "network: from the guest, as root, the host answers only on the exposed port", func() error {
+		direct := func(url string) *Result {
+			return s.exec(ctx, branch, "sudo", "curl", "-sS", "--noproxy", "*", "--max-time", "15", url)
+		}
+		urls := []string{
+			fmt.Sprintf("http://10.0.2.2:%d/", exposed), // the gateway: nothing
+			fmt.Sprintf("http://10.0.2.2:%d/", other),
+			fmt.Sprintf("http://10.0.2.100:%d/", other), // the doors' address: only exposed ports
+		}
+		// A server on all of the host's addresses, reached at none of them.
+		wide, err := hostServerOn(ctx, "0.0.0.0", "every address")
+		if err != nil {
+			return err
+		}
+		addrs, err := hostAddrs()
+		if err != nil {
+			return err
+		}
+		for _, a := range append(addrs, "10.0.2.2") {
+			urls = append(urls, fmt.Sprintf("http://%s/", net.JoinHostPort(a, strconv.Itoa(wide))))
+		}
+		for _, url := range urls {
+			if res := direct(url); res.ExitCode == 0 {
+				return failf(res, "the guest reached %s", url)
+			}
+		}
+		res := direct(fmt.Sprintf("http://10.0.2.100:%d/", exposed))
+		if res.ExitCode != 0 || res.Stdout != "exposed" {
+			return failf(res, "the exposed host port %d at 10.0.2.100: exit %d, %q; want its answer", exposed, res.ExitCode, res.Stdout)
+		}
+		return nil
+	})
+	s.Step(ctx, "network: an allowed name is reached through the proxy, a denied one refused with the rule", func() error {
+		res := s.exec(ctx, branch, "curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/", netAllowedName, other))
+		if res.ExitCode != 0 || res.Stdout != "not exposed" {
+			return failf(res, "the allowed name through the proxy: exit %d, %q", res.ExitCode, res.Stdout)
+		}
+		res = s.exec(ctx, branch, "curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/", netDeniedName, other))
+		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "rule: not on the allow-list") ||
+			!strings.Contains(res.Stdout, "agent-vm net allow") || !strings.Contains(res.Stdout, netDeniedName) {
+			return failf(res, "the denied name: exit %d, %q; want the proxy's refusal naming the rule", res.ExitCode, res.Stdout)
+		}
+		// HTTPS goes through CONNECT, refused alike (curl reports the 403).
+		res = s.exec(ctx, branch, "curl", "-sS", "--max-time", "30", "https://"+netDeniedName+"/")
+		if res.ExitCode == 0 || !strings.Contains(res.Stderr, "403") {
+			return failf(res, "a denied CONNECT: exit %d, want curl's report of the 403", res.ExitCode)
+		}
+		return nil
+	})
+	s.Step(ctx, "network: net log --json lists the connections with their rules", func() error {
+		res := s.call(ctx, call{args: []string{"net", "log", "--json", branch}})
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		dec := json.NewDecoder(strings.NewReader(res.Stdout))
+		for dec.More() {
+			var e struct {
+				Kind    string `json:"kind"`
+				Host    string `json:"host"`
+				Port    int    `json:"port"`
+				Allowed bool   `json:"allowed"`
+				Rule    string `json:"rule"`
+				In      int64  `json:"bytes_in"`
+			}
+			if err := dec.Decode(&e); err != nil {
+				return failf(res, "net log --json: %v", err)
+			}
+			switch {
+			case e.Host == netAllowedName && e.Allowed && e.Rule == "allow "+netAllowedName && e.In > 0:
+				seen["allowed"] = true
+			case e.Host == netDeniedName && !e.Allowed && e.Rule == "not on the allow-list":
+				seen["denied"] = true
+			case e.Kind == "door" && e.Port == exposed && e.Allowed:
+				seen["door"] = true
+			}
+		}
+		if len(seen) != 3 {
+			return failf(res, "net log --json has %v; want the allowed name, the denied one and the door", seen)
+		}
+		return nil
+	})
+	s.Step(ctx, "network: in mode offline both names are refused, the exposed port stays open", func() error {
+		if err := want(s.call(ctx, call{args: []string{"net", "mode", branch, "offline"}}), 0); err != nil {
+			return err
+		}
+		for _, name := range []string{netAllowedName, netDeniedName} {
+			res := s.exec(ctx, branch, "curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/", name, other))
+			if res.ExitCode != 0 || !strings.Contains(res.Stdout, "rule: mode offline") {
+				return failf(res, "%s in mode offline: exit %d, %q; want the proxy's refusal naming the mode", name, res.ExitCode, res.Stdout)
+			}
+		}
+		res := s.exec(ctx, branch, "curl", "-sS", "--noproxy", "*", "--max-time", "15", fmt.Sprintf("http://10.0.2.100:%d/", exposed))
+		if res.ExitCode != 0 || res.Stdout != "exposed" {
+			return failf(res, "the exposed port in mode offline: exit %d, %q", res.ExitCode, res.Stdout)
+		}
+		return want(s.call(ctx, call{args: []string{"net", "mode", branch, "allow"}}), 0)
+	})
+}
+
+// hostServer serves body on a free port of the host's 127.0.0.1 until ctx
+// ends (or the test program does).
+func hostServer(ctx context.Context, body string) (int, error) {
+	return hostServerOn(ctx, "127.0.0.1", body)
+}
+
+// hostServerOn is hostServer on addr (0.0.0.0: all of the host's
+// addresses, only for as long as the step needs it).
+func hostServerOn(ctx context.Context, addr, body string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) })}
+	go srv.Serve(ln)
+	go func() { <-ctx.Done(); srv.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// hostAddrs are the host's own IPv4 addresses other than loopback (the
+// LAN's, Docker's bridges', ...).
+func hostAddrs() ([]string, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			out = append(out, n.IP.String())
+		}
+	}
+	return out, nil
+}
+
+// unreachable checks, as root in branch's guest, that no TCP connection
+// to host port p opens at the gateway or at the doors' address.
+func unreachable(ctx context.Context, s *S, branch string, p int) error {
+	for _, a := range []string{"10.0.2.2", "10.0.2.100"} {
+		res := s.exec(ctx, branch, "sudo", "timeout", "15", "bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", a, p))
+		if res.ExitCode == 0 {
+			return failf(res, "the guest of %s opened a connection to the host's port %d at %s", branch, p, a)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// netCommand is `net allow|deny|mode|show|log`: a VM's egress policy and
+// its connection log.
+func netCommand(stdio IO) *cli.Command {
+	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*vm.NetChange, error)) *cli.Command {
+		return &cli.Command{
+			Name: name, Usage: usage, ArgsUsage: "BRANCH DOMAIN...",
+			Action: func(cliCtx *cli.Context) error {
+				if cliCtx.NArg() < 2 {
+					return usagef("net %s takes BRANCH DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7), got %d arguments", name, cliCtx.NArg())
+				}
+				return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					args := cliCtx.Args().Slice()
+					ch, err := apply(cliCtx, m, args[0], args[1:])
+					if err != nil {
+						return err
+					}
+					return printNetChange(stdio.Out, ch)
+				})(cliCtx)
+			},
+		}
+	}
+	return &cli.Command{
+		Name:  "net",
+		Usage: "a VM's network: what it may reach (through agent-vm's proxy) and what it connected to",
+		Description: "A VM reaches the network only through its egress proxy, and the host only through the\n" +
+			"ports exposed to it (`agent-vm expose`). Mode allow (the default) allows the allow-list: agent\n" +
+			"APIs, package registries, Debian's mirrors, common git hosts and the repository's git remote\n" +
+			"host, plus what `net allow` adds; open allows every destination; offline none. `net deny`\n" +
+			"refuses a destination in every mode. Changes apply at once, also to a running VM.",
+		Subcommands: []*cli.Command{
+			edit("allow", "allow DOMAINs (a name, *.suffix, or an IP address)", func(c *cli.Context, m *vm.Manager, b string, d []string) (*vm.NetChange, error) {
+				return m.NetAllow(c.Context, b, d)
+			}),
+			edit("deny", "refuse DOMAINs in every mode", func(c *cli.Context, m *vm.Manager, b string, d []string) (*vm.NetChange, error) {
+				return m.NetDeny(c.Context, b, d)
+			}),
+			{
+				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "BRANCH MODE",
+				Action: func(cliCtx *cli.Context) error {
+					if cliCtx.NArg() != 2 {
+						return usagef("net mode takes BRANCH MODE (allow, open or offline), got %d arguments", cliCtx.NArg())
+					}
+					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+						ch, err := m.NetMode(cliCtx.Context, cliCtx.Args().Get(0), cliCtx.Args().Get(1))
+						if err != nil {
+							return err
+						}
+						return printNetChange(stdio.Out, ch)
+					})(cliCtx)
+				},
+			},
+			{
+				Name: "show", Usage: "print the VM's egress mode, allow-list, refusals and exposed host ports", ArgsUsage: "[BRANCH]",
+				Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+				BashComplete: vmCompletion(stdio),
+				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					name, err := vmName(cliCtx, m)
+					if err != nil {
+						return err
+					}
+					info, err := m.NetShow(cliCtx.Context, name)
+					if err != nil {
+						return err
+					}
+					if cliCtx.Bool("json") {
+						return writeJSON(stdio.Out, info)
+					}
+					printNetInfo(stdio.Out, info)
+					return nil
+				}),
+			},
+			{
+				Name: "log", Usage: "print the VM's connections: time, destination, allowed or denied and by which rule, bytes each way", ArgsUsage: "[BRANCH]",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "json", Usage: "print JSON lines"},
+					&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new connections"},
+				},
+				BashComplete: vmCompletion(stdio),
+				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					name, err := vmName(cliCtx, m)
+					if err != nil {
+						return err
+					}
+					entries, path, err := m.NetLog(cliCtx.Context, name)
+					if err != nil {
+						return err
+					}
+					print := func(x vm.NetLogEntry) error { return printNetEntry(stdio.Out, x, cliCtx.Bool("json")) }
+					for _, x := range entries {
+						if err := print(x); err != nil {
+							return err
+						}
+					}
+					if cliCtx.Bool("follow") {
+						return vm.FollowNetLog(cliCtx.Context, path, print)
+					}
+					return nil
+				}),
+			},
+		},
+	}
+}
+
+func printNetChange(w io.Writer, ch *vm.NetChange) error {
+	printNetInfo(w, ch.Info)
+	if ch.Live {
+		fmt.Fprintln(w, "(the VM runs: its proxy applies this at once)")
+	}
+	return nil
+}
+
+func printNetInfo(w io.Writer, info *vm.NetInfo) {
+	fmt.Fprintf(w, "VM %s: egress mode %s, through the proxy at %s\n", termsafe.String(info.Branch), info.Mode, info.Proxy)
+	fmt.Fprintf(w, "  allow:   %s\n", strings.Join(info.Allow, " "))
+	if len(info.Deny) > 0 {
+		fmt.Fprintf(w, "  deny:    %s\n", strings.Join(info.Deny, " "))
+	}
+	var doors []string
+	for _, x := range info.Exposed {
+		doors = append(doors, fmt.Sprintf("%d (%s)", x.Port, termsafe.String(x.By)))
+	}
+	if len(doors) == 0 {
+		doors = []string{"none"}
+	}
+	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(doors, ", "))
+	fmt.Fprintf(w, "  log:     %s\n", info.Log)
+}
+
+func printNetEntry(w io.Writer, x vm.NetLogEntry, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, x)
+	}
+	verdict := "allowed"
+	if !x.Allowed {
+		verdict = "DENIED"
+	}
+	line := fmt.Sprintf("%s  %-7s %-7s %s:%d  (%s)  out %d B, in %d B", x.Time.Local().Format(time.DateTime), x.Kind, verdict,
+		termsafe.String(x.Host), x.Port, termsafe.String(x.Rule), x.BytesOut, x.BytesIn)
+	if x.Error != "" {
+		line += "  error: " + termsafe.String(x.Error)
+	}
+	_, err := fmt.Fprintln(w, line)
+	return err
+}
+
+// exposeCommand is `expose BRANCH HOST_PORT [--remove]`.
+func exposeCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "expose",
+		Usage:     "let the VM reach a port of the host's 127.0.0.1 (the only host services it reaches)",
+		ArgsUsage: "BRANCH HOST_PORT",
+		Description: "The guest reaches an exposed port at 10.0.2.100 on the same port number; nothing else of\n" +
+			"the host answers it. `mcp sync` exposes the ports of the host's HTTP MCP servers itself.\n" +
+			"A port exposed while the VM runs opens at its next start; --remove closes it at once.",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "remove", Aliases: []string{"rm"}, Usage: "close the port again"}},
+		Action: func(cliCtx *cli.Context) error {
+			if cliCtx.NArg() != 2 {
+				return usagef("expose takes BRANCH HOST_PORT, got %d arguments", cliCtx.NArg())
+			}
+			port, err := portArg(cliCtx, 1, "HOST_PORT")
+			if err != nil {
+				return err
+			}
+			return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+				ch, err := m.Expose(cliCtx.Context, cliCtx.Args().First(), port, cliCtx.Bool("remove"))
+				if err != nil {
+					return err
+				}
+				switch {
+				case ch.Removed:
+					fmt.Fprintf(stdio.Out, "%s no longer reaches host port %d\n", termsafe.String(ch.Branch), port)
+				case ch.Unchanged:
+					fmt.Fprintf(stdio.Out, "%s already reaches host port %d at %s; nothing changed\n", termsafe.String(ch.Branch), port, ch.GuestAddr)
+				case ch.Restart:
+					fmt.Fprintf(stdio.Out, "%s will reach host port %d at %s from its next start (the VM runs; `agent-vm restart %s`)\n", termsafe.String(ch.Branch), port, ch.GuestAddr, termsafe.String(ch.Branch))
+				default:
+					fmt.Fprintf(stdio.Out, "%s reaches host port %d at %s\n", termsafe.String(ch.Branch), port, ch.GuestAddr)
+				}
+				return nil
+			})(cliCtx)
+		},
+	}
+}
+
+// netProxyCommand is the egress proxy the driver runs for each VM.
+func netProxyCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: "net-proxy", Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)", ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "policy", Usage: "the VM's policy file"},
+			&cli.StringFlag{Name: "log", Usage: "the VM's connection log"},
+			&cli.StringFlag{Name: "proxy-socket", Usage: "the proxy's unix socket"},
+			&cli.StringFlag{Name: "door-socket", Usage: "the exposed ports' unix socket"},
+			&cli.StringFlag{Name: "qemu-pidfile", Usage: "exit once the process of this pid file is gone"},
+		},
+		Action: func(cliCtx *cli.Context) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			for _, f := range []string{"policy", "log", "proxy-socket", "door-socket"} {
+				if cliCtx.String(f) == "" {
+					return usagef("net-proxy needs --%s", f)
+				}
+			}
+			e := newEnv(cliCtx, stdio)
+			return vm.ServeEgress(cliCtx.Context, cliCtx.String("policy"), cliCtx.String("log"), cliCtx.String("proxy-socket"),
+				cliCtx.String("door-socket"), cliCtx.String("qemu-pidfile"), stdio.Getenv(vm.TestHostsEnv), e.log.Named("net-proxy"))
+		},
+	}
+}
+
+// netRelayCommand carries one guest connection to the proxy: QEMU runs it
+// per connection (guestfwd cmd) with the connection as stdin and stdout.
+// Its stderr is the guest's connection too, so it prints nothing.
+func netRelayCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: "net-relay", Hidden: true, Usage: "carry one guest connection to the egress proxy (QEMU runs it)", ArgsUsage: "SOCKET [PORT]",
+		Action: func(cliCtx *cli.Context) error {
+			n := cliCtx.NArg()
+			if n < 1 || n > 2 {
+				return &exitCodeError{code: ExitUsage}
+			}
+			door := 0
+			if n == 2 {
+				p, err := strconv.Atoi(cliCtx.Args().Get(1))
+				if err != nil || p < 1 || p > 65535 {
+					return &exitCodeError{code: ExitUsage}
+				}
+				door = p
+			}
+			if err := vm.RelayEgress(cliCtx.Context, cliCtx.Args().First(), door, stdio.In, stdio.Out); err != nil {
+				return &exitCodeError{code: ExitError}
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+)
+
+// The net and expose commands: their refusals, and what they change in a
+// (stopped) VM's record and its proxy's policy.
+func TestNetCommands(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"create", "--branch", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, offline)`},
+		{[]string{"net", "allow", "x"}, 2, "net allow takes BRANCH DOMAIN..."},
+		{[]string{"net", "deny"}, 2, "net deny takes BRANCH DOMAIN..."},
+		{[]string{"net", "mode", "x"}, 2, "net mode takes BRANCH MODE"},
+		{[]string{"net", "allow", "nope", "example.com"}, 1, "agent-vm list"},
+		{[]string{"expose", "x"}, 2, "expose takes BRANCH HOST_PORT"},
+		{[]string{"expose", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
+		{[]string{"net-relay"}, 2, ""},
+	} {
+		r := agentVM(t, repo, st, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("agent-vm %v: exit %d (want %d)\n%s%s", c.args, r.code, c.code, r.stdout, r.stderr)
+		}
+	}
+	// The relay prints nothing, ever: its stderr is the guest's connection.
+	if r := agentVM(t, repo, st, "net-relay", filepath.Join(st, "no.sock")); r.code != 1 || r.stdout+r.stderr != "" {
+		t.Errorf("net-relay without a proxy: exit %d, printed %q %q", r.code, r.stdout, r.stderr)
+	}
+
+	mustRun(t, repo, st, "create", "--branch", "x", "--backend", "qemu")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"net", "allow", "x", "http://example.com"}, `"http://example.com" is not a domain name`},
+		{[]string{"net", "mode", "x", "closed"}, `"closed" is not a network mode`},
+		{[]string{"expose", "x", "3128"}, "the guest reaches the egress proxy"},
+		{[]string{"expose", "x", "70000"}, "not a port number"},
+		{[]string{"expose", "--remove", "x", "4599"}, "does not expose host port 4599"},
+	} {
+		if r := agentVM(t, repo, st, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("agent-vm %v: exit %d, want 1 and %q\n%s", c.args, r.code, c.want, r.stderr)
+		}
+	}
+	mustRun(t, repo, st, "net", "allow", "x", "*.Example.com", "203.0.113.7")
+	mustRun(t, repo, st, "net", "deny", "x", "registry.npmjs.org")
+	mustRun(t, repo, st, "expose", "x", "4599")
+	r := mustRun(t, repo, st, "net", "show", "--json", "x")
+	var info struct {
+		Mode    string   `json:"mode"`
+		Allow   []string `json:"allow"`
+		Deny    []string `json:"deny"`
+		Exposed []struct {
+			Port int `json:"port"`
+		} `json:"exposed"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode != "allow" || !strings.Contains(strings.Join(info.Allow, " "), "*.example.com 203.0.113.7") ||
+		len(info.Deny) != 1 || len(info.Exposed) != 1 || info.Exposed[0].Port != 4599 {
+		t.Errorf("net show --json: %s", r.stdout)
+	}
+	// The new guest is set up for the proxy (no reset warning at start).
+	if b, err := os.ReadFile(filepath.Join(st, "x", state.RecordFile)); err != nil || !strings.Contains(string(b), `"proxy": true`) {
+		t.Errorf("the record does not say the guest is set up for the proxy: %v\n%s", err, b)
+	}
+	// The proxy's policy file says the same, readable by the user only.
+	pol := filepath.Join(st, "x", "net-policy.json")
+	b, err := os.ReadFile(pol)
+	if fi, _ := os.Stat(pol); err != nil || fi.Mode().Perm() != 0o600 ||
+		!strings.Contains(string(b), `"*.example.com"`) || !strings.Contains(string(b), `"exposed": [`) {
+		t.Errorf("policy file: %v\n%s", err, b)
+	}
+	// status sums it up, and status --json carries it.
+	if r := mustRun(t, repo, st, "status", "x"); !strings.Contains(r.stdout,
+		"network:    allow-list (the default and *.example.com, 203.0.113.7); refused: registry.npmjs.org; host ports exposed: 4599 (`agent-vm net show x`)") {
+		t.Errorf("status does not show the network:\n%s", r.stdout)
+	}
+	if s := statusJSON(t, st, "x"); s["net"].(map[string]any)["mode"] != "allow" {
+		t.Errorf("status --json net: %v", s["net"])
+	}
+	mustRun(t, repo, st, "net", "mode", "x", "offline")
+	if r := mustRun(t, repo, st, "status", "x"); !strings.Contains(r.stdout, "network:    offline; refused") {
+		t.Errorf("status after net mode offline:\n%s", r.stdout)
+	}
+	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "egress mode offline") {
+		t.Errorf("net show after net mode offline:\n%s", r.stdout)
+	}
+	// create --net sets the VM's mode.
+	mustRun(t, repo, st, "create", "--branch", "y", "--backend", "qemu", "--net", "offline")
+	if r := mustRun(t, repo, st, "net", "show", "y"); !strings.Contains(r.stdout, "egress mode offline") {
+		t.Errorf("net show of a VM created --net offline:\n%s", r.stdout)
+	}
+	if r := mustRun(t, repo, st, "net", "log", "--json", "x"); r.stdout != "" {
+		t.Errorf("the log of a VM that never ran: %q", r.stdout)
+	}
+}

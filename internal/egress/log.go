@@ -1,0 +1,138 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Entry is one connection in the log.
+type Entry struct {
+	Time time.Time `json:"time"`
+	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP
+	// request) or "door" (an exposed host port).
+	Kind    string `json:"kind"`
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule"`
+	// BytesOut went from the guest to the destination, BytesIn back.
+	BytesOut int64 `json:"bytes_out"`
+	BytesIn  int64 `json:"bytes_in"`
+	// Error is why an allowed connection failed (resolving, dialling).
+	Error string `json:"error,omitempty"`
+}
+
+// DefaultLogLimit bounds the log: past it, the file is rotated to
+// "<path>.1" (the one older file kept), so the log takes at most twice it.
+const DefaultLogLimit = 1 << 20
+
+// Log appends entries to a size-bounded JSON-lines file (0600).
+type Log struct {
+	Path  string
+	Limit int64
+
+	mu sync.Mutex
+}
+
+// Add appends one entry; a failure to write is returned, never fatal to
+// the connection.
+func (l *Log) Add(e Entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	limit := l.Limit
+	if limit <= 0 {
+		limit = DefaultLogLimit
+	}
+	if fi, err := os.Stat(l.Path); err == nil && fi.Size()+int64(len(b)) >= limit {
+		if err := os.Rename(l.Path, l.Path+".1"); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(l.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	return errors.Join(err, f.Close())
+}
+
+// ReadLog returns the entries of the log at path, oldest first (the rotated
+// file, then the current one). A missing log has no entries.
+func ReadLog(path string) ([]Entry, error) {
+	var out []Entry
+	for _, p := range []string{path + ".1", path} {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, parseLines(b)...)
+	}
+	return out, nil
+}
+
+// parseLines decodes complete JSON lines, skipping any it cannot read (a
+// line cut by a crash).
+func parseLines(b []byte) []Entry {
+	var out []Entry
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e Entry
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Follow calls emit for each entry the log gains after offset bytes of the
+// current file (pass the size ReadLog saw, or 0), until ctx ends. It
+// notices a rotation and reads the new file from its start.
+func Follow(ctx context.Context, path string, offset int64, emit func(Entry) error) error {
+	var partial []byte
+	for {
+		fi, err := os.Stat(path)
+		switch {
+		case err == nil && fi.Size() < offset:
+			offset, partial = 0, nil // rotated
+		case err == nil && fi.Size() > offset:
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			b, err := io.ReadAll(io.NewSectionReader(f, offset, fi.Size()-offset))
+			f.Close()
+			if err != nil {
+				return err
+			}
+			offset += int64(len(b))
+			b = append(partial, b...)
+			end := bytes.LastIndexByte(b, '\n') + 1
+			partial = append([]byte(nil), b[end:]...)
+			for _, e := range parseLines(b[:end]) {
+				if err := emit(e); err != nil {
+					return err
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

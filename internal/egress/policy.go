@@ -1,0 +1,216 @@
+// Package egress is a VM's only way out (issue 14): a per-VM host-side
+// proxy that the guest reaches through QEMU guestfwd doors, a policy that
+// says which destinations it may reach, and a size-bounded log of every
+// connection.
+//
+// The guest runs with slirp's restrict=on, so it reaches nothing of the
+// host or beyond by itself: no gateway, no LAN, no DNS. Its doors are
+// guestfwd rules, each spawning `agent-vm net-relay` per connection, which
+// carries the connection to one of this package's two unix sockets:
+//   - the proxy socket: HTTP CONNECT (TLS passes through untouched; the
+//     decision is made on the CONNECT host) and plain HTTP proxying (the
+//     decision is made on the request's host). The proxy resolves names
+//     itself, only for destinations the policy allows, so the guest needs
+//     no resolver.
+//   - the door socket: a host port the user exposed (`agent-vm expose`,
+//     `mcp sync`), named by the relay's preamble, which the guest cannot
+//     write; a port no longer exposed is refused.
+//
+// The policy is a JSON file the orchestration writes (Policy) and the
+// proxy re-reads when it changes, so `agent-vm net allow|deny` take effect
+// at once.
+package egress
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+)
+
+// Modes of a VM's egress policy.
+const (
+	// ModeOpen allows every destination (still only through the proxy,
+	// still logged; the host stays unreachable).
+	ModeOpen = "open"
+	// ModeAllow allows the allow-list only (the default).
+	ModeAllow = "allow"
+	// ModeOffline allows no destination; exposed host ports stay open.
+	ModeOffline = "offline"
+)
+
+// Modes lists the modes, for messages.
+var Modes = []string{ModeOpen, ModeAllow, ModeOffline}
+
+// DefaultAllow is the allow-list every VM starts with: the agents' APIs,
+// the package registries agents use, Debian's mirrors and the common git
+// hosts' HTTPS endpoints. The repository's own remote host is added per VM.
+var DefaultAllow = []string{
+	// Agent APIs and their sign-in endpoints.
+	"api.anthropic.com", "statsig.anthropic.com", "console.anthropic.com", "claude.ai",
+	"api.openai.com", "auth.openai.com", "chatgpt.com",
+	"generativelanguage.googleapis.com", "oauth2.googleapis.com", "accounts.google.com", "cloudcode-pa.googleapis.com",
+	// Package registries.
+	"registry.npmjs.org", "registry.yarnpkg.com",
+	"pypi.org", "files.pythonhosted.org",
+	"proxy.golang.org", "sum.golang.org", "storage.googleapis.com",
+	"crates.io", "index.crates.io", "static.crates.io",
+	"rubygems.org", "repo.maven.apache.org",
+	// Debian's mirrors (apt in the guest).
+	"deb.debian.org", "security.debian.org",
+	// Source hosts agents fetch from.
+	"github.com", "codeload.github.com", "objects.githubusercontent.com", "raw.githubusercontent.com",
+}
+
+// Policy is one VM's egress policy, as the proxy reads it.
+type Policy struct {
+	// Branch names the VM in the proxy's denial messages.
+	Branch string `json:"branch"`
+	Mode   string `json:"mode"`
+	// Allow are patterns the VM may reach (mode allow): a host name, a
+	// suffix wildcard "*.example.com" (which matches example.com's
+	// subdomains, not example.com), or an IP address.
+	Allow []string `json:"allow"`
+	// Deny are patterns refused in every mode (`agent-vm net deny`).
+	Deny []string `json:"deny,omitempty"`
+	// Exposed are the host ports (on 127.0.0.1) the guest may reach
+	// through the door socket.
+	Exposed []int `json:"exposed,omitempty"`
+}
+
+// Decision is the policy's answer for one destination, and the rule that
+// made it.
+type Decision struct {
+	Allowed bool
+	Rule    string
+}
+
+// Rules that refuse, which the denial's hint answers (DenialMessage).
+const (
+	ruleDeny    = "deny "
+	ruleOffline = "mode offline"
+)
+
+// Decide says whether the VM may connect to host (a name or an IP literal,
+// without port).
+func (p Policy) Decide(host string) Decision {
+	h := normalize(host)
+	if pat, ok := match(p.Deny, h); ok {
+		return Decision{Rule: ruleDeny + pat}
+	}
+	switch p.Mode {
+	case ModeOffline:
+		return Decision{Rule: ruleOffline}
+	case ModeOpen:
+		return Decision{Allowed: true, Rule: "mode open"}
+	}
+	if pat, ok := match(p.Allow, h); ok {
+		return Decision{Allowed: true, Rule: "allow " + pat}
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
+		return Decision{Rule: "IP address not on the allow-list"}
+	}
+	return Decision{Rule: "not on the allow-list"}
+}
+
+// Exposes reports whether host port is exposed to the guest.
+func (p Policy) Exposes(port int) bool { return slices.Contains(p.Exposed, port) }
+
+// match finds the first pattern that matches host.
+func match(patterns []string, host string) (string, bool) {
+	for _, pat := range patterns {
+		if matches(pat, host) {
+			return pat, true
+		}
+	}
+	return "", false
+}
+
+func matches(pattern, host string) bool {
+	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
+		return strings.HasSuffix(host, "."+suffix)
+	}
+	if a, err := netip.ParseAddr(pattern); err == nil {
+		b, err := netip.ParseAddr(host)
+		return err == nil && a.Unmap() == b.Unmap()
+	}
+	return pattern == host
+}
+
+// normalize lowercases a host and strips a trailing dot and IPv6 brackets.
+func normalize(host string) string {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	return strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+}
+
+// CheckPattern validates and normalizes a pattern given on the command
+// line (`net allow|deny`, create): a host name, "*." and a domain, or an
+// IP address.
+func CheckPattern(s string) (string, error) {
+	p := normalize(strings.TrimSpace(s))
+	if _, err := netip.ParseAddr(p); err == nil {
+		return p, nil
+	}
+	name := strings.TrimPrefix(p, "*.")
+	if name == "" || len(name) > 253 || strings.Contains(name, "*") || !validName(name) {
+		return "", fmt.Errorf("%q is not a domain name, a wildcard (*.example.com) or an IP address", s)
+	}
+	return p, nil
+}
+
+func validName(name string) bool {
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// CheckMode validates a mode name.
+func CheckMode(mode string) error {
+	if slices.Contains(Modes, mode) {
+		return nil
+	}
+	return fmt.Errorf("--net %q is not a network mode (hint: one of %s)", mode, strings.Join(Modes, ", "))
+}
+
+// WritePolicy replaces the policy file atomically (0600): the proxy never
+// reads half of it.
+func WritePolicy(path string, p Policy) error {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
+}
+
+// ReadPolicy reads a policy file. A missing file is an error: the proxy
+// then allows nothing.
+func ReadPolicy(path string) (Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Policy{}, err
+	}
+	var p Policy
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Policy{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := CheckMode(p.Mode); err != nil {
+		return Policy{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// errNoPolicy is what the proxy decides on when its policy is unreadable.
+var errNoPolicy = errors.New("the VM's network policy is unreadable")

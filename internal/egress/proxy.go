@@ -1,0 +1,380 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Proxy serves one VM's egress: the HTTP proxy and the doors.
+type Proxy struct {
+	// PolicyPath is the policy file, re-read when it changes.
+	PolicyPath string
+	Log        *Log
+	Logger     hclog.Logger
+	// Hosts overrides name resolution for the names it lists (tests: an
+	// allowed test name that leads to a server on the host's loopback).
+	// The addresses it gives are trusted: they may be loopback.
+	Hosts map[string]netip.Addr
+	// Resolve looks a name up; nil uses the host's resolver.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// DialTimeout bounds each outbound dial; 0 means 15 s.
+	DialTimeout time.Duration
+
+	mu     sync.Mutex
+	policy Policy
+	stamp  time.Time
+	err    error
+}
+
+// currentPolicy is the policy file's content, re-read when its
+// modification time changes.
+func (p *Proxy) currentPolicy() (Policy, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fi, err := os.Stat(p.PolicyPath)
+	if err != nil {
+		return Policy{}, fmt.Errorf("%w: %v", errNoPolicy, err)
+	}
+	if fi.ModTime().Equal(p.stamp) && p.err == nil && !p.stamp.IsZero() {
+		return p.policy, nil
+	}
+	p.policy, p.err = ReadPolicy(p.PolicyPath)
+	p.stamp = fi.ModTime()
+	if p.err != nil {
+		return Policy{}, fmt.Errorf("%w: %v", errNoPolicy, p.err)
+	}
+	return p.policy, nil
+}
+
+// decide applies the current policy; an unreadable policy denies.
+func (p *Proxy) decide(host string) (Decision, Policy) {
+	pol, err := p.currentPolicy()
+	if err != nil {
+		return Decision{Rule: err.Error()}, pol
+	}
+	return pol.Decide(host), pol
+}
+
+// ServeProxy serves HTTP proxy connections from l until it is closed.
+func (p *Proxy) ServeProxy(l net.Listener) error {
+	return serve(l, p.handleProxy)
+}
+
+// ServeDoors serves door connections from l until it is closed: each
+// starts with the relay's preamble, the host port as a decimal line.
+func (p *Proxy) ServeDoors(l net.Listener) error {
+	return serve(l, p.handleDoor)
+}
+
+func serve(l net.Listener, handle func(net.Conn)) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			defer c.Close()
+			handle(c)
+		}()
+	}
+}
+
+// handleProxy serves one guest connection: one CONNECT tunnel, or one
+// plain HTTP request (answered with Connection: close).
+func (p *Proxy) handleProxy(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if req.Method == http.MethodConnect {
+		p.connect(c, br, req)
+		return
+	}
+	p.forward(c, req)
+}
+
+// target splits the destination of a request: CONNECT's authority, or an
+// absolute URL's host (port 80 by default).
+func target(req *http.Request) (host string, port int, err error) {
+	hostport := req.Host
+	defPort := "80"
+	if req.Method == http.MethodConnect {
+		defPort = ""
+	} else if req.URL.Scheme != "http" || req.URL.Host == "" {
+		return "", 0, errors.New("a proxy request needs an absolute http:// URL (https goes through CONNECT)")
+	} else {
+		hostport = req.URL.Host
+	}
+	h, ps, err := net.SplitHostPort(hostport)
+	if err != nil {
+		if defPort == "" {
+			return "", 0, fmt.Errorf("CONNECT needs host:port, not %q", hostport)
+		}
+		h, ps = hostport, defPort
+	}
+	n, err := strconv.Atoi(ps)
+	if err != nil || n < 1 || n > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", hostport)
+	}
+	return normalize(h), n, nil
+}
+
+// begin reads the request's destination, decides on it and dials it. When
+// it cannot it answers the guest (and logs a decision) and returns false.
+func (p *Proxy) begin(c net.Conn, req *http.Request, kind string) (Entry, net.Conn, bool) {
+	host, port, err := target(req)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, "agent-vm: "+err.Error()+"\n")
+		return Entry{}, nil, false
+	}
+	e := Entry{Time: time.Now().UTC(), Kind: kind, Host: host, Port: port}
+	up, ok := p.open(c, &e)
+	return e, up, ok
+}
+
+func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
+	e, up, ok := p.begin(c, req, "connect")
+	if !ok {
+		return
+	}
+	defer up.Close()
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// What the guest sent after its request, before our answer, is part
+	// of the tunnel.
+	e.BytesOut, e.BytesIn = splice(c, io.MultiReader(io.LimitReader(br, int64(br.Buffered())), c), up)
+	p.record(e)
+}
+
+func (p *Proxy) forward(c net.Conn, req *http.Request) {
+	e, up, ok := p.begin(c, req, "http")
+	if !ok {
+		return
+	}
+	defer up.Close()
+	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive"} {
+		req.Header.Del(h)
+	}
+	req.Close = true // one request per connection: the byte counts are this request's
+	out := &counter{w: up}
+	if err := req.Write(out); err != nil {
+		e.Error = "writing the request: " + err.Error()
+	}
+	n, _ := io.Copy(c, up)
+	e.BytesOut, e.BytesIn = out.n, n
+	p.record(e)
+}
+
+// open decides on the entry's destination and dials it. When it cannot
+// (denied, or the dial failed) it answers the guest, logs the entry and
+// returns false.
+func (p *Proxy) open(c net.Conn, e *Entry) (net.Conn, bool) {
+	d, pol := p.decide(e.Host)
+	e.Allowed, e.Rule = d.Allowed, d.Rule
+	if !d.Allowed {
+		p.record(*e)
+		writeDenied(c, *e, pol.Branch)
+		return nil, false
+	}
+	up, err := p.dial(*e, pol)
+	if err != nil {
+		e.Error = err.Error()
+		p.record(*e)
+		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("agent-vm: %s:%d is allowed (%s) but could not be reached: %v\n", e.Host, e.Port, e.Rule, err))
+		return nil, false
+	}
+	return up, true
+}
+
+// dial resolves and connects to an allowed destination. An address of the
+// host itself or of a private network is refused (a public name pointed at
+// 127.0.0.1, or an IP literal in mode open, must not open the host), unless
+// the name is in Hosts or the address itself is on the allow-list.
+func (p *Proxy) dial(e Entry, pol Policy) (net.Conn, error) {
+	timeout := p.DialTimeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	addrs, trusted, err := p.lookup(ctx, e.Host)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, a := range addrs {
+		if !trusted && local(a) {
+			if _, listed := match(pol.Allow, a.String()); !listed {
+				errs = append(errs, fmt.Errorf("%s resolves to %s, a loopback, link-local or private address (hint: allow that address itself if it is meant)", e.Host, a))
+				continue
+			}
+		}
+		var dl net.Dialer
+		c, err := dl.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(e.Port)).String())
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// lookup resolves host: an IP literal is itself; Hosts' names are trusted.
+func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, bool, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, false, nil
+	}
+	if a, ok := p.Hosts[host]; ok {
+		return []netip.Addr{a}, true, nil
+	}
+	resolve := p.Resolve
+	if resolve == nil {
+		resolve = func(ctx context.Context, h string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", h)
+		}
+	}
+	addrs, err := resolve(ctx, host)
+	if err == nil && len(addrs) == 0 {
+		err = fmt.Errorf("%s has no address", host)
+	}
+	return addrs, false, err
+}
+
+// local reports addresses of the host itself or its networks.
+func local(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast()
+}
+
+// handleDoor relays a connection to an exposed host port on 127.0.0.1.
+func (p *Proxy) handleDoor(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	port, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || port < 1 || port > 65535 {
+		return
+	}
+	e := Entry{Time: time.Now().UTC(), Kind: "door", Host: "127.0.0.1", Port: port}
+	pol, err := p.currentPolicy()
+	switch {
+	case err != nil:
+		e.Rule = err.Error()
+	case pol.Exposes(port):
+		e.Allowed, e.Rule = true, "exposed"
+	default:
+		e.Rule = "not exposed"
+	}
+	if !e.Allowed {
+		p.record(e)
+		return
+	}
+	up, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
+	if err != nil {
+		e.Error = err.Error()
+		p.record(e)
+		return
+	}
+	defer up.Close()
+	e.BytesOut, e.BytesIn = splice(c, io.MultiReader(io.LimitReader(br, int64(br.Buffered())), c), up)
+	p.record(e)
+}
+
+func (p *Proxy) record(e Entry) {
+	if p.Log == nil {
+		return
+	}
+	if err := p.Log.Add(e); err != nil && p.Logger != nil {
+		p.Logger.Warn("could not log a connection", "error", err)
+	}
+}
+
+// splice copies both ways until both directions end, and returns the
+// bytes sent from the guest (read from in) and back to it.
+func splice(guest net.Conn, in io.Reader, up net.Conn) (out, back int64) {
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n, _ := io.Copy(up, in)
+		sent.Store(n)
+		closeWrite(up)
+	}()
+	back, _ = io.Copy(guest, up)
+	closeWrite(guest)
+	wg.Wait()
+	return sent.Load(), back
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// counter counts what passes to w.
+type counter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *counter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// DenialMessage is what a denied guest reads: which rule refused what, and
+// the command the user runs on the host to allow it.
+func DenialMessage(e Entry, branch string) string {
+	fix := fmt.Sprintf("agent-vm net allow %s %s", branch, e.Host)
+	switch {
+	case e.Rule == ruleOffline:
+		fix = fmt.Sprintf("agent-vm net mode %s allow (this VM is offline), and %s if the name is not on the default allow-list", branch, fix)
+	case strings.HasPrefix(e.Rule, ruleDeny):
+		fix = fmt.Sprintf("agent-vm net allow %s %s (the refusal that matched)", branch, strings.TrimPrefix(e.Rule, ruleDeny))
+	}
+	return fmt.Sprintf("agent-vm: connection to %s:%d denied by this VM's network policy (rule: %s).\n"+
+		"This VM reaches the network only through agent-vm's proxy, which allows listed destinations.\n"+
+		"The user can allow it on the host with: %s\n", e.Host, e.Port, e.Rule, fix)
+}
+
+func writeDenied(c net.Conn, e Entry, branch string) {
+	msg := DenialMessage(e, branch)
+	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden by agent-vm\r\nContent-Type: text/plain; charset=utf-8\r\nX-Agent-VM-Denied: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		strings.ReplaceAll(strings.TrimSpace(strings.SplitN(msg, "\n", 2)[0]), "\r", ""), len(msg), msg)
+}
+
+func writeStatus(c net.Conn, code int, body string) {
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		code, http.StatusText(code), len(body), body)
+}

@@ -1,0 +1,414 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fixture is a proxy on a loopback listener with a policy file, and
+// test names that resolve to servers on the loopback.
+type fixture struct {
+	t      *testing.T
+	p      *Proxy
+	dir    string
+	url    *url.URL
+	policy Policy
+	c      *http.Client
+}
+
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+func newFixture(t *testing.T, pol Policy) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{t: t, dir: dir, policy: pol}
+	f.p = &Proxy{PolicyPath: filepath.Join(dir, "policy.json"), Log: &Log{Path: filepath.Join(dir, "net.log")},
+		Hosts: map[string]netip.Addr{"allowed.test": loopback, "denied.test": loopback, "sub.wild.test": loopback},
+		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			if host == "evil.test" { // a public name pointed at the host's loopback
+				return []netip.Addr{loopback}, nil
+			}
+			return nil, fmt.Errorf("no such host %s", host)
+		}}
+	f.setPolicy(pol)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go f.p.ServeProxy(l)
+	f.url = &url.URL{Scheme: "http", Host: l.Addr().String()}
+	return f
+}
+
+func (f *fixture) setPolicy(p Policy) {
+	f.t.Helper()
+	if err := WritePolicy(f.p.PolicyPath, p); err != nil {
+		f.t.Fatal(err)
+	}
+	// The proxy re-reads on a new modification time; make sure it is new.
+	later := time.Now().Add(time.Duration(len(p.Allow)+len(p.Deny)+1) * time.Second)
+	_ = os.Chtimes(f.p.PolicyPath, later, later)
+}
+
+func (f *fixture) client() *http.Client {
+	if f.c == nil {
+		f.c = &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(f.url),
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 10 * time.Second}
+	}
+	return f.c
+}
+
+func (f *fixture) entries(n int) []Entry {
+	f.t.Helper()
+	// The proxy logs once both directions end; give it a moment.
+	var es []Entry
+	for i := 0; i < 100; i++ {
+		var err error
+		if es, err = ReadLog(f.p.Log.Path); err != nil {
+			f.t.Fatal(err)
+		}
+		if len(es) >= n {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return es
+}
+
+func port(t *testing.T, u string) string {
+	t.Helper()
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pu.Port()
+}
+
+func TestPlainHTTPAllowed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Connection") != "" {
+			t.Errorf("the proxy passed Proxy-Connection on")
+		}
+		fmt.Fprintf(w, "hello %s", r.Host)
+	}))
+	defer srv.Close()
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test"}})
+	resp, err := f.client().Get("http://allowed.test:" + port(t, srv.URL) + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hello allowed.test:"+port(t, srv.URL) {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	es := f.entries(1)
+	if len(es) != 1 || es[0].Kind != "http" || es[0].Host != "allowed.test" || !es[0].Allowed || es[0].Rule != "allow allowed.test" ||
+		es[0].BytesOut == 0 || es[0].BytesIn == 0 {
+		t.Fatalf("log = %+v, want one allowed http entry with bytes both ways", es)
+	}
+}
+
+func TestDeniedCarriesTheHint(t *testing.T) {
+	f := newFixture(t, Policy{Branch: "feat-x", Mode: ModeAllow, Allow: []string{"allowed.test"}})
+	resp, err := f.client().Get("http://denied.test:81/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := "rule: not on the allow-list"
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), want) ||
+		!strings.Contains(string(body), "agent-vm net allow feat-x denied.test") {
+		t.Fatalf("got %d %q; want 403 naming the rule and the command", resp.StatusCode, body)
+	}
+	if h := resp.Header.Get("X-Agent-VM-Denied"); !strings.Contains(h, want) {
+		t.Errorf("X-Agent-VM-Denied = %q, want the rule", h)
+	}
+	es := f.entries(1)
+	if len(es) != 1 || es[0].Allowed || es[0].Host != "denied.test" || es[0].Port != 81 || es[0].Rule != "not on the allow-list" {
+		t.Fatalf("log = %+v, want one denied entry", es)
+	}
+}
+
+// Each refusal's hint is the command that lifts that refusal.
+func TestDenialHintFitsTheRule(t *testing.T) {
+	p := Policy{Mode: ModeAllow, Allow: []string{"allowed.test"}, Deny: []string{"*.npmjs.org"}}
+	for host, fix := range map[string]string{
+		"other.test":         "agent-vm net allow b other.test\n",
+		"registry.npmjs.org": "agent-vm net allow b *.npmjs.org (the refusal that matched)\n",
+	} {
+		d := p.Decide(host)
+		if msg := DenialMessage(Entry{Host: host, Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.HasSuffix(msg, "on the host with: "+fix) {
+			t.Errorf("%s: %+v %q; want the hint %q", host, d, msg, fix)
+		}
+	}
+	p.Mode = ModeOffline
+	d := p.Decide("allowed.test")
+	if msg := DenialMessage(Entry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode b allow (this VM is offline)") {
+		t.Errorf("offline: %+v %q", d, msg)
+	}
+}
+
+func TestConnectTunnelsTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") }))
+	defer srv.Close()
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"*.wild.test"}})
+	resp, err := f.client().Get("https://sub.wild.test:" + port(t, srv.URL) + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "secret" {
+		t.Fatalf("got %q through the tunnel", body)
+	}
+	// A tunnel is logged when it ends.
+	f.client().Transport.(*http.Transport).CloseIdleConnections()
+	// The same name, denied: CONNECT answers 403.
+	f.setPolicy(Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test"}, Deny: []string{"*.wild.test"}})
+	_, err = f.client().Get("https://sub.wild.test:" + port(t, srv.URL) + "/")
+	if err == nil || !strings.Contains(err.Error(), "Forbidden by agent-vm") {
+		t.Fatalf("a denied CONNECT answered %v, want 403 Forbidden by agent-vm", err)
+	}
+	es := f.entries(2)
+	if len(es) != 2 || es[0].Kind != "connect" || !es[0].Allowed || es[0].Rule != "allow *.wild.test" || es[0].BytesIn == 0 ||
+		es[1].Allowed || es[1].Rule != "deny *.wild.test" {
+		t.Fatalf("log = %+v", es)
+	}
+}
+
+func TestHostIsNeverReachable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "host secret") }))
+	defer srv.Close()
+	p := port(t, srv.URL)
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeOpen})
+	for _, u := range []string{"http://127.0.0.1:" + p + "/", "http://evil.test:" + p + "/", "http://[::ffff:127.0.0.1]:" + p + "/"} {
+		resp, err := f.client().Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || strings.Contains(string(body), "host secret") {
+			t.Errorf("%s in mode open: %d %q; want 502, the host's loopback refused", u, resp.StatusCode, body)
+		}
+	}
+	// An IP literal the user listed is reached.
+	f.setPolicy(Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"127.0.0.1"}})
+	resp, err := f.client().Get("http://127.0.0.1:" + p + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("a listed IP literal answered %d, want 200", resp.StatusCode)
+	}
+}
+
+func TestOfflineAndUnreadablePolicy(t *testing.T) {
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeOffline, Allow: []string{"allowed.test"}})
+	resp, err := f.client().Get("http://allowed.test:81/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("offline: %d, want 403", resp.StatusCode)
+	}
+	os.Remove(f.p.PolicyPath)
+	resp, err = f.client().Get("http://allowed.test:81/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("no policy: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestDoorsAndRelay(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "mcp") }))
+	defer srv.Close()
+	var exposed int
+	fmt.Sscan(port(t, srv.URL), &exposed)
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.json")
+	if err := WritePolicy(pol, Policy{Branch: "feat", Mode: ModeOffline, Exposed: []int{exposed}}); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{PolicyPath: pol, Log: &Log{Path: filepath.Join(dir, "net.log")}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	proxySock, doorSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, DoorSocket)
+	go p.Run(ctx, proxySock, doorSock)
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(doorSock); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, door := range []int{exposed, exposed + 1} {
+		var out strings.Builder
+		in := strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		if err := Relay(ctx, doorSock, door, in, &out); err != nil {
+			t.Fatal(err)
+		}
+		got := out.String()
+		if door == exposed && !strings.HasSuffix(got, "mcp") {
+			t.Errorf("the exposed door answered %q", got)
+		}
+		if door != exposed && got != "" {
+			t.Errorf("a port not exposed answered %q", got)
+		}
+	}
+	// The proxy socket never takes a door preamble as a destination.
+	var out strings.Builder
+	if err := Relay(ctx, proxySock, 0, strings.NewReader(fmt.Sprintf("%d\n", exposed)), &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "mcp") {
+		t.Errorf("the proxy socket relayed a door preamble: %q", out.String())
+	}
+	es, _ := ReadLog(p.Log.Path)
+	if len(es) != 2 || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != "door" || es[1].Allowed || es[1].Rule != "not exposed" {
+		t.Fatalf("log = %+v", es)
+	}
+	// Relay to a proxy that is not there fails with a clear error.
+	if err := Relay(ctx, filepath.Join(dir, "nothing.sock"), 0, strings.NewReader(""), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "egress proxy") {
+		t.Errorf("Relay without a proxy: %v", err)
+	}
+}
+
+func TestLogIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	l := &Log{Path: filepath.Join(dir, "net.log"), Limit: 1000}
+	for i := 0; i < 50; i++ {
+		if err := l.Add(Entry{Host: fmt.Sprintf("h%d.example.com", i), Port: 443, Rule: "mode open", Allowed: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{l.Path, l.Path + ".1"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 1000 || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %d bytes, mode %v; want at most 1000, 0600", p, fi.Size(), fi.Mode().Perm())
+		}
+	}
+	es, err := ReadLog(l.Path)
+	if err != nil || len(es) == 0 || es[len(es)-1].Host != "h49.example.com" {
+		t.Fatalf("ReadLog: %d entries, %v; want the newest last", len(es), err)
+	}
+}
+
+func TestFollow(t *testing.T) {
+	l := &Log{Path: filepath.Join(t.TempDir(), "net.log")}
+	l.Add(Entry{Host: "old.example.com"})
+	fi, _ := os.Stat(l.Path)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got := make(chan string, 100)
+	go Follow(ctx, l.Path, fi.Size(), func(e Entry) error { got <- e.Host; return nil })
+	next := func() string {
+		select {
+		case h := <-got:
+			return h
+		case <-ctx.Done():
+			t.Fatal("Follow saw nothing new")
+			return ""
+		}
+	}
+	l.Add(Entry{Host: "new.example.com"})
+	if h := next(); h != "new.example.com" {
+		t.Fatalf("Follow saw %q first, want the new entry only", h)
+	}
+	// A rotation: the new file is read from its start.
+	time.Sleep(300 * time.Millisecond)
+	if err := os.Rename(l.Path, l.Path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	l.Add(Entry{Host: "rotated.example.com"})
+	if h := next(); h != "rotated.example.com" {
+		t.Fatalf("Follow saw %q after the rotation", h)
+	}
+}
+
+// A CONNECT request's bytes that arrive with the request are not lost.
+func TestConnectKeepsEarlyBytes(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		c, err := echo.Accept()
+		if err == nil {
+			io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test"}})
+	c, err := net.Dial("tcp", f.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, p, _ := net.SplitHostPort(echo.Addr().String())
+	fmt.Fprintf(c, "CONNECT allowed.test:%s HTTP/1.1\r\nHost: allowed.test:%s\r\n\r\nearly", p, p)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "early" {
+		t.Fatalf("echo of early bytes: %q %v", buf, err)
+	}
+	c.Close()
+	if es := f.entries(1); len(es) != 1 || es[0].BytesOut != 5 || es[0].BytesIn != 5 {
+		t.Fatalf("log = %+v, want 5 bytes each way", es)
+	}
+}
+
+func TestOrphaned(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "qemu.pid")
+	// No pid file within the grace: orphaned.
+	ctx := Orphaned(context.Background(), pidFile, time.Millisecond)
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a proxy whose QEMU never came was not ended")
+	}
+	// A live process: not orphaned; once its pid file goes, orphaned.
+	os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o600)
+	ctx = Orphaned(context.Background(), pidFile, time.Millisecond)
+	select {
+	case <-ctx.Done():
+		t.Fatal("orphaned while the process lives")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	os.Remove(pidFile)
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not orphaned after the pid file went")
+	}
+}

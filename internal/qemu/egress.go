@@ -1,0 +1,290 @@
+package qemu
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
+)
+
+// The egress proxy's files (see driver.Network and internal/egress).
+const (
+	EgressPid   = "egress.pid"
+	EgressLog   = "egress.log"
+	ProxySock   = "egress.sock"
+	DoorSock    = "door.sock"
+	egressFlag  = "--proxy-socket"
+	doorFlag    = "--door-socket"
+	restrictOpt = "restrict=on"
+)
+
+// netOpts are the user netdev's options that contain the guest: slirp's
+// restrict=on (no gateway, no DNS, no outbound connection but guestfwd's),
+// and one guestfwd per door, whose cmd QEMU runs per connection with the
+// connection as stdin and stdout. libslirp splits cmd at spaces (no shell),
+// so no argument may hold one (checkNetwork). A guestfwd to a chardev
+// instead would carry one connection at a time (libslirp hands every
+// connection's data to the one chardev and writes replies to the first
+// matching socket), so it cannot serve a proxy.
+func netOpts(m Machine) []string {
+	n := m.Network
+	if n == nil {
+		return nil
+	}
+	relay := func(args ...string) string {
+		return esc(strings.Join(append(slices.Clone(n.Relay), args...), " "))
+	}
+	opts := []string{restrictOpt,
+		fmt.Sprintf("guestfwd=tcp:%s:%d-cmd:%s", n.Addr, n.ProxyPort, relay(m.egressFile(ProxySock)))}
+	for _, p := range n.Exposed {
+		opts = append(opts, fmt.Sprintf("guestfwd=tcp:%s:%d-cmd:%s", n.Addr, p, relay(m.egressFile(DoorSock), strconv.Itoa(p))))
+	}
+	return opts
+}
+
+// checkNetwork refuses a network the command line cannot carry.
+func checkNetwork(m Machine) error {
+	n := m.Network
+	if n == nil {
+		return nil
+	}
+	if len(n.Proxy) == 0 || len(n.Relay) == 0 || n.Addr == "" || n.ProxyPort == 0 {
+		return fmt.Errorf("internal error: incomplete network %+v", *n)
+	}
+	for _, a := range append(slices.Clone(n.Relay), m.egressFile(ProxySock)) {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") {
+			return fmt.Errorf("QEMU's guestfwd cannot run %q: its path holds a space or a quote (hint: install agent-vm, and keep its state directory, at paths without them)", a)
+		}
+	}
+	for _, p := range n.Exposed {
+		if p == n.ProxyPort {
+			return fmt.Errorf("host port %d cannot be exposed: the guest reaches the egress proxy there", p)
+		}
+	}
+	return nil
+}
+
+// isEgressFor matches the egress proxy of the VM whose QEMU pid file is
+// pidFile (the one argument that names the VM wherever its sockets are).
+func isEgressFor(pidFile string) func(args []string) bool {
+	return func(args []string) bool { return hasArg(args, "--qemu-pidfile", pidFile) }
+}
+
+// egressBase is the directory, root's and traversable by anyone (0711, not
+// listable), holding one directory per VM for the sockets of egress proxies
+// whose QEMU runs as another user (see EgressDirFor).
+func egressBase() string {
+	if fi, err := os.Stat("/run"); err == nil && fi.IsDir() {
+		return "/run/agent-vm-egress"
+	}
+	return filepath.Join(os.TempDir(), "agent-vm-egress")
+}
+
+// EgressDirFor is where a VM's egress sockets live when its QEMU drops to
+// the workspace's owner: QEMU spawns the guestfwd relays as that user, who
+// may not be able to walk to the state directory (root's home, a 0700
+// temporary directory). The path is reachable by anyone, but the
+// directories are root's and not writable by others, and the sockets are
+// the owner's, mode 0600: only the owner (QEMU's relays) and root connect.
+func EgressDirFor(uuid string) string {
+	return filepath.Join(egressBase(), strings.ReplaceAll(uuid, "-", "")[:12])
+}
+
+// ensureEgressDir makes m.EgressDir (and its shared parent) as root's,
+// 0711, refusing a parent someone else made or can write to.
+func ensureEgressDir(m Machine) error {
+	if m.EgressDir == "" {
+		return nil
+	}
+	for _, d := range []string{filepath.Dir(m.EgressDir), m.EgressDir} {
+		if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("creating the egress socket directory: %w", err)
+		}
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+			return fmt.Errorf("egress socket directory %s is not a directory of this user that only it can write (hint: remove it)", d)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relayKeep is how long an unused copy of the relay (installRelay) stays:
+// a start that installed it may not have launched its QEMU yet.
+const relayKeep = 10 * time.Minute
+
+// installRelay returns a copy of the relay program src that any user can
+// run, in base (root's, 0711): under -runas QEMU spawns the relay as the
+// workspace's owner, who may not reach src (a binary under root's home, in
+// a 0700 build or temporary directory). The copy is named by its content,
+// root's and 0755, written by rename so a concurrent start never runs half
+// a file. Copies no process names and unused for relayKeep are removed.
+func installRelay(base, src string) (string, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("reading the relay program: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading the relay program: %w", err)
+	}
+	dst := filepath.Join(base, relayPrefix+hex.EncodeToString(h.Sum(nil))[:16])
+	now := time.Now()
+	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() == 0o755 && ownedByUs(fi) {
+		_ = os.Chtimes(dst, now, now)
+	} else {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", err
+		}
+		err := atomicfile.WriteFrom(dst, 0o755, func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+		if err != nil {
+			return "", fmt.Errorf("installing the relay program: %w", err)
+		}
+	}
+	pruneRelays(base, dst, now)
+	return dst, nil
+}
+
+const relayPrefix = "relay-"
+
+func ownedByUs(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// pruneRelays removes the copies in base other than keep that no process
+// names in its arguments (a QEMU spawns its relay from its netdev option)
+// and that were last installed before relayKeep.
+func pruneRelays(base, keep string, now time.Time) {
+	des, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		p := filepath.Join(base, de.Name())
+		if !strings.HasPrefix(de.Name(), relayPrefix) || p == keep {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil || !fi.Mode().IsRegular() || now.Sub(fi.ModTime()) < relayKeep {
+			continue
+		}
+		named := func(args []string) bool {
+			return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, p) })
+		}
+		if findProcess(named) == 0 {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// startEgress starts the machine's egress proxy and waits for its sockets.
+// A proxy left from an earlier run of this VM is ended first. owner, when
+// QEMU drops to another user, is given the sockets (mode 0600), so that
+// the relays QEMU spawns as that user can connect and no one else can. On
+// failure nothing of it runs.
+func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (int, error) {
+	sock, door := m.egressFile(ProxySock), m.egressFile(DoorSock)
+	match := isEgressFor(m.runFile(PidFile))
+	if old := findProcess(match); old != 0 {
+		killVerified(old, match)
+	}
+	if err := ensureEgressDir(m); err != nil {
+		return 0, err
+	}
+	_ = os.Remove(sock)
+	_ = os.Remove(door)
+	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door, "--qemu-pidfile", m.runFile(PidFile))
+	p, err := l.Run.Start(execx.Detached{Path: argv[0], Args: argv[1:], StdoutPath: m.logFile(EgressLog)})
+	if err != nil {
+		return 0, fmt.Errorf("starting the egress proxy: %w", err)
+	}
+	wait := newBackoff(10*time.Millisecond, 200*time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if exists(sock) && exists(door) {
+			if err := giveSockets(owner, sock, door); err != nil {
+				killVerified(p.Pid(), match)
+				return 0, fmt.Errorf("giving the egress sockets to QEMU's user: %w", err)
+			}
+			if err := os.WriteFile(m.runFile(EgressPid), []byte(strconv.Itoa(p.Pid())+"\n"), 0o600); err != nil {
+				killVerified(p.Pid(), match)
+				return 0, err
+			}
+			return p.Pid(), nil
+		}
+		select {
+		case <-p.Exited():
+			return 0, fmt.Errorf("the egress proxy exited at once (code %d): %s", p.ExitCode(), driver.TailFile(m.logFile(EgressLog), 3))
+		case <-ctx.Done():
+			killVerified(p.Pid(), match)
+			return 0, ctx.Err()
+		case <-time.After(wait.next()):
+		}
+		if time.Now().After(deadline) {
+			killVerified(p.Pid(), match)
+			return 0, fmt.Errorf("the egress proxy did not create its sockets within 10s: %s", driver.TailFile(m.logFile(EgressLog), 3))
+		}
+	}
+}
+
+// giveSockets makes the sockets owner's (Lchown: the proxy made them in a
+// directory of ours, but a link is never followed). They stay 0600.
+func giveSockets(owner *Owner, socks ...string) error {
+	if owner == nil {
+		return nil
+	}
+	for _, s := range socks {
+		if err := os.Lchown(s, owner.UID, owner.GID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopEgress ends the machine's egress proxy (the one recorded, or any
+// serving this VM) and removes its sockets, wherever they were made.
+func (l *Launcher) stopEgress(m Machine) {
+	match := isEgressFor(m.runFile(PidFile))
+	pid, err := readPid(m.runFile(EgressPid))
+	if err != nil || !verified(pid, match) {
+		pid = findProcess(match)
+	}
+	if pid != 0 {
+		killVerified(pid, match)
+	}
+	_ = os.Remove(m.runFile(EgressPid))
+	_ = os.Remove(m.sockFile(ProxySock))
+	_ = os.Remove(m.sockFile(DoorSock))
+	if m.UUID != "" {
+		dir := EgressDirFor(m.UUID)
+		_ = os.Remove(filepath.Join(dir, ProxySock))
+		_ = os.Remove(filepath.Join(dir, DoorSock))
+		_ = os.Remove(dir)
+	}
+	if m.EgressDir != "" {
+		_ = os.Remove(m.egressFile(ProxySock))
+		_ = os.Remove(m.egressFile(DoorSock))
+		_ = os.Remove(m.EgressDir)
+	}
+}

@@ -1,0 +1,67 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// ExposedByCommand marks the ports `agent-vm expose` added.
+const ExposedByCommand = "expose"
+
+// ExposeChange is what `expose` did.
+type ExposeChange struct {
+	Branch string `json:"branch"`
+	Port   int    `json:"port"`
+	// GuestURL is where the guest reaches the port.
+	GuestAddr string `json:"guest_addr"`
+	Removed   bool   `json:"removed,omitempty"`
+	Unchanged bool   `json:"unchanged,omitempty"`
+	// Restart: the VM runs and the door opens only at its next start
+	// (QEMU cannot add a guestfwd to a running VM). A removed door closes
+	// at once.
+	Restart bool `json:"restart,omitempty"`
+}
+
+// Expose lets the guest reach port on the host's 127.0.0.1 (at
+// guest.HostAddr, same port), or with remove takes that away. These, and
+// the ports `mcp sync` exposes, are the only host services a guest reaches.
+func (m *Manager) Expose(ctx context.Context, name string, port int, remove bool) (*ExposeChange, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("HOST_PORT %d is not a port number", port)
+	}
+	if port == guest.ProxyPort {
+		return nil, fmt.Errorf("host port %d cannot be exposed: the guest reaches the egress proxy at %s:%d", port, guest.HostAddr, port)
+	}
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	r := e.Record
+	ch := &ExposeChange{Branch: r.Branch, Port: port, GuestAddr: fmt.Sprintf("%s:%d", guest.HostAddr, port), Removed: remove}
+	has := func(x state.Exposed) bool { return x.Port == port }
+	running := m.Status(ctx, e, false).State == StateRunning
+	switch {
+	case remove && !slices.ContainsFunc(r.Exposed, has):
+		return nil, fmt.Errorf("%q does not expose host port %d (hint: `agent-vm net show %s` lists its doors)", r.Branch, port, r.Slug)
+	case remove:
+		r.Exposed = slices.DeleteFunc(r.Exposed, has)
+	case slices.ContainsFunc(r.Exposed, has):
+		ch.Unchanged = true
+		return ch, nil
+	default:
+		r.Exposed = append(r.Exposed, state.Exposed{Port: port, Why: "exposed by the user", By: ExposedByCommand})
+		ch.Restart = running
+	}
+	if err := state.WriteRecord(e.Layout.Record(), r); err != nil {
+		return nil, err
+	}
+	if err := writeNetPolicy(e.Layout, r); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}

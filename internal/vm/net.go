@@ -1,0 +1,315 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Files of a VM's network: the policy the proxy reads (in the VM
+// directory, 0600) and the connection log (in its logs).
+const (
+	NetPolicyFile = "net-policy.json"
+	NetLogFile    = "net.log"
+)
+
+// Egress modes, as create --net takes them.
+const (
+	NetOpen    = egress.ModeOpen
+	NetAllow   = egress.ModeAllow
+	NetOffline = egress.ModeOffline
+)
+
+// TestHostsEnv names test names the egress proxy resolves itself
+// ("name=ip,..."): how tests lead an allowed name to a server on the
+// host's loopback. Not for users: those addresses bypass the proxy's
+// refusal of loopback and private addresses.
+const TestHostsEnv = "AGENT_VM_TEST_EGRESS_HOSTS"
+
+func netPolicyPath(l state.Layout) string { return filepath.Join(l.Dir, NetPolicyFile) }
+
+// NetLogPath is the VM's connection log.
+func NetLogPath(l state.Layout) string { return l.Log(NetLogFile) }
+
+// netMode is the record's mode, allow by default.
+func netMode(r *state.Record) string {
+	if r.Net == nil || r.Net.Mode == "" {
+		return NetAllow
+	}
+	return r.Net.Mode
+}
+
+// netPolicy is the proxy's policy for r: the default allow-list, the
+// repository's git remote host, the user's own additions and refusals,
+// and the exposed ports.
+func netPolicy(r *state.Record) egress.Policy {
+	p := egress.Policy{Branch: r.Slug, Mode: netMode(r), Allow: slices.Clone(egress.DefaultAllow)}
+	for _, u := range []string{r.Git.UpstreamURL, r.Git.OriginURL} {
+		if h := remoteHost(u); h != "" && !slices.Contains(p.Allow, h) {
+			p.Allow = append(p.Allow, h)
+		}
+	}
+	if r.Net != nil {
+		for _, a := range r.Net.Allow {
+			if !slices.Contains(p.Allow, a) {
+				p.Allow = append(p.Allow, a)
+			}
+		}
+		p.Deny = slices.Clone(r.Net.Deny)
+	}
+	for _, x := range r.Exposed {
+		if !slices.Contains(p.Exposed, x.Port) {
+			p.Exposed = append(p.Exposed, x.Port)
+		}
+	}
+	slices.Sort(p.Exposed)
+	return p
+}
+
+// remoteHost is the host of a git remote URL (https://host/..., ssh://,
+// scp-like user@host:path); "" for local paths.
+func remoteHost(u string) string {
+	if u == "" || strings.HasPrefix(u, "/") || strings.HasPrefix(u, "file:") {
+		return ""
+	}
+	if pu, err := url.Parse(u); err == nil && pu.Host != "" {
+		h, err := egress.CheckPattern(pu.Hostname())
+		if err != nil {
+			return ""
+		}
+		return h
+	}
+	if at := strings.Index(u, "@"); at >= 0 {
+		if host, _, ok := strings.Cut(u[at+1:], ":"); ok {
+			if h, err := egress.CheckPattern(host); err == nil {
+				return h
+			}
+		}
+	}
+	return ""
+}
+
+// writeNetPolicy renders r's policy for the proxy, which re-reads it at
+// once.
+func writeNetPolicy(l state.Layout, r *state.Record) error {
+	return egress.WritePolicy(netPolicyPath(l), netPolicy(r))
+}
+
+// network is the contained network of a start: the proxy's policy written,
+// the doors of the exposed ports, and this agent-vm binary as proxy and
+// relay.
+func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, error) {
+	if err := writeNetPolicy(l, r); err != nil {
+		return nil, err
+	}
+	exe := m.Executable
+	if exe == nil {
+		exe = os.Executable
+	}
+	self, err := exe()
+	if err != nil {
+		return nil, fmt.Errorf("finding the agent-vm binary for the egress proxy: %w", err)
+	}
+	pol := netPolicy(r)
+	return &driver.Network{Addr: guest.HostAddr, ProxyPort: guest.ProxyPort, Exposed: pol.Exposed,
+		Proxy: []string{self, "net-proxy", "--policy", netPolicyPath(l), "--log", NetLogPath(l)},
+		Relay: []string{self, "net-relay"}}, nil
+}
+
+// NetInfo is `net show`: the VM's mode, its effective allow-list and
+// refusals, and its doors.
+type NetInfo struct {
+	Branch  string          `json:"branch"`
+	Mode    string          `json:"mode"`
+	Allow   []string        `json:"allow"`
+	Added   []string        `json:"added,omitempty"` // the user's own part of Allow
+	Deny    []string        `json:"deny,omitempty"`
+	Exposed []state.Exposed `json:"exposed,omitempty"`
+	Proxy   string          `json:"proxy"` // as the guest reaches it
+	Log     string          `json:"log"`
+}
+
+// NetShow reports a VM's egress policy.
+func (m *Manager) NetShow(ctx context.Context, name string) (*NetInfo, error) {
+	e, err := m.Find(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if e.Record == nil {
+		return nil, e.Err
+	}
+	return netInfo(e), nil
+}
+
+func netInfo(e state.Entry) *NetInfo {
+	r := e.Record
+	p := netPolicy(r)
+	info := &NetInfo{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Exposed: r.Exposed,
+		Proxy: guest.ProxyURL, Log: NetLogPath(e.Layout)}
+	if r.Net != nil {
+		info.Added = r.Net.Allow
+	}
+	return info
+}
+
+// NetChange is `net allow|deny|mode`: the patterns given, as the policy now
+// has them.
+type NetChange struct {
+	Info *NetInfo
+	// Live: the VM runs, and its proxy applies the change at once.
+	Live bool
+}
+
+// NetAllow adds patterns to a VM's allow-list (and takes them off its
+// refusals); NetDeny refuses them in every mode. Both apply at once to a
+// running VM.
+func (m *Manager) NetAllow(ctx context.Context, name string, patterns []string) (*NetChange, error) {
+	return m.netEdit(ctx, name, patterns, func(n *state.Net, p string) {
+		n.Deny = slices.DeleteFunc(n.Deny, func(d string) bool { return d == p })
+		if !slices.Contains(n.Allow, p) && !slices.Contains(egress.DefaultAllow, p) {
+			n.Allow = append(n.Allow, p)
+		}
+	})
+}
+
+// NetDeny: see NetAllow.
+func (m *Manager) NetDeny(ctx context.Context, name string, patterns []string) (*NetChange, error) {
+	return m.netEdit(ctx, name, patterns, func(n *state.Net, p string) {
+		n.Allow = slices.DeleteFunc(n.Allow, func(a string) bool { return a == p })
+		if !slices.Contains(n.Deny, p) {
+			n.Deny = append(n.Deny, p)
+		}
+	})
+}
+
+// NetMode changes a VM's egress mode.
+func (m *Manager) NetMode(ctx context.Context, name, mode string) (*NetChange, error) {
+	if err := egress.CheckMode(mode); err != nil {
+		return nil, err
+	}
+	return m.netUpdate(ctx, name, func(r *state.Record) { netOf(r).Mode = mode })
+}
+
+func netOf(r *state.Record) *state.Net {
+	if r.Net == nil {
+		r.Net = &state.Net{Mode: NetAllow}
+	}
+	return r.Net
+}
+
+func (m *Manager) netEdit(ctx context.Context, name string, patterns []string, edit func(*state.Net, string)) (*NetChange, error) {
+	if len(patterns) == 0 {
+		return nil, fmt.Errorf("no DOMAIN given (hint: e.g. example.com, *.example.com or 203.0.113.7)")
+	}
+	var clean []string
+	for _, p := range patterns {
+		c, err := egress.CheckPattern(p)
+		if err != nil {
+			return nil, err
+		}
+		clean = append(clean, c)
+	}
+	return m.netUpdate(ctx, name, func(r *state.Record) {
+		for _, p := range clean {
+			edit(netOf(r), p)
+		}
+	})
+}
+
+// netUpdate changes the record's network under the VM's lock and rewrites
+// the proxy's policy.
+func (m *Manager) netUpdate(ctx context.Context, name string, change func(*state.Record)) (*NetChange, error) {
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	change(e.Record)
+	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
+		return nil, err
+	}
+	if err := writeNetPolicy(e.Layout, e.Record); err != nil {
+		return nil, err
+	}
+	return &NetChange{Info: netInfo(e), Live: m.Status(ctx, e, false).State == StateRunning}, nil
+}
+
+// NetLog returns a VM's connection log, oldest first, and where it is.
+func (m *Manager) NetLog(ctx context.Context, name string) ([]egress.Entry, string, error) {
+	e, err := m.Find(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	if e.Record == nil {
+		return nil, "", e.Err
+	}
+	path := NetLogPath(e.Layout)
+	es, err := egress.ReadLog(path)
+	return es, path, err
+}
+
+// NetLogEntry is one connection of the log.
+type NetLogEntry = egress.Entry
+
+// FollowNetLog calls emit with each connection logged after the log's
+// current end until ctx ends.
+func FollowNetLog(ctx context.Context, path string, emit func(NetLogEntry) error) error {
+	var off int64
+	if fi, err := os.Stat(path); err == nil {
+		off = fi.Size()
+	}
+	return egress.Follow(ctx, path, off, emit)
+}
+
+// ServeEgress runs a VM's egress proxy (the hidden `net-proxy` command the
+// driver starts) until ctx ends. hosts is TestHostsEnv's value.
+func ServeEgress(ctx context.Context, policy, log, proxySock, doorSock, pidFile, hosts string, logger hclog.Logger) error {
+	if pidFile != "" {
+		ctx = egress.Orphaned(ctx, pidFile, 2*time.Minute)
+	}
+	p := &egress.Proxy{PolicyPath: policy, Log: &egress.Log{Path: log}, Logger: logger}
+	if hosts != "" {
+		p.Hosts = map[string]netip.Addr{}
+		for _, kv := range strings.Split(hosts, ",") {
+			name, addr, _ := strings.Cut(kv, "=")
+			a, err := netip.ParseAddr(addr)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not name=address", TestHostsEnv, kv)
+			}
+			p.Hosts[strings.ToLower(name)] = a
+		}
+	}
+	return p.Run(ctx, proxySock, doorSock)
+}
+
+// RelayEgress carries one guest connection (stdin and stdout, as QEMU's
+// guestfwd hands it over) to the egress proxy's socket, or with door > 0
+// to that exposed host port through the door socket (the hidden
+// `net-relay` command).
+func RelayEgress(ctx context.Context, sock string, door int, in io.Reader, out io.Writer) error {
+	return egress.Relay(ctx, sock, door, in, out)
+}
+
+// proxyUnset warns about a Debian guest set up before network containment:
+// its network is contained all the same, but nothing in it knows the proxy
+// (NixOS guests get it from the configuration every start builds).
+func proxyUnset(r *state.Record) string {
+	if r.Backend != BackendQEMU || r.Guest.Proxy {
+		return ""
+	}
+	return fmt.Sprintf("the guest of %q was set up by an older agent-vm, before VMs' networks were contained: it is not configured for the egress proxy, so it reaches no network (hint: `agent-vm reset %s` sets it up again from the base image; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
+}
