@@ -8,7 +8,14 @@
 // libvirtd itself, directly, as the test's own daemons (CI machines and
 // containers run no systemd), waits until libvirtd answers, and on Stop
 // tears down what its daemon started (running domains, active networks)
-// and then the two daemons, by pid. Nothing else is touched.
+// and then the two daemons, by pid. Nothing else is touched. Tests call
+// ForTest; Start and Stop are the same without a testing.TB.
+//
+// What outlives the daemons by design: libvirt's empty top-level iptables
+// chains (LIBVIRT_INP, LIBVIRT_FWX, ...), created with its first network,
+// and the storage pool "default" (/var/lib/libvirt/images) that
+// vagrant-libvirt defines persistently on its first `vagrant up`; a real
+// installation has both too. Volumes in that pool are the test's to delete.
 //
 // What libvirtd needs without systemd, found on Debian 12 (libvirt 9.0.0,
 // QEMU 7.2) as root in a container:
@@ -136,17 +143,14 @@ func (o Options) withDefaults() Options {
 	if o.Run == nil {
 		o.Run = execx.OS{}
 	}
-	for _, p := range []*string{&o.Virsh, &o.Libvirtd, &o.Virtlogd} {
-		if *p == "" {
-			switch p {
-			case &o.Virsh:
-				*p = Virsh
-			case &o.Libvirtd:
-				*p = Libvirtd
-			default:
-				*p = Virtlogd
-			}
-		}
+	if o.Virsh == "" {
+		o.Virsh = Virsh
+	}
+	if o.Libvirtd == "" {
+		o.Libvirtd = Libvirtd
+	}
+	if o.Virtlogd == "" {
+		o.Virtlogd = Virtlogd
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 60 * time.Second
