@@ -59,9 +59,6 @@ type Program struct {
 	Optional bool
 	// Note says, for a program no package provides, how to get it.
 	Note string
-	// File: Paths name a file that marks the package installed rather than
-	// a program (a vagrant plugin has no executable of its own).
-	File bool
 }
 
 // programs is the list. Keep it sorted by name.
@@ -76,8 +73,8 @@ func programs(arch string) []Program {
 		{Name: "chroot", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Image | Test},
 		{Name: "curl", Debian: []string{"curl"}, Fedora: []string{"curl"}, Need: Test},
 		{Name: "debugfs", Paths: []string{"/sbin/debugfs", "/usr/sbin/debugfs"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Test},
-		// vagrant-libvirt's network needs dnsmasq for DHCP; Debian's libvirt
-		// only recommends it.
+		// vagrant-libvirt's management network needs dnsmasq for DHCP;
+		// Debian's libvirt only recommends it.
 		{Name: "dnsmasq", Paths: []string{"/usr/sbin/dnsmasq"}, Debian: []string{"dnsmasq-base"}, Fedora: []string{"dnsmasq"}, Need: Vagrant | Test},
 		{Name: "file", Debian: []string{"file"}, Fedora: []string{"file"}, Need: Test},
 		{Name: "fish", Debian: []string{"fish"}, Fedora: []string{"fish"}, Need: Test},
@@ -85,6 +82,7 @@ func programs(arch string) []Program {
 		{Name: "go", Paths: []string{"/usr/local/go/bin/go"}, Need: Test,
 			Note: "Go " + goVersion + " or newer from https://go.dev/dl (distribution packages are older)"},
 		{Name: "isoinfo", Debian: []string{"genisoimage"}, Fedora: []string{"genisoimage"}, Need: Test},
+		// libvirtd runs the vagrant backend's machines (qemu:///system).
 		{Name: "libvirtd", Paths: []string{"/usr/sbin/libvirtd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon-kvm"}, Need: Vagrant | Test},
 		{Name: "mkfs.ext4", Paths: []string{"/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Image | Test},
 		{Name: "mmdebstrap", Debian: []string{"mmdebstrap"}, Fedora: []string{"mmdebstrap"}, Need: Image | Test},
@@ -96,6 +94,7 @@ func programs(arch string) []Program {
 		qemu,
 		{Name: "ps", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
 		{Name: "qemu-img", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Run | Image | Test},
+		{Name: "ruby", Debian: []string{"ruby"}, Fedora: []string{"ruby"}, Need: Test},
 		{Name: "script", Debian: []string{"bsdutils"}, Fedora: []string{"util-linux-script"}, Need: Test},
 		{Name: "sh", Debian: []string{"dash"}, Fedora: []string{"bash"}, Need: Test},
 		{Name: "shellcheck", Debian: []string{"shellcheck"}, Fedora: []string{"ShellCheck"}, Need: Test},
@@ -106,15 +105,16 @@ func programs(arch string) []Program {
 		{Name: "systemd-analyze", Debian: []string{"systemd"}, Fedora: []string{"systemd"}, Need: Test},
 		{Name: "tmux", Debian: []string{"tmux"}, Fedora: []string{"tmux"}, Need: Test},
 		{Name: "unshare", Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Image | Test},
-		{Name: "vagrant", Debian: []string{"vagrant"}, Fedora: []string{"vagrant"}, Need: Vagrant | Test},
-		// A vagrant plugin, found by the file Debian's package registers it with.
-		{Name: "vagrant-libvirt", Paths: []string{"/usr/share/vagrant-plugins/plugins.d/vagrant-libvirt.json"}, File: true,
-			Debian: []string{"vagrant-libvirt"}, Fedora: []string{"vagrant-libvirt"}, Need: Vagrant | Test},
-		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Test},
 		// Debian 12 ships QEMU's C virtiofsd in qemu-system-common (pulled in
 		// by qemu-system-x86); later releases package the Rust one.
+		// The plugin's package brings vagrant itself; doctor checks that
+		// vagrant lists the plugin.
+		{Name: "vagrant", Debian: []string{"vagrant-libvirt"}, Fedora: []string{"vagrant-libvirt"}, Need: Vagrant | Test},
+		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Test},
 		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
 			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test, Optional: true},
+		// libvirt needs it running before a domain starts (the tests' libvirtd
+		// fixture starts it where no init did).
 		{Name: "virtlogd", Paths: []string{"/usr/sbin/virtlogd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon"}, Need: Vagrant | Test},
 		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},
 		{Name: "zsh", Debian: []string{"zsh"}, Fedora: []string{"zsh"}, Need: Test},

@@ -34,7 +34,7 @@ func (h Host) Find(p Program) (string, bool) {
 		return path, true
 	}
 	for _, path := range p.Paths {
-		if fi, err := os.Stat(filepath.Join(h.root(), path)); err == nil && !fi.IsDir() && (p.File || fi.Mode()&0o111 != 0) {
+		if fi, err := os.Stat(filepath.Join(h.root(), path)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return path, true
 		}
 	}

@@ -94,7 +94,7 @@ func TestRealVagrantUpUnderLibvirt(t *testing.T) {
 		t.Skip("boots a VM through vagrant (minutes under TCG)")
 	}
 	progs := map[string]string{}
-	for _, p := range []string{"vagrant", "vagrant-libvirt", "qemu-system-x86_64", "ssh"} {
+	for _, p := range []string{"vagrant", "qemu-system-x86_64", "ssh"} {
 		progs[p] = testutil.Program(t, p)
 	}
 	img := cachedImage(t)
