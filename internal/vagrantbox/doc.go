@@ -43,22 +43,22 @@
 // Works, under TCG (libvirt domain type "qemu", `libvirt.driver = "qemu"`;
 // KVM aborts QEMU on this machine, and the accel probe decides), with the
 // libvirtd fixture's own daemons (internal/testutil/libvirtd) and no systemd:
-// box add, up, ssh, suspend, status, resume, halt, destroy. Timings of one
-// run, on 2 cores shared with other VM tests (notes, not promises):
+// box add, up, ssh, suspend, status, resume, halt, destroy. Timings of four
+// runs, on 2 cores shared with other VM tests (notes, not promises):
 //
-//	vagrant box add (tar + add, 1.3 GiB)         14 s
-//	vagrant validate                              1-2 s
+//	vagrant box add (tar + add, 1.3 GiB)          11-15 s
+//	vagrant validate                               1-2 s
 //	vagrant up, first (box upload into the
-//	  pool ~30 s, boot, cloud-init, SSH, virtiofs) 156 s (140-250 s seen)
-//	vagrant ssh -c                                5-7 s
-//	ssh through the forwarded port                2.4 s
-//	vagrant suspend (pause)                       2.5 s
-//	vagrant status --machine-readable             2-3 s
-//	vagrant resume                                5-8 s
-//	vagrant halt                                  42-74 s
-//	vagrant destroy -f                            3.6-4 s
+//	  pool ~30 s, boot, cloud-init, SSH, virtiofs) 110-163 s
+//	vagrant ssh -c                                 3-7 s
+//	ssh through the forwarded port                 1.5-2.4 s
+//	vagrant suspend (pause)                        1.3-3.4 s
+//	vagrant status --machine-readable              1-3 s
+//	vagrant resume                                 3.5-8.4 s
+//	vagrant halt                                   29-74 s
+//	vagrant destroy -f                             2.7-7.7 s
 //
-// Every vagrant command costs 2-4 s of Ruby start-up before it does
+// Every vagrant command costs 1-4 s of Ruby start-up before it does
 // anything, so the driver should run `vagrant ssh-config` once per boot and
 // SSH itself (as the test's pinned-key ssh does), and cache status.
 //
@@ -87,7 +87,10 @@
 //
 // Forwarded ports: vagrant-libvirt forwards with `ssh -L host_ip:port:guest:port`
 // processes it spawns (pids in the dotfile's machine dir), through the
-// guest's sshd, with StrictHostKeyChecking=no. A forward with id "ssh" is
+// guest's sshd, with StrictHostKeyChecking=no, and does not wait for them
+// (`vagrant up` may return before the port listens; a port taken by
+// someone else only shows in the forwarder's log, logs/ssh-forwarding-*.log
+// in the machine's data directory). A forward with id "ssh" is
 // skipped unless libvirt.forward_ssh_port is set: give agent-vm's SSH
 // forward another id. Suspend clears the forwards, resume starts them again.
 // Host ports up to 1024 make it run that ssh under sudo.
@@ -134,6 +137,15 @@
 // QEMU as root): virtiofs is the choice, 9p a fallback, rsync the last
 // resort. vagrant mounts both itself over SSH (sudo mount -t virtiofs
 // <md5 of host path, 31 chars> <guest path>).
+//
+// Files QEMU opens under qemu:///system: libvirt chowns to libvirt-qemu
+// (and back afterwards) the files its domain XML names (kernel, initrd,
+// disks, the seed CD-ROM, a file serial console), never their directories,
+// and nothing passed through libvirt.qemuargs: a `-fw_cfg
+// name=...,file=TOKEN` for the MCP token fails with "can't load ...:
+// Permission denied" while TOKEN is root's 0600 file, and works once it
+// belongs to libvirt-qemu (tried with virsh). So the VM directory must be
+// searchable by others and the token file given to libvirt-qemu, 0600.
 //
 // Other pitfalls: every vagrant command loads the Vagrantfile of its
 // working directory or VAGRANT_CWD (and its parents), so run vagrant with

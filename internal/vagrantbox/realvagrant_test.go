@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,7 +16,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/iso9660"
-	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
@@ -231,10 +231,7 @@ func writeVM(t *testing.T, base string, box Box, driver string) testVM {
 	if err := client.Write(key); err != nil {
 		t.Fatal(err)
 	}
-	port, err := ports.Pick(ports.SSHRange(), nil, ports.Listenable) // as agent-vm picks a VM's SSH port
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := ephemeralPort(t)
 	testutil.WriteFile(t, filepath.Join(secrets, "known_hosts"), sshkeys.KnownHostsLine(port, host.Public))
 
 	ws := filepath.Join(base, "workspace")
@@ -281,15 +278,38 @@ func writeSeed(t *testing.T, path string, client, host sshkeys.Pair) {
 }
 
 // pinnedSSH logs in through the forwarded port with OpenSSH, the host key
-// pinned: vagrant's own ssh does StrictHostKeyChecking=no.
+// pinned: vagrant's own ssh does StrictHostKeyChecking=no. vagrant-libvirt
+// spawns the forwarding `ssh -L` and returns before it listens, so this
+// retries for a while; on failure the forwarder's log is shown.
 func pinnedSSH(t *testing.T, ssh, base string, vm testVM) {
 	t.Helper()
-	res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: ssh, Args: []string{
+	cmd := execx.Cmd{Path: ssh, Args: []string{
 		"-F", "none", "-i", vm.Key, "-p", strconv.Itoa(vm.SSHPort), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-		"-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + filepath.Join(base, "secrets", "known_hosts"),
-		"dev@127.0.0.1", "id -un"}})
-	if err != nil || strings.TrimSpace(string(res.Stdout)) != "dev" {
-		t.Errorf("ssh through the forwarded port with the pinned host key: %q, %v", res.Stdout, err)
+		"-o", "ConnectTimeout=10", "-o", "StrictHostKeyChecking=yes",
+		"-o", "UserKnownHostsFile=" + filepath.Join(base, "secrets", "known_hosts"), "dev@127.0.0.1", "id -un"}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	var res execx.Result
+	for delay := 500 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		if res, err = (execx.OS{}).Run(ctx, cmd); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			logs, _ := filepath.Glob(filepath.Join(base, "dot", "machines", "default", "libvirt", "logs", "ssh-forwarding-*"))
+			var b strings.Builder
+			for _, l := range logs {
+				c, _ := os.ReadFile(l)
+				fmt.Fprintf(&b, "%s:\n%s\n", l, c)
+			}
+			t.Errorf("ssh through the forwarded port with the pinned host key: %v\nthe forwarders' logs:\n%s", err, b.String())
+			return
+		case <-time.After(delay):
+		}
+	}
+	if got := strings.TrimSpace(string(res.Stdout)); got != "dev" {
+		t.Errorf("ssh through the forwarded port: id -un says %q, want dev", got)
 	}
 }
 
@@ -313,6 +333,18 @@ func timer(t *testing.T) func(string) {
 		t.Logf("%-70s %6.1fs", what, time.Since(last).Seconds())
 		last = time.Now()
 	}
+}
+
+// ephemeralPort is a port the kernel has free now, outside agent-vm's own
+// SSH range, which VM tests running beside this one pick from.
+func ephemeralPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func serialTail(path string) string {
