@@ -73,6 +73,9 @@ func programs(arch string) []Program {
 		{Name: "chroot", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Image | Test},
 		{Name: "curl", Debian: []string{"curl"}, Fedora: []string{"curl"}, Need: Test},
 		{Name: "debugfs", Paths: []string{"/sbin/debugfs", "/usr/sbin/debugfs"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Test},
+		// vagrant-libvirt's management network needs dnsmasq for DHCP;
+		// Debian's libvirt only recommends it.
+		{Name: "dnsmasq", Paths: []string{"/usr/sbin/dnsmasq"}, Debian: []string{"dnsmasq-base"}, Fedora: []string{"dnsmasq"}, Need: Vagrant | Test},
 		{Name: "file", Debian: []string{"file"}, Fedora: []string{"file"}, Need: Test},
 		{Name: "fish", Debian: []string{"fish"}, Fedora: []string{"fish"}, Need: Test},
 		{Name: "git", Debian: []string{"git"}, Fedora: []string{"git"}, Need: Run | Test},
@@ -110,6 +113,9 @@ func programs(arch string) []Program {
 		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Test},
 		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
 			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test, Optional: true},
+		// libvirt needs it running before a domain starts (the tests' libvirtd
+		// fixture starts it where no init did).
+		{Name: "virtlogd", Paths: []string{"/usr/sbin/virtlogd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon"}, Need: Vagrant | Test},
 		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},
 		{Name: "zsh", Debian: []string{"zsh"}, Fedora: []string{"zsh"}, Need: Test},
 	}
