@@ -111,6 +111,12 @@ type Config struct {
 	// bundle (the host's added ones, see internal/hostca), installed by
 	// cloud-init's ca_certs module on the first boot.
 	CACerts []string
+	// Direct leaves the guest's programs without the egress proxy: for a
+	// driver that does not contain the network (the vagrant backend's
+	// libvirt network has no proxy door at guest.HostAddr, so a guest
+	// told to use it would reach nothing). The guest then reaches the
+	// network as its provider lets it, uncontained.
+	Direct bool
 }
 
 // HostKey is an ed25519 SSH host key pair, as ssh-keygen writes it. The

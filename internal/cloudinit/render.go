@@ -201,7 +201,7 @@ func renderUserData(c Config) ([]byte, error) {
 
 // guestFiles lists the files the first boot writes.
 func guestFiles(c Config) ([]writeFile, error) {
-	static := []struct{ src, dst, mode string }{
+	files, err := staticFiles([]static{
 		{"50-agent-vm.conf", sshdDropIn, "0644"},
 		{"setup", libDir + "/setup", "0755"},
 		{"mount-workspace", libDir + "/mount-workspace", "0755"},
@@ -210,28 +210,30 @@ func guestFiles(c Config) ([]writeFile, error) {
 		{setupUnit, unitDir + "/" + setupUnit, "0644"},
 		{workspaceUnit, unitDir + "/" + workspaceUnit, "0644"},
 		{mcpUnit, unitDir + "/" + mcpUnit, "0644"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !c.Direct {
 		// The guest reaches the network only through its egress proxy
 		// (issue 14): every tool is told where it is.
-		{"apt-proxy.conf", "/etc/apt/apt.conf.d/80agent-vm-proxy", "0644"},
-		{"npmrc", "/etc/npmrc", "0644"},
-		{"gitconfig", "/etc/gitconfig", "0644"},
-		{"pip.conf", "/etc/pip.conf", "0644"},
-		{"system-proxy.conf", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf", "0644"},
-	}
-	var files []writeFile
-	for _, s := range static {
-		b, err := guestFS.ReadFile("guest/" + s.src)
+		proxy, err := staticFiles([]static{
+			{"apt-proxy.conf", "/etc/apt/apt.conf.d/80agent-vm-proxy", "0644"},
+			{"npmrc", "/etc/npmrc", "0644"},
+			{"gitconfig", "/etc/gitconfig", "0644"},
+			{"pip.conf", "/etc/pip.conf", "0644"},
+			{"system-proxy.conf", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf", "0644"},
+		})
+		if err != nil {
+			return nil, err
+		}
+		env, err := guestFS.ReadFile("guest/proxy.environment")
 		if err != nil {
 			return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
 		}
-		files = append(files, writeFile{Path: s.dst, Owner: "root:root", Permissions: s.mode, Content: string(b)})
+		// Appended: login sessions (pam_env) get the proxy.
+		files = append(append(files, proxy...), writeFile{Path: "/etc/environment", Owner: "root:root", Permissions: "0644", Content: string(env), Append: true})
 	}
-	env, err := guestFS.ReadFile("guest/proxy.environment")
-	if err != nil {
-		return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
-	}
-	// Appended: login sessions (pam_env) get the proxy.
-	files = append(files, writeFile{Path: "/etc/environment", Owner: "root:root", Permissions: "0644", Content: string(env), Append: true})
 	files = append(files, writeFile{Path: libDir + "/provision", Owner: "root:root", Permissions: "0755", Content: string(modules.Provision())})
 	mcpConfig := c.MCP.Config
 	if mcpConfig == nil {
@@ -245,6 +247,22 @@ func guestFiles(c Config) ([]writeFile, error) {
 		writeFile{Path: etcDir + "/mcp.json", Owner: "root:" + UserName, Permissions: "0640",
 			Encoding: "b64", Content: base64.StdEncoding.EncodeToString(mcpConfig)},
 	)
+	return files, nil
+}
+
+// static is an embedded guest file, src under guest/, written to dst.
+type static struct{ src, dst, mode string }
+
+// staticFiles are embedded guest files (guest/NAME), root's, at their paths.
+func staticFiles(list []static) ([]writeFile, error) {
+	var files []writeFile
+	for _, s := range list {
+		b, err := guestFS.ReadFile("guest/" + s.src)
+		if err != nil {
+			return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
+		}
+		files = append(files, writeFile{Path: s.dst, Owner: "root:root", Permissions: s.mode, Content: string(b)})
+	}
 	return files, nil
 }
 
@@ -316,7 +334,7 @@ func npmInstall(c Config) [][]string {
 	if len(c.NPMPackages) == 0 {
 		return nil
 	}
-	return [][]string{withProxy(guest.NPMInstall(c.NPMPackages...))}
+	return [][]string{withProxy(c, guest.NPMInstall(c.NPMPackages...))}
 }
 
 // provisionCommand runs the provisioning script (modules/provision.sh),
@@ -324,7 +342,7 @@ func npmInstall(c Config) [][]string {
 // a package apt cannot install fails the provisioning with apt's words in
 // its log.
 func provisionCommand(c Config) []string {
-	cmd := withProxy([]string{libDir + "/provision"})
+	cmd := withProxy(c, []string{libDir + "/provision"})
 	if len(c.ExtraPackages) > 0 {
 		cmd = append(append(cmd, libDir+"/ensure-packages"), c.ExtraPackages...)
 	}
@@ -334,7 +352,10 @@ func provisionCommand(c Config) []string {
 // withProxy runs cmd with the proxy in its environment: runcmd's commands
 // run under cloud-init's service, which neither /etc/environment nor the
 // systemd default (read at the next boot) reaches on the first boot.
-func withProxy(cmd []string) []string {
+func withProxy(c Config, cmd []string) []string {
+	if c.Direct {
+		return cmd
+	}
 	return append([]string{"env", "http_proxy=" + guest.ProxyURL, "https_proxy=" + guest.ProxyURL,
 		"HTTP_PROXY=" + guest.ProxyURL, "HTTPS_PROXY=" + guest.ProxyURL, "no_proxy=" + guest.NoProxy, "NO_PROXY=" + guest.NoProxy}, cmd...)
 }

@@ -116,7 +116,7 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 	// install shows in its log and status; it runs before the units are
 	// enabled and cloud-init is switched off.
 	provision := ud.Runcmd[len(ud.Runcmd)-3]
-	if !slices.Equal(provision, withProxy([]string{libDir + "/provision", libDir + "/ensure-packages", "ripgrep", "python3-venv"})) {
+	if !slices.Equal(provision, withProxy(c, []string{libDir + "/provision", libDir + "/ensure-packages", "ripgrep", "python3-venv"})) {
 		t.Errorf("provisioning: got %q", provision)
 	}
 
@@ -163,6 +163,37 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 	var nc networkConfig
 	if err := json.Unmarshal(seed.NetworkConfig, &nc); err != nil || nc.Version != 2 || nc.Ethernets["nic0"].Match.MACAddress != "52:54:00:ab:cd:ef" || !nc.Ethernets["nic0"].DHCP4 {
 		t.Errorf("network-config: got %+v (%v)", nc, err)
+	}
+}
+
+// A Direct guest (the vagrant backend's, whose network has no proxy door)
+// is told of no proxy anywhere, and runs its first-boot commands without
+// one; everything else of the contract stays.
+func TestDirectGuestIsToldOfNoProxy(t *testing.T) {
+	c := goldenCases(t)["custom-ids-with-origins"]
+	c.Direct = true
+	seed, err := Render(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(seed.UserData), guest.ProxyURL) || strings.Contains(string(seed.UserData), "10.0.2.100") {
+		t.Errorf("a Direct guest's user-data names the egress proxy:\n%s", seed.UserData)
+	}
+	ud := parseUserData(t, seed.UserData)
+	if provision := ud.Runcmd[len(ud.Runcmd)-3]; provision[0] != libDir+"/provision" {
+		t.Errorf("a Direct guest's provisioning runs %q, want the script itself, no proxy environment", provision)
+	}
+	paths := map[string]bool{}
+	for _, f := range ud.WriteFiles {
+		paths[f.Path] = true
+	}
+	for _, p := range []string{"/etc/environment", "/etc/npmrc", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf"} {
+		if paths[p] {
+			t.Errorf("a Direct guest gets %s", p)
+		}
+	}
+	if !paths["/etc/systemd/system/agent-mcp.service"] || !paths["/usr/local/lib/agent-vm/mount-workspace"] {
+		t.Error("a Direct guest lost the agent-mcp unit or the workspace mount")
 	}
 }
 

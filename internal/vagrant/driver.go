@@ -16,6 +16,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/flock"
 	"github.com/agent-vm/agent-vm/internal/guest"
 )
 
@@ -32,6 +33,7 @@ const (
 	DotDir      = ".vagrant"
 	LaunchFile  = "vagrant-launch.json"
 	CacheFile   = "vagrant-status.json"
+	LockFile    = "vagrant.lock"
 	CleanMarker = "clean-shutdown"
 	SuspendMark = "suspended"
 	ConsoleLog  = "console.log"
@@ -41,11 +43,13 @@ const (
 // Boot is the vagrant backend's plan: what its guest needs of the
 // Vagrantfile besides the machine itself.
 type Boot struct {
-	Box     string // the Vagrant box
-	Seed    string // the cloud-init NoCloud seed ISO
-	MAC     string // the management NIC's MAC, which the seed matches
-	SSHUser string // the guest user vagrant logs in as
-	SSHKey  string // its private key (the VM's client key)
+	Box string // the Vagrant box
+	// BoxVersion is the box's version; "" takes whichever vagrant has.
+	BoxVersion string
+	Seed       string // the cloud-init NoCloud seed ISO
+	MAC        string // the management NIC's MAC, which the seed matches
+	SSHUser    string // the guest user vagrant logs in as
+	SSHKey     string // its private key (the VM's client key)
 }
 
 // DriverName says that a Boot is the Vagrant driver's plan.
@@ -62,7 +66,9 @@ type Driver struct {
 	Home string
 	// URI is the libvirt connection; "" = DefaultURI.
 	URI string
-	Now func() time.Time
+	// QEMUUser is the user libvirt runs QEMU as; "" = DefaultQEMUUser.
+	QEMUUser string
+	Now      func() time.Time
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -131,6 +137,18 @@ func (d *Driver) vagrant(ctx context.Context, m driver.Machine, stream bool, arg
 		out = io.MultiWriter(log, d.Progress)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
+	if args[0] != "status" {
+		// vagrant's own machine lock fails a second command at once;
+		// agent-vm's waits (agent-vm's per-VM lock already serialises its
+		// verbs; this also covers a caller without it).
+		lock, err := flock.Acquire(ctx, runFile(m, LockFile), 0o600, func() {
+			d.Log.Info("waiting for another vagrant command on this VM to end", "vm", m.Name)
+		})
+		if err != nil {
+			return execx.Result{}, fmt.Errorf("locking %s for vagrant: %w", m.Name, err)
+		}
+		defer lock.Release()
+	}
 	res, err := d.Run.Run(ctx, cmd)
 	if err != nil {
 		return res, fmt.Errorf("`vagrant %s` failed for %s: %w (hint: vagrant's output is in %s)", strings.Join(args, " "), m.Name, err, logPath)
@@ -150,14 +168,15 @@ func Write(runDir string, v Vagrantfile) error {
 	return atomicfile.Write(filepath.Join(Project(runDir), "Vagrantfile"), b, 0o600)
 }
 
-// DefaultBox is agent-vm's own box, made from its base image (so nothing
-// is downloaded); create --box names another.
+// DefaultBox was the name records of VMs created before the box got its
+// image's name and version (internal/vagrantbox) hold for agent-vm's own
+// box; read it as "agent-vm's own".
 const DefaultBox = "agent-vm/debian-12"
 
 // SpecOf is the Vagrantfile of machine m booted per b with the
 // accelerator and share of o, over libvirt connection uri.
 func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrantfile {
-	v := Vagrantfile{Name: MachineName(m), Box: b.Box, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
+	v := Vagrantfile{Name: MachineName(m), Box: b.Box, BoxVersion: b.BoxVersion, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
 		Folder: Folder{Host: m.Share.Source, Guest: guest.Workspace, Type: o.Share},
 		SSH:    SSH{User: b.SSHUser, KeyFile: b.SSHKey}, MAC: b.MAC, Seed: b.Seed,
 		Console: filepath.Join(m.LogsDir, ConsoleLog)}
@@ -187,6 +206,10 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 			name = b.DriverName()
 		}
 		return nil, fmt.Errorf("internal error: the vagrant driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, b)
+	}
+	m, err := d.prepareAccess(m, boot)
+	if err != nil {
+		return nil, err
 	}
 	if err := Write(m.RunDir, SpecOf(m, boot, o, d.uri())); err != nil {
 		return nil, err
@@ -226,13 +249,19 @@ func (d *Driver) undoStart(m driver.Machine) {
 	_ = touch(runFile(m, CleanMarker))
 }
 
-// Stop halts the machine (`vagrant halt`), forcing it off after grace.
+// Stop halts the machine (`vagrant halt`), forcing it off after grace. A
+// suspended machine (paused, its QEMU holding its memory) is forced off at
+// once: its suspended state is discarded.
 func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration) error {
 	lv, err := d.fresh(ctx, m)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = touch(runFile(m, CleanMarker)) }()
+	defer func() { _ = touch(runFile(m, CleanMarker)); removeMarkers(m, SuspendMark, CacheFile) }()
+	if lv.State == driver.StateSuspended {
+		_, err := d.vagrant(ctx, m, true, "halt", "--force", "--no-color", MachineName(m))
+		return err
+	}
 	if !lv.Alive() {
 		return fmt.Errorf("stopping %s: %w", m.Name, driver.ErrNotRunning)
 	}
@@ -245,8 +274,11 @@ func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration
 	return err
 }
 
-// Suspend saves the machine's memory to disk (`vagrant suspend`,
-// libvirt's managedsave).
+// Suspend pauses the machine (`vagrant suspend` with suspend_mode
+// "pause"): no guest code runs, but its QEMU keeps the memory (libvirt
+// refuses managedsave while the workspace share is mounted, see the package
+// doc). vagrant exits 0 even when libvirt refused, so the state is read
+// again afterwards and a machine still running is an error.
 func (d *Driver) Suspend(ctx context.Context, m driver.Machine) error {
 	lv, err := d.fresh(ctx, m)
 	if err != nil {
@@ -255,10 +287,21 @@ func (d *Driver) Suspend(ctx context.Context, m driver.Machine) error {
 	if lv.State != driver.StateRunning {
 		return fmt.Errorf("suspending %s (%s): %w", m.Name, lv.State, driver.ErrNotRunning)
 	}
-	if _, err := d.vagrant(ctx, m, true, "suspend", "--no-color", MachineName(m)); err != nil {
+	if err := touch(runFile(m, SuspendMark)); err != nil {
 		return err
 	}
-	return touch(runFile(m, SuspendMark))
+	if _, err := d.vagrant(ctx, m, true, "suspend", "--no-color", MachineName(m)); err != nil {
+		removeMarkers(m, SuspendMark)
+		return err
+	}
+	if lv, err = d.fresh(ctx, m); err != nil || lv.State != driver.StateSuspended {
+		removeMarkers(m, SuspendMark)
+		if err == nil {
+			err = fmt.Errorf("`vagrant suspend` succeeded but the machine is %s (hint: vagrant's output is in %s)", lv.State, d.Logs(m).Driver)
+		}
+		return fmt.Errorf("suspending %s: %w", m.Name, err)
+	}
+	return nil
 }
 
 // Resume resumes a suspended (or paused) machine (`vagrant resume`).

@@ -33,7 +33,10 @@ type rig struct {
 	m     driver.Machine
 	fake  *execxtest.Fake
 	state string
-	fail  map[string]bool // vagrant subcommands that fail
+	// reason is libvirt's (virsh domstate --reason) for a machine vagrant
+	// says is shutoff or paused; "" makes virsh fail.
+	reason string
+	fail   map[string]bool // vagrant subcommands that fail
 	prog  bytes.Buffer
 	now   time.Time
 }
@@ -61,15 +64,26 @@ func newRig(t *testing.T) *rig {
 		case "up", "resume":
 			r.state = "running"
 		case "halt":
-			r.state = "shutoff"
+			r.state, r.reason = "shutoff", "shutdown"
 		case "suspend":
-			r.state = "shutoff"
+			r.state, r.reason = "paused", "user"
 		case "destroy":
 			r.state = "not_created"
 		}
 		return execxtest.Reply{Stdout: "==> " + sub + " progress\n"}
+	}).On("virsh", func(c execxtest.Call) execxtest.Reply {
+		if !slices.Equal(c.Args[:4], []string{"-c", DefaultURI, "domstate", "--reason"}) {
+			return execxtest.Reply{Stderr: "unexpected virsh " + strings.Join(c.Args, " "), ExitCode: 2}
+		}
+		if r.reason == "" {
+			return execxtest.Reply{Stderr: "error: failed to get domain", ExitCode: 1}
+		}
+		states := map[string]string{"shutoff": "shut off", "poweroff": "shut off", "paused": "paused"}
+		return execxtest.Reply{Stdout: states[r.state] + " (" + r.reason + ")\n"}
 	})
-	r.d = &Driver{Run: r.fake, Log: hclog.NewNullLogger(), Progress: &r.prog, Home: "/vh", Now: func() time.Time { return r.now }}
+	// QEMUUser: no such user, so Start leaves file access alone (see
+	// TestPrepareAccess for it).
+	r.d = &Driver{Run: r.fake, Log: hclog.NewNullLogger(), Progress: &r.prog, Home: "/vh", QEMUUser: "agent-vm-no-such-user", Now: func() time.Time { return r.now }}
 	return r
 }
 
@@ -122,10 +136,11 @@ func TestLifecycle(t *testing.T) {
 	want := []string{
 		"status --machine-readable " + name, "up --provider=libvirt --no-color " + name,
 		"status --machine-readable " + name, "suspend --no-color " + name,
-		"status --machine-readable " + name, // Inspect after suspend: the verb dropped the cache
-		"status --machine-readable " + name, "resume --no-color " + name,
+		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, // suspend reads the state again
+		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, // Inspect after suspend: the verb dropped the cache
+		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, "resume --no-color " + name,
 		"status --machine-readable " + name, "halt --no-color " + name,
-		"status --machine-readable " + name, "destroy -f --no-color " + name,
+		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, "destroy -f --no-color " + name,
 	}
 	if got := r.verbs(); !slices.Equal(got, want) {
 		t.Errorf("vagrant ran\n%q\nwant\n%q", got, want)
@@ -134,24 +149,33 @@ func TestLifecycle(t *testing.T) {
 
 func TestInspectStates(t *testing.T) {
 	for _, tc := range []struct {
-		vagrant, want string
-		launched      bool
-		marker        string
+		vagrant, reason, want string
+		launched              bool
+		marker                string
 	}{
-		{"running", driver.StateRunning, true, ""},
-		{"not_created", driver.StateStopped, false, ""},
-		{"shutoff", driver.StateStopped, true, CleanMarker},
-		{"shutoff", driver.StateCrashed, true, ""}, // killed: no clean stop
-		{"shutoff", driver.StateSuspended, true, SuspendMark},
-		{"poweroff", driver.StateStopped, false, ""},
-		{"aborted", driver.StateCrashed, true, ""},
-		{"saved", driver.StateSuspended, true, ""},
-		{"paused", driver.StatePaused, true, ""},
-		{"preparing", driver.StateRunning, true, ""},
-		{"weird_new_state", driver.StateCrashed, true, ""},
+		{"running", "", driver.StateRunning, true, ""},
+		{"not_created", "", driver.StateStopped, false, ""},
+		{"shutoff", "", driver.StateStopped, true, CleanMarker},
+		{"shutoff", "", driver.StateCrashed, true, ""}, // libvirt cannot say, no clean stop: killed
+		// libvirt tells a kill from a halt where vagrant says shutoff for both:
+		{"shutoff", "crashed", driver.StateCrashed, true, CleanMarker},
+		{"shutoff", "shutdown", driver.StateStopped, true, CleanMarker},
+		{"shutoff", "shutdown", driver.StateStopped, true, ""}, // the guest powered itself off
+		{"shutoff", "destroyed", driver.StateCrashed, true, ""},
+		{"shutoff", "destroyed", driver.StateStopped, true, CleanMarker}, // halt --force
+		{"shutoff", "saved", driver.StateSuspended, true, ""},
+		// A pause-suspended machine whose QEMU died has lost its memory:
+		{"shutoff", "crashed", driver.StateCrashed, true, SuspendMark},
+		{"poweroff", "", driver.StateStopped, false, ""},
+		{"aborted", "", driver.StateCrashed, true, ""},
+		{"saved", "", driver.StateSuspended, true, ""},
+		{"paused", "user", driver.StatePaused, true, ""},
+		{"paused", "user", driver.StateSuspended, true, SuspendMark},
+		{"preparing", "", driver.StateRunning, true, ""},
+		{"weird_new_state", "", driver.StateCrashed, true, ""},
 	} {
 		r := newRig(t)
-		r.state = tc.vagrant
+		r.state, r.reason = tc.vagrant, tc.reason
 		if err := os.MkdirAll(Project(r.m.RunDir), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -165,10 +189,44 @@ func TestInspectStates(t *testing.T) {
 		}
 		lv, err := r.d.Inspect(context.Background(), r.m)
 		if err != nil || lv.State != tc.want {
-			t.Errorf("vagrant %s (launched %v, marker %q): got %+v, %v; want %s", tc.vagrant, tc.launched, tc.marker, lv, err, tc.want)
+			t.Errorf("vagrant %s, libvirt %q (launched %v, marker %q): got %+v, %v; want %s", tc.vagrant, tc.reason, tc.launched, tc.marker, lv, err, tc.want)
+		}
+		if lv.State == driver.StateSuspended && tc.vagrant == "paused" && !strings.Contains(lv.Detail, "still holds its memory") {
+			t.Errorf("a paused suspend does not say it holds its memory: %q", lv.Detail)
 		}
 		if lv.State == driver.StateCrashed && !strings.Contains(lv.Detail, "`agent-vm start feat` recovers it") {
 			t.Errorf("crashed without the next step: %q", lv.Detail)
+		}
+	}
+}
+
+// vagrant suspend exits 0 when libvirt refuses (as it refuses managedsave
+// with a share mounted): the driver reads the state again and fails.
+func TestSuspendThatDidNotHappenFails(t *testing.T) {
+	r := newRig(t)
+	r.state = "running"
+	_ = Write(r.m.RunDir, SpecOf(r.m, boot, driver.StartOptions{Accel: "kvm", Share: driver.Share9p}, DefaultURI))
+	r.fake.On("vagrant", func(c execxtest.Call) execxtest.Reply {
+		if c.Args[0] == "status" {
+			return execxtest.Reply{Stdout: statusOut(c.Args[len(c.Args)-1], r.state)}
+		}
+		return execxtest.Reply{Stdout: "error: Requested operation is not valid: Migration is disabled\n"} // and exit 0
+	})
+	err := r.d.Suspend(context.Background(), r.m)
+	if err == nil || !strings.Contains(err.Error(), "the machine is running") {
+		t.Errorf("a suspend vagrant did not do: %v", err)
+	}
+	if exists(runFile(r.m, SuspendMark)) {
+		t.Error("the suspend marker outlived a failed suspend")
+	}
+}
+
+func TestParseDomState(t *testing.T) {
+	for in, want := range map[string]DomState{
+		"shut off (crashed)\n": {"shut off", "crashed"}, "paused (user)": {"paused", "user"}, "running\n": {State: "running"},
+	} {
+		if got := ParseDomState(in); got != want {
+			t.Errorf("ParseDomState(%q) = %+v, want %+v", in, got, want)
 		}
 	}
 }
@@ -205,6 +263,10 @@ func TestFailuresNameCommandAndLog(t *testing.T) {
 		{"halt", "running", func(r *rig) error { return r.d.Stop(ctx, r.m, time.Minute) }},
 		{"suspend", "running", func(r *rig) error { return r.d.Suspend(ctx, r.m) }},
 		{"resume", "saved", func(r *rig) error { return r.d.Resume(ctx, r.m) }},
+		{"halt", "paused", func(r *rig) error { // a suspended machine's stop discards it
+			_ = touch(runFile(r.m, SuspendMark))
+			return r.d.Stop(ctx, r.m, time.Minute)
+		}},
 		{"destroy", "shutoff", func(r *rig) error { return r.d.Destroy(ctx, r.m) }},
 		{"status", "running", func(r *rig) error { _, err := r.d.Inspect(ctx, r.m); return err }},
 	} {

@@ -67,7 +67,19 @@ func (d *Driver) status(ctx context.Context, m driver.Machine) (Status, error) {
 		}
 		return Status{}, err
 	}
-	return ParseStatus(res.Stdout, name)
+	st, err := ParseStatus(res.Stdout, name)
+	if err != nil {
+		return st, err
+	}
+	switch st.State {
+	case "shutoff", "poweroff", "paused":
+		if ds, err := d.domState(ctx, m); err != nil {
+			d.Log.Debug("libvirt could not say why the machine is off", "vm", m.Name, "error", err)
+		} else {
+			st.Reason = ds.Reason
+		}
+	}
+	return st, nil
 }
 
 // live maps vagrant's state to the driver's, with agent-vm's markers
@@ -83,7 +95,7 @@ func (d *Driver) live(m driver.Machine, st Status) driver.Live {
 	}
 	lv := driver.Live{Launch: launch, LaunchErr: err}
 	logs := d.Logs(m)
-	recover := fmt.Sprintf("`agent-vm start %s` recovers it; see %s and %s", strings.TrimPrefix(m.Name, "agent-vm-"), logs.Console, logs.Driver)
+	recover := fmt.Sprintf("`agent-vm start %s` recovers it; see %s and %s", short(m), logs.Console, logs.Driver)
 	switch st.State {
 	case "running", "preparing", "inaccessible", "blocked", "shutting_down":
 		lv.State = driver.StateRunning
@@ -93,17 +105,24 @@ func (d *Driver) live(m driver.Machine, st Status) driver.Live {
 	case "paused":
 		lv.State = driver.StatePaused
 		if exists(runFile(m, SuspendMark)) {
-			lv.State = driver.StateSuspended
+			lv.State, lv.Detail = driver.StateSuspended, "paused by `agent-vm suspend`: no guest code runs, but its QEMU still holds its memory (vagrant-libvirt's suspend pauses); `agent-vm resume "+short(m)+"` continues it"
 		}
 	case "saved", "pmsuspended":
 		lv.State = driver.StateSuspended
 	case "not_created":
 		lv.State, lv.Detail = driver.StateStopped, "not created yet: the first start runs `vagrant up`"
 	case "shutoff", "poweroff":
+		clean := exists(runFile(m, CleanMarker))
 		switch {
-		case exists(runFile(m, SuspendMark)):
-			lv.State = driver.StateSuspended
-		case launch == nil || exists(runFile(m, CleanMarker)):
+		case st.Reason == "crashed":
+			lv.State, lv.Detail = driver.StateCrashed, "libvirt says its QEMU crashed or was killed; "+recover
+		case st.Reason == "saved":
+			lv.State, lv.Detail = driver.StateSuspended, "libvirt keeps its memory saved on disk"
+		case st.Reason == "destroyed" && !clean && launch != nil:
+			lv.State, lv.Detail = driver.StateCrashed, "libvirt says it was forced off, not by agent-vm; "+recover
+		case st.Reason == "shutdown" && !clean && launch != nil:
+			lv.State, lv.Detail = driver.StateStopped, "the guest powered itself off"
+		case launch == nil || clean:
 			lv.State = driver.StateStopped
 		case strings.Contains(driver.TailFile(logs.Console, 3), driver.PowerOffMarker):
 			lv.State, lv.Detail = driver.StateStopped, "the guest powered itself off"
@@ -117,6 +136,9 @@ func (d *Driver) live(m driver.Machine, st Status) driver.Live {
 	}
 	return lv
 }
+
+// short is the VM's name as the user types it.
+func short(m driver.Machine) string { return strings.TrimPrefix(m.Name, "agent-vm-") }
 
 func exists(path string) bool {
 	_, err := os.Stat(path)

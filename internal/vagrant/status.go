@@ -45,6 +45,10 @@ type Status struct {
 	State    string // vagrant's state id: running, shutoff, not_created ...
 	Provider string
 	Long     string // state-human-long
+	// Reason is libvirt's reason for a shut-off or paused domain
+	// (DomState.Reason), which the driver adds; "" when libvirt could not
+	// say.
+	Reason string
 }
 
 // ParseStatus reads machine's status from `vagrant status

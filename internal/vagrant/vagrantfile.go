@@ -15,10 +15,12 @@ import (
 type Vagrantfile struct {
 	// Name is vagrant's machine name and the libvirt domain's.
 	Name string
-	// Box is the Vagrant box the machine is made from.
-	Box       string
-	CPUs      int
-	MemoryMiB int
+	// Box is the Vagrant box the machine is made from, and BoxVersion its
+	// version ("" for whatever vagrant has).
+	Box        string
+	BoxVersion string
+	CPUs       int
+	MemoryMiB  int
 	// Driver is the libvirt domain type: "kvm", or "qemu" for TCG.
 	Driver string
 	// URI is the libvirt connection ("qemu:///system").
@@ -84,6 +86,9 @@ var tmpl = template.Must(template.New("Vagrantfile").Funcs(template.FuncMap{
 Vagrant.configure("2") do |config|
   config.vm.define {{rb .Name}} do |machine|
     machine.vm.box = {{rb .Box}}
+{{- if .BoxVersion}}
+    machine.vm.box_version = {{rb .BoxVersion}}
+{{- end}}
     machine.vm.box_check_update = false
     machine.vm.synced_folder ".", "/vagrant", disabled: true
     machine.vm.synced_folder {{rb .Folder.Host}}, {{rb .Folder.Guest}}, type: {{rb (print .Folder.Type)}}
@@ -102,7 +107,7 @@ Vagrant.configure("2") do |config|
       libvirt.memory = {{.MemoryMiB}}
       libvirt.forward_ssh_port = true
       libvirt.management_network_mac = {{rb .MAC}}
-      libvirt.suspend_mode = "managedsave"
+      libvirt.suspend_mode = "pause"
       libvirt.storage :file, device: :cdrom, path: {{rb .Seed}}
       libvirt.serial type: "file", source: { path: {{rb .Console}} }
 {{- if virtiofs .Folder.Type}}

@@ -16,12 +16,12 @@ import (
 
 // sample is a Vagrantfile with every path under root.
 func sample(root string, share driver.ShareMode, drv string) Vagrantfile {
-	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: DefaultBox, CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
+	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: "agent-vm/debian-12", BoxVersion: "1767322800.305419896", CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
 		Folder:   Folder{Host: root + "/feat-x/workspace", Guest: "/workspace", Type: share},
 		Forwards: []Forward{{ID: "ssh", Host: 2201, Guest: 22}, {ID: "mcp", Host: 8000, Guest: 8000}},
 		SSH:      SSH{User: "dev", KeyFile: root + "/feat-x/ssh/id_ed25519"}, MAC: "52:54:00:ab:cd:ef",
 		Seed: root + "/feat-x/seed.iso", Console: root + "/feat-x/logs/console.log",
-		FwCfg: []FwCfg{{Name: "opt/io.systemd.credentials/agent-vm.mcp-token", File: root + "/feat-x/secrets/mcp-token"}}}
+		FwCfg: []FwCfg{{Name: "opt/io.systemd.credentials/agent-vm.mcp-token", File: root + "/feat-x/run/fw_cfg/agent-vm.mcp-token"}}}
 }
 
 var goldens = []struct {

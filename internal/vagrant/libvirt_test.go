@@ -1,0 +1,108 @@
+package vagrant
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/testutil"
+)
+
+// prepareAccess on real files, with "nobody" standing in for libvirt-qemu:
+// the VM's directories become searchable (not readable) by others, the
+// credential reaches QEMU's user as a 0600 copy, and a directory above the
+// VM's that others cannot enter fails with the fix.
+func TestPrepareAccess(t *testing.T) {
+	u, err := user.Lookup("nobody")
+	testutil.Need(t, err == nil, "no user nobody to stand in for libvirt-qemu")
+	uid, _ := strconv.Atoi(u.Uid)
+
+	base, err := os.MkdirTemp("", "agent-vm-access-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	vmDir := filepath.Join(base, "vms", "feat")
+	m := driver.Machine{Name: "agent-vm-feat", RunDir: filepath.Join(vmDir, "run"), LogsDir: filepath.Join(vmDir, "logs"),
+		Credentials: []driver.Credential{{Name: "agent-vm.mcp-token", File: filepath.Join(vmDir, "secrets", "mcp-token")}}}
+	testutil.WriteFile(t, m.Credentials[0].File, "s3cret")
+	testutil.WriteFile(t, filepath.Join(vmDir, "seed.iso"), "iso")
+	for _, d := range []string{filepath.Join(base, "vms"), vmDir, filepath.Join(vmDir, "secrets")} {
+		if err := os.Chmod(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(m.RunDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{Log: hclog.NewNullLogger(), QEMUUser: "nobody"}
+	b := Boot{Seed: filepath.Join(vmDir, "seed.iso")}
+
+	// The state root above the VM's directory is the user's to open up.
+	_, err = d.prepareAccess(m, b)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(base, "vms")) || !strings.Contains(err.Error(), "AGENT_VM_STATE_DIR") {
+		t.Errorf("a 0700 state directory: %v; want it named with the fix", err)
+	}
+	if err := os.Chmod(filepath.Join(base, "vms"), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.prepareAccess(m, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{vmDir, m.RunDir, filepath.Join(m.RunDir, FwCfgDir)} {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o701 {
+			t.Errorf("%s: mode %v (%v), want 0701: searchable, not readable by others", dir, fi.Mode().Perm(), err)
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(vmDir, "secrets")); fi.Mode().Perm() != 0o700 {
+		t.Errorf("the secrets directory was opened: %v", fi.Mode().Perm())
+	}
+	cp := got.Credentials[0].File
+	if cp != filepath.Join(m.RunDir, FwCfgDir, "agent-vm.mcp-token") {
+		t.Errorf("credential handed over as %s", cp)
+	}
+	fi, err := os.Stat(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := os.ReadFile(cp)
+	if !bytes.Equal(b2, []byte("s3cret")) || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the copy: %q, mode %v", b2, fi.Mode().Perm())
+	}
+	if os.Geteuid() == 0 {
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid {
+			t.Errorf("the copy belongs to uid %d, want QEMU's user's %d", st.Uid, uid)
+		}
+	}
+}
+
+func TestReadACL(t *testing.T) {
+	got := readACL(64055)
+	// version 2; user_obj rw; user 64055 r; group_obj -; mask r; other -
+	want := []byte{2, 0, 0, 0, 1, 0, 6, 0, 255, 255, 255, 255, 2, 0, 4, 0, 0x37, 0xfa, 0, 0, 4, 0, 0, 0, 255, 255, 255, 255,
+		0x10, 0, 4, 0, 255, 255, 255, 255, 0x20, 0, 0, 0, 255, 255, 255, 255}
+	if !bytes.Equal(got, want) {
+		t.Errorf("readACL = %v\nwant      %v", got, want)
+	}
+	// The kernel checks the form: a malformed ACL is EINVAL.
+	f := filepath.Join(t.TempDir(), "f")
+	testutil.WriteFile(t, f, "x")
+	if err := unix.Setxattr(f, "system.posix_acl_access", got, 0); err != nil {
+		testutil.Need(t, !errors.Is(err, unix.EOPNOTSUPP), "no POSIX ACLs on the temp directory's filesystem")
+		t.Errorf("the kernel refuses the ACL: %v", err)
+	}
+}
