@@ -21,6 +21,8 @@ func commands(stdio IO) []*cli.Command {
 		resetCommand(stdio),
 		startCommand(stdio),
 		stopCommand(stdio),
+		suspendCommand(stdio),
+		resumeCommand(stdio),
 		restartCommand(stdio),
 		execCommand(stdio),
 		shellCommand(stdio),

@@ -125,6 +125,10 @@ func printNetChange(w io.Writer, ch *vm.NetChange) error {
 }
 
 func printNetInfo(w io.Writer, info *vm.NetInfo) {
+	if info.Uncontained != "" {
+		fmt.Fprintf(w, "VM %s: network %s\n", termsafe.String(info.Branch), termsafe.String(info.Uncontained))
+		return
+	}
 	fmt.Fprintf(w, "VM %s: egress mode %s, through the proxy at %s\n", termsafe.String(info.Branch), info.Mode, info.Proxy)
 	fmt.Fprintf(w, "  allow:   %s\n", strings.Join(info.Allow, " "))
 	if len(info.Deny) > 0 {

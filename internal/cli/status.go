@@ -84,6 +84,9 @@ func printStatus(w io.Writer, i vm.Info) {
 // netLine sums up the VM's egress policy and exposed host ports for status.
 func netLine(i vm.Info) string {
 	n := i.Net
+	if n.Uncontained != "" {
+		return termsafe.String(n.Uncontained)
+	}
 	var parts []string
 	switch {
 	case n.Mode == vm.NetAllow && len(n.Added) > 0:

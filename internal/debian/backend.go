@@ -299,6 +299,7 @@ func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions
 type seed struct {
 	instanceID string
 	mac        string
+	direct     bool // no egress proxy (cloudinit.Config.Direct)
 }
 
 func seedOf(r *state.Record, provision int, mac string) seed {
@@ -341,6 +342,7 @@ func writeSeed(ctx context.Context, l state.Layout, r *state.Record, sd seed, ex
 		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
 		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 		CACerts:        caCerts,
+		Direct:         sd.direct,
 		NPMPackages:    agentPackages(r.Agent),
 		ExtraPackages:  r.AllPackages(),
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,8 +16,10 @@ import (
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
+	"github.com/agent-vm/agent-vm/internal/vagrantbox"
 )
 
 // VagrantName is the vagrant backend's name in VM records: the same Debian
@@ -30,14 +33,21 @@ type VagrantBackend struct {
 	Log hclog.Logger
 	// Executable is the agent-vm binary the guest runs as its MCP proxy.
 	Executable func() (string, error)
+	// ImageDir holds the base images agent-vm's own box is made from.
+	ImageDir string
+	// Home is the vagrant driver's VAGRANT_HOME, where the box is added.
+	Home string
+	// Progress receives vagrant's output while the box is added.
+	Progress io.Writer
 }
 
 var _ backend.Backend = (*VagrantBackend)(nil)
 
 // VagrantSettings is this backend's section of the VM record.
 type VagrantSettings struct {
-	// Box is the Vagrant box (--box; vagrant.DefaultBox when not given).
-	Box string `json:"box"`
+	// Box is the Vagrant box of --box; "" (or vagrant.DefaultBox, in
+	// records of earlier VMs) is agent-vm's own, made from its base image.
+	Box string `json:"box,omitempty"`
 	// Provision counts re-provisioning requests, as Settings.Provision.
 	Provision int `json:"provision"`
 }
@@ -80,9 +90,6 @@ func (b *VagrantBackend) Provision(_ context.Context, l state.Layout, r *state.R
 		return fmt.Errorf("%w at its root: using it is not supported yet, and agent-vm never overwrites it (hint: create this VM with --backend qemu for now)", ErrOwnVagrantfile)
 	}
 	s := VagrantSettings{Box: f.Box}
-	if s.Box == "" {
-		s.Box = vagrant.DefaultBox
-	}
 	if err := r.SetSection(s); err != nil {
 		return err
 	}
@@ -90,7 +97,17 @@ func (b *VagrantBackend) Provision(_ context.Context, l state.Layout, r *state.R
 	if final.Dir == "" {
 		return fmt.Errorf("internal error: the VM's final directory is not known at provisioning")
 	}
-	v := vagrant.SpecOf(backend.MachineOf(r, final), b.boot(final, r, s), driver.StartOptions{Accel: "kvm", Share: driver.ShareVirtiofs}, vagrant.DefaultURI)
+	boot := b.boot(final, r, s)
+	if ownBox(s) {
+		// The box as the next start will add it, when the image is there.
+		boot.Box = "agent-vm/" + image.DefaultBuildName
+		if img, err := image.Lookup(b.ImageDir, image.DefaultBuildName); err == nil {
+			if box, err := vagrantbox.For(img); err == nil {
+				boot.Box, boot.BoxVersion = box.Name, box.Version
+			}
+		}
+	}
+	v := vagrant.SpecOf(backend.MachineOf(r, final), boot, driver.StartOptions{Accel: "kvm", Share: driver.ShareVirtiofs}, vagrant.DefaultURI)
 	return vagrant.Write(l.RunDir(), v)
 }
 
@@ -127,10 +144,53 @@ func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.R
 	if err != nil {
 		return nil, err
 	}
-	if err := writeSeed(ctx, l, r, seedOf(r, s.Provision, MACOf(r.ID)), b.Executable, o.CACerts); err != nil {
+	sd := seedOf(r, s.Provision, MACOf(r.ID))
+	sd.direct = true // the vagrant driver does not contain the network: no proxy door
+	if err := writeSeed(ctx, l, r, sd, b.Executable, o.CACerts); err != nil {
 		return nil, err
 	}
-	return &backend.Plan{Boot: b.boot(l, r, s), Settle: cloudinit.SettleCommand}, nil
+	boot := b.boot(l, r, s)
+	if ownBox(s) {
+		box, err := b.addBox(ctx, o.Report)
+		if err != nil {
+			return nil, err
+		}
+		boot.Box, boot.BoxVersion = box.Name, box.Version
+	}
+	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand}, nil
+}
+
+// ownBox: the VM boots agent-vm's own box, not one of --box.
+func ownBox(s VagrantSettings) bool { return s.Box == "" || s.Box == vagrant.DefaultBox }
+
+// addBox adds agent-vm's own box, made from the default base image, to
+// the driver's VAGRANT_HOME unless it is there, and checks that libvirt's
+// QEMU can read the kernel it boots from there.
+func (b *VagrantBackend) addBox(ctx context.Context, report backend.Reporter) (vagrantbox.Box, error) {
+	img, err := image.Lookup(b.ImageDir, image.DefaultBuildName)
+	if errors.Is(err, image.ErrNotFound) {
+		return vagrantbox.Box{}, fmt.Errorf("there is no base image in %s to make the vagrant box from (hint: build it with `sudo agent-vm image build` (about 2 minutes), or create the VM with --box NAME)", b.ImageDir)
+	}
+	if err != nil {
+		return vagrantbox.Box{}, err
+	}
+	box, err := vagrantbox.For(img)
+	if err != nil {
+		return vagrantbox.Box{}, err
+	}
+	if err := os.MkdirAll(b.Home, 0o755); err != nil {
+		return vagrantbox.Box{}, fmt.Errorf("making VAGRANT_HOME %s: %w", b.Home, err)
+	}
+	if _, err := os.Stat(filepath.Join(box.Dir(b.Home), vagrantbox.MetadataFile)); err != nil {
+		report.Report("adding the vagrant box "+box.String()+" (first start with this image, about a minute)", 0, "")
+	}
+	if box, err = vagrantbox.Add(ctx, img, vagrantbox.AddOptions{Run: b.Run, Home: b.Home, WorkDir: filepath.Dir(b.Home), Progress: b.Progress}); err != nil {
+		return vagrantbox.Box{}, err
+	}
+	if err := vagrantbox.CheckQEMUCanRead(filepath.Join(box.Dir(b.Home), image.KernelFile)); err != nil {
+		return vagrantbox.Box{}, fmt.Errorf("%w (VAGRANT_HOME is %s: set AGENT_VM_VAGRANT_HOME to a directory outside home directories, e.g. /var/lib/agent-vm/vagrant)", err, b.Home)
+	}
+	return box, nil
 }
 
 // Release implements backend.Backend: nothing outside the directory.

@@ -35,6 +35,10 @@ func NewDriver(l *Launcher) *Driver {
 // Name is "qemu".
 func (d *Driver) Name() string { return DriverName }
 
+// ContainsNetwork is true: Start runs the egress proxy and the doors of
+// Machine.Network behind a restricted user-mode network.
+func (d *Driver) ContainsNetwork() bool { return true }
+
 // adopted is what Adopt learnt (driver.Machine.Adopted): where the running
 // QEMU's sockets are.
 type adopted struct{ socketDir string }

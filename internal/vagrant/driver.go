@@ -76,6 +76,12 @@ var _ driver.Driver = (*Driver)(nil)
 // Name is "vagrant".
 func (d *Driver) Name() string { return DriverName }
 
+// ContainsNetwork is false: vagrant-libvirt's management network (a NAT
+// bridge with dnsmasq, which vagrant needs to find the guest's address)
+// lets the guest reach the host's bridge address and, through NAT,
+// whatever the host reaches; no egress proxy or door is set up.
+func (d *Driver) ContainsNetwork() bool { return false }
+
 func (d *Driver) uri() string {
 	if d.URI == "" {
 		return DefaultURI

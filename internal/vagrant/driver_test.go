@@ -37,8 +37,8 @@ type rig struct {
 	// says is shutoff or paused; "" makes virsh fail.
 	reason string
 	fail   map[string]bool // vagrant subcommands that fail
-	prog  bytes.Buffer
-	now   time.Time
+	prog   bytes.Buffer
+	now    time.Time
 }
 
 func newRig(t *testing.T) *rig {

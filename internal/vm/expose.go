@@ -42,6 +42,9 @@ func (m *Manager) Expose(ctx context.Context, name string, port int, remove bool
 	}
 	defer lock.Release()
 	r := e.Record
+	if err := m.refuseUncontained(r, "expose a host port"); err != nil {
+		return nil, err
+	}
 	ch := &ExposeChange{Branch: r.Branch, Port: port, GuestAddr: fmt.Sprintf("%s:%d", guest.HostAddr, port), Removed: remove}
 	has := func(x state.Exposed) bool { return x.Port == port }
 	running := m.Status(ctx, e, false).State == StateRunning

@@ -67,8 +67,11 @@ type Manager struct {
 
 	// Set by Open (see Config).
 	cacheDir, imageDir string
-	progress           io.Writer
-	getenv             func(string) string
+	// vagrantHome is the vagrant driver's VAGRANT_HOME ($AGENT_VM_VAGRANT_HOME,
+	// else <cache>/vagrant).
+	vagrantHome string
+	progress    io.Writer
+	getenv      func(string) string
 }
 
 // New returns a Manager with the real probes.

@@ -141,6 +141,28 @@ type NetInfo struct {
 	Exposed []state.Exposed `json:"exposed,omitempty"`
 	Proxy   string          `json:"proxy"` // as the guest reaches it
 	Log     string          `json:"log"`
+	// Uncontained says why nothing enforces the policy: the VM's driver
+	// does not contain its network (the vagrant backend). Then Mode,
+	// Allow, Deny and Exposed are what the record says, unused.
+	Uncontained string `json:"uncontained,omitempty"`
+}
+
+// uncontained says why r's network is not contained, or "" when its
+// driver contains it (driver.Driver.ContainsNetwork).
+func (m *Manager) uncontained(r *state.Record) string {
+	d, err := m.driverOf(r)
+	if err != nil || d.ContainsNetwork() {
+		return ""
+	}
+	return fmt.Sprintf("NOT contained: the %s backend's guest is on its provider's network (vagrant-libvirt's NAT bridge) and reaches the host's bridge address and, through NAT, everything the host reaches; no allow-list applies and no connection is logged (hint: create the VM with --backend qemu for a contained network)", r.Backend)
+}
+
+// refuseUncontained refuses a change of a policy nothing would enforce.
+func (m *Manager) refuseUncontained(r *state.Record, what string) error {
+	if why := m.uncontained(r); why != "" {
+		return fmt.Errorf("cannot %s for %q: its network is %s", what, r.Branch, why)
+	}
+	return nil
 }
 
 // NetShow reports a VM's egress policy.
@@ -152,10 +174,10 @@ func (m *Manager) NetShow(ctx context.Context, name string) (*NetInfo, error) {
 	if e.Record == nil {
 		return nil, e.Err
 	}
-	return netInfo(e), nil
+	return m.netInfo(e), nil
 }
 
-func netInfo(e state.Entry) *NetInfo {
+func (m *Manager) netInfo(e state.Entry) *NetInfo {
 	r := e.Record
 	p := netPolicy(r)
 	info := &NetInfo{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Exposed: r.Exposed,
@@ -163,6 +185,7 @@ func netInfo(e state.Entry) *NetInfo {
 	if r.Net != nil {
 		info.Added = r.Net.Allow
 	}
+	info.Uncontained = m.uncontained(r)
 	return info
 }
 
@@ -238,6 +261,9 @@ func (m *Manager) netUpdate(ctx context.Context, name string, change func(*state
 		return nil, err
 	}
 	defer lock.Release()
+	if err := m.refuseUncontained(e.Record, "change the network policy"); err != nil {
+		return nil, err
+	}
 	change(e.Record)
 	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
 		return nil, err
@@ -245,7 +271,7 @@ func (m *Manager) netUpdate(ctx context.Context, name string, change func(*state
 	if err := writeNetPolicy(e.Layout, e.Record); err != nil {
 		return nil, err
 	}
-	return &NetChange{Info: netInfo(e), Live: m.Status(ctx, e, false).State == StateRunning}, nil
+	return &NetChange{Info: m.netInfo(e), Live: m.Status(ctx, e, false).State == StateRunning}, nil
 }
 
 // NetLog returns a VM's connection log, oldest first, and where it is.

@@ -70,10 +70,14 @@ func Open(c Config) (*Manager, error) {
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
 	cache := cacheDir(c.Getenv)
-	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: filepath.Join(cache, "vagrant")}
+	vagrantHome := c.Getenv("AGENT_VM_VAGRANT_HOME")
+	if vagrantHome == "" {
+		vagrantHome = filepath.Join(cache, "vagrant")
+	}
+	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: vagrantHome}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
 	m.WorkDir = c.WorkDir
-	m.cacheDir = cache
+	m.cacheDir, m.vagrantHome = cache, vagrantHome
 	m.imageDir = imageDir(c.Getenv, m.cacheDir)
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
@@ -99,7 +103,7 @@ func (m *Manager) backends(c Config) []backend.Backend {
 	return []backend.Backend{
 		q,
 		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
-		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable},
+		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.imageDir, Home: m.vagrantHome, Progress: c.Progress},
 	}
 }
 

@@ -118,10 +118,12 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		}
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
-	if mach.Network, err = m.network(r, l); err != nil {
-		return nil, err
+	if d.ContainsNetwork() {
+		if mach.Network, err = m.network(r, l); err != nil {
+			return nil, err
+		}
 	}
-	o.Report.Report("starting QEMU", 0, "")
+	o.Report.Report("starting the VM ("+d.Name()+")", 0, "")
 	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
 		Share: share, FixedShare: plan.FixedShare})
 	if err != nil {

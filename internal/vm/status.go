@@ -25,7 +25,9 @@ const (
 	StateRunning  = driver.StateRunning
 	StatePaused   = driver.StatePaused
 	StateCrashed  = driver.StateCrashed
-	StateInvalid  = "invalid"
+	// StateSuspended: the VM's memory is kept and resume continues it.
+	StateSuspended = driver.StateSuspended
+	StateInvalid   = "invalid"
 )
 
 // Info is what `status --json` prints for one VM. Field names are part of
@@ -107,7 +109,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
 		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
 		Agent: Health{State: "unknown"},
-		Net:   netInfo(e),
+		Net:   m.netInfo(e),
 	}
 	if tok, err := readToken(l); err == nil {
 		info.MCP.Token = tok

@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/image"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
+	"github.com/agent-vm/agent-vm/internal/vagrantbox"
+)
+
+// TestRealVagrantBackend is issue 15's proof through agent-vm itself: the
+// built agent-vm binary, real vagrant and vagrant-libvirt over the libvirtd
+// fixture, agent-vm's own box made from the cached base image, a real boot
+// (TCG where KVM does not work). One sequence: create -> start -> exec sees
+// the workspace both ways -> suspend -> status suspended -> resume -> exec
+// -> its QEMU killed -> status crashed -> start recovers it -> stop ->
+// destroy. Timings are logged, never asserted.
+func TestRealVagrantBackend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM through vagrant twice (minutes under TCG)")
+	}
+	for _, p := range []string{"vagrant", "qemu-system-x86_64", "ruby"} {
+		tu.Program(t, p)
+	}
+	cache, err := image.DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := image.Lookup(cache, image.DefaultBuildName)
+	tu.Need(t, err == nil, "no base image to make the box from (run `agent-vm image build`)")
+	box, err := vagrantbox.For(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := libvirtd.ForTest(t)
+	bin := tu.AgentVMBinary(t)
+
+	// libvirt's QEMU (libvirt-qemu) must reach the state and VAGRANT_HOME:
+	// t.TempDir is 0700.
+	base, err := os.MkdirTemp("", "agent-vm-vagrant-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	st := filepath.Join(base, "state")
+	env := append(os.Environ(), "NO_COLOR=1", "AGENT_VM_VAGRANT_HOME="+filepath.Join(base, "vagrant-home"))
+	step := stepTimer(t)
+	av := func(args ...string) (string, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--state-dir", st}, args...)...)
+		cmd.Env = env
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Dir = base
+		err := cmd.Run()
+		if err != nil {
+			return out.String(), &cmdError{args: args, err: err, stderr: errb.String()}
+		}
+		return out.String(), nil
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := av(args...)
+		if err != nil {
+			t.Fatalf("%v\nstdout:\n%s", err, out)
+		}
+		return out
+	}
+	state := func() (string, string) {
+		t.Helper()
+		var s struct{ State, Detail string }
+		if err := json.Unmarshal([]byte(must("status", "vg", "--json")), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.State, s.Detail
+	}
+
+	repo := tu.Repo(t, false)
+	tu.WriteFile(t, filepath.Join(repo, "from-host.txt"), "hello from the host\n")
+	tu.Git(t, repo, "add", ".")
+	tu.Git(t, repo, "commit", "-qm", "from the host")
+	cmd := exec.Command(bin, "--state-dir", st, "create", "--branch", "vg", "--backend", "vagrant", "--memory", "1536M", "--cpus", "2")
+	cmd.Dir, cmd.Env = repo, env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("create --backend vagrant: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := av("destroy", "vg", "--force"); err != nil {
+			t.Errorf("cleanup: %v\n%s", err, out)
+		}
+		if _, err := daemon.Virsh(context.Background(), "vol-delete", "--pool", "default", box.PoolVolume()); err != nil {
+			t.Logf("deleting the box volume: %v", err)
+		}
+	})
+	step("create --backend vagrant")
+
+	if out, err := av("start", "vg"); err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nvagrant's log ends:\n%s", err, out, tailOf(filepath.Join(st, "vg", "logs", "vagrant.log")))
+	}
+	step("start (box add, vagrant up, SSH, agent-mcp, cloud-init)")
+	if out := must("exec", "vg", "--", "sh", "-c", "cat from-host.txt && echo from-guest > from-guest.txt"); out != "hello from the host\n" {
+		t.Errorf("exec: the guest's /workspace shows %q", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(st, "vg", "workspace", "from-guest.txt")); err != nil || string(b) != "from-guest\n" {
+		t.Errorf("the guest's write to /workspace on the host: %q, %v", b, err)
+	}
+	if out := must("status", "vg"); !strings.Contains(out, "NOT contained") {
+		t.Errorf("status does not say the vagrant VM's network is not contained:\n%s", out)
+	}
+	if _, err := av("net", "allow", "vg", "example.com"); err == nil || !strings.Contains(err.Error(), "NOT contained") {
+		t.Errorf("net allow on a vagrant VM: %v; want a refusal saying its network is not contained", err)
+	}
+	step("exec both ways, status, net")
+
+	must("suspend", "vg")
+	step("suspend")
+	if s, d := state(); s != "suspended" || !strings.Contains(d, "still holds its memory") {
+		t.Errorf("after suspend: %s (%s); want suspended, saying it holds its memory", s, d)
+	}
+	must("resume", "vg")
+	step("resume (SSH answering)")
+	if out := must("exec", "vg", "--", "cat", "from-guest.txt"); out != "from-guest\n" {
+		t.Errorf("exec after resume: %q", out)
+	}
+
+	// Killed: libvirt says crashed, vagrant only shutoff.
+	pidFile := filepath.Join("/run/libvirt/qemu", machineName(t, st)+".pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("QEMU's pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var s, d string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(3 * time.Second) {
+		// status answers from a 15 s cache: wait it out.
+		if s, d = state(); s == "crashed" {
+			break
+		}
+	}
+	if s != "crashed" || !strings.Contains(d, "agent-vm start vg") {
+		t.Errorf("after its QEMU was killed: %s (%s); want crashed with the next step", s, d)
+	}
+	step("killed QEMU read as crashed")
+	if out, err := av("start", "vg"); err != nil {
+		t.Fatalf("start after a crash: %v\n%s", err, out)
+	}
+	step("start recovers it (vagrant up)")
+	if out := must("exec", "vg", "--", "cat", "from-guest.txt"); out != "from-guest\n" {
+		t.Errorf("exec after recovery: %q", out)
+	}
+	must("stop", "vg")
+	step("stop")
+	if s, d := state(); s != "stopped" {
+		t.Errorf("after stop: %s (%s)", s, d)
+	}
+	must("destroy", "vg", "--force")
+	step("destroy")
+	if out, _ := daemon.Virsh(context.Background(), "list", "--all", "--name"); strings.Contains(out, "agent-vm-vg") {
+		t.Errorf("destroy left the libvirt domain: %q", out)
+	}
+}
+
+type cmdError struct {
+	args   []string
+	err    error
+	stderr string
+}
+
+func (e *cmdError) Error() string {
+	return "agent-vm " + strings.Join(e.args, " ") + ": " + e.err.Error() + "\nstderr:\n" + e.stderr
+}
+
+// machineName is the VM's vagrant machine (and libvirt domain) name, the
+// one entry in vagrant's machine directory.
+func machineName(t *testing.T, st string) string {
+	t.Helper()
+	des, err := os.ReadDir(filepath.Join(st, "vg", "run", "vagrant", ".vagrant", "machines"))
+	if err != nil || len(des) != 1 {
+		t.Fatalf("vagrant's machines: %v, %v", des, err)
+	}
+	return des[0].Name()
+}
+
+func tailOf(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(string(b), "\n")
+	return strings.Join(lines[max(0, len(lines)-40):], "\n")
+}
+
+func stepTimer(t *testing.T) func(string) {
+	last := time.Now()
+	return func(what string) {
+		t.Logf("%-60s %6.1fs", what, time.Since(last).Seconds())
+		last = time.Now()
+	}
+}
