@@ -65,7 +65,8 @@ const FwCfgDir = "fw_cfg"
 // as (see internal/vagrantbox's findings): libvirt hands the files its
 // domain XML names (disks, the seed) to that user, never their
 // directories, and nothing passed through qemuargs. So the VM's directory
-// and those below it that QEMU passes through become searchable by others
+// and those below it that QEMU passes through, and the state directory
+// above it, become searchable by others
 // (not readable: nobody lists them), each credential is copied into
 // FwCfgDir readable by QEMU's user alone (0600 and owned by it when agent-vm
 // runs as root, else a POSIX ACL entry for it), and every path is checked
@@ -86,7 +87,8 @@ func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, error)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return m, err
 	}
-	for _, p := range []string{vmDir, m.RunDir, dir, filepath.Dir(b.Seed)} {
+	// The state directory (agent-vm's, 0700) holds every VM's directory.
+	for _, p := range []string{filepath.Dir(vmDir), vmDir, m.RunDir, dir, filepath.Dir(b.Seed)} {
 		if err := searchable(p); err != nil {
 			return m, err
 		}

@@ -32,9 +32,6 @@ func TestPrepareAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o711); err != nil {
-		t.Fatal(err)
-	}
 	vmDir := filepath.Join(base, "vms", "feat")
 	m := driver.Machine{Name: "agent-vm-feat", RunDir: filepath.Join(vmDir, "run"), LogsDir: filepath.Join(vmDir, "logs"),
 		Credentials: []driver.Credential{{Name: "agent-vm.mcp-token", File: filepath.Join(vmDir, "secrets", "mcp-token")}}}
@@ -51,19 +48,19 @@ func TestPrepareAccess(t *testing.T) {
 	d := &Driver{Log: hclog.NewNullLogger(), QEMUUser: "nobody"}
 	b := Boot{Seed: filepath.Join(vmDir, "seed.iso")}
 
-	// The state root above the VM's directory is the user's to open up.
+	// A directory above the state directory is the user's to open up.
 	_, err = d.prepareAccess(m, b)
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(base, "vms")) || !strings.Contains(err.Error(), "AGENT_VM_STATE_DIR") {
-		t.Errorf("a 0700 state directory: %v; want it named with the fix", err)
+	if err == nil || !strings.Contains(err.Error(), "directory "+base+" has mode 0700") || !strings.Contains(err.Error(), "AGENT_VM_STATE_DIR") {
+		t.Errorf("a 0700 directory above the state directory: %v; want it named with the fix", err)
 	}
-	if err := os.Chmod(filepath.Join(base, "vms"), 0o711); err != nil {
+	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
 	got, err := d.prepareAccess(m, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{vmDir, m.RunDir, filepath.Join(m.RunDir, FwCfgDir)} {
+	for _, dir := range []string{filepath.Join(base, "vms"), vmDir, m.RunDir, filepath.Join(m.RunDir, FwCfgDir)} {
 		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o701 {
 			t.Errorf("%s: mode %v (%v), want 0701: searchable, not readable by others", dir, fi.Mode().Perm(), err)
 		}
