@@ -3,8 +3,8 @@
 // what its guest is (a backend, internal/backend). A backend prepares a
 // guest (disks, seed, nix build) and says how to boot it; a driver boots
 // it, watches it and stops it. internal/qemu implements it today (the QEMU
-// launcher, for the Debian and NixOS backends); Vagrant, which owns its
-// machines' whole lifecycle, is to be the second (issue 15).
+// launcher, for the Debian and NixOS backends); internal/vagrant, which
+// owns its machines' whole lifecycle through vagrant, is the second.
 //
 // What each verb guarantees:
 //   - Inspect reads a machine's live state from the host side only (process
@@ -17,8 +17,11 @@
 //   - Stop shuts a machine down cleanly (the guest powers off), and after
 //     grace forces it; ErrNotRunning when there was nothing to stop (what
 //     a crash left is cleared all the same).
-//   - Suspend and Resume keep a machine's memory across a stop; a driver
-//     that cannot answers ErrUnsupported (QEMU, until issue 16).
+//   - Suspend and Resume keep a machine's memory while no guest code runs;
+//     a driver that cannot answers ErrUnsupported. A suspended machine's
+//     Inspect says StateSuspended, and its detail says where the memory is.
+//   - ContainsNetwork says whether Start honours Machine.Network; the
+//     caller gives a Network only to a driver that does.
 //   - Adopt completes a machine whose record is lost (no uuid) from what
 //     still runs in its run directory, so Stop and Destroy reach it.
 //   - MarkReady records that the guest of the current launch came up, and

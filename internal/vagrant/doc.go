@@ -41,8 +41,35 @@
 // guest user with the VM's own client key and never inserts a key of its
 // own. The libvirt domain is named after the machine (no prefix), which is
 // unique per VM; the domain type is "kvm", or "qemu" (TCG) when the start's
-// accelerator says KVM is unusable. Suspend is libvirt's managedsave: the
-// memory goes to disk and the machine survives a host reboot.
+// accelerator says KVM is unusable. The box is agent-vm's own by name and
+// version (internal/vagrantbox, which the backend adds to VAGRANT_HOME on
+// the first start) or the user's --box.
+//
+// Suspend is suspend_mode "pause": libvirt refuses managedsave while a
+// virtiofs or 9p share is mounted (and the workspace always is), and then
+// `vagrant suspend` exits 0 with the machine still running; so the driver
+// reads the state again after every suspend and fails when it did not
+// happen. A paused machine still holds its memory on the host, which
+// Inspect's detail says.
+//
+// Files QEMU opens: under qemu:///system libvirt runs QEMU as libvirt-qemu
+// and hands it the files its domain XML names (the box's disk and kernel,
+// the seed), never their directories nor files passed through qemuargs.
+// Start makes the state directory, the VM's and its run directory
+// searchable (not readable) by others, copies each credential into
+// run/fw_cfg as a 0600 file of libvirt-qemu (as root; else readable by it
+// through a POSIX ACL entry), and checks every path with
+// vagrantbox.CheckQEMUCanRead, so a 0700 directory above fails at once with
+// the fix instead of libvirt's "Permission denied".
+//
+// Network: the driver does not contain it (ContainsNetwork is false):
+// vagrant-libvirt's management network is a NAT bridge that vagrant needs
+// to find the guest's address, so the guest reaches the host's bridge
+// address and whatever the host reaches. The backend's guest is set up
+// without the egress proxy (cloudinit.Config.Direct), and the orchestration
+// says "not contained" and refuses policy changes. Doing better (an
+// isolated network with the proxy listening on the bridge address and an
+// nwfilter) is left to do.
 //
 // Every value in the file goes through one escaper, RubyString: a
 // double-quoted literal in which every byte outside printable ASCII is
@@ -71,14 +98,25 @@
 // # State and its cache
 //
 // State comes from `vagrant status --machine-readable`, parsed (see
-// ParseMachineReadable), mapped to the driver's states: running; paused;
-// suspended (vagrant's saved, libvirt's pmsuspended, or shutoff after an
-// agent-vm suspend: managedsave); stopped (not created, or shut off after
-// an agent-vm stop or a guest power-off); crashed (aborted, libvirt's
-// crashed, or shut off without agent-vm stopping it: killed), whose detail
-// says `agent-vm start NAME` recovers it. agent-vm's markers in the run
-// directory (a start's launch record, the clean-stop and suspend markers)
-// tell a killed machine from a halted one, as QEMU's driver does.
+// ParseMachineReadable), and, for a machine vagrant calls shutoff or
+// paused, from libvirt's reason (`virsh domstate --reason`, DomState):
+// vagrant says shutoff alike for a halted, a killed and a managed-saved
+// machine. Mapped to the driver's states: running; paused; suspended
+// (paused by agent-vm suspend, vagrant's saved, libvirt's "saved"); stopped
+// (not created, shut off after an agent-vm stop, or libvirt's "shutdown":
+// the guest powered off); crashed (aborted, libvirt's "crashed", or forced
+// off without agent-vm stopping it), whose detail says `agent-vm start
+// NAME` recovers it (vagrant up). agent-vm's markers in the run directory
+// (a start's launch record, the clean-stop and suspend markers) decide where
+// libvirt cannot say.
+//
+// One vagrant command per VM at a time: vagrant's own machine lock fails a
+// second command at once, so every vagrant command but status takes a lock
+// file in the run directory and waits for it (the orchestration's per-VM
+// lock already serialises agent-vm's verbs). SSH is agent-vm's own, with
+// the pinned host key, to the forwarded port, which vagrant-libvirt's
+// `ssh -L` forwarder opens some time after `vagrant up` returns: the
+// orchestration's SSH wait retries until it answers. Never `vagrant ssh`.
 //
 // A vagrant status costs one to three seconds (Ruby and its plugins load
 // every time), so Inspect answers from a per-VM cache file for CacheTTL,
