@@ -72,9 +72,11 @@ const (
 
 // workspaceUnits is the one provisioner, static text: vagrant mounts the
 // synced folder over SSH after the guest booted, so the units that found no
-// workspace at boot start again once it is there.
+// workspace at boot start again once it is there. start, not restart: a
+// restart's stop would unmount vagrant's /workspace, whose tag is vagrant's
+// (not "workspace"), and the unit could not mount it again.
 const workspaceUnits = "systemctl reset-failed agent-vm-workspace.service agent-mcp.service; " +
-	"systemctl restart agent-vm-workspace.service agent-mcp.service"
+	"systemctl start agent-vm-workspace.service agent-mcp.service"
 
 var tmpl = template.Must(template.New("Vagrantfile").Funcs(template.FuncMap{
 	"rb":       RubyString,
