@@ -40,6 +40,7 @@ func commands(stdio IO) []*cli.Command {
 		mcpProxyCommand(stdio),
 		netProxyCommand(stdio),
 		netRelayCommand(stdio),
+		holdCommand(stdio),
 		completionCommand(stdio),
 		{
 			Name: "version", Usage: "print the version", ArgsUsage: " ",

@@ -88,7 +88,15 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	if live.Alive() {
-		return &StartResult{Info: m.Status(ctx, e, true), AlreadyRunning: true}, nil
+		info := m.Status(ctx, e, true)
+		if info.State == StateRunning {
+			// Its holder may have ended with a guest reboot, or an older
+			// agent-vm started it.
+			m.startHolder(e)
+			m.waitHolder(ctx, e, 10*time.Second)
+			info.SSH.Held = heldSocket(r, l)
+		}
+		return &StartResult{Info: info, AlreadyRunning: true}, nil
 	}
 	acc := m.Accel(ctx)
 	if acc.Accel == accel.TCG {
@@ -138,10 +146,11 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		}
 		return nil, err
 	}
-	res.Info = m.Status(ctx, e, true)
-	if err := m.checkProvision(ctx, r, sshTarget(r, l)); err != nil {
+	if err := m.checkProvision(ctx, r, l); err != nil {
 		return nil, err
 	}
+	m.waitHolder(ctx, e, 10*time.Second)
+	res.Info = m.Status(ctx, e, true)
 	return res, nil
 }
 
@@ -187,6 +196,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	}
 	client.Close()
 	res.SSHReady = time.Since(began)
+	m.startHolder(e)
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
@@ -197,7 +207,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		h := checkHealth(wctx, r.Ports.MCP)
 		if h.State == "healthy" {
 			res.HealthReady = time.Since(began)
-			m.settle(wctx, r.Branch, target, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
+			m.settle(wctx, r, l, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
 			return ctx.Err() // interrupted while settling: the caller stops the VM
 		}
 		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
@@ -217,12 +227,13 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 
 // settle runs the backend's settle command (see backend.Plan.Settle). A
 // failure is a warning, not a failed start: the VM is up and healthy.
-func (m *Manager) settle(ctx context.Context, branch string, target sshx.Target, cmd string, report func()) {
+func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, cmd string, report func()) {
 	if cmd == "" {
 		return
 	}
+	branch := r.Branch
 	report()
-	c, err := sshx.Dial(ctx, target, 30*time.Second)
+	c, err := m.dialGuest(ctx, r, l)
 	if err == nil {
 		var errOut bytes.Buffer
 		var code int
