@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -173,6 +175,12 @@ func TestVMLifecycle(t *testing.T) {
 	if code, _, errs := run(t, m, "life", "test", "-e", "/etc/cloud/cloud-init.disabled"); code != 0 {
 		t.Errorf("start returned before the guest's first-boot setup ended (%d): %s", code, errs)
 	}
+
+	// Commands reach the guest through the VM's holder (the held
+	// connection, internal/hold), which start left serving on a socket
+	// only the owner can use. Without it they dial the guest directly, and
+	// start on the running VM starts it again.
+	heldCheck(t, m, e, info)
 
 	// The guest trusts the host's CA: curl verifies the server's
 	// certificate, through the egress proxy (configured in the guest's
@@ -428,4 +436,37 @@ func hostCAAndServer(t *testing.T) (caPEM, port string) {
 	t.Cleanup(srv.Close)
 	_, port, _ = net.SplitHostPort(srv.Listener.Addr().String())
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), port
+}
+
+// heldCheck: the VM's holder serves a 0600 socket; killed, commands still
+// work (dialing the guest directly); start brings it back.
+func heldCheck(t *testing.T, m *vm.Manager, e state.Entry, info vm.Info) {
+	t.Helper()
+	if info.SSH.Held == "" {
+		t.Fatalf("after start no holder serves the VM; its log %s:\n%s", e.Layout.Log(hold.LogName), driver.TailFile(e.Layout.Log(hold.LogName), 10))
+	}
+	if fi, err := os.Lstat(info.SSH.Held); err != nil || fi.Mode() != os.ModeSocket|0o600 {
+		t.Errorf("the holder's socket %s: %v %v, want a socket, mode 0600", info.SSH.Held, fi, err)
+	}
+	if code, out, _ := run(t, m, "life", "echo", "held"); code != 0 || out != "held\n" {
+		t.Errorf("exec through the holder: %d %q", code, out)
+	}
+	b, _ := os.ReadFile(e.Layout.Run(hold.PidName))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 || syscall.Kill(pid, syscall.SIGKILL) != nil {
+		t.Fatalf("no holder pid in %s: %q", e.Layout.Run(hold.PidName), b)
+	}
+	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held == "" }, "the killed holder to be gone")
+	if code, out, _ := run(t, m, "life", "echo", "direct"); code != 0 || out != "direct\n" {
+		t.Errorf("exec without the holder (its socket left stale): %d %q", code, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := m.Start(ctx, "life", vm.StartOptions{})
+	if err != nil || !res.AlreadyRunning || res.Info.SSH.Held == "" {
+		t.Errorf("start on the running VM: %v, already running %v, holder %q", err, res != nil && res.AlreadyRunning, res.Info.SSH.Held)
+	}
+	if code, out, _ := run(t, m, "life", "echo", "held again"); code != 0 || out != "held again\n" {
+		t.Errorf("exec through the new holder: %d %q", code, out)
+	}
 }
