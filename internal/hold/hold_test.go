@@ -151,14 +151,21 @@ func TestLargeTransfersAreByteExact(t *testing.T) {
 	}
 }
 
-func TestPTYAndWindowChange(t *testing.T) {
+// heldSession is a session through a holder of a new guest sshd.
+func heldSession(t *testing.T) *ssh.Session {
+	t.Helper()
 	s := guestSSHD(t)
 	c := dialHolder(t, runHolder(t, s), s)
 	sess, err := c.NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sess.Close()
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+func TestPTYAndWindowChange(t *testing.T) {
+	sess := heldSession(t)
 	if err := sess.RequestPty("xterm", 24, 80, ssh.TerminalModes{ssh.ECHO: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -229,13 +236,7 @@ func TestSignalsAndExitSignal(t *testing.T) {
 }
 
 func TestEnvRequestsAndTheirRefusals(t *testing.T) {
-	s := guestSSHD(t)
-	c := dialHolder(t, runHolder(t, s), s)
-	sess, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := heldSession(t)
 	if err := sess.Setenv("AGENTVM_X", "from the caller"); err != nil {
 		t.Errorf("an accepted variable: %v", err)
 	}
