@@ -116,8 +116,11 @@ func (m *Manager) stopHolder(ctx context.Context, e state.Entry) {
 
 // heldSocket is the holder's socket when a holder of the VM runs, else "".
 func heldSocket(r *state.Record, l state.Layout) string {
+	if r.ID == "" {
+		return ""
+	}
 	f := holdFiles(r, l)
-	if r.ID == "" || hold.Pid(f, holdMarker(l)) == 0 {
+	if hold.Pid(f, holdMarker(l)) == 0 {
 		return ""
 	}
 	return f.Socket
