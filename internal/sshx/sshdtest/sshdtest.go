@@ -84,8 +84,9 @@ func usePAM(name string) string {
 // OtherUser returns a user other than root with a login shell, to log in
 // as when the test runs as root: OpenSSH handles a root login's session
 // requests without privilege separation and so refuses "signal" requests,
-// which it honours for other users (as for a guest's). The test skips when
-// there is none.
+// which it honours for other users (as for a guest's). On a host that has
+// none (a fresh CI machine), a root test makes one for itself (useradd,
+// no home) and removes it at its end; otherwise the test skips.
 func OtherUser(t testing.TB) string {
 	t.Helper()
 	passwd, _ := os.ReadFile("/etc/passwd")
@@ -99,8 +100,19 @@ func OtherUser(t testing.TB) string {
 			return f[0]
 		}
 	}
-	tu.Need(t, false, "no user other than root with a login shell to log in as")
-	return ""
+	tu.Need(t, os.Geteuid() == 0, "no user other than root with a login shell to log in as")
+	tu.Program(t, "useradd")
+	tu.Program(t, "userdel")
+	name := fmt.Sprintf("agentvm-t%d", os.Getpid())
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v\n%s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Errorf("userdel %s: %v\n%s", name, err, out)
+		}
+	})
+	return name
 }
 
 // Start runs sshd in its own process group and waits (up to 10 s) until it
