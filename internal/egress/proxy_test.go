@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -286,8 +288,13 @@ func TestDoorsAndRelay(t *testing.T) {
 	if strings.Contains(out.String(), "mcp") {
 		t.Errorf("the proxy socket relayed a door preamble: %q", out.String())
 	}
-	es, _ := ReadLog(filepath.Join(dir, LogFile))
-	if len(es) != 2 || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != "door" || es[1].Allowed || es[1].Rule != "not exposed" {
+	// The proxy logs a connection once both its directions end, which may
+	// be after the relay returned, and in any order.
+	f := &fixture{t: t, dir: dir}
+	es := f.entries(2)
+	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(a.Port, b.Port) })
+	if len(es) != 2 || es[0].Port != exposed || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != "door" ||
+		es[1].Allowed || es[1].Rule != "not exposed" {
 		t.Fatalf("log = %+v", es)
 	}
 	// Relay to a proxy that is not there fails with a clear error.
