@@ -37,9 +37,14 @@ type Network struct {
 	Exposed []int
 	// Proxy is the egress proxy's command line; the driver appends
 	// "--proxy-socket PATH --door-socket PATH --qemu-pidfile PATH" (it
-	// exits when the process of that pid file is gone), runs it for the machine's
-	// life (started before, stopped after it) and logs its output.
+	// exits when the process of that pid file is gone), and "--run-as
+	// UID:GID" when the machine runs as another user than agent-vm (the
+	// proxy drops to it before serving), runs it for the machine's life
+	// (started before, stopped after it) and logs its output.
 	Proxy []string
+	// Dir is the proxy's directory (policy and log), which the driver
+	// gives to the user the proxy runs as.
+	Dir string
 	// Relay is the command line that carries one guest connection (its
 	// stdin and stdout) to a socket; the driver appends the socket, and
 	// for an exposed port the port. Neither may contain spaces.

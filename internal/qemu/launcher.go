@@ -141,7 +141,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	egressPid := 0
 	if m.Network != nil {
-		pid, err := l.startEgress(ctx, m, h.RunAs)
+		pid, err := l.startEgress(ctx, m, l.proxyOwner(m, h))
 		if err != nil {
 			return nil, err
 		}
@@ -218,6 +218,20 @@ func (l *Launcher) hardening(m Machine, b Boot) Hardening {
 		h.Sandbox = &p
 	}
 	return h
+}
+
+// proxyOwner is the user the egress proxy drops to: QEMU's -runas user,
+// or, for a root agent-vm whose QEMU keeps root (a NixOS run script), the
+// workspace's owner all the same: what parses the guest's requests is
+// never root. nil: the proxy stays the caller's user.
+func (l *Launcher) proxyOwner(m Machine, h Hardening) *Owner {
+	if h.RunAs != nil {
+		return h.RunAs
+	}
+	if l.euid() == 0 && m.Share.UID > 0 {
+		return &Owner{UID: m.Share.UID, GID: m.Share.GID}
+	}
+	return nil
 }
 
 func (l *Launcher) euid() int {

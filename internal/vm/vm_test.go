@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -201,6 +202,28 @@ func TestVMLifecycle(t *testing.T) {
 	if code, out, _ := run(t, m, "life", "curl", "-sS", "--max-time", "20", "http://not-allowed.test/"); code != 0 ||
 		!strings.Contains(out, "rule: not on the allow-list") || !strings.Contains(out, "agent-vm net allow life not-allowed.test") {
 		t.Errorf("a denied name through the proxy: exit %d, %q", code, out)
+	}
+
+	// As root, the proxy that parsed those requests is QEMU's user, not root.
+	if os.Geteuid() == 0 {
+		netDir := filepath.Join(e.Layout.Dir, vm.NetDir)
+		proxy := 0
+		des, _ := os.ReadDir("/proc")
+		for _, de := range des {
+			b, _ := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
+			if args := strings.Split(string(b), "\x00"); len(args) > 2 && args[1] == "net-proxy" && slices.Contains(args, netDir) {
+				proxy, _ = strconv.Atoi(de.Name())
+			}
+		}
+		uid := func(pid int) string {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			_, rest, _ := strings.Cut(string(b), "\nUid:\t")
+			u, _, _ := strings.Cut(rest, "\t")
+			return u
+		}
+		if proxy == 0 || uid(proxy) == "0" || uid(proxy) != uid(info.Pid) {
+			t.Errorf("the egress proxy (pid %d) runs as uid %q, QEMU (pid %d) as %q: want QEMU's user, not root", proxy, uid(proxy), info.Pid, uid(info.Pid))
+		}
 	}
 
 	// The guidance note in dev's home tells agents where they are; the
