@@ -33,12 +33,16 @@ type StartOptions struct {
 	// those that mean nothing for its guests).
 	Reprovision bool
 	Nixpkgs     string
+	// Cold boots a suspended VM afresh, discarding its saved state,
+	// instead of resuming it.
+	Cold bool
 }
 
 // StartResult is what start did.
 type StartResult struct {
 	Info           Info
 	AlreadyRunning bool
+	Resumed        bool          // from a saved state (suspend), not booted
 	SSHReady       time.Duration // from launch to SSH answering with the pinned key
 	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
 }
@@ -70,14 +74,6 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	defer lock.Release()
 	r, l := e.Record, e.Layout
-	be, err := m.backendOf(r, "start")
-	if err != nil {
-		return nil, err
-	}
-	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
-	if err := be.CheckStart(r, flags); err != nil {
-		return nil, err
-	}
 	d, err := m.driverOf(r)
 	if err != nil {
 		return nil, err
@@ -90,6 +86,18 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if live.Alive() {
 		return &StartResult{Info: m.Status(ctx, e, true), AlreadyRunning: true}, nil
 	}
+	if live.State == StateSuspended {
+		if !o.Cold {
+			if o.Reprovision {
+				return nil, fmt.Errorf("VM %q is suspended, and --reprovision needs a cold boot (hint: `agent-vm start --cold --reprovision %s` discards the saved state)", r.Branch, e.Slug)
+			}
+			return m.resume(ctx, e, d, mach, o)
+		}
+		if err := d.Stop(ctx, mach, 0); err != nil {
+			return nil, fmt.Errorf("discarding the saved state of %q: %w", r.Branch, err)
+		}
+		m.Log.Warn("discarded the saved state of a suspended VM; booting it afresh", "vm", r.Branch)
+	}
 	acc := m.Accel(ctx)
 	if acc.Accel == accel.TCG {
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
@@ -101,21 +109,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if w := proxyUnset(r); w != "" {
 		m.Log.Warn(w)
 	}
-	var cas []string
-	if !r.NoHostCA {
-		if cas, err = m.HostCAs(); err != nil {
-			return nil, err
-		}
-	}
-	section := slices.Clone(r.Settings)
-	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas})
+	plan, err := m.prepare(ctx, e, o, share, "start")
 	if err != nil {
 		return nil, err
-	}
-	if !bytes.Equal(section, r.Settings) {
-		if err := state.WriteRecord(l.Record(), r); err != nil {
-			return nil, err
-		}
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
 	if mach.Network, err = m.network(r, l); err != nil {
@@ -143,6 +139,38 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	return res, nil
+}
+
+// prepare has the VM's backend check the start's flags and prepare its
+// boot (see backend.Backend's Prepare), and saves what that changed in the
+// record.
+func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, share driver.ShareMode, verb string) (*backend.Plan, error) {
+	r, l := e.Record, e.Layout
+	be, err := m.backendOf(r, verb)
+	if err != nil {
+		return nil, err
+	}
+	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
+	if err := be.CheckStart(r, flags); err != nil {
+		return nil, err
+	}
+	var cas []string
+	if !r.NoHostCA {
+		if cas, err = m.HostCAs(); err != nil {
+			return nil, err
+		}
+	}
+	section := slices.Clone(r.Settings)
+	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas})
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(section, r.Settings) {
+		if err := state.WriteRecord(l.Record(), r); err != nil {
+			return nil, err
+		}
+	}
+	return plan, nil
 }
 
 // sshTarget is the VM's SSH endpoint, with its pinned host key.
