@@ -304,6 +304,9 @@ func virtiofsd(sock string) int {
 		fmt.Println("fake virtiofsd:", err)
 		return 1
 	}
+	// An old fake that exits late must not remove the socket of the next
+	// one (Go unlinks a listener's socket on Close by default).
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	defer ln.Close()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
