@@ -68,21 +68,13 @@ func (e *BootError) Unwrap() error { return e.Err }
 // is already running is left alone. Interrupting the wait (ctx) stops the VM
 // again, so an aborted start leaves nothing running.
 func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	h, err := m.hold(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Release()
+	defer h.lock.Release()
+	e, d, mach, live := h.e, h.d, h.mach, h.live
 	r, l := e.Record, e.Layout
-	d, err := m.driverOf(r)
-	if err != nil {
-		return nil, err
-	}
-	mach := m.machine(r, l)
-	live, err := d.Inspect(ctx, mach)
-	if err != nil {
-		return nil, err
-	}
 	if live.Alive() {
 		return &StartResult{Info: m.Status(ctx, e, true), AlreadyRunning: true}, nil
 	}
@@ -109,12 +101,8 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if w := proxyUnset(r); w != "" {
 		m.Log.Warn(w)
 	}
-	plan, err := m.prepare(ctx, e, o, share, "start")
+	plan, err := m.prepare(ctx, e, o, share, &mach, "start")
 	if err != nil {
-		return nil, err
-	}
-	mach.Credentials = append(mach.Credentials, plan.Credentials...)
-	if mach.Network, err = m.network(r, l); err != nil {
 		return nil, err
 	}
 	o.Report.Report("starting QEMU", 0, "")
@@ -142,9 +130,10 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 }
 
 // prepare has the VM's backend check the start's flags and prepare its
-// boot (see backend.Backend's Prepare), and saves what that changed in the
-// record.
-func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, share driver.ShareMode, verb string) (*backend.Plan, error) {
+// boot (see backend.Backend's Prepare), saves what that changed in the
+// record, and completes mach with the plan's credentials and the VM's
+// network.
+func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string) (*backend.Plan, error) {
 	r, l := e.Record, e.Layout
 	be, err := m.backendOf(r, verb)
 	if err != nil {
@@ -169,6 +158,10 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, sh
 		if err := state.WriteRecord(l.Record(), r); err != nil {
 			return nil, err
 		}
+	}
+	mach.Credentials = append(mach.Credentials, plan.Credentials...)
+	if mach.Network, err = m.network(r, l); err != nil {
+		return nil, err
 	}
 	return plan, nil
 }
@@ -322,6 +315,34 @@ func indent(s string) string {
 		b.WriteString("  " + termsafe.Line(l))
 	}
 	return b.String()
+}
+
+// held is a VM whose lock the caller holds, with its driver and its live
+// state as the driver saw it once locked.
+type held struct {
+	e    state.Entry
+	lock *state.Lock
+	d    driver.Driver
+	mach driver.Machine
+	live driver.Live
+}
+
+// hold finds a VM with a readable record, takes its lock and inspects it.
+// The caller releases h.lock.
+func (m *Manager) hold(ctx context.Context, name string) (*held, error) {
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	h := &held{e: e, lock: lock, mach: m.machine(e.Record, e.Layout)}
+	if h.d, err = m.driverOf(e.Record); err == nil {
+		h.live, err = h.d.Inspect(ctx, h.mach)
+	}
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return h, nil
 }
 
 // lockedEntry finds a VM with a readable record and takes its lock.

@@ -41,21 +41,13 @@ func (e *BusyError) Error() string {
 // The guest's side: agent-mcp stops and /workspace is unmounted (refused
 // when a process uses it); resume undoes both.
 func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	h, err := m.hold(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Release()
+	defer h.lock.Release()
+	e, d, mach, live := h.e, h.d, h.mach, h.live
 	r, l := e.Record, e.Layout
-	d, err := m.driverOf(r)
-	if err != nil {
-		return nil, err
-	}
-	mach := m.machine(r, l)
-	live, err := d.Inspect(ctx, mach)
-	if err != nil {
-		return nil, err
-	}
 	switch {
 	case live.State == StateSuspended:
 		return nil, fmt.Errorf("VM %q is suspended already (hint: `agent-vm resume %s` resumes it)", r.Branch, e.Slug)
@@ -179,12 +171,8 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	r, l := e.Record, e.Layout
 	acc := m.Accel(ctx)
 	share, _ := d.Share(ctx)
-	plan, err := m.prepare(ctx, e, o, share, "resume")
+	plan, err := m.prepare(ctx, e, o, share, &mach, "resume")
 	if err != nil {
-		return nil, err
-	}
-	mach.Credentials = append(mach.Credentials, plan.Credentials...)
-	if mach.Network, err = m.network(r, l); err != nil {
 		return nil, err
 	}
 	o.Report.Report("resuming from the saved state", 0, "")
@@ -239,20 +227,12 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 // Resume resumes a suspended VM; a VM that is not suspended is refused
 // (start boots a stopped one).
 func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	h, err := m.hold(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Release()
-	d, err := m.driverOf(e.Record)
-	if err != nil {
-		return nil, err
-	}
-	mach := m.machine(e.Record, e.Layout)
-	live, err := d.Inspect(ctx, mach)
-	if err != nil {
-		return nil, err
-	}
+	defer h.lock.Release()
+	e, live := h.e, h.live
 	if live.State != StateSuspended {
 		hint := "`agent-vm start " + e.Slug + "` starts it"
 		if live.Alive() {
@@ -260,5 +240,5 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 		}
 		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
 	}
-	return m.resume(ctx, e, d, mach, o)
+	return m.resume(ctx, e, h.d, h.mach, o)
 }
