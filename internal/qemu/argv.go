@@ -169,7 +169,12 @@ func netArgs(m Machine, mac string) []string {
 	return []string{"-netdev", strings.Join(opts, ","), "-device", dev}
 }
 
-// diskArgs attaches the disks as virtio block devices.
+// diskArgs attaches the disks as virtio block devices. A writable disk's
+// file is opened read-write once, before -runas: with auto-read-only (on
+// by default) QEMU reopens it by its path when a migration (suspend.go)
+// hands it over or takes it back, which the unprivileged user QEMU became
+// cannot (its directory is private), and the migration fails
+// ("bdrv_inactivate_all() failed").
 func diskArgs(disks []Disk) []string {
 	var out []string
 	for _, d := range disks {
@@ -177,7 +182,7 @@ func diskArgs(disks []Disk) []string {
 		if d.ReadOnly {
 			opt += ",readonly=on"
 		} else {
-			opt += ",discard=unmap"
+			opt += ",discard=unmap,file.auto-read-only=off"
 		}
 		out = append(out, "-drive", opt)
 	}

@@ -221,7 +221,7 @@ func (s *suspension) migrate(ctx context.Context) (int64, error) {
 	}
 	if err := waitMigration(ctx, s.c); err != nil {
 		_, _ = s.c.Execute(context.Background(), "migrate_cancel", nil)
-		return fail(fmt.Errorf("saving the state: %w", err))
+		return fail(fmt.Errorf("saving the state: %w; QEMU's log %s says: %s", err, s.m.QEMULogPath(), orNothing(driver.TailFile(s.m.QEMULogPath(), 3))))
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)

@@ -28,6 +28,9 @@ func TestSuspendResume(t *testing.T) {
 	ctx := context.Background()
 	e := create(t, m, "susp")
 	start(t, m, "susp")
+	if _, err := m.Resume(ctx, "susp", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "is running, not suspended") {
+		t.Errorf("resume of a running VM: got %v, want a refusal", err)
+	}
 	sh := func(script string) string {
 		t.Helper()
 		code, out, errs := run(t, m, "susp", "sh", "-c", script)
