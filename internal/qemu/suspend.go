@@ -27,6 +27,10 @@ package qemu
 //     user, who cannot write the root-owned run directory. agent-vm opens
 //     the file itself (0600, O_EXCL) and hands QEMU the descriptor with
 //     getfd (SCM_RIGHTS on the QMP socket).
+//     At its end QEMU inactivates the disks (hands them to the receiving
+//     side); with auto-read-only it would reopen each by its path, which
+//     QEMU under -runas cannot, so writable disks are opened with
+//     file.auto-read-only=off (diskArgs).
 //  5. Once the migration completes: fsync and rename the state into place,
 //     QMP quit, end the egress proxy, and write the record
 //     (suspend.json: QEMU's version from its QMP greeting, the hash of the
