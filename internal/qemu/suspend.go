@@ -149,19 +149,23 @@ type suspension struct {
 
 // save unplugs the share, saves the state and ends QEMU.
 func (s *suspension) save(ctx context.Context) error {
+	began := time.Now()
 	if s.launch.Share == driver.ShareVirtiofs {
 		if err := s.unplug(ctx); err != nil {
 			return err
 		}
+		s.l.Log.Debug("unplugged the workspace device", "vm", s.m.Name, "took", time.Since(began))
 	}
 	if _, err := s.c.Execute(ctx, "stop", nil); err != nil {
 		return err
 	}
 	s.stopped = true
+	saving := time.Now()
 	bytes, err := s.migrate(ctx)
 	if err != nil {
 		return err
 	}
+	s.l.Log.Debug("saved the state", "vm", s.m.Name, "bytes", bytes, "took", time.Since(saving))
 	// Past here the state is complete: QEMU goes whatever happens.
 	_, _ = s.c.Execute(ctx, "quit", nil)
 	if !waitGoneCtx(ctx, s.pid, s.m.isQEMU(), 10*time.Second) {
