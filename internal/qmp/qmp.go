@@ -229,8 +229,9 @@ func (c *Client) deadline(ctx context.Context) func() {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.conn.SetDeadline(dl)
 	}
-	done := make(chan struct{})
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		select {
 		case <-ctx.Done():
 			_ = c.conn.SetDeadline(time.Now())
@@ -238,7 +239,11 @@ func (c *Client) deadline(ctx context.Context) func() {
 		}
 	}()
 	return func() {
+		// Wait for the goroutine: if ctx ends just after (a caller that
+		// cancels its dial context and keeps the client), it must not
+		// set a deadline on the next command.
 		close(done)
+		<-exited
 		_ = c.conn.SetDeadline(time.Time{})
 	}
 }
