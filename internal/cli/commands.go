@@ -22,6 +22,8 @@ func commands(stdio IO) []*cli.Command {
 		startCommand(stdio),
 		stopCommand(stdio),
 		restartCommand(stdio),
+		suspendCommand(stdio),
+		resumeCommand(stdio),
 		execCommand(stdio),
 		shellCommand(stdio),
 		logsCommand(stdio),

@@ -17,8 +17,18 @@
 //   - Stop shuts a machine down cleanly (the guest powers off), and after
 //     grace forces it; ErrNotRunning when there was nothing to stop (what
 //     a crash left is cleared all the same).
-//   - Suspend and Resume keep a machine's memory across a stop; a driver
-//     that cannot answers ErrUnsupported (QEMU, until issue 16).
+//   - Suspend saves a running machine's memory and devices to its run
+//     directory and ends its processes, so that a suspended machine costs no
+//     CPU or RAM; Inspect then says StateSuspended. The guest's side (what
+//     uses the workspace share, which cannot be saved with it) is the
+//     caller's: the driver calls GuestHooks.Detach once it knows it can
+//     suspend, and GuestHooks.Attach to undo it when the suspend fails after.
+//     Resume starts the machine again from that state, per the same plan
+//     Start would take, with the share attached again; the caller then
+//     mounts it in the guest and fixes the guest's clock. A state that no
+//     longer fits (another QEMU, another machine, a changed disk) is refused
+//     with ErrStaleState and kept; Stop discards a saved state (a later
+//     Start boots cold). A driver that cannot answers ErrUnsupported.
 //   - Adopt completes a machine whose record is lost (no uuid) from what
 //     still runs in its run directory, so Stop and Destroy reach it.
 //   - MarkReady records that the guest of the current launch came up, and
@@ -74,8 +84,8 @@ type Driver interface {
 	Inspect(ctx context.Context, m Machine) (Live, error)
 	Start(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
 	Stop(ctx context.Context, m Machine, grace time.Duration) error
-	Suspend(ctx context.Context, m Machine) error
-	Resume(ctx context.Context, m Machine) error
+	Suspend(ctx context.Context, m Machine, g GuestHooks) error
+	Resume(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
 	Adopt(ctx context.Context, m Machine) Machine
 	Destroy(ctx context.Context, m Machine) error
 
@@ -101,6 +111,17 @@ type Boot interface {
 	DriverName() string
 }
 
+// GuestHooks are the guest's side of a suspend (see Suspend), run by the
+// caller over its own channel to the guest.
+type GuestHooks struct {
+	// Detach readies the guest for the workspace share to go (stops what
+	// uses it, unmounts it). Its error refuses the suspend and is returned
+	// as is.
+	Detach func(ctx context.Context) error
+	// Attach mounts the share again after a suspend failed past Detach.
+	Attach func(ctx context.Context) error
+}
+
 // StartOptions are the driver-neutral choices of one start.
 type StartOptions struct {
 	Accel       string // "kvm" or "tcg"
@@ -117,6 +138,11 @@ var (
 	ErrRunning     = errors.New("already running")
 	ErrNotRunning  = errors.New("not running")
 	ErrUnsupported = errors.New("not supported by this driver")
+	// ErrSuspended is a Start of a machine that has a saved state: Resume
+	// it, or Stop it to discard the state first.
+	ErrSuspended = errors.New("suspended")
+	// ErrStaleState is a saved state that no longer fits the machine.
+	ErrStaleState = errors.New("the saved state no longer fits this machine")
 )
 
 // Check is one thing doctor looked at.

@@ -90,6 +90,9 @@ const (
 	StateRunning = "running"
 	StatePaused  = "paused"
 	StateCrashed = "crashed" // process gone without a clean shutdown
+	// StateSuspended: no process runs; the machine's memory is saved in
+	// its run directory and Resume (or Start) brings it back.
+	StateSuspended = "suspended"
 )
 
 // Live is a machine's live state (see Driver.Inspect).

@@ -33,12 +33,16 @@ type StartOptions struct {
 	// those that mean nothing for its guests).
 	Reprovision bool
 	Nixpkgs     string
+	// Cold boots a suspended VM afresh, discarding its saved state,
+	// instead of resuming it.
+	Cold bool
 }
 
 // StartResult is what start did.
 type StartResult struct {
 	Info           Info
 	AlreadyRunning bool
+	Resumed        bool          // from a saved state (suspend), not booted
 	SSHReady       time.Duration // from launch to SSH answering with the pinned key
 	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
 }
@@ -64,29 +68,13 @@ func (e *BootError) Unwrap() error { return e.Err }
 // is already running is left alone. Interrupting the wait (ctx) stops the VM
 // again, so an aborted start leaves nothing running.
 func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	h, err := m.hold(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Release()
+	defer h.lock.Release()
+	e, d, mach, live := h.e, h.d, h.mach, h.live
 	r, l := e.Record, e.Layout
-	be, err := m.backendOf(r, "start")
-	if err != nil {
-		return nil, err
-	}
-	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
-	if err := be.CheckStart(r, flags); err != nil {
-		return nil, err
-	}
-	d, err := m.driverOf(r)
-	if err != nil {
-		return nil, err
-	}
-	mach := m.machine(r, l)
-	live, err := d.Inspect(ctx, mach)
-	if err != nil {
-		return nil, err
-	}
 	if live.Alive() {
 		info := m.Status(ctx, e, true)
 		if info.State == StateRunning {
@@ -97,6 +85,18 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			info.SSH.Held = heldSocket(r, l)
 		}
 		return &StartResult{Info: info, AlreadyRunning: true}, nil
+	}
+	if live.State == StateSuspended {
+		if !o.Cold {
+			if o.Reprovision {
+				return nil, fmt.Errorf("VM %q is suspended, and --reprovision needs a cold boot (hint: `agent-vm start --cold --reprovision %s` discards the saved state)", r.Branch, e.Slug)
+			}
+			return m.resume(ctx, e, d, mach, o)
+		}
+		if err := d.Stop(ctx, mach, 0); err != nil {
+			return nil, fmt.Errorf("discarding the saved state of %q: %w", r.Branch, err)
+		}
+		m.Log.Warn("discarded the saved state of a suspended VM; booting it afresh", "vm", r.Branch)
 	}
 	acc := m.Accel(ctx)
 	if acc.Accel == accel.TCG {
@@ -109,24 +109,8 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if w := proxyUnset(r); w != "" {
 		m.Log.Warn(w)
 	}
-	var cas []string
-	if !r.NoHostCA {
-		if cas, err = m.HostCAs(); err != nil {
-			return nil, err
-		}
-	}
-	section := slices.Clone(r.Settings)
-	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas})
+	plan, err := m.prepare(ctx, e, o, share, &mach, "start")
 	if err != nil {
-		return nil, err
-	}
-	if !bytes.Equal(section, r.Settings) {
-		if err := state.WriteRecord(l.Record(), r); err != nil {
-			return nil, err
-		}
-	}
-	mach.Credentials = append(mach.Credentials, plan.Credentials...)
-	if mach.Network, err = m.network(r, l); err != nil {
 		return nil, err
 	}
 	o.Report.Report("starting QEMU", 0, "")
@@ -152,6 +136,43 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	m.waitHolder(ctx, e, 10*time.Second)
 	res.Info = m.Status(ctx, e, true)
 	return res, nil
+}
+
+// prepare has the VM's backend check the start's flags and prepare its
+// boot (see backend.Backend's Prepare), saves what that changed in the
+// record, and completes mach with the plan's credentials and the VM's
+// network.
+func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string) (*backend.Plan, error) {
+	r, l := e.Record, e.Layout
+	be, err := m.backendOf(r, verb)
+	if err != nil {
+		return nil, err
+	}
+	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
+	if err := be.CheckStart(r, flags); err != nil {
+		return nil, err
+	}
+	var cas []string
+	if !r.NoHostCA {
+		if cas, err = m.HostCAs(); err != nil {
+			return nil, err
+		}
+	}
+	section := slices.Clone(r.Settings)
+	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas})
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(section, r.Settings) {
+		if err := state.WriteRecord(l.Record(), r); err != nil {
+			return nil, err
+		}
+	}
+	mach.Credentials = append(mach.Credentials, plan.Credentials...)
+	if mach.Network, err = m.network(r, l); err != nil {
+		return nil, err
+	}
+	return plan, nil
 }
 
 // sshTarget is the VM's SSH endpoint, with its pinned host key.
@@ -305,6 +326,34 @@ func indent(s string) string {
 		b.WriteString("  " + termsafe.Line(l))
 	}
 	return b.String()
+}
+
+// held is a VM whose lock the caller holds, with its driver and its live
+// state as the driver saw it once locked.
+type held struct {
+	e    state.Entry
+	lock *state.Lock
+	d    driver.Driver
+	mach driver.Machine
+	live driver.Live
+}
+
+// hold finds a VM with a readable record, takes its lock and inspects it.
+// The caller releases h.lock.
+func (m *Manager) hold(ctx context.Context, name string) (*held, error) {
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	h := &held{e: e, lock: lock, mach: m.machine(e.Record, e.Layout)}
+	if h.d, err = m.driverOf(e.Record); err == nil {
+		h.live, err = h.d.Inspect(ctx, h.mach)
+	}
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return h, nil
 }
 
 // lockedEntry finds a VM with a readable record and takes its lock.

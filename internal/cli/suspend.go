@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+func suspendCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:  "suspend",
+		Usage: "save a running VM's memory to disk and stop its QEMU; resume brings it back",
+		Description: "The guest's processes and memory are kept; /workspace is unmounted for the\n" +
+			"suspend and mounted again on resume, so processes using it (a shell or an agent\n" +
+			"session in /workspace) make suspend refuse, naming them.",
+		ArgsUsage:    "[BRANCH]",
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			res, err := m.Suspend(cliCtx.Context, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdio.Out, "suspended the VM of branch %s in %s (agent-vm resume %s brings it back)\n", res.Branch, res.Took.Round(100*time.Millisecond), res.Branch)
+			return nil
+		}),
+	}
+}
+
+func resumeCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:         "resume",
+		Usage:        "resume a suspended VM (start does too)",
+		ArgsUsage:    "[BRANCH]",
+		Flags:        []cli.Flag{&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp (default: 2m)"}},
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			p := newProgress(stdio.Err)
+			res, err := m.Resume(cliCtx.Context, name, vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter()})
+			p.done()
+			if err != nil {
+				return err
+			}
+			printStarted(stdio, res)
+			return nil
+		}),
+	}
+}

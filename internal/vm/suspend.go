@@ -1,0 +1,244 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+)
+
+// StateSuspended: the VM's memory is saved in its directory and no
+// process runs (see internal/qemu's suspend.go for what is kept).
+const StateSuspended = driver.StateSuspended
+
+// SuspendResult says what suspend did.
+type SuspendResult struct {
+	Branch string
+	Took   time.Duration
+}
+
+// BusyError is a suspend refused because processes in the guest use
+// /workspace, which a suspend unmounts.
+type BusyError struct {
+	Branch, Slug string
+	Processes    string // the guest's list: pid, command line, how
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("VM %q cannot be suspended: these processes in the guest use %s, which a suspend unmounts:\n%s\n(hint: end them first (`agent-vm sessions %s` lists agent sessions; leave shells that are in %s), or keep the VM running; `agent-vm stop %s` shuts it down instead)",
+		e.Branch, guest.Workspace, indent(e.Processes), e.Slug, guest.Workspace, e.Slug)
+}
+
+// Suspend saves a running VM's memory to its directory and ends its QEMU.
+// The guest's side: agent-mcp stops and /workspace is unmounted (refused
+// when a process uses it); resume undoes both.
+func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, error) {
+	h, err := m.hold(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer h.lock.Release()
+	e, d, mach, live := h.e, h.d, h.mach, h.live
+	r, l := e.Record, e.Layout
+	switch {
+	case live.State == StateSuspended:
+		return nil, fmt.Errorf("VM %q is suspended already (hint: `agent-vm resume %s` resumes it)", r.Branch, e.Slug)
+	case !live.Alive():
+		return nil, fmt.Errorf("VM %q is %s, so there is nothing to suspend (hint: `agent-vm start %s` starts it): %w", r.Branch, live.State, e.Slug, driver.ErrNotRunning)
+	case live.Launch == nil || live.Launch.ReadyAt == nil:
+		return nil, fmt.Errorf("VM %q is still booting (hint: wait for `agent-vm start %s` to finish, then suspend it)", r.Branch, e.Slug)
+	}
+	began := time.Now()
+	target := sshTarget(r, l)
+	hooks := driver.GuestHooks{
+		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, target) },
+		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, target, false) },
+	}
+	if err := d.Suspend(ctx, mach, hooks); err != nil {
+		return nil, err
+	}
+	return &SuspendResult{Branch: r.Branch, Took: time.Since(began)}, nil
+}
+
+// detachScript readies the guest for its share to go (as root): lists the
+// processes using /workspace other than agent-mcp's (which stops), and
+// refuses (exit 3) if there are any; else stops agent-mcp, syncs and
+// unmounts. A process can be reported as using the workspace by its
+// working directory, an open file or a mapped one.
+const detachScript = `set -u
+ws=` + guest.Workspace + `
+mountpoint -q "$ws" || exit 0
+busy() {
+	for p in /proc/[0-9]*; do
+		pid=${p#/proc/}
+		[ "$pid" = "$$" ] && continue
+		grep -q 'agent-mcp\.service' "$p/cgroup" 2>/dev/null && continue
+		how=
+		case $(readlink "$p/cwd" 2>/dev/null) in "$ws"|"$ws"/*) how="working directory";; esac
+		for f in "$p"/fd/*; do
+			case $(readlink "$f" 2>/dev/null) in "$ws"|"$ws"/*) how="${how:+$how, }open file $(readlink "$f")"; break;; esac
+		done
+		grep -q " $ws/" "$p/maps" 2>/dev/null && how="${how:+$how, }mapped file"
+		[ -n "$how" ] && printf '%s %s (%s)\n' "$pid" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-100)" "$how"
+	done
+	return 0
+}
+out=$(busy)
+if [ -n "$out" ]; then printf '%s\n' "$out"; exit 3; fi
+systemctl stop agent-mcp.service
+sync
+if ! umount "$ws" 2>/dev/null; then
+	busy
+	systemctl start --no-block agent-mcp.service
+	exit 3
+fi
+`
+
+// attachScript mounts the share again once its device is back (as root)
+// and starts agent-mcp. $1, when set, is the host's time (seconds since
+// the epoch, with nanoseconds) to set the guest's clock to first: a
+// restored guest keeps the time it was saved at.
+const attachScript = `set -u
+[ -n "${1:-}" ] && date -u -s "@$1" >/dev/null
+for _ in $(seq 1 120); do
+	for d in /sys/bus/virtio/devices/*; do
+		case $(cat "$d/device" 2>/dev/null) in 0x001a|0x0009) break 2;; esac
+	done
+	sleep 0.5
+done
+/usr/local/lib/agent-vm/mount-workspace >/dev/null || exit 1
+systemctl start agent-mcp.service
+`
+
+// detachGuest runs detachScript; a busy workspace is a *BusyError.
+func (m *Manager) detachGuest(ctx context.Context, e state.Entry, target sshx.Target) error {
+	code, out, errOut, err := runRoot(ctx, target, detachScript)
+	switch {
+	case err != nil:
+		return fmt.Errorf("readying the guest of %q for suspend: %w", e.Record.Branch, err)
+	case code == 3:
+		return &BusyError{Branch: e.Record.Branch, Slug: e.Slug, Processes: termsafe.String(strings.TrimSpace(out))}
+	case code != 0:
+		return fmt.Errorf("readying the guest of %q for suspend: exit %d: %s", e.Record.Branch, code, termsafe.String(strings.TrimSpace(errOut)))
+	}
+	return nil
+}
+
+// attachGuest runs attachScript, setting the clock when fixClock.
+func (m *Manager) attachGuest(ctx context.Context, target sshx.Target, fixClock bool) error {
+	script := attachScript
+	if fixClock {
+		now := m.Now()
+		script = "set -- " + fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond()) + "\n" + script
+	} else {
+		script = "set --\n" + script
+	}
+	code, _, errOut, err := runRoot(ctx, target, script)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
+	}
+	if err != nil {
+		return fmt.Errorf("mounting the workspace in the guest again: %w", err)
+	}
+	return nil
+}
+
+// runRoot runs a shell script as root in the guest (dev has passwordless
+// sudo).
+func runRoot(ctx context.Context, target sshx.Target, script string) (code int, stdout, stderr string, err error) {
+	c, err := sshx.Dial(ctx, target, 30*time.Second)
+	if err != nil {
+		return -1, "", "", err
+	}
+	defer c.Close()
+	var out, errOut bytes.Buffer
+	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &out, &errOut)
+	return code, out.String(), errOut.String(), err
+}
+
+// resume starts a suspended VM from its saved state (start calls it), then
+// waits for SSH, sets the guest's clock, mounts the workspace and waits
+// for agent-mcp, as a start does.
+func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions) (*StartResult, error) {
+	r, l := e.Record, e.Layout
+	acc := m.Accel(ctx)
+	share, _ := d.Share(ctx)
+	plan, err := m.prepare(ctx, e, o, share, &mach, "resume")
+	if err != nil {
+		return nil, err
+	}
+	o.Report.Report("resuming from the saved state", 0, "")
+	began := time.Now()
+	launch, err := d.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true})
+	if err != nil {
+		if errors.Is(err, driver.ErrStaleState) {
+			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
+		}
+		return nil, err
+	}
+	res := &StartResult{Resumed: true}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
+	defer stopWatch()
+	target := sshTarget(r, l)
+	client, err := sshx.WaitReady(wctx, target, nil)
+	if err != nil {
+		logs := d.Logs(mach)
+		return nil, &BootError{VM: r.Branch, Phase: "waiting for SSH after resume", Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+	}
+	client.Close()
+	res.SSHReady = time.Since(began)
+	if err := d.MarkReady(mach, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
+	if err := m.attachGuest(wctx, target, true); err != nil {
+		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
+	}
+	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
+		if h := checkHealth(wctx, r.Ports.MCP); h.State == "healthy" {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
+			res.Info = m.Status(ctx, e, true)
+			return res, nil
+		case <-time.After(b):
+		}
+	}
+	res.HealthReady = time.Since(began)
+	res.Info = m.Status(ctx, e, true)
+	return res, nil
+}
+
+// Resume resumes a suspended VM; a VM that is not suspended is refused
+// (start boots a stopped one).
+func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
+	h, err := m.hold(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer h.lock.Release()
+	e, live := h.e, h.live
+	if live.State != StateSuspended {
+		hint := "`agent-vm start " + e.Slug + "` starts it"
+		if live.Alive() {
+			hint = "it runs already"
+		}
+		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
+	}
+	return m.resume(ctx, e, h.d, h.mach, o)
+}
