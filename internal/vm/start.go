@@ -68,7 +68,7 @@ func (e *BootError) Unwrap() error { return e.Err }
 // is already running is left alone. Interrupting the wait (ctx) stops the VM
 // again, so an aborted start leaves nothing running.
 func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
-	h, err := m.hold(ctx, name)
+	h, err := m.lockedLook(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -328,9 +328,9 @@ func indent(s string) string {
 	return b.String()
 }
 
-// held is a VM whose lock the caller holds, with its driver and its live
+// locked is a VM whose lock the caller holds, with its driver and its live
 // state as the driver saw it once locked.
-type held struct {
+type locked struct {
 	e    state.Entry
 	lock *state.Lock
 	d    driver.Driver
@@ -338,14 +338,14 @@ type held struct {
 	live driver.Live
 }
 
-// hold finds a VM with a readable record, takes its lock and inspects it.
+// lockedLook finds a VM with a readable record, takes its lock and inspects it.
 // The caller releases h.lock.
-func (m *Manager) hold(ctx context.Context, name string) (*held, error) {
+func (m *Manager) lockedLook(ctx context.Context, name string) (*locked, error) {
 	e, lock, err := m.lockedEntry(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	h := &held{e: e, lock: lock, mach: m.machine(e.Record, e.Layout)}
+	h := &locked{e: e, lock: lock, mach: m.machine(e.Record, e.Layout)}
 	if h.d, err = m.driverOf(e.Record); err == nil {
 		h.live, err = h.d.Inspect(ctx, h.mach)
 	}

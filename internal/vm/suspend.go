@@ -41,7 +41,7 @@ func (e *BusyError) Error() string {
 // The guest's side: agent-mcp stops and /workspace is unmounted (refused
 // when a process uses it); resume undoes both.
 func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, error) {
-	h, err := m.hold(ctx, name)
+	h, err := m.lockedLook(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +65,7 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 	if err := d.Suspend(ctx, mach, hooks); err != nil {
 		return nil, err
 	}
+	m.stopHolder(ctx, e) // it ends by itself once QEMU is gone; do not wait for its keepalives
 	return &SuspendResult{Branch: r.Branch, Took: time.Since(began)}, nil
 }
 
@@ -204,6 +205,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
+	m.startHolder(e) // the held connection ended with the suspended QEMU
 	if err := m.attachGuest(wctx, target, true); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
@@ -227,7 +229,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 // Resume resumes a suspended VM; a VM that is not suspended is refused
 // (start boots a stopped one).
 func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
-	h, err := m.hold(ctx, name)
+	h, err := m.lockedLook(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -99,6 +99,8 @@ func TestSuspendResume(t *testing.T) {
 		t.Errorf("start of a suspended VM: resumed %v, state %s", rres.Resumed, rres.Info.State)
 	}
 	t.Logf("resume: SSH after %s, agent-mcp after %s", rres.SSHReady, rres.HealthReady)
+	// The held connection ended with the saved QEMU; resume holds a new one.
+	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" }, "a holder after resume")
 	if got := sh("cat /proc/sys/kernel/random/boot_id"); got != bootID {
 		t.Errorf("boot id %s, was %s: the guest booted again", got, bootID)
 	}
