@@ -79,7 +79,7 @@ func runP3(ctx context.Context, l *lab, f *Figure) error {
 	a, b, err := alternate(l.cfg.N, execTrue, sshTrue)
 	f.Rows = []*Row{newRow("P3.exec", "`agent-vm exec VM -- true` round trip on a running VM", "ms",
 		series("agent-vm exec", a), ref("OpenSSH `ssh -i KEY -p PORT dev@127.0.0.1 true`, pinned known_hosts", b), true)}
-	f.Notes = append(f.Notes, "One unmeasured call of each first. Both sides open a new SSH connection per call (agent-vm keeps none open between commands).")
+	f.Notes = append(f.Notes, "One unmeasured call of each first. OpenSSH opens a new SSH connection to the guest per call; agent-vm opens a session on the VM's held connection (`agent-vm __hold`, a local handshake on a unix socket) when its holder runs, which `status --json` shows as ssh.held.")
 	return err
 }
 

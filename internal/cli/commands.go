@@ -21,9 +21,9 @@ func commands(stdio IO) []*cli.Command {
 		resetCommand(stdio),
 		startCommand(stdio),
 		stopCommand(stdio),
+		restartCommand(stdio),
 		suspendCommand(stdio),
 		resumeCommand(stdio),
-		restartCommand(stdio),
 		execCommand(stdio),
 		shellCommand(stdio),
 		logsCommand(stdio),
@@ -42,6 +42,7 @@ func commands(stdio IO) []*cli.Command {
 		mcpProxyCommand(stdio),
 		netProxyCommand(stdio),
 		netRelayCommand(stdio),
+		holdCommand(stdio),
 		completionCommand(stdio),
 		{
 			Name: "version", Usage: "print the version", ArgsUsage: " ",

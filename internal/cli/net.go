@@ -206,24 +206,26 @@ func netProxyCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name: "net-proxy", Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)", ArgsUsage: " ",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "policy", Usage: "the VM's policy file"},
-			&cli.StringFlag{Name: "log", Usage: "the VM's connection log"},
+			&cli.StringFlag{Name: "dir", Usage: "the VM's network directory (policy and log)"},
 			&cli.StringFlag{Name: "proxy-socket", Usage: "the proxy's unix socket"},
 			&cli.StringFlag{Name: "door-socket", Usage: "the exposed ports' unix socket"},
 			&cli.StringFlag{Name: "qemu-pidfile", Usage: "exit once the process of this pid file is gone"},
+			&cli.StringFlag{Name: "run-as", Usage: "UID:GID to drop to before serving (agent-vm run as root)"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
-			for _, f := range []string{"policy", "log", "proxy-socket", "door-socket"} {
+			for _, f := range []string{"dir", "proxy-socket", "door-socket"} {
 				if cliCtx.String(f) == "" {
 					return usagef("net-proxy needs --%s", f)
 				}
 			}
 			e := newEnv(cliCtx, stdio)
-			return vm.ServeEgress(cliCtx.Context, cliCtx.String("policy"), cliCtx.String("log"), cliCtx.String("proxy-socket"),
-				cliCtx.String("door-socket"), cliCtx.String("qemu-pidfile"), stdio.Getenv(vm.TestHostsEnv), e.log.Named("net-proxy"))
+			return vm.ServeEgress(cliCtx.Context, vm.EgressOptions{Dir: cliCtx.String("dir"),
+				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
+				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
+				TestHosts: stdio.Getenv(vm.TestHostsEnv), Log: e.log.Named("net-proxy")})
 		},
 	}
 }

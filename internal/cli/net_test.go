@@ -1,12 +1,20 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
@@ -79,7 +87,7 @@ func TestNetCommands(t *testing.T) {
 		t.Errorf("the record does not say the guest is set up for the proxy: %v\n%s", err, b)
 	}
 	// The proxy's policy file says the same, readable by the user only.
-	pol := filepath.Join(st, "x", "net-policy.json")
+	pol := filepath.Join(st, "x", "net", "policy.json")
 	b, err := os.ReadFile(pol)
 	if fi, _ := os.Stat(pol); err != nil || fi.Mode().Perm() != 0o600 ||
 		!strings.Contains(string(b), `"*.example.com"`) || !strings.Contains(string(b), `"exposed": [`) {
@@ -107,5 +115,86 @@ func TestNetCommands(t *testing.T) {
 	}
 	if r := mustRun(t, repo, st, "net", "log", "--json", "x"); r.stdout != "" {
 		t.Errorf("the log of a VM that never ran: %q", r.stdout)
+	}
+}
+
+// Started by a root agent-vm for a VM whose QEMU runs as the workspace's
+// owner, the proxy drops to that owner before it serves, and still reads
+// its policy and writes its log in the network directory, which the owner
+// could not reach by path (a 0700 directory of root's above it). It exits
+// once its QEMU is gone.
+func TestNetProxyDropsToTheOwner(t *testing.T) {
+	tu.Need(t, os.Geteuid() == 0, "dropping privileges needs root")
+	top := t.TempDir() // root's, 0700: the owner cannot walk through it
+	dir := filepath.Join(top, "net")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := egress.WritePolicy(dir, egress.Policy{Branch: "x", Mode: egress.ModeAllow}); err != nil {
+		t.Fatal(err)
+	}
+	qemu := exec.Command("sleep", "60") // stands for the VM's QEMU
+	if err := qemu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { qemu.Process.Kill(); qemu.Wait() }()
+	pidFile := filepath.Join(top, "qemu.pid")
+	os.WriteFile(pidFile, []byte(strconv.Itoa(qemu.Process.Pid)+"\n"), 0o600)
+	sock, door := filepath.Join(top, "egress.sock"), filepath.Join(top, "door.sock")
+	var out bytes.Buffer
+	proxy := exec.Command(tu.AgentVMBinary(t), "net-proxy", "--dir", dir, "--proxy-socket", sock, "--door-socket", door,
+		"--qemu-pidfile", pidFile, "--run-as", "65534:65534")
+	proxy.Stdout, proxy.Stderr = &out, &out
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- proxy.Wait() }()
+	defer proxy.Process.Kill()
+
+	// A denied request through the socket (root may connect to it).
+	var resp strings.Builder
+	req := strings.NewReader("GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n")
+	for i := 0; ; i++ {
+		resp.Reset()
+		err := egress.Relay(context.Background(), sock, 0, req, &resp)
+		if err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the proxy never served: %v\n%s", err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(resp.String(), "rule: not on the allow-list") {
+		t.Errorf("the proxy's answer: %q", resp.String())
+	}
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(proxy.Process.Pid) + "/status")
+	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(string(status), "\nGid:\t65534\t65534\t65534\t65534\n") ||
+		!regexp.MustCompile(`\nGroups:\s*\n`).Match(status) {
+		t.Errorf("the proxy is not the owner, without groups:\n%s", status)
+	}
+	logFile := filepath.Join(dir, egress.LogFile)
+	es, err := egress.ReadLog(logFile)
+	fi, _ := os.Stat(logFile)
+	if err != nil || len(es) != 1 || es[0].Host != "denied.test" || fi == nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Errorf("the log: %+v %v %v", es, err, fi)
+	}
+	// Its QEMU gone, the proxy ends.
+	qemu.Process.Kill()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy outlived its QEMU")
+	}
+	// A root UID or a malformed one is refused.
+	for _, bad := range []string{"0:0", "nobody", "-1:5"} {
+		r := agentVM(t, "", t.TempDir(), "net-proxy", "--dir", dir, "--proxy-socket", sock, "--door-socket", door, "--run-as", bad)
+		if r.code != 1 || !strings.Contains(r.stderr, "is not UID:GID") {
+			t.Errorf("--run-as %q: exit %d %s", bad, r.code, r.stderr)
+		}
 	}
 }

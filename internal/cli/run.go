@@ -16,6 +16,7 @@ func startFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp (default: 5m with KVM, 15m with TCG)"},
 		&cli.BoolFlag{Name: "reprovision", Usage: "run the guest's first-boot setup again (cloud-init)"},
 		&cli.StringFlag{Name: "nixpkgs", Usage: "nixos backend: the nixpkgs to build with (PATH or FLAKEREF)"},
+		&cli.BoolFlag{Name: "cold", Usage: "boot a suspended VM afresh, discarding its saved state (and the processes it held)"},
 	}
 }
 
@@ -57,14 +58,18 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 
 func startOptions(cliCtx *cli.Context, p *progress) vm.StartOptions {
 	return vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Reprovision: cliCtx.Bool("reprovision"),
-		Nixpkgs: cliCtx.String("nixpkgs")}
+		Nixpkgs: cliCtx.String("nixpkgs"), Cold: cliCtx.Bool("cold")}
 }
 
 func printStarted(stdio IO, res *vm.StartResult) {
 	i := res.Info
-	if res.AlreadyRunning {
+	switch {
+	case res.AlreadyRunning:
 		fmt.Fprintf(stdio.Out, "VM %s (branch %s) is already running\n", i.Slug, i.Branch)
-	} else {
+	case res.Resumed:
+		fmt.Fprintf(stdio.Out, "resumed VM %s (branch %s) from its saved state: SSH after %s, agent-mcp after %s (workspace over %s)\n",
+			i.Slug, i.Branch, res.SSHReady.Round(100*time.Millisecond), res.HealthReady.Round(100*time.Millisecond), i.Share)
+	default:
 		fmt.Fprintf(stdio.Out, "started VM %s (branch %s): SSH after %s, agent-mcp after %s (%s, workspace over %s)\n",
 			i.Slug, i.Branch, res.SSHReady.Truncate(time.Second), res.HealthReady.Truncate(time.Second), i.Accel, i.Share)
 	}
@@ -93,6 +98,8 @@ func stopCommand(stdio IO) *cli.Command {
 				fmt.Fprintf(stdio.Out, "VM of branch %s is not running\n", res.Branch)
 			case vm.StateCrashed:
 				fmt.Fprintf(stdio.Out, "VM of branch %s had crashed; cleaned up what it left\n", res.Branch)
+			case vm.StateSuspended:
+				fmt.Fprintf(stdio.Out, "VM of branch %s was suspended: discarded its saved state (the processes it held are gone; its disk is as the guest left it at suspend, and the next start boots it afresh)\n", res.Branch)
 			default:
 				fmt.Fprintf(stdio.Out, "stopped the VM of branch %s\n", res.Branch)
 			}

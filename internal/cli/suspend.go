@@ -1,8 +1,8 @@
 package cli
 
 import (
-	"context"
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -10,29 +10,53 @@ import (
 )
 
 func suspendCommand(stdio IO) *cli.Command {
-	return driverVerbCommand(stdio, "suspend", "keep a running VM's memory and stop its guest from running; `agent-vm resume` continues it",
-		(*vm.Manager).Suspend, func(i *vm.Info) string { return fmt.Sprintf("suspended the VM of branch %s: %s", i.Branch, i.Detail) })
+	return &cli.Command{
+		Name:  "suspend",
+		Usage: "keep a running VM's memory while it does not run (QEMU: saved to disk, its QEMU ends; vagrant: paused); resume brings it back",
+		Description: "The guest's processes and memory are kept. A QEMU VM's /workspace is unmounted\n" +
+			"for the suspend and mounted again on resume, so processes using it (a shell or an\n" +
+			"agent session in /workspace) make suspend refuse, naming them. A vagrant VM is\n" +
+			"paused: its QEMU keeps holding its memory, and /workspace stays mounted.",
+		ArgsUsage:    "[BRANCH]",
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			name, err := vmName(cliCtx, m)
+			if err != nil {
+				return err
+			}
+			res, err := m.Suspend(cliCtx.Context, name)
+			if err != nil {
+				return err
+			}
+			detail := ""
+			if res.Detail != "" {
+				detail = ": " + res.Detail
+			}
+			fmt.Fprintf(stdio.Out, "suspended the VM of branch %s in %s%s (agent-vm resume %s brings it back)\n", res.Branch, res.Took.Round(100*time.Millisecond), detail, res.Branch)
+			return nil
+		}),
+	}
 }
 
 func resumeCommand(stdio IO) *cli.Command {
-	return driverVerbCommand(stdio, "resume", "continue a suspended VM",
-		(*vm.Manager).Resume, func(i *vm.Info) string { return fmt.Sprintf("resumed the VM of branch %s (agent: %s)", i.Branch, i.Agent.State) })
-}
-
-// driverVerbCommand is a verb on one VM that prints one line of its status.
-func driverVerbCommand(stdio IO, name, usage string, verb func(*vm.Manager, context.Context, string) (*vm.Info, error), done func(*vm.Info) string) *cli.Command {
 	return &cli.Command{
-		Name: name, Usage: usage, ArgsUsage: "[BRANCH]", BashComplete: vmCompletion(stdio),
+		Name:         "resume",
+		Usage:        "resume a suspended VM (start does too)",
+		ArgsUsage:    "[BRANCH]",
+		Flags:        []cli.Flag{&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp (default: 2m)"}},
+		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			branch, err := vmName(cliCtx, m)
+			name, err := vmName(cliCtx, m)
 			if err != nil {
 				return err
 			}
-			info, err := verb(m, cliCtx.Context, branch)
+			p := newProgress(stdio.Err)
+			res, err := m.Resume(cliCtx.Context, name, vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter()})
+			p.done()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(stdio.Out, done(info))
+			printStarted(stdio, res)
 			return nil
 		}),
 	}

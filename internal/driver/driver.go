@@ -17,9 +17,24 @@
 //   - Stop shuts a machine down cleanly (the guest powers off), and after
 //     grace forces it; ErrNotRunning when there was nothing to stop (what
 //     a crash left is cleared all the same).
-//   - Suspend and Resume keep a machine's memory while no guest code runs;
-//     a driver that cannot answers ErrUnsupported. A suspended machine's
-//     Inspect says StateSuspended, and its detail says where the memory is.
+//   - Suspend keeps a running machine's memory while no guest code runs,
+//     and Inspect then says StateSuspended, its detail saying where the
+//     memory is. The QEMU driver saves memory and devices to the run
+//     directory and ends its processes, so a suspended machine costs no
+//     CPU or RAM; the vagrant driver pauses the machine, whose QEMU keeps
+//     the memory (see internal/vagrant). The guest's side (what uses the
+//     workspace share, which QEMU cannot save with the rest) is the
+//     caller's: the driver calls GuestHooks.Detach once it knows it can
+//     suspend, and GuestHooks.Attach to undo it when the suspend fails
+//     after. A driver whose SuspendKeepsShare is true leaves the share
+//     attached and runs neither hook.
+//     Resume starts the machine again from that state, per the same plan
+//     Start would take, with the share attached again; the caller then
+//     mounts it in the guest (unless SuspendKeepsShare) and fixes the
+//     guest's clock. A state that no longer fits (another QEMU, another
+//     machine, a changed disk) is refused with ErrStaleState and kept;
+//     Stop discards a saved state (a later Start boots cold). A driver that
+//     cannot answers ErrUnsupported.
 //   - ContainsNetwork says whether Start honours Machine.Network; the
 //     caller gives a Network only to a driver that does.
 //   - Adopt completes a machine whose record is lost (no uuid) from what
@@ -79,12 +94,18 @@ type Driver interface {
 	// own, see internal/vagrant), so the caller passes no Network to it
 	// and must not promise the user a policy nothing enforces.
 	ContainsNetwork() bool
+	// SuspendKeepsShare says whether Suspend leaves the workspace share
+	// attached and mounted in the guest (the vagrant driver pauses the
+	// machine; QEMU's suspend unplugs the share, which it cannot save).
+	// Such a driver's Suspend runs no GuestHooks, and after its Resume the
+	// caller does not mount the share again.
+	SuspendKeepsShare() bool
 
 	Inspect(ctx context.Context, m Machine) (Live, error)
 	Start(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
 	Stop(ctx context.Context, m Machine, grace time.Duration) error
-	Suspend(ctx context.Context, m Machine) error
-	Resume(ctx context.Context, m Machine) error
+	Suspend(ctx context.Context, m Machine, g GuestHooks) error
+	Resume(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
 	Adopt(ctx context.Context, m Machine) Machine
 	Destroy(ctx context.Context, m Machine) error
 
@@ -110,6 +131,17 @@ type Boot interface {
 	DriverName() string
 }
 
+// GuestHooks are the guest's side of a suspend (see Suspend), run by the
+// caller over its own channel to the guest.
+type GuestHooks struct {
+	// Detach readies the guest for the workspace share to go (stops what
+	// uses it, unmounts it). Its error refuses the suspend and is returned
+	// as is.
+	Detach func(ctx context.Context) error
+	// Attach mounts the share again after a suspend failed past Detach.
+	Attach func(ctx context.Context) error
+}
+
 // StartOptions are the driver-neutral choices of one start.
 type StartOptions struct {
 	Accel       string // "kvm" or "tcg"
@@ -126,6 +158,11 @@ var (
 	ErrRunning     = errors.New("already running")
 	ErrNotRunning  = errors.New("not running")
 	ErrUnsupported = errors.New("not supported by this driver")
+	// ErrSuspended is a Start of a machine that has a saved state: Resume
+	// it, or Stop it to discard the state first.
+	ErrSuspended = errors.New("suspended")
+	// ErrStaleState is a saved state that no longer fits the machine.
+	ErrStaleState = errors.New("the saved state no longer fits this machine")
 )
 
 // Check is one thing doctor looked at.

@@ -37,9 +37,14 @@ type Network struct {
 	Exposed []int
 	// Proxy is the egress proxy's command line; the driver appends
 	// "--proxy-socket PATH --door-socket PATH --qemu-pidfile PATH" (it
-	// exits when the process of that pid file is gone), runs it for the machine's
-	// life (started before, stopped after it) and logs its output.
+	// exits when the process of that pid file is gone), and "--run-as
+	// UID:GID" when the machine runs as another user than agent-vm (the
+	// proxy drops to it before serving), runs it for the machine's life
+	// (started before, stopped after it) and logs its output.
 	Proxy []string
+	// Dir is the proxy's directory (policy and log), which the driver
+	// gives to the user the proxy runs as.
+	Dir string
 	// Relay is the command line that carries one guest connection (its
 	// stdin and stdout) to a socket; the driver appends the socket, and
 	// for an exposed port the port. Neither may contain spaces.
@@ -85,8 +90,9 @@ const (
 	StateRunning = "running"
 	StatePaused  = "paused"
 	StateCrashed = "crashed" // process gone without a clean shutdown
-	// StateSuspended: the machine's memory is kept (on disk or in a
-	// sleeping guest) and resume continues it; no guest code runs.
+	// StateSuspended: no guest code runs and the machine's memory is kept,
+	// saved in its run directory (QEMU) or in its paused QEMU (vagrant);
+	// Resume (or Start, through the caller) brings it back.
 	StateSuspended = "suspended"
 )
 

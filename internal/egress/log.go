@@ -33,9 +33,12 @@ type Entry struct {
 // "<path>.1" (the one older file kept), so the log takes at most twice it.
 const DefaultLogLimit = 1 << 20
 
-// Log appends entries to a size-bounded JSON-lines file (0600).
+// Log appends entries to a size-bounded JSON-lines file (0600), Name in
+// Dir (opened once, so the proxy keeps reaching it after it drops its
+// privileges: see the package doc).
 type Log struct {
-	Path  string
+	Dir   *os.Root
+	Name  string
 	Limit int64
 
 	mu sync.Mutex
@@ -54,12 +57,12 @@ func (l *Log) Add(e Entry) error {
 	if limit <= 0 {
 		limit = DefaultLogLimit
 	}
-	if fi, err := os.Stat(l.Path); err == nil && fi.Size()+int64(len(b)) >= limit {
-		if err := os.Rename(l.Path, l.Path+".1"); err != nil {
+	if fi, err := l.Dir.Stat(l.Name); err == nil && fi.Size()+int64(len(b)) >= limit {
+		if err := l.Dir.Rename(l.Name, l.Name+".1"); err != nil {
 			return err
 		}
 	}
-	f, err := os.OpenFile(l.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := l.Dir.OpenFile(l.Name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}

@@ -19,16 +19,28 @@
 // The policy is a JSON file the orchestration writes (Policy) and the
 // proxy re-reads when it changes, so `agent-vm net allow|deny` take effect
 // at once.
+//
+// Privileges: the proxy parses what the guest sends, so it is never root.
+// A root agent-vm starts it as root because it must make its sockets in
+// root's directories and read QEMU's pid file in the VM's run directory;
+// it then drops to the user QEMU runs as (the workspace's owner) before it
+// serves a byte. From then on it reaches only what it opened before: its
+// listening sockets, a pidfd of the QEMU, and the VM's network directory
+// (policy and log, both the owner's) through an os.Root opened as root, so
+// the owner needs no access to the state directory above it.
 package egress
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
@@ -185,29 +197,74 @@ func CheckMode(mode string) error {
 	return fmt.Errorf("--net %q is not a network mode (hint: one of %s)", mode, strings.Join(Modes, ", "))
 }
 
-// WritePolicy replaces the policy file atomically (0600): the proxy never
-// reads half of it.
-func WritePolicy(path string, p Policy) error {
+// The files of a VM's network directory.
+const (
+	PolicyFile = "policy.json"
+	LogFile    = "net.log"
+)
+
+// WritePolicy replaces the policy file of the network directory dir
+// atomically (0600): the proxy never reads half of it. The file belongs to
+// dir's owner, who the proxy runs as (a root agent-vm writes it for a
+// proxy that dropped to the workspace's owner).
+func WritePolicy(dir string, p Policy) error {
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(path, append(b, '\n'), 0o600)
+	owner, err := ownerOf(dir)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFrom(filepath.Join(dir, PolicyFile), 0o600, func(w io.Writer) error {
+		if f, ok := w.(*os.File); ok && owner != nil && os.Geteuid() == 0 {
+			if err := f.Chown(int(owner.Uid), int(owner.Gid)); err != nil {
+				return err
+			}
+		}
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 }
 
-// ReadPolicy reads a policy file. A missing file is an error: the proxy
-// then allows nothing.
-func ReadPolicy(path string) (Policy, error) {
-	b, err := os.ReadFile(path)
+// ownerOf is the owner of dir when it is not the caller.
+func ownerOf(dir string) (*syscall.Stat_t, error) {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	if int(st.Uid) == os.Geteuid() {
+		return nil, nil
+	}
+	return st, nil
+}
+
+// ReadPolicy reads the policy file of the network directory dir. A missing
+// file is an error: the proxy then allows nothing.
+func ReadPolicy(dir string) (Policy, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return Policy{}, err
+	}
+	defer r.Close()
+	return readPolicyIn(r)
+}
+
+func readPolicyIn(dir *os.Root) (Policy, error) {
+	b, err := dir.ReadFile(PolicyFile)
 	if err != nil {
 		return Policy{}, err
 	}
 	var p Policy
 	if err := json.Unmarshal(b, &p); err != nil {
-		return Policy{}, fmt.Errorf("%s: %w", path, err)
+		return Policy{}, fmt.Errorf("%s: %w", PolicyFile, err)
 	}
 	if err := CheckMode(p.Mode); err != nil {
-		return Policy{}, fmt.Errorf("%s: %w", path, err)
+		return Policy{}, fmt.Errorf("%s: %w", PolicyFile, err)
 	}
 	return p, nil
 }

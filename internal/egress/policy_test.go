@@ -1,8 +1,12 @@
 package egress
 
 import (
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func TestDecide(t *testing.T) {
@@ -50,15 +54,37 @@ func TestCheckPattern(t *testing.T) {
 	}
 }
 
-func TestPolicyFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "policy.json")
-	want := Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"a.com"}, Exposed: []int{4599}}
-	if err := WritePolicy(path, want); err != nil {
+// As root, the policy file of a directory another user owns is that
+// user's: the proxy, dropped to that user, reads it.
+func TestPolicyFileBelongsToTheDirectorysOwner(t *testing.T) {
+	tu.Need(t, os.Geteuid() == 0, "chown needs root")
+	dir := t.TempDir()
+	if err := os.Chown(dir, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadPolicy(path)
+	for i := 0; i < 2; i++ { // made, then replaced
+		if err := WritePolicy(dir, Policy{Mode: ModeOffline}); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(filepath.Join(dir, PolicyFile))
+		if st := fi.Sys().(*syscall.Stat_t); err != nil || st.Uid != 65534 || st.Gid != 65534 || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("policy file %d:%d %v %v; want 65534:65534 0600", st.Uid, st.Gid, fi.Mode(), err)
+		}
+	}
+}
+
+func TestPolicyFile(t *testing.T) {
+	dir := t.TempDir()
+	want := Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"a.com"}, Exposed: []int{4599}}
+	if err := WritePolicy(dir, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadPolicy(dir)
 	if err != nil || got.Branch != "feat" || got.Mode != ModeAllow || len(got.Allow) != 1 || !got.Exposes(4599) || got.Exposes(80) {
 		t.Fatalf("ReadPolicy = %+v, %v; want %+v", got, err, want)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, PolicyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("policy file: %v %v; want 0600", fi, err)
 	}
 	if err := CheckMode("closed"); err == nil {
 		t.Error("CheckMode(closed) accepted an unknown mode")

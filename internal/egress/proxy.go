@@ -21,10 +21,11 @@ import (
 
 // Proxy serves one VM's egress: the HTTP proxy and the doors.
 type Proxy struct {
-	// PolicyPath is the policy file, re-read when it changes.
-	PolicyPath string
-	Log        *Log
-	Logger     hclog.Logger
+	// Dir is the VM's network directory, opened once: its PolicyFile is
+	// re-read when it changes.
+	Dir    *os.Root
+	Log    *Log
+	Logger hclog.Logger
 	// Hosts overrides name resolution for the names it lists (tests: an
 	// allowed test name that leads to a server on the host's loopback).
 	// The addresses it gives are trusted: they may be loopback.
@@ -45,14 +46,14 @@ type Proxy struct {
 func (p *Proxy) currentPolicy() (Policy, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fi, err := os.Stat(p.PolicyPath)
+	fi, err := p.Dir.Stat(PolicyFile)
 	if err != nil {
 		return Policy{}, fmt.Errorf("%w: %v", errNoPolicy, err)
 	}
 	if fi.ModTime().Equal(p.stamp) && p.err == nil && !p.stamp.IsZero() {
 		return p.policy, nil
 	}
-	p.policy, p.err = ReadPolicy(p.PolicyPath)
+	p.policy, p.err = readPolicyIn(p.Dir)
 	p.stamp = fi.ModTime()
 	if p.err != nil {
 		return Policy{}, fmt.Errorf("%w: %v", errNoPolicy, p.err)

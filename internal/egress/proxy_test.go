@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +38,8 @@ func newFixture(t *testing.T, pol Policy) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{t: t, dir: dir, policy: pol}
-	f.p = &Proxy{PolicyPath: filepath.Join(dir, "policy.json"), Log: &Log{Path: filepath.Join(dir, "net.log")},
+	root := openRoot(t, dir)
+	f.p = &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile},
 		Hosts: map[string]netip.Addr{"allowed.test": loopback, "denied.test": loopback, "sub.wild.test": loopback},
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			if host == "evil.test" { // a public name pointed at the host's loopback
@@ -56,12 +60,12 @@ func newFixture(t *testing.T, pol Policy) *fixture {
 
 func (f *fixture) setPolicy(p Policy) {
 	f.t.Helper()
-	if err := WritePolicy(f.p.PolicyPath, p); err != nil {
+	if err := WritePolicy(f.dir, p); err != nil {
 		f.t.Fatal(err)
 	}
 	// The proxy re-reads on a new modification time; make sure it is new.
 	later := time.Now().Add(time.Duration(len(p.Allow)+len(p.Deny)+1) * time.Second)
-	_ = os.Chtimes(f.p.PolicyPath, later, later)
+	_ = os.Chtimes(filepath.Join(f.dir, PolicyFile), later, later)
 }
 
 func (f *fixture) client() *http.Client {
@@ -78,7 +82,7 @@ func (f *fixture) entries(n int) []Entry {
 	var es []Entry
 	for i := 0; i < 100; i++ {
 		var err error
-		if es, err = ReadLog(f.p.Log.Path); err != nil {
+		if es, err = ReadLog(filepath.Join(f.dir, LogFile)); err != nil {
 			f.t.Fatal(err)
 		}
 		if len(es) >= n {
@@ -230,7 +234,7 @@ func TestOfflineAndUnreadablePolicy(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("offline: %d, want 403", resp.StatusCode)
 	}
-	os.Remove(f.p.PolicyPath)
+	os.Remove(filepath.Join(f.dir, PolicyFile))
 	resp, err = f.client().Get("http://allowed.test:81/")
 	if err != nil {
 		t.Fatal(err)
@@ -247,11 +251,11 @@ func TestDoorsAndRelay(t *testing.T) {
 	var exposed int
 	fmt.Sscan(port(t, srv.URL), &exposed)
 	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.json")
-	if err := WritePolicy(pol, Policy{Branch: "feat", Mode: ModeOffline, Exposed: []int{exposed}}); err != nil {
+	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline, Exposed: []int{exposed}}); err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{PolicyPath: pol, Log: &Log{Path: filepath.Join(dir, "net.log")}}
+	root := openRoot(t, dir)
+	p := &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	proxySock, doorSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, DoorSocket)
@@ -284,8 +288,13 @@ func TestDoorsAndRelay(t *testing.T) {
 	if strings.Contains(out.String(), "mcp") {
 		t.Errorf("the proxy socket relayed a door preamble: %q", out.String())
 	}
-	es, _ := ReadLog(p.Log.Path)
-	if len(es) != 2 || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != "door" || es[1].Allowed || es[1].Rule != "not exposed" {
+	// The proxy logs a connection once both its directions end, which may
+	// be after the relay returned, and in any order.
+	f := &fixture{t: t, dir: dir}
+	es := f.entries(2)
+	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(a.Port, b.Port) })
+	if len(es) != 2 || es[0].Port != exposed || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != "door" ||
+		es[1].Allowed || es[1].Rule != "not exposed" {
 		t.Fatalf("log = %+v", es)
 	}
 	// Relay to a proxy that is not there fails with a clear error.
@@ -297,13 +306,14 @@ func TestDoorsAndRelay(t *testing.T) {
 
 func TestLogIsBounded(t *testing.T) {
 	dir := t.TempDir()
-	l := &Log{Path: filepath.Join(dir, "net.log"), Limit: 1000}
+	l := &Log{Dir: openRoot(t, dir), Name: LogFile, Limit: 1000}
+	path := filepath.Join(dir, LogFile)
 	for i := 0; i < 50; i++ {
 		if err := l.Add(Entry{Host: fmt.Sprintf("h%d.example.com", i), Port: 443, Rule: "mode open", Allowed: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{l.Path, l.Path + ".1"} {
+	for _, p := range []string{path, path + ".1"} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
@@ -312,20 +322,22 @@ func TestLogIsBounded(t *testing.T) {
 			t.Errorf("%s: %d bytes, mode %v; want at most 1000, 0600", p, fi.Size(), fi.Mode().Perm())
 		}
 	}
-	es, err := ReadLog(l.Path)
+	es, err := ReadLog(path)
 	if err != nil || len(es) == 0 || es[len(es)-1].Host != "h49.example.com" {
 		t.Fatalf("ReadLog: %d entries, %v; want the newest last", len(es), err)
 	}
 }
 
 func TestFollow(t *testing.T) {
-	l := &Log{Path: filepath.Join(t.TempDir(), "net.log")}
+	dir := t.TempDir()
+	l := &Log{Dir: openRoot(t, dir), Name: LogFile}
+	path := filepath.Join(dir, LogFile)
 	l.Add(Entry{Host: "old.example.com"})
-	fi, _ := os.Stat(l.Path)
+	fi, _ := os.Stat(path)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	got := make(chan string, 100)
-	go Follow(ctx, l.Path, fi.Size(), func(e Entry) error { got <- e.Host; return nil })
+	go Follow(ctx, path, fi.Size(), func(e Entry) error { got <- e.Host; return nil })
 	next := func() string {
 		select {
 		case h := <-got:
@@ -341,7 +353,7 @@ func TestFollow(t *testing.T) {
 	}
 	// A rotation: the new file is read from its start.
 	time.Sleep(300 * time.Millisecond)
-	if err := os.Rename(l.Path, l.Path+".1"); err != nil {
+	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
 	l.Add(Entry{Host: "rotated.example.com"})
@@ -390,25 +402,41 @@ func TestConnectKeepsEarlyBytes(t *testing.T) {
 func TestOrphaned(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "qemu.pid")
-	// No pid file within the grace: orphaned.
-	ctx := Orphaned(context.Background(), pidFile, time.Millisecond)
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("a proxy whose QEMU never came was not ended")
+	// No pid file within the grace: the proxy must not stay.
+	if _, err := WaitPid(context.Background(), pidFile, time.Millisecond); err == nil || !strings.Contains(err.Error(), pidFile) {
+		t.Errorf("WaitPid without a pid file: %v", err)
 	}
-	// A live process: not orphaned; once its pid file goes, orphaned.
-	os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o600)
-	ctx = Orphaned(context.Background(), pidFile, time.Millisecond)
+	// A live process: not orphaned; once it exits, orphaned.
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", cmd.Process.Pid)), 0o600)
+	pid, err := WaitPid(context.Background(), pidFile, time.Second)
+	if err != nil || pid != cmd.Process.Pid {
+		t.Fatalf("WaitPid = %d, %v; want %d", pid, err, cmd.Process.Pid)
+	}
+	ctx := Orphaned(context.Background(), pid)
 	select {
 	case <-ctx.Done():
 		t.Fatal("orphaned while the process lives")
 	case <-time.After(1500 * time.Millisecond):
 	}
-	os.Remove(pidFile)
+	cmd.Process.Kill()
+	cmd.Wait()
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
-		t.Fatal("not orphaned after the pid file went")
+		t.Fatal("not orphaned after the process exited")
 	}
+}
+
+func openRoot(t *testing.T, dir string) *os.Root {
+	t.Helper()
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

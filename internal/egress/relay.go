@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Socket names in a VM's socket directory.
@@ -55,27 +57,37 @@ func Relay(ctx context.Context, sock string, door int, in io.Reader, out io.Writ
 	return err
 }
 
-// Run serves the proxy and the doors on their unix sockets (created 0600,
-// replacing stale ones) until ctx ends.
-func (p *Proxy) Run(ctx context.Context, proxySock, doorSock string) error {
+// Listen makes the proxy's and the doors' unix sockets (0600, replacing
+// stale ones); Serve serves them.
+func Listen(proxySock, doorSock string) ([]net.Listener, error) {
 	var ls []net.Listener
+	for _, s := range []string{proxySock, doorSock} {
+		_ = os.Remove(s)
+		l, err := net.Listen("unix", s)
+		if err == nil {
+			err = os.Chmod(s, 0o600)
+		}
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			if l != nil {
+				l.Close()
+			}
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+// Serve serves the listeners Listen made until ctx ends, and closes them.
+func (p *Proxy) Serve(ctx context.Context, ls []net.Listener) error {
 	defer func() {
 		for _, l := range ls {
 			l.Close()
 		}
 	}()
-	for _, s := range []string{proxySock, doorSock} {
-		_ = os.Remove(s)
-		l, err := net.Listen("unix", s)
-		if err != nil {
-			return err
-		}
-		if err := os.Chmod(s, 0o600); err != nil {
-			l.Close()
-			return err
-		}
-		ls = append(ls, l)
-	}
 	errc := make(chan error, 2)
 	go func() { errc <- p.ServeProxy(ls[0]) }()
 	go func() { errc <- p.ServeDoors(ls[1]) }()
@@ -87,36 +99,84 @@ func (p *Proxy) Run(ctx context.Context, proxySock, doorSock string) error {
 	}
 }
 
-// Orphaned returns a context that ends with ctx or once the process whose
-// pid file is pidFile has been seen and is gone (the VM's QEMU crashed or
-// was killed: its proxy must not outlive it), or when no pid appears
-// within grace (QEMU never started).
-func Orphaned(ctx context.Context, pidFile string, grace time.Duration) context.Context {
+// Run is Listen, then Serve.
+func (p *Proxy) Run(ctx context.Context, proxySock, doorSock string) error {
+	ls, err := Listen(proxySock, doorSock)
+	if err != nil {
+		return err
+	}
+	return p.Serve(ctx, ls)
+}
+
+// WaitPid waits for the pid file of the VM's QEMU, which starts after its
+// proxy, and returns its pid; after grace without one it fails (QEMU never
+// started: the proxy must not stay).
+func WaitPid(ctx context.Context, pidFile string, grace time.Duration) (int, error) {
+	deadline := time.Now().Add(grace)
+	for {
+		b, err := os.ReadFile(pidFile)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && pid > 0 {
+			return pid, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("no QEMU pid in %s within %s", pidFile, grace)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Orphaned returns a context that ends with ctx or once process pid (the
+// VM's QEMU) is gone: its proxy must not outlive it. It holds a pidfd, so
+// it needs no access to the VM's files and a recycled pid is never taken
+// for the QEMU; on kernels without pidfds it polls the pid.
+func Orphaned(ctx context.Context, pid int) context.Context {
 	ctx, cancel := context.WithCancel(ctx)
+	fd, err := unix.PidfdOpen(pid, 0)
 	go func() {
 		defer cancel()
-		seen := 0
-		deadline := time.Now().Add(grace)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			b, err := os.ReadFile(pidFile)
-			pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
-			switch {
-			case err == nil && perr == nil && pid > 0:
-				if syscall.Kill(pid, 0) == syscall.ESRCH {
-					return
+		if err == nil {
+			defer unix.Close(fd)
+		}
+		for ctx.Err() == nil {
+			if err == nil {
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				if n, perr := unix.Poll(fds, 1000); perr == nil && n > 0 {
+					return // the process exited
 				}
-				seen = pid
-			case seen != 0 || time.Now().After(deadline):
-				return // the pid file went away (a stop), or never came
+				continue
+			}
+			if syscall.Kill(pid, 0) == syscall.ESRCH {
+				return
 			}
 			select {
 			case <-ctx.Done():
-				return
-			case <-t.C:
+			case <-time.After(time.Second):
 			}
 		}
 	}()
 	return ctx
+}
+
+// DropPrivileges makes the process uid:gid for good (real, effective and
+// saved ids of every thread; no supplementary groups), for a proxy started
+// by a root agent-vm for a VM whose QEMU runs as the workspace's owner:
+// what parses the guest's requests is never root.
+func DropPrivileges(uid, gid int) error {
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("dropping groups: %w", err)
+	}
+	if err := syscall.Setresgid(gid, gid, gid); err != nil {
+		return fmt.Errorf("becoming group %d: %w", gid, err)
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		return fmt.Errorf("becoming user %d: %w", uid, err)
+	}
+	if os.Getuid() != uid || os.Geteuid() != uid || os.Getegid() != gid {
+		return fmt.Errorf("still uid %d/%d gid %d after dropping to %d:%d", os.Getuid(), os.Geteuid(), os.Getegid(), uid, gid)
+	}
+	return nil
 }

@@ -105,6 +105,8 @@ func programs(arch string) []Program {
 		{Name: "systemd-analyze", Debian: []string{"systemd"}, Fedora: []string{"systemd"}, Need: Test},
 		{Name: "tmux", Debian: []string{"tmux"}, Fedora: []string{"tmux"}, Need: Test},
 		{Name: "unshare", Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Image | Test},
+		{Name: "useradd", Paths: []string{"/usr/sbin/useradd"}, Debian: []string{"passwd"}, Fedora: []string{"shadow-utils"}, Need: Test},
+		{Name: "userdel", Paths: []string{"/usr/sbin/userdel"}, Debian: []string{"passwd"}, Fedora: []string{"shadow-utils"}, Need: Test},
 		// Debian 12 ships QEMU's C virtiofsd in qemu-system-common (pulled in
 		// by qemu-system-x86); later releases package the Rust one.
 		// The plugin's package brings vagrant itself; doctor checks that

@@ -104,14 +104,44 @@ func sharedMemoryArgs(memMiB int) []string {
 // workspace's owner (-runas), so the guest's root cannot chown to root nor
 // make device nodes; it can set the owner's setuid bit and make FIFOs,
 // which only virtiofs (through the jail, package sharejail) refuses.
-func shareArgs(mode driver.ShareMode, s driver.Share, virtiofsdSock string) []string {
+//
+// slot, when set, is the PCIe root port the virtiofs device sits on, so
+// that it can be unplugged for a suspend and plugged again on resume
+// (suspend.go); "" puts it on the root bus (Script boots).
+func shareArgs(mode driver.ShareMode, s driver.Share, virtiofsdSock, slot string) []string {
 	if mode == driver.ShareVirtiofs {
 		return []string{
-			"-chardev", "socket,id=agentvm-fs,path=" + esc(virtiofsdSock),
-			"-device", "vhost-user-fs-pci,chardev=agentvm-fs,tag=" + esc(s.Tag),
+			"-chardev", "socket,id=" + ShareChardev + ",path=" + esc(virtiofsdSock),
+			"-device", virtiofsDevice(s, slot),
 		}
 	}
 	return []string{"-virtfs", "local,path=" + esc(s.Source) + ",mount_tag=" + esc(s.Tag) + ",security_model=none,id=agentvm-fs"}
+}
+
+// Ids of the workspace share's parts on a Direct boot's command line.
+const (
+	ShareSlot    = "agentvm-share-slot" // the hot-pluggable PCIe root port
+	ShareDevice  = "agentvm-share"      // the vhost-user-fs-pci device on it
+	ShareChardev = "agentvm-fs"         // its socket to virtiofsd
+)
+
+// virtiofsDevice is the vhost-user-fs-pci device's option string, on slot
+// when one is given.
+func virtiofsDevice(s driver.Share, slot string) string {
+	dev := "vhost-user-fs-pci,chardev=" + ShareChardev + ",tag=" + esc(s.Tag)
+	if slot != "" {
+		dev += ",id=" + ShareDevice + ",bus=" + slot
+	}
+	return dev
+}
+
+// shareSlotArgs add an empty PCIe root port for the virtiofs device, which
+// QEMU can hot-unplug only from such a port (not from the root bus). On
+// q35 and arm64's virt alike the root bus is pcie.0. It comes last among
+// the PCI devices, so the slots of the others (the NIC's names in the
+// guest) stay where they were before it existed.
+func shareSlotArgs() []string {
+	return []string{"-device", "pcie-root-port,id=" + ShareSlot + ",bus=pcie.0,chassis=1"}
 }
 
 // DirectNetdev is the id of a Direct boot's user-mode netdev, where
@@ -139,7 +169,12 @@ func netArgs(m Machine, mac string) []string {
 	return []string{"-netdev", strings.Join(opts, ","), "-device", dev}
 }
 
-// diskArgs attaches the disks as virtio block devices.
+// diskArgs attaches the disks as virtio block devices. A writable disk's
+// file is opened read-write once, before -runas: with auto-read-only (on
+// by default) QEMU reopens it by its path when a migration (suspend.go)
+// hands it over or takes it back, which the unprivileged user QEMU became
+// cannot (its directory is private), and the migration fails
+// ("bdrv_inactivate_all() failed").
 func diskArgs(disks []Disk) []string {
 	var out []string
 	for _, d := range disks {
@@ -147,7 +182,7 @@ func diskArgs(disks []Disk) []string {
 		if d.ReadOnly {
 			opt += ",readonly=on"
 		} else {
-			opt += ",discard=unmap"
+			opt += ",discard=unmap,file.auto-read-only=off"
 		}
 		out = append(out, "-drive", opt)
 	}
@@ -197,6 +232,18 @@ func consoleArgs(m Machine) []string {
 // Direct boot. -nodefaults leaves out every device not listed (no USB
 // controller, no floppy, no CD-ROM, no parallel port, no default NIC).
 func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMode, h Hardening) []string {
+	return directArgv(a, m, d, accel, mode, h, false)
+}
+
+// ResumeArgv is DirectArgv for a resume from a saved state (suspend.go):
+// the same machine without the virtiofs device and its socket, which are
+// plugged in once the state is loaded, waiting (-incoming defer, -S) for
+// the state to be handed over QMP.
+func ResumeArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMode, h Hardening) []string {
+	return directArgv(a, m, d, accel, mode, h, true)
+}
+
+func directArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMode, h Hardening, resume bool) []string {
 	var argv []string
 	argv = append(argv, identityArgs(m)...)
 	argv = append(argv, hardeningArgs(h)...)
@@ -208,10 +255,16 @@ func DirectArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMod
 	argv = append(argv, kernelArgs(d)...)
 	argv = append(argv, diskArgs(d.Disks)...)
 	argv = append(argv, netArgs(m, d.MAC)...)
-	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock))...)
+	argv = append(argv, shareSlotArgs()...)
+	if !resume || mode != driver.ShareVirtiofs {
+		argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock), ShareSlot)...)
+	}
 	argv = append(argv, credentialArgs(m.Credentials)...)
 	argv = append(argv, consoleArgs(m)...)
 	argv = append(argv, controlArgs(m)...)
+	if resume {
+		argv = append(argv, "-incoming", "defer", "-S")
+	}
 	return argv
 }
 
@@ -241,7 +294,7 @@ func ScriptArgs(m Machine, accel string, mode driver.ShareMode, h Hardening) []s
 	argv := []string{"-uuid", m.UUID}
 	argv = append(argv, hardeningArgs(h)...)
 	argv = append(argv, scriptAccelArgs(accel)...)
-	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock))...)
+	argv = append(argv, shareArgs(mode, m.Share, m.sockFile(VirtiofsdSock), "")...)
 	argv = append(argv, credentialArgs(m.Credentials)...)
 	argv = append(argv, consoleArgs(m)...)
 	argv = append(argv, controlArgs(m)...)

@@ -73,7 +73,7 @@ func TestForwardsBindLoopbackOnly(t *testing.T) {
 func TestCommasInPathsAreEscaped(t *testing.T) {
 	m := sampleMachine()
 	m.Share.Source = "/home/a,b/ws"
-	got := strings.Join(shareArgs(driver.Share9p, m.Share, ""), " ")
+	got := strings.Join(shareArgs(driver.Share9p, m.Share, "", ""), " ")
 	if !strings.Contains(got, "path=/home/a,,b/ws,") {
 		t.Errorf("comma not escaped: %s", got)
 	}

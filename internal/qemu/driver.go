@@ -39,6 +39,11 @@ func (d *Driver) Name() string { return DriverName }
 // Machine.Network behind a restricted user-mode network.
 func (d *Driver) ContainsNetwork() bool { return true }
 
+// SuspendKeepsShare is false: a saved state cannot hold the share's
+// device, so Suspend unplugs it (after GuestHooks.Detach) and Resume plugs
+// it back for the caller to mount.
+func (d *Driver) SuspendKeepsShare() bool { return false }
+
 // adopted is what Adopt learnt (driver.Machine.Adopted): where the running
 // QEMU's sockets are.
 type adopted struct{ socketDir string }
@@ -153,14 +158,28 @@ func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration
 	return d.Launcher.Stop(ctx, d.machine(m), grace)
 }
 
-// Suspend is not implemented for QEMU yet (issue 16).
-func (d *Driver) Suspend(ctx context.Context, m driver.Machine) error {
-	return fmt.Errorf("suspending %s: the qemu driver: %w", m.Name, driver.ErrUnsupported)
+// Suspend saves the VM and ends its QEMU (Launcher.Suspend).
+func (d *Driver) Suspend(ctx context.Context, m driver.Machine, g driver.GuestHooks) error {
+	v, _ := d.FindVirtiofsd(ctx) // to plug the share in again if it must be undone
+	return d.Launcher.Suspend(ctx, d.machine(m), g, v)
 }
 
-// Resume is not implemented for QEMU yet (issue 16).
-func (d *Driver) Resume(ctx context.Context, m driver.Machine) error {
-	return fmt.Errorf("resuming %s: the qemu driver: %w", m.Name, driver.ErrUnsupported)
+// Resume starts the VM from its saved state (Launcher.Resume). Any other
+// plan than the QEMU driver's is refused.
+func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
+	boot, ok := b.(Boot)
+	if !ok {
+		return nil, fmt.Errorf("internal error: the qemu driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", driverOf(b), b)
+	}
+	so := StartOptions{Accel: o.Accel, AccelReason: o.AccelReason, NoFallback: true}
+	if v, err := d.FindVirtiofsd(ctx); err == nil {
+		so.Virtiofsd = v
+	}
+	launch, err := d.Launcher.Resume(ctx, d.machine(m), boot, so)
+	if err != nil {
+		return nil, err
+	}
+	return launch.neutral(), nil
 }
 
 // Adopt completes m from the QEMU running in its run directory (see the

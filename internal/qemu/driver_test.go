@@ -27,13 +27,12 @@ func TestDriverRefusesAnotherDriversPlan(t *testing.T) {
 	}
 }
 
-func TestDriverSuspendResumeUnsupported(t *testing.T) {
+func TestDriverResumeRefusesAnotherDriversPlan(t *testing.T) {
 	d := NewDriver(&Launcher{})
-	m := driver.Machine{Name: "agent-vm-x"}
-	for verb, err := range map[string]error{"suspend": d.Suspend(context.Background(), m), "resume": d.Resume(context.Background(), m)} {
-		if !errors.Is(err, driver.ErrUnsupported) {
-			t.Errorf("%s: got %v, want ErrUnsupported", verb, err)
-		}
+	m := driver.Machine{Name: "agent-vm-x", UUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", CPUs: 1, MemoryMiB: 256, RunDir: t.TempDir(), LogsDir: t.TempDir()}
+	_, err := d.Resume(context.Background(), m, vagrantBoot{}, driver.StartOptions{Accel: "tcg"})
+	if err == nil || !strings.Contains(err.Error(), `"vagrant"`) || !strings.Contains(err.Error(), "qemu driver") {
+		t.Errorf("got %v, want a refusal naming both drivers", err)
 	}
 }
 

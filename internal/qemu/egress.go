@@ -215,6 +215,12 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 	_ = os.Remove(sock)
 	_ = os.Remove(door)
 	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door, "--qemu-pidfile", m.runFile(PidFile))
+	if owner != nil {
+		if err := giveDir(owner, m.Network.Dir); err != nil {
+			return 0, fmt.Errorf("giving the network directory to QEMU's user: %w", err)
+		}
+		argv = append(argv, "--run-as", strconv.Itoa(owner.UID)+":"+strconv.Itoa(owner.GID))
+	}
 	p, err := l.Run.Start(execx.Detached{Path: argv[0], Args: argv[1:], StdoutPath: m.logFile(EgressLog)})
 	if err != nil {
 		return 0, fmt.Errorf("starting the egress proxy: %w", err)
@@ -246,6 +252,28 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 			return 0, fmt.Errorf("the egress proxy did not create its sockets within 10s: %s", driver.TailFile(m.logFile(EgressLog), 3))
 		}
 	}
+}
+
+// giveDir makes the proxy's directory and what is in it owner's (the
+// proxy drops to owner; a link is never followed, a directory inside is
+// not entered).
+func giveDir(owner *Owner, dir string) error {
+	if dir == "" {
+		return errors.New("internal error: the network has no directory")
+	}
+	if err := os.Lchown(dir, owner.UID, owner.GID); err != nil {
+		return err
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		if err := os.Lchown(filepath.Join(dir, de.Name()), owner.UID, owner.GID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // giveSockets makes the sockets owner's (Lchown: the proxy made them in a

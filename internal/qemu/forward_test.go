@@ -100,7 +100,7 @@ func TestScriptGetsTheOtherForwardsInQEMUNetOpts(t *testing.T) {
 		t.Errorf("QEMU_NET_OPTS %q, want %q", got, want)
 	}
 	l := &Launcher{}
-	d := l.detached(m, Boot{Script: s}, "tcg", driver.Share9p, Hardening{})
+	d := l.detached(m, Boot{Script: s}, "tcg", driver.Share9p, Hardening{}, false)
 	if !slices.Contains(d.Env, "QEMU_NET_OPTS="+want) || !slices.Contains(d.Env, "PATH=/bin") {
 		t.Errorf("script env %q lacks QEMU_NET_OPTS=%s", d.Env, want)
 	}
@@ -108,7 +108,7 @@ func TestScriptGetsTheOtherForwardsInQEMUNetOpts(t *testing.T) {
 		t.Errorf("detached changed the plan's env: %q", s.Env)
 	}
 	s.Forwarded = []int{2222, 8000, 3000, 8002}
-	if d := l.detached(m, Boot{Script: s}, "tcg", driver.Share9p, Hardening{}); slices.ContainsFunc(d.Env, func(e string) bool { return strings.HasPrefix(e, "QEMU_NET_OPTS=") }) {
+	if d := l.detached(m, Boot{Script: s}, "tcg", driver.Share9p, Hardening{}, false); slices.ContainsFunc(d.Env, func(e string) bool { return strings.HasPrefix(e, "QEMU_NET_OPTS=") }) {
 		t.Errorf("no forward left to add, but the env has %q", d.Env)
 	}
 	if (Boot{Script: s}).netdev() != "user.0" {

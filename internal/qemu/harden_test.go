@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -78,13 +79,29 @@ func TestHardeningPerBootAndUser(t *testing.T) {
 			t.Errorf("euid %d with a network: got %q, want %q", euid, got, want)
 		}
 	}
+	// The egress proxy drops to the owner whenever agent-vm is root, also
+	// when a script's QEMU keeps root; never for a user agent-vm.
+	for _, c := range []struct {
+		euid int
+		boot Boot
+		want string
+	}{{0, direct, "1001:1002"}, {0, script, "1001:1002"}, {1001, direct, "none"}} {
+		l := &Launcher{Geteuid: func() int { return c.euid }}
+		got := "none"
+		if o := l.proxyOwner(m, l.hardening(m, c.boot)); o != nil {
+			got = fmt.Sprintf("%d:%d", o.UID, o.GID)
+		}
+		if got != c.want {
+			t.Errorf("euid %d, script %v: the proxy runs as %s, want %s", c.euid, c.boot.Script != nil, got, c.want)
+		}
+	}
 	m.Network = nil
 	// An owner that is unknown (0: a machine without its record) or root
 	// is never a user to drop to.
 	m.Share.UID = 0
 	l := &Launcher{Geteuid: func() int { return 0 }}
-	if h := l.hardening(m, direct); h.RunAs != nil {
-		t.Errorf("runas %+v for an unknown owner", h.RunAs)
+	if h := l.hardening(m, direct); h.RunAs != nil || l.proxyOwner(m, h) != nil {
+		t.Errorf("runas %+v, proxy %+v for an unknown owner", h.RunAs, l.proxyOwner(m, h))
 	}
 }
 

@@ -43,6 +43,9 @@ func (lv Live) Uptime(now time.Time) time.Duration {
 func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	launch, err := readLaunch(m.runFile(LaunchFile))
 	if errors.Is(err, os.ErrNotExist) {
+		if hasSavedState(m) {
+			return suspendedLive(m, nil), nil
+		}
 		return Live{State: driver.StateStopped}, nil
 	}
 	live := Live{Launch: launch, LaunchErr: err}
@@ -57,6 +60,9 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 		pid = findProcess(match)
 	}
 	if !verified(pid, match) {
+		if hasSavedState(m) {
+			return suspendedLive(m, launch), nil
+		}
 		live.State = driver.StateCrashed
 		switch {
 		case exists(m.runFile(CleanMarker)):
@@ -79,6 +85,18 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	}
 	live.Detail = withLaunchErr(live.Detail, live.LaunchErr)
 	return live, nil
+}
+
+// suspendedLive is the state of a VM with a saved state and no QEMU.
+func suspendedLive(m Machine, launch *Launch) Live {
+	lv := Live{State: driver.StateSuspended, Launch: launch}
+	s, err := readSavedState(m)
+	if err != nil {
+		lv.Detail = "its saved state's record is unreadable: " + err.Error()
+		return lv
+	}
+	lv.Detail = fmt.Sprintf("saved %s, %d MiB", s.SavedAt.Local().Format(time.DateTime), s.Bytes>>20)
+	return lv
 }
 
 // qmpStatus asks QEMU for its run state; detail says why it did not answer.
@@ -134,6 +152,14 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		// No launch.json to say (unreadable, or a start killed before it
 		// wrote one): the process table knows.
 		vfs = findProcess(isVirtiofsdFor(m.sockFile(VirtiofsdSock)))
+	}
+	if live.State == driver.StateSuspended {
+		// Stopping a suspended VM discards its saved state: it boots
+		// cold next time.
+		if err := discardSavedState(m); err != nil {
+			return fmt.Errorf("discarding the saved state of %s: %w", m.Name, err)
+		}
+		return l.finishStop(m, 0)
 	}
 	if !live.Alive() {
 		// Nothing to stop; clear what a crash left (a crashed VM that was

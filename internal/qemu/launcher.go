@@ -88,6 +88,11 @@ type StartOptions struct {
 	// NoFallback: when virtiofsd fails, fail the start instead of sharing
 	// over 9p (a guest built for virtiofs would boot without its workspace).
 	NoFallback bool
+
+	// resume: QEMU waits for a saved state (Resume), without the virtiofs
+	// device, which is plugged in once the state is loaded.
+	resume bool
+	share  driver.ShareMode // resume: the share mode of the saved machine
 }
 
 // Start launches the VM detached from the caller (its own session), and
@@ -97,6 +102,14 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
+	if hasSavedState(m) {
+		return nil, fmt.Errorf("%s has a saved state (hint: resume it, or stop it to discard the state): %w", m.Name, driver.ErrSuspended)
+	}
+	return l.start(ctx, m, b, o)
+}
+
+// start is Start or, with o.resume, the launch of a Resume.
+func (l *Launcher) start(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error) {
 	if (b.Direct == nil) == (b.Script == nil) {
 		return nil, errors.New("internal error: a boot needs exactly one of Direct and Script")
 	}
@@ -124,7 +137,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if err := checkNetwork(m); err != nil {
 		return nil, err
 	}
-	if err := prepareDirs(m); err != nil {
+	if err := prepareDirs(m, o.resume); err != nil {
 		return nil, err
 	}
 	if m.EgressDir != "" {
@@ -141,7 +154,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	egressPid := 0
 	if m.Network != nil {
-		pid, err := l.startEgress(ctx, m, h.RunAs)
+		pid, err := l.startEgress(ctx, m, l.proxyOwner(m, h))
 		if err != nil {
 			return nil, err
 		}
@@ -149,7 +162,9 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	mode := driver.Share9p
 	vfsPid := 0
-	if o.Virtiofsd != nil {
+	if o.resume {
+		mode = o.share
+	} else if o.Virtiofsd != nil {
 		pid, err := l.startVirtiofsd(ctx, o.Virtiofsd, m)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -165,7 +180,7 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 			mode, vfsPid = driver.ShareVirtiofs, pid
 		}
 	}
-	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode, h))
+	p, err := l.Run.Start(l.detached(m, b, o.Accel, mode, h, o.resume))
 	if err != nil {
 		l.stopVirtiofsd(m, vfsPid, 0)
 		l.stopEgress(m)
@@ -188,9 +203,9 @@ func (l *Launcher) Start(ctx context.Context, m Machine, b Boot, o StartOptions)
 }
 
 // detached builds the process description for QEMU or the script.
-func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMode, h Hardening) execx.Detached {
+func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMode, h Hardening, resume bool) execx.Detached {
 	if b.Direct != nil {
-		return execx.Detached{Path: l.Arch.Binary, Args: DirectArgv(l.Arch, m, b.Direct, accel, mode, h),
+		return execx.Detached{Path: l.Arch.Binary, Args: directArgv(l.Arch, m, b.Direct, accel, mode, h, resume),
 			StdoutPath: m.QEMULogPath()}
 	}
 	env := b.Script.Env
@@ -220,6 +235,20 @@ func (l *Launcher) hardening(m Machine, b Boot) Hardening {
 	return h
 }
 
+// proxyOwner is the user the egress proxy drops to: QEMU's -runas user,
+// or, for a root agent-vm whose QEMU keeps root (a NixOS run script), the
+// workspace's owner all the same: what parses the guest's requests is
+// never root. nil: the proxy stays the caller's user.
+func (l *Launcher) proxyOwner(m Machine, h Hardening) *Owner {
+	if h.RunAs != nil {
+		return h.RunAs
+	}
+	if l.euid() == 0 && m.Share.UID > 0 {
+		return &Owner{UID: m.Share.UID, GID: m.Share.GID}
+	}
+	return nil
+}
+
 func (l *Launcher) euid() int {
 	if l.Geteuid != nil {
 		return l.Geteuid()
@@ -246,8 +275,10 @@ func (l *Launcher) checkForwards(m Machine) error {
 }
 
 // prepareDirs makes the run and log dirs, clears what the last run left and
-// keeps one previous console log.
-func prepareDirs(m Machine) error {
+// keeps one previous console log. A cold start also removes what a suspend
+// cut short left of a state (a resume's state is complete: it has its
+// record, and Start refuses it).
+func prepareDirs(m Machine, resume bool) error {
 	for _, d := range []string{m.RunDir, m.LogsDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -258,6 +289,11 @@ func prepareDirs(m Machine) error {
 	}
 	for _, f := range []string{m.runFile(PidFile), m.runFile(VirtiofsdPid), m.runFile(LaunchFile), m.runFile(CleanMarker), m.QMPPath(), m.sockFile(VirtiofsdSock)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if !resume {
+		if err := discardSavedState(m); err != nil {
 			return err
 		}
 	}

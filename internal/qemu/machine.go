@@ -12,12 +12,10 @@ package qemu
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/sockdir"
 )
 
 // Machine is what the launcher needs to know about one VM: the
@@ -125,51 +123,15 @@ func (m Machine) validate() error {
 	return nil
 }
 
-// maxSocketPath keeps unix socket paths under the kernel's limit (108 bytes
-// with the terminating NUL), with room for the longest socket name.
-const maxSocketPath = 100
+// maxSocketPath keeps unix socket paths under the kernel's limit (see
+// sockdir).
+const maxSocketPath = sockdir.MaxPath
 
-// SocketDirFor returns where a VM's sockets live: its run dir when the paths
-// fit a unix socket, else a private directory under $XDG_RUNTIME_DIR (or the
-// temp dir) named after the VM's UUID. It only computes the path; Start
-// creates it.
-func SocketDirFor(runDir, uuid string) string {
-	if len(filepath.Join(runDir, VirtiofsdSock)) <= maxSocketPath {
-		return runDir
-	}
-	return filepath.Join(socketBase(), strings.ReplaceAll(uuid, "-", "")[:12])
-}
+// SocketDirFor returns where a VM's sockets live (sockdir.For): its run dir
+// when the paths fit a unix socket, else a private directory under
+// $XDG_RUNTIME_DIR (or the temp dir) named after the VM's UUID. It only
+// computes the path; Start creates it.
+func SocketDirFor(runDir, uuid string) string { return sockdir.For(runDir, uuid) }
 
-func socketBase() string {
-	base := os.Getenv("XDG_RUNTIME_DIR")
-	if base == "" {
-		base = os.TempDir()
-	}
-	return filepath.Join(base, fmt.Sprintf("agent-vm-%d", os.Geteuid()))
-}
-
-// ensureSocketDir creates the socket directory. Outside the run dir, the
-// shared parent must be a private directory of this user (in /tmp someone
-// else could have made it first).
-func ensureSocketDir(m Machine) error {
-	dir := m.socketDir()
-	if dir == m.RunDir {
-		return os.MkdirAll(dir, 0o700)
-	}
-	base := filepath.Dir(dir)
-	if err := os.MkdirAll(base, 0o700); err != nil {
-		return fmt.Errorf("creating socket directory %s: %w", base, err)
-	}
-	fi, err := os.Lstat(base)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("socket directory %s is not a private directory of this user (hint: remove it, or set XDG_RUNTIME_DIR)", base)
-	}
-	if len(filepath.Join(dir, VirtiofsdSock)) > maxSocketPath {
-		return fmt.Errorf("socket directory %s is too long for unix sockets (hint: set XDG_RUNTIME_DIR to a short path)", dir)
-	}
-	return os.MkdirAll(dir, 0o700)
-}
+// ensureSocketDir creates the socket directory (sockdir.Ensure).
+func ensureSocketDir(m Machine) error { return sockdir.Ensure(m.socketDir(), m.RunDir) }

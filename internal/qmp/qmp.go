@@ -10,8 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -26,6 +29,9 @@ type Client struct {
 	nextID  int
 	Version string // QEMU version from the greeting, e.g. "7.2.22"
 	events  []gjson.Result
+	// oob is the SCM_RIGHTS message the next command carries (SendFD).
+	oob []byte
+	uc  *net.UnixConn
 }
 
 // Error is an error reply from QEMU.
@@ -87,6 +93,28 @@ func (c *Client) Execute(ctx context.Context, command string, args any) (gjson.R
 	return res, err
 }
 
+// SendFD hands QEMU a file descriptor under name (QMP getfd: the
+// descriptor travels as SCM_RIGHTS with the command), for commands that
+// take "fd:NAME" (migrate, migrate-incoming) or an fd socket address
+// (chardev-add). QEMU keeps its own copy; the caller closes f.
+func (c *Client) SendFD(ctx context.Context, name string, f *os.File) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stop := c.deadline(ctx)
+	defer stop()
+	uc, ok := c.conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("qmp getfd: descriptors pass only over a unix socket")
+	}
+	c.oob = syscall.UnixRights(int(f.Fd()))
+	c.uc = uc
+	_, err := c.execute("getfd", map[string]string{"fdname": name})
+	if cerr := ctxErr(ctx, err); cerr != nil {
+		return fmt.Errorf("qmp getfd: %w", cerr)
+	}
+	return err
+}
+
 func (c *Client) execute(command string, args any) (gjson.Result, error) {
 	c.nextID++
 	id := c.nextID
@@ -98,7 +126,7 @@ func (c *Client) execute(command string, args any) (gjson.Result, error) {
 	if err != nil {
 		return gjson.Result{}, err
 	}
-	if _, err := c.conn.Write(append(b, '\n')); err != nil {
+	if err := c.write(append(b, '\n')); err != nil {
 		return gjson.Result{}, fmt.Errorf("qmp %s: %w", command, err)
 	}
 	for {
@@ -119,6 +147,21 @@ func (c *Client) execute(command string, args any) (gjson.Result, error) {
 		}
 		return msg.Get("return"), nil
 	}
+}
+
+// write sends one command, with the descriptor SendFD set up, if any.
+func (c *Client) write(b []byte) error {
+	if c.oob == nil {
+		_, err := c.conn.Write(b)
+		return err
+	}
+	oob := c.oob
+	c.oob = nil
+	n, oobn, err := c.uc.WriteMsgUnix(b, oob, nil)
+	if err == nil && (n != len(b) || oobn != len(oob)) {
+		err = io.ErrShortWrite
+	}
+	return err
 }
 
 // WaitEvent reads until an event with this name arrives or ctx ends.
@@ -186,8 +229,9 @@ func (c *Client) deadline(ctx context.Context) func() {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.conn.SetDeadline(dl)
 	}
-	done := make(chan struct{})
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		select {
 		case <-ctx.Done():
 			_ = c.conn.SetDeadline(time.Now())
@@ -195,7 +239,11 @@ func (c *Client) deadline(ctx context.Context) func() {
 		}
 	}()
 	return func() {
+		// Wait for the goroutine: if ctx ends just after (a caller that
+		// cancels its dial context and keeps the client), it must not
+		// set a deadline on the next command.
 		close(done)
+		<-exited
 		_ = c.conn.SetDeadline(time.Time{})
 	}
 }

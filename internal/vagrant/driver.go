@@ -82,6 +82,10 @@ func (d *Driver) Name() string { return DriverName }
 // whatever the host reaches; no egress proxy or door is set up.
 func (d *Driver) ContainsNetwork() bool { return false }
 
+// SuspendKeepsShare is true: Suspend pauses the machine (see Suspend), so
+// the workspace stays mounted in the guest and nothing is unplugged.
+func (d *Driver) SuspendKeepsShare() bool { return true }
+
 func (d *Driver) uri() string {
 	if d.URI == "" {
 		return DefaultURI
@@ -201,19 +205,17 @@ func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrant
 	return v
 }
 
-// Start writes the Vagrantfile and brings the machine up: `vagrant
-// resume` for a suspended one, else `vagrant up` (which also recovers a
-// crashed one). Any other plan is refused.
+// Start writes the Vagrantfile and brings the machine up: `vagrant up`
+// (which also recovers a crashed one), or `vagrant resume` for a machine
+// paused by something else than agent-vm. A machine suspended by agent-vm
+// is ErrSuspended (Resume it, or Stop it first). Any other plan is
+// refused.
 func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
-	boot, ok := b.(Boot)
-	if !ok {
-		name := ""
-		if b != nil {
-			name = b.DriverName()
-		}
-		return nil, fmt.Errorf("internal error: the vagrant driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, b)
+	boot, err := bootOf(b)
+	if err != nil {
+		return nil, err
 	}
-	m, err := d.prepareAccess(m, boot)
+	m, err = d.prepareAccess(m, boot)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +226,10 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	if err != nil {
 		return nil, err
 	}
-	if lv.Alive() && lv.State != driver.StatePaused {
+	switch {
+	case lv.State == driver.StateSuspended:
+		return nil, fmt.Errorf("starting %s: %w", m.Name, driver.ErrSuspended)
+	case lv.Alive() && lv.State != driver.StatePaused:
 		return nil, fmt.Errorf("starting %s: %w", m.Name, driver.ErrRunning)
 	}
 	launch := &driver.Launch{Accel: o.Accel, AccelReason: o.AccelReason, Share: o.Share, StartedAt: d.now().UTC()}
@@ -233,15 +238,28 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	}
 	removeMarkers(m, CleanMarker)
 	args := []string{"up", "--provider=libvirt", "--no-color"}
-	if lv.State == driver.StateSuspended || lv.State == driver.StatePaused {
+	if lv.State == driver.StatePaused {
 		args = []string{"resume", "--no-color"}
 	}
 	if _, err := d.vagrant(ctx, m, true, append(args, MachineName(m))...); err != nil {
 		d.undoStart(m)
 		return nil, err
 	}
-	removeMarkers(m, SuspendMark)
+	removeMarkers(m, SuspendMark) // one a crash of a suspended machine left
 	return launch, nil
+}
+
+// bootOf is b as the vagrant driver's plan; another driver's is refused.
+func bootOf(b driver.Boot) (Boot, error) {
+	boot, ok := b.(Boot)
+	if !ok {
+		name := ""
+		if b != nil {
+			name = b.DriverName()
+		}
+		return Boot{}, fmt.Errorf("internal error: the vagrant driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, b)
+	}
+	return boot, nil
 }
 
 // undoStart halts what a failed start left (best effort, without the
@@ -284,8 +302,11 @@ func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration
 // "pause"): no guest code runs, but its QEMU keeps the memory (libvirt
 // refuses managedsave while the workspace share is mounted, see the package
 // doc). vagrant exits 0 even when libvirt refused, so the state is read
-// again afterwards and a machine still running is an error.
-func (d *Driver) Suspend(ctx context.Context, m driver.Machine) error {
+// again afterwards and a machine still running is an error. The guest's
+// hooks are not run: a paused guest keeps its workspace mounted and its
+// agent-mcp running, which go on where they were at resume
+// (SuspendKeepsShare).
+func (d *Driver) Suspend(ctx context.Context, m driver.Machine, _ driver.GuestHooks) error {
 	lv, err := d.fresh(ctx, m)
 	if err != nil {
 		return err
@@ -310,24 +331,41 @@ func (d *Driver) Suspend(ctx context.Context, m driver.Machine) error {
 	return nil
 }
 
-// Resume resumes a suspended (or paused) machine (`vagrant resume`).
-func (d *Driver) Resume(ctx context.Context, m driver.Machine) error {
+// Resume continues a suspended (or paused) machine (`vagrant resume`)
+// and returns its launch as after Start, not yet ready: vagrant-libvirt
+// starts its port forwards again without waiting for them, so the caller
+// waits for the guest and then calls MarkReady. The machine is the one
+// that was paused: b is only checked to be the vagrant driver's plan (the
+// Vagrantfile is not rewritten), and o's accelerator and share are the
+// launch's, as Start recorded them.
+func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
+	if _, err := bootOf(b); err != nil {
+		return nil, err
+	}
 	lv, err := d.fresh(ctx, m)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch lv.State {
 	case driver.StateSuspended, driver.StatePaused:
 	case driver.StateRunning:
-		return fmt.Errorf("resuming %s: %w", m.Name, driver.ErrRunning)
+		return nil, fmt.Errorf("resuming %s: %w", m.Name, driver.ErrRunning)
 	default:
-		return fmt.Errorf("resuming %s: it is %s, not suspended: %w", m.Name, lv.State, driver.ErrNotRunning)
+		return nil, fmt.Errorf("resuming %s: it is %s, not suspended: %w", m.Name, lv.State, driver.ErrNotRunning)
 	}
 	if _, err := d.vagrant(ctx, m, true, "resume", "--no-color", MachineName(m)); err != nil {
-		return err
+		return nil, err
 	}
 	removeMarkers(m, SuspendMark)
-	return nil
+	launch := lv.Launch
+	if launch == nil { // a record lost since the start: what this resume knows
+		launch = &driver.Launch{Accel: o.Accel, AccelReason: o.AccelReason, Share: o.Share, StartedAt: d.now().UTC()}
+	}
+	launch.ReadyAt = nil
+	if err := writeJSON(runFile(m, LaunchFile), launch); err != nil {
+		return nil, fmt.Errorf("%s resumed, but recording its launch failed: %w", m.Name, err)
+	}
+	return launch, nil
 }
 
 // Destroy removes the libvirt domain and its disks (`vagrant destroy -f`);

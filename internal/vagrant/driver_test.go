@@ -101,7 +101,11 @@ func TestLifecycle(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	name := "agent-vm-feat-0123abcd"
-	if _, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "tcg", Share: driver.Share9p}); err != nil {
+	started, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "tcg", Share: driver.Share9p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.MarkReady(r.m, r.now); err != nil {
 		t.Fatal(err)
 	}
 	vf, err := os.ReadFile(filepath.Join(r.m.RunDir, "vagrant", "Vagrantfile"))
@@ -118,14 +122,23 @@ func TestLifecycle(t *testing.T) {
 			}
 		}
 	}
-	if err := r.d.Suspend(ctx, r.m); err != nil {
+	// A pause keeps the share mounted: the guest's hooks must not run.
+	if err := r.d.Suspend(ctx, r.m, failingHooks(t)); err != nil {
 		t.Fatal(err)
 	}
 	if lv, _ := r.d.Inspect(ctx, r.m); lv.State != driver.StateSuspended {
 		t.Errorf("after suspend: %+v", lv)
 	}
-	if err := r.d.Resume(ctx, r.m); err != nil {
+	resumed, err := r.d.Resume(ctx, r.m, boot, driver.StartOptions{Accel: "kvm"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The same machine goes on: its start's launch, waiting for the guest.
+	if resumed.ReadyAt != nil || !resumed.StartedAt.Equal(started.StartedAt) || resumed.Accel != "tcg" {
+		t.Errorf("Resume's launch %+v; want the start's (%+v), not ready", resumed, started)
+	}
+	if lv, _ := r.d.Inspect(ctx, r.m); lv.State != driver.StateRunning || lv.Launch == nil || lv.Launch.ReadyAt != nil {
+		t.Errorf("after resume: %+v", lv)
 	}
 	if err := r.d.Stop(ctx, r.m, time.Minute); err != nil {
 		t.Fatal(err)
@@ -139,12 +152,21 @@ func TestLifecycle(t *testing.T) {
 		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, // suspend reads the state again
 		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, // Inspect after suspend: the verb dropped the cache
 		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, "resume --no-color " + name,
+		"status --machine-readable " + name, // Inspect after resume
 		"status --machine-readable " + name, "halt --no-color " + name,
 		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, "destroy -f --no-color " + name,
 	}
 	if got := r.verbs(); !slices.Equal(got, want) {
 		t.Errorf("vagrant ran\n%q\nwant\n%q", got, want)
 	}
+}
+
+// failingHooks are guest hooks that fail the test when run.
+func failingHooks(t *testing.T) driver.GuestHooks {
+	fail := func(what string) func(context.Context) error {
+		return func(context.Context) error { t.Errorf("the guest's %s hook ran", what); return nil }
+	}
+	return driver.GuestHooks{Detach: fail("detach"), Attach: fail("attach")}
 }
 
 func TestInspectStates(t *testing.T) {
@@ -212,7 +234,7 @@ func TestSuspendThatDidNotHappenFails(t *testing.T) {
 		}
 		return execxtest.Reply{Stdout: "error: Requested operation is not valid: Migration is disabled\n"} // and exit 0
 	})
-	err := r.d.Suspend(context.Background(), r.m)
+	err := r.d.Suspend(context.Background(), r.m, failingHooks(t))
 	if err == nil || !strings.Contains(err.Error(), "the machine is running") {
 		t.Errorf("a suspend vagrant did not do: %v", err)
 	}
@@ -261,8 +283,8 @@ func TestFailuresNameCommandAndLog(t *testing.T) {
 	}{
 		{"up", "not_created", func(r *rig) error { _, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "kvm"}); return err }},
 		{"halt", "running", func(r *rig) error { return r.d.Stop(ctx, r.m, time.Minute) }},
-		{"suspend", "running", func(r *rig) error { return r.d.Suspend(ctx, r.m) }},
-		{"resume", "saved", func(r *rig) error { return r.d.Resume(ctx, r.m) }},
+		{"suspend", "running", func(r *rig) error { return r.d.Suspend(ctx, r.m, driver.GuestHooks{}) }},
+		{"resume", "saved", func(r *rig) error { _, err := r.d.Resume(ctx, r.m, boot, driver.StartOptions{}); return err }},
 		{"halt", "paused", func(r *rig) error { // a suspended machine's stop discards it
 			_ = touch(runFile(r.m, SuspendMark))
 			return r.d.Stop(ctx, r.m, time.Minute)
@@ -299,11 +321,23 @@ func TestStartRefuses(t *testing.T) {
 	if err := r.d.Stop(ctx, r.m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
 		t.Errorf("stop of a stopped machine: %v", err)
 	}
-	if err := r.d.Suspend(ctx, r.m); !errors.Is(err, driver.ErrNotRunning) {
+	if err := r.d.Suspend(ctx, r.m, failingHooks(t)); !errors.Is(err, driver.ErrNotRunning) {
 		t.Errorf("suspend of a stopped machine: %v", err)
 	}
-	if err := r.d.Resume(ctx, r.m); !errors.Is(err, driver.ErrNotRunning) {
+	if _, err := r.d.Resume(ctx, r.m, boot, driver.StartOptions{}); !errors.Is(err, driver.ErrNotRunning) {
 		t.Errorf("resume of a stopped machine: %v", err)
+	}
+	if _, err := r.d.Resume(ctx, r.m, otherBoot{}, driver.StartOptions{}); err == nil || !strings.Contains(err.Error(), `"qemu" driver`) {
+		t.Errorf("resume with a QEMU plan: %v", err)
+	}
+	// Suspended by agent-vm: Resume it (or Stop it), never `vagrant up`.
+	r.state, r.reason = "paused", "user"
+	_ = touch(runFile(r.m, SuspendMark))
+	if _, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "kvm"}); !errors.Is(err, driver.ErrSuspended) {
+		t.Errorf("start of a suspended machine: %v", err)
+	}
+	if slices.ContainsFunc(r.verbs(), func(v string) bool { return strings.HasPrefix(v, "up ") || strings.HasPrefix(v, "resume ") }) {
+		t.Errorf("start of a suspended machine ran %q", r.verbs())
 	}
 	if err := r.d.AddForward(ctx, r.m, driver.Forward{Host: 9000, Guest: 80}); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), "hint:") {
 		t.Errorf("AddForward: %v", err)

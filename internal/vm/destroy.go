@@ -71,6 +71,7 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	if err != nil {
 		return nil, destroyStopError(e, live, err)
 	}
+	m.stopHolder(ctx, e)
 	res.Stopped = live.Alive()
 	if !force && res.Stopped {
 		if err := m.checkUnsaved(ctx, e); err != nil {

@@ -2,13 +2,9 @@ package vm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"strconv"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -16,7 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/sshx"
 )
 
-// connect opens an SSH connection to a running VM with the pinned host key.
+// connect opens an SSH connection to a running VM (dialGuest).
 func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string, error) {
 	e, err := m.Find(ctx, name)
 	if err != nil {
@@ -33,26 +29,9 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 	default:
 		return nil, "", fmt.Errorf("VM %q is %s (hint: `agent-vm start %s` starts it)", e.Record.Branch, info.State, e.Slug)
 	}
-	r, l := e.Record, e.Layout
-	target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)),
-		User: r.Guest.User, KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
-	// A guest that is up can still drop a connection now and then (sshd
-	// restarting, a busy TCG guest): a reset or refused connection is tried
-	// again for a few seconds; a host key mismatch never is.
-	var c *ssh.Client
-	for attempt, delay := 0, 500*time.Millisecond; ; attempt, delay = attempt+1, delay*2 {
-		c, err = sshx.Dial(ctx, target, 15*time.Second)
-		if err == nil || errors.Is(err, sshx.ErrHostKeyMismatch) || ctx.Err() != nil || attempt == 3 {
-			break
-		}
-		m.Log.Debug("ssh connection failed, trying again", "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
-	}
+	c, err := m.dialGuest(ctx, e.Record, e.Layout)
 	if err != nil {
-		return nil, "", fmt.Errorf("connecting to VM %q over SSH: %w", r.Branch, err)
+		return nil, "", fmt.Errorf("connecting to VM %q over SSH: %w", e.Record.Branch, err)
 	}
 	return c, e.Slug, nil
 }

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -20,12 +21,10 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// Files of a VM's network: the policy the proxy reads (in the VM
-// directory, 0600) and the connection log (in its logs).
-const (
-	NetPolicyFile = "net-policy.json"
-	NetLogFile    = "net.log"
-)
+// NetDir is a VM's network directory, in the VM directory: the policy the
+// proxy reads and its connection log (egress.PolicyFile, egress.LogFile),
+// both 0600 and, with the directory, the user the proxy runs as.
+const NetDir = "net"
 
 // Egress modes, as create --net takes them.
 const (
@@ -40,10 +39,10 @@ const (
 // refusal of loopback and private addresses.
 const TestHostsEnv = "AGENT_VM_TEST_EGRESS_HOSTS"
 
-func netPolicyPath(l state.Layout) string { return filepath.Join(l.Dir, NetPolicyFile) }
+func netDir(l state.Layout) string { return filepath.Join(l.Dir, NetDir) }
 
 // NetLogPath is the VM's connection log.
-func NetLogPath(l state.Layout) string { return l.Log(NetLogFile) }
+func NetLogPath(l state.Layout) string { return filepath.Join(netDir(l), egress.LogFile) }
 
 // netMode is the record's mode, allow by default.
 func netMode(r *state.Record) string {
@@ -106,7 +105,10 @@ func remoteHost(u string) string {
 // writeNetPolicy renders r's policy for the proxy, which re-reads it at
 // once.
 func writeNetPolicy(l state.Layout, r *state.Record) error {
-	return egress.WritePolicy(netPolicyPath(l), netPolicy(r))
+	if err := os.Mkdir(netDir(l), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return egress.WritePolicy(netDir(l), netPolicy(r))
 }
 
 // network is the contained network of a start: the proxy's policy written,
@@ -125,8 +127,8 @@ func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, err
 		return nil, fmt.Errorf("finding the agent-vm binary for the egress proxy: %w", err)
 	}
 	pol := netPolicy(r)
-	return &driver.Network{Addr: guest.HostAddr, ProxyPort: guest.ProxyPort, Exposed: pol.Exposed,
-		Proxy: []string{self, "net-proxy", "--policy", netPolicyPath(l), "--log", NetLogPath(l)},
+	return &driver.Network{Addr: guest.HostAddr, ProxyPort: guest.ProxyPort, Exposed: pol.Exposed, Dir: netDir(l),
+		Proxy: []string{self, "net-proxy", "--dir", netDir(l)},
 		Relay: []string{self, "net-relay"}}, nil
 }
 
@@ -301,13 +303,24 @@ func FollowNetLog(ctx context.Context, path string, emit func(NetLogEntry) error
 	return egress.Follow(ctx, path, off, emit)
 }
 
+// EgressOptions are the hidden `net-proxy` command's flags.
+type EgressOptions struct {
+	Dir         string // the VM's network directory (policy, log)
+	ProxySocket string
+	DoorSocket  string
+	QEMUPidFile string // exit once its process is gone
+	RunAs       string // "UID:GID" to drop to before serving; "" keeps the caller's
+	TestHosts   string // TestHostsEnv's value
+	Log         hclog.Logger
+}
+
 // ServeEgress runs a VM's egress proxy (the hidden `net-proxy` command the
-// driver starts) until ctx ends. hosts is TestHostsEnv's value.
-func ServeEgress(ctx context.Context, policy, log, proxySock, doorSock, pidFile, hosts string, logger hclog.Logger) error {
-	if pidFile != "" {
-		ctx = egress.Orphaned(ctx, pidFile, 2*time.Minute)
-	}
-	p := &egress.Proxy{PolicyPath: policy, Log: &egress.Log{Path: log}, Logger: logger}
+// driver starts) until ctx ends or the VM's QEMU is gone: it listens, waits
+// for QEMU's pid, drops to o.RunAs, then serves (see internal/egress's
+// doc on privileges).
+func ServeEgress(ctx context.Context, o EgressOptions) error {
+	p := &egress.Proxy{Logger: o.Log}
+	hosts, runAs, pidFile := o.TestHosts, o.RunAs, o.QEMUPidFile
 	if hosts != "" {
 		p.Hosts = map[string]netip.Addr{}
 		for _, kv := range strings.Split(hosts, ",") {
@@ -319,7 +332,35 @@ func ServeEgress(ctx context.Context, policy, log, proxySock, doorSock, pidFile,
 			p.Hosts[strings.ToLower(name)] = a
 		}
 	}
-	return p.Run(ctx, proxySock, doorSock)
+	var uid, gid int
+	if runAs != "" {
+		if _, err := fmt.Sscanf(runAs, "%d:%d", &uid, &gid); err != nil || uid <= 0 || gid < 0 {
+			return fmt.Errorf("--run-as %q is not UID:GID of a user other than root", runAs)
+		}
+	}
+	root, err := os.OpenRoot(o.Dir)
+	if err != nil {
+		return fmt.Errorf("the VM's network directory: %w", err)
+	}
+	defer root.Close()
+	p.Dir, p.Log = root, &egress.Log{Dir: root, Name: egress.LogFile}
+	ls, err := egress.Listen(o.ProxySocket, o.DoorSocket)
+	if err != nil {
+		return err
+	}
+	if pidFile != "" {
+		pid, err := egress.WaitPid(ctx, pidFile, 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		ctx = egress.Orphaned(ctx, pid)
+	}
+	if runAs != "" {
+		if err := egress.DropPrivileges(uid, gid); err != nil {
+			return err
+		}
+	}
+	return p.Serve(ctx, ls)
 }
 
 // RelayEgress carries one guest connection (stdin and stdout, as QEMU's

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/guest"
@@ -95,8 +94,8 @@ var provisionCheck = fmt.Sprintf(`cat %[1]s 2>/dev/null; echo "current=$(cat /pr
 // this boot is a ProvisionError; one on an earlier boot (the VM was used
 // since) is a warning; a guest that has not provisioned (an older VM, a
 // check that cannot run) is nothing.
-func (m *Manager) checkProvision(ctx context.Context, r *state.Record, target sshx.Target) error {
-	c, err := sshx.Dial(ctx, target, 30*time.Second)
+func (m *Manager) checkProvision(ctx context.Context, r *state.Record, l state.Layout) error {
+	c, err := m.dialGuest(ctx, r, l)
 	if err != nil {
 		m.Log.Warn("could not ask the guest how its provisioning went", "error", err)
 		return nil

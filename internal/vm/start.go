@@ -33,12 +33,16 @@ type StartOptions struct {
 	// those that mean nothing for its guests).
 	Reprovision bool
 	Nixpkgs     string
+	// Cold boots a suspended VM afresh, discarding its saved state,
+	// instead of resuming it.
+	Cold bool
 }
 
 // StartResult is what start did.
 type StartResult struct {
 	Info           Info
 	AlreadyRunning bool
+	Resumed        bool          // from a saved state (suspend), not booted
 	SSHReady       time.Duration // from launch to SSH answering with the pinned key
 	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
 }
@@ -64,31 +68,35 @@ func (e *BootError) Unwrap() error { return e.Err }
 // is already running is left alone. Interrupting the wait (ctx) stops the VM
 // again, so an aborted start leaves nothing running.
 func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	h, err := m.lockedLook(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Release()
+	defer h.lock.Release()
+	e, d, mach, live := h.e, h.d, h.mach, h.live
 	r, l := e.Record, e.Layout
-	be, err := m.backendOf(r, "start")
-	if err != nil {
-		return nil, err
-	}
-	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
-	if err := be.CheckStart(r, flags); err != nil {
-		return nil, err
-	}
-	d, err := m.driverOf(r)
-	if err != nil {
-		return nil, err
-	}
-	mach := m.machine(r, l)
-	live, err := d.Inspect(ctx, mach)
-	if err != nil {
-		return nil, err
-	}
 	if live.Alive() {
-		return &StartResult{Info: m.Status(ctx, e, true), AlreadyRunning: true}, nil
+		info := m.Status(ctx, e, true)
+		if info.State == StateRunning {
+			// Its holder may have ended with a guest reboot, or an older
+			// agent-vm started it.
+			m.startHolder(e)
+			m.waitHolder(ctx, e, 10*time.Second)
+			info.SSH.Held = heldSocket(r, l)
+		}
+		return &StartResult{Info: info, AlreadyRunning: true}, nil
+	}
+	if live.State == StateSuspended {
+		if !o.Cold {
+			if o.Reprovision {
+				return nil, fmt.Errorf("VM %q is suspended, and --reprovision needs a cold boot (hint: `agent-vm start --cold --reprovision %s` discards the saved state)", r.Branch, e.Slug)
+			}
+			return m.resume(ctx, e, d, mach, o)
+		}
+		if err := d.Stop(ctx, mach, 0); err != nil {
+			return nil, fmt.Errorf("discarding the saved state of %q: %w", r.Branch, err)
+		}
+		m.Log.Warn("discarded the saved state of a suspended VM; booting it afresh", "vm", r.Branch)
 	}
 	acc := m.Accel(ctx)
 	if acc.Accel == accel.TCG {
@@ -100,6 +108,49 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	if w := proxyUnset(r); w != "" {
 		m.Log.Warn(w)
+	}
+	plan, err := m.prepare(ctx, e, d, o, share, &mach, "start")
+	if err != nil {
+		return nil, err
+	}
+	o.Report.Report("starting the VM ("+d.Name()+")", 0, "")
+	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
+		Share: share, FixedShare: plan.FixedShare})
+	if err != nil {
+		return nil, err
+	}
+	res := &StartResult{}
+	if err := m.waitReady(ctx, e, d, mach, launch, o, plan.Settle, res); err != nil {
+		if ctx.Err() != nil {
+			// Interrupted: undo the start, without the caller's dead ctx.
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = d.Stop(sctx, mach, 5*time.Second)
+			return nil, fmt.Errorf("start of %q interrupted; the VM was stopped again: %w", r.Branch, ctx.Err())
+		}
+		return nil, err
+	}
+	if err := m.checkProvision(ctx, r, l); err != nil {
+		return nil, err
+	}
+	m.waitHolder(ctx, e, 10*time.Second)
+	res.Info = m.Status(ctx, e, true)
+	return res, nil
+}
+
+// prepare has the VM's backend check the start's flags and prepare its
+// boot (see backend.Backend's Prepare), saves what that changed in the
+// record, and completes mach with the plan's credentials and, for a driver
+// that contains it, the VM's network.
+func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string) (*backend.Plan, error) {
+	r, l := e.Record, e.Layout
+	be, err := m.backendOf(r, verb)
+	if err != nil {
+		return nil, err
+	}
+	flags := backend.StartFlags{Reprovision: o.Reprovision, Nixpkgs: o.Nixpkgs}
+	if err := be.CheckStart(r, flags); err != nil {
+		return nil, err
 	}
 	var cas []string
 	if !r.NoHostCA {
@@ -123,28 +174,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			return nil, err
 		}
 	}
-	o.Report.Report("starting the VM ("+d.Name()+")", 0, "")
-	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
-		Share: share, FixedShare: plan.FixedShare})
-	if err != nil {
-		return nil, err
-	}
-	res := &StartResult{}
-	if err := m.waitReady(ctx, e, d, mach, launch, o, plan.Settle, res); err != nil {
-		if ctx.Err() != nil {
-			// Interrupted: undo the start, without the caller's dead ctx.
-			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = d.Stop(sctx, mach, 5*time.Second)
-			return nil, fmt.Errorf("start of %q interrupted; the VM was stopped again: %w", r.Branch, ctx.Err())
-		}
-		return nil, err
-	}
-	res.Info = m.Status(ctx, e, true)
-	if err := m.checkProvision(ctx, r, sshTarget(r, l)); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return plan, nil
 }
 
 // sshTarget is the VM's SSH endpoint, with its pinned host key.
@@ -189,6 +219,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	}
 	client.Close()
 	res.SSHReady = time.Since(began)
+	m.startHolder(e)
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
@@ -199,7 +230,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		h := checkHealth(wctx, r.Ports.MCP)
 		if h.State == "healthy" {
 			res.HealthReady = time.Since(began)
-			m.settle(wctx, r.Branch, target, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
+			m.settle(wctx, r, l, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
 			return ctx.Err() // interrupted while settling: the caller stops the VM
 		}
 		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
@@ -219,12 +250,13 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 
 // settle runs the backend's settle command (see backend.Plan.Settle). A
 // failure is a warning, not a failed start: the VM is up and healthy.
-func (m *Manager) settle(ctx context.Context, branch string, target sshx.Target, cmd string, report func()) {
+func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, cmd string, report func()) {
 	if cmd == "" {
 		return
 	}
+	branch := r.Branch
 	report()
-	c, err := sshx.Dial(ctx, target, 30*time.Second)
+	c, err := m.dialGuest(ctx, r, l)
 	if err == nil {
 		var errOut bytes.Buffer
 		var code int
@@ -296,6 +328,34 @@ func indent(s string) string {
 		b.WriteString("  " + termsafe.Line(l))
 	}
 	return b.String()
+}
+
+// locked is a VM whose lock the caller holds, with its driver and its live
+// state as the driver saw it once locked.
+type locked struct {
+	e    state.Entry
+	lock *state.Lock
+	d    driver.Driver
+	mach driver.Machine
+	live driver.Live
+}
+
+// lockedLook finds a VM with a readable record, takes its lock and inspects it.
+// The caller releases h.lock.
+func (m *Manager) lockedLook(ctx context.Context, name string) (*locked, error) {
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	h := &locked{e: e, lock: lock, mach: m.machine(e.Record, e.Layout)}
+	if h.d, err = m.driverOf(e.Record); err == nil {
+		h.live, err = h.d.Inspect(ctx, h.mach)
+	}
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return h, nil
 }
 
 // lockedEntry finds a VM with a readable record and takes its lock.

@@ -75,6 +75,9 @@ type SSHInfo struct {
 	IdentityFile   string `json:"identity_file"`
 	KnownHostsFile string `json:"known_hosts_file"`
 	Alias          string `json:"alias"` // the Host name in `agent-vm ssh-config`
+	// Held is the unix socket of the VM's held connection when its holder
+	// runs (commands reach the guest through it), else "".
+	Held string `json:"held"`
 }
 
 // MCPInfo says how to reach agent-mcp from the host.
@@ -142,6 +145,9 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	}
 	if withHealth && live.Alive() {
 		info.Agent = checkHealth(ctx, r.Ports.MCP)
+	}
+	if live.Alive() {
+		info.SSH.Held = heldSocket(r, l)
 	}
 	return info
 }

@@ -38,6 +38,7 @@ func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (string, error)
 		return "", err
 	}
 	live, err := m.stopMachine(ctx, d, m.machine(e.Record, e.Layout))
+	m.stopHolder(ctx, e)
 	return live.State, err
 }
 

@@ -1,58 +1,277 @@
 package vm
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
-// Suspend keeps a running VM's memory and stops its guest from running,
-// through its driver's Suspend (for the vagrant backend: a paused QEMU
-// that still holds the memory). A driver that cannot answers
-// driver.ErrUnsupported, named in the error.
-func (m *Manager) Suspend(ctx context.Context, name string) (*Info, error) {
-	return m.driverVerb(ctx, name, "suspending", func(e state.Entry, d driver.Driver, mach driver.Machine) error {
-		return d.Suspend(ctx, mach)
-	})
+// SuspendResult says what suspend did.
+type SuspendResult struct {
+	Branch string
+	Took   time.Duration
+	// Detail is the driver's word on the suspended VM (its status
+	// detail): where its memory is kept, e.g. a vagrant VM's paused QEMU
+	// that still holds it.
+	Detail string
 }
 
-// Resume continues a suspended VM and waits for its SSH (with the pinned
-// host key) to answer again: vagrant-libvirt starts its port forwards
-// again without waiting for them.
-func (m *Manager) Resume(ctx context.Context, name string) (*Info, error) {
-	return m.driverVerb(ctx, name, "resuming", func(e state.Entry, d driver.Driver, mach driver.Machine) error {
-		if err := d.Resume(ctx, mach); err != nil {
-			return err
-		}
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		c, err := sshx.WaitReady(wctx, sshTarget(e.Record, e.Layout), nil)
-		if err != nil {
-			return fmt.Errorf("it resumed, but its SSH does not answer: %w (hint: `agent-vm logs %s`; `agent-vm stop %s` and start it again)", err, e.Record.Slug, e.Record.Slug)
-		}
-		return c.Close()
-	})
+// BusyError is a suspend refused because processes in the guest use
+// /workspace, which a suspend unmounts.
+type BusyError struct {
+	Branch, Slug string
+	Processes    string // the guest's list: pid, command line, how
 }
 
-// driverVerb runs one driver verb on a VM under its lock and reports the
-// VM's status afterwards.
-func (m *Manager) driverVerb(ctx context.Context, name, doing string, verb func(state.Entry, driver.Driver, driver.Machine) error) (*Info, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("VM %q cannot be suspended: these processes in the guest use %s, which a suspend unmounts:\n%s\n(hint: end them first (`agent-vm sessions %s` lists agent sessions; leave shells that are in %s), or keep the VM running; `agent-vm stop %s` shuts it down instead)",
+		e.Branch, guest.Workspace, indent(e.Processes), e.Slug, guest.Workspace, e.Slug)
+}
+
+// Suspend keeps a running VM's memory while no guest code runs: a QEMU
+// VM's is saved to its directory and its QEMU ends; a vagrant VM is paused
+// (see the driver's SuspendKeepsShare). The guest's side, where the driver
+// asks for it: agent-mcp stops and /workspace is unmounted (refused when a
+// process uses it); resume undoes both.
+func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, error) {
+	h, err := m.lockedLook(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Release()
-	d, err := m.driverOf(e.Record)
+	defer h.lock.Release()
+	e, d, mach, live := h.e, h.d, h.mach, h.live
+	r, l := e.Record, e.Layout
+	switch {
+	case live.State == StateSuspended:
+		return nil, fmt.Errorf("VM %q is suspended already (hint: `agent-vm resume %s` resumes it)", r.Branch, e.Slug)
+	case !live.Alive():
+		return nil, fmt.Errorf("VM %q is %s, so there is nothing to suspend (hint: `agent-vm start %s` starts it): %w", r.Branch, live.State, e.Slug, driver.ErrNotRunning)
+	case live.Launch == nil || live.Launch.ReadyAt == nil:
+		return nil, fmt.Errorf("VM %q is still booting (hint: wait for `agent-vm start %s` to finish, then suspend it)", r.Branch, e.Slug)
+	}
+	began := time.Now()
+	target := sshTarget(r, l)
+	hooks := driver.GuestHooks{
+		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, target) },
+		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, target, false) },
+	}
+	if err := d.Suspend(ctx, mach, hooks); err != nil {
+		return nil, err
+	}
+	res := &SuspendResult{Branch: r.Branch, Took: time.Since(began)}
+	// The holder ends by itself once QEMU is gone; do not wait for its
+	// keepalives. A paused (vagrant) guest cannot answer them either, and
+	// its resume restarts the port forward the holder's connection uses.
+	m.stopHolder(ctx, e)
+	if lv, err := d.Inspect(ctx, mach); err == nil {
+		res.Detail = lv.Detail
+	}
+	return res, nil
+}
+
+// detachScript readies the guest for its share to go (as root): lists the
+// processes using /workspace other than agent-mcp's (which stops), and
+// refuses (exit 3) if there are any; else stops agent-mcp, syncs and
+// unmounts. A process can be reported as using the workspace by its
+// working directory, an open file or a mapped one.
+const detachScript = `set -u
+ws=` + guest.Workspace + `
+mountpoint -q "$ws" || exit 0
+busy() {
+	for p in /proc/[0-9]*; do
+		pid=${p#/proc/}
+		[ "$pid" = "$$" ] && continue
+		grep -q 'agent-mcp\.service' "$p/cgroup" 2>/dev/null && continue
+		how=
+		case $(readlink "$p/cwd" 2>/dev/null) in "$ws"|"$ws"/*) how="working directory";; esac
+		for f in "$p"/fd/*; do
+			case $(readlink "$f" 2>/dev/null) in "$ws"|"$ws"/*) how="${how:+$how, }open file $(readlink "$f")"; break;; esac
+		done
+		grep -q " $ws/" "$p/maps" 2>/dev/null && how="${how:+$how, }mapped file"
+		[ -n "$how" ] && printf '%s %s (%s)\n' "$pid" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-100)" "$how"
+	done
+	return 0
+}
+out=$(busy)
+if [ -n "$out" ]; then printf '%s\n' "$out"; exit 3; fi
+systemctl stop agent-mcp.service
+sync
+if ! umount "$ws" 2>/dev/null; then
+	busy
+	systemctl start --no-block agent-mcp.service
+	exit 3
+fi
+`
+
+// clockScript sets the guest's clock (as root) when $1, the host's time
+// (seconds since the epoch, with nanoseconds), is set: a restored guest
+// keeps the time it was saved at, a paused one the time it was paused at.
+const clockScript = `set -u
+if [ -n "${1:-}" ]; then date -u -s "@$1" >/dev/null || exit 1; fi
+`
+
+// attachScript sets the clock (clockScript), mounts the share again once
+// its device is back (as root) and starts agent-mcp.
+const attachScript = clockScript + `for _ in $(seq 1 120); do
+	for d in /sys/bus/virtio/devices/*; do
+		case $(cat "$d/device" 2>/dev/null) in 0x001a|0x0009) break 2;; esac
+	done
+	sleep 0.5
+done
+/usr/local/lib/agent-vm/mount-workspace >/dev/null || exit 1
+systemctl start agent-mcp.service
+`
+
+// detachGuest runs detachScript; a busy workspace is a *BusyError.
+func (m *Manager) detachGuest(ctx context.Context, e state.Entry, target sshx.Target) error {
+	code, out, errOut, err := runRoot(ctx, target, detachScript)
+	switch {
+	case err != nil:
+		return fmt.Errorf("readying the guest of %q for suspend: %w", e.Record.Branch, err)
+	case code == 3:
+		return &BusyError{Branch: e.Record.Branch, Slug: e.Slug, Processes: termsafe.String(strings.TrimSpace(out))}
+	case code != 0:
+		return fmt.Errorf("readying the guest of %q for suspend: exit %d: %s", e.Record.Branch, code, termsafe.String(strings.TrimSpace(errOut)))
+	}
+	return nil
+}
+
+// attachGuest runs attachScript, setting the clock when fixClock.
+func (m *Manager) attachGuest(ctx context.Context, target sshx.Target, fixClock bool) error {
+	if err := m.runClocked(ctx, target, attachScript, fixClock); err != nil {
+		return fmt.Errorf("mounting the workspace in the guest again: %w", err)
+	}
+	return nil
+}
+
+// setGuestClock runs clockScript: what a resume needs of the guest when
+// its driver kept the share mounted (driver.Driver's SuspendKeepsShare).
+// It has attachGuest's signature so that resume can pick either.
+func (m *Manager) setGuestClock(ctx context.Context, target sshx.Target, fixClock bool) error {
+	if err := m.runClocked(ctx, target, clockScript, fixClock); err != nil {
+		return fmt.Errorf("setting the guest's clock: %w", err)
+	}
+	return nil
+}
+
+// runClocked runs script as root with $1 the host's time when fixClock;
+// a non-zero exit is an error quoting its stderr.
+func (m *Manager) runClocked(ctx context.Context, target sshx.Target, script string, fixClock bool) error {
+	if fixClock {
+		now := m.Now()
+		script = "set -- " + fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond()) + "\n" + script
+	} else {
+		script = "set --\n" + script
+	}
+	code, _, errOut, err := runRoot(ctx, target, script)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
+	}
+	return err
+}
+
+// runRoot runs a shell script as root in the guest (dev has passwordless
+// sudo).
+func runRoot(ctx context.Context, target sshx.Target, script string) (code int, stdout, stderr string, err error) {
+	c, err := sshx.Dial(ctx, target, 30*time.Second)
+	if err != nil {
+		return -1, "", "", err
+	}
+	defer c.Close()
+	var out, errOut bytes.Buffer
+	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &out, &errOut)
+	return code, out.String(), errOut.String(), err
+}
+
+// resume starts a suspended VM from its saved state (start calls it), then
+// waits for SSH, sets the guest's clock, mounts the workspace and waits
+// for agent-mcp, as a start does.
+func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions) (*StartResult, error) {
+	r, l := e.Record, e.Layout
+	acc := m.Accel(ctx)
+	share, _ := d.Share(ctx)
+	plan, err := m.prepare(ctx, e, d, o, share, &mach, "resume")
 	if err != nil {
 		return nil, err
 	}
-	if err := verb(e, d, m.machine(e.Record, e.Layout)); err != nil {
-		return nil, fmt.Errorf("%s %q: %w", doing, e.Record.Branch, err)
+	o.Report.Report("resuming from the saved state", 0, "")
+	began := time.Now()
+	launch, err := d.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true})
+	if err != nil {
+		if errors.Is(err, driver.ErrStaleState) {
+			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
+		}
+		return nil, err
 	}
-	info := m.Status(ctx, e, true)
-	return &info, nil
+	res := &StartResult{Resumed: true}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
+	defer stopWatch()
+	target := sshTarget(r, l)
+	client, err := sshx.WaitReady(wctx, target, nil)
+	if err != nil {
+		logs := d.Logs(mach)
+		return nil, &BootError{VM: r.Branch, Phase: "waiting for SSH after resume", Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+	}
+	client.Close()
+	res.SSHReady = time.Since(began)
+	if err := d.MarkReady(mach, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
+	m.startHolder(e) // the held connection ended with the suspend
+	attach := m.attachGuest
+	if d.SuspendKeepsShare() {
+		attach = m.setGuestClock // the share stayed mounted, agent-mcp running
+	}
+	if err := attach(wctx, target, true); err != nil {
+		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
+	}
+	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
+		if h := checkHealth(wctx, r.Ports.MCP); h.State == "healthy" {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
+			res.Info = m.Status(ctx, e, true)
+			return res, nil
+		case <-time.After(b):
+		}
+	}
+	res.HealthReady = time.Since(began)
+	res.Info = m.Status(ctx, e, true)
+	return res, nil
+}
+
+// Resume resumes a suspended VM; a VM that is not suspended is refused
+// (start boots a stopped one).
+func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
+	h, err := m.lockedLook(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer h.lock.Release()
+	e, live := h.e, h.live
+	if live.State != StateSuspended {
+		hint := "`agent-vm start " + e.Slug + "` starts it"
+		if live.Alive() {
+			hint = "it runs already"
+		}
+		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
+	}
+	return m.resume(ctx, e, h.d, h.mach, o)
 }

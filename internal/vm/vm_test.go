@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +33,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -174,6 +177,12 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("start returned before the guest's first-boot setup ended (%d): %s", code, errs)
 	}
 
+	// Commands reach the guest through the VM's holder (the held
+	// connection, internal/hold), which start left serving on a socket
+	// only the owner can use. Without it they dial the guest directly, and
+	// start on the running VM starts it again.
+	heldCheck(t, m, e, info)
+
 	// The guest trusts the host's CA: curl verifies the server's
 	// certificate, through the egress proxy (configured in the guest's
 	// environment), which leads the allowed test name to the host's
@@ -193,6 +202,28 @@ func TestVMLifecycle(t *testing.T) {
 	if code, out, _ := run(t, m, "life", "curl", "-sS", "--max-time", "20", "http://not-allowed.test/"); code != 0 ||
 		!strings.Contains(out, "rule: not on the allow-list") || !strings.Contains(out, "agent-vm net allow life not-allowed.test") {
 		t.Errorf("a denied name through the proxy: exit %d, %q", code, out)
+	}
+
+	// As root, the proxy that parsed those requests is QEMU's user, not root.
+	if os.Geteuid() == 0 {
+		netDir := filepath.Join(e.Layout.Dir, vm.NetDir)
+		proxy := 0
+		des, _ := os.ReadDir("/proc")
+		for _, de := range des {
+			b, _ := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
+			if args := strings.Split(string(b), "\x00"); len(args) > 2 && args[1] == "net-proxy" && slices.Contains(args, netDir) {
+				proxy, _ = strconv.Atoi(de.Name())
+			}
+		}
+		uid := func(pid int) string {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			_, rest, _ := strings.Cut(string(b), "\nUid:\t")
+			u, _, _ := strings.Cut(rest, "\t")
+			return u
+		}
+		if proxy == 0 || uid(proxy) == "0" || uid(proxy) != uid(info.Pid) {
+			t.Errorf("the egress proxy (pid %d) runs as uid %q, QEMU (pid %d) as %q: want QEMU's user, not root", proxy, uid(proxy), info.Pid, uid(info.Pid))
+		}
 	}
 
 	// The guidance note in dev's home tells agents where they are; the
@@ -428,4 +459,37 @@ func hostCAAndServer(t *testing.T) (caPEM, port string) {
 	t.Cleanup(srv.Close)
 	_, port, _ = net.SplitHostPort(srv.Listener.Addr().String())
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), port
+}
+
+// heldCheck: the VM's holder serves a 0600 socket; killed, commands still
+// work (dialing the guest directly); start brings it back.
+func heldCheck(t *testing.T, m *vm.Manager, e state.Entry, info vm.Info) {
+	t.Helper()
+	if info.SSH.Held == "" {
+		t.Fatalf("after start no holder serves the VM; its log %s:\n%s", e.Layout.Log(hold.LogName), driver.TailFile(e.Layout.Log(hold.LogName), 10))
+	}
+	if fi, err := os.Lstat(info.SSH.Held); err != nil || fi.Mode() != os.ModeSocket|0o600 {
+		t.Errorf("the holder's socket %s: %v %v, want a socket, mode 0600", info.SSH.Held, fi, err)
+	}
+	if code, out, _ := run(t, m, "life", "echo", "held"); code != 0 || out != "held\n" {
+		t.Errorf("exec through the holder: %d %q", code, out)
+	}
+	b, _ := os.ReadFile(e.Layout.Run(hold.PidName))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 || syscall.Kill(pid, syscall.SIGKILL) != nil {
+		t.Fatalf("no holder pid in %s: %q", e.Layout.Run(hold.PidName), b)
+	}
+	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held == "" }, "the killed holder to be gone")
+	if code, out, _ := run(t, m, "life", "echo", "direct"); code != 0 || out != "direct\n" {
+		t.Errorf("exec without the holder (its socket left stale): %d %q", code, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := m.Start(ctx, "life", vm.StartOptions{})
+	if err != nil || !res.AlreadyRunning || res.Info.SSH.Held == "" {
+		t.Errorf("start on the running VM: %v, already running %v, holder %q", err, res != nil && res.AlreadyRunning, res.Info.SSH.Held)
+	}
+	if code, out, _ := run(t, m, "life", "echo", "held again"); code != 0 || out != "held again\n" {
+		t.Errorf("exec through the new holder: %d %q", code, out)
+	}
 }

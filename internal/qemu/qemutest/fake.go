@@ -7,7 +7,14 @@
 // QEMU through /proc sees it as it would see QEMU. It writes its pid file,
 // serves QMP on the -qmp socket (greeting, qmp_capabilities, query-status,
 // system_powerdown and quit, which end it) and logs each QMP command it gets
-// on stdout (the launcher's qemu.log) as "qmp: <command>". Given
+// on stdout (the launcher's qemu.log) as "qmp: <command>". It also plays
+// QEMU's part in a suspend and a resume: getfd (the descriptor arrives as
+// SCM_RIGHTS), stop, cont, device_del (DEVICE_DELETED at once), device_add,
+// chardev-add and chardev-remove (which closes the virtiofsd connection),
+// migrate to "fd:NAME" (writes StateMagic and the VM's uuid), migrate-incoming
+// from one (reads them back; another VM's state fails the load) and
+// query-migrate; with FailEnv=migrate its migrate fails. Asked --version it
+// prints Version. Given
 // --socket-path it is a virtiofsd instead: it listens on that socket until a
 // signal ends it. Tests that use it say so.
 package qemutest
@@ -32,6 +39,15 @@ import (
 // also ignores system_powerdown, quit and SIGTERM (only SIGKILL ends it).
 const FakeEnv = "AGENT_VM_FAKE_QEMU"
 
+// FailEnv names a step the fake fails: "migrate".
+const FailEnv = "AGENT_VM_FAKE_QEMU_FAIL"
+
+// Version is the fake's QEMU version (--version and the QMP greeting).
+const Version = "8.2.0"
+
+// StateMagic starts the fake's saved state.
+const StateMagic = "FAKE-QEMU-STATE "
+
 // lifetime bounds a fake a test forgot to end.
 const lifetime = 5 * time.Minute
 
@@ -49,6 +65,10 @@ func Main() {
 	}
 	go func() { time.Sleep(lifetime); os.Exit(3) }()
 	args := os.Args[1:]
+	if len(args) == 1 && args[0] == "--version" {
+		fmt.Println("QEMU emulator version " + Version + " (fake)")
+		os.Exit(0)
+	}
 	if sock := argAfter(args, "--socket-path"); sock != "" {
 		os.Exit(virtiofsd(sock))
 	}
@@ -97,6 +117,10 @@ func fakeQEMU(args []string, stubborn bool) int {
 		fmt.Println("fake qemu:", err)
 		return 1
 	}
+	vm := &machine{uuid: argAfter(args, "-uuid"), status: "running", fds: map[string]*os.File{}}
+	if argAfter(args, "-incoming") != "" {
+		vm.status = "inmigrate"
+	}
 	// Like QEMU, hold virtiofsd's socket while running: virtiofsd exits
 	// when it closes.
 	if fs := chardevPath(args); fs != "" {
@@ -105,6 +129,7 @@ func fakeQEMU(args []string, stubborn bool) int {
 			fmt.Println("fake qemu:", err)
 			return 1
 		}
+		vm.chardev = c
 		defer c.Close()
 	}
 	for {
@@ -112,7 +137,7 @@ func fakeQEMU(args []string, stubborn bool) int {
 		if err != nil {
 			return 1
 		}
-		if serveQMP(conn, stubborn) {
+		if serveQMP(conn.(*net.UnixConn), vm, stubborn) {
 			_ = os.Remove(sock)
 			_ = os.Remove(pidfile)
 			return 0
@@ -120,38 +145,156 @@ func fakeQEMU(args []string, stubborn bool) int {
 	}
 }
 
+// machine is the fake's state across QMP connections.
+type machine struct {
+	uuid      string
+	status    string // query-status
+	migration string // query-migrate
+	chardev   io.Closer
+	fds       map[string]*os.File // getfd, by name
+	pending   []*os.File          // descriptors received, not yet named
+}
+
 // serveQMP answers one QMP client; it reports whether QEMU should exit.
-func serveQMP(conn net.Conn, stubborn bool) bool {
+func serveQMP(conn *net.UnixConn, vm *machine, stubborn bool) bool {
 	defer conn.Close()
 	enc := json.NewEncoder(conn)
 	_ = enc.Encode(map[string]any{"QMP": map[string]any{
 		"version":      map[string]any{"qemu": map[string]int{"major": 8, "minor": 2, "micro": 0}},
 		"capabilities": []string{}}})
-	sc := bufio.NewScanner(conn)
+	sc := bufio.NewScanner(&fdReader{conn: conn, vm: vm})
 	for sc.Scan() {
 		var req struct {
-			Execute string          `json:"execute"`
-			ID      json.RawMessage `json:"id"`
+			Execute   string            `json:"execute"`
+			ID        json.RawMessage   `json:"id"`
+			Arguments map[string]string `json:"arguments"`
+		}
+		var chardevFd struct {
+			Arguments struct {
+				Backend struct {
+					Data struct {
+						Addr struct {
+							Data struct {
+								Str string `json:"str"`
+							} `json:"data"`
+						} `json:"addr"`
+					} `json:"data"`
+				} `json:"backend"`
+			} `json:"arguments"`
 		}
 		if json.Unmarshal(sc.Bytes(), &req) != nil {
-			return false
+			// chardev-add's arguments nest
+			var loose struct {
+				Execute string          `json:"execute"`
+				ID      json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal(sc.Bytes(), &loose) != nil || json.Unmarshal(sc.Bytes(), &chardevFd) != nil {
+				return false
+			}
+			req.Execute, req.ID = loose.Execute, loose.ID
 		}
 		fmt.Println("qmp:", req.Execute)
 		reply := map[string]any{"id": req.ID, "return": map[string]any{}}
+		var event map[string]any
 		switch req.Execute {
-		case "qmp_capabilities", "system_powerdown", "quit":
+		case "qmp_capabilities", "system_powerdown", "quit", "device_add":
+		case "chardev-add":
+			f := vm.fds[chardevFd.Arguments.Backend.Data.Addr.Data.Str]
+			if f == nil {
+				reply = errorReply(req.ID, "GenericError", "fake qemu: chardev-add needs a socket passed with getfd")
+				break
+			}
+			vm.chardev = f
 		case "query-status":
-			reply["return"] = map[string]any{"status": "running", "running": true}
+			reply["return"] = map[string]any{"status": vm.status, "running": vm.status == "running"}
+		case "stop":
+			vm.status = "paused"
+		case "cont":
+			vm.status = "running"
+		case "getfd":
+			if len(vm.pending) == 0 {
+				reply = errorReply(req.ID, "GenericError", "No file descriptor supplied via SCM_RIGHTS")
+				break
+			}
+			vm.fds[req.Arguments["fdname"]], vm.pending = vm.pending[0], vm.pending[1:]
+		case "device_del":
+			event = map[string]any{"event": "DEVICE_DELETED", "data": map[string]string{"device": req.Arguments["id"]}}
+		case "chardev-remove":
+			if vm.chardev != nil {
+				vm.chardev.Close()
+				vm.chardev = nil
+			}
+		case "migrate":
+			vm.migration = vm.save(req.Arguments["uri"])
+		case "migrate-incoming":
+			vm.migration = vm.load(req.Arguments["uri"])
+		case "query-migrate":
+			reply["return"] = map[string]any{"status": vm.migration}
 		default:
-			delete(reply, "return")
-			reply["error"] = map[string]string{"class": "CommandNotFound", "desc": "fake qemu: no " + req.Execute}
+			reply = errorReply(req.ID, "CommandNotFound", "fake qemu: no "+req.Execute)
 		}
 		_ = enc.Encode(reply)
+		if event != nil {
+			_ = enc.Encode(event)
+		}
 		if !stubborn && (req.Execute == "system_powerdown" || req.Execute == "quit") {
 			return true
 		}
 	}
 	return false
+}
+
+func errorReply(id json.RawMessage, class, desc string) map[string]any {
+	return map[string]any{"id": id, "error": map[string]string{"class": class, "desc": desc}}
+}
+
+// save writes the fake state to the descriptor uri names: the migration's
+// status.
+func (vm *machine) save(uri string) string {
+	f := vm.fds[strings.TrimPrefix(uri, "fd:")]
+	if f == nil || os.Getenv(FailEnv) == "migrate" {
+		return "failed"
+	}
+	if _, err := f.WriteString(StateMagic + vm.uuid + "\n"); err != nil {
+		return "failed"
+	}
+	return "completed"
+}
+
+// load reads a fake state back: only this VM's loads.
+func (vm *machine) load(uri string) string {
+	f := vm.fds[strings.TrimPrefix(uri, "fd:")]
+	if f == nil {
+		return "failed"
+	}
+	b, err := io.ReadAll(f)
+	if err != nil || string(b) != StateMagic+vm.uuid+"\n" {
+		return "failed"
+	}
+	vm.status = "paused"
+	return "completed"
+}
+
+// fdReader reads a QMP connection and keeps the descriptors that arrive
+// with it (getfd).
+type fdReader struct {
+	conn *net.UnixConn
+	vm   *machine
+}
+
+func (r *fdReader) Read(b []byte) (int, error) {
+	oob := make([]byte, 128)
+	n, oobn, _, _, err := r.conn.ReadMsgUnix(b, oob)
+	if oobn > 0 {
+		msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
+		for _, m := range msgs {
+			fds, _ := syscall.ParseUnixRights(&m)
+			for _, fd := range fds {
+				r.vm.pending = append(r.vm.pending, os.NewFile(uintptr(fd), "getfd"))
+			}
+		}
+	}
+	return n, err
 }
 
 func virtiofsd(sock string) int {
@@ -161,6 +304,9 @@ func virtiofsd(sock string) int {
 		fmt.Println("fake virtiofsd:", err)
 		return 1
 	}
+	// An old fake that exits late must not remove the socket of the next
+	// one (Go unlinks a listener's socket on Close by default).
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	defer ln.Close()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)

@@ -1,0 +1,27 @@
+package cli
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// holdCommand is a VM's holder, which start runs detached once the guest
+// answers SSH: one held connection to the guest, served on a unix socket
+// in the VM's run directory (see vm.ServeHold).
+func holdCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: vm.HoldCommand, Hidden: true, Usage: "hold a connection to a VM's guest for the commands that reach it (agent-vm starts it with the VM)", ArgsUsage: " ",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "vm-dir", Usage: "the VM's directory in the state directory"}},
+		Action: func(cliCtx *cli.Context) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			if cliCtx.String("vm-dir") == "" {
+				return usagef("%s needs --vm-dir", vm.HoldCommand)
+			}
+			e := newEnv(cliCtx, stdio)
+			return vm.ServeHold(cliCtx.Context, cliCtx.String("vm-dir"), e.log.Named("hold"))
+		},
+	}
+}

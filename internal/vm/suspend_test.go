@@ -1,0 +1,168 @@
+package vm_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// TestSuspendResume boots a real VM, suspends it and resumes it: a process
+// outside /workspace keeps running with its memory, files written in the
+// workspace before suspend (from the guest) and during it (on the host) are
+// both there, the guest's clock is the host's again, the egress proxy's door
+// works again. A process using /workspace makes suspend refuse, naming it;
+// a tampered saved state is refused and stop discards it.
+func TestSuspendResume(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	e := create(t, m, "susp")
+	start(t, m, "susp")
+	if _, err := m.Resume(ctx, "susp", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "is running, not suspended") {
+		t.Errorf("resume of a running VM: got %v, want a refusal", err)
+	}
+	sh := func(script string) string {
+		t.Helper()
+		code, out, errs := run(t, m, "susp", "sh", "-c", script)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", script, code, errs)
+		}
+		return strings.TrimSpace(out)
+	}
+
+	// A process in /workspace: suspend refuses, naming it, and the VM runs
+	// on with its workspace and agent-mcp.
+	busy := sh("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
+	_, err := m.Suspend(ctx, "susp")
+	var be *vm.BusyError
+	if !errors.As(err, &be) || !strings.Contains(be.Processes, busy+" sleep 1000") || !strings.Contains(err.Error(), "agent-vm sessions susp") {
+		t.Fatalf("suspend with a process in /workspace: got %v, want a refusal naming pid %s", err, busy)
+	}
+	if got := sh("mountpoint -q /workspace && systemctl is-active agent-mcp"); got != "active" {
+		t.Errorf("after the refused suspend: %q, want /workspace mounted and agent-mcp active", got)
+	}
+	sh("kill " + busy)
+
+	// A counter outside /workspace, whose count lives only in its memory.
+	pid := sh("cd /tmp && setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.2; done' </dev/null >/dev/null 2>&1 & echo $!")
+	stat := func() string { return sh("cut -d' ' -f22 /proc/" + pid + "/stat") } // its start time
+	started := stat()
+	bootID := sh("cat /proc/sys/kernel/random/boot_id")
+	sh("echo before >/workspace/from-guest && sync")
+	time.Sleep(2 * time.Second)
+	before, _ := strconv.Atoi(sh("cat /tmp/count"))
+	qemuPid := m.Status(ctx, e, false).Pid
+
+	res, err := m.Suspend(ctx, "susp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("suspend took %s", res.Took)
+	info := m.Status(ctx, e, false)
+	if info.State != vm.StateSuspended || info.Pid != 0 {
+		t.Errorf("after suspend: state %s, pid %d; want suspended, no pid", info.State, info.Pid)
+	}
+	// QEMU has exited; this test process, its parent, reaps it a moment
+	// later.
+	for i := 0; syscall.Kill(qemuPid, 0) == nil; i++ {
+		if i == 50 {
+			t.Errorf("QEMU (pid %d) still runs after suspend", qemuPid)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fi, err := os.Stat(filepath.Join(e.Layout.RunDir(), qemu.StateFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state file: %v %v, want mode 0600", err, fi)
+	}
+	t.Logf("state file: %d MiB", fi.Size()>>20)
+	if err := os.WriteFile(filepath.Join(e.Layout.Workspace(), "from-host"), []byte("while suspended\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // the guest's clock must be set, not merely continue
+
+	rres, err := m.Start(ctx, "susp", vm.StartOptions{})
+	if err != nil {
+		t.Fatalf("start of a suspended VM: %v", err)
+	}
+	if !rres.Resumed || rres.Info.State != vm.StateRunning {
+		t.Errorf("start of a suspended VM: resumed %v, state %s", rres.Resumed, rres.Info.State)
+	}
+	t.Logf("resume: SSH after %s, agent-mcp after %s", rres.SSHReady, rres.HealthReady)
+	// The held connection ended with the saved QEMU; resume holds a new one.
+	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" }, "a holder after resume")
+	if got := sh("cat /proc/sys/kernel/random/boot_id"); got != bootID {
+		t.Errorf("boot id %s, was %s: the guest booted again", got, bootID)
+	}
+	if got := stat(); got != started {
+		t.Errorf("process %s started at %s, was %s", pid, got, started)
+	}
+	time.Sleep(time.Second)
+	if after, _ := strconv.Atoi(sh("cat /tmp/count")); after <= before {
+		t.Errorf("the counter is at %d, was %d before suspend: it lost its memory or stopped", after, before)
+	}
+	if got := sh("cat /workspace/from-guest /workspace/from-host"); got != "before\nwhile suspended" {
+		t.Errorf("workspace after resume: %q", got)
+	}
+	sh("echo after >/workspace/after-resume")
+	if b, _ := os.ReadFile(filepath.Join(e.Layout.Workspace(), "after-resume")); string(b) != "after\n" {
+		t.Errorf("a file the guest wrote after resume reads %q on the host", b)
+	}
+	guestNow, _ := strconv.ParseInt(sh("date +%s"), 10, 64)
+	if d := time.Since(time.Unix(guestNow, 0)); d < -5*time.Second || d > 5*time.Second {
+		t.Errorf("the guest's clock is %s off the host's after resume", d)
+	}
+	if code, out, _ := run(t, m, "susp", "curl", "-sS", "--max-time", "30", "http://not-allowed.test/"); code != 0 || !strings.Contains(out, "not on the allow-list") {
+		t.Errorf("the egress proxy after resume: exit %d, %q", code, out)
+	}
+	if got := sh("systemctl is-active agent-mcp"); got != "active" {
+		t.Errorf("agent-mcp after resume: %s", got)
+	}
+
+	// A saved state whose recorded QEMU version is not this QEMU's is
+	// refused, kept, and discarded by stop.
+	if _, err := m.Suspend(ctx, "susp"); err != nil {
+		t.Fatal(err)
+	}
+	meta := filepath.Join(e.Layout.RunDir(), qemu.StateMeta)
+	b, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["qemu"] = "1.0.0"
+	b, _ = json.Marshal(rec)
+	if err := os.WriteFile(meta, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Start(ctx, "susp", vm.StartOptions{})
+	if !errors.Is(err, driver.ErrStaleState) || !strings.Contains(err.Error(), "QEMU 1.0.0") || !strings.Contains(err.Error(), "agent-vm start --cold") {
+		t.Errorf("start with a tampered state: got %v, want a refusal naming the version and the way out", err)
+	}
+	if st := m.Status(ctx, e, false).State; st != vm.StateSuspended {
+		t.Errorf("after the refused resume: %s, want suspended", st)
+	}
+	sres, err := m.Stop(ctx, "susp")
+	if err != nil || sres.Was != vm.StateSuspended {
+		t.Fatalf("stop of a suspended VM: %+v, %v", sres, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.Layout.RunDir(), qemu.StateFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stop kept the state file: %v", err)
+	}
+	if st := m.Status(ctx, e, false).State; st != vm.StateStopped {
+		t.Errorf("after stop: %s, want stopped", st)
+	}
+}
