@@ -82,13 +82,28 @@ func TestRealVagrantBackend(t *testing.T) {
 		}
 		return out
 	}
-	state := func() (string, string) {
+	status := func() (st struct {
+		State, Detail string
+		SSH           struct{ Held string }
+	}) {
 		t.Helper()
-		var s struct{ State, Detail string }
-		if err := json.Unmarshal([]byte(must("status", "vg", "--json")), &s); err != nil {
+		if err := json.Unmarshal([]byte(must("status", "vg", "--json")), &st); err != nil {
 			t.Fatal(err)
 		}
+		return st
+	}
+	state := func() (string, string) {
+		t.Helper()
+		s := status()
 		return s.State, s.Detail
+	}
+	// The held connection is driver-neutral: a vagrant VM has a holder
+	// after start and after resume.
+	held := func(after string) {
+		t.Helper()
+		if s := status(); s.SSH.Held == "" {
+			t.Errorf("after %s: no holder (status: %s, %s)", after, s.State, s.Detail)
+		}
 	}
 
 	repo := tu.Repo(t, false)
@@ -114,6 +129,7 @@ func TestRealVagrantBackend(t *testing.T) {
 		t.Fatalf("%v\nstdout:\n%s\nvagrant's log ends:\n%s", err, out, tailOf(filepath.Join(st, "vg", "logs", "vagrant.log")))
 	}
 	step("start (box add, vagrant up, SSH, agent-mcp, cloud-init)")
+	held("start")
 	if out := must("exec", "vg", "--", "sh", "-c", "cat from-host.txt && echo from-guest > from-guest.txt"); out != "hello from the host\n" {
 		t.Errorf("exec: the guest's /workspace shows %q", out)
 	}
@@ -128,13 +144,16 @@ func TestRealVagrantBackend(t *testing.T) {
 	}
 	step("exec both ways, status, net")
 
-	must("suspend", "vg")
+	if out := must("suspend", "vg"); !strings.Contains(out, "still holds its memory") {
+		t.Errorf("suspend's output does not say the paused VM holds its memory: %q", out)
+	}
 	step("suspend")
 	if s, d := state(); s != "suspended" || !strings.Contains(d, "still holds its memory") {
 		t.Errorf("after suspend: %s (%s); want suspended, saying it holds its memory", s, d)
 	}
 	must("resume", "vg")
 	step("resume (SSH answering)")
+	held("resume")
 	if out := must("exec", "vg", "--", "cat", "from-guest.txt"); out != "from-guest\n" {
 		t.Errorf("exec after resume: %q", out)
 	}
