@@ -22,17 +22,6 @@ func busyPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// freePort is a port nothing listens on at 127.0.0.1 (the kernel's pick).
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 type forward struct{ Guest, Host int }
 
 func portList(t *testing.T, st, vm string) []forward {
@@ -59,7 +48,7 @@ func TestPortAddListRemoveOnAStoppedVM(t *testing.T) {
 	}
 
 	// The same number when it is free.
-	guest := freePort(t)
+	guest := tu.FreePort(t)
 	r := mustRun(t, "", st, "port", "add", "main", strconv.Itoa(guest))
 	if want := fmt.Sprintf("guest port %d of main will be forwarded to 127.0.0.1:%d: the VM is not running, so the forward applies at its next start", guest, guest); !strings.Contains(r.stdout, want) {
 		t.Errorf("port add on a stopped VM says:\n%s\nwant %q", r.stdout, want)

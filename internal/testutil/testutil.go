@@ -7,6 +7,7 @@ package testutil
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,6 +106,19 @@ func WriteFile(t testing.TB, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FreePort is a TCP port on 127.0.0.1 that nothing listens on right now
+// (the kernel's pick, from its ephemeral range, which on a usual host lies
+// above the ranges agent-vm picks a VM's ports from).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Kernel returns a Linux kernel (bzImage) for tests that boot one: the file

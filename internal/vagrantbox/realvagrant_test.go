@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -236,7 +235,7 @@ func writeVM(t *testing.T, base string, box Box, driver string) testVM {
 	if err := client.Write(key); err != nil {
 		t.Fatal(err)
 	}
-	port := ephemeralPort(t)
+	port := testutil.FreePort(t) // outside the SSH range VM tests beside this one pick from
 	testutil.WriteFile(t, filepath.Join(secrets, "known_hosts"), sshkeys.KnownHostsLine(port, host.Public))
 
 	ws := filepath.Join(base, "workspace")
@@ -338,18 +337,6 @@ func timer(t *testing.T) func(string) {
 		t.Logf("%-70s %6.1fs", what, time.Since(last).Seconds())
 		last = time.Now()
 	}
-}
-
-// ephemeralPort is a port the kernel has free now, outside agent-vm's own
-// SSH range, which VM tests running beside this one pick from.
-func ephemeralPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func serialTail(path string) string {
