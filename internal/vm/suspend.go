@@ -47,7 +47,7 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 	}
 	defer h.lock.Release()
 	e, d, mach, live := h.e, h.d, h.mach, h.live
-	r, l := e.Record, e.Layout
+	r := e.Record
 	switch {
 	case live.State == StateSuspended:
 		return nil, fmt.Errorf("VM %q is suspended already (hint: `agent-vm resume %s` resumes it)", r.Branch, e.Slug)
@@ -57,10 +57,9 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 		return nil, fmt.Errorf("VM %q is still booting (hint: wait for `agent-vm start %s` to finish, then suspend it)", r.Branch, e.Slug)
 	}
 	began := time.Now()
-	target := sshTarget(r, l)
 	hooks := driver.GuestHooks{
-		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, target) },
-		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, target, false) },
+		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e) },
+		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, e, false) },
 	}
 	if err := d.Suspend(ctx, mach, hooks); err != nil {
 		return nil, err
@@ -120,8 +119,8 @@ systemctl start agent-mcp.service
 `
 
 // detachGuest runs detachScript; a busy workspace is a *BusyError.
-func (m *Manager) detachGuest(ctx context.Context, e state.Entry, target sshx.Target) error {
-	code, out, errOut, err := runRoot(ctx, target, detachScript)
+func (m *Manager) detachGuest(ctx context.Context, e state.Entry) error {
+	code, out, errOut, err := m.runRoot(ctx, e, func() string { return detachScript })
 	switch {
 	case err != nil:
 		return fmt.Errorf("readying the guest of %q for suspend: %w", e.Record.Branch, err)
@@ -133,16 +132,19 @@ func (m *Manager) detachGuest(ctx context.Context, e state.Entry, target sshx.Ta
 	return nil
 }
 
-// attachGuest runs attachScript, setting the clock when fixClock.
-func (m *Manager) attachGuest(ctx context.Context, target sshx.Target, fixClock bool) error {
-	script := attachScript
-	if fixClock {
+// attachGuest runs attachScript, setting the clock when fixClock. The
+// host's time is read once the SSH connection is up, as the script goes
+// out: read before the dial, a busy host's handshake (seconds under TCG)
+// would set the guest that far behind.
+func (m *Manager) attachGuest(ctx context.Context, e state.Entry, fixClock bool) error {
+	script := func() string {
+		if !fixClock {
+			return "set --\n" + attachScript
+		}
 		now := m.Now()
-		script = "set -- " + fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond()) + "\n" + script
-	} else {
-		script = "set --\n" + script
+		return "set -- " + fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond()) + "\n" + attachScript
 	}
-	code, _, errOut, err := runRoot(ctx, target, script)
+	code, _, errOut, err := m.runRoot(ctx, e, script)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
 	}
@@ -153,15 +155,15 @@ func (m *Manager) attachGuest(ctx context.Context, target sshx.Target, fixClock 
 }
 
 // runRoot runs a shell script as root in the guest (dev has passwordless
-// sudo).
-func runRoot(ctx context.Context, target sshx.Target, script string) (code int, stdout, stderr string, err error) {
-	c, err := sshx.Dial(ctx, target, 30*time.Second)
+// sudo); script is called once connected.
+func (m *Manager) runRoot(ctx context.Context, e state.Entry, script func() string) (code int, stdout, stderr string, err error) {
+	c, err := m.dialGuest(ctx, e.Record, e.Layout)
 	if err != nil {
 		return -1, "", "", err
 	}
 	defer c.Close()
 	var out, errOut bytes.Buffer
-	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &out, &errOut)
+	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script()), &out, &errOut)
 	return code, out.String(), errOut.String(), err
 }
 
@@ -206,7 +208,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
 	m.startHolder(e) // the held connection ended with the suspended QEMU
-	if err := m.attachGuest(wctx, target, true); err != nil {
+	if err := m.attachGuest(wctx, e, true); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
 	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
