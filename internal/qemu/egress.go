@@ -209,10 +209,7 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 	if old := findProcess(match); old != 0 {
 		killVerified(old, match)
 	}
-	if err := ensureEgressDir(m); err != nil {
-		return 0, err
-	}
-	_ = os.Remove(sock)
+	_ = os.Remove(sock) // Start made m.EgressDir (ensureEgressDir)
 	_ = os.Remove(door)
 	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door, "--qemu-pidfile", m.runFile(PidFile))
 	if owner != nil {
@@ -268,16 +265,16 @@ func giveDir(owner *Owner, dir string) error {
 	if err != nil {
 		return err
 	}
+	var files []string
 	for _, de := range des {
-		if err := os.Lchown(filepath.Join(dir, de.Name()), owner.UID, owner.GID); err != nil {
-			return err
-		}
+		files = append(files, filepath.Join(dir, de.Name()))
 	}
-	return nil
+	return giveSockets(owner, files...)
 }
 
-// giveSockets makes the sockets owner's (Lchown: the proxy made them in a
-// directory of ours, but a link is never followed). They stay 0600.
+// giveSockets makes the sockets (or any files) owner's (Lchown: the proxy
+// made them in a directory of ours, but a link is never followed). Their
+// modes stay.
 func giveSockets(owner *Owner, socks ...string) error {
 	if owner == nil {
 		return nil

@@ -49,7 +49,7 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 	}
 	defer h.lock.Release()
 	e, d, mach, live := h.e, h.d, h.mach, h.live
-	r, l := e.Record, e.Layout
+	r := e.Record
 	switch {
 	case live.State == StateSuspended:
 		return nil, fmt.Errorf("VM %q is suspended already (hint: `agent-vm resume %s` resumes it)", r.Branch, e.Slug)
@@ -59,10 +59,9 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 		return nil, fmt.Errorf("VM %q is still booting (hint: wait for `agent-vm start %s` to finish, then suspend it)", r.Branch, e.Slug)
 	}
 	began := time.Now()
-	target := sshTarget(r, l)
 	hooks := driver.GuestHooks{
-		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, target) },
-		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, target, false) },
+		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e) },
+		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, e, false) },
 	}
 	if err := d.Suspend(ctx, mach, hooks); err != nil {
 		return nil, err
@@ -134,8 +133,8 @@ systemctl start agent-mcp.service
 `
 
 // detachGuest runs detachScript; a busy workspace is a *BusyError.
-func (m *Manager) detachGuest(ctx context.Context, e state.Entry, target sshx.Target) error {
-	code, out, errOut, err := runRoot(ctx, target, detachScript)
+func (m *Manager) detachGuest(ctx context.Context, e state.Entry) error {
+	code, out, errOut, err := m.runRoot(ctx, e, func() string { return detachScript })
 	switch {
 	case err != nil:
 		return fmt.Errorf("readying the guest of %q for suspend: %w", e.Record.Branch, err)
@@ -148,8 +147,8 @@ func (m *Manager) detachGuest(ctx context.Context, e state.Entry, target sshx.Ta
 }
 
 // attachGuest runs attachScript, setting the clock when fixClock.
-func (m *Manager) attachGuest(ctx context.Context, target sshx.Target, fixClock bool) error {
-	if err := m.runClocked(ctx, target, attachScript, fixClock); err != nil {
+func (m *Manager) attachGuest(ctx context.Context, e state.Entry, fixClock bool) error {
+	if err := m.runClocked(ctx, e, attachScript, fixClock); err != nil {
 		return fmt.Errorf("mounting the workspace in the guest again: %w", err)
 	}
 	return nil
@@ -158,23 +157,27 @@ func (m *Manager) attachGuest(ctx context.Context, target sshx.Target, fixClock 
 // setGuestClock runs clockScript: what a resume needs of the guest when
 // its driver kept the share mounted (driver.Driver's SuspendKeepsShare).
 // It has attachGuest's signature so that resume can pick either.
-func (m *Manager) setGuestClock(ctx context.Context, target sshx.Target, fixClock bool) error {
-	if err := m.runClocked(ctx, target, clockScript, fixClock); err != nil {
+func (m *Manager) setGuestClock(ctx context.Context, e state.Entry, fixClock bool) error {
+	if err := m.runClocked(ctx, e, clockScript, fixClock); err != nil {
 		return fmt.Errorf("setting the guest's clock: %w", err)
 	}
 	return nil
 }
 
 // runClocked runs script as root with $1 the host's time when fixClock;
-// a non-zero exit is an error quoting its stderr.
-func (m *Manager) runClocked(ctx context.Context, target sshx.Target, script string, fixClock bool) error {
-	if fixClock {
+// a non-zero exit is an error quoting its stderr. The host's time is read
+// once the SSH connection is up, as the script goes out: read before the
+// dial, a busy host's handshake (seconds under TCG) would set the guest
+// that far behind.
+func (m *Manager) runClocked(ctx context.Context, e state.Entry, script string, fixClock bool) error {
+	withTime := func() string {
+		if !fixClock {
+			return "set --\n" + script
+		}
 		now := m.Now()
-		script = "set -- " + fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond()) + "\n" + script
-	} else {
-		script = "set --\n" + script
+		return "set -- " + fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond()) + "\n" + script
 	}
-	code, _, errOut, err := runRoot(ctx, target, script)
+	code, _, errOut, err := m.runRoot(ctx, e, withTime)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
 	}
@@ -182,15 +185,15 @@ func (m *Manager) runClocked(ctx context.Context, target sshx.Target, script str
 }
 
 // runRoot runs a shell script as root in the guest (dev has passwordless
-// sudo).
-func runRoot(ctx context.Context, target sshx.Target, script string) (code int, stdout, stderr string, err error) {
-	c, err := sshx.Dial(ctx, target, 30*time.Second)
+// sudo); script is called once connected.
+func (m *Manager) runRoot(ctx context.Context, e state.Entry, script func() string) (code int, stdout, stderr string, err error) {
+	c, err := m.dialGuest(ctx, e.Record, e.Layout)
 	if err != nil {
 		return -1, "", "", err
 	}
 	defer c.Close()
 	var out, errOut bytes.Buffer
-	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &out, &errOut)
+	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script()), &out, &errOut)
 	return code, out.String(), errOut.String(), err
 }
 
@@ -239,7 +242,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	if d.SuspendKeepsShare() {
 		attach = m.setGuestClock // the share stayed mounted, agent-mcp running
 	}
-	if err := attach(wctx, target, true); err != nil {
+	if err := attach(wctx, e, true); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
 	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
