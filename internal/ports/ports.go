@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 )
 
 // Range is an inclusive port range.
@@ -72,3 +73,20 @@ func CheckAs(port int, what string, taken map[int]string, probe Probe) error {
 // range MCP ports come from, so one allocation scheme covers every port
 // agent-vm binds.
 func ForwardRange() Range { return MCPRange() }
+
+// CheckForward fails, naming the port, what it forwards (name) and the
+// fix, when host port is not free on 127.0.0.1 right before a VM binds it.
+// A port is given up to within to come free: a process that just exited
+// (this VM's QEMU or forwarder of a run before) can hold its listening
+// socket briefly after it is gone.
+func CheckForward(port int, name string, probe Probe, within time.Duration) error {
+	delay, deadline := 20*time.Millisecond, time.Now().Add(within)
+	for !probe(port) {
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("port %d (%s) is already in use on 127.0.0.1 by another program (hint: stop that program; `ss -ltnp 'sport = :%d'` shows it): %w", port, name, port, ErrTaken)
+		}
+		time.Sleep(delay)
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+	return nil
+}

@@ -262,13 +262,8 @@ func (l *Launcher) euid() int {
 // listening sockets briefly after it is gone from the process table.
 func (l *Launcher) checkForwards(m Machine) error {
 	for _, f := range m.Forwards {
-		free := l.PortFree(f.Host)
-		for b, deadline := newBackoff(20*time.Millisecond, 250*time.Millisecond), time.Now().Add(3*time.Second); !free && time.Now().Before(deadline); {
-			time.Sleep(b.next())
-			free = l.PortFree(f.Host)
-		}
-		if !free {
-			return fmt.Errorf("port %d (%s) is already in use on 127.0.0.1 by another program (hint: stop that program; `ss -ltnp 'sport = :%d'` shows it): %w", f.Host, f.Name, f.Host, ports.ErrTaken)
+		if err := ports.CheckForward(f.Host, f.Name, l.PortFree, 3*time.Second); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -18,6 +18,8 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/flock"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // DriverName is the name backends give the Vagrant driver.
@@ -68,6 +70,9 @@ type Driver struct {
 	URI string
 	// QEMUUser is the user libvirt runs QEMU as; "" = DefaultQEMUUser.
 	QEMUUser string
+	// PortFree probes a host port before vagrant up; nil =
+	// ports.Listenable.
+	PortFree ports.Probe
 	Now      func() time.Time
 }
 
@@ -146,7 +151,9 @@ func (d *Driver) vagrant(ctx context.Context, m driver.Machine, stream bool, arg
 	if stream && d.Progress != nil {
 		out = io.MultiWriter(log, d.Progress)
 	}
-	cmd.Stdout, cmd.Stderr = out, out
+	lines := termsafe.NewLineWriter(out) // vagrant's \r progress, collapsed
+	defer lines.Close()
+	cmd.Stdout, cmd.Stderr = lines, lines
 	if args[0] != "status" {
 		// vagrant's own machine lock fails a second command at once;
 		// agent-vm's waits (agent-vm's per-VM lock already serialises its
@@ -232,6 +239,9 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	case lv.Alive() && lv.State != driver.StatePaused:
 		return nil, fmt.Errorf("starting %s: %w", m.Name, driver.ErrRunning)
 	}
+	if err := d.checkPortsFree(m); err != nil {
+		return nil, err
+	}
 	launch := &driver.Launch{Accel: o.Accel, AccelReason: o.AccelReason, Share: o.Share, StartedAt: d.now().UTC()}
 	if err := writeJSON(runFile(m, LaunchFile), launch); err != nil {
 		return nil, err
@@ -244,6 +254,10 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	if _, err := d.vagrant(ctx, m, true, append(args, MachineName(m))...); err != nil {
 		d.undoStart(m)
 		return nil, err
+	}
+	if err := d.VerifyForwards(ctx, m, fmt.Sprintf("`agent-vm start %s` again", short(m))); err != nil {
+		d.undoStart(m)
+		return nil, fmt.Errorf("starting %s: %w", m.Name, err)
 	}
 	removeMarkers(m, SuspendMark) // one a crash of a suspended machine left
 	return launch, nil
@@ -353,10 +367,16 @@ func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o 
 	default:
 		return nil, fmt.Errorf("resuming %s: it is %s, not suspended: %w", m.Name, lv.State, driver.ErrNotRunning)
 	}
+	if err := d.checkPortsFree(m); err != nil {
+		return nil, fmt.Errorf("%w (%s stays suspended)", err, m.Name)
+	}
 	if _, err := d.vagrant(ctx, m, true, "resume", "--no-color", MachineName(m)); err != nil {
 		return nil, err
 	}
 	removeMarkers(m, SuspendMark)
+	if err := d.VerifyForwards(ctx, m, fmt.Sprintf("`agent-vm stop %s` and `agent-vm start %s`; the VM runs meanwhile", short(m), short(m))); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", m.Name, err)
+	}
 	launch := lv.Launch
 	if launch == nil { // a record lost since the start: what this resume knows
 		launch = &driver.Launch{Accel: o.Accel, AccelReason: o.AccelReason, Share: o.Share, StartedAt: d.now().UTC()}

@@ -46,8 +46,9 @@ func newRig(t *testing.T) *rig {
 	r := &rig{state: "not_created", fail: map[string]bool{}, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	r.m = driver.Machine{Name: "agent-vm-feat", UUID: "0123abcd-1111", CPUs: 2, MemoryMiB: 1024,
 		RunDir: filepath.Join(dir, "run"), LogsDir: filepath.Join(dir, "logs"),
-		Share:    driver.Share{Source: filepath.Join(dir, "workspace")},
-		Forwards: []driver.Forward{{Name: "ssh", Host: 2201, Guest: 22}}}
+		// No forwards: their forwarders are real ssh processes, which
+		// forward_test.go runs; the fake vagrant starts none.
+		Share: driver.Share{Source: filepath.Join(dir, "workspace")}}
 	for _, d := range []string{r.m.RunDir, r.m.LogsDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)

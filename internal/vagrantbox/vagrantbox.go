@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // Provider is the only provider the box is made for.
@@ -244,8 +245,14 @@ func Add(ctx context.Context, img *image.Image, o AddOptions) (Box, error) {
 	}
 	// Every vagrant command loads the Vagrantfile of its working directory
 	// (or VAGRANT_CWD) and its parents: run it where there is none.
+	var out io.Writer // vagrant's \r progress, collapsed
+	if o.Progress != nil {
+		lines := termsafe.NewLineWriter(o.Progress)
+		defer lines.Close()
+		out = lines
+	}
 	_, err = o.Run.Run(ctx, execx.Cmd{Path: vagrant, Args: []string{"box", "add", "--provider", Provider, catFile},
-		Dir: work, Env: append(Env(o.Home), "VAGRANT_CWD="+work), Stdout: o.Progress, Stderr: o.Progress})
+		Dir: work, Env: append(Env(o.Home), "VAGRANT_CWD="+work), Stdout: out, Stderr: out})
 	if err != nil {
 		return Box{}, fmt.Errorf("adding box %s to VAGRANT_HOME %s: %w (hint: vagrant's message says why; a missing provider means vagrant-libvirt is not installed: `sudo agent-vm setup --backend vagrant`)", box, o.Home, err)
 	}

@@ -215,6 +215,12 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, sshx.ErrHostKeyMismatch) {
+			// Not this VM's sshd: its SSH port is held by something else
+			// (another VM's forward, say) that answered instead.
+			err = fmt.Errorf("the VM's SSH port %d is held by another program (it answered with a host key other than %s's), so agent-vm did not connect (hint: stop that program, which `ss -ltnp 'sport = :%d'` shows, then `agent-vm stop %s` and `agent-vm start %s`): %w",
+				r.Ports.SSH, r.Slug, r.Ports.SSH, r.Slug, r.Slug, err)
+		}
 		return bootErr("waiting for SSH", err)
 	}
 	client.Close()
