@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 )
 
 // sample is a Vagrantfile with every path under root.
@@ -154,12 +155,16 @@ func TestRubyString(t *testing.T) {
 
 // TestVagrantValidate runs the real `vagrant validate` (with
 // vagrant-libvirt) on every golden case, its paths made real, and on
-// hostile names.
+// hostile names. It needs a libvirtd (the fixture's, started when none
+// runs): validating the synced folder asks the 9p and virtiofs plugins
+// whether they are usable, and each asks libvirt its version
+// (cap/synced_folder_*.rb, usable?).
 func TestVagrantValidate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs vagrant (seconds per file)")
 	}
 	vg := testutil.Program(t, "vagrant")
+	libvirtd.ForTest(t)
 	hostile := sample("", driver.Share9p, DomainQEMU)
 	hostile.Box = "box\n#{raise 'no'}\"; raise 'out' #"
 	cases := map[string]Vagrantfile{"hostile": hostile}
