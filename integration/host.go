@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +23,8 @@ type doctorReport struct {
 	Image       string        `json:"image"`
 	VMReady     bool          `json:"vm_ready"`
 	Backend     string        `json:"backend"` // the backend create picks here
+	// Backends are the backends whose needs this host meets.
+	Backends []string `json:"backends"`
 }
 
 type doctorCheck struct {
@@ -117,6 +120,26 @@ func (h host) missingVerbs(need []string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// backendSkip says why VMs of backend (a --backend other than auto)
+// cannot boot here, naming the failed checks; "" when they can (or when
+// this agent-vm's doctor does not list its backends).
+func (h host) backendSkip(backend string) string {
+	if h.doctor == nil || h.doctor.Backends == nil || backend == "" || backend == "auto" || slices.Contains(h.doctor.Backends, backend) {
+		return ""
+	}
+	var failed []string
+	for _, c := range h.doctor.Checks {
+		if !c.OK {
+			s := c.Name
+			if c.Hint != "" {
+				s += " (hint: " + c.Hint + ")"
+			}
+			failed = append(failed, s)
+		}
+	}
+	return fmt.Sprintf("`agent-vm doctor` says the %s backend cannot run here (it can run: %s); failed checks: %s", backend, strings.Join(h.doctor.Backends, ", "), strings.Join(failed, "; "))
 }
 
 // vmSkip says why VMs cannot boot here and what would change that; ""

@@ -46,6 +46,22 @@ func TestVMSkip(t *testing.T) {
 	}
 }
 
+func TestBackendSkip(t *testing.T) {
+	h := doctorFrom(t, `{"checks":[{"name":"qemu","ok":true},{"name":"libvirt (qemu:///system)","ok":false,"detail":"libvirtd is not running","hint":"start it"}],
+		"image":"/img","vm_ready":true,"backends":["qemu"]}`)
+	got := h.backendSkip("vagrant")
+	for _, w := range []string{"the vagrant backend cannot run here", "libvirt (qemu:///system) (hint: start it)"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("backendSkip(vagrant) = %q, want it to say %q", got, w)
+		}
+	}
+	for _, b := range []string{"qemu", "auto", ""} {
+		if got := h.backendSkip(b); got != "" {
+			t.Errorf("backendSkip(%q) = %q, want none", b, got)
+		}
+	}
+}
+
 func TestScale(t *testing.T) {
 	if s := doctorFrom(t, `{"accel":"kvm"}`).scale(); s != 1 {
 		t.Errorf("kvm scale %d, want 1", s)

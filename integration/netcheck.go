@@ -26,7 +26,7 @@ const (
 // restarts the VM (a door opens at a start).
 func netSteps(ctx context.Context, s *S, branch string) {
 	var exposed, other int
-	s.Step(ctx, "network: expose one host port, allow a test name, restart", func() error {
+	s.StepUnless(ctx, "network: expose one host port, allow a test name, restart", s.lacks(featureNet), func() error {
 		var err error
 		if exposed, err = hostServer(ctx, "exposed"); err != nil {
 			return err
@@ -46,7 +46,7 @@ func netSteps(ctx context.Context, s *S, branch string) {
 		_, err = s.boot(ctx, "restart", branch, 1, hosts)
 		return err
 	})
-	s.Step(ctx, "network: from the guest, as root, the host answers only on the exposed port", func() error {
+	s.StepUnless(ctx, "network: from the guest, as root, the host answers only on the exposed port", s.lacks(featureNet), func() error {
 		direct := func(url string) *Result {
 			return s.exec(ctx, branch, "sudo", "curl", "-sS", "--noproxy", "*", "--max-time", "15", url)
 		}
@@ -78,7 +78,7 @@ func netSteps(ctx context.Context, s *S, branch string) {
 		}
 		return nil
 	})
-	s.Step(ctx, "network: an allowed name is reached through the proxy, a denied one refused with the rule", func() error {
+	s.StepUnless(ctx, "network: an allowed name is reached through the proxy, a denied one refused with the rule", s.lacks(featureNet), func() error {
 		res := s.exec(ctx, branch, "curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/", netAllowedName, other))
 		if res.ExitCode != 0 || res.Stdout != "not exposed" {
 			return failf(res, "the allowed name through the proxy: exit %d, %q", res.ExitCode, res.Stdout)
@@ -95,7 +95,7 @@ func netSteps(ctx context.Context, s *S, branch string) {
 		}
 		return nil
 	})
-	s.Step(ctx, "network: net log --json lists the connections with their rules", func() error {
+	s.StepUnless(ctx, "network: net log --json lists the connections with their rules", s.lacks(featureNet), func() error {
 		res := s.call(ctx, call{args: []string{"net", "log", "--json", branch}})
 		if err := want(res, 0); err != nil {
 			return err
@@ -128,7 +128,7 @@ func netSteps(ctx context.Context, s *S, branch string) {
 		}
 		return nil
 	})
-	s.Step(ctx, "network: in mode offline both names are refused, the exposed port stays open", func() error {
+	s.StepUnless(ctx, "network: in mode offline both names are refused, the exposed port stays open", s.lacks(featureNet), func() error {
 		if err := want(s.call(ctx, call{args: []string{"net", "mode", branch, "offline"}}), 0); err != nil {
 			return err
 		}

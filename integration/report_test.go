@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -199,5 +200,20 @@ func TestRedactSecrets(t *testing.T) {
 	writeTail(&b, "stdout", `{"token": "`+tok+`"}`)
 	if strings.Contains(b.String(), tok) {
 		t.Errorf("a command's output shows the token: %s", b.String())
+	}
+}
+
+// TestStepUnlessSaysWhy: in a vagrant run a step the backend cannot do is
+// not run, and its line says why; in another run it runs.
+func TestStepUnlessSaysWhy(t *testing.T) {
+	for _, backend := range []string{"vagrant", "qemu", ""} {
+		var buf bytes.Buffer
+		s := &S{rep: &reporter{w: &buf, now: time.Now}, backend: backend, interrupted: func() bool { return false }}
+		ran := false
+		s.StepUnless(context.Background(), "network: expose one host port", s.lacks(featureNet), func() error { ran = true; return nil })
+		skipped := strings.Contains(buf.String(), "skipped: the vagrant backend does not contain the guest's network")
+		if want := backend == "vagrant"; ran == want || skipped != want {
+			t.Errorf("--backend %q: ran %v, line %q", backend, ran, buf.String())
+		}
 	}
 }

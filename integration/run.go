@@ -222,6 +222,9 @@ func (r *run) skipReason(sc Scenario) string {
 		if reason := r.host.vmSkip(); reason != "" {
 			return reason
 		}
+		if reason := r.host.backendSkip(r.cfg.Backend); reason != "" {
+			return reason
+		}
 	}
 	if sc.Backend != "" {
 		backend := r.cfg.Backend

@@ -11,9 +11,9 @@ import (
 func lifecycleScenario() Scenario {
 	return Scenario{
 		Name:    "lifecycle",
-		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a guest port forwarded to the host, stop, boot again, reset, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a guest port forwarded to the host, suspend and resume, stop, boot again, reset, destroy",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "exec", "port", "stop", "logs", "reset", "destroy"},
+		Verbs:   []string{"create", "status", "start", "exec", "port", "suspend", "resume", "stop", "logs", "reset", "destroy"},
 		run:     runLifecycle,
 	}
 }
@@ -49,22 +49,24 @@ func runLifecycle(ctx context.Context, s *S) {
 		return checkShareNotAnEscape(ctx, s, l.st, canary)
 	})
 	s.Step(ctx, "exec: exit codes propagate, stdout and stderr stay apart", func() error { return checkExec(ctx, s, l.st) })
-	s.Step(ctx, "port add: a guest HTTP server answers on the host; port rm ends it", func() error {
+	s.StepUnless(ctx, "port add: a guest HTTP server answers on the host; port rm ends it", s.lacks(featurePorts), func() error {
 		return checkPortForward(ctx, s, l.branch)
 	})
-	s.Step(ctx, "port add refuses a host port another program holds, naming it", func() error {
+	s.StepUnless(ctx, "port add refuses a host port another program holds, naming it", s.lacks(featurePorts), func() error {
 		return checkPortTaken(ctx, s, l.branch)
 	})
+	s.Step(ctx, "suspend: status says suspended", func() error { return l.suspend(ctx) })
+	s.Step(ctx, "resume: the same boot goes on, the workspace and exec work", func() error { return l.resume(ctx) })
 	s.Step(ctx, "start on a running VM says so and changes nothing", func() error { return l.startAgain(ctx) })
 	s.Step(ctx, "stop shuts it down and leaves no process behind", func() error { return l.stop(ctx) })
 	var keptPort int
-	s.Step(ctx, "port add on the stopped VM is kept for the next start", func() error {
+	s.StepUnless(ctx, "port add on the stopped VM is kept for the next start", s.lacks(featurePorts), func() error {
 		var err error
 		keptPort, err = addPortStopped(ctx, s, l.branch)
 		return err
 	})
 	s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx) })
-	s.Step(ctx, "the forward kept while stopped answers after the boot", func() error {
+	s.StepUnless(ctx, "the forward kept while stopped answers after the boot", s.lacks(featurePorts), func() error {
 		return checkPortAfterBoot(ctx, s, l.branch, keptPort)
 	})
 	s.Step(ctx, "reset refuses a running VM, naming stop and --force", func() error { return resetRefusesRunning(ctx, s, l.branch) })
@@ -152,6 +154,47 @@ func (l *lifecycle) startAgain(ctx context.Context) error {
 		return failf(nil, "QEMU's pid changed from %d to %d: start rebooted a running VM", l.st.Pid, now.Pid)
 	}
 	return nil
+}
+
+// suspend suspends the running VM (after noting its boot) and checks that
+// status says so.
+func (l *lifecycle) suspend(ctx context.Context) error {
+	var err error
+	if l.bootID, err = bootID(ctx, l.s, l.branch); err != nil {
+		return err
+	}
+	if _, err := l.s.boot(ctx, "suspend", l.branch, 1); err != nil {
+		return err
+	}
+	st, res, err := l.s.status(ctx, l.branch, statusKeys())
+	if err != nil {
+		return err
+	}
+	if st.State != "suspended" {
+		return failf(res, "after suspend %s is %s (%s), want suspended", l.branch, st.State, st.Detail)
+	}
+	return nil
+}
+
+// resume resumes the suspended VM: running with a healthy agent, the same
+// boot (not a reboot), a file the host writes meanwhile seen in the guest.
+func (l *lifecycle) resume(ctx context.Context) error {
+	if _, err := l.s.boot(ctx, "resume", l.branch, 1); err != nil {
+		return err
+	}
+	st, err := l.s.healthy(ctx, l.branch)
+	if err != nil {
+		return err
+	}
+	l.st = st
+	id, err := bootID(ctx, l.s, l.branch)
+	if err != nil {
+		return err
+	}
+	if id != l.bootID {
+		return failf(nil, "the guest's boot id changed across suspend and resume (%s, then %s): it rebooted", l.bootID, id)
+	}
+	return checkHostToGuest(ctx, l.s, st)
 }
 
 // stop notes the boot (its id, cloud-init's last run), then stops the VM.

@@ -124,6 +124,41 @@ func (s *S) Step(ctx context.Context, name string, f func() error) {
 	}
 }
 
+// StepUnless is Step, unless skip (why the step cannot run in this run)
+// is set: then the step's line says it was skipped and why.
+func (s *S) StepUnless(ctx context.Context, name, skip string, f func() error) {
+	if skip != "" && !s.stopped {
+		s.rep.step(markSkip, name, 0, "skipped: "+skip)
+		return
+	}
+	s.Step(ctx, name, f)
+}
+
+// Features a backend may lack, which lacks names.
+const (
+	featureNet     = "net"      // a contained network: net, expose, the doors
+	featurePorts   = "ports"    // port add and rm
+	featureMCPSync = "mcp-sync" // mcp sync's exposed host servers
+)
+
+// lacks says why this run's backend cannot do feature, "" when it can:
+// the vagrant backend's network is vagrant-libvirt's NAT (not contained,
+// no egress proxy), and it forwards the SSH and MCP ports only.
+func (s *S) lacks(feature string) string {
+	if s.backend != "vagrant" {
+		return ""
+	}
+	switch feature {
+	case featureNet:
+		return "the vagrant backend does not contain the guest's network (`net` and `expose` refuse its VMs)"
+	case featurePorts:
+		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
+	case featureMCPSync:
+		return "mcp sync exposes the host's HTTP servers to the guest with `expose`, which the vagrant backend refuses"
+	}
+	return ""
+}
+
 // notef sets the note printed on the running step's line when it passes.
 func (s *S) notef(format string, args ...any) {
 	s.mu.Lock()

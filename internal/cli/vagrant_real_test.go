@@ -110,7 +110,11 @@ func TestRealVagrantBackend(t *testing.T) {
 	tu.WriteFile(t, filepath.Join(repo, "from-host.txt"), "hello from the host\n")
 	tu.Git(t, repo, "add", ".")
 	tu.Git(t, repo, "commit", "-qm", "from the host")
-	cmd := exec.Command(bin, "--state-dir", st, "create", "--branch", "vg", "--backend", "vagrant", "--memory", "1536M", "--cpus", "2")
+	// --port: an MCP port outside the range other state directories'
+	// VMs pick from lowest up (on a shared host they could take it while
+	// vagrant boots this one).
+	cmd := exec.Command(bin, "--state-dir", st, "create", "--branch", "vg", "--backend", "vagrant", "--memory", "1536M", "--cpus", "2",
+		"--port", strconv.Itoa(tu.FreePort(t)))
 	cmd.Dir, cmd.Env = repo, env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("create --backend vagrant: %v\n%s", err, out)

@@ -70,6 +70,8 @@ type Driver struct {
 	URI string
 	// QEMUUser is the user libvirt runs QEMU as; "" = DefaultQEMUUser.
 	QEMUUser string
+	// PidDir is libvirt's directory of QEMU pid files; "" = PidDir.
+	PidDir string
 	// PortFree probes a host port before vagrant up; nil =
 	// ports.Listenable.
 	PortFree ports.Probe

@@ -98,12 +98,12 @@ func (d *Driver) live(m driver.Machine, st Status) driver.Live {
 	recover := fmt.Sprintf("`agent-vm start %s` recovers it; see %s and %s", short(m), logs.Console, logs.Driver)
 	switch st.State {
 	case "running", "preparing", "inaccessible", "blocked", "shutting_down":
-		lv.State = driver.StateRunning
+		lv.State, lv.Pid = driver.StateRunning, d.qemuPid(m)
 		if st.State != "running" {
 			lv.Detail = "vagrant says: " + strings.ReplaceAll(st.State, "_", " ")
 		}
 	case "paused":
-		lv.State = driver.StatePaused
+		lv.State, lv.Pid = driver.StatePaused, d.qemuPid(m)
 		if exists(runFile(m, SuspendMark)) {
 			lv.State, lv.Detail = driver.StateSuspended, "paused by `agent-vm suspend`: no guest code runs, but its QEMU still holds its memory (vagrant-libvirt's suspend pauses); `agent-vm resume "+short(m)+"` continues it"
 		}

@@ -46,6 +46,39 @@ func (d *Driver) domState(ctx context.Context, m driver.Machine) (DomState, erro
 	return ParseDomState(string(res.Stdout)), nil
 }
 
+// PidDir is where libvirt's system daemon keeps a running domain's QEMU
+// pid, in <domain>.pid (readable by root only).
+const PidDir = "/run/libvirt/qemu"
+
+// qemuPid is the machine's QEMU process, from libvirt's pid file; 0 when
+// it cannot be read (not root, another URI, no domain running). A pid is
+// taken only while the process runs QEMU (not one reused since).
+func (d *Driver) qemuPid(m driver.Machine) int {
+	if d.uri() != DefaultURI {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(d.pidDir(), MachineName(m)+".pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmd), "qemu") {
+		return 0
+	}
+	return pid
+}
+
+func (d *Driver) pidDir() string {
+	if d.PidDir == "" {
+		return PidDir
+	}
+	return d.PidDir
+}
+
 // DefaultQEMUUser is the user libvirt runs QEMU as under qemu:///system on
 // Debian (libvirt's qemu.conf "user").
 const DefaultQEMUUser = "libvirt-qemu"

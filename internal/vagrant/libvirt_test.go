@@ -2,8 +2,10 @@ package vagrant
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -101,5 +103,38 @@ func TestReadACL(t *testing.T) {
 	if err := unix.Setxattr(f, "system.posix_acl_access", got, 0); err != nil {
 		testutil.Need(t, !errors.Is(err, unix.EOPNOTSUPP), "no POSIX ACLs on the temp directory's filesystem")
 		t.Errorf("the kernel refuses the ACL: %v", err)
+	}
+}
+
+// TestInspectPid: a running machine's pid is its QEMU's, from libvirt's
+// pid file, and only while that process is a QEMU.
+func TestInspectPid(t *testing.T) {
+	r := newRig(t)
+	r.state = "running"
+	r.d.PidDir = t.TempDir()
+	if err := os.MkdirAll(Project(r.m.RunDir), 0o700); err != nil { // created: vagrant is asked
+		t.Fatal(err)
+	}
+	// A stand-in for libvirt's QEMU: a real process whose command line
+	// names qemu.
+	cmd := exec.Command("sleep", "60")
+	cmd.Args[0] = "qemu-system-x86_64-stand-in"
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pidFile := filepath.Join(r.d.PidDir, "agent-vm-feat-0123abcd.pid")
+	for _, tc := range []struct {
+		name string
+		pid  int
+		want int
+	}{{"its QEMU", cmd.Process.Pid, cmd.Process.Pid}, {"a process that is no QEMU", os.Getpid(), 0}} {
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(tc.pid)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		removeMarkers(r.m, CacheFile)
+		if lv, err := r.d.Inspect(context.Background(), r.m); err != nil || lv.Pid != tc.want {
+			t.Errorf("%s: Inspect's pid %d (%v), want %d", tc.name, lv.Pid, err, tc.want)
+		}
 	}
 }
