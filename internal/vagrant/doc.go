@@ -114,9 +114,23 @@
 // second command at once, so every vagrant command but status takes a lock
 // file in the run directory and waits for it (the orchestration's per-VM
 // lock already serialises agent-vm's verbs). SSH is agent-vm's own, with
-// the pinned host key, to the forwarded port, which vagrant-libvirt's
-// `ssh -L` forwarder opens some time after `vagrant up` returns: the
-// orchestration's SSH wait retries until it answers. Never `vagrant ssh`.
+// the pinned host key, to the forwarded port. Never `vagrant ssh`.
+//
+// # Forwarded ports
+//
+// vagrant-libvirt forwards a port with an `ssh -L` process it spawns once
+// the guest answers and does not wait for: when another program holds the
+// host port, that forwarder exits, `vagrant up` still succeeds, and the
+// port reaches the other program (seen: another VM's SSH forward). So
+// Start and Resume check every port free on 127.0.0.1 before vagrant runs
+// (ports.CheckForward, as the QEMU launcher does), first ending the
+// forwarders a crashed run of this machine left (vagrant up does not; they
+// would hold the ports), and after vagrant returned wait until the
+// forwarder vagrant recorded (<dotfile>/machines/NAME/libvirt/pids) is the
+// process listening on each port (/proc/net/tcp and its descriptors); a
+// port held by another program fails the start (the machine is halted)
+// saying so and what to do. The orchestration's pinned host key is the
+// last guard: a mismatch says the port is held by another program.
 //
 // A vagrant status costs one to three seconds (Ruby and its plugins load
 // every time), so Inspect answers from a per-VM cache file for CacheTTL,
@@ -125,5 +139,8 @@
 // then status) and expect to see a crash in at once; 15 s keeps a burst of
 // list/status/exec at one vagrant run while a crash shows within 15 s.
 // Every lifecycle verb agent-vm runs (start, stop, suspend, resume,
-// destroy) reads vagrant's state afresh and drops the cache.
+// destroy) reads vagrant's state afresh and drops the cache; a cached
+// running or paused machine is checked with `virsh domstate` (tens of
+// milliseconds), so a killed one is read afresh at once. A running
+// machine's pid is its QEMU's, from libvirt's pid file (root only).
 package vagrant

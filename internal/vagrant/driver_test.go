@@ -73,6 +73,14 @@ func newRig(t *testing.T) *rig {
 		}
 		return execxtest.Reply{Stdout: "==> " + sub + " progress\n"}
 	}).On("virsh", func(c execxtest.Call) execxtest.Reply {
+		if slices.Equal(c.Args, []string{"-c", DefaultURI, "domstate", c.Args[len(c.Args)-1]}) && len(c.Args) == 4 {
+			// Running's question: libvirt's state alone.
+			states := map[string]string{"running": "running", "paused": "paused", "shutoff": "shut off", "poweroff": "shut off", "aborted": "shut off"}
+			if st, ok := states[r.state]; ok {
+				return execxtest.Reply{Stdout: st + "\n"}
+			}
+			return execxtest.Reply{Stderr: "error: failed to get domain", ExitCode: 1}
+		}
 		if !slices.Equal(c.Args[:4], []string{"-c", DefaultURI, "domstate", "--reason"}) {
 			return execxtest.Reply{Stderr: "unexpected virsh " + strings.Join(c.Args, " "), ExitCode: 2}
 		}
@@ -264,14 +272,30 @@ func TestInspectCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(r.fake.Calls()); n != 1 {
+	if n := r.vagrantCalls(); n != 1 {
 		t.Errorf("three Inspects within the TTL ran vagrant %d times, want 1", n)
+	}
+	// Killed within the TTL: libvirt says so at once, and vagrant is
+	// asked again.
+	r.state, r.reason = "shutoff", "crashed"
+	if lv, _ := r.d.Inspect(ctx, r.m); lv.State != driver.StateCrashed || r.vagrantCalls() != 2 {
+		t.Errorf("killed within the TTL: %+v, %d vagrant calls", lv, r.vagrantCalls())
 	}
 	r.now = r.now.Add(CacheTTL)
 	r.state = "aborted"
-	if lv, _ := r.d.Inspect(ctx, r.m); lv.State != driver.StateCrashed || len(r.fake.Calls()) != 2 {
-		t.Errorf("after the TTL: %+v, %d calls", lv, len(r.fake.Calls()))
+	if lv, _ := r.d.Inspect(ctx, r.m); lv.State != driver.StateCrashed || r.vagrantCalls() != 3 {
+		t.Errorf("after the TTL: %+v, %d vagrant calls", lv, r.vagrantCalls())
 	}
+}
+
+func (r *rig) vagrantCalls() int {
+	n := 0
+	for _, c := range r.fake.Calls() {
+		if c.Path == "vagrant" {
+			n++
+		}
+	}
+	return n
 }
 
 func TestFailuresNameCommandAndLog(t *testing.T) {

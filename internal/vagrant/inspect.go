@@ -24,12 +24,16 @@ type cached struct {
 }
 
 // Inspect reads the machine's state from vagrant, or from a status read
-// less than CacheTTL ago.
+// less than CacheTTL ago. A cached running or paused machine is checked
+// with libvirt (virsh domstate, fast): a machine killed since is read
+// afresh, so a crash shows at once.
 func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, error) {
 	var c cached
 	if err := readJSON(runFile(m, CacheFile), &c); err == nil {
 		if age := d.now().Sub(c.At); age >= 0 && age < CacheTTL {
-			return d.live(m, c.Status), nil
+			if lv := d.live(m, c.Status); !lv.Alive() || d.Running(m, nil) {
+				return lv, nil
+			}
 		}
 	}
 	st, err := d.status(ctx, m)
