@@ -151,6 +151,10 @@ type StartOptions struct {
 	// FixedShare: the guest mounts exactly Share, so the driver must fail
 	// rather than fall back to another mode.
 	FixedShare bool
+	// BootTimeout is how long the orchestration waits for the guest; a
+	// driver whose tool waits for the guest itself (vagrant up) gives it
+	// as long. 0 = the driver's own default.
+	BootTimeout time.Duration
 }
 
 // Errors the verbs return (wrapped).

@@ -202,6 +202,10 @@ func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrant
 	if o.Accel == accel.TCG {
 		v.Driver = DomainQEMU
 	}
+	// vagrant up waits for the guest's SSH as long as the orchestration
+	// would (vagrant's default, 300 s, is too short for a first boot
+	// under TCG on a busy host: seen).
+	v.BootTimeout = int(o.BootTimeout.Seconds())
 	if v.Folder.Type == "" {
 		v.Folder.Type = driver.Share9p
 	}

@@ -110,7 +110,7 @@ func TestLifecycle(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	name := "agent-vm-feat-0123abcd"
-	started, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "tcg", Share: driver.Share9p})
+	started, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "tcg", Share: driver.Share9p, BootTimeout: 15 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +118,8 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	vf, err := os.ReadFile(filepath.Join(r.m.RunDir, "vagrant", "Vagrantfile"))
-	if err != nil || !strings.Contains(string(vf), `libvirt.driver = "qemu"`) {
-		t.Errorf("the Vagrantfile for TCG (%v):\n%s", err, vf)
+	if err != nil || !strings.Contains(string(vf), `libvirt.driver = "qemu"`) || !strings.Contains(string(vf), "machine.vm.boot_timeout = 900\n") {
+		t.Errorf("the Vagrantfile for TCG with a 15 minute boot timeout (%v):\n%s", err, vf)
 	}
 	if !strings.Contains(r.prog.String(), "==> up progress") {
 		t.Errorf("vagrant up's output did not stream: %q", r.prog.String())

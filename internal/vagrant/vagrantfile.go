@@ -37,6 +37,9 @@ type Vagrantfile struct {
 	Console string
 	// FwCfg are files passed to the guest through QEMU's fw_cfg.
 	FwCfg []FwCfg
+	// BootTimeout is how long, in seconds, vagrant up waits for the
+	// guest's SSH (config.vm.boot_timeout); 0 leaves vagrant's default.
+	BootTimeout int
 }
 
 // Folder is the workspace synced folder.
@@ -92,6 +95,9 @@ Vagrant.configure("2") do |config|
     machine.vm.box_version = {{rb .BoxVersion}}
 {{- end}}
     machine.vm.box_check_update = false
+{{- if gt .BootTimeout 0}}
+    machine.vm.boot_timeout = {{.BootTimeout}}
+{{- end}}
     machine.vm.synced_folder ".", "/vagrant", disabled: true
     machine.vm.synced_folder {{rb .Folder.Host}}, {{rb .Folder.Guest}}, type: {{rb (print .Folder.Type)}}
 {{- range .Forwards}}

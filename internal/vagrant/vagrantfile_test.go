@@ -22,7 +22,8 @@ func sample(root string, share driver.ShareMode, drv string) Vagrantfile {
 		Forwards: []Forward{{ID: "ssh", Host: 2201, Guest: 22}, {ID: "mcp", Host: 8000, Guest: 8000}},
 		SSH:      SSH{User: "dev", KeyFile: root + "/feat-x/ssh/id_ed25519"}, MAC: "52:54:00:ab:cd:ef",
 		Seed: root + "/feat-x/seed.iso", Console: root + "/feat-x/logs/console.log",
-		FwCfg: []FwCfg{{Name: "opt/io.systemd.credentials/agent-vm.mcp-token", File: root + "/feat-x/run/fw_cfg/agent-vm.mcp-token"}}}
+		FwCfg:       []FwCfg{{Name: "opt/io.systemd.credentials/agent-vm.mcp-token", File: root + "/feat-x/run/fw_cfg/agent-vm.mcp-token"}},
+		BootTimeout: 900}
 }
 
 var goldens = []struct {

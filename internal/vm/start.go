@@ -115,7 +115,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	o.Report.Report("starting the VM ("+d.Name()+")", 0, "")
 	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
-		Share: share, FixedShare: plan.FixedShare})
+		Share: share, FixedShare: plan.FixedShare, BootTimeout: bootTimeout(o, acc.Accel)})
 	if err != nil {
 		return nil, err
 	}
@@ -183,18 +183,23 @@ func sshTarget(r *state.Record, l state.Layout) sshx.Target {
 		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
 }
 
+// bootTimeout is how long a start waits for the guest: --timeout, else 5
+// minutes, 15 under TCG.
+func bootTimeout(o StartOptions, acc string) time.Duration {
+	switch {
+	case o.Timeout != 0:
+		return o.Timeout
+	case acc == accel.TCG:
+		return 15 * time.Minute
+	}
+	return 5 * time.Minute
+}
+
 // waitReady waits for SSH with the pinned key, then for agent-mcp's health,
 // then runs the backend's settle command.
 func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
 	r, l := e.Record, e.Layout
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 5 * time.Minute
-		if launch.Accel == accel.TCG {
-			timeout = 15 * time.Minute
-		}
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := context.WithTimeout(ctx, bootTimeout(o, launch.Accel))
 	defer cancel()
 	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
 	defer stopWatch()

@@ -210,7 +210,8 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	}
 	o.Report.Report("resuming from the saved state", 0, "")
 	began := time.Now()
-	launch, err := d.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true})
+	launch, err := d.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
+		BootTimeout: bootTimeout(o, acc.Accel)})
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
 			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
