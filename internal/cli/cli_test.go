@@ -271,6 +271,37 @@ func TestPortsAreUniqueAcross20Creates(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "8600") {
 		t.Errorf("a taken --port: exit %d\n%s", r.code, r.stderr)
 	}
+	// --ssh-port pins the SSH port; a taken one (another VM's, or one a
+	// program listens on) and a bad one are refused, naming the flag.
+	sshPort := tu.FreePort(t)
+	mustRun(t, repo, st, "create", "--branch", "pinned-ssh", "--backend", "qemu", "--ssh-port", strconv.Itoa(sshPort))
+	if p := statusJSON(t, st, "pinned-ssh")["ports"].(map[string]any); p["ssh"] != float64(sshPort) {
+		t.Errorf("--ssh-port %d gave %v", sshPort, p["ssh"])
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	for _, tc := range []struct {
+		port      string
+		code      int
+		wantError string
+	}{
+		{strconv.Itoa(sshPort), 1, "is already used by"},
+		{strconv.Itoa(held.Addr().(*net.TCPAddr).Port), 1, "in use on 127.0.0.1 by another program"},
+		{"80", 2, "--ssh-port 80: must be between 1024 and 65535"},
+		{"8600", 2, "--ssh-port and --port are both 8600"},
+	} {
+		args := []string{"create", "--branch", "pinned-ssh2", "--backend", "qemu", "--ssh-port", tc.port}
+		if tc.port == "8600" {
+			args = append(args, "--port", "8600")
+		}
+		r := agentVM(t, repo, st, args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.wantError) || !strings.Contains(r.stderr, "ssh-port") {
+			t.Errorf("--ssh-port %s: exit %d, want %d saying %q:\n%s", tc.port, r.code, tc.code, tc.wantError, r.stderr)
+		}
+	}
 }
 
 func TestDestroyRefusesUnsavedWorkAndForceOverrides(t *testing.T) {

@@ -57,6 +57,7 @@ func createFlags() []cli.Flag {
 		&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
 		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu, nixos or vagrant"},
 		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp (default: the first free from 8000)"},
+		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH (default: the first free from 2222)"},
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
 		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
 		&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
@@ -75,7 +76,7 @@ func createFlags() []cli.Flag {
 func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	o := vm.CreateOptions{
 		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
-		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), CPUs: cliCtx.Int("cpus"),
+		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), SSHPort: cliCtx.Int("ssh-port"), CPUs: cliCtx.Int("cpus"),
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
 		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),
@@ -87,6 +88,12 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	}
 	if cliCtx.IsSet("port") && (o.MCPPort < 1024 || o.MCPPort > 65535) {
 		return o, usagef("--port %d: must be between 1024 and 65535", o.MCPPort)
+	}
+	if cliCtx.IsSet("ssh-port") && (o.SSHPort < 1024 || o.SSHPort > 65535) {
+		return o, usagef("--ssh-port %d: must be between 1024 and 65535", o.SSHPort)
+	}
+	if o.SSHPort != 0 && o.SSHPort == o.MCPPort {
+		return o, usagef("--ssh-port and --port are both %d: the VM needs two ports", o.SSHPort)
 	}
 	if cliCtx.IsSet("cpus") && o.CPUs < 1 {
 		return o, usagef("--cpus %d: must be at least 1", o.CPUs)

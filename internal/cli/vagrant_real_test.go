@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/ports"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 	"github.com/agent-vm/agent-vm/internal/vagrantbox"
@@ -110,11 +112,12 @@ func TestRealVagrantBackend(t *testing.T) {
 	tu.WriteFile(t, filepath.Join(repo, "from-host.txt"), "hello from the host\n")
 	tu.Git(t, repo, "add", ".")
 	tu.Git(t, repo, "commit", "-qm", "from the host")
-	// --port: an MCP port outside the range other state directories'
-	// VMs pick from lowest up (on a shared host they could take it while
-	// vagrant boots this one).
+	// --port, --ssh-port: ports outside the ranges other state
+	// directories' VMs pick from, lowest up, and outside the ephemeral
+	// range: on a shared host another VM took this one's SSH port while
+	// vagrant booted it (the start then failed, saying so).
 	cmd := exec.Command(bin, "--state-dir", st, "create", "--branch", "vg", "--backend", "vagrant", "--memory", "1536M", "--cpus", "2",
-		"--port", strconv.Itoa(tu.FreePort(t)))
+		"--port", strconv.Itoa(quietPort(t, 0)), "--ssh-port", strconv.Itoa(quietPort(t, 1)))
 	cmd.Dir, cmd.Env = repo, env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("create --backend vagrant: %v\n%s", err, out)
@@ -203,6 +206,20 @@ func TestRealVagrantBackend(t *testing.T) {
 	if out, _ := daemon.Virsh(context.Background(), "list", "--all", "--name"); strings.Contains(out, "agent-vm-vg") {
 		t.Errorf("destroy left the libvirt domain: %q", out)
 	}
+}
+
+// quietPort is a free port of 2n000-2n999 + 20000 (n: 0 or 1), a range
+// no VM allocation and no outgoing connection takes ports from.
+func quietPort(t *testing.T, n int) int {
+	t.Helper()
+	lo := 20000 + n*1000
+	for range 50 {
+		if p := lo + rand.IntN(1000); ports.Listenable(p) {
+			return p
+		}
+	}
+	t.Fatalf("no free port in %d-%d", lo, lo+999)
+	return 0
 }
 
 type cmdError struct {

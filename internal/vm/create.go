@@ -29,6 +29,7 @@ type CreateOptions struct {
 	From      string // start point for a new branch
 	Backend   string // auto, qemu, nixos, vagrant
 	MCPPort   int    // 0 = allocate
+	SSHPort   int    // 0 = allocate
 	CPUs      int    // 0 = default
 	MemoryMiB int    // 0 = default
 	DiskGiB   int    // 0 = default
@@ -116,7 +117,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := makeDirs(l); err != nil {
 		return nil, err
 	}
-	if err := m.allocatePorts(ctx, o.MCPPort, rec, l); err != nil {
+	if err := m.allocatePorts(ctx, o.MCPPort, o.SSHPort, rec, l); err != nil {
 		return nil, err
 	}
 	if err := writeSecrets(l, rec); err != nil {
@@ -321,7 +322,7 @@ func makeDirs(l state.Layout) error {
 // allocatePorts picks the SSH and MCP ports under the global ports lock and
 // writes the staging record at once, so concurrent creates see the ports as
 // taken before this one finishes.
-func (m *Manager) allocatePorts(ctx context.Context, mcp int, rec *state.Record, l state.Layout) error {
+func (m *Manager) allocatePorts(ctx context.Context, mcp, ssh int, rec *state.Record, l state.Layout) error {
 	lock, err := m.Root.LockPorts(ctx)
 	if err != nil {
 		return err
@@ -341,7 +342,12 @@ func (m *Manager) allocatePorts(ctx context.Context, mcp int, rec *state.Record,
 		return err
 	}
 	taken[rec.Ports.MCP] = "this VM"
-	if rec.Ports.SSH, err = ports.Pick(ports.SSHRange(), taken, m.PortFree); err != nil {
+	if ssh != 0 {
+		if err := ports.CheckAs(ssh, "--ssh-port", taken, m.PortFree); err != nil {
+			return fmt.Errorf("--ssh-port: %w", err)
+		}
+		rec.Ports.SSH = ssh
+	} else if rec.Ports.SSH, err = ports.Pick(ports.SSHRange(), taken, m.PortFree); err != nil {
 		return err
 	}
 	return state.WriteRecord(l.Record(), rec)

@@ -25,7 +25,7 @@ func TestPortsOfACreateThatCommitsMidAllocationAreTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &state.Record{Version: state.RecordVersion, Branch: "other", Slug: "other"}
-	if err := m.allocatePorts(ctx, 0, rec, other.Layout); err != nil {
+	if err := m.allocatePorts(ctx, 0, 0, rec, other.Layout); err != nil {
 		t.Fatal(err)
 	}
 
@@ -46,7 +46,7 @@ func TestPortsOfACreateThatCommitsMidAllocationAreTaken(t *testing.T) {
 	}
 	defer mine.Abort()
 	got := &state.Record{Version: state.RecordVersion, Branch: "mine", Slug: "mine"}
-	if err := m.allocatePorts(ctx, 0, got, mine.Layout); err != nil {
+	if err := m.allocatePorts(ctx, 0, 0, got, mine.Layout); err != nil {
 		t.Fatal(err)
 	}
 	if other != nil {
