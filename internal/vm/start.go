@@ -77,7 +77,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	r, l := e.Record, e.Layout
 	if live.Alive() {
 		info := m.Status(ctx, e, true)
-		if info.State == StateRunning {
+		if info.State == StateRunning && r.Guest.Foreign == "" {
 			// Its holder may have ended with a guest reboot, or an older
 			// agent-vm started it.
 			m.startHolder(e)
@@ -103,7 +103,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
 	}
 	share, err := d.Share(ctx)
-	if err != nil {
+	if err != nil && r.Guest.Foreign == "" { // a foreign guest's shares are its own
 		m.Log.Warn("sharing the workspace over "+string(share), "reason", err)
 	}
 	if w := proxyUnset(r); w != "" {
@@ -120,6 +120,15 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	res := &StartResult{}
+	if r.Guest.Foreign != "" {
+		// The driver's start waited for the guest (vagrant up waits for
+		// its SSH and runs its provisioners); there is no agent-mcp.
+		if err := d.MarkReady(mach, time.Now()); err != nil {
+			m.Log.Warn("could not record that the VM is up", "error", err)
+		}
+		res.Info = m.Status(ctx, e, true)
+		return res, nil
+	}
 	if err := m.waitReady(ctx, e, d, mach, launch, o, plan.Settle, res); err != nil {
 		if ctx.Err() != nil {
 			// Interrupted: undo the start, without the caller's dead ctx.
