@@ -17,30 +17,20 @@ import (
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestFindUserVagrantfile(t *testing.T) {
 	repo := t.TempDir()
 	if _, ok, err := FindUserVagrantfile(repo); ok || err != nil {
 		t.Fatalf("no Vagrantfile: ok %v, err %v", ok, err)
 	}
 	vf := filepath.Join(repo, "Vagrantfile")
-	writeFile(t, vf, "Vagrant.configure(\"2\") {}\n")
+	testutil.WriteFile(t, vf, "Vagrant.configure(\"2\") {}\n")
 	if p, ok, err := FindUserVagrantfile(repo); !ok || err != nil || p != vf {
 		t.Fatalf("a plain Vagrantfile: %q %v %v", p, ok, err)
 	}
 
 	// A symlink inside the repository is followed.
 	in := t.TempDir()
-	writeFile(t, filepath.Join(in, "vagrant", "Vagrantfile.dev"), "x")
+	testutil.WriteFile(t, filepath.Join(in, "vagrant", "Vagrantfile.dev"), "x")
 	if err := os.Symlink("vagrant/Vagrantfile.dev", filepath.Join(in, "Vagrantfile")); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +40,7 @@ func TestFindUserVagrantfile(t *testing.T) {
 	}
 
 	outside := filepath.Join(t.TempDir(), "Vagrantfile")
-	writeFile(t, outside, "x")
+	testutil.WriteFile(t, outside, "x")
 	cases := map[string]struct {
 		make func(repo string)
 		want string
@@ -144,7 +134,7 @@ func userRig(t *testing.T) (*rig, UserProject) {
 	r := newRig(t)
 	repo := t.TempDir()
 	u := UserProject{Vagrantfile: filepath.Join(repo, "Vagrantfile"), Dir: filepath.Join(filepath.Dir(r.m.RunDir), "workspace"), Machine: "default"}
-	writeFile(t, u.Vagrantfile, "Vagrant.configure(\"2\") { |c| c.vm.box = \"debian/bookworm64\" }\n")
+	testutil.WriteFile(t, u.Vagrantfile, "Vagrant.configure(\"2\") { |c| c.vm.box = \"debian/bookworm64\" }\n")
 	return r, u
 }
 
@@ -246,7 +236,7 @@ func TestUserMachinesRealVagrant(t *testing.T) {
 	run := execx.OS{}
 	repo, ws, vm := t.TempDir(), t.TempDir(), t.TempDir()
 	vf := filepath.Join(repo, "Vagrantfile")
-	writeFile(t, vf, `Vagrant.configure("2") do |config|
+	testutil.WriteFile(t, vf, `Vagrant.configure("2") do |config|
   config.vm.box = "debian/bookworm64"
   config.vm.provision "shell", path: "setup.sh"
   config.vm.provider :libvirt do |l|
@@ -254,7 +244,7 @@ func TestUserMachinesRealVagrant(t *testing.T) {
   end
 end
 `)
-	writeFile(t, filepath.Join(repo, ".vagrant", "machines", "default", "libvirt", "id"), "the user's own machine\n")
+	testutil.WriteFile(t, filepath.Join(repo, ".vagrant", "machines", "default", "libvirt", "id"), "the user's own machine\n")
 	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, p := range []string{vf, filepath.Join(repo, ".vagrant", "machines", "default", "libvirt", "id")} {
 		if err := os.Chtimes(p, old, old); err != nil {
@@ -263,7 +253,7 @@ end
 	}
 	// The provisioner's path is relative: vagrant finds it in the
 	// workspace, through the project link (UserRoot), and only there.
-	writeFile(t, filepath.Join(repo, "setup.sh"), "true\n")
+	testutil.WriteFile(t, filepath.Join(repo, "setup.sh"), "true\n")
 	if err := LinkUserRoot(vm, "agent-vm-feat-0123abcd", ws); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +262,7 @@ end
 	if res, err := run.Run(ctx, execx.Cmd{Path: "vagrant", Args: []string{"validate"}, Env: UserEnv(u, dot, filepath.Join(vm, "home"))}); err == nil || !strings.Contains(err.Error()+string(res.Stdout), filepath.Join(u.Dir, "setup.sh")) {
 		t.Errorf("vagrant validate with setup.sh in the repository only: %v\n%s", err, res.Stdout)
 	}
-	writeFile(t, filepath.Join(ws, "setup.sh"), "true\n")
+	testutil.WriteFile(t, filepath.Join(ws, "setup.sh"), "true\n")
 	names, err := UserMachines(ctx, run, u, dot, filepath.Join(vm, "home"))
 	if err != nil || !slices.Equal(names, []string{"default"}) {
 		t.Fatalf("machines %v, %v", names, err)
@@ -298,14 +288,14 @@ end
 		t.Error("vagrant made a .vagrant/ in the workspace")
 	}
 
-	writeFile(t, vf, "Vagrant.configure(\"2\") do |c|\n  c.vm.box = \"b\"\n  c.vm.define \"web\", primary: true\n  c.vm.define \"db\"\nend\n")
+	testutil.WriteFile(t, vf, "Vagrant.configure(\"2\") do |c|\n  c.vm.box = \"b\"\n  c.vm.define \"web\", primary: true\n  c.vm.define \"db\"\nend\n")
 	if names, err = UserMachines(ctx, run, u, dot, filepath.Join(vm, "home")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := OneMachine(vf, names); err == nil || !strings.Contains(err.Error(), "(web, db)") {
 		t.Errorf("two machines: %v", err)
 	}
-	writeFile(t, vf, "Vagrant.configure(\"2\") do |c|\n  c.vm.box = \nend end\n")
+	testutil.WriteFile(t, vf, "Vagrant.configure(\"2\") do |c|\n  c.vm.box = \nend end\n")
 	if _, err := UserMachines(ctx, run, u, dot, filepath.Join(vm, "home")); err == nil || !strings.Contains(err.Error(), "vagrant validate") {
 		t.Errorf("a broken Vagrantfile: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -55,6 +56,17 @@ func checkForeignFlags(o CreateOptions, r *state.Record) error {
 // foreignSSH is a driver that can say how to reach a foreign guest.
 type foreignSSH interface {
 	ForeignSSH(ctx context.Context, m driver.Machine) (driver.SSHEndpoint, error)
+}
+
+// foreignReady ends a start or resume of a foreign guest: the driver
+// waited for it (vagrant up and resume wait for its SSH, and up runs its
+// provisioners), and nothing of agent-vm's runs in it to wait for.
+func (m *Manager) foreignReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, res *StartResult) *StartResult {
+	if err := d.MarkReady(mach, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
+	res.Info = m.Status(ctx, e, true)
+	return res
 }
 
 // errForeign is what a verb that needs agent-vm's own guest says of a

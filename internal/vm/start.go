@@ -99,7 +99,11 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("discarded the saved state of a suspended VM; booting it afresh", "vm", r.Branch)
 	}
 	acc := m.Accel(ctx)
-	if acc.Accel == accel.TCG {
+	switch {
+	case acc.Accel == accel.TCG && r.Guest.Foreign != "":
+		// The Vagrantfile, not agent-vm, chooses the domain type.
+		m.Log.Warn("KVM is not usable here: for the libvirt provider the repository's Vagrantfile must set libvirt.driver = \"qemu\" (TCG, software emulation), else vagrant up fails", "reason", acc.Reason, "vagrantfile", r.Guest.Foreign)
+	case acc.Accel == accel.TCG:
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
 	}
 	share, err := d.Share(ctx)
@@ -121,13 +125,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	res := &StartResult{}
 	if r.Guest.Foreign != "" {
-		// The driver's start waited for the guest (vagrant up waits for
-		// its SSH and runs its provisioners); there is no agent-mcp.
-		if err := d.MarkReady(mach, time.Now()); err != nil {
-			m.Log.Warn("could not record that the VM is up", "error", err)
-		}
-		res.Info = m.Status(ctx, e, true)
-		return res, nil
+		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
 	if err := m.waitReady(ctx, e, d, mach, launch, o, plan.Settle, res); err != nil {
 		if ctx.Err() != nil {

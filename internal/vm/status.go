@@ -147,6 +147,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	// start gave up (or was started by an older agent-vm) is asked directly.
 	if r.Guest.Foreign != "" {
 		info.Foreign, info.Ports, info.MCP = r.Guest.Foreign, state.Ports{}, MCPInfo{}
+		info.Accel, info.AccelReason, info.Share = "", "", "" // the Vagrantfile's, not agent-vm's
 		info.SSH = SSHInfo{Alias: SSHAlias(r.Slug)}
 		info.Agent = Health{State: "none", Detail: "the repository's own Vagrantfile runs no agent-mcp"}
 		return info

@@ -219,13 +219,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	}
 	res := &StartResult{Resumed: true}
 	if r.Guest.Foreign != "" {
-		// The driver's resume waited for the guest; nothing of agent-vm's
-		// runs in it to reattach or check.
-		if err := d.MarkReady(mach, time.Now()); err != nil {
-			m.Log.Warn("could not record that the VM is up", "error", err)
-		}
-		res.Info = m.Status(ctx, e, true)
-		return res, nil
+		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
 	timeout := o.Timeout
 	if timeout == 0 {
