@@ -58,7 +58,10 @@
 // checkout's file is the user's. For the same reason a Vagrantfile that is
 // a symlink is followed only within the repository (FindUserVagrantfile);
 // one leading out of it, nowhere, or to a directory is refused with the
-// fix, at create and again at every start.
+// fix, at create and again at every start. A file gone since create stops
+// every vagrant command with the fix (restore it) before vagrant runs;
+// only a machine vagrant never made (no id in the dotfile directory) is
+// destroyed without it.
 //
 // One machine: create asks vagrant (`vagrant status --machine-readable`,
 // with the VM's own dotfile directory) which machines the file defines and

@@ -156,6 +156,9 @@ func (d *Driver) Env(m driver.Machine) ([]string, error) {
 		return nil, err
 	}
 	if ok {
+		if _, err := os.Stat(u.Vagrantfile); err != nil {
+			return nil, fmt.Errorf("%s runs the repository's Vagrantfile %s, and vagrant cannot act on its machine without it: %w (hint: restore the file, e.g. with git checkout, then try again)", m.Name, u.Vagrantfile, err)
+		}
 		return append(UserEnv(u, filepath.Join(p, DotDir), d.Home), "LIBVIRT_DEFAULT_URI="+d.uri()), nil
 	}
 	env := []string{"VAGRANT_CWD=" + p, "VAGRANT_VAGRANTFILE=Vagrantfile", "VAGRANT_DOTFILE_PATH=" + filepath.Join(p, DotDir),
@@ -420,6 +423,14 @@ func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o 
 func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 	if !exists(filepath.Join(Project(m.RunDir), "Vagrantfile")) && !exists(filepath.Join(Project(m.RunDir), UserFile)) {
 		return nil
+	}
+	if u, ok, _ := userOf(m); ok {
+		// vagrant records a machine's id once it made it: without one
+		// there is nothing to destroy, and no need for the repository's
+		// Vagrantfile (which may be gone).
+		if ids, _ := filepath.Glob(filepath.Join(Project(m.RunDir), DotDir, "machines", u.Machine, "*", "id")); len(ids) == 0 {
+			return nil
+		}
 	}
 	st, err := d.status(ctx, m)
 	if err != nil {

@@ -28,6 +28,18 @@ func statusOut(machine, state string) string {
 		"1700000000," + machine + ",state-human-long,The machine is " + state + ".\\nMore%!(VAGRANT_COMMA) text\n"
 }
 
+// recordID does what vagrant does once it made a machine: it records the
+// machine's id in its dotfile directory.
+func recordID(c execxtest.Call) {
+	for _, e := range c.Env {
+		if dot, ok := strings.CutPrefix(e, "VAGRANT_DOTFILE_PATH="); ok {
+			p := filepath.Join(dot, "machines", c.Args[len(c.Args)-1], "libvirt", "id")
+			_ = os.MkdirAll(filepath.Dir(p), 0o700)
+			_ = os.WriteFile(p, []byte("5d2c0c4e-0000-4000-8000-000000000000"), 0o600)
+		}
+	}
+}
+
 type rig struct {
 	d     *Driver
 	m     driver.Machine
@@ -63,6 +75,7 @@ func newRig(t *testing.T) *rig {
 			return execxtest.Reply{Stdout: statusOut(c.Args[len(c.Args)-1], r.state)}
 		case "up", "resume":
 			r.state = "running"
+			recordID(c)
 		case "halt":
 			r.state, r.reason = "shutoff", "shutdown"
 		case "suspend":

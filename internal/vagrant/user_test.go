@@ -218,6 +218,26 @@ func TestForeignSSHOfOwnVagrantfile(t *testing.T) {
 	if _, err := r.d.ForeignSSH(context.Background(), r.m); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("unparseable ssh-config: %v", err)
 	}
+	// The Vagrantfile gone: no vagrant command runs, and the error says why.
+	if err := os.Remove(u.Vagrantfile); err != nil {
+		t.Fatal(err)
+	}
+	calls := len(r.fake.Calls())
+	if _, err := r.d.Inspect(context.Background(), r.m); err == nil || !strings.Contains(err.Error(), "restore the file") {
+		t.Errorf("status without the Vagrantfile: %v", err)
+	}
+	// A machine vagrant never made is destroyed without it; one it made
+	// (its id recorded) needs it.
+	if err := r.d.Destroy(context.Background(), r.m); err != nil {
+		t.Errorf("destroying a machine never made: %v", err)
+	}
+	testutil.WriteFile(t, filepath.Join(Project(r.m.RunDir), DotDir, "machines", "default", "libvirt", "id"), "5d2c")
+	if err := r.d.Destroy(context.Background(), r.m); err == nil || !strings.Contains(err.Error(), "restore the file") {
+		t.Errorf("destroying a made machine without its Vagrantfile: %v", err)
+	}
+	if len(r.fake.Calls()) != calls {
+		t.Errorf("vagrant ran without the Vagrantfile: %+v", r.fake.Calls()[calls:])
+	}
 }
 
 // TestUserMachinesRealVagrant runs the real vagrant on a repository's own

@@ -43,6 +43,12 @@ func TestForeignGuestLifecycle(t *testing.T) {
 			return execxtest.Reply{Stdout: "1,default,metadata,provider,libvirt\n1,default,provider-name,libvirt\n1,default,state," + machine + "\n"}
 		case "up", "resume":
 			machine = "running"
+			// As vagrant does once it made the machine.
+			for _, e := range c.Env {
+				if dot, ok := strings.CutPrefix(e, "VAGRANT_DOTFILE_PATH="); ok {
+					tu.WriteFile(t, filepath.Join(dot, "machines", "default", "libvirt", "id"), "5d2c")
+				}
+			}
 		case "suspend":
 			machine = "paused"
 		case "halt":
