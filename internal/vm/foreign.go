@@ -96,7 +96,7 @@ func (m *Manager) foreignSSHConfig(ctx context.Context, e state.Entry) (string, 
 	fmt.Fprintf(&b, "# agent-vm: branch %s, the repository's own Vagrantfile (%s)\n", sshComment(r.Branch), sshComment(r.Guest.Foreign))
 	fmt.Fprintf(&b, "# from `vagrant ssh-config`: vagrant's key, and NO pinned host key (the guest is not agent-vm's)\n")
 	fmt.Fprintf(&b, "Host %s\n", SSHAlias(r.Slug))
-	fmt.Fprintf(&b, "  HostName %s\n", ep.Host)
+	fmt.Fprintf(&b, "  HostName %s\n", sshQuote(ep.Host))
 	fmt.Fprintf(&b, "  Port %d\n", ep.Port)
 	fmt.Fprintf(&b, "  User %s\n", sshQuote(ep.User))
 	for _, f := range ep.IdentityFiles {

@@ -49,6 +49,8 @@ func TestForeignGuestLifecycle(t *testing.T) {
 					tu.WriteFile(t, filepath.Join(dot, "machines", "default", "libvirt", "id"), "5d2c")
 				}
 			}
+		case "ssh-config":
+			return execxtest.Reply{Stdout: "Host default\n  HostName 192.168.121.45\n  User vagrant\n  Port 22\n  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  IdentityFile \"/a b/private_key\"\n"}
 		case "suspend":
 			machine = "paused"
 		case "halt":
@@ -86,6 +88,12 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	if res.Info.State != vm.StateRunning || res.Info.Foreign != vf || res.Info.Agent.State != "none" || res.Info.Ports.SSH != 0 || res.Info.Share != "" {
 		t.Errorf("after start: state %s, foreign %q, agent %s, ports %+v", res.Info.State, res.Info.Foreign, res.Info.Agent.State, res.Info.Ports)
 	}
+	cfg, err := m.SSHConfigFor(ctx, "feat")
+	for _, want := range []string{"NO pinned host key", "Host agent-vm-feat\n", "  HostName 192.168.121.45\n", "  Port 22\n", "  User vagrant\n", "  IdentityFile \"/a b/private_key\"\n", "  stricthostkeychecking no\n"} {
+		if err != nil || !strings.Contains(cfg, want) {
+			t.Errorf("ssh-config lacks %q (%v):\n%s", want, err, cfg)
+		}
+	}
 	var out strings.Builder
 	if _, err := m.Exec(ctx, "feat", []string{"true"}, nil, &out, &out); err == nil || !strings.Contains(err.Error(), "pinned host key") || !strings.Contains(err.Error(), "agent-vm ssh-config feat") {
 		t.Errorf("exec: %v", err)
@@ -108,7 +116,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 			verbs = append(verbs, strings.Join(c.Args, " "))
 		}
 	}
-	want := "up --no-color default|suspend --no-color default|resume --no-color default|halt --no-color default|destroy -f --no-color default"
+	want := "up --no-color default|ssh-config --no-color default|suspend --no-color default|resume --no-color default|halt --no-color default|destroy -f --no-color default"
 	if got := strings.Join(verbs, "|"); got != want {
 		t.Errorf("vagrant verbs:\n got %s\nwant %s", got, want)
 	}
