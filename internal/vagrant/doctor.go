@@ -104,12 +104,7 @@ func (d *Driver) libvirtCheck(ctx context.Context) driver.Check {
 		return c
 	}
 	c.OK = true
-	for _, l := range strings.Split(string(res.Stdout), "\n") {
-		if strings.Contains(l, "running hypervisor") || strings.Contains(l, "libvirt library") {
-			c.Detail = strings.TrimSpace(l)
-			break
-		}
-	}
+	c.Detail = LibvirtVersion(string(res.Stdout))
 	return c
 }
 
@@ -132,4 +127,24 @@ func (d *Driver) Share(context.Context) (driver.ShareMode, error) {
 		return driver.Share9p, fmt.Errorf("virtiofsd is not installed (%s)", p.PackageHint())
 	}
 	return driver.ShareVirtiofs, nil
+}
+
+// LibvirtVersion sums up `virsh version`: "libvirt 9.0.0, hypervisor QEMU
+// 7.2.0" from its "Using library:" and "Running hypervisor:" lines.
+func LibvirtVersion(out string) string {
+	var parts []string
+	for _, l := range strings.Split(out, "\n") {
+		key, val, ok := strings.Cut(l, ":")
+		switch key = strings.ToLower(strings.TrimSpace(key)); {
+		case !ok:
+		case key == "using library":
+			parts = append(parts, strings.TrimSpace(val))
+		case key == "running hypervisor":
+			parts = append(parts, "hypervisor "+strings.TrimSpace(val))
+		}
+	}
+	if len(parts) == 0 {
+		return "libvirtd answers (its version is not in `virsh version`)"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -373,6 +373,7 @@ func TestDoctor(t *testing.T) {
 		detail  string
 	}{
 		{"all there", "1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2%!(VAGRANT_COMMA) system\n", true, []bool{true, true, true, true}, "vagrant-libvirt 0.11.2, system"},
+		{"libvirt's version", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, true}, "libvirt 9.0.0, hypervisor QEMU 7.2.0"},
 		{"other plugins", "1,,plugin-name,vagrant-share\n1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2\n1,,plugin-name,vagrant-vbguest\n", true, []bool{true, true, true, true}, "vagrant-libvirt 0.11.2; other plugins: vagrant-share, vagrant-vbguest"},
 		{"no plugin", "1,,plugin-name,vagrant-share\n", true, []bool{true, false, true, true}, "not among vagrant's plugins (vagrant-share)"},
 		{"no libvirtd", "1,,plugin-name,vagrant-libvirt\n", false, []bool{true, true, false, true}, "libvirtd is not running"},
@@ -407,6 +408,12 @@ func TestDoctor(t *testing.T) {
 		if ok != all || !strings.Contains(strings.Join(text, "\n"), tc.detail) {
 			t.Errorf("%s: ok %v, checks %q; want %q", tc.name, ok, text, tc.detail)
 		}
+	}
+}
+
+func TestLibvirtVersion(t *testing.T) {
+	if got := LibvirtVersion("error: nothing\n"); !strings.Contains(got, "not in `virsh version`") {
+		t.Errorf("no version lines: %q", got)
 	}
 }
 
