@@ -94,6 +94,15 @@ func TestRepositoryVagrantfile(t *testing.T) {
 	if r = run("create", "--backend", "vagrant", "--branch", "other", "--cpus", "1"); r.code == 0 || !strings.Contains(r.stderr, "--cpus does not apply") {
 		t.Errorf("create --cpus with the repository's Vagrantfile: %d %s", r.code, r.stderr)
 	}
+	// destroy still checks the workspace for unsaved work.
+	scratch := filepath.Join(st, "feat", "workspace", "scratch.txt")
+	tu.WriteFile(t, scratch, "not saved anywhere\n")
+	if r = run("destroy", "feat"); r.code == 0 || !strings.Contains(r.stderr+r.stdout, "scratch.txt") {
+		t.Errorf("destroy with unsaved work in the workspace: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if err := os.Remove(scratch); err != nil {
+		t.Fatal(err)
+	}
 	if r = run("destroy", "feat"); r.code != 0 {
 		t.Fatalf("destroy: %d %s", r.code, r.stderr)
 	}
