@@ -91,6 +91,8 @@ type CreateFlags struct {
 	Nixpkgs string // --nixpkgs: a nixpkgs path or flake reference (nixos)
 	Agent   string // --agent: an agent CLI to install (guest.Agents)
 	Box     string // --box: a Vagrant box (vagrant)
+	// Vagrantfile is --vagrantfile (vagrant): auto, repo or generate.
+	Vagrantfile string
 	// Packages are the packages to install (--packages and the
 	// repository's config.toml): each backend checks them against its own
 	// naming grammar and names the first bad one.

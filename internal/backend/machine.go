@@ -21,6 +21,12 @@ func MachineOf(r *state.Record, l state.Layout) driver.Machine {
 	for _, f := range r.Forwards {
 		fwds = append(fwds, UserForward(f))
 	}
+	if r.Guest.Foreign != "" {
+		// The user's own configuration (a repository's Vagrantfile) says
+		// which ports it forwards; agent-vm forwards none and so checks
+		// none at start.
+		fwds = nil
+	}
 	return driver.Machine{
 		Name: r.VMName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
 		RunDir: l.RunDir(), LogsDir: l.LogsDir(),

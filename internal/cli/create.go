@@ -2,10 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -40,9 +42,17 @@ func createCommand(stdio IO) *cli.Command {
 			l := m.Root.Layout(r.Slug)
 			out := stdio.Out
 			fmt.Fprintf(out, "created VM %s for branch %s\n", r.Slug, r.Branch)
-			fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, vm.HumanMiB(r.Resources.MemoryMiB), r.Resources.DiskGiB)
+			if r.Guest.Foreign != "" {
+				fmt.Fprintf(out, "  backend:   %s (size as its Vagrantfile says)\n", r.Backend)
+			} else {
+				fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, vm.HumanMiB(r.Resources.MemoryMiB), r.Resources.DiskGiB)
+			}
 			fmt.Fprintf(out, "  workspace: %s\n", l.Workspace())
-			fmt.Fprintf(out, "  ports:     ssh 127.0.0.1:%d, mcp 127.0.0.1:%d\n", r.Ports.SSH, r.Ports.MCP)
+			if r.Guest.Foreign != "" {
+				printForeign(out, r.Guest.Foreign, r.Slug)
+			} else {
+				fmt.Fprintf(out, "  ports:     ssh 127.0.0.1:%d, mcp 127.0.0.1:%d\n", r.Ports.SSH, r.Ports.MCP)
+			}
 			fmt.Fprintf(out, "next: agent-vm start %s\n", r.Slug)
 			return nil
 		}),
@@ -70,6 +80,7 @@ func createFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
 		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
 		&cli.StringFlag{Name: "box", Usage: "a Vagrant box, e.g. debian/bookworm64 (vagrant backend; default: agent-vm's own box)"},
+		&cli.StringFlag{Name: "vagrantfile", Value: "auto", Usage: "vagrant backend: auto runs the repository's own Vagrantfile as is when it has one at its root (without agent-mcp, the pinned host key, port choice, the /workspace share or network containment), else agent-vm's; repo insists on the repository's; generate always uses agent-vm's own"},
 	}
 }
 
@@ -77,7 +88,7 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	o := vm.CreateOptions{
 		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
 		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), SSHPort: cliCtx.Int("ssh-port"), CPUs: cliCtx.Int("cpus"),
-		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Nixpkgs: cliCtx.String("nixpkgs"),
+		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Vagrantfile: cliCtx.String("vagrantfile"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
 		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),
 	}
@@ -123,4 +134,15 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// printForeign tells the user, at create, what running the repository's
+// own Vagrantfile costs and how to get it back.
+func printForeign(out io.Writer, vagrantfile, slug string) {
+	fmt.Fprintf(out, "  vagrantfile: the repository's own, run as is and never changed: %s\n", termsafe.String(vagrantfile))
+	fmt.Fprintf(out, "  its .vagrant state is the VM's own; the file's \".\" is the workspace above. agent-vm cannot give this VM:\n")
+	for _, l := range vm.ForeignLoses {
+		fmt.Fprintf(out, "    - %s\n", l)
+	}
+	fmt.Fprintf(out, "  for all of them: agent-vm destroy %s, then create it again with --vagrantfile=generate (agent-vm's own Vagrantfile)\n", slug)
 }

@@ -58,8 +58,12 @@ func listCommand(stdio IO) *cli.Command {
 				if i.State == vm.StateCrashed || i.State == vm.StateInvalid {
 					note = i.Detail
 				}
+				backend, sshPort, mcpPort := i.Backend, strconv.Itoa(i.Ports.SSH), strconv.Itoa(i.Ports.MCP)
+				if i.Foreign != "" {
+					backend, sshPort, mcpPort = i.Backend+" (repo's Vagrantfile)", "-", "-"
+				}
 				rows = append(rows, []string{truncateWidth(i.Branch, maxBranchColumn), truncateStart(homeRel(i.Git.Source), maxRepoColumn),
-					i.Slug, i.Backend, i.State, strconv.Itoa(i.Ports.SSH), strconv.Itoa(i.Ports.MCP),
+					i.Slug, backend, i.State, sshPort, mcpPort,
 					i.CreatedAt.Local().Format("2006-01-02 15:04"), note})
 			}
 			return writeTable(stdio.Out, rows)

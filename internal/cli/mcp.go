@@ -81,6 +81,9 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 				return en.Err
 			}
 			info := m.Status(cliCtx.Context, en, false)
+			if info.Foreign != "" {
+				return fmt.Errorf("VM %q runs the repository's own Vagrantfile %s, which runs no agent-mcp (hint: destroy it and create it with --vagrantfile=generate for agent-vm's own guest)", info.Branch, info.Foreign)
+			}
 			if info.MCP.Token == "" {
 				return fmt.Errorf("VM %q has no MCP token in %s (hint: recreate the VM)", info.Branch, info.Paths.Dir)
 			}

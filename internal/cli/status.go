@@ -66,8 +66,14 @@ func printStatus(w io.Writer, i vm.Info) {
 		agent += " (" + termsafe.String(i.Agent.Detail) + ")" // the guest's /health answer
 	}
 	fmt.Fprintf(w, "agent:      %s\n", agent)
-	fmt.Fprintf(w, "ssh:        agent-vm shell %s, or ssh %s after `agent-vm ssh-config >> ~/.ssh/config` (127.0.0.1:%d, user %s)\n", i.Slug, i.SSH.Alias, i.SSH.Port, i.SSH.User)
-	fmt.Fprintf(w, "mcp:        %s (health: %s)\n", i.MCP.URL, i.MCP.Health)
+	if i.Foreign != "" {
+		fmt.Fprintf(w, "vagrantfile: the repository's own, run as is: %s\n", termsafe.String(i.Foreign))
+		fmt.Fprintf(w, "ssh:        ssh %s after `agent-vm ssh-config %s >> ~/.ssh/config`: vagrant's own ssh-config (vagrant's key; NO pinned host key, the guest is not agent-vm's)\n", i.SSH.Alias, i.Slug)
+		fmt.Fprintf(w, "mcp:        none (the repository's Vagrantfile runs no agent-mcp)\n")
+	} else {
+		fmt.Fprintf(w, "ssh:        agent-vm shell %s, or ssh %s after `agent-vm ssh-config >> ~/.ssh/config` (127.0.0.1:%d, user %s)\n", i.Slug, i.SSH.Alias, i.SSH.Port, i.SSH.User)
+		fmt.Fprintf(w, "mcp:        %s (health: %s)\n", i.MCP.URL, i.MCP.Health)
+	}
 	if i.MCP.Token != "" {
 		fmt.Fprintf(w, "token:      %s (`agent-vm mcp-config %s` prints a client entry)\n", i.MCP.Token, i.Slug)
 	}
@@ -77,7 +83,11 @@ func printStatus(w io.Writer, i vm.Info) {
 	}
 	fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
 	fmt.Fprintf(w, "repo:       %s\n", termsafe.String(i.Git.Source))
-	fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, vm.HumanMiB(i.Resources.MemoryMiB), i.Resources.DiskGiB)
+	if i.Foreign != "" {
+		fmt.Fprintf(w, "resources:  as the Vagrantfile says\n")
+	} else {
+		fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, vm.HumanMiB(i.Resources.MemoryMiB), i.Resources.DiskGiB)
+	}
 	fmt.Fprintf(w, "created:    %s\n", i.CreatedAt.Local().Format(time.RFC3339))
 }
 

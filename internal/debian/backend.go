@@ -103,6 +103,8 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 		return fmt.Errorf("--nixpkgs chooses the nixpkgs of the nixos backend; the qemu backend boots a Debian image (hint: drop --nixpkgs, or pass --backend nixos)")
 	case f.Box != "":
 		return fmt.Errorf("--box chooses the Vagrant box of the vagrant backend; the qemu backend boots a disk image (hint: drop --box, or pass --backend vagrant)")
+	case f.Vagrantfile != "" && f.Vagrantfile != "auto":
+		return fmt.Errorf("--vagrantfile chooses the Vagrantfile of the vagrant backend; the qemu backend runs no vagrant (hint: drop --vagrantfile, or pass --backend vagrant)")
 	}
 	return cloudinit.CheckPackages(f.Packages)
 }

@@ -50,7 +50,23 @@ type VagrantSettings struct {
 	Box string `json:"box,omitempty"`
 	// Provision counts re-provisioning requests, as Settings.Provision.
 	Provision int `json:"provision"`
+	// Vagrantfile is the repository's own Vagrantfile the VM runs as is
+	// (create --vagrantfile auto or repo), "" for agent-vm's generated
+	// one; Machine is the one machine it defines.
+	Vagrantfile string `json:"vagrantfile,omitempty"`
+	Machine     string `json:"machine,omitempty"`
 }
+
+// --vagrantfile's values.
+const (
+	// VagrantfileAuto (or ""): the repository's Vagrantfile when it has
+	// one at its root, else agent-vm's.
+	VagrantfileAuto = "auto"
+	// VagrantfileRepo: the repository's, which must be there.
+	VagrantfileRepo = "repo"
+	// VagrantfileGenerate: agent-vm's own, whatever the repository has.
+	VagrantfileGenerate = "generate"
+)
 
 // Name implements backend.Backend.
 func (b *VagrantBackend) Name() string { return VagrantName }
@@ -74,28 +90,44 @@ func (b *VagrantBackend) CheckCreate(f backend.CreateFlags) error {
 	case strings.ContainsAny(f.Box, "\x00\n\r") || strings.TrimSpace(f.Box) != f.Box:
 		return fmt.Errorf("--box %q is not a box name (hint: a name such as debian/bookworm64, as `vagrant box list` shows)", f.Box)
 	}
+	switch f.Vagrantfile {
+	case "", VagrantfileAuto, VagrantfileRepo, VagrantfileGenerate:
+	default:
+		return fmt.Errorf("--vagrantfile %q: must be auto (the repository's Vagrantfile when it has one, else agent-vm's), repo or generate (hint: --vagrantfile=generate uses agent-vm's own)", f.Vagrantfile)
+	}
 	return cloudinit.CheckPackages(f.Packages)
 }
 
-// ErrOwnVagrantfile: the repository has a Vagrantfile of its own, which
-// agent-vm does not use yet (issue 15, item 2).
-var ErrOwnVagrantfile = errors.New("the repository has its own Vagrantfile")
-
-// Provision implements backend.Backend: it records the box and writes the
-// Vagrantfile into the VM's run directory (never into the workspace), with
-// the paths the VM will have once created (r.Paths.Dir) and KVM; every
-// start writes it again for its accelerator and share.
-func (b *VagrantBackend) Provision(_ context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) error {
-	if _, err := os.Lstat(filepath.Join(l.Workspace(), "Vagrantfile")); err == nil {
-		return fmt.Errorf("%w at its root: using it is not supported yet, and agent-vm never overwrites it (hint: create this VM with --backend qemu for now)", ErrOwnVagrantfile)
+// Provision implements backend.Backend. With the repository's own
+// Vagrantfile (userProject) it records that file and its machine, and
+// nothing else; else it records the box and writes agent-vm's Vagrantfile
+// into the VM's run directory (never into the workspace), with the paths
+// the VM will have once created (r.Paths.Dir) and KVM; every start writes
+// it again for its accelerator and share.
+func (b *VagrantBackend) Provision(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) error {
+	final := state.Layout{Dir: r.Paths.Dir}
+	if final.Dir == "" {
+		return fmt.Errorf("internal error: the VM's final directory is not known at provisioning")
+	}
+	u, err := b.userProject(ctx, l, r, f)
+	if err != nil {
+		return err
+	}
+	if u != nil {
+		if err := r.SetSection(VagrantSettings{Vagrantfile: u.Vagrantfile, Machine: u.Machine}); err != nil {
+			return err
+		}
+		r.Guest.Foreign = u.Vagrantfile
+		name := vagrant.UniqueName(r.VMName, r.ID)
+		if err := vagrant.LinkUserRoot(l.RunDir(), name, final.Workspace()); err != nil {
+			return err
+		}
+		u.Dir = vagrant.UserRoot(final.RunDir(), name)
+		return vagrant.WriteUser(l.RunDir(), *u)
 	}
 	s := VagrantSettings{Box: f.Box}
 	if err := r.SetSection(s); err != nil {
 		return err
-	}
-	final := state.Layout{Dir: r.Paths.Dir}
-	if final.Dir == "" {
-		return fmt.Errorf("internal error: the VM's final directory is not known at provisioning")
 	}
 	boot := b.boot(final, r, s)
 	if ownBox(s) {
@@ -109,6 +141,43 @@ func (b *VagrantBackend) Provision(_ context.Context, l state.Layout, r *state.R
 	}
 	v := vagrant.SpecOf(backend.MachineOf(r, final), boot, driver.StartOptions{Accel: "kvm", Share: driver.ShareVirtiofs}, vagrant.DefaultURI)
 	return vagrant.Write(l.RunDir(), v)
+}
+
+// userProject decides, per --vagrantfile, whether the VM runs the
+// repository's own Vagrantfile (nil: agent-vm's). It asks vagrant, with
+// the VM's own machine state, which machines the file defines, and
+// refuses several, and the flags that do not apply to it.
+func (b *VagrantBackend) userProject(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) (*vagrant.UserProject, error) {
+	if f.Vagrantfile == VagrantfileGenerate {
+		return nil, nil
+	}
+	path, ok, err := vagrant.FindUserVagrantfile(r.Git.Source)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok && f.Vagrantfile == VagrantfileRepo:
+		return nil, fmt.Errorf("--vagrantfile=repo: the repository %s has no Vagrantfile at its root (hint: drop --vagrantfile to use agent-vm's own)", r.Git.Source)
+	case !ok:
+		return nil, nil
+	}
+	why := " does not apply to the repository's Vagrantfile " + path + ", which agent-vm runs as is (hint: drop it, or pass --vagrantfile=generate to use agent-vm's own Vagrantfile)"
+	switch {
+	case f.Box != "":
+		return nil, fmt.Errorf("--box%s", why)
+	case f.Agent != "":
+		return nil, fmt.Errorf("--agent (or the repository's .agent-vm/config.toml agent)%s", why)
+	case len(f.Packages) > 0:
+		return nil, fmt.Errorf("--packages (or the packages of the repository's .agent-vm/config.toml)%s", why)
+	}
+	u := vagrant.UserProject{Vagrantfile: path, Dir: l.Workspace()}
+	names, err := vagrant.UserMachines(ctx, b.Run, u, filepath.Join(vagrant.Project(l.RunDir()), vagrant.DotDir), b.Home)
+	if err != nil {
+		return nil, err
+	}
+	if u.Machine, err = vagrant.OneMachine(path, names); err != nil {
+		return nil, err
+	}
+	return &u, nil
 }
 
 // boot is the plan: the box, the seed, the NIC's MAC, the SSH login.
@@ -144,6 +213,9 @@ func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.R
 	if err != nil {
 		return nil, err
 	}
+	if s.Vagrantfile != "" {
+		return b.prepareUser(r, l, s, o)
+	}
 	sd := seedOf(r, s.Provision, MACOf(r.ID))
 	sd.direct = true // the vagrant driver does not contain the network: no proxy door
 	if err := writeSeed(ctx, l, r, sd, b.Executable, o.CACerts); err != nil {
@@ -158,6 +230,29 @@ func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.R
 		boot.Box, boot.BoxVersion = box.Name, box.Version
 	}
 	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand}, nil
+}
+
+// prepareUser is Prepare for the repository's own Vagrantfile: it checks
+// the file again (it may have gone, or become a directory or a symlink out
+// of the repository, since create) and plans nothing else; the guest is
+// the Vagrantfile's, so there is no seed and nothing to settle.
+func (b *VagrantBackend) prepareUser(r *state.Record, l state.Layout, s VagrantSettings, o backend.PrepareOptions) (*backend.Plan, error) {
+	if o.Reprovision {
+		return nil, fmt.Errorf("--reprovision reruns agent-vm's guest setup, and VM %q runs the repository's own Vagrantfile (hint: run its provisioners with `vagrant provision`, using the environment in %s)", r.Branch, filepath.Join(vagrant.Project(l.RunDir()), vagrant.UserFile))
+	}
+	path, ok, err := vagrant.FindUserVagrantfile(r.Git.Source)
+	if err == nil && !ok {
+		err = fmt.Errorf("VM %q runs the repository's Vagrantfile %s, which is gone (hint: restore it, or destroy the VM and create it again with --vagrantfile=generate)", r.Branch, s.Vagrantfile)
+	}
+	if err != nil {
+		return nil, err
+	}
+	name := vagrant.UniqueName(r.VMName, r.ID)
+	if err := vagrant.LinkUserRoot(l.RunDir(), name, l.Workspace()); err != nil {
+		return nil, err
+	}
+	u := vagrant.UserProject{Vagrantfile: path, Dir: vagrant.UserRoot(l.RunDir(), name), Machine: s.Machine}
+	return &backend.Plan{Boot: vagrant.Boot{User: &u}}, nil
 }
 
 // ownBox: the VM boots agent-vm's own box, not one of --box.

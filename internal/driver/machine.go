@@ -134,3 +134,16 @@ type Launch struct {
 	// MarkReady); nil while it boots.
 	ReadyAt *time.Time
 }
+
+// SSHEndpoint is how a driver says to reach a foreign guest (one made from
+// the user's own configuration, state.Guest.Foreign) over SSH: with the
+// driver's key and no pinned host key.
+type SSHEndpoint struct {
+	Host          string
+	Port          int
+	User          string
+	IdentityFiles []string
+	// Options are the driver's other ssh_config options (lowercased
+	// names), in its order.
+	Options [][2]string
+}

@@ -130,6 +130,9 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	if f.Box != "" {
 		return fmt.Errorf("--box chooses the Vagrant box of the vagrant backend; the nixos backend builds its own system (hint: drop --box, or pass --backend vagrant)")
 	}
+	if f.Vagrantfile != "" && f.Vagrantfile != "auto" {
+		return fmt.Errorf("--vagrantfile chooses the Vagrantfile of the vagrant backend; the nixos backend runs no vagrant (hint: drop --vagrantfile, or pass --backend vagrant)")
+	}
 	if err := CheckPackages(f.Packages); err != nil {
 		return err
 	}

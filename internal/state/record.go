@@ -162,6 +162,11 @@ type Guest struct {
 	// network through the VM's egress proxy. Guests set up by an agent-vm
 	// from before network containment reach no network until a reset.
 	Proxy bool `json:"proxy,omitempty"`
+	// Foreign is the user's own configuration the guest is made from, run
+	// as is (the repository's Vagrantfile), "" for a guest agent-vm set
+	// up. A foreign guest has no agent-mcp, no pinned host key and none of
+	// agent-vm's setup; it is reached over SSH as its driver says.
+	Foreign string `json:"foreign,omitempty"`
 }
 
 // Git records where the workspace came from.

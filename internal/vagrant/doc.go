@@ -17,10 +17,11 @@
 // How it runs belongs to this driver: it renders the Vagrantfile from the
 // machine (CPUs, memory, forwards, workspace, credentials, console log),
 // the plan and the start's accelerator, and runs vagrant up, resume, halt,
-// suspend, destroy -f and status. The Vagrantfile is generated, never the
-// user's: it lives in the VM's state directory, <vm>/run/vagrant/, and is
-// rewritten at every start (create writes it first, so it can be read and
-// checked with `vagrant validate` before any start).
+// suspend, destroy -f and status. The Vagrantfile is agent-vm's unless
+// the repository has its own (next section): it lives in the VM's state
+// directory, <vm>/run/vagrant/, and is rewritten at every start (create
+// writes it first, so it can be read and checked with `vagrant validate`
+// before any start).
 //
 // Reuse of the cloud-init seed rather than a shell provisioner:
 // vagrant-libvirt attaches a file as a CD-ROM (libvirt.storage :file,
@@ -31,6 +32,56 @@
 // only shell provisioner is static text: vagrant mounts its synced folder
 // over SSH after boot, so it restarts the workspace and agent-mcp units,
 // which found no workspace at boot, once /workspace is there.
+//
+// # The repository's own Vagrantfile
+//
+// When the repository create runs in has a Vagrantfile at its root and
+// --vagrantfile is auto (the default) or repo, the machine is that file's,
+// run as is (seed 000: "existing Vagrantfile respected"); --vagrantfile
+// generate takes agent-vm's own whatever the repository has. agent-vm
+// never writes, moves or touches the file. Every vagrant command then runs
+// with VAGRANT_VAGRANTFILE=<the file, absolute> and VAGRANT_CWD=<the VM's
+// workspace>, so the file's relative paths (its "." synced folder, a
+// provisioner's path:) are the branch's clone, not the user's checkout,
+// while VAGRANT_DOTFILE_PATH and VAGRANT_HOME stay agent-vm's, per VM: the
+// repository's own .vagrant/ is never read or written, and a machine the
+// user brought up there with plain `vagrant up` is another machine. The
+// provider is the file's (or the user's VAGRANT_DEFAULT_PROVIDER): no
+// --provider, no VAGRANT_DEFAULT_PROVIDER. UserFile in the project
+// directory records the file, the directory and the machine; its presence
+// is what makes a machine the user's (MachineName, Env).
+//
+// Why the file in the user's checkout and not the workspace's copy: vagrant
+// evaluates the Vagrantfile, Ruby, on the host at every command (status
+// included), and the workspace is the guest's to write; running the
+// workspace's copy would hand the guest code execution on the host. The
+// checkout's file is the user's. For the same reason a Vagrantfile that is
+// a symlink is followed only within the repository (FindUserVagrantfile);
+// one leading out of it, nowhere, or to a directory is refused with the
+// fix, at create and again at every start. A file gone since create stops
+// every vagrant command with the fix (restore it) before vagrant runs;
+// only a machine vagrant never made (no id in the dotfile directory) is
+// destroyed without it.
+//
+// One machine: create asks vagrant (`vagrant status --machine-readable`,
+// with the VM's own dotfile directory) which machines the file defines and
+// refuses several, naming them (OneMachine), rather than picking the
+// `primary` one: agent-vm runs one VM per branch, and driving one machine
+// of several would leave the others started by a bare `vagrant up` and
+// stopped by nobody; the machine-readable status does not say which one is
+// primary either.
+//
+// What such a machine lacks, because its guest is not agent-vm's: no
+// cloud-init seed, so no agent-mcp, no pinned host key, none of agent-vm's
+// provisioning (its user, agent CLI, packages, provision.sh); the forwards
+// and synced folders are the file's (no port choice, no /workspace unless
+// the file shares it); no network containment (as for every vagrant
+// machine). The orchestration calls such a guest foreign (state.Guest.
+// Foreign): start waits for `vagrant up` alone, and SSH is what `vagrant
+// ssh-config NAME` says (ForeignSSH, parsed by ParseSSHConfig: vagrant's
+// key, no host key to check), which `agent-vm ssh-config` prints for
+// OpenSSH; agent-vm's own exec and shell, which pin the host key, refuse
+// it with that hint. A ProxyCommand (a remote libvirt host) is refused.
 //
 // # Vagrantfile content
 //
@@ -83,7 +134,8 @@
 //
 // # Vagrant's state, per VM
 //
-// Every vagrant command runs with VAGRANT_CWD=<vm>/run/vagrant (its
+// For agent-vm's own Vagrantfile, every vagrant command runs with
+// VAGRANT_CWD=<vm>/run/vagrant (its
 // Vagrantfile, VAGRANT_VAGRANTFILE=Vagrantfile whatever the user's
 // environment says) and VAGRANT_DOTFILE_PATH=<vm>/run/vagrant/.vagrant (the
 // machine's id, its forward processes, its logs), so two VMs never share

@@ -14,17 +14,32 @@ import (
 // Plugin is the vagrant plugin of the libvirt provider.
 const Plugin = "vagrant-libvirt"
 
-// Doctor checks vagrant, its libvirt plugin and libvirt; ok is whether
-// all three are there.
+// Doctor checks vagrant, its libvirt plugin and libvirt, the provider of
+// agent-vm's Vagrantfile; ok is whether all three are there. A last,
+// informational line names the other providers this host has, which only a
+// repository's own Vagrantfile may choose (see the package doc).
 func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
 	v := driver.CheckProgram(ctx, d.Run, "vagrant", []string{"--version"}, hostpkgs.InstallHint("vagrant"))
 	checks := []driver.Check{v, d.pluginCheck(ctx, v.OK), d.libvirtCheck(ctx)}
+	ok := true
 	for _, c := range checks {
-		if !c.OK {
-			return checks, false
-		}
+		ok = ok && c.OK
 	}
-	return checks, true
+	return append(checks, d.otherProviders()), ok
+}
+
+// otherProviders says which providers besides libvirt this host has
+// (VirtualBox's VBoxManage; vagrant's docker and hyperv need more than a
+// program to tell), for a repository's own Vagrantfile. It is never a
+// failure: agent-vm's own Vagrantfile needs none of them.
+func (d *Driver) otherProviders() driver.Check {
+	c := driver.Check{Name: "other vagrant providers", OK: true}
+	if p, err := d.Run.LookPath("VBoxManage"); err == nil {
+		c.Detail = "virtualbox (" + p + "): only for a repository's own Vagrantfile that chooses it; agent-vm never tested it"
+		return c
+	}
+	c.Detail = "none found (VirtualBox: no VBoxManage); agent-vm's own Vagrantfile needs only libvirt"
+	return c
 }
 
 // pluginCheck looks for vagrant-libvirt in `vagrant plugin list
@@ -55,11 +70,18 @@ func (d *Driver) pluginCheck(ctx context.Context, haveVagrant bool) driver.Check
 			version = l.Data[0]
 		}
 	}
+	var others []string
 	for _, n := range names {
-		if n == Plugin {
-			c.OK, c.Detail, c.Hint = true, strings.TrimSpace(Plugin+" "+version), ""
-			return c
+		if n != Plugin {
+			others = append(others, n)
 		}
+	}
+	if len(others) < len(names) {
+		c.OK, c.Detail, c.Hint = true, strings.TrimSpace(Plugin+" "+version), ""
+		if len(others) > 0 {
+			c.Detail += "; other plugins: " + strings.Join(others, ", ")
+		}
+		return c
 	}
 	c.Detail = "not among vagrant's plugins"
 	if len(names) > 0 {
@@ -82,12 +104,7 @@ func (d *Driver) libvirtCheck(ctx context.Context) driver.Check {
 		return c
 	}
 	c.OK = true
-	for _, l := range strings.Split(string(res.Stdout), "\n") {
-		if strings.Contains(l, "running hypervisor") || strings.Contains(l, "libvirt library") {
-			c.Detail = strings.TrimSpace(l)
-			break
-		}
-	}
+	c.Detail = LibvirtVersion(string(res.Stdout))
 	return c
 }
 
@@ -110,4 +127,24 @@ func (d *Driver) Share(context.Context) (driver.ShareMode, error) {
 		return driver.Share9p, fmt.Errorf("virtiofsd is not installed (%s)", p.PackageHint())
 	}
 	return driver.ShareVirtiofs, nil
+}
+
+// LibvirtVersion sums up `virsh version`: "libvirt 9.0.0, hypervisor QEMU
+// 7.2.0" from its "Using library:" and "Running hypervisor:" lines.
+func LibvirtVersion(out string) string {
+	var parts []string
+	for _, l := range strings.Split(out, "\n") {
+		key, val, ok := strings.Cut(l, ":")
+		switch key = strings.ToLower(strings.TrimSpace(key)); {
+		case !ok:
+		case key == "using library":
+			parts = append(parts, strings.TrimSpace(val))
+		case key == "running hypervisor":
+			parts = append(parts, "hypervisor "+strings.TrimSpace(val))
+		}
+	}
+	if len(parts) == 0 {
+		return "libvirtd answers (its version is not in `virsh version`)"
+	}
+	return strings.Join(parts, ", ")
 }

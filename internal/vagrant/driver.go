@@ -2,7 +2,6 @@ package vagrant
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,6 +51,9 @@ type Boot struct {
 	MAC        string // the management NIC's MAC, which the seed matches
 	SSHUser    string // the guest user vagrant logs in as
 	SSHKey     string // its private key (the VM's client key)
+	// User, when set, is the repository's own Vagrantfile, run as is: the
+	// rest of the plan is unused (see the package doc).
+	User *UserProject
 }
 
 // DriverName says that a Boot is the Vagrant driver's plan.
@@ -110,13 +112,17 @@ func (d *Driver) now() time.Time {
 // Project is the directory of a machine's Vagrantfile (VAGRANT_CWD).
 func Project(runDir string) string { return filepath.Join(runDir, ProjectDir) }
 
-// MachineName is the vagrant machine's (and libvirt domain's) name:
-// agent-vm-<slug>-<first 8 of the uuid>, unique per host. A machine whose
-// record is lost (no uuid) is found by the one machine vagrant keeps in its
-// dotfile directory.
+// MachineName is the vagrant machine's name. For agent-vm's own
+// Vagrantfile it is the libvirt domain's too: agent-vm-<slug>-<first 8 of
+// the uuid>, unique per host; a machine whose record is lost (no uuid) is
+// found by the one machine vagrant keeps in its dotfile directory. For the
+// repository's own Vagrantfile it is the one machine that file defines.
 func MachineName(m driver.Machine) string {
+	if u, ok, _ := userOf(m); ok {
+		return u.Machine
+	}
 	if m.UUID != "" {
-		return m.Name + "-" + strings.ReplaceAll(m.UUID, "-", "")[:min(8, len(strings.ReplaceAll(m.UUID, "-", "")))]
+		return UniqueName(m.Name, m.UUID)
 	}
 	entries, _ := os.ReadDir(filepath.Join(Project(m.RunDir), DotDir, "machines"))
 	if len(entries) == 1 {
@@ -125,16 +131,49 @@ func MachineName(m driver.Machine) string {
 	return m.Name
 }
 
+// UniqueName is name made unique per host with the first 8 hex digits of
+// the machine's uuid: agent-vm-<slug>-0123abcd.
+func UniqueName(name, uuid string) string {
+	hex := strings.ReplaceAll(uuid, "-", "")
+	return name + "-" + hex[:min(8, len(hex))]
+}
+
+// domain is the libvirt domain of m: its machine name, or for the
+// repository's own Vagrantfile (whose domain vagrant-libvirt names after
+// the project directory) the id vagrant recorded in its dotfile directory.
+func domain(m driver.Machine) string {
+	u, ok, _ := userOf(m)
+	if !ok {
+		return MachineName(m)
+	}
+	id, err := os.ReadFile(filepath.Join(Project(m.RunDir), DotDir, "machines", u.Machine, "libvirt", "id"))
+	if err != nil {
+		return u.Machine
+	}
+	return strings.TrimSpace(string(id))
+}
+
 // Env is the environment of every vagrant command for m: its own project
-// and machine state, agent-vm's VAGRANT_HOME (see the package doc).
-func (d *Driver) Env(m driver.Machine) []string {
+// and machine state, agent-vm's VAGRANT_HOME (see the package doc); for the
+// repository's own Vagrantfile, UserEnv.
+func (d *Driver) Env(m driver.Machine) ([]string, error) {
 	p := Project(m.RunDir)
+	u, ok, err := userOf(m)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if _, err := os.Stat(u.Vagrantfile); err != nil {
+			return nil, fmt.Errorf("%s runs the repository's Vagrantfile %s, and vagrant cannot act on its machine without it: %w (hint: restore the file, e.g. with git checkout, then try again)", m.Name, u.Vagrantfile, err)
+		}
+		return append(UserEnv(u, filepath.Join(p, DotDir), d.Home), "LIBVIRT_DEFAULT_URI="+d.uri()), nil
+	}
 	env := []string{"VAGRANT_CWD=" + p, "VAGRANT_VAGRANTFILE=Vagrantfile", "VAGRANT_DOTFILE_PATH=" + filepath.Join(p, DotDir),
 		"VAGRANT_CHECKPOINT_DISABLE=1", "VAGRANT_DEFAULT_PROVIDER=libvirt", "LIBVIRT_DEFAULT_URI=" + d.uri()}
 	if d.Home != "" {
 		env = append(env, "VAGRANT_HOME="+d.Home)
 	}
-	return env
+	return env, nil
 }
 
 // vagrant runs one vagrant command for m. Its output goes to the VM's
@@ -142,7 +181,11 @@ func (d *Driver) Env(m driver.Machine) []string {
 // command and the log.
 func (d *Driver) vagrant(ctx context.Context, m driver.Machine, stream bool, args ...string) (execx.Result, error) {
 	logPath := filepath.Join(m.LogsDir, VagrantLog)
-	cmd := execx.Cmd{Path: "vagrant", Args: args, Dir: Project(m.RunDir), Env: d.Env(m)}
+	env, err := d.Env(m)
+	if err != nil {
+		return execx.Result{}, err
+	}
+	cmd := execx.Cmd{Path: "vagrant", Args: args, Dir: Project(m.RunDir), Env: env}
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return execx.Result{}, fmt.Errorf("opening vagrant's log: %w", err)
@@ -228,12 +271,20 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	if err != nil {
 		return nil, err
 	}
-	m, err = d.prepareAccess(m, boot)
-	if err != nil {
-		return nil, err
-	}
-	if err := Write(m.RunDir, SpecOf(m, boot, o, d.uri())); err != nil {
-		return nil, err
+	args := []string{"up", "--no-color"}
+	if boot.User != nil {
+		// The Vagrantfile (or the user's environment) names the provider.
+		if err := WriteUser(m.RunDir, *boot.User); err != nil {
+			return nil, err
+		}
+	} else {
+		args = []string{"up", "--provider=libvirt", "--no-color"}
+		if m, err = d.prepareAccess(m, boot); err != nil {
+			return nil, err
+		}
+		if err := Write(m.RunDir, SpecOf(m, boot, o, d.uri())); err != nil {
+			return nil, err
+		}
 	}
 	lv, err := d.fresh(ctx, m)
 	if err != nil {
@@ -253,7 +304,6 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		return nil, err
 	}
 	removeMarkers(m, CleanMarker)
-	args := []string{"up", "--provider=libvirt", "--no-color"}
 	if lv.State == driver.StatePaused {
 		args = []string{"resume", "--no-color"}
 	}
@@ -397,8 +447,16 @@ func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o 
 // Destroy removes the libvirt domain and its disks (`vagrant destroy -f`);
 // a machine vagrant never created is nothing to do.
 func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
-	if _, err := os.Stat(filepath.Join(Project(m.RunDir), "Vagrantfile")); errors.Is(err, os.ErrNotExist) {
+	if !exists(filepath.Join(Project(m.RunDir), "Vagrantfile")) && !exists(filepath.Join(Project(m.RunDir), UserFile)) {
 		return nil
+	}
+	if u, ok, _ := userOf(m); ok {
+		// vagrant records a machine's id once it made it: without one
+		// there is nothing to destroy, and no need for the repository's
+		// Vagrantfile (which may be gone).
+		if ids, _ := filepath.Glob(filepath.Join(Project(m.RunDir), DotDir, "machines", u.Machine, "*", "id")); len(ids) == 0 {
+			return nil
+		}
 	}
 	st, err := d.status(ctx, m)
 	if err != nil {
@@ -440,7 +498,7 @@ func (d *Driver) MarkReady(m driver.Machine, at time.Time) error {
 func (d *Driver) Running(m driver.Machine, _ *driver.Launch) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := d.Run.Run(ctx, execx.Cmd{Path: "virsh", Args: []string{"-c", d.uri(), "domstate", MachineName(m)}})
+	res, err := d.Run.Run(ctx, execx.Cmd{Path: "virsh", Args: []string{"-c", d.uri(), "domstate", domain(m)}})
 	if err != nil {
 		return true
 	}

@@ -77,6 +77,9 @@ func (d *Driver) status(ctx context.Context, m driver.Machine) (Status, error) {
 	}
 	switch st.State {
 	case "shutoff", "poweroff", "paused":
+		if st.Provider != "" && st.Provider != "libvirt" {
+			break // libvirt knows nothing of another provider's machine
+		}
 		if ds, err := d.domState(ctx, m); err != nil {
 			d.Log.Debug("libvirt could not say why the machine is off", "vm", m.Name, "error", err)
 		} else {

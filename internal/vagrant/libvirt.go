@@ -39,9 +39,9 @@ func ParseDomState(out string) DomState {
 
 // domState asks libvirt for m's domain state with its reason.
 func (d *Driver) domState(ctx context.Context, m driver.Machine) (DomState, error) {
-	res, err := d.Run.Run(ctx, execx.Cmd{Path: "virsh", Args: []string{"-c", d.uri(), "domstate", "--reason", MachineName(m)}})
+	res, err := d.Run.Run(ctx, execx.Cmd{Path: "virsh", Args: []string{"-c", d.uri(), "domstate", "--reason", domain(m)}})
 	if err != nil {
-		return DomState{}, fmt.Errorf("asking libvirt for the state of domain %s: %w", MachineName(m), err)
+		return DomState{}, fmt.Errorf("asking libvirt for the state of domain %s: %w", domain(m), err)
 	}
 	return ParseDomState(string(res.Stdout)), nil
 }

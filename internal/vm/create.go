@@ -37,6 +37,8 @@ type CreateOptions struct {
 	Nixpkgs   string // nixos: a nixpkgs path or flake reference
 	Image     string // qemu: a base image path ("" = the built default)
 	Box       string // vagrant: a Vagrant box ("" = agent-vm's own)
+	// Vagrantfile is --vagrantfile (vagrant): auto, repo or generate.
+	Vagrantfile string
 	// AllowOrigins are browser origins agent-mcp accepts (e.g. https://claude.ai).
 	AllowOrigins []string
 	// Overcommit allows more memory than the host has, or more vCPUs than
@@ -90,7 +92,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 			return nil, err
 		}
 	}
-	flags := backend.CreateFlags{Image: o.Image, Box: o.Box, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent, Packages: o.Packages}
+	flags := backend.CreateFlags{Image: o.Image, Box: o.Box, Vagrantfile: o.Vagrantfile, Config: o.Config, Nixpkgs: o.Nixpkgs, Agent: o.Agent, Packages: o.Packages}
 	if err := be.CheckCreate(flags); err != nil {
 		return nil, err
 	}
@@ -140,6 +142,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	// The backend may write files that name the VM's paths once created.
 	rec.Paths = m.Root.Layout(slug).Paths()
 	if err := be.Provision(ctx, l, rec, flags); err != nil {
+		return nil, err
+	}
+	if err := checkForeignFlags(o, rec); err != nil {
 		return nil, err
 	}
 	if err := state.WriteRecord(l.Record(), rec); err != nil {

@@ -34,6 +34,9 @@ func holdMarker(l state.Layout) string { return l.Dir }
 // connection is tried again for a few seconds; a host key mismatch never
 // is.
 func (m *Manager) dialGuest(ctx context.Context, r *state.Record, l state.Layout) (*ssh.Client, error) {
+	if r.Guest.Foreign != "" {
+		return nil, errForeign(r, "pinned host key for agent-vm to connect with")
+	}
 	c, err := hold.Dial(ctx, holdFiles(r, l), r.Guest.User, 5*time.Second)
 	if err == nil {
 		return c, nil
@@ -60,6 +63,9 @@ func (m *Manager) dialGuest(ctx context.Context, r *state.Record, l state.Layout
 // to is a warning: commands dial the guest directly then.
 func (m *Manager) startHolder(e state.Entry) {
 	r, l := e.Record, e.Layout
+	if r.Guest.Foreign != "" {
+		return // nothing to hold it with (see foreign.go)
+	}
 	f := holdFiles(r, l)
 	if hold.Pid(f, holdMarker(l)) != 0 {
 		return
@@ -133,6 +139,9 @@ func ServeHold(ctx context.Context, dir string, logger hclog.Logger) error {
 	r, err := state.ReadRecord(l.Record())
 	if err != nil {
 		return fmt.Errorf("reading the VM of %s: %w (hint: `agent-vm start` runs the holder itself, with the VM's directory)", dir, err)
+	}
+	if r.Guest.Foreign != "" {
+		return errForeign(r, "pinned host key to hold a connection with")
 	}
 	target := sshTarget(r, l)
 	h := &hold.Holder{Files: holdFiles(r, l), RunDir: l.RunDir(), Log: logger.With("vm", r.Slug),

@@ -16,7 +16,19 @@ func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error)
 		if err != nil {
 			return "", err
 		}
-		return SSHConfig(all), nil
+		var b strings.Builder
+		for _, e := range all {
+			if e.Record == nil || e.Record.Guest.Foreign == "" {
+				b.WriteString(SSHConfig([]state.Entry{e}))
+				continue
+			}
+			block, err := m.foreignSSHConfig(ctx, e)
+			if err != nil {
+				block = fmt.Sprintf("# %s: skipped, %s\n\n", e.Slug, sshComment(err.Error()))
+			}
+			b.WriteString(block)
+		}
+		return b.String(), nil
 	}
 	e, err := m.Find(ctx, name)
 	if err != nil {
@@ -24,6 +36,9 @@ func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error)
 	}
 	if e.Record == nil {
 		return "", e.Err
+	}
+	if e.Record.Guest.Foreign != "" {
+		return m.foreignSSHConfig(ctx, e)
 	}
 	return SSHConfig([]state.Entry{e}), nil
 }

@@ -77,7 +77,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	r, l := e.Record, e.Layout
 	if live.Alive() {
 		info := m.Status(ctx, e, true)
-		if info.State == StateRunning {
+		if info.State == StateRunning && r.Guest.Foreign == "" {
 			// Its holder may have ended with a guest reboot, or an older
 			// agent-vm started it.
 			m.startHolder(e)
@@ -99,11 +99,15 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("discarded the saved state of a suspended VM; booting it afresh", "vm", r.Branch)
 	}
 	acc := m.Accel(ctx)
-	if acc.Accel == accel.TCG {
+	switch {
+	case acc.Accel == accel.TCG && r.Guest.Foreign != "":
+		// The Vagrantfile, not agent-vm, chooses the domain type.
+		m.Log.Warn("KVM is not usable here: for the libvirt provider the repository's Vagrantfile must set libvirt.driver = \"qemu\" (TCG, software emulation), else vagrant up fails", "reason", acc.Reason, "vagrantfile", r.Guest.Foreign)
+	case acc.Accel == accel.TCG:
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
 	}
 	share, err := d.Share(ctx)
-	if err != nil {
+	if err != nil && r.Guest.Foreign == "" { // a foreign guest's shares are its own
 		m.Log.Warn("sharing the workspace over "+string(share), "reason", err)
 	}
 	if w := proxyUnset(r); w != "" {
@@ -120,6 +124,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	res := &StartResult{}
+	if r.Guest.Foreign != "" {
+		return m.foreignReady(ctx, e, d, mach, res), nil
+	}
 	if err := m.waitReady(ctx, e, d, mach, launch, o, plan.Settle, res); err != nil {
 		if ctx.Err() != nil {
 			// Interrupted: undo the start, without the caller's dead ctx.

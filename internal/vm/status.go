@@ -58,7 +58,12 @@ type Info struct {
 	HostCA        bool            `json:"host_ca"`       // the guest trusts the host's added CA certificates
 	AgentCLI      string          `json:"agent_cli"`     // create --agent, "" for none
 	Net           *NetInfo        `json:"net,omitempty"` // the egress policy and exposed host ports
-	Error         string          `json:"error"`         // set for invalid records
+	// Foreign is the user's own configuration the guest runs as is (the
+	// repository's Vagrantfile), "" for agent-vm's own guest. Such a VM has
+	// no agent-mcp and no pinned host key: its ports, ssh and mcp fields
+	// are empty, and `agent-vm ssh-config` prints vagrant's way in.
+	Foreign string `json:"foreign"`
+	Error   string `json:"error"` // set for invalid records
 }
 
 // Health is agent-mcp's answer on /health through the forwarded port.
@@ -140,6 +145,13 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	}
 	// Booting until the start that launched it saw SSH answer; a VM whose
 	// start gave up (or was started by an older agent-vm) is asked directly.
+	if r.Guest.Foreign != "" {
+		info.Foreign, info.Ports, info.MCP = r.Guest.Foreign, state.Ports{}, MCPInfo{}
+		info.Accel, info.AccelReason, info.Share = "", "", "" // the Vagrantfile's, not agent-vm's
+		info.SSH = SSHInfo{Alias: SSHAlias(r.Slug)}
+		info.Agent = Health{State: "none", Detail: "the repository's own Vagrantfile runs no agent-mcp"}
+		return info
+	}
 	if live.State == StateRunning && (live.Launch == nil || live.Launch.ReadyAt == nil) && !sshAnswers(ctx, r.Ports.SSH) {
 		info.State = StateStarting
 	}

@@ -219,6 +219,9 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		return nil, err
 	}
 	res := &StartResult{Resumed: true}
+	if r.Guest.Foreign != "" {
+		return m.foreignReady(ctx, e, d, mach, res), nil
+	}
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = 2 * time.Minute
