@@ -33,7 +33,7 @@ func TestVagrantProvision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`machine.vm.box = "debian/bookworm64"`, `"/final/feat/workspace", "/workspace"`, `host: 8001, host_ip: "127.0.0.1"`, `"/final/feat/seed.iso"`, `"` + MACOf(r.ID) + `"`} {
+	for _, want := range []string{`machine.vm.box = "debian/bookworm64"`, `path=/final/feat/run/virtiofsd.sock"`, `host: 8001, host_ip: "127.0.0.1"`, `"/final/feat/seed.iso"`, `"` + MACOf(r.ID) + `"`} {
 		if !strings.Contains(string(vf), want) {
 			t.Errorf("the Vagrantfile lacks %s:\n%s", want, vf)
 		}

@@ -64,13 +64,30 @@ func (v *Virtiofsd) args(source, sock string) []string {
 	return []string{"--socket-path=" + sock, "-o", "source=" + source, "-o", "cache=auto"}
 }
 
-// virtiofsdProcess is how virtiofsd runs for m. As root, QEMU's C
+// VirtiofsdShare is one virtiofsd: the share it serves on Socket, its
+// output to Log.
+type VirtiofsdShare struct {
+	Share  driver.Share
+	Socket string
+	Log    string
+}
+
+// Jailed reports whether v serving s runs in agent-vm's jail (package
+// sharejail) when agent-vm's effective uid is euid: as root, QEMU's C
+// virtiofsd for a share whose owner is known. Unjailed as root (the Rust
+// one, or an unknown owner), what the guest's root does in the share is
+// done as root on the host.
+func (v *Virtiofsd) Jailed(euid int, s driver.Share) bool {
+	return !v.Rust && euid == 0 && s.UID > 0 && s.GID > 0
+}
+
+// virtiofsdProcess is how virtiofsd runs for s. As root, QEMU's C
 // virtiofsd runs in agent-vm's jail (package sharejail) as the workspace's
 // owner, so what the guest's root does in the workspace cannot make
 // setuid, root-owned or special files on the host.
-func (l *Launcher) virtiofsdProcess(v *Virtiofsd, m Machine, sock string) (execx.Detached, error) {
-	d := execx.Detached{Path: v.Path, Args: v.args(m.Share.Source, sock), StdoutPath: m.logFile(VirtiofsdLog)}
-	if v.Rust || l.euid() != 0 || m.Share.UID <= 0 || m.Share.GID <= 0 {
+func (l *Launcher) virtiofsdProcess(v *Virtiofsd, s VirtiofsdShare) (execx.Detached, error) {
+	d := execx.Detached{Path: v.Path, Args: v.args(s.Share.Source, s.Socket), StdoutPath: s.Log}
+	if !v.Jailed(l.euid(), s.Share) {
 		return d, nil
 	}
 	self := l.Self
@@ -81,18 +98,40 @@ func (l *Launcher) virtiofsdProcess(v *Virtiofsd, m Machine, sock string) (execx
 	if err != nil {
 		return d, fmt.Errorf("finding agent-vm's own binary for the virtiofsd jail: %w", err)
 	}
-	spec := sharejail.Spec{UID: m.Share.UID, GID: m.Share.GID, Source: m.Share.Source, SocketPath: sock,
+	spec := sharejail.Spec{UID: s.Share.UID, GID: s.Share.GID, Source: s.Share.Source, SocketPath: s.Socket,
 		Virtiofsd: v.Path, Options: []string{"-o", "cache=auto"}}
 	d.Path, d.Args = exe, spec.Args()
 	return d, nil
 }
 
+// StartVirtiofsd starts v serving s, as the QEMU launcher does (jailed as
+// root, see Jailed), for a machine another driver runs (the vagrant one),
+// and waits for its socket. It returns virtiofsd's pid (the jail's, as
+// root); on failure the process is gone and the error says why.
+func StartVirtiofsd(ctx context.Context, run execx.Runner, v *Virtiofsd, s VirtiofsdShare) (int, error) {
+	return (&Launcher{Run: run}).startShare(ctx, v, s)
+}
+
+// StopVirtiofsd kills the virtiofsd serving socket: pid if it is that
+// process, else whichever process is. It reports whether one was killed.
+func StopVirtiofsd(pid int, socket string) bool {
+	match := isVirtiofsdFor(socket)
+	if !verified(pid, match) {
+		pid = findProcess(match)
+	}
+	return pid > 0 && killVerified(pid, match)
+}
+
 // startVirtiofsd starts virtiofsd for the machine's share and waits for its
 // socket. On failure the process is gone and the error says why.
 func (l *Launcher) startVirtiofsd(ctx context.Context, v *Virtiofsd, m Machine) (int, error) {
-	sock := m.sockFile(VirtiofsdSock)
+	return l.startShare(ctx, v, VirtiofsdShare{Share: m.Share, Socket: m.sockFile(VirtiofsdSock), Log: m.logFile(VirtiofsdLog)})
+}
+
+func (l *Launcher) startShare(ctx context.Context, v *Virtiofsd, s VirtiofsdShare) (int, error) {
+	sock := s.Socket
 	_ = os.Remove(sock)
-	d, err := l.virtiofsdProcess(v, m, sock)
+	d, err := l.virtiofsdProcess(v, s)
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +147,7 @@ func (l *Launcher) startVirtiofsd(ctx context.Context, v *Virtiofsd, m Machine) 
 		}
 		select {
 		case <-p.Exited():
-			return 0, fmt.Errorf("virtiofsd exited at once (code %d): %s", p.ExitCode(), driver.TailFile(m.logFile(VirtiofsdLog), 3))
+			return 0, fmt.Errorf("virtiofsd exited at once (code %d): %s", p.ExitCode(), driver.TailFile(s.Log, 3))
 		case <-ctx.Done():
 			killVerified(p.Pid(), isVirtiofsdFor(sock))
 			return 0, ctx.Err()
@@ -116,7 +155,7 @@ func (l *Launcher) startVirtiofsd(ctx context.Context, v *Virtiofsd, m Machine) 
 		}
 		if time.Now().After(deadline) {
 			killVerified(p.Pid(), isVirtiofsdFor(sock))
-			return 0, fmt.Errorf("virtiofsd did not create its socket %s within 10s: %s", sock, driver.TailFile(m.logFile(VirtiofsdLog), 3))
+			return 0, fmt.Errorf("virtiofsd did not create its socket %s within 10s: %s", sock, driver.TailFile(s.Log, 3))
 		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/flock"
-	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -239,8 +238,8 @@ const DefaultBox = "agent-vm/debian-12"
 // accelerator and share of o, over libvirt connection uri.
 func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrantfile {
 	v := Vagrantfile{Name: MachineName(m), Box: b.Box, BoxVersion: b.BoxVersion, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
-		Folder: Folder{Host: m.Share.Source, Guest: guest.Workspace, Type: o.Share},
-		SSH:    SSH{User: b.SSHUser, KeyFile: b.SSHKey}, MAC: b.MAC, Seed: b.Seed,
+		Share: shareSocket(m),
+		SSH:   SSH{User: b.SSHUser, KeyFile: b.SSHKey}, MAC: b.MAC, Seed: b.Seed,
 		Console: filepath.Join(m.LogsDir, ConsoleLog)}
 	if o.Accel == accel.TCG {
 		v.Driver = DomainQEMU
@@ -249,9 +248,6 @@ func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrant
 	// would (vagrant's default, 300 s, is too short for a first boot
 	// under TCG on a busy host: seen).
 	v.BootTimeout = int(o.BootTimeout.Seconds())
-	if v.Folder.Type == "" {
-		v.Folder.Type = driver.Share9p
-	}
 	for _, f := range m.Forwards {
 		v.Forwards = append(v.Forwards, Forward{ID: f.Name, Host: f.Host, Guest: f.Guest})
 	}
@@ -300,12 +296,19 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		return nil, err
 	}
 	launch := &driver.Launch{Accel: o.Accel, AccelReason: o.AccelReason, Share: o.Share, StartedAt: d.now().UTC()}
+	if boot.User == nil {
+		launch.Share = driver.ShareVirtiofs // the only share (startShare)
+	}
 	if err := writeJSON(runFile(m, LaunchFile), launch); err != nil {
 		return nil, err
 	}
 	removeMarkers(m, CleanMarker)
 	if lv.State == driver.StatePaused {
-		args = []string{"resume", "--no-color"}
+		args = []string{"resume", "--no-color"} // its QEMU, and virtiofsd, still run
+	} else if boot.User == nil {
+		if err := d.startShare(ctx, m); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := d.vagrant(ctx, m, true, append(args, MachineName(m))...); err != nil {
 		d.undoStart(m)
@@ -340,6 +343,7 @@ func (d *Driver) undoStart(m driver.Machine) {
 	if _, err := d.vagrant(ctx, m, false, "halt", "--force", "--no-color", MachineName(m)); err != nil {
 		d.Log.Warn("could not halt the machine after its failed start", "vm", m.Name, "error", err)
 	}
+	d.stopShare(m)
 	_ = touch(runFile(m, CleanMarker))
 }
 
@@ -351,7 +355,7 @@ func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration
 	if err != nil {
 		return err
 	}
-	defer func() { _ = touch(runFile(m, CleanMarker)); removeMarkers(m, SuspendMark, CacheFile) }()
+	defer func() { _ = touch(runFile(m, CleanMarker)); removeMarkers(m, SuspendMark, CacheFile); d.stopShare(m) }()
 	if lv.State == driver.StateSuspended {
 		_, err := d.vagrant(ctx, m, true, "halt", "--force", "--no-color", MachineName(m))
 		return err
@@ -466,6 +470,7 @@ func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 		return nil
 	}
 	_, err = d.vagrant(ctx, m, true, "destroy", "-f", "--no-color", MachineName(m))
+	d.stopShare(m)
 	return err
 }
 

@@ -60,7 +60,7 @@ func newRig(t *testing.T) *rig {
 		RunDir: filepath.Join(dir, "run"), LogsDir: filepath.Join(dir, "logs"),
 		// No forwards: their forwarders are real ssh processes, which
 		// forward_test.go runs; the fake vagrant starts none.
-		Share: driver.Share{Source: filepath.Join(dir, "workspace")}}
+		Share: driver.Share{Source: filepath.Join(dir, "workspace"), UID: 65534, GID: 65534}}
 	for _, d := range []string{r.m.RunDir, r.m.LogsDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -103,6 +103,22 @@ func newRig(t *testing.T) *rig {
 		states := map[string]string{"shutoff": "shut off", "poweroff": "shut off", "paused": "paused"}
 		return execxtest.Reply{Stdout: states[r.state] + " (" + r.reason + ")\n"}
 	})
+	// The workspace's virtiofsd (startShare), a fake: QEMU's C one by its
+	// --help, and its start (the jail, run as agent-vm's own binary, this
+	// test's, as root; virtiofsd itself otherwise) makes its socket.
+	fakeVirtiofsd := func(c execxtest.Call) execxtest.Reply {
+		if !c.Detached {
+			return execxtest.Reply{Stdout: "usage: virtiofsd [options]\n    -o source=PATH\n"}
+		}
+		for _, a := range c.Args {
+			if sock, ok := strings.CutPrefix(a, "--socket-path="); ok {
+				_ = os.WriteFile(sock, nil, 0o600)
+			}
+		}
+		return execxtest.Reply{}
+	}
+	self, _ := os.Executable()
+	r.fake.On("virtiofsd", fakeVirtiofsd).On(filepath.Base(self), fakeVirtiofsd)
 	// QEMUUser: no such user, so Start leaves file access alone (see
 	// TestPrepareAccess for it).
 	r.d = &Driver{Run: r.fake, Log: hclog.NewNullLogger(), Progress: &r.prog, Home: "/vh", QEMUUser: "agent-vm-no-such-user", Now: func() time.Time { return r.now }}
@@ -137,7 +153,13 @@ func TestLifecycle(t *testing.T) {
 	if !strings.Contains(r.prog.String(), "==> up progress") {
 		t.Errorf("vagrant up's output did not stream: %q", r.prog.String())
 	}
+	if !strings.Contains(string(vf), `"socket,id=agentvm-fs,path=`+filepath.Join(r.m.RunDir, VirtiofsdSock)+`"`) || strings.Contains(string(vf), "synced_folder "+RubyString(r.m.Share.Source)) {
+		t.Errorf("the Vagrantfile does not share the workspace through agent-vm's virtiofsd, or lets vagrant share it:\n%s", vf)
+	}
 	for _, c := range r.fake.Calls() {
+		if filepath.Base(c.Path) != "vagrant" {
+			continue
+		}
 		for _, want := range []string{"VAGRANT_CWD=" + filepath.Join(r.m.RunDir, "vagrant"), "VAGRANT_DOTFILE_PATH=" + filepath.Join(r.m.RunDir, "vagrant", ".vagrant"), "VAGRANT_HOME=/vh", "VAGRANT_VAGRANTFILE=Vagrantfile"} {
 			if !slices.Contains(c.Env, want) {
 				t.Errorf("%q ran without %s: %q", c.Args, want, c.Env)
@@ -169,7 +191,11 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"status --machine-readable " + name, "up --provider=libvirt --no-color " + name,
+		"status --machine-readable " + name,
+		// The workspace's virtiofsd, QEMU's C one, in agent-vm's jail as
+		// the workspace's owner, before vagrant up.
+		"--help", "__virtiofsd-jail --uid=65534 --gid=65534 --source=" + r.m.Share.Source + " --socket-path=" + filepath.Join(r.m.RunDir, VirtiofsdSock) + " -- /usr/lib/qemu/virtiofsd -o cache=auto",
+		"up --provider=libvirt --no-color " + name,
 		"status --machine-readable " + name, "suspend --no-color " + name,
 		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, // suspend reads the state again
 		"status --machine-readable " + name, "-c qemu:///system domstate --reason " + name, // Inspect after suspend: the verb dropped the cache
@@ -464,5 +490,26 @@ func TestParseStatus(t *testing.T) {
 	_, err = ParseStatus([]byte("1,,error-exit,Vagrant::Errors::VagrantfileSyntaxError,There is a syntax error%!(VAGRANT_COMMA) line 3\n"), "m")
 	if err == nil || !strings.Contains(err.Error(), "There is a syntax error, line 3") {
 		t.Errorf("error-exit: %v", err)
+	}
+}
+
+// TestStartRefusesUnjailedShare: as root, a workspace whose owner is
+// unknown cannot go to a jailed virtiofsd, and an unjailed one would let
+// the guest's root write as root on the host: the start fails saying so,
+// before vagrant runs.
+func TestStartRefusesUnjailedShare(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the jail is used as root only; unprivileged, virtiofsd runs as the user")
+	}
+	r := newRig(t)
+	r.m.Share.UID, r.m.Share.GID = 0, 0
+	_, err := r.d.Start(context.Background(), r.m, boot, driver.StartOptions{Accel: "kvm", Share: driver.ShareVirtiofs})
+	if err == nil || !strings.Contains(err.Error(), "root-owned and setuid files") || !strings.Contains(err.Error(), "hint: ") {
+		t.Errorf("start with an unknown workspace owner, as root: %v", err)
+	}
+	for _, v := range r.verbs() {
+		if strings.HasPrefix(v, "up ") || strings.HasPrefix(v, "__virtiofsd-jail") {
+			t.Errorf("ran %q after refusing", v)
+		}
 	}
 }

@@ -185,20 +185,21 @@ func copyFor(src, dst string, uid int) error {
 	if os.Geteuid() == 0 {
 		return os.Chown(dst, uid, -1)
 	}
-	if err := unix.Setxattr(dst, "system.posix_acl_access", readACL(uid), 0); err != nil {
+	if err := unix.Setxattr(dst, "system.posix_acl_access", accessACL(uid, 4), 0); err != nil {
 		return fmt.Errorf("granting uid %d read access to %s with an ACL: %w (hint: the state directory's filesystem must support POSIX ACLs, or run agent-vm as root)", uid, dst, err)
 	}
 	return nil
 }
 
-// readACL is a POSIX access ACL (the kernel's xattr form, version 2):
-// owner rw, user uid r, group and others nothing, mask r.
-func readACL(uid int) []byte {
+// accessACL is a POSIX access ACL (the kernel's xattr form, version 2):
+// owner rw, user uid perm (4 read, 6 read and write), group and others
+// nothing, mask perm.
+func accessACL(uid int, perm uint16) []byte {
 	const undefined = 0xffffffff
 	entries := []struct {
 		tag, perm uint16
 		id        uint32
-	}{{0x01, 6, undefined}, {0x02, 4, uint32(uid)}, {0x04, 0, undefined}, {0x10, 4, undefined}, {0x20, 0, undefined}}
+	}{{0x01, 6, undefined}, {0x02, perm, uint32(uid)}, {0x04, 0, undefined}, {0x10, perm, undefined}, {0x20, 0, undefined}}
 	b := binary.LittleEndian.AppendUint32(nil, 2)
 	for _, e := range entries {
 		b = binary.LittleEndian.AppendUint16(b, e.tag)

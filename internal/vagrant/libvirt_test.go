@@ -90,12 +90,12 @@ func TestPrepareAccess(t *testing.T) {
 }
 
 func TestReadACL(t *testing.T) {
-	got := readACL(64055)
+	got := accessACL(64055, 4)
 	// version 2; user_obj rw; user 64055 r; group_obj -; mask r; other -
 	want := []byte{2, 0, 0, 0, 1, 0, 6, 0, 255, 255, 255, 255, 2, 0, 4, 0, 0x37, 0xfa, 0, 0, 4, 0, 0, 0, 255, 255, 255, 255,
 		0x10, 0, 4, 0, 255, 255, 255, 255, 0x20, 0, 0, 0, 255, 255, 255, 255}
 	if !bytes.Equal(got, want) {
-		t.Errorf("readACL = %v\nwant      %v", got, want)
+		t.Errorf("accessACL = %v\nwant      %v", got, want)
 	}
 	// The kernel checks the form: a malformed ACL is EINVAL.
 	f := filepath.Join(t.TempDir(), "f")

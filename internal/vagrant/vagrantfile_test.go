@@ -10,15 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 )
 
 // sample is a Vagrantfile with every path under root.
-func sample(root string, share driver.ShareMode, drv string) Vagrantfile {
+func sample(root string, drv string) Vagrantfile {
 	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: "agent-vm/debian-12", BoxVersion: "1767322800.305419896", CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
-		Folder:   Folder{Host: root + "/feat-x/workspace", Guest: "/workspace", Type: share},
+		Share:    root + "/feat-x/run/virtiofsd.sock",
 		Forwards: []Forward{{ID: "ssh", Host: 2201, Guest: 22}, {ID: "mcp", Host: 8000, Guest: 8000}},
 		SSH:      SSH{User: "dev", KeyFile: root + "/feat-x/ssh/id_ed25519"}, MAC: "52:54:00:ab:cd:ef",
 		Seed: root + "/feat-x/seed.iso", Console: root + "/feat-x/logs/console.log",
@@ -27,12 +26,11 @@ func sample(root string, share driver.ShareMode, drv string) Vagrantfile {
 }
 
 var goldens = []struct {
-	name  string
-	share driver.ShareMode
-	drv   string
+	name string
+	drv  string
 }{
-	{"virtiofs-kvm", driver.ShareVirtiofs, DomainKVM},
-	{"9p-tcg", driver.Share9p, DomainQEMU},
+	{"kvm", DomainKVM},
+	{"tcg", DomainQEMU},
 }
 
 const placeholder = "/STATE"
@@ -40,7 +38,7 @@ const placeholder = "/STATE"
 func TestVagrantfileGolden(t *testing.T) {
 	for _, g := range goldens {
 		t.Run(g.name, func(t *testing.T) {
-			b, err := Render(sample(placeholder, g.share, g.drv))
+			b, err := Render(sample(placeholder, g.drv))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,13 +52,14 @@ func TestRenderRefuses(t *testing.T) {
 		"xml quote in seed": func(v *Vagrantfile) { v.Seed = "/a'b/seed.iso" },
 		"ampersand console": func(v *Vagrantfile) { v.Console = "/a&b/console.log" },
 		"driver":            func(v *Vagrantfile) { v.Driver = "xen" },
-		"share":             func(v *Vagrantfile) { v.Folder.Type = "nfs" },
+		"no share":          func(v *Vagrantfile) { v.Share = "" },
+		"quote in socket":   func(v *Vagrantfile) { v.Share = "/a\"b/virtiofsd.sock" },
 		"size":              func(v *Vagrantfile) { v.CPUs = 0 },
 		"no box":            func(v *Vagrantfile) { v.Box = "" },
 		"machine name":      func(v *Vagrantfile) { v.Name = "a b" },
 		"port":              func(v *Vagrantfile) { v.Forwards[0].Host = 70000 },
 	} {
-		v := sample("/s", driver.Share9p, DomainKVM)
+		v := sample("/s", DomainKVM)
 		mut(&v)
 		if _, err := Render(v); err == nil {
 			t.Errorf("%s: rendered", name)
@@ -125,14 +124,14 @@ func FuzzVagrantfileLiterals(f *testing.F) {
 		if key == "" || box == "" || path == "" || strings.ContainsAny(path, `'"<>&`) {
 			t.Skip()
 		}
-		v := sample("/s", driver.ShareVirtiofs, DomainKVM)
-		v.SSH.KeyFile, v.Box, v.Folder.Host, v.Seed = key, box, path, path+"/seed.iso"
+		v := sample("/s", DomainKVM)
+		v.SSH.KeyFile, v.Box, v.Seed = key, box, path+"/seed.iso"
 		b, err := Render(v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := literals(t, ruby, b)
-		for _, want := range []string{key, box, path, path + "/seed.iso"} {
+		for _, want := range []string{key, box, path + "/seed.iso"} {
 			found := false
 			for _, g := range got {
 				found = found || g == want
@@ -166,22 +165,22 @@ func TestVagrantValidate(t *testing.T) {
 	}
 	vg := testutil.Program(t, "vagrant")
 	libvirtd.ForTest(t)
-	hostile := sample("", driver.Share9p, DomainQEMU)
+	hostile := sample("", DomainQEMU)
 	hostile.Box = "box\n#{raise 'no'}\"; raise 'out' #"
 	cases := map[string]Vagrantfile{"hostile": hostile}
 	for _, g := range goldens {
-		cases[g.name] = sample("", g.share, g.drv)
+		cases[g.name] = sample("", g.drv)
 	}
 	for name, v := range cases {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
-			b, err := Render(sample(root, v.Folder.Type, v.Driver))
+			b, err := Render(sample(root, v.Driver))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if name == "hostile" {
 				s := v
-				s.Folder.Host, s.SSH.KeyFile, s.Seed, s.Console = root+"/feat-x/we\"ird #{raise 'x'}\n\\dir", root+"/feat-x/ssh/id_ed25519", root+"/seed.iso", root+"/console.log"
+				s.SSH.KeyFile, s.Seed, s.Console, s.Share = root+"/feat-x/ssh/id_ed25519", root+"/seed.iso", root+"/console.log", root+"/feat-x/run/virtiofsd.sock"
 				s.FwCfg = nil
 				if b, err = Render(s); err != nil {
 					t.Fatal(err)

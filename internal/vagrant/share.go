@@ -1,0 +1,86 @@
+package vagrant
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"golang.org/x/sys/unix"
+)
+
+// Files of the workspace share: the socket libvirt's QEMU connects to (in
+// the run directory) and virtiofsd's output (in the logs directory).
+const (
+	VirtiofsdSock = "virtiofsd.sock"
+	VirtiofsdLog  = "virtiofsd.log"
+)
+
+// shareSocket is the machine's virtiofsd socket.
+func shareSocket(m driver.Machine) string { return runFile(m, VirtiofsdSock) }
+
+// startShare starts agent-vm's own virtiofsd for the workspace, the QEMU
+// driver's (jailed as root: package sharejail), first ending one a crashed
+// run left, and hands its socket to libvirt's QEMU user alone. As root it
+// refuses a virtiofsd that would run unjailed (the Rust one, or a
+// workspace whose owner is unknown): what the guest's root does in the
+// share would then be done as root on the host.
+func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
+	d.stopShare(m)
+	v, err := qemu.FindVirtiofsd(ctx, d.Run)
+	if err != nil {
+		return fmt.Errorf("sharing the workspace: %w (the vagrant backend shares it only through agent-vm's own virtiofsd: libvirt's 9p would write as libvirt's QEMU user, not the workspace's owner)", err)
+	}
+	if os.Geteuid() == 0 && !v.Jailed(0, m.Share) {
+		why := fmt.Sprintf("%s is not QEMU's C virtiofsd", v.Path)
+		if !v.Rust {
+			why = fmt.Sprintf("the workspace's owner is unknown (uid %d, gid %d)", m.Share.UID, m.Share.GID)
+		}
+		return fmt.Errorf("sharing the workspace: agent-vm cannot run virtiofsd in its jail here (%s), and unjailed as root it would let the guest's root create root-owned and setuid files in %s on the host (hint: install QEMU's C virtiofsd, Debian 12's qemu-system-common; for an unknown owner, recreate the VM)", why, m.Share.Source)
+	}
+	sock := shareSocket(m)
+	pid, err := qemu.StartVirtiofsd(ctx, d.Run, v, qemu.VirtiofsdShare{Share: m.Share, Socket: sock, Log: filepath.Join(m.LogsDir, VirtiofsdLog)})
+	if err != nil {
+		return fmt.Errorf("sharing the workspace: %w", err)
+	}
+	if err := d.giveSocket(sock); err != nil {
+		qemu.StopVirtiofsd(pid, sock)
+		return fmt.Errorf("sharing the workspace: %w", err)
+	}
+	return nil
+}
+
+// stopShare ends the machine's virtiofsd, if one runs. QEMU's C virtiofsd
+// also exits by itself once QEMU is gone (halt, destroy, a crash).
+func (d *Driver) stopShare(m driver.Machine) {
+	if qemu.StopVirtiofsd(0, shareSocket(m)) {
+		d.Log.Debug("ended the workspace's virtiofsd", "vm", m.Name)
+	}
+}
+
+// giveSocket lets libvirt's QEMU user, and no one else besides the
+// socket's owner, connect to sock (0600): owned by it as root, else
+// through an ACL entry. Without such a user (QEMU runs as root) the socket
+// stays as it is.
+func (d *Driver) giveSocket(sock string) error {
+	u, err := user.Lookup(d.qemuUser())
+	if err != nil {
+		d.Log.Debug("no user for libvirt's QEMU: leaving the virtiofsd socket as it is", "user", d.qemuUser(), "error", err)
+		return nil
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	if err := os.Chmod(sock, 0o600); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		return os.Lchown(sock, uid, -1)
+	}
+	if err := unix.Setxattr(sock, "system.posix_acl_access", accessACL(uid, 6), 0); err != nil {
+		return fmt.Errorf("granting uid %d access to %s with an ACL: %w (hint: the state directory's filesystem must support POSIX ACLs, or run agent-vm as root)", uid, sock, err)
+	}
+	return nil
+}
