@@ -153,6 +153,8 @@ func TestRealVagrantBackend(t *testing.T) {
 		t.Errorf("net allow on a vagrant VM: %v; want a refusal saying its network is not contained", err)
 	}
 	step("exec both ways, status, net")
+	shareNotAnEscape(t, filepath.Join(st, "vg", "workspace"), func(script string) string { return must("exec", "vg", "--", "sh", "-c", script) })
+	step("the share is not an escape")
 
 	if out := must("suspend", "vg"); !strings.Contains(out, "still holds its memory") {
 		t.Errorf("suspend's output does not say the paused VM holds its memory: %q", out)
@@ -261,5 +263,36 @@ func stepTimer(t *testing.T) func(string) {
 	return func(what string) {
 		t.Logf("%-60s %6.1fs", what, time.Since(last).Seconds())
 		last = time.Now()
+	}
+}
+
+// shareNotAnEscape has the guest's root (sudo, through exec) try to make a
+// root-owned and a setuid file in the workspace (README, "The workspace
+// share"): on the host ws, what the guest writes belongs to the
+// workspace's owner, and nothing is setuid, setgid or owned by root.
+func shareNotAnEscape(t *testing.T, ws string, exec func(script string) string) {
+	t.Helper()
+	exec(`cd /workspace && echo user > esc-user && sudo sh -c 'echo root > esc-root' 2>/dev/null
+echo x > esc-suid; sudo chown 0:0 esc-suid 2>/dev/null; sudo chmod 4755 esc-suid 2>/dev/null; sudo chmod 2755 esc-suid 2>/dev/null; true`)
+	var wsSt syscall.Stat_t
+	if err := syscall.Stat(ws, &wsSt); err != nil {
+		t.Fatal(err)
+	}
+	if wsSt.Uid == 0 {
+		t.Fatalf("the workspace %s is root's: the check below would prove nothing", ws)
+	}
+	for _, name := range []string{"esc-user", "esc-root", "esc-suid"} {
+		var fs syscall.Stat_t
+		err := syscall.Lstat(filepath.Join(ws, name), &fs)
+		switch {
+		case os.IsNotExist(err) && name != "esc-user":
+			continue // refused: as good
+		case err != nil:
+			t.Errorf("%s on the host: %v", name, err)
+		case fs.Uid != wsSt.Uid || fs.Gid != wsSt.Gid:
+			t.Errorf("the guest's %s is %d:%d on the host; want the workspace owner's %d:%d", name, fs.Uid, fs.Gid, wsSt.Uid, wsSt.Gid)
+		case fs.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0:
+			t.Errorf("the guest's %s is setuid or setgid on the host (mode %o)", name, fs.Mode)
+		}
 	}
 }

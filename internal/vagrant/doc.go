@@ -29,9 +29,8 @@
 // device labelled cidata, so the guest's whole first boot is the one the
 // qemu backend tests; the MCP token reaches the guest through QEMU's fw_cfg
 // as for the qemu backend (libvirt.qemuargs), never on a command line. The
-// only shell provisioner is static text: vagrant mounts its synced folder
-// over SSH after boot, so it restarts the workspace and agent-mcp units,
-// which found no workspace at boot, once /workspace is there.
+// only shell provisioner is static text: it starts the workspace and
+// agent-mcp units again should they have failed at boot.
 //
 // # The repository's own Vagrantfile
 //
@@ -85,9 +84,8 @@
 //
 // # Vagrantfile content
 //
-// The default /vagrant share is disabled; the workspace is a synced folder
-// at /workspace, virtiofs when libvirt can (shared memory backing), else
-// 9p. The SSH and MCP forwards are bound to 127.0.0.1 (forward_ssh_port:
+// The default /vagrant share is disabled and the workspace is no synced
+// folder (next section). The SSH and MCP forwards are bound to 127.0.0.1 (forward_ssh_port:
 // vagrant-libvirt forwards port 22 only when asked). Vagrant logs in as the
 // guest user with the VM's own client key and never inserts a key of its
 // own. The libvirt domain is named after the machine (no prefix), which is
@@ -95,6 +93,32 @@
 // accelerator says KVM is unusable. The box is agent-vm's own by name and
 // version (internal/vagrantbox, which the backend adds to VAGRANT_HOME on
 // the first start) or the user's --box.
+//
+// # The workspace share
+//
+// vagrant-libvirt's virtiofs synced folder has libvirt (libvirt 9.0 under
+// qemu:///system) start its own virtiofsd, as root and without uid
+// mapping: the guest's root made root-owned files in the workspace on the
+// host (the integration test's escape step). libvirt 9.0 can point a
+// virtiofs filesystem at an externally started virtiofsd's socket, but
+// vagrant-libvirt 0.11.2 writes only source dir= for its synced folders.
+// So the driver starts the qemu backend's virtiofsd itself
+// (qemu.StartVirtiofsd: QEMU's C virtiofsd, as root in agent-vm's jail,
+// package sharejail, as the workspace's owner) on <run>/virtiofsd.sock
+// before `vagrant up` (startShare), makes that socket 0600 and libvirt's
+// QEMU user's (an ACL entry when agent-vm is not root), and the
+// Vagrantfile adds the device through libvirt.qemuargs: -chardev socket
+// and -device vhost-user-fs-pci with tag "workspace" in PCI slot 30
+// (libvirt hands out its own slots from 2 without knowing of qemuargs'),
+// with memfd shared memory backing. The guest's agent-vm-workspace unit
+// mounts it at boot, as for the qemu backend. virtiofsd exits when QEMU
+// closes the connection (halt, destroy, a crash); the driver also ends one
+// serving this socket before every `vagrant up` (a crash's leftover),
+// after a failed start, a stop and a destroy. A pause keeps both running.
+// No 9p: libvirt's 9p writes as libvirt-qemu, not the owner. As root, a
+// virtiofsd that cannot be jailed (the Rust one, or an unknown owner) is
+// refused with the fix. A repository's own Vagrantfile shares what it
+// says through vagrant: not covered.
 //
 // Suspend is suspend_mode "pause": libvirt refuses managedsave while a
 // virtiofs or 9p share is mounted (and the workspace always is), and then

@@ -82,7 +82,7 @@ var tmpl = template.Must(template.New("Vagrantfile").Funcs(template.FuncMap{
 		return "socket,id=" + shareChardev + ",path=" + qemuOpt(sock)
 	},
 	"sharedev": func() string {
-		return "vhost-user-fs-pci,chardev=" + shareChardev + ",tag=" + guest.ShareTag
+		return "vhost-user-fs-pci,chardev=" + shareChardev + ",tag=" + guest.ShareTag + ",addr=" + shareSlot
 	},
 	"fwcfg": func(f FwCfg) string { return "name=" + qemuOpt(f.Name) + ",file=" + qemuOpt(f.File) },
 	"units": func() string { return RubyString(workspaceUnits) },
@@ -132,8 +132,16 @@ Vagrant.configure("2") do |config|
 end
 `))
 
-// shareChardev is the id of the workspace socket's chardev.
-const shareChardev = "agentvm-fs"
+// shareChardev is the id of the workspace socket's chardev, and shareSlot
+// the PCI slot of its device: libvirt allocates its own devices' slots
+// from 2 upwards without knowing of qemuargs' (seen: "PCI: slot 2 function
+// 0 not available for cirrus-vga, in use by vhost-user-fs-pci"), so the
+// device takes slot 30 of the default bus, which libvirt gives out last
+// (and q35 keeps 31 for its LPC bridge).
+const (
+	shareChardev = "agentvm-fs"
+	shareSlot    = "0x1e"
+)
 
 // qemuOpt escapes a value for a QEMU option list (a comma is doubled).
 func qemuOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
