@@ -182,11 +182,18 @@ func copyFor(src, dst string, uid int) error {
 	if err := errors.Join(werr, f.Close()); err != nil {
 		return err
 	}
+	return grant(dst, uid, 4)
+}
+
+// grant gives uid perm (4 read, 6 read and write) on path, a 0600 file,
+// and no one else besides its owner: path becomes uid's when we are root
+// (Lchown), else uid gets an ACL entry.
+func grant(path string, uid int, perm uint16) error {
 	if os.Geteuid() == 0 {
-		return os.Chown(dst, uid, -1)
+		return os.Lchown(path, uid, -1)
 	}
-	if err := unix.Setxattr(dst, "system.posix_acl_access", accessACL(uid, 4), 0); err != nil {
-		return fmt.Errorf("granting uid %d read access to %s with an ACL: %w (hint: the state directory's filesystem must support POSIX ACLs, or run agent-vm as root)", uid, dst, err)
+	if err := unix.Setxattr(path, "system.posix_acl_access", accessACL(uid, perm), 0); err != nil {
+		return fmt.Errorf("granting uid %d access to %s with an ACL: %w (hint: the state directory's filesystem must support POSIX ACLs, or run agent-vm as root)", uid, path, err)
 	}
 	return nil
 }

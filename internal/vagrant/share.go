@@ -10,7 +10,6 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/qemu"
-	"golang.org/x/sys/unix"
 )
 
 // Files of the workspace share: the socket libvirt's QEMU connects to (in
@@ -76,11 +75,5 @@ func (d *Driver) giveSocket(sock string) error {
 	if err := os.Chmod(sock, 0o600); err != nil {
 		return err
 	}
-	if os.Geteuid() == 0 {
-		return os.Lchown(sock, uid, -1)
-	}
-	if err := unix.Setxattr(sock, "system.posix_acl_access", accessACL(uid, 6), 0); err != nil {
-		return fmt.Errorf("granting uid %d access to %s with an ACL: %w (hint: the state directory's filesystem must support POSIX ACLs, or run agent-vm as root)", uid, sock, err)
-	}
-	return nil
+	return grant(sock, uid, 6)
 }
