@@ -230,3 +230,21 @@ func (l *Launch) neutral() *driver.Launch {
 	return &driver.Launch{Pid: l.QEMUPid, SharePid: l.VirtiofsdPid, Accel: l.Accel, AccelReason: l.AccelReason,
 		Share: l.Share, StartedAt: l.StartedAt, ReadyAt: l.ReadyAt}
 }
+
+// Clone starts a machine that never ran from a template's saved state
+// (Launcher.Clone).
+func (d *Driver) Clone(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions, from driver.Machine) (*driver.Launch, error) {
+	boot, ok := b.(Boot)
+	if !ok {
+		return nil, fmt.Errorf("internal error: the qemu driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", driverOf(b), b)
+	}
+	so := StartOptions{Accel: o.Accel, AccelReason: o.AccelReason, NoFallback: true}
+	if v, err := d.FindVirtiofsd(ctx); err == nil {
+		so.Virtiofsd = v
+	}
+	launch, err := d.Launcher.Clone(ctx, d.machine(m), boot, so, d.machine(from))
+	if err != nil {
+		return nil, err
+	}
+	return launch.neutral(), nil
+}
