@@ -111,6 +111,10 @@ type Config struct {
 	// bundle (the host's added ones, see internal/hostca), installed by
 	// cloud-init's ca_certs module on the first boot.
 	CACerts []string
+	// Template renders a template's seed (see clone.go): the guest
+	// contract without the VM's own first-boot work (no guidance notes,
+	// agent CLI or repository provisioning), which its clones do.
+	Template bool
 }
 
 // HostKey is an ed25519 SSH host key pair, as ssh-keygen writes it. The
