@@ -95,6 +95,7 @@ fcntl.ioctl(fd, 0x5207)
 	}
 	// The token of this VM's QEMU (setup.sh's install_token read the
 	// template's at its boot).
+	b.WriteString("[ -d /sys/firmware/qemu_fw_cfg ] || modprobe -q qemu_fw_cfg || true\n")
 	fmt.Fprintf(&b, "umask 077\nmkdir -p /run/agent-vm\ncat %s >/run/agent-vm/mcp-token.new\n", fwCfgToken)
 	b.WriteString("[ -s /run/agent-vm/mcp-token.new ] && mv -f /run/agent-vm/mcp-token.new /run/agent-vm/mcp-token\n")
 	b.WriteString("systemctl restart systemd-journald ssh\n")

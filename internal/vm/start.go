@@ -36,6 +36,9 @@ type StartOptions struct {
 	// Cold boots a suspended VM afresh, discarding its saved state,
 	// instead of resuming it.
 	Cold bool
+	// NoTemplate boots a new VM cold even when a template fits it
+	// (template.go).
+	NoTemplate bool
 }
 
 // StartResult is what start did.
@@ -43,6 +46,7 @@ type StartResult struct {
 	Info           Info
 	AlreadyRunning bool
 	Resumed        bool          // from a saved state (suspend), not booted
+	FromTemplate   bool          // a new VM started from a template's saved state
 	SSHReady       time.Duration // from launch to SSH answering with the pinned key
 	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
 }
@@ -109,13 +113,33 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if w := proxyUnset(r); w != "" {
 		m.Log.Warn(w)
 	}
-	plan, err := m.prepare(ctx, e, o, share, &mach, "start")
+	unprepared := mach
+	unprepared.Credentials = slices.Clone(mach.Credentials)
+	tmpl := m.templateFor(ctx, e, o)
+	plan, err := m.prepare(ctx, e, o, share, &mach, "start", tmpl)
+	if tmpl != nil && errors.Is(err, backend.ErrTemplateMismatch) {
+		m.Log.Warn("booting cold, not from the template: "+err.Error(), "vm", r.Branch)
+		plan, err = m.prepare(ctx, e, o, share, &mach, "start", nil)
+	}
 	if err != nil {
 		return nil, err
 	}
+	so := driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: plan.FixedShare}
+	if plan.Clone != nil {
+		res, err := m.startClone(ctx, e, d, mach, plan, tmpl, so, o)
+		var refused *templateRefused
+		if !errors.As(err, &refused) {
+			return res, err
+		}
+		m.Log.Warn("booting cold, not from the template: "+refused.Error(), "vm", r.Branch)
+		mach = unprepared
+		if plan, err = m.unclone(ctx, e, o, share, &mach); err != nil {
+			return nil, err
+		}
+		so.FixedShare = plan.FixedShare
+	}
 	o.Report.Report("starting QEMU", 0, "")
-	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
-		Share: share, FixedShare: plan.FixedShare})
+	launch, err := d.Start(ctx, mach, plan.Boot, so)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +166,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 // boot (see backend.Backend's Prepare), saves what that changed in the
 // record, and completes mach with the plan's credentials and the VM's
 // network.
-func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string) (*backend.Plan, error) {
+func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string, t *template) (*backend.Plan, error) {
 	r, l := e.Record, e.Layout
 	be, err := m.backendOf(r, verb)
 	if err != nil {
@@ -159,7 +183,11 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, o StartOptions, sh
 		}
 	}
 	section := slices.Clone(r.Settings)
-	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas})
+	po := backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas}
+	if t != nil {
+		po.Template = t.e.Layout.Dir
+	}
+	plan, err := be.Prepare(ctx, l, r, po)
 	if err != nil {
 		return nil, err
 	}

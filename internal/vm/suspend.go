@@ -174,7 +174,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	r, l := e.Record, e.Layout
 	acc := m.Accel(ctx)
 	share, _ := d.Share(ctx)
-	plan, err := m.prepare(ctx, e, o, share, &mach, "resume")
+	plan, err := m.prepare(ctx, e, o, share, &mach, "resume", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -211,17 +211,10 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	if err := m.attachGuest(wctx, e, true); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
-	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
-		if h := checkHealth(wctx, r.Ports.MCP); h.State == "healthy" {
-			break
-		}
-		select {
-		case <-wctx.Done():
-			m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
-			res.Info = m.Status(ctx, e, true)
-			return res, nil
-		case <-time.After(b):
-		}
+	if !waitHealthy(wctx, r.Ports.MCP) {
+		m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
+		res.Info = m.Status(ctx, e, true)
+		return res, nil
 	}
 	res.HealthReady = time.Since(began)
 	res.Info = m.Status(ctx, e, true)
@@ -245,4 +238,19 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
 	}
 	return m.resume(ctx, e, h.d, h.mach, o)
+}
+
+// waitHealthy waits for agent-mcp's /health on port to answer 200, until
+// ctx ends (false).
+func waitHealthy(ctx context.Context, port int) bool {
+	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
+		if h := checkHealth(ctx, port); h.State == "healthy" {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(b):
+		}
+	}
 }
