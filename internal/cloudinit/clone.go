@@ -71,8 +71,10 @@ fcntl.ioctl(fd, 0x5207)
 	b.WriteString("umask 022\n")
 	b.WriteString("systemd-id128 new >/etc/machine-id.new && mv -f /etc/machine-id.new /etc/machine-id\n")
 	b.WriteString("if [ -f /var/lib/dbus/machine-id ] && [ ! -L /var/lib/dbus/machine-id ]; then cp /etc/machine-id /var/lib/dbus/machine-id; fi\n")
-	fmt.Fprintf(&b, "hostnamectl set-hostname \"$(dec %s)\"\n", b64([]byte(c.Hostname)))
-	fmt.Fprintf(&b, "sed -i '/^127\\.0\\.1\\.1[[:space:]]/d' /etc/hosts && printf '127.0.1.1 %%s\\n' \"$(dec %s)\" >>/etc/hosts\n", b64([]byte(c.Hostname)))
+	// Not hostnamectl: starting systemd-hostnamed over D-Bus costs seconds
+	// under TCG.
+	fmt.Fprintf(&b, "h=$(dec %s)\nprintf '%%s\\n' \"$h\" >/etc/hostname\nhostname \"$h\"\n", b64([]byte(c.Hostname)))
+	b.WriteString("sed -i '/^127\\.0\\.1\\.1[[:space:]]/d' /etc/hosts && printf '127.0.1.1 %s\\n' \"$h\" >>/etc/hosts\n")
 	put("/var/lib/cloud/data/instance-id", "root:root", "0644", []byte(c.InstanceID+"\n"))
 	// agent-mcp's settings, as the seed writes them.
 	for _, f := range files {
@@ -97,8 +99,12 @@ fcntl.ioctl(fd, 0x5207)
 	// template's at its boot).
 	b.WriteString("[ -d /sys/firmware/qemu_fw_cfg ] || modprobe -q qemu_fw_cfg || true\n")
 	fmt.Fprintf(&b, "umask 077\nmkdir -p /run/agent-vm\ncat %s >/run/agent-vm/mcp-token.new\n", fwCfgToken)
-	b.WriteString("[ -s /run/agent-vm/mcp-token.new ] && mv -f /run/agent-vm/mcp-token.new /run/agent-vm/mcp-token\n")
-	b.WriteString("systemctl restart systemd-journald ssh\n")
+	b.WriteString("[ -s /run/agent-vm/mcp-token.new ] || { echo 'no MCP token in fw_cfg' >&2; exit 1; }\n")
+	b.WriteString("mv -f /run/agent-vm/mcp-token.new /run/agent-vm/mcp-token\n")
+	// journald takes the new machine-id when it restarts, which need not
+	// hold the caller up; sshd must present the new host key before the
+	// caller reconnects.
+	b.WriteString("systemctl restart --no-block systemd-journald\nsystemctl restart ssh\n")
 	return b.String(), nil
 }
 

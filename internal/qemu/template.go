@@ -27,6 +27,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 )
@@ -59,10 +60,12 @@ func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions,
 		return nil, fmt.Errorf("%w: %w", err, driver.ErrStaleState)
 	}
 	o.resume, o.share = true, s.Share
+	began := time.Now()
 	launch, err := l.start(ctx, m, b, o)
 	if err != nil {
 		return nil, err
 	}
+	l.Log.Debug("QEMU waits for the template's state", "vm", m.Name, "after", time.Since(began))
 	if err := l.restore(ctx, m, s, from.runFile(StateFile), o.Virtiofsd, launch); err != nil {
 		killVerified(launch.QEMUPid, m.isQEMU())
 		l.stopVirtiofsd(m, findProcess(isVirtiofsdFor(m.sockFile(VirtiofsdSock))), 0)
@@ -70,6 +73,7 @@ func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions,
 		_ = os.Remove(m.runFile(LaunchFile))
 		return nil, fmt.Errorf("starting %s from the template: %w", m.Name, err)
 	}
+	l.Log.Debug("restored the template's state, the share plugged in", "vm", m.Name, "after", time.Since(began))
 	return launch, nil
 }
 

@@ -568,6 +568,8 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 		}
 		return nil, err
 	}
+	log := m.Log.With("vm", r.Branch)
+	log.Debug("restored the template's machine", "after", time.Since(began))
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Minute
@@ -606,6 +608,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err != nil {
 		return fail("waiting for SSH after the restore", err)
 	}
+	log.Debug("ssh answers with the template's key", "after", time.Since(began))
 	var errOut strings.Builder
 	code, err := sshx.Run(wctx, c, "sudo -n sh -s", strings.NewReader(plan.Clone.Personalize), io.Discard, &errOut)
 	c.Close()
@@ -615,6 +618,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err != nil {
 		return fail("giving the guest its identity", err)
 	}
+	log.Debug("the guest has its identity", "after", time.Since(began))
 	c, err = sshx.WaitReady(wctx, sshTarget(r, l), nil)
 	if err != nil {
 		return fail("waiting for SSH with the VM's own keys", err)
@@ -628,6 +632,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err := m.attachGuest(wctx, e, true); err != nil {
 		return fail("mounting the workspace", err)
 	}
+	log.Debug("the workspace is mounted", "after", time.Since(began))
 	o.Report.Report("finishing the guest's setup", time.Since(began), "")
 	code, _, stderr, err := m.runRoot(wctx, e, func() string { return plan.Clone.FirstRun })
 	if err == nil && code != 0 {

@@ -34,8 +34,9 @@ import (
 func TestTemplate(t *testing.T) {
 	m := newManager(t)
 	var logs syncBuffer
-	m.Log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: io.MultiWriter(testWriter{t}, &logs)})
+	m.Log = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: io.MultiWriter(testWriter{t}, &logs)})
 	m.TemplateDir = t.TempDir()
+	m.Drivers["qemu"].(*qemu.Driver).Launcher.Log = m.Log // its restore timings
 	ctx := context.Background()
 
 	a := create(t, m, "tmpl-a")
@@ -112,6 +113,12 @@ func TestTemplate(t *testing.T) {
 		if got := sh("systemctl is-active agent-mcp"); got != "active" {
 			t.Errorf("%s: agent-mcp is %s", b, got)
 		}
+		// agent-mcp has this VM's token (from its QEMU's fw_cfg), not the
+		// template's.
+		token, _ := os.ReadFile(e.Layout.MCPToken())
+		if got := sh("sudo -n cat /run/agent-vm/mcp-token"); got != strings.TrimSpace(string(token)) {
+			t.Errorf("%s: the guest's MCP token is not the VM's", b)
+		}
 	}
 	fa, fb := facts["tmpl-a"], facts["tmpl-b"]
 	for what, pair := range map[string][2]string{"host key": {fa.hostKey, fb.hostKey}, "machine-id": {fa.machineID, fb.machineID},
@@ -121,6 +128,21 @@ func TestTemplate(t *testing.T) {
 		}
 	}
 	t.Logf("boot ids: %s and %s (same: %v; Linux keeps the boot id of the template's boot in a restored guest)", fa.bootID, fb.bootID, fa.bootID == fb.bootID)
+
+	// A clone's later start is a cold boot of its own disk with its own
+	// seed: cloud-init does not provision it again (the instance-id is the
+	// VM's), and it keeps its identity.
+	if _, err := m.Stop(ctx, "tmpl-a"); err != nil {
+		t.Fatal(err)
+	}
+	res := start(t, m, "tmpl-a")
+	if res.FromTemplate {
+		t.Error("the second start of tmpl-a was from the template")
+	}
+	code, out, _ := run(t, m, "tmpl-a", "sh", "-c", "cat /etc/machine-id; cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; cat /var/lib/agent-vm/reprovision-tried 2>/dev/null; cat /workspace/from-host")
+	if want := fa.machineID + "\n" + fa.hostKey + "\ntmpl-a\n"; code != 0 || out != want {
+		t.Errorf("tmpl-a after a cold boot: %q, want its machine-id, host key and workspace, and no re-provisioning: %q", out, want)
+	}
 
 	// A template another QEMU made: refused, and the new VM boots cold.
 	meta := filepath.Join(build.Dir, state.RunDir, qemu.StateMeta)
@@ -138,7 +160,7 @@ func TestTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	create(t, m, "tmpl-c")
-	res := start(t, m, "tmpl-c")
+	res = start(t, m, "tmpl-c")
 	if res.FromTemplate {
 		t.Errorf("tmpl-c started from a template QEMU 6.0.0 saved")
 	}
