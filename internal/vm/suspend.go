@@ -188,14 +188,8 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		return nil, err
 	}
 	res := &StartResult{Resumed: true}
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Minute
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
-	defer stopWatch()
+	wctx, done := m.restoredWait(ctx, o.Timeout, 2*time.Minute, d, mach, launch)
+	defer done()
 	target := sshTarget(r, l)
 	client, err := sshx.WaitReady(wctx, target, nil)
 	if err != nil {
@@ -253,4 +247,15 @@ func waitHealthy(ctx context.Context, port int) bool {
 		case <-time.After(b):
 		}
 	}
+}
+
+// restoredWait bounds the wait for a guest restored from a saved state
+// (timeout, else dflt) and ends it when its QEMU exits; done releases it.
+func (m *Manager) restoredWait(ctx context.Context, timeout, dflt time.Duration, d driver.Driver, mach driver.Machine, launch *driver.Launch) (wctx context.Context, done func()) {
+	if timeout == 0 {
+		timeout = dflt
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
+	return wctx, func() { stopWatch(); cancel() }
 }

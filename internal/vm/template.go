@@ -570,14 +570,8 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	}
 	log := m.Log.With("vm", r.Branch)
 	log.Debug("restored the template's machine", "after", time.Since(began))
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 5 * time.Minute
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
-	defer stopWatch()
+	wctx, done := m.restoredWait(ctx, o.Timeout, 5*time.Minute, d, mach, launch)
+	defer done()
 	res := &StartResult{FromTemplate: true}
 	fail := func(phase string, err error) (*StartResult, error) {
 		logs := d.Logs(mach)

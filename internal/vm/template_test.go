@@ -1,7 +1,6 @@
 package vm_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -33,7 +32,7 @@ import (
 // share it (see the top of internal/vm/template.go).
 func TestTemplate(t *testing.T) {
 	m := newManager(t)
-	var logs syncBuffer
+	var logs tu.SyncBuffer
 	m.Log = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: io.MultiWriter(testWriter{t}, &logs)})
 	m.TemplateDir = t.TempDir()
 	m.Drivers["qemu"].(*qemu.Driver).Launcher.Log = m.Log // its restore timings
@@ -177,22 +176,4 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// syncBuffer is a bytes.Buffer the logger and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
