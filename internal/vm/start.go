@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -185,22 +186,25 @@ func sshTarget(r *state.Record, l state.Layout) sshx.Target {
 // then runs the backend's settle command.
 func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
 	r, l := e.Record, e.Layout
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 5 * time.Minute
-		if launch.Accel == accel.TCG {
-			timeout = 15 * time.Minute
-		}
+	base := bootBase
+	if launch.Accel == accel.TCG {
+		base = bootBaseTCG
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := m.bootWait(ctx, r.Slug, o.Timeout, base)
 	defer cancel()
 	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
 	defer stopWatch()
 	began := time.Now()
 	logs := d.Logs(mach)
 	bootErr := func(phase string, err error) error {
-		if errors.Is(context.Cause(wctx), errQEMUGone) {
+		var late *hostload.TimeoutError
+		switch cause := context.Cause(wctx); {
+		case errors.Is(cause, errQEMUGone):
 			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, driver.TailFile(logs.Driver, 3))
+		case errors.As(cause, &late):
+			err = fmt.Errorf("%w: %v (hint: start fewer VMs at once, or give start a longer --timeout)", err, late)
+		case errors.Is(cause, context.DeadlineExceeded):
+			err = fmt.Errorf("%w: --timeout %s ran out (the host: %s)", err, o.Timeout, m.hostLoad(ctx, r.Slug))
 		}
 		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}

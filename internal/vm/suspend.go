@@ -188,11 +188,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		return nil, err
 	}
 	res := &StartResult{Resumed: true}
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Minute
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := m.bootWait(ctx, r.Slug, o.Timeout, resumeBase)
 	defer cancel()
 	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
 	defer stopWatch()
