@@ -37,6 +37,10 @@ type StartOptions struct {
 	// Cold boots a suspended VM afresh, discarding its saved state,
 	// instead of resuming it.
 	Cold bool
+	// WorkspaceCache, when set, changes how the guest caches the
+	// workspace (driver.ShareCache*) from this start on (it is saved in
+	// the record).
+	WorkspaceCache string
 }
 
 // StartResult is what start did.
@@ -85,7 +89,13 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			m.waitHolder(ctx, e, 10*time.Second)
 			info.SSH.Held = heldSocket(r, l)
 		}
+		if o.WorkspaceCache != "" && o.WorkspaceCache != mach.Share.CacheMode() {
+			return nil, fmt.Errorf("VM %q runs with workspace cache %s; a new mode takes effect at a start (hint: `agent-vm stop %s`, then `agent-vm start --workspace-cache %s %s`)", r.Branch, mach.Share.CacheMode(), e.Slug, o.WorkspaceCache, e.Slug)
+		}
 		return &StartResult{Info: info, AlreadyRunning: true}, nil
+	}
+	if err := m.setWorkspaceCache(e, &mach, o.WorkspaceCache); err != nil {
+		return nil, err
 	}
 	if live.State == StateSuspended {
 		if !o.Cold {
@@ -374,4 +384,19 @@ func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *s
 		return state.Entry{}, nil, err
 	}
 	return e, lock, nil
+}
+
+// setWorkspaceCache saves a start's --workspace-cache in the record and
+// the machine ("" leaves both as they are).
+func (m *Manager) setWorkspaceCache(e state.Entry, mach *driver.Machine, mode string) error {
+	r := e.Record
+	if mode == "" || mode == r.WorkspaceCache {
+		return nil
+	}
+	if err := driver.CheckShareCache(mode); err != nil {
+		return err
+	}
+	r.WorkspaceCache = mode
+	mach.Share.Cache = mode
+	return state.WriteRecord(e.Layout.Record(), r)
 }
