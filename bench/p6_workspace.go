@@ -270,13 +270,22 @@ func runP6(ctx context.Context, l *lab, f *Figure) error {
 		return err
 	}
 	f.Notes = append(f.Notes, fmt.Sprintf("Source tree: %s (%d files). Times are the guest's clock around each operation. Ratios above 1 mean the workspace is slower than the guest's disk.", l.cfg.Tree, l.treeFiles))
+	// The virtiofsd wrappers' directory (see virtiofsdWrapper), removed at
+	// the end: a virtiofsd that runs keeps its binary open.
+	wrapDir, err := os.MkdirTemp("/run", "agent-vm-bench-virtiofsd-")
+	if err != nil {
+		wrapDir = ""
+	} else {
+		defer os.RemoveAll(wrapDir)
+		_ = os.Chmod(wrapDir, 0o755)
+	}
 	fresh := true // v runs as l.running started it: cache auto, no extra arguments
 	for _, m := range modes {
 		if !fresh || m.Name != "auto" {
 			if err := l.stop(ctx, v); err != nil {
 				return err
 			}
-			skip, err := p6Restart(ctx, l, v, m, f)
+			skip, err := p6Restart(ctx, l, v, m, wrapDir, f)
 			if err != nil {
 				return err
 			}
@@ -300,7 +309,7 @@ func runP6(ctx context.Context, l *lab, f *Figure) error {
 
 // p6Restart starts the stopped v in mode m. skip: m cannot be measured
 // here, and a note in f says why.
-func p6Restart(ctx context.Context, l *lab, v *labVM, m p6Mode, f *Figure) (skip bool, err error) {
+func p6Restart(ctx context.Context, l *lab, v *labVM, m p6Mode, wrapDir string, f *Figure) (skip bool, err error) {
 	var prefix, flags []string
 	want := "virtiofs"
 	switch {
@@ -313,7 +322,7 @@ func p6Restart(ctx context.Context, l *lab, v *labVM, m p6Mode, f *Figure) (skip
 		want = "9p"
 		f.Notes = append(f.Notes, "agent-vm has no switch for 9p: the 9p rows come from the same VM started in a private mount namespace where every place agent-vm looks for virtiofsd is covered by an empty file, so it falls back to 9p as on a host without virtiofsd.")
 	case len(m.Extra) > 0:
-		wrapper, why := virtiofsdWrapper(l.dir, m)
+		wrapper, why := virtiofsdWrapper(wrapDir, m)
 		if why == "" {
 			prefix, why = coverVirtiofsd(l.dir, wrapper)
 		}
@@ -359,12 +368,18 @@ func foundVirtiofsds() []string {
 	return found
 }
 
-// virtiofsdWrapper writes a script that runs a copy of the virtiofsd
-// agent-vm would use with m's extra arguments added, or says why not.
+// virtiofsdWrapper writes, into dir, a script that runs a copy of the
+// virtiofsd agent-vm would use with m's extra arguments added, or says why
+// not. dir must be reachable by the workspace's owner outside /tmp: as
+// root, agent-vm's virtiofsd jail runs it as that owner with the workspace
+// mounted over /tmp (package sharejail).
 func virtiofsdWrapper(dir string, m p6Mode) (path, why string) {
 	found := foundVirtiofsds()
 	if len(found) == 0 {
 		return "", "no virtiofsd on this host"
+	}
+	if dir == "" {
+		return "", "no directory in /run for the wrapper (it needs root)"
 	}
 	help, _ := exec.Command(found[0], "--help").CombinedOutput()
 	if strings.Contains(string(help), "--shared-dir") {
