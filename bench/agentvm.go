@@ -89,9 +89,11 @@ type bootTimes struct {
 var startedLine = regexp.MustCompile(`SSH after (\S+), agent-mcp after (\S+) \((\w+), workspace over (\S+)\)`)
 
 // start boots a VM and reads how long the phases took from start's output
-// (--verbose --log-format json makes its debug log machine-readable).
-func (a *agentVM) start(ctx context.Context, name string, prefix []string) (bootTimes, error) {
-	res := runCmd(ctx, a.spec(bootTimeout, prefix, "--verbose", "--log-format", "json", "start", name))
+// (--verbose --log-format json makes its debug log machine-readable);
+// flags are more of start's flags.
+func (a *agentVM) start(ctx context.Context, name string, prefix []string, flags ...string) (bootTimes, error) {
+	args := append(append([]string{"--verbose", "--log-format", "json", "start"}, flags...), name)
+	res := runCmd(ctx, a.spec(bootTimeout, prefix, args...))
 	if res.Err != nil {
 		return bootTimes{}, res.Err
 	}

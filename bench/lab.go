@@ -160,13 +160,13 @@ func portFree(port int) bool {
 	return true
 }
 
-// start boots v (prefix: see agentVM.spec) and, at its first boot, keeps
-// its QEMU command line.
-func (l *lab) start(ctx context.Context, v *labVM, prefix []string) (bootTimes, error) {
+// start boots v (prefix: see agentVM.spec; flags: more of start's flags)
+// and, at its first boot, keeps its QEMU command line.
+func (l *lab) start(ctx context.Context, v *labVM, prefix []string, flags ...string) (bootTimes, error) {
 	if err := l.waitPorts(ctx, v); err != nil {
 		return bootTimes{}, err
 	}
-	t, err := l.av.start(ctx, v.name, prefix)
+	t, err := l.av.start(ctx, v.name, prefix, flags...)
 	v.running = true // a boot that failed may leave QEMU running; stop will see
 	if err != nil {
 		return t, err

@@ -68,6 +68,7 @@ func createFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "packages", Usage: "packages to install in the guest at its first boot, besides those of the repository's .agent-vm/config.toml: Debian names (qemu) or nixpkgs attribute names (nixos); comma-separated and repeatable, e.g. --packages ripgrep,jq"},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
 		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
+		workspaceCacheFlag("saved in the VM's record (start --workspace-cache changes it)"),
 	}
 }
 
@@ -78,6 +79,7 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
 		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),
+		WorkspaceCache: cliCtx.String("workspace-cache"),
 	}
 	switch o.Backend {
 	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS:

@@ -18,7 +18,13 @@ func startFlags() []cli.Flag {
 		&cli.StringFlag{Name: "nixpkgs", Usage: "nixos backend: the nixpkgs to build with (PATH or FLAKEREF)"},
 		&cli.BoolFlag{Name: "cold", Usage: "boot a suspended VM afresh, discarding its saved state (and the processes it held)"},
 		&cli.BoolFlag{Name: "no-template", Usage: "boot a new VM cold even when a template fits it (agent-vm template)"},
+		workspaceCacheFlag("from this start on"),
 	}
+}
+
+// workspaceCacheFlag is create's and start's --workspace-cache.
+func workspaceCacheFlag(when string) cli.Flag {
+	return &cli.StringFlag{Name: "workspace-cache", Usage: "how the guest caches the workspace (virtiofs), " + when + ": auto (default: host edits show within about a second), always (faster for many small files; host edits may not show until the guest drops its caches) or none (every access asks the host)"}
 }
 
 func startCommand(stdio IO) *cli.Command {
@@ -59,7 +65,8 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 
 func startOptions(cliCtx *cli.Context, p *progress) vm.StartOptions {
 	return vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Reprovision: cliCtx.Bool("reprovision"),
-		Nixpkgs: cliCtx.String("nixpkgs"), Cold: cliCtx.Bool("cold"), NoTemplate: cliCtx.Bool("no-template")}
+		Nixpkgs: cliCtx.String("nixpkgs"), Cold: cliCtx.Bool("cold"), NoTemplate: cliCtx.Bool("no-template"),
+		WorkspaceCache: cliCtx.String("workspace-cache")}
 }
 
 func printStarted(stdio IO, res *vm.StartResult) {

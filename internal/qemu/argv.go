@@ -85,6 +85,14 @@ func scriptAccelArgs(accel string) []string {
 // (>= 5.18, its vmgenid driver) reseeds its RNG on it, so two machines
 // restored from one template (template.go) do not share RNG state. QEMU
 // 7.2 has it on x86 only (arm64's virt got it later).
+//
+// The balloon reports the guest's free memory (free-page-reporting): the
+// guest's kernel hands pages it freed back to QEMU in 2 MiB blocks and
+// QEMU discards them (from the shared memfd too), so memory the guest used
+// once and freed (a build, a big test run) leaves QEMU's resident memory
+// instead of staying there until the VM stops. Pages the guest keeps as
+// page cache are not free and stay. The balloon is never inflated:
+// agent-vm does not take memory from a guest.
 func machineArgs(a Arch, m Machine) []string {
 	out := []string{
 		"-machine", a.Machine,
@@ -92,6 +100,7 @@ func machineArgs(a Arch, m Machine) []string {
 		"-m", strconv.Itoa(m.MemoryMiB) + "M",
 		"-nodefaults", "-display", "none", "-vga", "none",
 		"-device", "virtio-rng-pci",
+		"-device", "virtio-balloon-pci,id=agentvm-balloon,free-page-reporting=on",
 	}
 	if a.Machine == "q35" {
 		out = append(out, "-device", "vmgenid,guid=auto")

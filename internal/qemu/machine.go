@@ -8,6 +8,35 @@
 // command line: the cloud-init backend) and Script (a program such as
 // nixpkgs' run-<name>-vm builds its own and takes the launcher's part as
 // extra arguments: the NixOS backend).
+//
+// # The workspace share and its cache
+//
+// The workspace reaches the guest over virtiofs (virtiofsd, started here)
+// or, on a host without virtiofsd, 9p. virtiofsd's cache mode
+// (driver.Share.Cache, `create/start --workspace-cache`) decides how long
+// the guest trusts what it read of the host's files, which is what small
+// files cost: every stat the guest cannot answer from its cache is a round
+// trip to virtiofsd.
+//
+//   - auto (the default): names and attributes are trusted for 1 s and a
+//     file's cached pages are dropped when it is opened again, so an edit,
+//     a new, renamed or deleted file on the host shows in the guest within
+//     about a second. `git status` in a tree the guest looked at a second
+//     ago asks the host again for every file.
+//   - always: names, attributes and pages are trusted for a day. Fastest,
+//     but an edit on the host (or a file it renames or deletes) may not
+//     show in the guest until the guest's cache drops it (memory pressure,
+//     `echo 3 > /proc/sys/vm/drop_caches`): only for workspaces the host
+//     does not touch while the VM runs.
+//   - none: nothing is cached, every access asks the host, and files are
+//     opened for direct I/O, which the guest's kernel (6.1) refuses to map
+//     shared (mmap MAP_SHARED fails: some databases and build tools break).
+//
+// What the guest writes is written through to the host in every mode (no
+// -o writeback: with it the guest would keep a file's size and mtime as
+// its own and miss the host's truncations). bench P6 measures the modes
+// side by side (BENCH_P6_MODES); the figures that chose auto are in the
+// commit that made it the default and in the README.
 package qemu
 
 import (

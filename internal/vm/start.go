@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -39,6 +40,10 @@ type StartOptions struct {
 	// NoTemplate boots a new VM cold even when a template fits it
 	// (template.go).
 	NoTemplate bool
+	// WorkspaceCache, when set, changes how the guest caches the
+	// workspace (driver.ShareCache*) from this start on (it is saved in
+	// the record).
+	WorkspaceCache string
 }
 
 // StartResult is what start did.
@@ -88,7 +93,13 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			m.waitHolder(ctx, e, 10*time.Second)
 			info.SSH.Held = heldSocket(r, l)
 		}
+		if o.WorkspaceCache != "" && o.WorkspaceCache != mach.Share.CacheMode() {
+			return nil, fmt.Errorf("VM %q runs with workspace cache %s; a new mode takes effect at a start (hint: `agent-vm stop %s`, then `agent-vm start --workspace-cache %s %s`)", r.Branch, mach.Share.CacheMode(), e.Slug, o.WorkspaceCache, e.Slug)
+		}
 		return &StartResult{Info: info, AlreadyRunning: true}, nil
+	}
+	if err := m.setWorkspaceCache(e, &mach, o.WorkspaceCache); err != nil {
+		return nil, err
 	}
 	if live.State == StateSuspended {
 		if !o.Cold {
@@ -213,22 +224,25 @@ func sshTarget(r *state.Record, l state.Layout) sshx.Target {
 // then runs the backend's settle command.
 func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
 	r, l := e.Record, e.Layout
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 5 * time.Minute
-		if launch.Accel == accel.TCG {
-			timeout = 15 * time.Minute
-		}
+	base := bootBase
+	if launch.Accel == accel.TCG {
+		base = bootBaseTCG
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := m.bootWait(ctx, r.Slug, o.Timeout, base)
 	defer cancel()
 	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
 	defer stopWatch()
 	began := time.Now()
 	logs := d.Logs(mach)
 	bootErr := func(phase string, err error) error {
-		if errors.Is(context.Cause(wctx), errQEMUGone) {
+		var late *hostload.TimeoutError
+		switch cause := context.Cause(wctx); {
+		case errors.Is(cause, errQEMUGone):
 			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, driver.TailFile(logs.Driver, 3))
+		case errors.As(cause, &late):
+			err = fmt.Errorf("%w: %v (hint: start fewer VMs at once, or give start a longer --timeout)", err, late)
+		case errors.Is(cause, context.DeadlineExceeded):
+			err = fmt.Errorf("%w: --timeout %s ran out (the host: %s)", err, o.Timeout, m.hostLoad(ctx, r.Slug))
 		}
 		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}
@@ -398,4 +412,19 @@ func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *s
 		return state.Entry{}, nil, err
 	}
 	return e, lock, nil
+}
+
+// setWorkspaceCache saves a start's --workspace-cache in the record and
+// the machine ("" leaves both as they are).
+func (m *Manager) setWorkspaceCache(e state.Entry, mach *driver.Machine, mode string) error {
+	r := e.Record
+	if mode == "" || mode == r.WorkspaceCache {
+		return nil
+	}
+	if err := driver.CheckShareCache(mode); err != nil {
+		return err
+	}
+	r.WorkspaceCache = mode
+	mach.Share.Cache = mode
+	return state.WriteRecord(e.Layout.Record(), r)
 }

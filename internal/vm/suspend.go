@@ -188,7 +188,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		return nil, err
 	}
 	res := &StartResult{Resumed: true}
-	wctx, done := m.restoredWait(ctx, o.Timeout, 2*time.Minute, d, mach, launch)
+	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, resumeBase, d, mach, launch)
 	defer done()
 	target := sshTarget(r, l)
 	client, err := sshx.WaitReady(wctx, target, nil)
@@ -250,12 +250,10 @@ func waitHealthy(ctx context.Context, port int) bool {
 }
 
 // restoredWait bounds the wait for a guest restored from a saved state
-// (timeout, else dflt) and ends it when its QEMU exits; done releases it.
-func (m *Manager) restoredWait(ctx context.Context, timeout, dflt time.Duration, d driver.Driver, mach driver.Machine, launch *driver.Launch) (wctx context.Context, done func()) {
-	if timeout == 0 {
-		timeout = dflt
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+// (the user's timeout, else base stretched by the host's load: bootWait)
+// and ends it when its QEMU exits; done releases it.
+func (m *Manager) restoredWait(ctx context.Context, slug string, timeout, base time.Duration, d driver.Driver, mach driver.Machine, launch *driver.Launch) (wctx context.Context, done func()) {
+	wctx, cancel := m.bootWait(ctx, slug, timeout, base)
 	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
 	return wctx, func() { stopWatch(); cancel() }
 }

@@ -570,7 +570,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	}
 	log := m.Log.With("vm", r.Branch)
 	log.Debug("restored the template's machine", "after", time.Since(began))
-	wctx, done := m.restoredWait(ctx, o.Timeout, 5*time.Minute, d, mach, launch)
+	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, cloneBase, d, mach, launch)
 	defer done()
 	res := &StartResult{FromTemplate: true}
 	fail := func(phase string, err error) (*StartResult, error) {
