@@ -60,7 +60,7 @@ func (s *p1Samples) rows(kind string) []*Row {
 // both again: A(first) B(first) B(later) A(later). The bare boot needs the
 // seed agent-vm writes at start, so A goes first; the later boots run in
 // the opposite order, so drift over the round hits both alike. Each
-// round's first boot is also one of P1''s samples (l.newBranches).
+// round's first boot is also a sample of P1' (l.newBranches).
 func runP1(ctx context.Context, l *lab, f *Figure) error {
 	if err := l.stopAll(ctx); err != nil {
 		return err
