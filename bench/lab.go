@@ -305,6 +305,16 @@ func (l *lab) running(ctx context.Context) (*labVM, error) {
 	return v, l.settle(ctx, v)
 }
 
+// runningStatus is running's VM and its `status --json`.
+func (l *lab) runningStatus(ctx context.Context) (*labVM, *blackbox.Status, error) {
+	v, err := l.running(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := l.av.status(ctx, v.name)
+	return v, st, err
+}
+
 // settle waits until the guest's boot has finished (systemd has run every
 // start-up job), so a measurement does not compete with it.
 func (l *lab) settle(ctx context.Context, v *labVM) error {

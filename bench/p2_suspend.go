@@ -18,11 +18,7 @@ func stateFile(vmDir string) string { return filepath.Join(vmDir, "run", "suspen
 // other way to free the VM's CPU and memory) and weighs the saved state
 // against the guest's memory.
 func runP2(ctx context.Context, l *lab, f *Figure) error {
-	v, err := l.running(ctx)
-	if err != nil {
-		return err
-	}
-	st, err := l.av.status(ctx, v.name)
+	v, st, err := l.runningStatus(ctx)
 	if err != nil {
 		return err
 	}

@@ -67,11 +67,7 @@ func runP8(ctx context.Context, l *lab, f *Figure) error {
 // on an SSH connection already open to the guest, running `true`. The
 // three alternate.
 func runP3(ctx context.Context, l *lab, f *Figure) error {
-	v, err := l.running(ctx)
-	if err != nil {
-		return err
-	}
-	st, err := l.av.status(ctx, v.name)
+	v, st, err := l.runningStatus(ctx)
 	if err != nil {
 		return err
 	}
