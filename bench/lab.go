@@ -37,12 +37,16 @@ type lab struct {
 	treeFiles int
 	// canBoot is why VMs cannot boot here, "" when they can.
 	canBoot string
+	// newBranches are the new branches' first boots so far (P1 makes
+	// some; P1' reads them rather than booting more).
+	newBranches []newBranch
 }
 
 // labVM is a VM the lab created, and what the lab knows of it.
 type labVM struct {
 	name    string
-	booted  bool // it has had its first boot (cloud-init ran)
+	create  float64 // seconds its `create` took
+	booted  bool    // it has had its first boot (cloud-init ran)
 	running bool
 	share   string   // virtiofs or 9p, while running
 	argv    []string // its QEMU command line, read from /proc at its first boot
@@ -97,6 +101,7 @@ func (l *lab) newVM(ctx context.Context, prefix string) (*labVM, error) {
 	}
 	res := l.av.run(ctx, quickTimeout, "create", "--repo", repo, "--branch", v.name, "--backend", "qemu",
 		"--cpus", vmCPUs, "--memory", vmMemory, "--port", strconv.Itoa(port))
+	v.create = res.Seconds()
 	return v, res.Err
 }
 
@@ -298,6 +303,16 @@ func (l *lab) running(ctx context.Context) (*labVM, error) {
 		return nil, err
 	}
 	return v, l.settle(ctx, v)
+}
+
+// runningStatus is running's VM and its `status --json`.
+func (l *lab) runningStatus(ctx context.Context) (*labVM, *blackbox.Status, error) {
+	v, err := l.running(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := l.av.status(ctx, v.name)
+	return v, st, err
 }
 
 // settle waits until the guest's boot has finished (systemd has run every

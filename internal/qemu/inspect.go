@@ -57,13 +57,16 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	// process table when launch.json cannot say.
 	match := m.isQEMU()
 	pid, _ := readPid(m.runFile(PidFile))
-	if !verified(pid, match) && launch != nil {
+	ok := verified(pid, match) // each check reads the process's /proc files: once per pid
+	if !ok && launch != nil {
 		pid = launch.QEMUPid
+		ok = verified(pid, match)
 	}
-	if !verified(pid, match) && live.LaunchErr != nil {
+	if !ok && live.LaunchErr != nil {
 		pid = findProcess(match)
+		ok = verified(pid, match)
 	}
-	if !verified(pid, match) {
+	if !ok {
 		if hasSavedState(m) {
 			return suspendedLive(m, launch), nil
 		}

@@ -198,6 +198,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	}
 	client.Close()
 	res.SSHReady = time.Since(began)
+	m.Log.Debug("ssh ready", "after", res.SSHReady)
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
