@@ -619,6 +619,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	}
 	c.Close()
 	res.SSHReady = time.Since(began)
+	m.Log.Debug("ssh ready", "after", res.SSHReady) // as start and resume log it (bench reads it)
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
