@@ -172,6 +172,7 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		// Nothing to stop; clear what a crash left (a crashed VM that was
 		// stopped reads as stopped from now on).
 		l.stopVirtiofsd(m, vfs, 0)
+		l.stopStrayVirtiofsds(m)
 		l.stopEgress(m)
 		if live.Launch != nil || live.LaunchErr != nil {
 			_ = l.finishStop(m, 0)
@@ -231,6 +232,16 @@ func (l *Launcher) stopVirtiofsd(m Machine, pid int, wait time.Duration) {
 	signalVerified(pid, match, syscall.SIGTERM)
 	if !waitGone(pid, match, 2*time.Second) {
 		killVerified(pid, match)
+	}
+}
+
+// stopStrayVirtiofsds ends every virtiofsd still serving this VM's socket
+// once its QEMU is gone: one a start killed before it wrote launch.json
+// left, or two at once (one still exiting when another was started for
+// the same socket), which findProcess alone would pick one of.
+func (l *Launcher) stopStrayVirtiofsds(m Machine) {
+	for _, pid := range findProcesses(isVirtiofsdFor(m.sockFile(VirtiofsdSock))) {
+		l.stopVirtiofsd(m, pid, 0)
 	}
 }
 

@@ -49,7 +49,7 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 	}
 	if err := l.restore(ctx, m, s, m.runFile(StateFile), o.Virtiofsd, launch); err != nil {
 		killVerified(launch.QEMUPid, m.isQEMU())
-		l.stopVirtiofsd(m, findProcess(isVirtiofsdFor(m.sockFile(VirtiofsdSock))), 0)
+		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
 		_ = os.Remove(m.runFile(LaunchFile))
 		return nil, fmt.Errorf("resuming %s: %w (the saved state is kept)", m.Name, err)

@@ -68,7 +68,7 @@ func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions,
 	l.Log.Debug("QEMU waits for the template's state", "vm", m.Name, "after", time.Since(began))
 	if err := l.restore(ctx, m, s, from.runFile(StateFile), o.Virtiofsd, launch); err != nil {
 		killVerified(launch.QEMUPid, m.isQEMU())
-		l.stopVirtiofsd(m, findProcess(isVirtiofsdFor(m.sockFile(VirtiofsdSock))), 0)
+		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
 		_ = os.Remove(m.runFile(LaunchFile))
 		return nil, fmt.Errorf("starting %s from the template: %w", m.Name, err)
