@@ -208,6 +208,9 @@ func (m p6Mode) label() string {
 //	BENCH_P6_MODES=auto,always,none,auto+writeback,auto+tp4 go run ./bench -only P6
 //
 // (an environment variable because the harness's flags live in main.go).
+// Beware +tpN with QEMU 7.2's C virtiofsd on Debian 12: its seccomp
+// filter kills the pool threads (sched_getaffinity) and the guest's
+// workspace hangs, so the round never ends (seen 2026-11-23).
 const p6ModesEnv = "BENCH_P6_MODES"
 
 // parseP6Modes reads a list of modes (see p6ModesEnv).

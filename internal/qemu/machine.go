@@ -33,10 +33,20 @@
 //     shared (mmap MAP_SHARED fails: some databases and build tools break).
 //
 // What the guest writes is written through to the host in every mode (no
-// -o writeback: with it the guest would keep a file's size and mtime as
-// its own and miss the host's truncations). bench P6 measures the modes
-// side by side (BENCH_P6_MODES); the figures that chose auto are in the
-// commit that made it the default and in the README.
+// -o writeback: with it the guest keeps a file's size and mtime as its own
+// and can miss the host's truncations). QEMU 7.2's C virtiofsd runs
+// without a thread pool (--thread-pool-size=0, its default): with one, its
+// own seccomp filter kills the pool threads (sched_getaffinity, called by
+// Debian 12's GLib) and the workspace hangs in the guest.
+//
+// bench P6 measures the modes side by side (BENCH_P6_MODES; results in
+// bench/results/2026-11-23-6a896d6-p6-cache-modes.md: TCG, 2 cores, one
+// round at load 13 falling to 4, so rough): workspace time over the
+// guest's disk for untar of 5.7k files / warm `git status` was auto
+// 4.4x / 5.8x, always 3.1x / 3.2x, none 5.3x / 13.4x. always is the
+// fastest and is not the default because it does not show host edits;
+// `TestWorkspaceSeesHostEditsAndHostSeesGuests` (package vm) checks that
+// auto does.
 package qemu
 
 import (
