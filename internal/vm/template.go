@@ -221,13 +221,17 @@ func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*template,
 	if r.Backend != BackendQEMU {
 		return nil, "only Debian (qemu backend) VMs start from templates"
 	}
+	none := fmt.Sprintf("no template for this VM's machine yet (hint: `agent-vm template build %s` makes one)", r.Slug)
+	if _, found := newestTemplate(m.TemplateDir, ""); !found {
+		return nil, none // without any template, skip hashing the key (agent-vm's binary among it)
+	}
 	k, err := m.templateKey(ctx, r)
 	if err != nil {
 		return nil, err.Error()
 	}
 	l, ok := newestTemplate(m.TemplateDir, k.prefix())
 	if !ok {
-		return nil, fmt.Sprintf("no template for this VM's machine yet (hint: `agent-vm template build %s` makes one)", r.Slug)
+		return nil, none
 	}
 	slug := filepath.Base(l.Dir)
 	var rec templateRecord
