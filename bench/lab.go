@@ -40,6 +40,9 @@ type lab struct {
 	// newBranches are the new branches' first boots so far (P1 makes
 	// some; P1' reads them rather than booting more).
 	newBranches []newBranch
+	// templates are the templates the lab built (P1'), removed at cleanup:
+	// they live in the user's cache, not in the lab's directory.
+	templates []string
 }
 
 // labVM is a VM the lab created, and what the lab knows of it.
@@ -358,6 +361,11 @@ func (l *lab) cleanup(ctx context.Context) error {
 					problems = append(problems, res.Err)
 				}
 			}
+		}
+	}
+	for _, t := range l.templates {
+		if res := l.av.run(ctx, quickTimeout, "template", "rm", t); res.Err != nil {
+			problems = append(problems, res.Err)
 		}
 	}
 	for _, p := range blackbox.Processes() {

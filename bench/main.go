@@ -10,7 +10,8 @@
 //	go run ./bench -no-boot        # only what needs no VM boot (P4, P5, MCP)
 //
 // Issue 16's figures (speed) in one run, for the README's performance
-// section: P1' (a new branch's create + start), P2 (suspend and resume),
+// section: P1' (a new branch's create + start, cold and from a template
+// it builds and removes at the end), P2 (suspend and resume),
 // P3 (exec, with its floor), P6 (workspace I/O, P6b included) and P7
 // (several VMs at once), with P1 (boots), whose new branches P1' reuses:
 //
