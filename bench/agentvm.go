@@ -82,16 +82,30 @@ type bootTimes struct {
 	// prints it (whole seconds).
 	HealthLaunch float64
 	Share        string
-	Accel        string
+	Accel        string // "" for a resume, which prints none
+	// Said is the summary line start (or resume) printed: it names the
+	// path a boot took when there are several.
+	Said string
 }
 
-// startedLine is start's summary line on stdout.
-var startedLine = regexp.MustCompile(`SSH after (\S+), agent-mcp after (\S+) \((\w+), workspace over (\S+)\)`)
+// startedLine is start's (or resume's) summary line on stdout.
+var startedLine = regexp.MustCompile(`(?m)^.*SSH after (\S+), agent-mcp after (\S+) \((?:(\w+), )?workspace over (\S+)\)$`)
 
 // start boots a VM and reads how long the phases took from start's output
-// (--verbose --log-format json makes its debug log machine-readable).
-func (a *agentVM) start(ctx context.Context, name string, prefix []string) (bootTimes, error) {
-	res := runCmd(ctx, a.spec(bootTimeout, prefix, "--verbose", "--log-format", "json", "start", name))
+// (--verbose --log-format json makes its debug log machine-readable);
+// flags are more of start's flags.
+func (a *agentVM) start(ctx context.Context, name string, prefix []string, flags ...string) (bootTimes, error) {
+	args := append(append([]string{"--verbose", "--log-format", "json", "start"}, flags...), name)
+	res := runCmd(ctx, a.spec(bootTimeout, prefix, args...))
+	if res.Err != nil {
+		return bootTimes{}, res.Err
+	}
+	return parseStart(res)
+}
+
+// resume resumes a suspended VM and reads its times as start's.
+func (a *agentVM) resume(ctx context.Context, name string) (bootTimes, error) {
+	res := runCmd(ctx, a.spec(bootTimeout, nil, "--verbose", "--log-format", "json", "resume", name))
 	if res.Err != nil {
 		return bootTimes{}, res.Err
 	}
@@ -103,13 +117,13 @@ func parseStart(res cmdResult) (bootTimes, error) {
 	t := bootTimes{Wall: res.Seconds()}
 	m := startedLine.FindStringSubmatch(res.Stdout)
 	if m == nil {
-		return t, fmt.Errorf("`%s` did not print its \"started VM ...: SSH after ..., agent-mcp after ...\" line; stdout: %q", res.Line, tail(res.Stdout, 3))
+		return t, fmt.Errorf("`%s` did not print its \"... VM ...: SSH after ..., agent-mcp after ...\" line; stdout: %q", res.Line, tail(res.Stdout, 3))
 	}
 	health, err := time.ParseDuration(m[2])
 	if err != nil {
 		return t, fmt.Errorf("reading start's agent-mcp time %q: %w", m[2], err)
 	}
-	t.HealthLaunch, t.Accel, t.Share = health.Seconds(), m[3], m[4]
+	t.HealthLaunch, t.Accel, t.Share, t.Said = health.Seconds(), m[3], m[4], strings.TrimSpace(m[0])
 	sc := bufio.NewScanner(strings.NewReader(res.Stderr))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {

@@ -37,12 +37,19 @@ type lab struct {
 	treeFiles int
 	// canBoot is why VMs cannot boot here, "" when they can.
 	canBoot string
+	// newBranches are the new branches' first boots so far (P1 makes
+	// some; P1' reads them rather than booting more).
+	newBranches []newBranch
+	// templates are the templates the lab built (P1'), removed at cleanup:
+	// they live in the user's cache, not in the lab's directory.
+	templates []string
 }
 
 // labVM is a VM the lab created, and what the lab knows of it.
 type labVM struct {
 	name    string
-	booted  bool // it has had its first boot (cloud-init ran)
+	create  float64 // seconds its `create` took
+	booted  bool    // it has had its first boot (cloud-init ran)
 	running bool
 	share   string   // virtiofs or 9p, while running
 	argv    []string // its QEMU command line, read from /proc at its first boot
@@ -97,6 +104,7 @@ func (l *lab) newVM(ctx context.Context, prefix string) (*labVM, error) {
 	}
 	res := l.av.run(ctx, quickTimeout, "create", "--repo", repo, "--branch", v.name, "--backend", "qemu",
 		"--cpus", vmCPUs, "--memory", vmMemory, "--port", strconv.Itoa(port))
+	v.create = res.Seconds()
 	return v, res.Err
 }
 
@@ -160,13 +168,13 @@ func portFree(port int) bool {
 	return true
 }
 
-// start boots v (prefix: see agentVM.spec) and, at its first boot, keeps
-// its QEMU command line.
-func (l *lab) start(ctx context.Context, v *labVM, prefix []string) (bootTimes, error) {
+// start boots v (prefix: see agentVM.spec; flags: more of start's flags)
+// and, at its first boot, keeps its QEMU command line.
+func (l *lab) start(ctx context.Context, v *labVM, prefix []string, flags ...string) (bootTimes, error) {
 	if err := l.waitPorts(ctx, v); err != nil {
 		return bootTimes{}, err
 	}
-	t, err := l.av.start(ctx, v.name, prefix)
+	t, err := l.av.start(ctx, v.name, prefix, flags...)
 	v.running = true // a boot that failed may leave QEMU running; stop will see
 	if err != nil {
 		return t, err
@@ -300,6 +308,16 @@ func (l *lab) running(ctx context.Context) (*labVM, error) {
 	return v, l.settle(ctx, v)
 }
 
+// runningStatus is running's VM and its `status --json`.
+func (l *lab) runningStatus(ctx context.Context) (*labVM, *blackbox.Status, error) {
+	v, err := l.running(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := l.av.status(ctx, v.name)
+	return v, st, err
+}
+
 // settle waits until the guest's boot has finished (systemd has run every
 // start-up job), so a measurement does not compete with it.
 func (l *lab) settle(ctx context.Context, v *labVM) error {
@@ -343,6 +361,11 @@ func (l *lab) cleanup(ctx context.Context) error {
 					problems = append(problems, res.Err)
 				}
 			}
+		}
+	}
+	for _, t := range l.templates {
+		if res := l.av.run(ctx, quickTimeout, "template", "rm", t); res.Err != nil {
+			problems = append(problems, res.Err)
 		}
 	}
 	for _, p := range blackbox.Processes() {

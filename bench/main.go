@@ -5,9 +5,21 @@
 // Run it from a checkout of agent-vm, on a Linux host with QEMU and the
 // base image (`agent-vm image build`):
 //
-//	go run ./bench                 # everything, about 35 minutes under TCG on 2 cores
+//	go run ./bench                 # everything, about 45 minutes under TCG on 2 cores
 //	go run ./bench -only 'P4|P5'   # a few figures (regexp on the figure ids)
 //	go run ./bench -no-boot        # only what needs no VM boot (P4, P5, MCP)
+//
+// Issue 16's figures (speed) in one run, for the README's performance
+// section: P1' (a new branch's create + start, cold and from a template
+// it builds and removes at the end), P2 (suspend and resume),
+// P3 (exec, with its floor), P6 (workspace I/O, P6b included) and P7
+// (several VMs at once), with P1 (boots), whose new branches P1' reuses:
+//
+//	go run ./bench -only 'P1|P2|P3|P6|P7'
+//
+// or, for P1', P2 and P3 alone (P1' then boots new branches of its own):
+//
+//	go run ./bench -only "P1'|P2|P3"
 //
 // It builds agent-vm from the checkout (CGO_ENABLED=0) and drives it only
 // through its command line, in a temp state directory it removes at the

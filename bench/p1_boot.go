@@ -22,7 +22,9 @@ func figureSpecs() []figureSpec {
 		{ID: "P5", Title: "list with many records, and create", Run: runP5},
 		{ID: "MCP", Title: "MCP proxy: added latency per request and 50 sessions", Run: runMCP},
 		{ID: "P1", Title: "start to SSH-ready and health-ready, against a bare QEMU boot of the same guest", Boots: true, Run: runP1},
+		{ID: "P1'", Title: "a new branch's VM: create + start to SSH-ready, against a bare QEMU first boot of the same guest", Boots: true, Run: runP1New},
 		{ID: "P8", Title: "overlay size after the first boot, against the base image", Boots: true, Run: runP8},
+		{ID: "P2", Title: "suspend and resume of a running VM, against a cold boot of the same VM", Boots: true, Run: runP2},
 		{ID: "P3", Title: "exec round trip, against OpenSSH", Boots: true, Run: runP3},
 		{ID: "P4", Title: "status --json", Run: runP4},
 		{ID: "P6", Title: "workspace throughput (virtiofs, 9p) against the guest's own disk", Boots: true, Run: runP6},
@@ -57,27 +59,28 @@ func (s *p1Samples) rows(kind string) []*Row {
 // runP1 boots, per round, a new VM with agent-vm and its guest bare, then
 // both again: A(first) B(first) B(later) A(later). The bare boot needs the
 // seed agent-vm writes at start, so A goes first; the later boots run in
-// the opposite order, so drift over the round hits both alike.
+// the opposite order, so drift over the round hits both alike. Each
+// round's first boot is also a sample of P1' (l.newBranches).
 func runP1(ctx context.Context, l *lab, f *Figure) error {
 	if err := l.stopAll(ctx); err != nil {
 		return err
 	}
 	var first, later p1Samples
 	for r := 1; r <= l.cfg.Rounds; r++ {
-		v, err := l.newVM(ctx, "p1")
+		nb, b, err := newBranchRound(ctx, l, f, "p1", r)
 		if err != nil {
 			return err
 		}
-		a1, a2, b1, b2, err := p1Round(ctx, l, f, v, r)
+		b2, a2, err := p1Later(ctx, l, f, nb.vm, b, r)
 		if err != nil {
 			return err
 		}
-		first.add(a1, b1)
+		first.add(nb.start, nb.bare)
 		later.add(a2, b2)
 		l.log.Printf("P1 round %d: first boot: agent-vm SSH %.1fs healthy %.1fs, bare SSH %.1fs; later boot: agent-vm SSH %.1fs healthy %.1fs, bare SSH %.1fs",
-			r, a1.SSHWall, a1.Wall, b1, a2.SSHWall, a2.Wall, b2)
+			r, nb.start.SSHWall, nb.start.Wall, nb.bare, a2.SSHWall, a2.Wall, b2)
 		if r < l.cfg.Rounds {
-			if err := l.stop(ctx, v); err != nil {
+			if err := l.stop(ctx, nb.vm); err != nil {
 				return err
 			}
 		}
@@ -90,39 +93,69 @@ func runP1(ctx context.Context, l *lab, f *Figure) error {
 	return nil
 }
 
-// p1Round is one round on the new VM v. A failed bare boot is a NaN
-// sample and an error of the figure; a failed agent-vm start ends it.
-func p1Round(ctx context.Context, l *lab, f *Figure, v *labVM, r int) (a1, a2 bootTimes, b1, b2 float64, err error) {
-	step := func(what string) { l.log.Printf("P1 round %d/%d: %s", r, l.cfg.Rounds, what) }
+// newBranch is a new branch's VM made and booted for the first time
+// (`create` + `start`), and its guest's first boot by QEMU alone.
+type newBranch struct {
+	vm     *labVM
+	create float64 // seconds `create` took
+	start  bootTimes
+	bare   float64 // the bare first boot to SSH-ready; NaN if it failed
+}
+
+// newBranchRound creates a VM and starts it (A), stops it and boots its
+// guest bare from a copy of its seed (B): the first boots of a round of
+// P1 and of P1'. It returns the bare VM for the round's later boot. A
+// failed bare boot is a NaN sample and an error of the figure; a failed
+// agent-vm step ends it.
+func newBranchRound(ctx context.Context, l *lab, f *Figure, prefix string, r int) (newBranch, *bareVM, error) {
+	step := func(what string) { l.log.Printf("%s round %d/%d: %s", f.ID, r, l.cfg.Rounds, what) }
+	var nb newBranch
+	v, err := l.newVM(ctx, prefix)
+	nb.vm, nb.create = v, v.create
+	if err != nil {
+		return nb, nil, err
+	}
 	step("agent-vm start " + v.name + " (first boot)")
-	if a1, err = l.start(ctx, v, nil); err != nil {
-		return
+	if nb.start, err = l.start(ctx, v, nil); err != nil {
+		return nb, nil, err
 	}
 	st, err := l.av.status(ctx, v.name)
 	if err != nil {
-		return
+		return nb, nil, err
 	}
 	if err = l.stop(ctx, v); err != nil {
-		return
+		return nb, nil, err
 	}
-	b, err := l.newBare(ctx, v, st, filepath.Join(l.dir, fmt.Sprintf("bare-%d", r)))
+	b, err := l.newBare(ctx, v, st, filepath.Join(l.dir, fmt.Sprintf("bare-%s-%d", prefix, r)))
 	if err != nil {
-		return
+		return nb, nil, err
 	}
-	bare := func(kind string) float64 {
-		step("bare QEMU (" + kind + " boot)")
-		t, err1 := l.bootBare(ctx, b)
-		err2 := l.shutdown(ctx, b)
-		if err := firstErr(err1, err2); err != nil {
-			f.Errors = append(f.Errors, fmt.Sprintf("round %d, bare %s boot: %v", r, kind, err))
-			return math.NaN()
-		}
-		return t
+	step("bare QEMU (first boot)")
+	nb.bare = l.bareBoot(ctx, f, b, fmt.Sprintf("round %d, bare first boot", r))
+	l.newBranches = append(l.newBranches, nb)
+	return nb, b, nil
+}
+
+// p1Later is a round's later boots: the bare guest again (B), then the
+// VM (A).
+func p1Later(ctx context.Context, l *lab, f *Figure, v *labVM, b *bareVM, r int) (bare float64, a bootTimes, err error) {
+	l.log.Printf("P1 round %d/%d: bare QEMU (later boot)", r, l.cfg.Rounds)
+	bare = l.bareBoot(ctx, f, b, fmt.Sprintf("round %d, bare later boot", r))
+	l.log.Printf("P1 round %d/%d: agent-vm start %s (later boot)", r, l.cfg.Rounds, v.name)
+	a, err = l.start(ctx, v, nil)
+	return bare, a, err
+}
+
+// bareBoot boots b to SSH-ready and shuts it down; a failure is a NaN
+// sample and an error of f.
+func (l *lab) bareBoot(ctx context.Context, f *Figure, b *bareVM, what string) float64 {
+	t, err1 := l.bootBare(ctx, b)
+	err2 := l.shutdown(ctx, b)
+	if err := firstErr(err1, err2); err != nil {
+		f.Errors = append(f.Errors, fmt.Sprintf("%s: %v", what, err))
+		return math.NaN()
 	}
-	b1, b2 = bare("first"), bare("later")
-	step("agent-vm start " + v.name + " (later boot)")
-	a2, err = l.start(ctx, v, nil)
-	return
+	return t
 }
 
 func firstErr(errs ...error) error {

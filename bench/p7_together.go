@@ -4,20 +4,43 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 )
 
 // p7Groups are how many VMs start at once, in order: one alone before and
-// after the groups is the reference, so drift over the figure shows.
-func p7Groups() []int { return []int{1, 2, 3, 1} }
+// after the groups is the reference, so drift over the figure shows. The
+// environment variable BENCH_P7_GROUPS replaces the groups between the two
+// single boots, e.g. BENCH_P7_GROUPS=3,6 (each VM has its first boot
+// beforehand, as many at once as the largest group).
+func p7Groups() ([]int, error) {
+	groups := []int{1}
+	env := strings.TrimSpace(os.Getenv("BENCH_P7_GROUPS"))
+	if env == "" {
+		env = "2,3"
+	}
+	for _, s := range strings.Split(env, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || k < 2 || k > 16 {
+			return nil, fmt.Errorf("BENCH_P7_GROUPS=%q: %q is not a number of VMs from 2 to 16 (hint: e.g. BENCH_P7_GROUPS=2,3,6)", env, s)
+		}
+		groups = append(groups, k)
+	}
+	return append(groups, 1), nil
+}
 
 // runP7 starts 1, 2, 3, then 1 provisioned VMs at once (later boots, so
 // cloud-init's first-boot work is not in it) and times until all are
 // healthy, i.e. until the slowest `start` returns.
 func runP7(ctx context.Context, l *lab, f *Figure) error {
+	groups, err := p7Groups()
+	if err != nil {
+		return err
+	}
 	most := 0
-	for _, k := range p7Groups() {
+	for _, k := range groups {
 		most = max(most, k)
 	}
 	vms, err := l.provisioned(ctx, most)
@@ -25,8 +48,9 @@ func runP7(ctx context.Context, l *lab, f *Figure) error {
 		return err
 	}
 	all := map[int][]float64{}
-	var rss, guestMiB []float64
-	for _, k := range p7Groups() {
+	var rss, guestMiB, dropped []float64
+	var parts []string
+	for _, k := range groups {
 		group := vms[:k]
 		l.log.Printf("P7: starting %d VM(s) at once", k)
 		times, err := l.startTogether(ctx, group)
@@ -44,11 +68,24 @@ func runP7(ctx context.Context, l *lab, f *Figure) error {
 			f.Notes = append(f.Notes, fmt.Sprintf("%d at once: all healthy after %.1f s (each start: %s)", k, slowest, strings.Join(each, ", ")))
 		}
 		if k == most && err == nil {
+			pids := map[*labVM]int{}
 			for _, v := range group {
 				if st, err := l.av.status(ctx, v.name); err == nil && st.Pid > 0 {
+					pids[v] = st.Pid
 					rss = append(rss, rssMiB(st.Pid))
+					anon, shmem := rssParts(st.Pid)
+					parts = append(parts, fmt.Sprintf("%.0f MiB (QEMU's own: %.0f, guest RAM: %.0f)", rss[len(rss)-1], anon, shmem))
 					guestMiB = append(guestMiB, float64(st.Resources.MemoryMiB))
 				}
+			}
+			// What the guests can give back: each drops its page cache;
+			// with free page reporting the freed pages leave QEMU.
+			for v, pid := range pids {
+				if res := l.av.run(ctx, quickTimeout, "exec", v.name, "--", "sh", "-c", "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches >/dev/null; sleep 10"); res.Err != nil {
+					f.Errors = append(f.Errors, fmt.Sprintf("dropping the guest's caches in %s: %v", v.name, res.Err))
+					continue
+				}
+				dropped = append(dropped, rssMiB(pid))
 			}
 		}
 		if err := l.stopAll(ctx); err != nil {
@@ -56,7 +93,7 @@ func runP7(ctx context.Context, l *lab, f *Figure) error {
 		}
 	}
 	alone := all[1]
-	for _, k := range p7Groups() {
+	for _, k := range groups {
 		if k == 1 || f.hasRow(fmt.Sprintf("P7.%d", k)) {
 			continue
 		}
@@ -69,6 +106,13 @@ func runP7(ctx context.Context, l *lab, f *Figure) error {
 	}
 	f.Rows = append(f.Rows, newRow("P7.rss", fmt.Sprintf("QEMU resident memory per VM with %d running", most), "MiB",
 		series("QEMU RSS", rss), ref("guest memory (-m)", guestMiB), true))
+	if len(dropped) == len(rss) {
+		f.Rows = append(f.Rows, newRow("P7.rss.dropped", "QEMU resident memory per VM after each guest dropped its page cache (10 s later)", "MiB",
+			series("QEMU RSS", dropped), ref("guest memory (-m)", guestMiB), true))
+	}
+	if len(parts) > 0 {
+		f.Notes = append(f.Notes, fmt.Sprintf("QEMU RSS of the %d VMs (QEMU's own anonymous memory, mostly TCG's translation cache; guest RAM it has touched, the shared memfd): %s.", most, strings.Join(parts, "; ")))
+	}
 	f.Notes = append(f.Notes, "A ratio close to the number of VMs means starting them together gains nothing over one after the other: the boots are CPU-bound under TCG and share the cores. It stops scaling where the ratio grows as fast as the count.")
 	return nil
 }
@@ -80,4 +124,15 @@ func (f *Figure) hasRow(id string) bool {
 		}
 	}
 	return false
+}
+
+// rssParts are a process's anonymous and shared resident memory in MiB:
+// for QEMU, its own (TCG's translation cache, its heap) and the guest RAM
+// it has touched (a shared memfd when the workspace is over virtiofs).
+func rssParts(pid int) (anon, shmem float64) {
+	read := func(field string) float64 {
+		kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(procField("/proc/"+strconv.Itoa(pid)+"/status", field), " kB")))
+		return float64(kb) / 1024
+	}
+	return read("RssAnon"), read("RssShmem")
 }

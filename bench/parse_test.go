@@ -35,13 +35,33 @@ func TestParseStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := bootTimes{Wall: 158, SSHWall: 150.376185, SSHLaunch: 150.092984854, HealthLaunch: 158, Share: "virtiofs", Accel: "tcg"}
+	want := bootTimes{Wall: 158, SSHWall: 150.376185, SSHLaunch: 150.092984854, HealthLaunch: 158, Share: "virtiofs", Accel: "tcg",
+		Said: "started VM x (branch x): SSH after 2m30s, agent-mcp after 2m38s (tcg, workspace over virtiofs)"}
 	if math.Abs(got.SSHWall-want.SSHWall) > 1e-6 || math.Abs(got.SSHLaunch-want.SSHLaunch) > 1e-9 {
 		t.Errorf("SSH times = %v (wall) %v (launch), want %v %v", got.SSHWall, got.SSHLaunch, want.SSHWall, want.SSHLaunch)
 	}
 	got.SSHWall, got.SSHLaunch = want.SSHWall, want.SSHLaunch
 	if got != want {
 		t.Errorf("parseStart = %+v, want %+v", got, want)
+	}
+}
+
+// A resume prints its own summary line (no accelerator) and the same
+// debug log.
+func TestParseResume(t *testing.T) {
+	began := time.Date(2026, 11, 23, 19, 0, 0, 0, time.UTC)
+	res := cmdResult{Line: "agent-vm resume x", Start: began, End: began.Add(5 * time.Second),
+		Stdout: "resumed VM x (branch x) from its saved state: SSH after 2.3s, agent-mcp after 4.1s (workspace over virtiofs)\n  shell: agent-vm shell x\n",
+		Stderr: `{"@level":"debug","@message":"ssh ready","@module":"agent-vm","@timestamp":"2026-11-23T19:00:02.500000Z","after":2300000000}` + "\n"}
+	got, err := parseStart(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Wall != 5 || math.Abs(got.SSHWall-2.5) > 1e-6 || got.SSHLaunch != 2.3 || got.HealthLaunch != 4.1 || got.Accel != "" || got.Share != "virtiofs" {
+		t.Errorf("parseStart of a resume = %+v", got)
+	}
+	if bootPath(got.Said) != "cold first boot" || bootPath("started VM x (branch x) from the template: SSH after 3s") != "from the saved template" {
+		t.Errorf("bootPath misreads %q", got.Said)
 	}
 }
 

@@ -125,6 +125,8 @@ func TestBootFiguresRun(t *testing.T) {
 	p3 := figure(t, res, "P3")
 	blackbox.Need(t, p3.Skipped == "", "VMs cannot boot here: "+p3.Skipped)
 	checkRow(t, p3, "P3.exec", 2)
+	checkRow(t, p3, "P3.floor", 2)
+	checkRow(t, p3, "P3.over-floor", 2)
 	checkRow(t, figure(t, res, "P4"), "P4.running", 2)
 	if res.Machine.Accel == "" || res.Machine.QEMU == "" || res.Machine.Image.Name == "" {
 		t.Errorf("machine %+v: want accel, QEMU and image recorded", res.Machine)

@@ -6,6 +6,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -56,6 +57,10 @@ type Backend interface {
 	Prepare(ctx context.Context, l state.Layout, r *state.Record, o PrepareOptions) (*Plan, error)
 }
 
+// ErrTemplateMismatch is a template (PrepareOptions.Template) that the
+// VM cannot start from: the backend says why, and nothing was made.
+var ErrTemplateMismatch = errors.New("the template does not fit this VM")
+
 // Plan is how a backend wants its VM booted.
 type Plan struct {
 	// Boot is the plan of the driver the backend names (qemu.Boot for
@@ -71,6 +76,21 @@ type Plan struct {
 	// guest's own setup to finish and makes it durable, so a VM killed
 	// right after start (SIGKILL, host crash) still boots. "" for none.
 	Settle string
+	// Clone is set when the VM's disk was made now on a template's
+	// (PrepareOptions.Template): the VM is to start from the template's
+	// saved state (driver.Clone), then become itself by these scripts.
+	Clone *Clone
+}
+
+// Clone is what makes a guest restored from a template one VM, as root
+// shell scripts run over SSH (see internal/cloudinit's clone.go). They
+// hold secrets (the host key): never log them.
+type Clone struct {
+	// Personalize runs before the workspace is attached, logged in with
+	// the template's key; afterwards only the VM's keys work.
+	Personalize string
+	// FirstRun runs once the workspace is mounted.
+	FirstRun string
 }
 
 // Check is one thing doctor looked at.
@@ -118,6 +138,10 @@ type PrepareOptions struct {
 	// bundle: the host's added ones, unless the VM was created with
 	// --no-host-ca.
 	CACerts []string
+	// Template is the disk of a template (a saved machine) that a VM's
+	// first disk is to be made on, for a VM that starts from it; "" for
+	// none. A backend that has made the VM's disk before ignores it.
+	Template string
 }
 
 // Reporter receives progress while a long step runs: the phase, the time it

@@ -37,6 +37,8 @@ func TestAgentSessionRefusals(t *testing.T) {
 		{"", []string{"attach", "main", "s", "extra"}, 2, "attach takes at most BRANCH and SESSION"},
 		{"", []string{"attach", "nope"}, 1, "agent-vm list"},
 		{"", []string{"attach", "main"}, 1, "is stopped (hint: `agent-vm start main` starts it)"},
+		{"", []string{"exec", "main", "--", "true"}, 1, "is stopped (hint: `agent-vm start main` starts it)"},
+		{"", []string{"shell", "main"}, 1, "is stopped (hint: `agent-vm start main` starts it)"},
 		{"", []string{"sessions", "main"}, 1, "is stopped"},
 		{"", []string{"sessions", "main", "--json"}, 1, "is stopped"},
 		{"", []string{"sessions", "rm", "main"}, 2, "sessions rm needs BRANCH and SESSION"},

@@ -35,6 +35,7 @@ func commands(stdio IO) []*cli.Command {
 		exposeCommand(stdio),
 		netCommand(stdio),
 		imageCommand(stdio),
+		templateCommand(stdio),
 		setupCommand(stdio),
 		doctorCommand(stdio),
 		mcpCommand(stdio),

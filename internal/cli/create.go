@@ -81,6 +81,7 @@ func createFlags() []cli.Flag {
 		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
 		&cli.StringFlag{Name: "box", Usage: "a Vagrant box, e.g. debian/bookworm64 (vagrant backend; default: agent-vm's own box)"},
 		&cli.StringFlag{Name: "vagrantfile", Value: "auto", Usage: "vagrant backend: auto runs the repository's own Vagrantfile as is when it has one at its root (without agent-mcp, the pinned host key, port choice, the /workspace share or network containment), else agent-vm's; repo insists on the repository's; generate always uses agent-vm's own"},
+		workspaceCacheFlag("saved in the VM's record (start --workspace-cache changes it)"),
 	}
 }
 
@@ -91,6 +92,7 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Vagrantfile: cliCtx.String("vagrantfile"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
 		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),
+		WorkspaceCache: cliCtx.String("workspace-cache"),
 	}
 	switch o.Backend {
 	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant:

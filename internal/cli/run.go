@@ -17,7 +17,14 @@ func startFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "reprovision", Usage: "run the guest's first-boot setup again (cloud-init)"},
 		&cli.StringFlag{Name: "nixpkgs", Usage: "nixos backend: the nixpkgs to build with (PATH or FLAKEREF)"},
 		&cli.BoolFlag{Name: "cold", Usage: "boot a suspended VM afresh, discarding its saved state (and the processes it held)"},
+		&cli.BoolFlag{Name: "no-template", Usage: "boot a new VM cold even when a template fits it (agent-vm template)"},
+		workspaceCacheFlag("from this start on"),
 	}
+}
+
+// workspaceCacheFlag is create's and start's --workspace-cache.
+func workspaceCacheFlag(when string) cli.Flag {
+	return &cli.StringFlag{Name: "workspace-cache", Usage: "how the guest caches the workspace (virtiofs), " + when + ": auto (default: host edits show within about a second), always (faster for many small files; host edits may not show until the guest drops its caches) or none (every access asks the host)"}
 }
 
 func startCommand(stdio IO) *cli.Command {
@@ -58,7 +65,8 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 
 func startOptions(cliCtx *cli.Context, p *progress) vm.StartOptions {
 	return vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Reprovision: cliCtx.Bool("reprovision"),
-		Nixpkgs: cliCtx.String("nixpkgs"), Cold: cliCtx.Bool("cold")}
+		Nixpkgs: cliCtx.String("nixpkgs"), Cold: cliCtx.Bool("cold"), NoTemplate: cliCtx.Bool("no-template"),
+		WorkspaceCache: cliCtx.String("workspace-cache")}
 }
 
 func printStarted(stdio IO, res *vm.StartResult) {
@@ -66,6 +74,9 @@ func printStarted(stdio IO, res *vm.StartResult) {
 	switch {
 	case res.AlreadyRunning:
 		fmt.Fprintf(stdio.Out, "VM %s (branch %s) is already running\n", i.Slug, i.Branch)
+	case res.FromTemplate:
+		fmt.Fprintf(stdio.Out, "started VM %s (branch %s) from its template: SSH after %s, agent-mcp after %s (%s, workspace over %s)\n",
+			i.Slug, i.Branch, res.SSHReady.Round(100*time.Millisecond), res.HealthReady.Round(100*time.Millisecond), i.Accel, i.Share)
 	case res.Resumed:
 		fmt.Fprintf(stdio.Out, "resumed VM %s (branch %s) from its saved state: SSH after %s, agent-mcp after %s (workspace over %s)\n",
 			i.Slug, i.Branch, res.SSHReady.Round(100*time.Millisecond), res.HealthReady.Round(100*time.Millisecond), i.Share)

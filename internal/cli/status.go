@@ -59,7 +59,11 @@ func printStatus(w io.Writer, i vm.Info) {
 		if i.AccelReason != "" {
 			fmt.Fprintf(w, " (%s)", i.AccelReason)
 		}
-		fmt.Fprintf(w, ", workspace over %s\n", i.Share)
+		fmt.Fprintf(w, ", workspace over %s", i.Share)
+		if i.Share == "virtiofs" {
+			fmt.Fprintf(w, " (cache %s)", i.ShareCache)
+		}
+		fmt.Fprintln(w)
 	}
 	agent := i.Agent.State
 	if i.Agent.Detail != "" {

@@ -117,6 +117,10 @@ type Config struct {
 	// told to use it would reach nothing). The guest then reaches the
 	// network as its provider lets it, uncontained.
 	Direct bool
+	// Template renders a template's seed (see clone.go): the guest
+	// contract without the VM's own first-boot work (no guidance notes,
+	// agent CLI or repository provisioning), which its clones do.
+	Template bool
 }
 
 // HostKey is an ed25519 SSH host key pair, as ssh-keygen writes it. The

@@ -185,10 +185,7 @@ func renderUserData(c Config) ([]byte, error) {
 		CACerts:        trusted(c.CACerts),
 		Runcmd: slices.Concat([][]string{
 			append([]string{libDir + "/ensure-packages"}, AgentPackages()...),
-		}, npmInstall(c), guidanceOwner(c), [][]string{
-			// The repository's packages and .agent-vm/provision.sh, once
-			// per disk; how it ended is in guest.ProvisionStatus.
-			provisionCommand(c),
+		}, vmRuncmd(c), [][]string{
 			// Idempotent; covers a bootcmd that could not start them.
 			append([]string{"systemctl", "enable", "--now", "--no-block"}, units...),
 			// Later boots skip cloud-init (~20 s under TCG); see the package
@@ -196,7 +193,22 @@ func renderUserData(c Config) ([]byte, error) {
 			{"touch", cloudInitDisabledFile},
 		}),
 	}
+	if c.Template {
+		ud.WriteFiles = files
+	}
 	return marshal(ud)
+}
+
+// vmRuncmd are the first boot's commands that belong to one VM (none for
+// a template, whose clones run them as FirstRun): the agent CLI, the
+// guidance notes' owner, and the repository's packages and
+// .agent-vm/provision.sh, once per disk (how it ended is in
+// guest.ProvisionStatus).
+func vmRuncmd(c Config) [][]string {
+	if c.Template {
+		return nil
+	}
+	return slices.Concat(npmInstall(c), guidanceOwner(c), [][]string{provisionCommand(c)})
 }
 
 // guestFiles lists the files the first boot writes.

@@ -7,6 +7,7 @@ package debian
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,6 +68,9 @@ type Settings struct {
 	// Provision counts re-provisioning requests (start --reprovision); the
 	// guest's first-boot setup runs again whenever it changes.
 	Provision int `json:"provision"`
+	// Template: the VM is a template (see internal/vm's template.go),
+	// provisioned with the guest contract but nothing of one VM's.
+	Template bool `json:"template,omitempty"`
 }
 
 // Doctor implements backend.Backend: VMs boot from the base image, which
@@ -183,6 +187,9 @@ type DiskInfo struct {
 	Kernel     string `json:"kernel,omitempty"`
 	Initrd     string `json:"initrd,omitempty"`
 	Cmdline    string `json:"cmdline,omitempty"`
+	// Template is the template disk the overlay was made on (itself an
+	// overlay on Base), when the VM's first start was from a template.
+	Template string `json:"template,omitempty"`
 }
 
 // CheckStart implements backend.Backend.
@@ -205,7 +212,12 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	if err := writeSeed(ctx, l, r, seedOf(r, s.Provision, cloudinit.DefaultMACAddress), b.Executable, o.CACerts); err != nil {
+	c, err := seedConfig(l, r, s.Provision, o.CACerts)
+	if err != nil {
+		return nil, err
+	}
+	c.Template = s.Template
+	if err := writeSeed(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}
 	d := &qemu.Direct{
@@ -219,7 +231,19 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if o.Reprovision && d.Kernel != "" {
 		d.Append = strings.TrimSpace(d.Append + " " + cloudinit.ReprovisionKernelArg)
 	}
-	return &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand}, nil
+	plan := &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand}
+	if disk.made && disk.Template != "" {
+		entropy := make([]byte, 64)
+		if _, err := rand.Read(entropy); err != nil {
+			return nil, err
+		}
+		p, err := cloudinit.Personalize(c, entropy)
+		if err != nil {
+			return nil, err
+		}
+		plan.Clone = &backend.Clone{Personalize: p, FirstRun: cloudinit.FirstRun(c)}
+	}
+	return plan, nil
 }
 
 // sectionForStart reads the backend's section S of r and, on start
@@ -235,8 +259,15 @@ func sectionForStart[S any](r *state.Record, reprovision bool, provision func(*S
 	return s, r.SetSection(s)
 }
 
-// disk returns the VM's disk, making the overlay on first start.
-func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s Settings, o backend.PrepareOptions) (*DiskInfo, error) {
+// madeDisk is the VM's disk, and whether this start made it.
+type madeDisk struct {
+	DiskInfo
+	made bool
+}
+
+// disk returns the VM's disk, making the overlay on first start: on
+// o.Template when given (which must be an overlay on the same base).
+func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s Settings, o backend.PrepareOptions) (*madeDisk, error) {
 	infoPath := filepath.Join(l.Dir, DiskInfoFile)
 	overlay := filepath.Join(l.Dir, DiskFile)
 	if raw, err := os.ReadFile(infoPath); err == nil {
@@ -247,17 +278,27 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s S
 		if _, err := os.Stat(overlay); err != nil {
 			return nil, fmt.Errorf("the VM's disk %s is missing: %w (hint: `agent-vm destroy %s` and create the VM again)", overlay, err, r.Slug)
 		}
-		if _, err := os.Stat(info.Base); err != nil {
-			return nil, fmt.Errorf("the base image %s of this VM's disk is gone (was it pruned or moved?) (hint: put it back, or destroy and recreate the VM)", info.Base)
+		for _, f := range []string{info.Base, info.Template} {
+			if _, err := os.Stat(f); f != "" && err != nil {
+				return nil, fmt.Errorf("the disk %s this VM's disk is made on is gone (was it pruned or moved?) (hint: put it back, or destroy and recreate the VM)", f)
+			}
 		}
-		return &info, nil
+		return &madeDisk{DiskInfo: info}, nil
 	}
 	info, err := b.base(ctx, s, o)
 	if err != nil {
 		return nil, err
 	}
 	o.Report.Report("creating the VM's disk", 0, "")
-	if err := image.CreateOverlay(ctx, b.Run, info.Base, info.BaseFormat, overlay, int64(r.Resources.DiskGiB)<<30); err != nil {
+	on, format := info.Base, info.BaseFormat
+	if o.Template != "" {
+		t := filepath.Join(o.Template, DiskFile)
+		if err := fitsTemplate(ctx, b.Run, t, info.Base, int64(r.Resources.DiskGiB)<<30); err != nil {
+			return nil, err
+		}
+		info.Template, on, format = t, t, "qcow2"
+	}
+	if err := image.CreateOverlay(ctx, b.Run, on, format, overlay, int64(r.Resources.DiskGiB)<<30); err != nil {
 		return nil, err
 	}
 	if err := image.MarkUsed(info.Base, overlay); err != nil {
@@ -269,7 +310,23 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s S
 		os.Remove(overlay)
 		return nil, err
 	}
-	return info, nil
+	return &madeDisk{DiskInfo: *info, made: true}, nil
+}
+
+// fitsTemplate checks that a template's disk is an overlay on the base
+// this VM would boot, of the VM's size (the restored guest knows its
+// disk's size).
+func fitsTemplate(ctx context.Context, run execx.Runner, disk, base string, size int64) error {
+	d, err := image.Inspect(ctx, run, disk)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: its disk: %v", backend.ErrTemplateMismatch, err)
+	case d.BackingFile != base:
+		return fmt.Errorf("%w: it was made on the base image %s, and this VM boots %s (hint: `agent-vm template rm` and build it again)", backend.ErrTemplateMismatch, d.BackingFile, base)
+	case d.VirtualSize != size:
+		return fmt.Errorf("%w: its disk has %d bytes, this VM's %d", backend.ErrTemplateMismatch, d.VirtualSize, size)
+	}
+	return nil
 }
 
 // base picks the base image: --image, else the default built image, built
@@ -296,47 +353,27 @@ func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions
 	return &DiskInfo{Base: img.Disk, BaseFormat: img.Format, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}, nil
 }
 
-// seed is what a VM's seed is made of besides its files: the instance-id
-// (the VM's id and its provisioning count) and the NIC's MAC.
-type seed struct {
-	instanceID string
-	mac        string
-	direct     bool // no egress proxy (cloudinit.Config.Direct)
-}
-
-func seedOf(r *state.Record, provision int, mac string) seed {
-	return seed{instanceID: fmt.Sprintf("%s-%d", r.ID, provision), mac: mac}
-}
-
-// writeSeed renders the VM's cloud-init seed and writes it with the agent-vm
-// binary the guest installs.
-func writeSeed(ctx context.Context, l state.Layout, r *state.Record, sd seed, executable func() (string, error), caCerts []string) error {
+// seedConfig is what a VM's cloud-init seed says at its provision'th
+// provisioning (the instance-id is the VM's id and that count).
+func seedConfig(l state.Layout, r *state.Record, provision int, caCerts []string) (cloudinit.Config, error) {
 	pub, err := os.ReadFile(l.ClientPubKey())
 	if err != nil {
-		return fmt.Errorf("reading the VM's client key: %w", err)
+		return cloudinit.Config{}, fmt.Errorf("reading the VM's client key: %w", err)
 	}
 	hostPriv, err := os.ReadFile(l.HostKey())
 	if err != nil {
-		return fmt.Errorf("reading the VM's host key: %w", err)
+		return cloudinit.Config{}, fmt.Errorf("reading the VM's host key: %w", err)
 	}
 	hostPub, err := os.ReadFile(l.HostPubKey())
 	if err != nil {
-		return fmt.Errorf("reading the VM's host key: %w", err)
+		return cloudinit.Config{}, fmt.Errorf("reading the VM's host key: %w", err)
 	}
 	var mcpConfig []byte
 	if b, err := os.ReadFile(filepath.Join(l.Dir, MCPConfig)); err == nil {
 		mcpConfig = b
 	}
-	exe, err := executable()
-	if err != nil {
-		return fmt.Errorf("finding the agent-vm binary for the guest: %w", err)
-	}
-	if p, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = p
-	}
-	c := cloudinit.Config{
-		InstanceID:     sd.instanceID,
-		MACAddress:     sd.mac,
+	return cloudinit.Config{
+		InstanceID:     fmt.Sprintf("%s-%d", r.ID, provision),
 		Hostname:       r.Slug,
 		UID:            r.Guest.UID,
 		GID:            r.Guest.GID,
@@ -344,11 +381,22 @@ func writeSeed(ctx context.Context, l state.Layout, r *state.Record, sd seed, ex
 		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
 		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 		CACerts:        caCerts,
-		Direct:         sd.direct,
 		NPMPackages:    agentPackages(r.Agent),
 		ExtraPackages:  r.AllPackages(),
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
+	}, nil
+}
+
+// writeSeed writes the VM's cloud-init seed with the agent-vm binary the
+// guest installs.
+func writeSeed(ctx context.Context, l state.Layout, r *state.Record, c cloudinit.Config, executable func() (string, error)) error {
+	exe, err := executable()
+	if err != nil {
+		return fmt.Errorf("finding the agent-vm binary for the guest: %w", err)
+	}
+	if p, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = p
 	}
 	return cloudinit.WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, cloudinit.SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
 }
@@ -358,7 +406,8 @@ func writeSeed(ctx context.Context, l state.Layout, r *state.Record, sd seed, ex
 func (b *Backend) Release(state.Layout) error { return nil }
 
 // ImagesInUse implements backend.Backend: the base image the VM's disk was
-// made on (none before its first start).
+// made on and the template's disk between them, if any (none before its
+// first start).
 func (b *Backend) ImagesInUse(l state.Layout) []string {
 	raw, err := os.ReadFile(filepath.Join(l.Dir, DiskInfoFile))
 	if err != nil {
@@ -367,6 +416,9 @@ func (b *Backend) ImagesInUse(l state.Layout) []string {
 	var info DiskInfo
 	if json.Unmarshal(raw, &info) != nil || info.Base == "" {
 		return nil
+	}
+	if info.Template != "" {
+		return []string{info.Base, info.Template}
 	}
 	return []string{info.Base}
 }

@@ -216,9 +216,13 @@ func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.R
 	if s.Vagrantfile != "" {
 		return b.prepareUser(r, l, s, o)
 	}
-	sd := seedOf(r, s.Provision, MACOf(r.ID))
-	sd.direct = true // the vagrant driver does not contain the network: no proxy door
-	if err := writeSeed(ctx, l, r, sd, b.Executable, o.CACerts); err != nil {
+	c, err := seedConfig(l, r, s.Provision, o.CACerts)
+	if err != nil {
+		return nil, err
+	}
+	c.MACAddress = MACOf(r.ID)
+	c.Direct = true // the vagrant driver does not contain the network: no proxy door
+	if err := writeSeed(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}
 	boot := b.boot(l, r, s)

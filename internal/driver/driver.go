@@ -106,6 +106,12 @@ type Driver interface {
 	Stop(ctx context.Context, m Machine, grace time.Duration) error
 	Suspend(ctx context.Context, m Machine, g GuestHooks) error
 	Resume(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
+	// Clone starts m, which never ran, from the saved state of from (a
+	// template: a machine Suspend saved), with m's own disks, share and
+	// plumbing; the caller gives the guest its own identity. A template
+	// that does not fit m (another QEMU, another machine shape, a changed
+	// disk) is ErrStaleState, before anything starts.
+	Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine) (*Launch, error)
 	Adopt(ctx context.Context, m Machine) Machine
 	Destroy(ctx context.Context, m Machine) error
 

@@ -1,6 +1,9 @@
 package driver
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Machine is what a driver needs to know about one machine.
 type Machine struct {
@@ -59,6 +62,46 @@ type Share struct {
 	// same ids): what the guest creates there must belong to them. 0 when
 	// unknown (a machine whose record is lost).
 	UID, GID int
+	// Cache is how the guest caches the share (ShareCache*); "" is
+	// DefaultShareCache. virtiofs only: 9p has its own fixed options.
+	Cache string
+}
+
+// Share cache modes: virtiofsd's --cache / -o cache=. They trade how soon
+// the guest sees the host's changes to the workspace for how often the
+// guest asks the host (package qemu's doc has the figures).
+const (
+	// ShareCacheNone: the guest caches nothing; every stat and read goes
+	// to the host, so the host's changes show at once. Slowest for many
+	// small files, and files cannot be mmapped shared (FUSE direct I/O).
+	ShareCacheNone = "none"
+	// ShareCacheAuto: the guest trusts names and attributes for a second
+	// and keeps a file's pages while its size and mtime are unchanged when
+	// it is opened again: the host's changes show within about a second.
+	ShareCacheAuto = "auto"
+	// ShareCacheAlways: the guest trusts what it has read for a day: the
+	// fastest, but a change made on the host (an edit, a new, deleted or
+	// renamed file) may not show until the guest drops its caches.
+	ShareCacheAlways = "always"
+	// DefaultShareCache is the mode of a VM that does not choose.
+	DefaultShareCache = ShareCacheAuto
+)
+
+// CheckShareCache refuses a cache mode that is not one of ShareCache*.
+func CheckShareCache(mode string) error {
+	switch mode {
+	case ShareCacheNone, ShareCacheAuto, ShareCacheAlways:
+		return nil
+	}
+	return fmt.Errorf("workspace cache mode %q is not one of none, auto, always (hint: auto, the default, shows host edits within about a second; always is faster and may not show them until the guest drops its caches)", mode)
+}
+
+// CacheMode is the share's cache mode, DefaultShareCache when unset.
+func (s Share) CacheMode() string {
+	if s.Cache == "" {
+		return DefaultShareCache
+	}
+	return s.Cache
 }
 
 // Forward forwards 127.0.0.1:Host on the host to Guest in the guest.

@@ -56,6 +56,43 @@ func (g *Git) Toplevel(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
+// Where returns the root of the git checkout that contains dir and its
+// RepoID, with one git run (Toplevel and RepoID run git once each).
+func (g *Git) Where(ctx context.Context, dir string) (top, repoID string, err error) {
+	out, err := g.git(ctx, dir, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
+	top, common, ok := strings.Cut(out, "\n")
+	if err != nil || !ok {
+		return "", "", fmt.Errorf("%s is not inside a git repository: %w", dir, errors.Join(err, errors.New("git printed no common dir")))
+	}
+	if real, err := filepath.EvalSymlinks(common); err == nil {
+		common = real
+	}
+	return top, common, nil
+}
+
+// MaybeInside reports whether dir could be inside a git checkout: dir or a
+// parent has a .git entry (a directory, or the file of a worktree), or
+// GIT_DIR names one. When it is false, git finds no checkout there either
+// (its discovery looks for the same entries, and GIT_CEILING_DIRECTORIES
+// and filesystem boundaries only stop it earlier), so callers need not run
+// git to learn that. getenv nil means os.Getenv.
+func MaybeInside(dir string, getenv func(string) string) bool {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if getenv("GIT_DIR") != "" {
+		return true
+	}
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return true
+		}
+		if filepath.Dir(d) == d {
+			return false
+		}
+	}
+}
+
 // RepoID names the repository that contains dir, the same for all its
 // worktrees: the absolute path of its common git directory (for a plain
 // checkout, <toplevel>/.git), with symlinks resolved.

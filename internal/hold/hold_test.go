@@ -171,7 +171,10 @@ func TestPTYAndWindowChange(t *testing.T) {
 	}
 	in, _ := sess.StdinPipe()
 	out, _ := sess.StdoutPipe()
-	if err := sess.Start(`tty >/dev/null && echo is-a-tty; stty size; read x; stty size`); err != nil {
+	// The window change is a channel request and "go" is channel data: the
+	// holder relays the two on separate paths (relay's doc), so the guest
+	// may read "go" first; it waits up to 10 s for the new size to land.
+	if err := sess.Start(`tty >/dev/null && echo is-a-tty; stty size; read x; i=0; while [ "$(stty size)" != "30 100" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; stty size`); err != nil {
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(out)

@@ -37,7 +37,11 @@ func proxyChannel(nc ssh.NewChannel, open opener) {
 // requests go across one at a time, in order, with their replies. When a
 // side closes, the other is closed once everything that side sent has
 // been passed on (so an exit-status and the last output arrive before the
-// caller's channel closes).
+// caller's channel closes). Data and requests travel on separate paths,
+// because x/crypto/ssh hands them over separately: their order relative to
+// each other is not kept (a window-change sent just before a keystroke may
+// reach the guest just after it), while data keeps its order and the
+// requests keep theirs.
 func relay(c ssh.Channel, creqs <-chan *ssh.Request, g ssh.Channel, greqs <-chan *ssh.Request) {
 	toCaller := pump(c, g)
 	toGuest := pump(g, c)

@@ -79,14 +79,33 @@ func scriptAccelArgs(accel string) []string {
 }
 
 // machineArgs sets the machine type, size and the devices every VM has.
+// vmgenid (guid=auto, a new random one in every QEMU process) tells a
+// guest that it was restored from a saved state: QEMU writes the new
+// generation ID after loading a state and notifies the guest, and Linux
+// (>= 5.18, its vmgenid driver) reseeds its RNG on it, so two machines
+// restored from one template (template.go) do not share RNG state. QEMU
+// 7.2 has it on x86 only (arm64's virt got it later).
+//
+// The balloon reports the guest's free memory (free-page-reporting): the
+// guest's kernel hands pages it freed back to QEMU in 2 MiB blocks and
+// QEMU discards them (from the shared memfd too), so memory the guest used
+// once and freed (a build, a big test run) leaves QEMU's resident memory
+// instead of staying there until the VM stops. Pages the guest keeps as
+// page cache are not free and stay. The balloon is never inflated:
+// agent-vm does not take memory from a guest.
 func machineArgs(a Arch, m Machine) []string {
-	return []string{
+	out := []string{
 		"-machine", a.Machine,
 		"-smp", strconv.Itoa(m.CPUs),
 		"-m", strconv.Itoa(m.MemoryMiB) + "M",
 		"-nodefaults", "-display", "none", "-vga", "none",
 		"-device", "virtio-rng-pci",
+		"-device", "virtio-balloon-pci,id=agentvm-balloon,free-page-reporting=on",
 	}
+	if a.Machine == "q35" {
+		out = append(out, "-device", "vmgenid,guid=auto")
+	}
+	return out
 }
 
 // sharedMemoryArgs back guest RAM with a shared memfd, which vhost-user

@@ -167,13 +167,9 @@ func (d *Driver) Suspend(ctx context.Context, m driver.Machine, g driver.GuestHo
 // Resume starts the VM from its saved state (Launcher.Resume). Any other
 // plan than the QEMU driver's is refused.
 func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
-	boot, ok := b.(Boot)
-	if !ok {
-		return nil, fmt.Errorf("internal error: the qemu driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", driverOf(b), b)
-	}
-	so := StartOptions{Accel: o.Accel, AccelReason: o.AccelReason, NoFallback: true}
-	if v, err := d.FindVirtiofsd(ctx); err == nil {
-		so.Virtiofsd = v
+	boot, so, err := d.restoreOptions(ctx, b, o)
+	if err != nil {
+		return nil, err
 	}
 	launch, err := d.Launcher.Resume(ctx, d.machine(m), boot, so)
 	if err != nil {
@@ -238,4 +234,33 @@ func (l *Launch) neutral() *driver.Launch {
 	}
 	return &driver.Launch{Pid: l.QEMUPid, SharePid: l.VirtiofsdPid, Accel: l.Accel, AccelReason: l.AccelReason,
 		Share: l.Share, StartedAt: l.StartedAt, ReadyAt: l.ReadyAt}
+}
+
+// Clone starts a machine that never ran from a template's saved state
+// (Launcher.Clone).
+func (d *Driver) Clone(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions, from driver.Machine) (*driver.Launch, error) {
+	boot, so, err := d.restoreOptions(ctx, b, o)
+	if err != nil {
+		return nil, err
+	}
+	launch, err := d.Launcher.Clone(ctx, d.machine(m), boot, so, d.machine(from))
+	if err != nil {
+		return nil, err
+	}
+	return launch.neutral(), nil
+}
+
+// restoreOptions are a Resume's or a Clone's plan and options: the share
+// is plugged in after the restore, over virtiofs when there is one, with
+// no fallback to 9p (the saved guest expects virtiofs).
+func (d *Driver) restoreOptions(ctx context.Context, b driver.Boot, o driver.StartOptions) (Boot, StartOptions, error) {
+	boot, ok := b.(Boot)
+	if !ok {
+		return Boot{}, StartOptions{}, fmt.Errorf("internal error: the qemu driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", driverOf(b), b)
+	}
+	so := StartOptions{Accel: o.Accel, AccelReason: o.AccelReason, NoFallback: true}
+	if v, err := d.FindVirtiofsd(ctx); err == nil {
+		so.Virtiofsd = v
+	}
+	return boot, so, nil
 }

@@ -53,13 +53,16 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	// process table when launch.json cannot say.
 	match := m.isQEMU()
 	pid, _ := readPid(m.runFile(PidFile))
-	if !verified(pid, match) && launch != nil {
+	ok := verified(pid, match) // each check reads the process's /proc files: once per pid
+	if !ok && launch != nil {
 		pid = launch.QEMUPid
+		ok = verified(pid, match)
 	}
-	if !verified(pid, match) && live.LaunchErr != nil {
+	if !ok && live.LaunchErr != nil {
 		pid = findProcess(match)
+		ok = verified(pid, match)
 	}
-	if !verified(pid, match) {
+	if !ok {
 		if hasSavedState(m) {
 			return suspendedLive(m, launch), nil
 		}
@@ -165,6 +168,7 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		// Nothing to stop; clear what a crash left (a crashed VM that was
 		// stopped reads as stopped from now on).
 		l.stopVirtiofsd(m, vfs, 0)
+		l.stopStrayVirtiofsds(m)
 		l.stopEgress(m)
 		if live.Launch != nil || live.LaunchErr != nil {
 			_ = l.finishStop(m, 0)
@@ -224,6 +228,16 @@ func (l *Launcher) stopVirtiofsd(m Machine, pid int, wait time.Duration) {
 	signalVerified(pid, match, syscall.SIGTERM)
 	if !waitGone(pid, match, 2*time.Second) {
 		killVerified(pid, match)
+	}
+}
+
+// stopStrayVirtiofsds ends every virtiofsd still serving this VM's socket
+// once its QEMU is gone: one a start killed before it wrote launch.json
+// left, or two at once (one still exiting when another was started for
+// the same socket), which findProcess alone would pick one of.
+func (l *Launcher) stopStrayVirtiofsds(m Machine) {
+	for _, pid := range findProcesses(isVirtiofsdFor(m.sockFile(VirtiofsdSock))) {
+		l.stopVirtiofsd(m, pid, 0)
 	}
 }
 

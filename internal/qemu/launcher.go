@@ -17,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qmp"
 )
@@ -305,6 +306,8 @@ func (l *Launcher) waitQMP(ctx context.Context, m Machine, p execx.Process) (int
 	if timeout == 0 {
 		timeout = 60 * time.Second
 	}
+	load := hostload.Read(0)
+	timeout = load.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	b := newBackoff(20*time.Millisecond, 250*time.Millisecond)
 	for {
@@ -330,7 +333,7 @@ func (l *Launcher) waitQMP(ctx context.Context, m Machine, p execx.Process) (int
 			}
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("QEMU did not open its QMP socket within %s; its log %s says: %s", timeout, m.QEMULogPath(), orNothing(driver.TailFile(m.QEMULogPath(), 5)))
+			return 0, fmt.Errorf("QEMU did not open its QMP socket within %s (the host: %s); its log %s says: %s", timeout.Round(time.Second), load, m.QEMULogPath(), orNothing(driver.TailFile(m.QEMULogPath(), 5)))
 		}
 		select {
 		case <-p.Exited():

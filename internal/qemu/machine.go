@@ -8,6 +8,45 @@
 // command line: the cloud-init backend) and Script (a program such as
 // nixpkgs' run-<name>-vm builds its own and takes the launcher's part as
 // extra arguments: the NixOS backend).
+//
+// # The workspace share and its cache
+//
+// The workspace reaches the guest over virtiofs (virtiofsd, started here)
+// or, on a host without virtiofsd, 9p. virtiofsd's cache mode
+// (driver.Share.Cache, `create/start --workspace-cache`) decides how long
+// the guest trusts what it read of the host's files, which is what small
+// files cost: every stat the guest cannot answer from its cache is a round
+// trip to virtiofsd.
+//
+//   - auto (the default): names and attributes are trusted for 1 s and a
+//     file's cached pages are dropped when it is opened again, so an edit,
+//     a new, renamed or deleted file on the host shows in the guest within
+//     about a second. `git status` in a tree the guest looked at a second
+//     ago asks the host again for every file.
+//   - always: names, attributes and pages are trusted for a day. Fastest,
+//     but an edit on the host (or a file it renames or deletes) may not
+//     show in the guest until the guest's cache drops it (memory pressure,
+//     `echo 3 > /proc/sys/vm/drop_caches`): only for workspaces the host
+//     does not touch while the VM runs.
+//   - none: nothing is cached, every access asks the host, and files are
+//     opened for direct I/O, which the guest's kernel (6.1) refuses to map
+//     shared (mmap MAP_SHARED fails: some databases and build tools break).
+//
+// What the guest writes is written through to the host in every mode (no
+// -o writeback: with it the guest keeps a file's size and mtime as its own
+// and can miss the host's truncations). QEMU 7.2's C virtiofsd runs
+// without a thread pool (--thread-pool-size=0, its default): with one, its
+// own seccomp filter kills the pool threads (sched_getaffinity, called by
+// Debian 12's GLib) and the workspace hangs in the guest.
+//
+// bench P6 measures the modes side by side (BENCH_P6_MODES; results in
+// bench/results/2026-11-23-6a896d6-p6-cache-modes.md: TCG, 2 cores, one
+// round at load 13 falling to 4, so rough): workspace time over the
+// guest's disk for untar of 5.7k files / warm `git status` was auto
+// 4.4x / 5.8x, always 3.1x / 3.2x, none 5.3x / 13.4x. always is the
+// fastest and is not the default because it does not show host edits;
+// `TestWorkspaceSeesHostEditsAndHostSeesGuests` (package vm) checks that
+// auto does.
 package qemu
 
 import (

@@ -100,20 +100,29 @@ func (m Machine) isQEMU() func(args []string) bool {
 // findProcess looks through the process table for a live process (not this
 // one) that matches, and returns its pid, or 0.
 func findProcess(match func([]string) bool) int {
+	if pids := findProcesses(match); len(pids) > 0 {
+		return pids[0]
+	}
+	return 0
+}
+
+// findProcesses lists every process, other than this one, that matches.
+func findProcesses(match func([]string) bool) []int {
 	des, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
+	var pids []int
 	for _, de := range des {
 		pid, err := strconv.Atoi(de.Name())
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
 		if verified(pid, match) {
-			return pid
+			pids = append(pids, pid)
 		}
 	}
-	return 0
+	return pids
 }
 
 // verified reports whether pid is alive and matches.

@@ -47,9 +47,9 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 	if err != nil {
 		return nil, err
 	}
-	if err := l.restore(ctx, m, s, o.Virtiofsd, launch); err != nil {
+	if err := l.restore(ctx, m, s, m.runFile(StateFile), o.Virtiofsd, launch); err != nil {
 		killVerified(launch.QEMUPid, m.isQEMU())
-		l.stopVirtiofsd(m, findProcess(isVirtiofsdFor(m.sockFile(VirtiofsdSock))), 0)
+		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
 		_ = os.Remove(m.runFile(LaunchFile))
 		return nil, fmt.Errorf("resuming %s: %w (the saved state is kept)", m.Name, err)
@@ -60,9 +60,9 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 	return launch, nil
 }
 
-// restore loads the state into the waiting QEMU, runs the guest and plugs
+// restore loads the state in stateFile into the waiting QEMU, runs the guest and plugs
 // the share in again; launch.json then says the share's virtiofsd.
-func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, v *Virtiofsd, launch *Launch) error {
+func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateFile string, v *Virtiofsd, launch *Launch) error {
 	qctx, cancel := context.WithTimeout(ctx, suspendQMPTimout)
 	c, err := qmp.Dial(qctx, m.QMPPath())
 	cancel()
@@ -73,7 +73,7 @@ func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, v *Vir
 	if c.Version != s.QEMU {
 		return fmt.Errorf("QEMU says it is %s, the state was saved by %s: %w", c.Version, s.QEMU, driver.ErrStaleState)
 	}
-	f, err := os.Open(m.runFile(StateFile))
+	f, err := os.Open(stateFile)
 	if err != nil {
 		return fmt.Errorf("opening the saved state: %w", err)
 	}

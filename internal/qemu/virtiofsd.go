@@ -50,10 +50,20 @@ func findVirtiofsd(ctx context.Context, run execx.Runner, places []string) (*Vir
 	return nil, fmt.Errorf("virtiofsd not found on PATH or in %s (hint: install it: Debian 12's package qemu-system-common has it, newer Debian/Ubuntu and Fedora package it as virtiofsd; without it the workspace is shared over 9p, which is slower for many small files)", strings.Join(places, ", "))
 }
 
-// args is virtiofsd's command line for sharing source on sock.
-func (v *Virtiofsd) args(source, sock string) []string {
+// cacheOption is the cache mode in this virtiofsd's words: the Rust one
+// calls none "never".
+func (v *Virtiofsd) cacheOption(mode string) string {
+	if v.Rust && mode == driver.ShareCacheNone {
+		return "never"
+	}
+	return mode
+}
+
+// args is virtiofsd's command line for sharing s on sock.
+func (v *Virtiofsd) args(s driver.Share, sock string) []string {
+	cache := v.cacheOption(s.CacheMode())
 	if v.Rust {
-		args := []string{"--socket-path", sock, "--shared-dir", source, "--cache", "auto"}
+		args := []string{"--socket-path", sock, "--shared-dir", s.Source, "--cache", cache}
 		if os.Geteuid() != 0 {
 			// Unprivileged: no namespace sandbox; the process's own uid
 			// owns what the guest writes.
@@ -61,7 +71,7 @@ func (v *Virtiofsd) args(source, sock string) []string {
 		}
 		return args
 	}
-	return []string{"--socket-path=" + sock, "-o", "source=" + source, "-o", "cache=auto"}
+	return []string{"--socket-path=" + sock, "-o", "source=" + s.Source, "-o", "cache=" + cache}
 }
 
 // VirtiofsdShare is one virtiofsd: the share it serves on Socket, its
@@ -86,7 +96,7 @@ func (v *Virtiofsd) Jailed(euid int, s driver.Share) bool {
 // owner, so what the guest's root does in the workspace cannot make
 // setuid, root-owned or special files on the host.
 func (l *Launcher) virtiofsdProcess(v *Virtiofsd, s VirtiofsdShare) (execx.Detached, error) {
-	d := execx.Detached{Path: v.Path, Args: v.args(s.Share.Source, s.Socket), StdoutPath: s.Log}
+	d := execx.Detached{Path: v.Path, Args: v.args(s.Share, s.Socket), StdoutPath: s.Log}
 	if !v.Jailed(l.euid(), s.Share) {
 		return d, nil
 	}
@@ -99,7 +109,7 @@ func (l *Launcher) virtiofsdProcess(v *Virtiofsd, s VirtiofsdShare) (execx.Detac
 		return d, fmt.Errorf("finding agent-vm's own binary for the virtiofsd jail: %w", err)
 	}
 	spec := sharejail.Spec{UID: s.Share.UID, GID: s.Share.GID, Source: s.Share.Source, SocketPath: s.Socket,
-		Virtiofsd: v.Path, Options: []string{"-o", "cache=auto"}}
+		Virtiofsd: v.Path, Options: []string{"-o", "cache=" + v.cacheOption(s.Share.CacheMode())}}
 	d.Path, d.Args = exe, spec.Args()
 	return d, nil
 }

@@ -67,6 +67,10 @@ type Record struct {
 	// Claude Code configuration (so the next sync removes the ones the host
 	// no longer has, and no server the guest added itself).
 	MCPSynced []string `json:"mcp_synced,omitempty"`
+	// WorkspaceCache is how the guest caches the workspace share
+	// (create/start --workspace-cache: none, auto, always; see
+	// driver.ShareCache*); "" is the default, driver.DefaultShareCache.
+	WorkspaceCache string `json:"workspace_cache,omitempty"`
 	// Settings is the backend's own section, which only that backend reads
 	// and writes (see Section and SetSection): what the user chose at create
 	// for that backend, and its own counters.

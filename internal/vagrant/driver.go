@@ -474,6 +474,12 @@ func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 	return err
 }
 
+// Clone is unsupported: templates are QEMU saved states (the Debian
+// backend's); a vagrant VM's first start is vagrant up.
+func (d *Driver) Clone(_ context.Context, m driver.Machine, _ driver.Boot, _ driver.StartOptions, _ driver.Machine) (*driver.Launch, error) {
+	return nil, fmt.Errorf("starting %s from a template: the vagrant driver boots with vagrant up: %w", m.Name, driver.ErrUnsupported)
+}
+
 // Adopt has nothing to learn: vagrant's state is in the VM's directory.
 func (d *Driver) Adopt(_ context.Context, m driver.Machine) driver.Machine { return m }
 

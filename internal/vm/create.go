@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
@@ -54,6 +55,9 @@ type CreateOptions struct {
 	// Packages are packages to install in the guest at its first boot,
 	// besides those of the repository's .agent-vm/config.toml.
 	Packages []string
+	// WorkspaceCache is how the guest caches the workspace
+	// (driver.ShareCache*); "" is the default.
+	WorkspaceCache string
 }
 
 // ErrExists means a VM for that branch already exists.
@@ -89,6 +93,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	}
 	if o.Net != "" {
 		if err := egress.CheckMode(o.Net); err != nil {
+			return nil, err
+		}
+	}
+	if o.WorkspaceCache != "" {
+		if err := driver.CheckShareCache(o.WorkspaceCache); err != nil {
 			return nil, err
 		}
 	}
@@ -298,7 +307,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		VMName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
 		Guest:     state.Guest{User: guest.User, Proxy: true}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
-		Packages: o.Packages,
+		Packages: o.Packages, WorkspaceCache: o.WorkspaceCache,
 	}
 	if o.Net != "" && o.Net != NetAllow {
 		r.Net = &state.Net{Mode: o.Net}

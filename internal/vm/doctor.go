@@ -68,6 +68,7 @@ func (m *Manager) Doctor(ctx context.Context) DoctorReport {
 	if img, err := image.Lookup(m.imageDir, image.DefaultBuildName); err == nil {
 		r.Image = img.Disk
 	}
+	add(m.templateCheck())
 	r.VMReady = slices.Contains(r.Backends, r.Backend)
 	return r
 }

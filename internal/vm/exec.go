@@ -10,9 +10,14 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// connect opens an SSH connection to a running VM (dialGuest).
+// connect opens an SSH connection to a running VM (dialGuest). The VM's
+// state (its record, pid and QMP) and the holder's handshake do not
+// depend on each other, so they run at once; the connection is used only
+// if the state says running (a paused VM's holder can still answer).
+// Without a holder, the guest is dialed directly once the state is known.
 func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string, error) {
 	e, err := m.Find(ctx, name)
 	if err != nil {
@@ -21,19 +26,43 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 	if e.Record == nil {
 		return nil, "", e.Err
 	}
-	info := m.Status(ctx, e, false)
-	switch info.State {
-	case StateRunning:
-	case StateStarting:
-		return nil, "", fmt.Errorf("VM %q is still booting (hint: `agent-vm start %s` waits until it is ready)", e.Record.Branch, e.Slug)
-	default:
-		return nil, "", fmt.Errorf("VM %q is %s (hint: `agent-vm start %s` starts it)", e.Record.Branch, info.State, e.Slug)
+	type dialed struct {
+		c   *ssh.Client
+		err error
 	}
-	c, err := m.dialGuest(ctx, e.Record, e.Layout)
-	if err != nil {
-		return nil, "", fmt.Errorf("connecting to VM %q over SSH: %w", e.Record.Branch, err)
+	held := make(chan dialed, 1)
+	go func() {
+		c, err := dialHeld(ctx, e.Record, e.Layout)
+		held <- dialed{c, err}
+	}()
+	info := m.Status(ctx, e, false)
+	h := <-held
+	if err := runningErr(e, info.State); err != nil {
+		if h.c != nil {
+			h.c.Close()
+		}
+		return nil, "", err
+	}
+	c := h.c
+	if h.err != nil {
+		if c, err = m.dialDirect(ctx, e.Record, e.Layout, h.err); err != nil {
+			return nil, "", fmt.Errorf("connecting to VM %q over SSH: %w", e.Record.Branch, err)
+		}
 	}
 	return c, e.Slug, nil
+}
+
+// runningErr says why a VM in state cannot take a connection (nil when
+// it runs).
+func runningErr(e state.Entry, st string) error {
+	switch st {
+	case StateRunning:
+		return nil
+	case StateStarting:
+		return fmt.Errorf("VM %q is still booting (hint: `agent-vm start %s` waits until it is ready)", e.Record.Branch, e.Slug)
+	default:
+		return fmt.Errorf("VM %q is %s (hint: `agent-vm start %s` starts it)", e.Record.Branch, st, e.Slug)
+	}
 }
 
 // Exec runs argv in the VM's /workspace and returns its exit status.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -81,11 +82,10 @@ func (m *Manager) whereAmI(ctx context.Context, entries []state.Entry) here {
 			return here{repo: e.Record.Git.Repo, top: e.Layout.Workspace()}
 		}
 	}
-	top, err := m.Git.Toplevel(ctx, m.WorkDir)
-	if err != nil {
-		return here{}
+	if !gitws.MaybeInside(m.WorkDir, m.getenv) {
+		return here{} // no .git here or above: git would say so, slower
 	}
-	id, err := m.Git.RepoID(ctx, top)
+	top, id, err := m.Git.Where(ctx, m.WorkDir)
 	if err != nil {
 		return here{}
 	}

@@ -37,15 +37,29 @@ func (m *Manager) dialGuest(ctx context.Context, r *state.Record, l state.Layout
 	if r.Guest.Foreign != "" {
 		return nil, errForeign(r, "pinned host key for agent-vm to connect with")
 	}
-	c, err := hold.Dial(ctx, holdFiles(r, l), r.Guest.User, 5*time.Second)
+	c, err := dialHeld(ctx, r, l)
 	if err == nil {
 		return c, nil
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	m.Log.Debug("no held connection, dialing the guest directly", "reason", err)
+	return m.dialDirect(ctx, r, l, err)
+}
+
+// dialHeld connects through the VM's holder (hold.ErrNoHolder when none
+// serves).
+func dialHeld(ctx context.Context, r *state.Record, l state.Layout) (*ssh.Client, error) {
+	return hold.Dial(ctx, holdFiles(r, l), r.Guest.User, 5*time.Second)
+}
+
+// dialDirect connects to the guest itself (dialGuest's fallback; why says
+// why the holder did not serve).
+func (m *Manager) dialDirect(ctx context.Context, r *state.Record, l state.Layout, why error) (*ssh.Client, error) {
+	m.Log.Debug("no held connection, dialing the guest directly", "reason", why)
 	target := sshTarget(r, l)
+	var c *ssh.Client
+	var err error
 	for attempt, delay := 0, 500*time.Millisecond; ; attempt, delay = attempt+1, delay*2 {
 		c, err = sshx.Dial(ctx, target, 15*time.Second)
 		if err == nil || errors.Is(err, sshx.ErrHostKeyMismatch) || ctx.Err() != nil || attempt == 3 {

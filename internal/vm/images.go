@@ -108,5 +108,8 @@ func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
 			used[img] = true
 		}
 	}
+	for img := range m.templateImages() {
+		used[img] = true
+	}
 	return image.Prune(ctx, m.imageDir, func(disk string) bool { return used[disk] })
 }

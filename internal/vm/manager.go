@@ -65,6 +65,12 @@ type Manager struct {
 	// store, which guests trust too (hostca.Finder outside tests).
 	HostCAs func() ([]string, error)
 
+	// TemplateDir holds the templates new VMs start from (template.go);
+	// "" turns templates off.
+	TemplateDir string
+	// vmRoot is the VMs' root when Root is the templates' (forTemplates).
+	vmRoot *state.Root
+
 	// Set by Open (see Config).
 	cacheDir, imageDir string
 	// vagrantHome is the vagrant driver's VAGRANT_HOME ($AGENT_VM_VAGRANT_HOME,

@@ -79,6 +79,7 @@ func Open(c Config) (*Manager, error) {
 	m.WorkDir = c.WorkDir
 	m.cacheDir, m.vagrantHome = cache, vagrantHome
 	m.imageDir = imageDir(c.Getenv, m.cacheDir)
+	m.TemplateDir = filepath.Join(m.cacheDir, "templates")
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {

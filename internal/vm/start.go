@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -36,6 +37,13 @@ type StartOptions struct {
 	// Cold boots a suspended VM afresh, discarding its saved state,
 	// instead of resuming it.
 	Cold bool
+	// NoTemplate boots a new VM cold even when a template fits it
+	// (template.go).
+	NoTemplate bool
+	// WorkspaceCache, when set, changes how the guest caches the
+	// workspace (driver.ShareCache*) from this start on (it is saved in
+	// the record).
+	WorkspaceCache string
 }
 
 // StartResult is what start did.
@@ -43,6 +51,7 @@ type StartResult struct {
 	Info           Info
 	AlreadyRunning bool
 	Resumed        bool          // from a saved state (suspend), not booted
+	FromTemplate   bool          // a new VM started from a template's saved state
 	SSHReady       time.Duration // from launch to SSH answering with the pinned key
 	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
 }
@@ -84,7 +93,13 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			m.waitHolder(ctx, e, 10*time.Second)
 			info.SSH.Held = heldSocket(r, l)
 		}
+		if o.WorkspaceCache != "" && o.WorkspaceCache != mach.Share.CacheMode() {
+			return nil, fmt.Errorf("VM %q runs with workspace cache %s; a new mode takes effect at a start (hint: `agent-vm stop %s`, then `agent-vm start --workspace-cache %s %s`)", r.Branch, mach.Share.CacheMode(), e.Slug, o.WorkspaceCache, e.Slug)
+		}
 		return &StartResult{Info: info, AlreadyRunning: true}, nil
+	}
+	if err := m.setWorkspaceCache(e, &mach, o.WorkspaceCache); err != nil {
+		return nil, err
 	}
 	if live.State == StateSuspended {
 		if !o.Cold {
@@ -113,13 +128,34 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if w := proxyUnset(r); w != "" {
 		m.Log.Warn(w)
 	}
-	plan, err := m.prepare(ctx, e, d, o, share, &mach, "start")
+	unprepared := mach
+	unprepared.Credentials = slices.Clone(mach.Credentials)
+	tmpl := m.templateFor(ctx, e, o)
+	plan, err := m.prepare(ctx, e, d, o, share, &mach, "start", tmpl)
+	if tmpl != nil && errors.Is(err, backend.ErrTemplateMismatch) {
+		m.Log.Warn("booting cold, not from the template: "+err.Error(), "vm", r.Branch)
+		plan, err = m.prepare(ctx, e, d, o, share, &mach, "start", nil)
+	}
 	if err != nil {
 		return nil, err
 	}
+	so := driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: plan.FixedShare,
+		BootTimeout: m.toolBootTimeout(ctx, r.Slug, o.Timeout, bootBaseFor(acc.Accel))}
+	if plan.Clone != nil {
+		res, err := m.startClone(ctx, e, d, mach, plan, tmpl, so, o)
+		var refused *templateRefused
+		if !errors.As(err, &refused) {
+			return res, err
+		}
+		m.Log.Warn("booting cold, not from the template: "+refused.Error(), "vm", r.Branch)
+		mach = unprepared
+		if plan, err = m.unclone(ctx, e, d, o, share, &mach); err != nil {
+			return nil, err
+		}
+		so.FixedShare = plan.FixedShare
+	}
 	o.Report.Report("starting the VM ("+d.Name()+")", 0, "")
-	launch, err := d.Start(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason,
-		Share: share, FixedShare: plan.FixedShare, BootTimeout: bootTimeout(o, acc.Accel)})
+	launch, err := d.Start(ctx, mach, plan.Boot, so)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +185,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 // boot (see backend.Backend's Prepare), saves what that changed in the
 // record, and completes mach with the plan's credentials and, for a driver
 // that contains it, the VM's network.
-func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string) (*backend.Plan, error) {
+func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string, t *template) (*backend.Plan, error) {
 	r, l := e.Record, e.Layout
 	be, err := m.backendOf(r, verb)
 	if err != nil {
@@ -166,7 +202,11 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 		}
 	}
 	section := slices.Clone(r.Settings)
-	plan, err := be.Prepare(ctx, l, r, backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas})
+	po := backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas}
+	if t != nil {
+		po.Template = t.e.Layout.Dir
+	}
+	plan, err := be.Prepare(ctx, l, r, po)
 	if err != nil {
 		return nil, err
 	}
@@ -190,31 +230,25 @@ func sshTarget(r *state.Record, l state.Layout) sshx.Target {
 		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
 }
 
-// bootTimeout is how long a start waits for the guest: --timeout, else 5
-// minutes, 15 under TCG.
-func bootTimeout(o StartOptions, acc string) time.Duration {
-	switch {
-	case o.Timeout != 0:
-		return o.Timeout
-	case acc == accel.TCG:
-		return 15 * time.Minute
-	}
-	return 5 * time.Minute
-}
-
 // waitReady waits for SSH with the pinned key, then for agent-mcp's health,
 // then runs the backend's settle command.
 func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
 	r, l := e.Record, e.Layout
-	wctx, cancel := context.WithTimeout(ctx, bootTimeout(o, launch.Accel))
+	wctx, cancel := m.bootWait(ctx, r.Slug, o.Timeout, bootBaseFor(launch.Accel))
 	defer cancel()
 	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
 	defer stopWatch()
 	began := time.Now()
 	logs := d.Logs(mach)
 	bootErr := func(phase string, err error) error {
-		if errors.Is(context.Cause(wctx), errQEMUGone) {
+		var late *hostload.TimeoutError
+		switch cause := context.Cause(wctx); {
+		case errors.Is(cause, errQEMUGone):
 			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, driver.TailFile(logs.Driver, 3))
+		case errors.As(cause, &late):
+			err = fmt.Errorf("%w: %v (hint: start fewer VMs at once, or give start a longer --timeout)", err, late)
+		case errors.Is(cause, context.DeadlineExceeded):
+			err = fmt.Errorf("%w: --timeout %s ran out (the host: %s)", err, o.Timeout, m.hostLoad(ctx, r.Slug))
 		}
 		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}
@@ -390,4 +424,19 @@ func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *s
 		return state.Entry{}, nil, err
 	}
 	return e, lock, nil
+}
+
+// setWorkspaceCache saves a start's --workspace-cache in the record and
+// the machine ("" leaves both as they are).
+func (m *Manager) setWorkspaceCache(e state.Entry, mach *driver.Machine, mode string) error {
+	r := e.Record
+	if mode == "" || mode == r.WorkspaceCache {
+		return nil
+	}
+	if err := driver.CheckShareCache(mode); err != nil {
+		return err
+	}
+	r.WorkspaceCache = mode
+	mach.Share.Cache = mode
+	return state.WriteRecord(e.Layout.Record(), r)
 }

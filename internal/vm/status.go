@@ -35,29 +35,32 @@ const (
 // present (empty, 0 or null when it does not apply), except mcp.token in
 // `list --json`.
 type Info struct {
-	Branch        string          `json:"branch"`
-	Slug          string          `json:"slug"`
-	Backend       string          `json:"backend"`
-	State         string          `json:"state"`
-	Detail        string          `json:"detail"`
-	CreatedAt     time.Time       `json:"created_at"`
-	Ports         state.Ports     `json:"ports"`
-	Forwards      []state.Forward `json:"forwards"` // the user's own (`agent-vm port`)
-	Resources     state.Resources `json:"resources"`
-	Accel         string          `json:"accel"`
-	AccelReason   string          `json:"accel_reason"`
-	Share         string          `json:"share"`
-	Pid           int             `json:"pid"`
-	StartedAt     *time.Time      `json:"started_at"`
-	UptimeSeconds int64           `json:"uptime_seconds"`
-	Agent         Health          `json:"agent"`
-	SSH           SSHInfo         `json:"ssh"`
-	MCP           MCPInfo         `json:"mcp"`
-	Paths         PathsInfo       `json:"paths"`
-	Git           state.Git       `json:"git"`
-	HostCA        bool            `json:"host_ca"`       // the guest trusts the host's added CA certificates
-	AgentCLI      string          `json:"agent_cli"`     // create --agent, "" for none
-	Net           *NetInfo        `json:"net,omitempty"` // the egress policy and exposed host ports
+	Branch      string          `json:"branch"`
+	Slug        string          `json:"slug"`
+	Backend     string          `json:"backend"`
+	State       string          `json:"state"`
+	Detail      string          `json:"detail"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Ports       state.Ports     `json:"ports"`
+	Forwards    []state.Forward `json:"forwards"` // the user's own (`agent-vm port`)
+	Resources   state.Resources `json:"resources"`
+	Accel       string          `json:"accel"`
+	AccelReason string          `json:"accel_reason"`
+	Share       string          `json:"share"`
+	// ShareCache is the workspace's cache mode (driver.ShareCache*) as
+	// recorded: the one the next start uses, virtiofs only.
+	ShareCache    string     `json:"share_cache"`
+	Pid           int        `json:"pid"`
+	StartedAt     *time.Time `json:"started_at"`
+	UptimeSeconds int64      `json:"uptime_seconds"`
+	Agent         Health     `json:"agent"`
+	SSH           SSHInfo    `json:"ssh"`
+	MCP           MCPInfo    `json:"mcp"`
+	Paths         PathsInfo  `json:"paths"`
+	Git           state.Git  `json:"git"`
+	HostCA        bool       `json:"host_ca"`       // the guest trusts the host's added CA certificates
+	AgentCLI      string     `json:"agent_cli"`     // create --agent, "" for none
+	Net           *NetInfo   `json:"net,omitempty"` // the egress policy and exposed host ports
 	// Foreign is the user's own configuration the guest runs as is (the
 	// repository's Vagrantfile), "" for agent-vm's own guest. Such a VM has
 	// no agent-mcp and no pinned host key: its ports, ssh and mcp fields
@@ -111,7 +114,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	r, l := e.Record, e.Layout
 	info := Info{
 		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
-		Ports: r.Ports, Forwards: forwardsOf(r), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
+		Ports: r.Ports, Forwards: forwardsOf(r), ShareCache: driver.Share{Cache: r.WorkspaceCache}.CacheMode(), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},

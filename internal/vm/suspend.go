@@ -204,14 +204,14 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	r, l := e.Record, e.Layout
 	acc := m.Accel(ctx)
 	share, _ := d.Share(ctx)
-	plan, err := m.prepare(ctx, e, d, o, share, &mach, "resume")
+	plan, err := m.prepare(ctx, e, d, o, share, &mach, "resume", nil)
 	if err != nil {
 		return nil, err
 	}
 	o.Report.Report("resuming from the saved state", 0, "")
 	began := time.Now()
 	launch, err := d.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
-		BootTimeout: bootTimeout(o, acc.Accel)})
+		BootTimeout: m.toolBootTimeout(ctx, r.Slug, o.Timeout, bootBaseFor(acc.Accel))})
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
 			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
@@ -222,14 +222,8 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	if r.Guest.Foreign != "" {
 		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Minute
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
-	defer stopWatch()
+	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, resumeBase, d, mach, launch)
+	defer done()
 	target := sshTarget(r, l)
 	client, err := sshx.WaitReady(wctx, target, nil)
 	if err != nil {
@@ -238,6 +232,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	}
 	client.Close()
 	res.SSHReady = time.Since(began)
+	m.Log.Debug("ssh ready", "after", res.SSHReady)
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
@@ -249,17 +244,10 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	if err := attach(wctx, e, true); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
-	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
-		if h := checkHealth(wctx, r.Ports.MCP); h.State == "healthy" {
-			break
-		}
-		select {
-		case <-wctx.Done():
-			m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
-			res.Info = m.Status(ctx, e, true)
-			return res, nil
-		case <-time.After(b):
-		}
+	if !waitHealthy(wctx, r.Ports.MCP) {
+		m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
+		res.Info = m.Status(ctx, e, true)
+		return res, nil
 	}
 	res.HealthReady = time.Since(began)
 	res.Info = m.Status(ctx, e, true)
@@ -283,4 +271,28 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
 	}
 	return m.resume(ctx, e, h.d, h.mach, o)
+}
+
+// waitHealthy waits for agent-mcp's /health on port to answer 200, until
+// ctx ends (false).
+func waitHealthy(ctx context.Context, port int) bool {
+	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
+		if h := checkHealth(ctx, port); h.State == "healthy" {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(b):
+		}
+	}
+}
+
+// restoredWait bounds the wait for a guest restored from a saved state
+// (the user's timeout, else base stretched by the host's load: bootWait)
+// and ends it when its QEMU exits; done releases it.
+func (m *Manager) restoredWait(ctx context.Context, slug string, timeout, base time.Duration, d driver.Driver, mach driver.Machine, launch *driver.Launch) (wctx context.Context, done func()) {
+	wctx, cancel := m.bootWait(ctx, slug, timeout, base)
+	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
+	return wctx, func() { stopWatch(); cancel() }
 }

@@ -1,0 +1,179 @@
+package vm_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// TestTemplate builds a template from a real boot, starts two new VMs
+// from it and checks that they are two machines: their own host keys,
+// client keys (the template's refused), machine-ids, hostnames, RNG output
+// and workspaces. A template whose recorded QEMU version is not this
+// host's is refused, and the VM boots cold instead.
+//
+// The boot id is logged, not compared: Linux makes it once per boot and
+// keeps it in kernel memory, so machines restored from one saved state
+// share it (see the top of internal/vm/template.go).
+func TestTemplate(t *testing.T) {
+	m := newManager(t)
+	var logs tu.SyncBuffer
+	m.Log = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: io.MultiWriter(testWriter{t}, &logs)})
+	m.TemplateDir = t.TempDir()
+	m.Drivers["qemu"].(*qemu.Driver).Launcher.Log = m.Log // its restore timings
+	ctx := context.Background()
+
+	a := create(t, m, "tmpl-a")
+	build, err := m.BuildTemplate(ctx, "tmpl-a", vm.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("template built in %s (%s), load %s", build.Took, build.Dir, loadavg())
+	t.Cleanup(func() { _ = m.RemoveTemplate(context.Background(), "all") })
+	if _, err := m.BuildTemplate(ctx, "tmpl-a", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "template rm") {
+		t.Errorf("a second build: got %v, want a refusal naming template rm", err)
+	}
+	if fi, err := os.Stat(filepath.Join(build.Dir, "disk.qcow2")); err != nil || fi.Mode().Perm() != 0o400 {
+		t.Errorf("the template's disk: %v %v, want it read-only (0400)", err, fi)
+	}
+
+	type guestFacts struct{ hostKey, machineID, bootID, random, hostname, instanceID string }
+	facts := map[string]guestFacts{}
+	for _, b := range []string{"tmpl-a", "tmpl-b"} {
+		e := a
+		if b != "tmpl-a" {
+			e = create(t, m, b)
+		}
+		res := start(t, m, b)
+		if !res.FromTemplate {
+			t.Fatalf("%s did not start from the template", b)
+		}
+		t.Logf("%s from the template: SSH after %s, agent-mcp after %s, load %s", b, res.SSHReady, res.HealthReady, loadavg())
+		sh := func(script string) string {
+			t.Helper()
+			code, out, errs := run(t, m, b, "sh", "-c", script)
+			if code != 0 {
+				t.Fatalf("%s: %s: exit %d: %s", b, script, code, errs)
+			}
+			return strings.TrimSpace(out)
+		}
+		f := guestFacts{
+			random:     sh("head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'"),
+			hostKey:    sh("cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub"),
+			machineID:  sh("cat /etc/machine-id"),
+			bootID:     sh("cat /proc/sys/kernel/random/boot_id"),
+			hostname:   sh("hostname"),
+			instanceID: sh("cat /var/lib/cloud/data/instance-id"),
+		}
+		facts[b] = f
+		t.Logf("%s: vmgenid in the guest: %q", b, sh("ls /sys/bus/acpi/drivers/vmgenid 2>/dev/null | head -3; dmesg 2>/dev/null | grep -i -m2 'vmgenid\\|crng' || true"))
+		pub, _ := os.ReadFile(e.Layout.HostPubKey())
+		if want := strings.Fields(string(pub))[1]; f.hostKey != want {
+			t.Errorf("%s: the guest's host key is %s, want the VM's own %s", b, f.hostKey, want)
+		}
+		if f.hostname != e.Slug {
+			t.Errorf("%s: hostname %q, want %q", b, f.hostname, e.Slug)
+		}
+		if want := e.Record.ID + "-0"; f.instanceID != want {
+			t.Errorf("%s: cloud-init's instance-id %q, want the VM's %q (else its next cold boot provisions it again)", b, f.instanceID, want)
+		}
+		// The template's client key no longer logs in.
+		tl := state.Layout{Dir: build.Dir}
+		target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.Record.Ports.SSH)), User: e.Record.Guest.User,
+			KeyFile: tl.ClientKey(), KnownHosts: e.Layout.KnownHosts()}
+		if c, err := sshx.Dial(ctx, target, 20*time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s: the template's client key still logs in", b)
+		} else if !strings.Contains(err.Error(), "unable to authenticate") {
+			t.Errorf("%s: the template's key: got %v, want an authentication failure", b, err)
+		}
+		// Its own workspace, both ways.
+		if err := os.WriteFile(filepath.Join(e.Layout.Workspace(), "from-host"), []byte(b+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := sh("cat /workspace/from-host"); got != b {
+			t.Errorf("%s: /workspace/from-host reads %q", b, got)
+		}
+		if got := sh("systemctl is-active agent-mcp"); got != "active" {
+			t.Errorf("%s: agent-mcp is %s", b, got)
+		}
+		// agent-mcp has this VM's token (from its QEMU's fw_cfg), not the
+		// template's.
+		token, _ := os.ReadFile(e.Layout.MCPToken())
+		if got := sh("sudo -n cat /run/agent-vm/mcp-token"); got != strings.TrimSpace(string(token)) {
+			t.Errorf("%s: the guest's MCP token is not the VM's", b)
+		}
+	}
+	fa, fb := facts["tmpl-a"], facts["tmpl-b"]
+	for what, pair := range map[string][2]string{"host key": {fa.hostKey, fb.hostKey}, "machine-id": {fa.machineID, fb.machineID},
+		"RNG output": {fa.random, fb.random}, "hostname": {fa.hostname, fb.hostname}} {
+		if pair[0] == pair[1] || pair[0] == "" {
+			t.Errorf("the two VMs from one template have the same %s %q", what, pair[0])
+		}
+	}
+	t.Logf("boot ids: %s and %s (same: %v; Linux keeps the boot id of the template's boot in a restored guest)", fa.bootID, fb.bootID, fa.bootID == fb.bootID)
+
+	// A clone's later start is a cold boot of its own disk with its own
+	// seed: cloud-init does not provision it again (the instance-id is the
+	// VM's), and it keeps its identity.
+	if _, err := m.Stop(ctx, "tmpl-a"); err != nil {
+		t.Fatal(err)
+	}
+	res := start(t, m, "tmpl-a")
+	if res.FromTemplate {
+		t.Error("the second start of tmpl-a was from the template")
+	}
+	code, out, _ := run(t, m, "tmpl-a", "sh", "-c", "cat /etc/machine-id; cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; cat /var/lib/agent-vm/reprovision-tried 2>/dev/null; cat /workspace/from-host")
+	if want := fa.machineID + "\n" + fa.hostKey + "\ntmpl-a\n"; code != 0 || out != want {
+		t.Errorf("tmpl-a after a cold boot: %q, want its machine-id, host key and workspace, and no re-provisioning: %q", out, want)
+	}
+
+	// A template another QEMU made: refused, and the new VM boots cold.
+	meta := filepath.Join(build.Dir, state.RunDir, qemu.StateMeta)
+	raw, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["qemu"] = "6.0.0"
+	raw, _ = json.Marshal(rec)
+	if err := os.WriteFile(meta, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	create(t, m, "tmpl-c")
+	res = start(t, m, "tmpl-c")
+	if res.FromTemplate {
+		t.Errorf("tmpl-c started from a template QEMU 6.0.0 saved")
+	}
+	if !strings.Contains(logs.String(), "booting cold, not from the template: the template was saved by QEMU 6.0.0") {
+		t.Errorf("no one-line reason for the cold boot in the log:\n%s", logs.String())
+	}
+	t.Logf("tmpl-c booted cold: SSH after %s, agent-mcp after %s, load %s", res.SSHReady, res.HealthReady, loadavg())
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
