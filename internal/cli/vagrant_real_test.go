@@ -48,8 +48,10 @@ func TestRealVagrantBackend(t *testing.T) {
 	daemon := libvirtd.ForTest(t)
 	bin := tu.AgentVMBinary(t)
 
-	// libvirt's QEMU (libvirt-qemu) must reach the state and VAGRANT_HOME:
-	// t.TempDir is 0700.
+	// libvirt's QEMU (libvirt-qemu) must reach VAGRANT_HOME (the box);
+	// the state directory is 0700, as root's under /root: what QEMU opens
+	// of a VM is handed over in root's default handoff directory,
+	// /var/lib/agent-vm/libvirt.
 	base, err := os.MkdirTemp("", "agent-vm-vagrant-cli-")
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +60,10 @@ func TestRealVagrantBackend(t *testing.T) {
 	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	st := filepath.Join(base, "state")
+	st := filepath.Join(t.TempDir(), "state")
+	if err := os.Chmod(filepath.Dir(st), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	env := append(os.Environ(), "NO_COLOR=1", "AGENT_VM_VAGRANT_HOME="+filepath.Join(base, "vagrant-home"))
 	step := stepTimer(t)
 	av := func(args ...string) (string, error) {
@@ -211,6 +216,9 @@ func TestRealVagrantBackend(t *testing.T) {
 	step("destroy")
 	if out, _ := daemon.Virsh(context.Background(), "list", "--all", "--name"); strings.Contains(out, "agent-vm-vg") {
 		t.Errorf("destroy left the libvirt domain: %q", out)
+	}
+	if left, _ := filepath.Glob("/var/lib/agent-vm/libvirt/agent-vm-vg-*"); len(left) > 0 {
+		t.Errorf("destroy left the machine's files for libvirt's QEMU: %v", left)
 	}
 }
 

@@ -130,12 +130,19 @@
 // Files QEMU opens: under qemu:///system libvirt runs QEMU as libvirt-qemu
 // and hands it the files its domain XML names (the box's disk and kernel,
 // the seed), never their directories nor files passed through qemuargs.
-// Start makes the state directory, the VM's and its run directory
-// searchable (not readable) by others, copies each credential into
-// run/fw_cfg as a 0600 file of libvirt-qemu (as root; else readable by it
-// through a POSIX ACL entry), and checks every path with
-// vagrantbox.CheckQEMUCanRead, so a 0700 directory above fails at once with
-// the fix instead of libvirt's "Permission denied".
+// So each credential is copied into a fw_cfg directory as a 0600 file of
+// libvirt-qemu (as root; else readable by it through a POSIX ACL entry),
+// and the virtiofsd socket is handed over alike. As root (whose state
+// directory is under /root, 0700) those copies, a copy of the seed, the
+// socket and the console log go to the machine's own directory in a
+// handoff directory outside home directories (Driver.Handoff,
+// /var/lib/agent-vm/libvirt/<machine>, 0711, removed by Destroy) and the
+// VM's directories stay closed; VAGRANT_HOME is /var/lib/agent-vm/vagrant.
+// Without a handoff directory (not root) Start makes the state directory,
+// the VM's and its run directory searchable (not readable) by others.
+// Either way every path is checked with vagrantbox.CheckQEMUCanRead, so a
+// 0700 directory above fails at once with the fix instead of libvirt's
+// "Permission denied".
 //
 // Network: the driver does not contain it (ContainsNetwork is false):
 // vagrant-libvirt's management network is a NAT bridge that vagrant needs
@@ -164,7 +171,8 @@
 // environment says) and VAGRANT_DOTFILE_PATH=<vm>/run/vagrant/.vagrant (the
 // machine's id, its forward processes, its logs), so two VMs never share
 // machine state, and none is the user's own project. VAGRANT_HOME is
-// agent-vm's (Driver.Home, <cache>/vagrant), not ~/.vagrant.d: it holds
+// agent-vm's (Driver.Home: /var/lib/agent-vm/vagrant as root, else
+// <cache>/vagrant), not ~/.vagrant.d: it holds
 // the boxes, which VMs share read-only (a box per VM would copy the base
 // image each time), and vagrant's global machine index, whose entries are
 // keyed by the per-VM dotfile path. VAGRANT_CHECKPOINT_DISABLE=1: no

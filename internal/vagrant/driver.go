@@ -71,6 +71,14 @@ type Driver struct {
 	URI string
 	// QEMUUser is the user libvirt runs QEMU as; "" = DefaultQEMUUser.
 	QEMUUser string
+	// Handoff, when set, is a directory outside home directories in which
+	// each machine gets its own directory (MachineName) for every file
+	// libvirt's QEMU opens: the seed, the credential copies, the virtiofsd
+	// socket and the console log. "" keeps them in the VM's run and logs
+	// directories, which QEMU's user must then be able to reach (see
+	// prepareAccess). As root agent-vm sets it (DefaultHandoff): root's
+	// state directory is under /root, which is 0700.
+	Handoff string
 	// PidDir is libvirt's directory of QEMU pid files; "" = PidDir.
 	PidDir string
 	// PortFree probes a host port before vagrant up; nil =
@@ -235,10 +243,13 @@ func Write(runDir string, v Vagrantfile) error {
 const DefaultBox = "agent-vm/debian-12"
 
 // SpecOf is the Vagrantfile of machine m booted per b with the
-// accelerator and share of o, over libvirt connection uri.
+// accelerator and share of o, over libvirt connection uri, with the
+// virtiofsd socket and console log in the VM's own directories (Start
+// moves them to the machine's handoff directory when the driver has one;
+// create writes this as the VM's first Vagrantfile, for the user to read).
 func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrantfile {
 	v := Vagrantfile{Name: MachineName(m), Box: b.Box, BoxVersion: b.BoxVersion, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
-		Share: shareSocket(m),
+		Share: runFile(m, VirtiofsdSock),
 		SSH:   SSH{User: b.SSHUser, KeyFile: b.SSHKey}, MAC: b.MAC, Seed: b.Seed,
 		Console: filepath.Join(m.LogsDir, ConsoleLog)}
 	if o.Accel == accel.TCG {
@@ -275,10 +286,12 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		}
 	} else {
 		args = []string{"up", "--provider=libvirt", "--no-color"}
-		if m, err = d.prepareAccess(m, boot); err != nil {
+		if m, boot, err = d.prepareAccess(m, boot); err != nil {
 			return nil, err
 		}
-		if err := Write(m.RunDir, SpecOf(m, boot, o, d.uri())); err != nil {
+		v := SpecOf(m, boot, o, d.uri())
+		v.Share, v.Console = d.shareSocket(m), d.qemuFile(m, m.LogsDir, ConsoleLog)
+		if err := Write(m.RunDir, v); err != nil {
 			return nil, err
 		}
 	}
@@ -448,9 +461,22 @@ func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o 
 	return launch, nil
 }
 
-// Destroy removes the libvirt domain and its disks (`vagrant destroy -f`);
-// a machine vagrant never created is nothing to do.
+// Destroy removes the libvirt domain and its disks (`vagrant destroy -f`)
+// and the machine's handoff directory; a machine vagrant never created is
+// nothing to do.
 func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
+	if err := d.destroy(ctx, m); err != nil {
+		return err
+	}
+	if d.Handoff != "" {
+		if err := os.RemoveAll(d.handoffDir(m)); err != nil {
+			return fmt.Errorf("removing %s's files for libvirt's QEMU: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+func (d *Driver) destroy(ctx context.Context, m driver.Machine) error {
 	if !exists(filepath.Join(Project(m.RunDir), "Vagrantfile")) && !exists(filepath.Join(Project(m.RunDir), UserFile)) {
 		return nil
 	}
@@ -519,10 +545,23 @@ func (d *Driver) Running(m driver.Machine, _ *driver.Launch) bool {
 
 // Logs are the serial console and vagrant's output.
 func (d *Driver) Logs(m driver.Machine) driver.Logs {
-	return driver.Logs{Console: filepath.Join(m.LogsDir, ConsoleLog), Driver: filepath.Join(m.LogsDir, VagrantLog)}
+	return driver.Logs{Console: d.qemuFile(m, m.LogsDir, ConsoleLog), Driver: filepath.Join(m.LogsDir, VagrantLog)}
 }
 
 func runFile(m driver.Machine, name string) string { return filepath.Join(m.RunDir, name) }
+
+// qemuFile is where the file name that libvirt's QEMU opens lives: in the
+// machine's handoff directory when the driver has one (see Handoff), else
+// in dir, the VM's own.
+func (d *Driver) qemuFile(m driver.Machine, dir, name string) string {
+	if d.Handoff == "" {
+		return filepath.Join(dir, name)
+	}
+	return filepath.Join(d.handoffDir(m), name)
+}
+
+// handoffDir is the machine's directory in Handoff.
+func (d *Driver) handoffDir(m driver.Machine) string { return filepath.Join(d.Handoff, MachineName(m)) }
 
 func removeMarkers(m driver.Machine, names ...string) {
 	for _, n := range names {

@@ -90,57 +90,92 @@ func (d *Driver) qemuUser() string {
 	return d.QEMUUser
 }
 
-// FwCfgDir is the directory, in the run directory, of the copies of the
-// credential files QEMU reads through fw_cfg.
+// FwCfgDir is the directory, in the run directory (or the machine's
+// handoff directory), of the copies of the credential files QEMU reads
+// through fw_cfg.
 const FwCfgDir = "fw_cfg"
+
+// SeedFile is the copy of the seed ISO in the machine's handoff directory.
+const SeedFile = "seed.iso"
 
 // prepareAccess makes what QEMU opens reachable by the user libvirt runs it
 // as (see internal/vagrantbox's findings): libvirt hands the files its
 // domain XML names (disks, the seed) to that user, never their
-// directories, and nothing passed through qemuargs. So the VM's directory
+// directories, and nothing passed through qemuargs. Each credential is
+// copied into FwCfgDir readable by QEMU's user alone (0600 and owned by it
+// when agent-vm runs as root, else a POSIX ACL entry for it).
+//
+// With a handoff directory (Driver.Handoff) the copies, and a copy of the
+// seed, go to the machine's directory there (0711, made here), and the
+// VM's own directories stay as they are. Without one, the VM's directory
 // and those below it that QEMU passes through, and the state directory
-// above it, become searchable by others
-// (not readable: nobody lists them), each credential is copied into
-// FwCfgDir readable by QEMU's user alone (0600 and owned by it when agent-vm
-// runs as root, else a POSIX ACL entry for it), and every path is checked
-// so that a directory above the VM's, which agent-vm does not own (a 0700
-// home), fails here with a hint rather than as libvirt's "Permission
-// denied". It returns m with its credentials replaced by the copies.
-// Without that user (another distribution, a session libvirt) it changes
-// nothing.
-func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, error) {
+// above it, become searchable by others (not readable: nobody lists them).
+// Either way every path is checked, so that a directory above, which
+// agent-vm does not own (a 0700 home), fails here with a hint rather than
+// as libvirt's "Permission denied". It returns m with its credentials
+// replaced by the copies, and b with the seed QEMU opens. Without that
+// user (another distribution, a session libvirt) it changes nothing.
+func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, Boot, error) {
 	u, err := user.Lookup(d.qemuUser())
 	if err != nil {
 		d.Log.Debug("no user for libvirt's QEMU: leaving file access as it is", "user", d.qemuUser(), "error", err)
-		return m, nil
+		return m, b, nil
 	}
 	uid, _ := strconv.Atoi(u.Uid)
-	vmDir := filepath.Dir(m.RunDir)
-	dir := filepath.Join(m.RunDir, FwCfgDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return m, err
-	}
-	// The state directory (agent-vm's, 0700) holds every VM's directory.
-	for _, p := range []string{filepath.Dir(vmDir), vmDir, m.RunDir, dir, filepath.Dir(b.Seed)} {
-		if err := searchable(p); err != nil {
-			return m, err
+	dir := d.qemuFile(m, m.RunDir, FwCfgDir)
+	hint := fmt.Sprintf("the VM's directory is %s: set AGENT_VM_STATE_DIR to a directory outside home directories, e.g. /var/lib/agent-vms, for vagrant VMs", filepath.Dir(m.RunDir))
+	if d.Handoff != "" {
+		hint = fmt.Sprintf("the files libvirt's QEMU opens are put in %s: set AGENT_VM_LIBVIRT_DIR to a directory outside home directories", d.Handoff)
+		if err := handoffDirs(d.Handoff, d.handoffDir(m), dir); err != nil {
+			return m, b, err
+		}
+		seed := d.qemuFile(m, "", SeedFile)
+		if err := copyFor(b.Seed, seed, uid); err != nil {
+			return m, b, fmt.Errorf("handing the seed to libvirt's QEMU (user %s): %w", d.qemuUser(), err)
+		}
+		b.Seed = seed
+	} else {
+		vmDir := filepath.Dir(m.RunDir)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return m, b, err
+		}
+		// The state directory (agent-vm's, 0700) holds every VM's directory.
+		for _, p := range []string{filepath.Dir(vmDir), vmDir, m.RunDir, dir, filepath.Dir(b.Seed)} {
+			if err := searchable(p); err != nil {
+				return m, b, err
+			}
 		}
 	}
 	creds := make([]driver.Credential, 0, len(m.Credentials))
 	for _, c := range m.Credentials {
 		cp := filepath.Join(dir, c.Name)
 		if err := copyFor(c.File, cp, uid); err != nil {
-			return m, fmt.Errorf("handing credential %s to libvirt's QEMU (user %s): %w", c.Name, d.qemuUser(), err)
+			return m, b, fmt.Errorf("handing credential %s to libvirt's QEMU (user %s): %w", c.Name, d.qemuUser(), err)
 		}
 		creds = append(creds, driver.Credential{Name: c.Name, File: cp})
 	}
 	m.Credentials = creds
 	for _, p := range append([]string{b.Seed}, credentialFiles(creds)...) {
 		if err := vagrantbox.CheckQEMUCanRead(p); err != nil {
-			return m, fmt.Errorf("%w (the VM's directory is %s: set AGENT_VM_STATE_DIR to a directory outside home directories, e.g. /var/lib/agent-vms, for vagrant VMs)", err, vmDir)
+			return m, b, fmt.Errorf("%w (%s)", err, hint)
 		}
 	}
-	return m, nil
+	return m, b, nil
+}
+
+// handoffDirs makes the handoff directory root and, in it, the machine's
+// directory and its fw_cfg directory: searchable by others, not readable
+// (0711), whatever they were.
+func handoffDirs(root, machine, fwcfg string) error {
+	for _, p := range []string{root, machine, fwcfg} {
+		if err := os.MkdirAll(p, 0o711); err != nil {
+			return fmt.Errorf("making %s for libvirt's QEMU: %w", p, err)
+		}
+		if err := os.Chmod(p, 0o711); err != nil {
+			return fmt.Errorf("letting libvirt's QEMU through %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 func credentialFiles(cs []driver.Credential) []string {

@@ -13,14 +13,15 @@ import (
 )
 
 // Files of the workspace share: the socket libvirt's QEMU connects to (in
-// the run directory) and virtiofsd's output (in the logs directory).
+// the run directory, or the machine's handoff directory) and virtiofsd's
+// output (in the logs directory).
 const (
 	VirtiofsdSock = "virtiofsd.sock"
 	VirtiofsdLog  = "virtiofsd.log"
 )
 
 // shareSocket is the machine's virtiofsd socket.
-func shareSocket(m driver.Machine) string { return runFile(m, VirtiofsdSock) }
+func (d *Driver) shareSocket(m driver.Machine) string { return d.qemuFile(m, m.RunDir, VirtiofsdSock) }
 
 // startShare starts agent-vm's own virtiofsd for the workspace, the QEMU
 // driver's (jailed as root: package sharejail), first ending one a crashed
@@ -41,7 +42,7 @@ func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
 		}
 		return fmt.Errorf("sharing the workspace: agent-vm cannot run virtiofsd in its jail here (%s), and unjailed as root it would let the guest's root create root-owned and setuid files in %s on the host (hint: install QEMU's C virtiofsd, Debian 12's qemu-system-common; for an unknown owner, recreate the VM)", why, m.Share.Source)
 	}
-	sock := shareSocket(m)
+	sock := d.shareSocket(m)
 	pid, err := qemu.StartVirtiofsd(ctx, d.Run, v, qemu.VirtiofsdShare{Share: m.Share, Socket: sock, Log: filepath.Join(m.LogsDir, VirtiofsdLog)})
 	if err != nil {
 		return fmt.Errorf("sharing the workspace: %w", err)
@@ -56,7 +57,7 @@ func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
 // stopShare ends the machine's virtiofsd, if one runs. QEMU's C virtiofsd
 // also exits by itself once QEMU is gone (halt, destroy, a crash).
 func (d *Driver) stopShare(m driver.Machine) {
-	if qemu.StopVirtiofsd(0, shareSocket(m)) {
+	if qemu.StopVirtiofsd(0, d.shareSocket(m)) {
 		d.Log.Debug("ended the workspace's virtiofsd", "vm", m.Name)
 	}
 }

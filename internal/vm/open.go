@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"os"
@@ -70,11 +71,8 @@ func Open(c Config) (*Manager, error) {
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
 	cache := cacheDir(c.Getenv)
-	vagrantHome := c.Getenv("AGENT_VM_VAGRANT_HOME")
-	if vagrantHome == "" {
-		vagrantHome = filepath.Join(cache, "vagrant")
-	}
-	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: vagrantHome}
+	vagrantHome, handoff := vagrantDirs(c.Getenv, cache, os.Geteuid())
+	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: vagrantHome, Handoff: handoff}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
 	m.WorkDir = c.WorkDir
 	m.cacheDir, m.vagrantHome = cache, vagrantHome
@@ -111,6 +109,29 @@ func (m *Manager) backends(c Config) []backend.Backend {
 // cacheDir is $XDG_CACHE_HOME/agent-vm (images, the accelerator probe).
 func cacheDir(getenv func(string) string) string {
 	return xdgDir(getenv, "XDG_CACHE_HOME", ".cache", "agent-vm")
+}
+
+// Where the vagrant backend keeps what libvirt's QEMU opens when agent-vm
+// runs as root: outside /root (0700), which that QEMU (user libvirt-qemu)
+// cannot enter. VAGRANT_HOME holds the boxes (their disks and kernels);
+// the handoff directory each machine's seed, credential copies, virtiofsd
+// socket and console log (vagrant.Driver.Handoff).
+const (
+	rootVagrantHome = "/var/lib/agent-vm/vagrant"
+	rootHandoff     = "/var/lib/agent-vm/libvirt"
+)
+
+// vagrantDirs are the vagrant driver's VAGRANT_HOME and handoff directory:
+// $AGENT_VM_VAGRANT_HOME and $AGENT_VM_LIBVIRT_DIR when set; else, as
+// root, rootVagrantHome and rootHandoff; else <cache>/vagrant and none
+// (the VM's own directories, which the user must let libvirt's QEMU
+// reach; prepareAccess says how when it cannot).
+func vagrantDirs(getenv func(string) string, cache string, euid int) (home, handoff string) {
+	home, handoff = getenv("AGENT_VM_VAGRANT_HOME"), getenv("AGENT_VM_LIBVIRT_DIR")
+	if euid == 0 {
+		home, handoff = cmp.Or(home, rootVagrantHome), cmp.Or(handoff, rootHandoff)
+	}
+	return cmp.Or(home, filepath.Join(cache, "vagrant")), handoff
 }
 
 // DefaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
