@@ -69,13 +69,13 @@ func runLifecycle(ctx context.Context, s *S) {
 	s.StepUnless(ctx, "the forward kept while stopped answers after the boot", s.lacks(featurePorts), func() error {
 		return checkPortAfterBoot(ctx, s, l.branch, keptPort)
 	})
-	s.StepUnless(ctx, "reset refuses a running VM, naming stop and --force", s.lacks(featureReset), func() error { return resetRefusesRunning(ctx, s, l.branch) })
+	s.Step(ctx, "reset refuses a running VM, naming stop and --force", func() error { return resetRefusesRunning(ctx, s, l.branch) })
 	var knownHosts string
-	s.StepUnless(ctx, "reset --force, then a failing provision.sh fails start with its log tail", s.lacks(featureReset), func() (err error) {
+	s.Step(ctx, "reset --force, then a failing provision.sh fails start with its log tail", func() (err error) {
 		knownHosts, err = resetWithFailingProvision(ctx, s, l.branch)
 		return err
 	})
-	s.StepUnless(ctx, "after reset: same host key, the workspace kept, the rest fresh", s.lacks(featureReset), func() error {
+	s.Step(ctx, "after reset: same host key, the workspace kept, the rest fresh", func() error {
 		return checkAfterReset(ctx, s, l.branch, knownHosts)
 	})
 	s.Step(ctx, "destroy refuses while the workspace has untracked files", func() error {

@@ -139,7 +139,6 @@ const (
 	featureNet     = "net"      // a contained network: net, expose, the doors
 	featurePorts   = "ports"    // port add and rm
 	featureMCPSync = "mcp-sync" // mcp sync's exposed host servers
-	featureReset   = "reset"    // reset: a fresh disk, the workspace and host key kept
 )
 
 // lacks says why this run's backend cannot do feature, "" when it can:
@@ -156,8 +155,6 @@ func (s *S) lacks(feature string) string {
 		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
 	case featureMCPSync:
 		return "mcp sync exposes the host's HTTP servers to the guest with `expose`, which the vagrant backend refuses"
-	case featureReset:
-		return "the vagrant backend cannot reset a VM yet (`reset` refuses its VMs, saying to destroy and create)"
 	}
 	return ""
 }

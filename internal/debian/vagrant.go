@@ -193,10 +193,13 @@ func MACOf(id string) string {
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
 }
 
-// Reset implements backend.Backend: vagrant owns the disk, so a reset is
-// `agent-vm destroy` and create for now.
-func (b *VagrantBackend) Reset(_ context.Context, _ state.Layout, r *state.Record) error {
-	return fmt.Errorf("cannot reset VM %q: the vagrant backend cannot reset a VM yet (hint: destroy it and create it again; the VM is unchanged)", r.Branch)
+// Reset implements backend.Backend: nothing of the backend's to undo. The
+// root disk is the libvirt domain's, which the driver's Destroy (vm.Reset)
+// removed with the domain; the next start's `vagrant up` makes both afresh
+// from the box, and cloud-init provisions the new disk (the seed is
+// written at every start).
+func (b *VagrantBackend) Reset(context.Context, state.Layout, *state.Record) error {
+	return nil
 }
 
 // CheckStart implements backend.Backend.

@@ -21,7 +21,8 @@ type ResetResult struct {
 	Packages     []string // what its next boot installs
 }
 
-// Reset gives a VM a fresh root disk from its base (the backend's Reset):
+// Reset gives a VM a fresh root disk from its base (the driver's Destroy,
+// then the backend's Reset):
 // its next start boots it and provisions it again, the repository's
 // config.toml packages re-read from the workspace now and its
 // provision.sh at that boot. The workspace (a directory on the host), the
@@ -62,6 +63,11 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 			return nil, fmt.Errorf("stopping VM %q before the reset: %w", r.Branch, err)
 		}
 		res.Stopped = true
+	}
+	// The driver's own machine goes too (vagrant's libvirt domain, whose
+	// disk is the VM's root disk); the next start makes it afresh.
+	if err := d.Destroy(ctx, m.machine(r, l)); err != nil {
+		return nil, fmt.Errorf("resetting VM %q: %w (the workspace and keys are unchanged; `agent-vm reset %s` tries again)", r.Branch, err, r.Slug)
 	}
 	if err := be.Reset(ctx, l, r); err != nil {
 		return nil, err
