@@ -26,6 +26,9 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 	if e.Record == nil {
 		return nil, "", e.Err
 	}
+	if e.Record.Guest.Foreign != "" {
+		return nil, "", errForeign(e.Record, "pinned host key for agent-vm to connect with")
+	}
 	type dialed struct {
 		c   *ssh.Client
 		err error
