@@ -133,14 +133,17 @@
 // So each credential is copied into a fw_cfg directory as a 0600 file of
 // libvirt-qemu (as root; else readable by it through a POSIX ACL entry),
 // and the virtiofsd socket is handed over alike. As root (whose state
-// directory is under /root, 0700) those copies, a copy of the seed, the
-// socket and the console log go to the machine's own directory in a
+// directory is under /root, 0700) those copies, a copy of the seed and
+// the socket go to the machine's own directory in a
 // handoff directory outside home directories (Driver.Handoff,
 // /var/lib/agent-vm/libvirt/<machine>, 0711, removed by Destroy) and the
 // VM's directories stay closed; VAGRANT_HOME is /var/lib/agent-vm/vagrant.
 // Without a handoff directory (not root) Start makes the state directory,
 // the VM's and its run directory searchable (not readable) by others.
-// Either way every path is checked with vagrantbox.CheckQEMUCanRead, so a
+// The console log stays in the VM's logs directory: libvirt hands a
+// file-backed serial port to virtlogd, which runs as root (libvirt's
+// default stdio_handler "logd"; seen: virtlogd holds the file open, QEMU a
+// pipe). Either way every path is checked with vagrantbox.CheckQEMUCanRead, so a
 // 0700 directory above fails at once with the fix instead of libvirt's
 // "Permission denied".
 //

@@ -73,8 +73,8 @@ type Driver struct {
 	QEMUUser string
 	// Handoff, when set, is a directory outside home directories in which
 	// each machine gets its own directory (MachineName) for every file
-	// libvirt's QEMU opens: the seed, the credential copies, the virtiofsd
-	// socket and the console log. "" keeps them in the VM's run and logs
+	// libvirt's QEMU opens: the seed, the credential copies and the
+	// virtiofsd socket. "" keeps them in the VM's run and logs
 	// directories, which QEMU's user must then be able to reach (see
 	// prepareAccess). As root agent-vm sets it (DefaultHandoff): root's
 	// state directory is under /root, which is 0700.
@@ -244,9 +244,11 @@ const DefaultBox = "agent-vm/debian-12"
 
 // SpecOf is the Vagrantfile of machine m booted per b with the
 // accelerator and share of o, over libvirt connection uri, with the
-// virtiofsd socket and console log in the VM's own directories (Start
-// moves them to the machine's handoff directory when the driver has one;
-// create writes this as the VM's first Vagrantfile, for the user to read).
+// virtiofsd socket in the VM's run directory (Start moves it to the
+// machine's handoff directory when the driver has one; create writes this
+// as the VM's first Vagrantfile, for the user to read). The console log
+// stays in the VM's logs directory: libvirt's virtlogd (root) writes it,
+// not QEMU (seen: virtlogd holds the file, QEMU a pipe).
 func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrantfile {
 	v := Vagrantfile{Name: MachineName(m), Box: b.Box, BoxVersion: b.BoxVersion, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
 		Share: runFile(m, VirtiofsdSock),
@@ -290,7 +292,7 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 			return nil, err
 		}
 		v := SpecOf(m, boot, o, d.uri())
-		v.Share, v.Console = d.shareSocket(m), d.qemuFile(m, m.LogsDir, ConsoleLog)
+		v.Share = d.shareSocket(m)
 		if err := Write(m.RunDir, v); err != nil {
 			return nil, err
 		}
@@ -545,7 +547,7 @@ func (d *Driver) Running(m driver.Machine, _ *driver.Launch) bool {
 
 // Logs are the serial console and vagrant's output.
 func (d *Driver) Logs(m driver.Machine) driver.Logs {
-	return driver.Logs{Console: d.qemuFile(m, m.LogsDir, ConsoleLog), Driver: filepath.Join(m.LogsDir, VagrantLog)}
+	return driver.Logs{Console: filepath.Join(m.LogsDir, ConsoleLog), Driver: filepath.Join(m.LogsDir, VagrantLog)}
 }
 
 func runFile(m driver.Machine, name string) string { return filepath.Join(m.RunDir, name) }

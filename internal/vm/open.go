@@ -114,8 +114,8 @@ func cacheDir(getenv func(string) string) string {
 // Where the vagrant backend keeps what libvirt's QEMU opens when agent-vm
 // runs as root: outside /root (0700), which that QEMU (user libvirt-qemu)
 // cannot enter. VAGRANT_HOME holds the boxes (their disks and kernels);
-// the handoff directory each machine's seed, credential copies, virtiofsd
-// socket and console log (vagrant.Driver.Handoff).
+// the handoff directory each machine's seed, credential copies and
+// virtiofsd socket (vagrant.Driver.Handoff).
 const (
 	rootVagrantHome = "/var/lib/agent-vm/vagrant"
 	rootHandoff     = "/var/lib/agent-vm/libvirt"
