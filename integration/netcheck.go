@@ -182,9 +182,19 @@ func hostAddrs() ([]string, error) {
 }
 
 // unreachable checks, as root in branch's guest, that no TCP connection
-// to host port p opens at the gateway or at the doors' address.
+// to host port p opens at the gateway or at the doors' address (QEMU's
+// user network), or, for the vagrant backend, at any of the host's own
+// addresses, its libvirt bridge's gateway among them (10.0.2.x is not the
+// host there: it leaves through libvirt's NAT to the outside network).
 func unreachable(ctx context.Context, s *S, branch string, p int) error {
-	for _, a := range []string{"10.0.2.2", "10.0.2.100"} {
+	addrs := []string{"10.0.2.2", "10.0.2.100"}
+	if s.backend == "vagrant" {
+		var err error
+		if addrs, err = hostAddrs(); err != nil {
+			return err
+		}
+	}
+	for _, a := range addrs {
 		res := s.exec(ctx, branch, "sudo", "timeout", "15", "bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", a, p))
 		if res.ExitCode == 0 {
 			return failf(res, "the guest of %s opened a connection to the host's port %d at %s", branch, p, a)
