@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -226,13 +227,13 @@ func (r *run) skipReason(sc Scenario) string {
 			return reason
 		}
 	}
-	if sc.Backend != "" {
+	if len(sc.Backends) > 0 {
 		backend := r.cfg.Backend
 		if (backend == "" || backend == "auto") && r.host.doctor != nil {
 			backend = r.host.doctor.Backend
 		}
-		if backend != sc.Backend {
-			return fmt.Sprintf("it tests the %s backend; this run creates VMs with %q (hint: --backend %s)", sc.Backend, backend, sc.Backend)
+		if !slices.Contains(sc.Backends, backend) {
+			return fmt.Sprintf("it tests the %s backend; this run creates VMs with %q (hint: --backend %s)", strings.Join(sc.Backends, " or "), backend, sc.Backends[0])
 		}
 	}
 	return ""

@@ -19,9 +19,9 @@ type Scenario struct {
 	// Verbs are the agent-vm commands it needs; it is skipped, with the
 	// reason, when this agent-vm build lacks one.
 	Verbs []string
-	// Backend, when set, is the only backend the scenario tests (a
+	// Backends, when set, are the only backends the scenario tests (a
 	// feature the others do not have yet); other runs skip it.
-	Backend string
+	Backends []string
 	run     func(ctx context.Context, s *S)
 }
 
