@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,9 +116,13 @@ func literals(t testing.TB, ruby string, b []byte) []string {
 // file only as its slug, which Render checks) and
 // proves with real Ruby that each comes back exactly from its literal
 // (nothing broke out, nothing was lost).
+// hostileNames are names and paths that would break out of a Ruby literal
+// written naively: the fuzz test's seeds, and TestVagrantValidate's names.
+var hostileNames = []string{`"; system("id") #`, `#{exit 1}`, `\`, `\"`, "a\nb", "nul\x00byte", "\x04\x1a", "\xff\xfe invalid", "é ü 日本", `#@x #$y`, "'", "end\nend\n", "%q{", "\r\n"}
+
 func FuzzVagrantfileLiterals(f *testing.F) {
 	ruby := testutil.Program(f, "ruby")
-	for _, s := range []string{`"; system("id") #`, `#{exit 1}`, `\`, `\"`, "a\nb", "nul\x00byte", "\x04\x1a", "\xff\xfe invalid", "é ü 日本", `#@x #$y`, "'", "end\nend\n", "%q{", "\r\n"} {
+	for _, s := range hostileNames {
 		f.Add(s, "/tmp/"+s, s)
 	}
 	f.Fuzz(func(t *testing.T, key, path, box string) {
@@ -174,33 +179,51 @@ func TestVagrantValidate(t *testing.T) {
 	for name, v := range cases {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
-			b, err := Render(sample(root, v.Driver))
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := sample(root, v.Driver)
 			if name == "hostile" {
-				s := v
+				s = v
 				s.SSH.KeyFile, s.Seed, s.Console, s.Share = root+"/feat-x/ssh/id_ed25519", root+"/seed.iso", root+"/console.log", root+"/feat-x/run/virtiofsd.sock"
 				s.FwCfg = nil
-				if b, err = Render(s); err != nil {
-					t.Fatal(err)
-				}
 			}
-			for _, d := range []string{"feat-x/workspace", "feat-x/we\"ird #{raise 'x'}\n\\dir", "feat-x/ssh", "project"} {
-				if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
-					t.Fatal(err)
-				}
-			}
-			testutil.WriteFile(t, filepath.Join(root, "feat-x/ssh/id_ed25519"), "key")
-			testutil.WriteFile(t, filepath.Join(root, "project/Vagrantfile"), string(b))
-			cmd := exec.CommandContext(context.Background(), vg, "validate")
-			cmd.Dir = filepath.Join(root, "project")
-			cmd.Env = append(os.Environ(), "VAGRANT_HOME="+filepath.Join(root, "home"), "VAGRANT_CHECKPOINT_DISABLE=1",
-				"VAGRANT_CWD="+cmd.Dir, "VAGRANT_DOTFILE_PATH="+filepath.Join(root, "dot"), "VAGRANT_VAGRANTFILE=Vagrantfile", "VAGRANT_DEFAULT_PROVIDER=libvirt")
-			out, err := cmd.CombinedOutput()
-			if err != nil || !bytes.Contains(out, []byte("Vagrantfile validated successfully")) {
-				t.Fatalf("vagrant validate: %v\n%s\n--- Vagrantfile:\n%s", err, out, b)
-			}
+			validate(t, vg, root, s)
 		})
+	}
+	// The fuzz test's seeds as the box's name and, where a file name can
+	// hold them, in the path of the VM's key.
+	for i, name := range hostileNames {
+		t.Run(fmt.Sprintf("name-%d", i), func(t *testing.T) {
+			root := t.TempDir()
+			s := sample(root, DomainQEMU)
+			s.Box = name
+			if !strings.ContainsAny(name, "/\x00'\"<>&") {
+				s.SSH.KeyFile = filepath.Join(root, "feat-"+name, "ssh", "id_ed25519")
+			}
+			validate(t, vg, root, s)
+		})
+	}
+}
+
+// validate renders v, makes the files it names under root, and runs the
+// real `vagrant validate` on it in a project of its own.
+func validate(t *testing.T, vg, root string, v Vagrantfile) {
+	t.Helper()
+	b, err := Render(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"feat-x/workspace", "feat-x/we\"ird #{raise 'x'}\n\\dir", filepath.Dir(v.SSH.KeyFile), "project"} {
+		if err := os.MkdirAll(filepath.Join(root, strings.TrimPrefix(d, root)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WriteFile(t, v.SSH.KeyFile, "key")
+	testutil.WriteFile(t, filepath.Join(root, "project/Vagrantfile"), string(b))
+	cmd := exec.CommandContext(context.Background(), vg, "validate")
+	cmd.Dir = filepath.Join(root, "project")
+	cmd.Env = append(os.Environ(), "VAGRANT_HOME="+filepath.Join(root, "home"), "VAGRANT_CHECKPOINT_DISABLE=1",
+		"VAGRANT_CWD="+cmd.Dir, "VAGRANT_DOTFILE_PATH="+filepath.Join(root, "dot"), "VAGRANT_VAGRANTFILE=Vagrantfile", "VAGRANT_DEFAULT_PROVIDER=libvirt")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("Vagrantfile validated successfully")) {
+		t.Fatalf("vagrant validate: %v\n%s\n--- Vagrantfile:\n%s", err, out, b)
 	}
 }
