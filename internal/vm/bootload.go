@@ -63,12 +63,15 @@ func bootBaseFor(acc string) time.Duration {
 
 // toolBootTimeout is the wait given to a driver whose own tool waits for
 // the guest (vagrant up's boot_timeout): the user's timeout, else base
-// stretched by the host's load now, since the tool cannot re-read it.
-func (m *Manager) toolBootTimeout(ctx context.Context, slug string, timeout, base time.Duration) time.Duration {
+// stretched by the host's load average now, since the tool cannot re-read
+// it. Every start computes it, so it reads only /proc/loadavg: counting
+// the VMs still booting would ask every VM's driver (a vagrant status
+// each).
+func toolBootTimeout(timeout, base time.Duration) time.Duration {
 	if timeout > 0 {
 		return timeout
 	}
-	return m.hostLoad(ctx, slug).Scale(base)
+	return hostload.Read(0).Scale(base)
 }
 
 // bootWait is the context a start waits for the guest in: timeout when

@@ -140,7 +140,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	so := driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: plan.FixedShare,
-		BootTimeout: m.toolBootTimeout(ctx, r.Slug, o.Timeout, bootBaseFor(acc.Accel))}
+		BootTimeout: toolBootTimeout(o.Timeout, bootBaseFor(acc.Accel))}
 	if plan.Clone != nil {
 		res, err := m.startClone(ctx, e, d, mach, plan, tmpl, so, o)
 		var refused *templateRefused

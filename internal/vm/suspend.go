@@ -211,7 +211,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	o.Report.Report("resuming from the saved state", 0, "")
 	began := time.Now()
 	launch, err := d.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
-		BootTimeout: m.toolBootTimeout(ctx, r.Slug, o.Timeout, bootBaseFor(acc.Accel))})
+		BootTimeout: toolBootTimeout(o.Timeout, bootBaseFor(acc.Accel))})
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
 			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
