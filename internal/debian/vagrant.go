@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -87,8 +86,11 @@ func (b *VagrantBackend) CheckCreate(f backend.CreateFlags) error {
 		return fmt.Errorf("--image sets the base disk image of the qemu backend; the vagrant backend boots a box (hint: use --box NAME, or pass --backend qemu)")
 	case f.Config != "" || f.Nixpkgs != "":
 		return fmt.Errorf("--config and --nixpkgs belong to the nixos backend; the vagrant backend boots a Debian box (hint: drop them, or pass --backend nixos)")
-	case strings.ContainsAny(f.Box, "\x00\n\r") || strings.TrimSpace(f.Box) != f.Box:
-		return fmt.Errorf("--box %q is not a box name (hint: a name such as debian/bookworm64, as `vagrant box list` shows)", f.Box)
+	}
+	if f.Box != "" {
+		if err := vagrant.CheckBoxName(f.Box); err != nil {
+			return err
+		}
 	}
 	switch f.Vagrantfile {
 	case "", VagrantfileAuto, VagrantfileRepo, VagrantfileGenerate:

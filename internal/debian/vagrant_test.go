@@ -186,8 +186,13 @@ func TestBoxFlagBelongsToVagrant(t *testing.T) {
 	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Box: "x/y"}); err == nil || !strings.Contains(err.Error(), "--backend vagrant") {
 		t.Errorf("qemu backend with --box: %v", err)
 	}
-	if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Box: "x\ny"}); err == nil || !strings.Contains(err.Error(), "--box") {
-		t.Errorf("a box name with a newline: %v", err)
+	for _, box := range []string{"x\ny", "nul\x00byte", "\xff\xfe invalid", "\x04", " padded"} {
+		if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Box: box}); err == nil || !strings.Contains(err.Error(), "--box") {
+			t.Errorf("--box %q: %v; want it refused, naming --box", box, err)
+		}
+	}
+	if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Box: "debian/bookworm64"}); err != nil {
+		t.Errorf("--box debian/bookworm64: %v", err)
 	}
 	if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Image: "/a.qcow2"}); err == nil {
 		t.Error("vagrant backend took --image")

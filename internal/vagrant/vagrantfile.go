@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"text/template"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
 )
@@ -156,6 +158,18 @@ func Render(v Vagrantfile) ([]byte, error) {
 		return nil, fmt.Errorf("rendering the Vagrantfile: %w", err)
 	}
 	return b.Bytes(), nil
+}
+
+// CheckBoxName refuses a box name vagrant cannot look up: one with a
+// control character (NUL, a newline), invalid UTF-8 (vagrant makes a path
+// of the name, and Ruby's Pathname raises on both), or blanks around it.
+// create checks --box with it; Render escapes any name (its tests feed it
+// hostile ones), this is about what vagrant accepts.
+func CheckBoxName(name string) error {
+	if !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsControl) >= 0 || strings.TrimSpace(name) != name {
+		return fmt.Errorf("--box %q is not a box name (hint: a name such as debian/bookworm64, as `vagrant box list` shows)", name)
+	}
+	return nil
 }
 
 func (v Vagrantfile) validate() error {
