@@ -18,12 +18,15 @@ import (
 
 // serveInGuest starts `python3 -m http.server port` in the guest, detached
 // from the exec session, serving a directory outside the workspace with one
-// file, served.txt, whose content it returns.
+// file, served.txt, whose content it returns. The server runs in that
+// directory, not in /workspace (exec's), so it does not hold the
+// workspace: the lifecycle's suspend, which refuses while a process uses
+// it, comes after it.
 func serveInGuest(ctx context.Context, s *S, branch string, port int) (string, error) {
 	dir := "/tmp/agent-vm-itest-" + randHex(4)
 	content := "served by the guest " + randHex(8)
 	script := `mkdir -p "$1" && printf '%s\n' "$2" > "$1/served.txt" && ` +
-		`(setsid python3 -m http.server "$3" --bind 0.0.0.0 --directory "$1" >/dev/null 2>&1 </dev/null &)`
+		`(cd "$1" && setsid python3 -m http.server "$3" --bind 0.0.0.0 --directory "$1" >/dev/null 2>&1 </dev/null &)`
 	if _, err := s.execOK(ctx, branch, "sh", "-c", script, "sh", dir, content, strconv.Itoa(port)); err != nil {
 		return "", err
 	}
