@@ -22,7 +22,7 @@ type Scenario struct {
 	// Backends, when set, are the only backends the scenario tests (a
 	// feature the others do not have yet); other runs skip it.
 	Backends []string
-	run     func(ctx context.Context, s *S)
+	run      func(ctx context.Context, s *S)
 }
 
 // Scenarios lists the scenarios in the order they run.
