@@ -19,12 +19,9 @@ import (
 // if the state says running (a paused VM's holder can still answer).
 // Without a holder, the guest is dialed directly once the state is known.
 func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string, error) {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return nil, "", err
-	}
-	if e.Record == nil {
-		return nil, "", e.Err
 	}
 	if e.Record.Guest.Foreign != "" {
 		return nil, "", errForeign(e.Record, "pinned host key for agent-vm to connect with")

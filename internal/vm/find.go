@@ -104,6 +104,19 @@ func within(dir, root string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
+// findRecorded is Find for the verbs that need the VM's record: a VM
+// directory whose record is unreadable is its error.
+func (m *Manager) findRecorded(ctx context.Context, name string) (state.Entry, error) {
+	e, err := m.Find(ctx, name)
+	if err != nil {
+		return state.Entry{}, err
+	}
+	if e.Record == nil {
+		return state.Entry{}, e.Err
+	}
+	return e, nil
+}
+
 // Find resolves what the user typed (a branch or a VM name) to a VM, within
 // the repository the command runs in (see the top of this file). A VM
 // directory with an unreadable record is returned when its name matches and

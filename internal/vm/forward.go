@@ -132,12 +132,9 @@ func (m *Manager) PortRemove(ctx context.Context, name string, guestPort int) (*
 // PortList is `port list`: the VM's own forwards, in the order they were
 // added, and whether the VM runs (they are live) or not.
 func (m *Manager) PortList(ctx context.Context, name string) ([]state.Forward, bool, error) {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return nil, false, err
-	}
-	if e.Record == nil {
-		return nil, false, e.Err
 	}
 	_, _, running, err := m.liveMachine(ctx, e)
 	if err != nil {

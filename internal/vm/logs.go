@@ -32,12 +32,9 @@ type LogsOptions struct {
 // is a terminal: `agent-vm logs | grep` reaches one too. The raw bytes are
 // in the console log file the header names.
 func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.Writer) error {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return err
-	}
-	if e.Record == nil {
-		return e.Err
 	}
 	if o.Lines <= 0 {
 		o.Lines = 200

@@ -85,12 +85,9 @@ type AgentMCPServer struct {
 // It takes the VM's lock briefly to update the record: callers must not
 // hold it.
 func (m *Manager) MCPSync(ctx context.Context, name string, o MCPSyncOptions) (*MCPSyncResult, error) {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return nil, err
-	}
-	if e.Record == nil {
-		return nil, e.Err
 	}
 	r := e.Record
 	home := m.getenv("HOME")

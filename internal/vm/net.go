@@ -169,12 +169,9 @@ func (m *Manager) refuseUncontained(r *state.Record, what string) error {
 
 // NetShow reports a VM's egress policy.
 func (m *Manager) NetShow(ctx context.Context, name string) (*NetInfo, error) {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return nil, err
-	}
-	if e.Record == nil {
-		return nil, e.Err
 	}
 	return m.netInfo(e), nil
 }
@@ -278,12 +275,9 @@ func (m *Manager) netUpdate(ctx context.Context, name string, change func(*state
 
 // NetLog returns a VM's connection log, oldest first, and where it is.
 func (m *Manager) NetLog(ctx context.Context, name string) ([]egress.Entry, string, error) {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return nil, "", err
-	}
-	if e.Record == nil {
-		return nil, "", e.Err
 	}
 	path := NetLogPath(e.Layout)
 	es, err := egress.ReadLog(path)

@@ -30,12 +30,9 @@ func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error)
 		}
 		return b.String(), nil
 	}
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return "", err
-	}
-	if e.Record == nil {
-		return "", e.Err
 	}
 	if e.Record.Guest.Foreign != "" {
 		return m.foreignSSHConfig(ctx, e)

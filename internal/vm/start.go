@@ -412,12 +412,9 @@ func (m *Manager) lockedLook(ctx context.Context, name string) (*locked, error) 
 
 // lockedEntry finds a VM with a readable record and takes its lock.
 func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return state.Entry{}, nil, err
-	}
-	if e.Record == nil {
-		return state.Entry{}, nil, e.Err
 	}
 	lock, err := m.Root.LockVM(ctx, e.Slug)
 	if err != nil {
