@@ -110,8 +110,10 @@ type Driver interface {
 	// template: a machine Suspend saved), with m's own disks, share and
 	// plumbing; the caller gives the guest its own identity. A template
 	// that does not fit m (another QEMU, another machine shape, a changed
-	// disk) is ErrStaleState, before anything starts.
-	Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine) (*Launch, error)
+	// disk) is ErrStaleState, before anything starts. edits are made in
+	// the restored memory before the guest runs; one that does not fit
+	// (the memory does not hold its Old bytes) is ErrStaleState too.
+	Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine, edits []MemoryEdit) (*Launch, error)
 	Adopt(ctx context.Context, m Machine) Machine
 	Destroy(ctx context.Context, m Machine) error
 
@@ -161,6 +163,16 @@ type StartOptions struct {
 	// driver whose tool waits for the guest itself (vagrant up) gives it
 	// as long. 0 = the driver's own default.
 	BootTimeout time.Duration
+}
+
+// MemoryEdit is a change a Clone makes in the guest's memory restored
+// from its template, before the guest's CPUs run: New replaces Old at
+// guest physical address Addr (internal/vm's templates give each clone
+// its own kernel boot id this way). What names it in errors.
+type MemoryEdit struct {
+	What     string
+	Addr     uint64
+	Old, New []byte
 }
 
 // Errors the verbs return (wrapped).

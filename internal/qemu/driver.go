@@ -238,12 +238,12 @@ func (l *Launch) neutral() *driver.Launch {
 
 // Clone starts a machine that never ran from a template's saved state
 // (Launcher.Clone).
-func (d *Driver) Clone(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions, from driver.Machine) (*driver.Launch, error) {
+func (d *Driver) Clone(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions, from driver.Machine, edits []driver.MemoryEdit) (*driver.Launch, error) {
 	boot, so, err := d.restoreOptions(ctx, b, o)
 	if err != nil {
 		return nil, err
 	}
-	launch, err := d.Launcher.Clone(ctx, d.machine(m), boot, so, d.machine(from))
+	launch, err := d.Launcher.Clone(ctx, d.machine(m), boot, so, d.machine(from), edits)
 	if err != nil {
 		return nil, err
 	}

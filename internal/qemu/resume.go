@@ -47,7 +47,7 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 	if err != nil {
 		return nil, err
 	}
-	if err := l.restore(ctx, m, s, m.runFile(StateFile), o.Virtiofsd, launch); err != nil {
+	if err := l.restore(ctx, m, s, m.runFile(StateFile), o.Virtiofsd, launch, nil); err != nil {
 		killVerified(launch.QEMUPid, m.isQEMU())
 		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
@@ -60,9 +60,10 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 	return launch, nil
 }
 
-// restore loads the state in stateFile into the waiting QEMU, runs the guest and plugs
-// the share in again; launch.json then says the share's virtiofsd.
-func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateFile string, v *Virtiofsd, launch *Launch) error {
+// restore loads the state in stateFile into the waiting QEMU, makes the
+// memory edits (a clone's), runs the guest and plugs the share in again;
+// launch.json then says the share's virtiofsd.
+func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateFile string, v *Virtiofsd, launch *Launch, edits []driver.MemoryEdit) error {
 	qctx, cancel := context.WithTimeout(ctx, suspendQMPTimout)
 	c, err := qmp.Dial(qctx, m.QMPPath())
 	cancel()
@@ -86,6 +87,12 @@ func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateF
 	}
 	if err := waitMigration(ctx, c); err != nil {
 		return fmt.Errorf("loading the saved state: %w; QEMU's log %s says: %s", err, m.QEMULogPath(), orNothing(driver.TailFile(m.QEMULogPath(), 3)))
+	}
+	if len(edits) > 0 {
+		if err := editMemory(ctx, c, edits); err != nil {
+			return fmt.Errorf("%w: %w", err, driver.ErrStaleState)
+		}
+		l.Log.Debug("edited the restored memory", "vm", m.Name, "edits", len(edits))
 	}
 	if _, err := c.Execute(ctx, "cont", nil); err != nil {
 		return err

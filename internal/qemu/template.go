@@ -35,8 +35,10 @@ import (
 // Clone starts m, which has never run, from the saved state of from (a
 // template), with m's own plumbing, disks and share, and returns once the
 // guest runs with m's share plugged in. The template's state is read, not
-// consumed. The caller gives the guest its own identity afterwards.
-func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine) (*Launch, error) {
+// consumed. edits are made in the restored memory before the guest runs
+// (editMemory); the caller gives the guest the rest of its identity
+// afterwards.
+func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine, edits []driver.MemoryEdit) (*Launch, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
@@ -66,7 +68,7 @@ func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions,
 		return nil, err
 	}
 	l.Log.Debug("QEMU waits for the template's state", "vm", m.Name, "after", time.Since(began))
-	if err := l.restore(ctx, m, s, from.runFile(StateFile), o.Virtiofsd, launch); err != nil {
+	if err := l.restore(ctx, m, s, from.runFile(StateFile), o.Virtiofsd, launch, edits); err != nil {
 		killVerified(launch.QEMUPid, m.isQEMU())
 		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)

@@ -504,7 +504,7 @@ func (d *Driver) destroy(ctx context.Context, m driver.Machine) error {
 
 // Clone is unsupported: templates are QEMU saved states (the Debian
 // backend's); a vagrant VM's first start is vagrant up.
-func (d *Driver) Clone(_ context.Context, m driver.Machine, _ driver.Boot, _ driver.StartOptions, _ driver.Machine) (*driver.Launch, error) {
+func (d *Driver) Clone(_ context.Context, m driver.Machine, _ driver.Boot, _ driver.StartOptions, _ driver.Machine, _ []driver.MemoryEdit) (*driver.Launch, error) {
 	return nil, fmt.Errorf("starting %s from a template: the vagrant driver boots with vagrant up: %w", m.Name, driver.ErrUnsupported)
 }
 

@@ -49,11 +49,10 @@ package vm
 // the user is waiting for, and it keeps a disk and a RAM image (about the
 // guest's memory) on disk; the user decides when that is worth it.
 //
-// What a clone does not get: its own /proc/sys/kernel/random/boot_id.
-// Linux makes the boot id once per boot and keeps it in kernel memory,
-// read-only, so every machine restored from one template has the
-// template's (a reboot is the only way to a new one). agent-vm does not
-// use it as an identity; the machine-id, host keys and RNG differ.
+// A clone's kernel boot id (/proc/sys/kernel/random/boot_id), which the
+// guest cannot change, is written into its memory by the driver before it
+// runs (bootid.go): the build records where the template's kernel keeps
+// it.
 //
 // A template's disk backs its clones' disks: `template rm` keeps it (alone
 // in the template's directory, which is no template any more) while a
@@ -91,7 +90,7 @@ import (
 // templateContract is the version of what a template's guest holds;
 // change it whenever the template seed or Personalize changes what a
 // clone's guest is, so that older templates are refused.
-const templateContract = 1
+const templateContract = 2 // 2: template.json says where the kernel keeps its boot id
 
 // Files of a template's directory besides a VM's.
 const (
@@ -128,6 +127,9 @@ type templateRecord struct {
 	Built time.Time   `json:"built"`
 	// For is the branch whose VM the build was asked for.
 	For string `json:"for"`
+	// BootID is where the template's kernel keeps its boot id; nil when
+	// the guest did not say (its clones then share the template's).
+	BootID *bootIDSite `json:"boot_id,omitempty"`
 }
 
 // TemplateInfo describes one template (template list, doctor).
@@ -273,12 +275,9 @@ type TemplateBuildResult struct {
 // top of this file): a cold boot of a template seed, then a suspend. An
 // existing template for that key is refused (template rm first).
 func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions) (*TemplateBuildResult, error) {
-	e, err := m.Find(ctx, name)
+	e, err := m.findRecorded(ctx, name)
 	if err != nil {
 		return nil, err
-	}
-	if e.Record == nil {
-		return nil, e.Err
 	}
 	r := e.Record
 	if r.Backend != BackendQEMU {
@@ -315,13 +314,21 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 	if _, err := tm.Start(ctx, slug, o); err != nil {
 		return fail(err)
 	}
+	te, err := tm.Find(ctx, slug)
+	if err != nil {
+		return fail(err)
+	}
+	site, err := tm.findBootID(ctx, te)
+	if err != nil {
+		m.Log.Warn("the template's clones will share its kernel boot id", "reason", err)
+	}
 	if _, err := tm.Suspend(ctx, slug); err != nil {
 		return fail(err)
 	}
 	if err := freezeDisks(l.Dir); err != nil {
 		return fail(err)
 	}
-	rec := templateRecord{Key: k, Built: m.Now().UTC(), For: r.Branch}
+	rec := templateRecord{Key: k, Built: m.Now().UTC(), For: r.Branch, BootID: site}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := atomicfile.Write(filepath.Join(l.Dir, templateFile), append(b, '\n'), 0o600); err != nil {
 		return fail(err)
@@ -565,7 +572,18 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	r, l := e.Record, e.Layout
 	o.Report.Report("starting from the template", 0, "")
 	began := time.Now()
-	launch, err := d.Clone(ctx, mach, plan.Boot, so, t.mach)
+	var edits []driver.MemoryEdit
+	if t.rec.BootID != nil {
+		edit, id, err := bootIDEdit(t.rec.BootID)
+		if err != nil {
+			return nil, &templateRefused{fmt.Errorf("the template's boot id: %w", err)}
+		}
+		edits = append(edits, edit)
+		m.Log.Debug("the clone's kernel boot id", "vm", r.Branch, "boot_id", id)
+	} else {
+		m.Log.Info("this VM shares its template's kernel boot id until it reboots: the template does not say where its kernel keeps it", "vm", r.Branch)
+	}
+	launch, err := d.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
 			return nil, &templateRefused{err}
