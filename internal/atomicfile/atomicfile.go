@@ -32,6 +32,18 @@ func WriteJSON(path string, v any, perm os.FileMode) error {
 	return Write(path, append(b, '\n'), perm)
 }
 
+// WriteOwned is Write of a file owned by uid:gid, set before it replaces
+// path (root writing a user's file).
+func WriteOwned(path string, b []byte, perm os.FileMode, uid, gid int) error {
+	return WriteFrom(path, perm, func(w io.Writer) error {
+		if err := w.(*os.File).Chown(uid, gid); err != nil { // WriteFrom hands write its temporary file
+			return err
+		}
+		_, err := w.Write(b)
+		return err
+	})
+}
+
 // WriteFrom replaces path (mode perm) with what write writes; when write
 // fails, path is left as it was.
 func WriteFrom(path string, perm os.FileMode, write func(io.Writer) error) error {

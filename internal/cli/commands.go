@@ -44,6 +44,7 @@ func commands(stdio IO) []*cli.Command {
 		netProxyCommand(stdio),
 		netRelayCommand(stdio),
 		holdCommand(stdio),
+		personalizeCommand(stdio),
 		completionCommand(stdio),
 		{
 			Name: "version", Usage: "print the version", ArgsUsage: " ",

@@ -13,9 +13,10 @@ import (
 func TestCLIKnowsNoBackend(t *testing.T) {
 	const module = "github.com/agent-vm/agent-vm"
 	allowed := map[string]bool{
-		module + "/internal/vm":       true, // the orchestration
-		module + "/internal/mcpproxy": true, // agent-mcp, which `mcp-proxy` runs in the guest
-		module + "/internal/termsafe": true, // a UI helper: escaping untrusted text for the terminal
+		module + "/internal/vm":          true, // the orchestration
+		module + "/internal/mcpproxy":    true, // agent-mcp, which `mcp-proxy` runs in the guest
+		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
+		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

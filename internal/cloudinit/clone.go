@@ -10,15 +10,21 @@ package cloudinit
 // plugged in; FirstRun renders the rest, which needs the workspace (the
 // agent CLI, the repository's provisioning).
 //
-// Values reach the scripts base64-encoded (printf %s 'QUJD' | base64 -d),
-// never spliced in as shell text.
+// Values never reach the scripts as shell text: Personalize's go as a
+// JSON plan in a quoted here-document, FirstRun's arguments quoted.
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path"
+	"strconv"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/personalize"
 )
 
 // fwCfgToken is where the guest's fw_cfg driver shows the MCP token QEMU
@@ -26,86 +32,115 @@ import (
 const fwCfgToken = "/sys/firmware/qemu_fw_cfg/by_name/" + MCPTokenFwCfgName + "/raw"
 
 // Personalize renders the root script that makes a guest restored from a
-// template c's VM: c's host key and authorized keys only (the template's
-// key stops working), a new machine-id, c's hostname and instance-id (so
-// that the guest's later cold boots, with c's own seed, do not provision
-// it again), the kernel RNG reseeded with entropy (host randomness; QEMU's
-// vmgenid has reseeded it already where the guest kernel has the driver),
-// agent-mcp's settings and the MCP token QEMU passes this VM. sshd
-// restarts last: the running session survives, new ones need c's keys.
-// The script holds the host's private key: it goes over SSH only.
+// template c's VM: it hands the guest's agent-vm (the template's key
+// includes its binary, so the guest has this one's commands) the plan
+// (internal/personalize): c's host key and authorized keys only (the
+// template's key stops working), a new machine-id, c's hostname and
+// instance-id (so that the guest's later cold boots, with c's own seed, do
+// not provision it again), the kernel RNG reseeded with entropy (host
+// randomness), agent-mcp's settings and guidance notes, the MCP token QEMU
+// passes this VM, journald restarted and sshd reloaded: the running
+// session survives, new ones need c's keys. The plan travels as one JSON
+// line in a quoted here-document (nothing in it is expanded); the host's
+// private key in it only base64-encoded, over SSH only.
 func Personalize(c Config, entropy []byte) (string, error) {
-	if err := c.Validate(); err != nil {
-		return "", err
-	}
-	if len(entropy) < 32 {
-		return "", fmt.Errorf("internal error: %d bytes of entropy, want at least 32", len(entropy))
-	}
-	files, err := guestFiles(c)
+	p, err := personalizePlan(c, entropy)
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	b.WriteString("set -eu\n")
-	// RNDADDENTROPY (credited) then RNDRESEEDCRNG: the next random number
-	// the guest draws depends on the host's bytes, not only on the
-	// template's pool.
-	fmt.Fprintf(&b, `python3 -c '
-import base64, fcntl, os, struct, sys
-d = base64.b64decode(sys.argv[1])
-fd = os.open("/dev/random", os.O_WRONLY)
-fcntl.ioctl(fd, 0x40085203, struct.pack("ii", len(d) * 8, len(d)) + d)
-fcntl.ioctl(fd, 0x5207)
-' %s
-`, b64(entropy))
-	b.WriteString("dec() { printf %s \"$1\" | base64 -d; }\n")
-	put := func(path, owner, mode string, content []byte) {
-		fmt.Fprintf(&b, "dec %s >%s.new && chown %s %s.new && chmod %s %s.new && mv -f %s.new %s\n",
-			b64(content), path, owner, path, mode, path, path, path)
+	plan, err := json.Marshal(p)
+	if err != nil {
+		return "", err
 	}
-	// Identity.
-	b.WriteString("umask 077\nrm -f /etc/ssh/ssh_host_*\n")
-	put("/etc/ssh/ssh_host_ed25519_key", "root:root", "0600", []byte(strings.TrimSpace(c.HostKey.Private)+"\n"))
-	put("/etc/ssh/ssh_host_ed25519_key.pub", "root:root", "0644", []byte(c.HostKey.Public+"\n"))
-	put(homeDir+"/.ssh/authorized_keys", UserName+":"+UserName, "0600", []byte(strings.Join(c.AuthorizedKeys, "\n")+"\n"))
-	b.WriteString("umask 022\n")
-	b.WriteString("systemd-id128 new >/etc/machine-id.new && mv -f /etc/machine-id.new /etc/machine-id\n")
-	b.WriteString("if [ -f /var/lib/dbus/machine-id ] && [ ! -L /var/lib/dbus/machine-id ]; then cp /etc/machine-id /var/lib/dbus/machine-id; fi\n")
-	// Not hostnamectl: starting systemd-hostnamed over D-Bus costs seconds
-	// under TCG.
-	fmt.Fprintf(&b, "h=$(dec %s)\nprintf '%%s\\n' \"$h\" >/etc/hostname\nhostname \"$h\"\n", b64([]byte(c.Hostname)))
-	b.WriteString("sed -i '/^127\\.0\\.1\\.1[[:space:]]/d' /etc/hosts && printf '127.0.1.1 %s\\n' \"$h\" >>/etc/hosts\n")
-	put("/var/lib/cloud/data/instance-id", "root:root", "0644", []byte(c.InstanceID+"\n"))
+	return fmt.Sprintf("set -eu\n%s %s <<'%s'\n%s\n%s\n", personalize.Binary, personalize.Command, planEnd, plan, planEnd), nil
+}
+
+// planEnd ends the plan's here-document; a JSON line cannot be it.
+const planEnd = "AGENT_VM_PLAN"
+
+// personalizePlan is what Personalize hands the guest.
+func personalizePlan(c Config, entropy []byte) (personalize.Plan, error) {
+	if err := c.Validate(); err != nil {
+		return personalize.Plan{}, err
+	}
+	if len(entropy) < 32 {
+		return personalize.Plan{}, fmt.Errorf("internal error: %d bytes of entropy, want at least 32", len(entropy))
+	}
+	files, err := guestFiles(c)
+	if err != nil {
+		return personalize.Plan{}, err
+	}
+	root, dev := personalize.Entry{UID: 0, GID: 0}, personalize.Entry{UID: c.UID, GID: c.GID}
+	file := func(owner personalize.Entry, path string, mode os.FileMode, content []byte) personalize.Entry {
+		owner.Path, owner.Mode, owner.Content = path, mode, content
+		return owner
+	}
+	p := personalize.Plan{
+		Entropy: entropy,
+		Remove:  []string{"/etc/ssh/ssh_host_*"},
+		Files: []personalize.Entry{
+			file(root, "/etc/ssh/ssh_host_ed25519_key", 0o600, []byte(strings.TrimSpace(c.HostKey.Private)+"\n")),
+			file(root, "/etc/ssh/ssh_host_ed25519_key.pub", 0o644, []byte(c.HostKey.Public+"\n")),
+			file(dev, homeDir+"/.ssh/authorized_keys", 0o600, []byte(strings.Join(c.AuthorizedKeys, "\n")+"\n")),
+			file(root, "/var/lib/cloud/data/instance-id", 0o644, []byte(c.InstanceID+"\n")),
+		},
+		Hostname:    c.Hostname,
+		Token:       personalize.Copy{From: fwCfgToken, To: "/run/agent-vm/mcp-token"},
+		Restart:     []string{"systemd-journald"},
+		SSHDPidFile: "/run/sshd.pid",
+		SSHDPort:    guest.SSHPort,
+	}
 	// agent-mcp's settings, as the seed writes them.
 	for _, f := range files {
 		if f.Path != etcDir+"/agent-mcp.env" && f.Path != etcDir+"/mcp.json" {
 			continue
 		}
-		content := []byte(f.Content)
-		if f.Encoding == "b64" {
-			if content, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
-				return "", fmt.Errorf("internal error: %w", err)
-			}
+		e, err := planEntry(c, f)
+		if err != nil {
+			return personalize.Plan{}, err
 		}
-		put(f.Path, f.Owner, f.Permissions, content)
+		p.Files = append(p.Files, e)
 	}
 	for _, f := range guidanceFiles(c) {
-		if dir := f.Path[:strings.LastIndex(f.Path, "/")]; dir != homeDir {
-			fmt.Fprintf(&b, "install -d -o %s -g %s %s\n", UserName, UserName, dir)
+		if dir := path.Dir(f.Path); dir != homeDir {
+			p.Dirs = append(p.Dirs, personalize.Entry{Path: dir, UID: c.UID, GID: c.GID, Mode: 0o755})
 		}
-		put(f.Path, UserName+":"+UserName, f.Permissions, []byte(f.Content))
+		f.Owner = UserName + ":" + UserName
+		e, err := planEntry(c, f)
+		if err != nil {
+			return personalize.Plan{}, err
+		}
+		p.Files = append(p.Files, e)
 	}
-	// The token of this VM's QEMU (setup.sh's install_token read the
-	// template's at its boot).
-	b.WriteString("[ -d /sys/firmware/qemu_fw_cfg ] || modprobe -q qemu_fw_cfg || true\n")
-	fmt.Fprintf(&b, "umask 077\nmkdir -p /run/agent-vm\ncat %s >/run/agent-vm/mcp-token.new\n", fwCfgToken)
-	b.WriteString("[ -s /run/agent-vm/mcp-token.new ] || { echo 'no MCP token in fw_cfg' >&2; exit 1; }\n")
-	b.WriteString("mv -f /run/agent-vm/mcp-token.new /run/agent-vm/mcp-token\n")
-	// journald takes the new machine-id when it restarts, which need not
-	// hold the caller up; sshd must present the new host key before the
-	// caller reconnects.
-	b.WriteString("systemctl restart --no-block systemd-journald\nsystemctl restart ssh\n")
-	return b.String(), nil
+	return p, nil
+}
+
+// planEntry is a seed file as a plan's file: its owner (root or dev) and
+// mode as numbers, its content decoded.
+func planEntry(c Config, f writeFile) (personalize.Entry, error) {
+	e := personalize.Entry{Path: f.Path, Content: []byte(f.Content)}
+	ids := map[string]int{"root": 0, UserName: c.UID}
+	user, group, _ := strings.Cut(f.Owner, ":")
+	uid, ok1 := ids[user]
+	gid, ok2 := ids[group]
+	if group == UserName {
+		gid = c.GID
+	}
+	if !ok1 || !ok2 {
+		return e, fmt.Errorf("internal error: %s is owned by %q", f.Path, f.Owner)
+	}
+	e.UID, e.GID = uid, gid
+	mode, err := strconv.ParseUint(f.Permissions, 8, 32)
+	if err != nil {
+		return e, fmt.Errorf("internal error: %s has permissions %q", f.Path, f.Permissions)
+	}
+	e.Mode = os.FileMode(mode)
+	if f.Encoding == "b64" {
+		if e.Content, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
+			return e, fmt.Errorf("internal error: %w", err)
+		}
+	}
+	return e, nil
 }
 
 // FirstRun renders the root script that finishes a clone once its
@@ -126,5 +161,3 @@ func FirstRun(c Config) string {
 	}
 	return b.String()
 }
-
-func b64(b []byte) string { return execx.ShellQuote(base64.StdEncoding.EncodeToString(b)) }

@@ -90,7 +90,7 @@ import (
 // templateContract is the version of what a template's guest holds;
 // change it whenever the template seed or Personalize changes what a
 // clone's guest is, so that older templates are refused.
-const templateContract = 2 // 2: template.json says where the kernel keeps its boot id
+const templateContract = 2 // 2: template.json says where the kernel keeps its boot id; the guest's agent-vm personalizes
 
 // Files of a template's directory besides a VM's.
 const (
