@@ -29,12 +29,14 @@ package vm
 // template when there is one that fits, unless StartOptions.NoTemplate:
 // the backend makes the VM's disk on the template's (base <- template <-
 // VM), the driver starts QEMU from the template's state with the VM's own
-// ports, forwards, fw_cfg token and virtiofsd, then start logs in with the
-// template's key and runs the backend's Personalize script (the VM's host
-// key and client key, the template's removed; a new machine-id; hostname;
+// ports, forwards, fw_cfg token and virtiofsd and writes the clone's own
+// kernel boot id into its memory (bootid.go), then start logs in with the
+// template's key and runs the backend's Personalize script, which hands
+// the guest's agent-vm a plan (internal/personalize): the VM's host key
+// and client key, the template's removed; a new machine-id; hostname;
 // the instance-id, so that the VM's later cold boots with its own seed do
 // not provision it again; the kernel RNG reseeded from the host on top of
-// vmgenid; agent-mcp's settings and the VM's MCP token), reconnects with
+// vmgenid; agent-mcp's settings and the VM's MCP token. It reconnects with
 // the VM's pinned keys, mounts the workspace (resume's attach), and runs
 // FirstRun (agent CLI, repository provisioning). From then on the VM is
 // an ordinary one: later starts boot its own disk.
@@ -314,7 +316,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 	if _, err := tm.Start(ctx, slug, o); err != nil {
 		return fail(err)
 	}
-	te, err := tm.Find(ctx, slug)
+	te, err := tm.findRecorded(ctx, slug)
 	if err != nil {
 		return fail(err)
 	}
