@@ -14,8 +14,6 @@ package personalize
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +27,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/state"
 )
 
 // Command is the hidden agent-vm command that applies a plan in the
@@ -184,13 +183,7 @@ func (a Applier) dir(d Entry) error {
 // `systemd-id128 new` makes one) and D-Bus' copy when it is a file of its
 // own.
 func (a Applier) machineID() error {
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return err
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	id := []byte(hex.EncodeToString(b) + "\n")
+	id := []byte(strings.ReplaceAll(state.NewID(), "-", "") + "\n")
 	if err := atomicfile.Write(a.path("/etc/machine-id"), id, 0o444); err != nil {
 		return err
 	}
