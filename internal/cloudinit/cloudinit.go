@@ -109,7 +109,7 @@ type Config struct {
 	Guidance string
 	// CACerts are PEM CA certificates the guest trusts besides its own
 	// bundle (the host's added ones, see internal/hostca), installed by
-	// cloud-init's ca_certs module on the first boot.
+	// guest/ca-certs in bootcmd whenever cloud-init runs.
 	CACerts []string
 	// Direct leaves the guest's programs without the egress proxy: for a
 	// driver that does not contain the network (the vagrant backend's

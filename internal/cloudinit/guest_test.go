@@ -2,12 +2,21 @@ package cloudinit
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io/fs"
+	"maps"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/testutil"
@@ -30,8 +39,8 @@ func guestScripts(t *testing.T) map[string]string {
 			scripts[e.Name()] = string(b)
 		}
 	}
-	if len(scripts) != 4 {
-		t.Fatalf("found %d guest scripts, want 4", len(scripts))
+	if len(scripts) != 5 {
+		t.Fatalf("found %d guest scripts, want 5", len(scripts))
 	}
 	return scripts
 }
@@ -255,4 +264,133 @@ func copyTree(dst, src string) error {
 		}
 		return nil // sockets and the like: not units
 	})
+}
+
+// TestCACertsLeavesWhatUpdateCACertificatesWould runs guest/ca-certs, as
+// bootcmd does, in a real Debian root (chroot, with private copies of its
+// certificate directories bind-mounted in a mount namespace), then
+// update-ca-certificates --fresh on the same state: the two must agree, and
+// OpenSSL must find each certificate through both the bundle and the hash
+// links. Then again (nothing changes), and with one certificate fewer (the
+// other leaves the bundle).
+func TestCACertsLeavesWhatUpdateCACertificatesWould(t *testing.T) {
+	rootfs := cloudInitRootfs(t)
+	unshare := testutil.Program(t, "unshare")
+	script, err := guestFS.ReadFile("guest/ca-certs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pems := []string{strings.TrimSpace(readFixture(t, "host-ca.pem")), newCAPEM(t, "agent-vm test second CA")}
+
+	work := t.TempDir()
+	certs, local := filepath.Join(work, "certs"), filepath.Join(work, "local")
+	if err := copyTree(certs, filepath.Join(rootfs, "etc", "ssl", "certs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(local, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pems {
+		if err := os.WriteFile(filepath.Join(work, "ca"+strconv.Itoa(i)+".pem"), []byte(p+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// in runs a shell command in the chroot with the copies mounted; the
+	// test's work directory is /work there.
+	in := func(cmd string, args ...string) string {
+		t.Helper()
+		mounts := `set -e; r=$1; w=$2; shift 2
+mount --bind "$w/certs" "$r/etc/ssl/certs"
+mount --bind "$w/local" "$r/usr/local/share/ca-certificates"
+mkdir -p "$r/work"; mount --bind "$w" "$r/work"
+exec chroot "$r" sh -c "$@"`
+		argv := append([]string{"--mount", "--propagation", "private", "sh", "-c", mounts, "mounts", rootfs, work, cmd, "sh"}, args...)
+		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: unshare, Args: argv})
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return string(res.Stdout)
+	}
+	snapshot := func() map[string]string {
+		t.Helper()
+		got := map[string]string{}
+		for _, dir := range []string{certs, local} {
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				p := filepath.Join(dir, e.Name())
+				if link, err := os.Readlink(p); err == nil {
+					got[p] = "-> " + link
+				} else if b, err := os.ReadFile(p); err == nil {
+					got[p] = string(b)
+				} else {
+					t.Fatal(err)
+				}
+			}
+		}
+		return got
+	}
+	verify := func(i int) string {
+		return in(`openssl verify -no-CApath -CAfile /etc/ssl/certs/ca-certificates.crt "$1" && openssl verify -no-CAfile -CApath /etc/ssl/certs "$1" || true`, "/work/ca"+strconv.Itoa(i)+".pem")
+	}
+	run := func(pems ...string) { in(string(script), pems...) }
+
+	run(pems...)
+	for i := range pems {
+		if out := verify(i); strings.Count(out, ": OK") != 2 {
+			t.Errorf("certificate %d is not trusted through both the bundle and the hash links:\n%s", i, out)
+		}
+	}
+	ours := snapshot()
+	in("update-ca-certificates --fresh >/dev/null 2>&1")
+	if theirs := snapshot(); !maps.Equal(ours, theirs) {
+		for p, v := range theirs {
+			if ours[p] != v {
+				t.Errorf("%s: update-ca-certificates left %.80q, ca-certs %.80q", p, v, ours[p])
+			}
+		}
+		for p := range ours {
+			if _, ok := theirs[p]; !ok {
+				t.Errorf("%s: ca-certs made it, update-ca-certificates did not", p)
+			}
+		}
+	}
+
+	run(pems...)
+	if again := snapshot(); !maps.Equal(ours, again) {
+		t.Error("a second run with the same certificates changed the state")
+	}
+
+	run(pems[0])
+	if out := verify(0); strings.Count(out, ": OK") != 2 {
+		t.Errorf("the certificate still given is no longer trusted:\n%s", out)
+	}
+	if out := verify(1); strings.Contains(out, ": OK") {
+		t.Errorf("the certificate no longer given is still trusted:\n%s", out)
+	}
+}
+
+// newCAPEM makes a self-signed CA certificate in PEM.
+func newCAPEM(t *testing.T, name string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(2),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 }
