@@ -137,7 +137,7 @@ func (b *VagrantBackend) Provision(ctx context.Context, l state.Layout, r *state
 		boot.Box = "agent-vm/" + image.DefaultBuildName
 		if img, err := image.Lookup(b.ImageDir, image.DefaultBuildName); err == nil {
 			if box, err := vagrantbox.For(img); err == nil {
-				boot.Box, boot.BoxVersion = box.Name, box.Version
+				boot.Box, boot.BoxVersion, boot.Guest = box.Name, box.Version, vagrantGuest
 			}
 		}
 	}
@@ -236,7 +236,7 @@ func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.R
 		if err != nil {
 			return nil, err
 		}
-		boot.Box, boot.BoxVersion = box.Name, box.Version
+		boot.Box, boot.BoxVersion, boot.Guest = box.Name, box.Version, vagrantGuest
 	}
 	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand}, nil
 }
@@ -265,6 +265,10 @@ func (b *VagrantBackend) prepareUser(r *state.Record, l state.Layout, s VagrantS
 }
 
 // ownBox: the VM boots agent-vm's own box, not one of --box.
+// vagrantGuest is what agent-vm's own box runs, in vagrant's guest names:
+// said in the Vagrantfile, so vagrant does not detect it at every up.
+const vagrantGuest = "debian"
+
 func ownBox(s VagrantSettings) bool { return s.Box == "" || s.Box == vagrant.DefaultBox }
 
 // addBox adds agent-vm's own box, made from the default base image, to

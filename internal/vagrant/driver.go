@@ -46,10 +46,13 @@ type Boot struct {
 	Box string // the Vagrant box
 	// BoxVersion is the box's version; "" takes whichever vagrant has.
 	BoxVersion string
-	Seed       string // the cloud-init NoCloud seed ISO
-	MAC        string // the management NIC's MAC, which the seed matches
-	SSHUser    string // the guest user vagrant logs in as
-	SSHKey     string // its private key (the VM's client key)
+	// Guest is the box's guest OS as vagrant names it ("debian"), when
+	// agent-vm knows it; "" has vagrant detect it.
+	Guest   string
+	Seed    string // the cloud-init NoCloud seed ISO
+	MAC     string // the management NIC's MAC, which the seed matches
+	SSHUser string // the guest user vagrant logs in as
+	SSHKey  string // its private key (the VM's client key)
 	// User, when set, is the repository's own Vagrantfile, run as is: the
 	// rest of the plan is unused (see the package doc).
 	User *UserProject
@@ -250,7 +253,7 @@ const DefaultBox = "agent-vm/debian-12"
 // stays in the VM's logs directory: libvirt's virtlogd (root) writes it,
 // not QEMU (seen: virtlogd holds the file, QEMU a pipe).
 func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrantfile {
-	v := Vagrantfile{Name: MachineName(m), Box: b.Box, BoxVersion: b.BoxVersion, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
+	v := Vagrantfile{Name: MachineName(m), Box: b.Box, BoxVersion: b.BoxVersion, Guest: b.Guest, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, Driver: DomainKVM, URI: uri,
 		Share: runFile(m, VirtiofsdSock),
 		SSH:   SSH{User: b.SSHUser, KeyFile: b.SSHKey}, MAC: b.MAC, Seed: b.Seed,
 		Console: filepath.Join(m.LogsDir, ConsoleLog)}

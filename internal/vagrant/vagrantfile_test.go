@@ -18,7 +18,7 @@ import (
 
 // sample is a Vagrantfile with every path under root.
 func sample(root string, drv string) Vagrantfile {
-	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: "agent-vm/debian-12", BoxVersion: "1767322800.305419896", CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
+	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: "agent-vm/debian-12", BoxVersion: "1767322800.305419896", Guest: "debian", CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
 		Share:    root + "/feat-x/run/virtiofsd.sock",
 		Forwards: []Forward{{ID: "ssh", Host: 2201, Guest: 22}, {ID: "mcp", Host: 8000, Guest: 8000}},
 		SSH:      SSH{User: "dev", KeyFile: root + "/feat-x/ssh/id_ed25519"}, MAC: "52:54:00:ab:cd:ef",
