@@ -75,9 +75,24 @@ func Setup(ctx context.Context, host hostpkgs.Host, o SetupOptions) (SetupReport
 		_, err := image.Lookup(o.ImageDir, image.DefaultBuildName)
 		buildImage = errors.Is(err, image.ErrNotFound)
 	}
+	// libvirt's QEMU user needs /dev/kvm, or libvirt re-probes QEMU at
+	// every call (see hostpkgs.KVMGroupAccessMissing).
+	kvmAccess := false
+	if o.Need&(hostpkgs.Vagrant|hostpkgs.Test) != 0 {
+		if kvmAccess, err = host.KVMGroupAccessMissing(); err != nil {
+			return r, err
+		}
+	}
+	if kvmAccess && !o.Root {
+		kvmAccess = false
+		r.Notes = append(r.Notes, "as root, "+hostpkgs.KVMGroupAccessAction+": without it every vagrant start waits a minute on libvirt")
+	}
 	var actions []string
 	if len(plan.Packages) > 0 {
 		actions = append(actions, fmt.Sprintf("install %s with %s", strings.Join(plan.Packages, " "), plan.Manager))
+	}
+	if kvmAccess {
+		actions = append(actions, hostpkgs.KVMGroupAccessAction)
 	}
 	if buildImage {
 		actions = append(actions, "build the Debian base image into "+o.ImageDir+" (about 2 minutes)")
@@ -103,6 +118,12 @@ func Setup(ctx context.Context, host hostpkgs.Host, o SetupOptions) (SetupReport
 			return r, err
 		}
 		plan = done
+	}
+	if kvmAccess {
+		if err := host.GrantKVMGroupAccess(); err != nil {
+			// Slow vagrant starts, not broken ones: a note, not a failure.
+			r.Notes = append(r.Notes, err.Error())
+		}
 	}
 	for _, p := range plan.Unpackaged {
 		r.Notes = append(r.Notes, fmt.Sprintf("%s is missing and %s has no package for it: %s", p.Name, plan.Manager, p.PackageHint()))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -153,5 +154,48 @@ func TestSetupRequiredOnlyIgnoresOptionalPrograms(t *testing.T) {
 	o.RequiredOnly = false
 	if _, err := Setup(context.Background(), s.host(t), o); err == nil || !strings.Contains(err.Error(), "virtiofsd") {
 		t.Errorf("setup itself must still want virtiofsd: err %v", err)
+	}
+}
+
+// On a host without udev /dev/kvm is root's only; setup for the vagrant
+// backend asks to, and does, let group kvm use it (a stand-in device under
+// the host's Root); a user who is not root gets the command as a note.
+func TestSetupLetsLibvirtUseKVM(t *testing.T) {
+	s := newSetupHost(t)
+	for _, p := range hostpkgs.All() {
+		s.fake.Installed(p.Name, "/usr/bin/"+p.Name)
+	}
+	h := s.host(t)
+	dev := filepath.Join(h.Root, "dev", "kvm")
+	os.MkdirAll(filepath.Dir(dev), 0o755)
+	os.MkdirAll(filepath.Join(h.Root, "etc"), 0o755)
+	os.WriteFile(dev, nil, 0o600)
+	os.WriteFile(filepath.Join(h.Root, "etc", "group"), []byte("kvm:x:"+strconv.Itoa(os.Getgid())+":\n"), 0o644)
+
+	o := s.options(t, false, nil)
+	o.ImageDir, o.Need = "", hostpkgs.Run|hostpkgs.Vagrant
+	r, err := Setup(context.Background(), h, o)
+	if err != nil || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "chmod g+rw /dev/kvm") {
+		t.Errorf("as a user: report %+v, err %v; want one note with the command", r, err)
+	}
+	if fi, _ := os.Stat(dev); fi.Mode().Perm() != 0o600 {
+		t.Errorf("as a user setup changed /dev/kvm to %o", fi.Mode().Perm())
+	}
+
+	yes := true
+	o = s.options(t, true, &yes)
+	o.ImageDir, o.Need = "", hostpkgs.Run|hostpkgs.Vagrant
+	if r, err = Setup(context.Background(), h, o); err != nil || len(r.Notes) != 0 {
+		t.Fatalf("as root: report %+v, err %v", r, err)
+	}
+	if len(s.asked) != 1 || len(s.asked[0]) != 1 || !strings.Contains(s.asked[0][0], "group kvm") {
+		t.Errorf("asked %q, want one question about group kvm and /dev/kvm", s.asked)
+	}
+	if fi, _ := os.Stat(dev); fi.Mode().Perm() != 0o660 {
+		t.Errorf("after setup /dev/kvm is %o, want 660", fi.Mode().Perm())
+	}
+	s.asked = nil
+	if _, err = Setup(context.Background(), h, o); err != nil || len(s.asked) != 0 {
+		t.Errorf("a second setup asked %q (err %v); want nothing to do", s.asked, err)
 	}
 }
