@@ -107,7 +107,10 @@ Vagrant.configure("2") do |config|
 {{- if gt .BootTimeout 0}}
     machine.vm.boot_timeout = {{.BootTimeout}}
 {{- end}}
+    # agent-vm mounts the workspace itself: no synced folder, and no fstab
+    # edits for one (two SSH commands at every up).
     machine.vm.synced_folder ".", "/vagrant", disabled: true
+    machine.vm.allow_fstab_modification = false
 {{- range .Forwards}}
     machine.vm.network :forwarded_port, id: {{rb .ID}}, guest: {{.Guest}}, host: {{.Host}}, host_ip: "127.0.0.1", auto_correct: false
 {{- end}}
