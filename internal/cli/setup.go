@@ -45,13 +45,16 @@ func setupCommand(stdio IO) *cli.Command {
 			if rep.Image != "" {
 				fmt.Fprintf(stdio.Out, "built the base image: %s\n", rep.Image)
 			}
+			for _, c := range rep.Changed {
+				fmt.Fprintf(stdio.Out, "changed: %s\n", c)
+			}
 			for _, n := range rep.Notes {
 				fmt.Fprintf(stdio.Out, "note: %s\n", n)
 			}
 			if err != nil {
 				return err
 			}
-			if len(rep.Installed) == 0 && rep.Image == "" {
+			if len(rep.Installed) == 0 && rep.Image == "" && len(rep.Changed) == 0 {
 				fmt.Fprintln(stdio.Out, "nothing to install: this host has what agent-vm needs")
 			}
 			fmt.Fprintln(stdio.Out)

@@ -41,6 +41,7 @@ type SetupReport struct {
 	Manager   string   `json:"manager"`
 	Installed []string `json:"installed"` // packages
 	Image     string   `json:"image"`     // the base image built now, "" when none was
+	Changed   []string `json:"changed"`   // host settings changed (KVM access for libvirt)
 	Notes     []string `json:"notes"`     // things setup could not do, with what to do
 }
 
@@ -123,6 +124,8 @@ func Setup(ctx context.Context, host hostpkgs.Host, o SetupOptions) (SetupReport
 		if err := host.GrantKVMGroupAccess(); err != nil {
 			// Slow vagrant starts, not broken ones: a note, not a failure.
 			r.Notes = append(r.Notes, err.Error())
+		} else {
+			r.Changed = append(r.Changed, "group "+hostpkgs.KVMGroup+" (libvirt's QEMU user) may now read and write "+hostpkgs.KVMDevice)
 		}
 	}
 	for _, p := range plan.Unpackaged {

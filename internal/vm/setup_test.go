@@ -185,7 +185,7 @@ func TestSetupLetsLibvirtUseKVM(t *testing.T) {
 	yes := true
 	o = s.options(t, true, &yes)
 	o.ImageDir, o.Need = "", hostpkgs.Run|hostpkgs.Vagrant
-	if r, err = Setup(context.Background(), h, o); err != nil || len(r.Notes) != 0 {
+	if r, err = Setup(context.Background(), h, o); err != nil || len(r.Notes) != 0 || len(r.Changed) != 1 || !strings.Contains(r.Changed[0], "/dev/kvm") {
 		t.Fatalf("as root: report %+v, err %v", r, err)
 	}
 	if len(s.asked) != 1 || len(s.asked[0]) != 1 || !strings.Contains(s.asked[0][0], "group kvm") {
