@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
@@ -337,11 +338,11 @@ func makeDirs(l state.Layout) error {
 // writes the staging record at once, so concurrent creates see the ports as
 // taken before this one finishes.
 func (m *Manager) allocatePorts(ctx context.Context, mcp, ssh int, rec *state.Record, l state.Layout) error {
-	lock, err := m.Root.LockPorts(ctx)
+	release, err := m.lockPorts(ctx)
 	if err != nil {
 		return err
 	}
-	defer lock.Release()
+	defer release()
 	taken, err := m.takenPorts()
 	if err != nil {
 		return err
@@ -398,7 +399,62 @@ func (m *Manager) takenPorts() (map[int]string, error) {
 			add(e.Record, "the VM of branch")
 		}
 	}
+	// The VMs of this user's other state directories hold theirs too.
+	for _, dir := range m.otherRoots() {
+		other := &state.Root{Dir: dir}
+		for _, r := range other.StagedRecords() {
+			add(r, "the VM being created (state directory "+dir+") for branch")
+		}
+		entries, err := other.List()
+		if err != nil {
+			continue // gone or unreadable since the registry listed it
+		}
+		for _, e := range entries {
+			if e.Record != nil {
+				add(e.Record, "the VM (state directory "+dir+") of branch")
+			}
+		}
+	}
 	return taken, nil
+}
+
+// lockPorts takes the ports lock of every state directory of this user
+// (the registry's), then Root's, in that order; release undoes both.
+func (m *Manager) lockPorts(ctx context.Context) (release func(), err error) {
+	var outer *state.Lock
+	if m.Registry != nil {
+		if outer, err = m.Registry.LockPorts(ctx); err != nil {
+			return nil, err
+		}
+	}
+	inner, err := m.Root.LockPorts(ctx)
+	if err != nil {
+		if outer != nil {
+			outer.Release()
+		}
+		return nil, err
+	}
+	return func() {
+		inner.Release()
+		if outer != nil {
+			outer.Release()
+		}
+	}, nil
+}
+
+// otherRoots are the registered state directories besides Root.
+func (m *Manager) otherRoots() []string {
+	if m.Registry == nil {
+		return nil
+	}
+	roots, err := m.Registry.Roots()
+	if err != nil {
+		if m.Log != nil {
+			m.Log.Warn("the ports of VMs in other state directories are not known", "error", err)
+		}
+		return nil
+	}
+	return slices.DeleteFunc(roots, func(r string) bool { return r == m.Root.Dir })
 }
 
 // betweenPortReads lets a test commit a create between takenPorts' two

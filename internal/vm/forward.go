@@ -61,11 +61,11 @@ func (m *Manager) PortAdd(ctx context.Context, name string, guestPort, hostPort 
 	}
 	// The ports lock, as create takes it (after the VM's): nobody else
 	// may pick this host port before the record holds it.
-	plock, err := m.Root.LockPorts(ctx)
+	release, err := m.lockPorts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer plock.Release()
+	defer release()
 	if ch.Forward.Host, err = m.pickHostPort(guestPort, hostPort); err != nil {
 		return nil, err
 	}

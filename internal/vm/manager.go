@@ -44,6 +44,9 @@ type Manager struct {
 	Backends map[string]backend.Backend
 	// PortFree probes a host port; ports.Listenable outside tests.
 	PortFree ports.Probe
+	// Registry lists this user's other state directories, whose VMs'
+	// ports are taken too (see state.Registry); nil: only Root's.
+	Registry *state.Registry
 	Now      func() time.Time
 	// Host reports the host's RAM and CPU threads (create checks sizes
 	// against it).

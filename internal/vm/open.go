@@ -74,6 +74,11 @@ func Open(c Config) (*Manager, error) {
 	vagrantHome, handoff := vagrantDirs(c.Getenv, cache, os.Geteuid())
 	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: vagrantHome, Handoff: handoff}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
+	m.Registry = Registry(c.Getenv, os.Geteuid())
+	if err := m.Registry.Add(root.Dir); err != nil {
+		// Only port allocation across state directories is lost.
+		c.Log.Warn("this state directory's VMs' ports may be given out again by agent-vm runs in other state directories", "error", err)
+	}
 	m.WorkDir = c.WorkDir
 	m.cacheDir, m.vagrantHome = cache, vagrantHome
 	m.imageDir = imageDir(c.Getenv, m.cacheDir)
@@ -132,6 +137,20 @@ func vagrantDirs(getenv func(string) string, cache string, euid int) (home, hand
 		home, handoff = cmp.Or(home, rootVagrantHome), cmp.Or(handoff, rootHandoff)
 	}
 	return cmp.Or(home, filepath.Join(cache, "vagrant")), handoff
+}
+
+// rootRegistry is root's registry of state directories, beside the
+// vagrant backend's directories.
+const rootRegistry = "/var/lib/agent-vm/state-dirs"
+
+// Registry is this user's registry of state directories (state.Registry):
+// as root rootRegistry, else $XDG_STATE_HOME/agent-vm/state-dirs
+// (~/.local/state/agent-vm/state-dirs).
+func Registry(getenv func(string) string, euid int) *state.Registry {
+	if euid == 0 {
+		return &state.Registry{Dir: rootRegistry}
+	}
+	return &state.Registry{Dir: filepath.Join(xdgDir(getenv, "XDG_STATE_HOME", filepath.Join(".local", "state"), "agent-vm"), "state-dirs")}
 }
 
 // DefaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.

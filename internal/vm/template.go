@@ -414,15 +414,18 @@ func (m *Manager) createTemplate(ctx context.Context, r *state.Record, slug stri
 }
 
 // templatePorts picks the template's SSH and MCP ports among those no VM
-// holds (the template runs only while it is built).
+// holds, in any registered state directory (the template runs only while
+// it is built).
 func (m *Manager) templatePorts(ctx context.Context, rec *state.Record) error {
-	taken := map[int]string{}
+	taken, err := m.takenPorts()
+	if err != nil {
+		return err
+	}
 	for _, e := range m.listAll() {
 		if e.Record != nil {
 			taken[e.Record.Ports.SSH], taken[e.Record.Ports.MCP] = "a VM", "a VM"
 		}
 	}
-	var err error
 	if rec.Ports.MCP, err = ports.Pick(ports.MCPRange(), taken, m.PortFree); err != nil {
 		return err
 	}

@@ -67,7 +67,15 @@ func plainManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return vm.New(root, execx.OS{}, log, []driver.Driver{qemu.NewDriver(launcher)})
+	m := vm.New(root, execx.OS{}, log, []driver.Driver{qemu.NewDriver(launcher)})
+	// Registered as agent-vm registers any state directory: the test's VMs
+	// and those of agent-vm runs beside it (integration-test, a user's)
+	// do not take each other's ports.
+	m.Registry = vm.Registry(os.Getenv, os.Geteuid())
+	if err := m.Registry.Add(root.Dir); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // newManager wires the real orchestration with the qemu backend.
