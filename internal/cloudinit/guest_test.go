@@ -2,21 +2,13 @@ package cloudinit
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io/fs"
 	"maps"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/testutil"
@@ -280,7 +272,8 @@ func TestCACertsLeavesWhatUpdateCACertificatesWould(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pems := []string{strings.TrimSpace(readFixture(t, "host-ca.pem")), newCAPEM(t, "agent-vm test second CA")}
+	ca2, _, _ := testutil.SelfSigned(t, "agent-vm test second CA", true)
+	pems := []string{strings.TrimSpace(readFixture(t, "host-ca.pem")), strings.TrimSpace(ca2)}
 
 	work := t.TempDir()
 	certs, local := filepath.Join(work, "certs"), filepath.Join(work, "local")
@@ -370,27 +363,4 @@ exec chroot "$r" sh -c "$@"`
 	if out := verify(1); strings.Contains(out, ": OK") {
 		t.Errorf("the certificate no longer given is still trusted:\n%s", out)
 	}
-}
-
-// newCAPEM makes a self-signed CA certificate in PEM.
-func newCAPEM(t *testing.T, name string) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(2),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 }

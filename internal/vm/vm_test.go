@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -438,22 +437,11 @@ func nonLoopbackAddrs(t *testing.T) []string {
 // the guest) that CA signed. It returns the CA's PEM and the server's port.
 func hostCAAndServer(t *testing.T) (caPEM, port string) {
 	t.Helper()
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey, leafKey := key(), key()
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agent-vm test host CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	caPEM, ca, caKey := tu.SelfSigned(t, "agent-vm test host CA", true)
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ = x509.ParseCertificate(caDER)
 	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "10.0.2.2"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("10.0.2.2")}, DNSNames: []string{tlsTestName}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
@@ -466,7 +454,7 @@ func hostCAAndServer(t *testing.T) (caPEM, port string) {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	_, port, _ = net.SplitHostPort(srv.Listener.Addr().String())
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), port
+	return caPEM, port
 }
 
 // heldCheck: the VM's holder serves a 0600 socket; killed, commands still
