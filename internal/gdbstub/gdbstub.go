@@ -112,6 +112,12 @@ func stubError(reply string) error {
 
 // call sends one packet and returns the stub's reply packet's payload.
 func (c *Conn) call(ctx context.Context, payload string) (string, error) {
+	// Checked first: deadline's cancellation reaches the connection from
+	// another goroutine, which a quick exchange can outrun (seen: a read
+	// under an already cancelled context succeeded).
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("gdb stub %s: %w", command(payload), err)
+	}
 	stop := deadline(ctx, c.conn)
 	defer stop()
 	reply, err := c.exchange(payload)
