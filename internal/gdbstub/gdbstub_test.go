@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,41 +12,18 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/gdbstub"
-	"github.com/agent-vm/agent-vm/internal/qmp"
-	"github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 )
 
 // A real QEMU (a stopped machine with 64 MiB and no guest) serves its GDB
 // stub on a unix socket; the client writes physical memory, and QEMU's own
 // monitor (HMP xp, another path into the same memory) reads it back.
 func TestPhysicalMemoryRoundTrip(t *testing.T) {
-	bin := testutil.Program(t, "qemu-system-x86_64")
 	dir := t.TempDir()
-	gdbSock, qmpSock := filepath.Join(dir, "gdb.sock"), filepath.Join(dir, "qmp.sock")
+	gdbSock := filepath.Join(dir, "gdb.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-machine", "q35", "-accel", "tcg", "-m", "64", "-nodefaults", "-display", "none", "-S",
-		"-qmp", "unix:"+qmpSock+",server=on,wait=off",
-		"-chardev", "socket,id=gdb,path="+gdbSock+",server=on,wait=off", "-gdb", "chardev:gdb")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var q *qmp.Client
-	for q == nil {
-		c, err := qmp.Dial(ctx, qmpSock)
-		if err == nil {
-			q = c
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("QEMU's QMP never answered: %v; stderr: %s", err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	defer q.Close()
+	q := qemutest.Bare(t, ctx, dir, "-chardev", "socket,id=gdb,path="+gdbSock+",server=on,wait=off", "-gdb", "chardev:gdb")
 	conn, err := net.Dial("unix", gdbSock)
 	if err != nil {
 		t.Fatal(err)

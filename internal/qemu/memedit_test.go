@@ -6,15 +6,13 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/qmp"
-	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // editMemory on a real QEMU: a stopped machine without a guest, under
@@ -22,39 +20,17 @@ import (
 // no GDB stub of its own. Each edit is checked through the stub's own
 // reads and through QEMU's monitor (HMP xp); the stub is gone after.
 func TestEditMemoryOnARealQEMU(t *testing.T) {
-	bin := tu.Program(t, "qemu-system-x86_64")
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "qmp.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	args := []string{"-machine", "q35", "-accel", "tcg", "-m", "64", "-nodefaults", "-display", "none", "-S",
-		"-qmp", "unix:" + sock + ",server=on,wait=off"}
 	h := Hardening{Sandbox: &SandboxPolicy{}}
 	if os.Geteuid() == 0 {
 		h = Hardening{Sandbox: &SandboxPolicy{AllowSetuid: true}, RunAs: &Owner{UID: 65534, GID: 65534}}
 	}
-	cmd := exec.CommandContext(ctx, bin, append(args, hardeningArgs(h)...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var c *qmp.Client
-	for b := newBackoff(20*time.Millisecond, 200*time.Millisecond); c == nil; {
-		var err error
-		if c, err = qmp.Dial(ctx, sock); err != nil {
-			if ctx.Err() != nil {
-				t.Fatalf("QMP: %v; QEMU said %s", err, stderr.String())
-			}
-			c = nil
-			time.Sleep(b.next())
-		}
-	}
-	defer c.Close()
+	c := qemutest.Bare(t, ctx, dir, hardeningArgs(h)...)
 
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
