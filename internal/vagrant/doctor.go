@@ -105,6 +105,11 @@ func (d *Driver) libvirtCheck(ctx context.Context) driver.Check {
 	}
 	c.OK = true
 	c.Detail = LibvirtVersion(string(res.Stdout))
+	if missing, err := (hostpkgs.Host{Run: d.Run, Root: d.HostRoot}).KVMGroupAccessMissing(); err == nil && missing {
+		// Slow, not broken: the check stays ok (see KVMGroupAccessMissing).
+		c.Detail += "; its QEMU user cannot use " + hostpkgs.KVMDevice + ", so libvirt probes QEMU again at every call (about a minute per vagrant up)"
+		c.Hint = "`sudo agent-vm setup --backend vagrant` lets group " + hostpkgs.KVMGroup + " use it, as udev would"
+	}
 	return c
 }
 

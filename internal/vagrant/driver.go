@@ -74,6 +74,9 @@ type Driver struct {
 	URI string
 	// QEMUUser is the user libvirt runs QEMU as; "" = DefaultQEMUUser.
 	QEMUUser string
+	// HostRoot is where Doctor looks for /dev/kvm and /etc/group; "" = /
+	// (tests point it at a directory of their own).
+	HostRoot string
 	// Handoff, when set, is a directory outside home directories in which
 	// each machine gets its own directory (MachineName) for every file
 	// libvirt's QEMU opens: the seed, the credential copies and the

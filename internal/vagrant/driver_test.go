@@ -428,7 +428,17 @@ func TestDoctor(t *testing.T) {
 		{"other plugins", "1,,plugin-name,vagrant-share\n1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2\n1,,plugin-name,vagrant-vbguest\n", true, []bool{true, true, true, true}, "vagrant-libvirt 0.11.2; other plugins: vagrant-share, vagrant-vbguest"},
 		{"no plugin", "1,,plugin-name,vagrant-share\n", true, []bool{true, false, true, true}, "not among vagrant's plugins (vagrant-share)"},
 		{"no libvirtd", "1,,plugin-name,vagrant-libvirt\n", false, []bool{true, true, false, true}, "libvirtd is not running"},
+		{"root-only /dev/kvm", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, true}, "probes QEMU again at every call (about a minute per vagrant up) `sudo agent-vm setup --backend vagrant` lets group kvm use it"},
 	} {
+		// A stand-in /dev/kvm, root's only as where no udev ran, for the
+		// one case about it; the others' host has none.
+		root := t.TempDir()
+		if tc.name == "root-only /dev/kvm" {
+			os.MkdirAll(filepath.Join(root, "dev"), 0o755)
+			os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+			os.WriteFile(filepath.Join(root, "dev", "kvm"), nil, 0o600)
+			os.WriteFile(filepath.Join(root, "etc", "group"), []byte("kvm:x:4242:libvirt-qemu\n"), 0o644)
+		}
 		fake := execxtest.New(t).On("vagrant", func(c execxtest.Call) execxtest.Reply {
 			if c.Args[0] == "--version" {
 				return execxtest.Reply{Stdout: "Vagrant 2.3.4\n"}
@@ -440,7 +450,7 @@ func TestDoctor(t *testing.T) {
 			}
 			return execxtest.Reply{Stdout: "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nRunning hypervisor: QEMU 7.2.0\n"}
 		})
-		d := &Driver{Run: fake, Log: hclog.NewNullLogger()}
+		d := &Driver{Run: fake, Log: hclog.NewNullLogger(), HostRoot: root}
 		checks, ok := d.Doctor(context.Background())
 		all := true
 		var text []string
