@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,6 +48,19 @@ func TestRealVagrantBackend(t *testing.T) {
 	}
 	daemon := libvirtd.ForTest(t)
 	bin := tu.AgentVMBinary(t)
+	// What this test's VM leaves is what is there after it and was not
+	// before (a run killed before its cleanup leaves its own).
+	leftovers := func() (domains, handoffs []string) {
+		out, _ := daemon.Virsh(context.Background(), "list", "--all", "--name")
+		for _, d := range strings.Fields(out) {
+			if strings.HasPrefix(d, "agent-vm-vg-") {
+				domains = append(domains, d)
+			}
+		}
+		handoffs, _ = filepath.Glob("/var/lib/agent-vm/libvirt/agent-vm-vg-*")
+		return domains, handoffs
+	}
+	domainsBefore, handoffsBefore := leftovers()
 
 	// libvirt's QEMU (libvirt-qemu) must reach VAGRANT_HOME (the box);
 	// the state directory is 0700, as root's under /root: what QEMU opens
@@ -214,11 +228,16 @@ func TestRealVagrantBackend(t *testing.T) {
 	must("destroy", "vg", "--force")
 	destroyed = true
 	step("destroy")
-	if out, _ := daemon.Virsh(context.Background(), "list", "--all", "--name"); strings.Contains(out, "agent-vm-vg") {
-		t.Errorf("destroy left the libvirt domain: %q", out)
+	domains, handoffs := leftovers()
+	for _, d := range domains {
+		if !slices.Contains(domainsBefore, d) {
+			t.Errorf("destroy left the libvirt domain %q", d)
+		}
 	}
-	if left, _ := filepath.Glob("/var/lib/agent-vm/libvirt/agent-vm-vg-*"); len(left) > 0 {
-		t.Errorf("destroy left the machine's files for libvirt's QEMU: %v", left)
+	for _, h := range handoffs {
+		if !slices.Contains(handoffsBefore, h) {
+			t.Errorf("destroy left the machine's files for libvirt's QEMU: %s", h)
+		}
 	}
 }
 
