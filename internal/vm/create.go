@@ -369,20 +369,16 @@ func (m *Manager) allocatePorts(ctx context.Context, mcp, ssh int, rec *state.Re
 }
 
 // takenPorts maps every port some VM record (or a create in progress)
-// holds to a description of its owner.
+// holds, in Root and in this user's other registered state directories,
+// to a description of its owner.
 //
 // A create commits (renames its staging directory into place) without the
-// ports lock, so the two reads must come in the one order that cannot miss
-// it: creates in progress first, then the VM directories. A create that
-// commits between the reads is in the second; one that commits before the
-// first is in the second too; one still staging is in the first.
+// ports lock, so the two reads of a state directory must come in the one
+// order that cannot miss it: creates in progress first, then the VM
+// directories. A create that commits between the reads is in the second;
+// one that commits before the first is in the second too; one still
+// staging is in the first.
 func (m *Manager) takenPorts() (map[int]string, error) {
-	staged := m.Root.StagedRecords()
-	betweenPortReads()
-	entries, err := m.Root.List()
-	if err != nil {
-		return nil, err
-	}
 	taken := map[int]string{}
 	add := func(r *state.Record, what string) {
 		taken[r.Ports.SSH] = fmt.Sprintf("%s %q (ssh)", what, r.Branch)
@@ -391,27 +387,30 @@ func (m *Manager) takenPorts() (map[int]string, error) {
 			taken[f.Host] = fmt.Sprintf("%s %q (its forward of guest port %d)", what, r.Branch, f.Guest)
 		}
 	}
-	for _, r := range staged {
-		add(r, "the VM being created for branch")
-	}
-	for _, e := range entries {
-		if e.Record != nil {
-			add(e.Record, "the VM of branch")
-		}
-	}
-	// The VMs of this user's other state directories hold theirs too.
+	roots := []*state.Root{m.Root}
 	for _, dir := range m.otherRoots() {
-		other := &state.Root{Dir: dir}
-		for _, r := range other.StagedRecords() {
-			add(r, "the VM being created (state directory "+dir+") for branch")
+		roots = append(roots, &state.Root{Dir: dir})
+	}
+	for i, root := range roots {
+		where := ""
+		if i > 0 {
+			where = " (state directory " + root.Dir + ")"
 		}
-		entries, err := other.List()
+		staged := root.StagedRecords()
+		betweenPortReads()
+		entries, err := root.List()
 		if err != nil {
-			continue // gone or unreadable since the registry listed it
+			if i == 0 {
+				return nil, err
+			}
+			continue // another directory, gone or unreadable since the registry listed it
+		}
+		for _, r := range staged {
+			add(r, "the VM being created"+where+" for branch")
 		}
 		for _, e := range entries {
 			if e.Record != nil {
-				add(e.Record, "the VM (state directory "+dir+") of branch")
+				add(e.Record, "the VM"+where+" of branch")
 			}
 		}
 	}
