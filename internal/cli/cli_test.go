@@ -470,9 +470,7 @@ func assertNoDebris(t *testing.T, st string, want []string) {
 // A create killed while it clones leaves no VM: SIGINT is handled (exit 130,
 // staging removed at once); after SIGKILL the next command sweeps the rest.
 func TestKilledCreateLeavesNothing(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("linux only")
-	}
+	tu.Need(t, runtime.GOOS == "linux", "linux only")
 	bin := tu.AgentVMBinary(t)
 	repo := tu.Repo(t, false)
 	// A repository big enough that cloning it takes a moment.

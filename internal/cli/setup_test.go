@@ -46,9 +46,7 @@ func runSetup(t *testing.T, path string, args ...string) (string, int) {
 }
 
 func TestSetupWithoutATerminalOrYesChangesNothing(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("as a user, setup stops earlier: it prints the sudo command (covered in internal/vm)")
-	}
+	tu.Need(t, os.Geteuid() == 0, "runs as root: as a user, setup stops earlier, printing the sudo command (covered in internal/vm)")
 	dir, log := fakeAptPath(t, false)
 	out, code := runSetup(t, dir)
 	if code != 1 || !strings.Contains(out, "nothing was changed") || !strings.Contains(out, "agent-vm setup --yes") {
@@ -61,9 +59,7 @@ func TestSetupWithoutATerminalOrYesChangesNothing(t *testing.T) {
 }
 
 func TestSetupYesReportsAFailingPackageManager(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: installing is what is tested")
-	}
+	tu.Need(t, os.Geteuid() == 0, "needs root: installing is what is tested")
 	dir, log := fakeAptPath(t, true)
 	out, code := runSetup(t, dir, "--yes")
 	if code != 1 || !strings.Contains(out, "Unable to locate package") || !strings.Contains(out, "+ apt-get update -q") {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func readFixture(t testing.TB, name string) string {
@@ -45,7 +46,7 @@ func agentBinary(t testing.TB) string {
 		t.Fatal(err)
 	}
 	if err := checkAgentBinary(exe); err != nil {
-		t.Skipf("the test binary cannot stand in for agent-vm here: %v", err)
+		testutil.SkipOrFail(t, "the test binary cannot stand in for agent-vm here: %v", err)
 	}
 	return exe
 }

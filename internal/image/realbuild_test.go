@@ -173,9 +173,7 @@ func checkRealDisk(t *testing.T, img *Image) {
 // kernel boot, on a throwaway overlay) until the kernel has mounted the root
 // filesystem and systemd has started, then stops it.
 func bootImage(t *testing.T, ctx context.Context, img *Image) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the boot check uses qemu-system-x86_64")
-	}
+	testutil.Need(t, runtime.GOARCH == "amd64", "the boot check uses qemu-system-x86_64")
 	testutil.Program(t, "qemu-system-x86_64")
 	dir := t.TempDir()
 	ov := filepath.Join(dir, "boot.qcow2")

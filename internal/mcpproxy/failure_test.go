@@ -335,7 +335,12 @@ func TestStubbornServerIsKilled(t *testing.T) {
 	sid := tp.initialize(mcpPath)
 	_, msgs := tp.post(mcpPath, sid, `{"jsonrpc":"2.0","id":1,"method":"echo"}`)
 	var echo struct{ Pid int }
-	json.Unmarshal(decode(t, msgs[0]).Result, &echo)
+	if len(msgs) != 1 {
+		t.Fatalf("echo: %d messages, want 1: %s", len(msgs), msgs)
+	}
+	if err := json.Unmarshal(decode(t, msgs[0]).Result, &echo); err != nil || echo.Pid <= 0 {
+		t.Fatalf("echo's result names no server pid (pid %d, %v): %s", echo.Pid, err, msgs[0])
+	}
 	resp := tp.do("DELETE", mcpPath, "", map[string]string{hdrSessionID: sid})
 	resp.Body.Close()
 	waitGone(t, echo.Pid)

@@ -1,3 +1,5 @@
+//go:build nixpkgs
+
 package nixos
 
 import (
@@ -8,9 +10,12 @@ import (
 	"testing"
 )
 
-// TestEvaluateWithRealNixpkgs is opt-in: it needs a nixpkgs checkout
-// (AGENT_VM_TEST_NIXPKGS=/path/to/nixpkgs, release 26.05) and a nix that can
-// evaluate it (2.18+), which the machines agent-vm's CI runs on do not have.
+// TestEvaluateWithRealNixpkgs is opt-in, built only with the nixpkgs tag: it
+// needs a nixpkgs checkout (AGENT_VM_TEST_NIXPKGS=/path/to/nixpkgs, release
+// 26.05) and a nix that can evaluate it (2.18+), which the machines
+// agent-vm's CI runs on do not have:
+//
+//	AGENT_VM_TEST_NIXPKGS=/path/to/nixpkgs go test -tags nixpkgs ./internal/nixos
 // It renders a branch's files, evaluates the VM with the real modules, and
 // checks what the build would carry: the loopback-only forwards in the run
 // script, the virtiofs workspace mount, and the credential channel for the
@@ -19,7 +24,7 @@ import (
 func TestEvaluateWithRealNixpkgs(t *testing.T) {
 	nixpkgs := os.Getenv("AGENT_VM_TEST_NIXPKGS")
 	if nixpkgs == "" {
-		t.Skip("opt-in: set AGENT_VM_TEST_NIXPKGS to a nixpkgs 26.05 checkout (and use nix >= 2.18)")
+		t.Fatal("set AGENT_VM_TEST_NIXPKGS to a nixpkgs 26.05 checkout (and use nix >= 2.18)")
 	}
 	l, r := testVM(t, "feature/x", "k")
 	v, err := newVMJSON(l, r, nixpkgs, "virtiofs", "")

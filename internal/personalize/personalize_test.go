@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // fakeKernel is a FAKE Kernel: it records what Apply asked of the
@@ -83,9 +84,7 @@ func samplePlan() Plan {
 // Apply on a directory laid out as a guest, as root (owners are set), with
 // the kernel and systemctl FAKE (recorded).
 func TestApply(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("sets files' owners: runs as root (as CI does)")
-	}
+	testutil.Need(t, os.Geteuid() == 0, "sets files' owners: runs as root (as CI does)")
 	root := guestRoot(t)
 	// sshd listens on a new socket once it has re-executed itself; Apply
 	// waits for that (were it not to see it, the hour-long wait would

@@ -29,9 +29,8 @@ func newHost(t *testing.T) *host {
 	t.Helper()
 	testutil.Program(t, "tmux")
 	testutil.Program(t, "sh")
-	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
-		t.Skip("no /dev/shm here")
-	}
+	st, err := os.Stat("/dev/shm")
+	testutil.Need(t, err == nil && st.IsDir(), "no /dev/shm here")
 	rt, err := os.MkdirTemp("/dev/shm", "agent-vm-session-test-")
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // The tests below put a FAKE vagrant (execxtest) at the exec boundary: it
@@ -508,9 +509,7 @@ func TestParseStatus(t *testing.T) {
 // the guest's root write as root on the host: the start fails saying so,
 // before vagrant runs.
 func TestStartRefusesUnjailedShare(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the jail is used as root only; unprivileged, virtiofsd runs as the user")
-	}
+	testutil.Need(t, os.Geteuid() == 0, "runs as root: the jail is used as root only (unprivileged, virtiofsd runs as the user)")
 	r := newRig(t)
 	r.m.Share.UID, r.m.Share.GID = 0, 0
 	_, err := r.d.Start(context.Background(), r.m, boot, driver.StartOptions{Accel: "kvm", Share: driver.ShareVirtiofs})

@@ -128,7 +128,7 @@ func FuzzVagrantfileLiterals(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, key, path, box string) {
 		if key == "" || box == "" || path == "" || strings.ContainsAny(path, `'"<>&`) {
-			t.Skip()
+			return // not a case: a key, box and path are never empty, and paths stay plain
 		}
 		v := sample("/s", DomainKVM)
 		v.SSH.KeyFile, v.Box, v.Seed = key, box, path+"/seed.iso"

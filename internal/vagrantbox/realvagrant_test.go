@@ -1,3 +1,5 @@
+//go:build vagrantproof
+
 package vagrantbox
 
 import (
@@ -83,7 +85,7 @@ type cloudUser struct {
 	SSHAuthorizedKeys []string `json:"ssh_authorized_keys"`
 }
 
-// TestRealVagrantUpUnderLibvirt is the proof issue 15's driver stands on:
+// TestRealVagrantUpUnderLibvirt is the proof the vagrant driver stands on:
 // real libvirtd (started by the fixture when none answers), a real box made
 // from agent-vm's base image, real vagrant and vagrant-libvirt, a real boot
 // (TCG where KVM does not work). Timings are logged for the notes, never
@@ -92,11 +94,9 @@ func TestRealVagrantUpUnderLibvirt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM through vagrant (minutes under TCG)")
 	}
-	// CI runs one vagrant boot sequence, agent-vm's own (internal/cli's
-	// TestRealVagrantBackend); this one checks vagrant and the box alone.
-	if os.Getenv("AGENT_VM_TEST_VAGRANT_PROOF") != "1" {
-		t.Skip("the bare-vagrant proof runs with AGENT_VM_TEST_VAGRANT_PROOF=1; internal/cli's TestRealVagrantBackend boots through agent-vm")
-	}
+	// Built only with the vagrantproof tag (go test -tags vagrantproof
+	// ./internal/vagrantbox): CI runs one vagrant boot sequence, agent-vm's
+	// own (internal/cli); this one checks vagrant and the box alone.
 	progs := map[string]string{}
 	for _, p := range []string{"vagrant", "qemu-system-x86_64", "ssh"} {
 		progs[p] = testutil.Program(t, p)
