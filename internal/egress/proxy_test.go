@@ -22,7 +22,8 @@ import (
 )
 
 // fixture is a proxy on a loopback listener with a policy file, and
-// test names that resolve to servers on the loopback.
+// test names that resolve to servers on the loopback (Hosts): a policy
+// that reaches them allows 127.0.0.1 itself, as it would for any name.
 type fixture struct {
 	t      *testing.T
 	p      *Proxy
@@ -110,7 +111,7 @@ func TestPlainHTTPAllowed(t *testing.T) {
 		fmt.Fprintf(w, "hello %s", r.Host)
 	}))
 	defer srv.Close()
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test"}})
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
 	resp, err := f.client().Get("http://allowed.test:" + port(t, srv.URL) + "/x")
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func TestDenialHintFitsTheRule(t *testing.T) {
 func TestConnectTunnelsTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") }))
 	defer srv.Close()
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"*.wild.test"}})
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"*.wild.test", "127.0.0.1"}})
 	resp, err := f.client().Get("https://sub.wild.test:" + port(t, srv.URL) + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +377,7 @@ func TestConnectKeepsEarlyBytes(t *testing.T) {
 			c.Close()
 		}
 	}()
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test"}})
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
 	c, err := net.Dial("tcp", f.url.Host)
 	if err != nil {
 		t.Fatal(err)
