@@ -38,6 +38,9 @@ type Proxy struct {
 	InterfaceAddrs func() ([]netip.Addr, error)
 	// DialTimeout bounds each outbound dial; 0 means 15 s.
 	DialTimeout time.Duration
+	// dialContext connects to an address that reachable kept; nil uses a
+	// net.Dialer (tests: a guard that fails a dial off this machine).
+	dialContext func(ctx context.Context, network, address string) (net.Conn, error)
 
 	mu     sync.Mutex
 	policy Policy
@@ -225,9 +228,12 @@ func (p *Proxy) dial(e Entry, pol Policy) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	dialContext := p.dialContext
+	if dialContext == nil {
+		dialContext = (&net.Dialer{}).DialContext
+	}
 	for _, a := range addrs {
-		var dl net.Dialer
-		c, err := dl.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(e.Port)).String())
+		c, err := dialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(e.Port)).String())
 		if err == nil {
 			return c, nil
 		}
