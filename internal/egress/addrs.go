@@ -41,6 +41,11 @@ func block(prefix, name string) specialBlock {
 // places to connect to. No agent needs them through an HTTP proxy; a user
 // who does allows the address itself.
 //
+// Outside these, an IPv6 address that is not in 2000::/3, the only space
+// IANA allocates global unicast from, is refused too (the deprecated
+// IPv4-compatible ::a.b.c.d, unassigned space): nothing public lives
+// there, and the registries may add blocks the table does not know yet.
+//
 // Blocks that carry an IPv4 address are judged by that address instead
 // (embeddedIPv4): IPv4-mapped (::ffff:0:0/96), NAT64's well-known prefix
 // (64:ff9b::/96, which the registry marks globally reachable) and 6to4
@@ -82,6 +87,10 @@ var specialBlocks = []specialBlock{
 	block("fec0::/10", "deprecated site-local"),
 	block("ff00::/8", "multicast"),
 }
+
+// globalUnicast6 is IPv6's global unicast space (RFC 4291, IANA's IPv6
+// address space registry).
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
 
 // embeddings are the IPv6 blocks that carry an IPv4 address, and where.
 var embeddings = []struct {
@@ -132,6 +141,9 @@ func refusal(a netip.Addr, own []netip.Addr) string {
 	}
 	if b, ok := special(a); ok {
 		return fmt.Sprintf("in %s (%s), which is not globally reachable", b.prefix, b.name)
+	}
+	if a.Is6() && !globalUnicast6.Contains(a) {
+		return fmt.Sprintf("outside %s, IPv6's global unicast space", globalUnicast6)
 	}
 	return ""
 }

@@ -99,6 +99,9 @@ func TestRefusesWhatIsNotGloballyReachable(t *testing.T) {
 		{"fe80::1", notGlobal("fe80::/10", "link-local unicast")},
 		{"fec0::1", notGlobal("fec0::/10", "deprecated site-local")},
 		{"ff02::1", notGlobal("ff00::/8", "multicast")},
+		{"::a01:203", "outside 2000::/3, IPv6's global unicast space"}, // IPv4-compatible (deprecated)
+		{"4000::1", "outside 2000::/3, IPv6's global unicast space"},   // unassigned
+		{"fe00::1", "outside 2000::/3, IPv6's global unicast space"},   // unassigned, between ULA and link-local
 	} {
 		f.wantRefused("target.test", c.addr, nil, c.why)
 	}
