@@ -159,10 +159,13 @@ func run(t *testing.T, m *vm.Manager, branch string, argv ...string) (int, strin
 
 // Allowed names that the egress proxy resolves itself (vm.TestHostsEnv):
 // tlsTestName to the host's loopback, hostAddrTestName to the host's
-// primary address.
+// primary address, cgnatTestName to cgnatTestAddr (shared address space,
+// as a tailnet's machines have).
 const (
 	tlsTestName      = "itest-tls.test"
 	hostAddrTestName = "itest-host-addr.test"
+	cgnatTestName    = "itest-cgnat.test"
+	cgnatTestAddr    = "100.64.0.7"
 )
 
 func TestVMLifecycle(t *testing.T) {
@@ -174,12 +177,12 @@ func TestVMLifecycle(t *testing.T) {
 	m.HostCAs = func() ([]string, error) { return []string{caPEM}, nil }
 	primary := primaryAddr(t)
 	// Inherited by the egress proxy.
-	t.Setenv(vm.TestHostsEnv, tlsTestName+"=127.0.0.1,"+hostAddrTestName+"="+primary)
+	t.Setenv(vm.TestHostsEnv, tlsTestName+"=127.0.0.1,"+hostAddrTestName+"="+primary+","+cgnatTestName+"="+cgnatTestAddr)
 	e := create(t, m, "life")
 	// The proxy checks the test names' addresses as any name's: the TLS
 	// server on the host's loopback is reached because 127.0.0.1 itself is
 	// allowed. The host's primary address is not.
-	if _, err := m.NetAllow(context.Background(), "life", []string{tlsTestName, "127.0.0.1", hostAddrTestName}); err != nil {
+	if _, err := m.NetAllow(context.Background(), "life", []string{tlsTestName, "127.0.0.1", hostAddrTestName, cgnatTestName}); err != nil {
 		t.Fatal(err)
 	}
 	res := start(t, m, "life")
@@ -226,6 +229,12 @@ func TestVMLifecycle(t *testing.T) {
 	want := hostAddrTestName + " resolves to " + primary + ", an address of this host"
 	if code, out, errs := run(t, m, "life", "curl", "-sS", "--max-time", "20", hostURL); strings.Contains(out, "host service") || !strings.Contains(out, want) {
 		t.Errorf("an allowed name leading to the host's own address %s: exit %d, %q %s; want the proxy's refusal %q", primary, code, out, errs, want)
+	}
+	// Nor does one that leads to a range that is not globally reachable
+	// (the proxy refuses before it dials: nothing leaves this machine).
+	want = cgnatTestName + " resolves to " + cgnatTestAddr + ", in 100.64.0.0/10 (shared address space, CGNAT), which is not globally reachable"
+	if code, out, errs := run(t, m, "life", "curl", "-sS", "--max-time", "20", "http://"+cgnatTestName+"/"); !strings.Contains(out, want) {
+		t.Errorf("an allowed name leading to %s: exit %d, %q %s; want the proxy's refusal %q", cgnatTestAddr, code, out, errs, want)
 	}
 
 	// As root, the proxy that parsed those requests is QEMU's user, not root.
