@@ -11,7 +11,9 @@
 //     decision is made on the CONNECT host) and plain HTTP proxying (the
 //     decision is made on the request's host). The proxy resolves names
 //     itself, only for destinations the policy allows, so the guest needs
-//     no resolver.
+//     no resolver, and connects to none of the host's own addresses nor
+//     to one that is not globally reachable, unless the allow-list has
+//     that address itself (addrs.go).
 //   - the door socket: a host port the user exposed (`agent-vm expose`,
 //     `mcp sync`), named by the relay's preamble, which the guest cannot
 //     write; a port no longer exposed is refused.

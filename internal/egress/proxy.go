@@ -27,13 +27,20 @@ type Proxy struct {
 	Log    *Log
 	Logger hclog.Logger
 	// Hosts overrides name resolution for the names it lists (tests: an
-	// allowed test name that leads to a server on the host's loopback).
-	// The addresses it gives are trusted: they may be loopback.
+	// allowed test name that leads to a server on the host). Its answers
+	// are checked as any name's: one of the host's own or a private
+	// address is reached only if the allow-list has that address itself.
 	Hosts map[string]netip.Addr
 	// Resolve looks a name up; nil uses the host's resolver.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// InterfaceAddrs lists the host's own addresses, read at each dial;
+	// nil lists the addresses on the host's interfaces.
+	InterfaceAddrs func() ([]netip.Addr, error)
 	// DialTimeout bounds each outbound dial; 0 means 15 s.
 	DialTimeout time.Duration
+	// dialContext connects to an address that reachable kept; nil uses a
+	// net.Dialer (tests: a guard that fails a dial off this machine).
+	dialContext func(ctx context.Context, network, address string) (net.Conn, error)
 
 	mu     sync.Mutex
 	policy Policy
@@ -208,10 +215,8 @@ func (p *Proxy) open(c net.Conn, e *Entry) (net.Conn, bool) {
 	return up, true
 }
 
-// dial resolves and connects to an allowed destination. An address of the
-// host itself or of a private network is refused (a public name pointed at
-// 127.0.0.1, or an IP literal in mode open, must not open the host), unless
-// the name is in Hosts or the address itself is on the allow-list.
+// dial resolves and connects to an allowed destination, at the first of
+// its addresses the proxy may reach (reachable) that answers.
 func (p *Proxy) dial(e Entry, pol Policy) (net.Conn, error) {
 	timeout := p.DialTimeout
 	if timeout == 0 {
@@ -219,20 +224,16 @@ func (p *Proxy) dial(e Entry, pol Policy) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	addrs, trusted, err := p.lookup(ctx, e.Host)
+	addrs, errs, err := p.reachable(ctx, e.Host, pol)
 	if err != nil {
 		return nil, err
 	}
-	var errs []error
+	dialContext := p.dialContext
+	if dialContext == nil {
+		dialContext = (&net.Dialer{}).DialContext
+	}
 	for _, a := range addrs {
-		if !trusted && local(a) {
-			if _, listed := match(pol.Allow, a.String()); !listed {
-				errs = append(errs, fmt.Errorf("%s resolves to %s, a loopback, link-local or private address (hint: allow that address itself if it is meant)", e.Host, a))
-				continue
-			}
-		}
-		var dl net.Dialer
-		c, err := dl.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(e.Port)).String())
+		c, err := dialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(e.Port)).String())
 		if err == nil {
 			return c, nil
 		}
@@ -241,13 +242,44 @@ func (p *Proxy) dial(e Entry, pol Policy) (net.Conn, error) {
 	return nil, errors.Join(errs...)
 }
 
-// lookup resolves host: an IP literal is itself; Hosts' names are trusted.
-func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, bool, error) {
+// reachable resolves host and keeps the addresses the proxy may connect
+// to; refused are the host's own and those not globally reachable
+// (refusal), whatever gave them: a public name pointed at the host, an IP
+// literal in mode open, or Hosts. An address on the allow-list itself is
+// kept. Each refused address is an error in refused.
+func (p *Proxy) reachable(ctx context.Context, host string, pol Policy) (addrs []netip.Addr, refused []error, err error) {
+	all, err := p.lookup(ctx, host)
+	if err != nil {
+		return nil, nil, err
+	}
+	list := p.InterfaceAddrs
+	if list == nil {
+		list = interfaceAddrs
+	}
+	own, err := list()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing this host's addresses: %w", err)
+	}
+	for _, a := range all {
+		if _, listed := match(pol.Allow, a.String()); !listed {
+			if why := refusal(a, own); why != "" {
+				refused = append(refused, fmt.Errorf("%s resolves to %s, %s (hint: allow that address itself if it is meant)", host, a, why))
+				continue
+			}
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, refused, nil
+}
+
+// lookup resolves host: an IP literal is itself, a name in Hosts is what
+// Hosts says.
+func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{a}, false, nil
+		return []netip.Addr{a}, nil
 	}
 	if a, ok := p.Hosts[host]; ok {
-		return []netip.Addr{a}, true, nil
+		return []netip.Addr{a}, nil
 	}
 	resolve := p.Resolve
 	if resolve == nil {
@@ -259,14 +291,7 @@ func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, bool, er
 	if err == nil && len(addrs) == 0 {
 		err = fmt.Errorf("%s has no address", host)
 	}
-	return addrs, false, err
-}
-
-// local reports addresses of the host itself or its networks.
-func local(a netip.Addr) bool {
-	a = a.Unmap()
-	return a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast()
+	return addrs, err
 }
 
 // handleDoor relays a connection to an exposed host port on 127.0.0.1.

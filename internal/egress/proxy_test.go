@@ -17,12 +17,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 // fixture is a proxy on a loopback listener with a policy file, and
-// test names that resolve to servers on the loopback.
+// test names that resolve to servers on the loopback (Hosts): a policy
+// that reaches them allows 127.0.0.1 itself, as it would for any name.
 type fixture struct {
 	t      *testing.T
 	p      *Proxy
@@ -30,6 +32,12 @@ type fixture struct {
 	url    *url.URL
 	policy Policy
 	c      *http.Client
+
+	mu       sync.Mutex
+	names    map[string][]netip.Addr // resolveTo's answers
+	own      []netip.Addr            // pretendOwn's host addresses
+	fakeOwn  bool
+	ownReads int // how often the proxy listed the host's addresses
 }
 
 var loopback = netip.MustParseAddr("127.0.0.1")
@@ -45,7 +53,31 @@ func newFixture(t *testing.T, pol Policy) *fixture {
 			if host == "evil.test" { // a public name pointed at the host's loopback
 				return []netip.Addr{loopback}, nil
 			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if as, ok := f.names[host]; ok {
+				return as, nil
+			}
 			return nil, fmt.Errorf("no such host %s", host)
+		},
+		InterfaceAddrs: func() ([]netip.Addr, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.ownReads++
+			if f.fakeOwn {
+				return f.own, nil
+			}
+			return interfaceAddrs()
+		},
+		dialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			// The tests pretend names and addresses are elsewhere; a
+			// connection never leaves this machine, whatever the proxy decides.
+			if ap, err := netip.ParseAddrPort(address); err != nil || !ap.Addr().Unmap().IsLoopback() {
+				t.Errorf("the proxy dialed %s, off this machine", address)
+				return nil, fmt.Errorf("the test refuses to dial %s", address)
+			}
+			var dl net.Dialer
+			return dl.DialContext(ctx, network, address)
 		}}
 	f.setPolicy(pol)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -56,6 +88,24 @@ func newFixture(t *testing.T, pol Policy) *fixture {
 	go f.p.ServeProxy(l)
 	f.url = &url.URL{Scheme: "http", Host: l.Addr().String()}
 	return f
+}
+
+// resolveTo makes the proxy's resolver answer addrs for name.
+func (f *fixture) resolveTo(name string, addrs ...netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.names == nil {
+		f.names = map[string][]netip.Addr{}
+	}
+	f.names[name] = addrs
+}
+
+// pretendOwn makes the proxy see addrs as the host's own addresses, in
+// place of its interfaces' (the fixture's default).
+func (f *fixture) pretendOwn(addrs ...netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.own, f.fakeOwn = addrs, true
 }
 
 func (f *fixture) setPolicy(p Policy) {
@@ -110,7 +160,7 @@ func TestPlainHTTPAllowed(t *testing.T) {
 		fmt.Fprintf(w, "hello %s", r.Host)
 	}))
 	defer srv.Close()
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test"}})
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
 	resp, err := f.client().Get("http://allowed.test:" + port(t, srv.URL) + "/x")
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +221,7 @@ func TestDenialHintFitsTheRule(t *testing.T) {
 func TestConnectTunnelsTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") }))
 	defer srv.Close()
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"*.wild.test"}})
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"*.wild.test", "127.0.0.1"}})
 	resp, err := f.client().Get("https://sub.wild.test:" + port(t, srv.URL) + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +251,8 @@ func TestHostIsNeverReachable(t *testing.T) {
 	defer srv.Close()
 	p := port(t, srv.URL)
 	f := newFixture(t, Policy{Branch: "feat", Mode: ModeOpen})
-	for _, u := range []string{"http://127.0.0.1:" + p + "/", "http://evil.test:" + p + "/", "http://[::ffff:127.0.0.1]:" + p + "/"} {
+	// allowed.test's loopback address comes from Hosts, which gives no trust.
+	for _, u := range []string{"http://127.0.0.1:" + p + "/", "http://evil.test:" + p + "/", "http://[::ffff:127.0.0.1]:" + p + "/", "http://allowed.test:" + p + "/"} {
 		resp, err := f.client().Get(u)
 		if err != nil {
 			t.Fatal(err)
@@ -376,7 +427,7 @@ func TestConnectKeepsEarlyBytes(t *testing.T) {
 			c.Close()
 		}
 	}()
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test"}})
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
 	c, err := net.Dial("tcp", f.url.Host)
 	if err != nil {
 		t.Fatal(err)

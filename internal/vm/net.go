@@ -35,8 +35,9 @@ const (
 
 // TestHostsEnv names test names the egress proxy resolves itself
 // ("name=ip,..."): how tests lead an allowed name to a server on the
-// host's loopback. Not for users: those addresses bypass the proxy's
-// refusal of loopback and private addresses.
+// host. Not for users. It overrides name resolution only: the proxy checks
+// its answers as any name's, so a test that leads a name to the host's
+// loopback also allows 127.0.0.1 itself.
 const TestHostsEnv = "AGENT_VM_TEST_EGRESS_HOSTS"
 
 func netDir(l state.Layout) string { return filepath.Join(l.Dir, NetDir) }

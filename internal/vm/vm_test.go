@@ -157,9 +157,16 @@ func run(t *testing.T, m *vm.Manager, branch string, argv ...string) (int, strin
 	return code, out.String(), errb.String()
 }
 
-// tlsTestName is an allowed name that the egress proxy leads to the host's
-// loopback (vm.TestHostsEnv).
-const tlsTestName = "itest-tls.test"
+// Allowed names that the egress proxy resolves itself (vm.TestHostsEnv):
+// tlsTestName to the host's loopback, hostAddrTestName to the host's
+// primary address, cgnatTestName to cgnatTestAddr (shared address space,
+// as a tailnet's machines have).
+const (
+	tlsTestName      = "itest-tls.test"
+	hostAddrTestName = "itest-host-addr.test"
+	cgnatTestName    = "itest-cgnat.test"
+	cgnatTestAddr    = "100.64.0.7"
+)
 
 func TestVMLifecycle(t *testing.T) {
 	m := newManager(t)
@@ -168,9 +175,14 @@ func TestVMLifecycle(t *testing.T) {
 	caPEM, tlsServer := hostCAAndServer(t)
 	_, untrustedServer := hostCAAndServer(t) // a CA the host did not add
 	m.HostCAs = func() ([]string, error) { return []string{caPEM}, nil }
-	t.Setenv(vm.TestHostsEnv, tlsTestName+"=127.0.0.1") // inherited by the egress proxy
+	primary := primaryAddr(t)
+	// Inherited by the egress proxy.
+	t.Setenv(vm.TestHostsEnv, tlsTestName+"=127.0.0.1,"+hostAddrTestName+"="+primary+","+cgnatTestName+"="+cgnatTestAddr)
 	e := create(t, m, "life")
-	if _, err := m.NetAllow(context.Background(), "life", []string{tlsTestName}); err != nil {
+	// The proxy checks the test names' addresses as any name's: the TLS
+	// server on the host's loopback is reached because 127.0.0.1 itself is
+	// allowed. The host's primary address is not.
+	if _, err := m.NetAllow(context.Background(), "life", []string{tlsTestName, "127.0.0.1", hostAddrTestName, cgnatTestName}); err != nil {
 		t.Fatal(err)
 	}
 	res := start(t, m, "life")
@@ -204,11 +216,25 @@ func TestVMLifecycle(t *testing.T) {
 	if code, out, errs := run(t, m, "life", "curl", "-sS", "--noproxy", "*", "--max-time", "20", "-k", "https://10.0.2.2:"+tlsServer); code == 0 {
 		t.Errorf("the guest reached the host's loopback at 10.0.2.2 directly: %q %s", out, errs)
 	}
-	// ... nor through the proxy, and a name not allowed is refused with
-	// the rule and the command that allows it.
+	// Through the proxy, a name not allowed is refused with the rule and
+	// the command that allows it.
 	if code, out, _ := run(t, m, "life", "curl", "-sS", "--max-time", "20", "http://not-allowed.test/"); code != 0 ||
 		!strings.Contains(out, "rule: not on the allow-list") || !strings.Contains(out, "agent-vm net allow life not-allowed.test") {
 		t.Errorf("a denied name through the proxy: exit %d, %q", code, out)
+	}
+	// An allowed name that leads to the host's own address does not reach
+	// a host service listening on all addresses: the proxy answers 502
+	// with its refusal (curl, without -f, prints it).
+	hostURL := "http://" + net.JoinHostPort(hostAddrTestName, hostServiceOnAllAddrs(t)) + "/"
+	want := hostAddrTestName + " resolves to " + primary + ", an address of this host"
+	if code, out, errs := run(t, m, "life", "curl", "-sS", "--max-time", "20", hostURL); strings.Contains(out, "host service") || !strings.Contains(out, want) {
+		t.Errorf("an allowed name leading to the host's own address %s: exit %d, %q %s; want the proxy's refusal %q", primary, code, out, errs, want)
+	}
+	// Nor does one that leads to a range that is not globally reachable
+	// (the proxy refuses before it dials: nothing leaves this machine).
+	want = cgnatTestName + " resolves to " + cgnatTestAddr + ", in 100.64.0.0/10 (shared address space, CGNAT), which is not globally reachable"
+	if code, out, errs := run(t, m, "life", "curl", "-sS", "--max-time", "20", "http://"+cgnatTestName+"/"); !strings.Contains(out, want) {
+		t.Errorf("an allowed name leading to %s: exit %d, %q %s; want the proxy's refusal %q", cgnatTestAddr, code, out, errs, want)
 	}
 
 	// As root, the proxy that parsed those requests is QEMU's user, not root.
@@ -430,6 +456,33 @@ func nonLoopbackAddrs(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// primaryAddr is the host's first global-unicast IPv4 address other than
+// loopback.
+func primaryAddr(t *testing.T) string {
+	t.Helper()
+	for _, a := range nonLoopbackAddrs(t) {
+		if net.ParseIP(a).IsGlobalUnicast() {
+			return a
+		}
+	}
+	t.Fatal("this host has no global-unicast IPv4 address other than loopback: the check that the egress proxy refuses the host's own address needs one")
+	return ""
+}
+
+// hostServiceOnAllAddrs serves "host service" on all of the host's
+// addresses until the test ends, and returns its port.
+func hostServiceOnAllAddrs(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "host service") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // hostCAAndServer makes a CA and an HTTPS server on 127.0.0.1 whose
