@@ -1,11 +1,9 @@
 package vm
 
 import (
-	"cmp"
 	"context"
 	"io"
 	"os"
-	"os/user"
 	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
@@ -41,6 +39,9 @@ type Config struct {
 	// Executable is the agent-vm binary guests run as agent-mcp; nil =
 	// os.Executable.
 	Executable func() (string, error)
+	// Roots are where agent-vm's host directories outside the state
+	// directory go (see HostDirs); the zero value is the real places.
+	Roots Roots
 }
 
 // Open opens the state directory and wires the orchestration: the one
@@ -61,7 +62,7 @@ func Open(c Config) (*Manager, error) {
 	if c.Executable == nil {
 		c.Executable = os.Executable
 	}
-	root, err := state.Open(c.StateDir)
+	root, err := state.Open(StateDir(c.StateDir))
 	if err != nil {
 		return nil, err
 	}
@@ -70,19 +71,22 @@ func Open(c Config) (*Manager, error) {
 		return nil, err
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
-	cache := cacheDir(c.Getenv)
-	vagrantHome, handoff := vagrantDirs(c.Getenv, cache, os.Geteuid())
-	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: vagrantHome, Handoff: handoff}
+	dirs := NewHostDirs(c.Roots, c.Getenv, os.Geteuid())
+	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: dirs.VagrantHome.Path}
+	if dirs.Handoff != nil {
+		vd.Handoff = dirs.Handoff.Path
+	}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
-	m.Registry = Registry(c.Getenv, os.Geteuid())
+	m.Registry = &state.Registry{Dir: dirs.Registry}
 	if err := m.Registry.Add(root.Dir); err != nil {
 		// Only port allocation across state directories is lost.
 		c.Log.Warn("this state directory's VMs' ports may be given out again by agent-vm runs in other state directories", "error", err)
 	}
 	m.WorkDir = c.WorkDir
-	m.cacheDir, m.vagrantHome = cache, vagrantHome
-	m.imageDir = imageDir(c.Getenv, m.cacheDir)
-	m.TemplateDir = filepath.Join(m.cacheDir, "templates")
+	m.dirs = dirs
+	m.cacheDir, m.vagrantHome = dirs.Cache.Path, dirs.VagrantHome.Path
+	m.imageDir = dirs.Images.Path
+	m.TemplateDir = dirs.Templates
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {
@@ -111,48 +115,6 @@ func (m *Manager) backends(c Config) []backend.Backend {
 	}
 }
 
-// cacheDir is $XDG_CACHE_HOME/agent-vm (images, the accelerator probe).
-func cacheDir(getenv func(string) string) string {
-	return xdgDir(getenv, "XDG_CACHE_HOME", ".cache", "agent-vm")
-}
-
-// Where the vagrant backend keeps what libvirt's QEMU opens when agent-vm
-// runs as root: outside /root (0700), which that QEMU (user libvirt-qemu)
-// cannot enter. VAGRANT_HOME holds the boxes (their disks and kernels);
-// the handoff directory each machine's seed, credential copies and
-// virtiofsd socket (vagrant.Driver.Handoff).
-const (
-	rootVagrantHome = "/var/lib/agent-vm/vagrant"
-	rootHandoff     = "/var/lib/agent-vm/libvirt"
-)
-
-// vagrantDirs are the vagrant driver's VAGRANT_HOME and handoff directory:
-// $AGENT_VM_VAGRANT_HOME and $AGENT_VM_LIBVIRT_DIR when set; else, as
-// root, rootVagrantHome and rootHandoff; else <cache>/vagrant and none
-// (the VM's own directories, which the user must let libvirt's QEMU
-// reach; prepareAccess says how when it cannot).
-func vagrantDirs(getenv func(string) string, cache string, euid int) (home, handoff string) {
-	home, handoff = getenv("AGENT_VM_VAGRANT_HOME"), getenv("AGENT_VM_LIBVIRT_DIR")
-	if euid == 0 {
-		home, handoff = cmp.Or(home, rootVagrantHome), cmp.Or(handoff, rootHandoff)
-	}
-	return cmp.Or(home, filepath.Join(cache, "vagrant")), handoff
-}
-
-// rootRegistry is root's registry of state directories, beside the
-// vagrant backend's directories.
-const rootRegistry = "/var/lib/agent-vm/state-dirs"
-
-// Registry is this user's registry of state directories (state.Registry):
-// as root rootRegistry, else $XDG_STATE_HOME/agent-vm/state-dirs
-// (~/.local/state/agent-vm/state-dirs).
-func Registry(getenv func(string) string, euid int) *state.Registry {
-	if euid == 0 {
-		return &state.Registry{Dir: rootRegistry}
-	}
-	return &state.Registry{Dir: filepath.Join(xdgDir(getenv, "XDG_STATE_HOME", filepath.Join(".local", "state"), "agent-vm"), "state-dirs")}
-}
-
 // DefaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
 func DefaultStateDir(getenv func(string) string) string {
 	return xdgDir(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vms")
@@ -168,18 +130,6 @@ func xdgDir(getenv func(string) string, env, fallback, name string) string {
 		home, _ = os.UserHomeDir()
 	}
 	return filepath.Join(home, fallback, name)
-}
-
-// imageDir is the image cache: <cache>/images. Under sudo (building an
-// image needs root) it is the invoking user's, so `sudo agent-vm image
-// build` makes the image that user's VMs boot.
-func imageDir(getenv func(string) string, cache string) string {
-	if u := getenv("SUDO_USER"); u != "" && os.Geteuid() == 0 && getenv("XDG_CACHE_HOME") == "" {
-		if pw, err := user.Lookup(u); err == nil && pw.HomeDir != "" {
-			return filepath.Join(pw.HomeDir, ".cache", "agent-vm", "images")
-		}
-	}
-	return filepath.Join(cache, "images")
 }
 
 // ImageDir is where base images are cached.

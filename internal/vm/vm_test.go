@@ -57,7 +57,7 @@ func imageDir() string {
 // no backend.
 func plainManager(t *testing.T) *vm.Manager {
 	t.Helper()
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(vm.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func plainManager(t *testing.T) *vm.Manager {
 	// Registered as agent-vm registers any state directory: the test's VMs
 	// and those of agent-vm runs beside it (integration-test, a user's)
 	// do not take each other's ports.
-	m.Registry = vm.Registry(os.Getenv, os.Geteuid())
+	m.Registry = &state.Registry{Dir: vm.NewHostDirs(vm.Roots{}, os.Getenv, os.Geteuid()).Registry}
 	if err := m.Registry.Add(root.Dir); err != nil {
 		t.Fatal(err)
 	}
