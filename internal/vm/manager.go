@@ -76,8 +76,8 @@ type Manager struct {
 	vmRoot *state.Root
 
 	// Set by Open (see Config).
-	dirs               HostDirs
-	cacheDir, imageDir string
+	dirs     HostDirs
+	imageDir string
 	// vagrantHome is the vagrant driver's VAGRANT_HOME ($AGENT_VM_VAGRANT_HOME,
 	// else <cache>/vagrant).
 	vagrantHome string

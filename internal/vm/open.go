@@ -84,7 +84,7 @@ func Open(c Config) (*Manager, error) {
 	}
 	m.WorkDir = c.WorkDir
 	m.dirs = dirs
-	m.cacheDir, m.vagrantHome = dirs.Cache.Path, dirs.VagrantHome.Path
+	m.vagrantHome = dirs.VagrantHome.Path
 	m.imageDir = dirs.Images.Path
 	m.TemplateDir = dirs.Templates
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
@@ -139,13 +139,15 @@ func (m *Manager) ImageDir() string { return m.imageDir }
 // running the QEMU binary qemuBin: the accelerator is a QEMU matter, which
 // is why the composition root wires it.
 func (m *Manager) probeAccel(ctx context.Context, qemuBin string) accel.Result {
+	return m.prober(qemuBin).Probe(ctx)
+}
+
+func (m *Manager) prober(qemuBin string) *accel.Prober {
 	qemuPath, err := m.Run.LookPath(qemuBin)
 	if err != nil {
 		qemuPath = qemuBin
 	}
 	kernels, _ := filepath.Glob(filepath.Join(m.imageDir, "*", "vmlinuz*"))
 	kernels = append(kernels, "/run/current-system/kernel")
-	p := &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels,
-		Cache: filepath.Join(m.cacheDir, "accel.json"), Override: m.getenv("AGENT_VM_ACCEL")}
-	return p.Probe(ctx)
+	return &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels, CacheDir: m.dirs.Cache, Override: m.getenv("AGENT_VM_ACCEL")}
 }

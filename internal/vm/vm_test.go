@@ -33,6 +33,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -93,7 +94,7 @@ func newManager(t *testing.T) *vm.Manager {
 	m.Executable = func() (string, error) { return exe, nil } // the egress proxy and relays
 	kernels, _ := filepath.Glob(filepath.Join(imageDir(), "*", "vmlinuz*"))
 	prober := &accel.Prober{Run: execx.OS{}, QEMU: "qemu-system-x86_64", Kernels: kernels, Override: os.Getenv("AGENT_VM_ACCEL"),
-		Cache: filepath.Join(t.TempDir(), "accel.json")}
+		CacheDir: hostdir.Top(t.TempDir(), 0o700, hostdir.InXDG)}
 	m.Accel = prober.Probe
 	return m
 }
