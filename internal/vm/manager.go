@@ -76,8 +76,7 @@ type Manager struct {
 	vmRoot *state.Root
 
 	// Set by Open (see Config).
-	dirs     HostDirs
-	imageDir string
+	dirs HostDirs
 	// vagrantHome is the vagrant driver's VAGRANT_HOME ($AGENT_VM_VAGRANT_HOME,
 	// else <cache>/vagrant).
 	vagrantHome string

@@ -85,7 +85,6 @@ func Open(c Config) (*Manager, error) {
 	m.WorkDir = c.WorkDir
 	m.dirs = dirs
 	m.vagrantHome = dirs.VagrantHome.Path
-	m.imageDir = dirs.Images.Path
 	m.TemplateDir = dirs.Templates
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
@@ -97,7 +96,7 @@ func Open(c Config) (*Manager, error) {
 
 // backends are the VM flavours this build has.
 func (m *Manager) backends(c Config) []backend.Backend {
-	q := &debian.Backend{Run: c.Run, Log: c.Log.Named("qemu"), ImageDir: m.imageDir, Executable: c.Executable}
+	q := &debian.Backend{Run: c.Run, Log: c.Log.Named("qemu"), ImageDir: m.ImageDir(), Executable: c.Executable}
 	if os.Geteuid() == 0 {
 		// "It works first time": the first start on a host builds the base
 		// image (mmdebstrap's root mode needs root).
@@ -111,7 +110,7 @@ func (m *Manager) backends(c Config) []backend.Backend {
 	return []backend.Backend{
 		q,
 		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
-		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.imageDir, Home: m.vagrantHome, Progress: c.Progress},
+		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.ImageDir(), Home: m.vagrantHome, Progress: c.Progress},
 	}
 }
 
@@ -132,8 +131,13 @@ func xdgDir(getenv func(string) string, env, fallback, name string) string {
 	return filepath.Join(home, fallback, name)
 }
 
-// ImageDir is where base images are cached.
-func (m *Manager) ImageDir() string { return m.imageDir }
+// ImageDir is where base images are cached ("" in a Manager New made).
+func (m *Manager) ImageDir() string {
+	if m.dirs.Images == nil {
+		return ""
+	}
+	return m.dirs.Images.Path
+}
 
 // probeAccel decides between KVM and TCG once per host boot (cached), by
 // running the QEMU binary qemuBin: the accelerator is a QEMU matter, which
@@ -147,7 +151,7 @@ func (m *Manager) prober(qemuBin string) *accel.Prober {
 	if err != nil {
 		qemuPath = qemuBin
 	}
-	kernels, _ := filepath.Glob(filepath.Join(m.imageDir, "*", "vmlinuz*"))
+	kernels, _ := filepath.Glob(filepath.Join(m.ImageDir(), "*", "vmlinuz*"))
 	kernels = append(kernels, "/run/current-system/kernel")
 	return &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels, CacheDir: m.dirs.Cache, Override: m.getenv("AGENT_VM_ACCEL")}
 }
