@@ -76,12 +76,9 @@ type Manager struct {
 	vmRoot *state.Root
 
 	// Set by Open (see Config).
-	dirs HostDirs
-	// vagrantHome is the vagrant driver's VAGRANT_HOME ($AGENT_VM_VAGRANT_HOME,
-	// else <cache>/vagrant).
-	vagrantHome string
-	progress    io.Writer
-	getenv      func(string) string
+	dirs     HostDirs
+	progress io.Writer
+	getenv   func(string) string
 }
 
 // New returns a Manager with the real probes.

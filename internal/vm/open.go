@@ -72,10 +72,7 @@ func Open(c Config) (*Manager, error) {
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
 	dirs := NewHostDirs(c.Roots, c.Getenv, os.Geteuid())
-	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: dirs.VagrantHome.Path}
-	if dirs.Handoff != nil {
-		vd.Handoff = dirs.Handoff.Path
-	}
+	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: dirs.VagrantHome.Path, Handoff: dirs.Handoff}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
 	m.Registry = &state.Registry{Dir: dirs.Registry}
 	if err := m.Registry.Add(root.Dir); err != nil {
@@ -84,7 +81,6 @@ func Open(c Config) (*Manager, error) {
 	}
 	m.WorkDir = c.WorkDir
 	m.dirs = dirs
-	m.vagrantHome = dirs.VagrantHome.Path
 	m.TemplateDir = dirs.Templates
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
@@ -110,7 +106,7 @@ func (m *Manager) backends(c Config) []backend.Backend {
 	return []backend.Backend{
 		q,
 		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
-		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.ImageDir(), Home: m.vagrantHome, Progress: c.Progress},
+		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.ImageDir(), Home: m.dirs.VagrantHome, Progress: c.Progress},
 	}
 }
 
