@@ -72,6 +72,7 @@ func Open(c Config) (*Manager, error) {
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
 	dirs := NewHostDirs(c.Roots, c.Getenv, os.Geteuid())
+	launcher.Egress = dirs.Egress
 	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: dirs.VagrantHome.Path, Handoff: dirs.Handoff}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
 	m.Registry = &state.Registry{Dir: dirs.Registry}

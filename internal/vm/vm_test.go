@@ -67,11 +67,13 @@ func plainManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dirs := vm.NewHostDirs(vm.Roots{}, os.Getenv, os.Geteuid())
+	launcher.Egress = dirs.Egress
 	m := vm.New(root, execx.OS{}, log, []driver.Driver{qemu.NewDriver(launcher)})
 	// Registered as agent-vm registers any state directory: the test's VMs
 	// and those of agent-vm runs beside it (integration-test, a user's)
 	// do not take each other's ports.
-	m.Registry = &state.Registry{Dir: vm.NewHostDirs(vm.Roots{}, os.Getenv, os.Geteuid()).Registry}
+	m.Registry = &state.Registry{Dir: dirs.Registry}
 	if err := m.Registry.Add(root.Dir); err != nil {
 		t.Fatal(err)
 	}
