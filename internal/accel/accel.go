@@ -20,6 +20,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // Accelerators.
@@ -41,10 +42,11 @@ type Result struct {
 // Prober runs the probe.
 type Prober struct {
 	Run     execx.Runner
-	QEMU    string        // qemu-system-<arch> path
-	Kernels []string      // kernels to probe with, first that exists wins
-	Cache   string        // cache file; "" = no caching
-	Timeout time.Duration // how long the kernel may take under KVM; 0 = 10s
+	QEMU    string   // qemu-system-<arch> path
+	Kernels []string // kernels to probe with, first that exists wins
+	// CacheDir holds the cached result (CacheFile); nil = no caching.
+	CacheDir *hostdir.Dir
+	Timeout  time.Duration // how long the kernel may take under KVM; 0 = 10s
 	// Override forces an accelerator (AGENT_VM_ACCEL), skipping the probe.
 	Override string
 	// Device is the KVM device node; "" = /dev/kvm.
@@ -218,11 +220,14 @@ func stamp(path string) string {
 	return fmt.Sprintf("%s:%d:%d", path, st.Ino, fi.ModTime().UnixNano())
 }
 
+// CacheFile, in Prober.CacheDir, holds the last measurement.
+const CacheFile = "accel.json"
+
 func (p *Prober) cached(key string) (Result, bool) {
-	if p.Cache == "" {
+	if p.CacheDir == nil {
 		return Result{}, false
 	}
-	b, err := os.ReadFile(p.Cache)
+	b, err := os.ReadFile(filepath.Join(p.CacheDir.Path, CacheFile))
 	if err != nil {
 		return Result{}, false
 	}
@@ -234,10 +239,9 @@ func (p *Prober) cached(key string) (Result, bool) {
 }
 
 func (p *Prober) store(r Result) {
-	if p.Cache == "" {
-		return
+	if p.CacheDir == nil || p.CacheDir.Make() != nil {
+		return // a cache: the next probe tries again
 	}
 	b, _ := json.Marshal(r)
-	_ = os.MkdirAll(filepath.Dir(p.Cache), 0o700)
-	_ = atomicfile.Write(p.Cache, b, 0o600) // a cache: the next probe tries again
+	_ = atomicfile.Write(filepath.Join(p.CacheDir.Path, CacheFile), b, 0o600)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -44,8 +45,9 @@ func TestBootsRejectsSomethingThatIsNotAKernel(t *testing.T) {
 func TestProbeOnThisMachine(t *testing.T) {
 	qemu := tu.Program(t, "qemu-system-x86_64")
 	kernel := tu.Kernel(t)
-	cache := filepath.Join(t.TempDir(), "accel.json")
-	p := &Prober{Run: execx.OS{}, QEMU: qemu, Kernels: []string{"/nonexistent", kernel}, Cache: cache, Timeout: 5 * time.Second}
+	dir := hostdir.Top(filepath.Join(t.TempDir(), "cache"), 0o711, hostdir.InXDG)
+	cache := filepath.Join(dir.Path, CacheFile)
+	p := &Prober{Run: execx.OS{}, QEMU: qemu, Kernels: []string{"/nonexistent", kernel}, CacheDir: dir, Timeout: 5 * time.Second}
 	r := p.Probe(context.Background())
 	t.Logf("this machine: %+v", r)
 	checkDecision(t, r)
@@ -78,13 +80,17 @@ func checkDecision(t *testing.T, r Result) {
 	}
 }
 
-// checkCached: the result is in the cache file, a cached result is used as
+// checkCached: the result is in the cache file, in a directory with the
+// mode the caller gave it (not the probe's own), a cached result is used as
 // it is, and another kernel is another key.
 func checkCached(t *testing.T, p *Prober, cache string, r Result, kernel string) {
 	t.Helper()
 	b, err := os.ReadFile(cache)
 	if err != nil {
 		t.Fatalf("result not cached: %v", err)
+	}
+	if fi, err := os.Stat(p.CacheDir.Path); err != nil || fi.Mode().Perm() != p.CacheDir.Mode {
+		t.Errorf("cache directory %v %v, want %04o", fi.Mode(), err, p.CacheDir.Mode)
 	}
 	var c Result
 	json.Unmarshal(b, &c)
@@ -146,8 +152,9 @@ func TestProbeKVMCasesSimulated(t *testing.T) {
 			if tc.qemu != nil {
 				f.On("qemu-system-x86_64", tc.qemu)
 			}
-			cache := filepath.Join(t.TempDir(), "accel.json")
-			p := &Prober{Run: f, QEMU: "qemu-system-x86_64", Kernels: []string{kernel}, Cache: cache, Timeout: 200 * time.Millisecond, Device: tc.device}
+			dir := hostdir.Top(filepath.Join(t.TempDir(), "cache"), 0o711, hostdir.InXDG)
+			cache := filepath.Join(dir.Path, CacheFile)
+			p := &Prober{Run: f, QEMU: "qemu-system-x86_64", Kernels: []string{kernel}, CacheDir: dir, Timeout: 200 * time.Millisecond, Device: tc.device}
 			r := p.Probe(context.Background())
 			checkDecision(t, r)
 			if r.Accel != tc.accel || !strings.Contains(r.Reason, tc.why) {

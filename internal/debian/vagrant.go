@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
@@ -34,8 +35,9 @@ type VagrantBackend struct {
 	Executable func() (string, error)
 	// ImageDir holds the base images agent-vm's own box is made from.
 	ImageDir string
-	// Home is the vagrant driver's VAGRANT_HOME, where the box is added.
-	Home string
+	// Home is the vagrant driver's VAGRANT_HOME, where the box is added
+	// (vm.HostDirs.VagrantHome).
+	Home *hostdir.Dir
 	// Progress receives vagrant's output while the box is added.
 	Progress io.Writer
 }
@@ -172,7 +174,7 @@ func (b *VagrantBackend) userProject(ctx context.Context, l state.Layout, r *sta
 		return nil, fmt.Errorf("--packages (or the packages of the repository's .agent-vm/config.toml)%s", why)
 	}
 	u := vagrant.UserProject{Vagrantfile: path, Dir: l.Workspace()}
-	names, err := vagrant.UserMachines(ctx, b.Run, u, filepath.Join(vagrant.Project(l.RunDir()), vagrant.DotDir), b.Home)
+	names, err := vagrant.UserMachines(ctx, b.Run, u, filepath.Join(vagrant.Project(l.RunDir()), vagrant.DotDir), b.home())
 	if err != nil {
 		return nil, err
 	}
@@ -286,19 +288,31 @@ func (b *VagrantBackend) addBox(ctx context.Context, report backend.Reporter) (v
 	if err != nil {
 		return vagrantbox.Box{}, err
 	}
-	if err := os.MkdirAll(b.Home, 0o755); err != nil {
-		return vagrantbox.Box{}, fmt.Errorf("making VAGRANT_HOME %s: %w", b.Home, err)
+	if b.Home == nil {
+		return vagrantbox.Box{}, errors.New("internal error: no VAGRANT_HOME")
 	}
-	if _, err := os.Stat(filepath.Join(box.Dir(b.Home), vagrantbox.MetadataFile)); err != nil {
+	if err := b.Home.Make(); err != nil {
+		return vagrantbox.Box{}, fmt.Errorf("making VAGRANT_HOME: %w", err)
+	}
+	home := b.Home.Path
+	if _, err := os.Stat(filepath.Join(box.Dir(home), vagrantbox.MetadataFile)); err != nil {
 		report.Report("adding the vagrant box "+box.String()+" (first start with this image, about a minute)", 0, "")
 	}
-	if box, err = vagrantbox.Add(ctx, img, vagrantbox.AddOptions{Run: b.Run, Home: b.Home, WorkDir: filepath.Dir(b.Home), Progress: b.Progress}); err != nil {
+	if box, err = vagrantbox.Add(ctx, img, vagrantbox.AddOptions{Run: b.Run, Home: home, WorkDir: filepath.Dir(home), Progress: b.Progress}); err != nil {
 		return vagrantbox.Box{}, err
 	}
-	if err := vagrantbox.CheckQEMUCanRead(filepath.Join(box.Dir(b.Home), image.KernelFile)); err != nil {
-		return vagrantbox.Box{}, fmt.Errorf("%w (VAGRANT_HOME is %s: set AGENT_VM_VAGRANT_HOME to a directory outside home directories, e.g. /var/lib/agent-vm/vagrant)", err, b.Home)
+	if err := vagrantbox.CheckQEMUCanRead(filepath.Join(box.Dir(home), image.KernelFile)); err != nil {
+		return vagrantbox.Box{}, fmt.Errorf("%w (VAGRANT_HOME is %s: set AGENT_VM_VAGRANT_HOME to a directory outside home directories, e.g. /var/lib/agent-vm/vagrant)", err, home)
 	}
 	return box, nil
+}
+
+// home is VAGRANT_HOME's path; "" (vagrant's default) when unset.
+func (b *VagrantBackend) home() string {
+	if b.Home == nil {
+		return ""
+	}
+	return b.Home.Path
 }
 
 // Release implements backend.Backend: nothing outside the directory.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 )
@@ -59,7 +60,7 @@ func TestVagrantProvisionOwnVagrantfile(t *testing.T) {
 		}
 		return execxtest.Reply{Stdout: out.String()}
 	})
-	b := &VagrantBackend{Run: fake, Home: "/vh"}
+	b := &VagrantBackend{Run: fake, Home: hostdir.Top("/vh", 0o755, hostdir.InSystem)}
 	setup := func(t *testing.T) (state.Layout, *state.Record, string) {
 		staging, source := state.Layout{Dir: t.TempDir()}, t.TempDir()
 		for _, d := range []string{staging.RunDir(), staging.Workspace()} {

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 )
 
@@ -43,8 +44,9 @@ type BuildOptions struct {
 	// deb.debian.org and most mirrors and proxies), else
 	// DefaultSecurityMirror.
 	SecurityMirror string
-	// CacheDir is the image cache root; default DefaultCacheDir().
-	CacheDir string
+	// Cache is the image cache root and the directories above it that
+	// are agent-vm's, with their modes (vm.HostDirs.Images); required.
+	Cache *hostdir.Dir
 	// SizeBytes is the disk's virtual size, a multiple of 1 MiB; default 4 GiB.
 	SizeBytes int64
 	// Force builds a new version even when a current one is cached. Existing
@@ -118,12 +120,8 @@ func newBuilder(opts BuildOptions) (*builder, error) {
 	if opts.SizeBytes < minSizeBytes || opts.SizeBytes%(1<<20) != 0 {
 		return nil, fmt.Errorf("invalid image size %d bytes (hint: use a whole number of MiB, at least 1 GiB, e.g. 4G)", opts.SizeBytes)
 	}
-	if opts.CacheDir == "" {
-		dir, err := DefaultCacheDir()
-		if err != nil {
-			return nil, err
-		}
-		opts.CacheDir = dir
+	if opts.Cache == nil {
+		return nil, errNoCache
 	}
 	arch, err := debianArchFor(runtime.GOARCH)
 	if err != nil {
@@ -163,7 +161,7 @@ func (b *builder) run(ctx context.Context) (*Image, error) {
 		return nil, err
 	}
 	start := b.now()
-	st, err := openStore(b.opts.CacheDir, b.geteuid())
+	st, err := openStore(b.opts.Cache, b.geteuid())
 	if err != nil {
 		return nil, err
 	}

@@ -130,7 +130,7 @@ func (f *fakeBuildTools) layOut(rootfs string) error {
 func testBuilder(t *testing.T, f *fakeBuildTools, cache string, opts BuildOptions) (*builder, *syncBuilder) {
 	t.Helper()
 	progress := &syncBuilder{b: &strings.Builder{}}
-	opts.CacheDir, opts.Runner, opts.Progress = cache, f, progress
+	opts.Cache, opts.Runner, opts.Progress = cacheAt(cache), f, progress
 	b, err := newBuilder(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestBuildWithFakeTools(t *testing.T) {
 }
 
 func TestBuildArgsGolden(t *testing.T) {
-	b, err := newBuilder(BuildOptions{Runner: execxtest.New(t), CacheDir: "/cache"})
+	b, err := newBuilder(BuildOptions{Runner: execxtest.New(t), Cache: cacheAt("/cache")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestBuildArgsGolden(t *testing.T) {
 
 func TestBuildOptionDefaultsAndErrors(t *testing.T) {
 	r := execxtest.New(t)
-	b, err := newBuilder(BuildOptions{Runner: r, CacheDir: "/c", Release: "trixie", Mirror: "http://mirror.example/debian/"})
+	b, err := newBuilder(BuildOptions{Runner: r, Cache: cacheAt("/c"), Release: "trixie", Mirror: "http://mirror.example/debian/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestBuildOptionDefaultsAndErrors(t *testing.T) {
 		b.opts.SecurityMirror != "http://mirror.example/debian-security" || b.opts.SizeBytes != DefaultSizeBytes {
 		t.Errorf("defaults: %+v", b.opts)
 	}
-	b, _ = newBuilder(BuildOptions{Runner: r, CacheDir: "/c", Mirror: "http://localhost:3142/apt"})
+	b, _ = newBuilder(BuildOptions{Runner: r, Cache: cacheAt("/c"), Mirror: "http://localhost:3142/apt"})
 	if b.opts.SecurityMirror != DefaultSecurityMirror {
 		t.Errorf("security mirror for a non-/debian mirror: got %q", b.opts.SecurityMirror)
 	}
@@ -254,7 +254,7 @@ func TestBuildOptionDefaultsAndErrors(t *testing.T) {
 		{BuildOptions{SizeBytes: 4<<30 + 1}, "invalid image size"},
 		{BuildOptions{Name: "../x"}, "invalid image name"},
 	} {
-		tc.opts.Runner, tc.opts.CacheDir = r, "/c"
+		tc.opts.Runner, tc.opts.Cache = r, cacheAt("/c")
 		_, err := newBuilder(tc.opts)
 		wantErr(t, err, tc.want)
 	}
@@ -266,7 +266,7 @@ func TestBuildNeedsRootAndTools(t *testing.T) {
 	f := execxtest.New(t).Installed("mmdebstrap", "").Installed("qemu-img", "").
 		Installed("mkfs.ext4", "/sbin/mkfs.ext4").Installed("unshare", "/bin/unshare").Installed("chroot", "/sbin/chroot")
 	cache := filepath.Join(t.TempDir(), "cache")
-	b, err := newBuilder(BuildOptions{Runner: f, CacheDir: cache})
+	b, err := newBuilder(BuildOptions{Runner: f, Cache: cacheAt(cache)})
 	if err != nil {
 		t.Fatal(err)
 	}

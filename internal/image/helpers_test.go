@@ -9,7 +9,11 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
+
+// cacheAt is an image cache at dir, a top directory of its own.
+func cacheAt(dir string) *hostdir.Dir { return hostdir.Top(dir, 0o755, hostdir.InXDG) }
 
 // run runs a program for test setup and fails the test if it fails.
 func run(t testing.TB, name string, args ...string) string {

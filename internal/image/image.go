@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // BuilderVersion identifies the recipe Build uses. It is bumped whenever the
@@ -128,7 +129,9 @@ type Package struct {
 }
 
 // DefaultCacheDir returns $XDG_CACHE_HOME/agent-vm/images (or
-// ~/.cache/agent-vm/images).
+// ~/.cache/agent-vm/images), where vm.HostDirs puts this user's image
+// cache: for tests that use the host's base image. Builds and pulls are
+// given the cache with its modes (BuildOptions.Cache).
 func DefaultCacheDir() (string, error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
@@ -243,12 +246,12 @@ func validName(name string) error {
 // it must answer true, since removing a base destroys the VMs built on it.
 // Prune returns the version directories it removed. It holds each name's
 // lock while it looks, so a build or pull publishing meanwhile is safe.
-func Prune(ctx context.Context, cacheDir string, inUse func(disk string) bool) ([]string, error) {
-	st, err := openStore(cacheDir, os.Geteuid())
+func Prune(ctx context.Context, cache *hostdir.Dir, inUse func(disk string) bool) ([]string, error) {
+	st, err := openStore(cache, os.Geteuid())
 	if err != nil {
 		return nil, fmt.Errorf("pruning images: %w", err)
 	}
-	cacheDir = st.root
+	cacheDir := st.root
 	names, err := os.ReadDir(filepath.Join(cacheDir, storeDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // PullOptions configures Pull. Name and Runner are required.
@@ -26,8 +27,8 @@ type PullOptions struct {
 	BaseURL string
 	// Arch is a GOARCH (amd64, arm64); default runtime.GOARCH.
 	Arch string
-	// CacheDir is the image cache root; default DefaultCacheDir().
-	CacheDir string
+	// Cache is the image cache (see BuildOptions.Cache); required.
+	Cache *hostdir.Dir
 	// Force downloads a new version even when one is cached.
 	Force bool
 	// Attempts bounds how often an interrupted download is resumed within one
@@ -122,12 +123,8 @@ func newPuller(opts PullOptions) (*puller, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.CacheDir == "" {
-		dir, err := DefaultCacheDir()
-		if err != nil {
-			return nil, err
-		}
-		opts.CacheDir = dir
+	if opts.Cache == nil {
+		return nil, errNoCache
 	}
 	if opts.Attempts <= 0 {
 		opts.Attempts = 3
@@ -154,7 +151,7 @@ func newPuller(opts PullOptions) (*puller, error) {
 
 func (p *puller) run(ctx context.Context) (*Image, error) {
 	start := p.now()
-	st, err := openStore(p.opts.CacheDir, p.geteuid())
+	st, err := openStore(p.opts.Cache, p.geteuid())
 	if err != nil {
 		return nil, err
 	}
@@ -202,14 +199,11 @@ func (p *puller) download(ctx context.Context, st *store) (*verified, error) {
 		return nil, fmt.Errorf("checksum list %s: %w", r.sumsURL(), err)
 	}
 
-	partDir := filepath.Join(st.root, partialDir, p.opts.Name)
-	for _, d := range []string{filepath.Dir(partDir), partDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-		st.own(d)
+	partDir := st.dir.Sub(partialDir, 0o755).Sub(p.opts.Name, 0o755)
+	if err := st.mkdir(partDir); err != nil {
+		return nil, err
 	}
-	part := filepath.Join(partDir, r.file+".part")
+	part := filepath.Join(partDir.Path, r.file+".part")
 	fmt.Fprintf(p.out, "==> downloading %s\n", r.url())
 	meta, err := p.dl.fetch(ctx, r.url(), part)
 	st.own(part) // a partial download left for the next run stays usable by the cache's owner

@@ -177,7 +177,7 @@ func testPuller(t *testing.T, m *mirror, cache string, opts PullOptions) (*pulle
 	if opts.BaseURL == "" {
 		opts.BaseURL = m.srv.URL + "/debian/"
 	}
-	opts.CacheDir, opts.Runner, opts.Progress = cache, execx.OS{}, &syncBuilder{b: &progress}
+	opts.Cache, opts.Runner, opts.Progress = cacheAt(cache), execx.OS{}, &syncBuilder{b: &progress}
 	p, err := newPuller(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -508,7 +508,7 @@ func TestPullOptionErrors(t *testing.T) {
 		{PullOptions{Name: "debian-12", Arch: "riscv64"}, "no official debian-12 cloud image for riscv64"},
 		{PullOptions{Name: "debian-12", Arch: "amd64", BaseURL: "ftp://x"}, "invalid base URL"},
 	} {
-		tc.opts.Runner, tc.opts.CacheDir = execx.OS{}, t.TempDir()
+		tc.opts.Runner, tc.opts.Cache = execx.OS{}, cacheAt(t.TempDir())
 		_, err := Pull(context.Background(), tc.opts)
 		wantErr(t, err, tc.want)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -41,7 +42,9 @@ func TestBuildRealImage(t *testing.T) {
 	defer cancel()
 
 	start := time.Now()
-	img, err := Build(ctx, BuildOptions{Runner: execx.OS{}, CacheDir: cache, Progress: &testLogWriter{t: t}})
+	// The host's image cache, with the modes vm.HostDirs gives it.
+	dir := hostdir.Top(filepath.Dir(cache), 0o711, hostdir.InXDG).Sub(filepath.Base(cache), 0o755)
+	img, err := Build(ctx, BuildOptions{Runner: execx.OS{}, Cache: dir, Progress: &testLogWriter{t: t}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/flock"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // Cache layout, below the cache root.
@@ -30,24 +31,28 @@ const (
 // store is an open image cache.
 type store struct {
 	root string
+	dir  *hostdir.Dir // root, with the levels above it that are agent-vm's
 	// uid and gid own what the store creates, or are -1 to leave ownership
-	// alone. When root (e.g. `sudo agent-vm image build --cache-dir
-	// ~/.cache/...`) writes into a cache that belongs to a user, the new
+	// alone. When root (e.g. `sudo agent-vm image build`, into the invoking
+	// user's cache) writes into a cache that belongs to a user, the new
 	// files go to that user, so their own later pulls and builds still work.
 	uid, gid int
 }
 
-// openStore opens (creating as needed) the cache at root; euid is the
-// effective uid of this process.
-func openStore(root string, euid int) (*store, error) {
-	if root == "" {
-		return nil, errors.New("no image cache directory given")
+// errNoCache is a build or pull without Cache.
+var errNoCache = errors.New("internal error: no image cache directory given")
+
+// openStore opens (creating as needed, each directory with its mode) the
+// cache dir; euid is the effective uid of this process.
+func openStore(dir *hostdir.Dir, euid int) (*store, error) {
+	if dir == nil || dir.Path == "" {
+		return nil, errNoCache
 	}
-	abs, err := filepath.Abs(root)
+	abs, err := filepath.Abs(dir.Path)
 	if err != nil {
-		return nil, fmt.Errorf("image cache %q: %w", root, err)
+		return nil, fmt.Errorf("image cache %q: %w", dir.Path, err)
 	}
-	s := &store{root: abs, uid: -1, gid: -1}
+	s := &store{root: abs, dir: dir, uid: -1, gid: -1}
 	existing := abs
 	for {
 		if _, err := os.Stat(existing); err == nil || filepath.Dir(existing) == existing {
@@ -60,19 +65,21 @@ func openStore(root string, euid int) (*store, error) {
 			s.uid, s.gid = int(st.Uid), int(st.Gid)
 		}
 	}
-	for _, d := range []string{abs, filepath.Join(abs, locksDir), filepath.Join(abs, tmpDir), filepath.Join(abs, storeDir)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	for _, d := range []*hostdir.Dir{dir, dir.Sub(locksDir, 0o755), dir.Sub(tmpDir, 0o755), dir.Sub(storeDir, 0o755)} {
+		if err := s.mkdir(d); err != nil {
 			return nil, fmt.Errorf("creating the image cache: %w (hint: check the permissions of %s, or pass another cache directory)", err, abs)
 		}
 	}
-	// Hand over what MkdirAll created, from below the existing ancestor down.
-	for d := abs; d != existing && d != filepath.Dir(d); d = filepath.Dir(d) {
-		s.own(d)
-	}
-	for _, d := range []string{locksDir, tmpDir, storeDir} {
-		s.own(filepath.Join(abs, d))
-	}
 	return s, nil
+}
+
+// mkdir makes d (see hostdir), for the cache's owner when the store has
+// one to give it to.
+func (s *store) mkdir(d *hostdir.Dir) error {
+	if s.uid >= 0 {
+		return d.MakeFor(hostdir.Owner{UID: s.uid, GID: s.gid})
+	}
+	return d.Make()
 }
 
 // own gives path to the cache's owner, when the store has one to give.
@@ -147,11 +154,10 @@ func (s *store) sweep(name string) error {
 // the store as a new version and points <root>/<name> at it. Both steps are
 // renames, so readers see the old image or the new one, never a mix.
 func (s *store) publish(name, work string, created time.Time) (string, error) {
-	versions := filepath.Join(s.root, storeDir, name)
-	if err := os.MkdirAll(versions, 0o755); err != nil {
+	versions := s.dir.Sub(storeDir, 0o755).Sub(name, 0o755)
+	if err := s.mkdir(versions); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
-	s.own(versions)
 	if err := s.ownTree(work); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
@@ -159,7 +165,7 @@ func (s *store) publish(name, work string, created time.Time) (string, error) {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
 	id := created.UTC().Format("20060102T150405Z")
-	dir := filepath.Join(versions, id)
+	dir := filepath.Join(versions.Path, id)
 	for i := 2; ; i++ {
 		err := os.Rename(work, dir)
 		if err == nil {
@@ -168,9 +174,9 @@ func (s *store) publish(name, work string, created time.Time) (string, error) {
 		if !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
 			return "", fmt.Errorf("publishing image %q: %w", name, err)
 		}
-		dir = filepath.Join(versions, fmt.Sprintf("%s-%d", id, i))
+		dir = filepath.Join(versions.Path, fmt.Sprintf("%s-%d", id, i))
 	}
-	if err := atomicfile.SyncDir(versions); err != nil {
+	if err := atomicfile.SyncDir(versions.Path); err != nil {
 		return "", fmt.Errorf("publishing image %q: %w", name, err)
 	}
 	link := filepath.Join(s.root, name)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -37,7 +38,7 @@ func publishFake(t *testing.T, st *store, name string, created time.Time) string
 
 func TestPublishLookupList(t *testing.T) {
 	root := t.TempDir()
-	st, err := openStore(root, os.Geteuid())
+	st, err := openStore(cacheAt(root), os.Geteuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestPublishLookupList(t *testing.T) {
 
 func TestPruneKeepsCurrentAndInUseVersions(t *testing.T) {
 	root := t.TempDir()
-	st, err := openStore(root, os.Geteuid())
+	st, err := openStore(cacheAt(root), os.Geteuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestPruneKeepsCurrentAndInUseVersions(t *testing.T) {
 	current := publishFake(t, st, "debian-bookworm", t0.Add(2*time.Hour))
 	other := publishFake(t, st, "debian-12", t0)
 	var asked []string
-	removed, err := Prune(context.Background(), root, func(disk string) bool {
+	removed, err := Prune(context.Background(), cacheAt(root), func(disk string) bool {
 		asked = append(asked, disk)
 		return disk == filepath.Join(oldUsed, "disk.qcow2")
 	})
@@ -131,7 +132,7 @@ func TestLookupErrors(t *testing.T) {
 	}
 	wantErr(t, err, "agent-vm image build")
 
-	st, err := openStore(root, os.Geteuid())
+	st, err := openStore(cacheAt(root), os.Geteuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestLookupErrors(t *testing.T) {
 }
 
 func TestLockWaitsAndHonoursContext(t *testing.T) {
-	st, err := openStore(t.TempDir(), os.Geteuid())
+	st, err := openStore(cacheAt(t.TempDir()), os.Geteuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,9 @@ func TestStoreGivesNewFilesToTheCacheOwner(t *testing.T) {
 	if err := os.Chown(home, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Join(home, ".cache", "agent-vm", "images")
+	// As vm.HostDirs has it under sudo: the user's cache directory (0711),
+	// images in it (0755).
+	root := hostdir.Top(filepath.Join(home, ".cache", "agent-vm"), 0o711, hostdir.InXDG).Sub("images", 0o755)
 	st, err := openStore(root, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -229,12 +232,17 @@ func TestStoreGivesNewFilesToTheCacheOwner(t *testing.T) {
 		}
 		return nil
 	})
+	for p, mode := range map[string]os.FileMode{filepath.Join(home, ".cache"): 0o700, root.Parent.Path: 0o711, root.Path: 0o755} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v %v, want %04o", p, fi.Mode(), err, mode)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// A root-owned cache (or a non-root process) leaves ownership alone.
-	st, err = openStore(filepath.Join(t.TempDir(), "images"), 0)
+	st, err = openStore(cacheAt(filepath.Join(t.TempDir(), "images")), 0)
 	if err != nil || st.uid != -1 {
 		t.Errorf("root-owned cache: uid %d, %v; want -1", st.uid, err)
 	}
@@ -321,12 +329,12 @@ func TestPruneKeepsVersionsWithRegisteredOverlays(t *testing.T) {
 		t.Fatal(err)
 	}
 	never := func(string) bool { return false }
-	removed, err := Prune(context.Background(), cache, never)
+	removed, err := Prune(context.Background(), cacheAt(cache), never)
 	if err != nil || len(removed) != 0 {
 		t.Fatalf("pruned %v (%v) while a registered overlay exists", removed, err)
 	}
 	os.Remove(overlay)
-	removed, err = Prune(context.Background(), cache, never)
+	removed, err = Prune(context.Background(), cacheAt(cache), never)
 	if err != nil || len(removed) != 1 || removed[0] != old {
 		t.Errorf("after the overlay went: removed %v, %v; want %s", removed, err, old)
 	}

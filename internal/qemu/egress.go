@@ -18,6 +18,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // The egress proxy's files (see driver.Network and internal/egress).
@@ -83,49 +84,24 @@ func isEgressFor(pidFile string) func(args []string) bool {
 	return func(args []string) bool { return hasArg(args, "--qemu-pidfile", pidFile) }
 }
 
-// egressBase is the directory, root's and traversable by anyone (0711, not
-// listable), holding one directory per VM for the sockets of egress proxies
-// whose QEMU runs as another user (see EgressDirFor).
-func egressBase() string {
-	if fi, err := os.Stat("/run"); err == nil && fi.IsDir() {
-		return "/run/agent-vm-egress"
-	}
-	return filepath.Join(os.TempDir(), "agent-vm-egress")
-}
+// egressDirMode is the mode of a VM's directory in Launcher.Egress: QEMU's
+// relays, running as the workspace's owner, pass through it to the
+// sockets; nobody lists it.
+const egressDirMode = 0o711
 
-// EgressDirFor is where a VM's egress sockets live when its QEMU drops to
-// the workspace's owner: QEMU spawns the guestfwd relays as that user, who
-// may not be able to walk to the state directory (root's home, a 0700
+// egressDir is where a VM's egress sockets live when its QEMU drops to the
+// workspace's owner: QEMU spawns the guestfwd relays as that user, who may
+// not be able to walk to the state directory (root's home, a 0700
 // temporary directory). The path is reachable by anyone, but the
 // directories are root's and not writable by others, and the sockets are
 // the owner's, mode 0600: only the owner (QEMU's relays) and root connect.
-func EgressDirFor(uuid string) string {
-	return filepath.Join(egressBase(), strings.ReplaceAll(uuid, "-", "")[:12])
-}
-
-// ensureEgressDir makes m.EgressDir (and its shared parent) as root's,
-// 0711, refusing a parent someone else made or can write to.
-func ensureEgressDir(m Machine) error {
-	if m.EgressDir == "" {
+// Start makes it (a directory another user made or others can write to is
+// refused: Egress is Shared). nil when the launcher has no Egress.
+func (l *Launcher) egressDir(uuid string) *hostdir.Dir {
+	if l.Egress == nil || uuid == "" {
 		return nil
 	}
-	for _, d := range []string{filepath.Dir(m.EgressDir), m.EgressDir} {
-		if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("creating the egress socket directory: %w", err)
-		}
-		fi, err := os.Lstat(d)
-		if err != nil {
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
-			return fmt.Errorf("egress socket directory %s is not a directory of this user that only it can write (hint: remove it)", d)
-		}
-		if err := os.Chmod(d, 0o711); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.Egress.Sub(strings.ReplaceAll(uuid, "-", "")[:12], egressDirMode)
 }
 
 // relayKeep is how long an unused copy of the relay (installRelay) stays:
@@ -209,7 +185,7 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 	if old := findProcess(match); old != 0 {
 		killVerified(old, match)
 	}
-	_ = os.Remove(sock) // Start made m.EgressDir (ensureEgressDir)
+	_ = os.Remove(sock) // Start made m.EgressDir
 	_ = os.Remove(door)
 	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door, "--qemu-pidfile", m.runFile(PidFile))
 	if owner != nil {
@@ -301,8 +277,8 @@ func (l *Launcher) stopEgress(m Machine) {
 	_ = os.Remove(m.runFile(EgressPid))
 	_ = os.Remove(m.sockFile(ProxySock))
 	_ = os.Remove(m.sockFile(DoorSock))
-	if m.UUID != "" {
-		dir := EgressDirFor(m.UUID)
+	if d := l.egressDir(m.UUID); d != nil {
+		dir := d.Path
 		_ = os.Remove(filepath.Join(dir, ProxySock))
 		_ = os.Remove(filepath.Join(dir, DoorSock))
 		_ = os.Remove(dir)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -18,9 +19,13 @@ import (
 func TestEgressSocketsForTheOwner(t *testing.T) {
 	tu.Need(t, os.Geteuid() == 0, "chown needs root")
 	base := filepath.Join(t.TempDir(), "agent-vm-egress")
-	m := Machine{EgressDir: filepath.Join(base, "0123456789ab")}
-	if err := ensureEgressDir(m); err != nil {
+	d := (&Launcher{Egress: egressAt(base)}).egressDir("01234567-89ab-cdef")
+	if err := d.Make(); err != nil {
 		t.Fatal(err)
+	}
+	m := Machine{EgressDir: d.Path}
+	if m.EgressDir != filepath.Join(base, "0123456789ab") {
+		t.Errorf("egress directory %s, want %s", m.EgressDir, filepath.Join(base, "0123456789ab"))
 	}
 	for _, d := range []string{base, m.EgressDir} {
 		fi, err := os.Stat(d)
@@ -51,9 +56,16 @@ func TestEgressSocketsForTheOwner(t *testing.T) {
 	if err := os.Chmod(base, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := ensureEgressDir(m); err == nil {
+	if err := d.Make(); err == nil {
 		t.Error("a world-writable parent was accepted")
 	}
+}
+
+// egressAt is an egress base at dir as vm.HostDirs makes it.
+func egressAt(dir string) *hostdir.Dir {
+	d := hostdir.Top(dir, 0o711, hostdir.InSystem)
+	d.Shared = true
+	return d
 }
 
 // Under -runas QEMU spawns the relay as the owner, who cannot run a binary
@@ -87,7 +99,7 @@ func TestRelayIsInstalledWhereTheOwnerCanRunIt(t *testing.T) {
 	os.Chmod(tmp, 0o711)
 	os.Chmod(filepath.Dir(tmp), 0o711)
 	base := filepath.Join(tmp, "agent-vm-egress")
-	if err := ensureEgressDir(Machine{EgressDir: filepath.Join(base, "0123456789ab")}); err != nil {
+	if err := (&Launcher{Egress: egressAt(base)}).egressDir("01234567-89ab").Make(); err != nil {
 		t.Fatal(err)
 	}
 	// Copies of older binaries: one unused for long, one installed just

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qmp"
@@ -39,6 +39,11 @@ type Launcher struct {
 	// Self is the agent-vm binary, which runs the virtiofsd jail; nil =
 	// os.Executable.
 	Self func() (string, error)
+	// Egress holds a directory per VM for the sockets of egress proxies
+	// whose QEMU runs as another user, and the relay copy they run
+	// (vm.HostDirs.Egress: root's, 0711, Shared). Needed only for such
+	// VMs.
+	Egress *hostdir.Dir
 }
 
 // NewLauncher returns a Launcher for the host's architecture.
@@ -115,8 +120,12 @@ func (l *Launcher) start(ctx context.Context, m Machine, b Boot, o StartOptions)
 		return nil, errors.New("internal error: a boot needs exactly one of Direct and Script")
 	}
 	h := l.hardening(m, b)
+	var egress *hostdir.Dir
 	if h.RunAs != nil && m.Network != nil {
-		m.EgressDir = EgressDirFor(m.UUID)
+		if egress = l.egressDir(m.UUID); egress == nil {
+			return nil, errors.New("internal error: the QEMU launcher has no directory for egress sockets")
+		}
+		m.EgressDir = egress.Path
 	}
 	if b.Direct != nil {
 		if _, err := l.Run.LookPath(l.Arch.Binary); err != nil {
@@ -141,11 +150,11 @@ func (l *Launcher) start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if err := prepareDirs(m, o.resume); err != nil {
 		return nil, err
 	}
-	if m.EgressDir != "" {
-		if err := ensureEgressDir(m); err != nil {
-			return nil, err
+	if egress != nil {
+		if err := egress.Make(); err != nil {
+			return nil, fmt.Errorf("creating the egress socket directory: %w", err)
 		}
-		relay, err := installRelay(filepath.Dir(m.EgressDir), m.Network.Relay[0])
+		relay, err := installRelay(l.Egress.Path, m.Network.Relay[0])
 		if err != nil {
 			return nil, err
 		}

@@ -67,7 +67,7 @@ type Machine struct {
 	// EgressDir holds the egress proxy's sockets, which QEMU's guestfwd
 	// relays connect to. It is SocketDir unless QEMU drops to another user
 	// (-runas), whose relays could not reach a directory of the caller's:
-	// then the launcher sets it to EgressDirFor.
+	// then the launcher sets it to its egressDir.
 	EgressDir string
 }
 

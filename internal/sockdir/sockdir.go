@@ -12,7 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // MaxPath keeps socket paths under the kernel's limit, with room to spare.
@@ -42,26 +43,20 @@ func base() string {
 }
 
 // Ensure creates dir, the socket directory For named for runDir, mode
-// 0700. Outside the run directory, the shared parent must be a private
-// directory of this user (in /tmp someone else could have made it first).
+// 0700. Outside the run directory, the shared parent must be a directory
+// of this user's that others cannot write to (in /tmp someone else could
+// have made it first); it is made 0700, and set to 0700 when it is not.
 func Ensure(dir, runDir string) error {
 	if dir == runDir {
 		return os.MkdirAll(dir, 0o700)
 	}
-	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return fmt.Errorf("creating socket directory %s: %w", parent, err)
-	}
-	fi, err := os.Lstat(parent)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("socket directory %s is not a private directory of this user (hint: remove it, or set XDG_RUNTIME_DIR)", parent)
-	}
 	if len(dir)+1+MaxName > MaxPath {
 		return fmt.Errorf("socket directory %s is too long for unix sockets (hint: set XDG_RUNTIME_DIR to a short path)", dir)
 	}
-	return os.MkdirAll(dir, 0o700)
+	parent := hostdir.Top(filepath.Dir(dir), 0o700, hostdir.InXDG)
+	parent.Shared = true
+	if err := parent.Sub(filepath.Base(dir), 0o700).Make(); err != nil {
+		return fmt.Errorf("creating the socket directory (XDG_RUNTIME_DIR chooses where): %w", err)
+	}
+	return nil
 }

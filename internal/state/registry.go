@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // Registry is one user's list of the state directories agent-vm has
@@ -22,20 +24,20 @@ import (
 //
 // Each entry is a file named by a hash of the directory's path, holding
 // the path. An entry whose directory is gone is dropped when read.
-type Registry struct{ Dir string }
+type Registry struct{ Dir *hostdir.Dir }
 
 const registryPortLock = ".ports.lock"
 
 // Add registers root (an absolute path). Registering twice is a no-op.
 func (g *Registry) Add(root string) error {
-	if err := os.MkdirAll(g.Dir, 0o700); err != nil {
-		return fmt.Errorf("creating the state directories' registry %s: %w", g.Dir, err)
+	if err := g.make(); err != nil {
+		return err
 	}
-	p := filepath.Join(g.Dir, registryName(root))
+	p := filepath.Join(g.Dir.Path, registryName(root))
 	if b, err := os.ReadFile(p); err == nil && string(b) == root+"\n" {
 		return nil
 	}
-	tmp, err := os.CreateTemp(g.Dir, ".add-*")
+	tmp, err := os.CreateTemp(g.Dir.Path, ".add-*")
 	if err != nil {
 		return fmt.Errorf("registering state directory %s: %w", root, err)
 	}
@@ -56,12 +58,12 @@ func (g *Registry) Add(root string) error {
 // Roots returns the registered state directories that still exist, and
 // removes the entries of those that do not.
 func (g *Registry) Roots() ([]string, error) {
-	des, err := os.ReadDir(g.Dir)
+	des, err := os.ReadDir(g.Dir.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the state directories' registry %s: %w", g.Dir, err)
+		return nil, fmt.Errorf("reading the state directories' registry %s: %w", g.Dir.Path, err)
 	}
 	var out []string
 	for _, de := range des {
@@ -69,7 +71,7 @@ func (g *Registry) Roots() ([]string, error) {
 		if strings.HasPrefix(name, ".") || !de.Type().IsRegular() {
 			continue
 		}
-		p := filepath.Join(g.Dir, name)
+		p := filepath.Join(g.Dir.Path, name)
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
@@ -92,10 +94,17 @@ func (g *Registry) Roots() ([]string, error) {
 // LockPorts serialises port allocation across every registered state
 // directory (Root.LockPorts serialises it within one).
 func (g *Registry) LockPorts(ctx context.Context) (*Lock, error) {
-	if err := os.MkdirAll(g.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the state directories' registry %s: %w", g.Dir, err)
+	if err := g.make(); err != nil {
+		return nil, err
 	}
-	return AcquireLock(ctx, filepath.Join(g.Dir, registryPortLock))
+	return AcquireLock(ctx, filepath.Join(g.Dir.Path, registryPortLock))
+}
+
+func (g *Registry) make() error {
+	if err := g.Dir.Make(); err != nil {
+		return fmt.Errorf("creating the state directories' registry: %w", err)
+	}
+	return nil
 }
 
 func registryName(root string) string {

@@ -8,7 +8,7 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	g := &Registry{Dir: filepath.Join(t.TempDir(), "state-dirs")}
+	g := &Registry{Dir: top(filepath.Join(t.TempDir(), "state-dirs"))}
 	if roots, err := g.Roots(); err != nil || len(roots) != 0 {
 		t.Fatalf("a registry never written: %q, %v; want none", roots, err)
 	}
@@ -19,7 +19,7 @@ func TestRegistry(t *testing.T) {
 		}
 	}
 	// Files this code did not write are left alone and not read as roots.
-	os.WriteFile(filepath.Join(g.Dir, "notes"), []byte("/etc\n"), 0o600)
+	os.WriteFile(filepath.Join(g.Dir.Path, "notes"), []byte("/etc\n"), 0o600)
 	roots, err := g.Roots()
 	slices.Sort(roots)
 	want := []string{a, b}
@@ -33,13 +33,13 @@ func TestRegistry(t *testing.T) {
 	if roots, err := g.Roots(); err != nil || !slices.Equal(roots, []string{a}) {
 		t.Errorf("after removing %s: roots %q, %v; want only %s", b, roots, err, a)
 	}
-	if _, err := os.Stat(filepath.Join(g.Dir, registryName(b))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(g.Dir.Path, registryName(b))); !os.IsNotExist(err) {
 		t.Errorf("the entry of the removed directory is still there: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(g.Dir, "notes")); err != nil {
+	if _, err := os.Stat(filepath.Join(g.Dir.Path, "notes")); err != nil {
 		t.Errorf("a file the registry did not write was removed: %v", err)
 	}
-	fi, err := os.Stat(g.Dir)
+	fi, err := os.Stat(g.Dir.Path)
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("registry directory mode %v, %v; want 0700", fi.Mode().Perm(), err)
 	}

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 const (
@@ -27,22 +29,32 @@ const (
 // Root is an opened state directory.
 type Root struct{ Dir string }
 
-// Open makes sure the state directory exists (0700) and returns it. It also
-// sweeps what killed creates and destroys left behind.
-func Open(dir string) (*Root, error) {
-	if dir == "" {
+// The state directory's own directories, private as it is.
+const dotDirMode = 0o700
+
+// Open makes sure the state directory dir exists with its mode (see
+// hostdir) and returns it. It also sweeps what killed creates and destroys
+// left behind. A relative top directory is taken from the working
+// directory.
+func Open(dir *hostdir.Dir) (*Root, error) {
+	if dir == nil || dir.Path == "" {
 		return nil, errors.New("state directory is empty (hint: set --state-dir or AGENT_VM_STATE_DIR)")
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("state directory %q: %w", dir, err)
+	if !filepath.IsAbs(dir.Path) && dir.Parent == nil {
+		abs, err := filepath.Abs(dir.Path)
+		if err != nil {
+			return nil, fmt.Errorf("state directory %q: %w", dir.Path, err)
+		}
+		top := *dir
+		top.Path = abs
+		dir = &top
 	}
-	for _, d := range []string{abs, filepath.Join(abs, locksDir), filepath.Join(abs, tmpDir), filepath.Join(abs, trashDir)} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("creating state directory %s: %w (hint: choose a writable --state-dir)", d, err)
+	for _, d := range []*hostdir.Dir{dir, dir.Sub(locksDir, dotDirMode), dir.Sub(tmpDir, dotDirMode), dir.Sub(trashDir, dotDirMode)} {
+		if err := d.Make(); err != nil {
+			return nil, fmt.Errorf("creating state directory %s: %w (hint: choose a writable --state-dir)", dir.Path, err)
 		}
 	}
-	r := &Root{Dir: abs}
+	r := &Root{Dir: dir.Path}
 	r.sweep()
 	return r, nil
 }

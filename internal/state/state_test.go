@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 func sampleRecord(branch string) *Record {
@@ -63,7 +65,7 @@ func TestRecordRoundTripAndVersions(t *testing.T) {
 }
 
 func TestListShowsCorruptRecordsWithoutFailing(t *testing.T) {
-	root, err := Open(t.TempDir())
+	root, err := Open(top(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func TestListShowsCorruptRecordsWithoutFailing(t *testing.T) {
 }
 
 func TestStagingCommitAbortAndSweep(t *testing.T) {
-	root, _ := Open(t.TempDir())
+	root, _ := Open(top(t.TempDir()))
 	s, err := root.BeginCreate("feature-x")
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +137,7 @@ func TestStagingCommitAbortAndSweep(t *testing.T) {
 	os.MkdirAll(filepath.Join(dead, "workspace"), 0o700)
 	os.WriteFile(dead+".lock", nil, 0o600)
 	live, _ := root.BeginCreate("live")
-	if _, err := Open(root.Dir); err != nil {
+	if _, err := Open(top(root.Dir)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
@@ -148,7 +150,7 @@ func TestStagingCommitAbortAndSweep(t *testing.T) {
 }
 
 func TestRemoveOnlyTouchesTheVMDir(t *testing.T) {
-	root, _ := Open(t.TempDir())
+	root, _ := Open(top(t.TempDir()))
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o600)
 	l := root.Layout("vm")
@@ -174,7 +176,7 @@ func TestRemoveOnlyTouchesTheVMDir(t *testing.T) {
 }
 
 func TestLockExcludesAndHonoursContext(t *testing.T) {
-	root, _ := Open(t.TempDir())
+	root, _ := Open(top(t.TempDir()))
 	l, err := root.LockVM(context.Background(), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +200,7 @@ func TestLockExcludesAndHonoursContext(t *testing.T) {
 // one process as between processes, so goroutines stand in for commands.)
 func TestSweepsNeverTakeALiveCreate(t *testing.T) {
 	dir := t.TempDir()
-	root, err := Open(dir)
+	root, err := Open(top(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +216,7 @@ func TestSweepsNeverTakeALiveCreate(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := Open(dir); err != nil {
+				if _, err := Open(top(dir)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -254,7 +256,7 @@ func TestSweepsNeverTakeALiveCreate(t *testing.T) {
 
 // A branch may be called "ports": its VM lock is not the port allocator's.
 func TestVMLockIsNeverAnInternalLock(t *testing.T) {
-	root, _ := Open(t.TempDir())
+	root, _ := Open(top(t.TempDir()))
 	for _, slug := range []string{"ports", "sweep"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		vm, err := root.LockVM(ctx, slug)
@@ -347,3 +349,6 @@ func TestRecordForwards(t *testing.T) {
 		}
 	}
 }
+
+// top is a state directory of its own at dir.
+func top(dir string) *hostdir.Dir { return hostdir.Top(dir, 0o700, hostdir.InXDG) }

@@ -16,6 +16,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/flock"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -82,9 +83,9 @@ type Driver struct {
 	// libvirt's QEMU opens: the seed, the credential copies and the
 	// virtiofsd socket. "" keeps them in the VM's run and logs
 	// directories, which QEMU's user must then be able to reach (see
-	// prepareAccess). As root agent-vm sets it (DefaultHandoff): root's
-	// state directory is under /root, which is 0700.
-	Handoff string
+	// prepareAccess). As root agent-vm sets it (vm.HostDirs.Handoff):
+	// root's state directory is under /root, which is 0700. nil: none.
+	Handoff *hostdir.Dir
 	// PidDir is libvirt's directory of QEMU pid files; "" = PidDir.
 	PidDir string
 	// PortFree probes a host port before vagrant up; nil =
@@ -476,8 +477,8 @@ func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 	if err := d.destroy(ctx, m); err != nil {
 		return err
 	}
-	if d.Handoff != "" {
-		if err := os.RemoveAll(d.handoffDir(m)); err != nil {
+	if d.Handoff != nil {
+		if err := os.RemoveAll(d.handoffDir(m).Path); err != nil {
 			return fmt.Errorf("removing %s's files for libvirt's QEMU: %w", m.Name, err)
 		}
 	}
@@ -562,14 +563,21 @@ func runFile(m driver.Machine, name string) string { return filepath.Join(m.RunD
 // machine's handoff directory when the driver has one (see Handoff), else
 // in dir, the VM's own.
 func (d *Driver) qemuFile(m driver.Machine, dir, name string) string {
-	if d.Handoff == "" {
+	if d.Handoff == nil {
 		return filepath.Join(dir, name)
 	}
-	return filepath.Join(d.handoffDir(m), name)
+	return filepath.Join(d.handoffDir(m).Path, name)
 }
 
+// handoffMode is the mode of a machine's directory in Handoff and of its
+// fw_cfg directory: libvirt's QEMU passes through them to the seed and
+// the credential copies; nobody lists them.
+const handoffMode = 0o711
+
 // handoffDir is the machine's directory in Handoff.
-func (d *Driver) handoffDir(m driver.Machine) string { return filepath.Join(d.Handoff, MachineName(m)) }
+func (d *Driver) handoffDir(m driver.Machine) *hostdir.Dir {
+	return d.Handoff.Sub(MachineName(m), handoffMode)
+}
 
 func removeMarkers(m driver.Machine, names ...string) {
 	for _, n := range names {

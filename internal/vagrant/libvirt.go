@@ -124,10 +124,11 @@ func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, Boot, 
 	uid, _ := strconv.Atoi(u.Uid)
 	dir := d.qemuFile(m, m.RunDir, FwCfgDir)
 	hint := fmt.Sprintf("the VM's directory is %s: set AGENT_VM_STATE_DIR to a directory outside home directories, e.g. /var/lib/agent-vms, for vagrant VMs", filepath.Dir(m.RunDir))
-	if d.Handoff != "" {
-		hint = fmt.Sprintf("the files libvirt's QEMU opens are put in %s: set AGENT_VM_LIBVIRT_DIR to a directory outside home directories", d.Handoff)
-		if err := handoffDirs(d.Handoff, d.handoffDir(m), dir); err != nil {
-			return m, b, err
+	if d.Handoff != nil {
+		hint = fmt.Sprintf("the files libvirt's QEMU opens are put in %s: set AGENT_VM_LIBVIRT_DIR to a directory outside home directories", d.Handoff.Path)
+		// Each level searchable by others, not readable, whatever it was.
+		if err := d.handoffDir(m).Sub(FwCfgDir, handoffMode).Make(); err != nil {
+			return m, b, fmt.Errorf("making the directories libvirt's QEMU opens files in: %w (%s)", err, hint)
 		}
 		seed := d.qemuFile(m, "", SeedFile)
 		if err := copyFor(b.Seed, seed, uid); err != nil {
@@ -161,21 +162,6 @@ func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, Boot, 
 		}
 	}
 	return m, b, nil
-}
-
-// handoffDirs makes the handoff directory root and, in it, the machine's
-// directory and its fw_cfg directory: searchable by others, not readable
-// (0711), whatever they were.
-func handoffDirs(root, machine, fwcfg string) error {
-	for _, p := range []string{root, machine, fwcfg} {
-		if err := os.MkdirAll(p, 0o711); err != nil {
-			return fmt.Errorf("making %s for libvirt's QEMU: %w", p, err)
-		}
-		if err := os.Chmod(p, 0o711); err != nil {
-			return fmt.Errorf("letting libvirt's QEMU through %s: %w", p, err)
-		}
-	}
-	return nil
 }
 
 func credentialFiles(cs []driver.Credential) []string {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -119,16 +120,16 @@ func TestPrepareAccessHandoff(t *testing.T) {
 	if err := os.Chmod(outside, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := &Driver{Log: hclog.NewNullLogger(), QEMUUser: "nobody", Handoff: filepath.Join(outside, "libvirt")}
+	d := &Driver{Log: hclog.NewNullLogger(), QEMUUser: "nobody", Handoff: hostdir.Top(filepath.Join(outside, "libvirt"), 0o711, hostdir.InSystem)}
 	gotM, gotB, err := d.prepareAccess(m, Boot{Seed: filepath.Join(vmDir, "seed.iso")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mdir := d.handoffDir(m)
-	if filepath.Dir(mdir) != d.Handoff || gotB.Seed != filepath.Join(mdir, SeedFile) || gotM.Credentials[0].File != filepath.Join(mdir, FwCfgDir, "agent-vm.mcp-token") {
+	mdir := d.handoffDir(m).Path
+	if filepath.Dir(mdir) != d.Handoff.Path || gotB.Seed != filepath.Join(mdir, SeedFile) || gotM.Credentials[0].File != filepath.Join(mdir, FwCfgDir, "agent-vm.mcp-token") {
 		t.Fatalf("handed over as seed %s, credential %s; want both in %s", gotB.Seed, gotM.Credentials[0].File, mdir)
 	}
-	for _, dir := range []string{d.Handoff, mdir, filepath.Join(mdir, FwCfgDir)} {
+	for _, dir := range []string{d.Handoff.Path, mdir, filepath.Join(mdir, FwCfgDir)} {
 		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o711 {
 			t.Errorf("%s: %v (%v), want 0711", dir, fi.Mode().Perm(), err)
 		}

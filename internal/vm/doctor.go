@@ -65,7 +65,7 @@ func (m *Manager) Doctor(ctx context.Context) DoctorReport {
 			r.Backends = append(r.Backends, name)
 		}
 	}
-	if img, err := image.Lookup(m.imageDir, image.DefaultBuildName); err == nil {
+	if img, err := image.Lookup(m.ImageDir(), image.DefaultBuildName); err == nil {
 		r.Image = img.Disk
 	}
 	add(m.templateCheck())

@@ -29,7 +29,7 @@ func TestDoctorOnANixOSHost(t *testing.T) {
 		fake.Installed(name, "/run/current-system/sw/bin/"+name)
 		fake.On(name, func(execxtest.Call) execxtest.Reply { return execxtest.Reply{Stdout: version + "\n"} })
 	}
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(vm.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
@@ -62,14 +63,14 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	}).On("virsh", func(c execxtest.Call) execxtest.Reply {
 		return execxtest.Reply{Stderr: "error: failed to get domain", ExitCode: 1}
 	})
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(vm.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})
 	home := t.TempDir()
 	m := vm.New(root, fake, log, []driver.Driver{&vagrant.Driver{Run: fake, Log: log, Home: home, QEMUUser: "agent-vm-no-such-user"}},
-		&debian.VagrantBackend{Run: fake, Log: log, Home: home})
+		&debian.VagrantBackend{Run: fake, Log: log, Home: hostdir.Top(home, 0o755, hostdir.InSystem)})
 	m.Git = gitws.New(execx.OS{})
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
 	ctx := context.Background()

@@ -12,7 +12,7 @@ import (
 // another VM's record holds, or one busy on the host gets the lowest free
 // port of the range; an explicit port is checked, not replaced.
 func TestPickHostPort(t *testing.T) {
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

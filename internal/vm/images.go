@@ -54,7 +54,7 @@ func (m *Manager) BuildImage(ctx context.Context, o ImageBuildOptions) (ImageInf
 
 func (m *Manager) buildImage(ctx context.Context, o ImageBuildOptions) (*image.Image, error) {
 	return image.Build(ctx, image.BuildOptions{Release: o.Release, Mirror: o.Mirror, Force: o.Force,
-		CacheDir: m.imageDir, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
+		Cache: m.dirs.Images, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
 }
 
 // ImagePullOptions are `image pull`'s arguments.
@@ -67,7 +67,7 @@ type ImagePullOptions struct {
 // PullImage downloads an official cloud image and checks its checksum.
 func (m *Manager) PullImage(ctx context.Context, o ImagePullOptions) (ImageInfo, error) {
 	img, err := image.Pull(ctx, image.PullOptions{Name: o.Name, BaseURL: o.BaseURL, Force: o.Force,
-		CacheDir: m.imageDir, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
+		Cache: m.dirs.Images, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
 	if err != nil {
 		return ImageInfo{}, err
 	}
@@ -76,7 +76,7 @@ func (m *Manager) PullImage(ctx context.Context, o ImagePullOptions) (ImageInfo,
 
 // Images lists the cached images.
 func (m *Manager) Images() ([]ImageInfo, error) {
-	imgs, err := image.List(m.imageDir)
+	imgs, err := image.List(m.ImageDir())
 	if err != nil {
 		return nil, err
 	}
@@ -111,5 +111,5 @@ func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
 	for img := range m.templateImages() {
 		used[img] = true
 	}
-	return image.Prune(ctx, m.imageDir, func(disk string) bool { return used[disk] })
+	return image.Prune(ctx, m.dirs.Images, func(disk string) bool { return used[disk] })
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/hostca"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -68,19 +69,16 @@ type Manager struct {
 	// store, which guests trust too (hostca.Finder outside tests).
 	HostCAs func() ([]string, error)
 
-	// TemplateDir holds the templates new VMs start from (template.go);
-	// "" turns templates off.
-	TemplateDir string
+	// TemplateDir holds the templates new VMs start from (template.go), a
+	// state directory; nil turns templates off.
+	TemplateDir *hostdir.Dir
 	// vmRoot is the VMs' root when Root is the templates' (forTemplates).
 	vmRoot *state.Root
 
 	// Set by Open (see Config).
-	cacheDir, imageDir string
-	// vagrantHome is the vagrant driver's VAGRANT_HOME ($AGENT_VM_VAGRANT_HOME,
-	// else <cache>/vagrant).
-	vagrantHome string
-	progress    io.Writer
-	getenv      func(string) string
+	dirs     HostDirs
+	progress io.Writer
+	getenv   func(string) string
 }
 
 // New returns a Manager with the real probes.

@@ -14,7 +14,7 @@ import (
 // earlier sync exposed, keeps the ones another command exposed, and
 // records the servers it wrote.
 func TestRecordMCPSyncReplacesOnlyItsOwnPorts(t *testing.T) {
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ import (
 // QEMU that cannot start does.
 func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 	repo := tu.Repo(t, false)
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(vm.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 // anywhere under the state directory, so nix may collect the VM's system.
 func TestNixOSDestroyRemovesTheGCRoots(t *testing.T) {
 	repo := tu.Repo(t, false)
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(vm.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,9 @@
 package vm
 
 import (
-	"cmp"
 	"context"
 	"io"
 	"os"
-	"os/user"
 	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
@@ -41,6 +39,9 @@ type Config struct {
 	// Executable is the agent-vm binary guests run as agent-mcp; nil =
 	// os.Executable.
 	Executable func() (string, error)
+	// Roots are where agent-vm's host directories outside the state
+	// directory go (see HostDirs); the zero value is the real places.
+	Roots Roots
 }
 
 // Open opens the state directory and wires the orchestration: the one
@@ -61,7 +62,7 @@ func Open(c Config) (*Manager, error) {
 	if c.Executable == nil {
 		c.Executable = os.Executable
 	}
-	root, err := state.Open(c.StateDir)
+	root, err := state.Open(StateDir(c.StateDir))
 	if err != nil {
 		return nil, err
 	}
@@ -70,19 +71,18 @@ func Open(c Config) (*Manager, error) {
 		return nil, err
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
-	cache := cacheDir(c.Getenv)
-	vagrantHome, handoff := vagrantDirs(c.Getenv, cache, os.Geteuid())
-	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: vagrantHome, Handoff: handoff}
+	dirs := NewHostDirs(c.Roots, c.Getenv, os.Geteuid())
+	launcher.Egress = dirs.Egress
+	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: dirs.VagrantHome.Path, Handoff: dirs.Handoff}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
-	m.Registry = Registry(c.Getenv, os.Geteuid())
+	m.Registry = &state.Registry{Dir: dirs.Registry}
 	if err := m.Registry.Add(root.Dir); err != nil {
 		// Only port allocation across state directories is lost.
 		c.Log.Warn("this state directory's VMs' ports may be given out again by agent-vm runs in other state directories", "error", err)
 	}
 	m.WorkDir = c.WorkDir
-	m.cacheDir, m.vagrantHome = cache, vagrantHome
-	m.imageDir = imageDir(c.Getenv, m.cacheDir)
-	m.TemplateDir = filepath.Join(m.cacheDir, "templates")
+	m.dirs = dirs
+	m.TemplateDir = dirs.Templates
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {
@@ -93,7 +93,7 @@ func Open(c Config) (*Manager, error) {
 
 // backends are the VM flavours this build has.
 func (m *Manager) backends(c Config) []backend.Backend {
-	q := &debian.Backend{Run: c.Run, Log: c.Log.Named("qemu"), ImageDir: m.imageDir, Executable: c.Executable}
+	q := &debian.Backend{Run: c.Run, Log: c.Log.Named("qemu"), ImageDir: m.ImageDir(), Executable: c.Executable}
 	if os.Geteuid() == 0 {
 		// "It works first time": the first start on a host builds the base
 		// image (mmdebstrap's root mode needs root).
@@ -107,50 +107,8 @@ func (m *Manager) backends(c Config) []backend.Backend {
 	return []backend.Backend{
 		q,
 		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
-		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.imageDir, Home: m.vagrantHome, Progress: c.Progress},
+		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.ImageDir(), Home: m.dirs.VagrantHome, Progress: c.Progress},
 	}
-}
-
-// cacheDir is $XDG_CACHE_HOME/agent-vm (images, the accelerator probe).
-func cacheDir(getenv func(string) string) string {
-	return xdgDir(getenv, "XDG_CACHE_HOME", ".cache", "agent-vm")
-}
-
-// Where the vagrant backend keeps what libvirt's QEMU opens when agent-vm
-// runs as root: outside /root (0700), which that QEMU (user libvirt-qemu)
-// cannot enter. VAGRANT_HOME holds the boxes (their disks and kernels);
-// the handoff directory each machine's seed, credential copies and
-// virtiofsd socket (vagrant.Driver.Handoff).
-const (
-	rootVagrantHome = "/var/lib/agent-vm/vagrant"
-	rootHandoff     = "/var/lib/agent-vm/libvirt"
-)
-
-// vagrantDirs are the vagrant driver's VAGRANT_HOME and handoff directory:
-// $AGENT_VM_VAGRANT_HOME and $AGENT_VM_LIBVIRT_DIR when set; else, as
-// root, rootVagrantHome and rootHandoff; else <cache>/vagrant and none
-// (the VM's own directories, which the user must let libvirt's QEMU
-// reach; prepareAccess says how when it cannot).
-func vagrantDirs(getenv func(string) string, cache string, euid int) (home, handoff string) {
-	home, handoff = getenv("AGENT_VM_VAGRANT_HOME"), getenv("AGENT_VM_LIBVIRT_DIR")
-	if euid == 0 {
-		home, handoff = cmp.Or(home, rootVagrantHome), cmp.Or(handoff, rootHandoff)
-	}
-	return cmp.Or(home, filepath.Join(cache, "vagrant")), handoff
-}
-
-// rootRegistry is root's registry of state directories, beside the
-// vagrant backend's directories.
-const rootRegistry = "/var/lib/agent-vm/state-dirs"
-
-// Registry is this user's registry of state directories (state.Registry):
-// as root rootRegistry, else $XDG_STATE_HOME/agent-vm/state-dirs
-// (~/.local/state/agent-vm/state-dirs).
-func Registry(getenv func(string) string, euid int) *state.Registry {
-	if euid == 0 {
-		return &state.Registry{Dir: rootRegistry}
-	}
-	return &state.Registry{Dir: filepath.Join(xdgDir(getenv, "XDG_STATE_HOME", filepath.Join(".local", "state"), "agent-vm"), "state-dirs")}
 }
 
 // DefaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
@@ -170,32 +128,27 @@ func xdgDir(getenv func(string) string, env, fallback, name string) string {
 	return filepath.Join(home, fallback, name)
 }
 
-// imageDir is the image cache: <cache>/images. Under sudo (building an
-// image needs root) it is the invoking user's, so `sudo agent-vm image
-// build` makes the image that user's VMs boot.
-func imageDir(getenv func(string) string, cache string) string {
-	if u := getenv("SUDO_USER"); u != "" && os.Geteuid() == 0 && getenv("XDG_CACHE_HOME") == "" {
-		if pw, err := user.Lookup(u); err == nil && pw.HomeDir != "" {
-			return filepath.Join(pw.HomeDir, ".cache", "agent-vm", "images")
-		}
+// ImageDir is where base images are cached ("" in a Manager New made).
+func (m *Manager) ImageDir() string {
+	if m.dirs.Images == nil {
+		return ""
 	}
-	return filepath.Join(cache, "images")
+	return m.dirs.Images.Path
 }
-
-// ImageDir is where base images are cached.
-func (m *Manager) ImageDir() string { return m.imageDir }
 
 // probeAccel decides between KVM and TCG once per host boot (cached), by
 // running the QEMU binary qemuBin: the accelerator is a QEMU matter, which
 // is why the composition root wires it.
 func (m *Manager) probeAccel(ctx context.Context, qemuBin string) accel.Result {
+	return m.prober(qemuBin).Probe(ctx)
+}
+
+func (m *Manager) prober(qemuBin string) *accel.Prober {
 	qemuPath, err := m.Run.LookPath(qemuBin)
 	if err != nil {
 		qemuPath = qemuBin
 	}
-	kernels, _ := filepath.Glob(filepath.Join(m.imageDir, "*", "vmlinuz*"))
+	kernels, _ := filepath.Glob(filepath.Join(m.ImageDir(), "*", "vmlinuz*"))
 	kernels = append(kernels, "/run/current-system/kernel")
-	p := &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels,
-		Cache: filepath.Join(m.cacheDir, "accel.json"), Override: m.getenv("AGENT_VM_ACCEL")}
-	return p.Probe(ctx)
+	return &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels, CacheDir: m.dirs.Cache, Override: m.getenv("AGENT_VM_ACCEL")}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -14,7 +15,7 @@ import (
 // directory into place between the reads of allocatePorts (which does not
 // hold that create's lock). The ports it holds must still count as taken.
 func TestPortsOfACreateThatCommitsMidAllocationAreTaken(t *testing.T) {
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +64,9 @@ func TestPortsOfACreateThatCommitsMidAllocationAreTaken(t *testing.T) {
 // a VM created in one state directory must not get the ports a (stopped,
 // so not listening) VM of another holds, when both are registered.
 func TestPortsOfAnotherStateDirectoryAreTaken(t *testing.T) {
-	reg := &state.Registry{Dir: filepath.Join(t.TempDir(), "registry")}
+	reg := &state.Registry{Dir: hostdir.Top(filepath.Join(t.TempDir(), "registry"), 0o700, hostdir.InXDG)}
 	open := func() *Manager {
-		root, err := state.Open(t.TempDir())
+		root, err := state.Open(StateDir(t.TempDir()))
 		if err != nil {
 			t.Fatal(err)
 		}

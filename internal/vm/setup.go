@@ -171,7 +171,7 @@ func (m *Manager) SetupHost(ctx context.Context, tests bool, backend string, con
 	if err != nil {
 		return SetupReport{}, err
 	}
-	return Setup(ctx, hostpkgs.Host{Run: m.Run}, SetupOptions{Need: need, ImageDir: m.imageDir,
+	return Setup(ctx, hostpkgs.Host{Run: m.Run}, SetupOptions{Need: need, ImageDir: m.ImageDir(),
 		Build: func(ctx context.Context) (*image.Image, error) { return m.buildImage(ctx, ImageBuildOptions{}) },
 		Root:  os.Geteuid() == 0, Consent: consent, Out: m.progress})
 }

@@ -148,7 +148,7 @@ type TemplateInfo struct {
 
 // templateRoot opens the templates' state directory.
 func (m *Manager) templateRoot() (*state.Root, error) {
-	if m.TemplateDir == "" {
+	if m.TemplateDir == nil {
 		return nil, errors.New("internal error: no template directory")
 	}
 	return state.Open(m.TemplateDir)
@@ -219,21 +219,21 @@ type template struct {
 // findTemplate returns the template r fits, or why there is none (one
 // line, for the log).
 func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*template, string) {
-	if m.TemplateDir == "" {
+	if m.TemplateDir == nil {
 		return nil, "templates are off"
 	}
 	if r.Backend != BackendQEMU {
 		return nil, "only Debian (qemu backend) VMs start from templates"
 	}
 	none := fmt.Sprintf("no template for this VM's machine yet (hint: `agent-vm template build %s` makes one)", r.Slug)
-	if _, found := newestTemplate(m.TemplateDir, ""); !found {
+	if _, found := newestTemplate(m.TemplateDir.Path, ""); !found {
 		return nil, none // without any template, skip hashing the key (agent-vm's binary among it)
 	}
 	k, err := m.templateKey(ctx, r)
 	if err != nil {
 		return nil, err.Error()
 	}
-	l, ok := newestTemplate(m.TemplateDir, k.prefix())
+	l, ok := newestTemplate(m.TemplateDir.Path, k.prefix())
 	if !ok {
 		return nil, none
 	}
@@ -451,10 +451,10 @@ func (m *Manager) listAll() []state.Entry {
 
 // Templates lists the templates.
 func (m *Manager) Templates() ([]TemplateInfo, error) {
-	if m.TemplateDir == "" {
+	if m.TemplateDir == nil {
 		return nil, nil
 	}
-	entries, err := os.ReadDir(m.TemplateDir)
+	entries, err := os.ReadDir(m.TemplateDir.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -467,7 +467,7 @@ func (m *Manager) Templates() ([]TemplateInfo, error) {
 		if !d.IsDir() || !strings.HasPrefix(d.Name(), "t-") {
 			continue
 		}
-		dir := filepath.Join(m.TemplateDir, d.Name())
+		dir := filepath.Join(m.TemplateDir.Path, d.Name())
 		info := TemplateInfo{Slug: d.Name(), Dir: dir}
 		var rec templateRecord
 		if b, err := os.ReadFile(filepath.Join(dir, templateFile)); err == nil && json.Unmarshal(b, &rec) == nil {
@@ -497,7 +497,7 @@ func (m *Manager) RemoveTemplate(ctx context.Context, slug string) error {
 		}
 	}
 	if len(picked) == 0 {
-		return fmt.Errorf("no template %q in %s (hint: `agent-vm template list` lists them)", slug, m.TemplateDir)
+		return fmt.Errorf("no template %q in %s (hint: `agent-vm template list` lists them)", slug, m.TemplateDir.Path)
 	}
 	root, err := m.templateRoot()
 	if err != nil {
@@ -682,7 +682,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 // logged in one line.
 func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions) *template {
 	be, err := m.backendOf(e.Record, "start")
-	if err != nil || be.ImagesInUse(e.Layout) != nil || m.TemplateDir == "" {
+	if err != nil || be.ImagesInUse(e.Layout) != nil || m.TemplateDir == nil {
 		return nil
 	}
 	if o.NoTemplate || o.Reprovision {
@@ -727,7 +727,7 @@ func lastLines(s string, n int) string {
 // templateImages are the images the templates' disks are made on (image
 // prune keeps them).
 func (m *Manager) templateImages() map[string]bool {
-	if m.TemplateDir == "" {
+	if m.TemplateDir == nil {
 		return nil
 	}
 	root, err := m.templateRoot()
@@ -755,7 +755,7 @@ func (m *Manager) templateCheck() Check {
 		c.Detail = "none: new VMs boot cold"
 		c.Hint = "`agent-vm template build BRANCH` saves a machine that new VMs of its size start from in seconds"
 	default:
-		c.Detail = fmt.Sprintf("%d in %s (`agent-vm template list`)", ready, m.TemplateDir)
+		c.Detail = fmt.Sprintf("%d in %s (`agent-vm template list`)", ready, m.TemplateDir.Path)
 	}
 	return c
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -34,7 +35,7 @@ func TestTemplate(t *testing.T) {
 	m := newManager(t)
 	var logs tu.SyncBuffer
 	m.Log = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: io.MultiWriter(testWriter{t}, &logs)})
-	m.TemplateDir = t.TempDir()
+	m.TemplateDir = hostdir.Top(t.TempDir(), 0o700, hostdir.InXDG)
 	m.Drivers["qemu"].(*qemu.Driver).Launcher.Log = m.Log // its restore timings
 	ctx := context.Background()
 

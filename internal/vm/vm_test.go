@@ -33,6 +33,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -57,7 +58,7 @@ func imageDir() string {
 // no backend.
 func plainManager(t *testing.T) *vm.Manager {
 	t.Helper()
-	root, err := state.Open(t.TempDir())
+	root, err := state.Open(vm.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +67,13 @@ func plainManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dirs := vm.NewHostDirs(vm.Roots{}, os.Getenv, os.Geteuid())
+	launcher.Egress = dirs.Egress
 	m := vm.New(root, execx.OS{}, log, []driver.Driver{qemu.NewDriver(launcher)})
 	// Registered as agent-vm registers any state directory: the test's VMs
 	// and those of agent-vm runs beside it (integration-test, a user's)
 	// do not take each other's ports.
-	m.Registry = vm.Registry(os.Getenv, os.Geteuid())
+	m.Registry = &state.Registry{Dir: dirs.Registry}
 	if err := m.Registry.Add(root.Dir); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,7 @@ func newManager(t *testing.T) *vm.Manager {
 	m.Executable = func() (string, error) { return exe, nil } // the egress proxy and relays
 	kernels, _ := filepath.Glob(filepath.Join(imageDir(), "*", "vmlinuz*"))
 	prober := &accel.Prober{Run: execx.OS{}, QEMU: "qemu-system-x86_64", Kernels: kernels, Override: os.Getenv("AGENT_VM_ACCEL"),
-		Cache: filepath.Join(t.TempDir(), "accel.json")}
+		CacheDir: hostdir.Top(t.TempDir(), 0o700, hostdir.InXDG)}
 	m.Accel = prober.Probe
 	return m
 }
