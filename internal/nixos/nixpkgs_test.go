@@ -16,6 +16,7 @@ import (
 // agent-vm's CI runs on do not have:
 //
 //	AGENT_VM_TEST_NIXPKGS=/path/to/nixpkgs go test -tags nixpkgs ./internal/nixos
+//
 // It renders a branch's files, evaluates the VM with the real modules, and
 // checks what the build would carry: the loopback-only forwards in the run
 // script, the virtiofs workspace mount, and the credential channel for the
