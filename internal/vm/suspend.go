@@ -82,21 +82,29 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 // refuses (exit 3) if there are any; else stops agent-mcp, syncs and
 // unmounts. A process can be reported as using the workspace by its
 // working directory, an open file or a mapped one.
+//
+// One find and one grep look at every process: a readlink per open file,
+// as this script first did, was about a thousand processes, 25-30 s of
+// every suspend under TCG. Only a process found busy costs more.
 const detachScript = `set -u
 ws=` + guest.Workspace + `
 mountpoint -q "$ws" || exit 0
 busy() {
-	for p in /proc/[0-9]*; do
-		pid=${p#/proc/}
+	hits=$( {
+		find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 \( -lname "$ws" -o -lname "$ws/*" \) -printf '%p\t%l\n'
+		grep -l -F " $ws/" /proc/[0-9]*/maps | sed 's/$/\tmapped/'
+	} 2>/dev/null )
+	[ -n "$hits" ] || return 0
+	for pid in $(printf '%s\n' "$hits" | cut -d/ -f3 | sort -un); do
 		[ "$pid" = "$$" ] && continue
-		grep -q 'agent-mcp\.service' "$p/cgroup" 2>/dev/null && continue
+		grep -q 'agent-mcp\.service' "/proc/$pid/cgroup" 2>/dev/null && continue
+		mine=$(printf '%s\n' "$hits" | grep "^/proc/$pid/")
 		how=
-		case $(readlink "$p/cwd" 2>/dev/null) in "$ws"|"$ws"/*) how="working directory";; esac
-		for f in "$p"/fd/*; do
-			case $(readlink "$f" 2>/dev/null) in "$ws"|"$ws"/*) how="${how:+$how, }open file $(readlink "$f")"; break;; esac
-		done
-		grep -q " $ws/" "$p/maps" 2>/dev/null && how="${how:+$how, }mapped file"
-		[ -n "$how" ] && printf '%s %s (%s)\n' "$pid" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-100)" "$how"
+		printf '%s\n' "$mine" | grep -q "^/proc/$pid/cwd	" && how="working directory"
+		f=$(printf '%s\n' "$mine" | grep "^/proc/$pid/fd/" | head -n 1 | cut -f 2)
+		[ -n "$f" ] && how="${how:+$how, }open file $f"
+		printf '%s\n' "$mine" | grep -q "^/proc/$pid/maps	" && how="${how:+$how, }mapped file"
+		[ -n "$how" ] && printf '%s %s (%s)\n' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-100)" "$how"
 	done
 	return 0
 }
