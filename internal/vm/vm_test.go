@@ -118,9 +118,16 @@ func TestMain(m *testing.M) {
 
 func create(t *testing.T, m *vm.Manager, branch string) state.Entry {
 	t.Helper()
-	repo := tu.Repo(t, true)
-	_, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: branch, Backend: vm.BackendQEMU, CPUs: 1, MemoryMiB: 1024})
-	if err != nil {
+	return createWith(t, m, vm.CreateOptions{Branch: branch})
+}
+
+// createWith creates o.Branch's qemu VM (1 CPU, 1 GiB) of a new repository
+// with a remote, with o's ports, and stops it when the test ends.
+func createWith(t *testing.T, m *vm.Manager, o vm.CreateOptions) state.Entry {
+	t.Helper()
+	branch := o.Branch
+	o.Repo, o.Backend, o.CPUs, o.MemoryMiB = tu.Repo(t, true), vm.BackendQEMU, 1, 1024
+	if _, err := m.Create(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	e, err := m.Find(context.Background(), branch)
@@ -171,8 +178,12 @@ const (
 	cgnatTestAddr    = "100.64.0.7"
 )
 
-func TestVMLifecycle(t *testing.T) {
-	m := newManager(t)
+// lifecycle is a qemu VM's life on the host m manages (TestNewHost runs
+// it): the first boot, the network's containment, the held connection,
+// exec, shell, logs, the workspace, the pinned host key, stop, a second
+// boot, a crash. started is called once the first start returned, with
+// the VM running; o gives the VM's ports (0: allocate).
+func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(state.Entry, vm.Info)) {
 	// The host "added" a CA (as a TLS-inspecting proxy's is here); an HTTPS
 	// server on the host's loopback presents a certificate it signed.
 	caPEM, tlsServer := hostCAAndServer(t)
@@ -181,7 +192,8 @@ func TestVMLifecycle(t *testing.T) {
 	primary := primaryAddr(t)
 	// Inherited by the egress proxy.
 	t.Setenv(vm.TestHostsEnv, tlsTestName+"=127.0.0.1,"+hostAddrTestName+"="+primary+","+cgnatTestName+"="+cgnatTestAddr)
-	e := create(t, m, "life")
+	o.Branch = "life"
+	e := createWith(t, m, o)
 	// The proxy checks the test names' addresses as any name's: the TLS
 	// server on the host's loopback is reached because 127.0.0.1 itself is
 	// allowed. The host's primary address is not.
@@ -193,6 +205,7 @@ func TestVMLifecycle(t *testing.T) {
 	if info.State != vm.StateRunning || info.Agent.State != "healthy" || info.Share == "" {
 		t.Fatalf("after start: state %s, agent %+v, share %q", info.State, info.Agent, info.Share)
 	}
+	started(e, info)
 	// start returned after the first boot's setup ended (its last step
 	// switches cloud-init off), so a kill from now on loses none of it.
 	if code, _, errs := run(t, m, "life", "test", "-e", "/etc/cloud/cloud-init.disabled"); code != 0 {
