@@ -31,8 +31,9 @@ import (
 
 // TestNewHost runs what a new user runs, in that order, on a host where
 // none of agent-vm's directories exist: setup (which builds the base image
-// in the empty cache), a qemu VM's whole life (lifecycle), then a vagrant
-// VM's (vagrantLife). While each VM runs, and at the end, it checks every
+// in the empty cache), a qemu VM's whole life (lifecycle, then on the same
+// VM workspaceCoherence and suspendResume), then a vagrant VM's
+// (vagrantLife). While each VM runs, and at the end, it checks every
 // directory agent-vm made against who must pass through or read it:
 // libvirt's QEMU (user libvirt-qemu) for the vagrant VM's files, the
 // workspace's owner (whom the qemu VM's QEMU, egress proxy and relays run
@@ -69,9 +70,12 @@ func TestNewHost(t *testing.T) {
 	t.Logf("setup (base image built) in %s", time.Since(began).Round(time.Second))
 
 	t.Run("qemu", func(t *testing.T) {
-		lifecycle(t, m, vm.CreateOptions{SSHPort: quietPort(t, 0), MCPPort: quietPort(t, 1)}, func(e state.Entry, info vm.Info) {
+		e := lifecycle(t, m, vm.CreateOptions{SSHPort: quietPort(t, 0), MCPPort: quietPort(t, 1)}, func(e state.Entry, info vm.Info) {
 			h.checkEgress(t, info)
 		})
+		// The same VM (each check its own boot cost a minute of CI's):
+		t.Run("workspace", func(t *testing.T) { workspaceCoherence(t, m, e) })
+		t.Run("suspend", func(t *testing.T) { suspendResume(t, m, e) })
 	})
 	t.Run("vagrant", func(t *testing.T) { vagrantLife(t, m, h) })
 
@@ -81,16 +85,16 @@ func TestNewHost(t *testing.T) {
 		path string
 		mode fs.FileMode
 	}{
-		{h.roots.Lib, 0o711},                                   // libvirt's QEMU passes through, nobody lists
-		{filepath.Join(h.roots.Lib, "state-dirs"), 0o700},      // the registry
-		{filepath.Join(h.roots.Lib, "libvirt"), 0o711},         // the vagrant handoff
-		{filepath.Join(h.roots.Lib, "vagrant"), 0o755},         // VAGRANT_HOME
-		{h.roots.Egress, 0o711},                                // the relays pass through
-		{h.roots.Cache, 0o711},                                 // the cache
-		{filepath.Join(h.roots.Cache, "images"), 0o755},        // the base images
-		{m.Root.Dir, 0o700},                                    // the state directory
-		{filepath.Join(h.home, ".local", "share"), 0o700},      // its XDG parent, made for it
-		{filepath.Join(h.top, "var", "lib"), 0o755},            // the system's, untouched
+		{h.roots.Lib, 0o711},                              // libvirt's QEMU passes through, nobody lists
+		{filepath.Join(h.roots.Lib, "state-dirs"), 0o700}, // the registry
+		{filepath.Join(h.roots.Lib, "libvirt"), 0o711},    // the vagrant handoff
+		{filepath.Join(h.roots.Lib, "vagrant"), 0o755},    // VAGRANT_HOME
+		{h.roots.Egress, 0o711},                           // the relays pass through
+		{h.roots.Cache, 0o711},                            // the cache
+		{filepath.Join(h.roots.Cache, "images"), 0o755},   // the base images
+		{m.Root.Dir, 0o700},                               // the state directory
+		{filepath.Join(h.home, ".local", "share"), 0o700}, // its XDG parent, made for it
+		{filepath.Join(h.top, "var", "lib"), 0o755},       // the system's, untouched
 	} {
 		wantDir(t, d.path, d.mode, 0)
 	}

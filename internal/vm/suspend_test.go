@@ -14,26 +14,27 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// TestSuspendResume boots a real VM, suspends it and resumes it: a process
+// suspendResume suspends e's running VM and resumes it (TestNewHost runs
+// it on its qemu VM after lifecycle, which saves a boot): a process
 // outside /workspace keeps running with its memory, files written in the
 // workspace before suspend (from the guest) and during it (on the host) are
 // both there, the guest's clock is the host's again, the egress proxy's door
 // works again. A process using /workspace makes suspend refuse, naming it;
-// a tampered saved state is refused and stop discards it.
-func TestSuspendResume(t *testing.T) {
-	m := newManager(t)
+// a tampered saved state is refused and stop discards it, leaving the VM
+// stopped.
+func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	ctx := context.Background()
-	e := create(t, m, "susp")
-	start(t, m, "susp")
-	if _, err := m.Resume(ctx, "susp", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "is running, not suspended") {
+	susp := e.Record.Branch
+	if _, err := m.Resume(ctx, susp, vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "is running, not suspended") {
 		t.Errorf("resume of a running VM: got %v, want a refusal", err)
 	}
 	sh := func(script string) string {
 		t.Helper()
-		code, out, errs := run(t, m, "susp", "sh", "-c", script)
+		code, out, errs := run(t, m, susp, "sh", "-c", script)
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", script, code, errs)
 		}
@@ -43,9 +44,9 @@ func TestSuspendResume(t *testing.T) {
 	// A process in /workspace: suspend refuses, naming it, and the VM runs
 	// on with its workspace and agent-mcp.
 	busy := sh("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
-	_, err := m.Suspend(ctx, "susp")
+	_, err := m.Suspend(ctx, susp)
 	var be *vm.BusyError
-	if !errors.As(err, &be) || !strings.Contains(be.Processes, busy+" sleep 1000") || !strings.Contains(err.Error(), "agent-vm sessions susp") {
+	if !errors.As(err, &be) || !strings.Contains(be.Processes, busy+" sleep 1000") || !strings.Contains(err.Error(), "agent-vm sessions "+susp) {
 		t.Fatalf("suspend with a process in /workspace: got %v, want a refusal naming pid %s", err, busy)
 	}
 	if got := sh("mountpoint -q /workspace && systemctl is-active agent-mcp"); got != "active" {
@@ -63,7 +64,7 @@ func TestSuspendResume(t *testing.T) {
 	before, _ := strconv.Atoi(sh("cat /tmp/count"))
 	qemuPid := m.Status(ctx, e, false).Pid
 
-	res, err := m.Suspend(ctx, "susp")
+	res, err := m.Suspend(ctx, susp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestSuspendResume(t *testing.T) {
 	}
 	time.Sleep(5 * time.Second) // the guest's clock must be set, not merely continue
 
-	rres, err := m.Start(ctx, "susp", vm.StartOptions{})
+	rres, err := m.Start(ctx, susp, vm.StartOptions{})
 	if err != nil {
 		t.Fatalf("start of a suspended VM: %v", err)
 	}
@@ -127,7 +128,7 @@ func TestSuspendResume(t *testing.T) {
 	if g := time.Unix(guestNow, 0); g.Before(asked.Add(-3*time.Second)) || g.After(answered.Add(3*time.Second)) {
 		t.Errorf("the guest's clock reads %s after resume; the host's was %s to %s", g.UTC().Format(time.RFC3339), asked.UTC().Format(time.RFC3339), answered.UTC().Format(time.RFC3339))
 	}
-	if code, out, _ := run(t, m, "susp", "curl", "-sS", "--max-time", "30", "http://not-allowed.test/"); code != 0 || !strings.Contains(out, "not on the allow-list") {
+	if code, out, _ := run(t, m, susp, "curl", "-sS", "--max-time", "30", "http://not-allowed.test/"); code != 0 || !strings.Contains(out, "not on the allow-list") {
 		t.Errorf("the egress proxy after resume: exit %d, %q", code, out)
 	}
 	if got := sh("systemctl is-active agent-mcp"); got != "active" {
@@ -136,7 +137,7 @@ func TestSuspendResume(t *testing.T) {
 
 	// A saved state whose recorded QEMU version is not this QEMU's is
 	// refused, kept, and discarded by stop.
-	if _, err := m.Suspend(ctx, "susp"); err != nil {
+	if _, err := m.Suspend(ctx, susp); err != nil {
 		t.Fatal(err)
 	}
 	meta := filepath.Join(e.Layout.RunDir(), qemu.StateMeta)
@@ -153,14 +154,14 @@ func TestSuspendResume(t *testing.T) {
 	if err := os.WriteFile(meta, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Start(ctx, "susp", vm.StartOptions{})
+	_, err = m.Start(ctx, susp, vm.StartOptions{})
 	if !errors.Is(err, driver.ErrStaleState) || !strings.Contains(err.Error(), "QEMU 1.0.0") || !strings.Contains(err.Error(), "agent-vm start --cold") {
 		t.Errorf("start with a tampered state: got %v, want a refusal naming the version and the way out", err)
 	}
 	if st := m.Status(ctx, e, false).State; st != vm.StateSuspended {
 		t.Errorf("after the refused resume: %s, want suspended", st)
 	}
-	sres, err := m.Stop(ctx, "susp")
+	sres, err := m.Stop(ctx, susp)
 	if err != nil || sres.Was != vm.StateSuspended {
 		t.Fatalf("stop of a suspended VM: %+v, %v", sres, err)
 	}

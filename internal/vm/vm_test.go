@@ -182,8 +182,9 @@ const (
 // it): the first boot, the network's containment, the held connection,
 // exec, shell, logs, the workspace, the pinned host key, stop, a second
 // boot, a crash. started is called once the first start returned, with
-// the VM running; o gives the VM's ports (0: allocate).
-func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(state.Entry, vm.Info)) {
+// the VM running; o gives the VM's ports (0: allocate). It returns the VM,
+// running again after the crash.
+func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(state.Entry, vm.Info)) state.Entry {
 	// The host "added" a CA (as a TLS-inspecting proxy's is here); an HTTPS
 	// server on the host's loopback presents a certificate it signed.
 	caPEM, tlsServer := hostCAAndServer(t)
@@ -392,6 +393,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	if res.Info.State != vm.StateRunning || res.Info.Agent.State != "healthy" {
 		t.Errorf("after restart: %+v", res.Info)
 	}
+	return e
 }
 
 // Bad inputs that fail before anything boots.

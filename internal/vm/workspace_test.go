@@ -1,12 +1,16 @@
 package vm_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // guestWait is a guest script that evaluates the shell condition $1 until
@@ -23,12 +27,12 @@ echo "$t0 $(date +%s.%N)"`
 // The documented delay for cache=auto is about a second (the entry and
 // attribute timeout); the test waits up to 2 minutes for each change (TCG
 // on a busy host) and logs how long the guest took to see it: timings are
-// bench's (P6), not this test's.
-func TestWorkspaceSeesHostEditsAndHostSeesGuests(t *testing.T) {
-	m := newManager(t)
-	e := create(t, m, "ws-coherence")
-	res := start(t, m, "ws-coherence")
-	t.Logf("workspace over %s, cache %s", res.Info.Share, res.Info.ShareCache)
+// bench's (P6), not this test's. TestNewHost runs it on its running qemu
+// VM e after lifecycle, which saves a boot.
+func workspaceCoherence(t *testing.T, m *vm.Manager, e state.Entry) {
+	info := m.Status(context.Background(), e, false)
+	t.Logf("workspace over %s, cache %s", info.Share, info.ShareCache)
+	branch := e.Record.Branch
 	ws := e.Layout.Workspace()
 	host := func(what string, do func() error) {
 		t.Helper()
@@ -41,7 +45,7 @@ func TestWorkspaceSeesHostEditsAndHostSeesGuests(t *testing.T) {
 	}
 	guest := func(script string) string {
 		t.Helper()
-		code, out, errOut := run(t, m, "ws-coherence", "sh", "-c", script)
+		code, out, errOut := run(t, m, branch, "sh", "-c", script)
 		if code != 0 {
 			t.Fatalf("guest `%s`: exit %d: %s%s", script, code, out, errOut)
 		}
@@ -49,7 +53,7 @@ func TestWorkspaceSeesHostEditsAndHostSeesGuests(t *testing.T) {
 	}
 	seen := func(what, cond string) {
 		t.Helper()
-		code, out, errOut := run(t, m, "ws-coherence", "sh", "-c", guestWait, "sh", cond)
+		code, out, errOut := run(t, m, branch, "sh", "-c", guestWait, "sh", cond)
 		if code != 0 {
 			t.Errorf("the guest did not see the host's %s: %s%s", what, out, errOut)
 			return
