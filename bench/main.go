@@ -1,4 +1,4 @@
-// Command bench measures what agent-vm users feel (issue 6's figures P1
+// Command bench measures what agent-vm users feel (the figures P1
 // to P8 and the MCP proxy's overhead) and writes the results as JSON and
 // as a markdown table to bench/results/<date>-<short commit>.{json,md}.
 //

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// runP1New is issue 16's P1': how long a new branch waits for its VM,
+// runP1New is P1': how long a new branch waits for its VM,
 // `create` + `start` to SSH-ready, against the same guest's first boot by
 // QEMU alone. It reads P1's rounds when P1 ran in this run (each began
 // with a new branch); else it makes its own, as P1's first half.
@@ -43,7 +43,7 @@ func runP1New(ctx context.Context, l *lab, f *Figure) error {
 		newRow("P1'.health", "new branch: `create` + `start` -> agent-mcp healthy ("+path+")", "s",
 			series("agent-vm create + start", health), bareRef, true),
 	}
-	f.Rows[0].Note = "issue 16's goal: 5 s or less"
+	f.Rows[0].Note = "goal: 5 s or less"
 	rows, err := p1FromTemplate(ctx, l, f, bareRef)
 	f.Rows = append(f.Rows, rows...)
 	f.Notes = append(f.Notes,
@@ -52,7 +52,7 @@ func runP1New(ctx context.Context, l *lab, f *Figure) error {
 	return err
 }
 
-// p1FromTemplate is P1' the way issue 16 means it: `agent-vm template
+// p1FromTemplate is P1' as its goal means it: `agent-vm template
 // build` once (not timed: a build is a cold boot, done once per machine
 // shape), then, per round, a new branch's `create` + `start`, which
 // restores the template and personalizes the clone. The reference is the
@@ -108,7 +108,7 @@ func p1FromTemplate(ctx context.Context, l *lab, f *Figure, bareRef *Series) ([]
 		newRow("P1'T.health", "new branch: `create` + `start` -> agent-mcp healthy (from the saved template)", "s",
 			series("agent-vm create + start", health), bareRef, false),
 	}
-	rows[0].Note = "issue 16's goal: 5 s or less"
+	rows[0].Note = "goal: 5 s or less"
 	return rows, nil
 }
 

@@ -12,7 +12,7 @@ import (
 // (internal/qemu's StateFile in the VM's run directory).
 func stateFile(vmDir string) string { return filepath.Join(vmDir, "run", "suspend.state") }
 
-// runP2 is issue 16's P2: per round, the running VM is suspended and
+// runP2 is P2: per round, the running VM is suspended and
 // resumed (A), then stopped and started cold (B), so resume and a cold
 // boot of the same VM alternate. It also times suspend against stop (the
 // other way to free the VM's CPU and memory) and weighs the saved state

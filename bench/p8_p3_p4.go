@@ -92,7 +92,7 @@ func runP3(ctx context.Context, l *lab, f *Figure) error {
 		newRow("P3.over-floor", "`agent-vm exec VM -- true` against the floor", "ms",
 			series("agent-vm exec", a), ref(floorLabel, floor), true),
 	}
-	f.Rows[0].Note = "issue 16's goal: 0.1 or less"
+	f.Rows[0].Note = "goal: 0.1 or less"
 	f.Notes = append(f.Notes,
 		"One unmeasured call of each first. OpenSSH opens a new SSH connection to the guest per call; agent-vm opens a session on the VM's held connection (`agent-vm __hold`, a local handshake on a unix socket) when its holder runs, which `status --json` shows as ssh.held.",
 		"The floor is a session opened on one x/crypto/ssh connection to the guest, kept open by the harness: sshd forks, the guest's shell runs `true` and the channel closes, under TCG. P3.floor is the lowest P3.exec could reach; P3.over-floor is what agent-vm adds to it (starting the binary, finding the VM, the holder's local handshake).")

@@ -19,7 +19,7 @@ const (
 	netDeniedName  = "itest-denied.test"
 )
 
-// netSteps check the network's containment (issue 14) from inside a
+// netSteps check the network's containment from inside a
 // running VM, as root where the claim is about the guest's reach: the
 // host's loopback is unreachable at the gateway; exactly the exposed port
 // answers at the doors' address; an allowed name is reached through the

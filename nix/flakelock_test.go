@@ -11,7 +11,7 @@ import (
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// The nixpkgs node issue 2 pins: release-26.05, committed 2026-08-13.
+// The nixpkgs node the flake pins: release-26.05, committed 2026-08-13.
 const (
 	wantLocked   = `{"lastModified":1786659501,"narHash":"sha256-oN+HZDL3oxWU7IOBcPnN+HLlzR2XBbcX/hTUcMtLfEw=","owner":"NixOS","repo":"nixpkgs","rev":"bf817068f9eb336bfd314cab423f826af5b56a6a","type":"github"}`
 	wantOriginal = `{"owner":"NixOS","ref":"nixos-26.05","repo":"nixpkgs","type":"github"}`

@@ -225,7 +225,7 @@ func guestFiles(c Config) ([]writeFile, error) {
 	}
 	if !c.Direct {
 		// The guest reaches the network only through its egress proxy
-		// (issue 14): every tool is told where it is.
+		// (the egress proxy): every tool is told where it is.
 		proxy, err := staticFiles([]static{
 			{"apt-proxy.conf", "/etc/apt/apt.conf.d/80agent-vm-proxy", "0644"},
 			{"npmrc", "/etc/npmrc", "0644"},

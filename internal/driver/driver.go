@@ -88,8 +88,8 @@ type Driver interface {
 	// started now, and why it is not the best mode when it is not (err).
 	// The backend prepares its guest for that mode before Start.
 	Share(ctx context.Context) (mode ShareMode, err error)
-	// ContainsNetwork says whether Start honours Machine.Network (issue
-	// 14's containment: the guest reaches only its doors). The QEMU driver
+	// ContainsNetwork says whether Start honours Machine.Network (the
+	// containment: the guest reaches only its doors). The QEMU driver
 	// does; the vagrant driver does not (its provider's network is its
 	// own, see internal/vagrant), so the caller passes no Network to it
 	// and must not promise the user a policy nothing enforces.

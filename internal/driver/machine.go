@@ -16,7 +16,7 @@ type Machine struct {
 	Share       Share        // the workspace
 	Forwards    []Forward    // host 127.0.0.1 ports to guest ports
 	Credentials []Credential // secrets handed to the guest as files
-	// Network contains the machine's network (issue 14); nil leaves it
+	// Network contains the machine's network (the egress proxy and its doors); nil leaves it
 	// unrestricted.
 	Network *Network
 	// Adopted is what Adopt learnt from the running machine that the rest

@@ -1,4 +1,4 @@
-// Package egress is a VM's only way out (issue 14): a per-VM host-side
+// Package egress is a VM's only way out: a per-VM host-side
 // proxy that the guest reaches through QEMU guestfwd doors, a policy that
 // says which destinations it may reach, and a size-bounded log of every
 // connection.

@@ -34,7 +34,7 @@ const (
 	// HostKeyCredential carries a NixOS guest's SSH host key (never in the
 	// Nix store).
 	HostKeyCredential = "agent-vm.ssh-host-key"
-	// HostAddr is where the guest reaches the host's doors (issue 14): the
+	// HostAddr is where the guest reaches the host's doors: the
 	// ports a VM's record lists as exposed (state.Record.Exposed), each
 	// leading to the same port on the host's 127.0.0.1, and the egress
 	// proxy at ProxyPort. Nothing else of the host answers there, nor at

@@ -1,6 +1,6 @@
 package qemu
 
-// Suspend and resume (issue 16).
+// Suspend and resume.
 //
 // A suspended VM is a file: its memory and device state, saved by QEMU's
 // migration to a file in the VM's run directory, with no process left. It
@@ -65,7 +65,7 @@ package qemu
 //     page cache of files open across a suspend may go stale;
 //   - NFS over a guestfwd door with hard mounts: the client retries while
 //     the server is away and resumes with the same handles, at NFS's cost
-//     for many small files (issue 16's P6b) and a host NFS server per VM;
+//     for many small files (bench's P6b) and a host NFS server per VM;
 //   - QEMU >= 8.2 with the Rust virtiofsd (>= 1.9, --migration-mode), which
 //     migrate the virtiofs device with the rest: no unmount at all. Debian
 //     12 has QEMU 7.2 and the C virtiofsd; NixOS hosts have both, so this

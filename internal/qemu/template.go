@@ -1,6 +1,6 @@
 package qemu
 
-// Clones (issue 16): a machine that has never run starts from another
+// Clones: a machine that has never run starts from another
 // machine's saved state, a template's (internal/vm's template.go makes
 // one with Suspend and says when to use it).
 //

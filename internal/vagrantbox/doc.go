@@ -1,6 +1,6 @@
 // Package vagrantbox makes a vagrant-libvirt box from an agent-vm base image
 // and adds it to a VAGRANT_HOME, so the vagrant backend never downloads a
-// box (issue 15). Its real test (TestRealVagrantUpUnderLibvirt) is the proof
+// box. Its real test (TestRealVagrantUpUnderLibvirt) is the proof
 // the vagrant driver stands on; what it found is written down below.
 //
 // # The box
@@ -78,7 +78,7 @@
 // rules) and destroy of its last domain removes it. Consequences for the
 // driver: root-equivalent host changes (a bridge, iptables) are unavoidable
 // with qemu:///system; the guest reaches the host's 192.168.121.1 and,
-// through NAT, everything the host reaches (issue 14's containment must be
+// through NAT, everything the host reaches (the containment the QEMU backend has must be
 // rethought for this backend: management_network_mode "none" renders the
 // network without a <forward>, isolated but for the host's bridge address,
 // and is worth a test); with qemu_use_session vagrant-libvirt still reads

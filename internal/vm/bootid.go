@@ -1,6 +1,6 @@
 package vm
 
-// A clone's own kernel boot id (issue 16). Linux makes
+// A clone's own kernel boot id. Linux makes
 // /proc/sys/kernel/random/boot_id once per boot, on its first read, and
 // keeps it in kernel memory, read-only from inside the guest: every
 // machine restored from one template would have the template's. The

@@ -131,7 +131,7 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 		"NIX_DISK_IMAGE=" + filepath.Join(l.Dir, "disk.qcow2"),
 		"TMPDIR=" + filepath.Join(l.RunDir(), "tmp"),
 		"USE_TMPDIR=1",
-		// The same containment as the Debian guest's (issue 14): restrict=on
+		// The same containment as the Debian guest's: restrict=on
 		// and the egress proxy's door, appended to the script's netdev.
 		"QEMU_NET_OPTS=restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:" + exe + " net-relay " + filepath.Join(l.RunDir(), "egress.sock"),
 	}

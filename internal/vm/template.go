@@ -1,6 +1,6 @@
 package vm
 
-// Templates (issue 16): a new branch's VM starts from a saved machine in
+// Templates: a new branch's VM starts from a saved machine in
 // seconds instead of booting and provisioning for a minute or more.
 //
 // A template is a VM of its own, kept in a state directory of its own

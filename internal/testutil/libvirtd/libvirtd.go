@@ -1,6 +1,6 @@
 // Package libvirtd is a test fixture: a libvirt daemon answering on
-// qemu:///system, for the tests that drive vagrant-libvirt for real (issue
-// 15). It installs nothing: the programs come from internal/hostpkgs (need
+// qemu:///system, for the tests that drive vagrant-libvirt for real. It
+// installs nothing: the programs come from internal/hostpkgs (need
 // Vagrant), which `agent-vm setup --tests` installs.
 //
 // When a libvirtd already answers (`virsh -c qemu:///system version`), the
