@@ -32,7 +32,7 @@ func runP2(ctx context.Context, l *lab, f *Figure) error {
 	f.Rows = p.rows()
 	f.Notes = append(f.Notes,
 		"Each round: `suspend` of the running, settled VM (the guest unmounts /workspace and stops agent-mcp, QEMU unplugs the share and saves the guest to the VM's run directory, QEMU quits), `resume` (QEMU loads the state, the share is plugged in again, the guest's clock is set, /workspace is mounted and agent-mcp started), then `stop` and a cold `start` of the same VM (a later boot: no cloud-init). The last VM is left running.",
-		"`ssh` counts from running `resume` (or `start`) to agent-vm seeing SSH answer (its \"ssh ready\" debug log); `health` is resume's whole run. Issue 16's goal for P2.ssh: 0.1 or less.")
+		"`ssh` counts from running `resume` (or `start`) to agent-vm seeing SSH answer (its \"ssh ready\" debug log); `health` is resume's whole run. The goal for P2.ssh: 0.1 or less.")
 	return nil
 }
 
