@@ -49,7 +49,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 		if st.AgentCLI != "claude" {
 			return failf(nil, "status says agent_cli %q, want claude", st.AgentCLI)
 		}
-		return nil
+		return s.allowPackageSources(ctx, agentBranch) // npm install
 	})
 	s.Step(ctx, "an unknown --agent is refused, naming the known ones", func() error {
 		res := s.tryCreate(ctx, rp.Dir, "--agent", "clippy", "--branch", agentBranch+"-x")

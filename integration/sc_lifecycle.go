@@ -30,8 +30,10 @@ const cloudInitFinished = "if command -v cloud-init >/dev/null; then cloud-init 
 func runLifecycle(ctx context.Context, s *S) {
 	l := &lifecycle{s: s, branch: lifeBranch}
 	s.Step(ctx, "make a git repo and create a VM", func() error {
-		_, err := s.prepare(ctx, l.branch, provisionFiles)
-		return err
+		if _, err := s.prepare(ctx, l.branch, provisionFiles); err != nil {
+			return err
+		}
+		return s.allowPackageSources(ctx, l.branch) // provisioning installs a package
 	})
 	s.Step(ctx, "start boots it to SSH and a healthy agent", func() error { return l.firstBoot(ctx) })
 	s.Step(ctx, "the first boot installed the config's package and ran provision.sh", func() error {

@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -124,6 +126,39 @@ func (s *S) prepare(ctx context.Context, branch string, files map[string]string)
 	}
 	_, err = s.create(ctx, rp.Dir, branch)
 	return rp, err
+}
+
+// packageSources are the hosts the scenarios' guests fetch packages from
+// on their first boot: apt's mirror (provisioning) and npm's registry (an
+// agent CLI).
+var packageSources = []string{"deb.debian.org", "registry.npmjs.org"}
+
+// allowPackageSources lets branch's egress proxy reach the addresses this
+// host resolves packageSources to, as a user behind the same network
+// would: the proxy refuses an address that is not globally reachable even
+// for an allowed name unless that address itself is allowed, and the
+// machines CI runs on answer every name with their gateway's address in
+// 203.0.113.0/24. Where the sources resolve to public addresses the allow
+// changes nothing. A backend that does not contain the network has nothing
+// to allow.
+func (s *S) allowPackageSources(ctx context.Context, branch string) error {
+	if s.lacks(featureNet) != "" {
+		return nil
+	}
+	var addrs []string
+	for _, h := range packageSources {
+		as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
+		if err != nil {
+			return failf(nil, "resolving %s on the host, for the guest's packages: %v", h, err)
+		}
+		for _, a := range as {
+			if a := a.Unmap().String(); !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	res := s.call(ctx, call{args: append([]string{"net", "allow", branch}, addrs...)})
+	return want(res, 0)
 }
 
 // stop runs `agent-vm stop B`.
