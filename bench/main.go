@@ -9,7 +9,7 @@
 //	go run ./bench -only 'P4|P5'   # a few figures (regexp on the figure ids)
 //	go run ./bench -no-boot        # only what needs no VM boot (P4, P5, MCP)
 //
-// The speed figures in one run, for the README's performance
+// The speed figures in one run, for docs/benchmarks.md's speed
 // section: P1' (a new branch's create + start, cold and from a template
 // it builds and removes at the end), P2 (suspend and resume),
 // P3 (exec, with its floor), P6 (workspace I/O, P6b included) and P7

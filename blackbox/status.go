@@ -3,7 +3,7 @@ package blackbox
 import "time"
 
 // Status is one object of `agent-vm status --json` and `list --json`: the
-// fields README documents, written down here from the CLI contract rather
+// fields docs/usage.md documents, written down here from the CLI contract rather
 // than imported, because black-box code may use agent-vm only through its
 // command line.
 type Status struct {

@@ -12,7 +12,7 @@ import (
 )
 
 // shareEscape is what the guest's root tries in the workspace, one
-// "what:exit status" line each (README, "The workspace share"). It runs as
+// "what:exit status" line each (docs/security.md, "The workspace share"). It runs as
 // the guest user, with sudo where root is the point.
 const shareEscape = `cd /workspace
 printf '#!/bin/sh\necho ok\n' > esc-script; chmod 755 esc-script; echo "chmod755:$?"

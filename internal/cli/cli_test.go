@@ -783,11 +783,11 @@ func TestEmptyValuesAreRefusedNotDefaulted(t *testing.T) {
 	}
 }
 
-// Every field README's "JSON output" table documents is in status --json
+// Every field docs/usage.md's "JSON output" table documents is in status --json
 // and list --json (less mcp.token), even when empty: here a repository
 // without a remote, so git.upstream_url is "".
 func TestJSONHasEveryDocumentedField(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/usage.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -803,7 +803,7 @@ func TestJSONHasEveryDocumentedField(t *testing.T) {
 		}
 	}
 	if len(fields) < 30 {
-		t.Fatalf("found only %d fields in README's JSON output table: %q", len(fields), fields)
+		t.Fatalf("found only %d fields in docs/usage.md's JSON output table: %q", len(fields), fields)
 	}
 
 	repo := tu.Repo(t, false)

@@ -18,7 +18,7 @@ func statusCommand(stdio IO) *cli.Command {
 		Name:         "status",
 		Usage:        "show a VM's record and live state",
 		ArgsUsage:    "[BRANCH]",
-		Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (fields documented in README)"}},
+		Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (fields documented in docs/usage.md)"}},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, err := vmName(cliCtx, m)

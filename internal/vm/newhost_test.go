@@ -542,8 +542,8 @@ func stepTimer(t *testing.T) func(string) {
 }
 
 // shareNotAnEscape has the guest's root (sudo, through exec) try to make a
-// root-owned and a setuid file in the workspace (README, "The workspace
-// share"): on the host ws, what the guest writes belongs to the
+// root-owned and a setuid file in the workspace (docs/security.md, "The
+// workspace share"): on the host ws, what the guest writes belongs to the
 // workspace's owner, and nothing is setuid, setgid or owned by root.
 func shareNotAnEscape(t *testing.T, ws string, exec func(script string) string) {
 	t.Helper()

@@ -31,7 +31,7 @@ const (
 )
 
 // Info is what `status --json` prints for one VM. Field names are part of
-// the documented output (README, "JSON output"); every field is always
+// the documented output (docs/usage.md, "JSON output"); every field is always
 // present (empty, 0 or null when it does not apply), except mcp.token in
 // `list --json`.
 type Info struct {
