@@ -148,6 +148,18 @@ func refusal(a netip.Addr, own []netip.Addr) string {
 	return ""
 }
 
+// Unreachable says why the proxy would refuse to connect to a even for an
+// allowed name (an address of this host, or one that is not globally
+// reachable), "" when it would connect: what doctor tells a user whose DNS
+// answers public names with such an address (a gateway, split DNS).
+func Unreachable(a netip.Addr) (string, error) {
+	own, err := interfaceAddrs()
+	if err != nil {
+		return "", fmt.Errorf("listing this host's addresses: %w", err)
+	}
+	return refusal(a, own), nil
+}
+
 // interfaceAddrs lists the addresses on the host's interfaces (no
 // privilege needed: the proxy calls it after dropping to a normal user).
 func interfaceAddrs() ([]netip.Addr, error) {

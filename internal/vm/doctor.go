@@ -2,12 +2,18 @@ package vm
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
@@ -69,6 +75,7 @@ func (m *Manager) Doctor(ctx context.Context) DoctorReport {
 		r.Image = img.Disk
 	}
 	add(m.templateCheck())
+	add(egressCheck(ctx, net.DefaultResolver.LookupNetIP))
 	r.VMReady = slices.Contains(r.Backends, r.Backend)
 	return r
 }
@@ -87,4 +94,41 @@ func (m *Manager) backendNames(first string) []string {
 		names = append([]string{first}, names...)
 	}
 	return names
+}
+
+// packageSources are the hosts a Debian guest fetches from on its first
+// boot: apt's mirror (packages, provisioning) and npm's registry (agent
+// CLIs).
+var packageSources = []string{"deb.debian.org", "registry.npmjs.org"}
+
+// egressCheck resolves the guests' package sources as the VMs' egress
+// proxies will: an address the proxy refuses even for an allowed name (one
+// that is not globally reachable: a gateway that answers every name with
+// its own address, split DNS) leaves every VM without packages until the
+// user allows that address. A host that cannot resolve them is offline:
+// its VMs are too, which is no finding of this check.
+func egressCheck(ctx context.Context, lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) Check {
+	var refused []string
+	for _, h := range packageSources {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		addrs, err := lookup(lctx, "ip", h)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			why, err := egress.Unreachable(a)
+			if err != nil {
+				return Check{Name: "egress", Detail: err.Error()}
+			}
+			if why != "" {
+				refused = append(refused, fmt.Sprintf("%s resolves to %s here, %s", h, a, why))
+			}
+		}
+	}
+	if len(refused) == 0 {
+		return Check{Name: "egress", OK: true, Detail: "the guests' package sources (" + strings.Join(packageSources, ", ") + ") resolve to addresses the egress proxy reaches"}
+	}
+	return Check{Name: "egress", Detail: strings.Join(refused, "; ") + ": every VM's egress proxy refuses such an address, even for an allowed name",
+		Hint: "if it is your network's gateway, allow it for each VM, before the first boot when that installs packages: `agent-vm net allow BRANCH ADDRESS`"}
 }
