@@ -46,6 +46,7 @@ func commands(stdio IO) []*cli.Command {
 		holdCommand(stdio),
 		personalizeCommand(stdio),
 		completionCommand(stdio),
+		helpCommand(stdio),
 		{
 			Name: "version", Usage: "print the version", ArgsUsage: " ",
 			Action: func(*cli.Context) error { _, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version); return err },

@@ -129,7 +129,11 @@ func execCommand(stdio IO) *cli.Command {
 		SkipFlagParsing: true,
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if a := cliCtx.Args().First(); a == "-h" || a == "--help" {
-				return cli.ShowCommandHelp(cliCtx, "exec")
+				// What urfave prints for --help of a command without
+				// subcommands (ShowCommandHelp, given exec's own context,
+				// would look for "exec" among exec's subcommands).
+				cli.HelpPrinter(stdio.Out, cli.CommandHelpTemplate, cliCtx.Command)
+				return nil
 			}
 			name, argv, err := splitExecArgs(cliCtx.Args().Slice())
 			if err != nil {
