@@ -145,6 +145,7 @@ func newApp(stdio IO) *cli.App {
 		},
 	}
 	app.Commands = commands(stdio)
+	noBoolDefaults(app.Flags)
 	for _, c := range app.Commands {
 		setUsageHandlers(c)
 	}
@@ -164,6 +165,7 @@ func setUsageHandlers(c *cli.Command) {
 			c.Action = groupAction(c)
 		}
 	}
+	noBoolDefaults(c.Flags)
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 		return usagef("%s: %v", c.Name, err)
 	}
@@ -179,6 +181,16 @@ func setUsageHandlers(c *cli.Command) {
 	}
 	for _, sub := range c.Subcommands {
 		setUsageHandlers(sub)
+	}
+}
+
+// noBoolDefaults drops urfave's "(default: false)" from the help of
+// boolean flags: a switch is off unless given.
+func noBoolDefaults(flags []cli.Flag) {
+	for _, f := range flags {
+		if b, ok := f.(*cli.BoolFlag); ok && !b.DisableDefaultText {
+			b.DisableDefaultText = true
+		}
 	}
 }
 

@@ -33,7 +33,7 @@ func mcpSyncCommand(stdio IO) *cli.Command {
 			"guest file references variables that `agent-vm run` passes to the agent session.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written (no values) and write nothing"},
-			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (variable names only, never values)"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON (variable names only, never values)"},
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
