@@ -15,8 +15,8 @@ func createCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:      "create",
 		Usage:     "create a VM record and workspace for a branch",
-		ArgsUsage: " ",
-		Description: "Clones the repository you are in into the VM's workspace at --branch (default: the\n" +
+		ArgsUsage: "[BRANCH]",
+		Description: "Clones the repository you are in into the VM's workspace at BRANCH (default: the\n" +
 			"current branch; a new branch starts at --from, default HEAD), makes the VM's SSH keys and\n" +
 			"MCP token, and picks its ports. Nothing runs until `agent-vm start`.\n\n" +
 			"The repository may hold .agent-vm/config.toml (TOML: packages = [\"ripgrep\"], and defaults\n" +
@@ -24,15 +24,15 @@ func createCommand(stdio IO) *cli.Command {
 			"which the guest runs once as root at its first boot, from the workspace as it is then\n" +
 			"(output: `agent-vm logs`; a failure fails that start). `agent-vm reset` provisions afresh.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch (default: the current branch)"},
+			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch, as BRANCH is"},
 			&cli.StringFlag{Name: "agent", Usage: "install agent CLI `NAME` in the VM at its first boot and make it the agent run runs: claude, codex or gemini (qemu and vagrant backends)"},
 		}, createFlags()...),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if err := noArgs(cliCtx); err != nil {
-				return err
-			}
 			o, err := createOptions(cliCtx)
 			if err != nil {
+				return err
+			}
+			if o.Branch, err = createBranch(cliCtx); err != nil {
 				return err
 			}
 			r, err := m.Create(cliCtx.Context, o)
@@ -56,6 +56,28 @@ func createCommand(stdio IO) *cli.Command {
 			fmt.Fprintf(out, "next: agent-vm start %s\n", r.Slug)
 			return nil
 		}),
+	}
+}
+
+// createBranch is create's branch: its BRANCH argument, or --branch (the
+// same, as every other verb takes BRANCH); neither is "", which vm.Create
+// takes as the current branch.
+func createBranch(cliCtx *cli.Context) (string, error) {
+	flag := cliCtx.String("branch")
+	switch cliCtx.NArg() {
+	case 0:
+		return flag, nil
+	case 1:
+		arg := cliCtx.Args().First()
+		switch {
+		case arg == "":
+			return "", usagef("create: BRANCH is empty (hint: leave it out for the current branch)")
+		case cliCtx.IsSet("branch") && arg != flag:
+			return "", usagef("create got BRANCH %q and --branch %q (hint: give the branch once, as BRANCH)", arg, flag)
+		}
+		return arg, nil
+	default:
+		return "", usagef("create takes at most one BRANCH, got %d arguments (hint: agent-vm create BRANCH [flags])", cliCtx.NArg())
 	}
 }
 
@@ -87,7 +109,7 @@ func createFlags() []cli.Flag {
 
 func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	o := vm.CreateOptions{
-		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
+		Repo: cliCtx.String("repo"), From: cliCtx.String("from"),
 		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), SSHPort: cliCtx.Int("ssh-port"), CPUs: cliCtx.Int("cpus"),
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Vagrantfile: cliCtx.String("vagrantfile"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
