@@ -85,7 +85,7 @@ func printMCPSync(stdio IO, res *vm.MCPSyncResult) error {
 		for _, x := range res.Exposed {
 			fmt.Fprintf(&b, "  %s  %s\n", strconv.Itoa(x.Port), termsafe.Line(x.Why))
 		}
-		b.WriteString("  The VM reaches the host's loopback on these ports only (and on those `agent-vm expose` opened); a VM whose network is not contained (`agent-vm net show` says) reaches all of it.\n")
+		b.WriteString("  The VM reaches the host's loopback on these ports only (and on those `agent-vm port expose` opened); a VM whose network is not contained (`agent-vm net show` says) reaches all of it.\n")
 	}
 	if res.Written {
 		fmt.Fprintf(&b, "\nWrote the servers into %s (projects[\"/workspace\"].mcpServers).\n", res.GuestFile)
