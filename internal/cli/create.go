@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -91,8 +92,8 @@ func createFlags() []cli.Flag {
 		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp", DefaultText: "the first free from 8000"},
 		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH", DefaultText: "the first free from 2222"},
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs, at most the host's CPU threads", DefaultText: "4"},
-		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
-		&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
+		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G, 1.5G or 2048M (a bare number is MiB)", DefaultText: "4G"},
+		&cli.StringFlag{Name: "disk", Usage: "disk size in whole GiB, e.g. 20G (a bare number is GiB)", DefaultText: "20G"},
 		&cli.StringFlag{Name: "net", Value: "allow", Usage: "egress mode: allow (the allow-list: agent APIs, package registries, the repository's git host), open (any destination) or offline (none); always through agent-vm's proxy, logged, with the host unreachable (agent-vm net changes it later)"},
 		&cli.BoolFlag{Name: "no-host-ca", Usage: "do not make the guest trust the CA certificates this host added (by default it does, so HTTPS through a TLS-inspecting proxy works in the guest)"},
 		&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
@@ -158,6 +159,16 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// parseSize reads --memory or --disk (internal/size's grammar, the one
+// config.toml's memory uses too) into MiB; a bare number is in defaultUnit.
+func parseSize(flag, s, defaultUnit string) (int, error) {
+	mib, err := size.ParseMiB(s, defaultUnit)
+	if err != nil {
+		return 0, usagef("--%s %q is %v (hint: e.g. --%s 4G or 4096M)", flag, s, err, flag)
+	}
+	return mib, nil
 }
 
 // printForeign tells the user, at create, what running the repository's
