@@ -17,12 +17,8 @@ func helpCommand(stdio IO) *cli.Command {
 		ArgsUsage: "[COMMAND [SUBCOMMAND]]",
 		// urfave's --help of a command named help prints the App's help.
 		SkipFlagParsing: true,
-		Action: func(cliCtx *cli.Context) error {
+		Action: helpFirst(stdio, func(cliCtx *cli.Context) error {
 			words := cliCtx.Args().Slice()
-			if len(words) == 1 && (words[0] == "-h" || words[0] == "--help") {
-				cli.HelpPrinter(stdio.Out, cli.CommandHelpTemplate, cliCtx.Command)
-				return nil
-			}
 			cmds := cliCtx.App.Commands
 			for i, w := range words {
 				c := findCommand(cmds, w)
@@ -33,7 +29,22 @@ func helpCommand(stdio IO) *cli.Command {
 			}
 			args := append(append([]string{cliCtx.App.Name}, words...), "--help")
 			return cliCtx.App.RunContext(cliCtx.Context, args)
-		},
+		}),
+	}
+}
+
+// helpFirst is the action of a command that skips flag parsing (exec,
+// help), where urfave never sees --help: given -h or --help first, it
+// prints the command's help as urfave prints a leaf command's, else it
+// runs action. (ShowCommandHelp, given the command's own context, would
+// look for the command among its own subcommands.)
+func helpFirst(stdio IO, action cli.ActionFunc) cli.ActionFunc {
+	return func(cliCtx *cli.Context) error {
+		if a := cliCtx.Args().First(); a == "-h" || a == "--help" {
+			cli.HelpPrinter(stdio.Out, cli.CommandHelpTemplate, cliCtx.Command)
+			return nil
+		}
+		return action(cliCtx)
 	}
 }
 

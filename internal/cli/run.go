@@ -136,14 +136,7 @@ func execCommand(stdio IO) *cli.Command {
 		// exec has no flags of its own: everything after BRANCH belongs to
 		// the command, and "--" must be seen to tell BRANCH from COMMAND.
 		SkipFlagParsing: true,
-		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if a := cliCtx.Args().First(); a == "-h" || a == "--help" {
-				// What urfave prints for --help of a command without
-				// subcommands (ShowCommandHelp, given exec's own context,
-				// would look for "exec" among exec's subcommands).
-				cli.HelpPrinter(stdio.Out, cli.CommandHelpTemplate, cliCtx.Command)
-				return nil
-			}
+		Action: helpFirst(stdio, withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, argv, err := splitExecArgs(cliCtx.Args().Slice())
 			if err != nil {
 				return err
@@ -161,7 +154,7 @@ func execCommand(stdio IO) *cli.Command {
 				return &exitCodeError{code: code}
 			}
 			return nil
-		}),
+		})),
 	}
 }
 
