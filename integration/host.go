@@ -89,7 +89,8 @@ func probeHost(ctx context.Context, av *agentVM, verbs []string) (host, error) {
 }
 
 // helpCommands reads the COMMANDS section of `agent-vm --help`: each line
-// starts with a command's name and its aliases ("list, ls   list the VMs").
+// starts with a command's name and its aliases ("list, ls   list the VMs"),
+// under a category's heading ("VMs:") when the commands have categories.
 // It returns nil when there is no such section.
 func helpCommands(help string) map[string]bool {
 	var cmds map[string]bool
@@ -100,6 +101,8 @@ func helpCommands(help string) map[string]bool {
 		case cmds == nil:
 		case strings.TrimSpace(line) == "" || !strings.HasPrefix(line, " "):
 			return cmds
+		case strings.HasSuffix(line, ":") && !strings.Contains(strings.TrimSpace(line), "  "):
+			// a category's heading
 		default:
 			names, _, _ := strings.Cut(strings.TrimSpace(line), "  ")
 			for _, n := range strings.Split(names, ",") {

@@ -99,6 +99,10 @@ func TestHelpCommands(t *testing.T) {
 	if got["start"] || got["--state-dir"] || len(got) != 4 {
 		t.Errorf("commands %v, want create, list, ls, exec", got)
 	}
+	categories := "COMMANDS:\n   Images and templates:\n     image     the base disk images\n   VMs:\n     create  create a VM\n\nGLOBAL OPTIONS:\n"
+	if got := helpCommands(categories); len(got) != 2 || !got["image"] || !got["create"] {
+		t.Errorf("commands under categories: %v, want image, create", got)
+	}
 	if helpCommands("usage: x\n") != nil {
 		t.Error("a help text without COMMANDS gave a list")
 	}

@@ -37,7 +37,7 @@ func netSteps(ctx context.Context, s *S, branch string) {
 			return err
 		}
 		for _, args := range [][]string{
-			{"expose", branch, strconv.Itoa(exposed)},
+			{"port", "expose", branch, strconv.Itoa(exposed)},
 			{"net", "allow", branch, netAllowedName, "127.0.0.1"},
 		} {
 			if err := want(s.call(ctx, call{args: args}), 0); err != nil {

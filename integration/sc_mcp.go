@@ -21,7 +21,7 @@ func mcpScenario() Scenario {
 		Name:    "mcp",
 		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync; the network's containment",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp", "restart", "expose", "net"},
+		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp", "restart", "port", "net"},
 		run:     runMCP,
 	}
 }

@@ -150,11 +150,11 @@ func (s *S) lacks(feature string) string {
 	}
 	switch feature {
 	case featureNet:
-		return "the vagrant backend does not contain the guest's network (`net` and `expose` refuse its VMs)"
+		return "the vagrant backend does not contain the guest's network (`net` and `port expose` refuse its VMs)"
 	case featurePorts:
 		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
 	case featureMCPSync:
-		return "mcp sync exposes the host's HTTP servers to the guest with `expose`, which the vagrant backend refuses"
+		return "mcp sync exposes the host's HTTP servers to the guest with `port expose`, which the vagrant backend refuses"
 	}
 	return ""
 }

@@ -14,11 +14,11 @@ import (
 
 func runCommand(stdio IO) *cli.Command {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "agent", Usage: "what runs: claude, codex, gemini, or any PROGRAM in the VM (default: the VM's --agent)"},
+		&cli.StringFlag{Name: "agent", Usage: "run agent `NAME`: claude, codex or gemini (its CLI is installed first if the VM lacks it), or any program in the VM (default: the VM's, from create --agent)"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable; the agent's API key variable is passed when set)"},
-		&cli.StringFlag{Name: "session", Usage: "the session's name (default: the agent's)"},
+		&cli.StringFlag{Name: "session", Usage: "the agent session to start or attach to (default: named after the agent)"},
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
-		&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for the VM to boot (default: 5m with KVM, 15m with TCG)"},
+		timeoutFlag(bootTimeout),
 	}
 	return &cli.Command{
 		Name:      "run",

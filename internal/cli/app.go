@@ -120,6 +120,9 @@ func newApp(stdio IO) *cli.App {
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format on stderr: text or json"},
 			&cli.BoolFlag{Name: "no-color", Usage: "no colour in logs (also: NO_COLOR)"},
 			&cli.BoolFlag{Name: "version", Usage: "print the version"},
+			// urfave adds --help only to an App without a command named
+			// help, and agent-vm has its own (help.go).
+			cli.HelpFlag,
 		},
 		Before: func(cliCtx *cli.Context) error {
 			if err := refuseEmpty(cliCtx, cliCtx.App.Flags); err != nil {
@@ -136,23 +139,33 @@ func newApp(stdio IO) *cli.App {
 				return err
 			}
 			if cliCtx.Args().Present() {
-				return unknownCommand(cliCtx.App, cliCtx.Args().First())
+				return unknownCommand(cliCtx.App.Commands, "", cliCtx.Args().First())
 			}
 			return cli.ShowAppHelp(cliCtx)
 		},
 	}
 	app.Commands = commands(stdio)
+	noBoolDefaults(app.Flags)
 	for _, c := range app.Commands {
 		setUsageHandlers(c)
 	}
 	app.CommandNotFound = func(cliCtx *cli.Context, name string) {
 		// Only reached for unknown subcommands of a command; report it.
-		fmt.Fprintln(stdio.Err, unknownCommand(cliCtx.App, name))
+		fmt.Fprintln(stdio.Err, unknownCommand(cliCtx.App.Commands, "", name))
 	}
 	return app
 }
 
 func setUsageHandlers(c *cli.Command) {
+	if len(c.Subcommands) > 0 {
+		// A group's help lists its own subcommands, not urfave's `help`
+		// (`agent-vm help GROUP SUB` is the top-level help command's).
+		c.HideHelpCommand = true
+		if c.Action == nil {
+			c.Action = groupAction(c)
+		}
+	}
+	noBoolDefaults(c.Flags)
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 		return usagef("%s: %v", c.Name, err)
 	}
@@ -168,6 +181,16 @@ func setUsageHandlers(c *cli.Command) {
 	}
 	for _, sub := range c.Subcommands {
 		setUsageHandlers(sub)
+	}
+}
+
+// noBoolDefaults drops urfave's "(default: false)" from the help of
+// boolean flags: a switch is off unless given.
+func noBoolDefaults(flags []cli.Flag) {
+	for _, f := range flags {
+		if b, ok := f.(*cli.BoolFlag); ok && !b.DisableDefaultText {
+			b.DisableDefaultText = true
+		}
 	}
 }
 
@@ -221,19 +244,24 @@ func newLogger(g globals, w io.Writer) hclog.Logger {
 	})
 }
 
-// unknownCommand says a command does not exist, suggesting the nearest.
-func unknownCommand(app *cli.App, name string) error {
+// unknownCommand says a command (a subcommand of parent, when given) does
+// not exist among cmds, suggesting the nearest.
+func unknownCommand(cmds []*cli.Command, parent, name string) error {
 	var names []string
-	for _, c := range app.Commands {
+	for _, c := range cmds {
 		if !c.Hidden {
 			names = append(names, c.Name)
 		}
 	}
 	sort.Strings(names)
-	if best := nearest(name, names); best != "" {
-		return usagef("unknown command %q (did you mean %q?)", name, best)
+	prefix := ""
+	if parent != "" {
+		prefix = parent + " "
 	}
-	return usagef("unknown command %q; commands: %s", name, strings.Join(names, ", "))
+	if best := nearest(name, names); best != "" {
+		return usagef("unknown command %q (did you mean %q?)", prefix+name, prefix+best)
+	}
+	return usagef("unknown command %q; commands: %s", prefix+name, prefix+strings.Join(names, ", "+prefix))
 }
 
 // nearest returns the candidate closest to s by edit distance, if close.

@@ -11,6 +11,7 @@ func TestInterspersedFlags(t *testing.T) {
 		"agent-vm destroy x --force":              "agent-vm destroy --force x",
 		"agent-vm --state-dir /s status x --json": "agent-vm --state-dir /s status --json x",
 		"agent-vm create --branch b --memory 2G":  "agent-vm create --branch b --memory 2G",
+		"agent-vm create b --memory 2G":           "agent-vm create --memory 2G b",
 		"agent-vm logs x -n 5 -f":                 "agent-vm logs -n 5 -f x",
 		"agent-vm start x --timeout 10m":          "agent-vm start --timeout 10m x",
 		"agent-vm exec x -- ls --force":           "agent-vm exec x -- ls --force",

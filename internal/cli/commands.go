@@ -5,52 +5,42 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// commands lists the verbs. A verb is listed only once it works.
+// commands lists the verbs. A verb is listed only once it works. --help
+// groups them by category (urfave sorts the categories by name); the
+// hidden ones are what agent-vm runs itself, in the guest or beside QEMU.
 func commands(stdio IO) []*cli.Command {
-	return []*cli.Command{
-		createCommand(stdio),
-		listCommand(stdio),
-		statusCommand(stdio),
-		destroyCommand(stdio),
-		resetCommand(stdio),
-		startCommand(stdio),
-		stopCommand(stdio),
-		restartCommand(stdio),
-		suspendCommand(stdio),
-		resumeCommand(stdio),
-		execCommand(stdio),
-		shellCommand(stdio),
-		logsCommand(stdio),
-		runCommand(stdio),
-		attachCommand(stdio),
-		sessionsCommand(stdio),
-		sshConfigCommand(stdio),
-		portCommand(stdio),
-		exposeCommand(stdio),
-		netCommand(stdio),
-		imageCommand(stdio),
-		templateCommand(stdio),
-		setupCommand(stdio),
-		doctorCommand(stdio),
-		mcpCommand(stdio),
-		mcpConfigCommand(stdio),
-		mcpProxyCommand(stdio),
-		netProxyCommand(stdio),
-		netRelayCommand(stdio),
-		holdCommand(stdio),
-		personalizeCommand(stdio),
-		completionCommand(stdio),
-		{
-			Name: "version", Usage: "print the version", ArgsUsage: " ",
-			Action: func(*cli.Context) error { _, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version); return err },
-		},
+	return slices.Concat(
+		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),
+			destroyCommand(stdio), statusCommand(stdio), listCommand(stdio), suspendCommand(stdio),
+			resumeCommand(stdio), resetCommand(stdio), logsCommand(stdio), sshConfigCommand(stdio),
+			shellCommand(stdio), execCommand(stdio)),
+		category("Agents", runCommand(stdio), attachCommand(stdio), sessionsCommand(stdio),
+			mcpCommand(stdio), mcpConfigCommand(stdio)),
+		category("Network", netCommand(stdio), portCommand(stdio), exposeCommand(stdio)),
+		category("Images and templates", imageCommand(stdio), templateCommand(stdio)),
+		category("Host", setupCommand(stdio), doctorCommand(stdio), completionCommand(stdio), helpCommand(stdio),
+			&cli.Command{
+				Name: "version", Usage: "print the version", ArgsUsage: " ",
+				Action: func(*cli.Context) error { _, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version); return err },
+			}),
+		[]*cli.Command{mcpProxyCommand(stdio), netProxyCommand(stdio), netRelayCommand(stdio),
+			holdCommand(stdio), personalizeCommand(stdio)},
+	)
+}
+
+// category puts cmds in the --help category name.
+func category(name string, cmds ...*cli.Command) []*cli.Command {
+	for _, c := range cmds {
+		c.Category = name
 	}
+	return cmds
 }
 
 // vmName returns the VM a command is about: its BRANCH argument, or the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -15,8 +16,8 @@ func createCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:      "create",
 		Usage:     "create a VM record and workspace for a branch",
-		ArgsUsage: " ",
-		Description: "Clones the repository you are in into the VM's workspace at --branch (default: the\n" +
+		ArgsUsage: "[BRANCH]",
+		Description: "Clones the repository you are in into the VM's workspace at BRANCH (default: the\n" +
 			"current branch; a new branch starts at --from, default HEAD), makes the VM's SSH keys and\n" +
 			"MCP token, and picks its ports. Nothing runs until `agent-vm start`.\n\n" +
 			"The repository may hold .agent-vm/config.toml (TOML: packages = [\"ripgrep\"], and defaults\n" +
@@ -24,15 +25,15 @@ func createCommand(stdio IO) *cli.Command {
 			"which the guest runs once as root at its first boot, from the workspace as it is then\n" +
 			"(output: `agent-vm logs`; a failure fails that start). `agent-vm reset` provisions afresh.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch (default: the current branch)"},
-			&cli.StringFlag{Name: "agent", Usage: "an agent CLI to install in the guest on its first boot: claude, codex or gemini (qemu backend)"},
+			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch, as BRANCH is"},
+			&cli.StringFlag{Name: "agent", Usage: "install agent CLI `NAME` in the VM at its first boot and make it the agent run runs: claude, codex or gemini (qemu and vagrant backends)"},
 		}, createFlags()...),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if err := noArgs(cliCtx); err != nil {
-				return err
-			}
 			o, err := createOptions(cliCtx)
 			if err != nil {
+				return err
+			}
+			if o.Branch, err = createBranch(cliCtx); err != nil {
 				return err
 			}
 			r, err := m.Create(cliCtx.Context, o)
@@ -59,26 +60,48 @@ func createCommand(stdio IO) *cli.Command {
 	}
 }
 
+// createBranch is create's branch: its BRANCH argument, or --branch (the
+// same, as every other verb takes BRANCH); neither is "", which vm.Create
+// takes as the current branch.
+func createBranch(cliCtx *cli.Context) (string, error) {
+	flag := cliCtx.String("branch")
+	switch cliCtx.NArg() {
+	case 0:
+		return flag, nil
+	case 1:
+		arg := cliCtx.Args().First()
+		switch {
+		case arg == "":
+			return "", usagef("create: BRANCH is empty (hint: leave it out for the current branch)")
+		case cliCtx.IsSet("branch") && arg != flag:
+			return "", usagef("create got BRANCH %q and --branch %q (hint: give the branch once, as BRANCH)", arg, flag)
+		}
+		return arg, nil
+	default:
+		return "", usagef("create takes at most one BRANCH, got %d arguments (hint: agent-vm create BRANCH [flags])", cliCtx.NArg())
+	}
+}
+
 // createFlags are create's flags that run shares (run makes the VM when the
 // branch has none).
 func createFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
 		&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
-		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "auto, qemu, nixos or vagrant"},
-		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp (default: the first free from 8000)"},
-		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH (default: the first free from 2222)"},
-		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs (default: 4, at most the host's)"},
-		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G or 2048M (default: 4G)"},
-		&cli.StringFlag{Name: "disk", Usage: "disk size, e.g. 20G (default: 20G)"},
-		&cli.StringFlag{Name: "net", Value: "allow", Usage: "egress: allow (the allow-list: agent APIs, package registries, the repository's git host), open (any destination) or offline (none); always through agent-vm's proxy, logged, with the host unreachable (see `agent-vm net`)"},
+		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "the backend that runs the VM: auto, qemu, nixos or vagrant"},
+		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp", DefaultText: "the first free from 8000"},
+		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH", DefaultText: "the first free from 2222"},
+		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs, at most the host's CPU threads", DefaultText: "4"},
+		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G, 1.5G or 2048M (a bare number is MiB)", DefaultText: "4G"},
+		&cli.StringFlag{Name: "disk", Usage: "disk size in whole GiB, e.g. 20G (a bare number is GiB)", DefaultText: "20G"},
+		&cli.StringFlag{Name: "net", Value: "allow", Usage: "egress mode: allow (the allow-list: agent APIs, package registries, the repository's git host), open (any destination) or offline (none); always through agent-vm's proxy, logged, with the host unreachable (agent-vm net changes it later)"},
 		&cli.BoolFlag{Name: "no-host-ca", Usage: "do not make the guest trust the CA certificates this host added (by default it does, so HTTPS through a TLS-inspecting proxy works in the guest)"},
 		&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
 		&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
 		&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the nixpkgs agent-vm was built with, else NIX_PATH)"},
 		&cli.StringSliceFlag{Name: "packages", Usage: "packages to install in the guest at its first boot, besides those of the repository's .agent-vm/config.toml: Debian names (qemu) or nixpkgs attribute names (nixos); comma-separated and repeatable, e.g. --packages ripgrep,jq"},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin agent-mcp accepts, e.g. https://claude.ai (repeatable)"},
-		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image `agent-vm image build` makes)"},
+		&cli.StringFlag{Name: "image", Usage: "base disk image, qcow2 or raw (qemu backend; default: the image agent-vm image build makes)"},
 		&cli.StringFlag{Name: "box", Usage: "a Vagrant box, e.g. debian/bookworm64 (vagrant backend; default: agent-vm's own box)"},
 		&cli.StringFlag{Name: "vagrantfile", Value: "auto", Usage: "vagrant backend: auto runs the repository's own Vagrantfile as is when it has one at its root (without agent-mcp, the pinned host key, port choice, the /workspace share or network containment), else agent-vm's; repo insists on the repository's; generate always uses agent-vm's own"},
 		workspaceCacheFlag("saved in the VM's record (start --workspace-cache changes it)"),
@@ -87,7 +110,7 @@ func createFlags() []cli.Flag {
 
 func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	o := vm.CreateOptions{
-		Repo: cliCtx.String("repo"), Branch: cliCtx.String("branch"), From: cliCtx.String("from"),
+		Repo: cliCtx.String("repo"), From: cliCtx.String("from"),
 		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), SSHPort: cliCtx.Int("ssh-port"), CPUs: cliCtx.Int("cpus"),
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Vagrantfile: cliCtx.String("vagrantfile"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
@@ -136,6 +159,16 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// parseSize reads --memory or --disk (internal/size's grammar, the one
+// config.toml's memory uses too) into MiB; a bare number is in defaultUnit.
+func parseSize(flag, s, defaultUnit string) (int, error) {
+	mib, err := size.ParseMiB(s, defaultUnit)
+	if err != nil {
+		return 0, usagef("--%s %q is %v (hint: e.g. --%s 4G or 4096M)", flag, s, err, flag)
+	}
+	return mib, nil
 }
 
 // printForeign tells the user, at create, what running the repository's

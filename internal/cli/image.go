@@ -11,7 +11,7 @@ import (
 func imageCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:  "image",
-		Usage: "build, download and list the base disk images VMs boot from",
+		Usage: "the base disk images VMs boot from (build, pull, list, prune)",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "build",

@@ -16,6 +16,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/vm":          true, // the orchestration
 		module + "/internal/mcpproxy":    true, // agent-mcp, which `mcp-proxy` runs in the guest
 		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
+		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
 		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()

@@ -26,7 +26,7 @@ func listCommand(stdio IO) *cli.Command {
 		Aliases:   []string{"ls"},
 		Usage:     "list the VMs",
 		ArgsUsage: " ",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (the fields of `status --json`, without the token)"}},
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (the fields of status --json, without the token)"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 func mcpProxyCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:      "mcp-proxy",
+		Hidden:    true, // what agent-mcp runs in the guest
 		Usage:     "serve stdio MCP servers over HTTP (what agent-mcp runs inside every VM)",
 		ArgsUsage: " ",
 		Description: "Serves each server of --config (Claude's mcpServers JSON, e.g. a project's .mcp.json) at\n" +

@@ -33,7 +33,7 @@ func mcpSyncCommand(stdio IO) *cli.Command {
 			"guest file references variables that `agent-vm run` passes to the agent session.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written (no values) and write nothing"},
-			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (variable names only, never values)"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON (variable names only, never values)"},
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -85,7 +85,7 @@ func printMCPSync(stdio IO, res *vm.MCPSyncResult) error {
 		for _, x := range res.Exposed {
 			fmt.Fprintf(&b, "  %s  %s\n", strconv.Itoa(x.Port), termsafe.Line(x.Why))
 		}
-		b.WriteString("  The VM reaches the host's loopback on these ports only (and on those `agent-vm expose` opened); a VM whose network is not contained (`agent-vm net show` says) reaches all of it.\n")
+		b.WriteString("  The VM reaches the host's loopback on these ports only (and on those `agent-vm port expose` opened); a VM whose network is not contained (`agent-vm net show` says) reaches all of it.\n")
 	}
 	if res.Written {
 		fmt.Fprintf(&b, "\nWrote the servers into %s (projects[\"/workspace\"].mcpServers).\n", res.GuestFile)

@@ -38,7 +38,7 @@ func netCommand(stdio IO) *cli.Command {
 		Name:  "net",
 		Usage: "a VM's network: what it may reach (through agent-vm's proxy) and what it connected to",
 		Description: "A VM reaches the network only through its egress proxy, and the host only through the\n" +
-			"ports exposed to it (`agent-vm expose`). Mode allow (the default) allows the allow-list: agent\n" +
+			"ports exposed to it (`agent-vm port expose`). Mode allow (the default) allows the allow-list: agent\n" +
 			"APIs, package registries, Debian's mirrors, common git hosts and the repository's git remote\n" +
 			"host, plus what `net allow` adds; open allows every destination; offline none. `net deny`\n" +
 			"refuses a destination in every mode. Changes apply at once, also to a running VM.",
@@ -160,45 +160,6 @@ func printNetEntry(w io.Writer, x vm.NetLogEntry, asJSON bool) error {
 	}
 	_, err := fmt.Fprintln(w, line)
 	return err
-}
-
-// exposeCommand is `expose BRANCH HOST_PORT [--remove]`.
-func exposeCommand(stdio IO) *cli.Command {
-	return &cli.Command{
-		Name:      "expose",
-		Usage:     "let the VM reach a port of the host's 127.0.0.1 (the only host services it reaches)",
-		ArgsUsage: "BRANCH HOST_PORT",
-		Description: "The guest reaches an exposed port at 10.0.2.100 on the same port number; nothing else of\n" +
-			"the host answers it. `mcp sync` exposes the ports of the host's HTTP MCP servers itself.\n" +
-			"A port exposed while the VM runs opens at its next start; --remove closes it at once.",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "remove", Aliases: []string{"rm"}, Usage: "close the port again"}},
-		Action: func(cliCtx *cli.Context) error {
-			if cliCtx.NArg() != 2 {
-				return usagef("expose takes BRANCH HOST_PORT, got %d arguments", cliCtx.NArg())
-			}
-			port, err := portArg(cliCtx, 1, "HOST_PORT")
-			if err != nil {
-				return err
-			}
-			return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-				ch, err := m.Expose(cliCtx.Context, cliCtx.Args().First(), port, cliCtx.Bool("remove"))
-				if err != nil {
-					return err
-				}
-				switch {
-				case ch.Removed:
-					fmt.Fprintf(stdio.Out, "%s no longer reaches host port %d\n", termsafe.String(ch.Branch), port)
-				case ch.Unchanged:
-					fmt.Fprintf(stdio.Out, "%s already reaches host port %d at %s; nothing changed\n", termsafe.String(ch.Branch), port, ch.GuestAddr)
-				case ch.Restart:
-					fmt.Fprintf(stdio.Out, "%s will reach host port %d at %s from its next start (the VM runs; `agent-vm restart %s`)\n", termsafe.String(ch.Branch), port, ch.GuestAddr, termsafe.String(ch.Branch))
-				default:
-					fmt.Fprintf(stdio.Out, "%s reaches host port %d at %s\n", termsafe.String(ch.Branch), port, ch.GuestAddr)
-				}
-				return nil
-			})(cliCtx)
-		},
-	}
 }
 
 // netProxyCommand is the egress proxy the driver runs for each VM.

@@ -19,7 +19,7 @@ import (
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// The net and expose commands: their refusals, and what they change in a
+// The net and port expose commands (and expose, their old name): their refusals, and what they change in a
 // (stopped) VM's record and its proxy's policy.
 func TestNetCommands(t *testing.T) {
 	repo := tu.Repo(t, false)
@@ -36,6 +36,9 @@ func TestNetCommands(t *testing.T) {
 		{[]string{"net", "allow", "nope", "example.com"}, 1, "agent-vm list"},
 		{[]string{"expose", "x"}, 2, "expose takes BRANCH HOST_PORT"},
 		{[]string{"expose", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
+		{[]string{"port", "expose", "x"}, 2, "port expose takes BRANCH HOST_PORT"},
+		{[]string{"port", "unexpose", "x", "1", "2"}, 2, "port unexpose takes BRANCH HOST_PORT"},
+		{[]string{"port", "expose", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
 		{[]string{"net-relay"}, 2, ""},
 	} {
 		r := agentVM(t, repo, st, c.args...)
@@ -58,6 +61,8 @@ func TestNetCommands(t *testing.T) {
 		{[]string{"expose", "x", "3128"}, "the guest reaches the egress proxy"},
 		{[]string{"expose", "x", "70000"}, "not a port number"},
 		{[]string{"expose", "--remove", "x", "4599"}, "does not expose host port 4599"},
+		{[]string{"port", "expose", "x", "3128"}, "the guest reaches the egress proxy"},
+		{[]string{"port", "unexpose", "x", "4599"}, "does not expose host port 4599"},
 	} {
 		if r := agentVM(t, repo, st, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("agent-vm %v: exit %d, want 1 and %q\n%s", c.args, r.code, c.want, r.stderr)
@@ -65,7 +70,7 @@ func TestNetCommands(t *testing.T) {
 	}
 	mustRun(t, repo, st, "net", "allow", "x", "*.Example.com", "203.0.113.7")
 	mustRun(t, repo, st, "net", "deny", "x", "registry.npmjs.org")
-	mustRun(t, repo, st, "expose", "x", "4599")
+	mustRun(t, repo, st, "port", "expose", "x", "4599")
 	r := mustRun(t, repo, st, "net", "show", "--json", "x")
 	var info struct {
 		Mode    string   `json:"mode"`
@@ -115,6 +120,13 @@ func TestNetCommands(t *testing.T) {
 	}
 	if r := mustRun(t, repo, st, "net", "log", "--json", "x"); r.stdout != "" {
 		t.Errorf("the log of a VM that never ran: %q", r.stdout)
+	}
+	// unexpose closes the port; the old expose [--remove] still works.
+	for _, args := range [][]string{{"port", "unexpose", "x", "4599"}, {"expose", "x", "4600"}, {"expose", "--remove", "x", "4600"}} {
+		mustRun(t, repo, st, args...)
+	}
+	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "exposed host ports: none") {
+		t.Errorf("net show after unexpose:\n%s", r.stdout)
 	}
 }
 

@@ -6,16 +6,22 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// portCommand is `port add|rm|list`: the VM's own port forwards.
+// portCommand is `port add|rm|list` (the VM's own port forwards, guest
+// to host) and `port expose|unexpose` (host ports the guest reaches).
 func portCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:  "port",
-		Usage: "forward a guest port (a dev server) to 127.0.0.1 on the host",
+		Usage: "a VM's ports: forward guest ports to the host (add, rm, list); let the VM reach host ports (expose, unexpose)",
 		Description: "A forward is live while the VM runs and kept in its record, so every start applies it.\n" +
-			"The server in the guest must listen on 0.0.0.0 (or the guest's address), not 127.0.0.1.",
+			"The server in the guest must listen on 0.0.0.0 (or the guest's address), not 127.0.0.1.\n\n" +
+			"The guest reaches an exposed host port at 10.0.2.100 on the same port number; nothing else of\n" +
+			"the host answers it. `mcp sync` exposes the ports of the host's HTTP MCP servers itself.\n" +
+			"A port exposed while the VM runs opens at its next start; unexpose closes it at once.\n" +
+			"`agent-vm net show` lists the exposed ports.",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",
@@ -111,8 +117,69 @@ func portCommand(stdio IO) *cli.Command {
 					})(cliCtx)
 				},
 			},
+			{
+				Name:      "expose",
+				Usage:     "let the VM reach HOST_PORT of the host's 127.0.0.1, at 10.0.2.100:HOST_PORT",
+				ArgsUsage: "BRANCH HOST_PORT",
+				Action: func(cliCtx *cli.Context) error {
+					return expose(cliCtx, stdio, "port expose", false)
+				},
+			},
+			{
+				Name:      "unexpose",
+				Usage:     "close HOST_PORT to the VM again",
+				ArgsUsage: "BRANCH HOST_PORT",
+				Action: func(cliCtx *cli.Context) error {
+					return expose(cliCtx, stdio, "port unexpose", true)
+				},
+			},
 		},
 	}
+}
+
+// exposeCommand is `expose BRANCH HOST_PORT [--remove]`, which port expose
+// and unexpose replaced: hidden, kept for the scripts that call it.
+func exposeCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "expose",
+		Hidden:    true,
+		Usage:     "port expose, or with --remove port unexpose",
+		ArgsUsage: "BRANCH HOST_PORT",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "remove", Aliases: []string{"rm"}, Usage: "close the port again"}},
+		Action: func(cliCtx *cli.Context) error {
+			return expose(cliCtx, stdio, "expose", cliCtx.Bool("remove"))
+		},
+	}
+}
+
+// expose is port expose (or with remove, unexpose) BRANCH HOST_PORT;
+// verb names the command in usage errors.
+func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
+	if cliCtx.NArg() != 2 {
+		return usagef("%s takes BRANCH HOST_PORT, got %d arguments", verb, cliCtx.NArg())
+	}
+	port, err := portArg(cliCtx, 1, "HOST_PORT")
+	if err != nil {
+		return err
+	}
+	return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+		ch, err := m.Expose(cliCtx.Context, cliCtx.Args().First(), port, remove)
+		if err != nil {
+			return err
+		}
+		branch := termsafe.String(ch.Branch)
+		switch {
+		case ch.Removed:
+			fmt.Fprintf(stdio.Out, "%s no longer reaches host port %d\n", branch, port)
+		case ch.Unchanged:
+			fmt.Fprintf(stdio.Out, "%s already reaches host port %d at %s; nothing changed\n", branch, port, ch.GuestAddr)
+		case ch.Restart:
+			fmt.Fprintf(stdio.Out, "%s will reach host port %d at %s from its next start (the VM runs; `agent-vm restart %s`)\n", branch, port, ch.GuestAddr, branch)
+		default:
+			fmt.Fprintf(stdio.Out, "%s reaches host port %d at %s\n", branch, port, ch.GuestAddr)
+		}
+		return nil
+	})(cliCtx)
 }
 
 // portArg parses the i-th argument as a port number (the range is the

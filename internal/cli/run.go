@@ -13,13 +13,22 @@ import (
 
 func startFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp (default: 5m with KVM, 15m with TCG)"},
+		timeoutFlag(bootTimeout),
 		&cli.BoolFlag{Name: "reprovision", Usage: "run the guest's first-boot setup again (cloud-init)"},
-		&cli.StringFlag{Name: "nixpkgs", Usage: "nixos backend: the nixpkgs to build with (PATH or FLAKEREF)"},
+		&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the one create chose)"},
 		&cli.BoolFlag{Name: "cold", Usage: "boot a suspended VM afresh, discarding its saved state (and the processes it held)"},
 		&cli.BoolFlag{Name: "no-template", Usage: "boot a new VM cold even when a template fits it (agent-vm template)"},
 		workspaceCacheFlag("from this start on"),
 	}
+}
+
+// bootTimeout is what --timeout of a boot defaults to (vm scales it up
+// on a busy host).
+const bootTimeout = "5m with KVM, 15m with TCG"
+
+// timeoutFlag is the --timeout of the verbs that boot or resume a VM.
+func timeoutFlag(defaultText string) cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp to answer", DefaultText: defaultText}
 }
 
 // workspaceCacheFlag is create's and start's --workspace-cache.
@@ -127,10 +136,7 @@ func execCommand(stdio IO) *cli.Command {
 		// exec has no flags of its own: everything after BRANCH belongs to
 		// the command, and "--" must be seen to tell BRANCH from COMMAND.
 		SkipFlagParsing: true,
-		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if a := cliCtx.Args().First(); a == "-h" || a == "--help" {
-				return cli.ShowCommandHelp(cliCtx, "exec")
-			}
+		Action: helpFirst(stdio, withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, argv, err := splitExecArgs(cliCtx.Args().Slice())
 			if err != nil {
 				return err
@@ -148,7 +154,7 @@ func execCommand(stdio IO) *cli.Command {
 				return &exitCodeError{code: code}
 			}
 			return nil
-		}),
+		})),
 	}
 }
 
@@ -200,7 +206,7 @@ func logsCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"},
 			&cli.IntFlag{Name: "lines", Aliases: []string{"n"}, Value: 200, Usage: "lines of each log to show first"},
-			&cli.StringFlag{Name: "session", Usage: "show an agent session's scrollback instead (see `agent-vm sessions`)"},
+			&cli.StringFlag{Name: "session", Usage: "print that agent session's scrollback instead (agent-vm sessions lists them)"},
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {

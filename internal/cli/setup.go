@@ -23,7 +23,7 @@ func setupCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do it without asking"},
 			&cli.BoolFlag{Name: "tests", Usage: "also what the test suite needs (nix, sshd, xorriso, shellcheck, ...)"},
-			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "also what this backend needs: vagrant adds vagrant, vagrant-libvirt and libvirt"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "also install what this backend needs (vagrant: vagrant, vagrant-libvirt and libvirt)"},
 			&cli.BoolFlag{Name: "check", Usage: "change nothing: list each program, where it is or which package has it; exit 1 if any is missing"},
 		},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {

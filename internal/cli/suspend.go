@@ -43,7 +43,7 @@ func resumeCommand(stdio IO) *cli.Command {
 		Name:         "resume",
 		Usage:        "resume a suspended VM (start does too)",
 		ArgsUsage:    "[BRANCH]",
-		Flags:        []cli.Flag{&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp (default: 2m)"}},
+		Flags:        []cli.Flag{timeoutFlag("2m")},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, err := vmName(cliCtx, m)

@@ -23,7 +23,7 @@ func templateCommand(stdio IO) *cli.Command {
 			Name:         "build",
 			Usage:        "boot and save the template a VM's machine fits (a cold boot, about a minute under KVM, several under TCG)",
 			ArgsUsage:    "[BRANCH]",
-			Flags:        []cli.Flag{&cli.DurationFlag{Name: "timeout", Usage: "how long to wait for the template's boot (default: 5m with KVM, 15m with TCG)"}},
+			Flags:        []cli.Flag{timeoutFlag(bootTimeout)},
 			BashComplete: vmCompletion(stdio),
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 				name, err := vmName(cliCtx, m)

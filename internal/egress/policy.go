@@ -14,8 +14,8 @@
 //     no resolver, and connects to none of the host's own addresses nor
 //     to one that is not globally reachable, unless the allow-list has
 //     that address itself (addrs.go).
-//   - the door socket: a host port the user exposed (`agent-vm expose`,
-//     `mcp sync`), named by the relay's preamble, which the guest cannot
+//   - the door socket: a host port the user exposed (`agent-vm port
+//     expose`, `mcp sync`), named by the relay's preamble, which the guest cannot
 //     write; a port no longer exposed is refused.
 //
 // The policy is a JSON file the orchestration writes (Policy) and the

@@ -12,7 +12,7 @@
 //	# .agent-vm/config.toml
 //	packages = ["ripgrep", "jq"]  # installed at the first boot, both backends
 //	cpus = 2                      # defaults for create's flags of the same name
-//	memory = "2G"
+//	memory = "2G"                 # a size as create --memory takes it (internal/size)
 //	agent = "claude"
 package repoconfig
 
@@ -22,12 +22,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/wsfile"
 )
 
@@ -107,7 +107,6 @@ var (
 	// lowercase, '+' and '.'; nixpkgs' capitals, '_' and '\''); each
 	// backend then checks its own.
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_+.'-]*$`)
-	sizeRE = regexp.MustCompile(`^([0-9]{1,7})([MG])$`)
 	// typeErrRE reads BurntSushi/toml's "incompatible types" error.
 	typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 )
@@ -125,15 +124,11 @@ func (c *Config) check() error {
 		return c.errorf("cpus", "", "cpus = %d is out of range (hint: use 1 to 64)", c.CPUs)
 	}
 	if c.Memory != "" {
-		m := sizeRE.FindStringSubmatch(strings.ToUpper(c.Memory))
-		if m == nil {
-			return c.errorf("memory", "", "memory = %q is not a size (hint: e.g. \"4G\" or \"2048M\")", c.Memory)
+		mib, err := size.ParseMiB(c.Memory, "M")
+		if err != nil {
+			return c.errorf("memory", "", "memory = %q is %v (hint: e.g. \"4G\", \"1.5G\" or \"2048M\", as create --memory takes)", c.Memory, err)
 		}
-		n, _ := strconv.Atoi(m[1])
-		if m[2] == "G" {
-			n *= 1024
-		}
-		c.MemoryMiB = n
+		c.MemoryMiB = mib
 	}
 	if c.Agent != "" {
 		if _, err := guest.LookupAgent(c.Agent); err != nil {

@@ -20,6 +20,12 @@ func TestParse(t *testing.T) {
 	if c, err = Parse("cfg.toml", []byte("memory = \"512M\"\n")); err != nil || c.MemoryMiB != 512 {
 		t.Errorf("memory 512M: %v, %d MiB", err, c.MemoryMiB)
 	}
+	// The grammar of create --memory (internal/size), as the command line takes it.
+	for in, want := range map[string]int{"1.5G": 1536, "4GiB": 4096, "2048": 2048} {
+		if c, err = Parse("cfg.toml", []byte("memory = \""+in+"\"\n")); err != nil || c.MemoryMiB != want {
+			t.Errorf("memory %s: %v, %d MiB, want %d", in, err, c.MemoryMiB, want)
+		}
+	}
 }
 
 // Bad input is refused with the file, the line and what is wrong.

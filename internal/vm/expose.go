@@ -9,10 +9,11 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// ExposedByCommand marks the ports `agent-vm expose` added.
+// ExposedByCommand marks the ports `agent-vm port expose` added (its
+// value is the command's old name, kept in records).
 const ExposedByCommand = "expose"
 
-// ExposeChange is what `expose` did.
+// ExposeChange is what `port expose` or `port unexpose` did.
 type ExposeChange struct {
 	Branch string `json:"branch"`
 	Port   int    `json:"port"`

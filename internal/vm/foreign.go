@@ -25,7 +25,7 @@ var ForeignLoses = []string{
 	"a pinned host key: agent-vm reaches the guest with `vagrant ssh-config` (vagrant's own key, host key not checked), not its own keys",
 	"port choice: the forwards are whatever the Vagrantfile says (create's --port and `agent-vm port` do not apply)",
 	"the workspace share: the Vagrantfile's synced folders decide what the guest sees (its \".\" is this VM's workspace, the branch's clone)",
-	"network containment: `agent-vm net` and `expose` refuse the VM (as for every vagrant VM)",
+	"network containment: `agent-vm net` and `port expose` refuse the VM (as for every vagrant VM)",
 	"agent-vm's provisioning: no user dev, agent CLI, packages or .agent-vm/provision.sh; the Vagrantfile's provisioners run instead",
 }
 

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// helpCommand is `agent-vm help [COMMAND [SUBCOMMAND]]`, which prints what
+// `agent-vm COMMAND [SUBCOMMAND] --help` does. urfave/cli's own help
+// command reads only its first word, so `help image build` would show
+// image's help.
+func helpCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "help",
+		Usage:     "show the help of agent-vm or of one command",
+		ArgsUsage: "[COMMAND [SUBCOMMAND]]",
+		// urfave's --help of a command named help prints the App's help.
+		SkipFlagParsing: true,
+		Action: helpFirst(stdio, func(cliCtx *cli.Context) error {
+			words := cliCtx.Args().Slice()
+			cmds := cliCtx.App.Commands
+			for i, w := range words {
+				c := findCommand(cmds, w)
+				if c == nil {
+					return unknownCommand(cmds, strings.Join(words[:i], " "), w)
+				}
+				cmds = c.Subcommands
+			}
+			args := append(append([]string{cliCtx.App.Name}, words...), "--help")
+			return cliCtx.App.RunContext(cliCtx.Context, args)
+		}),
+	}
+}
+
+// helpFirst is the action of a command that skips flag parsing (exec,
+// help), where urfave never sees --help: given -h or --help first, it
+// prints the command's help as urfave prints a leaf command's, else it
+// runs action. (ShowCommandHelp, given the command's own context, would
+// look for the command among its own subcommands.)
+func helpFirst(stdio IO, action cli.ActionFunc) cli.ActionFunc {
+	return func(cliCtx *cli.Context) error {
+		if a := cliCtx.Args().First(); a == "-h" || a == "--help" {
+			cli.HelpPrinter(stdio.Out, cli.CommandHelpTemplate, cliCtx.Command)
+			return nil
+		}
+		return action(cliCtx)
+	}
+}
+
+// findCommand is the command of cmds called name (or one of its aliases).
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+// groupAction is the action of a command that is only its subcommands
+// (`image`, `port`): alone it shows its help; with a word that names none
+// of them it is a usage error, as an unknown top-level command is.
+func groupAction(c *cli.Command) cli.ActionFunc {
+	return func(cliCtx *cli.Context) error {
+		if !cliCtx.Args().Present() {
+			return cli.ShowSubcommandHelp(cliCtx)
+		}
+		return unknownCommand(c.Subcommands, c.Name, cliCtx.Args().First())
+	}
+}

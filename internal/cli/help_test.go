@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// commandPaths lists the words that name every visible command and
+// subcommand below cmds, parents before children.
+func commandPaths(cmds []*cli.Command, parent []string) [][]string {
+	var out [][]string
+	for _, c := range cmds {
+		if c.Hidden {
+			continue
+		}
+		p := append(append([]string{}, parent...), c.Name)
+		out = append(out, p)
+		out = append(out, commandPaths(c.Subcommands, p)...)
+	}
+	return out
+}
+
+// placeholderRE is what a Usage may hold in backticks: urfave/cli v2 has no
+// Placeholder field, it takes the first backticked word of a Usage as the
+// flag's placeholder (`--agent NAME`), so that is the only place for one.
+var placeholderRE = regexp.MustCompile("^[^`]*`[A-Z][A-Z0-9_|]*`[^`]*$")
+
+// TestHelpOfEveryCommand reads the help of every visible command and
+// subcommand both ways a user asks for it, checks what urfave/cli does to
+// the flags' usage strings, and that a group lists its own subcommands.
+func TestHelpOfEveryCommand(t *testing.T) {
+	app := newApp(IO{})
+	paths := append([][]string{nil}, commandPaths(app.Commands, nil)...)
+	st := t.TempDir()
+	for _, path := range paths {
+		name := strings.Join(append([]string{"agent-vm"}, path...), " ")
+		flagged := agentVM(t, "", st, append(append([]string{}, path...), "--help")...)
+		asked := agentVM(t, "", st, append([]string{"help"}, path...)...)
+		for _, r := range []struct {
+			how string
+			result
+		}{{name + " --help", flagged}, {"agent-vm help " + strings.Join(path, " "), asked}} {
+			out := r.stdout + r.stderr
+			switch {
+			case r.code != 0:
+				t.Errorf("%s: exit %d\n%s", r.how, r.code, out)
+			case r.stderr != "":
+				t.Errorf("%s: help goes to stdout, got stderr:\n%s", r.how, r.stderr)
+			case strings.Contains(out, "unknown command") || strings.Contains(out, "did you mean") || strings.Contains(out, "No help topic"):
+				t.Errorf("%s: a command it does not find:\n%s", r.how, out)
+			case !strings.Contains(r.stdout, "\n   "+name+" "):
+				t.Errorf("%s: not the help of %s:\n%s", r.how, name, out)
+			}
+		}
+		if asked.stdout != flagged.stdout {
+			t.Errorf("agent-vm help %s and %s --help differ:\n%s\n----\n%s", strings.Join(path, " "), name, asked.stdout, flagged.stdout)
+		}
+		flags, cmds := app.VisibleFlags(), app.Commands
+		for _, w := range path {
+			c := findCommand(cmds, w)
+			flags, cmds = c.VisibleFlags(), c.Subcommands
+		}
+		checkFlagLines(t, name, flags, flagged.stdout)
+		if len(path) > 0 && len(cmds) > 0 {
+			if got, want := listedCommands(flagged.stdout), commandNames(cmds); got != want {
+				t.Errorf("%s --help lists the subcommands %q, want %q", name, got, want)
+			}
+		}
+	}
+}
+
+// listedCommands is the names the COMMANDS section of a help lists.
+func listedCommands(help string) string {
+	_, section, _ := strings.Cut(help, "\nCOMMANDS:\n")
+	section, _, _ = strings.Cut(section, "\n\n")
+	var names []string
+	for _, l := range strings.Split(section, "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(l), " ")
+		names = append(names, strings.TrimSuffix(name, ","))
+	}
+	return strings.Join(names, " ")
+}
+
+// commandNames is the names of the visible commands of cmds.
+func commandNames(cmds []*cli.Command) string {
+	var names []string
+	for _, c := range cmds {
+		if !c.Hidden {
+			names = append(names, c.Name)
+		}
+	}
+	return strings.Join(names, " ")
+}
+
+// checkFlagLines fails on a usage string urfave/cli does not print as
+// written, and on a flag line with two defaults (the usage's own and
+// urfave's).
+func checkFlagLines(t *testing.T, name string, flags []cli.Flag, help string) {
+	t.Helper()
+	for _, f := range flags {
+		usage := f.(cli.DocGenerationFlag).GetUsage()
+		flag := "--" + f.Names()[0]
+		if strings.Contains(usage, "`") && !placeholderRE.MatchString(usage) {
+			t.Errorf("%s %s: usage %q has backticks: urfave/cli makes the first backticked words the flag's placeholder (hint: write it without them, or backtick one upper-case placeholder such as `NAME`)", name, flag, usage)
+			continue
+		}
+		rendered := strings.ReplaceAll(usage, "`", "")
+		line := ""
+		for _, l := range strings.Split(help, "\n") {
+			if strings.Contains(l, rendered) && strings.Contains(l, flag) {
+				line = l
+				break
+			}
+		}
+		if line == "" {
+			t.Errorf("%s: no line of its help has %s with its usage as written, %q:\n%s", name, flag, rendered, help)
+			continue
+		}
+		if strings.Count(line, "(default") > 1 || strings.Count(line, "default:") > 1 {
+			t.Errorf("%s %s: two defaults in %q", name, flag, strings.TrimSpace(line))
+		}
+	}
+}
