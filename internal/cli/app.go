@@ -95,16 +95,33 @@ type globals struct {
 	noColor   bool
 }
 
+// appHelpTemplate is urfave's help with the command categories in the
+// order of categories: urfave sorts them by name, which put VMs last.
+func appHelpTemplate() string {
+	var b strings.Builder
+	for _, c := range categories {
+		fmt.Fprintf(&b, `{{range .VisibleCategories}}{{if eq .Name %q}}
+   {{.Name}}:{{range .VisibleCommands}}
+     {{join .Names ", "}}{{"\t"}}{{.Usage}}{{end}}{{end}}{{end}}`, c)
+	}
+	const sorted = `{{template "visibleCommandCategoryTemplate" .}}`
+	if !strings.Contains(cli.AppHelpTemplate, sorted) {
+		panic("internal error: urfave's AppHelpTemplate has no command categories to order")
+	}
+	return strings.Replace(cli.AppHelpTemplate, sorted, b.String(), 1)
+}
+
 func newApp(stdio IO) *cli.App {
 	app := &cli.App{
-		Name:                 "agent-vm",
-		Usage:                "one isolated VM per git branch, for coding agents",
-		Version:              Version,
-		Writer:               stdio.Out,
-		ErrWriter:            stdio.Err,
-		EnableBashCompletion: true,
-		HideHelpCommand:      true,
-		HideVersion:          true, // its -v alias would clash with --verbose; see the version command
+		Name:                  "agent-vm",
+		Usage:                 "one isolated VM per git branch, for coding agents",
+		Version:               Version,
+		Writer:                stdio.Out,
+		ErrWriter:             stdio.Err,
+		EnableBashCompletion:  true,
+		HideHelpCommand:       true,
+		HideVersion:           true, // its -v alias would clash with --verbose; see the version command
+		CustomAppHelpTemplate: appHelpTemplate(),
 		// A repeatable flag takes one value per use: a comma is part of the
 		// value (and reaches its validator), not a separator.
 		DisableSliceFlagSeparator: true,

@@ -12,9 +12,13 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
+// The --help categories, in the order --help shows them.
+var categories = []string{"VMs", "Agents", "Network", "Images and templates", "Host"}
+
 // commands lists the verbs. A verb is listed only once it works. --help
-// groups them by category (urfave sorts the categories by name); the
-// hidden ones are what agent-vm runs itself, in the guest or beside QEMU.
+// groups them by category (appHelpTemplate keeps the categories' order);
+// the hidden ones are what agent-vm runs itself, in the guest or beside
+// QEMU.
 func commands(stdio IO) []*cli.Command {
 	return slices.Concat(
 		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),
@@ -35,8 +39,11 @@ func commands(stdio IO) []*cli.Command {
 	)
 }
 
-// category puts cmds in the --help category name.
+// category puts cmds in the --help category name, one of categories.
 func category(name string, cmds ...*cli.Command) []*cli.Command {
+	if !slices.Contains(categories, name) {
+		panic("internal error: --help category " + name + " is not in categories")
+	}
 	for _, c := range cmds {
 		c.Category = name
 	}

@@ -124,3 +124,26 @@ func checkFlagLines(t *testing.T, name string, flags []cli.Flag, help string) {
 		}
 	}
 }
+
+// --help shows the command groups in categories' order, each once, with
+// every visible top-level command under one of them.
+func TestHelpGroupsInOrder(t *testing.T) {
+	r := agentVM(t, "", t.TempDir(), "--help")
+	last := -1
+	for _, c := range categories {
+		i := strings.Index(r.stdout, "\n   "+c+":\n")
+		if i < 0 || strings.Count(r.stdout, "\n   "+c+":\n") != 1 {
+			t.Errorf("--help shows the group %q %d times, want once:\n%s", c, strings.Count(r.stdout, "\n   "+c+":\n"), r.stdout)
+			continue
+		}
+		if i < last {
+			t.Errorf("--help shows %q out of order (want %v):\n%s", c, categories, r.stdout)
+		}
+		last = i
+	}
+	for _, c := range newApp(IO{}).Commands {
+		if !c.Hidden && !strings.Contains(r.stdout, "\n     "+c.Name) {
+			t.Errorf("--help does not list %s", c.Name)
+		}
+	}
+}
