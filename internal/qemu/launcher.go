@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
 )
 
@@ -198,7 +199,7 @@ func (l *Launcher) start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	pid, err := l.waitQMP(ctx, m, p)
 	if err != nil {
-		killVerified(p.Pid(), m.isQEMU())
+		proc.Kill(p.Pid(), m.isQEMU())
 		l.stopVirtiofsd(m, vfsPid, 0)
 		l.stopEgress(m)
 		return nil, err
@@ -327,7 +328,7 @@ func (l *Launcher) waitQMP(ctx context.Context, m Machine, p execx.Process) (int
 			return 0, ctx.Err()
 		default:
 		}
-		if pid, err := readPid(m.runFile(PidFile)); err == nil {
+		if pid, err := proc.ReadPid(m.runFile(PidFile)); err == nil {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			c, err := qmp.Dial(qctx, m.QMPPath())
 			cancel()

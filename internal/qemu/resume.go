@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
 )
 
@@ -48,7 +49,7 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 		return nil, err
 	}
 	if err := l.restore(ctx, m, s, m.runFile(StateFile), o.Virtiofsd, launch, nil); err != nil {
-		killVerified(launch.QEMUPid, m.isQEMU())
+		proc.Kill(launch.QEMUPid, m.isQEMU())
 		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
 		_ = os.Remove(m.runFile(LaunchFile))

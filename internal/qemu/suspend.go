@@ -80,6 +80,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
 )
 
@@ -109,7 +110,7 @@ func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, 
 	case live.Launch == nil:
 		return fmt.Errorf("%s runs without a readable launch record (%v), so agent-vm cannot tell how its workspace is shared (hint: restart it)", m.Name, live.LaunchErr)
 	}
-	args := procArgs(live.Pid)
+	args := proc.Args(live.Pid)
 	if !slices.Contains(argValues(args, "-device"), shareSlotArgs()[1]) {
 		return fmt.Errorf("%s cannot be suspended: its QEMU has no hot-pluggable slot for the workspace (a NixOS VM, or one started by an agent-vm from before suspend): %w (hint: `agent-vm restart BRANCH` starts a Debian VM with one)", m.Name, driver.ErrUnsupported)
 	}
@@ -168,8 +169,8 @@ func (s *suspension) save(ctx context.Context) error {
 	s.l.Log.Debug("saved the state", "vm", s.m.Name, "bytes", bytes, "took", time.Since(saving))
 	// Past here the state is complete: QEMU goes whatever happens.
 	_, _ = s.c.Execute(ctx, "quit", nil)
-	if !waitGoneCtx(ctx, s.pid, s.m.isQEMU(), 10*time.Second) {
-		killVerified(s.pid, s.m.isQEMU())
+	if !proc.WaitGoneCtx(ctx, s.pid, s.m.isQEMU(), 10*time.Second) {
+		proc.Kill(s.pid, s.m.isQEMU())
 	}
 	s.l.stopVirtiofsd(s.m, s.launch.VirtiofsdPid, 0)
 	s.l.cleanup(s.m)

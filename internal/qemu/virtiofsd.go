@@ -9,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/sharejail"
 )
 
@@ -126,10 +127,10 @@ func StartVirtiofsd(ctx context.Context, run execx.Runner, v *Virtiofsd, s Virti
 // process, else whichever process is. It reports whether one was killed.
 func StopVirtiofsd(pid int, socket string) bool {
 	match := isVirtiofsdFor(socket)
-	if !verified(pid, match) {
-		pid = findProcess(match)
+	if !proc.Verified(pid, match) {
+		pid = proc.Find(match)
 	}
-	return pid > 0 && killVerified(pid, match)
+	return pid > 0 && proc.Kill(pid, match)
 }
 
 // startVirtiofsd starts virtiofsd for the machine's share and waits for its
@@ -159,12 +160,12 @@ func (l *Launcher) startShare(ctx context.Context, v *Virtiofsd, s VirtiofsdShar
 		case <-p.Exited():
 			return 0, fmt.Errorf("virtiofsd exited at once (code %d): %s", p.ExitCode(), driver.TailFile(s.Log, 3))
 		case <-ctx.Done():
-			killVerified(p.Pid(), isVirtiofsdFor(sock))
+			proc.Kill(p.Pid(), isVirtiofsdFor(sock))
 			return 0, ctx.Err()
 		case <-time.After(wait.next()):
 		}
 		if time.Now().After(deadline) {
-			killVerified(p.Pid(), isVirtiofsdFor(sock))
+			proc.Kill(p.Pid(), isVirtiofsdFor(sock))
 			return 0, fmt.Errorf("virtiofsd did not create its socket %s within 10s: %s", sock, driver.TailFile(s.Log, 3))
 		}
 	}
