@@ -8,6 +8,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // DriverName is the name backends give the QEMU driver.
@@ -22,14 +23,14 @@ func (Boot) DriverName() string { return DriverName }
 type Driver struct {
 	Launcher *Launcher
 	// FindVirtiofsd finds virtiofsd; an error means 9p.
-	FindVirtiofsd func(ctx context.Context) (*Virtiofsd, error)
+	FindVirtiofsd func(ctx context.Context) (*virtiofsd.Binary, error)
 }
 
 var _ driver.Driver = (*Driver)(nil)
 
 // NewDriver returns the driver over l, finding virtiofsd with l's runner.
 func NewDriver(l *Launcher) *Driver {
-	return &Driver{Launcher: l, FindVirtiofsd: func(ctx context.Context) (*Virtiofsd, error) { return FindVirtiofsd(ctx, l.Run) }}
+	return &Driver{Launcher: l, FindVirtiofsd: func(ctx context.Context) (*virtiofsd.Binary, error) { return virtiofsd.Find(ctx, l.Run) }}
 }
 
 // Name is "qemu".

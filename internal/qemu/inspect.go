@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Live is a VM's live state, read from its pid and QMP (never over SSH).
@@ -155,7 +155,7 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 	} else {
 		// No launch.json to say (unreadable, or a start killed before it
 		// wrote one): the process table knows.
-		vfs = proc.Find(isVirtiofsdFor(m.sockFile(VirtiofsdSock)))
+		vfs = proc.Find(virtiofsd.Serving(m.sockFile(VirtiofsdSock)))
 	}
 	if live.State == driver.StateSuspended {
 		// Stopping a suspended VM discards its saved state: it boots
@@ -214,32 +214,6 @@ func (l *Launcher) cleanup(m Machine) {
 	_ = os.Remove(m.QMPPath())
 	_ = os.Remove(m.sockFile(VirtiofsdSock))
 	l.stopEgress(m)
-}
-
-// stopVirtiofsd ends this VM's virtiofsd: it exits by itself when QEMU goes;
-// otherwise SIGTERM, then SIGKILL.
-func (l *Launcher) stopVirtiofsd(m Machine, pid int, wait time.Duration) {
-	if pid == 0 {
-		return
-	}
-	match := isVirtiofsdFor(m.sockFile(VirtiofsdSock))
-	if proc.WaitGone(pid, match, wait) {
-		return
-	}
-	proc.Signal(pid, match, syscall.SIGTERM)
-	if !proc.WaitGone(pid, match, 2*time.Second) {
-		proc.Kill(pid, match)
-	}
-}
-
-// stopStrayVirtiofsds ends every virtiofsd still serving this VM's socket
-// once its QEMU is gone: one a start killed before it wrote launch.json
-// left, or two at once (one still exiting when another was started for
-// the same socket), which findProcess alone would pick one of.
-func (l *Launcher) stopStrayVirtiofsds(m Machine) {
-	for _, pid := range proc.FindAll(isVirtiofsdFor(m.sockFile(VirtiofsdSock))) {
-		l.stopVirtiofsd(m, pid, 0)
-	}
 }
 
 // qmpCommand runs a command that takes no arguments and reports whether QEMU

@@ -21,6 +21,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Launcher starts, inspects and stops VMs.
@@ -91,7 +92,7 @@ type StartOptions struct {
 	Accel       string // "kvm" or "tcg"
 	AccelReason string
 	// Virtiofsd to use; nil shares the workspace over 9p.
-	Virtiofsd *Virtiofsd
+	Virtiofsd *virtiofsd.Binary
 	// NoFallback: when virtiofsd fails, fail the start instead of sharing
 	// over 9p (a guest built for virtiofs would boot without its workspace).
 	NoFallback bool

@@ -22,6 +22,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/sharejail"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // These tests run real QEMU processes with a real kernel that boots to a
@@ -57,8 +58,8 @@ func testMachine(t *testing.T) (Machine, Boot) {
 	return m, b
 }
 
-func virtiofsd(t *testing.T, l *Launcher) *Virtiofsd {
-	v, err := FindVirtiofsd(context.Background(), l.Run)
+func findVirtiofsd(t *testing.T, l *Launcher) *virtiofsd.Binary {
+	v, err := virtiofsd.Find(context.Background(), l.Run)
 	tu.Need(t, err == nil, "virtiofsd is missing")
 	tu.Need(t, os.Geteuid() == 0 || v.Rust, "QEMU's C virtiofsd needs root")
 	return v
@@ -73,7 +74,7 @@ func mustStart(t *testing.T, l *Launcher, m Machine, b Boot, o StartOptions) *La
 	t.Cleanup(func() {
 		proc.Kill(launch.QEMUPid, isQEMUFor(m.UUID))
 		if launch.VirtiofsdPid != 0 {
-			proc.Kill(launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock)))
+			proc.Kill(launch.VirtiofsdPid, virtiofsd.Serving(m.sockFile(VirtiofsdSock)))
 		}
 	})
 	return launch
@@ -82,7 +83,7 @@ func mustStart(t *testing.T, l *Launcher, m Machine, b Boot, o StartOptions) *La
 func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	l := testLauncher(t)
 	m, b := testMachine(t)
-	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: virtiofsd(t, l)})
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: findVirtiofsd(t, l)})
 	if launch.Share != driver.ShareVirtiofs || launch.VirtiofsdPid == 0 {
 		t.Fatalf("launch %+v: want a virtiofs share", launch)
 	}
@@ -152,7 +153,7 @@ func TestRootDropsQEMUToTheWorkspaceOwner(t *testing.T) {
 // but the jail waiting for it.
 func TestRootJailsVirtiofsd(t *testing.T) {
 	l := testLauncher(t)
-	v := virtiofsd(t, l)
+	v := findVirtiofsd(t, l)
 	tu.Need(t, os.Geteuid() == 0 && !v.Rust, "the jail is for QEMU's C virtiofsd run as root")
 	m, b := testMachine(t)
 	os.Chown(m.Share.Source, 65534, 65534)
@@ -262,7 +263,7 @@ func TestQEMUFailureIsExplainedAndCleansUp(t *testing.T) {
 	l := testLauncher(t)
 	m, b := testMachine(t)
 	b.Direct.Kernel = filepath.Join(t.TempDir(), "no-such-kernel")
-	v := virtiofsd(t, l)
+	v := findVirtiofsd(t, l)
 	_, err := l.Start(context.Background(), m, b, StartOptions{Accel: "tcg", Virtiofsd: v})
 	if err == nil || !strings.Contains(err.Error(), "no-such-kernel") {
 		t.Fatalf("got %v, want QEMU's own complaint about the kernel", err)

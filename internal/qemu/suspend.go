@@ -82,6 +82,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Time limits of a suspend's and a resume's steps (TCG guests are slow to
@@ -96,7 +97,7 @@ const (
 // above). The VM is left running, with its share mounted, when it fails.
 // v is the virtiofsd that serves the share again if the suspend must be
 // undone after the share was unplugged.
-func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, v *Virtiofsd) error {
+func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, v *virtiofsd.Binary) error {
 	began := time.Now()
 	live, err := l.Inspect(ctx, m)
 	if err != nil {
@@ -140,7 +141,7 @@ type suspension struct {
 	l      *Launcher
 	m      Machine
 	c      *qmp.Client
-	v      *Virtiofsd
+	v      *virtiofsd.Binary
 	launch *Launch
 	pid    int
 	args   []string

@@ -102,8 +102,8 @@
 // host (the integration test's escape step). libvirt 9.0 can point a
 // virtiofs filesystem at an externally started virtiofsd's socket, but
 // vagrant-libvirt 0.11.2 writes only source dir= for its synced folders.
-// So the driver starts the qemu backend's virtiofsd itself
-// (qemu.StartVirtiofsd: QEMU's C virtiofsd, as root in agent-vm's jail,
+// So the driver starts virtiofsd itself, as the QEMU driver does
+// (package virtiofsd: QEMU's C virtiofsd, as root in agent-vm's jail,
 // package sharejail, as the workspace's owner) on <run>/virtiofsd.sock
 // before `vagrant up` (startShare), makes that socket 0600 and libvirt's
 // QEMU user's (an ACL entry when agent-vm is not root), and the
