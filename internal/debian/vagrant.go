@@ -17,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/seed"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbox"
@@ -216,20 +217,20 @@ func (b *VagrantBackend) CheckStart(r *state.Record, f backend.StartFlags) error
 
 // Prepare implements backend.Backend: a fresh seed, and the plan.
 func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	s, err := sectionForStart(r, o.Reprovision, func(s *VagrantSettings) *int { return &s.Provision })
+	s, err := seed.ForStart(r, o.Reprovision, func(s *VagrantSettings) *int { return &s.Provision })
 	if err != nil {
 		return nil, err
 	}
 	if s.Vagrantfile != "" {
 		return b.prepareUser(r, l, s, o)
 	}
-	c, err := seedConfig(l, r, s.Provision, o.CACerts)
+	c, err := seed.Config(l, r, s.Provision, o.CACerts)
 	if err != nil {
 		return nil, err
 	}
 	c.MACAddress = MACOf(r.ID)
 	c.Direct = true // the vagrant driver does not contain the network: no proxy door
-	if err := writeSeed(ctx, l, r, c, b.Executable); err != nil {
+	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}
 	boot := b.boot(l, r, s)
