@@ -5,7 +5,7 @@
 // # Backend and driver
 //
 // What the guest is belongs to a backend: the vagrant backend
-// (debian.VagrantBackend) is the Debian guest of the qemu backend, made an
+// (internal/vagrantbackend) is the Debian guest of the qemu backend, made an
 // agent-vm guest by the same cloud-init NoCloud seed (internal/cloudinit:
 // user dev, the pinned host key, the agent-mcp unit, packages, the agent
 // CLI, the repository's provisioning), booted from a Vagrant box instead

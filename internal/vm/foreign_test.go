@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
-	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
@@ -19,6 +18,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
+	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -70,7 +70,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})
 	home := t.TempDir()
 	m := vm.New(root, fake, log, []driver.Driver{&vagrant.Driver{Run: fake, Log: log, Home: home, QEMUUser: "agent-vm-no-such-user"}},
-		&debian.VagrantBackend{Run: fake, Log: log, Home: hostdir.Top(home, 0o755, hostdir.InSystem)})
+		&vagrantbackend.Backend{Run: fake, Log: log, Home: hostdir.Top(home, 0o755, hostdir.InSystem)})
 	m.Git = gitws.New(execx.OS{})
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
 	ctx := context.Background()
