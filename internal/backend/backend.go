@@ -78,7 +78,7 @@ type Plan struct {
 	Settle string
 	// Clone is set when the VM's disk was made now on a template's
 	// (PrepareOptions.Template): the VM is to start from the template's
-	// saved state (driver.Clone), then become itself by these scripts.
+	// saved state (driver.Cloner), then become itself by these scripts.
 	Clone *Clone
 }
 

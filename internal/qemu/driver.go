@@ -26,7 +26,15 @@ type Driver struct {
 	FindVirtiofsd func(ctx context.Context) (*virtiofsd.Binary, error)
 }
 
-var _ driver.Driver = (*Driver)(nil)
+// The QEMU driver has every capability (see internal/driver).
+var (
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.Suspender        = (*Driver)(nil)
+	_ driver.Cloner           = (*Driver)(nil)
+	_ driver.Forwarder        = (*Driver)(nil)
+	_ driver.Adopter          = (*Driver)(nil)
+	_ driver.NetworkContainer = (*Driver)(nil)
+)
 
 // NewDriver returns the driver over l, finding virtiofsd with l's runner.
 func NewDriver(l *Launcher) *Driver {
@@ -36,9 +44,10 @@ func NewDriver(l *Launcher) *Driver {
 // Name is "qemu".
 func (d *Driver) Name() string { return DriverName }
 
-// ContainsNetwork is true: Start runs the egress proxy and the doors of
-// Machine.Network behind a restricted user-mode network.
-func (d *Driver) ContainsNetwork() bool { return true }
+// ContainsNetwork makes the driver a driver.NetworkContainer: Start runs
+// the egress proxy and the doors of Machine.Network behind a restricted
+// user-mode network.
+func (d *Driver) ContainsNetwork() {}
 
 // SuspendKeepsShare is false: a saved state cannot hold the share's
 // device, so Suspend unplugs it (after GuestHooks.Detach) and Resume plugs

@@ -147,12 +147,13 @@
 // 0700 directory above fails at once with the fix instead of libvirt's
 // "Permission denied".
 //
-// Network: the driver does not contain it (ContainsNetwork is false):
-// vagrant-libvirt's management network is a NAT bridge that vagrant needs
-// to find the guest's address, so the guest reaches the host's bridge
-// address and whatever the host reaches. The backend's guest is set up
-// without the egress proxy (cloudinit.Config.Direct), and the orchestration
-// says "not contained" and refuses policy changes. Doing better (an
+// Network: the driver does not contain it (it is no
+// driver.NetworkContainer): vagrant-libvirt's management network is a NAT
+// bridge that vagrant needs to find the guest's address, so the guest
+// reaches the host's bridge address and whatever the host reaches. The
+// backend's guest is set up without the egress proxy
+// (cloudinit.Config.Direct), and the orchestration says "not contained"
+// and refuses policy changes. Doing better (an
 // isolated network with the proxy listening on the bridge address and an
 // nwfilter) is left to do.
 //

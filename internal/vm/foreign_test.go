@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,8 +28,9 @@ import (
 // (execxtest, labelled) at the exec boundary, on a repository with its own
 // Vagrantfile: start and resume wait for vagrant alone (no SSH wait, no
 // agent-mcp, no holder: the fake fails on any program it was not told of,
-// the holder's agent-vm included), exec refuses with the way in, suspend,
-// stop and destroy go through vagrant, and the Vagrantfile is untouched.
+// the holder's agent-vm included), exec refuses with the way in, so do
+// port changes while it runs, suspend, stop and destroy go through
+// vagrant, and the Vagrantfile is untouched.
 func TestForeignGuestLifecycle(t *testing.T) {
 	repo := tu.Repo(t, true)
 	vf := filepath.Join(repo, "Vagrantfile")
@@ -98,6 +100,23 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	var out strings.Builder
 	if _, err := m.Exec(ctx, "feat", []string{"true"}, nil, &out, &out); err == nil || !strings.Contains(err.Error(), "pinned host key") || !strings.Contains(err.Error(), "agent-vm ssh-config feat") {
 		t.Errorf("exec: %v", err)
+	}
+	// vagrant forwards what the Vagrantfile says: its driver is no
+	// driver.Forwarder, so a running VM's forwards do not change.
+	if _, err := m.PortAdd(ctx, "feat", 3000, 0); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), "hint:") {
+		t.Errorf("port add: %v", err)
+	}
+	l := root.Layout("feat")
+	r, err := state.ReadRecord(l.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Forwards = append(r.Forwards, state.Forward{Guest: 3001, Host: 3001})
+	if err := state.WriteRecord(l.Record(), r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PortRemove(ctx, "feat", 3001); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("port rm: %v", err)
 	}
 	if _, err := m.Suspend(ctx, "feat"); err != nil {
 		t.Fatal(err)

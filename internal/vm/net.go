@@ -151,10 +151,13 @@ type NetInfo struct {
 }
 
 // uncontained says why r's network is not contained, or "" when its
-// driver contains it (driver.Driver.ContainsNetwork).
+// driver contains it (a driver.NetworkContainer).
 func (m *Manager) uncontained(r *state.Record) string {
 	d, err := m.driverOf(r)
-	if err != nil || d.ContainsNetwork() {
+	if err != nil {
+		return ""
+	}
+	if _, ok := d.(driver.NetworkContainer); ok {
 		return ""
 	}
 	return fmt.Sprintf("NOT contained: the %s backend's guest is on its provider's network (vagrant-libvirt's NAT bridge) and reaches the host's bridge address and, through NAT, everything the host reaches; no allow-list applies and no connection is logged (hint: create the VM with --backend qemu for a contained network)", r.Backend)

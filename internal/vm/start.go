@@ -216,7 +216,7 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 		}
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
-	if d.ContainsNetwork() {
+	if _, ok := d.(driver.NetworkContainer); ok {
 		if mach.Network, err = m.network(r, l); err != nil {
 			return nil, err
 		}

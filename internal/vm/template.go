@@ -23,7 +23,7 @@ package vm
 // version; the directory is named after the key's hash. The rest is
 // checked where it is known: the base image by the backend (the template's
 // disk must be an overlay on the base this VM would boot), the QEMU
-// version and the machine's command line by the driver (driver.Clone).
+// version and the machine's command line by the driver (driver.Cloner).
 //
 // A VM's first start (its backend has no disk for it yet) uses the
 // template when there is one that fits, unless StartOptions.NoTemplate:
@@ -572,9 +572,14 @@ func (m *Manager) disksInUse() map[string]bool {
 
 // startClone is a VM's first start from a template (see the top of this
 // file), after its backend prepared plan on the template's disk. A
-// template the driver refuses is errTemplateRefused: the caller boots cold.
+// template the driver refuses, or a driver that is no driver.Cloner, is
+// templateRefused: the caller boots cold.
 func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, plan *backend.Plan, t *template, so driver.StartOptions, o StartOptions) (*StartResult, error) {
 	r, l := e.Record, e.Layout
+	cloner, ok := d.(driver.Cloner)
+	if !ok {
+		return nil, &templateRefused{fmt.Errorf("the %s driver cannot start a machine from a template: %w", d.Name(), driver.ErrUnsupported)}
+	}
 	o.Report.Report("starting from the template", 0, "")
 	began := time.Now()
 	var edits []driver.MemoryEdit
@@ -588,7 +593,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	} else {
 		m.Log.Info("this VM shares its template's kernel boot id until it reboots: the template does not say where its kernel keeps it", "vm", r.Branch)
 	}
-	launch, err := d.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
+	launch, err := cloner.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
 			return nil, &templateRefused{err}
