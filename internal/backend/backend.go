@@ -57,6 +57,22 @@ type Backend interface {
 	Prepare(ctx context.Context, l state.Layout, r *state.Record, o PrepareOptions) (*Plan, error)
 }
 
+// Templater is a backend whose guests can start from a template
+// (internal/vm's template.go has the design): a VM of the same backend,
+// provisioned with the guest contract alone and saved by its driver (a
+// driver.Suspender and driver.Cloner), on whose disk Prepare makes a new
+// VM's (PrepareOptions.Template) and then returns a Plan with a Clone. The
+// record's section is the backend's, so the backend says what of it a
+// template takes and must share.
+type Templater interface {
+	// TemplateSection is the section of the record of a template made for
+	// the VM whose record is r.
+	TemplateSection(r *state.Record) (any, error)
+	// TemplateBase is what of r's section a template for r must have been
+	// made with: a part of the template's key, compared as text.
+	TemplateBase(r *state.Record) (string, error)
+}
+
 // ErrTemplateMismatch is a template (PrepareOptions.Template) that the
 // VM cannot start from: the backend says why, and nothing was made.
 var ErrTemplateMismatch = errors.New("the template does not fit this VM")

@@ -53,7 +53,10 @@ type Backend struct {
 	BuildImage func(ctx context.Context) (*image.Image, error)
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend   = (*Backend)(nil)
+	_ backend.Templater = (*Backend)(nil)
+)
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return Name }

@@ -118,6 +118,10 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	if _, err := m.PortRemove(ctx, "feat", 3001); !errors.Is(err, driver.ErrUnsupported) {
 		t.Errorf("port rm: %v", err)
 	}
+	// Neither the vagrant backend nor its driver makes templates.
+	if _, err := m.BuildTemplate(ctx, "feat", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "only Debian (qemu backend) VMs start from templates") {
+		t.Errorf("template build: %v", err)
+	}
 	if _, err := m.Suspend(ctx, "feat"); err != nil {
 		t.Fatal(err)
 	}
