@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -71,6 +72,13 @@ type Templater interface {
 	// TemplateBase is what of r's section a template for r must have been
 	// made with: a part of the template's key, compared as text.
 	TemplateBase(r *state.Record) (string, error)
+}
+
+// HostNeeder is a backend whose VMs need host programs besides those
+// every VM needs (hostpkgs.Run): `agent-vm setup --backend NAME` installs
+// them too (the vagrant backend: vagrant, vagrant-libvirt, libvirt).
+type HostNeeder interface {
+	HostNeeds() hostpkgs.Need
 }
 
 // ErrTemplateMismatch is a template (PrepareOptions.Template) that the

@@ -24,6 +24,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/seed"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -51,7 +52,10 @@ type Backend struct {
 	Progress io.Writer
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.HostNeeder = (*Backend)(nil)
+)
 
 // Settings is this backend's section of the VM record.
 type Settings struct {
@@ -84,6 +88,10 @@ func (b *Backend) Name() string { return Name }
 
 // Driver is "vagrant".
 func (b *Backend) Driver() string { return vagrant.DriverName }
+
+// HostNeeds implements backend.HostNeeder: the vagrant driver's programs
+// (vagrant, vagrant-libvirt, libvirt).
+func (b *Backend) HostNeeds() hostpkgs.Need { return hostpkgs.Vagrant }
 
 // Doctor implements backend.Backend: the driver checks vagrant, its
 // plugin and libvirt; the box is added on the first `vagrant up`.
