@@ -81,6 +81,14 @@ type HostNeeder interface {
 	HostNeeds() hostpkgs.Need
 }
 
+// GuestProgramLister is a backend whose guests have programs besides
+// every guest's (sh, bash, git) that an MCP server may run: `agent-vm mcp
+// sync` gives the guest only the servers whose command it has (the qemu
+// backend's image: node, npm, python3 ...).
+type GuestProgramLister interface {
+	GuestPrograms() []string
+}
+
 // ErrTemplateMismatch is a template (PrepareOptions.Template) that the
 // VM cannot start from: the backend says why, and nothing was made.
 var ErrTemplateMismatch = errors.New("the template does not fit this VM")

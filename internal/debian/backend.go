@@ -54,8 +54,9 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend   = (*Backend)(nil)
-	_ backend.Templater = (*Backend)(nil)
+	_ backend.Backend            = (*Backend)(nil)
+	_ backend.Templater          = (*Backend)(nil)
+	_ backend.GuestProgramLister = (*Backend)(nil)
 )
 
 // Name implements backend.Backend.
@@ -63,6 +64,12 @@ func (b *Backend) Name() string { return Name }
 
 // Driver is "qemu": QEMU runs the VMs.
 func (b *Backend) Driver() string { return qemu.DriverName }
+
+// GuestPrograms implements backend.GuestProgramLister: what the base
+// image has besides every guest's programs (internal/image's recipe).
+func (b *Backend) GuestPrograms() []string {
+	return []string{"node", "npm", "npx", "python3", "curl"}
+}
 
 // Settings is this backend's section of the VM record.
 type Settings struct {
