@@ -89,6 +89,15 @@ type GuestProgramLister interface {
 	GuestPrograms() []string
 }
 
+// StartWarner is a backend with a warning about a VM's guest for its
+// start, one that refuses nothing (the qemu backend: a guest set up
+// before VMs' networks were contained); start logs it.
+type StartWarner interface {
+	// StartWarning is the warning for the VM whose record is r; "" for
+	// none.
+	StartWarning(r *state.Record) string
+}
+
 // ErrTemplateMismatch is a template (PrepareOptions.Template) that the
 // VM cannot start from: the backend says why, and nothing was made.
 var ErrTemplateMismatch = errors.New("the template does not fit this VM")

@@ -57,6 +57,7 @@ var (
 	_ backend.Backend            = (*Backend)(nil)
 	_ backend.Templater          = (*Backend)(nil)
 	_ backend.GuestProgramLister = (*Backend)(nil)
+	_ backend.StartWarner        = (*Backend)(nil)
 )
 
 // Name implements backend.Backend.
@@ -69,6 +70,17 @@ func (b *Backend) Driver() string { return qemu.DriverName }
 // image has besides every guest's programs (internal/image's recipe).
 func (b *Backend) GuestPrograms() []string {
 	return []string{"node", "npm", "npx", "python3", "curl"}
+}
+
+// StartWarning implements backend.StartWarner: a guest set up by an
+// agent-vm from before network containment (state.Guest.Proxy false) is
+// contained all the same, but nothing in it knows the proxy, which only
+// its first boot sets up: it reaches no network until a reset.
+func (b *Backend) StartWarning(r *state.Record) string {
+	if r.Guest.Proxy {
+		return ""
+	}
+	return fmt.Sprintf("the guest of %q was set up by an older agent-vm, before VMs' networks were contained: it is not configured for the egress proxy, so it reaches no network (hint: `agent-vm reset %s` sets it up again from the base image; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
 }
 
 // Settings is this backend's section of the VM record.

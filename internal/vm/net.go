@@ -368,13 +368,3 @@ func ServeEgress(ctx context.Context, o EgressOptions) error {
 func RelayEgress(ctx context.Context, sock string, door int, in io.Reader, out io.Writer) error {
 	return egress.Relay(ctx, sock, door, in, out)
 }
-
-// proxyUnset warns about a Debian guest set up before network containment:
-// its network is contained all the same, but nothing in it knows the proxy
-// (NixOS guests get it from the configuration every start builds).
-func proxyUnset(r *state.Record) string {
-	if r.Backend != BackendQEMU || r.Guest.Proxy {
-		return ""
-	}
-	return fmt.Sprintf("the guest of %q was set up by an older agent-vm, before VMs' networks were contained: it is not configured for the egress proxy, so it reaches no network (hint: `agent-vm reset %s` sets it up again from the base image; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
-}
