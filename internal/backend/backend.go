@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -57,6 +58,46 @@ type Backend interface {
 	Prepare(ctx context.Context, l state.Layout, r *state.Record, o PrepareOptions) (*Plan, error)
 }
 
+// Templater is a backend whose guests can start from a template
+// (internal/vm's template.go has the design): a VM of the same backend,
+// provisioned with the guest contract alone and saved by its driver (a
+// driver.Suspender and driver.Cloner), on whose disk Prepare makes a new
+// VM's (PrepareOptions.Template) and then returns a Plan with a Clone. The
+// record's section is the backend's, so the backend says what of it a
+// template takes and must share.
+type Templater interface {
+	// TemplateSection is the section of the record of a template made for
+	// the VM whose record is r.
+	TemplateSection(r *state.Record) (any, error)
+	// TemplateBase is what of r's section a template for r must have been
+	// made with: a part of the template's key, compared as text.
+	TemplateBase(r *state.Record) (string, error)
+}
+
+// HostNeeder is a backend whose VMs need host programs besides those
+// every VM needs (hostpkgs.Run): `agent-vm setup --backend NAME` installs
+// them too (the vagrant backend: vagrant, vagrant-libvirt, libvirt).
+type HostNeeder interface {
+	HostNeeds() hostpkgs.Need
+}
+
+// GuestProgramLister is a backend whose guests have programs besides
+// every guest's (sh, bash, git) that an MCP server may run: `agent-vm mcp
+// sync` gives the guest only the servers whose command it has (the qemu
+// backend's image: node, npm, python3 ...).
+type GuestProgramLister interface {
+	GuestPrograms() []string
+}
+
+// StartWarner is a backend with a warning about a VM's guest for its
+// start, one that refuses nothing (the qemu backend: a guest set up
+// before VMs' networks were contained); start logs it.
+type StartWarner interface {
+	// StartWarning is the warning for the VM whose record is r; "" for
+	// none.
+	StartWarning(r *state.Record) string
+}
+
 // ErrTemplateMismatch is a template (PrepareOptions.Template) that the
 // VM cannot start from: the backend says why, and nothing was made.
 var ErrTemplateMismatch = errors.New("the template does not fit this VM")
@@ -78,7 +119,7 @@ type Plan struct {
 	Settle string
 	// Clone is set when the VM's disk was made now on a template's
 	// (PrepareOptions.Template): the VM is to start from the template's
-	// saved state (driver.Clone), then become itself by these scripts.
+	// saved state (driver.Cloner), then become itself by these scripts.
 	Clone *Clone
 }
 

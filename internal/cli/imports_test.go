@@ -2,8 +2,11 @@ package cli
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // TestCLIKnowsNoBackend keeps the seam: the CLI parses flags and prints,
@@ -30,6 +33,29 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 	for _, p := range imports {
 		if strings.HasPrefix(p, module+"/") && !allowed[p] {
 			t.Errorf("internal/cli imports %s; reach it through internal/vm (see vm.Open)", p)
+		}
+	}
+}
+
+// TestCLIImportsNoBackendOrDriver: whatever the list above allows, no
+// backend and no driver (a package with a compile-time check of
+// backend.Backend or driver.Driver) is among the CLI's imports; vm.Open
+// builds them.
+func TestCLIImportsNoBackendOrDriver(t *testing.T) {
+	const cli = "github.com/agent-vm/agent-vm/internal/cli"
+	pkgs := tu.Packages(t)
+	backends := tu.Implementing(t, pkgs, "backend", "Backend")
+	drivers := tu.Implementing(t, pkgs, "driver", "Driver")
+	if len(backends) < 3 || len(drivers) < 2 {
+		t.Fatalf("found backends %v and drivers %v: the check proves nothing", backends, drivers)
+	}
+	i := slices.IndexFunc(pkgs, func(p tu.Package) bool { return p.ImportPath == cli })
+	if i < 0 || len(pkgs[i].Imports) == 0 {
+		t.Fatalf("go list did not name %s's imports, so the check proves nothing", cli)
+	}
+	for _, p := range pkgs[i].Imports {
+		if backends[p] || drivers[p] {
+			t.Errorf("internal/cli imports %s, a backend or driver; vm.Open builds them", p)
 		}
 	}
 }

@@ -1,8 +1,9 @@
 // Package debian is the backend users call "qemu": a Debian (or Ubuntu)
 // cloud image, booted by the QEMU launcher on its own overlay, made an
-// agent-vm guest by a cloud-init NoCloud seed (internal/cloudinit renders
-// it). It owns its section of the VM record (Settings) and its files in the
-// VM directory.
+// agent-vm guest by a cloud-init NoCloud seed (internal/seed makes it from
+// the VM, internal/cloudinit renders it; the vagrant backend,
+// internal/vagrantbackend, boots the same seed). It owns its section of
+// the VM record (Settings) and its files in the VM directory.
 package debian
 
 import (
@@ -21,9 +22,9 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/execx"
-	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/seed"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -33,10 +34,10 @@ const Name = "qemu"
 
 // Files of the qemu backend in a VM directory.
 const (
-	DiskFile     = "disk.qcow2" // the VM's overlay on the base image
-	DiskInfoFile = "disk.json"  // what the overlay was made from
-	SeedFile     = "seed.iso"   // the NoCloud seed, rewritten at every start
-	MCPConfig    = "mcp.json"   // the VM's own MCP servers (optional)
+	DiskFile     = "disk.qcow2"   // the VM's overlay on the base image
+	DiskInfoFile = "disk.json"    // what the overlay was made from
+	SeedFile     = seed.File      // the NoCloud seed, rewritten at every start
+	MCPConfig    = seed.MCPConfig // the VM's own MCP servers (optional)
 )
 
 // Backend boots cloud-init guests with the shared QEMU launcher.
@@ -52,13 +53,35 @@ type Backend struct {
 	BuildImage func(ctx context.Context) (*image.Image, error)
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend            = (*Backend)(nil)
+	_ backend.Templater          = (*Backend)(nil)
+	_ backend.GuestProgramLister = (*Backend)(nil)
+	_ backend.StartWarner        = (*Backend)(nil)
+)
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return Name }
 
 // Driver is "qemu": QEMU runs the VMs.
 func (b *Backend) Driver() string { return qemu.DriverName }
+
+// GuestPrograms implements backend.GuestProgramLister: what the base
+// image has besides every guest's programs (internal/image's recipe).
+func (b *Backend) GuestPrograms() []string {
+	return []string{"node", "npm", "npx", "python3", "curl"}
+}
+
+// StartWarning implements backend.StartWarner: a guest set up by an
+// agent-vm from before network containment (state.Guest.Proxy false) is
+// contained all the same, but nothing in it knows the proxy, which only
+// its first boot sets up: it reaches no network until a reset.
+func (b *Backend) StartWarning(r *state.Record) string {
+	if r.Guest.Proxy {
+		return ""
+	}
+	return fmt.Sprintf("the guest of %q was set up by an older agent-vm, before VMs' networks were contained: it is not configured for the egress proxy, so it reaches no network (hint: `agent-vm reset %s` sets it up again from the base image; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
+}
 
 // Settings is this backend's section of the VM record.
 type Settings struct {
@@ -204,7 +227,7 @@ func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
 // start), a fresh seed ISO, and a direct-kernel boot when the base has a
 // kernel.
 func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	s, err := sectionForStart(r, o.Reprovision, func(s *Settings) *int { return &s.Provision })
+	s, err := seed.ForStart(r, o.Reprovision, func(s *Settings) *int { return &s.Provision })
 	if err != nil {
 		return nil, err
 	}
@@ -212,12 +235,12 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	c, err := seedConfig(l, r, s.Provision, o.CACerts)
+	c, err := seed.Config(l, r, s.Provision, o.CACerts)
 	if err != nil {
 		return nil, err
 	}
 	c.Template = s.Template
-	if err := writeSeed(ctx, l, r, c, b.Executable); err != nil {
+	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}
 	d := &qemu.Direct{
@@ -244,19 +267,6 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		plan.Clone = &backend.Clone{Personalize: p, FirstRun: cloudinit.FirstRun(c)}
 	}
 	return plan, nil
-}
-
-// sectionForStart reads the backend's section S of r and, on start
-// --reprovision, counts one more provisioning in it (provision points at
-// the count): a new instance-id makes the guest's first-boot setup run
-// again.
-func sectionForStart[S any](r *state.Record, reprovision bool, provision func(*S) *int) (S, error) {
-	s, err := state.SectionOf[S](r)
-	if err != nil || !reprovision {
-		return s, err
-	}
-	*provision(&s)++
-	return s, r.SetSection(s)
 }
 
 // madeDisk is the VM's disk, and whether this start made it.
@@ -353,54 +363,6 @@ func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions
 	return &DiskInfo{Base: img.Disk, BaseFormat: img.Format, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}, nil
 }
 
-// seedConfig is what a VM's cloud-init seed says at its provision'th
-// provisioning (the instance-id is the VM's id and that count).
-func seedConfig(l state.Layout, r *state.Record, provision int, caCerts []string) (cloudinit.Config, error) {
-	pub, err := os.ReadFile(l.ClientPubKey())
-	if err != nil {
-		return cloudinit.Config{}, fmt.Errorf("reading the VM's client key: %w", err)
-	}
-	hostPriv, err := os.ReadFile(l.HostKey())
-	if err != nil {
-		return cloudinit.Config{}, fmt.Errorf("reading the VM's host key: %w", err)
-	}
-	hostPub, err := os.ReadFile(l.HostPubKey())
-	if err != nil {
-		return cloudinit.Config{}, fmt.Errorf("reading the VM's host key: %w", err)
-	}
-	var mcpConfig []byte
-	if b, err := os.ReadFile(filepath.Join(l.Dir, MCPConfig)); err == nil {
-		mcpConfig = b
-	}
-	return cloudinit.Config{
-		InstanceID:     fmt.Sprintf("%s-%d", r.ID, provision),
-		Hostname:       r.Slug,
-		UID:            r.Guest.UID,
-		GID:            r.Guest.GID,
-		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
-		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
-		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
-		CACerts:        caCerts,
-		NPMPackages:    agentPackages(r.Agent),
-		ExtraPackages:  r.AllPackages(),
-		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
-			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
-	}, nil
-}
-
-// writeSeed writes the VM's cloud-init seed with the agent-vm binary the
-// guest installs.
-func writeSeed(ctx context.Context, l state.Layout, r *state.Record, c cloudinit.Config, executable func() (string, error)) error {
-	exe, err := executable()
-	if err != nil {
-		return fmt.Errorf("finding the agent-vm binary for the guest: %w", err)
-	}
-	if p, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = p
-	}
-	return cloudinit.WriteSeed(ctx, filepath.Join(l.Dir, SeedFile), c, cloudinit.SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
-}
-
 // Release implements backend.Backend: a Debian VM has nothing outside its
 // directory to let go of first.
 func (b *Backend) Release(state.Layout) error { return nil }
@@ -421,15 +383,4 @@ func (b *Backend) ImagesInUse(l state.Layout) []string {
 		return []string{info.Base, info.Template}
 	}
 	return []string{info.Base}
-}
-
-// agentPackages are the npm packages of the VM's agent CLI.
-func agentPackages(name string) []string {
-	if name == "" {
-		return nil
-	}
-	if a, err := guest.LookupAgent(name); err == nil {
-		return []string{a.Package}
-	}
-	return nil // create refused unknown names
 }

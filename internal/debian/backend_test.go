@@ -86,3 +86,17 @@ func TestReset(t *testing.T) {
 		t.Errorf("settings after reset: %+v, want provision 3 (a new instance-id) and the image kept", s)
 	}
 }
+
+// --box and --vagrantfile belong to the vagrant backend: the qemu backend
+// refuses them, naming it, and takes --vagrantfile's default.
+func TestBoxFlagBelongsToVagrant(t *testing.T) {
+	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Box: "x/y"}); err == nil || !strings.Contains(err.Error(), "--backend vagrant") {
+		t.Errorf("qemu backend with --box: %v", err)
+	}
+	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Vagrantfile: "repo"}); err == nil || !strings.Contains(err.Error(), "--backend vagrant") {
+		t.Errorf("qemu backend with --vagrantfile=repo: %v", err)
+	}
+	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Vagrantfile: "auto"}); err != nil {
+		t.Errorf("qemu backend with --vagrantfile's default: %v", err)
+	}
+}

@@ -5,8 +5,19 @@
 // it, watches it and stops it. internal/qemu implements it today (the QEMU
 // launcher, for the Debian and NixOS backends); internal/vagrant, which
 // owns its machines' whole lifecycle through vagrant, is the second.
+// Neither imports the other: what both need (virtiofsd, the process
+// table) is in packages of its own (internal/virtiofsd, internal/proc).
 //
-// What each verb guarantees:
+// Every driver implements the core, Driver. What only some drivers can do
+// is an interface of its own, which the caller finds by a type assertion
+// and does without, with its own refusal, when a driver lacks it:
+// Suspender, Cloner, Forwarder, Adopter and NetworkContainer. A driver
+// keeps a compile-time check for each one it implements (var _
+// driver.Cloner = (*Driver)(nil)). A capability a driver has may still be
+// refused for one machine, with ErrUnsupported (the QEMU driver suspends
+// no NixOS run script's machine): that is a property of the machine.
+//
+// What each verb guarantees, the core's first:
 //   - Inspect reads a machine's live state from the host side only (process
 //     table, the driver's own run files and control channels), never from
 //     the guest, so it is fast and answers for a guest that hangs.
@@ -17,13 +28,22 @@
 //   - Stop shuts a machine down cleanly (the guest powers off), and after
 //     grace forces it; ErrNotRunning when there was nothing to stop (what
 //     a crash left is cleared all the same).
-//   - Suspend keeps a running machine's memory while no guest code runs,
-//     and Inspect then says StateSuspended, its detail saying where the
-//     memory is. The QEMU driver saves memory and devices to the run
-//     directory and ends its processes, so a suspended machine costs no
-//     CPU or RAM; the vagrant driver pauses the machine, whose QEMU keeps
-//     the memory (see internal/vagrant). The guest's side (what uses the
-//     workspace share, which QEMU cannot save with the rest) is the
+//   - MarkReady records that the guest of the current launch came up, and
+//     Running tells whether a launched process is still that machine (the
+//     boot watch), never mistaking a recycled pid for it.
+//   - Destroy removes what the driver keeps for a stopped machine outside
+//     its run and log directories.
+//   - Logs names the log files: the guest's console and the driver's own.
+//   - Share says which workspace share a start would attach on this host,
+//     so the backend prepares its guest for it before Start; Doctor checks
+//     the programs the driver needs.
+//   - Suspender: Suspend keeps a running machine's memory while no guest
+//     code runs, and Inspect then says StateSuspended, its detail saying
+//     where the memory is. The QEMU driver saves memory and devices to the
+//     run directory and ends its processes, so a suspended machine costs
+//     no CPU or RAM; the vagrant driver pauses the machine, whose QEMU
+//     keeps the memory (see internal/vagrant). The guest's side (what uses
+//     the workspace share, which QEMU cannot save with the rest) is the
 //     caller's: the driver calls GuestHooks.Detach once it knows it can
 //     suspend, and GuestHooks.Attach to undo it when the suspend fails
 //     after. A driver whose SuspendKeepsShare is true leaves the share
@@ -33,24 +53,18 @@
 //     mounts it in the guest (unless SuspendKeepsShare) and fixes the
 //     guest's clock. A state that no longer fits (another QEMU, another
 //     machine, a changed disk) is refused with ErrStaleState and kept;
-//     Stop discards a saved state (a later Start boots cold). A driver that
-//     cannot answers ErrUnsupported.
-//   - ContainsNetwork says whether Start honours Machine.Network; the
-//     caller gives a Network only to a driver that does.
-//   - Adopt completes a machine whose record is lost (no uuid) from what
-//     still runs in its run directory, so Stop and Destroy reach it.
-//   - MarkReady records that the guest of the current launch came up, and
-//     Running tells whether a launched process is still that machine (the
-//     boot watch), never mistaking a recycled pid for it.
-//   - Destroy removes what the driver keeps for a stopped machine outside
-//     its run and log directories.
-//   - AddForward and RemoveForward change a running machine's port
-//     forwards (`agent-vm port`); Start applies Machine.Forwards itself, so
-//     a forward kept in the record comes back at every start.
-//   - Logs names the log files: the guest's console and the driver's own.
-//   - Share says which workspace share a start would attach on this host,
-//     so the backend prepares its guest for it before Start; Doctor checks
-//     the programs the driver needs.
+//     Stop discards a saved state (a later Start boots cold).
+//   - Cloner: Clone starts a machine that never ran from another one's
+//     saved state (a template), with edits in its memory.
+//   - Forwarder: AddForward and RemoveForward change a running machine's
+//     port forwards (`agent-vm port`). Every driver's Start applies
+//     Machine.Forwards itself, so a forward kept in the record comes back
+//     at every start.
+//   - Adopter: Adopt completes a machine whose record is lost (no uuid)
+//     from what still runs in its run directory, so Stop and Destroy reach
+//     it. A driver without it needs nothing more than the run directory.
+//   - NetworkContainer: Start honours Machine.Network; the caller gives a
+//     Network only to a driver that does.
 //
 // Driver-neutral: the machine description (Machine), its states, Live,
 // Launch and the workspace share modes, all here. Driver-specific: the boot
@@ -61,7 +75,8 @@
 //
 // How a plan travels: a backend names the driver it needs (Backend.Driver)
 // and its Plan carries a Boot, a value of that driver's own plan type
-// (qemu.Boot: a QEMU command line or a run script; for Vagrant it will be a
+// (qemu.Boot: a QEMU command line or a run script; vagrant.Boot: the box,
+// seed and login its Vagrantfile is made with, or the repository's own
 // Vagrantfile). The named driver type-checks it in Start and refuses a plan
 // of another driver with an error naming both. A neutral plan type would be
 // the union of every driver's (argv and disks mean nothing to Vagrant, a
@@ -76,8 +91,9 @@ import (
 	"time"
 )
 
-// Driver runs machines. Every verb takes the machine's description; a
-// driver keeps no state between calls other than its run files.
+// Driver runs machines: the core every driver implements. Every verb
+// takes the machine's description; a driver keeps no state between calls
+// other than its run files.
 type Driver interface {
 	// Name is the driver's name, as backends name it: "qemu".
 	Name() string
@@ -88,42 +104,11 @@ type Driver interface {
 	// started now, and why it is not the best mode when it is not (err).
 	// The backend prepares its guest for that mode before Start.
 	Share(ctx context.Context) (mode ShareMode, err error)
-	// ContainsNetwork says whether Start honours Machine.Network (the
-	// containment: the guest reaches only its doors). The QEMU driver
-	// does; the vagrant driver does not (its provider's network is its
-	// own, see internal/vagrant), so the caller passes no Network to it
-	// and must not promise the user a policy nothing enforces.
-	ContainsNetwork() bool
-	// SuspendKeepsShare says whether Suspend leaves the workspace share
-	// attached and mounted in the guest (the vagrant driver pauses the
-	// machine; QEMU's suspend unplugs the share, which it cannot save).
-	// Such a driver's Suspend runs no GuestHooks, and after its Resume the
-	// caller does not mount the share again.
-	SuspendKeepsShare() bool
 
 	Inspect(ctx context.Context, m Machine) (Live, error)
 	Start(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
 	Stop(ctx context.Context, m Machine, grace time.Duration) error
-	Suspend(ctx context.Context, m Machine, g GuestHooks) error
-	Resume(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
-	// Clone starts m, which never ran, from the saved state of from (a
-	// template: a machine Suspend saved), with m's own disks, share and
-	// plumbing; the caller gives the guest its own identity. A template
-	// that does not fit m (another QEMU, another machine shape, a changed
-	// disk) is ErrStaleState, before anything starts. edits are made in
-	// the restored memory before the guest runs; one that does not fit
-	// (the memory does not hold its Old bytes) is ErrStaleState too.
-	Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine, edits []MemoryEdit) (*Launch, error)
-	Adopt(ctx context.Context, m Machine) Machine
 	Destroy(ctx context.Context, m Machine) error
-
-	// AddForward forwards 127.0.0.1:f.Host on the host to f.Guest in the
-	// running machine until it stops: ErrNotRunning when it does not run,
-	// an error naming the port when the host port cannot be bound.
-	AddForward(ctx context.Context, m Machine, f Forward) error
-	// RemoveForward ends the forward of host port f.Host in the running
-	// machine; a forward that is not there is no error.
-	RemoveForward(ctx context.Context, m Machine, f Forward) error
 
 	// MarkReady records that the guest of the current launch is up (the
 	// time Launch.ReadyAt reports).
@@ -133,13 +118,69 @@ type Driver interface {
 	Logs(m Machine) Logs
 }
 
+// Suspender is a driver that can suspend a running machine and resume it
+// (see the package doc).
+type Suspender interface {
+	Suspend(ctx context.Context, m Machine, g GuestHooks) error
+	Resume(ctx context.Context, m Machine, b Boot, o StartOptions) (*Launch, error)
+	// SuspendKeepsShare says whether Suspend leaves the workspace share
+	// attached and mounted in the guest (the vagrant driver pauses the
+	// machine; QEMU's suspend unplugs the share, which it cannot save).
+	// Such a driver's Suspend runs no GuestHooks, and after its Resume the
+	// caller does not mount the share again.
+	SuspendKeepsShare() bool
+}
+
+// Cloner is a driver that can start a machine from a template's saved
+// state (internal/vm's templates).
+type Cloner interface {
+	// Clone starts m, which never ran, from the saved state of from (a
+	// template: a machine Suspend saved), with m's own disks, share and
+	// plumbing; the caller gives the guest its own identity. A template
+	// that does not fit m (another QEMU, another machine shape, a changed
+	// disk) is ErrStaleState, before anything starts. edits are made in
+	// the restored memory before the guest runs; one that does not fit
+	// (the memory does not hold its Old bytes) is ErrStaleState too.
+	Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine, edits []MemoryEdit) (*Launch, error)
+}
+
+// Forwarder is a driver that can change a running machine's port
+// forwards.
+type Forwarder interface {
+	// AddForward forwards 127.0.0.1:f.Host on the host to f.Guest in the
+	// running machine until it stops: ErrNotRunning when it does not run,
+	// an error naming the port when the host port cannot be bound.
+	AddForward(ctx context.Context, m Machine, f Forward) error
+	// RemoveForward ends the forward of host port f.Host in the running
+	// machine; a forward that is not there is no error.
+	RemoveForward(ctx context.Context, m Machine, f Forward) error
+}
+
+// Adopter is a driver that learns from the host what a machine whose
+// record is lost left running (the QEMU driver: where its sockets are).
+type Adopter interface {
+	// Adopt completes m (no uuid) from what runs in its run directory; m
+	// is returned as it was when nothing does.
+	Adopt(ctx context.Context, m Machine) Machine
+}
+
+// NetworkContainer is a driver whose Start honours Machine.Network (the
+// containment: the guest reaches only its doors). The QEMU driver is one;
+// the vagrant driver is not (its provider's network is its own, see
+// internal/vagrant), so the caller passes no Network to it and must not
+// promise the user a policy nothing enforces.
+type NetworkContainer interface {
+	// ContainsNetwork does nothing: having it is the answer.
+	ContainsNetwork()
+}
+
 // Boot is a driver-specific boot plan (see the package doc).
 type Boot interface {
 	// DriverName names the driver that runs this plan.
 	DriverName() string
 }
 
-// GuestHooks are the guest's side of a suspend (see Suspend), run by the
+// GuestHooks are the guest's side of a suspend (see Suspender), run by the
 // caller over its own channel to the guest.
 type GuestHooks struct {
 	// Detach readies the guest for the workspace share to go (stops what
@@ -177,8 +218,11 @@ type MemoryEdit struct {
 
 // Errors the verbs return (wrapped).
 var (
-	ErrRunning     = errors.New("already running")
-	ErrNotRunning  = errors.New("not running")
+	ErrRunning    = errors.New("already running")
+	ErrNotRunning = errors.New("not running")
+	// ErrUnsupported is a verb the driver cannot do: one it lacks the
+	// capability of (the caller's refusal wraps it), or one it refuses
+	// for this machine.
 	ErrUnsupported = errors.New("not supported by this driver")
 	// ErrSuspended is a Start of a machine that has a saved state: Resume
 	// it, or Stop it to discard the state first.

@@ -3,6 +3,8 @@ package qemu
 import (
 	"path/filepath"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/proc"
 )
 
 // Adopt completes a machine known only by its directories (its record is
@@ -15,11 +17,11 @@ import (
 // returned as it was, and Stop still ends a virtiofsd serving the run dir.
 func Adopt(m Machine) (adopted Machine, pid int) {
 	match := isQEMUIn(m.RunDir)
-	pid, err := readPid(m.runFile(PidFile))
-	if err != nil || !verified(pid, match) {
-		pid = findProcess(match)
+	pid, err := proc.ReadPid(m.runFile(PidFile))
+	if err != nil || !proc.Verified(pid, match) {
+		pid = proc.Find(match)
 	}
-	args := procArgs(pid)
+	args := proc.Args(pid)
 	if pid == 0 || args == nil || !match(args) {
 		return m, 0
 	}

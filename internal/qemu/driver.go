@@ -8,6 +8,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // DriverName is the name backends give the QEMU driver.
@@ -22,22 +23,31 @@ func (Boot) DriverName() string { return DriverName }
 type Driver struct {
 	Launcher *Launcher
 	// FindVirtiofsd finds virtiofsd; an error means 9p.
-	FindVirtiofsd func(ctx context.Context) (*Virtiofsd, error)
+	FindVirtiofsd func(ctx context.Context) (*virtiofsd.Binary, error)
 }
 
-var _ driver.Driver = (*Driver)(nil)
+// The QEMU driver has every capability (see internal/driver).
+var (
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.Suspender        = (*Driver)(nil)
+	_ driver.Cloner           = (*Driver)(nil)
+	_ driver.Forwarder        = (*Driver)(nil)
+	_ driver.Adopter          = (*Driver)(nil)
+	_ driver.NetworkContainer = (*Driver)(nil)
+)
 
 // NewDriver returns the driver over l, finding virtiofsd with l's runner.
 func NewDriver(l *Launcher) *Driver {
-	return &Driver{Launcher: l, FindVirtiofsd: func(ctx context.Context) (*Virtiofsd, error) { return FindVirtiofsd(ctx, l.Run) }}
+	return &Driver{Launcher: l, FindVirtiofsd: func(ctx context.Context) (*virtiofsd.Binary, error) { return virtiofsd.Find(ctx, l.Run) }}
 }
 
 // Name is "qemu".
 func (d *Driver) Name() string { return DriverName }
 
-// ContainsNetwork is true: Start runs the egress proxy and the doors of
-// Machine.Network behind a restricted user-mode network.
-func (d *Driver) ContainsNetwork() bool { return true }
+// ContainsNetwork makes the driver a driver.NetworkContainer: Start runs
+// the egress proxy and the doors of Machine.Network behind a restricted
+// user-mode network.
+func (d *Driver) ContainsNetwork() {}
 
 // SuspendKeepsShare is false: a saved state cannot hold the share's
 // device, so Suspend unplugs it (after GuestHooks.Detach) and Resume plugs

@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/proc"
 )
 
 // The egress proxy's files (see driver.Network and internal/egress).
@@ -168,7 +169,7 @@ func pruneRelays(base, keep string, now time.Time) {
 		named := func(args []string) bool {
 			return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, p) })
 		}
-		if findProcess(named) == 0 {
+		if proc.Find(named) == 0 {
 			_ = os.Remove(p)
 		}
 	}
@@ -182,8 +183,8 @@ func pruneRelays(base, keep string, now time.Time) {
 func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (int, error) {
 	sock, door := m.egressFile(ProxySock), m.egressFile(DoorSock)
 	match := isEgressFor(m.runFile(PidFile))
-	if old := findProcess(match); old != 0 {
-		killVerified(old, match)
+	if old := proc.Find(match); old != 0 {
+		proc.Kill(old, match)
 	}
 	_ = os.Remove(sock) // Start made m.EgressDir
 	_ = os.Remove(door)
@@ -203,11 +204,11 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 	for {
 		if exists(sock) && exists(door) {
 			if err := giveSockets(owner, sock, door); err != nil {
-				killVerified(p.Pid(), match)
+				proc.Kill(p.Pid(), match)
 				return 0, fmt.Errorf("giving the egress sockets to QEMU's user: %w", err)
 			}
 			if err := os.WriteFile(m.runFile(EgressPid), []byte(strconv.Itoa(p.Pid())+"\n"), 0o600); err != nil {
-				killVerified(p.Pid(), match)
+				proc.Kill(p.Pid(), match)
 				return 0, err
 			}
 			return p.Pid(), nil
@@ -216,12 +217,12 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 		case <-p.Exited():
 			return 0, fmt.Errorf("the egress proxy exited at once (code %d): %s", p.ExitCode(), driver.TailFile(m.logFile(EgressLog), 3))
 		case <-ctx.Done():
-			killVerified(p.Pid(), match)
+			proc.Kill(p.Pid(), match)
 			return 0, ctx.Err()
 		case <-time.After(wait.next()):
 		}
 		if time.Now().After(deadline) {
-			killVerified(p.Pid(), match)
+			proc.Kill(p.Pid(), match)
 			return 0, fmt.Errorf("the egress proxy did not create its sockets within 10s: %s", driver.TailFile(m.logFile(EgressLog), 3))
 		}
 	}
@@ -267,12 +268,12 @@ func giveSockets(owner *Owner, socks ...string) error {
 // serving this VM) and removes its sockets, wherever they were made.
 func (l *Launcher) stopEgress(m Machine) {
 	match := isEgressFor(m.runFile(PidFile))
-	pid, err := readPid(m.runFile(EgressPid))
-	if err != nil || !verified(pid, match) {
-		pid = findProcess(match)
+	pid, err := proc.ReadPid(m.runFile(EgressPid))
+	if err != nil || !proc.Verified(pid, match) {
+		pid = proc.Find(match)
 	}
 	if pid != 0 {
-		killVerified(pid, match)
+		proc.Kill(pid, match)
 	}
 	_ = os.Remove(m.runFile(EgressPid))
 	_ = os.Remove(m.sockFile(ProxySock))

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Live is a VM's live state, read from its pid and QMP (never over SSH).
@@ -52,15 +53,15 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	// QEMU's own pid file first, then what the start recorded; the
 	// process table when launch.json cannot say.
 	match := m.isQEMU()
-	pid, _ := readPid(m.runFile(PidFile))
-	ok := verified(pid, match) // each check reads the process's /proc files: once per pid
+	pid, _ := proc.ReadPid(m.runFile(PidFile))
+	ok := proc.Verified(pid, match) // each check reads the process's /proc files: once per pid
 	if !ok && launch != nil {
 		pid = launch.QEMUPid
-		ok = verified(pid, match)
+		ok = proc.Verified(pid, match)
 	}
 	if !ok && live.LaunchErr != nil {
-		pid = findProcess(match)
-		ok = verified(pid, match)
+		pid = proc.Find(match)
+		ok = proc.Verified(pid, match)
 	}
 	if !ok {
 		if hasSavedState(m) {
@@ -154,7 +155,7 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 	} else {
 		// No launch.json to say (unreadable, or a start killed before it
 		// wrote one): the process table knows.
-		vfs = findProcess(isVirtiofsdFor(m.sockFile(VirtiofsdSock)))
+		vfs = proc.Find(virtiofsd.Serving(m.sockFile(VirtiofsdSock)))
 	}
 	if live.State == driver.StateSuspended {
 		// Stopping a suspended VM discards its saved state: it boots
@@ -179,7 +180,7 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 	log := l.Log.With("vm", m.Name, "pid", live.Pid)
 	if l.qmpCommand(ctx, m, "system_powerdown") {
 		log.Debug("asked the guest to power off")
-		if waitGoneCtx(ctx, live.Pid, match, grace) {
+		if proc.WaitGoneCtx(ctx, live.Pid, match, grace) {
 			return l.finishStop(m, vfs)
 		}
 		if ctx.Err() != nil {
@@ -187,15 +188,15 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		}
 		log.Warn("the guest did not power off in time; quitting QEMU", "waited", grace)
 	}
-	if l.qmpCommand(ctx, m, "quit") && waitGoneCtx(ctx, live.Pid, match, 5*time.Second) {
+	if l.qmpCommand(ctx, m, "quit") && proc.WaitGoneCtx(ctx, live.Pid, match, 5*time.Second) {
 		return l.finishStop(m, vfs)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	log.Warn("QEMU did not quit; killing it")
-	killVerified(live.Pid, match)
-	if verified(live.Pid, match) {
+	proc.Kill(live.Pid, match)
+	if proc.Verified(live.Pid, match) {
 		return fmt.Errorf("QEMU (pid %d) of %s survived SIGKILL", live.Pid, m.Name)
 	}
 	return l.finishStop(m, vfs)
@@ -215,32 +216,6 @@ func (l *Launcher) cleanup(m Machine) {
 	l.stopEgress(m)
 }
 
-// stopVirtiofsd ends this VM's virtiofsd: it exits by itself when QEMU goes;
-// otherwise SIGTERM, then SIGKILL.
-func (l *Launcher) stopVirtiofsd(m Machine, pid int, wait time.Duration) {
-	if pid == 0 {
-		return
-	}
-	match := isVirtiofsdFor(m.sockFile(VirtiofsdSock))
-	if waitGone(pid, match, wait) {
-		return
-	}
-	signalVerified(pid, match, syscall.SIGTERM)
-	if !waitGone(pid, match, 2*time.Second) {
-		killVerified(pid, match)
-	}
-}
-
-// stopStrayVirtiofsds ends every virtiofsd still serving this VM's socket
-// once its QEMU is gone: one a start killed before it wrote launch.json
-// left, or two at once (one still exiting when another was started for
-// the same socket), which findProcess alone would pick one of.
-func (l *Launcher) stopStrayVirtiofsds(m Machine) {
-	for _, pid := range findProcesses(isVirtiofsdFor(m.sockFile(VirtiofsdSock))) {
-		l.stopVirtiofsd(m, pid, 0)
-	}
-}
-
 // qmpCommand runs a command that takes no arguments and reports whether QEMU
 // accepted it.
 func (l *Launcher) qmpCommand(ctx context.Context, m Machine, cmd string) bool {
@@ -257,23 +232,4 @@ func (l *Launcher) qmpCommand(ctx context.Context, m Machine, cmd string) bool {
 		return false
 	}
 	return true
-}
-
-// waitGoneCtx is waitGone that also ends with ctx.
-func waitGoneCtx(ctx context.Context, pid int, match func([]string) bool, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	b := newBackoff(20*time.Millisecond, 250*time.Millisecond)
-	for {
-		if !verified(pid, match) && !exiting(pid) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(b.next()):
-		}
-	}
 }

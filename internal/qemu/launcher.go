@@ -19,7 +19,9 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Launcher starts, inspects and stops VMs.
@@ -90,7 +92,7 @@ type StartOptions struct {
 	Accel       string // "kvm" or "tcg"
 	AccelReason string
 	// Virtiofsd to use; nil shares the workspace over 9p.
-	Virtiofsd *Virtiofsd
+	Virtiofsd *virtiofsd.Binary
 	// NoFallback: when virtiofsd fails, fail the start instead of sharing
 	// over 9p (a guest built for virtiofs would boot without its workspace).
 	NoFallback bool
@@ -198,7 +200,7 @@ func (l *Launcher) start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	}
 	pid, err := l.waitQMP(ctx, m, p)
 	if err != nil {
-		killVerified(p.Pid(), m.isQEMU())
+		proc.Kill(p.Pid(), m.isQEMU())
 		l.stopVirtiofsd(m, vfsPid, 0)
 		l.stopEgress(m)
 		return nil, err
@@ -327,7 +329,7 @@ func (l *Launcher) waitQMP(ctx context.Context, m Machine, p execx.Process) (int
 			return 0, ctx.Err()
 		default:
 		}
-		if pid, err := readPid(m.runFile(PidFile)); err == nil {
+		if pid, err := proc.ReadPid(m.runFile(PidFile)); err == nil {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			c, err := qmp.Dial(qctx, m.QMPPath())
 			cancel()

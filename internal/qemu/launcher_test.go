@@ -18,9 +18,11 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/sharejail"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // These tests run real QEMU processes with a real kernel that boots to a
@@ -56,8 +58,8 @@ func testMachine(t *testing.T) (Machine, Boot) {
 	return m, b
 }
 
-func virtiofsd(t *testing.T, l *Launcher) *Virtiofsd {
-	v, err := FindVirtiofsd(context.Background(), l.Run)
+func findVirtiofsd(t *testing.T, l *Launcher) *virtiofsd.Binary {
+	v, err := virtiofsd.Find(context.Background(), l.Run)
 	tu.Need(t, err == nil, "virtiofsd is missing")
 	tu.Need(t, os.Geteuid() == 0 || v.Rust, "QEMU's C virtiofsd needs root")
 	return v
@@ -70,9 +72,9 @@ func mustStart(t *testing.T, l *Launcher, m Machine, b Boot, o StartOptions) *La
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		killVerified(launch.QEMUPid, isQEMUFor(m.UUID))
+		proc.Kill(launch.QEMUPid, isQEMUFor(m.UUID))
 		if launch.VirtiofsdPid != 0 {
-			killVerified(launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock)))
+			proc.Kill(launch.VirtiofsdPid, virtiofsd.Serving(m.sockFile(VirtiofsdSock)))
 		}
 	})
 	return launch
@@ -81,7 +83,7 @@ func mustStart(t *testing.T, l *Launcher, m Machine, b Boot, o StartOptions) *La
 func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	l := testLauncher(t)
 	m, b := testMachine(t)
-	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: virtiofsd(t, l)})
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: findVirtiofsd(t, l)})
 	if launch.Share != driver.ShareVirtiofs || launch.VirtiofsdPid == 0 {
 		t.Fatalf("launch %+v: want a virtiofs share", launch)
 	}
@@ -93,7 +95,7 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 		t.Errorf("live %+v", live)
 	}
 	// The secret reached QEMU as a file name, never as a value.
-	args := procArgs(launch.QEMUPid)
+	args := proc.Args(launch.QEMUPid)
 	if !hasArg(args, "-sandbox", Sandbox(nil, m.Network != nil).Option()) {
 		t.Errorf("QEMU runs without its sandbox: %q", args)
 	}
@@ -112,10 +114,10 @@ func TestStartInspectStopWithVirtiofs(t *testing.T) {
 	if err := l.Stop(context.Background(), m, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if procArgs(launch.QEMUPid) != nil {
+	if proc.Args(launch.QEMUPid) != nil {
 		t.Error("QEMU still running after stop")
 	}
-	if procArgs(launch.VirtiofsdPid) != nil {
+	if proc.Args(launch.VirtiofsdPid) != nil {
 		t.Error("virtiofsd still running after stop")
 	}
 	if live, _ := l.Inspect(context.Background(), m); live.State != driver.StateStopped {
@@ -151,7 +153,7 @@ func TestRootDropsQEMUToTheWorkspaceOwner(t *testing.T) {
 // but the jail waiting for it.
 func TestRootJailsVirtiofsd(t *testing.T) {
 	l := testLauncher(t)
-	v := virtiofsd(t, l)
+	v := findVirtiofsd(t, l)
 	tu.Need(t, os.Geteuid() == 0 && !v.Rust, "the jail is for QEMU's C virtiofsd run as root")
 	m, b := testMachine(t)
 	os.Chown(m.Share.Source, 65534, 65534)
@@ -160,7 +162,7 @@ func TestRootJailsVirtiofsd(t *testing.T) {
 	if launch.Share != driver.ShareVirtiofs {
 		t.Fatalf("launch %+v", launch)
 	}
-	if args := procArgs(launch.VirtiofsdPid); len(args) < 2 || args[1] != sharejail.Command {
+	if args := proc.Args(launch.VirtiofsdPid); len(args) < 2 || args[1] != sharejail.Command {
 		t.Errorf("virtiofsd pid %d is %q, not the jail", launch.VirtiofsdPid, args)
 	}
 	kids, _ := os.ReadFile("/proc/" + strconv.Itoa(launch.VirtiofsdPid) + "/task/" + strconv.Itoa(launch.VirtiofsdPid) + "/children")
@@ -175,7 +177,7 @@ func TestRootJailsVirtiofsd(t *testing.T) {
 	if err := l.Stop(context.Background(), m, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if procArgs(launch.VirtiofsdPid) != nil {
+	if proc.Args(launch.VirtiofsdPid) != nil {
 		t.Error("the jail still runs after stop")
 	}
 }
@@ -188,7 +190,7 @@ func TestKilledQEMUReadsAsCrashedAndRestarts(t *testing.T) {
 		t.Errorf("without virtiofsd the share must be 9p, got %s", launch.Share)
 	}
 	syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
-	waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
+	proc.WaitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
 	live, _ := l.Inspect(context.Background(), m)
 	if live.State != driver.StateCrashed || live.Detail == "" {
 		t.Fatalf("after SIGKILL: %+v", live)
@@ -205,7 +207,7 @@ func TestGuestPowerOffReadsAsStopped(t *testing.T) {
 	m, b := testMachine(t)
 	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg"})
 	syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
-	waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
+	proc.WaitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
 	f, _ := os.OpenFile(m.ConsoleLogPath(), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
 	f.WriteString("[   42.0] reboot: Power down\n")
 	f.Close()
@@ -261,7 +263,7 @@ func TestQEMUFailureIsExplainedAndCleansUp(t *testing.T) {
 	l := testLauncher(t)
 	m, b := testMachine(t)
 	b.Direct.Kernel = filepath.Join(t.TempDir(), "no-such-kernel")
-	v := virtiofsd(t, l)
+	v := findVirtiofsd(t, l)
 	_, err := l.Start(context.Background(), m, b, StartOptions{Accel: "tcg", Virtiofsd: v})
 	if err == nil || !strings.Contains(err.Error(), "no-such-kernel") {
 		t.Fatalf("got %v, want QEMU's own complaint about the kernel", err)

@@ -55,6 +55,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/sockdir"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Machine is what the launcher needs to know about one VM: the
@@ -119,10 +120,10 @@ const (
 	LaunchFile    = "launch.json"
 	CleanMarker   = "clean-shutdown"
 	QMPSocket     = "qmp.sock"
-	VirtiofsdSock = "virtiofsd.sock"
+	VirtiofsdSock = virtiofsd.SocketFile
 	ConsoleLog    = "console.log"
 	QEMULog       = "qemu.log"
-	VirtiofsdLog  = "virtiofsd.log"
+	VirtiofsdLog  = virtiofsd.LogFile
 )
 
 func (m Machine) runFile(name string) string  { return filepath.Join(m.RunDir, name) }

@@ -11,8 +11,8 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 )
 
-// A FAKE runner (execxtest) stands in for a host without QEMU or virtiofsd:
-// it answers LookPath with "not found" and fails on anything else.
+// A FAKE runner (execxtest) stands in for a host without QEMU: it
+// answers LookPath with "not found" and fails on anything else.
 
 func TestMissingQEMUNamesThePackage(t *testing.T) {
 	fake := execxtest.New(t).Installed("qemu-system-x86_64", "")
@@ -25,13 +25,5 @@ func TestMissingQEMUNamesThePackage(t *testing.T) {
 	}
 	if calls := fake.Calls(); len(calls) != 0 {
 		t.Errorf("ran %v although QEMU is missing", calls)
-	}
-}
-
-func TestMissingVirtiofsdNamesThePackages(t *testing.T) {
-	fake := execxtest.New(t).Installed("virtiofsd", "")
-	_, err := findVirtiofsd(context.Background(), fake, []string{t.TempDir() + "/virtiofsd"})
-	if err == nil || !strings.Contains(err.Error(), "qemu-system-common") || !strings.Contains(err.Error(), "9p") {
-		t.Errorf("got %v", err)
 	}
 }

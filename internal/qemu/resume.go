@@ -8,7 +8,9 @@ import (
 	"os"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Resume starts the VM from its saved state (see suspend.go) and returns
@@ -48,7 +50,7 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 		return nil, err
 	}
 	if err := l.restore(ctx, m, s, m.runFile(StateFile), o.Virtiofsd, launch, nil); err != nil {
-		killVerified(launch.QEMUPid, m.isQEMU())
+		proc.Kill(launch.QEMUPid, m.isQEMU())
 		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
 		_ = os.Remove(m.runFile(LaunchFile))
@@ -63,7 +65,7 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 // restore loads the state in stateFile into the waiting QEMU, makes the
 // memory edits (a clone's), runs the guest and plugs the share in again;
 // launch.json then says the share's virtiofsd.
-func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateFile string, v *Virtiofsd, launch *Launch, edits []driver.MemoryEdit) error {
+func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateFile string, v *virtiofsd.Binary, launch *Launch, edits []driver.MemoryEdit) error {
 	qctx, cancel := context.WithTimeout(ctx, suspendQMPTimout)
 	c, err := qmp.Dial(qctx, m.QMPPath())
 	cancel()
@@ -111,7 +113,7 @@ func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateF
 // plugVirtiofs starts a virtiofsd for the share, connects to it and hands
 // QEMU the connection (QEMU, under -runas, cannot reach the socket), then
 // plugs the device into its slot. It returns virtiofsd's pid.
-func (l *Launcher) plugVirtiofs(ctx context.Context, c *qmp.Client, m Machine, v *Virtiofsd) (int, error) {
+func (l *Launcher) plugVirtiofs(ctx context.Context, c *qmp.Client, m Machine, v *virtiofsd.Binary) (int, error) {
 	if v == nil {
 		return 0, errors.New("internal error: no virtiofsd to serve the workspace")
 	}

@@ -14,8 +14,10 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // These tests run a FAKE QEMU and virtiofsd (qemutest: this test binary,
@@ -51,7 +53,7 @@ func fakeStart(t *testing.T, dir string) (*Launcher, Machine, Boot, *Launch) {
 		t.Cleanup(func() { os.RemoveAll(m.SocketDir) })
 	}
 	b := Boot{Script: &Script{Path: exe, Env: env}}
-	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: &Virtiofsd{Path: exe, Rust: true}})
+	launch := mustStart(t, l, m, b, StartOptions{Accel: "tcg", Virtiofsd: &virtiofsd.Binary{Path: exe, Rust: true}})
 	if launch.VirtiofsdPid == 0 {
 		t.Fatalf("launch %+v: the fake virtiofsd did not start", launch)
 	}
@@ -78,10 +80,10 @@ func TestUnreadableLaunchFileFindsQEMUInTheProcessTable(t *testing.T) {
 	if err := l.Stop(ctx, m, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if !waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second) {
+	if !proc.WaitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second) {
 		t.Error("QEMU still runs after stop")
 	}
-	if !waitGone(launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock)), 5*time.Second) {
+	if !proc.WaitGone(launch.VirtiofsdPid, virtiofsd.Serving(m.sockFile(VirtiofsdSock)), 5*time.Second) {
 		t.Error("virtiofsd still runs after stop")
 	}
 	if log := driver.TailFile(m.QEMULogPath(), 10); !strings.Contains(log, "qmp: system_powerdown") {
@@ -99,7 +101,7 @@ func TestUnreadableLaunchFileAfterACrashReadsCrashedAndStarts(t *testing.T) {
 	ctx := context.Background()
 	syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
 	syscall.Kill(launch.VirtiofsdPid, syscall.SIGKILL)
-	waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
+	proc.WaitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
 	if err := os.WriteFile(m.runFile(LaunchFile), []byte(`{"qemu_pid": 12`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -124,13 +126,13 @@ func TestStopEndsAVirtiofsdNoRunFileNames(t *testing.T) {
 		t.Run(launchFile, func(t *testing.T) {
 			l, m, _, launch := fakeStart(t, "")
 			syscall.Kill(launch.QEMUPid, syscall.SIGKILL)
-			waitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
+			proc.WaitGone(launch.QEMUPid, isQEMUFor(m.UUID), 5*time.Second)
 			exe, _, _ := qemutest.Script(false)
-			vfs, err := l.startVirtiofsd(context.Background(), &Virtiofsd{Path: exe, Rust: true}, m)
+			vfs, err := l.startVirtiofsd(context.Background(), &virtiofsd.Binary{Path: exe, Rust: true}, m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { killVerified(vfs, isVirtiofsdFor(m.sockFile(VirtiofsdSock))) })
+			t.Cleanup(func() { proc.Kill(vfs, virtiofsd.Serving(m.sockFile(VirtiofsdSock))) })
 			os.Remove(m.runFile(LaunchFile))
 			if launchFile == "empty" {
 				os.WriteFile(m.runFile(LaunchFile), nil, 0o600)
@@ -138,7 +140,7 @@ func TestStopEndsAVirtiofsdNoRunFileNames(t *testing.T) {
 			if err := l.Stop(context.Background(), m, time.Second); !errors.Is(err, driver.ErrNotRunning) {
 				t.Errorf("stop: got %v, want driver.ErrNotRunning", err)
 			}
-			if !waitGone(vfs, isVirtiofsdFor(m.sockFile(VirtiofsdSock)), time.Second) {
+			if !proc.WaitGone(vfs, virtiofsd.Serving(m.sockFile(VirtiofsdSock)), time.Second) {
 				t.Error("virtiofsd still runs after stop")
 			}
 		})

@@ -80,7 +80,9 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Time limits of a suspend's and a resume's steps (TCG guests are slow to
@@ -95,7 +97,7 @@ const (
 // above). The VM is left running, with its share mounted, when it fails.
 // v is the virtiofsd that serves the share again if the suspend must be
 // undone after the share was unplugged.
-func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, v *Virtiofsd) error {
+func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, v *virtiofsd.Binary) error {
 	began := time.Now()
 	live, err := l.Inspect(ctx, m)
 	if err != nil {
@@ -109,7 +111,7 @@ func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, 
 	case live.Launch == nil:
 		return fmt.Errorf("%s runs without a readable launch record (%v), so agent-vm cannot tell how its workspace is shared (hint: restart it)", m.Name, live.LaunchErr)
 	}
-	args := procArgs(live.Pid)
+	args := proc.Args(live.Pid)
 	if !slices.Contains(argValues(args, "-device"), shareSlotArgs()[1]) {
 		return fmt.Errorf("%s cannot be suspended: its QEMU has no hot-pluggable slot for the workspace (a NixOS VM, or one started by an agent-vm from before suspend): %w (hint: `agent-vm restart BRANCH` starts a Debian VM with one)", m.Name, driver.ErrUnsupported)
 	}
@@ -139,7 +141,7 @@ type suspension struct {
 	l      *Launcher
 	m      Machine
 	c      *qmp.Client
-	v      *Virtiofsd
+	v      *virtiofsd.Binary
 	launch *Launch
 	pid    int
 	args   []string
@@ -168,8 +170,8 @@ func (s *suspension) save(ctx context.Context) error {
 	s.l.Log.Debug("saved the state", "vm", s.m.Name, "bytes", bytes, "took", time.Since(saving))
 	// Past here the state is complete: QEMU goes whatever happens.
 	_, _ = s.c.Execute(ctx, "quit", nil)
-	if !waitGoneCtx(ctx, s.pid, s.m.isQEMU(), 10*time.Second) {
-		killVerified(s.pid, s.m.isQEMU())
+	if !proc.WaitGoneCtx(ctx, s.pid, s.m.isQEMU(), 10*time.Second) {
+		proc.Kill(s.pid, s.m.isQEMU())
 	}
 	s.l.stopVirtiofsd(s.m, s.launch.VirtiofsdPid, 0)
 	s.l.cleanup(s.m)

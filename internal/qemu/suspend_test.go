@@ -14,8 +14,10 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // These tests suspend and resume a FAKE QEMU and virtiofsd (qemutest: this
@@ -49,7 +51,7 @@ func fakeDirect(t *testing.T) (*Launcher, Machine, Boot, StartOptions) {
 		t.Cleanup(func() { os.RemoveAll(m.SocketDir) })
 	}
 	b := Boot{Direct: &Direct{Disks: []Disk{{Path: disk, Format: "qcow2"}}}}
-	o := StartOptions{Accel: "tcg", Virtiofsd: &Virtiofsd{Path: exe, Rust: true}, NoFallback: true}
+	o := StartOptions{Accel: "tcg", Virtiofsd: &virtiofsd.Binary{Path: exe, Rust: true}, NoFallback: true}
 	return l, m, b, o
 }
 
@@ -85,7 +87,7 @@ func qmpLog(t *testing.T, m Machine) []string {
 func startFake(t *testing.T, l *Launcher, m Machine, b Boot, o StartOptions) *Launch {
 	t.Helper()
 	launch := mustStart(t, l, m, b, o)
-	args := procArgs(launch.QEMUPid)
+	args := proc.Args(launch.QEMUPid)
 	if !slices.Contains(args, "pcie-root-port,id="+ShareSlot+",bus=pcie.0,chassis=1") ||
 		!slices.Contains(args, "vhost-user-fs-pci,chardev="+ShareChardev+",tag=workspace,id="+ShareDevice+",bus="+ShareSlot) {
 		t.Fatalf("the share is not on its hot-pluggable slot: %q", args)
@@ -108,7 +110,7 @@ func TestSuspendThenResume(t *testing.T) {
 	if !slices.Equal(h.calls, []string{"detach"}) {
 		t.Errorf("guest hooks: got %q, want detach only", h.calls)
 	}
-	if Running(m, launch.QEMUPid) || verified(launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock))) {
+	if Running(m, launch.QEMUPid) || proc.Verified(launch.VirtiofsdPid, virtiofsd.Serving(m.sockFile(VirtiofsdSock))) {
 		t.Error("QEMU or virtiofsd still runs after suspend")
 	}
 	fi, err := os.Stat(m.runFile(StateFile))
@@ -136,17 +138,17 @@ func TestSuspendThenResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { killVerified(resumed.QEMUPid, m.isQEMU()) })
+	t.Cleanup(func() { proc.Kill(resumed.QEMUPid, m.isQEMU()) })
 	want = []string{"getfd", "migrate-incoming", "cont", "getfd", "chardev-remove", "chardev-add", "device_add"}
 	if got := qmpLog(t, m); !slices.Equal(got, want) {
 		t.Errorf("resume's QMP commands: got %q, want %q", got, want)
 	}
-	args := procArgs(resumed.QEMUPid)
+	args := proc.Args(resumed.QEMUPid)
 	if !hasArg(args, "-incoming", "defer") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "vhost-user-fs-pci") }) {
 		t.Errorf("resumed QEMU's command line: %q", args)
 	}
 	live, err := l.Inspect(ctx, m)
-	if err != nil || live.State != driver.StateRunning || live.Launch.VirtiofsdPid == 0 || !verified(live.Launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock))) {
+	if err != nil || live.State != driver.StateRunning || live.Launch.VirtiofsdPid == 0 || !proc.Verified(live.Launch.VirtiofsdPid, virtiofsd.Serving(m.sockFile(VirtiofsdSock))) {
 		t.Errorf("after resume: %+v, %v; want running with a live virtiofsd recorded", live, err)
 	}
 	if hasSavedState(m) || exists(m.runFile(StateFile)) {
@@ -173,7 +175,7 @@ func TestSuspendFailureRollsBack(t *testing.T) {
 		t.Errorf("guest hooks: got %q, want detach, attach", h.calls)
 	}
 	live, _ := l.Inspect(context.Background(), m)
-	if live.State != driver.StateRunning || live.Pid != launch.QEMUPid || !verified(live.Launch.VirtiofsdPid, isVirtiofsdFor(m.sockFile(VirtiofsdSock))) {
+	if live.State != driver.StateRunning || live.Pid != launch.QEMUPid || !proc.Verified(live.Launch.VirtiofsdPid, virtiofsd.Serving(m.sockFile(VirtiofsdSock))) {
 		t.Errorf("after the failed suspend: %+v", live)
 	}
 	if exists(m.runFile(StateFile)) || exists(m.runFile(StateFile+".tmp")) || hasSavedState(m) {
@@ -196,7 +198,7 @@ func TestSuspendRefusals(t *testing.T) {
 		l, m, b, launch := fakeStart(t, "")
 		_ = b
 		h := &hooks{}
-		err := l.Suspend(ctx, m, h.guest(), &Virtiofsd{})
+		err := l.Suspend(ctx, m, h.guest(), &virtiofsd.Binary{})
 		if !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), "agent-vm restart") || len(h.calls) != 0 {
 			t.Errorf("got %v (hooks %q), want ErrUnsupported with a hint and no guest call", err, h.calls)
 		}

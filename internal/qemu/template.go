@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/proc"
 )
 
 // Clone starts m, which has never run, from the saved state of from (a
@@ -69,7 +70,7 @@ func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions,
 	}
 	l.Log.Debug("QEMU waits for the template's state", "vm", m.Name, "after", time.Since(began))
 	if err := l.restore(ctx, m, s, from.runFile(StateFile), o.Virtiofsd, launch, edits); err != nil {
-		killVerified(launch.QEMUPid, m.isQEMU())
+		proc.Kill(launch.QEMUPid, m.isQEMU())
 		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
 		_ = os.Remove(m.runFile(LaunchFile))

@@ -5,7 +5,7 @@
 // # Backend and driver
 //
 // What the guest is belongs to a backend: the vagrant backend
-// (debian.VagrantBackend) is the Debian guest of the qemu backend, made an
+// (internal/vagrantbackend) is the Debian guest of the qemu backend, made an
 // agent-vm guest by the same cloud-init NoCloud seed (internal/cloudinit:
 // user dev, the pinned host key, the agent-mcp unit, packages, the agent
 // CLI, the repository's provisioning), booted from a Vagrant box instead
@@ -102,8 +102,8 @@
 // host (the integration test's escape step). libvirt 9.0 can point a
 // virtiofs filesystem at an externally started virtiofsd's socket, but
 // vagrant-libvirt 0.11.2 writes only source dir= for its synced folders.
-// So the driver starts the qemu backend's virtiofsd itself
-// (qemu.StartVirtiofsd: QEMU's C virtiofsd, as root in agent-vm's jail,
+// So the driver starts virtiofsd itself, as the QEMU driver does
+// (package virtiofsd: QEMU's C virtiofsd, as root in agent-vm's jail,
 // package sharejail, as the workspace's owner) on <run>/virtiofsd.sock
 // before `vagrant up` (startShare), makes that socket 0600 and libvirt's
 // QEMU user's (an ACL entry when agent-vm is not root), and the
@@ -147,12 +147,13 @@
 // 0700 directory above fails at once with the fix instead of libvirt's
 // "Permission denied".
 //
-// Network: the driver does not contain it (ContainsNetwork is false):
-// vagrant-libvirt's management network is a NAT bridge that vagrant needs
-// to find the guest's address, so the guest reaches the host's bridge
-// address and whatever the host reaches. The backend's guest is set up
-// without the egress proxy (cloudinit.Config.Direct), and the orchestration
-// says "not contained" and refuses policy changes. Doing better (an
+// Network: the driver does not contain it (it is no
+// driver.NetworkContainer): vagrant-libvirt's management network is a NAT
+// bridge that vagrant needs to find the guest's address, so the guest
+// reaches the host's bridge address and whatever the host reaches. The
+// backend's guest is set up without the egress proxy
+// (cloudinit.Config.Direct), and the orchestration says "not contained"
+// and refuses policy changes. Doing better (an
 // isolated network with the proxy listening on the bridge address and an
 // nwfilter) is left to do.
 //

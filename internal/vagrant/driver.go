@@ -94,16 +94,20 @@ type Driver struct {
 	Now      func() time.Time
 }
 
-var _ driver.Driver = (*Driver)(nil)
+// The vagrant driver suspends (a pause), but clones no template, adds no
+// forward to a running machine (vagrant forwards what the Vagrantfile
+// says), adopts nothing (vagrant's state is in the VM's directory) and
+// does not contain the network: vagrant-libvirt's management network (a
+// NAT bridge with dnsmasq, which vagrant needs to find the guest's
+// address) lets the guest reach the host's bridge address and, through
+// NAT, whatever the host reaches; no egress proxy or door is set up.
+var (
+	_ driver.Driver    = (*Driver)(nil)
+	_ driver.Suspender = (*Driver)(nil)
+)
 
 // Name is "vagrant".
 func (d *Driver) Name() string { return DriverName }
-
-// ContainsNetwork is false: vagrant-libvirt's management network (a NAT
-// bridge with dnsmasq, which vagrant needs to find the guest's address)
-// lets the guest reach the host's bridge address and, through NAT,
-// whatever the host reaches; no egress proxy or door is set up.
-func (d *Driver) ContainsNetwork() bool { return false }
 
 // SuspendKeepsShare is true: Suspend pauses the machine (see Suspend), so
 // the workspace stays mounted in the guest and nothing is unplugged.
@@ -507,25 +511,6 @@ func (d *Driver) destroy(ctx context.Context, m driver.Machine) error {
 	_, err = d.vagrant(ctx, m, true, "destroy", "-f", "--no-color", MachineName(m))
 	d.stopShare(m)
 	return err
-}
-
-// Clone is unsupported: templates are QEMU saved states (the Debian
-// backend's); a vagrant VM's first start is vagrant up.
-func (d *Driver) Clone(_ context.Context, m driver.Machine, _ driver.Boot, _ driver.StartOptions, _ driver.Machine, _ []driver.MemoryEdit) (*driver.Launch, error) {
-	return nil, fmt.Errorf("starting %s from a template: the vagrant driver boots with vagrant up: %w", m.Name, driver.ErrUnsupported)
-}
-
-// Adopt has nothing to learn: vagrant's state is in the VM's directory.
-func (d *Driver) Adopt(_ context.Context, m driver.Machine) driver.Machine { return m }
-
-// AddForward is unsupported: vagrant forwards what the Vagrantfile says.
-func (d *Driver) AddForward(_ context.Context, m driver.Machine, f driver.Forward) error {
-	return fmt.Errorf("forwarding host port %d to guest port %d of %s: the vagrant driver forwards only the VM's SSH and MCP ports (hint: reach other guest ports over SSH, `ssh -L` with `agent-vm ssh-config`): %w", f.Host, f.Guest, m.Name, driver.ErrUnsupported)
-}
-
-// RemoveForward is unsupported, like AddForward.
-func (d *Driver) RemoveForward(_ context.Context, m driver.Machine, f driver.Forward) error {
-	return fmt.Errorf("removing the forward of host port %d of %s: the vagrant driver has no forwards besides SSH and MCP: %w", f.Host, m.Name, driver.ErrUnsupported)
 }
 
 // MarkReady records in the launch record when the guest came up.

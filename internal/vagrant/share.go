@@ -9,29 +9,30 @@ import (
 	"strconv"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
-	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
 // Files of the workspace share: the socket libvirt's QEMU connects to (in
 // the run directory, or the machine's handoff directory) and virtiofsd's
 // output (in the logs directory).
 const (
-	VirtiofsdSock = "virtiofsd.sock"
-	VirtiofsdLog  = "virtiofsd.log"
+	VirtiofsdSock = virtiofsd.SocketFile
+	VirtiofsdLog  = virtiofsd.LogFile
 )
 
 // shareSocket is the machine's virtiofsd socket.
 func (d *Driver) shareSocket(m driver.Machine) string { return d.qemuFile(m, m.RunDir, VirtiofsdSock) }
 
-// startShare starts agent-vm's own virtiofsd for the workspace, the QEMU
-// driver's (jailed as root: package sharejail), first ending one a crashed
-// run left, and hands its socket to libvirt's QEMU user alone. As root it
-// refuses a virtiofsd that would run unjailed (the Rust one, or a
-// workspace whose owner is unknown): what the guest's root does in the
-// share would then be done as root on the host.
+// startShare starts agent-vm's own virtiofsd for the workspace, as the
+// QEMU driver does (package virtiofsd; jailed as root: package
+// sharejail), first ending one a crashed run left, and hands its socket
+// to libvirt's QEMU user alone. As root it refuses a virtiofsd that would
+// run unjailed (the Rust one, or a workspace whose owner is unknown): what
+// the guest's root does in the share would then be done as root on the
+// host.
 func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
 	d.stopShare(m)
-	v, err := qemu.FindVirtiofsd(ctx, d.Run)
+	v, err := virtiofsd.Find(ctx, d.Run)
 	if err != nil {
 		return fmt.Errorf("sharing the workspace: %w (the vagrant backend shares it only through agent-vm's own virtiofsd: libvirt's 9p would write as libvirt's QEMU user, not the workspace's owner)", err)
 	}
@@ -43,12 +44,12 @@ func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
 		return fmt.Errorf("sharing the workspace: agent-vm cannot run virtiofsd in its jail here (%s), and unjailed as root it would let the guest's root create root-owned and setuid files in %s on the host (hint: install QEMU's C virtiofsd, Debian 12's qemu-system-common; for an unknown owner, recreate the VM)", why, m.Share.Source)
 	}
 	sock := d.shareSocket(m)
-	pid, err := qemu.StartVirtiofsd(ctx, d.Run, v, qemu.VirtiofsdShare{Share: m.Share, Socket: sock, Log: filepath.Join(m.LogsDir, VirtiofsdLog)})
+	pid, err := virtiofsd.Start(ctx, d.Run, v, virtiofsd.Spec{Share: m.Share, Socket: sock, Log: filepath.Join(m.LogsDir, VirtiofsdLog)}, virtiofsd.Options{})
 	if err != nil {
 		return fmt.Errorf("sharing the workspace: %w", err)
 	}
 	if err := d.giveSocket(sock); err != nil {
-		qemu.StopVirtiofsd(pid, sock)
+		virtiofsd.Kill(pid, sock)
 		return fmt.Errorf("sharing the workspace: %w", err)
 	}
 	return nil
@@ -57,7 +58,7 @@ func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
 // stopShare ends the machine's virtiofsd, if one runs. QEMU's C virtiofsd
 // also exits by itself once QEMU is gone (halt, destroy, a crash).
 func (d *Driver) stopShare(m driver.Machine) {
-	if qemu.StopVirtiofsd(0, d.shareSocket(m)) {
+	if virtiofsd.Kill(0, d.shareSocket(m)) {
 		d.Log.Debug("ended the workspace's virtiofsd", "vm", m.Name)
 	}
 }

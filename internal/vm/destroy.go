@@ -33,7 +33,7 @@ type DestroyResult struct {
 // and leaves the VM as it was) or force is set. Nothing outside the VM's
 // directory is ever removed, and the directory never while its QEMU runs:
 // with the record unreadable, QEMU is found from what the run directory
-// still has (see the driver's Adopt).
+// still has (see driver.Adopter).
 func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*DestroyResult, error) {
 	e, err := m.Find(ctx, name)
 	if err != nil {
@@ -54,7 +54,10 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 		if !force {
 			return nil, fmt.Errorf("the VM directory %s has an unreadable record: %v (hint: agent-vm cannot check it for unsaved work; look inside, then `agent-vm destroy %s --force`)", e.Layout.Dir, e.Err, e.Slug)
 		}
-		mach = d.Adopt(ctx, unrecordedMachine(e))
+		mach = unrecordedMachine(e)
+		if a, ok := d.(driver.Adopter); ok {
+			mach = a.Adopt(ctx, mach)
+		}
 	} else {
 		res.Branch = e.Record.Branch
 		// A refused destroy changes nothing, so look before stopping; and

@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -61,7 +62,7 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 	}
 	t.Setenv(qemutest.FakeEnv, "qemu") // for the virtiofsd, which inherits it
 	launch, err := m.Drivers[qemu.DriverName].(*qemu.Driver).Launcher.Start(context.Background(), mach, qemu.Boot{Script: &qemu.Script{Path: exe, Env: env}},
-		qemu.StartOptions{Accel: "tcg", Virtiofsd: &qemu.Virtiofsd{Path: exe, Rust: true}})
+		qemu.StartOptions{Accel: "tcg", Virtiofsd: &virtiofsd.Binary{Path: exe, Rust: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -38,7 +39,7 @@ func TestDoctorOnANixOSHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := qemu.NewDriver(launcher)
-	d.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, errors.New("none") }
+	d.FindVirtiofsd = func(context.Context) (*virtiofsd.Binary, error) { return nil, errors.New("none") }
 	m := vm.New(root, fake, hclog.NewNullLogger(), []driver.Driver{d},
 		&debian.Backend{Run: fake, ImageDir: t.TempDir()},
 		&nixos.Backend{Run: fake, Log: hclog.NewNullLogger(), Getenv: func(string) string { return "" }})

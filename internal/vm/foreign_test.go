@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
-	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
+	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -27,8 +28,9 @@ import (
 // (execxtest, labelled) at the exec boundary, on a repository with its own
 // Vagrantfile: start and resume wait for vagrant alone (no SSH wait, no
 // agent-mcp, no holder: the fake fails on any program it was not told of,
-// the holder's agent-vm included), exec refuses with the way in, suspend,
-// stop and destroy go through vagrant, and the Vagrantfile is untouched.
+// the holder's agent-vm included), exec refuses with the way in, so do
+// port changes while it runs, suspend, stop and destroy go through
+// vagrant, and the Vagrantfile is untouched.
 func TestForeignGuestLifecycle(t *testing.T) {
 	repo := tu.Repo(t, true)
 	vf := filepath.Join(repo, "Vagrantfile")
@@ -70,7 +72,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})
 	home := t.TempDir()
 	m := vm.New(root, fake, log, []driver.Driver{&vagrant.Driver{Run: fake, Log: log, Home: home, QEMUUser: "agent-vm-no-such-user"}},
-		&debian.VagrantBackend{Run: fake, Log: log, Home: hostdir.Top(home, 0o755, hostdir.InSystem)})
+		&vagrantbackend.Backend{Run: fake, Log: log, Home: hostdir.Top(home, 0o755, hostdir.InSystem)})
 	m.Git = gitws.New(execx.OS{})
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
 	ctx := context.Background()
@@ -98,6 +100,27 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	var out strings.Builder
 	if _, err := m.Exec(ctx, "feat", []string{"true"}, nil, &out, &out); err == nil || !strings.Contains(err.Error(), "pinned host key") || !strings.Contains(err.Error(), "agent-vm ssh-config feat") {
 		t.Errorf("exec: %v", err)
+	}
+	// vagrant forwards what the Vagrantfile says: its driver is no
+	// driver.Forwarder, so a running VM's forwards do not change.
+	if _, err := m.PortAdd(ctx, "feat", 3000, 0); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), "hint:") {
+		t.Errorf("port add: %v", err)
+	}
+	l := root.Layout("feat")
+	r, err := state.ReadRecord(l.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Forwards = append(r.Forwards, state.Forward{Guest: 3001, Host: 3001})
+	if err := state.WriteRecord(l.Record(), r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PortRemove(ctx, "feat", 3001); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("port rm: %v", err)
+	}
+	// Neither the vagrant backend nor its driver makes templates.
+	if _, err := m.BuildTemplate(ctx, "feat", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "only Debian (qemu backend) VMs start from templates") {
+		t.Errorf("template build: %v", err)
 	}
 	if _, err := m.Suspend(ctx, "feat"); err != nil {
 		t.Fatal(err)

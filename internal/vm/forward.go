@@ -75,7 +75,7 @@ func (m *Manager) PortAdd(ctx context.Context, name string, guestPort, hostPort 
 		return nil, err
 	}
 	if running {
-		if err := d.AddForward(ctx, mach, backend.UserForward(ch.Forward)); err != nil {
+		if err := addForward(ctx, d, mach, backend.UserForward(ch.Forward)); err != nil {
 			return nil, fmt.Errorf("forwarding guest port %d of %q: %w", guestPort, r.Branch, err)
 		}
 		ch.Live = true
@@ -83,7 +83,7 @@ func (m *Manager) PortAdd(ctx context.Context, name string, guestPort, hostPort 
 	r.Forwards = append(r.Forwards, ch.Forward)
 	if err := state.WriteRecord(e.Layout.Record(), r); err != nil {
 		if running {
-			_ = d.RemoveForward(ctx, mach, backend.UserForward(ch.Forward))
+			_ = removeForward(ctx, d, mach, backend.UserForward(ch.Forward))
 		}
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (m *Manager) PortRemove(ctx context.Context, name string, guestPort int) (*
 		return nil, err
 	}
 	if running {
-		if err := d.RemoveForward(ctx, mach, backend.UserForward(ch.Forward)); err != nil {
+		if err := removeForward(ctx, d, mach, backend.UserForward(ch.Forward)); err != nil {
 			return nil, fmt.Errorf("ending the forward of guest port %d of %q: %w", guestPort, r.Branch, err)
 		}
 		ch.Live = true
@@ -149,6 +149,27 @@ func forwardsOf(r *state.Record) []state.Forward {
 		return []state.Forward{}
 	}
 	return r.Forwards
+}
+
+// addForward adds f to the running machine mach, or refuses when its
+// driver cannot (it is no driver.Forwarder: its machines' forwards are
+// what Start applied).
+func addForward(ctx context.Context, d driver.Driver, mach driver.Machine, f driver.Forward) error {
+	fw, ok := d.(driver.Forwarder)
+	if !ok {
+		return fmt.Errorf("forwarding host port %d to guest port %d of %s: the %s driver forwards only the VM's SSH and MCP ports (hint: reach other guest ports over SSH, `ssh -L` with `agent-vm ssh-config`): %w", f.Host, f.Guest, mach.Name, d.Name(), driver.ErrUnsupported)
+	}
+	return fw.AddForward(ctx, mach, f)
+}
+
+// removeForward ends the forward f of the running machine mach, or
+// refuses when its driver cannot (see addForward).
+func removeForward(ctx context.Context, d driver.Driver, mach driver.Machine, f driver.Forward) error {
+	fw, ok := d.(driver.Forwarder)
+	if !ok {
+		return fmt.Errorf("removing the forward of host port %d of %s: the %s driver has no forwards besides SSH and MCP: %w", f.Host, mach.Name, d.Name(), driver.ErrUnsupported)
+	}
+	return fw.RemoveForward(ctx, mach, f)
 }
 
 // liveMachine is the VM's driver and machine, and whether it runs.

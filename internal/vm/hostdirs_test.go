@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
-	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
+	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
 )
 
 // What a new machine runs (setup opens the manager, a qemu VM probes the
@@ -173,7 +173,7 @@ func checkModes(t *testing.T, when string, want map[string]fs.FileMode, all bool
 func checkWiring(t *testing.T, m *Manager, dirs HostDirs) {
 	t.Helper()
 	vd := m.Drivers[vagrant.DriverName].(*vagrant.Driver)
-	vb := m.Backends[debian.VagrantName].(*debian.VagrantBackend)
+	vb := m.Backends[vagrantbackend.Name].(*vagrantbackend.Backend)
 	launcher := m.Drivers[qemu.DriverName].(*qemu.Driver).Launcher
 	for _, c := range []struct{ name, got, want string }{
 		{"the vagrant driver's handoff directory", vd.Handoff.Path, dirs.Handoff.Path},

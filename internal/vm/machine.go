@@ -18,7 +18,8 @@ func (m *Manager) machine(r *state.Record, l state.Layout) driver.Machine {
 
 // unrecordedMachine describes the VM of a directory whose record is
 // unreadable from that directory alone: no uuid, no size, no ports. Enough
-// for the driver's Adopt to find it and for Stop to end it.
+// for the driver's Adopt (driver.Adopter) to find it and for Stop to end
+// it.
 func unrecordedMachine(e state.Entry) driver.Machine {
 	l := e.Layout
 	return driver.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(),

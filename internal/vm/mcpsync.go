@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpconfig"
 	"github.com/agent-vm/agent-vm/internal/mcpproxy"
@@ -101,7 +102,7 @@ func (m *Manager) MCPSync(ctx context.Context, name string, o MCPSyncOptions) (*
 	}
 	plan := mcpconfig.Convert(host, mcpconfig.Options{
 		Lookup: func(k string) (string, bool) { v := m.getenv(k); return v, v != "" },
-		Home:   home, Workspace: guest.Workspace, HostAddr: guest.HostAddr, Programs: guestPrograms(r.Backend),
+		Home:   home, Workspace: guest.Workspace, HostAddr: guest.HostAddr, Programs: m.guestPrograms(r.Backend),
 	})
 	res := &MCPSyncResult{Branch: r.Branch, GuestFile: path.Join("/home", r.Guest.User, guest.ClaudeConfig),
 		Servers: plan.Reports, Env: plan.Env, AgentMCPState: "unknown"}
@@ -145,12 +146,13 @@ func (m *Manager) MCPSync(ctx context.Context, name string, o MCPSyncOptions) (*
 }
 
 // guestPrograms are the programs an MCP server may run in a guest of the
-// backend, from the guest's image (internal/image's recipe for Debian; a
-// NixOS guest has what its configuration adds, git only by default).
-func guestPrograms(backend string) []string {
+// backend named: every guest's, and what its backend lists
+// (backend.GuestProgramLister: the Debian image's; a NixOS guest has what
+// its configuration adds, git only by default).
+func (m *Manager) guestPrograms(name string) []string {
 	base := []string{"sh", "bash", "git"}
-	if backend == BackendQEMU {
-		return append(base, "node", "npm", "npx", "python3", "curl")
+	if l, ok := m.Backends[name].(backend.GuestProgramLister); ok {
+		return append(base, l.GuestPrograms()...)
 	}
 	return base
 }

@@ -151,10 +151,13 @@ type NetInfo struct {
 }
 
 // uncontained says why r's network is not contained, or "" when its
-// driver contains it (driver.Driver.ContainsNetwork).
+// driver contains it (a driver.NetworkContainer).
 func (m *Manager) uncontained(r *state.Record) string {
 	d, err := m.driverOf(r)
-	if err != nil || d.ContainsNetwork() {
+	if err != nil {
+		return ""
+	}
+	if _, ok := d.(driver.NetworkContainer); ok {
 		return ""
 	}
 	return fmt.Sprintf("NOT contained: the %s backend's guest is on its provider's network (vagrant-libvirt's NAT bridge) and reaches the host's bridge address and, through NAT, everything the host reaches; no allow-list applies and no connection is logged (hint: create the VM with --backend qemu for a contained network)", r.Backend)
@@ -364,14 +367,4 @@ func ServeEgress(ctx context.Context, o EgressOptions) error {
 // `net-relay` command).
 func RelayEgress(ctx context.Context, sock string, door int, in io.Reader, out io.Writer) error {
 	return egress.Relay(ctx, sock, door, in, out)
-}
-
-// proxyUnset warns about a Debian guest set up before network containment:
-// its network is contained all the same, but nothing in it knows the proxy
-// (NixOS guests get it from the configuration every start builds).
-func proxyUnset(r *state.Record) string {
-	if r.Backend != BackendQEMU || r.Guest.Proxy {
-		return ""
-	}
-	return fmt.Sprintf("the guest of %q was set up by an older agent-vm, before VMs' networks were contained: it is not configured for the egress proxy, so it reaches no network (hint: `agent-vm reset %s` sets it up again from the base image; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
 }

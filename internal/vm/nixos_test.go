@@ -21,6 +21,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -79,7 +80,7 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 		Executable: func() (string, error) { return exe, nil }}
 	// A host without virtiofsd: the VM is built for, and given, a 9p share.
 	d := qemu.NewDriver(launcher)
-	d.FindVirtiofsd = func(context.Context) (*qemu.Virtiofsd, error) { return nil, fmt.Errorf("no virtiofsd") }
+	d.FindVirtiofsd = func(context.Context) (*virtiofsd.Binary, error) { return nil, fmt.Errorf("no virtiofsd") }
 	m := vm.New(root, fake, hclog.NewNullLogger(), []driver.Driver{d}, be)
 	fakeEgress(fake, m, exe)
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }

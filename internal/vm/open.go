@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
+	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
 )
 
 // Config is what the composition root (Open) needs from the program that
@@ -107,7 +108,7 @@ func (m *Manager) backends(c Config) []backend.Backend {
 	return []backend.Backend{
 		q,
 		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
-		&debian.VagrantBackend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.ImageDir(), Home: m.dirs.VagrantHome, Progress: c.Progress},
+		&vagrantbackend.Backend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.ImageDir(), Home: m.dirs.VagrantHome, Progress: c.Progress},
 	}
 }
 

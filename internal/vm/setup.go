@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
@@ -164,10 +165,10 @@ func notRoot(plan hostpkgs.Plan, buildImage bool) error {
 }
 
 // SetupHost is `agent-vm setup`: the packages running VMs (and, with
-// tests, the test suite; with backend "vagrant", the vagrant backend) need
-// and the base image, asking consent once.
-func (m *Manager) SetupHost(ctx context.Context, tests bool, backend string, consent func(actions []string) (bool, error)) (SetupReport, error) {
-	need, err := setupNeed(tests, backend)
+// tests, the test suite; with a backend that needs more, such as vagrant,
+// that backend) need and the base image, asking consent once.
+func (m *Manager) SetupHost(ctx context.Context, tests bool, backendName string, consent func(actions []string) (bool, error)) (SetupReport, error) {
+	need, err := m.setupNeed(tests, backendName)
 	if err != nil {
 		return SetupReport{}, err
 	}
@@ -191,15 +192,18 @@ func (m *Manager) setupFirst(ctx context.Context, need hostpkgs.Need) error {
 }
 
 // setupNeed is what setup installs: what running VMs need, the backend's
-// own needs, and the tests'.
-func setupNeed(tests bool, backend string) (hostpkgs.Need, error) {
+// own needs (a backend.HostNeeder's; "" and auto add none), and the
+// tests'.
+func (m *Manager) setupNeed(tests bool, name string) (hostpkgs.Need, error) {
 	need := hostpkgs.Run | hostpkgs.Image
-	switch backend {
-	case "", BackendAuto, BackendQEMU, BackendNixOS:
-	case BackendVagrant:
-		need |= hostpkgs.Vagrant
-	default:
-		return 0, fmt.Errorf("--backend %q: must be auto, qemu, nixos or vagrant", backend)
+	if name != "" && name != BackendAuto {
+		be, ok := m.Backends[name]
+		if !ok {
+			return 0, fmt.Errorf("--backend %q: must be auto, qemu, nixos or vagrant", name)
+		}
+		if h, ok := be.(backend.HostNeeder); ok {
+			need |= h.HostNeeds()
+		}
 	}
 	if tests {
 		need |= hostpkgs.Test
@@ -216,8 +220,8 @@ type ProgramCheck struct {
 
 // CheckPrograms looks for every program agent-vm (and, with tests, the test
 // suite) runs, changing nothing. The error names the missing ones.
-func (m *Manager) CheckPrograms(tests bool, backend string) ([]ProgramCheck, error) {
-	need, err := setupNeed(tests, backend)
+func (m *Manager) CheckPrograms(tests bool, backendName string) ([]ProgramCheck, error) {
+	need, err := m.setupNeed(tests, backendName)
 	if err != nil {
 		return nil, err
 	}
@@ -236,8 +240,8 @@ func (m *Manager) CheckPrograms(tests bool, backend string) ([]ProgramCheck, err
 		if tests {
 			flag = " --tests"
 		}
-		if need&hostpkgs.Vagrant != 0 {
-			flag += " --backend vagrant"
+		if _, ok := m.Backends[backendName].(backend.HostNeeder); ok {
+			flag += " --backend " + backendName
 		}
 		return out, fmt.Errorf("this host lacks %s (hint: run `agent-vm setup%s` as root)", hostpkgs.Names(missing), flag)
 	}

@@ -10,9 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/nixos"
+	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
 )
 
 // setupHost is a FAKE at the exec boundary: a Debian machine with apt-get
@@ -197,5 +200,23 @@ func TestSetupLetsLibvirtUseKVM(t *testing.T) {
 	s.asked = nil
 	if _, err = Setup(context.Background(), h, o); err != nil || len(s.asked) != 0 {
 		t.Errorf("a second setup asked %q (err %v); want nothing to do", s.asked, err)
+	}
+}
+
+// setup --backend adds what the backend needs besides every VM's (the
+// vagrant backend's programs), and refuses a backend this build lacks.
+func TestSetupNeedPerBackend(t *testing.T) {
+	m := New(nil, nil, nil, nil, &debian.Backend{}, &nixos.Backend{}, &vagrantbackend.Backend{})
+	base := hostpkgs.Run | hostpkgs.Image
+	for name, want := range map[string]hostpkgs.Need{"": base, "auto": base, "qemu": base, "nixos": base, "vagrant": base | hostpkgs.Vagrant} {
+		if got, err := m.setupNeed(false, name); err != nil || got != want {
+			t.Errorf("--backend %q: got %v, %v; want %v", name, got, err, want)
+		}
+	}
+	if got, _ := m.setupNeed(true, "vagrant"); got != base|hostpkgs.Vagrant|hostpkgs.Test {
+		t.Errorf("--tests --backend vagrant: got %v", got)
+	}
+	if _, err := m.setupNeed(false, "docker"); err == nil || !strings.Contains(err.Error(), "must be auto, qemu, nixos or vagrant") {
+		t.Errorf("--backend docker: %v", err)
 	}
 }

@@ -125,7 +125,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err != nil && r.Guest.Foreign == "" { // a foreign guest's shares are its own
 		m.Log.Warn("sharing the workspace over "+string(share), "reason", err)
 	}
-	if w := proxyUnset(r); w != "" {
+	if w := m.startWarning(r); w != "" {
 		m.Log.Warn(w)
 	}
 	unprepared := mach
@@ -216,12 +216,22 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 		}
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
-	if d.ContainsNetwork() {
+	if _, ok := d.(driver.NetworkContainer); ok {
 		if mach.Network, err = m.network(r, l); err != nil {
 			return nil, err
 		}
 	}
 	return plan, nil
+}
+
+// startWarning is what r's backend warns of at its start
+// (backend.StartWarner: a Debian guest set up before network containment;
+// NixOS guests get the proxy from the configuration every start builds).
+func (m *Manager) startWarning(r *state.Record) string {
+	if w, ok := m.Backends[r.Backend].(backend.StartWarner); ok {
+		return w.StartWarning(r)
+	}
+	return ""
 }
 
 // sshTarget is the VM's SSH endpoint, with its pinned host key.

@@ -39,9 +39,10 @@ func (e *BusyError) Error() string {
 
 // Suspend keeps a running VM's memory while no guest code runs: a QEMU
 // VM's is saved to its directory and its QEMU ends; a vagrant VM is paused
-// (see the driver's SuspendKeepsShare). The guest's side, where the driver
-// asks for it: agent-mcp stops and /workspace is unmounted (refused when a
-// process uses it); resume undoes both.
+// (see driver.Suspender's SuspendKeepsShare). The guest's side, where the
+// driver asks for it: agent-mcp stops and /workspace is unmounted (refused
+// when a process uses it); resume undoes both. A VM whose driver is no
+// driver.Suspender is refused.
 func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, error) {
 	h, err := m.lockedLook(ctx, name)
 	if err != nil {
@@ -58,12 +59,16 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 	case live.Launch == nil || live.Launch.ReadyAt == nil:
 		return nil, fmt.Errorf("VM %q is still booting (hint: wait for `agent-vm start %s` to finish, then suspend it)", r.Branch, e.Slug)
 	}
+	sus, ok := d.(driver.Suspender)
+	if !ok {
+		return nil, fmt.Errorf("VM %q cannot be suspended: the %s driver that runs it does not suspend machines (hint: `agent-vm stop %s` shuts it down instead): %w", r.Branch, d.Name(), e.Slug, driver.ErrUnsupported)
+	}
 	began := time.Now()
 	hooks := driver.GuestHooks{
 		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e) },
 		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, e, false) },
 	}
-	if err := d.Suspend(ctx, mach, hooks); err != nil {
+	if err := sus.Suspend(ctx, mach, hooks); err != nil {
 		return nil, err
 	}
 	res := &SuspendResult{Branch: r.Branch, Took: time.Since(began)}
@@ -163,7 +168,7 @@ func (m *Manager) attachGuest(ctx context.Context, e state.Entry, fixClock bool)
 }
 
 // setGuestClock runs clockScript: what a resume needs of the guest when
-// its driver kept the share mounted (driver.Driver's SuspendKeepsShare).
+// its driver kept the share mounted (driver.Suspender's SuspendKeepsShare).
 // It has attachGuest's signature so that resume can pick either.
 func (m *Manager) setGuestClock(ctx context.Context, e state.Entry, fixClock bool) error {
 	if err := m.runClocked(ctx, e, clockScript, fixClock); err != nil {
@@ -210,6 +215,10 @@ func (m *Manager) runRoot(ctx context.Context, e state.Entry, script func() stri
 // for agent-mcp, as a start does.
 func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions) (*StartResult, error) {
 	r, l := e.Record, e.Layout
+	sus, ok := d.(driver.Suspender)
+	if !ok {
+		return nil, fmt.Errorf("VM %q cannot be resumed: the %s driver that runs it does not suspend machines: %w", r.Branch, d.Name(), driver.ErrUnsupported)
+	}
 	acc := m.Accel(ctx)
 	share, _ := d.Share(ctx)
 	plan, err := m.prepare(ctx, e, d, o, share, &mach, "resume", nil)
@@ -218,7 +227,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	}
 	o.Report.Report("resuming from the saved state", 0, "")
 	began := time.Now()
-	launch, err := d.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
+	launch, err := sus.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
 		BootTimeout: toolBootTimeout(o.Timeout, bootBaseFor(acc.Accel))})
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
@@ -246,7 +255,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	}
 	m.startHolder(e) // the held connection ended with the suspend
 	attach := m.attachGuest
-	if d.SuspendKeepsShare() {
+	if sus.SuspendKeepsShare() {
 		attach = m.setGuestClock // the share stayed mounted, agent-mcp running
 	}
 	if err := attach(wctx, e, true); err != nil {

@@ -23,7 +23,7 @@ package vm
 // version; the directory is named after the key's hash. The rest is
 // checked where it is known: the base image by the backend (the template's
 // disk must be an overlay on the base this VM would boot), the QEMU
-// version and the machine's command line by the driver (driver.Clone).
+// version and the machine's command line by the driver (driver.Cloner).
 //
 // A VM's first start (its backend has no disk for it yet) uses the
 // template when there is one that fits, unless StartOptions.NoTemplate:
@@ -41,9 +41,13 @@ package vm
 // FirstRun (agent CLI, repository provisioning). From then on the VM is
 // an ordinary one: later starts boot its own disk.
 //
-// Anything that does not fit falls back to the cold first boot, logged as
-// one line with the reason: no template, another key, a NixOS guest, a
-// different base or QEMU or machine, 9p instead of virtiofs.
+// Only a backend that says what of its record section a template takes
+// and shares (a backend.Templater: the qemu backend), run by a driver that
+// suspends and clones (driver.Suspender, driver.Cloner: QEMU's), has
+// templates. Anything that does not fit falls back to the cold first
+// boot, logged as one line with the reason: no template, another key, a
+// NixOS guest, a different base or QEMU or machine, 9p instead of
+// virtiofs.
 //
 // Why an explicit build rather than one made behind the user's back after
 // the first cold boot: a template build is a whole extra boot (a minute
@@ -163,8 +167,25 @@ func (m *Manager) forTemplates(root *state.Root) *Manager {
 	return &t
 }
 
-// templateKey computes r's key.
-func (m *Manager) templateKey(ctx context.Context, r *state.Record) (templateKey, error) {
+// templater is r's backend when r's guest can start from a template: a
+// backend.Templater run by a driver that can suspend and clone
+// (driver.Suspender, driver.Cloner).
+func (m *Manager) templater(r *state.Record) (backend.Templater, bool) {
+	t, ok := m.Backends[r.Backend].(backend.Templater)
+	if !ok {
+		return nil, false
+	}
+	d, err := m.driverOf(r)
+	if err != nil {
+		return nil, false
+	}
+	_, suspends := d.(driver.Suspender)
+	_, clones := d.(driver.Cloner)
+	return t, suspends && clones
+}
+
+// templateKey computes r's key; t is r's backend.
+func (m *Manager) templateKey(ctx context.Context, t backend.Templater, r *state.Record) (templateKey, error) {
 	k := templateKey{Backend: r.Backend, Accel: m.Accel(ctx).Accel, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
 		DiskGiB: r.Resources.DiskGiB, UID: r.Guest.UID, GID: r.Guest.GID, NoHostCA: r.NoHostCA, Contract: templateContract}
 	if !r.NoHostCA {
@@ -183,16 +204,9 @@ func (m *Manager) templateKey(ctx context.Context, r *state.Record) (templateKey
 		return k, fmt.Errorf("reading the agent-vm binary the guest runs: %w", err)
 	}
 	k.AgentVM = hashOf(b)
-	var section map[string]any
-	if len(r.Settings) > 0 {
-		if err := json.Unmarshal(r.Settings, &section); err != nil {
-			return k, err
-		}
+	if k.Base, err = t.TemplateBase(r); err != nil {
+		return k, err
 	}
-	delete(section, "provision")
-	delete(section, "template")
-	sb, _ := json.Marshal(section)
-	k.Base = string(sb)
 	return k, nil
 }
 
@@ -222,14 +236,15 @@ func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*template,
 	if m.TemplateDir == nil {
 		return nil, "templates are off"
 	}
-	if r.Backend != BackendQEMU {
+	be, ok := m.templater(r)
+	if !ok {
 		return nil, "only Debian (qemu backend) VMs start from templates"
 	}
 	none := fmt.Sprintf("no template for this VM's machine yet (hint: `agent-vm template build %s` makes one)", r.Slug)
 	if _, found := newestTemplate(m.TemplateDir.Path, ""); !found {
 		return nil, none // without any template, skip hashing the key (agent-vm's binary among it)
 	}
-	k, err := m.templateKey(ctx, r)
+	k, err := m.templateKey(ctx, be, r)
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -282,10 +297,11 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 		return nil, err
 	}
 	r := e.Record
-	if r.Backend != BackendQEMU {
+	be, ok := m.templater(r)
+	if !ok {
 		return nil, fmt.Errorf("VM %q uses the %s backend; only Debian (qemu backend) VMs start from templates", r.Branch, r.Backend)
 	}
-	k, err := m.templateKey(ctx, r)
+	k, err := m.templateKey(ctx, be, r)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +315,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 	slug := k.prefix() + m.Now().UTC().Format("20060102t150405")
 	began := time.Now()
 	tm := m.forTemplates(root)
-	if err := tm.createTemplate(ctx, r, slug); err != nil {
+	if err := tm.createTemplate(ctx, be, r, slug); err != nil {
 		return nil, err
 	}
 	l := root.Layout(slug)
@@ -354,9 +370,10 @@ func freezeDisks(dir string) error {
 }
 
 // createTemplate makes the template's VM directory (in m's root, the
-// templates'): r's size, owner ids and CA choice; its own keys and token;
-// an empty workspace owned by r's guest user.
-func (m *Manager) createTemplate(ctx context.Context, r *state.Record, slug string) error {
+// templates'): r's size, owner ids and CA choice, and the section r's
+// backend be says; its own keys and token; an empty workspace owned by
+// r's guest user.
+func (m *Manager) createTemplate(ctx context.Context, be backend.Templater, r *state.Record, slug string) error {
 	staging, err := m.Root.BeginCreate(slug)
 	if err != nil {
 		return err
@@ -372,17 +389,10 @@ func (m *Manager) createTemplate(ctx context.Context, r *state.Record, slug stri
 		Backend: r.Backend, CreatedAt: m.Now().UTC().Truncate(time.Second), Resources: r.Resources,
 		Guest: state.Guest{User: guest.User, UID: r.Guest.UID, GID: r.Guest.GID, Proxy: true}, NoHostCA: r.NoHostCA,
 	}
-	var section map[string]any
-	if len(r.Settings) > 0 {
-		if err := json.Unmarshal(r.Settings, &section); err != nil {
-			return err
-		}
+	section, err := be.TemplateSection(r)
+	if err != nil {
+		return err
 	}
-	if section == nil {
-		section = map[string]any{}
-	}
-	delete(section, "provision")
-	section["template"] = true
 	if err := rec.SetSection(section); err != nil {
 		return err
 	}
@@ -572,9 +582,14 @@ func (m *Manager) disksInUse() map[string]bool {
 
 // startClone is a VM's first start from a template (see the top of this
 // file), after its backend prepared plan on the template's disk. A
-// template the driver refuses is errTemplateRefused: the caller boots cold.
+// template the driver refuses, or a driver that is no driver.Cloner, is
+// templateRefused: the caller boots cold.
 func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, plan *backend.Plan, t *template, so driver.StartOptions, o StartOptions) (*StartResult, error) {
 	r, l := e.Record, e.Layout
+	cloner, ok := d.(driver.Cloner)
+	if !ok {
+		return nil, &templateRefused{fmt.Errorf("the %s driver cannot start a machine from a template: %w", d.Name(), driver.ErrUnsupported)}
+	}
 	o.Report.Report("starting from the template", 0, "")
 	began := time.Now()
 	var edits []driver.MemoryEdit
@@ -588,7 +603,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	} else {
 		m.Log.Info("this VM shares its template's kernel boot id until it reboots: the template does not say where its kernel keeps it", "vm", r.Branch)
 	}
-	launch, err := d.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
+	launch, err := cloner.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
 			return nil, &templateRefused{err}

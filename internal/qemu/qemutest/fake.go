@@ -78,7 +78,7 @@ func Main() {
 // Script is the program and whole environment that start the fake in place
 // of a run script (qemu.Script; the launcher appends the QEMU arguments it
 // needs). stubborn picks the fake that only SIGKILL ends. As virtiofsd
-// (qemu.Virtiofsd{Path: path, Rust: true}) the fake gets the test process's
+// (virtiofsd.Binary{Path: path, Rust: true}) the fake gets the test process's
 // environment, so the caller sets FakeEnv there (t.Setenv(FakeEnv, "qemu")).
 //
 // It returns plain values: package qemu's own tests use the fake, and a

@@ -1,4 +1,4 @@
-package debian
+package vagrantbackend
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/seed"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 )
@@ -23,10 +24,10 @@ func TestVagrantProvision(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", VMName: "agent-vm-feat", Backend: VagrantName,
+	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", VMName: "agent-vm-feat", Backend: Name,
 		Resources: state.Resources{CPUs: 2, MemoryMiB: 2048}, Guest: state.Guest{User: "dev"}, Paths: final.Paths()}
 	r.Ports.SSH, r.Ports.MCP = 2201, 8001
-	b := &VagrantBackend{}
+	b := &Backend{}
 	if err := b.Provision(context.Background(), staging, r, backend.CreateFlags{Box: "debian/bookworm64"}); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestVagrantProvisionOwnVagrantfile(t *testing.T) {
 		}
 		return execxtest.Reply{Stdout: out.String()}
 	})
-	b := &VagrantBackend{Run: fake, Home: hostdir.Top("/vh", 0o755, hostdir.InSystem)}
+	b := &Backend{Run: fake, Home: hostdir.Top("/vh", 0o755, hostdir.InSystem)}
 	setup := func(t *testing.T) (state.Layout, *state.Record, string) {
 		staging, source := state.Layout{Dir: t.TempDir()}, t.TempDir()
 		for _, d := range []string{staging.RunDir(), staging.Workspace()} {
@@ -68,7 +69,7 @@ func TestVagrantProvisionOwnVagrantfile(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", VMName: "agent-vm-feat", Backend: VagrantName, Guest: state.Guest{User: "dev"},
+		r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", VMName: "agent-vm-feat", Backend: Name, Guest: state.Guest{User: "dev"},
 			Resources: state.Resources{CPUs: 2, MemoryMiB: 2048}, Paths: state.Layout{Dir: "/final/feat"}.Paths(), Git: state.Git{Source: source}}
 		r.Ports.SSH, r.Ports.MCP = 2201, 8001
 		vf := filepath.Join(source, "Vagrantfile")
@@ -82,7 +83,7 @@ func TestVagrantProvisionOwnVagrantfile(t *testing.T) {
 	if err := b.Provision(context.Background(), staging, r, backend.CreateFlags{}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := state.SectionOf[VagrantSettings](r)
+	s, err := state.SectionOf[Settings](r)
 	if err != nil || s.Vagrantfile != vf || s.Machine != "default" || r.Guest.Foreign != vf {
 		t.Errorf("record: %+v, foreign %q, %v", s, r.Guest.Foreign, err)
 	}
@@ -146,11 +147,11 @@ func TestVagrantProvisionOwnVagrantfile(t *testing.T) {
 
 func TestVagrantPrepareOwnVagrantfile(t *testing.T) {
 	l, source := state.Layout{Dir: t.TempDir()}, t.TempDir()
-	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", VMName: "agent-vm-feat", Backend: VagrantName, Git: state.Git{Source: source}}
-	if err := r.SetSection(VagrantSettings{Vagrantfile: filepath.Join(source, "Vagrantfile"), Machine: "default"}); err != nil {
+	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", VMName: "agent-vm-feat", Backend: Name, Git: state.Git{Source: source}}
+	if err := r.SetSection(Settings{Vagrantfile: filepath.Join(source, "Vagrantfile"), Machine: "default"}); err != nil {
 		t.Fatal(err)
 	}
-	b := &VagrantBackend{}
+	b := &Backend{}
 	if _, err := b.Prepare(context.Background(), l, r, backend.PrepareOptions{}); err == nil || !strings.Contains(err.Error(), "which is gone") {
 		t.Errorf("a Vagrantfile gone since create: %v", err)
 	}
@@ -178,34 +179,27 @@ func TestVagrantPrepareOwnVagrantfile(t *testing.T) {
 	if ws, err := os.Readlink(boot.User.Dir); err != nil || ws != l.Workspace() || filepath.Base(boot.User.Dir) != "agent-vm-feat-0123abcd" {
 		t.Errorf("VAGRANT_CWD %s is not a link named after the machine to the workspace: %q %v", boot.User.Dir, ws, err)
 	}
-	if _, err := os.Stat(filepath.Join(l.Dir, SeedFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(l.Dir, seed.File)); err == nil {
 		t.Error("a seed was written for the repository's own Vagrantfile")
 	}
 }
 
-func TestBoxFlagBelongsToVagrant(t *testing.T) {
-	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Box: "x/y"}); err == nil || !strings.Contains(err.Error(), "--backend vagrant") {
-		t.Errorf("qemu backend with --box: %v", err)
-	}
+// CheckCreate checks --box and --vagrantfile, and refuses the qemu
+// backend's --image.
+func TestCheckCreateFlags(t *testing.T) {
 	for _, box := range []string{"x\ny", "nul\x00byte", "\xff\xfe invalid", "\x04", " padded"} {
-		if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Box: box}); err == nil || !strings.Contains(err.Error(), "--box") {
+		if err := (&Backend{}).CheckCreate(backend.CreateFlags{Box: box}); err == nil || !strings.Contains(err.Error(), "--box") {
 			t.Errorf("--box %q: %v; want it refused, naming --box", box, err)
 		}
 	}
-	if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Box: "debian/bookworm64"}); err != nil {
+	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Box: "debian/bookworm64"}); err != nil {
 		t.Errorf("--box debian/bookworm64: %v", err)
 	}
-	if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Image: "/a.qcow2"}); err == nil {
+	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Image: "/a.qcow2"}); err == nil {
 		t.Error("vagrant backend took --image")
 	}
-	if err := (&VagrantBackend{}).CheckCreate(backend.CreateFlags{Vagrantfile: "mine"}); err == nil || !strings.Contains(err.Error(), "auto") {
+	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Vagrantfile: "mine"}); err == nil || !strings.Contains(err.Error(), "auto") {
 		t.Errorf("--vagrantfile mine: %v", err)
-	}
-	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Vagrantfile: VagrantfileRepo}); err == nil || !strings.Contains(err.Error(), "--backend vagrant") {
-		t.Errorf("qemu backend with --vagrantfile=repo: %v", err)
-	}
-	if err := (&Backend{}).CheckCreate(backend.CreateFlags{Vagrantfile: VagrantfileAuto}); err != nil {
-		t.Errorf("qemu backend with --vagrantfile's default: %v", err)
 	}
 	if MACOf("a") == MACOf("b") || !strings.HasPrefix(MACOf("a"), "52:54:00:") {
 		t.Errorf("MACs: %s %s", MACOf("a"), MACOf("b"))

@@ -1,12 +1,14 @@
-package qemu
+package virtiofsd
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -14,13 +16,12 @@ import (
 // (agent-vm not root) and in the jail (root, the workspace's owner known).
 func TestVirtiofsdArgvGolden(t *testing.T) {
 	var b strings.Builder
-	c := &Virtiofsd{Path: "/usr/lib/qemu/virtiofsd"}
+	c := &Binary{Path: "/usr/lib/qemu/virtiofsd"}
 	for _, cache := range []string{"", driver.ShareCacheNone, driver.ShareCacheAuto, driver.ShareCacheAlways} {
 		for _, euid := range []int{1000, 0} {
-			l := &Launcher{Geteuid: func() int { return euid }, Self: func() (string, error) { return "/usr/bin/agent-vm", nil }}
-			m := sampleMachine()
-			m.Share.Cache, m.Share.UID, m.Share.GID = cache, 1000, 1000
-			d, err := l.virtiofsdProcess(c, VirtiofsdShare{Share: m.Share, Socket: "/state/feature-x/run/virtiofsd.sock"})
+			o := Options{Geteuid: func() int { return euid }, Self: func() (string, error) { return "/usr/bin/agent-vm", nil }}
+			share := driver.Share{Source: "/state/feature-x/workspace", Tag: "workspace", Cache: cache, UID: 1000, GID: 1000}
+			d, err := Process(c, Spec{Share: share, Socket: "/state/feature-x/run/virtiofsd.sock"}, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -33,7 +34,7 @@ func TestVirtiofsdArgvGolden(t *testing.T) {
 // The Rust virtiofsd calls cache=none "never"; the other modes are spelt
 // alike.
 func TestVirtiofsdCacheWords(t *testing.T) {
-	rust, c := &Virtiofsd{Rust: true}, &Virtiofsd{}
+	rust, c := &Binary{Rust: true}, &Binary{}
 	for mode, want := range map[string][2]string{
 		driver.ShareCacheNone:   {"never", "none"},
 		driver.ShareCacheAuto:   {"auto", "auto"},
@@ -49,17 +50,12 @@ func TestVirtiofsdCacheWords(t *testing.T) {
 	}
 }
 
-func TestCheckShareCache(t *testing.T) {
-	for _, ok := range []string{"none", "auto", "always"} {
-		if err := driver.CheckShareCache(ok); err != nil {
-			t.Errorf("CheckShareCache(%q) = %v", ok, err)
-		}
-	}
-	err := driver.CheckShareCache("loose")
-	if err == nil || !strings.Contains(err.Error(), `"loose"`) || !strings.Contains(err.Error(), "hint:") {
-		t.Errorf("CheckShareCache(loose) = %v, want an error naming it with a hint", err)
-	}
-	if got := (driver.Share{}).CacheMode(); got != driver.DefaultShareCache {
-		t.Errorf("unset cache mode reads %q, want %q", got, driver.DefaultShareCache)
+// A FAKE runner (execxtest) stands in for a host without virtiofsd: it
+// answers LookPath with "not found" and fails on anything else.
+func TestMissingVirtiofsdNamesThePackages(t *testing.T) {
+	fake := execxtest.New(t).Installed("virtiofsd", "")
+	_, err := find(context.Background(), fake, []string{t.TempDir() + "/virtiofsd"})
+	if err == nil || !strings.Contains(err.Error(), "qemu-system-common") || !strings.Contains(err.Error(), "9p") {
+		t.Errorf("got %v", err)
 	}
 }

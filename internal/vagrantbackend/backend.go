@@ -1,4 +1,12 @@
-package debian
+// Package vagrantbackend is the backend users call "vagrant": the Debian
+// guest of the qemu backend, made an agent-vm guest by the same cloud-init
+// seed (internal/seed), booted from a Vagrant box by the vagrant driver
+// (internal/vagrant, whose package doc has the design): agent-vm's own box
+// (internal/vagrantbox, made from the base image) or one of --box; or the
+// repository's own Vagrantfile, run as is. It owns its section of the VM
+// record (Settings). What it shares with the qemu backend (internal/debian)
+// is the seed, in a package of its own: neither backend imports the other.
+package vagrantbackend
 
 import (
 	"context"
@@ -16,19 +24,21 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/seed"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbox"
 )
 
-// VagrantName is the vagrant backend's name in VM records: the same Debian
-// guest and cloud-init seed as the qemu backend, run by vagrant
-// (vagrant-libvirt) from a box (see internal/vagrant's package doc).
-const VagrantName = "vagrant"
+// Name is the vagrant backend's name in VM records: the same Debian guest
+// and cloud-init seed as the qemu backend, run by vagrant (vagrant-libvirt)
+// from a box (see internal/vagrant's package doc).
+const Name = "vagrant"
 
-// VagrantBackend is the Debian guest run by the Vagrant driver.
-type VagrantBackend struct {
+// Backend is the Debian guest run by the Vagrant driver.
+type Backend struct {
 	Run execx.Runner
 	Log hclog.Logger
 	// Executable is the agent-vm binary the guest runs as its MCP proxy.
@@ -42,14 +52,18 @@ type VagrantBackend struct {
 	Progress io.Writer
 }
 
-var _ backend.Backend = (*VagrantBackend)(nil)
+var (
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.HostNeeder = (*Backend)(nil)
+)
 
-// VagrantSettings is this backend's section of the VM record.
-type VagrantSettings struct {
+// Settings is this backend's section of the VM record.
+type Settings struct {
 	// Box is the Vagrant box of --box; "" (or vagrant.DefaultBox, in
 	// records of earlier VMs) is agent-vm's own, made from its base image.
 	Box string `json:"box,omitempty"`
-	// Provision counts re-provisioning requests, as Settings.Provision.
+	// Provision counts re-provisioning requests (start --reprovision), as
+	// the qemu backend's does: a new instance-id for the seed.
 	Provision int `json:"provision"`
 	// Vagrantfile is the repository's own Vagrantfile the VM runs as is
 	// (create --vagrantfile auto or repo), "" for agent-vm's generated
@@ -70,19 +84,23 @@ const (
 )
 
 // Name implements backend.Backend.
-func (b *VagrantBackend) Name() string { return VagrantName }
+func (b *Backend) Name() string { return Name }
 
 // Driver is "vagrant".
-func (b *VagrantBackend) Driver() string { return vagrant.DriverName }
+func (b *Backend) Driver() string { return vagrant.DriverName }
+
+// HostNeeds implements backend.HostNeeder: the vagrant driver's programs
+// (vagrant, vagrant-libvirt, libvirt).
+func (b *Backend) HostNeeds() hostpkgs.Need { return hostpkgs.Vagrant }
 
 // Doctor implements backend.Backend: the driver checks vagrant, its
 // plugin and libvirt; the box is added on the first `vagrant up`.
-func (b *VagrantBackend) Doctor(context.Context) backend.Readiness {
+func (b *Backend) Doctor(context.Context) backend.Readiness {
 	return backend.Readiness{Ready: true}
 }
 
 // CheckCreate implements backend.Backend.
-func (b *VagrantBackend) CheckCreate(f backend.CreateFlags) error {
+func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 	switch {
 	case f.Image != "":
 		return fmt.Errorf("--image sets the base disk image of the qemu backend; the vagrant backend boots a box (hint: use --box NAME, or pass --backend qemu)")
@@ -108,7 +126,7 @@ func (b *VagrantBackend) CheckCreate(f backend.CreateFlags) error {
 // into the VM's run directory (never into the workspace), with the paths
 // the VM will have once created (r.Paths.Dir) and KVM; every start writes
 // it again for its accelerator and share.
-func (b *VagrantBackend) Provision(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) error {
+func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) error {
 	final := state.Layout{Dir: r.Paths.Dir}
 	if final.Dir == "" {
 		return fmt.Errorf("internal error: the VM's final directory is not known at provisioning")
@@ -118,7 +136,7 @@ func (b *VagrantBackend) Provision(ctx context.Context, l state.Layout, r *state
 		return err
 	}
 	if u != nil {
-		if err := r.SetSection(VagrantSettings{Vagrantfile: u.Vagrantfile, Machine: u.Machine}); err != nil {
+		if err := r.SetSection(Settings{Vagrantfile: u.Vagrantfile, Machine: u.Machine}); err != nil {
 			return err
 		}
 		r.Guest.Foreign = u.Vagrantfile
@@ -129,7 +147,7 @@ func (b *VagrantBackend) Provision(ctx context.Context, l state.Layout, r *state
 		u.Dir = vagrant.UserRoot(final.RunDir(), name)
 		return vagrant.WriteUser(l.RunDir(), *u)
 	}
-	s := VagrantSettings{Box: f.Box}
+	s := Settings{Box: f.Box}
 	if err := r.SetSection(s); err != nil {
 		return err
 	}
@@ -151,7 +169,7 @@ func (b *VagrantBackend) Provision(ctx context.Context, l state.Layout, r *state
 // repository's own Vagrantfile (nil: agent-vm's). It asks vagrant, with
 // the VM's own machine state, which machines the file defines, and
 // refuses several, and the flags that do not apply to it.
-func (b *VagrantBackend) userProject(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) (*vagrant.UserProject, error) {
+func (b *Backend) userProject(ctx context.Context, l state.Layout, r *state.Record, f backend.CreateFlags) (*vagrant.UserProject, error) {
 	if f.Vagrantfile == VagrantfileGenerate {
 		return nil, nil
 	}
@@ -185,8 +203,8 @@ func (b *VagrantBackend) userProject(ctx context.Context, l state.Layout, r *sta
 }
 
 // boot is the plan: the box, the seed, the NIC's MAC, the SSH login.
-func (b *VagrantBackend) boot(l state.Layout, r *state.Record, s VagrantSettings) vagrant.Boot {
-	return vagrant.Boot{Box: s.Box, Seed: filepath.Join(l.Dir, SeedFile), MAC: MACOf(r.ID), SSHUser: r.Guest.User, SSHKey: l.ClientKey()}
+func (b *Backend) boot(l state.Layout, r *state.Record, s Settings) vagrant.Boot {
+	return vagrant.Boot{Box: s.Box, Seed: filepath.Join(l.Dir, seed.File), MAC: MACOf(r.ID), SSHUser: r.Guest.User, SSHKey: l.ClientKey()}
 }
 
 // MACOf is the VM's own MAC on libvirt's shared network (52:54:00 is
@@ -202,12 +220,12 @@ func MACOf(id string) string {
 // removed with the domain; the next start's `vagrant up` makes both afresh
 // from the box, and cloud-init provisions the new disk (the seed is
 // written at every start).
-func (b *VagrantBackend) Reset(context.Context, state.Layout, *state.Record) error {
+func (b *Backend) Reset(context.Context, state.Layout, *state.Record) error {
 	return nil
 }
 
 // CheckStart implements backend.Backend.
-func (b *VagrantBackend) CheckStart(r *state.Record, f backend.StartFlags) error {
+func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
 	if f.Nixpkgs != "" {
 		return fmt.Errorf("--nixpkgs chooses the nixpkgs a nixos VM is built from; VM %q uses the vagrant backend (hint: drop --nixpkgs)", r.Branch)
 	}
@@ -215,21 +233,21 @@ func (b *VagrantBackend) CheckStart(r *state.Record, f backend.StartFlags) error
 }
 
 // Prepare implements backend.Backend: a fresh seed, and the plan.
-func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	s, err := sectionForStart(r, o.Reprovision, func(s *VagrantSettings) *int { return &s.Provision })
+func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
+	s, err := seed.ForStart(r, o.Reprovision, func(s *Settings) *int { return &s.Provision })
 	if err != nil {
 		return nil, err
 	}
 	if s.Vagrantfile != "" {
 		return b.prepareUser(r, l, s, o)
 	}
-	c, err := seedConfig(l, r, s.Provision, o.CACerts)
+	c, err := seed.Config(l, r, s.Provision, o.CACerts)
 	if err != nil {
 		return nil, err
 	}
 	c.MACAddress = MACOf(r.ID)
 	c.Direct = true // the vagrant driver does not contain the network: no proxy door
-	if err := writeSeed(ctx, l, r, c, b.Executable); err != nil {
+	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}
 	boot := b.boot(l, r, s)
@@ -247,7 +265,7 @@ func (b *VagrantBackend) Prepare(ctx context.Context, l state.Layout, r *state.R
 // the file again (it may have gone, or become a directory or a symlink out
 // of the repository, since create) and plans nothing else; the guest is
 // the Vagrantfile's, so there is no seed and nothing to settle.
-func (b *VagrantBackend) prepareUser(r *state.Record, l state.Layout, s VagrantSettings, o backend.PrepareOptions) (*backend.Plan, error) {
+func (b *Backend) prepareUser(r *state.Record, l state.Layout, s Settings, o backend.PrepareOptions) (*backend.Plan, error) {
 	if o.Reprovision {
 		return nil, fmt.Errorf("--reprovision reruns agent-vm's guest setup, and VM %q runs the repository's own Vagrantfile (hint: run its provisioners with `vagrant provision`, using the environment in %s)", r.Branch, filepath.Join(vagrant.Project(l.RunDir()), vagrant.UserFile))
 	}
@@ -271,12 +289,12 @@ func (b *VagrantBackend) prepareUser(r *state.Record, l state.Layout, s VagrantS
 // said in the Vagrantfile, so vagrant does not detect it at every up.
 const vagrantGuest = "debian"
 
-func ownBox(s VagrantSettings) bool { return s.Box == "" || s.Box == vagrant.DefaultBox }
+func ownBox(s Settings) bool { return s.Box == "" || s.Box == vagrant.DefaultBox }
 
 // addBox adds agent-vm's own box, made from the default base image, to
 // the driver's VAGRANT_HOME unless it is there, and checks that libvirt's
 // QEMU can read the kernel it boots from there.
-func (b *VagrantBackend) addBox(ctx context.Context, report backend.Reporter) (vagrantbox.Box, error) {
+func (b *Backend) addBox(ctx context.Context, report backend.Reporter) (vagrantbox.Box, error) {
 	img, err := image.Lookup(b.ImageDir, image.DefaultBuildName)
 	if errors.Is(err, image.ErrNotFound) {
 		return vagrantbox.Box{}, fmt.Errorf("there is no base image in %s to make the vagrant box from (hint: build it with `sudo agent-vm image build` (about 2 minutes), or create the VM with --box NAME)", b.ImageDir)
@@ -308,7 +326,7 @@ func (b *VagrantBackend) addBox(ctx context.Context, report backend.Reporter) (v
 }
 
 // home is VAGRANT_HOME's path; "" (vagrant's default) when unset.
-func (b *VagrantBackend) home() string {
+func (b *Backend) home() string {
 	if b.Home == nil {
 		return ""
 	}
@@ -316,7 +334,7 @@ func (b *VagrantBackend) home() string {
 }
 
 // Release implements backend.Backend: nothing outside the directory.
-func (b *VagrantBackend) Release(state.Layout) error { return nil }
+func (b *Backend) Release(state.Layout) error { return nil }
 
 // ImagesInUse implements backend.Backend: boxes are vagrant's.
-func (b *VagrantBackend) ImagesInUse(state.Layout) []string { return nil }
+func (b *Backend) ImagesInUse(state.Layout) []string { return nil }

@@ -1,0 +1,54 @@
+package proc
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// A process is found, verified and killed by its command line; once it is
+// gone its pid matches nothing.
+func TestFindKillWait(t *testing.T) {
+	marker := "proc-test-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	// A loop, so that sh stays the process (it may exec a lone command),
+	// with the marker as its $0.
+	cmd := exec.Command("sh", "-c", "while :; do sleep 1; done", marker)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait() // reap it, so that it does not linger as a zombie
+	match := func(args []string) bool { return slices.Contains(args, marker) }
+	pid := cmd.Process.Pid
+	if got := Find(match); got != pid {
+		t.Fatalf("Find: got %d, want %d (args %q)", got, pid, Args(pid))
+	}
+	if Verified(pid, func([]string) bool { return false }) {
+		t.Error("Verified a process its matcher refuses")
+	}
+	if !Kill(pid, match) {
+		t.Fatal("Kill did not kill the matching process")
+	}
+	if !WaitGone(pid, match, 5*time.Second) || Verified(pid, match) || Find(match) != 0 {
+		t.Errorf("pid %d still matches after Kill", pid)
+	}
+	if Kill(pid, match) || Signal(pid, match, 0) {
+		t.Error("a gone process was signalled")
+	}
+}
+
+func TestReadPid(t *testing.T) {
+	dir := t.TempDir()
+	for content, want := range map[string]int{"42\n": 42, "0": 0, "x": 0} {
+		p := dir + "/pid"
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadPid(p)
+		if got != want || (want == 0) != (err != nil) {
+			t.Errorf("%q: got %d, %v; want %d", content, got, err, want)
+		}
+	}
+}

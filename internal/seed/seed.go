@@ -1,0 +1,99 @@
+// Package seed makes a VM's cloud-init NoCloud seed from what agent-vm
+// keeps of the VM (its record, its keys, its optional mcp.json) and writes
+// it into the VM's directory; internal/cloudinit renders it. It is the
+// Debian guest both cloud-init backends boot: the qemu backend
+// (internal/debian, a Debian image on an overlay run by QEMU) and the
+// vagrant backend (internal/vagrantbackend, the same guest from a Vagrant
+// box run by vagrant). Each keeps its own record section and files; what
+// they share is here, so neither backend imports the other.
+package seed
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Files of the seed in a VM directory.
+const (
+	File      = "seed.iso" // the NoCloud seed, rewritten at every start
+	MCPConfig = "mcp.json" // the VM's own MCP servers (optional)
+)
+
+// Config is what a VM's cloud-init seed says at its provision'th
+// provisioning (the instance-id is the VM's id and that count).
+func Config(l state.Layout, r *state.Record, provision int, caCerts []string) (cloudinit.Config, error) {
+	pub, err := os.ReadFile(l.ClientPubKey())
+	if err != nil {
+		return cloudinit.Config{}, fmt.Errorf("reading the VM's client key: %w", err)
+	}
+	hostPriv, err := os.ReadFile(l.HostKey())
+	if err != nil {
+		return cloudinit.Config{}, fmt.Errorf("reading the VM's host key: %w", err)
+	}
+	hostPub, err := os.ReadFile(l.HostPubKey())
+	if err != nil {
+		return cloudinit.Config{}, fmt.Errorf("reading the VM's host key: %w", err)
+	}
+	var mcpConfig []byte
+	if b, err := os.ReadFile(filepath.Join(l.Dir, MCPConfig)); err == nil {
+		mcpConfig = b
+	}
+	return cloudinit.Config{
+		InstanceID:     fmt.Sprintf("%s-%d", r.ID, provision),
+		Hostname:       r.Slug,
+		UID:            r.Guest.UID,
+		GID:            r.Guest.GID,
+		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
+		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
+		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
+		CACerts:        caCerts,
+		NPMPackages:    agentPackages(r.Agent),
+		ExtraPackages:  r.AllPackages(),
+		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
+			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
+	}, nil
+}
+
+// Write writes the VM's cloud-init seed with the agent-vm binary the
+// guest installs.
+func Write(ctx context.Context, l state.Layout, r *state.Record, c cloudinit.Config, executable func() (string, error)) error {
+	exe, err := executable()
+	if err != nil {
+		return fmt.Errorf("finding the agent-vm binary for the guest: %w", err)
+	}
+	if p, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = p
+	}
+	return cloudinit.WriteSeed(ctx, filepath.Join(l.Dir, File), c, cloudinit.SeedOptions{AgentBinary: exe, ModTime: r.CreatedAt})
+}
+
+// ForStart reads the backend's section S of r and, on start
+// --reprovision, counts one more provisioning in it (provision points at
+// the count): a new instance-id makes the guest's first-boot setup run
+// again.
+func ForStart[S any](r *state.Record, reprovision bool, provision func(*S) *int) (S, error) {
+	s, err := state.SectionOf[S](r)
+	if err != nil || !reprovision {
+		return s, err
+	}
+	*provision(&s)++
+	return s, r.SetSection(s)
+}
+
+// agentPackages are the npm packages of the VM's agent CLI.
+func agentPackages(name string) []string {
+	if name == "" {
+		return nil
+	}
+	if a, err := guest.LookupAgent(name); err == nil {
+		return []string{a.Package}
+	}
+	return nil // create refused unknown names
+}
