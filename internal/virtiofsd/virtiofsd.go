@@ -11,6 +11,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -147,8 +149,8 @@ func Process(b *Binary, s Spec, o Options) (execx.Detached, error) {
 	return d, nil
 }
 
-// Start starts b serving s (jailed as root, see Jailed) and waits for its
-// socket. It returns virtiofsd's pid (the jail's, as root); on failure
+// Start starts b serving s (jailed as root, see Jailed) and waits until
+// its socket listens (Listening). It returns virtiofsd's pid (the jail's, as root); on failure
 // the process is gone and the error says why.
 func Start(ctx context.Context, run execx.Runner, b *Binary, s Spec, o Options) (int, error) {
 	sock := s.Socket
@@ -163,7 +165,7 @@ func Start(ctx context.Context, run execx.Runner, b *Binary, s Spec, o Options) 
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
+		if Listening(sock) {
 			return p.Pid(), nil
 		}
 		select {
@@ -180,6 +182,38 @@ func Start(ctx context.Context, run execx.Runner, b *Binary, s Spec, o Options) 
 		}
 	}
 }
+
+// Listening reports whether a unix socket bound at path listens, as the
+// kernel's table of unix sockets says (the __SO_ACCEPTCON flag), without
+// connecting: a connection would be virtiofsd's one vhost-user client, and
+// it exits when its client goes. The socket file appears at bind(2), a
+// moment before listen(2); QEMU connecting in between is refused and
+// fails to start (seen under load). Where that table cannot be read it
+// falls back to the file being there.
+func Listening(path string) bool {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		_, err := os.Stat(path)
+		return err == nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := unixSocketLine.FindStringSubmatch(line)
+		if f == nil || f[2] != path {
+			continue
+		}
+		if flags, err := strconv.ParseUint(f[1], 16, 32); err == nil && flags&soAcceptCon != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// unixSocketLine is a line of /proc/net/unix: "Num: RefCount Protocol
+// Flags Type St Inode Path", the path being all after the inode's space.
+var unixSocketLine = regexp.MustCompile(`^\s*[0-9a-fA-F]+: [0-9a-fA-F]+ [0-9a-fA-F]+ ([0-9a-fA-F]+) [0-9a-fA-F]+ [0-9a-fA-F]+\s+[0-9]+ (.+)$`)
+
+// soAcceptCon is __SO_ACCEPTCON, a listening socket's flag there.
+const soAcceptCon = 1 << 16
 
 // Serving matches a virtiofsd serving this socket (its own command line
 // or the jail's).
