@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,7 +114,13 @@ func newRig(t *testing.T) *rig {
 		}
 		for _, a := range c.Args {
 			if sock, ok := strings.CutPrefix(a, "--socket-path="); ok {
-				_ = os.WriteFile(sock, nil, 0o600)
+				// A listening socket, as virtiofsd's (Start waits for one),
+				// kept until the test ends.
+				_ = os.Remove(sock)
+				if ln, err := net.Listen("unix", sock); err == nil {
+					ln.(*net.UnixListener).SetUnlinkOnClose(false)
+					t.Cleanup(func() { ln.Close() })
+				}
 			}
 		}
 		return execxtest.Reply{}
