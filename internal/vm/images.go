@@ -3,7 +3,6 @@ package vm
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/image"
 )
@@ -19,23 +18,6 @@ const (
 // PullableImages are the names `image pull` knows.
 func PullableImages() []string { return image.PullNames() }
 
-// ImageInfo is one cached image, as `image list --json` prints it.
-type ImageInfo struct {
-	Name          string    `json:"name"`
-	Kind          string    `json:"kind"`
-	Disk          string    `json:"disk"`
-	Format        string    `json:"format"`
-	SizeBytes     int64     `json:"size_bytes"`
-	Kernel        string    `json:"kernel,omitempty"`
-	KernelVersion string    `json:"kernel_version,omitempty"`
-	Created       time.Time `json:"created"`
-}
-
-func imageInfo(i *image.Image) ImageInfo {
-	return ImageInfo{Name: i.Name, Kind: i.Manifest.Kind, Disk: i.Disk, Format: i.Format, SizeBytes: i.Manifest.SizeBytes,
-		Kernel: i.Kernel, KernelVersion: i.Manifest.KernelVersion, Created: i.Manifest.Created.Truncate(time.Second)}
-}
-
 // ImageBuildOptions are `image build`'s flags.
 type ImageBuildOptions struct {
 	Release string // "" = DefaultImageRelease
@@ -44,12 +26,12 @@ type ImageBuildOptions struct {
 }
 
 // BuildImage builds the Debian base image into the image cache.
-func (m *Manager) BuildImage(ctx context.Context, o ImageBuildOptions) (ImageInfo, error) {
+func (m *Manager) BuildImage(ctx context.Context, o ImageBuildOptions) (image.Info, error) {
 	img, err := m.buildImage(ctx, o)
 	if err != nil {
-		return ImageInfo{}, err
+		return image.Info{}, err
 	}
-	return imageInfo(img), nil
+	return img.Info(), nil
 }
 
 func (m *Manager) buildImage(ctx context.Context, o ImageBuildOptions) (*image.Image, error) {
@@ -65,27 +47,17 @@ type ImagePullOptions struct {
 }
 
 // PullImage downloads an official cloud image and checks its checksum.
-func (m *Manager) PullImage(ctx context.Context, o ImagePullOptions) (ImageInfo, error) {
+func (m *Manager) PullImage(ctx context.Context, o ImagePullOptions) (image.Info, error) {
 	img, err := image.Pull(ctx, image.PullOptions{Name: o.Name, BaseURL: o.BaseURL, Force: o.Force,
 		Cache: m.dirs.Images, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
 	if err != nil {
-		return ImageInfo{}, err
+		return image.Info{}, err
 	}
-	return imageInfo(img), nil
+	return img.Info(), nil
 }
 
 // Images lists the cached images.
-func (m *Manager) Images() ([]ImageInfo, error) {
-	imgs, err := image.List(m.ImageDir())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ImageInfo, 0, len(imgs))
-	for _, i := range imgs {
-		out = append(out, imageInfo(i))
-	}
-	return out, nil
-}
+func (m *Manager) Images() ([]image.Info, error) { return image.Infos(m.ImageDir()) }
 
 // PruneImages removes cached image versions that were replaced and that no
 // VM's disk is based on, and returns what it removed. A VM whose record is
