@@ -20,9 +20,9 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
-	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // These tests run the real command line (in process, with buffers, or as a
@@ -1024,13 +1024,13 @@ func TestCreateRefusesMoreThanTheHostHas(t *testing.T) {
 // that could when the default cannot.
 func TestDoctorVerdictNamesTheBackend(t *testing.T) {
 	for _, c := range []struct {
-		r    vm.DoctorReport
+		r    hostsetup.DoctorReport
 		want string
 	}{
-		{vm.DoctorReport{Accel: "tcg", Backend: "nixos", Backends: []string{"nixos"}, VMReady: true}, "this host can run VMs (tcg) with the nixos backend\n"},
-		{vm.DoctorReport{Accel: "kvm", Backend: "qemu", Backends: []string{"nixos", "qemu"}, VMReady: true}, "this host can run VMs (kvm) with the qemu backend, and with --backend nixos\n"},
-		{vm.DoctorReport{Accel: "tcg", Backend: "qemu", Backends: []string{"nixos"}}, "cannot run VMs with the qemu backend yet (see the hints above), but can with --backend nixos\n"},
-		{vm.DoctorReport{Accel: "tcg", Backend: "qemu", Backends: []string{}}, "this host cannot run VMs yet: see the hints above\n"},
+		{hostsetup.DoctorReport{Accel: "tcg", Backend: "nixos", Backends: []string{"nixos"}, VMReady: true}, "this host can run VMs (tcg) with the nixos backend\n"},
+		{hostsetup.DoctorReport{Accel: "kvm", Backend: "qemu", Backends: []string{"nixos", "qemu"}, VMReady: true}, "this host can run VMs (kvm) with the qemu backend, and with --backend nixos\n"},
+		{hostsetup.DoctorReport{Accel: "tcg", Backend: "qemu", Backends: []string{"nixos"}}, "cannot run VMs with the qemu backend yet (see the hints above), but can with --backend nixos\n"},
+		{hostsetup.DoctorReport{Accel: "tcg", Backend: "qemu", Backends: []string{}}, "this host cannot run VMs yet: see the hints above\n"},
 	} {
 		var out bytes.Buffer
 		printDoctor(IO{Out: &out}, c.r)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -30,7 +31,7 @@ func doctorCommand(stdio IO) *cli.Command {
 }
 
 // printDoctor prints doctor's table and its verdict.
-func printDoctor(stdio IO, r vm.DoctorReport) {
+func printDoctor(stdio IO, r hostsetup.DoctorReport) {
 	for _, c := range r.Checks {
 		mark := "ok  "
 		if !c.OK {

@@ -21,6 +21,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
 		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
 		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
+		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -50,7 +51,7 @@ func TestDoctorOnANixOSHost(t *testing.T) {
 	if !r.VMReady || r.Backend != "nixos" || !slices.Equal(r.Backends, []string{"nixos"}) {
 		t.Errorf("doctor on NixOS with nix and no image: ready %v, backend %q, backends %v; want ready with nixos\n%+v", r.VMReady, r.Backend, r.Backends, r.Checks)
 	}
-	var imageCheck *vm.Check
+	var imageCheck *hostsetup.Check
 	for i, c := range r.Checks {
 		if c.Name == "base image" {
 			imageCheck = &r.Checks[i]

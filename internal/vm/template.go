@@ -754,8 +754,8 @@ func (m *Manager) templateImages() map[string]bool {
 
 // templateCheck is doctor's line about templates: informational, new VMs
 // boot without one.
-func (m *Manager) templateCheck() Check {
-	c := Check{Name: "templates", OK: true}
+func (m *Manager) templateCheck() backend.Check {
+	c := backend.Check{Name: "templates", OK: true}
 	ts, err := m.Templates()
 	ready := 0
 	for _, t := range ts {
