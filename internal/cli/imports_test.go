@@ -22,6 +22,8 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
 		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
 		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
+		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
+		module + "/internal/egress":      true, // the hidden net-proxy and net-relay, and the net log's entries
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

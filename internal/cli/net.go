@@ -9,6 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -16,7 +18,7 @@ import (
 // netCommand is `net allow|deny|mode|show|log`: a VM's egress policy and
 // its connection log.
 func netCommand(stdio IO) *cli.Command {
-	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*vm.NetChange, error)) *cli.Command {
+	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*netpolicy.Change, error)) *cli.Command {
 		return &cli.Command{
 			Name: name, Usage: usage, ArgsUsage: "BRANCH DOMAIN...",
 			Action: func(cliCtx *cli.Context) error {
@@ -43,11 +45,11 @@ func netCommand(stdio IO) *cli.Command {
 			"host, plus what `net allow` adds; open allows every destination; offline none. `net deny`\n" +
 			"refuses a destination in every mode. Changes apply at once, also to a running VM.",
 		Subcommands: []*cli.Command{
-			edit("allow", "allow DOMAINs (a name, *.suffix, or an IP address)", func(c *cli.Context, m *vm.Manager, b string, d []string) (*vm.NetChange, error) {
-				return m.NetAllow(c.Context, b, d)
+			edit("allow", "allow DOMAINs (a name, *.suffix, or an IP address)", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
+				return netpolicy.Allow(c.Context, m, b, d)
 			}),
-			edit("deny", "refuse DOMAINs in every mode", func(c *cli.Context, m *vm.Manager, b string, d []string) (*vm.NetChange, error) {
-				return m.NetDeny(c.Context, b, d)
+			edit("deny", "refuse DOMAINs in every mode", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
+				return netpolicy.Deny(c.Context, m, b, d)
 			}),
 			{
 				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "BRANCH MODE",
@@ -56,7 +58,7 @@ func netCommand(stdio IO) *cli.Command {
 						return usagef("net mode takes BRANCH MODE (allow, open or offline), got %d arguments", cliCtx.NArg())
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						ch, err := m.NetMode(cliCtx.Context, cliCtx.Args().Get(0), cliCtx.Args().Get(1))
+						ch, err := netpolicy.SetMode(cliCtx.Context, m, cliCtx.Args().Get(0), cliCtx.Args().Get(1))
 						if err != nil {
 							return err
 						}
@@ -73,7 +75,7 @@ func netCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return err
 					}
-					info, err := m.NetShow(cliCtx.Context, name)
+					info, err := netpolicy.Show(cliCtx.Context, m, name)
 					if err != nil {
 						return err
 					}
@@ -96,18 +98,18 @@ func netCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return err
 					}
-					entries, path, err := m.NetLog(cliCtx.Context, name)
+					entries, path, err := netpolicy.Log(cliCtx.Context, m, name)
 					if err != nil {
 						return err
 					}
-					print := func(x vm.NetLogEntry) error { return printNetEntry(stdio.Out, x, cliCtx.Bool("json")) }
+					print := func(x egress.Entry) error { return printNetEntry(stdio.Out, x, cliCtx.Bool("json")) }
 					for _, x := range entries {
 						if err := print(x); err != nil {
 							return err
 						}
 					}
 					if cliCtx.Bool("follow") {
-						return vm.FollowNetLog(cliCtx.Context, path, print)
+						return netpolicy.Follow(cliCtx.Context, path, print)
 					}
 					return nil
 				}),
@@ -116,7 +118,7 @@ func netCommand(stdio IO) *cli.Command {
 	}
 }
 
-func printNetChange(w io.Writer, ch *vm.NetChange) error {
+func printNetChange(w io.Writer, ch *netpolicy.Change) error {
 	printNetInfo(w, ch.Info)
 	if ch.Live {
 		fmt.Fprintln(w, "(the VM runs: its proxy applies this at once)")
@@ -124,7 +126,7 @@ func printNetChange(w io.Writer, ch *vm.NetChange) error {
 	return nil
 }
 
-func printNetInfo(w io.Writer, info *vm.NetInfo) {
+func printNetInfo(w io.Writer, info *netpolicy.Info) {
 	if info.Uncontained != "" {
 		fmt.Fprintf(w, "VM %s: network %s\n", termsafe.String(info.Branch), termsafe.String(info.Uncontained))
 		return
@@ -145,7 +147,7 @@ func printNetInfo(w io.Writer, info *vm.NetInfo) {
 	fmt.Fprintf(w, "  log:     %s\n", info.Log)
 }
 
-func printNetEntry(w io.Writer, x vm.NetLogEntry, asJSON bool) error {
+func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 	if asJSON {
 		return writeJSON(w, x)
 	}
@@ -183,10 +185,10 @@ func netProxyCommand(stdio IO) *cli.Command {
 				}
 			}
 			e := newEnv(cliCtx, stdio)
-			return vm.ServeEgress(cliCtx.Context, vm.EgressOptions{Dir: cliCtx.String("dir"),
+			return egress.Serve(cliCtx.Context, egress.ServeOptions{Dir: cliCtx.String("dir"),
 				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
-				TestHosts: stdio.Getenv(vm.TestHostsEnv), Log: e.log.Named("net-proxy")})
+				TestHosts: stdio.Getenv(egress.TestHostsEnv), Log: e.log.Named("net-proxy")})
 		},
 	}
 }
@@ -210,7 +212,7 @@ func netRelayCommand(stdio IO) *cli.Command {
 				}
 				door = p
 			}
-			if err := vm.RelayEgress(cliCtx.Context, cliCtx.Args().First(), door, stdio.In, stdio.Out); err != nil {
+			if err := egress.Relay(cliCtx.Context, cliCtx.Args().First(), door, stdio.In, stdio.Out); err != nil {
 				return &exitCodeError{code: ExitError}
 			}
 			return nil

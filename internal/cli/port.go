@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -163,7 +164,7 @@ func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
 		return err
 	}
 	return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-		ch, err := m.Expose(cliCtx.Context, cliCtx.Args().First(), port, remove)
+		ch, err := netpolicy.Expose(cliCtx.Context, m, cliCtx.Args().First(), port, remove)
 		if err != nil {
 			return err
 		}

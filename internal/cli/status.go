@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -103,9 +104,9 @@ func netLine(i vm.Info) string {
 	}
 	var parts []string
 	switch {
-	case n.Mode == vm.NetAllow && len(n.Added) > 0:
+	case n.Mode == egress.ModeAllow && len(n.Added) > 0:
 		parts = append(parts, fmt.Sprintf("allow-list (the default and %s)", strings.Join(n.Added, ", ")))
-	case n.Mode == vm.NetAllow:
+	case n.Mode == egress.ModeAllow:
 		parts = append(parts, "allow-list (the default)")
 	default:
 		parts = append(parts, n.Mode)

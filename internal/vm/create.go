@@ -48,8 +48,8 @@ type CreateOptions struct {
 	Overcommit bool
 	// NoHostCA keeps the host's added CA certificates out of the guest.
 	NoHostCA bool
-	// Net is the egress mode (NetOpen, NetAllow, NetOffline); "" is
-	// NetAllow.
+	// Net is the egress mode (egress.ModeOpen, ModeAllow, ModeOffline);
+	// "" is ModeAllow.
 	Net string
 	// Agent is an agent CLI to install in the guest (guest.Agents).
 	Agent string
@@ -310,7 +310,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		Guest:     state.Guest{User: guest.User, Proxy: true}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
 		Packages: o.Packages, WorkspaceCache: o.WorkspaceCache,
 	}
-	if o.Net != "" && o.Net != NetAllow {
+	if o.Net != "" && o.Net != egress.ModeAllow {
 		r.Net = &state.Net{Mode: o.Net}
 	}
 	if r.Resources.CPUs == 0 {

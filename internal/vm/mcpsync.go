@@ -20,6 +20,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpconfig"
 	"github.com/agent-vm/agent-vm/internal/mcpproxy"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -205,7 +206,7 @@ func (m *Manager) recordMCPSync(ctx context.Context, e state.Entry, exposed []st
 	}
 	rec.Exposed = slices.DeleteFunc(rec.Exposed, func(x state.Exposed) bool { return x.By == state.ExposedByMCPSync })
 	rec.Exposed = append(rec.Exposed, exposed...)
-	if err := writeNetPolicy(e.Layout, rec); err != nil {
+	if err := netpolicy.Write(e.Layout, rec); err != nil {
 		return err
 	}
 	rec.MCPSynced = rec.MCPSynced[:0]

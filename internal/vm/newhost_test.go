@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
@@ -336,7 +337,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	if s := status(); s.Net == nil || !strings.Contains(s.Net.Uncontained, "NOT contained") {
 		t.Errorf("status does not say the vagrant VM's network is not contained: %+v", s.Net)
 	}
-	if _, err := m.NetAllow(ctx, "vg", []string{"example.com"}); err == nil || !strings.Contains(err.Error(), "NOT contained") {
+	if _, err := netpolicy.Allow(ctx, m, "vg", []string{"example.com"}); err == nil || !strings.Contains(err.Error(), "NOT contained") {
 		t.Errorf("net allow on a vagrant VM: %v; want a refusal saying its network is not contained", err)
 	}
 	step("exec both ways, status, net")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -49,18 +50,18 @@ type Info struct {
 	Share       string          `json:"share"`
 	// ShareCache is the workspace's cache mode (driver.ShareCache*) as
 	// recorded: the one the next start uses, virtiofs only.
-	ShareCache    string     `json:"share_cache"`
-	Pid           int        `json:"pid"`
-	StartedAt     *time.Time `json:"started_at"`
-	UptimeSeconds int64      `json:"uptime_seconds"`
-	Agent         Health     `json:"agent"`
-	SSH           SSHInfo    `json:"ssh"`
-	MCP           MCPInfo    `json:"mcp"`
-	Paths         PathsInfo  `json:"paths"`
-	Git           state.Git  `json:"git"`
-	HostCA        bool       `json:"host_ca"`       // the guest trusts the host's added CA certificates
-	AgentCLI      string     `json:"agent_cli"`     // create --agent, "" for none
-	Net           *NetInfo   `json:"net,omitempty"` // the egress policy and exposed host ports
+	ShareCache    string          `json:"share_cache"`
+	Pid           int             `json:"pid"`
+	StartedAt     *time.Time      `json:"started_at"`
+	UptimeSeconds int64           `json:"uptime_seconds"`
+	Agent         Health          `json:"agent"`
+	SSH           SSHInfo         `json:"ssh"`
+	MCP           MCPInfo         `json:"mcp"`
+	Paths         PathsInfo       `json:"paths"`
+	Git           state.Git       `json:"git"`
+	HostCA        bool            `json:"host_ca"`       // the guest trusts the host's added CA certificates
+	AgentCLI      string          `json:"agent_cli"`     // create --agent, "" for none
+	Net           *netpolicy.Info `json:"net,omitempty"` // the egress policy and exposed host ports
 	// Foreign is the user's own configuration the guest runs as is (the
 	// repository's Vagrantfile), "" for agent-vm's own guest. Such a VM has
 	// no agent-mcp and no pinned host key: its ports, ssh and mcp fields
@@ -120,7 +121,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
 		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
 		Agent: Health{State: "unknown"},
-		Net:   m.netInfo(e),
+		Net:   netpolicy.InfoOf(e, m.Contains(e.Record)),
 	}
 	if tok, err := readToken(l); err == nil {
 		info.MCP.Token = tok

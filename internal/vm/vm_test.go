@@ -31,10 +31,12 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
@@ -167,7 +169,7 @@ func run(t *testing.T, m *vm.Manager, branch string, argv ...string) (int, strin
 	return code, out.String(), errb.String()
 }
 
-// Allowed names that the egress proxy resolves itself (vm.TestHostsEnv):
+// Allowed names that the egress proxy resolves itself (egress.TestHostsEnv):
 // tlsTestName to the host's loopback, hostAddrTestName to the host's
 // primary address, cgnatTestName to cgnatTestAddr (shared address space,
 // as a tailnet's machines have).
@@ -192,13 +194,13 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	m.HostCAs = func() ([]string, error) { return []string{caPEM}, nil }
 	primary := primaryAddr(t)
 	// Inherited by the egress proxy.
-	t.Setenv(vm.TestHostsEnv, tlsTestName+"=127.0.0.1,"+hostAddrTestName+"="+primary+","+cgnatTestName+"="+cgnatTestAddr)
+	t.Setenv(egress.TestHostsEnv, tlsTestName+"=127.0.0.1,"+hostAddrTestName+"="+primary+","+cgnatTestName+"="+cgnatTestAddr)
 	o.Branch = "life"
 	e := createWith(t, m, o)
 	// The proxy checks the test names' addresses as any name's: the TLS
 	// server on the host's loopback is reached because 127.0.0.1 itself is
 	// allowed. The host's primary address is not.
-	if _, err := m.NetAllow(context.Background(), "life", []string{tlsTestName, "127.0.0.1", hostAddrTestName, cgnatTestName}); err != nil {
+	if _, err := netpolicy.Allow(context.Background(), m, "life", []string{tlsTestName, "127.0.0.1", hostAddrTestName, cgnatTestName}); err != nil {
 		t.Fatal(err)
 	}
 	res := start(t, m, "life")
@@ -256,7 +258,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 
 	// As root, the proxy that parsed those requests is QEMU's user, not root.
 	if os.Geteuid() == 0 {
-		netDir := filepath.Join(e.Layout.Dir, vm.NetDir)
+		netDir := filepath.Join(e.Layout.Dir, netpolicy.Dir)
 		proxy := 0
 		des, _ := os.ReadDir("/proc")
 		for _, de := range des {

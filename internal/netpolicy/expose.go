@@ -1,4 +1,4 @@
-package vm
+package netpolicy
 
 import (
 	"context"
@@ -30,25 +30,25 @@ type ExposeChange struct {
 // Expose lets the guest reach port on the host's 127.0.0.1 (at
 // guest.HostAddr, same port), or with remove takes that away. These, and
 // the ports `mcp sync` exposes, are the only host services a guest reaches.
-func (m *Manager) Expose(ctx context.Context, name string, port int, remove bool) (*ExposeChange, error) {
+func Expose(ctx context.Context, vms VMs, name string, port int, remove bool) (*ExposeChange, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("HOST_PORT %d is not a port number", port)
 	}
 	if port == guest.ProxyPort {
 		return nil, fmt.Errorf("host port %d cannot be exposed: the guest reaches the egress proxy at %s:%d", port, guest.HostAddr, port)
 	}
-	e, lock, err := m.lockedEntry(ctx, name)
+	e, lock, err := locked(ctx, vms, name)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Release()
 	r := e.Record
-	if err := m.refuseUncontained(r, "expose a host port"); err != nil {
+	if err := refuseUncontained(vms, r, "expose a host port"); err != nil {
 		return nil, err
 	}
 	ch := &ExposeChange{Branch: r.Branch, Port: port, GuestAddr: fmt.Sprintf("%s:%d", guest.HostAddr, port), Removed: remove}
 	has := func(x state.Exposed) bool { return x.Port == port }
-	running := m.Status(ctx, e, false).State == StateRunning
+	up := running(ctx, vms, e)
 	switch {
 	case remove && !slices.ContainsFunc(r.Exposed, has):
 		return nil, fmt.Errorf("%q does not expose host port %d (hint: `agent-vm net show %s` lists its doors)", r.Branch, port, r.Slug)
@@ -59,12 +59,12 @@ func (m *Manager) Expose(ctx context.Context, name string, port int, remove bool
 		return ch, nil
 	default:
 		r.Exposed = append(r.Exposed, state.Exposed{Port: port, Why: "exposed by the user", By: ExposedByCommand})
-		ch.Restart = running
+		ch.Restart = up
 	}
 	if err := state.WriteRecord(e.Layout.Record(), r); err != nil {
 		return nil, err
 	}
-	if err := writeNetPolicy(e.Layout, r); err != nil {
+	if err := Write(e.Layout, r); err != nil {
 		return nil, err
 	}
 	return ch, nil

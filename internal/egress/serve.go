@@ -1,0 +1,79 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// TestHostsEnv names test names the egress proxy resolves itself
+// ("name=ip,..."): how tests lead an allowed name to a server on the
+// host. Not for users. It overrides name resolution only: the proxy checks
+// its answers as any name's, so a test that leads a name to the host's
+// loopback also allows 127.0.0.1 itself.
+const TestHostsEnv = "AGENT_VM_TEST_EGRESS_HOSTS"
+
+// ServeOptions are the hidden `net-proxy` command's flags.
+type ServeOptions struct {
+	Dir         string // the VM's network directory (policy, log)
+	ProxySocket string
+	DoorSocket  string
+	QEMUPidFile string // exit once its process is gone
+	RunAs       string // "UID:GID" to drop to before serving; "" keeps the caller's
+	TestHosts   string // TestHostsEnv's value
+	Log         hclog.Logger
+}
+
+// Serve runs a VM's egress proxy (the hidden `net-proxy` command the
+// driver starts) until ctx ends or the VM's QEMU is gone: it listens, waits
+// for QEMU's pid, drops to o.RunAs, then serves (see internal/egress's
+// doc on privileges).
+func Serve(ctx context.Context, o ServeOptions) error {
+	p := &Proxy{Logger: o.Log}
+	hosts, runAs, pidFile := o.TestHosts, o.RunAs, o.QEMUPidFile
+	if hosts != "" {
+		p.Hosts = map[string]netip.Addr{}
+		for _, kv := range strings.Split(hosts, ",") {
+			name, addr, _ := strings.Cut(kv, "=")
+			a, err := netip.ParseAddr(addr)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not name=address", TestHostsEnv, kv)
+			}
+			p.Hosts[strings.ToLower(name)] = a
+		}
+	}
+	var uid, gid int
+	if runAs != "" {
+		if _, err := fmt.Sscanf(runAs, "%d:%d", &uid, &gid); err != nil || uid <= 0 || gid < 0 {
+			return fmt.Errorf("--run-as %q is not UID:GID of a user other than root", runAs)
+		}
+	}
+	root, err := os.OpenRoot(o.Dir)
+	if err != nil {
+		return fmt.Errorf("the VM's network directory: %w", err)
+	}
+	defer root.Close()
+	p.Dir, p.Log = root, &Log{Dir: root, Name: LogFile}
+	ls, err := Listen(o.ProxySocket, o.DoorSocket)
+	if err != nil {
+		return err
+	}
+	if pidFile != "" {
+		pid, err := WaitPid(ctx, pidFile, 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		ctx = Orphaned(ctx, pid)
+	}
+	if runAs != "" {
+		if err := DropPrivileges(uid, gid); err != nil {
+			return err
+		}
+	}
+	return p.Serve(ctx, ls)
+}

@@ -1,0 +1,209 @@
+package netpolicy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// VMs is what the net commands need of agent-vm's VMs; vm's Manager has
+// it (cli wires it in).
+type VMs interface {
+	// Recorded finds the VM name means (a branch or a VM name), whose
+	// record must be readable.
+	Recorded(ctx context.Context, name string) (state.Entry, error)
+	// LockVM takes the lock of the VM called slug; the caller releases it.
+	LockVM(ctx context.Context, slug string) (*state.Lock, error)
+	// State is the VM's state as status shows it (driver.StateRunning ...).
+	State(ctx context.Context, e state.Entry) string
+	// Contains reports whether the driver that runs r's VM contains its
+	// network (a driver.NetworkContainer).
+	Contains(r *state.Record) bool
+}
+
+// locked finds the VM name means and takes its lock; the caller releases
+// it.
+func locked(ctx context.Context, vms VMs, name string) (state.Entry, *state.Lock, error) {
+	e, err := vms.Recorded(ctx, name)
+	if err != nil {
+		return state.Entry{}, nil, err
+	}
+	lock, err := vms.LockVM(ctx, e.Slug)
+	if err != nil {
+		return state.Entry{}, nil, err
+	}
+	return e, lock, nil
+}
+
+func running(ctx context.Context, vms VMs, e state.Entry) bool {
+	return vms.State(ctx, e) == driver.StateRunning
+}
+
+// Info is `net show`: the VM's mode, its effective allow-list and
+// refusals, and its doors.
+type Info struct {
+	Branch  string          `json:"branch"`
+	Mode    string          `json:"mode"`
+	Allow   []string        `json:"allow"`
+	Added   []string        `json:"added,omitempty"` // the user's own part of Allow
+	Deny    []string        `json:"deny,omitempty"`
+	Exposed []state.Exposed `json:"exposed,omitempty"`
+	Proxy   string          `json:"proxy"` // as the guest reaches it
+	Log     string          `json:"log"`
+	// Uncontained says why nothing enforces the policy: the VM's driver
+	// does not contain its network (the vagrant backend). Then Mode,
+	// Allow, Deny and Exposed are what the record says, unused.
+	Uncontained string `json:"uncontained,omitempty"`
+}
+
+// uncontained says why r's network is not contained, or "" when its
+// driver contains it.
+func uncontained(r *state.Record, contained bool) string {
+	if contained {
+		return ""
+	}
+	return fmt.Sprintf("NOT contained: the %s backend's guest is on its provider's network (vagrant-libvirt's NAT bridge) and reaches the host's bridge address and, through NAT, everything the host reaches; no allow-list applies and no connection is logged (hint: create the VM with --backend qemu for a contained network)", r.Backend)
+}
+
+// refuseUncontained refuses a change of a policy nothing would enforce.
+func refuseUncontained(vms VMs, r *state.Record, what string) error {
+	if why := uncontained(r, vms.Contains(r)); why != "" {
+		return fmt.Errorf("cannot %s for %q: its network is %s", what, r.Branch, why)
+	}
+	return nil
+}
+
+// Show reports a VM's egress policy (`net show`).
+func Show(ctx context.Context, vms VMs, name string) (*Info, error) {
+	e, err := vms.Recorded(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return InfoOf(e, vms.Contains(e.Record)), nil
+}
+
+// InfoOf is the policy of e's VM as `net show` and status show it;
+// contained: its driver contains its network.
+func InfoOf(e state.Entry, contained bool) *Info {
+	r := e.Record
+	p := Policy(r)
+	info := &Info{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Exposed: r.Exposed,
+		Proxy: guest.ProxyURL, Log: LogPath(e.Layout)}
+	if r.Net != nil {
+		info.Added = r.Net.Allow
+	}
+	info.Uncontained = uncontained(r, contained)
+	return info
+}
+
+// Change is `net allow|deny|mode`: the patterns given, as the policy now
+// has them.
+type Change struct {
+	Info *Info
+	// Live: the VM runs, and its proxy applies the change at once.
+	Live bool
+}
+
+// Allow adds patterns to a VM's allow-list (and takes them off its
+// refusals); Deny refuses them in every mode. Both apply at once to a
+// running VM.
+func Allow(ctx context.Context, vms VMs, name string, patterns []string) (*Change, error) {
+	return edit(ctx, vms, name, patterns, func(n *state.Net, p string) {
+		n.Deny = slices.DeleteFunc(n.Deny, func(d string) bool { return d == p })
+		if !slices.Contains(n.Allow, p) && !slices.Contains(egress.DefaultAllow, p) {
+			n.Allow = append(n.Allow, p)
+		}
+	})
+}
+
+// Deny: see Allow.
+func Deny(ctx context.Context, vms VMs, name string, patterns []string) (*Change, error) {
+	return edit(ctx, vms, name, patterns, func(n *state.Net, p string) {
+		n.Allow = slices.DeleteFunc(n.Allow, func(a string) bool { return a == p })
+		if !slices.Contains(n.Deny, p) {
+			n.Deny = append(n.Deny, p)
+		}
+	})
+}
+
+// SetMode changes a VM's egress mode.
+func SetMode(ctx context.Context, vms VMs, name, mode string) (*Change, error) {
+	if err := egress.CheckMode(mode); err != nil {
+		return nil, err
+	}
+	return update(ctx, vms, name, func(r *state.Record) { netOf(r).Mode = mode })
+}
+
+func netOf(r *state.Record) *state.Net {
+	if r.Net == nil {
+		r.Net = &state.Net{Mode: egress.ModeAllow}
+	}
+	return r.Net
+}
+
+func edit(ctx context.Context, vms VMs, name string, patterns []string, change func(*state.Net, string)) (*Change, error) {
+	if len(patterns) == 0 {
+		return nil, fmt.Errorf("no DOMAIN given (hint: e.g. example.com, *.example.com or 203.0.113.7)")
+	}
+	var clean []string
+	for _, p := range patterns {
+		c, err := egress.CheckPattern(p)
+		if err != nil {
+			return nil, err
+		}
+		clean = append(clean, c)
+	}
+	return update(ctx, vms, name, func(r *state.Record) {
+		for _, p := range clean {
+			change(netOf(r), p)
+		}
+	})
+}
+
+// update changes the record's network under the VM's lock and rewrites
+// the proxy's policy.
+func update(ctx context.Context, vms VMs, name string, change func(*state.Record)) (*Change, error) {
+	e, lock, err := locked(ctx, vms, name)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	if err := refuseUncontained(vms, e.Record, "change the network policy"); err != nil {
+		return nil, err
+	}
+	change(e.Record)
+	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
+		return nil, err
+	}
+	if err := Write(e.Layout, e.Record); err != nil {
+		return nil, err
+	}
+	return &Change{Info: InfoOf(e, vms.Contains(e.Record)), Live: running(ctx, vms, e)}, nil
+}
+
+// Log returns a VM's connection log, oldest first, and where it is.
+func Log(ctx context.Context, vms VMs, name string) ([]egress.Entry, string, error) {
+	e, err := vms.Recorded(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	path := LogPath(e.Layout)
+	es, err := egress.ReadLog(path)
+	return es, path, err
+}
+
+// Follow calls emit with each connection logged after the log's
+// current end until ctx ends.
+func Follow(ctx context.Context, path string, emit func(egress.Entry) error) error {
+	var off int64
+	if fi, err := os.Stat(path); err == nil {
+		off = fi.Size()
+	}
+	return egress.Follow(ctx, path, off, emit)
+}

@@ -1,0 +1,101 @@
+// Package netpolicy is a VM's network policy as agent-vm keeps it: the
+// record's egress mode, allow-list and refusals and the host ports the
+// guest may reach (its doors), rendered as the policy file the VM's egress
+// proxy reads (internal/egress), shown and changed by `agent-vm net` and
+// `port expose`, and written again by whoever changes the record's doors
+// (`mcp sync`).
+//
+// It drives no VM itself: the commands find and lock a VM, and ask whether
+// it runs and whether its driver contains its network, through VMs, the
+// small interface of vm's Manager they need (cli wires it in).
+package netpolicy
+
+import (
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Dir is a VM's network directory, in the VM directory: the policy the
+// proxy reads and its connection log (egress.PolicyFile, egress.LogFile),
+// both 0600 and, with the directory, the user the proxy runs as.
+const Dir = "net"
+
+// DirOf is the network directory of the VM laid out as l.
+func DirOf(l state.Layout) string { return filepath.Join(l.Dir, Dir) }
+
+// LogPath is the VM's connection log.
+func LogPath(l state.Layout) string { return filepath.Join(DirOf(l), egress.LogFile) }
+
+// ModeOf is the record's mode, allow by default.
+func ModeOf(r *state.Record) string {
+	if r.Net == nil || r.Net.Mode == "" {
+		return egress.ModeAllow
+	}
+	return r.Net.Mode
+}
+
+// Policy is the proxy's policy for r: the default allow-list, the
+// repository's git remote host, the user's own additions and refusals,
+// and the exposed ports.
+func Policy(r *state.Record) egress.Policy {
+	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow)}
+	for _, u := range []string{r.Git.UpstreamURL, r.Git.OriginURL} {
+		if h := remoteHost(u); h != "" && !slices.Contains(p.Allow, h) {
+			p.Allow = append(p.Allow, h)
+		}
+	}
+	if r.Net != nil {
+		for _, a := range r.Net.Allow {
+			if !slices.Contains(p.Allow, a) {
+				p.Allow = append(p.Allow, a)
+			}
+		}
+		p.Deny = slices.Clone(r.Net.Deny)
+	}
+	for _, x := range r.Exposed {
+		if !slices.Contains(p.Exposed, x.Port) {
+			p.Exposed = append(p.Exposed, x.Port)
+		}
+	}
+	slices.Sort(p.Exposed)
+	return p
+}
+
+// remoteHost is the host of a git remote URL (https://host/..., ssh://,
+// scp-like user@host:path); "" for local paths.
+func remoteHost(u string) string {
+	if u == "" || strings.HasPrefix(u, "/") || strings.HasPrefix(u, "file:") {
+		return ""
+	}
+	if pu, err := url.Parse(u); err == nil && pu.Host != "" {
+		h, err := egress.CheckPattern(pu.Hostname())
+		if err != nil {
+			return ""
+		}
+		return h
+	}
+	if at := strings.Index(u, "@"); at >= 0 {
+		if host, _, ok := strings.Cut(u[at+1:], ":"); ok {
+			if h, err := egress.CheckPattern(host); err == nil {
+				return h
+			}
+		}
+	}
+	return ""
+}
+
+// Write renders r's policy for the proxy of the VM laid out as l, which
+// re-reads it at once.
+func Write(l state.Layout, r *state.Record) error {
+	if err := os.Mkdir(DirOf(l), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return egress.WritePolicy(DirOf(l), Policy(r))
+}

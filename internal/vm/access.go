@@ -1,0 +1,34 @@
+package vm
+
+import (
+	"context"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// What the rooms that act on a VM themselves (the network policy, MCP
+// sync, agent sessions) ask of the Manager, each through a small interface
+// of its own that the Manager satisfies.
+
+// Recorded finds the VM name means (see Find); a VM directory whose record
+// is unreadable is its error.
+func (m *Manager) Recorded(ctx context.Context, name string) (state.Entry, error) {
+	return m.findRecorded(ctx, name)
+}
+
+// LockVM takes the lock of the VM called slug; the caller releases it.
+func (m *Manager) LockVM(ctx context.Context, slug string) (*state.Lock, error) {
+	return m.Root.LockVM(ctx, slug)
+}
+
+// State is the VM's state as status shows it (StateRunning ...), without
+// asking agent-mcp.
+func (m *Manager) State(ctx context.Context, e state.Entry) string { return m.Status(ctx, e, false).State }
+
+// Connect opens an SSH connection to the running VM name means, and
+// returns its slug; the caller closes the connection.
+func (m *Manager) Connect(ctx context.Context, name string) (*ssh.Client, string, error) {
+	return m.connect(ctx, name)
+}
