@@ -24,6 +24,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
 		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
 		module + "/internal/egress":      true, // the hidden net-proxy and net-relay, and the net log's entries
+		module + "/internal/mcpsync":     true, // `mcp sync`, given the Manager as its VMs
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

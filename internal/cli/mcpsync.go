@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/mcpsync"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -41,7 +42,7 @@ func mcpSyncCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := m.MCPSync(cliCtx.Context, name, vm.MCPSyncOptions{DryRun: cliCtx.Bool("dry-run")})
+			res, err := mcpsync.Sync(cliCtx.Context, m, name, mcpsync.Options{DryRun: cliCtx.Bool("dry-run"), Getenv: stdio.Getenv})
 			if err != nil {
 				return err
 			}
@@ -55,7 +56,7 @@ func mcpSyncCommand(stdio IO) *cli.Command {
 
 // printMCPSync prints what a sync did. Names and details come from the
 // host's files and the guest's agent-mcp: termsafe for the terminal.
-func printMCPSync(stdio IO, res *vm.MCPSyncResult) error {
+func printMCPSync(stdio IO, res *mcpsync.Result) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "MCP servers of the host's Claude Code (%s):\n", termsafe.Line(strings.Join(res.HostFiles, ", ")))
 	if len(res.Servers) == 0 {

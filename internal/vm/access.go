@@ -25,7 +25,9 @@ func (m *Manager) LockVM(ctx context.Context, slug string) (*state.Lock, error) 
 
 // State is the VM's state as status shows it (StateRunning ...), without
 // asking agent-mcp.
-func (m *Manager) State(ctx context.Context, e state.Entry) string { return m.Status(ctx, e, false).State }
+func (m *Manager) State(ctx context.Context, e state.Entry) string {
+	return m.Status(ctx, e, false).State
+}
 
 // Connect opens an SSH connection to the running VM name means, and
 // returns its slug; the caller closes the connection.

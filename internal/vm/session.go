@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/mcpsync"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -203,7 +204,7 @@ func (m *Manager) RunAgent(ctx context.Context, o RunOptions) (*SessionResult, e
 // reported and the agent starts without them: the user's MCP set-up must
 // not keep the agent from running.
 func (m *Manager) syncMCP(ctx context.Context, vmName string, notify func(string)) []session.Var {
-	res, err := m.MCPSync(ctx, vmName, MCPSyncOptions{})
+	res, err := mcpsync.Sync(ctx, m, vmName, mcpsync.Options{Getenv: m.getenv})
 	if err != nil {
 		notify(fmt.Sprintf("the host's MCP servers were not brought into the VM: %v (the agent starts without them; `agent-vm mcp sync %s` tries again)", err, vmName))
 		return nil
