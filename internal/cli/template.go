@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -53,7 +54,7 @@ func templateCommand(stdio IO) *cli.Command {
 				}
 				if cliCtx.Bool("json") {
 					if ts == nil {
-						ts = []vm.TemplateInfo{}
+						ts = []template.Info{}
 					}
 					return writeJSON(stdio.Out, ts)
 				}

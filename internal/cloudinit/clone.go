@@ -1,7 +1,7 @@
 package cloudinit
 
-// A clone: a guest restored from a template's saved state (see internal/vm's
-// template.go) rather than booted with its own seed. The template was
+// A clone: a guest restored from a template's saved state (see
+// internal/template) rather than booted with its own seed. The template was
 // provisioned by a seed rendered with Config.Template: the generic part of
 // the guest contract (user dev, sshd, the agent-vm units, the egress proxy's
 // settings, the host's CA certificates) and none of a VM's own. Personalize

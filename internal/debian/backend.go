@@ -91,7 +91,7 @@ type Settings struct {
 	// Provision counts re-provisioning requests (start --reprovision); the
 	// guest's first-boot setup runs again whenever it changes.
 	Provision int `json:"provision"`
-	// Template: the VM is a template (see internal/vm's template.go),
+	// Template: the VM is a template (see internal/template),
 	// provisioned with the guest contract but nothing of one VM's.
 	Template bool `json:"template,omitempty"`
 }

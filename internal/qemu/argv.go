@@ -83,7 +83,7 @@ func scriptAccelArgs(accel string) []string {
 // guest that it was restored from a saved state: QEMU writes the new
 // generation ID after loading a state and notifies the guest, and Linux
 // (>= 5.18, its vmgenid driver) reseeds its RNG on it, so two machines
-// restored from one template (template.go) do not share RNG state. QEMU
+// restored from one template (internal/template) do not share RNG state. QEMU
 // 7.2 has it on x86 only (arm64's virt got it later).
 //
 // The balloon reports the guest's free memory (free-page-reporting): the

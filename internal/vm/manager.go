@@ -69,8 +69,8 @@ type Manager struct {
 	// store, which guests trust too (hostca.Finder outside tests).
 	HostCAs func() ([]string, error)
 
-	// TemplateDir holds the templates new VMs start from (template.go), a
-	// state directory; nil turns templates off.
+	// TemplateDir holds the templates new VMs start from
+	// (internal/template), a state directory; nil turns templates off.
 	TemplateDir *hostdir.Dir
 	// vmRoot is the VMs' root when Root is the templates' (forTemplates).
 	vmRoot *state.Root

@@ -38,7 +38,7 @@ type StartOptions struct {
 	// instead of resuming it.
 	Cold bool
 	// NoTemplate boots a new VM cold even when a template fits it
-	// (template.go).
+	// (internal/template).
 	NoTemplate bool
 	// WorkspaceCache, when set, changes how the guest caches the
 	// workspace (driver.ShareCache*) from this start on (it is saved in
@@ -185,7 +185,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 // boot (see backend.Backend's Prepare), saves what that changed in the
 // record, and completes mach with the plan's credentials and, for a driver
 // that contains it, the VM's network.
-func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string, t *template) (*backend.Plan, error) {
+func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string, t *usable) (*backend.Plan, error) {
 	r, l := e.Record, e.Layout
 	be, err := m.backendOf(r, verb)
 	if err != nil {

@@ -1,83 +1,16 @@
 package vm
 
-// Templates: a new branch's VM starts from a saved machine in
-// seconds instead of booting and provisioning for a minute or more.
-//
-// A template is a VM of its own, kept in a state directory of its own
-// (Manager.TemplateDir, under the cache directory: 0700 directories, 0600
-// files, as every VM's): a record, its own throwaway client key, host key
-// and MCP token, an empty workspace, a disk (an overlay on the base image)
-// and the saved state of its machine. `agent-vm template build BRANCH`
-// makes the one BRANCH's VM fits: it creates that VM, boots it cold with a
-// template seed (the guest contract only: user dev, sshd, the agent-vm
-// units, the proxy settings, the host's CA certificates; no workspace
-// content, no agent CLI, no repository provisioning, no identity of any
-// real VM), waits for cloud-init to finish, suspends it (internal/qemu's
-// suspend path: the share unplugged, the state saved, the identity of
-// QEMU, machine and disk recorded) and freezes its disk read-only.
-//
-// Which template a VM may start from is its key (templateKey): the
-// backend, accelerator, size (CPUs, memory, disk), the workspace owner's
-// uid/gid (dev's ids are baked in), the host CA certificates the guest
-// trusts, the agent-vm binary the guest runs and the guest contract
-// version; the directory is named after the key's hash. The rest is
-// checked where it is known: the base image by the backend (the template's
-// disk must be an overlay on the base this VM would boot), the QEMU
-// version and the machine's command line by the driver (driver.Cloner).
-//
-// A VM's first start (its backend has no disk for it yet) uses the
-// template when there is one that fits, unless StartOptions.NoTemplate:
-// the backend makes the VM's disk on the template's (base <- template <-
-// VM), the driver starts QEMU from the template's state with the VM's own
-// ports, forwards, fw_cfg token and virtiofsd and writes the clone's own
-// kernel boot id into its memory (bootid.go), then start logs in with the
-// template's key and runs the backend's Personalize script, which hands
-// the guest's agent-vm a plan (internal/personalize): the VM's host key
-// and client key, the template's removed; a new machine-id; hostname;
-// the instance-id, so that the VM's later cold boots with its own seed do
-// not provision it again; the kernel RNG reseeded from the host on top of
-// vmgenid; agent-mcp's settings and the VM's MCP token. It reconnects with
-// the VM's pinned keys, mounts the workspace (resume's attach), and runs
-// FirstRun (agent CLI, repository provisioning). From then on the VM is
-// an ordinary one: later starts boot its own disk.
-//
-// Only a backend that says what of its record section a template takes
-// and shares (a backend.Templater: the qemu backend), run by a driver that
-// suspends and clones (driver.Suspender, driver.Cloner: QEMU's), has
-// templates. Anything that does not fit falls back to the cold first
-// boot, logged as one line with the reason: no template, another key, a
-// NixOS guest, a different base or QEMU or machine, 9p instead of
-// virtiofs.
-//
-// Why an explicit build rather than one made behind the user's back after
-// the first cold boot: a template build is a whole extra boot (a minute
-// alone under TCG, several on a busy 2-core host) competing with the VM
-// the user is waiting for, and it keeps a disk and a RAM image (about the
-// guest's memory) on disk; the user decides when that is worth it.
-//
-// A clone's kernel boot id (/proc/sys/kernel/random/boot_id), which the
-// guest cannot change, is written into its memory by the driver before it
-// runs (bootid.go): the build records where the template's kernel keeps
-// it.
-//
-// A template's disk backs its clones' disks: `template rm` keeps it (alone
-// in the template's directory, which is no template any more) while a
-// VM's disk is made on it, and removes the rest; a later `template rm`
-// removes it once no VM uses it. Each build has a directory of its own
-// (the key's hash and the build time), so a rebuilt template never
-// replaces a disk in use.
+// Templates (internal/template has their design): a template is a VM in
+// the templates' state directory, built here by creating, booting and
+// suspending it, and a VM's first start may clone one (startClone).
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -91,64 +24,8 @@ import (
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/template"
 )
-
-// templateContract is the version of what a template's guest holds;
-// change it whenever the template seed or Personalize changes what a
-// clone's guest is, so that older templates are refused.
-const templateContract = 2 // 2: template.json says where the kernel keeps its boot id; the guest's agent-vm personalizes
-
-// Files of a template's directory besides a VM's.
-const (
-	templateFile = "template.json" // its key and when it was built
-)
-
-// templateKey is what a VM must share with a template to start from it.
-type templateKey struct {
-	Backend   string `json:"backend"`
-	Accel     string `json:"accel"`
-	CPUs      int    `json:"cpus"`
-	MemoryMiB int    `json:"memory_mib"`
-	DiskGiB   int    `json:"disk_gib"`
-	UID       int    `json:"uid"`
-	GID       int    `json:"gid"`
-	NoHostCA  bool   `json:"no_host_ca"`
-	CAs       string `json:"host_cas"`    // sha256 of the CA certificates the guest trusts
-	AgentVM   string `json:"agent_vm"`    // sha256 of the agent-vm binary the guest runs
-	Contract  int    `json:"contract"`    // templateContract
-	Base      string `json:"base_config"` // the backend's section, less its per-VM counters
-}
-
-// prefix begins the names of the key's templates' directories
-// ("t-<hash>-<build time>").
-func (k templateKey) prefix() string {
-	b, _ := json.Marshal(k)
-	h := sha256.Sum256(b)
-	return "t-" + hex.EncodeToString(h[:8]) + "-"
-}
-
-// templateRecord is template.json.
-type templateRecord struct {
-	Key   templateKey `json:"key"`
-	Built time.Time   `json:"built"`
-	// For is the branch whose VM the build was asked for.
-	For string `json:"for"`
-	// BootID is where the template's kernel keeps its boot id; nil when
-	// the guest did not say (its clones then share the template's).
-	BootID *bootIDSite `json:"boot_id,omitempty"`
-}
-
-// TemplateInfo describes one template (template list, doctor).
-type TemplateInfo struct {
-	Slug  string    `json:"slug"`
-	Dir   string    `json:"dir"`
-	For   string    `json:"for"`
-	Built time.Time `json:"built"`
-	Ready bool      `json:"ready"` // a template (else the disk of a removed one)
-	Key   any       `json:"key,omitempty"`
-	// UsedBy counts the VMs whose disks are made on its disk.
-	UsedBy int `json:"used_by"`
-}
 
 // templateRoot opens the templates' state directory.
 func (m *Manager) templateRoot() (*state.Root, error) {
@@ -185,15 +62,15 @@ func (m *Manager) templater(r *state.Record) (backend.Templater, bool) {
 }
 
 // templateKey computes r's key; t is r's backend.
-func (m *Manager) templateKey(ctx context.Context, t backend.Templater, r *state.Record) (templateKey, error) {
-	k := templateKey{Backend: r.Backend, Accel: m.Accel(ctx).Accel, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
-		DiskGiB: r.Resources.DiskGiB, UID: r.Guest.UID, GID: r.Guest.GID, NoHostCA: r.NoHostCA, Contract: templateContract}
+func (m *Manager) templateKey(ctx context.Context, t backend.Templater, r *state.Record) (template.Key, error) {
+	k := template.Key{Backend: r.Backend, Accel: m.Accel(ctx).Accel, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
+		DiskGiB: r.Resources.DiskGiB, UID: r.Guest.UID, GID: r.Guest.GID, NoHostCA: r.NoHostCA, Contract: template.Contract}
 	if !r.NoHostCA {
 		cas, err := m.HostCAs()
 		if err != nil {
 			return k, err
 		}
-		k.CAs = hashOf([]byte(strings.Join(cas, "\x00")))
+		k.CAs = template.Hash([]byte(strings.Join(cas, "\x00")))
 	}
 	exe, err := m.executable()
 	if err != nil {
@@ -203,16 +80,11 @@ func (m *Manager) templateKey(ctx context.Context, t backend.Templater, r *state
 	if err != nil {
 		return k, fmt.Errorf("reading the agent-vm binary the guest runs: %w", err)
 	}
-	k.AgentVM = hashOf(b)
+	k.AgentVM = template.Hash(b)
 	if k.Base, err = t.TemplateBase(r); err != nil {
 		return k, err
 	}
 	return k, nil
-}
-
-func hashOf(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
 }
 
 // executable is the agent-vm binary (Manager.Executable, else this one).
@@ -223,16 +95,16 @@ func (m *Manager) executable() (string, error) {
 	return os.Executable()
 }
 
-// template is a usable template for a VM.
-type template struct {
+// usable is a usable template for a VM.
+type usable struct {
 	e    state.Entry
-	rec  templateRecord
+	rec  template.Record
 	mach driver.Machine
 }
 
 // findTemplate returns the template r fits, or why there is none (one
 // line, for the log).
-func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*template, string) {
+func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*usable, string) {
 	if m.TemplateDir == nil {
 		return nil, "templates are off"
 	}
@@ -241,23 +113,19 @@ func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*template,
 		return nil, "only Debian (qemu backend) VMs start from templates"
 	}
 	none := fmt.Sprintf("no template for this VM's machine yet (hint: `agent-vm template build %s` makes one)", r.Slug)
-	if _, found := newestTemplate(m.TemplateDir.Path, ""); !found {
+	if _, found := template.Newest(m.TemplateDir.Path, ""); !found {
 		return nil, none // without any template, skip hashing the key (agent-vm's binary among it)
 	}
 	k, err := m.templateKey(ctx, be, r)
 	if err != nil {
 		return nil, err.Error()
 	}
-	l, ok := newestTemplate(m.TemplateDir.Path, k.prefix())
+	l, ok := template.Newest(m.TemplateDir.Path, k.Prefix())
 	if !ok {
 		return nil, none
 	}
 	slug := filepath.Base(l.Dir)
-	var rec templateRecord
-	b, err := os.ReadFile(filepath.Join(l.Dir, templateFile))
-	if err == nil {
-		err = json.Unmarshal(b, &rec)
-	}
+	rec, err := template.Read(l.Dir)
 	if err != nil {
 		return nil, fmt.Sprintf("the template %s is unreadable: %v (hint: `agent-vm template rm %s`)", l.Dir, err, slug)
 	}
@@ -265,20 +133,9 @@ func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*template,
 	if err != nil {
 		return nil, fmt.Sprintf("the template %s is unreadable: %v (hint: `agent-vm template rm %s`)", l.Dir, err, slug)
 	}
-	t := &template{e: state.Entry{Slug: slug, Layout: l, Record: tr}, rec: rec}
+	t := &usable{e: state.Entry{Slug: slug, Layout: l, Record: tr}, rec: rec}
 	t.mach = m.machine(tr, l)
 	return t, ""
-}
-
-// newestTemplate is the newest complete template (one with its
-// template.json) whose directory name begins with prefix.
-func newestTemplate(dir, prefix string) (state.Layout, bool) {
-	found, _ := filepath.Glob(filepath.Join(dir, prefix+"*", templateFile))
-	if len(found) == 0 {
-		return state.Layout{}, false
-	}
-	slices.Sort(found) // the build time sorts as text
-	return state.Layout{Dir: filepath.Dir(found[len(found)-1])}, true
 }
 
 // TemplateBuildResult says what template build did.
@@ -288,8 +145,8 @@ type TemplateBuildResult struct {
 	Took time.Duration
 }
 
-// BuildTemplate makes the template the VM of branch name fits (see the
-// top of this file): a cold boot of a template seed, then a suspend. An
+// BuildTemplate makes the template the VM of branch name fits (see
+// internal/template): a cold boot of a template seed, then a suspend. An
 // existing template for that key is refused (template rm first).
 func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions) (*TemplateBuildResult, error) {
 	e, err := m.findRecorded(ctx, name)
@@ -309,10 +166,10 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 	if err != nil {
 		return nil, err
 	}
-	if l, ok := newestTemplate(root.Dir, k.prefix()); ok {
+	if l, ok := template.Newest(root.Dir, k.Prefix()); ok {
 		return nil, fmt.Errorf("a template for VM %q's machine exists already: %s (hint: `agent-vm template rm %s` first to build it again)", r.Branch, l.Dir, filepath.Base(l.Dir))
 	}
-	slug := k.prefix() + m.Now().UTC().Format("20060102t150405")
+	slug := k.Prefix() + m.Now().UTC().Format("20060102t150405")
 	began := time.Now()
 	tm := m.forTemplates(root)
 	if err := tm.createTemplate(ctx, be, r, slug); err != nil {
@@ -343,30 +200,13 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 	if _, err := tm.Suspend(ctx, slug); err != nil {
 		return fail(err)
 	}
-	if err := freezeDisks(l.Dir); err != nil {
+	if err := template.Freeze(l.Dir); err != nil {
 		return fail(err)
 	}
-	rec := templateRecord{Key: k, Built: m.Now().UTC(), For: r.Branch, BootID: site}
-	b, _ := json.MarshalIndent(rec, "", "  ")
-	if err := atomicfile.Write(filepath.Join(l.Dir, templateFile), append(b, '\n'), 0o600); err != nil {
+	if err := template.Write(l.Dir, template.Record{Key: k, Built: m.Now().UTC(), For: r.Branch, BootID: site}); err != nil {
 		return fail(err)
 	}
 	return &TemplateBuildResult{Slug: slug, Dir: l.Dir, Took: time.Since(began)}, nil
-}
-
-// freezeDisks makes the template's disks (its backend's qcow2 files)
-// read-only: its clones' disks are made on them.
-func freezeDisks(dir string) error {
-	disks, err := filepath.Glob(filepath.Join(dir, "*.qcow2"))
-	if err != nil {
-		return err
-	}
-	for _, d := range disks {
-		if err := os.Chmod(d, 0o400); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // createTemplate makes the template's VM directory (in m's root, the
@@ -460,37 +300,11 @@ func (m *Manager) listAll() []state.Entry {
 }
 
 // Templates lists the templates.
-func (m *Manager) Templates() ([]TemplateInfo, error) {
+func (m *Manager) Templates() ([]template.Info, error) {
 	if m.TemplateDir == nil {
 		return nil, nil
 	}
-	entries, err := os.ReadDir(m.TemplateDir.Path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	used := m.disksInUse()
-	var out []TemplateInfo
-	for _, d := range entries {
-		if !d.IsDir() || !strings.HasPrefix(d.Name(), "t-") {
-			continue
-		}
-		dir := filepath.Join(m.TemplateDir.Path, d.Name())
-		info := TemplateInfo{Slug: d.Name(), Dir: dir}
-		var rec templateRecord
-		if b, err := os.ReadFile(filepath.Join(dir, templateFile)); err == nil && json.Unmarshal(b, &rec) == nil {
-			info.For, info.Built, info.Ready, info.Key = rec.For, rec.Built, true, rec.Key
-		}
-		for d := range used {
-			if filepath.Dir(d) == dir {
-				info.UsedBy++
-			}
-		}
-		out = append(out, info)
-	}
-	return out, nil
+	return template.List(m.TemplateDir.Path, m.disksInUse())
 }
 
 // RemoveTemplate removes a template (by its slug, or "all"). Its disk is
@@ -500,7 +314,7 @@ func (m *Manager) RemoveTemplate(ctx context.Context, slug string) error {
 	if err != nil {
 		return err
 	}
-	var picked []TemplateInfo
+	var picked []template.Info
 	for _, t := range all {
 		if slug == "all" || t.Slug == slug {
 			picked = append(picked, t)
@@ -524,38 +338,9 @@ func (m *Manager) RemoveTemplate(ctx context.Context, slug string) error {
 		if err != nil {
 			return err
 		}
-		err = retire(root, t, used)
+		err = template.Retire(root, t, used)
 		lock.Release()
 		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// retire removes a template but for its disks that VMs' disks are made
-// on (they name their backing file by its path): those stay in the
-// template's directory, which is then no template any more (no
-// template.json, no saved state, no keys), until no VM uses them.
-func retire(root *state.Root, t TemplateInfo, used map[string]bool) error {
-	var keep []string
-	for d := range used {
-		if filepath.Dir(d) == t.Dir {
-			keep = append(keep, filepath.Base(d))
-		}
-	}
-	if len(keep) == 0 {
-		return root.Remove(t.Slug)
-	}
-	entries, err := os.ReadDir(t.Dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if slices.Contains(keep, e.Name()) {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(t.Dir, e.Name())); err != nil {
 			return err
 		}
 	}
@@ -580,11 +365,11 @@ func (m *Manager) disksInUse() map[string]bool {
 	return out
 }
 
-// startClone is a VM's first start from a template (see the top of this
-// file), after its backend prepared plan on the template's disk. A
+// startClone is a VM's first start from a template (see
+// internal/template), after its backend prepared plan on the template's disk. A
 // template the driver refuses, or a driver that is no driver.Cloner, is
 // templateRefused: the caller boots cold.
-func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, plan *backend.Plan, t *template, so driver.StartOptions, o StartOptions) (*StartResult, error) {
+func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, plan *backend.Plan, t *usable, so driver.StartOptions, o StartOptions) (*StartResult, error) {
 	r, l := e.Record, e.Layout
 	cloner, ok := d.(driver.Cloner)
 	if !ok {
@@ -594,7 +379,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	began := time.Now()
 	var edits []driver.MemoryEdit
 	if t.rec.BootID != nil {
-		edit, id, err := bootIDEdit(t.rec.BootID)
+		edit, id, err := template.BootIDEdit(t.rec.BootID)
 		if err != nil {
 			return nil, &templateRefused{fmt.Errorf("the template's boot id: %w", err)}
 		}
@@ -695,7 +480,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 // start (its backend has no disk for it yet), without --reprovision or
 // --no-template, and only a template that fits. Why there is none is
 // logged in one line.
-func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions) *template {
+func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions) *usable {
 	be, err := m.backendOf(e.Record, "start")
 	if err != nil || be.ImagesInUse(e.Layout) != nil || m.TemplateDir == nil {
 		return nil
@@ -752,25 +537,25 @@ func (m *Manager) templateImages() map[string]bool {
 	return m.forTemplates(root).disksInUse()
 }
 
-// templateCheck is doctor's line about templates: informational, new VMs
-// boot without one.
+// templateCheck is doctor's line about templates (template.Check).
 func (m *Manager) templateCheck() backend.Check {
-	c := backend.Check{Name: "templates", OK: true}
 	ts, err := m.Templates()
-	ready := 0
-	for _, t := range ts {
-		if t.Ready {
-			ready++
-		}
+	dir := ""
+	if m.TemplateDir != nil {
+		dir = m.TemplateDir.Path
 	}
-	switch {
-	case err != nil:
-		c.Detail = "unreadable: " + err.Error()
-	case ready == 0:
-		c.Detail = "none: new VMs boot cold"
-		c.Hint = "`agent-vm template build BRANCH` saves a machine that new VMs of its size start from in seconds"
-	default:
-		c.Detail = fmt.Sprintf("%d in %s (`agent-vm template list`)", ready, m.TemplateDir.Path)
+	return template.Check(dir, ts, err)
+}
+
+// findBootID asks a running template guest where its kernel keeps its
+// boot id.
+func (m *Manager) findBootID(ctx context.Context, e state.Entry) (*template.BootIDSite, error) {
+	code, out, stderr, err := m.runRoot(ctx, e, func() string { return template.BootIDProbe })
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr))
 	}
-	return c
+	if err != nil {
+		return nil, fmt.Errorf("asking the guest where its kernel keeps its boot id: %w", err)
+	}
+	return template.ParseBootIDProbe(out)
 }

@@ -30,7 +30,7 @@ import (
 //
 // Their kernel boot ids differ too, from each other's and from the
 // template's (which the guest cannot change: the driver writes each
-// clone's into its memory before it runs; internal/vm/bootid.go).
+// clone's into its memory before it runs; internal/template/bootid.go).
 func TestTemplate(t *testing.T) {
 	m := newManager(t)
 	var logs tu.SyncBuffer

@@ -1,4 +1,4 @@
-package vm
+package template
 
 import (
 	"regexp"
@@ -18,7 +18,7 @@ ffffffffac295cf0 b sysctl_bootid
 `
 
 func TestParseBootIDProbe(t *testing.T) {
-	site, err := parseBootIDProbe(probeOutput)
+	site, err := ParseBootIDProbe(probeOutput)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestParseBootIDProbe(t *testing.T) {
 	}
 	// A symbol in .data is found from _sdata and the data section.
 	data := strings.Replace(strings.Replace(probeOutput, " b sysctl_bootid", " d sysctl_bootid", 1), "ffffffffac295cf0", "ffffffffaac00010", 1)
-	if site, err := parseBootIDProbe(data); err != nil || site.Addr != 0x162800010 {
+	if site, err := ParseBootIDProbe(data); err != nil || site.Addr != 0x162800010 {
 		t.Fatalf("in .data: %v %v", site, err)
 	}
 
@@ -40,19 +40,19 @@ func TestParseBootIDProbe(t *testing.T) {
 		"not a uuid":                  {"nope\n" + probeOutput[37:], "not a UUID"},
 		"nothing":                     {"", "not a UUID"},
 	} {
-		if _, err := parseBootIDProbe(tc.out); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := ParseBootIDProbe(tc.out); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error with %q", name, err, tc.want)
 		}
 	}
 }
 
 func TestBootIDEdit(t *testing.T) {
-	site := &bootIDSite{Addr: 0x1000, ID: "26d8ddb9-6d31-437a-a461-0f4e34b06a5a"}
-	e1, id1, err := bootIDEdit(site)
+	site := &BootIDSite{Addr: 0x1000, ID: "26d8ddb9-6d31-437a-a461-0f4e34b06a5a"}
+	e1, id1, err := BootIDEdit(site)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, id2, _ := bootIDEdit(site)
+	e2, id2, _ := BootIDEdit(site)
 	if id1 == id2 || string(e1.New) == string(e2.New) {
 		t.Fatal("two clones got the same boot id")
 	}
@@ -62,7 +62,7 @@ func TestBootIDEdit(t *testing.T) {
 	if b, _ := bootIDBytes(id1); string(b) != string(e1.New) || e1.New[6]>>4 != 4 || e1.New[8]>>6 != 2 {
 		t.Fatalf("the new id %s is not the bytes written (%x) or not a version 4 UUID", id1, e1.New)
 	}
-	if _, _, err := bootIDEdit(&bootIDSite{ID: "x"}); err == nil {
+	if _, _, err := BootIDEdit(&BootIDSite{ID: "x"}); err == nil {
 		t.Fatal("a template with a broken id: no error")
 	}
 }

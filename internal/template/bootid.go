@@ -1,4 +1,4 @@
-package vm
+package template
 
 // A clone's own kernel boot id. Linux makes
 // /proc/sys/kernel/random/boot_id once per boot, on its first read, and
@@ -16,7 +16,6 @@ package vm
 // from then on, is the clone's own.
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -26,34 +25,21 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// bootIDSite is where a template's kernel keeps its boot id.
-type bootIDSite struct {
+// BootIDSite is where a template's kernel keeps its boot id.
+type BootIDSite struct {
 	Addr uint64 `json:"phys_addr"` // guest physical address of the kernel's 16 bytes
 	ID   string `json:"id"`        // the template's boot id, as /proc gives it
 }
 
-// bootIDProbe prints what findBootID reads, as root in the guest.
-const bootIDProbe = `cat /proc/sys/kernel/random/boot_id; ` +
+// BootIDProbe prints what ParseBootIDProbe reads, as root in the guest.
+const BootIDProbe = `cat /proc/sys/kernel/random/boot_id; ` +
 	`grep -w -e sysctl_bootid -e __bss_start -e _sdata /proc/kallsyms; ` +
 	`grep -e ': Kernel data$' -e ': Kernel bss$' /proc/iomem`
 
-// findBootID asks a running template guest where its kernel keeps its
-// boot id.
-func (m *Manager) findBootID(ctx context.Context, e state.Entry) (*bootIDSite, error) {
-	code, out, stderr, err := m.runRoot(ctx, e, func() string { return bootIDProbe })
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("asking the guest where its kernel keeps its boot id: %w", err)
-	}
-	return parseBootIDProbe(out)
-}
-
-// parseBootIDProbe reads bootIDProbe's output: the boot id, the
+// ParseBootIDProbe reads BootIDProbe's output: the boot id, the
 // kernel's symbols (address, type, name) and its sections' physical
 // ranges ("163110000-1641fffff : Kernel bss").
-func parseBootIDProbe(out string) (*bootIDSite, error) {
+func ParseBootIDProbe(out string) (*BootIDSite, error) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) == 0 {
 		return nil, fmt.Errorf("the guest printed nothing")
@@ -105,7 +91,7 @@ func parseBootIDProbe(out string) (*bootIDSite, error) {
 	if addr+16 > rng[1]+1 {
 		return nil, fmt.Errorf("the boot id's address %#x falls outside the kernel's %s (%#x-%#x)", addr, section, rng[0], rng[1])
 	}
-	return &bootIDSite{Addr: addr, ID: id}, nil
+	return &BootIDSite{Addr: addr, ID: id}, nil
 }
 
 // bootIDBytes is a boot id's 16 bytes as the kernel keeps them.
@@ -117,10 +103,10 @@ func bootIDBytes(id string) ([]byte, error) {
 	return b, nil
 }
 
-// bootIDEdit is the edit that gives a clone of a template with site its
+// BootIDEdit is the edit that gives a clone of a template with site its
 // own boot id (a random version 4 UUID, as the kernel makes one), and
 // that id.
-func bootIDEdit(site *bootIDSite) (driver.MemoryEdit, string, error) {
+func BootIDEdit(site *BootIDSite) (driver.MemoryEdit, string, error) {
 	old, err := bootIDBytes(site.ID)
 	if err != nil {
 		return driver.MemoryEdit{}, "", err
