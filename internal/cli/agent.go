@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/agent"
+	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -50,22 +53,37 @@ func runCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			co.Agent = "" // run's --agent is what runs; vm installs a known one
+			co.Agent = "" // run's --agent is what runs; agent.Run installs a known one
 			if err := m.PrepareHost(cliCtx.Context); err != nil {
 				return err
 			}
 			p := newProgress(stdio.Err)
-			o := vm.RunOptions{
-				Name: name, Create: co, Agent: cliCtx.String("agent"), Args: args, Env: cliCtx.StringSlice("env"),
-				Session: cliCtx.String("session"), New: cliCtx.Bool("new"),
-				Start: vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Nixpkgs: cliCtx.String("nixpkgs")},
-				Term:  vm.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
+			so := vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Nixpkgs: cliCtx.String("nixpkgs")}
+			o := agent.RunOptions{
+				Name: name, Agent: cliCtx.String("agent"), Args: args, Env: cliCtx.StringSlice("env"),
+				Session: cliCtx.String("session"), New: cliCtx.Bool("new"), CreateAgent: co.Agent, Getenv: stdio.Getenv,
+				Create: func(ctx context.Context, branch, install string) (agent.VM, error) {
+					co.Branch, co.Agent = branch, install
+					r, err := m.Create(ctx, co)
+					if err != nil {
+						return agent.VM{}, err
+					}
+					return agent.VM{Slug: r.Slug, Branch: r.Branch, Agent: r.Agent}, nil
+				},
+				Start: func(ctx context.Context, name string) (agent.VM, bool, error) {
+					sr, err := m.Start(ctx, name, so)
+					if err != nil {
+						return agent.VM{}, false, err
+					}
+					return agent.VM{Slug: sr.Info.Slug, Branch: sr.Info.Branch}, !sr.AlreadyRunning, nil
+				},
+				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
 				Notify: func(s string) {
 					p.done()
 					fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s)
 				},
 			}
-			res, err := m.RunAgent(cliCtx.Context, o)
+			res, err := agent.Run(cliCtx.Context, m, o)
 			p.done()
 			return sessionEnd(res, err)
 		}),
@@ -100,7 +118,7 @@ func splitDashes(cliCtx *cli.Context) (before, after []string) {
 
 // sessionEnd turns a session's end into agent-vm's: the agent's exit status
 // when it ended, 0 when the user detached.
-func sessionEnd(res *vm.SessionResult, err error) error {
+func sessionEnd(res *agent.Result, err error) error {
 	if err != nil {
 		return err
 	}
@@ -131,8 +149,8 @@ func attachCommand(stdio IO) *cli.Command {
 					return err
 				}
 			}
-			res, err := m.Attach(cliCtx.Context, vm.AttachOptions{Name: name, Session: sess,
-				Term:   vm.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
+			res, err := agent.Attach(cliCtx.Context, m, agent.AttachOptions{Name: name, Session: sess,
+				Term:   agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
 				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }})
 			return sessionEnd(res, err)
 		}),
@@ -151,13 +169,13 @@ func sessionsCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			infos, err := m.Sessions(cliCtx.Context, name)
+			infos, err := agent.Sessions(cliCtx.Context, m, name)
 			if err != nil {
 				return err
 			}
 			if cliCtx.Bool("json") {
 				if infos == nil {
-					infos = []vm.SessionInfo{}
+					infos = []session.Info{}
 				}
 				return writeJSON(stdio.Out, infos)
 			}
@@ -193,7 +211,7 @@ func sessionsCommand(stdio IO) *cli.Command {
 					return usagef("sessions rm needs BRANCH and SESSION (hint: `agent-vm sessions BRANCH` lists them)")
 				}
 				name, sess := cliCtx.Args().Get(0), cliCtx.Args().Get(1)
-				if err := m.RemoveSession(cliCtx.Context, name, sess, cliCtx.Bool("force")); err != nil {
+				if err := agent.Remove(cliCtx.Context, m, name, sess, cliCtx.Bool("force")); err != nil {
 					return err
 				}
 				fmt.Fprintf(stdio.Out, "removed session %s\n", sess)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/agent"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -221,7 +222,7 @@ func logsCommand(stdio IO) *cli.Command {
 				if cliCtx.Bool("follow") {
 					return usagef("--follow does not go with --session (hint: `agent-vm attach %s %s` shows the session live)", name, sess)
 				}
-				return m.SessionLog(cliCtx.Context, name, sess, stdio.Out)
+				return agent.Log(cliCtx.Context, m, name, sess, stdio.Out)
 			}
 			err = m.Logs(cliCtx.Context, name, vm.LogsOptions{Follow: cliCtx.Bool("follow"), Lines: cliCtx.Int("lines")}, stdio.Out)
 			if cliCtx.Bool("follow") && errors.Is(err, cliCtx.Context.Err()) {

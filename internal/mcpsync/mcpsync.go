@@ -37,8 +37,9 @@ import (
 
 // VMs is what a sync needs of agent-vm's VMs; vm's Manager has it.
 type VMs interface {
-	// Recorded finds the VM name means, whose record must be readable.
-	Recorded(ctx context.Context, name string) (state.Entry, error)
+	// Find finds the VM name means (a branch or a VM name); its Record
+	// is nil, and Err says why, when its record is unreadable.
+	Find(ctx context.Context, name string) (state.Entry, error)
 	// State is the VM's state as status shows it (driver.StateRunning ...).
 	State(ctx context.Context, e state.Entry) string
 	// Connect opens an SSH connection to the running VM name means.
@@ -110,7 +111,10 @@ type AgentMCPServer struct {
 // It takes the VM's lock briefly to update the record: callers must not
 // hold it.
 func Sync(ctx context.Context, vms VMs, name string, o Options) (*Result, error) {
-	e, err := vms.Recorded(ctx, name)
+	e, err := vms.Find(ctx, name)
+	if err == nil && e.Record == nil {
+		err = e.Err
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package vm
+package agent
 
 import (
 	"strings"
@@ -67,7 +67,7 @@ func TestAgentCommand(t *testing.T) {
 }
 
 func TestPickSession(t *testing.T) {
-	infos := []SessionInfo{{Name: "claude"}, {Name: "claude-2"}}
+	infos := []session.Info{{Name: "claude"}, {Name: "claude-2"}}
 	if _, err := pickSession(infos, "", "main"); err == nil || !strings.Contains(err.Error(), "claude, claude-2") {
 		t.Errorf("two sessions, none named: %v", err)
 	}
@@ -81,7 +81,7 @@ func TestPickSession(t *testing.T) {
 		t.Errorf("freeName: %q", got)
 	}
 	long := strings.Repeat("x", 40)
-	if got := freeName([]SessionInfo{{Name: long}}, long); len(got) > 40 || session.CheckName(got) != nil {
+	if got := freeName([]session.Info{{Name: long}}, long); len(got) > 40 || session.CheckName(got) != nil {
 		t.Errorf("freeName of a long name: %q", got)
 	}
 }

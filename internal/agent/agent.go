@@ -1,0 +1,82 @@
+// Package agent runs coding agents in VMs: `agent-vm run` (the branch's
+// VM made and booted when it has none, the agent's CLI installed when the
+// guest lacks it, the host's MCP servers brought in, a session started),
+// `attach`, `sessions` and `logs --session`. What to ask the guest (tmux
+// command lines, the environment hand-off, the parsing of tmux's answers)
+// is internal/session's; this package carries it over SSH to a running
+// VM, which it reaches through VMs, the small interface of vm's Manager it
+// needs (cli wires it in, and a run's Create and Start).
+package agent
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/agent-vm/agent-vm/internal/mcpsync"
+)
+
+// VMs is what agent sessions need of agent-vm's VMs (Find, Connect) and
+// what the MCP sync before a session needs (mcpsync.VMs); vm's Manager has
+// it.
+type VMs interface {
+	mcpsync.VMs
+}
+
+// Terminal is the user's terminal for an attached session.
+type Terminal struct {
+	In       *os.File
+	Out, Err io.Writer
+}
+
+// VM is a run's VM as Create and Start report it.
+type VM struct {
+	Slug, Branch string
+	// Agent is the agent CLI the VM was created with ("" for none; the
+	// repository's config.toml may name one).
+	Agent string
+}
+
+// RunOptions are run's inputs.
+type RunOptions struct {
+	// Name is the branch (or VM name); a branch without a VM gets one,
+	// made with Create.
+	Name string
+	// Create makes the VM of branch with run's create flags, installing
+	// agent's CLI ("" for the flags' own); Start boots the VM name means
+	// unless it runs (booted: this call booted it). cli wires vm's
+	// Manager's Create and Start in.
+	Create func(ctx context.Context, branch, agent string) (VM, error)
+	Start  func(ctx context.Context, name string) (vm VM, booted bool, err error)
+	// CreateAgent is the agent CLI run's create flags install ("" for
+	// none).
+	CreateAgent string
+	// Agent is what runs: a known agent (guest.Agents) or any program in
+	// the guest; "" is the agent the VM was created with.
+	Agent string
+	Args  []string
+	// Env are the --env values: NAME (its value from this process's
+	// environment) or NAME=VALUE.
+	Env []string
+	// Session names the session (default: after the agent); New starts
+	// another session even when one runs.
+	Session string
+	New     bool
+	Term    Terminal
+	// Notify tells the user what run is doing (one line each).
+	Notify func(string)
+	// Getenv reads the host's environment (--env NAME, the agent's key,
+	// MCP sync's variables); nil is os.Getenv.
+	Getenv func(string) string
+}
+
+// Result is how an attached session ended for the user.
+type Result struct {
+	VM, Branch, Session string
+	// Created: the VM was made by this run; Started: booted by it.
+	Created, Started bool
+	// Exited: the agent ended (Status is its exit status); otherwise the
+	// user detached and the agent runs on.
+	Exited bool
+	Status int
+}

@@ -1,0 +1,284 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/mcpsync"
+	"github.com/agent-vm/agent-vm/internal/session"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"golang.org/x/crypto/ssh"
+)
+
+// Run makes sure the branch has a running VM and attaches the terminal to
+// its agent session, starting the session if it does not run yet. It
+// returns when the user detaches or the agent ends.
+func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
+	notify := o.Notify
+	if notify == nil {
+		notify = func(string) {}
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if o.Session != "" {
+		if err := session.CheckName(o.Session); err != nil {
+			return nil, fmt.Errorf("--session: %w", err)
+		}
+	}
+	res := &Result{}
+	e, err := vms.Find(ctx, o.Name)
+	create := errors.Is(err, state.ErrNotFound) && e.Record == nil
+	switch {
+	case create:
+	case err != nil:
+		return nil, err
+	case e.Record == nil:
+		return nil, e.Err
+	}
+	// Everything the user typed is checked before a VM is made.
+	agent := o.Agent
+	switch {
+	case agent != "":
+	case create:
+		agent = o.CreateAgent
+	default:
+		agent = e.Record.Agent
+	}
+	// A VM made here may get its agent from the repository's
+	// .agent-vm/config.toml: only then is "no agent" known.
+	agentFromConfig := create && agent == ""
+	var argv []string
+	var vars []session.Var
+	check := func() error {
+		var keyEnv string
+		var err error
+		if argv, keyEnv, err = agentCommand(agent, o.Args, o.Name); err != nil {
+			return err
+		}
+		vars, err = sessionEnv(o.Env, keyEnv, getenv, notify)
+		return err
+	}
+	if !agentFromConfig {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	} else if _, err := sessionEnv(o.Env, "", getenv, func(string) {}); err != nil {
+		return nil, err
+	}
+	if create {
+		install := o.CreateAgent
+		if _, err := guest.LookupAgent(agent); err == nil && install == "" {
+			install = agent // install the CLI it is about to run
+		}
+		notify(fmt.Sprintf("no VM for branch %s yet: creating one", o.Name))
+		r, err := o.Create(ctx, o.Name, install)
+		if err != nil {
+			return nil, err
+		}
+		res.Created = true
+		o.Name = r.Slug
+		if agentFromConfig {
+			agent = r.Agent
+			if err := check(); err != nil {
+				return nil, fmt.Errorf("created VM %s for branch %s, but %w", r.Slug, r.Branch, err)
+			}
+		}
+	}
+	up, booted, err := o.Start(ctx, o.Name)
+	if err != nil {
+		return nil, err
+	}
+	res.Started = booted
+	res.VM, res.Branch = up.Slug, up.Branch
+	c, _, err := vms.Connect(ctx, res.VM)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	infos, err := listSessions(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	name := o.Session
+	if name == "" {
+		name = session.NameFor(argv[0])
+	}
+	if existing, ok := session.Find(infos, name); ok {
+		switch {
+		case o.New && o.Session == "":
+			name = freeName(infos, name)
+		case o.New:
+			return nil, fmt.Errorf("a session called %s exists in VM %s already (hint: pick another --session, or `agent-vm attach %s %s`)", name, res.VM, res.VM, name)
+		case existing.Exited:
+			notify(fmt.Sprintf("session %s had ended (%s); starting it again", name, ended(existing)))
+			if _, err := guestRun(ctx, c, session.Remove(name), nil); err != nil {
+				return nil, err
+			}
+		default:
+			if len(o.Env) > 0 || len(o.Args) > 0 {
+				notify(fmt.Sprintf("session %s is already running: --env and the agent's arguments apply only when a session starts (hint: --new starts another)", name))
+			}
+			return attach(ctx, c, res, name, o.Term, notify)
+		}
+	}
+	if err := ensureAgent(ctx, c, res.VM, argv[0], o.Term.Err, notify); err != nil {
+		return nil, err
+	}
+	vars = append(syncMCP(ctx, vms, res.VM, getenv, notify), vars...)
+	w, h := sshx.TermSize(o.Term.In)
+	cmd, stdin, err := session.Start(session.Spec{Name: name, Argv: argv, Env: vars, Width: w, Height: h, Heading: res.Branch})
+	if err != nil {
+		return nil, err
+	}
+	var errOut bytes.Buffer
+	code, err := sshx.Run(ctx, c, cmd, bytes.NewReader(stdin), io.Discard, &errOut)
+	if err != nil {
+		return nil, fmt.Errorf("starting session %s in VM %s: %w", name, res.VM, err)
+	}
+	if err := session.StartError(code, errOut.String()); err != nil {
+		if errors.Is(err, session.ErrDuplicate) {
+			// Another run started it a moment ago: join it.
+			return attach(ctx, c, res, name, o.Term, notify)
+		}
+		return nil, fmt.Errorf("starting session %s in VM %s: %w", name, res.VM, err)
+	}
+	notify(fmt.Sprintf("started session %s in VM %s: %s", name, res.VM, strings.Join(argv, " ")))
+	return attach(ctx, c, res, name, o.Term, notify)
+}
+
+// syncMCP brings the host's MCP servers into the guest before a session
+// starts (as `mcp sync` does) and returns the variables their guest
+// configuration refers to, for the session's environment. A failure is
+// reported and the agent starts without them: the user's MCP set-up must
+// not keep the agent from running.
+func syncMCP(ctx context.Context, vms VMs, vmName string, getenv func(string) string, notify func(string)) []session.Var {
+	res, err := mcpsync.Sync(ctx, vms, vmName, mcpsync.Options{Getenv: getenv})
+	if err != nil {
+		notify(fmt.Sprintf("the host's MCP servers were not brought into the VM: %v (the agent starts without them; `agent-vm mcp sync %s` tries again)", err, vmName))
+		return nil
+	}
+	if len(res.Servers) > 0 {
+		notify(fmt.Sprintf("synced %d MCP server(s) from the host's Claude Code configuration into the VM (`agent-vm mcp sync %s --dry-run` shows them)", len(res.Servers), vmName))
+	}
+	return res.Env
+}
+
+// ensureAgent installs a known agent's CLI from npm when the guest lacks
+// it (a VM created without --agent, or whose first-boot install failed):
+// once per VM, with npm's output on errOut.
+func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, errOut io.Writer, notify func(string)) error {
+	var agent guest.Agent
+	known := false
+	for _, a := range guest.Agents {
+		if a.Command == program {
+			agent, known = a, true
+		}
+	}
+	if !known {
+		return nil
+	}
+	if _, err := guestRun(ctx, c, `bash -lc 'command -v "$0"' `+sshx.Quote([]string{program}), nil); err == nil {
+		return nil
+	}
+	notify(fmt.Sprintf("installing %s in VM %s (npm %s; a few minutes without KVM)", agent.Name, vmName, agent.Package))
+	if errOut == nil {
+		errOut = io.Discard
+	}
+	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(guest.NPMInstall(agent.Package)), nil, errOut, errOut)
+	if err != nil {
+		return fmt.Errorf("installing %s in VM %s: %w", agent.Name, vmName, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("installing %s in VM %s: npm exited with status %d (see its output above; hint: the guest needs to reach registry.npmjs.org, and `agent-vm exec %s -- sudo %s` tries again)",
+			agent.Name, vmName, code, vmName, strings.Join(guest.NPMInstall(agent.Package), " "))
+	}
+	return nil
+}
+
+// agentCommand is the agent's argv and the API key variable it reads.
+func agentCommand(name string, args []string, vmName string) ([]string, string, error) {
+	if name == "" {
+		var names []string
+		for _, a := range guest.Agents {
+			names = append(names, a.Name)
+		}
+		return nil, "", fmt.Errorf("no agent to run: VM %s was not created with --agent (hint: `agent-vm run %s --agent %s`, or --agent PROGRAM for any program in the VM)", vmName, vmName, strings.Join(names, "|"))
+	}
+	if a, err := guest.LookupAgent(name); err == nil {
+		return append([]string{a.Command}, args...), a.KeyEnv, nil
+	}
+	if strings.TrimSpace(name) != name || strings.ContainsAny(name, " \t\n\x00") {
+		return nil, "", fmt.Errorf("--agent %q: give one program; its arguments go after -- (e.g. `agent-vm run --agent mytool -- --flag`)", termsafe.String(name))
+	}
+	return append([]string{name}, args...), "", nil
+}
+
+// sessionEnv turns --env values into the session's variables: NAME takes
+// the value from this process's environment, NAME=VALUE the value given
+// (with a warning: it is in the shell's history). The agent's own key
+// variable is passed when it is set here.
+func sessionEnv(env []string, keyEnv string, getenv func(string) string, notify func(string)) ([]session.Var, error) {
+	var vars []session.Var
+	seen := map[string]int{}
+	add := func(v session.Var) {
+		if i, ok := seen[v.Name]; ok {
+			vars[i] = v
+			return
+		}
+		seen[v.Name] = len(vars)
+		vars = append(vars, v)
+	}
+	if keyEnv != "" {
+		if v := getenv(keyEnv); v != "" {
+			add(session.Var{Name: keyEnv, Value: v})
+		}
+	}
+	for _, s := range env {
+		name, value, given := strings.Cut(s, "=")
+		if err := session.CheckEnvName(name); err != nil {
+			return nil, fmt.Errorf("--env %q: %w", termsafe.String(s), err)
+		}
+		if !given {
+			v := getenv(name)
+			if v == "" {
+				return nil, fmt.Errorf("--env %s: %s is not set in this environment (hint: export it first, or give --env %s=VALUE)", name, name, name)
+			}
+			value = v
+		} else {
+			notify(fmt.Sprintf("--env %s=...: the value is in your shell's history; --env %s takes it from the environment instead", name, name))
+		}
+		add(session.Var{Name: name, Value: value})
+	}
+	return vars, nil
+}
+
+// freeName is base, or base-2, base-3 ... whichever no session has.
+func freeName(infos []session.Info, base string) string {
+	for i := 2; ; i++ {
+		n := base + "-" + strconv.Itoa(i)
+		if len(n) > 40 {
+			n = base[:40-len(strconv.Itoa(i))-1] + "-" + strconv.Itoa(i)
+		}
+		if _, taken := session.Find(infos, n); !taken {
+			return n
+		}
+	}
+}
+
+func ended(in session.Info) string {
+	if in.Status < 0 {
+		return "killed by a signal"
+	}
+	return "exit status " + strconv.Itoa(in.Status)
+}
