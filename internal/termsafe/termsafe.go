@@ -100,3 +100,18 @@ func write(b *strings.Builder, s, keep string) {
 		i += n
 	}
 }
+
+// Indent indents the guest's console lines, escaped, for an error message.
+func Indent(s string) string {
+	if s == "" {
+		return "  (empty)"
+	}
+	var b strings.Builder
+	for i, l := range strings.Split(s, "\n") {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("  " + Line(l))
+	}
+	return b.String()
+}

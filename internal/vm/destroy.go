@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-vm/agent-vm/internal/backend"
 	"os"
+
+	"github.com/agent-vm/agent-vm/internal/backend"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/gitws"

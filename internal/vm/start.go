@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -68,7 +69,7 @@ type BootError struct {
 
 func (e *BootError) Error() string {
 	return fmt.Sprintf("%s: %s: %v\nlast lines of the serial console (%s):\n%s\n(hint: the VM is still running: `agent-vm logs %s` shows more, `agent-vm stop %s` stops it)",
-		e.VM, e.Phase, e.Err, e.ConsoleLog, indent(e.Tail), e.VM, e.VM)
+		e.VM, e.Phase, e.Err, e.ConsoleLog, termsafe.Indent(e.Tail), e.VM, e.VM)
 }
 
 func (e *BootError) Unwrap() error { return e.Err }
@@ -289,7 +290,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 
 	b := 250 * time.Millisecond
 	for {
-		h := checkHealth(wctx, r.Ports.MCP)
+		h := guestctl.CheckHealth(wctx, r.Ports.MCP)
 		if h.State == "healthy" {
 			res.HealthReady = time.Since(began)
 			m.settle(wctx, r, l, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
@@ -375,21 +376,6 @@ func lastConsoleLine(console string) string {
 		return string(line[:120]) + "…"
 	}
 	return string(line)
-}
-
-// indent indents the guest's console lines, escaped, for an error message.
-func indent(s string) string {
-	if s == "" {
-		return "  (empty)"
-	}
-	var b strings.Builder
-	for i, l := range strings.Split(s, "\n") {
-		if i > 0 {
-			b.WriteString("\n")
-		}
-		b.WriteString("  " + termsafe.Line(l))
-	}
-	return b.String()
 }
 
 // locked is a VM whose lock the caller holds, with its driver and its live

@@ -1,18 +1,13 @@
 package vm
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -54,7 +49,7 @@ type Info struct {
 	Pid           int             `json:"pid"`
 	StartedAt     *time.Time      `json:"started_at"`
 	UptimeSeconds int64           `json:"uptime_seconds"`
-	Agent         Health          `json:"agent"`
+	Agent         guestctl.Health `json:"agent"`
 	SSH           SSHInfo         `json:"ssh"`
 	MCP           MCPInfo         `json:"mcp"`
 	Paths         PathsInfo       `json:"paths"`
@@ -68,12 +63,6 @@ type Info struct {
 	// are empty, and `agent-vm ssh-config` prints vagrant's way in.
 	Foreign string `json:"foreign"`
 	Error   string `json:"error"` // set for invalid records
-}
-
-// Health is agent-mcp's answer on /health through the forwarded port.
-type Health struct {
-	State  string `json:"state"` // healthy, unhealthy, unreachable, unknown (VM not running)
-	Detail string `json:"detail"`
 }
 
 // SSHInfo says how to reach the VM over SSH.
@@ -120,7 +109,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
 		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
-		Agent: Health{State: "unknown"},
+		Agent: guestctl.Health{State: "unknown"},
 		Net:   netpolicy.InfoOf(e, m.Contains(e.Record)),
 	}
 	if tok, err := readToken(l); err == nil {
@@ -153,50 +142,17 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		info.Foreign, info.Ports, info.MCP = r.Guest.Foreign, state.Ports{}, MCPInfo{}
 		info.Accel, info.AccelReason, info.Share = "", "", "" // the Vagrantfile's, not agent-vm's
 		info.SSH = SSHInfo{Alias: SSHAlias(r.Slug)}
-		info.Agent = Health{State: "none", Detail: "the repository's own Vagrantfile runs no agent-mcp"}
+		info.Agent = guestctl.Health{State: "none", Detail: "the repository's own Vagrantfile runs no agent-mcp"}
 		return info
 	}
-	if live.State == StateRunning && (live.Launch == nil || live.Launch.ReadyAt == nil) && !sshAnswers(ctx, r.Ports.SSH) {
+	if live.State == StateRunning && (live.Launch == nil || live.Launch.ReadyAt == nil) && !guestctl.SSHAnswers(ctx, r.Ports.SSH) {
 		info.State = StateStarting
 	}
 	if withHealth && live.Alive() {
-		info.Agent = checkHealth(ctx, r.Ports.MCP)
+		info.Agent = guestctl.CheckHealth(ctx, r.Ports.MCP)
 	}
 	if live.Alive() {
 		info.SSH.Held = heldSocket(r, l)
 	}
 	return info
-}
-
-// sshAnswers reports whether something speaking SSH answers on the port:
-// the guest's sshd is up. It reads the banner and authenticates nothing.
-func sshAnswers(ctx context.Context, port int) bool {
-	d := net.Dialer{Timeout: 500 * time.Millisecond}
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	// sshd forks and re-executes itself per connection: under TCG the
-	// banner takes about half a second.
-	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "SSH-")
-}
-
-// checkHealth asks agent-mcp's /health through the forwarded port.
-func checkHealth(ctx context.Context, port int) Health {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, guest.HealthPath), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Health{State: "unreachable", Detail: "no answer on the MCP port (agent-mcp not up yet?)"}
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusOK {
-		return Health{State: "healthy"}
-	}
-	return Health{State: "unhealthy", Detail: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))}
 }

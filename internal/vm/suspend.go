@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
-	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
-	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // SuspendResult says what suspend did.
@@ -23,18 +22,6 @@ type SuspendResult struct {
 	// detail): where its memory is kept, e.g. a vagrant VM's paused QEMU
 	// that still holds it.
 	Detail string
-}
-
-// BusyError is a suspend refused because processes in the guest use
-// /workspace, which a suspend unmounts.
-type BusyError struct {
-	Branch, Slug string
-	Processes    string // the guest's list: pid, command line, how
-}
-
-func (e *BusyError) Error() string {
-	return fmt.Sprintf("VM %q cannot be suspended: these processes in the guest use %s, which a suspend unmounts:\n%s\n(hint: end them first (`agent-vm sessions %s` lists agent sessions; leave shells that are in %s), or keep the VM running; `agent-vm stop %s` shuts it down instead)",
-		e.Branch, guest.Workspace, indent(e.Processes), e.Slug, guest.Workspace, e.Slug)
 }
 
 // Suspend keeps a running VM's memory while no guest code runs: a QEMU
@@ -82,119 +69,34 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 	return res, nil
 }
 
-// detachScript readies the guest for its share to go (as root): lists the
-// processes using /workspace other than agent-mcp's (which stops), and
-// refuses (exit 3) if there are any; else stops agent-mcp, syncs and
-// unmounts. A process can be reported as using the workspace by its
-// working directory, an open file or a mapped one.
-//
-// One find and one grep look at every process: a readlink per open file,
-// as this script first did, was about a thousand processes, 25-30 s of
-// every suspend under TCG. Only a process found busy costs more.
-const detachScript = `set -u
-ws=` + guest.Workspace + `
-mountpoint -q "$ws" || exit 0
-busy() {
-	hits=$( {
-		find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 \( -lname "$ws" -o -lname "$ws/*" \) -printf '%p\t%l\n'
-		grep -l -F " $ws/" /proc/[0-9]*/maps | sed 's/$/\tmapped/'
-	} 2>/dev/null )
-	[ -n "$hits" ] || return 0
-	for pid in $(printf '%s\n' "$hits" | cut -d/ -f3 | sort -un); do
-		[ "$pid" = "$$" ] && continue
-		grep -q 'agent-mcp\.service' "/proc/$pid/cgroup" 2>/dev/null && continue
-		mine=$(printf '%s\n' "$hits" | grep "^/proc/$pid/")
-		how=
-		printf '%s\n' "$mine" | grep -q "^/proc/$pid/cwd	" && how="working directory"
-		f=$(printf '%s\n' "$mine" | grep "^/proc/$pid/fd/" | head -n 1 | cut -f 2)
-		[ -n "$f" ] && how="${how:+$how, }open file $f"
-		printf '%s\n' "$mine" | grep -q "^/proc/$pid/maps	" && how="${how:+$how, }mapped file"
-		[ -n "$how" ] && printf '%s %s (%s)\n' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-100)" "$how"
-	done
-	return 0
-}
-out=$(busy)
-if [ -n "$out" ]; then printf '%s\n' "$out"; exit 3; fi
-systemctl stop agent-mcp.service
-sync
-if ! umount "$ws" 2>/dev/null; then
-	busy
-	systemctl start --no-block agent-mcp.service
-	exit 3
-fi
-`
-
-// clockScript sets the guest's clock (as root) when $1, the host's time
-// (seconds since the epoch, with nanoseconds), is set: a restored guest
-// keeps the time it was saved at, a paused one the time it was paused at.
-// Run alone, its exit status is date's; in attachScript a failed date does
-// not keep the share from being mounted.
-const clockScript = `set -u
-if [ -n "${1:-}" ]; then date -u -s "@$1" >/dev/null; fi
-`
-
-// attachScript sets the clock (clockScript), mounts the share again once
-// its device is back (as root) and starts agent-mcp.
-const attachScript = clockScript + `for _ in $(seq 1 120); do
-	for d in /sys/bus/virtio/devices/*; do
-		case $(cat "$d/device" 2>/dev/null) in 0x001a|0x0009) break 2;; esac
-	done
-	sleep 0.5
-done
-/usr/local/lib/agent-vm/mount-workspace >/dev/null || exit 1
-systemctl start agent-mcp.service
-`
-
-// detachGuest runs detachScript; a busy workspace is a *BusyError.
+// detachGuest readies e's guest for its share to go (guestctl.Detach).
 func (m *Manager) detachGuest(ctx context.Context, e state.Entry) error {
-	code, out, errOut, err := m.runRoot(ctx, e, func() string { return detachScript })
-	switch {
-	case err != nil:
-		return fmt.Errorf("readying the guest of %q for suspend: %w", e.Record.Branch, err)
-	case code == 3:
-		return &BusyError{Branch: e.Record.Branch, Slug: e.Slug, Processes: termsafe.String(strings.TrimSpace(out))}
-	case code != 0:
-		return fmt.Errorf("readying the guest of %q for suspend: exit %d: %s", e.Record.Branch, code, termsafe.String(strings.TrimSpace(errOut)))
-	}
-	return nil
+	return guestctl.Detach(ctx, m.rootOf(e), e.Record.Branch, e.Slug)
 }
 
-// attachGuest runs attachScript, setting the clock when fixClock.
+// attachGuest mounts the workspace again (guestctl.Attach), setting the
+// clock when fixClock; setGuestClock only sets it (guestctl.SetClock).
 func (m *Manager) attachGuest(ctx context.Context, e state.Entry, fixClock bool) error {
-	if err := m.runClocked(ctx, e, attachScript, fixClock); err != nil {
-		return fmt.Errorf("mounting the workspace in the guest again: %w", err)
-	}
-	return nil
+	return guestctl.Attach(ctx, m.rootOf(e), m.clock(fixClock))
 }
 
-// setGuestClock runs clockScript: what a resume needs of the guest when
-// its driver kept the share mounted (driver.Suspender's SuspendKeepsShare).
-// It has attachGuest's signature so that resume can pick either.
 func (m *Manager) setGuestClock(ctx context.Context, e state.Entry, fixClock bool) error {
-	if err := m.runClocked(ctx, e, clockScript, fixClock); err != nil {
-		return fmt.Errorf("setting the guest's clock: %w", err)
-	}
-	return nil
+	return guestctl.SetClock(ctx, m.rootOf(e), m.clock(fixClock))
 }
 
-// runClocked runs script as root with $1 the host's time when fixClock;
-// a non-zero exit is an error quoting its stderr. The host's time is read
-// once the SSH connection is up, as the script goes out: read before the
-// dial, a busy host's handshake (seconds under TCG) would set the guest
-// that far behind.
-func (m *Manager) runClocked(ctx context.Context, e state.Entry, script string, fixClock bool) error {
-	withTime := func() string {
-		if !fixClock {
-			return "set --\n" + script
-		}
-		now := m.Now()
-		return "set -- " + fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond()) + "\n" + script
+// clock is the host's time to set a guest's clock to, or nil for none.
+func (m *Manager) clock(fix bool) func() time.Time {
+	if !fix {
+		return nil
 	}
-	code, _, errOut, err := m.runRoot(ctx, e, withTime)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
+	return m.Now
+}
+
+// rootOf runs scripts as root in e's guest (runRoot).
+func (m *Manager) rootOf(e state.Entry) guestctl.Root {
+	return func(ctx context.Context, script func() string) (int, string, string, error) {
+		return m.runRoot(ctx, e, script)
 	}
-	return err
 }
 
 // runRoot runs a shell script as root in the guest (dev has passwordless
@@ -261,7 +163,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	if err := attach(wctx, e, true); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
-	if !waitHealthy(wctx, r.Ports.MCP) {
+	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
 		m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
 		res.Info = m.Status(ctx, e, true)
 		return res, nil
@@ -288,21 +190,6 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
 	}
 	return m.resume(ctx, e, h.d, h.mach, o)
-}
-
-// waitHealthy waits for agent-mcp's /health on port to answer 200, until
-// ctx ends (false).
-func waitHealthy(ctx context.Context, port int) bool {
-	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
-		if h := checkHealth(ctx, port); h.State == "healthy" {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(b):
-		}
-	}
 }
 
 // restoredWait bounds the wait for a guest restored from a saved state

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -45,7 +46,7 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	// on with its workspace and agent-mcp.
 	busy := sh("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
 	_, err := m.Suspend(ctx, susp)
-	var be *vm.BusyError
+	var be *guestctl.BusyError
 	if !errors.As(err, &be) || !strings.Contains(be.Processes, busy+" sleep 1000") || !strings.Contains(err.Error(), "agent-vm sessions "+susp) {
 		t.Fatalf("suspend with a process in /workspace: got %v, want a refusal naming pid %s", err, busy)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
@@ -462,7 +463,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	} else if err != nil {
 		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) could not run", "vm", r.Branch, "error", err)
 	}
-	if !waitHealthy(wctx, r.Ports.MCP) {
+	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
 		m.Log.Warn("the VM started from its template, but agent-mcp does not answer yet", "vm", r.Branch)
 		res.Info = m.Status(ctx, e, true)
 		return res, nil

@@ -1,0 +1,154 @@
+// Package guestctl is what agent-vm asks of a running guest of its own:
+// readying it for a suspend and back (Detach, Attach, SetClock: the
+// workspace unmounted and mounted again, agent-mcp stopped and started,
+// the clock set), how the repository's provisioning went
+// (CheckProvision), and whether its sshd and agent-mcp answer on their
+// forwarded ports (SSHAnswers, CheckHealth, WaitHealthy). It knows no VM:
+// the caller hands it a way to run a script as root in the guest, an SSH
+// connection, or a port.
+package guestctl
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+)
+
+// BusyError is a suspend refused because processes in the guest use
+// /workspace, which a suspend unmounts.
+type BusyError struct {
+	Branch, Slug string
+	Processes    string // the guest's list: pid, command line, how
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("VM %q cannot be suspended: these processes in the guest use %s, which a suspend unmounts:\n%s\n(hint: end them first (`agent-vm sessions %s` lists agent sessions; leave shells that are in %s), or keep the VM running; `agent-vm stop %s` shuts it down instead)",
+		e.Branch, guest.Workspace, termsafe.Indent(e.Processes), e.Slug, guest.Workspace, e.Slug)
+}
+
+// detachScript readies the guest for its share to go (as root): lists the
+// processes using /workspace other than agent-mcp's (which stops), and
+// refuses (exit 3) if there are any; else stops agent-mcp, syncs and
+// unmounts. A process can be reported as using the workspace by its
+// working directory, an open file or a mapped one.
+//
+// One find and one grep look at every process: a readlink per open file,
+// as this script first did, was about a thousand processes, 25-30 s of
+// every suspend under TCG. Only a process found busy costs more.
+const detachScript = `set -u
+ws=` + guest.Workspace + `
+mountpoint -q "$ws" || exit 0
+busy() {
+	hits=$( {
+		find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 \( -lname "$ws" -o -lname "$ws/*" \) -printf '%p\t%l\n'
+		grep -l -F " $ws/" /proc/[0-9]*/maps | sed 's/$/\tmapped/'
+	} 2>/dev/null )
+	[ -n "$hits" ] || return 0
+	for pid in $(printf '%s\n' "$hits" | cut -d/ -f3 | sort -un); do
+		[ "$pid" = "$$" ] && continue
+		grep -q 'agent-mcp\.service' "/proc/$pid/cgroup" 2>/dev/null && continue
+		mine=$(printf '%s\n' "$hits" | grep "^/proc/$pid/")
+		how=
+		printf '%s\n' "$mine" | grep -q "^/proc/$pid/cwd	" && how="working directory"
+		f=$(printf '%s\n' "$mine" | grep "^/proc/$pid/fd/" | head -n 1 | cut -f 2)
+		[ -n "$f" ] && how="${how:+$how, }open file $f"
+		printf '%s\n' "$mine" | grep -q "^/proc/$pid/maps	" && how="${how:+$how, }mapped file"
+		[ -n "$how" ] && printf '%s %s (%s)\n' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-100)" "$how"
+	done
+	return 0
+}
+out=$(busy)
+if [ -n "$out" ]; then printf '%s\n' "$out"; exit 3; fi
+systemctl stop agent-mcp.service
+sync
+if ! umount "$ws" 2>/dev/null; then
+	busy
+	systemctl start --no-block agent-mcp.service
+	exit 3
+fi
+`
+
+// clockScript sets the guest's clock (as root) when $1, the host's time
+// (seconds since the epoch, with nanoseconds), is set: a restored guest
+// keeps the time it was saved at, a paused one the time it was paused at.
+// Run alone, its exit status is date's; in attachScript a failed date does
+// not keep the share from being mounted.
+const clockScript = `set -u
+if [ -n "${1:-}" ]; then date -u -s "@$1" >/dev/null; fi
+`
+
+// attachScript sets the clock (clockScript), mounts the share again once
+// its device is back (as root) and starts agent-mcp.
+const attachScript = clockScript + `for _ in $(seq 1 120); do
+	for d in /sys/bus/virtio/devices/*; do
+		case $(cat "$d/device" 2>/dev/null) in 0x001a|0x0009) break 2;; esac
+	done
+	sleep 0.5
+done
+/usr/local/lib/agent-vm/mount-workspace >/dev/null || exit 1
+systemctl start agent-mcp.service
+`
+
+// Root runs a shell script as root in a guest (its user has passwordless
+// sudo); script is called once connected, so that what it says of the
+// host (the time) is as fresh as can be.
+type Root func(ctx context.Context, script func() string) (code int, stdout, stderr string, err error)
+
+// Detach readies the guest of branch (VM slug) for its share to go
+// (detachScript); a busy workspace is a *BusyError.
+func Detach(ctx context.Context, root Root, branch, slug string) error {
+	code, out, errOut, err := root(ctx, func() string { return detachScript })
+	switch {
+	case err != nil:
+		return fmt.Errorf("readying the guest of %q for suspend: %w", branch, err)
+	case code == 3:
+		return &BusyError{Branch: branch, Slug: slug, Processes: termsafe.String(strings.TrimSpace(out))}
+	case code != 0:
+		return fmt.Errorf("readying the guest of %q for suspend: exit %d: %s", branch, code, termsafe.String(strings.TrimSpace(errOut)))
+	}
+	return nil
+}
+
+// Attach mounts the workspace again and starts agent-mcp (attachScript),
+// setting the guest's clock to now() first when now is not nil.
+func Attach(ctx context.Context, root Root, now func() time.Time) error {
+	if err := runClocked(ctx, root, attachScript, now); err != nil {
+		return fmt.Errorf("mounting the workspace in the guest again: %w", err)
+	}
+	return nil
+}
+
+// SetClock sets the guest's clock to now() when now is not nil
+// (clockScript): what a resume needs of the guest when its driver kept the
+// share mounted (driver.Suspender's SuspendKeepsShare). It has Attach's
+// signature so that resume can pick either.
+func SetClock(ctx context.Context, root Root, now func() time.Time) error {
+	if err := runClocked(ctx, root, clockScript, now); err != nil {
+		return fmt.Errorf("setting the guest's clock: %w", err)
+	}
+	return nil
+}
+
+// runClocked runs script as root with $1 the host's time when now is set;
+// a non-zero exit is an error quoting its stderr. The host's time is read
+// once the SSH connection is up, as the script goes out: read before the
+// dial, a busy host's handshake (seconds under TCG) would set the guest
+// that far behind.
+func runClocked(ctx context.Context, root Root, script string, now func() time.Time) error {
+	withTime := func() string {
+		if now == nil {
+			return "set --\n" + script
+		}
+		t := now()
+		return "set -- " + fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) + "\n" + script
+	}
+	code, _, errOut, err := root(ctx, withTime)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
+	}
+	return err
+}
