@@ -1,19 +1,16 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/logtail"
 	"github.com/agent-vm/agent-vm/internal/sshx"
-	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // LogsOptions are logs' inputs.
@@ -48,7 +45,7 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	journal := fmt.Sprintf("sudo journalctl -u agent-mcp --no-pager --output=short-iso -n %d", o.Lines)
 	if !o.Follow {
 		fmt.Fprintf(out, "==> serial console (%s) <==\n", console)
-		safe := &prefixWriter{w: out, mu: &sync.Mutex{}}
+		safe := &logtail.PrefixWriter{W: out, Mu: &sync.Mutex{}}
 		if tail := driver.TailFile(console, o.Lines); tail != "" {
 			fmt.Fprintln(safe, tail)
 		}
@@ -65,13 +62,13 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	consoleOut := &prefixWriter{w: out, prefix: "console   | ", mu: &mu}
-	journalOut := &prefixWriter{w: out, prefix: "agent-mcp | ", mu: &mu}
-	provisionOut := &prefixWriter{w: out, prefix: "provision | ", mu: &mu}
+	consoleOut := &logtail.PrefixWriter{W: out, Prefix: "console   | ", Mu: &mu}
+	journalOut := &logtail.PrefixWriter{W: out, Prefix: "agent-mcp | ", Mu: &mu}
+	provisionOut := &logtail.PrefixWriter{W: out, Prefix: "provision | ", Mu: &mu}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		errs <- followFile(ctx, console, o.Lines, consoleOut)
+		errs <- logtail.Follow(ctx, console, o.Lines, consoleOut)
 	}()
 	if running {
 		wg.Add(2)
@@ -117,117 +114,6 @@ func (m *Manager) guestCommand(ctx context.Context, name, cmd string, out io.Wri
 		return -1, err
 	}
 	defer c.Close()
-	w := &lockedWriter{w: out}
+	w := &logtail.LockedWriter{W: out}
 	return sshx.Run(ctx, c, cmd, nil, w, w)
-}
-
-// lockedWriter serialises writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
-}
-
-// followFile writes the last n lines of path, then what is appended, until
-// ctx ends. A file replaced by a new one (a restart rotates the console
-// log) is followed from its start.
-func followFile(ctx context.Context, path string, n int, out io.Writer) error {
-	if tail := driver.TailFile(path, n); tail != "" {
-		fmt.Fprintln(out, tail)
-	}
-	f, err := os.Open(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	var off int64
-	if f != nil {
-		off, _ = f.Seek(0, io.SeekEnd)
-	}
-	buf := make([]byte, 32<<10)
-	for {
-		if f != nil {
-			for {
-				k, rerr := f.ReadAt(buf, off)
-				if k > 0 {
-					out.Write(buf[:k])
-					off += int64(k)
-				}
-				if rerr != nil || k == 0 {
-					break
-				}
-			}
-			if replaced(f, path, off) {
-				f.Close()
-				f, off = nil, 0
-			}
-		}
-		if f == nil {
-			if nf, err := os.Open(path); err == nil {
-				f = nf
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if f != nil {
-				f.Close()
-			}
-			return nil
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// replaced reports whether path now names another file than f, or f shrank.
-func replaced(f *os.File, path string, off int64) bool {
-	a, err1 := f.Stat()
-	b, err2 := os.Stat(path)
-	if err1 != nil || err2 != nil {
-		return err2 == nil
-	}
-	return !os.SameFile(a, b) || a.Size() < off
-}
-
-// prefixWriter prefixes every line, escapes it for a terminal (the guest
-// wrote it) and serialises writers sharing mu. A last line without a
-// newline waits for Flush.
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-	mu     *sync.Mutex
-	part   []byte
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.part = append(p.part, b...)
-	for {
-		i := bytes.IndexByte(p.part, '\n')
-		if i < 0 {
-			break
-		}
-		line := termsafe.Line(string(p.part[:i]))
-		if _, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, line); err != nil {
-			return 0, err
-		}
-		p.part = p.part[i+1:]
-	}
-	return len(b), nil
-}
-
-// Flush writes a last line that has no newline yet.
-func (p *prefixWriter) Flush() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.part) == 0 {
-		return nil
-	}
-	_, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, termsafe.Line(string(p.part)))
-	p.part = nil
-	return err
 }

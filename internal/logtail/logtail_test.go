@@ -1,4 +1,4 @@
-package vm
+package logtail
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 // writes split it.
 func TestPrefixWriterEscapesLines(t *testing.T) {
 	var out bytes.Buffer
-	w := &prefixWriter{w: &out, prefix: "console   | ", mu: &sync.Mutex{}}
+	w := &PrefixWriter{W: &out, Prefix: "console   | ", Mu: &sync.Mutex{}}
 	for _, chunk := range []string{"ok\r\nev", "il \x1b]0;t\x07 \xe2\x80", "\xae x\n\x1b[1;31mred\x1b[0m\n", "partial"} {
 		w.Write([]byte(chunk))
 	}
