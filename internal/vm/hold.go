@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -19,7 +17,7 @@ import (
 
 // HoldCommand is the hidden command that runs a VM's holder: the held
 // connection every command reaches the guest through (internal/hold).
-const HoldCommand = "__hold"
+const HoldCommand = hold.Command
 
 // holdFiles are the files of the VM's holder; its command line names the
 // VM directory (holdMarker), which is how stop knows it.
@@ -80,23 +78,11 @@ func (m *Manager) startHolder(e state.Entry) {
 	if r.Guest.Foreign != "" {
 		return // nothing to hold it with (see foreign.go)
 	}
-	f := holdFiles(r, l)
-	if hold.Pid(f, holdMarker(l)) != 0 {
-		return
-	}
 	exe := m.Executable
 	if exe == nil {
 		exe = os.Executable
 	}
-	self, err := exe()
-	if err == nil {
-		var p execx.Process
-		p, err = m.Run.Start(execx.Detached{Path: self, Args: []string{HoldCommand, "--vm-dir", holdMarker(l)}, StdoutPath: l.Log(hold.LogName)})
-		if err == nil {
-			err = os.WriteFile(f.Pid, []byte(strconv.Itoa(p.Pid())+"\n"), 0o600)
-		}
-	}
-	if err != nil {
+	if err := hold.Launch(m.Run, exe, holdFiles(r, l), holdMarker(l), l.Log(hold.LogName)); err != nil {
 		m.Log.Warn("not holding a connection to the guest; commands connect to it directly, each with a full SSH handshake", "error", err)
 	}
 }
@@ -105,21 +91,8 @@ func (m *Manager) startHolder(e state.Entry) {
 // (it does once its own connection to the guest is up). Not serving by
 // then is no error: commands dial the guest directly.
 func (m *Manager) waitHolder(ctx context.Context, e state.Entry, limit time.Duration) {
-	f := holdFiles(e.Record, e.Layout)
-	deadline := time.Now().Add(limit)
-	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
-		if _, err := os.Lstat(f.Socket); err == nil {
-			return
-		}
-		if hold.Pid(f, holdMarker(e.Layout)) == 0 || time.Now().After(deadline) {
-			m.Log.Debug("the holder does not serve; commands dial the guest directly", "log", e.Layout.Log(hold.LogName))
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
+	if !hold.Wait(ctx, holdFiles(e.Record, e.Layout), holdMarker(e.Layout), limit) {
+		m.Log.Debug("the holder does not serve; commands dial the guest directly", "log", e.Layout.Log(hold.LogName))
 	}
 }
 
@@ -139,11 +112,7 @@ func heldSocket(r *state.Record, l state.Layout) string {
 	if r.ID == "" {
 		return ""
 	}
-	f := holdFiles(r, l)
-	if hold.Pid(f, holdMarker(l)) == 0 {
-		return ""
-	}
-	return f.Socket
+	return hold.Socket(holdFiles(r, l), holdMarker(l))
 }
 
 // ServeHold runs the holder of the VM whose directory is dir until ctx
