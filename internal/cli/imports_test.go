@@ -28,6 +28,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/template":    true, // the template list's entries
 		module + "/internal/agent":       true, // run, attach, sessions, logs --session, given the Manager as their VMs
 		module + "/internal/session":     true, // the sessions list's entries
+		module + "/internal/forward":     true, // `port add|rm|list`, given the Manager as their VMs
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

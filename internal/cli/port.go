@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/forward"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -43,7 +44,7 @@ func portCommand(stdio IO) *cli.Command {
 						}
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						ch, err := m.PortAdd(cliCtx.Context, cliCtx.Args().First(), guest, host)
+						ch, err := forward.Add(cliCtx.Context, m, cliCtx.Args().First(), guest, host, e.log)
 						if err != nil {
 							return err
 						}
@@ -73,7 +74,7 @@ func portCommand(stdio IO) *cli.Command {
 						return err
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						ch, err := m.PortRemove(cliCtx.Context, cliCtx.Args().First(), guest)
+						ch, err := forward.Remove(cliCtx.Context, m, cliCtx.Args().First(), guest, e.log)
 						if err != nil {
 							return err
 						}
@@ -95,7 +96,7 @@ func portCommand(stdio IO) *cli.Command {
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 						name := cliCtx.Args().First()
-						fwds, running, err := m.PortList(cliCtx.Context, name)
+						fwds, running, err := forward.List(cliCtx.Context, m, name)
 						if err != nil {
 							return err
 						}

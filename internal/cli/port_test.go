@@ -22,12 +22,12 @@ func busyPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-type forward struct{ Guest, Host int }
+type listed struct{ Guest, Host int }
 
-func portList(t *testing.T, st, vm string) []forward {
+func portList(t *testing.T, st, vm string) []listed {
 	t.Helper()
 	r := mustRun(t, "", st, "port", "list", vm, "--json")
-	var fwds []forward
+	var fwds []listed
 	if err := json.Unmarshal([]byte(r.stdout), &fwds); err != nil {
 		t.Fatalf("port list --json: %v\n%s", err, r.stdout)
 	}
@@ -69,7 +69,7 @@ func TestPortAddListRemoveOnAStoppedVM(t *testing.T) {
 	sshPort := int(s["ports"].(map[string]any)["ssh"].(float64))
 	mustRun(t, "", st, "port", "add", "main", strconv.Itoa(sshPort))
 	fwds := portList(t, st, "main")
-	want0 := forward{guest, guest}
+	want0 := listed{guest, guest}
 	if len(fwds) != 2 || fwds[0] != want0 || fwds[1].Guest != sshPort || fwds[1].Host < 8000 || fwds[1].Host > 8999 {
 		t.Fatalf("forwards %v, want %v and guest %d on a port of 8000-8999", fwds, want0, sshPort)
 	}
@@ -148,7 +148,7 @@ func TestPortRefusals(t *testing.T) {
 		}
 	}
 	// None of that changed the record.
-	if fwds := portList(t, st, "main"); len(fwds) != 1 || fwds[0] != (forward{3000, 38999}) {
+	if fwds := portList(t, st, "main"); len(fwds) != 1 || fwds[0] != (listed{3000, 38999}) {
 		t.Errorf("forwards after the refusals: %v", fwds)
 	}
 	// A guest port whose own number is busy on the host gets another.

@@ -77,6 +77,15 @@ type Record struct {
 	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
+// ForwardList is the record's forwards (the user's own, `agent-vm
+// port`), never nil: JSON prints [].
+func (r *Record) ForwardList() []Forward {
+	if r.Forwards == nil {
+		return []Forward{}
+	}
+	return r.Forwards
+}
+
 // AllPackages are Packages then RepoPackages, each name once.
 func (r *Record) AllPackages() []string {
 	var out []string

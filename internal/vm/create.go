@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
@@ -18,7 +17,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
-	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/modules"
@@ -334,131 +332,10 @@ func makeDirs(l state.Layout) error {
 	return nil
 }
 
-// allocatePorts picks the SSH and MCP ports under the global ports lock and
-// writes the staging record at once, so concurrent creates see the ports as
-// taken before this one finishes.
+// allocatePorts picks the VM's SSH and MCP ports (portbook.Book.Assign).
 func (m *Manager) allocatePorts(ctx context.Context, mcp, ssh int, rec *state.Record, l state.Layout) error {
-	release, err := m.lockPorts(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
-	taken, err := m.takenPorts()
-	if err != nil {
-		return err
-	}
-	if mcp != 0 {
-		if err := ports.Check(mcp, taken, m.PortFree); err != nil {
-			return fmt.Errorf("--port: %w", err)
-		}
-		rec.Ports.MCP = mcp
-		taken[mcp] = "this VM"
-	} else if rec.Ports.MCP, err = ports.Pick(ports.MCPRange(), taken, m.PortFree); err != nil {
-		return err
-	}
-	taken[rec.Ports.MCP] = "this VM"
-	if ssh != 0 {
-		if err := ports.CheckAs(ssh, "--ssh-port", taken, m.PortFree); err != nil {
-			return fmt.Errorf("--ssh-port: %w", err)
-		}
-		rec.Ports.SSH = ssh
-	} else if rec.Ports.SSH, err = ports.Pick(ports.SSHRange(), taken, m.PortFree); err != nil {
-		return err
-	}
-	return state.WriteRecord(l.Record(), rec)
+	return m.Book().Assign(ctx, mcp, ssh, rec, l)
 }
-
-// takenPorts maps every port some VM record (or a create in progress)
-// holds, in Root and in this user's other registered state directories,
-// to a description of its owner.
-//
-// A create commits (renames its staging directory into place) without the
-// ports lock, so the two reads of a state directory must come in the one
-// order that cannot miss it: creates in progress first, then the VM
-// directories. A create that commits between the reads is in the second;
-// one that commits before the first is in the second too; one still
-// staging is in the first.
-func (m *Manager) takenPorts() (map[int]string, error) {
-	taken := map[int]string{}
-	add := func(r *state.Record, what string) {
-		taken[r.Ports.SSH] = fmt.Sprintf("%s %q (ssh)", what, r.Branch)
-		taken[r.Ports.MCP] = fmt.Sprintf("%s %q (mcp)", what, r.Branch)
-		for _, f := range r.Forwards {
-			taken[f.Host] = fmt.Sprintf("%s %q (its forward of guest port %d)", what, r.Branch, f.Guest)
-		}
-	}
-	roots := []*state.Root{m.Root}
-	for _, dir := range m.otherRoots() {
-		roots = append(roots, &state.Root{Dir: dir})
-	}
-	for i, root := range roots {
-		where := ""
-		if i > 0 {
-			where = " (state directory " + root.Dir + ")"
-		}
-		staged := root.StagedRecords()
-		betweenPortReads()
-		entries, err := root.List()
-		if err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			continue // another directory, gone or unreadable since the registry listed it
-		}
-		for _, r := range staged {
-			add(r, "the VM being created"+where+" for branch")
-		}
-		for _, e := range entries {
-			if e.Record != nil {
-				add(e.Record, "the VM"+where+" of branch")
-			}
-		}
-	}
-	return taken, nil
-}
-
-// lockPorts takes the ports lock of every state directory of this user
-// (the registry's), then Root's, in that order; release undoes both.
-func (m *Manager) lockPorts(ctx context.Context) (release func(), err error) {
-	var outer *state.Lock
-	if m.Registry != nil {
-		if outer, err = m.Registry.LockPorts(ctx); err != nil {
-			return nil, err
-		}
-	}
-	inner, err := m.Root.LockPorts(ctx)
-	if err != nil {
-		if outer != nil {
-			outer.Release()
-		}
-		return nil, err
-	}
-	return func() {
-		inner.Release()
-		if outer != nil {
-			outer.Release()
-		}
-	}, nil
-}
-
-// otherRoots are the registered state directories besides Root.
-func (m *Manager) otherRoots() []string {
-	if m.Registry == nil {
-		return nil
-	}
-	roots, err := m.Registry.Roots()
-	if err != nil {
-		if m.Log != nil {
-			m.Log.Warn("the ports of VMs in other state directories are not known", "error", err)
-		}
-		return nil
-	}
-	return slices.DeleteFunc(roots, func(r string) bool { return r == m.Root.Dir })
-}
-
-// betweenPortReads lets a test commit a create between takenPorts' two
-// reads, the interleaving that once handed two VMs the same ports.
-var betweenPortReads = func() {}
 
 // writeSecrets makes the client key, the guest's host key, the pinned
 // known_hosts line and the MCP bearer token.

@@ -14,6 +14,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/forward"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -103,7 +104,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	}
 	// vagrant forwards what the Vagrantfile says: its driver is no
 	// driver.Forwarder, so a running VM's forwards do not change.
-	if _, err := m.PortAdd(ctx, "feat", 3000, 0); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), "hint:") {
+	if _, err := forward.Add(ctx, m, "feat", 3000, 0, m.Log); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), "hint:") {
 		t.Errorf("port add: %v", err)
 	}
 	l := root.Layout("feat")
@@ -115,7 +116,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	if err := state.WriteRecord(l.Record(), r); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.PortRemove(ctx, "feat", 3001); !errors.Is(err, driver.ErrUnsupported) {
+	if _, err := forward.Remove(ctx, m, "feat", 3001, m.Log); !errors.Is(err, driver.ErrUnsupported) {
 		t.Errorf("port rm: %v", err)
 	}
 	// Neither the vagrant backend nor its driver makes templates.

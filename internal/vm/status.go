@@ -104,7 +104,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	r, l := e.Record, e.Layout
 	info := Info{
 		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
-		Ports: r.Ports, Forwards: forwardsOf(r), ShareCache: driver.Share{Cache: r.WorkspaceCache}.CacheMode(), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
+		Ports: r.Ports, Forwards: r.ForwardList(), ShareCache: driver.Share{Cache: r.WorkspaceCache}.CacheMode(), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},

@@ -268,7 +268,7 @@ func (m *Manager) createTemplate(ctx context.Context, be backend.Templater, r *s
 // holds, in any registered state directory (the template runs only while
 // it is built).
 func (m *Manager) templatePorts(ctx context.Context, rec *state.Record) error {
-	taken, err := m.takenPorts()
+	taken, err := m.Book().Taken()
 	if err != nil {
 		return err
 	}
