@@ -32,7 +32,7 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 	}
 	held := make(chan dialed, 1)
 	go func() {
-		c, err := dialHeld(ctx, e.Record, e.Layout)
+		c, err := m.guestOf(e.Record, e.Layout).DialHeld(ctx)
 		held <- dialed{c, err}
 	}()
 	info := m.Status(ctx, e, false)
@@ -45,7 +45,7 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 	}
 	c := h.c
 	if h.err != nil {
-		if c, err = m.dialDirect(ctx, e.Record, e.Layout, h.err); err != nil {
+		if c, err = m.guestOf(e.Record, e.Layout).DialDirect(ctx, h.err); err != nil {
 			return nil, "", fmt.Errorf("connecting to VM %q over SSH: %w", e.Record.Branch, err)
 		}
 	}

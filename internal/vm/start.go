@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -92,7 +90,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			// agent-vm started it.
 			m.startHolder(e)
 			m.waitHolder(ctx, e, 10*time.Second)
-			info.SSH.Held = heldSocket(r, l)
+			info.SSH.Held = m.guestOf(r, l).Held()
 		}
 		if o.WorkspaceCache != "" && o.WorkspaceCache != mach.Share.CacheMode() {
 			return nil, fmt.Errorf("VM %q runs with workspace cache %s; a new mode takes effect at a start (hint: `agent-vm stop %s`, then `agent-vm start --workspace-cache %s %s`)", r.Branch, mach.Share.CacheMode(), e.Slug, o.WorkspaceCache, e.Slug)
@@ -235,12 +233,6 @@ func (m *Manager) startWarning(r *state.Record) string {
 	return ""
 }
 
-// sshTarget is the VM's SSH endpoint, with its pinned host key.
-func sshTarget(r *state.Record, l state.Layout) sshx.Target {
-	return sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports.SSH)), User: r.Guest.User,
-		KeyFile: l.ClientKey(), KnownHosts: l.KnownHosts()}
-}
-
 // waitReady waits for SSH with the pinned key, then for agent-mcp's health,
 // then runs the backend's settle command.
 func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
@@ -263,7 +255,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		}
 		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}
-	target := sshTarget(r, l)
+	target := m.guestOf(r, l).Target()
 	progress := func(elapsed time.Duration, _ error) {
 		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(logs.Console))
 	}

@@ -152,7 +152,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		info.Agent = guestctl.CheckHealth(ctx, r.Ports.MCP)
 	}
 	if live.Alive() {
-		info.SSH.Held = heldSocket(r, l)
+		info.SSH.Held = m.guestOf(r, l).Held()
 	}
 	return info
 }

@@ -1,11 +1,9 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -99,19 +97,6 @@ func (m *Manager) rootOf(e state.Entry) guestctl.Root {
 	}
 }
 
-// runRoot runs a shell script as root in the guest (dev has passwordless
-// sudo); script is called once connected.
-func (m *Manager) runRoot(ctx context.Context, e state.Entry, script func() string) (code int, stdout, stderr string, err error) {
-	c, err := m.dialGuest(ctx, e.Record, e.Layout)
-	if err != nil {
-		return -1, "", "", err
-	}
-	defer c.Close()
-	var out, errOut bytes.Buffer
-	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script()), &out, &errOut)
-	return code, out.String(), errOut.String(), err
-}
-
 // resume starts a suspended VM from its saved state (start calls it), then
 // waits for SSH, sets the guest's clock, mounts the workspace and waits
 // for agent-mcp, as a start does.
@@ -143,7 +128,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	}
 	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, resumeBase, d, mach, launch)
 	defer done()
-	target := sshTarget(r, l)
+	target := m.guestOf(r, l).Target()
 	client, err := sshx.WaitReady(wctx, target, nil)
 	if err != nil {
 		logs := d.Logs(mach)

@@ -424,7 +424,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 		return fail("writing the template's host key", err)
 	}
 	defer os.Remove(kh)
-	tt := sshTarget(r, l)
+	tt := m.guestOf(r, l).Target()
 	tt.KeyFile, tt.KnownHosts = t.e.Layout.ClientKey(), kh
 	c, err := sshx.WaitReady(wctx, tt, nil)
 	if err != nil {
@@ -441,7 +441,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 		return fail("giving the guest its identity", err)
 	}
 	log.Debug("the guest has its identity", "after", time.Since(began))
-	c, err = sshx.WaitReady(wctx, sshTarget(r, l), nil)
+	c, err = sshx.WaitReady(wctx, m.guestOf(r, l).Target(), nil)
 	if err != nil {
 		return fail("waiting for SSH with the VM's own keys", err)
 	}

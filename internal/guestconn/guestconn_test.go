@@ -1,4 +1,4 @@
-package vm
+package guestconn
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 // A VM directory whose "guest" is a real sshd on 127.0.0.1 (sshdtest):
 // its record, client key and pinned host key as create makes them.
-func sshdVM(t *testing.T) (*Manager, *state.Record, state.Layout) {
+func sshdVM(t *testing.T) (Guest, *state.Record, state.Layout) {
 	t.Helper()
 	s := sshdtest.New(t)
 	s.Start()
@@ -36,7 +36,7 @@ func sshdVM(t *testing.T) (*Manager, *state.Record, state.Layout) {
 		t.Fatal(err)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: testLogWriter{t}})
-	return &Manager{Log: log}, r, l
+	return Guest{Record: r, Layout: l, Log: log}, r, l
 }
 
 type testLogWriter struct{ t *testing.T }
@@ -48,11 +48,11 @@ func (w testLogWriter) Write(b []byte) (int, error) {
 
 // echoOver dials the guest as every command does and runs echo; it
 // returns the network the connection went over.
-func echoOver(t *testing.T, m *Manager, r *state.Record, l state.Layout) string {
+func echoOver(t *testing.T, g Guest) string {
 	t.Helper()
-	c, err := m.dialGuest(context.Background(), r, l)
+	c, err := g.Dial(context.Background())
 	if err != nil {
-		t.Fatalf("dialGuest: %v", err)
+		t.Fatalf("Dial: %v", err)
 	}
 	defer c.Close()
 	var out strings.Builder
@@ -63,11 +63,11 @@ func echoOver(t *testing.T, m *Manager, r *state.Record, l state.Layout) string 
 }
 
 func TestDialGuestPrefersTheHolderAndFallsBack(t *testing.T) {
-	m, r, l := sshdVM(t)
-	f := holdFiles(r, l)
+	g, r, l := sshdVM(t)
+	f := g.Files()
 
 	// No holder: the guest directly.
-	if got := echoOver(t, m, r, l); got != "tcp" {
+	if got := echoOver(t, g); got != "tcp" {
 		t.Errorf("without a holder: over %s, want tcp", got)
 	}
 	// A dead holder's socket: the guest directly.
@@ -77,14 +77,14 @@ func TestDialGuestPrefersTheHolderAndFallsBack(t *testing.T) {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
-	if got := echoOver(t, m, r, l); got != "tcp" {
+	if got := echoOver(t, g); got != "tcp" {
 		t.Errorf("with a dead socket: over %s, want tcp", got)
 	}
 
 	// A holder (the __hold command's code, in this process): through it.
 	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan error, 1)
-	go func() { ended <- ServeHold(ctx, l.Dir, m.Log.Named("hold")) }()
+	go func() { ended <- Guest{Record: r, Layout: l, Log: g.Log.Named("hold")}.Serve(ctx) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if c, err := hold.Dial(context.Background(), f, r.Guest.User, time.Second); err == nil {
@@ -100,7 +100,7 @@ func TestDialGuestPrefersTheHolderAndFallsBack(t *testing.T) {
 			t.Fatal("the holder does not serve")
 		}
 	}
-	if got := echoOver(t, m, r, l); got != "unix" {
+	if got := echoOver(t, g); got != "unix" {
 		t.Errorf("with a holder: over %s, want its unix socket", got)
 	}
 
@@ -109,7 +109,7 @@ func TestDialGuestPrefersTheHolderAndFallsBack(t *testing.T) {
 	if err := <-ended; err != nil {
 		t.Errorf("the holder: %v", err)
 	}
-	if got := echoOver(t, m, r, l); got != "tcp" {
+	if got := echoOver(t, g); got != "tcp" {
 		t.Errorf("after the holder ended: over %s, want tcp", got)
 	}
 }
