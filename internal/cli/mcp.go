@@ -94,7 +94,7 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 			default:
 				return usagef("--client %q: must be claude-code, claude-desktop or json", client)
 			}
-			out, err := mcpproxy.ClientConfig(client, vm.SSHAlias(info.Slug), info.MCP.URL, info.MCP.Token)
+			out, err := mcpproxy.ClientConfig(client, info.SSH.Alias, info.MCP.URL, info.MCP.Token)
 			if err != nil {
 				return err
 			}

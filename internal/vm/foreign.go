@@ -3,10 +3,10 @@ package vm
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/sshconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -73,11 +73,11 @@ func (m *Manager) foreignReady(ctx context.Context, e state.Entry, d driver.Driv
 // foreign one: what it lacks, and how to reach it instead.
 func errForeign(r *state.Record, lacks string) error {
 	return fmt.Errorf("VM %q runs the repository's own Vagrantfile %s as is, so it has no %s (hint: `agent-vm ssh-config %s >> ~/.ssh/config` and `ssh %s` reach it with vagrant's key; for agent-vm's own guest, destroy it and create it with --vagrantfile=generate)",
-		r.Branch, r.Guest.Foreign, lacks, r.Slug, SSHAlias(r.Slug))
+		r.Branch, r.Guest.Foreign, lacks, r.Slug, sshconfig.Alias(r.Slug))
 }
 
 // foreignSSHConfig is the OpenSSH Host block of a foreign guest, from its
-// driver's endpoint: vagrant's key, and no pinned host key (said so).
+// driver's endpoint (sshconfig.Foreign).
 func (m *Manager) foreignSSHConfig(ctx context.Context, e state.Entry) (string, error) {
 	r, l := e.Record, e.Layout
 	d, err := m.driverOf(r)
@@ -92,19 +92,5 @@ func (m *Manager) foreignSSHConfig(ctx context.Context, e state.Entry) (string, 
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "# agent-vm: branch %s, the repository's own Vagrantfile (%s)\n", sshComment(r.Branch), sshComment(r.Guest.Foreign))
-	fmt.Fprintf(&b, "# from `vagrant ssh-config`: vagrant's key, and NO pinned host key (the guest is not agent-vm's)\n")
-	fmt.Fprintf(&b, "Host %s\n", SSHAlias(r.Slug))
-	fmt.Fprintf(&b, "  HostName %s\n", sshQuote(ep.Host))
-	fmt.Fprintf(&b, "  Port %d\n", ep.Port)
-	fmt.Fprintf(&b, "  User %s\n", sshQuote(ep.User))
-	for _, f := range ep.IdentityFiles {
-		fmt.Fprintf(&b, "  IdentityFile %s\n", sshQuote(f))
-	}
-	for _, o := range ep.Options {
-		fmt.Fprintf(&b, "  %s %s\n", o[0], o[1])
-	}
-	fmt.Fprintf(&b, "\n")
-	return b.String(), nil
+	return sshconfig.Foreign(r, ep), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
+	"github.com/agent-vm/agent-vm/internal/sshconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -92,9 +93,6 @@ type PathsInfo struct {
 	ConsoleLog string `json:"console_log"`
 }
 
-// SSHAlias is the Host name ssh-config gives a VM.
-func SSHAlias(slug string) string { return "agent-vm-" + slug }
-
 // Status reads a VM's record and live state. withHealth also asks agent-mcp
 // for /health (one HTTP request through the forwarded port).
 func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) Info {
@@ -106,7 +104,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
 		Ports: r.Ports, Forwards: r.ForwardList(), ShareCache: driver.Share{Cache: r.WorkspaceCache}.CacheMode(), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
-			KnownHostsFile: l.KnownHosts(), Alias: SSHAlias(r.Slug)},
+			KnownHostsFile: l.KnownHosts(), Alias: sshconfig.Alias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
 		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
 		Agent: guestctl.Health{State: "unknown"},
@@ -141,7 +139,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	if r.Guest.Foreign != "" {
 		info.Foreign, info.Ports, info.MCP = r.Guest.Foreign, state.Ports{}, MCPInfo{}
 		info.Accel, info.AccelReason, info.Share = "", "", "" // the Vagrantfile's, not agent-vm's
-		info.SSH = SSHInfo{Alias: SSHAlias(r.Slug)}
+		info.SSH = SSHInfo{Alias: sshconfig.Alias(r.Slug)}
 		info.Agent = guestctl.Health{State: "none", Detail: "the repository's own Vagrantfile runs no agent-mcp"}
 		return info
 	}
