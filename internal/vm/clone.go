@@ -1,0 +1,184 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/template"
+)
+
+// A VM's first start from a template (internal/template): clone its
+// machine, give the guest the VM's identity, mount the workspace, finish
+// the guest's setup.
+
+// usable is a usable template for a VM.
+type usable struct {
+	e    state.Entry
+	rec  template.Record
+	mach driver.Machine
+}
+
+// findTemplate returns the template r fits, or why there is none (one
+// line, for the log).
+func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*usable, string) {
+	if m.TemplateDir == nil {
+		return nil, "templates are off"
+	}
+	be, ok := m.templater(r)
+	if !ok {
+		return nil, "only Debian (qemu backend) VMs start from templates"
+	}
+	if _, found := template.Newest(m.TemplateDir.Path, ""); !found {
+		return nil, template.None(r.Slug) // without any template, skip hashing the key (agent-vm's binary among it)
+	}
+	k, err := m.templateKey(ctx, be, r)
+	if err != nil {
+		return nil, err.Error()
+	}
+	f, why := template.Find(m.TemplateDir.Path, k, r.Slug)
+	if f == nil {
+		return nil, why
+	}
+	return &usable{e: f.Entry, rec: f.Record, mach: m.machine(f.Entry.Record, f.Entry.Layout)}, ""
+}
+
+// startClone is a VM's first start from a template (see
+// internal/template), after its backend prepared plan on the template's disk. A
+// template the driver refuses, or a driver that is no driver.Cloner, is
+// templateRefused: the caller boots cold.
+func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, plan *backend.Plan, t *usable, so driver.StartOptions, o StartOptions) (*StartResult, error) {
+	r, l := e.Record, e.Layout
+	cloner, ok := d.(driver.Cloner)
+	if !ok {
+		return nil, &templateRefused{fmt.Errorf("the %s driver cannot start a machine from a template: %w", d.Name(), driver.ErrUnsupported)}
+	}
+	o.Report.Report("starting from the template", 0, "")
+	began := time.Now()
+	var edits []driver.MemoryEdit
+	if t.rec.BootID != nil {
+		edit, id, err := template.BootIDEdit(t.rec.BootID)
+		if err != nil {
+			return nil, &templateRefused{fmt.Errorf("the template's boot id: %w", err)}
+		}
+		edits = append(edits, edit)
+		m.Log.Debug("the clone's kernel boot id", "vm", r.Branch, "boot_id", id)
+	} else {
+		m.Log.Info("this VM shares its template's kernel boot id until it reboots: the template does not say where its kernel keeps it", "vm", r.Branch)
+	}
+	launch, err := cloner.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
+	if err != nil {
+		if errors.Is(err, driver.ErrStaleState) {
+			return nil, &templateRefused{err}
+		}
+		return nil, err
+	}
+	log := m.Log.With("vm", r.Branch)
+	log.Debug("restored the template's machine", "after", time.Since(began))
+	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, cloneBase, d, mach, launch)
+	defer done()
+	res := &StartResult{FromTemplate: true}
+	fail := func(phase string, err error) (*StartResult, error) {
+		logs := d.Logs(mach)
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = d.Stop(sctx, mach, 0) // a half-made identity must not be left running
+		return nil, &BootError{VM: r.Branch, Phase: phase, Err: fmt.Errorf("%w (the VM was stopped; `agent-vm reset --force %s` then `agent-vm start --no-template %s` boots it cold)", err, e.Slug, e.Slug),
+			ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+	}
+	// The guest is the template's until Personalize: its host key and
+	// client key.
+	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize, began, log); err != nil {
+		return fail(phase, err)
+	}
+	log.Debug("the guest has its identity", "after", time.Since(began))
+	c, err := sshx.WaitReady(wctx, m.guestOf(r, l).Target(), nil)
+	if err != nil {
+		return fail("waiting for SSH with the VM's own keys", err)
+	}
+	c.Close()
+	res.SSHReady = time.Since(began)
+	m.Log.Debug("ssh ready", "after", res.SSHReady) // as start and resume log it (bench reads it)
+	if err := d.MarkReady(mach, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
+	m.startHolder(e)
+	if err := m.attachGuest(wctx, e, true); err != nil {
+		return fail("mounting the workspace", err)
+	}
+	log.Debug("the workspace is mounted", "after", time.Since(began))
+	o.Report.Report("finishing the guest's setup", time.Since(began), "")
+	code, _, stderr, err := m.runRoot(wctx, e, func() string { return plan.Clone.FirstRun })
+	if err == nil && code != 0 {
+		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) failed", "vm", r.Branch, "exit", code, "stderr", lastLines(stderr, 5))
+	} else if err != nil {
+		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) could not run", "vm", r.Branch, "error", err)
+	}
+	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
+		m.Log.Warn("the VM started from its template, but agent-mcp does not answer yet", "vm", r.Branch)
+		res.Info = m.Status(ctx, e, true)
+		return res, nil
+	}
+	res.HealthReady = time.Since(began)
+	if err := m.checkProvision(ctx, r, l); err != nil {
+		return nil, err
+	}
+	m.waitHolder(ctx, e, 10*time.Second)
+	res.Info = m.Status(ctx, e, true)
+	return res, nil
+}
+
+// templateFor is the template a start of e uses: only a VM's first
+// start (its backend has no disk for it yet), without --reprovision or
+// --no-template, and only a template that fits. Why there is none is
+// logged in one line.
+func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions) *usable {
+	be, err := m.backendOf(e.Record, "start")
+	if err != nil || be.ImagesInUse(e.Layout) != nil || m.TemplateDir == nil {
+		return nil
+	}
+	if o.NoTemplate || o.Reprovision {
+		m.Log.Info("booting cold, not from a template: --no-template or --reprovision", "vm", e.Record.Branch)
+		return nil
+	}
+	t, why := m.findTemplate(ctx, e.Record)
+	if t == nil {
+		m.Log.Info("booting cold, not from a template: "+why, "vm", e.Record.Branch)
+	}
+	return t
+}
+
+// unclone undoes a start's disk made on a template the driver refused
+// (the backend's Reset: a VM that never ran loses nothing) and prepares
+// a cold boot instead.
+func (m *Manager) unclone(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine) (*backend.Plan, error) {
+	be, err := m.backendOf(e.Record, "start")
+	if err != nil {
+		return nil, err
+	}
+	if err := be.Reset(ctx, e.Layout, e.Record); err != nil {
+		return nil, err
+	}
+	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
+		return nil, err
+	}
+	return m.prepare(ctx, e, d, o, share, mach, "start", nil)
+}
+
+// templateRefused is a template the driver found not to fit this VM.
+type templateRefused struct{ err error }
+
+func (e *templateRefused) Error() string { return e.err.Error() }
+func (e *templateRefused) Unwrap() error { return e.err }
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
