@@ -46,7 +46,7 @@ func createCommand(stdio IO) *cli.Command {
 			if r.Guest.Foreign != "" {
 				fmt.Fprintf(out, "  backend:   %s (size as its Vagrantfile says)\n", r.Backend)
 			} else {
-				fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, vm.HumanMiB(r.Resources.MemoryMiB), r.Resources.DiskGiB)
+				fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, size.Human(r.Resources.MemoryMiB), r.Resources.DiskGiB)
 			}
 			fmt.Fprintf(out, "  workspace: %s\n", l.Workspace())
 			if r.Guest.Foreign != "" {

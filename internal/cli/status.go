@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -91,7 +92,7 @@ func printStatus(w io.Writer, i vm.Info) {
 	if i.Foreign != "" {
 		fmt.Fprintf(w, "resources:  as the Vagrantfile says\n")
 	} else {
-		fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, vm.HumanMiB(i.Resources.MemoryMiB), i.Resources.DiskGiB)
+		fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, size.Human(i.Resources.MemoryMiB), i.Resources.DiskGiB)
 	}
 	fmt.Fprintf(w, "created:    %s\n", i.CreatedAt.Local().Format(time.RFC3339))
 }

@@ -1,6 +1,7 @@
 // Package gitws manages a VM's git workspace: the clone of the user's
-// repository that is shared into the VM, its remotes, and the check for work
-// that exists only there before it is destroyed.
+// repository that is shared into the VM, its remotes, who owns it
+// (Ownership), and the check for work that exists only there before it is
+// destroyed.
 //
 // The workspace is writable by the agent inside the VM, so its .git (config,
 // hooks, attributes) is untrusted on the host: git run inside it could be

@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // AnchorDirs are where distributions keep the CA certificates an
@@ -151,4 +153,20 @@ func PEMs(certs []Cert) []string {
 		out = append(out, c.PEM)
 	}
 	return out
+}
+
+// Load finds the host's added CA certificates (Finder, with getenv) as
+// PEM texts, logging on log what it skipped and found.
+func Load(getenv func(string) string, log hclog.Logger) ([]string, error) {
+	certs, skipped, err := Finder{Getenv: getenv}.Find()
+	for _, s := range skipped {
+		log.Debug("not passing a host CA file to the guest", "file", s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(certs) > 0 {
+		log.Debug("the guest trusts the host's added CA certificates", "count", len(certs))
+	}
+	return PEMs(certs), nil
 }

@@ -9,7 +9,8 @@
 //	        (4G, 4g, 4GB, 4GiB are the same); every unit is binary: 1G is 1024M
 //
 // A number without a unit is in the caller's unit (memory: M, disk: G).
-// The size must come to a whole number of MiB, from 1M to 1024T.
+// The size must come to a whole number of MiB, from 1M to 1024T. Human
+// writes a size for people.
 package size
 
 import (

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"syscall"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/modules"
@@ -140,7 +140,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		return nil, err
 	}
 	rec.Git.OriginURL, rec.Git.UpstreamURL = remotes.Origin, remotes.Upstream
-	if rec.Guest.UID, rec.Guest.GID, err = shareOwnership(l.Workspace()); err != nil {
+	if rec.Guest.UID, rec.Guest.GID, err = gitws.Ownership(l.Workspace(), guest.RootOwnerID); err != nil {
 		return nil, err
 	}
 	if err := m.applyRepoConfig(o, l, rec, be); err != nil {
@@ -194,7 +194,7 @@ func checkCreateFlags(o CreateOptions, host HostSize) error {
 		return fmt.Errorf("--disk %dG is smaller than the %dG minimum (hint: use at least --disk %dG; %dG is the default)", o.DiskGiB, minDiskGiB, minDiskGiB, defaultDiskGiB)
 	case o.Overcommit:
 	case host.MemoryMiB > 0 && o.MemoryMiB > host.MemoryMiB:
-		return fmt.Errorf("--memory %s is more than this host's %s of RAM (hint: give at most --memory %dM, or pass --overcommit if you mean it)", HumanMiB(o.MemoryMiB), HumanMiB(host.MemoryMiB), host.MemoryMiB)
+		return fmt.Errorf("--memory %s is more than this host's %s of RAM (hint: give at most --memory %dM, or pass --overcommit if you mean it)", size.Human(o.MemoryMiB), size.Human(host.MemoryMiB), host.MemoryMiB)
 	case host.Threads > 0 && o.CPUs > host.Threads:
 		return fmt.Errorf("--cpus %d is more than this host's %d CPU threads (hint: give at most --cpus %d, or pass --overcommit if you mean it)", o.CPUs, host.Threads, host.Threads)
 	}
@@ -287,19 +287,6 @@ func hostSize() HostSize {
 	return h
 }
 
-// HumanMiB is a size for people: "5 TiB", "24 GiB", "1536 MiB".
-func HumanMiB(mib int) string {
-	switch {
-	case mib >= 1<<20 && mib%(1<<20) == 0:
-		return fmt.Sprintf("%d TiB", mib>>20)
-	case mib >= 1<<10 && mib%(1<<10) == 0:
-		return fmt.Sprintf("%d GiB", mib>>10)
-	case mib >= 10<<10:
-		return fmt.Sprintf("%.1f GiB", float64(mib)/1024)
-	}
-	return fmt.Sprintf("%d MiB", mib)
-}
-
 func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *state.Record {
 	r := &state.Record{
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
@@ -362,29 +349,4 @@ func writeSecrets(l state.Layout, rec *state.Record) error {
 		return fmt.Errorf("generating the MCP token: %w", err)
 	}
 	return atomicfile.Write(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
-}
-
-// shareOwnership decides the guest user's uid/gid from the workspace's owner
-// on the host, so files the agent creates belong to that owner. A root-owned
-// workspace is handed to guest.RootOwnerID instead (the guest user cannot be root).
-func shareOwnership(ws string) (uid, gid int, err error) {
-	fi, err := os.Stat(ws)
-	if err != nil {
-		return 0, 0, err
-	}
-	st := fi.Sys().(*syscall.Stat_t)
-	uid, gid = int(st.Uid), int(st.Gid)
-	if uid != 0 {
-		return uid, gid, nil
-	}
-	err = filepath.WalkDir(ws, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, guest.RootOwnerID, guest.RootOwnerID)
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("handing the workspace to the guest user (uid %d): %w", guest.RootOwnerID, err)
-	}
-	return guest.RootOwnerID, guest.RootOwnerID, nil
 }

@@ -165,17 +165,5 @@ const (
 	maxDiskGiB = 4096
 )
 
-// hostCAs finds the host's added CA certificates (see internal/hostca).
-func (m *Manager) hostCAs() ([]string, error) {
-	certs, skipped, err := hostca.Finder{Getenv: m.getenv}.Find()
-	for _, s := range skipped {
-		m.Log.Debug("not passing a host CA file to the guest", "file", s)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if len(certs) > 0 {
-		m.Log.Debug("the guest trusts the host's added CA certificates", "count", len(certs))
-	}
-	return hostca.PEMs(certs), nil
-}
+// hostCAs finds the host's added CA certificates (hostca.Load).
+func (m *Manager) hostCAs() ([]string, error) { return hostca.Load(m.getenv, m.Log) }
