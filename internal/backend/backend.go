@@ -59,7 +59,7 @@ type Backend interface {
 }
 
 // Templater is a backend whose guests can start from a template
-// (internal/vm's template.go has the design): a VM of the same backend,
+// (internal/template has the design): a VM of the same backend,
 // provisioned with the guest contract alone and saved by its driver (a
 // driver.Suspender and driver.Cloner), on whose disk Prepare makes a new
 // VM's (PrepareOptions.Template) and then returns a Plan with a Clone. The

@@ -132,7 +132,7 @@ type Suspender interface {
 }
 
 // Cloner is a driver that can start a machine from a template's saved
-// state (internal/vm's templates).
+// state (internal/template's templates).
 type Cloner interface {
 	// Clone starts m, which never ran, from the saved state of from (a
 	// template: a machine Suspend saved), with m's own disks, share and
@@ -208,7 +208,7 @@ type StartOptions struct {
 
 // MemoryEdit is a change a Clone makes in the guest's memory restored
 // from its template, before the guest's CPUs run: New replaces Old at
-// guest physical address Addr (internal/vm's templates give each clone
+// guest physical address Addr (internal/template gives each clone
 // its own kernel boot id this way). What names it in errors.
 type MemoryEdit struct {
 	What     string

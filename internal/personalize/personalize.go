@@ -1,5 +1,5 @@
 // Package personalize makes a guest restored from a template's saved
-// machine one VM (internal/vm's template.go says when): the
+// machine one VM (internal/template says when): the
 // host renders a Plan from the VM's configuration (internal/cloudinit),
 // and the guest's own agent-vm binary applies it as root, in one process
 // (the hidden command Command, the plan as JSON on its standard input).

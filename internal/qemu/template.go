@@ -1,7 +1,7 @@
 package qemu
 
 // Clones: a machine that has never run starts from another
-// machine's saved state, a template's (internal/vm's template.go makes
+// machine's saved state, a template's (internal/template builds
 // one with Suspend and says when to use it).
 //
 // What may differ between the template and its clone is what the guest

@@ -148,7 +148,7 @@ type Exposed struct {
 }
 
 // Net is a VM's egress policy as the user set it; the proxy's policy adds
-// the defaults (internal/egress, vm.netPolicy).
+// the defaults (internal/egress, netpolicy.Policy).
 type Net struct {
 	Mode  string   `json:"mode"`            // open, allow, offline
 	Allow []string `json:"allow,omitempty"` // added with `net allow`

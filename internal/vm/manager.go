@@ -1,9 +1,18 @@
-// Package vm orchestrates agent-vm's verbs (create, start, stop, status,
-// destroy ...) over the state directory, the git workspace and a small
-// Backend interface that each VM flavour implements, and runs the VMs
-// through the driver contract (internal/driver) their backends name. Open is
-// the composition root: the CLI reaches backends, drivers, images and host
-// set-up only through a Manager. docs/ARCHITECTURE.md draws the layers.
+// Package vm orchestrates a VM's life (find, create, start, stop, restart,
+// destroy, reset, status, exec, shell, ssh-config, logs, suspend, resume)
+// over the state directory and the VM's record, the git workspace, the
+// backend contract (internal/backend) each kind of guest implements and the
+// driver contract (internal/driver) their backends name. Open is the
+// composition root: the CLI reaches backends, drivers, images and host
+// set-up only through a Manager.
+//
+// What has a vocabulary of its own lives in a room of its own, which vm
+// calls with plain data, a connection or a small interface (template,
+// hostsetup, guestconn, guestctl, netpolicy, portbook, sshconfig, logtail,
+// image); the rooms that act on VMs themselves (agent, mcpsync, netpolicy,
+// forward) declare the few Manager methods they need (access.go) and cli
+// passes the Manager in. None of them imports vm. docs/ARCHITECTURE.md
+// draws the layers and lists every package.
 package vm
 
 import (
