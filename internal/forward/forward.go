@@ -27,26 +27,13 @@ import (
 type VMs interface {
 	// Recorded finds the VM name means, whose record must be readable.
 	Recorded(ctx context.Context, name string) (state.Entry, error)
-	// LockVM takes the lock of the VM called slug; the caller releases it.
-	LockVM(ctx context.Context, slug string) (*state.Lock, error)
+	// Locked finds the VM name means, as Recorded, and takes its lock;
+	// the caller releases it.
+	Locked(ctx context.Context, name string) (state.Entry, *state.Lock, error)
 	// Book is the book of the host ports the VMs hold.
 	Book() *portbook.Book
 	// Live is the driver and machine of e's VM, and whether it runs.
 	Live(ctx context.Context, e state.Entry) (driver.Driver, driver.Machine, bool, error)
-}
-
-// locked finds the VM name means and takes its lock; the caller releases
-// it.
-func locked(ctx context.Context, vms VMs, name string) (state.Entry, *state.Lock, error) {
-	e, err := vms.Recorded(ctx, name)
-	if err != nil {
-		return state.Entry{}, nil, err
-	}
-	lock, err := vms.LockVM(ctx, e.Slug)
-	if err != nil {
-		return state.Entry{}, nil, err
-	}
-	return e, lock, nil
 }
 
 // Change is what `port add` or `port rm` did.
@@ -78,7 +65,7 @@ func Add(ctx context.Context, vms VMs, name string, guestPort, hostPort int, log
 	if hostPort != 0 && (hostPort < 1 || hostPort > 65535) {
 		return nil, fmt.Errorf("HOST_PORT %d is not a port number (hint: use 1024 to 65535, or leave it out to get a free one)", hostPort)
 	}
-	e, lock, err := locked(ctx, vms, name)
+	e, lock, err := vms.Locked(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +121,7 @@ func Remove(ctx context.Context, vms VMs, name string, guestPort int, log hclog.
 	if err := checkGuestPort(guestPort); err != nil {
 		return nil, err
 	}
-	e, lock, err := locked(ctx, vms, name)
+	e, lock, err := vms.Locked(ctx, name)
 	if err != nil {
 		return nil, err
 	}

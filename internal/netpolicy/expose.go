@@ -37,7 +37,7 @@ func Expose(ctx context.Context, vms VMs, name string, port int, remove bool) (*
 	if port == guest.ProxyPort {
 		return nil, fmt.Errorf("host port %d cannot be exposed: the guest reaches the egress proxy at %s:%d", port, guest.HostAddr, port)
 	}
-	e, lock, err := locked(ctx, vms, name)
+	e, lock, err := vms.Locked(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -18,27 +18,14 @@ type VMs interface {
 	// Recorded finds the VM name means (a branch or a VM name), whose
 	// record must be readable.
 	Recorded(ctx context.Context, name string) (state.Entry, error)
-	// LockVM takes the lock of the VM called slug; the caller releases it.
-	LockVM(ctx context.Context, slug string) (*state.Lock, error)
+	// Locked finds the VM name means, as Recorded, and takes its lock;
+	// the caller releases it.
+	Locked(ctx context.Context, name string) (state.Entry, *state.Lock, error)
 	// State is the VM's state as status shows it (driver.StateRunning ...).
 	State(ctx context.Context, e state.Entry) string
 	// Contains reports whether the driver that runs r's VM contains its
 	// network (a driver.NetworkContainer).
 	Contains(r *state.Record) bool
-}
-
-// locked finds the VM name means and takes its lock; the caller releases
-// it.
-func locked(ctx context.Context, vms VMs, name string) (state.Entry, *state.Lock, error) {
-	e, err := vms.Recorded(ctx, name)
-	if err != nil {
-		return state.Entry{}, nil, err
-	}
-	lock, err := vms.LockVM(ctx, e.Slug)
-	if err != nil {
-		return state.Entry{}, nil, err
-	}
-	return e, lock, nil
 }
 
 func running(ctx context.Context, vms VMs, e state.Entry) bool {
@@ -169,7 +156,7 @@ func edit(ctx context.Context, vms VMs, name string, patterns []string, change f
 // update changes the record's network under the VM's lock and rewrites
 // the proxy's policy.
 func update(ctx context.Context, vms VMs, name string, change func(*state.Record)) (*Change, error) {
-	e, lock, err := locked(ctx, vms, name)
+	e, lock, err := vms.Locked(ctx, name)
 	if err != nil {
 		return nil, err
 	}

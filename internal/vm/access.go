@@ -18,6 +18,12 @@ func (m *Manager) Recorded(ctx context.Context, name string) (state.Entry, error
 	return m.findRecorded(ctx, name)
 }
 
+// Locked finds the VM name means, as Recorded, and takes its lock; the
+// caller releases it.
+func (m *Manager) Locked(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
+	return m.lockedEntry(ctx, name)
+}
+
 // LockVM takes the lock of the VM called slug; the caller releases it.
 func (m *Manager) LockVM(ctx context.Context, slug string) (*state.Lock, error) {
 	return m.Root.LockVM(ctx, slug)
