@@ -2,12 +2,11 @@ package vm
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -189,18 +188,6 @@ func candidates(es []state.Entry) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// repoSlug is the VM name for branch in a repository whose VM for another
-// repository already has the branch's own slug: the slug with a short hash
-// of the repository, which stays the same for that repository.
-func repoSlug(slug, repo string) string {
-	sum := sha256.Sum256([]byte(repo))
-	suffix := "-" + hex.EncodeToString(sum[:])[:6]
-	if len(slug)+len(suffix) > state.MaxSlugLen {
-		slug = strings.TrimRight(slug[:state.MaxSlugLen-len(suffix)], "-")
-	}
-	return slug + suffix
-}
-
 // sourceOf is a checkout to suggest in a hint.
 func sourceOf(es []state.Entry) string {
 	for _, e := range es {
@@ -209,4 +196,45 @@ func sourceOf(es []state.Entry) string {
 		}
 	}
 	return "REPO"
+}
+
+// locked is a VM whose lock the caller holds, with its driver and its live
+// state as the driver saw it once locked.
+type locked struct {
+	e    state.Entry
+	lock *state.Lock
+	d    driver.Driver
+	mach driver.Machine
+	live driver.Live
+}
+
+// lockedLook finds a VM with a readable record, takes its lock and inspects it.
+// The caller releases h.lock.
+func (m *Manager) lockedLook(ctx context.Context, name string) (*locked, error) {
+	e, lock, err := m.lockedEntry(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	h := &locked{e: e, lock: lock, mach: m.machine(e.Record, e.Layout)}
+	if h.d, err = m.driverOf(e.Record); err == nil {
+		h.live, err = h.d.Inspect(ctx, h.mach)
+	}
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return h, nil
+}
+
+// lockedEntry finds a VM with a readable record and takes its lock.
+func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
+	e, err := m.findRecorded(ctx, name)
+	if err != nil {
+		return state.Entry{}, nil, err
+	}
+	lock, err := m.Root.LockVM(ctx, e.Slug)
+	if err != nil {
+		return state.Entry{}, nil, err
+	}
+	return e, lock, nil
 }

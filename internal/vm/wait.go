@@ -1,0 +1,175 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
+	"github.com/agent-vm/agent-vm/internal/hostload"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+)
+
+// Waiting for a booting guest: SSH with the pinned key, agent-mcp's
+// health, the backend's settle command; a QEMU that exits ends the wait.
+
+// BootError is a boot that did not reach SSH or agent-mcp in time. The VM
+// is left running so it can be inspected.
+type BootError struct {
+	VM         string
+	Phase      string
+	Err        error
+	ConsoleLog string
+	Tail       string
+}
+
+func (e *BootError) Error() string {
+	return fmt.Sprintf("%s: %s: %v\nlast lines of the serial console (%s):\n%s\n(hint: the VM is still running: `agent-vm logs %s` shows more, `agent-vm stop %s` stops it)",
+		e.VM, e.Phase, e.Err, e.ConsoleLog, termsafe.Indent(e.Tail), e.VM, e.VM)
+}
+
+func (e *BootError) Unwrap() error { return e.Err }
+
+// waitReady waits for SSH with the pinned key, then for agent-mcp's health,
+// then runs the backend's settle command.
+func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
+	r, l := e.Record, e.Layout
+	wctx, cancel := m.bootWait(ctx, r.Slug, o.Timeout, bootBaseFor(launch.Accel))
+	defer cancel()
+	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
+	defer stopWatch()
+	began := time.Now()
+	logs := d.Logs(mach)
+	bootErr := func(phase string, err error) error {
+		var late *hostload.TimeoutError
+		switch cause := context.Cause(wctx); {
+		case errors.Is(cause, errQEMUGone):
+			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, driver.TailFile(logs.Driver, 3))
+		case errors.As(cause, &late):
+			err = fmt.Errorf("%w: %v (hint: start fewer VMs at once, or give start a longer --timeout)", err, late)
+		case errors.Is(cause, context.DeadlineExceeded):
+			err = fmt.Errorf("%w: --timeout %s ran out (the host: %s)", err, o.Timeout, m.hostLoad(ctx, r.Slug))
+		}
+		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+	}
+	target := m.guestOf(r, l).Target()
+	progress := func(elapsed time.Duration, _ error) {
+		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(logs.Console))
+	}
+	client, err := sshx.WaitReady(wctx, target, progress)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, sshx.ErrHostKeyMismatch) {
+			// Not this VM's sshd: its SSH port is held by something else
+			// (another VM's forward, say) that answered instead.
+			err = fmt.Errorf("the VM's SSH port %d is held by another program (it answered with a host key other than %s's), so agent-vm did not connect (hint: stop that program, which `ss -ltnp 'sport = :%d'` shows, then `agent-vm stop %s` and `agent-vm start %s`): %w",
+				r.Ports.SSH, r.Slug, r.Ports.SSH, r.Slug, r.Slug, err)
+		}
+		return bootErr("waiting for SSH", err)
+	}
+	client.Close()
+	res.SSHReady = time.Since(began)
+	m.startHolder(e)
+	if err := d.MarkReady(mach, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
+	m.Log.Debug("ssh ready", "after", res.SSHReady)
+
+	b := 250 * time.Millisecond
+	for {
+		h := guestctl.CheckHealth(wctx, r.Ports.MCP)
+		if h.State == "healthy" {
+			res.HealthReady = time.Since(began)
+			m.settle(wctx, r, l, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
+			return ctx.Err() // interrupted while settling: the caller stops the VM
+		}
+		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return bootErr("waiting for agent-mcp /health", fmt.Errorf("%s after %s (hint: `agent-vm logs %s` shows agent-mcp's journal)", termsafe.String(h.Detail), time.Since(began).Truncate(time.Second), r.Slug))
+		case <-time.After(b):
+		}
+		if b < 2*time.Second {
+			b *= 2
+		}
+	}
+}
+
+// settle runs the backend's settle command (see backend.Plan.Settle). A
+// failure is a warning, not a failed start: the VM is up and healthy.
+func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, cmd string, report func()) {
+	if cmd == "" {
+		return
+	}
+	branch := r.Branch
+	report()
+	c, err := m.dialGuest(ctx, r, l)
+	if err == nil {
+		var errOut bytes.Buffer
+		var code int
+		code, err = sshx.Run(ctx, c, cmd, nil, io.Discard, &errOut)
+		c.Close()
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(errOut.String()))
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// A first boot can outlast start's --timeout (an agent CLI's npm
+		// install under TCG): say so, not the killed command's status.
+		m.Log.Warn("the VM is up, but start's timeout ran out before its first-boot setup (cloud-init: packages, agent CLI, provisioning) finished; it goes on in the guest, and if the VM is stopped before it ends, its next boot may set it up again (hint: wait for the setup to finish with `agent-vm exec " + branch + " -- cloud-init status --wait`, or start with a longer --timeout)")
+	default:
+		m.Log.Warn("the VM is up, but waiting for its setup to finish failed; if the VM is killed soon, its next boot may set it up again", "command", cmd, "error", err)
+	}
+}
+
+var errQEMUGone = errors.New("QEMU exited during boot")
+
+// watchQEMU returns a context that is cancelled with errQEMUGone when the
+// VM's QEMU exits (the driver's Running), so a boot that dies ends the wait
+// at once instead of at the timeout.
+func (m *Manager) watchQEMU(ctx context.Context, d driver.Driver, mach driver.Machine, launch *driver.Launch) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				if !d.Running(mach, launch) {
+					cancel(errQEMUGone)
+					return
+				}
+			}
+		}
+	}()
+	return wctx, func() { close(done); cancel(nil) }
+}
+
+// lastConsoleLine is the guest's latest console output, for progress
+// lines: escaped, without colours, at most 120 characters.
+func lastConsoleLine(console string) string {
+	line := []rune(strings.TrimSpace(termsafe.Line(driver.TailFile(console, 1))))
+	if len(line) > 120 {
+		return string(line[:120]) + "…"
+	}
+	return string(line)
+}
