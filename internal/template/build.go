@@ -15,6 +15,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/portbook"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -49,16 +50,27 @@ func NewVMRecord(from *state.Record, slug string, now time.Time) *state.Record {
 // Builder is the VMs of the templates' state directory as a build drives
 // them: vm's Manager over that directory.
 type Builder interface {
-	// Create makes the template's VM, slug, for the VM whose record is
-	// from.
-	Create(ctx context.Context, from *state.Record, slug string) error
-	// Start boots it cold (with its template seed) until it is ready.
+	// Start boots the template's VM, slug, cold (with its template seed)
+	// until it is ready.
 	Start(ctx context.Context, slug string) error
 	// BootID asks its running guest where its kernel keeps its boot id.
 	BootID(ctx context.Context, slug string) (*BootIDSite, error)
 	// Suspend saves its machine; Stop ends it (a failed build's).
 	Suspend(ctx context.Context, slug string) error
 	Stop(ctx context.Context, slug string)
+}
+
+// New is what a build makes a template from.
+type New struct {
+	Root *state.Root // the templates' state directory
+	VMs  *state.Root // the VMs' state directory (their ports are taken too)
+	Book *portbook.Book
+	// From is the record of the VM the template is for; Section is its
+	// backend's section of the template's record
+	// (backend.Templater.TemplateSection).
+	From    *state.Record
+	Section func() (any, error)
+	Now     func() time.Time
 }
 
 // BuildResult says what a build did.
@@ -68,18 +80,19 @@ type BuildResult struct {
 	Took time.Duration
 }
 
-// Build makes the template of key k for the VM whose record is from, in
-// root (the templates' state directory), its VM driven by b: created,
-// booted cold, asked where its kernel keeps its boot id, suspended; then
-// its disks are frozen and its template.json written. An existing template
-// for k is refused (template rm first); a build that fails keeps nothing.
-func Build(ctx context.Context, b Builder, root *state.Root, k Key, from *state.Record, now func() time.Time, log hclog.Logger) (*BuildResult, error) {
+// Build makes the template of key k for the VM n.From, in n.Root, its VM
+// made (create) and driven by b: booted cold, asked where its kernel keeps
+// its boot id, suspended; then its disks are frozen and its template.json
+// written. An existing template for k is refused (template rm first); a
+// build that fails keeps nothing.
+func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*BuildResult, error) {
+	root, from, now := n.Root, n.From, n.Now
 	if l, ok := Newest(root.Dir, k.Prefix()); ok {
 		return nil, fmt.Errorf("a template for VM %q's machine exists already: %s (hint: `agent-vm template rm %s` first to build it again)", from.Branch, l.Dir, filepath.Base(l.Dir))
 	}
 	slug := k.Prefix() + now().UTC().Format("20060102t150405")
 	began := time.Now()
-	if err := b.Create(ctx, from, slug); err != nil {
+	if err := create(ctx, n, slug); err != nil {
 		return nil, err
 	}
 	l := root.Layout(slug)

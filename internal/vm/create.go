@@ -2,22 +2,17 @@ package vm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"syscall"
 
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/size"
-	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/modules"
 )
@@ -124,13 +119,13 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	rec := m.newRecord(o, branch, slug, be.Name())
 	rec.Git.Source, rec.Git.Repo = source, repo
 	l := staging.Layout
-	if err := makeDirs(l); err != nil {
+	if err := l.MakeDirs(); err != nil {
 		return nil, err
 	}
 	if err := m.allocatePorts(ctx, o.MCPPort, o.SSHPort, rec, l); err != nil {
 		return nil, err
 	}
-	if err := writeSecrets(l, rec); err != nil {
+	if err := state.WriteSecrets(l, rec); err != nil {
 		return nil, err
 	}
 	log := m.Log.With("vm", slug)
@@ -240,43 +235,7 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 	return r
 }
 
-func makeDirs(l state.Layout) error {
-	for _, d := range []string{l.SSHDir(), l.SecretsDir(), l.RunDir(), l.LogsDir()} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return fmt.Errorf("creating %s: %w", d, err)
-		}
-	}
-	return nil
-}
-
 // allocatePorts picks the VM's SSH and MCP ports (portbook.Book.Assign).
 func (m *Manager) allocatePorts(ctx context.Context, mcp, ssh int, rec *state.Record, l state.Layout) error {
 	return m.Book().Assign(ctx, mcp, ssh, rec, l)
-}
-
-// writeSecrets makes the client key, the guest's host key, the pinned
-// known_hosts line and the MCP bearer token.
-func writeSecrets(l state.Layout, rec *state.Record) error {
-	client, err := sshkeys.Generate("agent-vm " + rec.Slug)
-	if err != nil {
-		return err
-	}
-	if err := client.Write(l.ClientKey()); err != nil {
-		return err
-	}
-	host, err := sshkeys.Generate("agent-vm host " + rec.Slug)
-	if err != nil {
-		return err
-	}
-	if err := host.Write(l.HostKey()); err != nil {
-		return err
-	}
-	if err := atomicfile.Write(l.KnownHosts(), []byte(sshkeys.KnownHostsLine(rec.Ports.SSH, host.Public)), 0o600); err != nil {
-		return err
-	}
-	token := make([]byte, 32)
-	if _, err := rand.Read(token); err != nil {
-		return fmt.Errorf("generating the MCP token: %w", err)
-	}
-	return atomicfile.Write(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
 }

@@ -81,8 +81,6 @@ type Manager struct {
 	// TemplateDir holds the templates new VMs start from
 	// (internal/template), a state directory; nil turns templates off.
 	TemplateDir *hostdir.Dir
-	// vmRoot is the VMs' root when Root is the templates' (forTemplates).
-	vmRoot *state.Root
 
 	// Set by Open (see Config).
 	dirs     HostDirs

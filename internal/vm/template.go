@@ -14,7 +14,6 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
-	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/template"
 )
@@ -31,7 +30,7 @@ func (m *Manager) templateRoot() (*state.Root, error) {
 // boots and suspends as any VM does.
 func (m *Manager) forTemplates(root *state.Root) *Manager {
 	t := *m
-	t.Root, t.vmRoot = root, m.Root
+	t.Root = root
 	t.WorkDir = "" // templates belong to no repository
 	return &t
 }
@@ -107,19 +106,17 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 		return nil, err
 	}
 	o.NoTemplate = true
-	return template.Build(ctx, templateVMs{m: m.forTemplates(root), be: be, o: o}, root, k, r, m.Now, m.Log)
+	tm := m.forTemplates(root)
+	n := template.New{Root: root, VMs: m.Root, Book: tm.Book(), From: r, Now: m.Now,
+		Section: func() (any, error) { return be.TemplateSection(r) }}
+	return template.Build(ctx, templateVMs{m: tm, o: o}, n, k, m.Log)
 }
 
 // templateVMs is the Manager over the templates' directory as a build
 // drives it (template.Builder).
 type templateVMs struct {
-	m  *Manager
-	be backend.Templater
-	o  StartOptions
-}
-
-func (t templateVMs) Create(ctx context.Context, from *state.Record, slug string) error {
-	return t.m.createTemplate(ctx, t.be, from, slug)
+	m *Manager
+	o StartOptions
 }
 
 func (t templateVMs) Start(ctx context.Context, slug string) error {
@@ -144,92 +141,6 @@ func (t templateVMs) Suspend(ctx context.Context, slug string) error {
 }
 
 func (t templateVMs) Stop(ctx context.Context, slug string) { _, _ = t.m.Stop(ctx, slug) }
-
-// createTemplate makes the template's VM directory (in m's root, the
-// templates'): r's size, owner ids and CA choice, and the section r's
-// backend be says; its own keys and token; an empty workspace owned by
-// r's guest user.
-func (m *Manager) createTemplate(ctx context.Context, be backend.Templater, r *state.Record, slug string) error {
-	staging, err := m.Root.BeginCreate(slug)
-	if err != nil {
-		return err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			staging.Abort()
-		}
-	}()
-	rec := template.NewVMRecord(r, slug, m.Now())
-	section, err := be.TemplateSection(r)
-	if err != nil {
-		return err
-	}
-	if err := rec.SetSection(section); err != nil {
-		return err
-	}
-	l := staging.Layout
-	if err := makeDirs(l); err != nil {
-		return err
-	}
-	if err := os.Mkdir(l.Workspace(), 0o700); err != nil {
-		return err
-	}
-	if err := os.Chown(l.Workspace(), r.Guest.UID, r.Guest.GID); err != nil && os.Geteuid() == 0 {
-		return err
-	}
-	if err := m.templatePorts(ctx, rec); err != nil {
-		return err
-	}
-	if err := writeSecrets(l, rec); err != nil {
-		return err
-	}
-	rec.Paths = m.Root.Layout(slug).Paths()
-	if err := state.WriteRecord(l.Record(), rec); err != nil {
-		return err
-	}
-	if _, err := staging.Commit(); err != nil {
-		return err
-	}
-	committed = true
-	return nil
-}
-
-// templatePorts picks the template's SSH and MCP ports among those no VM
-// holds, in any registered state directory (the template runs only while
-// it is built).
-func (m *Manager) templatePorts(ctx context.Context, rec *state.Record) error {
-	taken, err := m.Book().Taken()
-	if err != nil {
-		return err
-	}
-	for _, e := range m.listAll() {
-		if e.Record != nil {
-			taken[e.Record.Ports.SSH], taken[e.Record.Ports.MCP] = "a VM", "a VM"
-		}
-	}
-	if rec.Ports.MCP, err = ports.Pick(ports.MCPRange(), taken, m.PortFree); err != nil {
-		return err
-	}
-	taken[rec.Ports.MCP] = "the template"
-	rec.Ports.SSH, err = ports.Pick(ports.SSHRange(), taken, m.PortFree)
-	return err
-}
-
-// listAll lists the VMs of m's root (the templates') and of the VM
-// root it was made from.
-func (m *Manager) listAll() []state.Entry {
-	var out []state.Entry
-	for _, root := range []*state.Root{m.Root, m.vmRoot} {
-		if root == nil {
-			continue
-		}
-		if es, err := root.List(); err == nil {
-			out = append(out, es...)
-		}
-	}
-	return out
-}
 
 // Templates lists the templates.
 func (m *Manager) Templates() ([]template.Info, error) {

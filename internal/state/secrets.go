@@ -1,0 +1,49 @@
+package state
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
+)
+
+// MakeDirs makes the VM directory's ssh, secrets, run and logs
+// directories, 0700.
+func (l Layout) MakeDirs() error {
+	for _, d := range []string{l.SSHDir(), l.SecretsDir(), l.RunDir(), l.LogsDir()} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// WriteSecrets makes the client key, the guest's host key, the pinned
+// known_hosts line and the MCP bearer token.
+func WriteSecrets(l Layout, rec *Record) error {
+	client, err := sshkeys.Generate("agent-vm " + rec.Slug)
+	if err != nil {
+		return err
+	}
+	if err := client.Write(l.ClientKey()); err != nil {
+		return err
+	}
+	host, err := sshkeys.Generate("agent-vm host " + rec.Slug)
+	if err != nil {
+		return err
+	}
+	if err := host.Write(l.HostKey()); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(l.KnownHosts(), []byte(sshkeys.KnownHostsLine(rec.Ports.SSH, host.Public)), 0o600); err != nil {
+		return err
+	}
+	token := make([]byte, 32)
+	if _, err := rand.Read(token); err != nil {
+		return fmt.Errorf("generating the MCP token: %w", err)
+	}
+	return atomicfile.Write(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
+}
