@@ -35,6 +35,10 @@
 // Errors are lowercase and name the path. A refusal says what to do; a
 // failure to create (permission denied) does not, since only the caller
 // knows which setting chooses the place.
+//
+// Which directories agent-vm keeps, with the mode each must have and why,
+// is one table (Table, table.go): each package that makes one of them is
+// handed its entry, so no package picks a mode on its own.
 package hostdir
 
 import (

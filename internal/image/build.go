@@ -45,7 +45,7 @@ type BuildOptions struct {
 	// DefaultSecurityMirror.
 	SecurityMirror string
 	// Cache is the image cache root and the directories above it that
-	// are agent-vm's, with their modes (vm.HostDirs.Images); required.
+	// are agent-vm's, with their modes (hostdir.Table.Images); required.
 	Cache *hostdir.Dir
 	// SizeBytes is the disk's virtual size, a multiple of 1 MiB; default 4 GiB.
 	SizeBytes int64

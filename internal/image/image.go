@@ -129,7 +129,7 @@ type Package struct {
 }
 
 // DefaultCacheDir returns $XDG_CACHE_HOME/agent-vm/images (or
-// ~/.cache/agent-vm/images), where vm.HostDirs puts this user's image
+// ~/.cache/agent-vm/images), where hostdir.Table puts this user's image
 // cache: for tests that use the host's base image. Builds and pulls are
 // given the cache with its modes (BuildOptions.Cache).
 func DefaultCacheDir() (string, error) {

@@ -42,7 +42,7 @@ func TestBuildRealImage(t *testing.T) {
 	defer cancel()
 
 	start := time.Now()
-	// The host's image cache, with the modes vm.HostDirs gives it.
+	// The host's image cache, with the modes hostdir.Table gives it.
 	dir := hostdir.Top(filepath.Dir(cache), 0o711, hostdir.InXDG).Sub(filepath.Base(cache), 0o755)
 	img, err := Build(ctx, BuildOptions{Runner: execx.OS{}, Cache: dir, Progress: &testLogWriter{t: t}})
 	if err != nil {

@@ -210,7 +210,7 @@ func TestStoreGivesNewFilesToTheCacheOwner(t *testing.T) {
 	if err := os.Chown(home, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	// As vm.HostDirs has it under sudo: the user's cache directory (0711),
+	// As hostdir.Table has it under sudo: the user's cache directory (0711),
 	// images in it (0755).
 	root := hostdir.Top(filepath.Join(home, ".cache", "agent-vm"), 0o711, hostdir.InXDG).Sub("images", 0o755)
 	st, err := openStore(root, 0)

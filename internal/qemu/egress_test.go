@@ -61,7 +61,7 @@ func TestEgressSocketsForTheOwner(t *testing.T) {
 	}
 }
 
-// egressAt is an egress base at dir as vm.HostDirs makes it.
+// egressAt is an egress base at dir as hostdir.Table makes it.
 func egressAt(dir string) *hostdir.Dir {
 	d := hostdir.Top(dir, 0o711, hostdir.InSystem)
 	d.Shared = true

@@ -43,7 +43,7 @@ type Launcher struct {
 	Self func() (string, error)
 	// Egress holds a directory per VM for the sockets of egress proxies
 	// whose QEMU runs as another user, and the relay copy they run
-	// (vm.HostDirs.Egress: root's, 0711, Shared). Needed only for such
+	// (hostdir.Table.Egress: root's, 0711, Shared). Needed only for such
 	// VMs.
 	Egress *hostdir.Dir
 }

@@ -83,7 +83,7 @@ type Driver struct {
 	// libvirt's QEMU opens: the seed, the credential copies and the
 	// virtiofsd socket. "" keeps them in the VM's run and logs
 	// directories, which QEMU's user must then be able to reach (see
-	// prepareAccess). As root agent-vm sets it (vm.HostDirs.Handoff):
+	// prepareAccess). As root agent-vm sets it (hostdir.Table.Handoff):
 	// root's state directory is under /root, which is 0700. nil: none.
 	Handoff *hostdir.Dir
 	// PidDir is libvirt's directory of QEMU pid files; "" = PidDir.

@@ -46,7 +46,7 @@ type Backend struct {
 	// ImageDir holds the base images agent-vm's own box is made from.
 	ImageDir string
 	// Home is the vagrant driver's VAGRANT_HOME, where the box is added
-	// (vm.HostDirs.VagrantHome).
+	// (hostdir.Table.VagrantHome).
 	Home *hostdir.Dir
 	// Progress receives vagrant's output while the box is added.
 	Progress io.Writer

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -31,7 +32,7 @@ func TestDoctorOnANixOSHost(t *testing.T) {
 		fake.Installed(name, "/run/current-system/sw/bin/"+name)
 		fake.On(name, func(execxtest.Call) execxtest.Reply { return execxtest.Reply{Stdout: version + "\n"} })
 	}
-	root, err := state.Open(vm.StateDir(t.TempDir()))
+	root, err := state.Open(hostdir.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	}).On("virsh", func(c execxtest.Call) execxtest.Reply {
 		return execxtest.Reply{Stderr: "error: failed to get domain", ExitCode: 1}
 	})
-	root, err := state.Open(vm.StateDir(t.TempDir()))
+	root, err := state.Open(hostdir.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

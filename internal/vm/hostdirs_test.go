@@ -51,12 +51,12 @@ func TestHostDirsComeOutAsTheTableSaysInAnyOrder(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			base := t.TempDir()
-			roots := Roots{Lib: filepath.Join(base, "var", "lib", "agent-vm"), Egress: filepath.Join(base, "run", "agent-vm-egress"),
+			roots := hostdir.Roots{Lib: filepath.Join(base, "var", "lib", "agent-vm"), Egress: filepath.Join(base, "run", "agent-vm-egress"),
 				Cache: filepath.Join(base, "home", ".cache", "agent-vm")}
 			env := map[string]string{"HOME": filepath.Join(base, "home")}
 			getenv := func(k string) string { return env[k] }
-			dirs := NewHostDirs(roots, getenv, os.Geteuid())
-			state := StateDir(filepath.Join(base, "home", ".local", "share", "agent-vms"))
+			dirs := hostdir.NewTable(roots, getenv, os.Geteuid())
+			state := hostdir.StateDir(filepath.Join(base, "home", ".local", "share", "agent-vms"))
 			if c.older {
 				for _, d := range []string{dirs.Registry.Path, roots.Cache} {
 					if err := os.MkdirAll(d, 0o700); err != nil {
@@ -117,40 +117,6 @@ func TestHostDirsComeOutAsTheTableSaysInAnyOrder(t *testing.T) {
 	}
 }
 
-// The table: as root /var/lib/agent-vm 0711, with vagrant's directories
-// and the registry in it; the cache 0711 with the templates 0700 and the
-// images 0755 in it; the egress directory 0711 and strict.
-func TestTheTable(t *testing.T) {
-	getenv := func(k string) string { return map[string]string{"HOME": "/home/u"}[k] }
-	h := NewHostDirs(Roots{}, getenv, 0)
-	for _, c := range []struct {
-		d      *hostdir.Dir
-		path   string
-		mode   fs.FileMode
-		parent *hostdir.Dir
-	}{
-		{h.Lib, "/var/lib/agent-vm", 0o711, nil},
-		{h.Registry, "/var/lib/agent-vm/state-dirs", 0o700, h.Lib},
-		{h.Handoff, "/var/lib/agent-vm/libvirt", 0o711, h.Lib},
-		{h.VagrantHome, "/var/lib/agent-vm/vagrant", 0o755, h.Lib},
-		{h.Cache, "/home/u/.cache/agent-vm", 0o711, nil},
-		{h.Templates, "/home/u/.cache/agent-vm/templates", 0o700, h.Cache},
-		{h.Images, "/home/u/.cache/agent-vm/images", 0o755, h.Cache},
-	} {
-		if c.d.Path != c.path || c.d.Mode != c.mode || c.d.Parent != c.parent {
-			t.Errorf("%s %04o in %v; want %s %04o in %v", c.d.Path, c.d.Mode, c.d.Parent, c.path, c.mode, c.parent)
-		}
-	}
-	if e := h.Egress; (e.Path != "/run/agent-vm-egress" && e.Path != filepath.Join(os.TempDir(), "agent-vm-egress")) || e.Mode != 0o711 || !e.Shared {
-		t.Errorf("egress %s %04o shared %v; want /run/agent-vm-egress 0711, shared", e.Path, e.Mode, e.Shared)
-	}
-	user := NewHostDirs(Roots{}, getenv, 1000)
-	if user.Handoff != nil || user.VagrantHome.Parent != user.Cache || user.Registry.Path != "/home/u/.local/state/agent-vm/state-dirs" {
-		t.Errorf("as a user: handoff %v, VAGRANT_HOME in %v, registry %s; want none, the cache, ~/.local/state/agent-vm/state-dirs",
-			user.Handoff, user.VagrantHome.Parent, user.Registry.Path)
-	}
-}
-
 // checkModes: each of want's directories that exists (all of them, with
 // all) is a directory of this user with its mode.
 func checkModes(t *testing.T, when string, want map[string]fs.FileMode, all bool) {
@@ -170,7 +136,7 @@ func checkModes(t *testing.T, when string, want map[string]fs.FileMode, all bool
 }
 
 // checkWiring: the manager hands each package the table's entry.
-func checkWiring(t *testing.T, m *Manager, dirs HostDirs) {
+func checkWiring(t *testing.T, m *Manager, dirs hostdir.Table) {
 	t.Helper()
 	vd := m.Drivers[vagrant.DriverName].(*vagrant.Driver)
 	vb := m.Backends[vagrantbackend.Name].(*vagrantbackend.Backend)

@@ -83,7 +83,7 @@ type Manager struct {
 	TemplateDir *hostdir.Dir
 
 	// Set by Open (see Config).
-	dirs     HostDirs
+	dirs     hostdir.Table
 	progress io.Writer
 	getenv   func(string) string
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/ports"
@@ -114,7 +115,7 @@ func TestNewHost(t *testing.T) {
 // them, and none of agent-vm's directories.
 type hostRoot struct {
 	top, home string
-	roots     vm.Roots
+	roots     hostdir.Roots
 	env       map[string]string
 }
 
@@ -140,7 +141,7 @@ func newHostRoot(t *testing.T) *hostRoot {
 		}
 	}
 	h := &hostRoot{top: top, home: filepath.Join(top, "root"),
-		roots: vm.Roots{Lib: filepath.Join(top, "var", "lib", "agent-vm"), Egress: filepath.Join(top, "run", "agent-vm-egress"),
+		roots: hostdir.Roots{Lib: filepath.Join(top, "var", "lib", "agent-vm"), Egress: filepath.Join(top, "run", "agent-vm-egress"),
 			Cache: filepath.Join(top, "root", ".cache", "agent-vm")}}
 	// What agent-vm reads of its environment: a new root login's, without
 	// CI's or the developer's AGENT_VM_* and XDG settings.

@@ -17,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -36,7 +37,7 @@ import (
 // QEMU that cannot start does.
 func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 	repo := tu.Repo(t, false)
-	root, err := state.Open(vm.StateDir(t.TempDir()))
+	root, err := state.Open(hostdir.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 // anywhere under the state directory, so nix may collect the VM's system.
 func TestNixOSDestroyRemovesTheGCRoots(t *testing.T) {
 	repo := tu.Repo(t, false)
-	root, err := state.Open(vm.StateDir(t.TempDir()))
+	root, err := state.Open(hostdir.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

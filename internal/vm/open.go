@@ -13,6 +13,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/nixos"
@@ -41,8 +42,8 @@ type Config struct {
 	// os.Executable.
 	Executable func() (string, error)
 	// Roots are where agent-vm's host directories outside the state
-	// directory go (see HostDirs); the zero value is the real places.
-	Roots Roots
+	// directory go (see hostdir.Table); the zero value is the real places.
+	Roots hostdir.Roots
 }
 
 // Open opens the state directory and wires the orchestration: the one
@@ -63,7 +64,7 @@ func Open(c Config) (*Manager, error) {
 	if c.Executable == nil {
 		c.Executable = os.Executable
 	}
-	root, err := state.Open(StateDir(c.StateDir))
+	root, err := state.Open(hostdir.StateDir(c.StateDir))
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +73,7 @@ func Open(c Config) (*Manager, error) {
 		return nil, err
 	}
 	launcher.NoSandbox = c.Getenv("AGENT_VM_QEMU_SANDBOX") == "off"
-	dirs := NewHostDirs(c.Roots, c.Getenv, os.Geteuid())
+	dirs := hostdir.NewTable(c.Roots, c.Getenv, os.Geteuid())
 	launcher.Egress = dirs.Egress
 	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: dirs.VagrantHome.Path, Handoff: dirs.Handoff}
 	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
@@ -114,19 +115,7 @@ func (m *Manager) backends(c Config) []backend.Backend {
 
 // DefaultStateDir is $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
 func DefaultStateDir(getenv func(string) string) string {
-	return xdgDir(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vms")
-}
-
-// xdgDir is $env/name, else ~/fallback/name (an XDG base directory).
-func xdgDir(getenv func(string) string, env, fallback, name string) string {
-	if d := getenv(env); d != "" {
-		return filepath.Join(d, name)
-	}
-	home := getenv("HOME")
-	if home == "" {
-		home, _ = os.UserHomeDir()
-	}
-	return filepath.Join(home, fallback, name)
+	return hostdir.XDG(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vms")
 }
 
 // ImageDir is where base images are cached ("" in a Manager New made).

@@ -60,7 +60,7 @@ func imageDir() string {
 // no backend.
 func plainManager(t *testing.T) *vm.Manager {
 	t.Helper()
-	root, err := state.Open(vm.StateDir(t.TempDir()))
+	root, err := state.Open(hostdir.StateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func plainManager(t *testing.T) *vm.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := vm.NewHostDirs(vm.Roots{}, os.Getenv, os.Geteuid())
+	dirs := hostdir.NewTable(hostdir.Roots{}, os.Getenv, os.Geteuid())
 	launcher.Egress = dirs.Egress
 	m := vm.New(root, execx.OS{}, log, []driver.Driver{qemu.NewDriver(launcher)})
 	// Registered as agent-vm registers any state directory: the test's VMs

@@ -1,18 +1,16 @@
-package vm
+package hostdir
 
 import (
 	"cmp"
 	"os"
 	"os/user"
 	"path/filepath"
-
-	"github.com/agent-vm/agent-vm/internal/hostdir"
 )
 
 // Roots are where agent-vm's well-known host directories go. The zero
 // value is the real places; a test sets them under a temporary directory
 // to run what a new user runs and then check every directory agent-vm
-// made (see HostDirs).
+// made (see Table).
 type Roots struct {
 	// Lib is root's directory: /var/lib/agent-vm.
 	Lib string
@@ -32,25 +30,25 @@ func (r Roots) withDefaults(getenv func(string) string) Roots {
 			r.Egress = "/run/agent-vm-egress"
 		}
 	}
-	r.Cache = cmp.Or(r.Cache, xdgDir(getenv, "XDG_CACHE_HOME", ".cache", "agent-vm"))
+	r.Cache = cmp.Or(r.Cache, XDG(getenv, "XDG_CACHE_HOME", ".cache", "agent-vm"))
 	return r
 }
 
-// HostDirs is the table of agent-vm's well-known host directories, with
+// Table is the table of agent-vm's well-known host directories, with
 // the mode each must have and why: whoever makes one, and whichever of
-// them is made first, it comes out the same (internal/hostdir). Each
+// them is made first, it comes out the same (Make). Each
 // package that makes one is handed its entry; the directories below an
 // entry that a package makes per VM are noted where they matter to
 // another user.
-type HostDirs struct {
+type Table struct {
 	// Lib, /var/lib/agent-vm, root's: 0711. Used as root only. libvirt's
 	// QEMU (user libvirt-qemu under qemu:///system) passes through it to
 	// Handoff and VagrantHome; nobody needs to list it.
-	Lib *hostdir.Dir
+	Lib *Dir
 	// Registry, the state directories' registry (state.Registry): 0700,
 	// one user's bookkeeping. As root Lib/state-dirs, else
 	// $XDG_STATE_HOME/agent-vm/state-dirs, whose agent-vm is 0700 too.
-	Registry *hostdir.Dir
+	Registry *Dir
 	// VagrantHome, the vagrant driver's VAGRANT_HOME: 0755, as vagrant
 	// makes its own directories in it. libvirt's QEMU opens the box's
 	// kernel and initrd in it by path (the disk goes to libvirt's pool),
@@ -58,7 +56,7 @@ type HostDirs struct {
 	// box is the base image, 0755 in Images too), and vagrant's own
 	// subdirectories are 0755 whatever VAGRANT_HOME's mode. As root
 	// Lib/vagrant, else Cache/vagrant, or $AGENT_VM_VAGRANT_HOME.
-	VagrantHome *hostdir.Dir
+	VagrantHome *Dir
 	// Handoff, where the vagrant driver puts the files libvirt's QEMU
 	// opens (vagrant.Driver.Handoff): 0711, and so are the per-machine
 	// directories and their fw_cfg directories the driver makes in it:
@@ -66,23 +64,23 @@ type HostDirs struct {
 	// readable by that user alone), and nobody lists the machines. As root
 	// Lib/libvirt, or $AGENT_VM_LIBVIRT_DIR; else nil (none: the VM's own
 	// directories).
-	Handoff *hostdir.Dir
+	Handoff *Dir
 	// Egress, root's, 0711, as are the per-VM directories the QEMU
 	// launcher makes in it: QEMU's guestfwd relays run as the workspace's
 	// owner, who must pass through to the VM's sockets and run the relay
 	// copy kept here (0755); nobody lists it. Shared: in /tmp, or should
 	// /run be another's, a directory someone else made or can write to is
 	// refused.
-	Egress *hostdir.Dir
+	Egress *Dir
 	// Cache, $XDG_CACHE_HOME/agent-vm: 0711, whichever of the image
 	// store, the accelerator probe (accel.json, 0600) and the templates
 	// made it first. Not 0700: as a user VagrantHome is in it, and
 	// libvirt's QEMU must pass through to the box's kernel; not 0755:
 	// nobody needs to list it.
-	Cache *hostdir.Dir
+	Cache *Dir
 	// Templates, Cache/templates: 0700 (a state directory): templates hold
 	// saved VM memory, and their keys and tokens.
-	Templates *hostdir.Dir
+	Templates *Dir
 	// Images, the image cache: 0755 (the store's own directories too), so
 	// that any user's VMs, and libvirt's QEMU through VagrantHome's box,
 	// can use the base images. Cache/images; under sudo (not with
@@ -90,33 +88,33 @@ type HostDirs struct {
 	// ~/.cache/agent-vm/images, so `sudo agent-vm image build` makes the
 	// image that user's VMs boot (the store gives what it makes to that
 	// user).
-	Images *hostdir.Dir
+	Images *Dir
 }
 
-// cacheMode is the cache directory's, wherever it is (see HostDirs.Cache).
+// cacheMode is the cache directory's, wherever it is (see Table.Cache).
 const cacheMode = 0o711
 
-// NewHostDirs is the table for roots, with this environment and user.
-func NewHostDirs(roots Roots, getenv func(string) string, euid int) HostDirs {
+// NewTable is the table for roots, with this environment and user.
+func NewTable(roots Roots, getenv func(string) string, euid int) Table {
 	cacheSet := roots.Cache != "" || getenv("XDG_CACHE_HOME") != ""
 	r := roots.withDefaults(getenv)
-	h := HostDirs{
-		Lib:    hostdir.Top(r.Lib, 0o711, hostdir.InSystem),
-		Egress: hostdir.Top(r.Egress, 0o711, hostdir.InSystem),
-		Cache:  hostdir.Top(r.Cache, cacheMode, hostdir.InXDG),
+	h := Table{
+		Lib:    Top(r.Lib, 0o711, InSystem),
+		Egress: Top(r.Egress, 0o711, InSystem),
+		Cache:  Top(r.Cache, cacheMode, InXDG),
 	}
 	h.Egress.Shared = true
 	h.Templates = h.Cache.Sub("templates", 0o700)
 	h.Images = h.Cache.Sub("images", 0o755)
 	if u := getenv("SUDO_USER"); u != "" && euid == 0 && !cacheSet {
 		if pw, err := user.Lookup(u); err == nil && pw.HomeDir != "" {
-			h.Images = hostdir.Top(filepath.Join(pw.HomeDir, ".cache", "agent-vm"), cacheMode, hostdir.InXDG).Sub("images", 0o755)
+			h.Images = Top(filepath.Join(pw.HomeDir, ".cache", "agent-vm"), cacheMode, InXDG).Sub("images", 0o755)
 		}
 	}
 	home, handoff := getenv("AGENT_VM_VAGRANT_HOME"), getenv("AGENT_VM_LIBVIRT_DIR")
 	switch {
 	case home != "":
-		h.VagrantHome = hostdir.Top(home, 0o755, hostdir.InSystem)
+		h.VagrantHome = Top(home, 0o755, InSystem)
 	case euid == 0:
 		h.VagrantHome = h.Lib.Sub("vagrant", 0o755)
 	default:
@@ -124,14 +122,14 @@ func NewHostDirs(roots Roots, getenv func(string) string, euid int) HostDirs {
 	}
 	switch {
 	case handoff != "":
-		h.Handoff = hostdir.Top(handoff, 0o711, hostdir.InSystem)
+		h.Handoff = Top(handoff, 0o711, InSystem)
 	case euid == 0:
 		h.Handoff = h.Lib.Sub("libvirt", 0o711)
 	}
 	if euid == 0 {
 		h.Registry = h.Lib.Sub("state-dirs", 0o700)
 	} else {
-		h.Registry = hostdir.Top(xdgDir(getenv, "XDG_STATE_HOME", filepath.Join(".local", "state"), "agent-vm"), 0o700, hostdir.InXDG).Sub("state-dirs", 0o700)
+		h.Registry = Top(XDG(getenv, "XDG_STATE_HOME", filepath.Join(".local", "state"), "agent-vm"), 0o700, InXDG).Sub("state-dirs", 0o700)
 	}
 	return h
 }
@@ -143,6 +141,18 @@ func NewHostDirs(roots Roots, getenv func(string) string, euid int) HostDirs {
 // others when libvirt's QEMU must reach a VM's files in it (no handoff
 // directory), which later opens leave. Its missing ancestors are made
 // 0700: it is the user's place.
-func StateDir(path string) *hostdir.Dir {
-	return &hostdir.Dir{Path: path, Mode: 0o700, Allow: 0o001, Place: hostdir.InXDG}
+func StateDir(path string) *Dir {
+	return &Dir{Path: path, Mode: 0o700, Allow: 0o001, Place: InXDG}
+}
+
+// XDG is $env/name, else ~/fallback/name (an XDG base directory).
+func XDG(getenv func(string) string, env, fallback, name string) string {
+	if d := getenv(env); d != "" {
+		return filepath.Join(d, name)
+	}
+	home := getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, fallback, name)
 }
