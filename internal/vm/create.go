@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"syscall"
@@ -54,8 +53,8 @@ type CreateOptions struct {
 	WorkspaceCache string
 }
 
-// ErrExists means a VM for that branch already exists.
-var ErrExists = errors.New("already exists")
+// ErrExists means a VM for that branch already exists (state.Claim).
+var ErrExists = state.ErrExists
 
 // Create makes a new VM record with its keys, ports and workspace. It is
 // atomic: everything is built in a staging directory and renamed into place
@@ -100,7 +99,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		return nil, err
 	}
 
-	slug, lock, err := m.claimSlug(ctx, branch, repo)
+	entries, err := m.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slug, lock, err := m.Root.Claim(ctx, branch, repo, entries, func(e state.Entry) { m.migrateRepo(ctx, e) })
 	if err != nil {
 		return nil, err
 	}
