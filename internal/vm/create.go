@@ -53,7 +53,7 @@ type CreateOptions struct {
 	WorkspaceCache string
 }
 
-// ErrExists means a VM for that branch already exists (state.Claim).
+// ErrExists means a VM for that branch already exists (state.Root.Claim).
 var ErrExists = state.ErrExists
 
 // Create makes a new VM record with its keys, ports and workspace. It is
