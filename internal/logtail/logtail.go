@@ -1,7 +1,8 @@
-// Package logtail shows logs as `agent-vm logs` does: the last lines of a
-// file and then what is appended to it (Follow), each line prefixed with
-// its source and escaped for a terminal (PrefixWriter), from several
-// writers at once (LockedWriter).
+// Package logtail shows a VM's logs as `agent-vm logs` does (Show): the
+// serial console's file and the guest's logs, the last lines of each and
+// then what is appended (Follow), each line prefixed with its source and
+// escaped for a terminal (PrefixWriter), from several writers at once
+// (LockedWriter).
 package logtail
 
 import (
