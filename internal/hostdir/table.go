@@ -89,6 +89,11 @@ type Table struct {
 	// image that user's VMs boot (the store gives what it makes to that
 	// user).
 	Images *Dir
+	// Secrets, the host's store of credentials (internal/secret): 0700,
+	// as is its parent, $XDG_CONFIG_HOME/agent-vm (~/.config/agent-vm):
+	// the values are read by this user's agent-vm alone, and never from a
+	// VM's directory, which a guest's helpers reach.
+	Secrets *Dir
 }
 
 // cacheMode is the cache directory's, wherever it is (see Table.Cache).
@@ -126,6 +131,7 @@ func NewTable(roots Roots, getenv func(string) string, euid int) Table {
 	case euid == 0:
 		h.Handoff = h.Lib.Sub("libvirt", 0o711)
 	}
+	h.Secrets = Top(XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), 0o700, InXDG).Sub("secrets", 0o700)
 	if euid == 0 {
 		h.Registry = h.Lib.Sub("state-dirs", 0o700)
 	} else {

@@ -34,6 +34,9 @@ func TestTheTable(t *testing.T) {
 	if e := h.Egress; (e.Path != "/run/agent-vm-egress" && e.Path != filepath.Join(os.TempDir(), "agent-vm-egress")) || e.Mode != 0o711 || !e.Shared {
 		t.Errorf("egress %s %04o shared %v; want /run/agent-vm-egress 0711, shared", e.Path, e.Mode, e.Shared)
 	}
+	if d := h.Secrets; d.Path != "/home/u/.config/agent-vm/secrets" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.config/agent-vm" || d.Parent.Mode != 0o700 {
+		t.Errorf("secrets %s %04o in %v; want /home/u/.config/agent-vm/secrets 0700 in ~/.config/agent-vm 0700", d.Path, d.Mode, d.Parent)
+	}
 	user := NewTable(Roots{}, getenv, 1000)
 	if user.Handoff != nil || user.VagrantHome.Parent != user.Cache || user.Registry.Path != "/home/u/.local/state/agent-vm/state-dirs" {
 		t.Errorf("as a user: handoff %v, VAGRANT_HOME in %v, registry %s; want none, the cache, ~/.local/state/agent-vm/state-dirs",
