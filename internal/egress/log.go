@@ -16,7 +16,8 @@ import (
 type Entry struct {
 	Time time.Time `json:"time"`
 	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP
-	// request) or "door" (an exposed host port).
+	// request), "https" (a request in a tunnel the proxy intercepts to
+	// put secrets in: Interceptor) or "door" (an exposed host port).
 	Kind    string `json:"kind"`
 	Host    string `json:"host"`
 	Port    int    `json:"port"`
@@ -27,6 +28,11 @@ type Entry struct {
 	BytesIn  int64 `json:"bytes_in"`
 	// Error is why an allowed connection failed (resolving, dialling).
 	Error string `json:"error,omitempty"`
+	// Request is an intercepted request's method and path (no query).
+	Request string `json:"request,omitempty"`
+	// Secrets are the names of the secrets put into an intercepted
+	// request (never their values).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // DefaultLogLimit bounds the log: past it, the file is rotated to

@@ -9,7 +9,10 @@
 // carries the connection to one of this package's two unix sockets:
 //   - the proxy socket: HTTP CONNECT (TLS passes through untouched; the
 //     decision is made on the CONNECT host) and plain HTTP proxying (the
-//     decision is made on the request's host). The proxy resolves names
+//     decision is made on the request's host). With an Interceptor, a
+//     CONNECT to a host a secret is bound to is answered by the proxy
+//     itself, which puts the secret in place of the guest's placeholder
+//     (intercept.go, with the VM's own CA: ca.go). The proxy resolves names
 //     itself, only for destinations the policy allows, so the guest needs
 //     no resolver, and connects to none of the host's own addresses nor
 //     to one that is not globally reachable, unless the allow-list has

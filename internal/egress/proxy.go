@@ -38,6 +38,9 @@ type Proxy struct {
 	InterfaceAddrs func() ([]netip.Addr, error)
 	// DialTimeout bounds each outbound dial; 0 means 15 s.
 	DialTimeout time.Duration
+	// Intercept, when set, puts the host's secrets into the guest's
+	// requests to the hosts they are bound to (Interceptor).
+	Intercept *Interceptor
 	// dialContext connects to an address that reachable kept; nil uses a
 	// net.Dialer (tests: a guard that fails a dial off this machine).
 	dialContext func(ctx context.Context, network, address string) (net.Conn, error)
@@ -171,7 +174,12 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	}
 	// What the guest sent after its request, before our answer, is part
 	// of the tunnel.
-	e.BytesOut, e.BytesIn = splice(c, io.MultiReader(io.LimitReader(br, int64(br.Buffered())), c), up)
+	in := io.MultiReader(io.LimitReader(br, int64(br.Buffered())), c)
+	if p.intercepts(e) {
+		p.intercept(c, in, up, e)
+		return
+	}
+	e.BytesOut, e.BytesIn = splice(c, in, up)
 	p.record(e)
 }
 
@@ -183,6 +191,12 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) {
 	defer up.Close()
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive"} {
 		req.Header.Del(h)
+	}
+	if err := p.checkPlain(e.Host, req); err != nil {
+		e.Allowed, e.Rule = false, err.Error()
+		p.record(e)
+		writeStatus(c, http.StatusForbidden, "agent-vm: "+err.Error()+"\n")
+		return
 	}
 	req.Close = true // one request per connection: the byte counts are this request's
 	out := &counter{w: up}

@@ -26,7 +26,7 @@ import (
 // test names that resolve to servers on the loopback (Hosts): a policy
 // that reaches them allows 127.0.0.1 itself, as it would for any name.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	p      *Proxy
 	dir    string
 	url    *url.URL
@@ -42,7 +42,7 @@ type fixture struct {
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 
-func newFixture(t *testing.T, pol Policy) *fixture {
+func newFixture(t testing.TB, pol Policy) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{t: t, dir: dir, policy: pol}
@@ -482,7 +482,7 @@ func TestOrphaned(t *testing.T) {
 	}
 }
 
-func openRoot(t *testing.T, dir string) *os.Root {
+func openRoot(t testing.TB, dir string) *os.Root {
 	t.Helper()
 	r, err := os.OpenRoot(dir)
 	if err != nil {

@@ -1,0 +1,219 @@
+package egress
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Interceptor is how a VM's proxy puts the host's secrets into the
+// guest's requests without the guest ever holding one: the guest sends a
+// placeholder, and for a host a secret is bound to the proxy answers the
+// CONNECT itself, terminates the guest's TLS with a certificate from the
+// VM's CA (which the guest trusts), connects to the real host with
+// ordinary certificate verification, and passes each HTTP/1.1 request on
+// after Rewrite put the secrets in place of their placeholders. Every
+// other host's CONNECT stays a tunnel the proxy cannot read: a
+// placeholder sent there is worth nothing, as only this proxy swaps it.
+//
+// Each intercepted request is a log entry of its own (kind "https"), with
+// the names of the secrets put in or, refused, the reason; never a value.
+type Interceptor struct {
+	CA *CA
+	// Bound says whether a secret is bound to host: the proxy then
+	// intercepts its CONNECTs to Ports.
+	Bound func(host string) bool
+	// Ports are the ports whose CONNECTs are intercepted; nil is 443
+	// alone (a CONNECT to github.com:22 carries SSH, not TLS).
+	Ports []int
+	// Rewrite puts the secrets bound to host in place of their
+	// placeholders in req (its headers), and returns their names; or it
+	// refuses the request (a placeholder of a secret bound to another
+	// host), with an error the guest reads and the log keeps, which names
+	// no value. A plain-HTTP request is refused when Rewrite put a secret
+	// in: secrets travel only over TLS.
+	Rewrite func(host string, req *http.Request) (names []string, err error)
+	// RootCAs verify the real hosts; nil is the host's own trust store.
+	RootCAs *x509.CertPool
+}
+
+// handshakeTimeout bounds each TLS handshake of an intercepted tunnel.
+const handshakeTimeout = 30 * time.Second
+
+// intercepts says whether a CONNECT to e's destination is intercepted.
+func (p *Proxy) intercepts(e Entry) bool {
+	in := p.Intercept
+	if in == nil || in.Bound == nil {
+		return false
+	}
+	ports := in.Ports
+	if ports == nil {
+		ports = []int{443}
+	}
+	return slices.Contains(ports, e.Port) && in.Bound(e.Host)
+}
+
+// intercept serves an intercepted tunnel to e's host, up being the TCP
+// connection to it: TLS with the guest (in, c) and with the host, then
+// one request after another until either side ends.
+func (p *Proxy) intercept(c net.Conn, in io.Reader, up net.Conn, e Entry) {
+	ic := p.Intercept
+	fail := func(err error) {
+		e.Error = err.Error()
+		p.record(e)
+	}
+	leaf, err := ic.CA.leaf(e.Host)
+	if err != nil {
+		fail(fmt.Errorf("making the certificate for %s: %w", e.Host, err))
+		return
+	}
+	guest := tls.Server(&readerConn{Conn: c, r: in}, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if hello.ServerName != "" && normalize(hello.ServerName) != e.Host {
+				return nil, fmt.Errorf("the guest asked for %q in a tunnel to %s", hello.ServerName, e.Host)
+			}
+			return leaf, nil
+		},
+	})
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := guest.Handshake(); err != nil {
+		fail(fmt.Errorf("TLS with the guest: %w", err))
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	host := tls.Client(up, &tls.Config{ServerName: e.Host, RootCAs: ic.RootCAs, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+	_ = up.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := host.Handshake(); err != nil {
+		fail(fmt.Errorf("TLS with %s: %w", e.Host, err))
+		writeStatus(guest, http.StatusBadGateway, fmt.Sprintf("agent-vm: %s could not be reached over TLS: %v\n", e.Host, err))
+		return
+	}
+	_ = up.SetDeadline(time.Time{})
+	gr, hr := bufio.NewReader(guest), bufio.NewReader(host)
+	for p.exchange(guest, gr, host, hr, e) {
+	}
+	_ = guest.Close()
+	_ = host.Close()
+}
+
+// exchange passes one request from the guest to the host and the answer
+// back, and says whether the connection goes on.
+func (p *Proxy) exchange(guest *tls.Conn, gr *bufio.Reader, host *tls.Conn, hr *bufio.Reader, tunnel Entry) bool {
+	req, err := http.ReadRequest(gr)
+	if err != nil {
+		return false
+	}
+	e := Entry{Time: time.Now().UTC(), Kind: "https", Host: tunnel.Host, Port: tunnel.Port, Rule: tunnel.Rule, Request: req.Method + " " + req.URL.Path}
+	if h := hostOf(req.Host); h != "" && h != tunnel.Host {
+		e.Rule = fmt.Sprintf("a request for %s in a tunnel to %s", h, tunnel.Host)
+		p.record(e)
+		writeStatus(guest, http.StatusMisdirectedRequest, "agent-vm: "+e.Rule+"\n")
+		return false
+	}
+	names, err := p.Intercept.Rewrite(tunnel.Host, req)
+	if err != nil {
+		e.Rule = err.Error()
+		p.record(e)
+		writeStatus(guest, http.StatusForbidden, "agent-vm: "+err.Error()+"\n")
+		return false
+	}
+	e.Allowed, e.Secrets = true, names
+	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive"} {
+		req.Header.Del(h)
+	}
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// Answered here: the host gets the body at once.
+		req.Header.Del("Expect")
+		if _, err := io.WriteString(guest, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return false
+		}
+	}
+	out := &counter{w: host}
+	if err := req.Write(out); err != nil {
+		e.Error = "writing the request: " + err.Error()
+		p.record(e)
+		return false
+	}
+	back := &counter{w: guest}
+	var resp *http.Response
+	for {
+		resp, err = http.ReadResponse(hr, req)
+		if err != nil {
+			e.Error = "reading the answer: " + err.Error()
+			p.record(e)
+			writeStatus(guest, http.StatusBadGateway, fmt.Sprintf("agent-vm: %s did not answer: %v\n", tunnel.Host, err))
+			return false
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		_ = resp.Write(back) // an interim answer (103 Early Hints): the final one follows
+	}
+	err = resp.Write(back)
+	resp.Body.Close()
+	e.BytesOut, e.BytesIn = out.n, back.n
+	if err != nil {
+		e.Error = "writing the answer: " + err.Error()
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols && err == nil {
+		// A WebSocket, say: from now on the bytes pass as they are.
+		o, b := splice(guest, gr, host)
+		e.BytesOut, e.BytesIn = e.BytesOut+o, e.BytesIn+b
+		p.record(e)
+		return false
+	}
+	p.record(e)
+	return err == nil && !req.Close && !resp.Close
+}
+
+// hostOf is the host of a Host header, without its port, normalized.
+func hostOf(hostport string) string {
+	if hostport == "" {
+		return ""
+	}
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return normalize(h)
+	}
+	return normalize(hostport)
+}
+
+// errPlainSecret refuses a plain-HTTP request that would carry a secret.
+var errPlainSecret = errors.New("a secret is sent over TLS only")
+
+// checkPlain applies the Interceptor to a plain-HTTP request: a
+// placeholder of a secret bound to another host is refused as over TLS,
+// and one bound to this host too, since the secret would cross the
+// network in the clear.
+func (p *Proxy) checkPlain(host string, req *http.Request) error {
+	ic := p.Intercept
+	if ic == nil || ic.Rewrite == nil {
+		return nil
+	}
+	names, err := ic.Rewrite(host, req)
+	if err != nil {
+		return err
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("%w: the placeholder of %s was sent to http://%s (hint: use https://)", errPlainSecret, strings.Join(names, ", "), host)
+	}
+	return nil
+}
+
+// readerConn is a connection whose reads come from r (what the guest
+// sent before the tunnel was answered, then the connection).
+type readerConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *readerConn) Read(b []byte) (int, error) { return c.r.Read(b) }
