@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -99,8 +100,9 @@ func (p *Proxy) intercept(c net.Conn, in io.Reader, up net.Conn, e Entry) {
 		return
 	}
 	_ = up.SetDeadline(time.Time{})
-	gr, hr := bufio.NewReader(guest), bufio.NewReader(host)
-	for p.exchange(guest, gr, host, hr, e) {
+	lr := &io.LimitedReader{R: guest, N: maxHeaderBytes}
+	gr, hr := bufio.NewReader(lr), bufio.NewReader(host)
+	for p.exchange(guest, lr, gr, host, hr, e) {
 	}
 	_ = guest.Close()
 	_ = host.Close()
@@ -108,11 +110,16 @@ func (p *Proxy) intercept(c net.Conn, in io.Reader, up net.Conn, e Entry) {
 
 // exchange passes one request from the guest to the host and the answer
 // back, and says whether the connection goes on.
-func (p *Proxy) exchange(guest *tls.Conn, gr *bufio.Reader, host *tls.Conn, hr *bufio.Reader, tunnel Entry) bool {
+func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader, host *tls.Conn, hr *bufio.Reader, tunnel Entry) bool {
+	lr.N = maxHeaderBytes - int64(gr.Buffered()) // the head, with what is read ahead of it
 	req, err := http.ReadRequest(gr)
 	if err != nil {
+		if lr.N <= 0 {
+			writeStatus(guest, http.StatusRequestHeaderFieldsTooLarge, "agent-vm: a request's head must fit in 1 MiB\n")
+		}
 		return false
 	}
+	lr.N = math.MaxInt64 // the body is not bounded
 	e := Entry{Time: time.Now().UTC(), Kind: "https", Host: tunnel.Host, Port: tunnel.Port, Rule: tunnel.Rule, Request: req.Method + " " + req.URL.Path}
 	if h := hostOf(req.Host); h != "" && h != tunnel.Host {
 		e.Rule = fmt.Sprintf("a request for %s in a tunnel to %s", h, tunnel.Host)

@@ -364,3 +364,38 @@ func benchRequest(b *testing.B, intercepted bool) {
 		get()
 	}
 }
+
+// A request head over 1 MiB is refused, in a tunnel and in plain HTTP,
+// and the proxy goes on serving.
+func TestHugeHeadIsRefused(t *testing.T) {
+	up := newUpstream(t, "allowed.test")
+	f, c, _ := interceptFixture(t, up)
+	big := strings.Repeat("x", 2<<20)
+	req := mustRequest(t, "https://allowed.test:"+strconv.Itoa(up.port)+"/big")
+	req.Header.Set("X-Big", big)
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("a 2 MiB head in the tunnel: %d", resp.StatusCode)
+		}
+	}
+	conn, err := net.Dial("tcp", f.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET http://allowed.test:%d/ HTTP/1.1\r\nHost: allowed.test\r\nX-Big: %s\r\n\r\n", up.port, big)
+	b, _ := io.ReadAll(io.LimitReader(conn, 200))
+	conn.Close()
+	if !strings.HasPrefix(string(b), "HTTP/1.1 431") {
+		t.Errorf("a 2 MiB plain head: %q", b)
+	}
+	if reqs, _ := up.requests(); len(reqs) != 0 {
+		t.Errorf("the host got %d requests", len(reqs))
+	}
+	req = mustRequest(t, "https://allowed.test:"+strconv.Itoa(up.port)+"/after")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("after the huge heads: %v", err)
+	}
+	resp.Body.Close()
+}

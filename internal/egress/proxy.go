@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -80,6 +81,11 @@ func (p *Proxy) decide(host string) (Decision, Policy) {
 	return pol.Decide(host), pol
 }
 
+// maxHeaderBytes bounds a request's head (request line and headers) as
+// the proxy reads it, as net/http's server does: the guest cannot make the
+// proxy hold more.
+const maxHeaderBytes = 1 << 20
+
 // ServeProxy serves HTTP proxy connections from l until it is closed.
 func (p *Proxy) ServeProxy(l net.Listener) error {
 	return serve(l, p.handleProxy)
@@ -111,11 +117,16 @@ func serve(l net.Listener, handle func(net.Conn)) error {
 // plain HTTP request (answered with Connection: close).
 func (p *Proxy) handleProxy(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
-	br := bufio.NewReader(c)
+	lr := &io.LimitedReader{R: c, N: maxHeaderBytes}
+	br := bufio.NewReader(lr)
 	req, err := http.ReadRequest(br)
 	if err != nil {
+		if lr.N <= 0 {
+			writeStatus(c, http.StatusRequestHeaderFieldsTooLarge, "agent-vm: a request's head must fit in 1 MiB\n")
+		}
 		return
 	}
+	lr.N = math.MaxInt64 // the body is not bounded
 	_ = c.SetReadDeadline(time.Time{})
 	if req.Method == http.MethodConnect {
 		p.connect(c, br, req)
