@@ -30,23 +30,23 @@ func (s *Set) Swap(host string, u *url.URL, h http.Header) (http.Header, error) 
 	}
 	out := make(http.Header, len(h))
 	for name, values := range h {
-		where := s.header(name)
+		at := place{header: name}
 		for _, b := range s.secrets {
 			if strings.Contains(name, b.Placeholder) {
-				return nil, s.refuse(b, host, where+"'s name")
+				return nil, s.refuse(b, host, place{header: name, part: "'s name"})
 			}
 		}
-		if err := s.checkOut(host, name, where+"'s name"); err != nil {
+		if err := s.checkOut(host, name, place{header: name, part: "'s name"}); err != nil {
 			return nil, err
 		}
 		swapped := make([]string, len(values))
 		for i, v := range values {
-			sv, err := s.swapValue(host, v, where)
+			sv, err := s.swapValue(host, v, at)
 			if err != nil {
 				return nil, err
 			}
 			if isAuth(name) {
-				if sv, err = s.swapBasic(host, sv, where); err != nil {
+				if sv, err = s.swapBasic(host, sv, at); err != nil {
 					return nil, err
 				}
 			}
@@ -58,8 +58,8 @@ func (s *Set) Swap(host string, u *url.URL, h http.Header) (http.Header, error) 
 }
 
 // swapValue checks and swaps one header value (or a decoded credential).
-func (s *Set) swapValue(host, v, where string) (string, error) {
-	if err := s.checkUnbound(host, v, where); err != nil {
+func (s *Set) swapValue(host, v string, at place) (string, error) {
+	if err := s.checkUnbound(host, v, at); err != nil {
 		return "", err
 	}
 	for _, b := range s.secrets {
@@ -67,12 +67,12 @@ func (s *Set) swapValue(host, v, where string) (string, error) {
 			v = strings.ReplaceAll(v, b.Placeholder, b.Value)
 		}
 	}
-	return v, s.checkOut(host, v, where)
+	return v, s.checkOut(host, v, at)
 }
 
 // swapBasic swaps within the credential of an "Basic <base64>" value; any
 // other value (another scheme, or not base64) is returned as it is.
-func (s *Set) swapBasic(host, v, where string) (string, error) {
+func (s *Set) swapBasic(host, v string, at place) (string, error) {
 	scheme, cred, ok := strings.Cut(strings.TrimLeft(v, " "), " ")
 	if !ok || !strings.EqualFold(scheme, "Basic") {
 		return v, nil
@@ -82,7 +82,7 @@ func (s *Set) swapBasic(host, v, where string) (string, error) {
 	if err != nil {
 		return v, nil
 	}
-	swapped, err := s.swapValue(host, string(dec), where+"'s Basic credential")
+	swapped, err := s.swapValue(host, string(dec), place{header: at.header, part: "'s Basic credential"})
 	if err != nil {
 		return "", err
 	}
@@ -90,15 +90,15 @@ func (s *Set) swapBasic(host, v, where string) (string, error) {
 		return v, nil
 	}
 	out := scheme + " " + base64.StdEncoding.EncodeToString([]byte(swapped))
-	return out, s.checkOut(host, out, where)
+	return out, s.checkOut(host, out, at)
 }
 
 // checkUnbound refuses v if it carries a placeholder of a secret not bound
 // to host.
-func (s *Set) checkUnbound(host, v, where string) error {
+func (s *Set) checkUnbound(host, v string, at place) error {
 	for _, b := range s.secrets {
 		if !b.hosts[host] && strings.Contains(v, b.Placeholder) {
-			return s.refuse(b, host, where)
+			return s.refuse(b, host, at)
 		}
 	}
 	return nil
@@ -106,13 +106,13 @@ func (s *Set) checkUnbound(host, v, where string) error {
 
 // checkOut refuses a swapped v that still carries a placeholder of host's
 // secrets or the value of a secret not bound to host.
-func (s *Set) checkOut(host, v, where string) error {
+func (s *Set) checkOut(host, v string, at place) error {
 	for _, b := range s.secrets {
 		if b.hosts[host] && strings.Contains(v, b.Placeholder) {
-			return s.refusal("%s to %q would still carry secret %q's placeholder after the swap (hint: send the placeholder alone, not run into other text)", where, host, b.Name)
+			return s.refusal("%s to %q would still carry secret %q's placeholder after the swap (hint: send the placeholder alone, not run into other text)", s.describe(at), host, b.Name)
 		}
 		if !b.hosts[host] && strings.Contains(v, b.Value) {
-			return s.refusal("%s to %q would carry the value of secret %q, which is not bound to that host", where, host, b.Name)
+			return s.refusal("%s to %q would carry the value of secret %q, which is not bound to that host", s.describe(at), host, b.Name)
 		}
 	}
 	return nil
@@ -130,7 +130,7 @@ func (s *Set) checkURL(host string, u *url.URL) error {
 		forms = append(forms, q)
 	}
 	for _, f := range forms {
-		if err := s.checkUnbound(host, f, "the URL"); err != nil {
+		if err := s.checkUnbound(host, f, place{}); err != nil {
 			return err
 		}
 	}
@@ -138,21 +138,31 @@ func (s *Set) checkURL(host string, u *url.URL) error {
 }
 
 // refuse is the error for b's placeholder found where it may not go.
-func (s *Set) refuse(b binding, host, where string) error {
+func (s *Set) refuse(b binding, host string, at place) error {
 	bound := "no host"
 	if len(b.Hosts) > 0 {
 		bound = strings.Join(b.Hosts, ", ")
 	}
-	return s.refusal("%s to %q carries the placeholder of secret %q, which may only be sent to %s (hint: use it only with those hosts)", where, host, b.Name, bound)
+	return s.refusal("%s to %q carries the placeholder of secret %q, which may only be sent to %s (hint: use it only with those hosts)", s.describe(at), host, b.Name, bound)
 }
 
-// header names header name in an error, unless the name holds a
-// placeholder or a value.
-func (s *Set) header(name string) string {
-	if s.holdsAny(name) {
-		return "a header"
+// place is where in a request a placeholder or value was found, put in
+// words only when it goes into an error: header "" is the URL; part
+// follows the header's name ("'s name", "'s Basic credential").
+type place struct {
+	header, part string
+}
+
+// describe says where at is for an error, not naming a header whose name
+// holds a placeholder or a value.
+func (s *Set) describe(at place) string {
+	switch {
+	case at.header == "":
+		return "the URL"
+	case s.holdsAny(at.header):
+		return "a header" + at.part
 	}
-	return fmt.Sprintf("header %q", name)
+	return fmt.Sprintf("header %q%s", at.header, at.part)
 }
 
 // refusal makes a refusal's error. What the request brought (a header's
