@@ -79,6 +79,9 @@ func programs(arch string) []Program {
 		{Name: "file", Debian: []string{"file"}, Fedora: []string{"file"}, Need: Test},
 		{Name: "fish", Debian: []string{"fish"}, Fedora: []string{"fish"}, Need: Test},
 		{Name: "git", Debian: []string{"git"}, Fedora: []string{"git"}, Need: Run | Test},
+		// The tests serve repositories over smart HTTP with it (net/http/cgi).
+		{Name: "git-http-backend", Paths: []string{"/usr/lib/git-core/git-http-backend", "/usr/libexec/git-core/git-http-backend"},
+			Debian: []string{"git"}, Fedora: []string{"git"}, Need: Test},
 		{Name: "go", Paths: []string{"/usr/local/go/bin/go"}, Need: Test,
 			Note: "Go " + goVersion + " or newer from https://go.dev/dl (distribution packages are older)"},
 		{Name: "isoinfo", Debian: []string{"genisoimage"}, Fedora: []string{"genisoimage"}, Need: Test},
