@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // A stand-in for the SSH command runner vm gives Show (the boundary: a
@@ -79,7 +81,7 @@ func TestShowFollows(t *testing.T) {
 	p := console(t)
 	g := &guestRec{}
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &lockedBuilder{}
+	out := &tu.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- Show(ctx, Sources{Console: p, Guest: g.run}, 10, true, out) }()
 	deadline := time.Now().Add(10 * time.Second)
@@ -97,21 +99,4 @@ func TestShowFollows(t *testing.T) {
 	if !strings.Contains(out.String(), `console   | evil \x1b]0;title\x07`) {
 		t.Errorf("the console's control characters not escaped: %q", out.String())
 	}
-}
-
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
