@@ -108,7 +108,7 @@ func TestSwap(t *testing.T) {
 			}
 		}
 		in := tc.in.Clone()
-		got, err := s.Swap(tc.host, u, tc.in)
+		got, names, err := s.Swap(tc.host, u, tc.in)
 		if tc.refuse != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.refuse) || !IsRefused(err) {
 				t.Errorf("%s: got %v, want a refusal containing %q", tc.name, err, tc.refuse)
@@ -130,6 +130,9 @@ func TestSwap(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
 		}
+		if swapped := fmt.Sprint(got) != fmt.Sprint(in); swapped != (len(names) > 0) {
+			t.Errorf("%s: names %v, but the headers were swapped: %v", tc.name, names, swapped)
+		}
 		if fmt.Sprint(tc.in) != fmt.Sprint(in) {
 			t.Errorf("%s: Swap changed its input to %q", tc.name, tc.in)
 		}
@@ -140,9 +143,15 @@ func TestSwap(t *testing.T) {
 // of the placeholder, and the user untouched.
 func TestSwapBasicRoundTrip(t *testing.T) {
 	s := testSet(t)
-	got, err := s.Swap("github.com", nil, http.Header{"Authorization": {basic("x-access-token", ghPH)}})
+	got, names, err := s.Swap("github.com", nil, http.Header{"Authorization": {basic("x-access-token", ghPH)}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fmt.Sprint(names) != "[GITHUB_TOKEN]" {
+		t.Errorf("names %v, want [GITHUB_TOKEN]", names)
+	}
+	if !s.Bound("GitHub.com.") || s.Bound("gist.github.com") {
+		t.Errorf("Bound: github.com %v, gist.github.com %v; want true, false", s.Bound("GitHub.com."), s.Bound("gist.github.com"))
 	}
 	r := &http.Request{Header: got}
 	user, pass, ok := r.BasicAuth()

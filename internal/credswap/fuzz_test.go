@@ -32,7 +32,7 @@ func FuzzSwap(f *testing.F) {
 		h["Authorization"] = []string{"Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))}
 		u := &url.URL{Scheme: "https", Host: host, Path: path}
 
-		out, err := set.Swap(host, u, h)
+		out, _, err := set.Swap(host, u, h)
 		if err != nil {
 			for _, secret := range []string{ph1, val1, ph2, val2} {
 				if strings.Contains(err.Error(), secret) {
@@ -102,7 +102,7 @@ func BenchmarkSwap(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := set.Swap("api.github.com", u, h); err != nil {
+		if _, _, err := set.Swap("api.github.com", u, h); err != nil {
 			b.Fatal(err)
 		}
 	}

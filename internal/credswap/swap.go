@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -21,13 +22,40 @@ import (
 // swap, when a header would carry a placeholder of host's secrets or the
 // real value of a secret not bound to host (text around a swapped value
 // can only form one if made to: refused rather than sent). u may be nil.
-func (s *Set) Swap(host string, u *url.URL, h http.Header) (http.Header, error) {
+// names are the secrets it put in, sorted, for the proxy's log.
+func (s *Set) Swap(host string, u *url.URL, h http.Header) (out http.Header, names []string, err error) {
 	host = canonHost(host)
 	if u != nil {
 		if err := s.checkURL(host, u); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	used := map[string]bool{}
+	out, err = s.swap(host, h, used)
+	if err != nil {
+		return nil, nil, err
+	}
+	for n := range used {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return out, names, nil
+}
+
+// Bound says whether a secret of the set is bound to host.
+func (s *Set) Bound(host string) bool {
+	host = canonHost(host)
+	for _, b := range s.secrets {
+		if b.hosts[host] {
+			return true
+		}
+	}
+	return false
+}
+
+// swap is Swap of the headers, adding the names of the secrets it put in
+// to used.
+func (s *Set) swap(host string, h http.Header, used map[string]bool) (http.Header, error) {
 	out := make(http.Header, len(h))
 	for name, values := range h {
 		at := place{header: name}
@@ -41,12 +69,12 @@ func (s *Set) Swap(host string, u *url.URL, h http.Header) (http.Header, error) 
 		}
 		swapped := make([]string, len(values))
 		for i, v := range values {
-			sv, err := s.swapValue(host, v, at)
+			sv, err := s.swapValue(host, v, at, used)
 			if err != nil {
 				return nil, err
 			}
 			if isAuth(name) {
-				if sv, err = s.swapBasic(host, sv, at); err != nil {
+				if sv, err = s.swapBasic(host, sv, at, used); err != nil {
 					return nil, err
 				}
 			}
@@ -58,13 +86,14 @@ func (s *Set) Swap(host string, u *url.URL, h http.Header) (http.Header, error) 
 }
 
 // swapValue checks and swaps one header value (or a decoded credential).
-func (s *Set) swapValue(host, v string, at place) (string, error) {
+func (s *Set) swapValue(host, v string, at place, used map[string]bool) (string, error) {
 	if err := s.checkUnbound(host, v, at); err != nil {
 		return "", err
 	}
 	for _, b := range s.secrets {
 		if b.hosts[host] && strings.Contains(v, b.Placeholder) {
 			v = strings.ReplaceAll(v, b.Placeholder, b.Value)
+			used[b.Name] = true
 		}
 	}
 	return v, s.checkOut(host, v, at)
@@ -72,7 +101,7 @@ func (s *Set) swapValue(host, v string, at place) (string, error) {
 
 // swapBasic swaps within the credential of an "Basic <base64>" value; any
 // other value (another scheme, or not base64) is returned as it is.
-func (s *Set) swapBasic(host, v string, at place) (string, error) {
+func (s *Set) swapBasic(host, v string, at place, used map[string]bool) (string, error) {
 	scheme, cred, ok := strings.Cut(strings.TrimLeft(v, " "), " ")
 	if !ok || !strings.EqualFold(scheme, "Basic") {
 		return v, nil
@@ -82,7 +111,7 @@ func (s *Set) swapBasic(host, v string, at place) (string, error) {
 	if err != nil {
 		return v, nil
 	}
-	swapped, err := s.swapValue(host, string(dec), place{header: at.header, part: "'s Basic credential"})
+	swapped, err := s.swapValue(host, string(dec), place{header: at.header, part: "'s Basic credential"}, used)
 	if err != nil {
 		return "", err
 	}

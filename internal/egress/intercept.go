@@ -44,6 +44,10 @@ type Interceptor struct {
 	Rewrite func(host string, req *http.Request) (names []string, err error)
 	// RootCAs verify the real hosts; nil is the host's own trust store.
 	RootCAs *x509.CertPool
+	// PushBranch is the one branch a git push through an intercepted
+	// tunnel may update ("" is none), and PushRepo the path of the one
+	// repository it may update on that host ("" is any): checkPush.
+	PushBranch, PushRepo string
 }
 
 // handshakeTimeout bounds each TLS handshake of an intercepted tunnel.
@@ -132,6 +136,12 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 		e.Rule = err.Error()
 		p.record(e)
 		writeStatus(guest, http.StatusForbidden, "agent-vm: "+err.Error()+"\n")
+		return false
+	}
+	if refusal, rule := p.Intercept.checkPush(req); refusal != nil {
+		e.Rule, e.Secrets = rule, names
+		p.record(e)
+		_, _ = guest.Write(refusal)
 		return false
 	}
 	e.Allowed, e.Secrets = true, names

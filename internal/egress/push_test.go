@@ -1,0 +1,135 @@
+package egress
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/pem"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/credswap"
+	"github.com/agent-vm/agent-vm/internal/testutil"
+)
+
+// gitHost serves the bare repositories under root with git http-backend
+// over TLS on the loopback, as allowed.test (a certificate from its own
+// CA), and asks for Basic credentials whose password is token: the test's
+// stand-in for a git host.
+func gitHost(t *testing.T, root, token string) (port int, ca *CA) {
+	t.Helper()
+	backend := testutil.Program(t, "git-http-backend")
+	ca = testCA(t, "git host")
+	leaf, err := ca.leaf("allowed.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgiHandler := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + root}}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pass, ok := r.BasicAuth(); !ok || pass != token {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "credentials, please", http.StatusUnauthorized)
+			return
+		}
+		if r.ContentLength < 0 { // net/http/cgi refuses a chunked body
+			b, _ := io.ReadAll(r.Body)
+			r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+		}
+		cgiHandler.ServeHTTP(w, r)
+	})
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().(*net.TCPAddr).Port, ca
+}
+
+// A real git push through the VM's proxy, as a guest makes it: the guest
+// holds a placeholder as its password, trusts the VM's CA, and goes
+// through the proxy; the git host gets the real token, the VM's branch
+// lands, another branch and a tag are refused with the reason git shows,
+// and the log names the secret and the refusals, never the token.
+func TestPushThroughTheProxy(t *testing.T) {
+	const token, placeholder = "ghp_real_token_9f3c2e", "agent-vm-placeholder-0123456789abcdef"
+	dir := testutil.Repo(t, true) // origin: ../remote.git, main pushed
+	root := filepath.Dir(dir)
+	testutil.Git(t, filepath.Join(root, "remote.git"), "config", "http.receivepack", "true")
+	port, hostCA := gitHost(t, root, token)
+
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
+	vmCA := testCA(t, "feat")
+	set, err := credswap.New([]credswap.Secret{{Name: "GH_TOKEN", Placeholder: placeholder, Value: token, Hosts: []string{"allowed.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p.Intercept = NewInterceptor(vmCA, set, "feat", "/remote.git")
+	f.p.Intercept.Ports, f.p.Intercept.RootCAs = []int{port}, pool(hostCA)
+	caFile := filepath.Join(root, "vm-ca.pem")
+	testutil.WriteFile(t, caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: vmCA.Certificate().Raw})))
+
+	url := "https://x-access-token:" + placeholder + "@allowed.test:" + strconv.Itoa(port) + "/remote.git"
+	push := func(args ...string) (string, error) {
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "http.proxy=" + f.url.String(), "push", url}, args...)...)
+		// The guest trusts its VM's CA (GIT_SSL_CAINFO wins over the
+		// configuration, and the host may set it).
+		cmd.Env = append(os.Environ(), "HOME="+root, "GIT_CONFIG_NOSYSTEM=1", "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_SSL_CAINFO="+caFile)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	testutil.WriteFile(t, filepath.Join(dir, "work.txt"), "work\n")
+	testutil.Git(t, dir, "add", ".")
+	testutil.Git(t, dir, "commit", "--quiet", "-m", "work")
+	head := testutil.Git(t, dir, "rev-parse", "HEAD")
+	if out, err := push("HEAD:feat"); err != nil {
+		t.Fatalf("pushing the VM's branch: %v\n%s", err, out)
+	}
+	if got := testutil.Git(t, filepath.Join(root, "remote.git"), "rev-parse", "refs/heads/feat"); got != head {
+		t.Fatalf("feat is %s after the push, want %s", got, head)
+	}
+	testutil.Git(t, dir, "tag", "v1")
+	for args, want := range map[string]string{
+		"HEAD:main": ` ! [remote rejected] HEAD -> main (this VM may push only to its own branch "feat", not "main"`,
+		"v1":        ` ! [remote rejected] v1 -> v1 (this VM may not push tags, only its branch "feat"`,
+	} {
+		out, err := push(args)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("git push %s: %v\n%s\nwant %q", args, err, out, want)
+		}
+	}
+	if refs := testutil.Git(t, filepath.Join(root, "remote.git"), "for-each-ref", "--format=%(refname)"); refs != "refs/heads/feat\nrefs/heads/main" {
+		t.Errorf("the git host has %q", refs)
+	}
+
+	// git asks twice (without credentials, then with them), then pushes.
+	es := f.entries(1)
+	var log strings.Builder
+	var swapped, refused int
+	for _, e := range es {
+		log.WriteString(e.Kind + " " + e.Request + " " + e.Rule + " " + strings.Join(e.Secrets, ",") + "\n")
+		if e.Kind == "https" && strings.HasSuffix(e.Request, "/git-receive-pack") {
+			if e.Allowed && strings.Join(e.Secrets, ",") == "GH_TOKEN" {
+				swapped++
+			}
+			if !e.Allowed && strings.HasPrefix(e.Rule, "push refused: ") {
+				refused++
+			}
+		}
+	}
+	if swapped != 1 || refused != 2 {
+		t.Errorf("the log has %d allowed pushes with GH_TOKEN and %d refused, want 1 and 2:\n%s", swapped, refused, log.String())
+	}
+	raw, _ := os.ReadFile(filepath.Join(f.dir, LogFile))
+	if bytes.Contains(raw, []byte(token)) {
+		t.Errorf("the log holds the token")
+	}
+}

@@ -1,0 +1,122 @@
+package egress
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/credswap"
+	"github.com/agent-vm/agent-vm/internal/gitpush"
+)
+
+// NewInterceptor is the Interceptor for a VM's secrets: the hosts set
+// binds are intercepted with ca, their placeholders swapped by set
+// (credswap), and a git push through them may update branch alone, of
+// the repository at path repo on its host ("" is any repository).
+func NewInterceptor(ca *CA, set *credswap.Set, branch, repo string) *Interceptor {
+	return &Interceptor{CA: ca, Bound: set.Bound, PushBranch: branch, PushRepo: repo,
+		Rewrite: func(host string, req *http.Request) ([]string, error) {
+			h, names, err := set.Swap(host, req.URL, req.Header)
+			if err != nil {
+				return nil, err
+			}
+			req.Header = h
+			return names, nil
+		}}
+}
+
+// maxRefusedDrain bounds what the proxy reads of a refused push's pack
+// before it answers: git sends all of it before it reads the answer, and
+// a connection closed under it shows a broken pipe instead of the reason.
+const maxRefusedDrain = 256 << 20
+
+// checkPush reads a git push in an intercepted tunnel (a POST to
+// …/git-receive-pack): its ref updates must be of PushBranch alone, in
+// PushRepo. A push that may go on gets its body back to forward, the pack
+// streamed; a refused one returns the answer git shows the agent (one
+// line per ref: gitpush.WriteRefusal) and the rule for the log. Any
+// other request is left alone.
+func (ic *Interceptor) checkPush(req *http.Request) (refusal []byte, rule string) {
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/git-receive-pack") {
+		return nil, ""
+	}
+	switch ce := strings.ToLower(req.Header.Get("Content-Encoding")); ce {
+	case "", "identity":
+	case "gzip":
+		// git compresses a small push that fits its buffer: read it as
+		// it is meant, and send it on plain.
+		gz, err := gzip.NewReader(req.Body)
+		if err != nil {
+			return plainRefusal(http.StatusBadRequest, "agent-vm: a push whose gzip body cannot be read"), "a push with a broken gzip body"
+		}
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{gz, req.Body}
+		req.Header.Del("Content-Encoding")
+		req.ContentLength = -1
+	default:
+		return plainRefusal(http.StatusUnsupportedMediaType, "agent-vm: a push with Content-Encoding "+ce+" cannot be checked"), "a push with Content-Encoding " + ce
+	}
+	push, replay, err := gitpush.ReadCommands(req.Body)
+	if err == nil {
+		err = gitpush.CheckBranch(push.Updates, ic.PushBranch)
+	}
+	if repo := strings.TrimSuffix(req.URL.Path, "/git-receive-pack"); err == nil && ic.PushRepo != "" && !sameRepo(repo, ic.PushRepo) {
+		err = fmt.Errorf("this VM may push only to %s, not to %s", strings.Trim(ic.PushRepo, "/"), strings.Trim(repo, "/"))
+	}
+	if err != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(replay, maxRefusedDrain))
+		rb := &responseBuffer{header: http.Header{}}
+		gitpush.WriteRefusal(rb, push, err)
+		return rb.bytes(), "push refused: " + err.Error()
+	}
+	req.Body = struct {
+		io.Reader
+		io.Closer
+	}{replay, req.Body}
+	return nil, ""
+}
+
+// sameRepo compares two repository paths on one host, a final ".git"
+// and slashes aside.
+func sameRepo(a, b string) bool {
+	norm := func(s string) string { return strings.TrimSuffix(strings.Trim(s, "/"), ".git") }
+	return norm(a) == norm(b)
+}
+
+func plainRefusal(code int, msg string) []byte {
+	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
+		code, http.StatusText(code), len(msg)+1, msg)
+}
+
+// responseBuffer is an http.ResponseWriter that keeps the answer, to
+// send it on a connection the proxy writes itself.
+type responseBuffer struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *responseBuffer) Header() http.Header { return r.header }
+func (r *responseBuffer) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+func (r *responseBuffer) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+// bytes is the answer as HTTP/1.1, closing the connection.
+func (r *responseBuffer) bytes() []byte {
+	resp := &http.Response{StatusCode: r.code, ProtoMajor: 1, ProtoMinor: 1, Header: r.header, Close: true,
+		ContentLength: int64(r.body.Len()), Body: io.NopCloser(bytes.NewReader(r.body.Bytes()))}
+	var out bytes.Buffer
+	_ = resp.Write(&out)
+	return out.Bytes()
+}
