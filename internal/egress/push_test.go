@@ -2,8 +2,10 @@ package egress
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -131,5 +133,53 @@ func TestPushThroughTheProxy(t *testing.T) {
 	raw, _ := os.ReadFile(filepath.Join(f.dir, LogFile))
 	if bytes.Contains(raw, []byte(token)) {
 		t.Errorf("the log holds the token")
+	}
+}
+
+// checkPush reads a gzip push as meant and forwards it plain; it refuses
+// an encoding it cannot read, and leaves other requests alone.
+func TestCheckPushEncodings(t *testing.T) {
+	const zero, id = "0000000000000000000000000000000000000000", "1111111111111111111111111111111111111111"
+	line := zero + " " + id + " refs/heads/feat\x00report-status side-band-64k\n"
+	body := fmt.Sprintf("%04x%s0000PACK...", len(line)+4, line)
+	ic := &Interceptor{PushBranch: "feat"}
+	req := func(encoding string, b []byte) *http.Request {
+		r, _ := http.NewRequest("POST", "https://allowed.test/o/r.git/git-receive-pack", bytes.NewReader(b))
+		if encoding != "" {
+			r.Header.Set("Content-Encoding", encoding)
+		}
+		return r
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(body))
+	zw.Close()
+	r := req("gzip", gz.Bytes())
+	if refusal, rule := ic.checkPush(r); refusal != nil {
+		t.Fatalf("a gzip push to the VM's branch refused: %s", rule)
+	}
+	got, _ := io.ReadAll(r.Body)
+	if string(got) != body || r.Header.Get("Content-Encoding") != "" || r.ContentLength != -1 {
+		t.Errorf("forwarded %q with Content-Encoding %q, length %d; want the plain body, no encoding, streamed", got, r.Header.Get("Content-Encoding"), r.ContentLength)
+	}
+	if refusal, _ := ic.checkPush(req("br", []byte(body))); !bytes.HasPrefix(refusal, []byte("HTTP/1.1 415")) {
+		t.Errorf("a br push: %q, want 415", refusal)
+	}
+	if refusal, _ := ic.checkPush(req("gzip", []byte(body))); !bytes.HasPrefix(refusal, []byte("HTTP/1.1 400")) {
+		t.Errorf("a push that is not gzip but says so: %q, want 400", refusal)
+	}
+	other := strings.Replace(body, "refs/heads/feat", "refs/heads/main", 1)
+	other = fmt.Sprintf("%04x", len(strings.Replace(line, "feat", "main", 1))+4) + other[4:]
+	if refusal, rule := ic.checkPush(req("", []byte(other))); !bytes.HasPrefix(refusal, []byte("HTTP/1.1 200")) || !strings.Contains(rule, `"main"`) ||
+		!bytes.Contains(refusal, []byte("ng refs/heads/main")) {
+		t.Errorf("a push to main: %q, %q; want receive-pack's answer with ng for main", refusal, rule)
+	}
+	ic.PushRepo = "/o/other"
+	if refusal, rule := ic.checkPush(req("", []byte(body))); refusal == nil || !strings.Contains(rule, "may push only to o/other, not to o/r") {
+		t.Errorf("a push to another repository: %q", rule)
+	}
+	get, _ := http.NewRequest("GET", "https://allowed.test/o/r.git/info/refs?service=git-receive-pack", nil)
+	if refusal, _ := ic.checkPush(get); refusal != nil {
+		t.Errorf("a GET was checked as a push")
 	}
 }
