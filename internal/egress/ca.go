@@ -5,7 +5,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -140,6 +139,6 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 func serial() *big.Int {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
-	h := sha256.Sum256(b)
-	return new(big.Int).SetBytes(h[:16])
+	b[0] = b[0]&0x7f | 0x40 // positive and never zero
+	return new(big.Int).SetBytes(b)
 }

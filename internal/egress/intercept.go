@@ -145,9 +145,7 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 		return false
 	}
 	e.Allowed, e.Secrets = true, names
-	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive"} {
-		req.Header.Del(h)
-	}
+	dropHopHeaders(req.Header)
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		// Answered here: the host gets the body at once.
 		req.Header.Del("Expect")

@@ -50,15 +50,7 @@ type upstream struct {
 func newUpstream(t testing.TB, name string) *upstream {
 	t.Helper()
 	u := &upstream{ca: testCA(t, "upstream")}
-	leaf, err := u.ca.leaf(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u.port = serveTLS(t, u.ca, name, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
 		u.got, u.body = append(u.got, r), append(u.body, string(b))
@@ -67,11 +59,26 @@ func newUpstream(t testing.TB, name string) *upstream {
 			w.(http.Flusher).Flush()
 		}
 		fmt.Fprintf(w, "answer to %s %s", r.Method, r.URL.Path)
-	})}
+	}))
+	return u
+}
+
+// serveTLS serves h over TLS on the loopback as name, with a certificate
+// from ca, until the test ends, and returns its port.
+func serveTLS(t testing.TB, ca *CA, name string, h http.Handler) int {
+	t.Helper()
+	leaf, err := ca.leaf(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	u.port = l.Addr().(*net.TCPAddr).Port
-	return u
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (u *upstream) requests() ([]*http.Request, []string) {

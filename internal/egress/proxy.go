@@ -200,9 +200,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) {
 		return
 	}
 	defer up.Close()
-	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive"} {
-		req.Header.Del(h)
-	}
+	dropHopHeaders(req.Header)
 	if err := p.checkPlain(e.Host, req); err != nil {
 		e.Allowed, e.Rule = false, err.Error()
 		p.record(e)
@@ -425,7 +423,18 @@ func writeDenied(c net.Conn, e Entry, branch string) {
 		strings.ReplaceAll(strings.TrimSpace(strings.SplitN(msg, "\n", 2)[0]), "\r", ""), len(msg), msg)
 }
 
-func writeStatus(c net.Conn, code int, body string) {
-	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+func writeStatus(c net.Conn, code int, body string) { _, _ = c.Write(statusBytes(code, body)) }
+
+// statusBytes is the proxy's own answer with code and a plain-text body,
+// closing the connection.
+func statusBytes(code int, body string) []byte {
+	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		code, http.StatusText(code), len(body), body)
+}
+
+// dropHopHeaders removes what was meant for the proxy, not the destination.
+func dropHopHeaders(h http.Header) {
+	for _, name := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive"} {
+		h.Del(name)
+	}
 }

@@ -3,11 +3,9 @@ package egress
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/tls"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cgi"
 	"os"
@@ -29,10 +27,6 @@ func gitHost(t *testing.T, root, token string) (port int, ca *CA) {
 	t.Helper()
 	backend := testutil.Program(t, "git-http-backend")
 	ca = testCA(t, "git host")
-	leaf, err := ca.leaf("allowed.test")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cgiHandler := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + root}}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pass, ok := r.BasicAuth(); !ok || pass != token {
@@ -46,14 +40,7 @@ func gitHost(t *testing.T, root, token string) (port int, ca *CA) {
 		}
 		cgiHandler.ServeHTTP(w, r)
 	})
-	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().(*net.TCPAddr).Port, ca
+	return serveTLS(t, ca, "allowed.test", h), ca
 }
 
 // A real git push through the VM's proxy, as a guest makes it: the guest

@@ -50,16 +50,13 @@ func (ic *Interceptor) checkPush(req *http.Request) (refusal []byte, rule string
 		// it is meant, and send it on plain.
 		gz, err := gzip.NewReader(req.Body)
 		if err != nil {
-			return plainRefusal(http.StatusBadRequest, "agent-vm: a push whose gzip body cannot be read"), "a push with a broken gzip body"
+			return statusBytes(http.StatusBadRequest, "agent-vm: a push whose gzip body cannot be read\n"), "a push with a broken gzip body"
 		}
-		req.Body = struct {
-			io.Reader
-			io.Closer
-		}{gz, req.Body}
+		req.Body = readCloser{gz, req.Body}
 		req.Header.Del("Content-Encoding")
 		req.ContentLength = -1
 	default:
-		return plainRefusal(http.StatusUnsupportedMediaType, "agent-vm: a push with Content-Encoding "+ce+" cannot be checked"), "a push with Content-Encoding " + ce
+		return statusBytes(http.StatusUnsupportedMediaType, "agent-vm: a push with Content-Encoding "+ce+" cannot be checked\n"), "a push with Content-Encoding " + ce
 	}
 	push, replay, err := gitpush.ReadCommands(req.Body)
 	if err == nil {
@@ -74,10 +71,7 @@ func (ic *Interceptor) checkPush(req *http.Request) (refusal []byte, rule string
 		gitpush.WriteRefusal(rb, push, err)
 		return rb.bytes(), "push refused: " + err.Error()
 	}
-	req.Body = struct {
-		io.Reader
-		io.Closer
-	}{replay, req.Body}
+	req.Body = readCloser{replay, req.Body}
 	return nil, ""
 }
 
@@ -88,9 +82,10 @@ func sameRepo(a, b string) bool {
 	return norm(a) == norm(b)
 }
 
-func plainRefusal(code int, msg string) []byte {
-	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
-		code, http.StatusText(code), len(msg)+1, msg)
+// readCloser reads from one reader and closes the original body.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // responseBuffer is an http.ResponseWriter that keeps the answer, to
