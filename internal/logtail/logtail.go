@@ -1,8 +1,8 @@
 // Package logtail shows a VM's logs as `agent-vm logs` does (Show): the
 // serial console's file and the guest's logs, the last lines of each and
 // then what is appended (Follow), each line prefixed with its source and
-// escaped for a terminal (PrefixWriter), from several writers at once
-// (LockedWriter).
+// escaped for a terminal (PrefixWriter, which several goroutines may
+// write to at once).
 package logtail
 
 import (
@@ -17,18 +17,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
-
-// LockedWriter serialises writes from several goroutines.
-type LockedWriter struct {
-	mu sync.Mutex
-	W  io.Writer
-}
-
-func (l *LockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.W.Write(b)
-}
 
 // Follow writes the last n lines of path, then what is appended, until
 // ctx ends. A file replaced by a new one (a restart rotates the console

@@ -19,8 +19,8 @@ type Sources struct {
 	// Console is the serial console's log file.
 	Console string
 	// Guest runs a shell command in the guest, its stdout and stderr to
-	// w, until the command ends or ctx does; nil when the VM is not
-	// running.
+	// w (which takes writes from both at once), until the command ends or
+	// ctx does; nil when the VM is not running.
 	Guest func(ctx context.Context, cmd string, w io.Writer) error
 }
 
@@ -47,9 +47,9 @@ func Show(ctx context.Context, s Sources, lines int, follow bool, out io.Writer)
 			return nil
 		}
 		fmt.Fprintf(out, "==> provisioning log (%s) <==\n", guest.ProvisionLog)
-		perr := s.Guest(ctx, provisionLog(lines, false), &LockedWriter{W: safe})
+		perr := s.Guest(ctx, provisionLog(lines, false), safe)
 		fmt.Fprintf(out, "==> agent-mcp journal <==\n")
-		err := s.Guest(ctx, journal, &LockedWriter{W: safe})
+		err := s.Guest(ctx, journal, safe)
 		return errors.Join(perr, err, safe.Flush())
 	}
 	var mu sync.Mutex
@@ -67,11 +67,11 @@ func Show(ctx context.Context, s Sources, lines int, follow bool, out io.Writer)
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			errs <- s.Guest(ctx, journal+" -f", &LockedWriter{W: journalOut})
+			errs <- s.Guest(ctx, journal+" -f", journalOut)
 		}()
 		go func() {
 			defer wg.Done()
-			errs <- s.Guest(ctx, provisionLog(lines, true), &LockedWriter{W: provisionOut})
+			errs <- s.Guest(ctx, provisionLog(lines, true), provisionOut)
 		}()
 	}
 	wg.Wait()
