@@ -174,6 +174,7 @@ func netProxyCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "door-socket", Usage: "the exposed ports' unix socket"},
 			&cli.StringFlag{Name: "qemu-pidfile", Usage: "exit once the process of this pid file is gone"},
 			&cli.StringFlag{Name: "run-as", Usage: "UID:GID to drop to before serving (agent-vm run as root)"},
+			&cli.BoolFlag{Name: "secrets-stdin", Usage: "read the VM's CA and secrets from standard input (agent-vm writes them there)"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -185,10 +186,15 @@ func netProxyCommand(stdio IO) *cli.Command {
 				}
 			}
 			e := newEnv(cliCtx, stdio)
-			return egress.Serve(cliCtx.Context, egress.ServeOptions{Dir: cliCtx.String("dir"),
+			o := egress.ServeOptions{Dir: cliCtx.String("dir"),
 				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
-				TestHosts: stdio.Getenv(egress.TestHostsEnv), Log: e.log.Named("net-proxy")})
+				TestHosts: stdio.Getenv(egress.TestHostsEnv), TestRootCA: stdio.Getenv(egress.TestRootCAEnv),
+				Log: e.log.Named("net-proxy")}
+			if cliCtx.Bool("secrets-stdin") {
+				o.Secrets = stdio.In
+			}
+			return egress.Serve(cliCtx.Context, o)
 		},
 	}
 }

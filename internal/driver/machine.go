@@ -45,6 +45,10 @@ type Network struct {
 	// proxy drops to it before serving), runs it for the machine's life
 	// (started before, stopped after it) and logs its output.
 	Proxy []string
+	// ProxyInput, when set, is written to the proxy's standard input as
+	// it starts: the VM's secrets (egress.Bundle), which must never be
+	// logged, kept in a file or passed as an argument.
+	ProxyInput []byte
 	// Dir is the proxy's directory (policy and log), which the driver
 	// gives to the user the proxy runs as.
 	Dir string

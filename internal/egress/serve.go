@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"strings"
@@ -26,7 +27,12 @@ type ServeOptions struct {
 	QEMUPidFile string // exit once its process is gone
 	RunAs       string // "UID:GID" to drop to before serving; "" keeps the caller's
 	TestHosts   string // TestHostsEnv's value
-	Log         hclog.Logger
+	// Secrets, when set, is the Bundle agent-vm writes to the proxy's
+	// standard input: the proxy then intercepts the hosts its secrets
+	// are bound to.
+	Secrets    io.Reader
+	TestRootCA string // TestRootCAEnv's value
+	Log        hclog.Logger
 }
 
 // Serve runs a VM's egress proxy (the hidden `net-proxy` command the
@@ -46,6 +52,13 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			}
 			p.Hosts[strings.ToLower(name)] = a
 		}
+	}
+	if o.Secrets != nil {
+		ic, err := ReadBundle(o.Secrets, o.TestRootCA)
+		if err != nil {
+			return err
+		}
+		p.Intercept = ic
 	}
 	var uid, gid int
 	if runAs != "" {

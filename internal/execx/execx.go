@@ -64,6 +64,10 @@ type Detached struct {
 	ExactEnv   bool
 	StdoutPath string // file that receives stdout (created 0600, truncated)
 	StderrPath string // file that receives stderr; empty means StdoutPath
+	// Stdin, when set, is written to the program's standard input through
+	// a pipe, which is then closed (otherwise stdin is /dev/null). It may
+	// hold secrets (the egress proxy's): it is never logged or kept.
+	Stdin []byte
 }
 
 // Process is a started detached program.
@@ -178,6 +182,9 @@ func (OS) Start(d Detached) (Process, error) {
 		}
 		defer errOut.Close()
 		cmd.Stderr = errOut
+	}
+	if d.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(d.Stdin)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -128,6 +128,29 @@ func TestStartDetachedWritesLogAndReportsExit(t *testing.T) {
 	}
 }
 
+// TestStartDetachedStdin: Stdin reaches the program through a pipe that
+// ends (the program sees EOF); without it, stdin is empty.
+func TestStartDetachedStdin(t *testing.T) {
+	for _, c := range []struct {
+		stdin []byte
+		want  string
+	}{{[]byte("secret bundle\n"), "[secret bundle]"}, {nil, "[]"}} {
+		log := filepath.Join(t.TempDir(), "out.log")
+		p, err := OS{}.Start(Detached{Path: "sh", Args: []string{"-c", `printf '[%s]' "$(cat)"`}, StdoutPath: log, Stdin: c.stdin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.Exited():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the program did not see its stdin end")
+		}
+		if b, _ := os.ReadFile(log); string(b) != c.want {
+			t.Errorf("stdin %q: the program read %q, want %q", c.stdin, b, c.want)
+		}
+	}
+}
+
 func TestShellQuote(t *testing.T) {
 	for in, want := range map[string]string{
 		"":             "''",

@@ -195,7 +195,7 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 		}
 		argv = append(argv, "--run-as", strconv.Itoa(owner.UID)+":"+strconv.Itoa(owner.GID))
 	}
-	p, err := l.Run.Start(execx.Detached{Path: argv[0], Args: argv[1:], StdoutPath: m.logFile(EgressLog)})
+	p, err := l.Run.Start(execx.Detached{Path: argv[0], Args: argv[1:], StdoutPath: m.logFile(EgressLog), Stdin: m.Network.ProxyInput})
 	if err != nil {
 		return 0, fmt.Errorf("starting the egress proxy: %w", err)
 	}

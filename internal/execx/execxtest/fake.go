@@ -8,6 +8,7 @@
 package execxtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ type Call struct {
 	Dir      string   //
 	Env      []string // only the extra entries the caller set (all of them when ExactEnv)
 	ExactEnv bool     // Detached: Env is the whole environment
-	Stdin    []byte   // what Run was given on stdin, if anything
+	Stdin    []byte   // what Run or Start was given on stdin, if anything
 	Stdout   string   // Detached: the stdout file
 	Stderr   string   // Detached: the stderr file
 }
@@ -117,7 +118,8 @@ func (f *Fake) Run(ctx context.Context, c execx.Cmd) (execx.Result, error) {
 // handler's exit code.
 func (f *Fake) Start(d execx.Detached) (execx.Process, error) {
 	call := Call{Detached: true, Path: d.Path, Args: append([]string(nil), d.Args...), Dir: d.Dir,
-		Env: append([]string(nil), d.Env...), ExactEnv: d.ExactEnv, Stdout: d.StdoutPath, Stderr: d.StderrPath}
+		Env: append([]string(nil), d.Env...), ExactEnv: d.ExactEnv, Stdout: d.StdoutPath, Stderr: d.StderrPath,
+		Stdin: bytes.Clone(d.Stdin)}
 	r, err := f.answer(call)
 	if err != nil {
 		return nil, err
