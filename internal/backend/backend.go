@@ -117,6 +117,11 @@ type Plan struct {
 	// guest's own setup to finish and makes it durable, so a VM killed
 	// right after start (SIGKILL, host crash) still boots. "" for none.
 	Settle string
+	// Setup is a root shell script start runs in the guest (over SSH) as
+	// soon as it answers with its own key, before any session: it makes
+	// the guest trust PrepareOptions.CACerts and gives it the
+	// Placeholders, on every start, cold or not. "" for none.
+	Setup string
 	// Clone is set when the VM's disk was made now on a template's
 	// (PrepareOptions.Template): the VM is to start from the template's
 	// saved state (driver.Cloner), then become itself by these scripts.
@@ -177,8 +182,14 @@ type PrepareOptions struct {
 	Report Reporter
 	// CACerts are PEM CA certificates the guest is to trust besides its own
 	// bundle: the host's added ones, unless the VM was created with
-	// --no-host-ca.
+	// --no-host-ca; then the VM's own CA, with which its egress proxy
+	// answers for the hosts its secrets are bound to (none for a
+	// template: each of its clones trusts its own).
 	CACerts []string
+	// Placeholders are the environment variables every login, session
+	// and command in the guest gets: each secret's name and its
+	// placeholder (never a value).
+	Placeholders map[string]string
 	// Template is the disk of a template (a saved machine) that a VM's
 	// first disk is to be made on, for a VM that starts from it; "" for
 	// none. A backend that has made the VM's disk before ignores it.

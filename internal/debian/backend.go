@@ -254,7 +254,11 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if o.Reprovision && d.Kernel != "" {
 		d.Append = strings.TrimSpace(d.Append + " " + cloudinit.ReprovisionKernelArg)
 	}
-	plan := &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand}
+	setup, err := cloudinit.Setup(o.CACerts, o.Placeholders)
+	if err != nil {
+		return nil, err
+	}
+	plan := &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand, Setup: setup}
 	if disk.made && disk.Template != "" {
 		entropy := make([]byte, 64)
 		if _, err := rand.Read(entropy); err != nil {

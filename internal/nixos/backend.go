@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -204,6 +205,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		return nil, err
 	}
 	v.CACertificates = append(v.CACertificates, o.CACerts...)
+	maps.Copy(v.Environment, o.Placeholders)
 	if err := writeFiles(l.Dir, v); err != nil {
 		return nil, err
 	}

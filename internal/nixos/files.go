@@ -77,6 +77,10 @@ type VMJSON struct {
 	// CACertificates are PEM CA certificates the guest trusts besides
 	// nixpkgs' bundle (security.pki.certificates).
 	CACertificates []string `json:"caCertificates"`
+	// Environment are variables every login, command and session in the
+	// guest gets (environment.sessionVariables, through pam_env): the
+	// placeholders of the VM's secrets, and where Node finds the CAs.
+	Environment map[string]string `json:"environment"`
 	// Guidance is the note telling agents where they are (guest.Guidance).
 	Guidance string `json:"guidance"`
 	// Packages are nixpkgs attribute names installed system-wide (create
@@ -148,6 +152,8 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 		Workspace:      WSJSON{Transport: transport},
 		MCP:            MCPJSON{AllowOrigin: append([]string{}, r.AllowOrigins...)},
 		CACertificates: []string{},
+		// Node reads its own bundle, not the system's, unless told.
+		Environment: map[string]string{"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt"},
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "For a shell with a program, `nix-shell -p PACKAGE`; what should last belongs in the VM's NixOS configuration (`agent-vm create --config`): ask the user."}),
 	}

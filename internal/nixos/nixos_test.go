@@ -74,6 +74,7 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 			// PEM text with what Nix would read as interpolation or escapes.
 			ca := "-----BEGIN CERTIFICATE-----\nMIIB${x}\\''\"\n-----END CERTIFICATE-----\n"
 			v.CACertificates = []string{ca}
+			v.Environment["GH_TOKEN"] = "agent-vm-placeholder-${x}\\''\""
 			v.Packages = []string{"ripgrep", "python3", "hello'"}
 			if err := writeFiles(l.Dir, v); err != nil {
 				t.Fatal(err)
@@ -98,6 +99,8 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 					}},
 					"services": map[string]any{"agent-mcp": map[string]any{"allowOrigin": []any{"https://claude.ai"}}},
 					"security": map[string]any{"pki": map[string]any{"certificates": []any{ca}}},
+					"environment": map[string]any{"sessionVariables": map[string]any{
+						"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt", "GH_TOKEN": v.Environment["GH_TOKEN"]}},
 				},
 			}
 			if !reflect.DeepEqual(got, want) {

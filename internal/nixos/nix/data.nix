@@ -29,5 +29,6 @@ in
     };
     services.agent-mcp.allowOrigin = vm.mcp.allowOrigin;
     security.pki.certificates = vm.caCertificates;
+    environment.sessionVariables = vm.environment;
   };
 }
