@@ -35,6 +35,12 @@ type VM struct {
 	// Agent is the agent CLI the VM was created with ("" for none; the
 	// repository's config.toml may name one).
 	Agent string
+	// Backend runs the VM; Contained says whether its network is (the
+	// egress proxy), and Secrets names the secrets whose placeholders its
+	// guest holds (Start's VM only).
+	Backend   string
+	Contained bool
+	Secrets   []string
 }
 
 // RunOptions are run's inputs.
@@ -47,7 +53,10 @@ type RunOptions struct {
 	// unless it runs (booted: this call booted it). cli wires vm's
 	// Manager's Create and Start in.
 	Create func(ctx context.Context, branch, agent string) (VM, error)
-	Start  func(ctx context.Context, name string) (vm VM, booted bool, err error)
+	// keys are the agent's API key from this environment, by name, which a
+	// start of a contained VM hands its egress proxy as a secret (the
+	// store's of the same name wins).
+	Start func(ctx context.Context, name string, keys map[string]string) (vm VM, booted bool, err error)
 	// CreateAgent is the agent CLI run's create flags install ("" for
 	// none).
 	CreateAgent string

@@ -85,3 +85,34 @@ func TestPickSession(t *testing.T) {
 		t.Errorf("freeName of a long name: %q", got)
 	}
 }
+
+// TestAgentKey: a contained VM gets no value (its guest holds the
+// placeholder, or the user hears why not); one that is not contained gets
+// the value, with a warning that names no value.
+func TestAgentKey(t *testing.T) {
+	getenv := func(k string) string { return map[string]string{"ANTHROPIC_API_KEY": "sk-host-canary"}[k] }
+	for _, c := range []struct {
+		name  string
+		vm    VM
+		key   string
+		pass  bool
+		notes string
+	}{
+		{"placeholder held", VM{Slug: "a", Contained: true, Secrets: []string{"ANTHROPIC_API_KEY"}}, "ANTHROPIC_API_KEY", false, ""},
+		{"started without it", VM{Slug: "a", Contained: true}, "ANTHROPIC_API_KEY", false, "was started without it"},
+		{"contained, unset here", VM{Slug: "a", Contained: true}, "OPENAI_API_KEY", false, ""},
+		{"not contained", VM{Slug: "a", Backend: "vagrant"}, "ANTHROPIC_API_KEY", true, "not contained (vagrant backend)"},
+		{"not contained, unset", VM{Slug: "a", Backend: "vagrant"}, "OPENAI_API_KEY", false, ""},
+		{"no key variable", VM{Slug: "a"}, "", false, ""},
+	} {
+		var notes []string
+		vars := agentKey(c.vm, c.key, getenv, func(s string) { notes = append(notes, s) })
+		if c.pass != (len(vars) == 1 && vars[0] == session.Var{Name: c.key, Value: "sk-host-canary"}) || (!c.pass && len(vars) != 0) {
+			t.Errorf("%s: vars %v", c.name, vars)
+		}
+		got := strings.Join(notes, "\n")
+		if (c.notes == "") != (got == "") || !strings.Contains(got, c.notes) || strings.Contains(got, "canary") {
+			t.Errorf("%s: notes %q, want one with %q", c.name, got, c.notes)
+		}
+	}
+}

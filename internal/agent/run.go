@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -60,13 +61,13 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 	agentFromConfig := create && agent == ""
 	var argv []string
 	var vars []session.Var
+	var keyEnv string
 	check := func() error {
-		var keyEnv string
 		var err error
 		if argv, keyEnv, err = agentCommand(agent, o.Args, o.Name); err != nil {
 			return err
 		}
-		vars, err = sessionEnv(o.Env, keyEnv, getenv, notify)
+		vars, err = sessionEnv(o.Env, "", getenv, notify)
 		return err
 	}
 	if !agentFromConfig {
@@ -95,10 +96,15 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 			}
 		}
 	}
-	up, booted, err := o.Start(ctx, o.Name)
+	var keys map[string]string
+	if v := getenv(keyEnv); keyEnv != "" && v != "" {
+		keys = map[string]string{keyEnv: v}
+	}
+	up, booted, err := o.Start(ctx, o.Name, keys)
 	if err != nil {
 		return nil, err
 	}
+	vars = append(agentKey(up, keyEnv, getenv, notify), vars...)
 	res.Started = booted
 	res.VM, res.Branch = up.Slug, up.Branch
 	c, _, err := vms.Connect(ctx, res.VM)
@@ -222,6 +228,27 @@ func agentCommand(name string, args []string, vmName string) ([]string, string, 
 		return nil, "", fmt.Errorf("--agent %q: give one program; its arguments go after -- (e.g. `agent-vm run --agent mytool -- --flag`)", termsafe.String(name))
 	}
 	return append([]string{name}, args...), "", nil
+}
+
+// agentKey is how the agent's API key (the variable keyEnv) reaches it.
+// A VM whose network is contained holds a placeholder for it in every
+// session's environment when the store or this run's environment gave it
+// at the VM's start, and its proxy the value; nothing is added here. A VM
+// that is not contained can hold no placeholder: the value from this
+// environment is passed to the session, with a warning.
+func agentKey(up VM, keyEnv string, getenv func(string) string, notify func(string)) []session.Var {
+	v := getenv(keyEnv)
+	switch {
+	case keyEnv == "":
+	case up.Contained && slices.Contains(up.Secrets, keyEnv):
+	case up.Contained && v != "":
+		notify(fmt.Sprintf("%s is set here, but VM %s was started without it, so the agent does not get it (hint: `agent-vm secret set %s` keeps it on the host for every VM; then `agent-vm stop %s` and run again)", keyEnv, up.Slug, keyEnv, up.Slug))
+	case up.Contained:
+	case v != "":
+		notify(fmt.Sprintf("VM %s's network is not contained (%s backend): the value of %s enters the VM, where the agent can read it", up.Slug, up.Backend, keyEnv))
+		return []session.Var{{Name: keyEnv, Value: v}}
+	}
+	return nil
 }
 
 // sessionEnv turns --env values into the session's variables: NAME takes

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/agent"
+	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -70,12 +73,25 @@ func runCommand(stdio IO) *cli.Command {
 					}
 					return agent.VM{Slug: r.Slug, Branch: r.Branch, Agent: r.Agent}, nil
 				},
-				Start: func(ctx context.Context, name string) (agent.VM, bool, error) {
+				Start: func(ctx context.Context, name string, keys map[string]string) (agent.VM, bool, error) {
+					so := so
+					for _, k := range slices.Sorted(maps.Keys(keys)) {
+						s, err := secret.FromEnv(k, keys[k])
+						if err != nil {
+							return agent.VM{}, false, err
+						}
+						so.Secrets = append(so.Secrets, s)
+					}
 					sr, err := m.Start(ctx, name, so)
 					if err != nil {
 						return agent.VM{}, false, err
 					}
-					return agent.VM{Slug: sr.Info.Slug, Branch: sr.Info.Branch}, !sr.AlreadyRunning, nil
+					e, err := m.Find(ctx, sr.Info.Slug)
+					if err != nil {
+						return agent.VM{}, false, err
+					}
+					return agent.VM{Slug: sr.Info.Slug, Branch: sr.Info.Branch, Backend: e.Record.Backend, Contained: m.Contains(e.Record),
+						Secrets: slices.Sorted(maps.Keys(e.Record.Placeholders))}, !sr.AlreadyRunning, nil
 				},
 				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
 				Notify: func(s string) {

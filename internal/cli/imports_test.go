@@ -29,6 +29,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/agent":       true, // run, attach, sessions, logs --session, given the Manager as their VMs
 		module + "/internal/session":     true, // the sessions list's entries
 		module + "/internal/forward":     true, // `port add|rm|list`, given the Manager as their VMs
+		module + "/internal/secret":      true, // `secret set|list|rm`, the Manager's store; run's key from the environment
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

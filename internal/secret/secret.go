@@ -152,6 +152,24 @@ func ReadValue(r io.Reader) (Value, error) {
 	return Value{v: string(b)}, nil
 }
 
+// FromEnv is the secret name whose value a run takes from the host's
+// environment (an agent's API key), bound to the name's default hosts:
+// it is handed to the VM's proxy at the start, never stored.
+func FromEnv(name, value string) (Secret, error) {
+	if err := CheckName(name); err != nil {
+		return Secret{}, err
+	}
+	hosts := DefaultHosts(name)
+	if len(hosts) == 0 {
+		return Secret{}, fmt.Errorf("%s has no hosts agent-vm knows to send it to (hint: `agent-vm secret set %s --host HOST`)", name, name)
+	}
+	v, err := ReadValue(strings.NewReader(value))
+	if err != nil {
+		return Secret{}, fmt.Errorf("%s in this environment: %w", name, err)
+	}
+	return Secret{Name: name, Hosts: hosts, Value: v}, nil
+}
+
 // Placeholder is a new placeholder for a secret in a VM: PlaceholderPrefix
 // and 32 random hex digits, drawn afresh for each VM and secret, so it
 // says nothing of the value and is worth nothing outside that VM's proxy.

@@ -27,6 +27,8 @@ const (
 	SecretsDir     = "secrets"
 	HostKeyFile    = "ssh_host_ed25519_key"
 	MCPTokenFile   = "mcp-token"
+	ProxyCAFile    = "proxy-ca.pem"     // the VM's CA (internal/egress): its certificate
+	ProxyCAKeyFile = "proxy-ca-key.pem" // and its key
 	RunDir         = "run"
 	LogsDir        = "logs"
 )
@@ -44,6 +46,8 @@ func (l Layout) SecretsDir() string     { return filepath.Join(l.Dir, SecretsDir
 func (l Layout) HostKey() string        { return filepath.Join(l.Dir, SecretsDir, HostKeyFile) }
 func (l Layout) HostPubKey() string     { return l.HostKey() + ".pub" }
 func (l Layout) MCPToken() string       { return filepath.Join(l.Dir, SecretsDir, MCPTokenFile) }
+func (l Layout) ProxyCA() string        { return filepath.Join(l.Dir, SecretsDir, ProxyCAFile) }
+func (l Layout) ProxyCAKey() string     { return filepath.Join(l.Dir, SecretsDir, ProxyCAKeyFile) }
 func (l Layout) RunDir() string         { return filepath.Join(l.Dir, RunDir) }
 func (l Layout) LogsDir() string        { return filepath.Join(l.Dir, LogsDir) }
 func (l Layout) Run(name string) string { return filepath.Join(l.Dir, RunDir, name) }

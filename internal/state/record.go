@@ -71,6 +71,11 @@ type Record struct {
 	// (create/start --workspace-cache: none, auto, always; see
 	// driver.ShareCache*); "" is the default, driver.DefaultShareCache.
 	WorkspaceCache string `json:"workspace_cache,omitempty"`
+	// Placeholders are what the guest holds in place of each secret in
+	// the VM's scope, by the secret's name (internal/secret): random, not
+	// derived from the value, kept so that they stay the same from start
+	// to start. Never a value.
+	Placeholders map[string]string `json:"placeholders,omitempty"`
 	// Settings is the backend's own section, which only that backend reads
 	// and writes (see Section and SetSection): what the user chose at create
 	// for that backend, and its own counters.

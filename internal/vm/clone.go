@@ -109,6 +109,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
+	m.guestSetup(wctx, e, plan.Setup)
 	m.startHolder(e)
 	if err := m.attachGuest(wctx, e, true); err != nil {
 		return fail("mounting the workspace", err)

@@ -131,6 +131,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := state.WriteSecrets(l, rec); err != nil {
 		return nil, err
 	}
+	if m.Contains(rec) && !m.templates {
+		if _, _, err := proxyCA(l, slug); err != nil {
+			return nil, err
+		}
+	}
 	log := m.Log.With("vm", slug)
 	log.Info("cloning workspace", "source", source, "branch", branch)
 	remotes, err := m.Git.Clone(ctx, gitws.CloneOptions{Source: source, Dest: l.Workspace(), Branch: branch, From: o.From})

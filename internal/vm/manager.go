@@ -33,6 +33,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostca"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -81,6 +82,15 @@ type Manager struct {
 	// TemplateDir holds the templates new VMs start from
 	// (internal/template), a state directory; nil turns templates off.
 	TemplateDir *hostdir.Dir
+
+	// Secrets is the host's store of credentials (internal/secret), whose
+	// secrets in a VM's scope its start hands the VM's egress proxy; nil
+	// for none.
+	Secrets *secret.Store
+
+	// templates: this Manager drives templates (forTemplates), whose
+	// guests get no proxy CA and no secret (their clones get their own).
+	templates bool
 
 	// Set by Open (see Config).
 	dirs     hostdir.Table

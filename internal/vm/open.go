@@ -18,6 +18,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
@@ -85,6 +86,7 @@ func Open(c Config) (*Manager, error) {
 	m.WorkDir = c.WorkDir
 	m.dirs = dirs
 	m.TemplateDir = dirs.Templates
+	m.Secrets = &secret.Store{Dir: dirs.Secrets}
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {

@@ -11,6 +11,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -37,6 +38,10 @@ type StartOptions struct {
 	// workspace (driver.ShareCache*) from this start on (it is saved in
 	// the record).
 	WorkspaceCache string
+	// Secrets are this start's own, besides the store's (which win over
+	// one of the same name): `run --agent`'s key from the host's
+	// environment. A VM whose network is not contained gets none.
+	Secrets []secret.Secret
 }
 
 // StartResult is what start did.
@@ -139,7 +144,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if r.Guest.Foreign != "" {
 		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
-	if err := m.waitReady(ctx, e, d, mach, launch, o, plan.Settle, res); err != nil {
+	if err := m.waitReady(ctx, e, d, mach, launch, o, plan, res); err != nil {
 		if ctx.Err() != nil {
 			// Interrupted: undo the start, without the caller's dead ctx.
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -177,8 +182,19 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 			return nil, err
 		}
 	}
+	_, contained := d.(driver.NetworkContainer)
+	var sec *startSecrets
+	if contained && !m.templates {
+		if sec, err = m.secretsFor(e, o.Secrets); err != nil {
+			return nil, err
+		}
+		cas = append(cas, sec.caCert)
+	}
 	section := slices.Clone(r.Settings)
 	po := backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas}
+	if sec != nil {
+		po.Placeholders = sec.placeholders
+	}
 	if t != nil {
 		po.Template = t.e.Layout.Dir
 	}
@@ -192,9 +208,13 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 		}
 	}
 	mach.Credentials = append(mach.Credentials, plan.Credentials...)
-	if _, ok := d.(driver.NetworkContainer); ok {
+	if contained {
 		if mach.Network, err = m.network(r, l); err != nil {
 			return nil, err
+		}
+		if sec != nil && sec.bundle != nil {
+			mach.Network.Proxy = append(mach.Network.Proxy, "--secrets-stdin")
+			mach.Network.ProxyInput = sec.bundle
 		}
 	}
 	return plan, nil

@@ -140,6 +140,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
+	m.guestSetup(wctx, e, plan.Setup)
 	m.startHolder(e) // the held connection ended with the suspend
 	attach := m.attachGuest
 	if sus.SuspendKeepsShare() {

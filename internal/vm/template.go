@@ -32,6 +32,7 @@ func (m *Manager) forTemplates(root *state.Root) *Manager {
 	t := *m
 	t.Root = root
 	t.WorkDir = "" // templates belong to no repository
+	t.templates = true
 	return &t
 }
 

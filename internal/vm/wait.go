@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/hostload"
@@ -39,7 +40,7 @@ func (e *BootError) Unwrap() error { return e.Err }
 
 // waitReady waits for SSH with the pinned key, then for agent-mcp's health,
 // then runs the backend's settle command.
-func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, settle string, res *StartResult) error {
+func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, plan *backend.Plan, res *StartResult) error {
 	r, l := e.Record, e.Layout
 	wctx, cancel := m.bootWait(ctx, r.Slug, o.Timeout, bootBaseFor(launch.Accel))
 	defer cancel()
@@ -78,6 +79,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	}
 	client.Close()
 	res.SSHReady = time.Since(began)
+	m.guestSetup(wctx, e, plan.Setup)
 	m.startHolder(e)
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
@@ -89,7 +91,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		h := guestctl.CheckHealth(wctx, r.Ports.MCP)
 		if h.State == "healthy" {
 			res.HealthReady = time.Since(began)
-			m.settle(wctx, r, l, settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
+			m.settle(wctx, r, l, plan.Settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
 			return ctx.Err() // interrupted while settling: the caller stops the VM
 		}
 		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
@@ -133,6 +135,22 @@ func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, c
 		m.Log.Warn("the VM is up, but start's timeout ran out before its first-boot setup (cloud-init: packages, agent CLI, provisioning) finished; it goes on in the guest, and if the VM is stopped before it ends, its next boot may set it up again (hint: wait for the setup to finish with `agent-vm exec " + branch + " -- cloud-init status --wait`, or start with a longer --timeout)")
 	default:
 		m.Log.Warn("the VM is up, but waiting for its setup to finish failed; if the VM is killed soon, its next boot may set it up again", "command", cmd, "error", err)
+	}
+}
+
+// guestSetup runs the backend's setup script (backend.Plan.Setup) before
+// the held connection and any session begin, so that they see its
+// placeholders. A failure is a warning: the VM works, its secrets do not.
+func (m *Manager) guestSetup(ctx context.Context, e state.Entry, script string) {
+	if script == "" {
+		return
+	}
+	code, _, stderr, err := m.runRoot(ctx, e, func() string { return script })
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d: %s", code, lastLines(stderr, 3))
+	}
+	if err != nil {
+		m.Log.Warn("the guest did not take the VM's CA and the placeholders of its secrets, so requests that need them fail (hint: `agent-vm stop "+e.Slug+"`, then start it again)", "vm", e.Record.Branch, "error", err)
 	}
 }
 

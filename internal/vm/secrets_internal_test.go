@@ -1,0 +1,124 @@
+package vm
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/secret"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// TestSecretsFor: a start gets the store's secrets for every VM and for
+// this one, its own after them; placeholders are kept from start to
+// start in the record, which holds no value; the proxy's bundle holds the
+// values and the VM's CA, made 0600 on first use.
+func TestSecretsFor(t *testing.T) {
+	store := &secret.Store{Dir: hostdir.Top(t.TempDir(), 0o700, hostdir.InXDG).Sub("secrets", 0o700)}
+	value := func(v string) secret.Value {
+		x, err := secret.ReadValue(strings.NewReader(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	for _, s := range []secret.Secret{
+		{Name: "GH_TOKEN", Hosts: []string{"github.com"}, Value: value("canary-gh")},
+		{Name: "MINE", Hosts: []string{"example.com"}, VM: "id-1", Value: value("canary-mine")},
+		{Name: "OTHERS", Hosts: []string{"example.com"}, VM: "id-2", Value: value("canary-others")},
+	} {
+		if err := store.Set(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := state.Layout{Dir: t.TempDir()}
+	if err := l.MakeDirs(); err != nil {
+		t.Fatal(err)
+	}
+	r := &state.Record{Version: state.RecordVersion, ID: "id-1", Branch: "feat/x", Slug: "feat-x",
+		Ports: state.Ports{SSH: 2222, MCP: 8080}, Git: state.Git{UpstreamURL: "git@github.com:o/r.git"}}
+	if err := state.WriteRecord(l.Record(), r); err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{Secrets: store}
+	e := state.Entry{Slug: r.Slug, Layout: l, Record: r}
+	extra := []secret.Secret{
+		{Name: "GH_TOKEN", Hosts: []string{"github.com"}, Value: value("canary-env-loses")},
+		{Name: "ANTHROPIC_API_KEY", Hosts: []string{"api.anthropic.com"}, Value: value("canary-env")},
+	}
+	s1, err := m.secretsFor(e, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s1.placeholders) != 3 || s1.placeholders["OTHERS"] != "" {
+		t.Errorf("placeholders %v, want GH_TOKEN, MINE, ANTHROPIC_API_KEY", s1.placeholders)
+	}
+	for name, p := range s1.placeholders {
+		if !strings.HasPrefix(p, secret.PlaceholderPrefix) {
+			t.Errorf("%s's placeholder %q", name, p)
+		}
+	}
+	var b egress.Bundle
+	if err := json.Unmarshal(s1.bundle, &b); err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]string{}
+	for _, s := range b.Secrets {
+		values[s.Name] = s.Value
+		if s.Placeholder != s1.placeholders[s.Name] {
+			t.Errorf("%s: the proxy's placeholder is not the guest's", s.Name)
+		}
+	}
+	if values["GH_TOKEN"] != "canary-gh" || values["MINE"] != "canary-mine" || values["ANTHROPIC_API_KEY"] != "canary-env" || len(values) != 3 {
+		t.Errorf("the bundle's values are not the store's, then the start's own")
+	}
+	if b.Branch != "feat/x" || b.Repo != "/o/r" || b.CACert != s1.caCert || !strings.Contains(b.CAKey, "PRIVATE KEY") {
+		t.Errorf("bundle: branch %q repo %q", b.Branch, b.Repo)
+	}
+	if _, err := egress.ReadBundle(strings.NewReader(string(s1.bundle)), ""); err != nil {
+		t.Errorf("the proxy cannot read the bundle: %v", err)
+	}
+	for _, f := range []string{l.ProxyCA(), l.ProxyCAKey()} {
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, want mode 0600", f, err)
+		}
+	}
+	// Nothing of a value in the VM's directory.
+	_ = filepath.WalkDir(l.Dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if raw, _ := os.ReadFile(p); strings.Contains(string(raw), "canary") {
+				t.Errorf("%s holds a secret's value", p)
+			}
+		}
+		return nil
+	})
+
+	// The next start: the same placeholders and CA; a start without the
+	// run's own secret drops its placeholder.
+	got, err := state.ReadRecord(l.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Record = got
+	s2, err := m.secretsFor(e, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.caCert != s1.caCert || s2.placeholders["GH_TOKEN"] != s1.placeholders["GH_TOKEN"] || s2.placeholders["MINE"] != s1.placeholders["MINE"] {
+		t.Errorf("a second start changed the CA or the placeholders")
+	}
+	if _, ok := s2.placeholders["ANTHROPIC_API_KEY"]; ok || len(got.Placeholders) != 2 {
+		t.Errorf("the run's own secret outlived its start: %v", got.Placeholders)
+	}
+
+	// No secret: the CA still, no bundle.
+	empty := &Manager{}
+	s3, err := empty.secretsFor(e, nil)
+	if err != nil || s3.bundle != nil || s3.caCert != s1.caCert || len(e.Record.Placeholders) != 0 {
+		t.Errorf("no secrets: %v, bundle %d bytes, placeholders %v", err, len(s3.bundle), e.Record.Placeholders)
+	}
+}
