@@ -190,6 +190,11 @@ type PrepareOptions struct {
 	// and command in the guest gets: each secret's name and its
 	// placeholder (never a value).
 	Placeholders map[string]string
+	// GitCredentials are the git hosts whose token the VM's proxy holds,
+	// each with that token's placeholder: the guest's git reaches them
+	// over https (a remote in ssh form too) and answers the placeholder
+	// when they ask for credentials.
+	GitCredentials map[string]string
 	// Template is the disk of a template (a saved machine) that a VM's
 	// first disk is to be made on, for a VM that starts from it; "" for
 	// none. A backend that has made the VM's disk before ignores it.

@@ -2,7 +2,9 @@ package cloudinit
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,15 +57,80 @@ func TestSecretEnvScript(t *testing.T) {
 }
 
 func TestSetup(t *testing.T) {
-	if s, err := Setup(nil, nil); s != "" || err != nil {
+	if s, err := Setup(SetupConfig{}); s != "" || err != nil {
 		t.Errorf("Setup with nothing to do = %q, %v; want no script", s, err)
 	}
-	s, err := Setup([]string{"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"}, map[string]string{"B": "pb", "A": "pa"})
+	s, err := Setup(SetupConfig{CACerts: []string{"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"},
+		Placeholders: map[string]string{"B": "pb", "A": "pa"}, GitCredentials: map[string]string{"github.com": "pg"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if lines[0] != "set -eu" || !strings.Contains(s, "agent-vm-ca-certs") || !strings.HasSuffix(s, " agent-vm-secret-env A=pa B=pb\n") {
+	if lines[0] != "set -eu" || !strings.Contains(s, "agent-vm-ca-certs") || !strings.Contains(s, " agent-vm-secret-env A=pa B=pb\n") || !strings.HasSuffix(s, " agent-vm-git-https github.com=pg\n") {
 		t.Errorf("Setup's script, names sorted after the CA step:\n%s", s)
+	}
+}
+
+// TestGitHTTPSScript runs guest/git-https against a scratch system
+// gitconfig: a remote in ssh form becomes https, git's credential fill
+// answers the placeholder for that host alone, and a later start's
+// hosts replace an earlier start's.
+func TestGitHTTPSScript(t *testing.T) {
+	script := guestScripts(t)["git-https"]
+	const dirLine = "dir=/etc/agent-vm\n"
+	if !strings.Contains(script, dirLine) {
+		t.Fatalf("guest/git-https does not set %q", dirLine)
+	}
+	tmp := t.TempDir()
+	script = strings.Replace(script, dirLine, "dir="+filepath.Join(tmp, "agent-vm")+"\n", 1)
+	env := []string{"GIT_CONFIG_SYSTEM=" + filepath.Join(tmp, "gitconfig"), "GIT_CONFIG_GLOBAL=/dev/null", "HOME=" + tmp,
+		"GIT_CONFIG_NOSYSTEM=", "GIT_TERMINAL_PROMPT=0", "PATH=" + os.Getenv("PATH")}
+	cmd := func(stdin, name string, args ...string) (string, error) {
+		c := exec.Command(name, args...)
+		c.Env, c.Stdin = env, strings.NewReader(stdin)
+		out, err := c.Output()
+		if ee, ok := err.(*exec.ExitError); ok {
+			err = fmt.Errorf("%w: %s", err, ee.Stderr)
+		}
+		return strings.TrimSpace(string(out)), err
+	}
+	git := func(stdin string, args ...string) string {
+		t.Helper()
+		out, err := cmd(stdin, "git", args...)
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return out
+	}
+	run := func(args ...string) {
+		t.Helper()
+		if _, err := cmd("", "sh", append([]string{"-c", script, "agent-vm-git-https"}, args...)...); err != nil {
+			t.Fatalf("git-https: %v", err)
+		}
+	}
+	ph := secret.PlaceholderPrefix + "0123abcd"
+	run("github.com=" + ph)
+	run("github.com=" + ph) // a second start: the include is not added twice
+	if got := git("", "config", "--system", "--get-all", "include.path"); got != filepath.Join(tmp, "agent-vm", "gitconfig") {
+		t.Errorf("include.path = %q", got)
+	}
+	for _, remote := range []string{"git@github.com:o/r.git", "ssh://git@github.com/o/r.git", "https://github.com/o/r.git"} {
+		if got := git("", "ls-remote", "--get-url", remote); got != "https://github.com/o/r.git" {
+			t.Errorf("%s: git uses %q, want https", remote, got)
+		}
+	}
+	fill := func(host string) string {
+		return git("protocol=https\nhost="+host+"\npath=o/r.git\n\n", "credential", "fill")
+	}
+	if got := fill("github.com"); !strings.Contains(got, "password="+ph+"\n") && !strings.HasSuffix(got, "password="+ph) {
+		t.Errorf("credential fill for github.com:\n%s", got)
+	}
+	// Another host gets no placeholder: fill fails without a prompt.
+	if out, _ := cmd("protocol=https\nhost=example.org\n\n", "git", "credential", "fill"); strings.Contains(out, ph) {
+		t.Errorf("example.org got the placeholder:\n%s", out)
+	}
+	run() // a start without a git token: no rewrite, no helper
+	if got := git("", "ls-remote", "--get-url", "git@github.com:o/r.git"); got != "git@github.com:o/r.git" {
+		t.Errorf("after a start without tokens, git uses %q", got)
 	}
 }

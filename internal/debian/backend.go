@@ -254,7 +254,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if o.Reprovision && d.Kernel != "" {
 		d.Append = strings.TrimSpace(d.Append + " " + cloudinit.ReprovisionKernelArg)
 	}
-	setup, err := cloudinit.Setup(o.CACerts, o.Placeholders)
+	setup, err := cloudinit.Setup(cloudinit.SetupConfig{CACerts: o.CACerts, Placeholders: o.Placeholders, GitCredentials: o.GitCredentials})
 	if err != nil {
 		return nil, err
 	}

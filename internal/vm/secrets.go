@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"slices"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/credswap"
@@ -26,6 +27,9 @@ import (
 type startSecrets struct {
 	caCert       string            // PEM: the VM's CA, which the guest trusts
 	placeholders map[string]string // by name: the guest's environment
+	// gitCredentials: the upstream's host, when a secret is bound to it,
+	// and that secret's placeholder, which the guest's git answers.
+	gitCredentials map[string]string
 	bundle       []byte            // the proxy's standard input; nil: no secret
 }
 
@@ -80,6 +84,12 @@ func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*startSecret
 	// repository alone; with no upstream known, no push goes through.
 	if up, ok := gitws.ParseRemote(r.Git.UpstreamURL); ok {
 		b.Branch, b.Repo = r.Branch, up.Path
+		for _, s := range bound {
+			if slices.Contains(s.Hosts, up.Host) {
+				out.gitCredentials = map[string]string{up.Host: s.Placeholder}
+				break
+			}
+		}
 	}
 	if out.bundle, err = json.Marshal(b); err != nil {
 		return nil, err

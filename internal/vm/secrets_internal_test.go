@@ -79,6 +79,9 @@ func TestSecretsFor(t *testing.T) {
 	if b.Branch != "feat/x" || b.Repo != "/o/r" || b.CACert != s1.caCert || !strings.Contains(b.CAKey, "PRIVATE KEY") {
 		t.Errorf("bundle: branch %q repo %q", b.Branch, b.Repo)
 	}
+	if g := s1.gitCredentials; len(g) != 1 || g["github.com"] != s1.placeholders["GH_TOKEN"] {
+		t.Errorf("git credentials %v, want github.com with GH_TOKEN's placeholder", g)
+	}
 	if _, err := egress.ReadBundle(strings.NewReader(string(s1.bundle)), ""); err != nil {
 		t.Errorf("the proxy cannot read the bundle: %v", err)
 	}

@@ -193,7 +193,7 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 	section := slices.Clone(r.Settings)
 	po := backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas}
 	if sec != nil {
-		po.Placeholders = sec.placeholders
+		po.Placeholders, po.GitCredentials = sec.placeholders, sec.gitCredentials
 	}
 	if t != nil {
 		po.Template = t.e.Layout.Dir
