@@ -30,7 +30,7 @@ type startSecrets struct {
 	// gitCredentials: the upstream's host, when a secret is bound to it,
 	// and that secret's placeholder, which the guest's git answers.
 	gitCredentials map[string]string
-	bundle       []byte            // the proxy's standard input; nil: no secret
+	bundle         []byte // the proxy's standard input; nil: no secret
 }
 
 // secretsFor gathers the secrets a start of e gives its VM: the store's
