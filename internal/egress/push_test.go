@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cgi"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,26 +20,12 @@ import (
 
 // gitHost serves the bare repositories under root with git http-backend
 // over TLS on the loopback, as allowed.test (a certificate from its own
-// CA), and asks for Basic credentials whose password is token: the test's
-// stand-in for a git host.
+// CA), and asks a push for Basic credentials whose password is token: the
+// test's stand-in for a git host.
 func gitHost(t *testing.T, root, token string) (port int, ca *CA) {
 	t.Helper()
-	backend := testutil.Program(t, "git-http-backend")
 	ca = testCA(t, "git host")
-	cgiHandler := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + root}}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pass, ok := r.BasicAuth(); !ok || pass != token {
-			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
-			http.Error(w, "credentials, please", http.StatusUnauthorized)
-			return
-		}
-		if r.ContentLength < 0 { // net/http/cgi refuses a chunked body
-			b, _ := io.ReadAll(r.Body)
-			r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
-		}
-		cgiHandler.ServeHTTP(w, r)
-	})
-	return serveTLS(t, ca, "allowed.test", h), ca
+	return serveTLS(t, ca, "allowed.test", testutil.GitHTTP(t, root, token)), ca
 }
 
 // A real git push through the VM's proxy, as a guest makes it: the guest

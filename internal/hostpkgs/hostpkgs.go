@@ -84,6 +84,9 @@ func programs(arch string) []Program {
 			Debian: []string{"git"}, Fedora: []string{"git"}, Need: Test},
 		{Name: "go", Paths: []string{"/usr/local/go/bin/go"}, Need: Test,
 			Note: "Go " + goVersion + " or newer from https://go.dev/dl (distribution packages are older)"},
+		// The tests serve an "outside" host from a network namespace of its
+		// own (testutil.NewUpstream).
+		{Name: "ip", Paths: []string{"/sbin/ip", "/usr/sbin/ip", "/bin/ip"}, Debian: []string{"iproute2"}, Fedora: []string{"iproute"}, Need: Test},
 		{Name: "isoinfo", Debian: []string{"genisoimage"}, Fedora: []string{"genisoimage"}, Need: Test},
 		// libvirtd runs the vagrant backend's machines (qemu:///system).
 		{Name: "libvirtd", Paths: []string{"/usr/sbin/libvirtd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon-kvm"}, Need: Vagrant | Test},

@@ -1,6 +1,8 @@
 // Package testutil holds helpers shared by tests: real git repositories in
 // temp dirs, the programs tests run with the skip-or-fail rule for missing
-// ones (Program, Need, SkipOrFail), and golden files. Only tests import it.
+// ones (Program, Need, SkipOrFail), golden files, git over HTTP (GitHTTP)
+// and an HTTPS server outside the host, in a network namespace of its own
+// (NewUpstream). Only tests import it.
 // Test code that must not import internal/ (integration/, bench/) uses
 // blackbox, where the skip-or-fail rule is written once.
 package testutil
