@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,8 +27,9 @@ func TestSessionEnv(t *testing.T) {
 			t.Errorf("var %d: got %s=%q, want %s=%q", i, vars[i].Name, vars[i].Value, want[i].Name, want[i].Value)
 		}
 	}
-	// NAME=VALUE warns (twice here), and no note shows a value.
-	if len(notes) != 2 || !strings.Contains(notes[0], "shell's history") {
+	// NAME=VALUE warns (twice here), a credential's name too (once), and
+	// no note shows a value.
+	if len(notes) != 3 || !strings.Contains(notes[0], "shell's history") || !strings.HasPrefix(notes[1], "--env ANTHROPIC_API_KEY: its value enters the VM") || !strings.Contains(notes[2], "shell's history") {
 		t.Errorf("notes: %q", notes)
 	}
 	for _, n := range notes {
@@ -45,6 +47,32 @@ func TestSessionEnv(t *testing.T) {
 		if _, err := sessionEnv([]string{in}, "", getenv, notify); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("--env %q: got %v, want %q", in, err, msg)
 		}
+	}
+}
+
+// An --env name that looks like a credential's is warned about, naming
+// `agent-vm secret set`; other names and the agent's own key variable,
+// passed from the host's environment, are not.
+func TestSessionEnvWarnsOfCredentials(t *testing.T) {
+	getenv := func(string) string { return "v" }
+	for name, warned := range map[string]bool{
+		"DEPLOY_KEY": true, "gh_token": true, "AWS_SECRET": true, "DB_PASSWORD": true, "MY_API_KEY_FILE": true, "OPENAI_API_KEY": true,
+		"KEY": false, "TOKEN": false, "KEYBOARD": false, "TOKENS_DIR": false, "PASSWORD_HINT": false, "PATH": false,
+	} {
+		for _, arg := range []string{name, name + "=given"} {
+			var notes []string
+			if _, err := sessionEnv([]string{arg}, "", getenv, func(s string) { notes = append(notes, s) }); err != nil {
+				t.Fatal(err)
+			}
+			want := "--env " + name + ": its value enters the VM, where the agent can read it; `agent-vm secret set " + name + "` keeps it on the host and lets the egress proxy add it to requests instead"
+			if got := slices.Contains(notes, want); got != warned {
+				t.Errorf("--env %s: warned %v, want %v: %q", arg, got, warned, notes)
+			}
+		}
+	}
+	var notes []string
+	if _, err := sessionEnv(nil, "ANTHROPIC_API_KEY", getenv, func(s string) { notes = append(notes, s) }); err != nil || len(notes) != 0 {
+		t.Errorf("the agent's key variable alone: %v, notes %q; want none", err, notes)
 	}
 }
 

@@ -253,8 +253,10 @@ func agentKey(up VM, keyEnv string, getenv func(string) string, notify func(stri
 
 // sessionEnv turns --env values into the session's variables: NAME takes
 // the value from this process's environment, NAME=VALUE the value given
-// (with a warning: it is in the shell's history). The agent's own key
-// variable is passed when it is set here.
+// (with a warning: it is in the shell's history). A name that looks like
+// a credential's gets a warning too: the host's secret store would keep
+// it out of the VM. The agent's own key variable is passed when it is set
+// here.
 func sessionEnv(env []string, keyEnv string, getenv func(string) string, notify func(string)) ([]session.Var, error) {
 	var vars []session.Var
 	seen := map[string]int{}
@@ -276,6 +278,9 @@ func sessionEnv(env []string, keyEnv string, getenv func(string) string, notify 
 		if err := session.CheckEnvName(name); err != nil {
 			return nil, fmt.Errorf("--env %q: %w", termsafe.String(s), err)
 		}
+		if looksLikeCredential(name) {
+			notify(fmt.Sprintf("--env %s: its value enters the VM, where the agent can read it; `agent-vm secret set %s` keeps it on the host and lets the egress proxy add it to requests instead", name, name))
+		}
 		if !given {
 			v := getenv(name)
 			if v == "" {
@@ -288,6 +293,19 @@ func sessionEnv(env []string, keyEnv string, getenv func(string) string, notify 
 		add(session.Var{Name: name, Value: value})
 	}
 	return vars, nil
+}
+
+// looksLikeCredential reports whether an environment variable's name is
+// a credential's: it ends in _KEY, _TOKEN, _SECRET or _PASSWORD, or holds
+// API_KEY, in any case.
+func looksLikeCredential(name string) bool {
+	n := strings.ToUpper(name)
+	for _, suffix := range []string{"_KEY", "_TOKEN", "_SECRET", "_PASSWORD"} {
+		if strings.HasSuffix(n, suffix) {
+			return true
+		}
+	}
+	return strings.Contains(n, "API_KEY")
 }
 
 // freeName is base, or base-2, base-3 ... whichever no session has.

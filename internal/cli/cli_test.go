@@ -47,6 +47,12 @@ func agentVM(t *testing.T, dir, stateDir string, args ...string) result {
 // own, say) over the test's HOME and NO_COLOR.
 func agentVMEnv(t *testing.T, dir, stateDir string, extra map[string]string, args ...string) result {
 	t.Helper()
+	return agentVMIn(t, dir, stateDir, os.Stdin, extra, args...)
+}
+
+// agentVMIn is agentVMEnv with in as the standard input.
+func agentVMIn(t *testing.T, dir, stateDir string, in *os.File, extra map[string]string, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	wd, _ := os.Getwd()
 	if dir == "" {
@@ -61,7 +67,7 @@ func agentVMEnv(t *testing.T, dir, stateDir string, extra map[string]string, arg
 		env[k] = v
 	}
 	code := Main(context.Background(), append([]string{"agent-vm", "--state-dir", stateDir}, args...),
-		IO{In: os.Stdin, Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }})
+		IO{In: in, Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }})
 	return result{code, out.String(), errb.String()}
 }
 

@@ -26,7 +26,7 @@ func commands(stdio IO) []*cli.Command {
 			resumeCommand(stdio), resetCommand(stdio), logsCommand(stdio), sshConfigCommand(stdio),
 			shellCommand(stdio), execCommand(stdio)),
 		category("Agents", runCommand(stdio), attachCommand(stdio), sessionsCommand(stdio),
-			mcpCommand(stdio), mcpConfigCommand(stdio)),
+			mcpCommand(stdio), mcpConfigCommand(stdio), secretCommand(stdio)),
 		category("Network", netCommand(stdio), portCommand(stdio), exposeCommand(stdio)),
 		category("Images and templates", imageCommand(stdio), templateCommand(stdio)),
 		category("Host", setupCommand(stdio), doctorCommand(stdio), completionCommand(stdio), helpCommand(stdio),
