@@ -14,11 +14,11 @@ func TestSessionEnv(t *testing.T) {
 	var notes []string
 	notify := func(s string) { notes = append(notes, s) }
 
-	vars, err := sessionEnv([]string{"TOKEN", "EXTRA=given=with=equals", "ANTHROPIC_API_KEY=override"}, "ANTHROPIC_API_KEY", getenv, notify)
+	vars, err := sessionEnv([]string{"TOKEN", "EXTRA=given=with=equals", "ANTHROPIC_API_KEY=override"}, getenv, notify)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []session.Var{{Name: "ANTHROPIC_API_KEY", Value: "override"}, {Name: "TOKEN", Value: "from-host"}, {Name: "EXTRA", Value: "given=with=equals"}}
+	want := []session.Var{{Name: "TOKEN", Value: "from-host"}, {Name: "EXTRA", Value: "given=with=equals"}, {Name: "ANTHROPIC_API_KEY", Value: "override"}}
 	if len(vars) != len(want) {
 		t.Fatalf("vars: %v", vars)
 	}
@@ -38,21 +38,20 @@ func TestSessionEnv(t *testing.T) {
 		}
 	}
 
-	// The agent's key is passed only when set; an unset --env NAME and a
-	// bad name are refused, naming them.
-	if vars, _ := sessionEnv(nil, "OPENAI_API_KEY", getenv, notify); len(vars) != 0 {
-		t.Errorf("an unset key variable was passed: %v", vars)
+	// The agent's own key is not --env's (agentKey); an unset --env NAME
+	// and a bad name are refused, naming them.
+	if vars, _ := sessionEnv(nil, getenv, notify); len(vars) != 0 {
+		t.Errorf("no --env, yet variables: %v", vars)
 	}
 	for in, msg := range map[string]string{"NOPE": "NOPE is not set", "1X=v": `"1X" is not an environment variable name`, "=v": `"" is not`} {
-		if _, err := sessionEnv([]string{in}, "", getenv, notify); err == nil || !strings.Contains(err.Error(), msg) {
+		if _, err := sessionEnv([]string{in}, getenv, notify); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("--env %q: got %v, want %q", in, err, msg)
 		}
 	}
 }
 
 // An --env name that looks like a credential's is warned about, naming
-// `agent-vm secret set`; other names and the agent's own key variable,
-// passed from the host's environment, are not.
+// `agent-vm secret set`; other names are not.
 func TestSessionEnvWarnsOfCredentials(t *testing.T) {
 	getenv := func(string) string { return "v" }
 	for name, warned := range map[string]bool{
@@ -61,7 +60,7 @@ func TestSessionEnvWarnsOfCredentials(t *testing.T) {
 	} {
 		for _, arg := range []string{name, name + "=given"} {
 			var notes []string
-			if _, err := sessionEnv([]string{arg}, "", getenv, func(s string) { notes = append(notes, s) }); err != nil {
+			if _, err := sessionEnv([]string{arg}, getenv, func(s string) { notes = append(notes, s) }); err != nil {
 				t.Fatal(err)
 			}
 			want := "--env " + name + ": its value enters the VM, where the agent can read it; `agent-vm secret set " + name + "` keeps it on the host and lets the egress proxy add it to requests instead"
@@ -69,10 +68,6 @@ func TestSessionEnvWarnsOfCredentials(t *testing.T) {
 				t.Errorf("--env %s: warned %v, want %v: %q", arg, got, warned, notes)
 			}
 		}
-	}
-	var notes []string
-	if _, err := sessionEnv(nil, "ANTHROPIC_API_KEY", getenv, func(s string) { notes = append(notes, s) }); err != nil || len(notes) != 0 {
-		t.Errorf("the agent's key variable alone: %v, notes %q; want none", err, notes)
 	}
 }
 

@@ -67,14 +67,14 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 		if argv, keyEnv, err = agentCommand(agent, o.Args, o.Name); err != nil {
 			return err
 		}
-		vars, err = sessionEnv(o.Env, "", getenv, notify)
+		vars, err = sessionEnv(o.Env, getenv, notify)
 		return err
 	}
 	if !agentFromConfig {
 		if err := check(); err != nil {
 			return nil, err
 		}
-	} else if _, err := sessionEnv(o.Env, "", getenv, func(string) {}); err != nil {
+	} else if _, err := sessionEnv(o.Env, getenv, func(string) {}); err != nil {
 		return nil, err
 	}
 	if create {
@@ -255,9 +255,8 @@ func agentKey(up VM, keyEnv string, getenv func(string) string, notify func(stri
 // the value from this process's environment, NAME=VALUE the value given
 // (with a warning: it is in the shell's history). A name that looks like
 // a credential's gets a warning too: the host's secret store would keep
-// it out of the VM. The agent's own key variable is passed when it is set
-// here.
-func sessionEnv(env []string, keyEnv string, getenv func(string) string, notify func(string)) ([]session.Var, error) {
+// it out of the VM. The agent's own key variable is agentKey's.
+func sessionEnv(env []string, getenv func(string) string, notify func(string)) ([]session.Var, error) {
 	var vars []session.Var
 	seen := map[string]int{}
 	add := func(v session.Var) {
@@ -267,11 +266,6 @@ func sessionEnv(env []string, keyEnv string, getenv func(string) string, notify 
 		}
 		seen[v.Name] = len(vars)
 		vars = append(vars, v)
-	}
-	if keyEnv != "" {
-		if v := getenv(keyEnv); v != "" {
-			add(session.Var{Name: keyEnv, Value: v})
-		}
 	}
 	for _, s := range env {
 		name, value, given := strings.Cut(s, "=")

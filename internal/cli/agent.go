@@ -21,7 +21,7 @@ import (
 func runCommand(stdio IO) *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "agent", Usage: "run agent `NAME`: claude, codex or gemini (its CLI is installed first if the VM lacks it), or any program in the VM (default: the VM's, from create --agent)"},
-		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable; the agent's API key variable is passed when set)"},
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable); a credential is better kept on the host: see agent-vm secret set"},
 		&cli.StringFlag{Name: "session", Usage: "the agent session to start or attach to (default: named after the agent)"},
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
 		timeoutFlag(bootTimeout),
