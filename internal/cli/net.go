@@ -157,6 +157,12 @@ func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 	}
 	line := fmt.Sprintf("%s  %-7s %-7s %s:%d  (%s)  out %d B, in %d B", x.Time.Local().Format(time.DateTime), x.Kind, verdict,
 		termsafe.String(x.Host), x.Port, termsafe.String(x.Rule), x.BytesOut, x.BytesIn)
+	if x.Request != "" {
+		line += "  " + termsafe.String(x.Request)
+	}
+	if len(x.Secrets) > 0 {
+		line += "  secrets: " + termsafe.String(strings.Join(x.Secrets, ", "))
+	}
 	if x.Error != "" {
 		line += "  error: " + termsafe.String(x.Error)
 	}

@@ -210,3 +210,19 @@ func TestNetProxyDropsToTheOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestNetLogLine: an intercepted request's line names the request and the
+// secrets put in (names only), and a refusal's error.
+func TestNetLogLine(t *testing.T) {
+	var b strings.Builder
+	at := time.Date(2026, 11, 27, 4, 0, 0, 0, time.Local)
+	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: "https", Host: "api.github.com", Port: 443, Allowed: true, Rule: "allow api.github.com",
+		Request: "POST /repos/o/r/pulls", Secrets: []string{"GH_TOKEN"}}, false)
+	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: "https", Host: "example.org", Port: 443, Rule: "secret bound elsewhere",
+		Request: "GET /x", Error: "placeholder of GH_TOKEN sent to example.org: refused"}, false)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "  POST /repos/o/r/pulls  secrets: GH_TOKEN") ||
+		!strings.Contains(lines[1], "DENIED") || !strings.HasSuffix(lines[1], "GET /x  error: placeholder of GH_TOKEN sent to example.org: refused") {
+		t.Errorf("net log lines:\n%s", b.String())
+	}
+}
