@@ -206,6 +206,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	}
 	v.CACertificates = append(v.CACertificates, o.CACerts...)
 	maps.Copy(v.Environment, o.Placeholders)
+	maps.Copy(v.GitCredentials, o.GitCredentials)
 	if err := writeFiles(l.Dir, v); err != nil {
 		return nil, err
 	}

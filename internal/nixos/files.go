@@ -81,6 +81,10 @@ type VMJSON struct {
 	// guest gets (environment.sessionVariables, through pam_env): the
 	// placeholders of the VM's secrets, and where Node finds the CAs.
 	Environment map[string]string `json:"environment"`
+	// GitCredentials are the git hosts whose token the VM's proxy holds,
+	// with that token's placeholder: the guest's git reaches them over
+	// https and answers the placeholder (programs.git.config).
+	GitCredentials map[string]string `json:"gitCredentials"`
 	// Guidance is the note telling agents where they are (guest.Guidance).
 	Guidance string `json:"guidance"`
 	// Packages are nixpkgs attribute names installed system-wide (create
@@ -153,7 +157,8 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 		MCP:            MCPJSON{AllowOrigin: append([]string{}, r.AllowOrigins...)},
 		CACertificates: []string{},
 		// Node reads its own bundle, not the system's, unless told.
-		Environment: map[string]string{"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt"},
+		Environment:    map[string]string{"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt"},
+		GitCredentials: map[string]string{},
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "For a shell with a program, `nix-shell -p PACKAGE`; what should last belongs in the VM's NixOS configuration (`agent-vm create --config`): ask the user."}),
 	}

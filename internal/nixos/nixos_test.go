@@ -75,6 +75,7 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 			ca := "-----BEGIN CERTIFICATE-----\nMIIB${x}\\''\"\n-----END CERTIFICATE-----\n"
 			v.CACertificates = []string{ca}
 			v.Environment["GH_TOKEN"] = "agent-vm-placeholder-${x}\\''\""
+			v.GitCredentials["git.example.com"] = "agent-vm-placeholder-0123"
 			v.Packages = []string{"ripgrep", "python3", "hello'"}
 			if err := writeFiles(l.Dir, v); err != nil {
 				t.Fatal(err)
@@ -101,6 +102,11 @@ func TestDataLayerRoundTripsHostileValues(t *testing.T) {
 					"security": map[string]any{"pki": map[string]any{"certificates": []any{ca}}},
 					"environment": map[string]any{"sessionVariables": map[string]any{
 						"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt", "GH_TOKEN": v.Environment["GH_TOKEN"]}},
+					"programs": map[string]any{"git": map[string]any{"enable": true, "config": map[string]any{
+						"url": map[string]any{"https://git.example.com/": map[string]any{"insteadOf": []any{"git@git.example.com:", "ssh://git@git.example.com/"}}},
+						"credential": map[string]any{"https://git.example.com": map[string]any{"helper": []any{"",
+							`!f() { test "$1" = get && printf 'username=agent-vm\npassword=%s\n' agent-vm-placeholder-0123; }; f`}}},
+					}}},
 				},
 			}
 			if !reflect.DeepEqual(got, want) {

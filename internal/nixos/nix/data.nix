@@ -4,6 +4,8 @@
 # real nix to check that every value arrives unchanged.
 let
   vm = builtins.fromJSON (builtins.readFile ./vm.json);
+  gitHosts = builtins.attrNames vm.gitCredentials;
+  byHost = f: builtins.listToAttrs (map f gitHosts);
 in
 {
   inherit (vm) nixpkgs system userModule;
@@ -30,5 +32,23 @@ in
     services.agent-mcp.allowOrigin = vm.mcp.allowOrigin;
     security.pki.certificates = vm.caCertificates;
     environment.sessionVariables = vm.environment;
+    # git reaches each host whose token the egress proxy holds over https
+    # (an ssh-form remote too), and answers the token's placeholder.
+    programs.git = {
+      enable = true;
+      config = {
+        url = byHost (host: {
+          name = "https://${host}/";
+          value.insteadOf = [ "git@${host}:" "ssh://git@${host}/" ];
+        });
+        credential = byHost (host: {
+          name = "https://${host}";
+          value.helper = [
+            ""
+            "!f() { test \"$1\" = get && printf 'username=agent-vm\\npassword=%s\\n' ${vm.gitCredentials.${host}}; }; f"
+          ];
+        });
+      };
+    };
   };
 }
