@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -48,7 +49,7 @@ type Network struct {
 	// ProxyInput, when set, is written to the proxy's standard input as
 	// it starts: the VM's secrets (egress.Bundle), which must never be
 	// logged, kept in a file or passed as an argument.
-	ProxyInput []byte
+	ProxyInput Sealed
 	// Dir is the proxy's directory (policy and log), which the driver
 	// gives to the user the proxy runs as.
 	Dir string
@@ -194,3 +195,11 @@ type SSHEndpoint struct {
 	// names), in its order.
 	Options [][2]string
 }
+
+// Sealed is bytes that hold secrets: every printed form of it (fmt's
+// verbs, %+v of a struct that holds it) is "[sealed]", so a log line or
+// an error that shows a Network by mistake shows no value.
+type Sealed []byte
+
+// Format implements fmt.Formatter.
+func (Sealed) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, "[sealed]") }

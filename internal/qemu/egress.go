@@ -64,7 +64,7 @@ func checkNetwork(m Machine) error {
 		return nil
 	}
 	if len(n.Proxy) == 0 || len(n.Relay) == 0 || n.Addr == "" || n.ProxyPort == 0 {
-		return fmt.Errorf("internal error: incomplete network %+v", *n)
+		return fmt.Errorf("internal error: incomplete network (addr %q, proxy port %d, proxy %q, relay %q)", n.Addr, n.ProxyPort, n.Proxy, n.Relay)
 	}
 	for _, a := range append(slices.Clone(n.Relay), m.egressFile(ProxySock)) {
 		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") {
