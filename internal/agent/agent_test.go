@@ -73,7 +73,7 @@ func TestSessionEnvWarnsOfCredentials(t *testing.T) {
 
 func TestAgentCommand(t *testing.T) {
 	argv, key, err := agentCommand("claude", []string{"--model", "x"}, "main")
-	if err != nil || strings.Join(argv, " ") != "claude --model x" || key != "ANTHROPIC_API_KEY" {
+	if err != nil || strings.Join(argv, " ") != "claude --model x" || strings.Join(key, " ") != "ANTHROPIC_API_KEY CLAUDE_CODE_OAUTH_TOKEN" {
 		t.Errorf("claude: %v %q %v", argv, key, err)
 	}
 	argv, key, err = agentCommand("./bin/my agent", nil, "main")
@@ -81,7 +81,7 @@ func TestAgentCommand(t *testing.T) {
 		t.Errorf("a program with a space: %v %q %v", argv, key, err)
 	}
 	argv, key, err = agentCommand("./bin/tool", []string{"a b"}, "main")
-	if err != nil || len(argv) != 2 || argv[1] != "a b" || key != "" {
+	if err != nil || len(argv) != 2 || argv[1] != "a b" || len(key) != 0 {
 		t.Errorf("a program: %v %q %v", argv, key, err)
 	}
 	if _, _, err := agentCommand("", nil, "main"); err == nil || !strings.Contains(err.Error(), "--agent claude|codex|gemini") {

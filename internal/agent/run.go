@@ -61,10 +61,10 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 	agentFromConfig := create && agent == ""
 	var argv []string
 	var vars []session.Var
-	var keyEnv string
+	var keyEnvs []string
 	check := func() error {
 		var err error
-		if argv, keyEnv, err = agentCommand(agent, o.Args, o.Name); err != nil {
+		if argv, keyEnvs, err = agentCommand(agent, o.Args, o.Name); err != nil {
 			return err
 		}
 		vars, err = sessionEnv(o.Env, getenv, notify)
@@ -96,15 +96,19 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 			}
 		}
 	}
-	var keys map[string]string
-	if v := getenv(keyEnv); keyEnv != "" && v != "" {
-		keys = map[string]string{keyEnv: v}
+	keys := map[string]string{}
+	for _, k := range keyEnvs {
+		if v := getenv(k); v != "" {
+			keys[k] = v
+		}
 	}
 	up, booted, err := o.Start(ctx, o.Name, keys)
 	if err != nil {
 		return nil, err
 	}
-	vars = append(agentKey(up, keyEnv, getenv, notify), vars...)
+	for _, k := range slices.Backward(keyEnvs) {
+		vars = append(agentKey(up, k, getenv, notify), vars...)
+	}
 	res.Started = booted
 	res.VM, res.Branch = up.Slug, up.Branch
 	c, _, err := vms.Connect(ctx, res.VM)
@@ -212,22 +216,23 @@ func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, err
 	return nil
 }
 
-// agentCommand is the agent's argv and the API key variable it reads.
-func agentCommand(name string, args []string, vmName string) ([]string, string, error) {
+// agentCommand is the agent's argv and the variables it reads its
+// credential from.
+func agentCommand(name string, args []string, vmName string) ([]string, []string, error) {
 	if name == "" {
 		var names []string
 		for _, a := range guest.Agents {
 			names = append(names, a.Name)
 		}
-		return nil, "", fmt.Errorf("no agent to run: VM %s was not created with --agent (hint: `agent-vm run %s --agent %s`, or --agent PROGRAM for any program in the VM)", vmName, vmName, strings.Join(names, "|"))
+		return nil, nil, fmt.Errorf("no agent to run: VM %s was not created with --agent (hint: `agent-vm run %s --agent %s`, or --agent PROGRAM for any program in the VM)", vmName, vmName, strings.Join(names, "|"))
 	}
 	if a, err := guest.LookupAgent(name); err == nil {
-		return append([]string{a.Command}, args...), a.KeyEnv, nil
+		return append([]string{a.Command}, args...), a.Keys, nil
 	}
 	if strings.TrimSpace(name) != name || strings.ContainsAny(name, " \t\n\x00") {
-		return nil, "", fmt.Errorf("--agent %q: give one program; its arguments go after -- (e.g. `agent-vm run --agent mytool -- --flag`)", termsafe.String(name))
+		return nil, nil, fmt.Errorf("--agent %q: give one program; its arguments go after -- (e.g. `agent-vm run --agent mytool -- --flag`)", termsafe.String(name))
 	}
-	return append([]string{name}, args...), "", nil
+	return append([]string{name}, args...), nil, nil
 }
 
 // agentKey is how the agent's API key (the variable keyEnv) reaches it.

@@ -125,14 +125,17 @@ type Agent struct {
 	Name    string // what the user types: claude, codex, gemini
 	Package string // its npm package, installed globally on the first boot
 	Command string // the program it installs
-	KeyEnv  string // the API key it reads
+	// Keys are the variables it reads its credential from: an API key,
+	// and for claude the long-lived token `claude setup-token` prints
+	// (CLAUDE_CODE_OAUTH_TOKEN, for a subscription).
+	Keys []string
 }
 
 // Agents are the agent CLIs agent-vm knows, by name.
 var Agents = []Agent{
-	{Name: "claude", Package: "@anthropic-ai/claude-code", Command: "claude", KeyEnv: "ANTHROPIC_API_KEY"},
-	{Name: "codex", Package: "@openai/codex", Command: "codex", KeyEnv: "OPENAI_API_KEY"},
-	{Name: "gemini", Package: "@google/gemini-cli", Command: "gemini", KeyEnv: "GEMINI_API_KEY"},
+	{Name: "claude", Package: "@anthropic-ai/claude-code", Command: "claude", Keys: []string{"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"}},
+	{Name: "codex", Package: "@openai/codex", Command: "codex", Keys: []string{"OPENAI_API_KEY"}},
+	{Name: "gemini", Package: "@google/gemini-cli", Command: "gemini", Keys: []string{"GEMINI_API_KEY"}},
 }
 
 // NPMInstall is the command (run as root) that installs npm packages

@@ -80,6 +80,9 @@ type file struct {
 // for its tokens.
 var defaultHosts = map[string][]string{
 	"ANTHROPIC_API_KEY": {"api.anthropic.com"},
+	// `claude setup-token`'s token, which Claude Code sends as a bearer
+	// token to the same API.
+	"CLAUDE_CODE_OAUTH_TOKEN": {"api.anthropic.com"},
 	"OPENAI_API_KEY":    {"api.openai.com"},
 	"GEMINI_API_KEY":    {"generativelanguage.googleapis.com"},
 	"GH_TOKEN":          {"github.com", "api.github.com"},
