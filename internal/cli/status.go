@@ -87,6 +87,9 @@ func printStatus(w io.Writer, i vm.Info) {
 	if i.Net != nil {
 		fmt.Fprintf(w, "network:    %s\n", netLine(i))
 	}
+	if len(i.Secrets) > 0 {
+		fmt.Fprintf(w, "secrets:    %s (placeholders in the guest; the egress proxy adds the values)\n", strings.Join(i.Secrets, ", "))
+	}
 	fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
 	fmt.Fprintf(w, "repo:       %s\n", termsafe.String(i.Git.Source))
 	if i.Foreign != "" {

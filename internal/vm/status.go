@@ -3,6 +3,8 @@ package vm
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -58,6 +60,9 @@ type Info struct {
 	HostCA        bool            `json:"host_ca"`       // the guest trusts the host's added CA certificates
 	AgentCLI      string          `json:"agent_cli"`     // create --agent, "" for none
 	Net           *netpolicy.Info `json:"net,omitempty"` // the egress policy and exposed host ports
+	// Secrets name the secrets whose placeholders the guest holds (from
+	// its last start): the egress proxy adds their values (internal/secret).
+	Secrets []string `json:"secrets"`
 	// Foreign is the user's own configuration the guest runs as is (the
 	// repository's Vagrantfile), "" for agent-vm's own guest. Such a VM has
 	// no agent-mcp and no pinned host key: its ports, ssh and mcp fields
@@ -102,7 +107,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	r, l := e.Record, e.Layout
 	info := Info{
 		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
-		Ports: r.Ports, Forwards: r.ForwardList(), ShareCache: driver.Share{Cache: r.WorkspaceCache}.CacheMode(), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent,
+		Ports: r.Ports, Forwards: r.ForwardList(), ShareCache: driver.Share{Cache: r.WorkspaceCache}.CacheMode(), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent, Secrets: append([]string{}, slices.Sorted(maps.Keys(r.Placeholders))...),
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: sshconfig.Alias(r.Slug)},
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
