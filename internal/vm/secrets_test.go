@@ -82,7 +82,9 @@ func TestSecretsStayOnTheHost(t *testing.T) {
 	if _, err := netpolicy.Allow(ctx, m, branch, []string{"other.test", up.Addr.String()}); err != nil {
 		t.Fatal(err)
 	}
-	start(t, m, branch)
+	if got := strings.Join(start(t, m, branch).Info.Secrets, " "); got != "GH_TOKEN OTHER_KEY" {
+		t.Errorf("status names the secrets %q, want GH_TOKEN OTHER_KEY", got)
+	}
 
 	sh := func(script string) (int, string, string) {
 		t.Helper()
