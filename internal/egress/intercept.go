@@ -25,6 +25,10 @@ import (
 // other host's CONNECT stays a tunnel the proxy cannot read: a
 // placeholder sent there is worth nothing, as only this proxy swaps it.
 //
+// Before a request goes on, the policy's request rules judge it
+// (request.go): one they refuse gets the proxy's 403, which names the
+// rule and the command that allows it, and ends the tunnel.
+//
 // Each intercepted request is a log entry of its own (kind "https"), with
 // the names of the secrets put in or, refused, the reason; never a value.
 type Interceptor struct {
@@ -131,6 +135,9 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 		writeStatus(guest, http.StatusMisdirectedRequest, "agent-vm: "+e.Rule+"\n")
 		return false
 	}
+	if p.refusedByRules(guest, req, e) {
+		return false
+	}
 	names, err := p.Intercept.Rewrite(tunnel.Host, req)
 	if err != nil {
 		e.Rule = err.Error()
@@ -189,6 +196,46 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 	}
 	p.record(e)
 	return err == nil && !req.Close && !resp.Close
+}
+
+// refusedByRules applies the current policy's request rules to req, e
+// being its log entry; a refused request is logged and answered, and the
+// connection is to end. An unreadable policy refuses.
+func (p *Proxy) refusedByRules(guest io.Writer, req *http.Request, e Entry) bool {
+	pol, err := p.currentPolicy()
+	d := RequestDecision{Rule: fmt.Sprint(err)}
+	if err == nil {
+		d = pol.DecideRequest(e.Host, req)
+	}
+	if d.Allowed {
+		return false
+	}
+	e.Rule = d.Rule
+	if d.Note != "" {
+		e.Rule += "; " + d.Note
+	}
+	p.record(e)
+	// Read what the guest sends before answering: a connection closed on
+	// bytes it did not read may lose the answer.
+	_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, maxInspectedBody))
+	_, _ = guest.Write(forbidden(RequestDenialMessage(req.Method+" "+e.Host+req.URL.EscapedPath(), d, pol.Branch)))
+	return true
+}
+
+// RequestDenialMessage is what the guest reads when the request rules
+// refuse what (its method, host and path): the rule, and the command the
+// user runs on the host to allow it.
+func RequestDenialMessage(what string, d RequestDecision, branch string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "agent-vm: %s refused by this VM's request rules (rule: %s).\n", what, d.Rule)
+	if d.Note != "" {
+		fmt.Fprintf(&b, "Before it, %s.\n", d.Note)
+	}
+	fmt.Fprintf(&b, "The VM's proxy reads its requests to the hosts a secret is bound to, and judges each by its request rules (`agent-vm net show %s`).\n", branch)
+	if d.Fix != "" {
+		fmt.Fprintf(&b, "The user can allow it on the host with: agent-vm net allow %s '%s'\n", branch, d.Fix)
+	}
+	return b.String()
 }
 
 // hostOf is the host of a Host header, without its port, normalized.
