@@ -198,3 +198,33 @@ func TestNoRequestRules(t *testing.T) {
 		t.Errorf("no rules: %+v", d)
 	}
 }
+
+// FuzzParseRequestPattern: what ParseRequestPattern takes it writes as
+// text that it reads back the same, and a rule matches the request its
+// own literal path names.
+func FuzzParseRequestPattern(f *testing.F) {
+	for _, s := range []string{"POST api.github.com/repos/o/r/pulls", "* a.b/**", "get A.b/x/*/y", "POST h.io/graphql graphql:a,b", "GET 1.2.3.4/x", "GET a.b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		pt, err := ParseRequestPattern(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseRequestPattern(pt.String())
+		if err != nil || !reflect.DeepEqual(again, pt) {
+			t.Fatalf("%q reads as %q, which reads as %+v, %v", s, pt.String(), again, err)
+		}
+		if strings.Contains(pt.Path, "*") || pt.Method == "*" {
+			return
+		}
+		req, err := http.NewRequest(pt.Method, "https://"+pt.Host+pt.Path, nil)
+		if err != nil {
+			return
+		}
+		segs, odd := requestPath(req)
+		if odd != "" || !pt.matches(pt.Method, pt.Host, segs, false) {
+			t.Fatalf("%q does not match its own path %s (%q, %s)", pt.String(), pt.Path, segs, odd)
+		}
+	})
+}

@@ -225,17 +225,25 @@ func (p *parser) fragment() error {
 	if p.tok.kind != name || p.tok.text != "on" {
 		return p.errorf("%s where fragment %s's type condition (on Type) belongs", p.describe(), n)
 	}
-	if err := p.advance(); err != nil {
-		return err
-	}
-	if _, err := p.name(); err != nil {
-		return err
+	r := &root{}
+	p.fragments[n] = r
+	return p.fragmentBody(r)
+}
+
+// fragmentBody reads what follows a fragment's name, or an inline
+// fragment's "...": TypeCondition? Directives? SelectionSet.
+func (p *parser) fragmentBody(r *root) error {
+	if p.tok.kind == name && p.tok.text == "on" {
+		if err := p.advance(); err != nil {
+			return err
+		}
+		if _, err := p.name(); err != nil {
+			return err
+		}
 	}
 	if err := p.directives(false); err != nil {
 		return err
 	}
-	r := &root{}
-	p.fragments[n] = r
 	return p.selectionSet(r)
 }
 
@@ -285,18 +293,7 @@ func (p *parser) selection(r *root) error {
 			}
 			return p.directives(false)
 		}
-		if p.tok.kind == name { // on Type
-			if err := p.advance(); err != nil {
-				return err
-			}
-			if _, err := p.name(); err != nil {
-				return err
-			}
-		}
-		if err := p.directives(false); err != nil {
-			return err
-		}
-		return p.selectionSet(r)
+		return p.fragmentBody(r)
 	}
 	field, err := p.name()
 	if err != nil {
