@@ -37,7 +37,7 @@ func readGraphQL(req *http.Request) *graphqlRead {
 	if req.URL.RawQuery != "" {
 		return &graphqlRead{err: errors.New("a request with a query string")}
 	}
-	if req.Body == nil {
+	if req.Body == nil || req.Body == http.NoBody {
 		return &graphqlRead{err: errors.New("a request without a body")}
 	}
 	b, err := io.ReadAll(io.LimitReader(req.Body, maxInspectedBody+1))

@@ -135,6 +135,13 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 		writeStatus(guest, http.StatusMisdirectedRequest, "agent-vm: "+e.Rule+"\n")
 		return false
 	}
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") && req.Body != http.NoBody {
+		// Answered here, once the body is first read (to judge it or to
+		// pass it on): the host gets it at once, and a request refused
+		// before that is answered without it.
+		req.Header.Del("Expect")
+		req.Body = &continueBody{ReadCloser: req.Body, guest: guest}
+	}
 	if p.refusedByRules(guest, req, e) {
 		return false
 	}
@@ -153,13 +160,6 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 	}
 	e.Allowed, e.Secrets = true, names
 	dropHopHeaders(req.Header)
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-		// Answered here: the host gets the body at once.
-		req.Header.Del("Expect")
-		if _, err := io.WriteString(guest, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
-			return false
-		}
-	}
 	out := &counter{w: host}
 	if err := req.Write(out); err != nil {
 		e.Error = "writing the request: " + err.Error()
@@ -216,8 +216,11 @@ func (p *Proxy) refusedByRules(guest io.Writer, req *http.Request, e Entry) bool
 	}
 	p.record(e)
 	// Read what the guest sends before answering: a connection closed on
-	// bytes it did not read may lose the answer.
-	_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, maxInspectedBody))
+	// bytes it did not read may lose the answer. A guest that waits for
+	// 100 Continue sends none.
+	if cb, ok := req.Body.(*continueBody); !ok || cb.sent {
+		_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, maxInspectedBody))
+	}
 	_, _ = guest.Write(forbidden(RequestDenialMessage(req.Method+" "+e.Host+req.URL.EscapedPath(), d, pol.Branch)))
 	return true
 }
@@ -269,6 +272,24 @@ func (p *Proxy) checkPlain(host string, req *http.Request) error {
 		return fmt.Errorf("%w: the placeholder of %s was sent to http://%s (hint: use https://)", errPlainSecret, strings.Join(names, ", "), host)
 	}
 	return nil
+}
+
+// continueBody is the body of a request that expects 100 Continue: its
+// first read tells the guest to send it.
+type continueBody struct {
+	io.ReadCloser
+	guest io.Writer
+	sent  bool
+}
+
+func (b *continueBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		if _, err := io.WriteString(b.guest, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return 0, err
+		}
+	}
+	return b.ReadCloser.Read(p)
 }
 
 // readerConn is a connection whose reads come from r (what the guest

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Request rules through the proxy, on an intercepted host: reads and the
@@ -149,5 +150,39 @@ func TestRequestRefusedWithoutAPolicy(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "unreadable") {
 		t.Errorf("a request in a live tunnel once the policy is unreadable: %d %q", resp.StatusCode, b)
+	}
+}
+
+// A request that waits for 100 Continue is judged without its body when
+// its path decides, and gets 100 Continue when a GraphQL rule must read
+// the body: neither waits for the client to give up waiting.
+func TestRequestRulesAndExpectContinue(t *testing.T) {
+	up := newUpstream(t, "allowed.test")
+	f, c, _ := interceptFixture(t, up)
+	pol := f.policy
+	pol.Requests = []RequestRule{mustRule(t, "allow POST allowed.test/graphql graphql:createPullRequest"), mustRule(t, "deny * allowed.test/**")}
+	f.setPolicy(pol)
+	c.Transport.(*http.Transport).ExpectContinueTimeout = time.Hour
+	for _, tc := range []struct {
+		path, body string
+		code       int
+	}{
+		{"/repos/o/r/pulls/1/merge", `{"merge_method": "squash"}`, 403},
+		{"/graphql", `{"query": "mutation { createPullRequest(input: {}) { pullRequest { url } } }"}`, 200},
+		{"/graphql", `{"query": "mutation { mergePullRequest(input: {}) { clientMutationId } }"}`, 403},
+	} {
+		req, _ := http.NewRequest("POST", "https://allowed.test:"+strconv.Itoa(up.port)+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Expect", "100-continue")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("POST %s with Expect: 100-continue: %d, want %d", tc.path, resp.StatusCode, tc.code)
+		}
+	}
+	if reqs, bodies := up.requests(); len(reqs) != 1 || !strings.Contains(bodies[0], "createPullRequest") {
+		t.Errorf("the host got %d requests (%q), want the one allowed", len(reqs), bodies)
 	}
 }
