@@ -221,14 +221,14 @@ func (p *Proxy) refusedByRules(guest io.Writer, req *http.Request, e Entry) bool
 	if cb, ok := req.Body.(*continueBody); !ok || cb.sent {
 		_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, maxInspectedBody))
 	}
-	_, _ = guest.Write(forbidden(RequestDenialMessage(req.Method+" "+e.Host+req.URL.EscapedPath(), d, pol.Branch)))
+	_, _ = guest.Write(forbidden(requestDenial(req.Method+" "+e.Host+req.URL.EscapedPath(), d, pol.Branch)))
 	return true
 }
 
-// RequestDenialMessage is what the guest reads when the request rules
+// requestDenial is what the guest reads when the request rules
 // refuse what (its method, host and path): the rule, and the command the
 // user runs on the host to allow it.
-func RequestDenialMessage(what string, d RequestDecision, branch string) string {
+func requestDenial(what string, d RequestDecision, branch string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "agent-vm: %s refused by this VM's request rules (rule: %s).\n", what, d.Rule)
 	if d.Note != "" {

@@ -270,7 +270,7 @@ func requestPath(req *http.Request) (segs []string, odd string) {
 			return nil, "a request with the header " + h
 		}
 	}
-	if req.URL.Query().Has("_method") {
+	if q := strings.ReplaceAll(strings.ToLower(req.URL.RawQuery), "%5f", "_"); strings.Contains(q, "_method") {
 		return nil, "a request with _method in its query"
 	}
 	p := req.URL.EscapedPath()

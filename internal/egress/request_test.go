@@ -152,6 +152,7 @@ func TestDecideRequest(t *testing.T) {
 		{method: "POST", target: "/repos/o/r//pulls", rule: "an empty segment"},
 		{method: "POST", target: "/repos/o/r/pulls", header: map[string]string{"X-HTTP-Method-Override": "PUT"}, rule: "the header X-HTTP-Method-Override"},
 		{method: "POST", target: "/repos/o/r/pulls?_method=PUT", rule: "_method in its query"},
+		{method: "POST", target: "/repos/o/r/pulls?a=%zz&%5Fmethod=PUT", rule: "_method in its query"},
 
 		{method: "POST", target: "/graphql", body: gqlBody(`query { viewer { login } }`), allowed: true, rule: "allow POST api.github.com/graphql graphql:createPullRequest,addComment"},
 		{method: "POST", target: "/graphql", body: gqlBody(`mutation M($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { url } } }`),
