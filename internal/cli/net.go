@@ -20,10 +20,10 @@ import (
 func netCommand(stdio IO) *cli.Command {
 	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*netpolicy.Change, error)) *cli.Command {
 		return &cli.Command{
-			Name: name, Usage: usage, ArgsUsage: "BRANCH DOMAIN...",
+			Name: name, Usage: usage, ArgsUsage: "BRANCH DOMAIN|'METHOD host/path'...", Description: netEditHelp,
 			Action: func(cliCtx *cli.Context) error {
 				if cliCtx.NArg() < 2 {
-					return usagef("net %s takes BRANCH DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7), got %d arguments", name, cliCtx.NArg())
+					return usagef("net %s takes BRANCH DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got %d arguments", name, cliCtx.NArg())
 				}
 				return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 					args := cliCtx.Args().Slice()
@@ -43,12 +43,15 @@ func netCommand(stdio IO) *cli.Command {
 			"ports exposed to it (`agent-vm port expose`). Mode allow (the default) allows the allow-list: agent\n" +
 			"APIs, package registries, Debian's mirrors, common git hosts and the repository's git remote\n" +
 			"host, plus what `net allow` adds; open allows every destination; offline none. `net deny`\n" +
-			"refuses a destination in every mode. Changes apply at once, also to a running VM.",
+			"refuses a destination in every mode. Request rules ('METHOD host/path', see `net allow --help`)\n" +
+			"judge the requests the proxy reads, those to a host a secret is bound to; with an upstream on\n" +
+			"github.com the defaults let the agent read GitHub's API and open and comment on the upstream's pull\n" +
+			"requests and issues, and refuse every other write. Changes apply at once, also to a running VM.",
 		Subcommands: []*cli.Command{
-			edit("allow", "allow DOMAINs (a name, *.suffix, or an IP address)", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
+			edit("allow", "allow DOMAINs (a name, *.suffix, or an IP address) or requests ('METHOD host/path')", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
 				return netpolicy.Allow(c.Context, m, b, d)
 			}),
-			edit("deny", "refuse DOMAINs in every mode", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
+			edit("deny", "refuse DOMAINs in every mode, or requests ('METHOD host/path')", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
 				return netpolicy.Deny(c.Context, m, b, d)
 			}),
 			{
@@ -118,6 +121,29 @@ func netCommand(stdio IO) *cli.Command {
 	}
 }
 
+// netEditHelp is the help of `net allow` and `net deny`.
+const netEditHelp = `A DOMAIN is a host name, *.suffix (its subdomains, not itself) or an IP address: net allow lets
+the VM connect to it, net deny refuses it in every mode.
+
+A request rule, 'METHOD host/path' (quoted: one argument with a space in it), judges the HTTPS requests
+the proxy reads, those to a host a secret is bound to; other connections stay opaque tunnels. METHOD
+is GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS or * (any); host is a name, matched exactly; in the
+path, * matches one segment and a final ** the rest (none or more); a request's query is not matched.
+An allow rule for a POST of GraphQL may end with graphql:FIELD,... : it then matches queries, and
+mutations whose top-level fields are all listed.
+
+The rules are tried in order and the first that matches decides; a request none matches is allowed.
+The rules added here come first, the newest first (one of the same pattern is replaced), then
+agent-vm's defaults; ` + "`agent-vm net show BRANCH`" + ` lists them in that order. With an upstream on
+github.com, the defaults let the agent read GitHub's API and open and comment on the upstream's pull
+requests and issues (GraphQL: createPullRequest, addComment), and refuse every other write.
+
+Examples:
+   agent-vm net allow feat-x pypi.example.org
+   agent-vm net allow feat-x 'PUT api.github.com/repos/o/r/pulls/*/merge'
+   agent-vm net allow feat-x 'POST api.github.com/graphql graphql:mergePullRequest'
+   agent-vm net deny feat-x 'POST api.github.com/repos/o/r/issues'`
+
 func printNetChange(w io.Writer, ch *netpolicy.Change) error {
 	printNetInfo(w, ch.Info)
 	if ch.Live {
@@ -135,6 +161,17 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 	fmt.Fprintf(w, "  allow:   %s\n", strings.Join(info.Allow, " "))
 	if len(info.Deny) > 0 {
 		fmt.Fprintf(w, "  deny:    %s\n", strings.Join(info.Deny, " "))
+	}
+	if len(info.Requests) > 0 {
+		fmt.Fprintln(w, "  request rules (the first that matches decides; for the hosts a secret is bound to):")
+		for _, r := range info.Requests {
+			verdict, pattern, _ := strings.Cut(r.Rule, " ")
+			mark := ""
+			if r.Default {
+				mark = "  (default)"
+			}
+			fmt.Fprintf(w, "    %-5s %s%s\n", verdict, termsafe.String(pattern), mark)
+		}
 	}
 	var doors []string
 	for _, x := range info.Exposed {

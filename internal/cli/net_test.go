@@ -226,3 +226,58 @@ func TestNetLogLine(t *testing.T) {
 		t.Errorf("net log lines:\n%s", b.String())
 	}
 }
+
+// net allow|deny with a request rule ('METHOD host/path'): a bad one is
+// refused with the reason; a good one is in the proxy's policy and in net
+// show, before the GitHub defaults an upstream on github.com brings.
+func TestNetRequestRules(t *testing.T) {
+	repo := tu.Repo(t, false)
+	tu.Git(t, repo, "remote", "add", "origin", "git@github.com:o/r.git")
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--branch", "x", "--backend", "qemu")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"net", "allow", "x", "FOO api.github.com/x"}, `request rule "FOO api.github.com/x": "FOO" is not an HTTP method`},
+		{[]string{"net", "allow", "x", "GET 1.2.3.4/x"}, "is an IP address"},
+		{[]string{"net", "deny", "x", "POST api.github.com/graphql graphql:x"}, "a deny rule has no graphql condition"},
+	} {
+		if r := agentVM(t, repo, st, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("agent-vm %q: exit %d, want 1 and %q\n%s", c.args, r.code, c.want, r.stderr)
+		}
+	}
+	r := mustRun(t, repo, st, "net", "allow", "x", "POST api.github.com/repos/o/r/pulls/*/merge")
+	mustRun(t, repo, st, "net", "deny", "x", "post api.github.com/repos/o/r/issues")
+	if !strings.Contains(r.stdout, "    allow POST api.github.com/repos/o/r/pulls/*/merge\n") {
+		t.Errorf("net allow's output:\n%s", r.stdout)
+	}
+	r = mustRun(t, repo, st, "net", "show", "x")
+	want := "  request rules (the first that matches decides; for the hosts a secret is bound to):\n" +
+		"    deny  POST api.github.com/repos/o/r/issues\n" +
+		"    allow POST api.github.com/repos/o/r/pulls/*/merge\n" +
+		"    allow POST api.github.com/graphql graphql:createPullRequest,addComment  (default)\n"
+	if !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "    deny  * api.github.com/**  (default)\n") {
+		t.Errorf("net show:\n%s\nwant it to hold\n%s", r.stdout, want)
+	}
+	r = mustRun(t, repo, st, "net", "show", "--json", "x")
+	var info struct {
+		Requests []struct {
+			Rule    string `json:"rule"`
+			Default bool   `json:"default"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Requests) != 11 || info.Requests[0].Default || !info.Requests[2].Default || info.Requests[10].Rule != "deny * api.github.com/**" {
+		t.Errorf("net show --json: %s", r.stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(st, "x", "net", "policy.json"))
+	if err != nil || !strings.Contains(string(b), `"requests": [
+    "deny POST api.github.com/repos/o/r/issues",
+    "allow POST api.github.com/repos/o/r/pulls/*/merge",
+    "allow POST api.github.com/graphql graphql:createPullRequest,addComment",`) {
+		t.Errorf("policy file: %v\n%s", err, b)
+	}
+}

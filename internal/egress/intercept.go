@@ -25,6 +25,10 @@ import (
 // other host's CONNECT stays a tunnel the proxy cannot read: a
 // placeholder sent there is worth nothing, as only this proxy swaps it.
 //
+// Before a request goes on, the policy's request rules judge it
+// (request.go): one they refuse gets the proxy's 403, which names the
+// rule and the command that allows it, and ends the tunnel.
+//
 // Each intercepted request is a log entry of its own (kind "https"), with
 // the names of the secrets put in or, refused, the reason; never a value.
 type Interceptor struct {
@@ -131,6 +135,16 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 		writeStatus(guest, http.StatusMisdirectedRequest, "agent-vm: "+e.Rule+"\n")
 		return false
 	}
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") && req.Body != http.NoBody {
+		// Answered here, once the body is first read (to judge it or to
+		// pass it on): the host gets it at once, and a request refused
+		// before that is answered without it.
+		req.Header.Del("Expect")
+		req.Body = &continueBody{ReadCloser: req.Body, guest: guest}
+	}
+	if p.refusedByRules(guest, req, e) {
+		return false
+	}
 	names, err := p.Intercept.Rewrite(tunnel.Host, req)
 	if err != nil {
 		e.Rule = err.Error()
@@ -146,13 +160,6 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 	}
 	e.Allowed, e.Secrets = true, names
 	dropHopHeaders(req.Header)
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-		// Answered here: the host gets the body at once.
-		req.Header.Del("Expect")
-		if _, err := io.WriteString(guest, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
-			return false
-		}
-	}
 	out := &counter{w: host}
 	if err := req.Write(out); err != nil {
 		e.Error = "writing the request: " + err.Error()
@@ -191,6 +198,49 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 	return err == nil && !req.Close && !resp.Close
 }
 
+// refusedByRules applies the current policy's request rules to req, e
+// being its log entry; a refused request is logged and answered, and the
+// connection is to end. An unreadable policy refuses.
+func (p *Proxy) refusedByRules(guest io.Writer, req *http.Request, e Entry) bool {
+	pol, err := p.currentPolicy()
+	d := RequestDecision{Rule: fmt.Sprint(err)}
+	if err == nil {
+		d = pol.DecideRequest(e.Host, req)
+	}
+	if d.Allowed {
+		return false
+	}
+	e.Rule = d.Rule
+	if d.Note != "" {
+		e.Rule += "; " + d.Note
+	}
+	p.record(e)
+	// Read what the guest sends before answering: a connection closed on
+	// bytes it did not read may lose the answer. A guest that waits for
+	// 100 Continue sends none.
+	if cb, ok := req.Body.(*continueBody); !ok || cb.sent {
+		_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, maxInspectedBody))
+	}
+	_, _ = guest.Write(forbidden(requestDenial(req.Method+" "+e.Host+req.URL.EscapedPath(), d, pol.Branch)))
+	return true
+}
+
+// requestDenial is what the guest reads when the request rules
+// refuse what (its method, host and path): the rule, and the command the
+// user runs on the host to allow it.
+func requestDenial(what string, d RequestDecision, branch string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "agent-vm: %s refused by this VM's request rules (rule: %s).\n", what, d.Rule)
+	if d.Note != "" {
+		fmt.Fprintf(&b, "Before it, %s.\n", d.Note)
+	}
+	fmt.Fprintf(&b, "The VM's proxy reads its requests to the hosts a secret is bound to, and judges each by its request rules (`agent-vm net show %s`).\n", branch)
+	if d.Fix != "" {
+		fmt.Fprintf(&b, "The user can allow it on the host with: agent-vm net allow %s '%s'\n", branch, d.Fix)
+	}
+	return b.String()
+}
+
 // hostOf is the host of a Host header, without its port, normalized.
 func hostOf(hostport string) string {
 	if hostport == "" {
@@ -222,6 +272,24 @@ func (p *Proxy) checkPlain(host string, req *http.Request) error {
 		return fmt.Errorf("%w: the placeholder of %s was sent to http://%s (hint: use https://)", errPlainSecret, strings.Join(names, ", "), host)
 	}
 	return nil
+}
+
+// continueBody is the body of a request that expects 100 Continue: its
+// first read tells the guest to send it.
+type continueBody struct {
+	io.ReadCloser
+	guest io.Writer
+	sent  bool
+}
+
+func (b *continueBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		if _, err := io.WriteString(b.guest, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return 0, err
+		}
+	}
+	return b.ReadCloser.Read(p)
 }
 
 // readerConn is a connection whose reads come from r (what the guest

@@ -12,7 +12,9 @@
 //     decision is made on the request's host). With an Interceptor, a
 //     CONNECT to a host a secret is bound to is answered by the proxy
 //     itself, which puts the secret in place of the guest's placeholder
-//     (intercept.go, with the VM's own CA: ca.go). The proxy resolves names
+//     (intercept.go, with the VM's own CA: ca.go) and judges each request
+//     by the policy's request rules (request.go): GitHub's API may be
+//     read, but written to only as the rules list. The proxy resolves names
 //     itself, only for destinations the policy allows, so the guest needs
 //     no resolver, and connects to none of the host's own addresses nor
 //     to one that is not globally reachable, unless the allow-list has
@@ -98,6 +100,10 @@ type Policy struct {
 	// Exposed are the host ports (on 127.0.0.1) the guest may reach
 	// through the door socket.
 	Exposed []int `json:"exposed,omitempty"`
+	// Requests are the rules for the requests the proxy reads (those to
+	// the hosts it intercepts), tried in order, each a string
+	// "allow|deny METHOD host/path" (request.go).
+	Requests []RequestRule `json:"requests,omitempty"`
 }
 
 // Decision is the policy's answer for one destination, and the rule that

@@ -418,8 +418,13 @@ func DenialMessage(e Entry, branch string) string {
 }
 
 func writeDenied(c net.Conn, e Entry, branch string) {
-	msg := DenialMessage(e, branch)
-	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden by agent-vm\r\nContent-Type: text/plain; charset=utf-8\r\nX-Agent-VM-Denied: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+	_, _ = c.Write(forbidden(DenialMessage(e, branch)))
+}
+
+// forbidden is the proxy's refusal with the message msg, whose first line
+// is also its X-Agent-VM-Denied header, closing the connection.
+func forbidden(msg string) []byte {
+	return fmt.Appendf(nil, "HTTP/1.1 403 Forbidden by agent-vm\r\nContent-Type: text/plain; charset=utf-8\r\nX-Agent-VM-Denied: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		strings.ReplaceAll(strings.TrimSpace(strings.SplitN(msg, "\n", 2)[0]), "\r", ""), len(msg), msg)
 }
 

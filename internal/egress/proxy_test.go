@@ -114,7 +114,7 @@ func (f *fixture) setPolicy(p Policy) {
 		f.t.Fatal(err)
 	}
 	// The proxy re-reads on a new modification time; make sure it is new.
-	later := time.Now().Add(time.Duration(len(p.Allow)+len(p.Deny)+1) * time.Second)
+	later := time.Now().Add(time.Duration(len(p.Allow)+len(p.Deny)+len(p.Requests)+1) * time.Second)
 	_ = os.Chtimes(filepath.Join(f.dir, PolicyFile), later, later)
 }
 

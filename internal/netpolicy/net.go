@@ -32,17 +32,20 @@ func running(ctx context.Context, vms VMs, e state.Entry) bool {
 	return vms.State(ctx, e) == driver.StateRunning
 }
 
-// Info is `net show`: the VM's mode, its effective allow-list and
-// refusals, and its doors.
+// Info is `net show`: the VM's mode, its effective allow-list,
+// refusals and request rules, and its doors.
 type Info struct {
-	Branch  string          `json:"branch"`
-	Mode    string          `json:"mode"`
-	Allow   []string        `json:"allow"`
-	Added   []string        `json:"added,omitempty"` // the user's own part of Allow
-	Deny    []string        `json:"deny,omitempty"`
-	Exposed []state.Exposed `json:"exposed,omitempty"`
-	Proxy   string          `json:"proxy"` // as the guest reaches it
-	Log     string          `json:"log"`
+	Branch string   `json:"branch"`
+	Mode   string   `json:"mode"`
+	Allow  []string `json:"allow"`
+	Added  []string `json:"added,omitempty"` // the user's own part of Allow
+	Deny   []string `json:"deny,omitempty"`
+	// Requests are the request rules in force, in the order they are
+	// tried: the user's, then the defaults.
+	Requests []RequestRule   `json:"requests,omitempty"`
+	Exposed  []state.Exposed `json:"exposed,omitempty"`
+	Proxy    string          `json:"proxy"` // as the guest reaches it
+	Log      string          `json:"log"`
 	// Uncontained says why nothing enforces the policy: the VM's driver
 	// does not contain its network (the vagrant backend). Then Mode,
 	// Allow, Deny and Exposed are what the record says, unused.
@@ -80,7 +83,7 @@ func Show(ctx context.Context, vms VMs, name string) (*Info, error) {
 func InfoOf(e state.Entry, contained bool) *Info {
 	r := e.Record
 	p := Policy(r)
-	info := &Info{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Exposed: r.Exposed,
+	info := &Info{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Requests: requestInfo(r), Exposed: r.Exposed,
 		Proxy: guest.ProxyURL, Log: LogPath(e.Layout)}
 	if r.Net != nil {
 		info.Added = r.Net.Allow
@@ -98,25 +101,17 @@ type Change struct {
 }
 
 // Allow adds patterns to a VM's allow-list (and takes them off its
-// refusals); Deny refuses them in every mode. Both apply at once to a
-// running VM.
+// refusals); Deny refuses them in every mode. A pattern with a space is a
+// request rule, "METHOD host/path" (egress.ParseRequestPattern): it goes
+// before the user's other rules, replacing one of the same pattern. Both
+// apply at once to a running VM.
 func Allow(ctx context.Context, vms VMs, name string, patterns []string) (*Change, error) {
-	return edit(ctx, vms, name, patterns, func(n *state.Net, p string) {
-		n.Deny = slices.DeleteFunc(n.Deny, func(d string) bool { return d == p })
-		if !slices.Contains(n.Allow, p) && !slices.Contains(egress.DefaultAllow, p) {
-			n.Allow = append(n.Allow, p)
-		}
-	})
+	return edit(ctx, vms, name, patterns, true)
 }
 
 // Deny: see Allow.
 func Deny(ctx context.Context, vms VMs, name string, patterns []string) (*Change, error) {
-	return edit(ctx, vms, name, patterns, func(n *state.Net, p string) {
-		n.Allow = slices.DeleteFunc(n.Allow, func(a string) bool { return a == p })
-		if !slices.Contains(n.Deny, p) {
-			n.Deny = append(n.Deny, p)
-		}
-	})
+	return edit(ctx, vms, name, patterns, false)
 }
 
 // SetMode changes a VM's egress mode.
@@ -134,22 +129,43 @@ func netOf(r *state.Record) *state.Net {
 	return r.Net
 }
 
-func edit(ctx context.Context, vms VMs, name string, patterns []string, change func(*state.Net, string)) (*Change, error) {
+func edit(ctx context.Context, vms VMs, name string, patterns []string, allow bool) (*Change, error) {
 	if len(patterns) == 0 {
-		return nil, fmt.Errorf("no DOMAIN given (hint: e.g. example.com, *.example.com or 203.0.113.7)")
+		return nil, fmt.Errorf("no DOMAIN given (hint: e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls')")
 	}
-	var clean []string
+	var hosts []string
+	var rules []egress.RequestRule
 	for _, p := range patterns {
+		if isRequestRule(p) {
+			rule, err := egress.NewRequestRule(allow, p)
+			if err != nil {
+				return nil, err
+			}
+			rules = append(rules, rule)
+			continue
+		}
 		c, err := egress.CheckPattern(p)
 		if err != nil {
 			return nil, err
 		}
-		clean = append(clean, c)
+		hosts = append(hosts, c)
 	}
 	return update(ctx, vms, name, func(r *state.Record) {
-		for _, p := range clean {
-			change(netOf(r), p)
+		n := netOf(r)
+		for _, h := range hosts {
+			if allow {
+				n.Deny = slices.DeleteFunc(n.Deny, func(d string) bool { return d == h })
+				if !slices.Contains(n.Allow, h) && !slices.Contains(egress.DefaultAllow, h) {
+					n.Allow = append(n.Allow, h)
+				}
+			} else {
+				n.Allow = slices.DeleteFunc(n.Allow, func(a string) bool { return a == h })
+				if !slices.Contains(n.Deny, h) {
+					n.Deny = append(n.Deny, h)
+				}
+			}
 		}
+		addRequests(n, rules)
 	})
 }
 

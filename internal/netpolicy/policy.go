@@ -1,6 +1,7 @@
 // Package netpolicy is a VM's network policy as agent-vm keeps it: the
-// record's egress mode, allow-list and refusals and the host ports the
-// guest may reach (its doors), rendered as the policy file the VM's egress
+// record's egress mode, allow-list, refusals and request rules (with the
+// defaults for a workspace whose upstream is on GitHub) and the host
+// ports the guest may reach (its doors), rendered as the policy file the VM's egress
 // proxy reads (internal/egress), shown and changed by `agent-vm net` and
 // `port expose`, and written again by whoever changes the record's doors
 // (`mcp sync`).
@@ -43,7 +44,8 @@ func ModeOf(r *state.Record) string {
 
 // Policy is the proxy's policy for r: the default allow-list, the
 // repository's git remote host, the user's own additions and refusals,
-// and the exposed ports.
+// the exposed ports, and the request rules: the user's, then the
+// defaults for the upstream's host (GitHub's: githubRules).
 func Policy(r *state.Record) egress.Policy {
 	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow)}
 	for _, u := range []string{r.Git.UpstreamURL, r.Git.OriginURL} {
@@ -65,6 +67,7 @@ func Policy(r *state.Record) egress.Policy {
 		}
 	}
 	slices.Sort(p.Exposed)
+	p.Requests = append(userRequests(r), defaultRequests(r)...)
 	return p
 }
 

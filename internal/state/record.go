@@ -158,6 +158,10 @@ type Net struct {
 	Mode  string   `json:"mode"`            // open, allow, offline
 	Allow []string `json:"allow,omitempty"` // added with `net allow`
 	Deny  []string `json:"deny,omitempty"`  // added with `net deny`
+	// Requests are the request rules added with `net allow|deny BRANCH
+	// 'METHOD host/path'`, newest first, each "allow ..." or "deny ..."
+	// (internal/egress's request rules).
+	Requests []string `json:"requests,omitempty"`
 }
 
 // ExposedByMCPSync marks the ports `mcp sync` exposes: each sync replaces
