@@ -83,10 +83,10 @@ var defaultHosts = map[string][]string{
 	// `claude setup-token`'s token, which Claude Code sends as a bearer
 	// token to the same API.
 	"CLAUDE_CODE_OAUTH_TOKEN": {"api.anthropic.com"},
-	"OPENAI_API_KEY":    {"api.openai.com"},
-	"GEMINI_API_KEY":    {"generativelanguage.googleapis.com"},
-	"GH_TOKEN":          {"github.com", "api.github.com"},
-	"GITHUB_TOKEN":      {"github.com", "api.github.com"},
+	"OPENAI_API_KEY":          {"api.openai.com"},
+	"GEMINI_API_KEY":          {"generativelanguage.googleapis.com"},
+	"GH_TOKEN":                {"github.com", "api.github.com"},
+	"GITHUB_TOKEN":            {"github.com", "api.github.com"},
 }
 
 // DefaultHosts are the hosts a well-known secret name is bound to when
