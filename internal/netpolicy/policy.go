@@ -43,13 +43,18 @@ func ModeOf(r *state.Record) string {
 }
 
 // Policy is the proxy's policy for r: the default allow-list, the
-// repository's git remote host, the user's own additions and refusals,
+// repository's git remote host, the hosts of its secrets, the user's own additions and refusals,
 // the exposed ports, and the request rules: the user's, then the
 // defaults for the upstream's host (GitHub's: githubRules).
 func Policy(r *state.Record) egress.Policy {
 	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow)}
 	for _, u := range []string{r.Git.UpstreamURL, r.Git.OriginURL} {
 		if h := remoteHost(u); h != "" && !slices.Contains(p.Allow, h) {
+			p.Allow = append(p.Allow, h)
+		}
+	}
+	for _, h := range r.SecretHosts {
+		if !slices.Contains(p.Allow, h) {
 			p.Allow = append(p.Allow, h)
 		}
 	}

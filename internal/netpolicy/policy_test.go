@@ -36,12 +36,13 @@ func TestRemoteHost(t *testing.T) {
 // each once; a record without a policy is mode allow.
 func TestPolicy(t *testing.T) {
 	r := &state.Record{Slug: "feat-x",
-		Git:     state.Git{UpstreamURL: "git@git.example.org:o/r.git", OriginURL: "https://github.com/o/r"},
-		Net:     &state.Net{Mode: egress.ModeOpen, Allow: []string{"*.example.com", "github.com"}, Deny: []string{"bad.example.com"}},
-		Exposed: []state.Exposed{{Port: 9000}, {Port: 5432}, {Port: 9000, By: state.ExposedByMCPSync}},
+		Git:         state.Git{UpstreamURL: "git@git.example.org:o/r.git", OriginURL: "https://github.com/o/r"},
+		Net:         &state.Net{Mode: egress.ModeOpen, Allow: []string{"*.example.com", "github.com"}, Deny: []string{"bad.example.com"}},
+		Exposed:     []state.Exposed{{Port: 9000}, {Port: 5432}, {Port: 9000, By: state.ExposedByMCPSync}},
+		SecretHosts: []string{"api.example.net", "git.example.org"},
 	}
 	p := Policy(r)
-	want := append(slices.Clone(egress.DefaultAllow), "git.example.org")
+	want := append(slices.Clone(egress.DefaultAllow), "git.example.org", "api.example.net")
 	if !slices.Contains(egress.DefaultAllow, "github.com") {
 		want = append(want, "github.com")
 	}

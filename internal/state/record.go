@@ -76,6 +76,10 @@ type Record struct {
 	// derived from the value, kept so that they stay the same from start
 	// to start. Never a value.
 	Placeholders map[string]string `json:"placeholders,omitempty"`
+	// SecretHosts are the hosts those secrets are bound to (from the last
+	// start), which the VM's egress policy allows: binding a credential to
+	// a host says the VM is to reach it.
+	SecretHosts []string `json:"secret_hosts,omitempty"`
 	// Settings is the backend's own section, which only that backend reads
 	// and writes (see Section and SetSection): what the user chose at create
 	// for that backend, and its own counters.

@@ -67,8 +67,14 @@ func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*startSecret
 		out.placeholders[s.Name] = p
 		bound = append(bound, credswap.Secret{Name: s.Name, Placeholder: p, Value: s.Value.Reveal(), Hosts: s.Hosts})
 	}
-	if !maps.Equal(out.placeholders, r.Placeholders) {
-		r.Placeholders = out.placeholders
+	var hosts []string
+	for _, s := range scope {
+		hosts = append(hosts, s.Hosts...)
+	}
+	slices.Sort(hosts)
+	hosts = slices.Compact(hosts)
+	if !maps.Equal(out.placeholders, r.Placeholders) || !slices.Equal(hosts, r.SecretHosts) {
+		r.Placeholders, r.SecretHosts = out.placeholders, hosts
 		if len(r.Placeholders) == 0 {
 			r.Placeholders = nil
 		}

@@ -79,6 +79,9 @@ func TestSecretsFor(t *testing.T) {
 	if b.Branch != "feat/x" || b.Repo != "/o/r" || b.CACert != s1.caCert || !strings.Contains(b.CAKey, "PRIVATE KEY") {
 		t.Errorf("bundle: branch %q repo %q", b.Branch, b.Repo)
 	}
+	if got := strings.Join(r.SecretHosts, " "); got != "api.anthropic.com example.com github.com" {
+		t.Errorf("the record's secret hosts %q", got)
+	}
 	if g := s1.gitCredentials; len(g) != 1 || g["github.com"] != s1.placeholders["GH_TOKEN"] {
 		t.Errorf("git credentials %v, want github.com with GH_TOKEN's placeholder", g)
 	}
