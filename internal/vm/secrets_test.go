@@ -108,8 +108,18 @@ func TestSecretsStayOnTheHost(t *testing.T) {
 	}
 	// The same placeholder to another intercepted host: refused.
 	code, out, _ = sh(`curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $GH_TOKEN" https://other.test/api/user`)
-	if out == "200" || receivedPath(up, "other.test") {
+	if out == "200" || receivedHost(up, "other.test") {
 		t.Errorf("the placeholder sent to other.test was let through (exit %d, status %s)", code, out)
+	}
+
+	// A request rule, added while the VM runs, judges each request on
+	// the intercepted host: this POST is refused before it leaves.
+	if _, err := netpolicy.Deny(ctx, m, branch, []string{"POST upstream.test/api/**"}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = sh(`curl -sS -o /dev/null -w '%{http_code}' -X POST -d x -H "Authorization: Bearer $GH_TOKEN" https://upstream.test/api/merge`)
+	if out != "403" || receivedPathOf(up, "/api/merge") {
+		t.Errorf("a POST a deny rule refuses: exit %d, status %s, or it arrived", code, out)
 	}
 
 	// git: a push to the VM's branch lands; main, a tag and a deletion are
@@ -187,10 +197,20 @@ func received(up *tu.Upstream, path, auth string) bool {
 	return false
 }
 
-// receivedPath says whether the upstream got any request for host.
-func receivedPath(up *tu.Upstream, host string) bool {
+// receivedHost says whether the upstream got any request for host.
+func receivedHost(up *tu.Upstream, host string) bool {
 	for _, r := range up.Requests() {
 		if strings.HasPrefix(r.Host, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// receivedPathOf says whether the upstream got a request for path.
+func receivedPathOf(up *tu.Upstream, path string) bool {
+	for _, r := range up.Requests() {
+		if r.Path == path {
 			return true
 		}
 	}
