@@ -115,11 +115,9 @@ func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, 
 	if !slices.Contains(argValues(args, "-device"), shareSlotArgs()[1]) {
 		return fmt.Errorf("%s cannot be suspended: its QEMU has no hot-pluggable slot for the workspace (a NixOS VM, or one started by an agent-vm from before suspend): %w (hint: `agent-vm restart BRANCH` starts a Debian VM with one)", m.Name, driver.ErrUnsupported)
 	}
-	qctx, cancel := context.WithTimeout(ctx, suspendQMPTimout)
-	c, err := qmp.Dial(qctx, m.QMPPath())
-	cancel()
+	c, err := l.dialQMP(ctx, m)
 	if err != nil {
-		return fmt.Errorf("reaching %s's QEMU over QMP: %w (hint: another agent-vm command may be using it; try again)", m.Name, err)
+		return err
 	}
 	defer c.Close()
 	s := &suspension{l: l, m: m, c: c, v: v, launch: live.Launch, pid: live.Pid, args: args}
