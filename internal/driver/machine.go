@@ -170,8 +170,11 @@ type Live struct {
 	// Suspend says how a suspended machine keeps its memory
 	// (SuspendPaused, SuspendSaved); "" in every other state.
 	Suspend string
-	Pid     int     // the machine's process; also of one paused in place
-	Launch  *Launch // what the last start recorded; nil if never started
+	Pid     int // the machine's process; also of one paused in place
+	// Resident is the host RAM (bytes) the machine's process holds, where
+	// the driver reads it: a machine paused in place; 0 when not known.
+	Resident int64
+	Launch   *Launch // what the last start recorded; nil if never started
 	// LaunchErr is why the driver's record of the last start, which
 	// exists, could not be read (then Launch is nil).
 	LaunchErr error

@@ -129,7 +129,7 @@ func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, er
 	if err != nil {
 		return driver.Live{}, err
 	}
-	return driver.Live{State: lv.State, Detail: lv.Detail, Suspend: lv.Suspend, Pid: lv.Pid, Launch: lv.Launch.neutral(), LaunchErr: lv.LaunchErr}, nil
+	return driver.Live{State: lv.State, Detail: lv.Detail, Suspend: lv.Suspend, Pid: lv.Pid, Resident: lv.Resident, Launch: lv.Launch.neutral(), LaunchErr: lv.LaunchErr}, nil
 }
 
 // Start runs a Boot (Launcher.Start), with virtiofsd when o.Share is

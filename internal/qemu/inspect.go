@@ -19,6 +19,7 @@ type Live struct {
 	State     string
 	Detail    string // e.g. "guest powered itself off", "QMP did not answer"
 	Suspend   string // driver.SuspendPaused or SuspendSaved when suspended
+	Resident  int64  // host RAM its QEMU holds (bytes): read when paused in place
 	Pid       int
 	Launch    *Launch // what the last start recorded; nil if never started
 	QMPStatus string  // QEMU's own run state, when QMP answered

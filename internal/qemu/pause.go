@@ -133,6 +133,7 @@ func pausedLive(m Machine, live *Live, pid int) (ok bool) {
 	live.State, live.Suspend = driver.StateSuspended, driver.SuspendPaused
 	ram := ""
 	if n, ok := proc.ResidentBytes(pid); ok {
+		live.Resident = n
 		ram = fmt.Sprintf("; its QEMU holds %d MiB of host RAM", n>>20)
 	}
 	why := ""

@@ -33,7 +33,7 @@ func TestPauseThenContinue(t *testing.T) {
 		t.Errorf("pause's QMP commands: got %q, want stop only", got)
 	}
 	live, err := l.Inspect(ctx, m)
-	if err != nil || live.State != driver.StateSuspended || live.Suspend != driver.SuspendPaused || live.Pid != launch.QEMUPid {
+	if err != nil || live.State != driver.StateSuspended || live.Suspend != driver.SuspendPaused || live.Pid != launch.QEMUPid || live.Resident <= 0 {
 		t.Fatalf("after pause: %+v, %v; want suspended in place, pid %d", live, err, launch.QEMUPid)
 	}
 	for _, w := range []string{"paused in place since ", "the workspace stays mounted", "MiB of host RAM", "`agent-vm resume fake` continues it"} {

@@ -56,9 +56,11 @@ package qemu
 // `date -s` over SSH needs no guest agent), mounts /workspace again and
 // starts agent-mcp.
 //
-// What a suspend does not keep: processes using /workspace (an agent
-// session's shell in tmux has its cwd there; so has `agent-vm shell`). v1
-// refuses. Keeping them would take one of:
+// What a save does not keep: processes using /workspace (an agent
+// session's shell in tmux has its cwd there; so has `agent-vm shell`). It
+// refuses; internal/vm then pauses the VM in place instead (pause.go),
+// which keeps them at the cost of the host RAM its QEMU holds. Saving them
+// would take one of:
 //   - a guest-side layer between them and the share (an overlay or FUSE
 //     passthrough whose lower half is unmounted and remounted while the
 //     upper keeps its inodes): guest software of agent-vm's own, and the
