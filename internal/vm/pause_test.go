@@ -42,14 +42,7 @@ func TestSuspendPausesABusyVM(t *testing.T) {
 	const b = "pause"
 	e := create(t, m, b)
 	start(t, m, b)
-	sh := func(script string) string {
-		t.Helper()
-		code, out, errs := run(t, m, b, "sh", "-c", script)
-		if code != 0 {
-			t.Fatalf("%s: exit %d: %s", script, code, errs)
-		}
-		return strings.TrimSpace(out)
-	}
+	sh := guestSh(t, m, b)
 	cmd, stdin, err := session.Start(session.Spec{Name: "agent", Argv: []string{"sh", "-c", pauseAgent}})
 	if err != nil {
 		t.Fatal(err)

@@ -34,14 +34,7 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	if _, err := m.Resume(ctx, susp, vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "is running, not suspended") {
 		t.Errorf("resume of a running VM: got %v, want a refusal", err)
 	}
-	sh := func(script string) string {
-		t.Helper()
-		code, out, errs := run(t, m, susp, "sh", "-c", script)
-		if code != 0 {
-			t.Fatalf("%s: exit %d: %s", script, code, errs)
-		}
-		return strings.TrimSpace(out)
-	}
+	sh := guestSh(t, m, susp)
 
 	// A process in /workspace: suspend --save refuses, naming it, and the
 	// VM runs on with its workspace and agent-mcp.
