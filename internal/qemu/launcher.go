@@ -296,7 +296,7 @@ func prepareDirs(m Machine, resume bool) error {
 	if err := ensureSocketDir(m); err != nil {
 		return err
 	}
-	for _, f := range []string{m.runFile(PidFile), m.runFile(VirtiofsdPid), m.runFile(LaunchFile), m.runFile(CleanMarker), m.QMPPath(), m.sockFile(VirtiofsdSock)} {
+	for _, f := range []string{m.runFile(PidFile), m.runFile(VirtiofsdPid), m.runFile(LaunchFile), m.runFile(CleanMarker), m.runFile(PauseFile), m.QMPPath(), m.sockFile(VirtiofsdSock)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -16,7 +16,8 @@ package qemu
 // names the pid of the QEMU it paused: Inspect reads a paused QEMU with a
 // PauseFile of its pid as StateSuspended (SuspendPaused), any other as
 // StatePaused. Stop continues a paused VM before its ACPI power-off, so
-// that its guest shuts down cleanly; cleanup removes the file.
+// that its guest shuts down cleanly, and removes the file; so does a
+// start, after a paused QEMU died (a host reboot: the VM reads crashed).
 
 import (
 	"context"
