@@ -24,7 +24,7 @@ func suspendCommand(stdio IO) *cli.Command {
 			"resume. suspend says which it did. A vagrant VM is always paused.",
 		ArgsUsage: "[BRANCH]",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "save", Usage: "save to disk or refuse: refuses, naming them, while processes use /workspace"},
+			&cli.BoolFlag{Name: "save", Usage: "save to disk or refuse: refuses while processes use /workspace, naming them"},
 			&cli.BoolFlag{Name: "pause", Usage: "pause in place even when the VM could be saved to disk"},
 		},
 		BashComplete: vmCompletion(stdio),
