@@ -7,10 +7,12 @@ import "time"
 // than imported, because black-box code may use agent-vm only through its
 // command line.
 type Status struct {
-	Branch    string    `json:"branch"`
-	Slug      string    `json:"slug"`
-	Backend   string    `json:"backend"`
-	State     string    `json:"state"`
+	Branch  string `json:"branch"`
+	Slug    string `json:"slug"`
+	Backend string `json:"backend"`
+	State   string `json:"state"`
+	// Suspend is how a suspended VM keeps its memory: "paused", "saved".
+	Suspend   string    `json:"suspend"`
 	Detail    string    `json:"detail"`
 	CreatedAt time.Time `json:"created_at"`
 	Ports     struct {

@@ -19,9 +19,9 @@ import (
 func sessionsScenario() Scenario {
 	return Scenario{
 		Name:    "sessions",
-		Summary: "run makes, boots and attaches to a stand-in agent; detach, sessions, attach with scrollback, exit status, a secret that reaches only the agent",
+		Summary: "run makes, boots and attaches to a stand-in agent; detach, sessions, suspend at work (paused in place) and resume, attach with scrollback, exit status, a secret that reaches only the agent",
 		NeedsVM: true,
-		Verbs:   []string{"run", "attach", "sessions", "logs", "status", "stop", "destroy"},
+		Verbs:   []string{"run", "attach", "sessions", "suspend", "resume", "logs", "status", "stop", "destroy"},
 		run:     runSessions,
 	}
 }
@@ -182,6 +182,10 @@ func runSessions(ctx context.Context, s *S) {
 		return nil
 	})
 
+	s.Step(ctx, "suspend with the agent at work pauses the VM in place; resume brings back the same session", func() error {
+		return suspendAtWork(ctx, s, ref, name, track)
+	})
+
 	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
 		kbd, done, err := s.typing(ctx, call{args: append([]string{"run", sessionsBranch}, agentArgs...), dir: rp.Dir, env: canaryEnv})
 		if err != nil {
@@ -265,6 +269,45 @@ func runSessions(ctx context.Context, s *S) {
 		res := s.call(ctx, ref.call("destroy", "--force"))
 		return want(res, 0)
 	})
+}
+
+// suspendAtWork suspends the VM while its agent session runs in
+// /workspace: suspend pauses it in place (it cannot be saved with the
+// workspace in use) and says so, status says suspended (paused), and after
+// resume the session is there, still running (the next step attaches to
+// it and finds its earlier screen).
+func suspendAtWork(ctx context.Context, s *S, ref vmRef, name string, track func(*Result) *Result) error {
+	res := track(s.call(ctx, ref.call("suspend")))
+	if err := want(res, 0); err != nil {
+		return err
+	}
+	if !strings.Contains(res.Stdout, "in place") {
+		return failf(res, "suspend with an agent at work in /workspace does not say it paused the VM in place")
+	}
+	res = track(s.call(ctx, ref.call("status", "--json")))
+	if err := want(res, 0); err != nil {
+		return err
+	}
+	st, err := parseStatus([]byte(res.Stdout), statusKeys())
+	if err != nil {
+		return failf(res, "%v", err)
+	}
+	if st.State != "suspended" || st.Suspend != "paused" || st.Agent.State == "unhealthy" {
+		return failf(res, "after suspend: state %q, suspend %q, agent %q; want suspended, paused, and no unhealthy agent", st.State, st.Suspend, st.Agent.State)
+	}
+	c := ref.call("resume")
+	c.timeout = s.bootTimeout(1)
+	if err := want(track(s.call(ctx, c)), 0); err != nil {
+		return err
+	}
+	infos, err := s.sessions(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if len(infos) != 1 || infos[0].Name != name || infos[0].Exited {
+		return failf(s.lastResult(), "sessions after resume: %+v, want %s, still running", infos, name)
+	}
+	return nil
 }
 
 // typing starts c with a keyboard for its stdin; its result arrives on done.

@@ -63,7 +63,7 @@ func listCommand(stdio IO) *cli.Command {
 					backend, sshPort, mcpPort = i.Backend+" (repo's Vagrantfile)", "-", "-"
 				}
 				rows = append(rows, []string{truncateWidth(i.Branch, maxBranchColumn), truncateStart(homeRel(i.Git.Source), maxRepoColumn),
-					i.Slug, backend, i.State, sshPort, mcpPort,
+					i.Slug, backend, stateWord(i), sshPort, mcpPort,
 					i.CreatedAt.Local().Format("2006-01-02 15:04"), note})
 			}
 			return writeTable(stdio.Out, rows)

@@ -120,7 +120,7 @@ func stopCommand(stdio IO) *cli.Command {
 			case vm.StateCrashed:
 				fmt.Fprintf(stdio.Out, "VM of branch %s had crashed; cleaned up what it left\n", res.Branch)
 			case vm.StateSuspended:
-				fmt.Fprintf(stdio.Out, "VM of branch %s was suspended: discarded its saved state (the processes it held are gone; its disk is as the guest left it at suspend, and the next start boots it afresh)\n", res.Branch)
+				fmt.Fprintln(stdio.Out, stoppedSuspended(res))
 			default:
 				fmt.Fprintf(stdio.Out, "stopped the VM of branch %s\n", res.Branch)
 			}

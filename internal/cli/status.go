@@ -48,9 +48,12 @@ func printStatus(w io.Writer, i vm.Info) {
 	}
 	fmt.Fprintf(w, "branch:     %s\n", i.Branch)
 	fmt.Fprintf(w, "vm:         %s (backend %s)\n", i.Slug, i.Backend)
-	state := i.State
-	if i.Pid != 0 {
+	state := stateWord(i)
+	switch {
+	case i.Pid != 0 && i.StartedAt != nil:
 		state += fmt.Sprintf(", pid %d, up %s", i.Pid, time.Duration(i.UptimeSeconds)*time.Second)
+	case i.Pid != 0: // paused in place
+		state += fmt.Sprintf(", pid %d", i.Pid)
 	}
 	if i.Detail != "" {
 		state += " (" + i.Detail + ")"
@@ -98,6 +101,15 @@ func printStatus(w io.Writer, i vm.Info) {
 		fmt.Fprintf(w, "resources:  %d CPUs, %s memory, %d GiB disk\n", i.Resources.CPUs, size.Human(i.Resources.MemoryMiB), i.Resources.DiskGiB)
 	}
 	fmt.Fprintf(w, "created:    %s\n", i.CreatedAt.Local().Format(time.RFC3339))
+}
+
+// stateWord is a VM's state for people: a suspended VM's says how it
+// keeps its memory ("suspended (paused)", "suspended (saved)").
+func stateWord(i vm.Info) string {
+	if i.State == vm.StateSuspended && i.Suspend != "" {
+		return i.State + " (" + i.Suspend + ")"
+	}
+	return i.State
 }
 
 // netLine sums up the VM's egress policy and exposed host ports for status.

@@ -2,40 +2,82 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/size"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 func suspendCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:  "suspend",
-		Usage: "keep a running VM's memory while it does not run (QEMU: saved to disk, its QEMU ends; vagrant: paused); resume brings it back",
-		Description: "The guest's processes and memory are kept. A QEMU VM's /workspace is unmounted\n" +
-			"for the suspend and mounted again on resume, so processes using it (a shell or an\n" +
-			"agent session in /workspace) make suspend refuse, naming them. A vagrant VM is\n" +
-			"paused: its QEMU keeps holding its memory, and /workspace stays mounted.",
-		ArgsUsage:    "[BRANCH]",
+		Usage: "keep a running VM's memory while it does not run: saved to disk (its QEMU ends), or paused in place when the workspace is in use; resume brings it back",
+		Description: "The guest's processes and memory are kept. A QEMU VM is saved to disk and its\n" +
+			"QEMU ends, so it costs no CPU or RAM; its /workspace is unmounted for that and\n" +
+			"mounted again on resume. While processes use /workspace (an agent session, a\n" +
+			"shell there), the VM is paused in place instead: its CPUs stop, its QEMU keeps\n" +
+			"holding its memory (host RAM) and the workspace stays mounted, so they go on at\n" +
+			"resume. suspend says which it did. A vagrant VM is always paused.",
+		ArgsUsage: "[BRANCH]",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "save", Usage: "save to disk or refuse: refuses while processes use /workspace, naming them"},
+			&cli.BoolFlag{Name: "pause", Usage: "pause in place even when the VM could be saved to disk"},
+		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, err := vmName(cliCtx, m)
 			if err != nil {
 				return err
 			}
-			res, err := m.Suspend(cliCtx.Context, name)
+			res, err := m.Suspend(cliCtx.Context, name, vm.SuspendOptions{Save: cliCtx.Bool("save"), Pause: cliCtx.Bool("pause")})
 			if err != nil {
 				return err
 			}
-			detail := ""
-			if res.Detail != "" {
-				detail = ": " + res.Detail
-			}
-			fmt.Fprintf(stdio.Out, "suspended the VM of branch %s in %s%s (agent-vm resume %s brings it back)\n", res.Branch, res.Took.Round(100*time.Millisecond), detail, res.Branch)
+			fmt.Fprint(stdio.Out, suspendMessage(res))
 			return nil
 		}),
 	}
+}
+
+// suspendMessage says what suspend did: saved to disk, or paused in place
+// and why, with the host RAM the paused QEMU holds.
+func suspendMessage(res *vm.SuspendResult) string {
+	took := res.Took.Round(100 * time.Millisecond)
+	if !res.Paused {
+		detail := ""
+		if res.Detail != "" {
+			detail = ": " + res.Detail
+		}
+		return fmt.Sprintf("suspended the VM of branch %s in %s%s (agent-vm resume %s brings it back)\n", res.Branch, took, detail, res.Branch)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "paused the VM of branch %s in place in %s", res.Branch, took)
+	switch {
+	case res.Busy != "":
+		fmt.Fprintf(&b, ": the workspace is in use by\n%s\n", termsafe.Indent(res.Busy))
+	case res.CannotSave != "":
+		fmt.Fprintf(&b, ", as it cannot be saved to disk: %s\n", res.CannotSave)
+	default:
+		b.WriteString("\n")
+	}
+	ram := ""
+	if res.HostRAM > 0 {
+		ram = fmt.Sprintf(" (%s of host RAM)", size.Human(int(res.HostRAM>>20)))
+	}
+	fmt.Fprintf(&b, "No guest code runs; the VM's memory stays in its QEMU%s, and the workspace stays mounted. `agent-vm resume %s` continues it; `agent-vm stop %s` shuts it down.\n", ram, res.Branch, res.Branch)
+	return b.String()
+}
+
+// stoppedSuspended says what stop did to a suspended VM.
+func stoppedSuspended(res *vm.StopResult) string {
+	if res.Suspend == vm.SuspendPaused {
+		return fmt.Sprintf("VM of branch %s was paused in place: shut it down (the processes it held are gone; the next start boots it afresh)", res.Branch)
+	}
+	return fmt.Sprintf("VM of branch %s was suspended: discarded its saved state (the processes it held are gone; its disk is as the guest left it at suspend, and the next start boots it afresh)", res.Branch)
 }
 
 func resumeCommand(stdio IO) *cli.Command {

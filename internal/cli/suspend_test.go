@@ -3,8 +3,10 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // suspend and resume refuse what they cannot do, naming the VM and the
@@ -23,6 +25,8 @@ func TestSuspendResumeRefusals(t *testing.T) {
 		{[]string{"suspend", "no-such-branch"}, []string{"no-such-branch"}},
 		{[]string{"resume", "no-such-branch"}, []string{"no-such-branch"}},
 		{[]string{"suspend", "a", "b"}, []string{"at most one BRANCH"}},
+		{[]string{"suspend", "--save", "sus"}, []string{`VM "sus" is stopped`, "nothing to suspend"}},
+		{[]string{"suspend", "--save", "--pause", "sus"}, []string{"--save and --pause", "give one"}},
 	} {
 		r := agentVM(t, repo, st, tc.args...)
 		if r.code == 0 {
@@ -37,5 +41,38 @@ func TestSuspendResumeRefusals(t *testing.T) {
 	// Nothing changed: the VM is stopped, not suspended.
 	if s := statusJSON(t, st, "sus"); s["state"] != "stopped" {
 		t.Errorf("after the refusals: state %v", s["state"])
+	}
+}
+
+// What suspend says it did: saved to disk, or paused in place and why,
+// with the host RAM its QEMU holds; what stop says of a suspended VM.
+func TestSuspendMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		res  vm.SuspendResult
+		want []string
+	}{
+		{"saved", vm.SuspendResult{Branch: "feat", Took: 12300 * time.Millisecond, Detail: "saved to disk 2025-01-02 03:04:05, 700 MiB"},
+			[]string{"suspended the VM of branch feat in 12.3s: saved to disk 2025-01-02 03:04:05, 700 MiB (agent-vm resume feat brings it back)\n"}},
+		{"busy", vm.SuspendResult{Branch: "feat", Took: 200 * time.Millisecond, Paused: true, HostRAM: 812 << 20, Busy: "42 claude (working directory)"},
+			[]string{"paused the VM of branch feat in place in 200ms: the workspace is in use by\n  42 claude (working directory)\n",
+				"the VM's memory stays in its QEMU (812 MiB of host RAM), and the workspace stays mounted. `agent-vm resume feat` continues it"}},
+		{"cannot save", vm.SuspendResult{Branch: "nix", Paused: true, CannotSave: "no hot-pluggable slot"},
+			[]string{"paused the VM of branch nix in place in 0s, as it cannot be saved to disk: no hot-pluggable slot\n", "stays in its QEMU, and"}},
+		{"asked, RAM unknown (vagrant)", vm.SuspendResult{Branch: "vg", Paused: true},
+			[]string{"paused the VM of branch vg in place in 0s\nNo guest code runs; the VM's memory stays in its QEMU, and"}},
+	} {
+		got := suspendMessage(&tc.res)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", tc.name, got, w)
+			}
+		}
+	}
+	if got := stoppedSuspended(&vm.StopResult{Branch: "feat", Was: vm.StateSuspended, Suspend: vm.SuspendPaused}); !strings.Contains(got, "was paused in place: shut it down") {
+		t.Errorf("stop of a paused VM says %q", got)
+	}
+	if got := stoppedSuspended(&vm.StopResult{Branch: "feat", Was: vm.StateSuspended, Suspend: vm.SuspendSaved}); !strings.Contains(got, "discarded its saved state") {
+		t.Errorf("stop of a saved VM says %q", got)
 	}
 }

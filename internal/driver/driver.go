@@ -11,7 +11,7 @@
 // Every driver implements the core, Driver. What only some drivers can do
 // is an interface of its own, which the caller finds by a type assertion
 // and does without, with its own refusal, when a driver lacks it:
-// Suspender, Cloner, Forwarder, Adopter and NetworkContainer. A driver
+// Suspender, Pauser, Cloner, Forwarder, Adopter and NetworkContainer. A driver
 // keeps a compile-time check for each one it implements (var _
 // driver.Cloner = (*Driver)(nil)). A capability a driver has may still be
 // refused for one machine, with ErrUnsupported (the QEMU driver suspends
@@ -54,6 +54,17 @@
 //     guest's clock. A state that no longer fits (another QEMU, another
 //     machine, a changed disk) is refused with ErrStaleState and kept;
 //     Stop discards a saved state (a later Start boots cold).
+//   - Pauser: Pause suspends a running machine in place: its CPUs stop,
+//     its process keeps its memory and every device (the workspace share
+//     stays mounted, so no guest hook runs and nothing has to be saved),
+//     and Inspect says StateSuspended with Live.Suspend SuspendPaused.
+//     Continue runs it again and returns its launch, the same process; the
+//     caller waits for the guest and sets its clock as after a Resume. Stop
+//     ends a paused machine (the QEMU driver continues it first, so its
+//     guest powers off cleanly), and Start refuses it with ErrSuspended, as
+//     a saved one. The QEMU driver, whose Suspend saves to disk, pauses
+//     too, for a guest whose workspace is in use (see internal/vm); the
+//     vagrant driver's Suspend always pauses, so it needs no Pauser.
 //   - Cloner: Clone starts a machine that never ran from another one's
 //     saved state (a template), with edits in its memory.
 //   - Forwarder: AddForward and RemoveForward change a running machine's
@@ -129,6 +140,18 @@ type Suspender interface {
 	// Such a driver's Suspend runs no GuestHooks, and after its Resume the
 	// caller does not mount the share again.
 	SuspendKeepsShare() bool
+}
+
+// Pauser is a driver that can suspend a running machine in place, its
+// process keeping the memory and every device (see the package doc).
+type Pauser interface {
+	// Pause stops the CPUs of the running machine m: ErrNotRunning when it
+	// does not run.
+	Pause(ctx context.Context, m Machine) error
+	// Continue runs the CPUs of m, which Pause paused, again and returns
+	// its launch (as its start recorded it): ErrNotRunning when m is not
+	// paused by Pause.
+	Continue(ctx context.Context, m Machine) (*Launch, error)
 }
 
 // Cloner is a driver that can start a machine from a template's saved

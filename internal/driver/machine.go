@@ -136,12 +136,27 @@ const (
 const (
 	StateStopped = "stopped" // not running, shut down cleanly (or never started)
 	StateRunning = "running"
+	// StatePaused: the process runs with its CPUs stopped, not by a
+	// suspend (a pause by a suspend is StateSuspended).
 	StatePaused  = "paused"
 	StateCrashed = "crashed" // process gone without a clean shutdown
 	// StateSuspended: no guest code runs and the machine's memory is kept,
-	// saved in its run directory (QEMU) or in its paused QEMU (vagrant);
-	// Resume (or Start, through the caller) brings it back.
+	// saved in its run directory (QEMU) or in its paused process (QEMU's
+	// pause in place, vagrant): Live.Suspend says which. Resume or
+	// Continue (or Start, through the caller) brings it back.
 	StateSuspended = "suspended"
+)
+
+// How a suspended machine keeps its memory (Live.Suspend).
+const (
+	// SuspendPaused: paused in place. Its process still runs with its CPUs
+	// stopped and holds the memory in host RAM, and every device: the
+	// workspace stays mounted in the guest. It does not survive the host's
+	// reboot.
+	SuspendPaused = "paused"
+	// SuspendSaved: memory and devices are saved to disk; no process of
+	// the machine is left.
+	SuspendSaved = "saved"
 )
 
 // PowerOffMarker is what Linux prints on the serial console as its last
@@ -152,15 +167,28 @@ const PowerOffMarker = "reboot: Power down"
 type Live struct {
 	State  string
 	Detail string // e.g. "guest powered itself off", "QMP did not answer"
-	Pid    int
-	Launch *Launch // what the last start recorded; nil if never started
+	// Suspend says how a suspended machine keeps its memory
+	// (SuspendPaused, SuspendSaved); "" in every other state.
+	Suspend string
+	Pid     int // the machine's process; also of one paused in place
+	// Resident is the host RAM (bytes) the machine's process holds, where
+	// the driver reads it: a machine paused in place; 0 when not known.
+	Resident int64
+	Launch   *Launch // what the last start recorded; nil if never started
 	// LaunchErr is why the driver's record of the last start, which
 	// exists, could not be read (then Launch is nil).
 	LaunchErr error
 }
 
-// Alive reports whether the machine's process exists.
+// Alive reports whether the machine runs: its process exists and it is
+// not suspended (it may be paused by other means than a suspend).
 func (lv Live) Alive() bool { return lv.State == StateRunning || lv.State == StatePaused }
+
+// HasProcess reports whether the machine's process exists: it is Alive,
+// or suspended in place (SuspendPaused), its process holding its memory.
+// What must not happen under a machine's process (its disk replaced) asks
+// this, not Alive.
+func (lv Live) HasProcess() bool { return lv.Alive() || lv.Suspend == SuspendPaused }
 
 // Uptime is how long the machine has been running.
 func (lv Live) Uptime(now time.Time) time.Duration {

@@ -19,15 +19,23 @@ import (
 )
 
 // BusyError is a suspend refused because processes in the guest use
-// /workspace, which a suspend unmounts.
+// /workspace, which a suspend that saves the VM unmounts.
 type BusyError struct {
 	Branch, Slug string
 	Processes    string // the guest's list: pid, command line, how
+	// Instead, when set, is the caller's way to suspend the VM that keeps
+	// them (a command and what it does), which the hint names first.
+	Instead string
 }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("VM %q cannot be suspended: these processes in the guest use %s, which a suspend unmounts:\n%s\n(hint: end them first (`agent-vm sessions %s` lists agent sessions; leave shells that are in %s), or keep the VM running; `agent-vm stop %s` shuts it down instead)",
-		e.Branch, guest.Workspace, termsafe.Indent(e.Processes), e.Slug, guest.Workspace, e.Slug)
+	end := fmt.Sprintf("end them first (`agent-vm sessions %s` lists agent sessions; leave shells that are in %s)", e.Slug, guest.Workspace)
+	if e.Instead != "" {
+		return fmt.Sprintf("VM %q cannot be saved to disk: these processes in the guest use %s, which saving unmounts:\n%s\n(hint: %s; or %s)",
+			e.Branch, guest.Workspace, termsafe.Indent(e.Processes), e.Instead, end)
+	}
+	return fmt.Sprintf("VM %q cannot be suspended: these processes in the guest use %s, which a suspend unmounts:\n%s\n(hint: %s, or keep the VM running; `agent-vm stop %s` shuts it down instead)",
+		e.Branch, guest.Workspace, termsafe.Indent(e.Processes), end, e.Slug)
 }
 
 // detachScript readies the guest for its share to go (as root): lists the

@@ -157,3 +157,28 @@ func ReadPid(path string) (int, error) {
 	}
 	return pid, nil
 }
+
+// ResidentBytes is the host RAM a process holds (its resident set, VmRSS
+// in /proc/pid/status); ok is false when the process is gone or it cannot
+// be read.
+func ResidentBytes(pid int) (n int64, ok bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, found := strings.CutPrefix(line, "VmRSS:")
+		if !found {
+			continue
+		}
+		kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		return kib << 10, true
+	}
+	return 0, false
+}

@@ -3,6 +3,7 @@ package proc
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -50,5 +51,22 @@ func TestReadPid(t *testing.T) {
 		if got != want || (want == 0) != (err != nil) {
 			t.Errorf("%q: got %d, %v; want %d", content, got, err, want)
 		}
+	}
+}
+
+// This test process holds at least the 16 MiB it just touched; a pid that
+// names no process holds nothing.
+func TestResidentBytes(t *testing.T) {
+	buf := make([]byte, 16<<20)
+	for i := range buf {
+		buf[i] = 1
+	}
+	n, ok := ResidentBytes(os.Getpid())
+	if !ok || n < 16<<20 {
+		t.Errorf("ResidentBytes of this process: %d, %v; want at least 16 MiB", n, ok)
+	}
+	runtime.KeepAlive(buf)
+	if _, ok := ResidentBytes(0); ok {
+		t.Error("ResidentBytes(0) answered")
 	}
 }

@@ -30,6 +30,7 @@ type Driver struct {
 var (
 	_ driver.Driver           = (*Driver)(nil)
 	_ driver.Suspender        = (*Driver)(nil)
+	_ driver.Pauser           = (*Driver)(nil)
 	_ driver.Cloner           = (*Driver)(nil)
 	_ driver.Forwarder        = (*Driver)(nil)
 	_ driver.Adopter          = (*Driver)(nil)
@@ -128,7 +129,7 @@ func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, er
 	if err != nil {
 		return driver.Live{}, err
 	}
-	return driver.Live{State: lv.State, Detail: lv.Detail, Pid: lv.Pid, Launch: lv.Launch.neutral(), LaunchErr: lv.LaunchErr}, nil
+	return driver.Live{State: lv.State, Detail: lv.Detail, Suspend: lv.Suspend, Pid: lv.Pid, Resident: lv.Resident, Launch: lv.Launch.neutral(), LaunchErr: lv.LaunchErr}, nil
 }
 
 // Start runs a Boot (Launcher.Start), with virtiofsd when o.Share is
@@ -172,6 +173,20 @@ func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration
 func (d *Driver) Suspend(ctx context.Context, m driver.Machine, g driver.GuestHooks) error {
 	v, _ := d.FindVirtiofsd(ctx) // to plug the share in again if it must be undone
 	return d.Launcher.Suspend(ctx, d.machine(m), g, v)
+}
+
+// Pause stops the running VM's CPUs in place (Launcher.Pause).
+func (d *Driver) Pause(ctx context.Context, m driver.Machine) error {
+	return d.Launcher.Pause(ctx, d.machine(m))
+}
+
+// Continue runs a VM Pause paused again (Launcher.Continue).
+func (d *Driver) Continue(ctx context.Context, m driver.Machine) (*driver.Launch, error) {
+	launch, err := d.Launcher.Continue(ctx, d.machine(m))
+	if err != nil {
+		return nil, err
+	}
+	return launch.neutral(), nil
 }
 
 // Resume starts the VM from its saved state (Launcher.Resume). Any other

@@ -18,6 +18,8 @@ import (
 type Live struct {
 	State     string
 	Detail    string // e.g. "guest powered itself off", "QMP did not answer"
+	Suspend   string // driver.SuspendPaused or SuspendSaved when suspended
+	Resident  int64  // host RAM its QEMU holds (bytes): read when paused in place
 	Pid       int
 	Launch    *Launch // what the last start recorded; nil if never started
 	QMPStatus string  // QEMU's own run state, when QMP answered
@@ -82,7 +84,13 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 	live.Pid, live.State = pid, driver.StateRunning
 	live.Detail, live.QMPStatus = l.qmpStatus(ctx, m)
 	switch live.QMPStatus {
-	case "paused", "suspended", "prelaunch", "inmigrate", "postmigrate", "save-vm", "restore-vm", "finish-migrate":
+	case "paused", "":
+		// Paused by a suspend in place (pause.go), or by something else;
+		// one whose QMP does not answer may be either.
+		if !pausedLive(m, &live, pid) && live.QMPStatus == "paused" {
+			live.State = driver.StatePaused
+		}
+	case "suspended", "prelaunch", "inmigrate", "postmigrate", "save-vm", "restore-vm", "finish-migrate":
 		live.State = driver.StatePaused
 	case "shutdown", "guest-panicked", "internal-error", "io-error":
 		live.Detail = "QEMU reports " + live.QMPStatus
@@ -93,13 +101,13 @@ func (l *Launcher) Inspect(ctx context.Context, m Machine) (Live, error) {
 
 // suspendedLive is the state of a VM with a saved state and no QEMU.
 func suspendedLive(m Machine, launch *Launch) Live {
-	lv := Live{State: driver.StateSuspended, Launch: launch}
+	lv := Live{State: driver.StateSuspended, Suspend: driver.SuspendSaved, Launch: launch}
 	s, err := readSavedState(m)
 	if err != nil {
 		lv.Detail = "its saved state's record is unreadable: " + err.Error()
 		return lv
 	}
-	lv.Detail = fmt.Sprintf("saved %s, %d MiB", s.SavedAt.Local().Format(time.DateTime), s.Bytes>>20)
+	lv.Detail = fmt.Sprintf("saved to disk %s, %d MiB", s.SavedAt.Local().Format(time.DateTime), s.Bytes>>20)
 	return lv
 }
 
@@ -144,6 +152,8 @@ func exists(path string) bool {
 // then QMP quit, then SIGKILL, each only if the previous did not end QEMU
 // within its time. Only a PID proven to be this VM's QEMU is ever signalled.
 // virtiofsd is stopped after QEMU, and a clean-shutdown marker is written.
+// A VM paused in place is continued first, so that its guest can answer
+// the power-off; a saved state is discarded.
 func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) error {
 	live, err := l.Inspect(ctx, m)
 	if err != nil {
@@ -157,15 +167,21 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		// wrote one): the process table knows.
 		vfs = proc.Find(virtiofsd.Serving(m.sockFile(VirtiofsdSock)))
 	}
-	if live.State == driver.StateSuspended {
+	switch {
+	case live.Suspend == driver.SuspendPaused:
+		// Paused in place: its guest can power off once its CPUs run
+		// again. If they do not, quit and SIGKILL below end it.
+		if !l.qmpCommand(ctx, m, "cont") {
+			grace = 0
+		}
+	case live.State == driver.StateSuspended:
 		// Stopping a suspended VM discards its saved state: it boots
 		// cold next time.
 		if err := discardSavedState(m); err != nil {
 			return fmt.Errorf("discarding the saved state of %s: %w", m.Name, err)
 		}
 		return l.finishStop(m, 0)
-	}
-	if !live.Alive() {
+	case !live.Alive():
 		// Nothing to stop; clear what a crash left (a crashed VM that was
 		// stopped reads as stopped from now on).
 		l.stopVirtiofsd(m, vfs, 0)
@@ -213,6 +229,7 @@ func (l *Launcher) cleanup(m Machine) {
 	_ = os.Remove(m.runFile(PidFile))
 	_ = os.Remove(m.QMPPath())
 	_ = os.Remove(m.sockFile(VirtiofsdSock))
+	_ = os.Remove(m.runFile(PauseFile))
 	l.stopEgress(m)
 }
 

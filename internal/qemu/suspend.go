@@ -56,9 +56,11 @@ package qemu
 // `date -s` over SSH needs no guest agent), mounts /workspace again and
 // starts agent-mcp.
 //
-// What a suspend does not keep: processes using /workspace (an agent
-// session's shell in tmux has its cwd there; so has `agent-vm shell`). v1
-// refuses. Keeping them would take one of:
+// What a save does not keep: processes using /workspace (an agent
+// session's shell in tmux has its cwd there; so has `agent-vm shell`). It
+// refuses; internal/vm then pauses the VM in place instead (pause.go),
+// which keeps them at the cost of the host RAM its QEMU holds. Saving them
+// would take one of:
 //   - a guest-side layer between them and the share (an overlay or FUSE
 //     passthrough whose lower half is unmounted and remounted while the
 //     upper keeps its inodes): guest software of agent-vm's own, and the
@@ -115,11 +117,9 @@ func (l *Launcher) Suspend(ctx context.Context, m Machine, g driver.GuestHooks, 
 	if !slices.Contains(argValues(args, "-device"), shareSlotArgs()[1]) {
 		return fmt.Errorf("%s cannot be suspended: its QEMU has no hot-pluggable slot for the workspace (a NixOS VM, or one started by an agent-vm from before suspend): %w (hint: `agent-vm restart BRANCH` starts a Debian VM with one)", m.Name, driver.ErrUnsupported)
 	}
-	qctx, cancel := context.WithTimeout(ctx, suspendQMPTimout)
-	c, err := qmp.Dial(qctx, m.QMPPath())
-	cancel()
+	c, err := l.dialQMP(ctx, m)
 	if err != nil {
-		return fmt.Errorf("reaching %s's QEMU over QMP: %w (hint: another agent-vm command may be using it; try again)", m.Name, err)
+		return err
 	}
 	defer c.Close()
 	s := &suspension{l: l, m: m, c: c, v: v, launch: live.Launch, pid: live.Pid, args: args}

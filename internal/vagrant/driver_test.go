@@ -269,6 +269,17 @@ func TestInspectStates(t *testing.T) {
 		if err != nil || lv.State != tc.want {
 			t.Errorf("vagrant %s, libvirt %q (launched %v, marker %q): got %+v, %v; want %s", tc.vagrant, tc.reason, tc.launched, tc.marker, lv, err, tc.want)
 		}
+		wantKind := "" // how a suspended machine keeps its memory
+		switch {
+		case tc.want != driver.StateSuspended:
+		case tc.vagrant == "paused":
+			wantKind = driver.SuspendPaused
+		default:
+			wantKind = driver.SuspendSaved
+		}
+		if lv.Suspend != wantKind {
+			t.Errorf("vagrant %s, libvirt %q (marker %q): suspended as %q, want %q", tc.vagrant, tc.reason, tc.marker, lv.Suspend, wantKind)
+		}
 		if lv.State == driver.StateSuspended && tc.vagrant == "paused" && !strings.Contains(lv.Detail, "still holds its memory") {
 			t.Errorf("a paused suspend does not say it holds its memory: %q", lv.Detail)
 		}

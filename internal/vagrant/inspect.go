@@ -112,10 +112,12 @@ func (d *Driver) live(m driver.Machine, st Status) driver.Live {
 	case "paused":
 		lv.State, lv.Pid = driver.StatePaused, d.qemuPid(m)
 		if exists(runFile(m, SuspendMark)) {
-			lv.State, lv.Detail = driver.StateSuspended, "paused by `agent-vm suspend`: no guest code runs, but its QEMU still holds its memory (vagrant-libvirt's suspend pauses); `agent-vm resume "+short(m)+"` continues it"
+			lv.State, lv.Suspend, lv.Detail = driver.StateSuspended, driver.SuspendPaused, "paused by `agent-vm suspend`: no guest code runs, but its QEMU still holds its memory (vagrant-libvirt's suspend pauses); `agent-vm resume "+short(m)+"` continues it"
 		}
-	case "saved", "pmsuspended":
-		lv.State = driver.StateSuspended
+	case "saved":
+		lv.State, lv.Suspend = driver.StateSuspended, driver.SuspendSaved
+	case "pmsuspended": // the guest suspended itself to RAM: its QEMU holds it
+		lv.State, lv.Suspend = driver.StateSuspended, driver.SuspendPaused
 	case "not_created":
 		lv.State, lv.Detail = driver.StateStopped, "not created yet: the first start runs `vagrant up`"
 	case "shutoff", "poweroff":
@@ -124,7 +126,7 @@ func (d *Driver) live(m driver.Machine, st Status) driver.Live {
 		case st.Reason == "crashed":
 			lv.State, lv.Detail = driver.StateCrashed, "libvirt says its QEMU crashed or was killed; "+recover
 		case st.Reason == "saved":
-			lv.State, lv.Detail = driver.StateSuspended, "libvirt keeps its memory saved on disk"
+			lv.State, lv.Suspend, lv.Detail = driver.StateSuspended, driver.SuspendSaved, "libvirt keeps its memory saved on disk"
 		case st.Reason == "destroyed" && !clean && launch != nil:
 			lv.State, lv.Detail = driver.StateCrashed, "libvirt says it was forced off, not by agent-vm; "+recover
 		case st.Reason == "shutdown" && !clean && launch != nil:

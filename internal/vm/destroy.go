@@ -76,7 +76,7 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 		return nil, destroyStopError(e, live, err)
 	}
 	m.stopHolder(ctx, e)
-	res.Stopped = live.Alive()
+	res.Stopped = live.HasProcess()
 	if !force && res.Stopped {
 		if err := m.checkUnsaved(ctx, e); err != nil {
 			return res, err

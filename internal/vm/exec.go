@@ -60,6 +60,8 @@ func runningErr(e state.Entry, st string) error {
 		return nil
 	case StateStarting:
 		return fmt.Errorf("VM %q is still booting (hint: `agent-vm start %s` waits until it is ready)", e.Record.Branch, e.Slug)
+	case StateSuspended:
+		return fmt.Errorf("VM %q is suspended (hint: `agent-vm resume %s` brings it back)", e.Record.Branch, e.Slug)
 	default:
 		return fmt.Errorf("VM %q is %s (hint: `agent-vm start %s` starts it)", e.Record.Branch, st, e.Slug)
 	}

@@ -123,7 +123,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	if _, err := m.BuildTemplate(ctx, "feat", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "only Debian (qemu backend) VMs start from templates") {
 		t.Errorf("template build: %v", err)
 	}
-	if _, err := m.Suspend(ctx, "feat"); err != nil {
+	if _, err := m.Suspend(ctx, "feat", vm.SuspendOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err = m.Resume(ctx, "feat", vm.StartOptions{}); err != nil || !res.Resumed || res.Info.State != vm.StateRunning {

@@ -17,7 +17,8 @@ func (m *Manager) Book() *portbook.Book {
 	return &portbook.Book{Root: m.Root, Registry: m.Registry, Free: m.PortFree, Log: m.Log}
 }
 
-// Live is the VM's driver and machine, and whether it runs.
+// Live is the VM's driver and machine, and whether its machine's process
+// runs (also paused in place: its network, and so its forwards, run on).
 func (m *Manager) Live(ctx context.Context, e state.Entry) (driver.Driver, driver.Machine, bool, error) {
 	d, err := m.driverOf(e.Record)
 	if err != nil {
@@ -28,5 +29,5 @@ func (m *Manager) Live(ctx context.Context, e state.Entry) (driver.Driver, drive
 	if err != nil {
 		return nil, driver.Machine{}, false, err
 	}
-	return d, mach, live.Alive(), nil
+	return d, mach, live.HasProcess(), nil
 }

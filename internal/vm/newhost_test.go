@@ -351,7 +351,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	})
 	step("the share is not an escape")
 
-	sus, err := m.Suspend(ctx, "vg")
+	sus, err := m.Suspend(ctx, "vg", vm.SuspendOptions{})
 	if err != nil {
 		t.Fatalf("suspend: %v", err)
 	}

@@ -48,7 +48,7 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 		return nil, err
 	}
 	res := &ResetResult{Branch: r.Branch, Slug: r.Slug}
-	if live.Alive() && !o.Force {
+	if live.HasProcess() && !o.Force {
 		return nil, fmt.Errorf("VM %q is %s; reset would throw away its root disk under it (hint: `agent-vm stop %s` first, or `agent-vm reset --force %s` stops it)", r.Branch, live.State, r.Slug, r.Slug)
 	}
 	c, err := repoconfig.Load(l.Workspace(), "")
@@ -58,7 +58,7 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 	if err := checkRepoPackages(c, be); err != nil {
 		return nil, err
 	}
-	if live.Alive() {
+	if live.HasProcess() {
 		if _, err := m.stopLocked(ctx, e); err != nil {
 			return nil, fmt.Errorf("stopping VM %q before the reset: %w", r.Branch, err)
 		}

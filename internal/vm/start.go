@@ -87,12 +87,14 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			if o.Reprovision {
 				return nil, fmt.Errorf("VM %q is suspended, and --reprovision needs a cold boot (hint: `agent-vm start --cold --reprovision %s` discards the saved state)", r.Branch, e.Slug)
 			}
-			return m.resume(ctx, e, d, mach, o)
+			return m.resume(ctx, e, d, mach, live, o)
 		}
-		if err := d.Stop(ctx, mach, 0); err != nil {
+		// A VM paused in place shuts down cleanly (stopMachine's grace); a
+		// saved state is discarded.
+		if _, err := m.stopMachine(ctx, d, mach); err != nil {
 			return nil, fmt.Errorf("discarding the saved state of %q: %w", r.Branch, err)
 		}
-		m.Log.Warn("discarded the saved state of a suspended VM; booting it afresh", "vm", r.Branch)
+		m.Log.Warn("discarded the memory a suspended VM kept (its processes are gone); booting it afresh", "vm", r.Branch)
 	}
 	acc := m.Accel(ctx)
 	switch {

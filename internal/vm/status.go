@@ -24,9 +24,16 @@ const (
 	StateRunning  = driver.StateRunning
 	StatePaused   = driver.StatePaused
 	StateCrashed  = driver.StateCrashed
-	// StateSuspended: the VM's memory is kept and resume continues it.
+	// StateSuspended: the VM's memory is kept and resume continues it;
+	// Info.Suspend says how.
 	StateSuspended = driver.StateSuspended
 	StateInvalid   = "invalid"
+)
+
+// How a suspended VM keeps its memory (Info.Suspend).
+const (
+	SuspendPaused = driver.SuspendPaused
+	SuspendSaved  = driver.SuspendSaved
 )
 
 // Info is what `status --json` prints for one VM. Field names are part of
@@ -34,11 +41,15 @@ const (
 // present (empty, 0 or null when it does not apply), except mcp.token in
 // `list --json`.
 type Info struct {
-	Branch      string          `json:"branch"`
-	Slug        string          `json:"slug"`
-	Backend     string          `json:"backend"`
-	State       string          `json:"state"`
-	Detail      string          `json:"detail"`
+	Branch  string `json:"branch"`
+	Slug    string `json:"slug"`
+	Backend string `json:"backend"`
+	State   string `json:"state"`
+	Detail  string `json:"detail"`
+	// Suspend says how a suspended VM keeps its memory: SuspendPaused
+	// (in place, its QEMU holding it in host RAM) or SuspendSaved (on
+	// disk); "" in every other state.
+	Suspend     string          `json:"suspend"`
 	CreatedAt   time.Time       `json:"created_at"`
 	Ports       state.Ports     `json:"ports"`
 	Forwards    []state.Forward `json:"forwards"` // the user's own (`agent-vm port`)
@@ -130,7 +141,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		info.State, info.Detail = StateInvalid, err.Error()
 		return info
 	}
-	info.State, info.Detail, info.Pid = live.State, live.Detail, live.Pid
+	info.State, info.Detail, info.Suspend, info.Pid = live.State, live.Detail, live.Suspend, live.Pid
 	if lc := live.Launch; lc != nil {
 		info.Accel, info.AccelReason, info.Share = lc.Accel, lc.AccelReason, string(lc.Share)
 		if live.Alive() {
@@ -151,8 +162,13 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	if live.State == StateRunning && (live.Launch == nil || live.Launch.ReadyAt == nil) && !guestctl.SSHAnswers(ctx, r.Ports.SSH) {
 		info.State = StateStarting
 	}
-	if withHealth && live.Alive() {
+	switch {
+	case withHealth && live.Alive():
 		info.Agent = guestctl.CheckHealth(ctx, r.Ports.MCP)
+	case live.State == StateSuspended:
+		// agent-mcp cannot answer: no guest code runs. Not asked, so a
+		// paused VM is not taken for one whose agent-mcp hangs.
+		info.Agent.Detail = "the VM is suspended; agent-mcp answers again after `agent-vm resume " + r.Slug + "`"
 	}
 	if live.Alive() {
 		info.SSH.Held = m.guestOf(r, l).Held()

@@ -14,6 +14,9 @@ import (
 type StopResult struct {
 	Branch string
 	Was    string // the state before stopping
+	// Suspend is how the VM kept its memory when it Was suspended
+	// (SuspendPaused, SuspendSaved).
+	Suspend string
 }
 
 // Stop shuts a VM down cleanly (see driver.Driver's Stop).
@@ -27,19 +30,19 @@ func (m *Manager) Stop(ctx context.Context, name string) (*StopResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &StopResult{Branch: e.Record.Branch, Was: was}, nil
+	return &StopResult{Branch: e.Record.Branch, Was: was.State, Suspend: was.Suspend}, nil
 }
 
-// stopLocked stops the VM of e (the caller holds its lock) and returns the
-// state it was in.
-func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (string, error) {
+// stopLocked stops the VM of e (the caller holds its lock) and returns
+// what it found before stopping it.
+func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (driver.Live, error) {
 	d, err := m.driverOf(e.Record)
 	if err != nil {
-		return "", err
+		return driver.Live{}, err
 	}
 	live, err := m.stopMachine(ctx, d, m.machine(e.Record, e.Layout))
 	m.stopHolder(ctx, e)
-	return live.State, err
+	return live, err
 }
 
 // stopMachine stops a VM (the caller holds its lock) and returns what it

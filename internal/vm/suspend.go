@@ -8,27 +8,57 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
-	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
+
+// SuspendOptions choose how suspend keeps a VM's memory. Neither set: a
+// QEMU VM is saved to disk, unless processes in the guest use /workspace
+// (or its machine cannot be saved), when it is paused in place.
+type SuspendOptions struct {
+	// Save insists on saving the VM to disk: a busy workspace refuses, as
+	// does a driver whose suspend pauses (vagrant).
+	Save bool
+	// Pause pauses the VM in place even when it could be saved.
+	Pause bool
+}
 
 // SuspendResult says what suspend did.
 type SuspendResult struct {
 	Branch string
 	Took   time.Duration
 	// Detail is the driver's word on the suspended VM (its status
-	// detail): where its memory is kept, e.g. a vagrant VM's paused QEMU
-	// that still holds it.
+	// detail): where its memory is kept.
 	Detail string
+	// Paused: the VM is paused in place, its QEMU (still running, its
+	// CPUs stopped) holding its memory, HostRAM bytes of host RAM (0 when
+	// the driver does not say); else it is saved to disk.
+	Paused  bool
+	HostRAM int64
+	// Why the VM was paused rather than saved, when suspend chose to: the
+	// guest's processes that use /workspace (Busy, as guestctl.BusyError
+	// lists them), or why its machine cannot be saved (CannotSave).
+	Busy       string
+	CannotSave string
 }
 
-// Suspend keeps a running VM's memory while no guest code runs: a QEMU
-// VM's is saved to its directory and its QEMU ends; a vagrant VM is paused
-// (see driver.Suspender's SuspendKeepsShare). The guest's side, where the
-// driver asks for it: agent-mcp stops and /workspace is unmounted (refused
-// when a process uses it); resume undoes both. A VM whose driver is no
-// driver.Suspender is refused.
-func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, error) {
+// Suspend keeps a running VM's memory while no guest code runs, in one of
+// two ways (driver.Live.Suspend says which):
+//   - saved to disk: a QEMU VM's memory and devices go to its directory
+//     and its QEMU ends. The guest's side first (driver.GuestHooks):
+//     agent-mcp stops and /workspace is unmounted, which processes using
+//     it prevent (guestctl.BusyError); resume undoes both.
+//   - paused in place (driver.Pauser): its CPUs stop and its QEMU keeps
+//     the memory in host RAM and every device, the workspace mounted, so
+//     the processes using it are kept. A vagrant VM's suspend always
+//     pauses (driver.Suspender's SuspendKeepsShare).
+//
+// Suspend saves when it can and pauses when processes use the workspace
+// or the machine cannot be saved (a NixOS VM); o.Save and o.Pause insist
+// on one way. A VM whose driver has neither way is refused.
+func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*SuspendResult, error) {
+	if o.Save && o.Pause {
+		return nil, errors.New("--save and --pause ask for two ways of suspending: give one, or neither to let suspend choose (hint: `agent-vm suspend --help`)")
+	}
 	h, err := m.lockedLook(ctx, name)
 	if err != nil {
 		return nil, err
@@ -44,32 +74,97 @@ func (m *Manager) Suspend(ctx context.Context, name string) (*SuspendResult, err
 	case live.Launch == nil || live.Launch.ReadyAt == nil:
 		return nil, fmt.Errorf("VM %q is still booting (hint: wait for `agent-vm start %s` to finish, then suspend it)", r.Branch, e.Slug)
 	}
-	sus, ok := d.(driver.Suspender)
-	if !ok {
-		return nil, fmt.Errorf("VM %q cannot be suspended: the %s driver that runs it does not suspend machines (hint: `agent-vm stop %s` shuts it down instead): %w", r.Branch, d.Name(), e.Slug, driver.ErrUnsupported)
-	}
-	began := time.Now()
-	hooks := driver.GuestHooks{
-		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e) },
-		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, e, false) },
-	}
-	if err := sus.Suspend(ctx, mach, hooks); err != nil {
+	sus, _ := d.(driver.Suspender)
+	p, _ := d.(driver.Pauser)
+	if err := checkSuspendWay(r.Branch, e.Slug, d.Name(), sus, p, o); err != nil {
 		return nil, err
 	}
-	res := &SuspendResult{Branch: r.Branch, Took: time.Since(began)}
+	began := time.Now()
+	res := &SuspendResult{Branch: r.Branch}
+	if o.Pause && p != nil {
+		res.Paused = true
+		err = p.Pause(ctx, mach)
+	} else {
+		err = m.save(ctx, e, sus, mach, o.Save && p != nil)
+		if !o.Save && p != nil && pauseInstead(err, res) {
+			m.Log.Debug("pausing in place instead of saving", "vm", r.Branch, "why", err)
+			res.Paused = true
+			err = p.Pause(ctx, mach)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Took = time.Since(began)
 	// The holder ends by itself once QEMU is gone; do not wait for its
-	// keepalives. A paused (vagrant) guest cannot answer them either, and
-	// its resume restarts the port forward the holder's connection uses.
+	// keepalives. A paused guest cannot answer them either, and resume
+	// holds a new connection.
 	m.stopHolder(ctx, e)
-	if lv, err := d.Inspect(ctx, mach); err == nil {
-		res.Detail = lv.Detail
+	if lv, err := d.Inspect(ctx, mach); err == nil { // the driver's word: a vagrant VM's suspend pauses
+		res.Detail, res.Paused, res.HostRAM = lv.Detail, lv.Suspend == driver.SuspendPaused, lv.Resident
 	}
 	return res, nil
 }
 
-// detachGuest readies e's guest for its share to go (guestctl.Detach).
-func (m *Manager) detachGuest(ctx context.Context, e state.Entry) error {
-	return guestctl.Detach(ctx, m.rootOf(e), e.Record.Branch, e.Slug)
+// checkSuspendWay refuses a suspend the VM's driver cannot do the way o
+// asks (sus and p are its capabilities, nil when it lacks them).
+func checkSuspendWay(branch, slug, driverName string, sus driver.Suspender, p driver.Pauser, o SuspendOptions) error {
+	pauses := sus != nil && sus.SuspendKeepsShare() // its suspend is a pause
+	switch {
+	case sus == nil && p == nil:
+		return fmt.Errorf("VM %q cannot be suspended: the %s driver that runs it does not suspend machines (hint: `agent-vm stop %s` shuts it down instead): %w", branch, driverName, slug, driver.ErrUnsupported)
+	case o.Save && (sus == nil || pauses):
+		return fmt.Errorf("VM %q cannot be saved to disk: the %s driver that runs it only pauses machines in place (hint: `agent-vm suspend %s` without --save pauses it): %w", branch, driverName, slug, driver.ErrUnsupported)
+	case o.Pause && p == nil && !pauses:
+		return fmt.Errorf("VM %q cannot be paused in place: the %s driver that runs it does not pause machines (hint: `agent-vm suspend %s` without --pause): %w", branch, driverName, slug, driver.ErrUnsupported)
+	}
+	return nil
+}
+
+// save suspends e's VM through its driver's Suspend, with the guest's
+// hooks; a busy workspace's refusal names the pause when pausable.
+func (m *Manager) save(ctx context.Context, e state.Entry, sus driver.Suspender, mach driver.Machine, pausable bool) error {
+	if sus == nil {
+		return fmt.Errorf("VM %q cannot be saved: %w", e.Record.Branch, driver.ErrUnsupported)
+	}
+	instead := ""
+	if pausable {
+		instead = fmt.Sprintf("`agent-vm suspend %s` without --save pauses the VM in place, keeping them", e.Slug)
+	}
+	hooks := driver.GuestHooks{
+		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, instead) },
+		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, e, false) },
+	}
+	return sus.Suspend(ctx, mach, hooks)
+}
+
+// pauseInstead reports whether a save that failed with err leaves the VM
+// as it was for a pause, and notes why in res: the workspace is busy, or
+// the machine cannot be saved (driver.ErrUnsupported, refused before
+// anything changed).
+func pauseInstead(err error, res *SuspendResult) bool {
+	var busy *guestctl.BusyError
+	switch {
+	case errors.As(err, &busy):
+		res.Busy = busy.Processes
+	case errors.Is(err, driver.ErrUnsupported):
+		res.CannotSave = err.Error()
+	default:
+		return false
+	}
+	return true
+}
+
+// detachGuest readies e's guest for its share to go (guestctl.Detach); a
+// busy workspace's refusal names instead, when set, as the way to keep
+// the processes that use it.
+func (m *Manager) detachGuest(ctx context.Context, e state.Entry, instead string) error {
+	err := guestctl.Detach(ctx, m.rootOf(e), e.Record.Branch, e.Slug)
+	var busy *guestctl.BusyError
+	if errors.As(err, &busy) {
+		busy.Instead = instead
+	}
+	return err
 }
 
 // attachGuest mounts the workspace again (guestctl.Attach), setting the
@@ -95,94 +190,4 @@ func (m *Manager) rootOf(e state.Entry) guestctl.Root {
 	return func(ctx context.Context, script func() string) (int, string, string, error) {
 		return m.runRoot(ctx, e, script)
 	}
-}
-
-// resume starts a suspended VM from its saved state (start calls it), then
-// waits for SSH, sets the guest's clock, mounts the workspace and waits
-// for agent-mcp, as a start does.
-func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions) (*StartResult, error) {
-	r, l := e.Record, e.Layout
-	sus, ok := d.(driver.Suspender)
-	if !ok {
-		return nil, fmt.Errorf("VM %q cannot be resumed: the %s driver that runs it does not suspend machines: %w", r.Branch, d.Name(), driver.ErrUnsupported)
-	}
-	acc := m.Accel(ctx)
-	share, _ := d.Share(ctx)
-	plan, err := m.prepare(ctx, e, d, o, share, &mach, "resume", nil)
-	if err != nil {
-		return nil, err
-	}
-	o.Report.Report("resuming from the saved state", 0, "")
-	began := time.Now()
-	launch, err := sus.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
-		BootTimeout: toolBootTimeout(o.Timeout, bootBaseFor(acc.Accel))})
-	if err != nil {
-		if errors.Is(err, driver.ErrStaleState) {
-			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
-		}
-		return nil, err
-	}
-	res := &StartResult{Resumed: true}
-	if r.Guest.Foreign != "" {
-		return m.foreignReady(ctx, e, d, mach, res), nil
-	}
-	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, resumeBase, d, mach, launch)
-	defer done()
-	target := m.guestOf(r, l).Target()
-	client, err := sshx.WaitReady(wctx, target, nil)
-	if err != nil {
-		logs := d.Logs(mach)
-		return nil, &BootError{VM: r.Branch, Phase: "waiting for SSH after resume", Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
-	}
-	client.Close()
-	res.SSHReady = time.Since(began)
-	m.Log.Debug("ssh ready", "after", res.SSHReady)
-	if err := d.MarkReady(mach, time.Now()); err != nil {
-		m.Log.Warn("could not record that the VM is up", "error", err)
-	}
-	m.guestSetup(wctx, e, plan.Setup)
-	m.startHolder(e) // the held connection ended with the suspend
-	attach := m.attachGuest
-	if sus.SuspendKeepsShare() {
-		attach = m.setGuestClock // the share stayed mounted, agent-mcp running
-	}
-	if err := attach(wctx, e, true); err != nil {
-		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
-	}
-	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
-		m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
-		res.Info = m.Status(ctx, e, true)
-		return res, nil
-	}
-	res.HealthReady = time.Since(began)
-	res.Info = m.Status(ctx, e, true)
-	return res, nil
-}
-
-// Resume resumes a suspended VM; a VM that is not suspended is refused
-// (start boots a stopped one).
-func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
-	h, err := m.lockedLook(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	defer h.lock.Release()
-	e, live := h.e, h.live
-	if live.State != StateSuspended {
-		hint := "`agent-vm start " + e.Slug + "` starts it"
-		if live.Alive() {
-			hint = "it runs already"
-		}
-		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
-	}
-	return m.resume(ctx, e, h.d, h.mach, o)
-}
-
-// restoredWait bounds the wait for a guest restored from a saved state
-// (the user's timeout, else base stretched by the host's load: bootWait)
-// and ends it when its QEMU exits; done releases it.
-func (m *Manager) restoredWait(ctx context.Context, slug string, timeout, base time.Duration, d driver.Driver, mach driver.Machine, launch *driver.Launch) (wctx context.Context, done func()) {
-	wctx, cancel := m.bootWait(ctx, slug, timeout, base)
-	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
-	return wctx, func() { stopWatch(); cancel() }
 }

@@ -24,31 +24,25 @@ import (
 // outside /workspace keeps running with its memory, files written in the
 // workspace before suspend (from the guest) and during it (on the host) are
 // both there, the guest's clock is the host's again, the egress proxy's door
-// works again. A process using /workspace makes suspend refuse, naming it;
-// a tampered saved state is refused and stop discards it, leaving the VM
-// stopped.
+// works again. A process using /workspace makes suspend --save refuse,
+// naming it (without --save suspend pauses such a VM in place:
+// TestSuspendPausesABusyVM); a tampered saved state is refused and stop
+// discards it, leaving the VM stopped.
 func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	ctx := context.Background()
 	susp := e.Record.Branch
 	if _, err := m.Resume(ctx, susp, vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "is running, not suspended") {
 		t.Errorf("resume of a running VM: got %v, want a refusal", err)
 	}
-	sh := func(script string) string {
-		t.Helper()
-		code, out, errs := run(t, m, susp, "sh", "-c", script)
-		if code != 0 {
-			t.Fatalf("%s: exit %d: %s", script, code, errs)
-		}
-		return strings.TrimSpace(out)
-	}
+	sh := guestSh(t, m, susp)
 
-	// A process in /workspace: suspend refuses, naming it, and the VM runs
-	// on with its workspace and agent-mcp.
+	// A process in /workspace: suspend --save refuses, naming it, and the
+	// VM runs on with its workspace and agent-mcp.
 	busy := sh("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
-	_, err := m.Suspend(ctx, susp)
+	_, err := m.Suspend(ctx, susp, vm.SuspendOptions{Save: true})
 	var be *guestctl.BusyError
-	if !errors.As(err, &be) || !strings.Contains(be.Processes, busy+" sleep 1000") || !strings.Contains(err.Error(), "agent-vm sessions "+susp) {
-		t.Fatalf("suspend with a process in /workspace: got %v, want a refusal naming pid %s", err, busy)
+	if !errors.As(err, &be) || !strings.Contains(be.Processes, busy+" sleep 1000") || !strings.Contains(err.Error(), "agent-vm sessions "+susp) || !strings.Contains(err.Error(), "`agent-vm suspend "+susp+"` without --save pauses") {
+		t.Fatalf("suspend --save with a process in /workspace: got %v, want a refusal naming pid %s and the pause", err, busy)
 	}
 	if got := sh("mountpoint -q /workspace && systemctl is-active agent-mcp"); got != "active" {
 		t.Errorf("after the refused suspend: %q, want /workspace mounted and agent-mcp active", got)
@@ -65,14 +59,17 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	before, _ := strconv.Atoi(sh("cat /tmp/count"))
 	qemuPid := m.Status(ctx, e, false).Pid
 
-	res, err := m.Suspend(ctx, susp)
+	res, err := m.Suspend(ctx, susp, vm.SuspendOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if res.Paused {
+		t.Errorf("suspend of a VM whose workspace is free paused it (%s), want it saved", res.Detail)
+	}
 	t.Logf("suspend took %s", res.Took)
 	info := m.Status(ctx, e, false)
-	if info.State != vm.StateSuspended || info.Pid != 0 {
-		t.Errorf("after suspend: state %s, pid %d; want suspended, no pid", info.State, info.Pid)
+	if info.State != vm.StateSuspended || info.Suspend != vm.SuspendSaved || info.Pid != 0 {
+		t.Errorf("after suspend: state %s (%q), pid %d; want suspended, saved, no pid", info.State, info.Suspend, info.Pid)
 	}
 	// QEMU has exited; this test process, its parent, reaps it a moment
 	// later.
@@ -138,7 +135,7 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 
 	// A saved state whose recorded QEMU version is not this QEMU's is
 	// refused, kept, and discarded by stop.
-	if _, err := m.Suspend(ctx, susp); err != nil {
+	if _, err := m.Suspend(ctx, susp, vm.SuspendOptions{Save: true}); err != nil {
 		t.Fatal(err)
 	}
 	meta := filepath.Join(e.Layout.RunDir(), qemu.StateMeta)

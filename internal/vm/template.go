@@ -137,7 +137,7 @@ func (t templateVMs) BootID(ctx context.Context, slug string) (*template.BootIDS
 }
 
 func (t templateVMs) Suspend(ctx context.Context, slug string) error {
-	_, err := t.m.Suspend(ctx, slug)
+	_, err := t.m.Suspend(ctx, slug, SuspendOptions{Save: true}) // a template is a saved state
 	return err
 }
 

@@ -65,14 +65,7 @@ func TestTemplate(t *testing.T) {
 			t.Fatalf("%s did not start from the template", b)
 		}
 		t.Logf("%s from the template: SSH after %s, agent-mcp after %s, load %s", b, res.SSHReady, res.HealthReady, loadavg())
-		sh := func(script string) string {
-			t.Helper()
-			code, out, errs := run(t, m, b, "sh", "-c", script)
-			if code != 0 {
-				t.Fatalf("%s: %s: exit %d: %s", b, script, code, errs)
-			}
-			return strings.TrimSpace(out)
-		}
+		sh := guestSh(t, m, b)
 		f := guestFacts{
 			random:     sh("head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'"),
 			hostKey:    sh("cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub"),

@@ -159,6 +159,19 @@ func start(t *testing.T, m *vm.Manager, branch string) *vm.StartResult {
 	return res
 }
 
+// guestSh is a function that runs a shell script in branch's guest (as
+// exec does) and returns its output, trimmed; a failure is fatal.
+func guestSh(t *testing.T, m *vm.Manager, branch string) func(script string) string {
+	return func(script string) string {
+		t.Helper()
+		code, out, errs := run(t, m, branch, "sh", "-c", script)
+		if code != 0 {
+			t.Fatalf("%s: %s: exit %d: %s", branch, script, code, errs)
+		}
+		return strings.TrimSpace(out)
+	}
+}
+
 func run(t *testing.T, m *vm.Manager, branch string, argv ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer

@@ -1,0 +1,135 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Resume resumes a suspended VM; a VM that is not suspended is refused
+// (start boots a stopped one).
+func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
+	h, err := m.lockedLook(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer h.lock.Release()
+	e, live := h.e, h.live
+	if live.State != StateSuspended {
+		hint := "`agent-vm start " + e.Slug + "` starts it"
+		if live.Alive() {
+			hint = "it runs already"
+		}
+		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
+	}
+	return m.resume(ctx, e, h.d, h.mach, live, o)
+}
+
+// resume brings a suspended VM back (start calls it too): one paused in
+// place by its driver's Pauser is continued, the same process; one saved
+// is started from its saved state (and a vagrant VM's pause resumed by its
+// driver's Resume). Then, as a start does, it waits for SSH, sets the
+// guest's clock, mounts the workspace where the suspend unmounted it and
+// waits for agent-mcp.
+func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, live driver.Live, o StartOptions) (*StartResult, error) {
+	if p, ok := d.(driver.Pauser); ok && live.Suspend == driver.SuspendPaused {
+		o.Report.Report("continuing the VM paused in place", 0, "")
+		began := time.Now()
+		launch, err := p.Continue(ctx, mach)
+		if err != nil {
+			return nil, err
+		}
+		// The workspace stayed mounted and agent-mcp ran on; nothing of
+		// the guest's set-up changed.
+		return m.resumed(ctx, e, d, mach, o, resumed{launch: launch, began: began, attach: m.setGuestClock})
+	}
+	r := e.Record
+	sus, ok := d.(driver.Suspender)
+	if !ok {
+		return nil, fmt.Errorf("VM %q cannot be resumed: the %s driver that runs it does not suspend machines: %w", r.Branch, d.Name(), driver.ErrUnsupported)
+	}
+	acc := m.Accel(ctx)
+	share, _ := d.Share(ctx)
+	plan, err := m.prepare(ctx, e, d, o, share, &mach, "resume", nil)
+	if err != nil {
+		return nil, err
+	}
+	o.Report.Report("resuming from the saved state", 0, "")
+	began := time.Now()
+	launch, err := sus.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
+		BootTimeout: toolBootTimeout(o.Timeout, bootBaseFor(acc.Accel))})
+	if err != nil {
+		if errors.Is(err, driver.ErrStaleState) {
+			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
+		}
+		return nil, err
+	}
+	rs := resumed{launch: launch, began: began, setup: plan.Setup, attach: m.attachGuest}
+	if sus.SuspendKeepsShare() {
+		rs.attach = m.setGuestClock // the share stayed mounted, agent-mcp running
+	}
+	return m.resumed(ctx, e, d, mach, o, rs)
+}
+
+// resumed is what resume's wait needs to know of the machine it brought
+// back.
+type resumed struct {
+	launch *driver.Launch
+	began  time.Time
+	// setup is the backend's guest set-up of this start ("" for none).
+	setup string
+	// attach readies the guest once SSH answers, setting its clock
+	// (attachGuest or setGuestClock).
+	attach func(ctx context.Context, e state.Entry, fixClock bool) error
+}
+
+// resumed waits for the guest that resume brought back: SSH, the guest's
+// set-up, a new holder, rs.attach (the clock, the workspace), agent-mcp.
+func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions, rs resumed) (*StartResult, error) {
+	r, l := e.Record, e.Layout
+	res := &StartResult{Resumed: true}
+	if r.Guest.Foreign != "" {
+		return m.foreignReady(ctx, e, d, mach, res), nil
+	}
+	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, resumeBase, d, mach, rs.launch)
+	defer done()
+	client, err := sshx.WaitReady(wctx, m.guestOf(r, l).Target(), nil)
+	if err != nil {
+		logs := d.Logs(mach)
+		return nil, &BootError{VM: r.Branch, Phase: "waiting for SSH after resume", Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+	}
+	client.Close()
+	res.SSHReady = time.Since(rs.began)
+	m.Log.Debug("ssh ready", "after", res.SSHReady)
+	if err := d.MarkReady(mach, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
+	m.guestSetup(wctx, e, rs.setup)
+	m.startHolder(e) // the held connection ended with the suspend
+	if err := rs.attach(wctx, e, true); err != nil {
+		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
+	}
+	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
+		m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
+		res.Info = m.Status(ctx, e, true)
+		return res, nil
+	}
+	res.HealthReady = time.Since(rs.began)
+	res.Info = m.Status(ctx, e, true)
+	return res, nil
+}
+
+// restoredWait bounds the wait for a guest restored from a saved state
+// (the user's timeout, else base stretched by the host's load: bootWait)
+// and ends it when its QEMU exits; done releases it.
+func (m *Manager) restoredWait(ctx context.Context, slug string, timeout, base time.Duration, d driver.Driver, mach driver.Machine, launch *driver.Launch) (wctx context.Context, done func()) {
+	wctx, cancel := m.bootWait(ctx, slug, timeout, base)
+	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
+	return wctx, func() { stopWatch(); cancel() }
+}
