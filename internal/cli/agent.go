@@ -87,12 +87,9 @@ func runCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return agent.VM{}, false, err
 					}
-					e, err := m.Find(ctx, sr.Info.Slug)
-					if err != nil {
-						return agent.VM{}, false, err
-					}
-					return agent.VM{Slug: sr.Info.Slug, Branch: sr.Info.Branch, Backend: e.Record.Backend, Contained: m.Contains(e.Record),
-						Secrets: slices.Sorted(maps.Keys(e.Record.Placeholders))}, !sr.AlreadyRunning, nil
+					i := sr.Info // its status: the record's backend, secrets and network
+					return agent.VM{Slug: i.Slug, Branch: i.Branch, Backend: i.Backend, Contained: i.Net != nil && i.Net.Uncontained == "",
+						Secrets: i.Secrets}, !sr.AlreadyRunning, nil
 				},
 				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
 				Notify: func(s string) {
