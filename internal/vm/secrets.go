@@ -53,7 +53,7 @@ func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*startSecret
 		scope = secret.For(all, r.ID)
 	}
 	for _, s := range extra {
-		if !containsName(scope, s.Name) {
+		if !slices.ContainsFunc(scope, func(x secret.Secret) bool { return x.Name == s.Name }) {
 			scope = append(scope, s)
 		}
 	}
@@ -101,15 +101,6 @@ func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*startSecret
 		return nil, err
 	}
 	return out, nil
-}
-
-func containsName(ss []secret.Secret, name string) bool {
-	for _, s := range ss {
-		if s.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // proxyCA returns the VM's CA (certificate and key, PEM), made on first
