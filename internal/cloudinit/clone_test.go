@@ -76,7 +76,8 @@ func TestPersonalizeIsShell(t *testing.T) {
 }
 
 // TestTemplateSeedLeavesVMWorkOut: a template's seed neither provisions
-// the repository nor writes guidance notes.
+// the repository nor writes guidance notes; it installs its agent CLIs,
+// which its clones share.
 func TestTemplateSeedLeavesVMWorkOut(t *testing.T) {
 	c := testConfig(t)
 	c.Template, c.Guidance, c.NPMPackages = true, "note", []string{"@anthropic-ai/claude-code"}
@@ -91,10 +92,11 @@ func TestTemplateSeedLeavesVMWorkOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	runcmd, _ := json.Marshal(ud.Runcmd)
-	for _, no := range []string{libDir + "/provision", "claude-code"} {
-		if strings.Contains(string(runcmd), no) {
-			t.Errorf("the template seed's runcmd has %s: %s", no, runcmd)
-		}
+	if strings.Contains(string(runcmd), libDir+"/provision") {
+		t.Errorf("the template seed's runcmd provisions a repository: %s", runcmd)
+	}
+	if !strings.Contains(string(runcmd), `"--","@anthropic-ai/claude-code"]`) {
+		t.Errorf("the template seed's runcmd does not install its agent CLI: %s", runcmd)
 	}
 	if strings.Contains(string(s.UserData), `"note"`) {
 		t.Error("the template seed writes guidance notes")

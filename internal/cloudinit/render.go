@@ -196,14 +196,14 @@ func renderUserData(c Config) ([]byte, error) {
 	return marshal(ud)
 }
 
-// vmRuncmd are the first boot's commands that belong to one VM (none for
-// a template, whose clones run them as FirstRun): the agent CLI, the
-// guidance notes' owner, and the repository's packages and
-// .agent-vm/provision.sh, once per disk (how it ended is in
-// guest.ProvisionStatus).
+// vmRuncmd are the first boot's commands that belong to one VM (for a
+// template, whose clones run them as FirstRun, only its agent CLIs,
+// which its clones share): the agent CLI, the guidance notes' owner, and
+// the repository's packages and .agent-vm/provision.sh, once per disk
+// (how it ended is in guest.ProvisionStatus).
 func vmRuncmd(c Config) [][]string {
 	if c.Template {
-		return nil
+		return npmInstall(c)
 	}
 	return slices.Concat(npmInstall(c), guidanceOwner(c), [][]string{provisionCommand(c)})
 }

@@ -324,14 +324,15 @@ func validateGuidance(g string) error {
 	return nil
 }
 
-// npmNameRE is an npm package name, optionally scoped (npm's rules, and no
-// leading dash, so a name is never read as an option).
-var npmNameRE = regexp.MustCompile(`^(@[a-z0-9~][a-z0-9._~-]*/)?[a-z0-9~][a-z0-9._~-]*$`)
+// npmSpecRE is an npm package name, optionally scoped (npm's rules, and
+// no leading dash, so a name is never read as an option), optionally
+// @VERSION: a release or a dist-tag, never a range, URL or path.
+var npmSpecRE = regexp.MustCompile(`^(@[a-z0-9~][a-z0-9._~-]*/)?[a-z0-9~][a-z0-9._~-]*(@([0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?|[a-z][a-z0-9-]*))?$`)
 
 func validateNPMPackages(pkgs []string) error {
 	for _, p := range pkgs {
-		if len(p) > 214 || !npmNameRE.MatchString(p) {
-			return fmt.Errorf("npm package name %q is not valid (hint: e.g. @anthropic-ai/claude-code)", p)
+		if len(p) > 214+64 || !npmSpecRE.MatchString(p) {
+			return fmt.Errorf("npm package name %q is not valid (hint: e.g. @anthropic-ai/claude-code or @anthropic-ai/claude-code@2.1.332)", p)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ package guest
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -124,6 +125,11 @@ the host is protected from what happens here.
 type Agent struct {
 	Name    string // what the user types: claude, codex, gemini
 	Package string // its npm package, installed globally on the first boot
+	// Version is the package's version agent-vm installs: pinned, so that
+	// every VM and template runs the agent it was tested with, and a
+	// template can tell whether it holds the current one. `template build
+	// --agents NAME@VERSION` installs another.
+	Version string
 	Command string // the program it installs
 	// Keys are the variables it reads its credential from: an API key,
 	// and for claude the long-lived token `claude setup-token` prints
@@ -133,9 +139,74 @@ type Agent struct {
 
 // Agents are the agent CLIs agent-vm knows, by name.
 var Agents = []Agent{
-	{Name: "claude", Package: "@anthropic-ai/claude-code", Command: "claude", Keys: []string{"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"}},
-	{Name: "codex", Package: "@openai/codex", Command: "codex", Keys: []string{"OPENAI_API_KEY"}},
-	{Name: "gemini", Package: "@google/gemini-cli", Command: "gemini", Keys: []string{"GEMINI_API_KEY"}},
+	{Name: "claude", Package: "@anthropic-ai/claude-code", Version: "2.1.332", Command: "claude", Keys: []string{"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"}},
+	{Name: "codex", Package: "@openai/codex", Version: "0.171.0", Command: "codex", Keys: []string{"OPENAI_API_KEY"}},
+	{Name: "gemini", Package: "@google/gemini-cli", Version: "0.61.0", Command: "gemini", Keys: []string{"GEMINI_API_KEY"}},
+}
+
+// Spec is the npm package spec that installs the agent at version (its
+// pinned Version when "").
+func (a Agent) Spec(version string) string {
+	if version == "" {
+		version = a.Version
+	}
+	return a.Package + "@" + version
+}
+
+// AgentPin is an agent CLI at a version, as a template holds it.
+type AgentPin struct {
+	Agent
+	// At is the version asked for: the pinned Version, another release, or
+	// an npm dist-tag such as latest.
+	At string
+}
+
+// String is NAME@VERSION.
+func (p AgentPin) String() string { return p.Name + "@" + p.At }
+
+// npmVersionRE is what --agents accepts after NAME@: a release
+// (1.2.3, 1.2.3-beta.1) or a dist-tag (latest, next); never a range, a
+// URL or a path, so the spec npm gets is exactly one version.
+var npmVersionRE = regexp.MustCompile(`^([0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?|[a-z][a-z0-9-]{0,31})$`)
+
+// ParseAgentPins reads a list of agents (template build --agents):
+// comma-separated names, each optionally NAME@VERSION; "all" is every
+// known agent and "none" none. Each is at its pinned version unless one
+// is given.
+func ParseAgentPins(list string) ([]AgentPin, error) {
+	list = strings.TrimSpace(list)
+	switch list {
+	case "none":
+		return nil, nil
+	case "", "all":
+		var pins []AgentPin
+		for _, a := range Agents {
+			pins = append(pins, AgentPin{Agent: a, At: a.Version})
+		}
+		return pins, nil
+	}
+	var pins []AgentPin
+	seen := map[string]bool{}
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		name, version, versioned := strings.Cut(item, "@")
+		a, err := LookupAgent(name)
+		if err != nil {
+			return nil, fmt.Errorf("--agents %q: %q is not an agent agent-vm knows (hint: use some of %s, each optionally NAME@VERSION; all, or none)", list, name, strings.Join(AgentNames(), ","))
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--agents %q names %s twice (hint: give each agent once, e.g. --agents claude,codex)", list, name)
+		}
+		seen[name] = true
+		switch {
+		case !versioned:
+			version = a.Version
+		case !npmVersionRE.MatchString(version):
+			return nil, fmt.Errorf("--agents: %q is not a version of %s (hint: a release such as %s, or latest)", version, name, a.Version)
+		}
+		pins = append(pins, AgentPin{Agent: a, At: version})
+	}
+	return pins, nil
 }
 
 // NPMInstall is the command (run as root) that installs npm packages
@@ -146,12 +217,18 @@ func NPMInstall(packages ...string) []string {
 
 // LookupAgent finds a known agent by name.
 func LookupAgent(name string) (Agent, error) {
-	var names []string
 	for _, a := range Agents {
 		if a.Name == name {
 			return a, nil
 		}
+	}
+	return Agent{}, fmt.Errorf("--agent %q is not an agent agent-vm knows (hint: use one of %s; any other tool you can install in the VM yourself)", name, strings.Join(AgentNames(), ", "))
+}
+
+func AgentNames() []string {
+	var names []string
+	for _, a := range Agents {
 		names = append(names, a.Name)
 	}
-	return Agent{}, fmt.Errorf("--agent %q is not an agent agent-vm knows (hint: use one of %s; any other tool you can install in the VM yourself)", name, strings.Join(names, ", "))
+	return names
 }

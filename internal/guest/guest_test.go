@@ -70,3 +70,56 @@ func TestProvisionFilesAgree(t *testing.T) {
 		t.Errorf("modules/guest.nix lacks %s", want)
 	}
 }
+
+func TestParseAgentPins(t *testing.T) {
+	for _, c := range []struct {
+		in, want, err string
+	}{
+		{"", "claude@2.1.332 codex@0.171.0 gemini@0.61.0", ""},
+		{"all", "claude@2.1.332 codex@0.171.0 gemini@0.61.0", ""},
+		{"none", "", ""},
+		{"claude", "claude@2.1.332", ""},
+		{" claude , codex@0.172.1 ", "claude@2.1.332 codex@0.172.1", ""},
+		{"gemini@latest", "gemini@latest", ""},
+		{"claude@2.2.0-beta.1", "claude@2.2.0-beta.1", ""},
+		{"clippy", "", `"clippy" is not an agent agent-vm knows`},
+		{"claude,", "", `"" is not an agent`},
+		{"claude,claude@1.0.0", "", "names claude twice"},
+		{"claude@^2.1", "", `"^2.1" is not a version of claude`},
+		{"claude@https://evil.example/x.tgz", "", "is not a version of claude"},
+		{"claude@../x", "", "is not a version of claude"},
+		{"claude@", "", `"" is not a version of claude`},
+	} {
+		pins, err := ParseAgentPins(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ParseAgentPins(%q): got %v, want an error with %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseAgentPins(%q): %v", c.in, err)
+			continue
+		}
+		var got []string
+		for _, p := range pins {
+			got = append(got, p.String())
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("ParseAgentPins(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// Every agent is pinned to an exact release, which npm installs as
+// exactly that (Spec).
+func TestAgentsArePinned(t *testing.T) {
+	for _, a := range Agents {
+		if !npmVersionRE.MatchString(a.Version) || !strings.Contains(a.Version, ".") {
+			t.Errorf("%s is pinned to %q, not a release", a.Name, a.Version)
+		}
+		if got, want := a.Spec(""), a.Package+"@"+a.Version; got != want {
+			t.Errorf("%s: Spec = %q, want %q", a.Name, got, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
@@ -54,7 +55,7 @@ func Config(l state.Layout, r *state.Record, provision int, caCerts []string) (c
 		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
 		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
 		CACerts:        caCerts,
-		NPMPackages:    agentPackages(r.Agent),
+		NPMPackages:    AgentPackages(r, nil),
 		ExtraPackages:  r.AllPackages(),
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
@@ -87,13 +88,20 @@ func ForStart[S any](r *state.Record, reprovision bool, provision func(*S) *int)
 	return s, r.SetSection(s)
 }
 
-// agentPackages are the npm packages of the VM's agent CLI.
-func agentPackages(name string) []string {
-	if name == "" {
-		return nil
+// AgentPackages are the npm package specs of the agent CLIs r's guest
+// installs at its first boot: its agent's at the pinned version unless
+// its template's guest has that agent already (have: the template's
+// agents' names), and a template's agents at theirs.
+func AgentPackages(r *state.Record, have []string) []string {
+	var specs []string
+	if a, err := guest.LookupAgent(r.Agent); err == nil && !slices.Contains(have, a.Name) {
+		specs = append(specs, a.Spec(""))
+	} // create refused unknown names
+	for _, pin := range r.Agents {
+		name, version, _ := strings.Cut(pin, "@")
+		if a, err := guest.LookupAgent(name); err == nil {
+			specs = append(specs, a.Spec(version))
+		}
 	}
-	if a, err := guest.LookupAgent(name); err == nil {
-		return []string{a.Package}
-	}
-	return nil // create refused unknown names
+	return specs
 }

@@ -1,6 +1,7 @@
 package seed
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -28,5 +29,25 @@ func TestForStartCountsReprovisioning(t *testing.T) {
 	}
 	if stored, _ := state.SectionOf[settings](r); stored.Provision != 3 || stored.Image != "/a" {
 		t.Errorf("the record's section after --reprovision: %+v, want provision 3 and the image kept", stored)
+	}
+}
+
+// A VM's agent CLI is installed at agent-vm's pinned version, unless its
+// template's guest has that agent; a template installs its own at theirs.
+func TestAgentPackages(t *testing.T) {
+	for _, c := range []struct {
+		r    state.Record
+		have []string
+		want string
+	}{
+		{state.Record{}, nil, ""},
+		{state.Record{Agent: "claude"}, nil, "@anthropic-ai/claude-code@2.1.332"},
+		{state.Record{Agent: "claude"}, []string{"claude"}, ""},
+		{state.Record{Agent: "codex"}, []string{"claude"}, "@openai/codex@0.171.0"},
+		{state.Record{Agents: []string{"claude@2.1.332", "gemini@latest"}}, nil, "@anthropic-ai/claude-code@2.1.332 @google/gemini-cli@latest"},
+	} {
+		if got := strings.Join(AgentPackages(&c.r, c.have), " "); got != c.want {
+			t.Errorf("AgentPackages(agent %q, agents %q, template has %q) = %q, want %q", c.r.Agent, c.r.Agents, c.have, got, c.want)
+		}
 	}
 }

@@ -43,6 +43,9 @@ type Record struct {
 	// Agent is the agent CLI installed in the guest (create --agent:
 	// claude, codex, gemini; see guest.Agents), "" for none.
 	Agent string `json:"agent,omitempty"`
+	// Agents are a template's agent CLIs (`template build --agents`), each
+	// NAME@VERSION, installed at its first boot; a VM's own is Agent.
+	Agents []string `json:"agents,omitempty"`
 	// Forwards are the user's own forwards of guest ports to 127.0.0.1 on
 	// the host (`agent-vm port add`), applied at every start and, while
 	// the VM runs, at once.
