@@ -2,56 +2,64 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
 
 func agentCLIScenario() Scenario {
 	return Scenario{
-		Name:    "agent-cli",
-		Summary: "create --agent claude: the real Claude Code CLI from npm is installed in the guest and runs (no API call)",
+		Name: "agent-cli",
+		Summary: "an agent on a new branch in seconds: template build --agents claude installs the real Claude Code from npm " +
+			"in the template; run NEWBRANCH --agent claude -- --version starts from it and prints the version with no request " +
+			"to npm (net log); a rebuild replaces the template and the VM on the old one runs on (no API call)",
 		NeedsVM: true,
-		// The nixos backend cannot install agent CLIs yet (create refuses).
-		Backends: []string{"qemu", "vagrant"},
-		Verbs:    []string{"create", "status", "start", "exec", "destroy"},
+		// Templates are the qemu backend's (a saved QEMU machine).
+		Backends: []string{"qemu"},
+		Verbs:    []string{"create", "template", "run", "net", "start", "exec", "status", "destroy"},
 		run:      runAgentCLI,
 	}
 }
 
-const agentBranch = "itest/agent-cli"
+const (
+	agentBranch    = "itest/agent-cli"
+	agentNewBranch = "itest/agent-cli-new"
+)
 
-// agentInstallTimeout is what the first boot's npm install of the agent CLI
+// agentInstallTimeout is what the template's npm install of the agent CLI
 // adds to a boot with KVM (S.scale multiplies it under TCG). Claude Code
-// 2.1.330 is ~350 MB from the registry: npm 9.2 (Debian 12) ignores the
+// 2.1.332 is ~350 MB from the registry: npm 9.2 (Debian 12) ignores the
 // platform packages' libc field, so it fetches and unpacks the glibc and
 // the musl binary (175 MB each); under TCG that takes about 3.5 minutes
 // after SSH is up, more on a busy host.
 const agentInstallTimeout = 2 * time.Minute
 
-// runAgentCLI: the guest installs the agent CLI from the npm registry on
-// its first boot (through the host's TLS-inspecting proxy, whose CA the
-// guest trusts), and `claude --version` runs in it. Nothing here calls the
-// agent's API: no key is available on these machines.
+// templateBuilt is `template build`'s first line on stdout.
+var templateBuilt = regexp.MustCompile(`(?m)^built template (\S+) in `)
+
+// runAgentCLI: the templates live in the scenario's own directory
+// (AGENT_VM_TEMPLATE_DIR), so that no other scenario's VM starts from
+// them. Nothing here calls the agent's API: no key is available on these
+// machines.
 func runAgentCLI(ctx context.Context, s *S) {
 	var rp *repo
-	s.Step(ctx, "make a git repo and create a VM with --agent claude", func() (err error) {
+	var old string
+	tdir, err := s.tempDir("templates-")
+	if err != nil {
+		s.Step(ctx, "a directory for the templates", func() error { return err })
+		return
+	}
+	tenv := []string{"AGENT_VM_TEMPLATE_DIR=" + tdir}
+	tcall := func(timeout time.Duration, args ...string) *Result {
+		return s.call(ctx, call{args: args, dir: rp.Dir, env: tenv, timeout: timeout})
+	}
+	s.Step(ctx, "make a git repo and create a VM; bad agent names are refused before anything is made", func() (err error) {
 		if rp, err = newRepo(ctx, s.dir, nil); err != nil {
 			return err
 		}
-		res := s.tryCreate(ctx, rp.Dir, "--agent", "claude", "--branch", agentBranch)
-		if err := want(res, 0); err != nil {
-			return err
-		}
-		st, _, err := s.status(ctx, agentBranch, statusKeys())
-		if err != nil {
-			return err
-		}
-		if st.AgentCLI != "claude" {
-			return failf(nil, "status says agent_cli %q, want claude", st.AgentCLI)
-		}
-		return s.allowPackageSources(ctx, agentBranch) // npm install
-	})
-	s.Step(ctx, "an unknown --agent is refused, naming the known ones", func() error {
 		res := s.tryCreate(ctx, rp.Dir, "--agent", "clippy", "--branch", agentBranch+"-x")
 		if err := want(res, 1); err != nil {
 			return err
@@ -59,36 +67,163 @@ func runAgentCLI(ctx context.Context, s *S) {
 		if !strings.Contains(res.Stderr, `"clippy"`) || !strings.Contains(res.Stderr, "claude, codex, gemini") {
 			return failf(res, "the refusal does not name the input and the known agents")
 		}
+		for _, tc := range []struct{ agents, says string }{
+			{"clippy", `"clippy" is not an agent agent-vm knows`},
+			{"claude@^2", `"^2" is not a version of claude`},
+		} {
+			res := tcall(0, "template", "build", agentBranch, "--agents", tc.agents)
+			if err := want(res, 1); err != nil {
+				return err
+			}
+			if !strings.Contains(res.Stderr, tc.says) {
+				return failf(res, "the refusal of --agents %s does not say %q", tc.agents, tc.says)
+			}
+		}
+		if _, err := s.create(ctx, rp.Dir, agentBranch); err != nil {
+			return err
+		}
+		// The template's first boot installs from npm with this VM's
+		// network policy.
+		return s.allowPackageSources(ctx, agentBranch)
+	})
+	s.Step(ctx, "template build --agents none saves the VM's machine", func() error {
+		res := tcall(s.bootTimeout(1)+time.Minute, "template", "build", agentBranch, "--agents", "none", "--timeout", s.bootTimeout(1).String())
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		m := templateBuilt.FindStringSubmatch(res.Stdout)
+		if m == nil || !strings.Contains(res.Stdout, "with no agent CLI") {
+			return failf(res, "template build did not say what it built")
+		}
+		old = m[1]
 		return nil
 	})
-	s.Step(ctx, "start boots it and installs the agent on the first boot", func() error {
-		// start waits for the first boot's setup (cloud-init, which runs
-		// the npm install) within its --timeout; past it, start still
-		// succeeds with a warning and the install goes on in the guest.
-		// That is a start that did not see the agent installed: said here,
-		// not as a missing claude in the next step.
-		res, err := s.bootFor(ctx, "start", agentBranch, s.bootTimeout(1)+agentInstallTimeout*s.scale)
+	s.Step(ctx, "the VM's first start is from the template", func() error {
+		res, err := s.bootFor(ctx, "start", agentBranch, s.bootTimeout(1), tenv...)
 		if err != nil {
 			return err
 		}
-		if strings.Contains(res.Stderr, "setup to finish") {
-			return failf(res, "start returned before the guest's first-boot setup (the npm install of the agent) finished")
+		if !strings.Contains(res.Stdout, "from its template") {
+			return failf(res, "start did not start the VM from the template")
 		}
 		return nil
 	})
-	s.Step(ctx, "claude --version runs in the guest", func() error {
-		res, err := s.execOK(ctx, agentBranch, "claude", "--version")
+	s.Step(ctx, "template build --agents claude installs Claude Code and replaces the template; the VM on the old one runs on", func() error {
+		d := s.bootTimeout(2) + agentInstallTimeout*s.scale // the VM above runs meanwhile
+		res := tcall(d+time.Minute, "template", "build", agentBranch, "--agents", "claude", "--timeout", d.String())
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		m := templateBuilt.FindStringSubmatch(res.Stdout)
+		if m == nil || !strings.Contains(res.Stdout, "with claude ") || !strings.Contains(res.Stdout, "it replaces template "+old) {
+			return failf(res, "template build did not say it holds claude and replaces %s", old)
+		}
+		list := tcall(0, "template", "list", "--json")
+		if err := want(list, 0); err != nil {
+			return err
+		}
+		var ts []struct {
+			Slug   string            `json:"slug"`
+			Ready  bool              `json:"ready"`
+			Agents map[string]string `json:"agents"`
+			UsedBy int               `json:"used_by"`
+			Stale  []string          `json:"stale"`
+		}
+		if err := json.Unmarshal([]byte(list.Stdout), &ts); err != nil {
+			return failf(list, "template list --json: %v", err)
+		}
+		found := 0
+		for _, t := range ts {
+			switch {
+			case t.Slug == m[1] && t.Ready && t.Agents["claude"] != "" && len(t.Stale) == 0:
+				found++
+				s.notef("claude %s in the template", t.Agents["claude"])
+			case t.Slug == old && !t.Ready && t.UsedBy == 1:
+				found++
+			}
+		}
+		if found != 2 || len(ts) != 2 {
+			return failf(list, "template list: want the new template (current, with claude) and the old one's disk kept for the VM on it")
+		}
+		_, err := s.execOK(ctx, agentBranch, "sh", "-c", "echo still-here > /home/dev/probe && sync && cat /home/dev/probe")
+		return err
+	})
+	s.Step(ctx, "run NEWBRANCH --agent claude -- --version starts from the template and prints the version, with no request to npm", func() error {
+		kbd, err := newKeyboard() // run attaches; the agent ends by itself
 		if err != nil {
+			return err
+		}
+		defer kbd.Close()
+		res := s.call(ctx, call{args: []string{"run", agentNewBranch, "--agent", "claude", "--", "--version"}, dir: rp.Dir, env: tenv,
+			stdin: kbd.File, timeout: s.bootTimeout(2)})
+		s.register(agentNewBranch, rp.Dir)
+		if err := want(res, 0); err != nil {
 			return err
 		}
 		if !strings.Contains(res.Stdout, "Claude Code") {
-			return failf(res, "claude --version printed %q", strings.TrimSpace(res.Stdout))
+			return failf(res, "the terminal did not show claude's version")
 		}
-		s.notef("%s", strings.TrimSpace(res.Stdout))
+		if !strings.Contains(res.Stderr, "starting from the template") || strings.Contains(res.Stderr, "installing claude") {
+			return failf(res, "run did not start the new VM from the template with claude installed")
+		}
+		hosts := func() ([]string, error) {
+			log := s.call(ctx, call{args: []string{"net", "log", "--json", agentNewBranch}, dir: rp.Dir})
+			if err := want(log, 0); err != nil {
+				return nil, err
+			}
+			var out []string
+			dec := json.NewDecoder(strings.NewReader(log.Stdout))
+			for dec.More() {
+				var e struct {
+					Host string `json:"host"`
+				}
+				if err := dec.Decode(&e); err != nil {
+					return nil, failf(log, "net log --json: %v", err)
+				}
+				out = append(out, e.Host)
+			}
+			return out, nil
+		}
+		seen, err := hosts()
+		if err != nil {
+			return err
+		}
+		if slices.Contains(seen, "registry.npmjs.org") {
+			return failf(s.lastResult(), "the guest asked npm's registry for something during the run")
+		}
+		s.notef("%s", lastLine(strings.TrimSpace(res.Stdout)))
+		// The log does see a request to npm's registry when there is one
+		// (whether the proxy lets it through here or not).
+		_ = s.exec(ctx, agentNewBranch, "curl", "-sS", "-o", "/dev/null", "--max-time", "30", "https://registry.npmjs.org/")
+		if seen, err = hosts(); err != nil {
+			return err
+		}
+		if !slices.Contains(seen, "registry.npmjs.org") {
+			return failf(s.lastResult(), "net log does not show a request to npm's registry made on purpose: the check above proves nothing")
+		}
+		// A program the guest lacks, which is no known agent either.
+		bad := s.call(ctx, call{args: []string{"run", agentNewBranch, "--agent", "no-such-tool"}, dir: rp.Dir, stdin: kbd.File})
+		if err := want(bad, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(bad.Stderr, "has no program no-such-tool") || !strings.Contains(bad.Stderr, "claude, codex, gemini") {
+			return failf(bad, "run --agent no-such-tool does not say the VM lacks it and which agents run installs")
+		}
 		return nil
 	})
-	s.Step(ctx, "destroy --force removes it", func() error {
-		_, err := s.ok(ctx, "destroy", "--force", agentBranch)
-		return err
+	s.Step(ctx, "destroy both; template rm all leaves no template", func() error {
+		for _, b := range []string{agentNewBranch, agentBranch} {
+			if res := s.call(ctx, call{args: []string{"destroy", "--force", b}, dir: rp.Dir, env: tenv, timeout: stopTimeout * s.scale}); want(res, 0) != nil {
+				return want(res, 0)
+			}
+		}
+		if err := want(tcall(0, "template", "rm", "all"), 0); err != nil {
+			return err
+		}
+		left, _ := filepath.Glob(filepath.Join(tdir, "t-*"))
+		if len(left) > 0 {
+			return failf(s.lastResult(), "template rm all left %v", left)
+		}
+		return nil
 	})
 }

@@ -186,7 +186,8 @@ func syncMCP(ctx context.Context, vms VMs, vmName string, getenv func(string) st
 
 // ensureAgent installs a known agent's CLI from npm when the guest lacks
 // it (a VM created without --agent, or whose first-boot install failed):
-// once per VM, with npm's output on errOut.
+// once per VM, with npm's output on errOut. Any other program must be in
+// the guest already.
 func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, errOut io.Writer, notify func(string)) error {
 	var agent guest.Agent
 	known := false
@@ -195,23 +196,25 @@ func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, err
 			agent, known = a, true
 		}
 	}
+	// As the session will run it: a login shell in the workspace.
+	if _, err := guestRun(ctx, c, `bash -lc 'cd `+guest.Workspace+` 2>/dev/null; command -v "$0"' `+sshx.Quote([]string{program}), nil); err == nil {
+		return nil
+	}
 	if !known {
-		return nil
+		return fmt.Errorf("--agent %s: VM %s has no program %s, and it is not an agent agent-vm knows (hint: one of %s, which run installs; or install it in the VM first: `agent-vm shell %s`)",
+			termsafe.String(program), vmName, termsafe.String(program), strings.Join(guest.AgentNames(), ", "), vmName)
 	}
-	if _, err := guestRun(ctx, c, `bash -lc 'command -v "$0"' `+sshx.Quote([]string{program}), nil); err == nil {
-		return nil
-	}
-	notify(fmt.Sprintf("installing %s in VM %s (npm %s; a few minutes without KVM)", agent.Name, vmName, agent.Package))
+	notify(fmt.Sprintf("installing %s in VM %s (npm %s; a few minutes without KVM; a template with it starts new VMs with it installed: `agent-vm template build %s`)", agent.Name, vmName, agent.Spec(""), vmName))
 	if errOut == nil {
 		errOut = io.Discard
 	}
-	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(guest.NPMInstall(agent.Package)), nil, errOut, errOut)
+	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(guest.NPMInstall(agent.Spec(""))), nil, errOut, errOut)
 	if err != nil {
 		return fmt.Errorf("installing %s in VM %s: %w", agent.Name, vmName, err)
 	}
 	if code != 0 {
 		return fmt.Errorf("installing %s in VM %s: npm exited with status %d (see its output above; hint: the guest needs to reach registry.npmjs.org, and `agent-vm exec %s -- sudo %s` tries again)",
-			agent.Name, vmName, code, vmName, strings.Join(guest.NPMInstall(agent.Package), " "))
+			agent.Name, vmName, code, vmName, strings.Join(guest.NPMInstall(agent.Spec("")), " "))
 	}
 	return nil
 }
@@ -220,11 +223,7 @@ func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, err
 // credential from.
 func agentCommand(name string, args []string, vmName string) ([]string, []string, error) {
 	if name == "" {
-		var names []string
-		for _, a := range guest.Agents {
-			names = append(names, a.Name)
-		}
-		return nil, nil, fmt.Errorf("no agent to run: VM %s was not created with --agent (hint: `agent-vm run %s --agent %s`, or --agent PROGRAM for any program in the VM)", vmName, vmName, strings.Join(names, "|"))
+		return nil, nil, fmt.Errorf("no agent to run: VM %s was not created with --agent (hint: `agent-vm run %s --agent %s`, or --agent PROGRAM for any program in the VM)", vmName, vmName, strings.Join(guest.AgentNames(), "|"))
 	}
 	if a, err := guest.LookupAgent(name); err == nil {
 		return append([]string{a.Command}, args...), a.Keys, nil

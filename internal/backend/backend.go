@@ -72,6 +72,10 @@ type Templater interface {
 	// TemplateBase is what of r's section a template for r must have been
 	// made with: a part of the template's key, compared as text.
 	TemplateBase(r *state.Record) (string, error)
+	// TemplateStale says why the template whose VM's directory is l and
+	// record r is older than one built now would be, as far as the backend
+	// knows (its disk made on a base image new VMs no longer boot), or "".
+	TemplateStale(ctx context.Context, l state.Layout, r *state.Record) string
 }
 
 // HostNeeder is a backend whose VMs need host programs besides those
@@ -199,6 +203,10 @@ type PrepareOptions struct {
 	// first disk is to be made on, for a VM that starts from it; "" for
 	// none. A backend that has made the VM's disk before ignores it.
 	Template string
+	// TemplateAgents are the agent CLIs (guest.Agent names) the template's
+	// guest has installed: a VM started from it does not install them
+	// again.
+	TemplateAgents []string
 }
 
 // Reporter receives progress while a long step runs: the phase, the time it

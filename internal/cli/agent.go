@@ -87,6 +87,10 @@ func runCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return agent.VM{}, false, err
 					}
+					if hint := m.TemplateHint(sr); hint != "" {
+						p.done()
+						fmt.Fprintf(stdio.Err, "agent-vm: %s\n", hint)
+					}
 					i := sr.Info // its status: the record's backend, secrets and network
 					return agent.VM{Slug: i.Slug, Branch: i.Branch, Backend: i.Backend, Contained: i.Net != nil && i.Net.Uncontained == "",
 						Secrets: i.Secrets}, !sr.AlreadyRunning, nil

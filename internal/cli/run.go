@@ -68,6 +68,9 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 				return err
 			}
 			printStarted(stdio, res)
+			if hint := m.TemplateHint(res); hint != "" {
+				fmt.Fprintf(stdio.Err, "agent-vm: %s\n", hint)
+			}
 			return nil
 		}),
 	}

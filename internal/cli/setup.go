@@ -21,16 +21,25 @@ func setupCommand(stdio IO) *cli.Command {
 			"points to the flake. Running it again changes nothing.",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
+			timeoutFlag(bootTimeout),
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do it without asking"},
 			&cli.BoolFlag{Name: "tests", Usage: "also what the test suite needs (nix, sshd, xorriso, shellcheck, ...)"},
 			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "also install what this backend needs (vagrant: vagrant, vagrant-libvirt and libvirt)"},
 			&cli.BoolFlag{Name: "check", Usage: "change nothing: list each program, where it is or which package has it; exit 1 if any is missing"},
+			&cli.BoolFlag{Name: "template", Usage: "also build the default machine's template with the agent CLIs (as template build does), so that every new branch's VM starts in seconds with its agent installed"},
+			&cli.StringFlag{Name: "agents", Value: "all", Usage: "with --template: the agent CLIs it holds (all, none, or e.g. claude,codex@0.171.0)"},
 		},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
 			tests := cliCtx.Bool("tests")
+			if cliCtx.IsSet("agents") && !cliCtx.Bool("template") {
+				return usagef("--agents says what the template holds; it goes with --template (hint: agent-vm setup --template --agents %s)", cliCtx.String("agents"))
+			}
+			if err := vm.CheckAgents(cliCtx.String("agents")); err != nil {
+				return err
+			}
 			if cliCtx.Bool("check") {
 				return checkPrograms(stdio, m, tests, cliCtx.String("backend"))
 			}
@@ -56,6 +65,13 @@ func setupCommand(stdio IO) *cli.Command {
 			}
 			if len(rep.Installed) == 0 && rep.Image == "" && len(rep.Changed) == 0 {
 				fmt.Fprintln(stdio.Out, "nothing to install: this host has what agent-vm needs")
+			}
+			if cliCtx.Bool("template") {
+				if slug := m.CurrentTemplate(cliCtx.Context, "", cliCtx.String("agents")); slug != "" {
+					fmt.Fprintf(stdio.Out, "the default machine's template %s is current (`agent-vm template list`)\n", slug)
+				} else if err := buildTemplate(cliCtx, stdio, m, "", cliCtx.String("agents"), cliCtx.Duration("timeout")); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(stdio.Out)
 			printDoctor(stdio, m.Doctor(cliCtx.Context))

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -21,34 +24,37 @@ func templateCommand(stdio IO) *cli.Command {
 			"image, QEMU, agent-vm) and then receives its own identity and workspace; without\n" +
 			"one, or with start --no-template, it boots cold.",
 		Subcommands: []*cli.Command{{
-			Name:         "build",
-			Usage:        "boot and save the template a VM's machine fits (a cold boot, about a minute under KVM, several under TCG)",
-			ArgsUsage:    "[BRANCH]",
-			Flags:        []cli.Flag{timeoutFlag(bootTimeout)},
+			Name: "build",
+			Usage: "boot and save the template of the default machine, or of BRANCH's VM's machine, with agent CLIs installed " +
+				"(a cold boot and the installs: a few minutes under KVM, 5-10 under TCG)",
+			ArgsUsage: "[BRANCH]",
+			Description: "Without BRANCH: the machine `create` and `run` make with no size flags. With BRANCH:\n" +
+				"the machine of that VM (its size, image, owner and network policy).\n" +
+				"The template holds the agent CLIs --agents names, at the versions agent-vm pins\n" +
+				"(" + vm.PinnedAgents() + ") unless NAME@VERSION says otherwise;\n" +
+				"a VM started from it with one of them runs it at once, with no install.\n" +
+				"Building again replaces the template of that machine; VMs started from the old one\n" +
+				"keep working (its disk stays while they use it).",
+			Flags: []cli.Flag{
+				timeoutFlag(bootTimeout),
+				&cli.StringFlag{Name: "agents", Value: "all", Usage: "agent CLIs to install: all, none, or a comma-separated list of claude, codex, gemini, each optionally NAME@VERSION (e.g. claude@latest)"},
+			},
 			BashComplete: vmCompletion(stdio),
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-				name, err := vmName(cliCtx, m)
-				if err != nil {
+				if cliCtx.NArg() > 1 {
+					return usagef("template build takes at most one BRANCH, got %d arguments", cliCtx.NArg())
+				}
+				if err := vm.CheckAgents(cliCtx.String("agents")); err != nil {
 					return err
 				}
-				if err := m.PrepareHost(cliCtx.Context); err != nil {
-					return err
-				}
-				p := newProgress(stdio.Err)
-				res, err := m.BuildTemplate(cliCtx.Context, name, vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter()})
-				p.done()
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(stdio.Out, "built template %s in %s (%s); new VMs of this machine start from it\n", res.Slug, res.Took.Round(time.Second), res.Dir)
-				return nil
+				return buildTemplate(cliCtx, stdio, m, cliCtx.Args().First(), cliCtx.String("agents"), cliCtx.Duration("timeout"))
 			}),
 		}, {
 			Name:  "list",
 			Usage: "list the templates",
 			Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-				ts, err := m.Templates()
+				ts, err := m.Templates(cliCtx.Context)
 				if err != nil {
 					return err
 				}
@@ -59,18 +65,42 @@ func templateCommand(stdio IO) *cli.Command {
 					return writeJSON(stdio.Out, ts)
 				}
 				if len(ts) == 0 {
-					fmt.Fprintln(stdio.Out, "no templates (agent-vm template build BRANCH makes one)")
+					fmt.Fprintln(stdio.Out, "no templates (`agent-vm template build` makes one of the default machine, with the agent CLIs)")
 					return nil
 				}
-				rows := [][]string{{"TEMPLATE", "BUILT FOR", "BUILT", "STATE", "VM DISKS ON IT"}}
+				rows := [][]string{{"TEMPLATE", "BUILT FOR", "BUILT", "AGENTS", "STATE", "VM DISKS ON IT"}}
+				var notes []string
 				for _, t := range ts {
-					st, built := "ready", t.Built.Local().Format(time.DateTime)
-					if !t.Ready {
+					st, built := "current", t.Built.Local().Format(time.DateTime)
+					switch {
+					case !t.Ready:
 						st, built = "removed (its disk is kept for the VMs on it)", "-"
+					case len(t.Stale) > 0:
+						st = "older (below)"
+						for _, why := range t.Stale {
+							notes = append(notes, t.Slug+": "+why)
+						}
 					}
-					rows = append(rows, []string{t.Slug, t.For, built, st, strconv.Itoa(t.UsedBy)})
+					agents := "-"
+					if len(t.Agents) > 0 {
+						var names []string
+						for _, n := range slices.Sorted(maps.Keys(t.Agents)) {
+							names = append(names, n+" "+t.Agents[n])
+						}
+						agents = strings.Join(names, ", ")
+					}
+					rows = append(rows, []string{t.Slug, t.For, built, agents, st, strconv.Itoa(t.UsedBy)})
 				}
-				return writeTable(stdio.Out, rows)
+				if err := writeTable(stdio.Out, rows); err != nil {
+					return err
+				}
+				for _, n := range notes {
+					fmt.Fprintln(stdio.Out, n)
+				}
+				if len(notes) > 0 {
+					fmt.Fprintln(stdio.Out, "`agent-vm template build [BRANCH]` again replaces a template; VMs started from the old one keep working")
+				}
+				return nil
 			}),
 		}, {
 			Name:      "rm",
@@ -88,4 +118,35 @@ func templateCommand(stdio IO) *cli.Command {
 			}),
 		}},
 	}
+}
+
+// buildTemplate builds the template of BRANCH's VM's machine (the default
+// machine for "") with agents, and says what it made.
+func buildTemplate(cliCtx *cli.Context, stdio IO, m *vm.Manager, branch, agents string, timeout time.Duration) error {
+	if err := m.PrepareHost(cliCtx.Context); err != nil {
+		return err
+	}
+	p := newProgress(stdio.Err)
+	res, err := m.BuildTemplate(cliCtx.Context, branch, agents, vm.StartOptions{Timeout: timeout, Report: p.reporter()})
+	p.done()
+	if err != nil {
+		return err
+	}
+	machine := "the default machine"
+	if branch != "" {
+		machine = "VM " + branch + "'s machine"
+	}
+	with := "no agent CLI"
+	if len(res.Agents) > 0 {
+		var names []string
+		for _, n := range slices.Sorted(maps.Keys(res.Agents)) {
+			names = append(names, n+" "+res.Agents[n])
+		}
+		with = strings.Join(names, ", ")
+	}
+	fmt.Fprintf(stdio.Out, "built template %s in %s: %s, with %s (%s); new VMs of this machine start from it in seconds\n", res.Slug, res.Took.Round(time.Second), machine, with, res.Dir)
+	for _, old := range res.Replaced {
+		fmt.Fprintf(stdio.Out, "it replaces template %s (whose disk stays while VMs started from it use it)\n", old)
+	}
+	return nil
 }

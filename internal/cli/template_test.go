@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// TestTemplateRefusals: template's verbs refuse what they cannot do,
-// naming the input and the way out; list says there is none.
+// TestTemplateRefusals: template's verbs (and setup --template) refuse
+// what they cannot do, naming the input and the way out, before anything
+// is made; list says there is none.
 func TestTemplateRefusals(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
@@ -20,6 +23,12 @@ func TestTemplateRefusals(t *testing.T) {
 		{[]string{"template", "rm"}, []string{"one template name", "template list"}},
 		{[]string{"template", "rm", "t-nosuch"}, []string{`no template "t-nosuch"`, "template list"}},
 		{[]string{"template", "build", "no-such-branch"}, []string{"no-such-branch"}},
+		{[]string{"template", "build", "a", "b"}, []string{"at most one BRANCH"}},
+		{[]string{"template", "build", "--agents", "clippy"}, []string{`"clippy" is not an agent`, "claude,codex,gemini"}},
+		{[]string{"template", "build", "--agents", "claude@^2"}, []string{`"^2" is not a version of claude`, "latest"}},
+		{[]string{"template", "build", "--agents", "codex,codex"}, []string{"names codex twice"}},
+		{[]string{"setup", "--agents", "claude"}, []string{"goes with --template"}},
+		{[]string{"setup", "--template", "--agents", "clippy"}, []string{`"clippy" is not an agent`}},
 	} {
 		r := agentVMEnv(t, repo, st, env, tc.args...)
 		if r.code == 0 {
@@ -31,6 +40,12 @@ func TestTemplateRefusals(t *testing.T) {
 			}
 		}
 	}
+	_ = filepath.WalkDir(env["XDG_CACHE_HOME"], func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), "t-") {
+			t.Errorf("a refusal made a template directory: %s", p)
+		}
+		return nil
+	})
 	r := agentVMEnv(t, repo, st, env, "template", "list")
 	if r.code != 0 || !strings.Contains(r.stdout, "no templates") {
 		t.Errorf("template list: exit %d, %q %q", r.code, r.stdout, r.stderr)

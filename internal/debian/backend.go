@@ -240,6 +240,9 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		return nil, err
 	}
 	c.Template = s.Template
+	if o.Template != "" {
+		c.NPMPackages = seed.AgentPackages(r, o.TemplateAgents)
+	}
 	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,13 @@
 package debian
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/agent-vm/agent-vm/internal/image"
 
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -47,4 +53,32 @@ func rawSection(r *state.Record) (map[string]any, error) {
 		}
 	}
 	return section, nil
+}
+
+// TemplateStale implements backend.Templater: a template made on a base
+// image that new VMs of its section no longer boot (a newer image was
+// built, or the image is gone) fits none of them (fitsTemplate refuses
+// it; they boot cold).
+func (b *Backend) TemplateStale(_ context.Context, l state.Layout, r *state.Record) string {
+	raw, err := os.ReadFile(filepath.Join(l.Dir, DiskInfoFile))
+	var info DiskInfo
+	if err != nil || json.Unmarshal(raw, &info) != nil {
+		return "its disk.json is unreadable"
+	}
+	s, err := state.SectionOf[Settings](r)
+	if err != nil {
+		return "its record is unreadable"
+	}
+	now := s.Image // an --image VM's base is that file
+	if now == "" {
+		img, err := image.Lookup(b.ImageDir, image.DefaultBuildName) // never built here: listing must not build
+		if err != nil {
+			return "new VMs have no base image to boot yet (`agent-vm image build`)"
+		}
+		now = img.Disk
+	}
+	if now != info.Base {
+		return fmt.Sprintf("made on the base image %s; new VMs boot %s, so none starts from it", info.Base, now)
+	}
+	return ""
 }

@@ -78,8 +78,9 @@ type Table struct {
 	// libvirt's QEMU must pass through to the box's kernel; not 0755:
 	// nobody needs to list it.
 	Cache *Dir
-	// Templates, Cache/templates: 0700 (a state directory): templates hold
-	// saved VM memory, and their keys and tokens.
+	// Templates, Cache/templates, or $AGENT_VM_TEMPLATE_DIR: 0700 (a
+	// state directory): templates hold saved VM memory, and their keys
+	// and tokens.
 	Templates *Dir
 	// Images, the image cache: 0755 (the store's own directories too), so
 	// that any user's VMs, and libvirt's QEMU through VagrantHome's box,
@@ -110,6 +111,9 @@ func NewTable(roots Roots, getenv func(string) string, euid int) Table {
 	}
 	h.Egress.Shared = true
 	h.Templates = h.Cache.Sub("templates", 0o700)
+	if d := getenv("AGENT_VM_TEMPLATE_DIR"); d != "" {
+		h.Templates = Top(d, 0o700, InXDG)
+	}
 	h.Images = h.Cache.Sub("images", 0o755)
 	if u := getenv("SUDO_USER"); u != "" && euid == 0 && !cacheSet {
 		if pw, err := user.Lookup(u); err == nil && pw.HomeDir != "" {

@@ -37,6 +37,12 @@ func TestTheTable(t *testing.T) {
 	if d := h.Secrets; d.Path != "/home/u/.config/agent-vm/secrets" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.config/agent-vm" || d.Parent.Mode != 0o700 {
 		t.Errorf("secrets %s %04o in %v; want /home/u/.config/agent-vm/secrets 0700 in ~/.config/agent-vm 0700", d.Path, d.Mode, d.Parent)
 	}
+	own := NewTable(Roots{}, func(k string) string {
+		return map[string]string{"HOME": "/home/u", "AGENT_VM_TEMPLATE_DIR": "/tmp/t"}[k]
+	}, 1000)
+	if d := own.Templates; d.Path != "/tmp/t" || d.Mode != 0o700 || d.Parent != nil {
+		t.Errorf("with AGENT_VM_TEMPLATE_DIR: templates %s %04o in %v; want /tmp/t 0700", d.Path, d.Mode, d.Parent)
+	}
 	user := NewTable(Roots{}, getenv, 1000)
 	if user.Handoff != nil || user.VagrantHome.Parent != user.Cache || user.Registry.Path != "/home/u/.local/state/agent-vm/state-dirs" {
 		t.Errorf("as a user: handoff %v, VAGRANT_HOME in %v, registry %s; want none, the cache, ~/.local/state/agent-vm/state-dirs",

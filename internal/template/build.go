@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -31,19 +32,22 @@ func NewKey(r *state.Record, accel string, cas []string, binary []byte, base str
 		DiskGiB: r.Resources.DiskGiB, UID: r.Guest.UID, GID: r.Guest.GID, NoHostCA: r.NoHostCA, Contract: Contract,
 		AgentVM: Hash(binary), Base: base}
 	if !r.NoHostCA {
-		k.CAs = Hash([]byte(strings.Join(cas, "\x00")))
+		k.CAs = CAsHash(cas)
 	}
 	return k
 }
 
 // NewVMRecord is the record of the template's VM, slug, made at now for
-// the VM whose record is from: from's size, owner ids and CA choice; its
-// backend's section is the caller's (backend.Templater's TemplateSection).
+// the VM whose record is from: from's size, owner ids, CA choice and
+// network policy (what its first boot's installs may reach: `net allow
+// BRANCH` before `template build BRANCH` lets them through); its backend's
+// section is the caller's (backend.Templater's TemplateSection).
 func NewVMRecord(from *state.Record, slug string, now time.Time) *state.Record {
 	return &state.Record{
 		Version: state.RecordVersion, ID: state.NewID(), Branch: slug, Slug: slug, VMName: "agent-vm-" + slug,
 		Backend: from.Backend, CreatedAt: now.UTC().Truncate(time.Second), Resources: from.Resources,
 		Guest: state.Guest{User: guest.User, UID: from.Guest.UID, GID: from.Guest.GID, Proxy: true}, NoHostCA: from.NoHostCA,
+		Net: from.Net,
 	}
 }
 
@@ -55,6 +59,9 @@ type Builder interface {
 	Start(ctx context.Context, slug string) error
 	// BootID asks its running guest where its kernel keeps its boot id.
 	BootID(ctx context.Context, slug string) (*BootIDSite, error)
+	// Agents checks, in its running guest, that the agent CLIs pins are
+	// installed and run, and returns the version of each (AgentProbe).
+	Agents(ctx context.Context, slug string, pins []guest.AgentPin) (map[string]string, error)
 	// Suspend saves its machine; Stop ends it (a failed build's).
 	Suspend(ctx context.Context, slug string) error
 	Stop(ctx context.Context, slug string)
@@ -71,6 +78,10 @@ type New struct {
 	From    *state.Record
 	Section func() (any, error)
 	Now     func() time.Time
+	// Agents are the agent CLIs the template is to hold.
+	Agents []guest.AgentPin
+	// Used are the disks VMs' disks are made on (an older template's stay).
+	Used func() map[string]bool
 }
 
 // BuildResult says what a build did.
@@ -78,19 +89,29 @@ type BuildResult struct {
 	Slug string
 	Dir  string
 	Took time.Duration
+	// Agents are its agent CLIs' versions, by name; Replaced the older
+	// templates of the same machine it replaced.
+	Agents   map[string]string
+	Replaced []string
 }
 
 // Build makes the template of key k for the VM n.From, in n.Root, its VM
-// made (create) and driven by b: booted cold, asked where its kernel keeps
-// its boot id, suspended; then its disks are frozen and its template.json
-// written. An existing template for k is refused (template rm first); a
-// build that fails keeps nothing.
+// made (create) and driven by b: booted cold (its agent CLIs installed),
+// its agents checked, asked where its kernel keeps its boot id,
+// suspended; then its disks are frozen and its template.json written. A
+// build that fails keeps nothing of it, and the templates there were stay
+// as they were; once it is made, an older template of k is retired
+// (Remove: its disk stays while VMs' disks are made on it), so a rebuild
+// replaces a template without breaking the VMs started from it.
 func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*BuildResult, error) {
 	root, from, now := n.Root, n.From, n.Now
-	if l, ok := Newest(root.Dir, k.Prefix()); ok {
-		return nil, fmt.Errorf("a template for VM %q's machine exists already: %s (hint: `agent-vm template rm %s` first to build it again)", from.Branch, l.Dir, filepath.Base(l.Dir))
+	if err := CheckSpace(root.Dir, from); err != nil {
+		return nil, err
 	}
 	slug := k.Prefix() + now().UTC().Format("20060102t150405")
+	if _, err := os.Stat(root.Layout(slug).Dir); err == nil {
+		return nil, fmt.Errorf("a template of VM %q's machine is being built this very second: %s (hint: wait for it, then `agent-vm template list`)", from.Branch, slug)
+	}
 	began := time.Now()
 	if err := create(ctx, n, slug); err != nil {
 		return nil, err
@@ -108,6 +129,10 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 	if err := b.Start(ctx, slug); err != nil {
 		return fail(err)
 	}
+	agents, err := b.Agents(ctx, slug, n.Agents)
+	if err != nil {
+		return fail(fmt.Errorf("its agent CLIs: %w", err))
+	}
 	site, err := b.BootID(ctx, slug)
 	if err != nil {
 		log.Warn("the template's clones will share its kernel boot id", "reason", err)
@@ -118,10 +143,25 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 	if err := Freeze(l.Dir); err != nil {
 		return fail(err)
 	}
-	if err := Write(l.Dir, Record{Key: k, Built: now().UTC(), For: from.Branch, BootID: site}); err != nil {
+	if err := Write(l.Dir, Record{Key: k, Built: now().UTC(), For: from.Branch, BootID: site, Agents: agents}); err != nil {
 		return fail(err)
 	}
-	return &BuildResult{Slug: slug, Dir: l.Dir, Took: time.Since(began)}, nil
+	res := &BuildResult{Slug: slug, Dir: l.Dir, Took: time.Since(began), Agents: agents}
+	ts, err := List(root.Dir, n.Used())
+	if err != nil {
+		log.Warn("the new template is made, but the templates it may replace could not be listed", "error", err)
+	}
+	for _, t := range ts {
+		if !t.Ready || t.Slug == slug || !strings.HasPrefix(t.Slug, k.Prefix()) {
+			continue
+		}
+		if err := Remove(ctx, root, []Info{t}, false, n.Used(), b.Stop); err != nil {
+			log.Warn("the new template is made, but the one it replaces could not be removed", "template", t.Slug, "error", err, "hint", "agent-vm template rm "+t.Slug)
+			continue
+		}
+		res.Replaced = append(res.Replaced, t.Slug)
+	}
+	return res, nil
 }
 
 // Pick is the templates of ts that slug names: the one of that slug, or
@@ -226,4 +266,27 @@ func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port 
 		return "giving the guest its identity", err
 	}
 	return "", nil
+}
+
+// diskHeadroomMiB is what a template's disk grows by over its base:
+// the guest's first boot, the agent CLIs (Claude Code alone is about
+// 350 MB unpacked) and the logs.
+const diskHeadroomMiB = 2048
+
+// CheckSpace refuses a build that would fill dir's file system: a
+// template keeps its machine's saved memory (at most the guest's
+// memory) and a disk of its own. A full disk in the middle of a build
+// fails it too (and keeps nothing); this says so before the boot.
+func CheckSpace(dir string, from *state.Record) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("checking the free space for the template in %s: %w", dir, err)
+	}
+	freeMiB := int64(st.Bavail) * int64(st.Bsize) >> 20
+	need := int64(from.Resources.MemoryMiB) + diskHeadroomMiB
+	if freeMiB < need {
+		return fmt.Errorf("building a template of VM %q's machine needs about %d MiB free in %s (its saved memory, up to %d MiB, and its disk), and %d MiB are free (hint: free some space there: `agent-vm template rm all` and `agent-vm image prune` remove what no VM uses; the templates there are left as they are)",
+			from.Branch, need, dir, from.Resources.MemoryMiB, freeMiB)
+	}
+	return nil
 }

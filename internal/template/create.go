@@ -24,6 +24,9 @@ func create(ctx context.Context, n New, slug string) error {
 		}
 	}()
 	rec := NewVMRecord(r, slug, n.Now())
+	for _, p := range n.Agents {
+		rec.Agents = append(rec.Agents, p.String())
+	}
 	section, err := n.Section()
 	if err != nil {
 		return err

@@ -7,11 +7,14 @@
 // files, as every VM's): a record, its own throwaway client key, host key
 // and MCP token, an empty workspace, a disk (an overlay on the base image)
 // and the saved state of its machine. `agent-vm template build BRANCH`
-// makes the one BRANCH's VM fits: it creates that VM, boots it cold with a
-// template seed (the guest contract only: user dev, sshd, the agent-vm
-// units, the proxy settings, the host's CA certificates; no workspace
-// content, no agent CLI, no repository provisioning, no identity of any
-// real VM), waits for cloud-init to finish, suspends it (internal/qemu's
+// makes the one BRANCH's VM fits (without BRANCH, the default machine's:
+// what `create` makes with no flags): it creates that VM, boots it cold
+// with a template seed (the guest contract: user dev, sshd, the agent-vm
+// units, the proxy settings, the host's CA certificates; and the agent
+// CLIs asked for, at the versions agent-vm pins, agents.go; no workspace
+// content, no repository provisioning, no identity of any real VM),
+// waits for cloud-init to finish, checks that each agent CLI runs,
+// suspends it (internal/qemu's
 // suspend path: the share unplugged, the state saved, the identity of
 // QEMU, machine and disk recorded) and freezes its disk read-only.
 //
@@ -37,7 +40,8 @@
 // not provision it again; the kernel RNG reseeded from the host on top of
 // vmgenid; agent-mcp's settings and the VM's MCP token. It reconnects with
 // the VM's pinned keys, mounts the workspace (resume's attach), and runs
-// FirstRun (agent CLI, repository provisioning). From then on the VM is
+// FirstRun (its agent CLI unless the template has it, repository
+// provisioning). From then on the VM is
 // an ordinary one: later starts boot its own disk.
 //
 // Only a backend that says what of its record section a template takes
@@ -58,6 +62,11 @@
 // guest cannot change, is written into its memory by the driver before it
 // runs (bootid.go): the build records where the template's kernel keeps
 // it.
+//
+// A template is current when a build now would make the same: `template
+// list` and doctor say what is older (Current.Stale: what keeps new VMs
+// from it, such as a newer base image, or agent CLIs older than agent-vm
+// pins), and building again replaces it (Build retires the older one).
 //
 // A template's disk backs its clones' disks: `template rm` keeps it (alone
 // in the template's directory, which is no template any more) while a
@@ -133,6 +142,9 @@ type Record struct {
 	// BootID is where the template's kernel keeps its boot id; nil when
 	// the guest did not say (its clones then share the template's).
 	BootID *BootIDSite `json:"boot_id,omitempty"`
+	// Agents are the agent CLIs its guest has, each at the version npm
+	// installed, by name (guest.Agent's): its clones do not install them.
+	Agents map[string]string `json:"agents,omitempty"`
 }
 
 // Info describes one template (template list, doctor).
@@ -142,9 +154,15 @@ type Info struct {
 	For   string    `json:"for"`
 	Built time.Time `json:"built"`
 	Ready bool      `json:"ready"` // a template (else the disk of a removed one)
-	Key   any       `json:"key,omitempty"`
+	Key   *Key      `json:"key,omitempty"`
+	// Agents are its agent CLIs' versions, by name.
+	Agents map[string]string `json:"agents,omitempty"`
 	// UsedBy counts the VMs whose disks are made on its disk.
 	UsedBy int `json:"used_by"`
+	// Stale says why new VMs would not start from it, or what is older in
+	// it than a new build would be (the caller's Staleness), one phrase
+	// each; empty when it is current.
+	Stale []string `json:"stale,omitempty"`
 }
 
 // Hash is the hex SHA-256 of b, as keys hold the CA certificates and the
@@ -152,6 +170,39 @@ type Info struct {
 func Hash(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
+}
+
+// CAsHash is what a key holds of the CA certificates a guest trusts.
+func CAsHash(cas []string) string { return Hash([]byte(strings.Join(cas, "\x00"))) }
+
+// Current is what a template built now would be made with, for Stale.
+type Current struct {
+	Contract int
+	AgentVM  string // Hash of the agent-vm binary ("" when unknown)
+	CAs      string // CAsHash of the host's CA certificates ("" when unknown)
+}
+
+// Stale says what makes the template t older than one built now, one
+// phrase each: what keeps new VMs from starting from it (another guest
+// contract, agent-vm binary or set of host CA certificates; the
+// backend's say, backendSays, about its base image), then agent CLIs
+// older than agent-vm pins (which its clones still run).
+func (c Current) Stale(t Info, backendSays string) []string {
+	var out []string
+	if t.Key != nil {
+		switch k := t.Key; {
+		case k.Contract != c.Contract:
+			out = append(out, fmt.Sprintf("made for the guest contract %d, and this agent-vm's is %d, so no VM starts from it", k.Contract, c.Contract))
+		case c.AgentVM != "" && k.AgentVM != c.AgentVM:
+			out = append(out, "made with another agent-vm binary than this one, so no VM starts from it")
+		case c.CAs != "" && !k.NoHostCA && k.CAs != c.CAs:
+			out = append(out, "the host's CA certificates changed since it was made, so no VM that trusts them starts from it")
+		}
+	}
+	if backendSays != "" {
+		out = append(out, backendSays)
+	}
+	return append(out, StaleAgents(t.Agents)...)
 }
 
 // Read reads the template.json of the template in dir.
@@ -214,7 +265,7 @@ func List(dir string, used map[string]bool) ([]Info, error) {
 		tdir := filepath.Join(dir, d.Name())
 		info := Info{Slug: d.Name(), Dir: tdir}
 		if rec, err := Read(tdir); err == nil {
-			info.For, info.Built, info.Ready, info.Key = rec.For, rec.Built, true, rec.Key
+			info.For, info.Built, info.Ready, info.Key, info.Agents = rec.For, rec.Built, true, &rec.Key, rec.Agents
 		}
 		for d := range used {
 			if filepath.Dir(d) == tdir {
@@ -265,14 +316,23 @@ func Check(dir string, ts []Info, err error) backend.Check {
 			ready++
 		}
 	}
+	var stale []string
+	for _, t := range ts {
+		if t.Ready && len(t.Stale) > 0 {
+			stale = append(stale, t.Slug+": "+strings.Join(t.Stale, "; "))
+		}
+	}
 	switch {
 	case err != nil:
 		c.Detail = "unreadable: " + err.Error()
 	case ready == 0:
-		c.Detail = "none: new VMs boot cold"
-		c.Hint = "`agent-vm template build BRANCH` saves a machine that new VMs of its size start from in seconds"
+		c.Detail = "none: new VMs boot cold, and install their agent CLI from npm"
+		c.Hint = "`agent-vm template build` saves the default machine with the agent CLIs, which new VMs start from in seconds"
+	case len(stale) > 0:
+		c.Detail = fmt.Sprintf("%d in %s, %d of them older than a build now would be: %s", ready, dir, len(stale), strings.Join(stale, " | "))
+		c.Hint = "`agent-vm template build [BRANCH]` again replaces a template; VMs started from the old one keep working"
 	default:
-		c.Detail = fmt.Sprintf("%d in %s (`agent-vm template list`)", ready, dir)
+		c.Detail = fmt.Sprintf("%d in %s, current (`agent-vm template list`)", ready, dir)
 	}
 	return c
 }

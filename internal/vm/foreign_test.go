@@ -120,7 +120,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 		t.Errorf("port rm: %v", err)
 	}
 	// Neither the vagrant backend nor its driver makes templates.
-	if _, err := m.BuildTemplate(ctx, "feat", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "only Debian (qemu backend) VMs start from templates") {
+	if _, err := m.BuildTemplate(ctx, "feat", "none", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "only Debian (qemu backend) VMs start from templates") {
 		t.Errorf("template build: %v", err)
 	}
 	if _, err := m.Suspend(ctx, "feat", vm.SuspendOptions{}); err != nil {

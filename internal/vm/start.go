@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -50,6 +51,7 @@ type StartResult struct {
 	AlreadyRunning bool
 	Resumed        bool          // from a saved state (suspend), not booted
 	FromTemplate   bool          // a new VM started from a template's saved state
+	NoTemplateYet  bool          // a new VM booted cold: no template fits its machine yet
 	SSHReady       time.Duration // from launch to SSH answering with the pinned key
 	HealthReady    time.Duration // from launch to agent-mcp's /health answering 200
 }
@@ -113,7 +115,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	}
 	unprepared := mach
 	unprepared.Credentials = slices.Clone(mach.Credentials)
-	tmpl := m.templateFor(ctx, e, o)
+	tmpl, noneYet := m.templateFor(ctx, e, o)
 	plan, err := m.prepare(ctx, e, d, o, share, &mach, "start", tmpl)
 	if tmpl != nil && errors.Is(err, backend.ErrTemplateMismatch) {
 		m.Log.Warn("booting cold, not from the template: "+err.Error(), "vm", r.Branch)
@@ -142,7 +144,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err != nil {
 		return nil, err
 	}
-	res := &StartResult{}
+	res := &StartResult{NoTemplateYet: noneYet}
 	if r.Guest.Foreign != "" {
 		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
@@ -199,6 +201,7 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 	}
 	if t != nil {
 		po.Template = t.e.Layout.Dir
+		po.TemplateAgents = slices.Collect(maps.Keys(t.rec.Agents))
 	}
 	plan, err := be.Prepare(ctx, l, r, po)
 	if err != nil {

@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/template"
 )
@@ -85,15 +87,32 @@ func (m *Manager) executable() (string, error) {
 	return os.Executable()
 }
 
-// BuildTemplate makes the template the VM of branch name fits
+// BuildTemplate makes the template the VM of branch name fits, or, for
+// name "", the default machine (what `create` and `run` make without size
+// flags in a repository with no config), with the agent CLIs agentList
+// names (guest.ParseAgentPins: "all", "none", or NAME[@VERSION],...)
 // (template.Build drives the Manager over the templates' directory): a
-// cold boot of a template seed, then a suspend.
-func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions) (*template.BuildResult, error) {
-	e, err := m.findRecorded(ctx, name)
+// cold boot of a template seed, then a suspend. Once it is made, an
+// older template of the same machine is retired (template.Remove: its
+// disk stays while VMs' disks are made on it), so a rebuild replaces a
+// template without breaking the VMs started from it.
+func (m *Manager) BuildTemplate(ctx context.Context, name, agentList string, o StartOptions) (*template.BuildResult, error) {
+	agents, err := guest.ParseAgentPins(agentList)
 	if err != nil {
 		return nil, err
 	}
-	r := e.Record
+	var r *state.Record
+	if name == "" {
+		if r, err = m.defaultMachine(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		e, err := m.findRecorded(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		r = e.Record
+	}
 	be, ok := m.templater(r)
 	if !ok {
 		return nil, fmt.Errorf("VM %q uses the %s backend; only Debian (qemu backend) VMs start from templates", r.Branch, r.Backend)
@@ -108,9 +127,29 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, o StartOptions
 	}
 	o.NoTemplate = true
 	tm := m.forTemplates(root)
-	n := template.New{Root: root, VMs: m.Root, Book: tm.Book(), From: r, Now: m.Now,
+	n := template.New{Root: root, VMs: m.Root, Book: tm.Book(), From: r, Now: m.Now, Agents: agents, Used: m.disksInUse,
 		Section: func() (any, error) { return be.TemplateSection(r) }}
 	return template.Build(ctx, templateVMs{m: tm, o: o}, n, k, m.Log)
+}
+
+// defaultMachine is the record of the VM `create` makes with no flags on
+// this host (the default backend, size and image; the current user owns
+// the workspace), which no directory holds: what `template build` with no
+// branch and `setup --template` build a template for.
+func (m *Manager) defaultMachine(ctx context.Context) (*state.Record, error) {
+	be, err := m.resolveBackend("")
+	if err != nil {
+		return nil, err
+	}
+	r := m.newRecord(CreateOptions{}, "default", "default", be.Name())
+	r.Guest.UID, r.Guest.GID = os.Geteuid(), os.Getegid()
+	if r.Guest.UID == 0 {
+		r.Guest.UID, r.Guest.GID = guest.RootOwnerID, guest.RootOwnerID // as gitws.Ownership hands a root-owned workspace over
+	}
+	if err := be.Provision(ctx, state.Layout{}, r, backend.CreateFlags{}); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // templateVMs is the Manager over the templates' directory as a build
@@ -136,6 +175,24 @@ func (t templateVMs) BootID(ctx context.Context, slug string) (*template.BootIDS
 	return t.m.findBootID(ctx, e)
 }
 
+func (t templateVMs) Agents(ctx context.Context, slug string, pins []guest.AgentPin) (map[string]string, error) {
+	if len(pins) == 0 {
+		return nil, nil
+	}
+	e, err := t.m.findRecorded(ctx, slug)
+	if err != nil {
+		return nil, err
+	}
+	code, out, stderr, err := t.m.runRoot(ctx, e, func() string { return template.AgentProbe(pins) })
+	if err == nil && code != 0 {
+		err = errors.New(strings.TrimSpace(stderr))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return template.ParseAgentProbe(out, pins)
+}
+
 func (t templateVMs) Suspend(ctx context.Context, slug string) error {
 	_, err := t.m.Suspend(ctx, slug, SuspendOptions{Save: true}) // a template is a saved state
 	return err
@@ -143,18 +200,44 @@ func (t templateVMs) Suspend(ctx context.Context, slug string) error {
 
 func (t templateVMs) Stop(ctx context.Context, slug string) { _, _ = t.m.Stop(ctx, slug) }
 
-// Templates lists the templates.
-func (m *Manager) Templates() ([]template.Info, error) {
+// Templates lists the templates, each with what makes it older than one
+// built now would be (Info.Stale).
+func (m *Manager) Templates(ctx context.Context) ([]template.Info, error) {
 	if m.TemplateDir == nil {
 		return nil, nil
 	}
-	return template.List(m.TemplateDir.Path, m.disksInUse())
+	ts, err := template.List(m.TemplateDir.Path, m.disksInUse())
+	if err != nil || len(ts) == 0 {
+		return ts, err
+	}
+	now := template.Current{Contract: template.Contract}
+	if exe, err := m.executable(); err == nil {
+		if b, err := os.ReadFile(exe); err == nil {
+			now.AgentVM = template.Hash(b)
+		}
+	}
+	if cas, err := m.HostCAs(); err == nil {
+		now.CAs = template.CAsHash(cas)
+	}
+	for i, t := range ts {
+		if !t.Ready {
+			continue
+		}
+		var backendSays string
+		if tr, err := state.ReadRecord(state.Layout{Dir: t.Dir}.Record()); err == nil {
+			if be, ok := m.Backends[tr.Backend].(backend.Templater); ok {
+				backendSays = be.TemplateStale(ctx, state.Layout{Dir: t.Dir}, tr)
+			}
+		}
+		ts[i].Stale = now.Stale(t, backendSays)
+	}
+	return ts, nil
 }
 
 // RemoveTemplate removes a template (by its slug, or "all"; see
 // template.Remove). Its disk is kept while some VM's disk is made on it.
 func (m *Manager) RemoveTemplate(ctx context.Context, slug string) error {
-	all, err := m.Templates()
+	all, err := m.Templates(ctx)
 	if err != nil {
 		return err
 	}
@@ -202,8 +285,8 @@ func (m *Manager) templateImages() map[string]bool {
 }
 
 // templateCheck is doctor's line about templates (template.Check).
-func (m *Manager) templateCheck() backend.Check {
-	ts, err := m.Templates()
+func (m *Manager) templateCheck(ctx context.Context) backend.Check {
+	ts, err := m.Templates(ctx)
 	dir := ""
 	if m.TemplateDir != nil {
 		dir = m.TemplateDir.Path
@@ -222,4 +305,66 @@ func (m *Manager) findBootID(ctx context.Context, e state.Entry) (*template.Boot
 		return nil, fmt.Errorf("asking the guest where its kernel keeps its boot id: %w", err)
 	}
 	return template.ParseBootIDProbe(out)
+}
+
+// PinnedAgents are the agent CLIs agent-vm knows, each with the version
+// it installs ("claude 2.1.332, ..."), for help texts.
+func PinnedAgents() string {
+	var pins []string
+	for _, a := range guest.Agents {
+		pins = append(pins, a.Name+" "+a.Version)
+	}
+	return strings.Join(pins, ", ")
+}
+
+// CheckAgents checks a list of agent CLIs for BuildTemplate (see
+// guest.ParseAgentPins), before anything is made.
+func CheckAgents(list string) error {
+	_, err := guest.ParseAgentPins(list)
+	return err
+}
+
+// CurrentTemplate is the template of the default machine (branch "") or
+// of that VM's machine when one is made already, holds the agent CLIs
+// agentList names at the versions asked for, and is not older than a
+// build now would be: its slug, or "" (setup --template then builds).
+func (m *Manager) CurrentTemplate(ctx context.Context, branch, agentList string) string {
+	agents, err := guest.ParseAgentPins(agentList)
+	if err != nil || m.TemplateDir == nil {
+		return ""
+	}
+	r, err := m.defaultMachine(ctx)
+	if branch != "" {
+		var e state.Entry
+		if e, err = m.findRecorded(ctx, branch); err == nil {
+			r = e.Record
+		}
+	}
+	if err != nil {
+		return ""
+	}
+	be, ok := m.templater(r)
+	if !ok {
+		return ""
+	}
+	k, err := m.templateKey(ctx, be, r)
+	if err != nil {
+		return ""
+	}
+	ts, err := m.Templates(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, t := range slices.Backward(ts) { // newest last
+		if !t.Ready || !strings.HasPrefix(t.Slug, k.Prefix()) || len(t.Stale) > 0 {
+			continue
+		}
+		for _, a := range agents {
+			if v, ok := t.Agents[a.Name]; !ok || (v != a.At && a.At == a.Version) {
+				return ""
+			}
+		}
+		return t.Slug
+	}
+	return ""
 }

@@ -1,0 +1,100 @@
+package template
+
+// A template's agent CLIs: `template build` installs them at its first
+// boot (the template seed's npm install, through the template's egress
+// proxy), then checks here that each is installed and runs before the
+// machine is saved; template.json records the version each one is, so
+// that its clones skip the install and `template list` can say when
+// agent-vm pins a newer one.
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+)
+
+// AgentProbe is the root script that waits for the guest's first-boot
+// setup, then prints one line "NAME VERSION" per agent of pins: the
+// version npm installed (its package.json) once NAME's program has run
+// with --version as the guest's user. It stops at the first agent that is
+// missing or does not run, saying which on stderr, with status 3.
+func AgentProbe(pins []guest.AgentPin) string {
+	var b strings.Builder
+	b.WriteString("cloud-init status --wait >/dev/null 2>&1 || true\n")
+	b.WriteString("root=$(npm root -g) || { echo 'npm is missing' >&2; exit 3; }\n")
+	for _, p := range pins {
+		name, pkg, cmd := sshx.Quote([]string{p.Name}), sshx.Quote([]string{p.Package}), sshx.Quote([]string{p.Command})
+		fmt.Fprintf(&b, "v=$(node -e 'process.stdout.write(require(process.argv[1]).version)' \"$root\"/%s/package.json 2>/dev/null) || { echo %s' is not installed; the end of the first boot'\\''s log:' >&2; tail -n 12 /var/log/cloud-init-output.log >&2; exit 3; }\n",
+			pkg, name)
+		fmt.Fprintf(&b, "out=$(sudo -u %s -H -- %s --version 2>&1) || { echo %s' is installed but does not run: '\"$out\" >&2; exit 3; }\n",
+			guest.User, cmd, name)
+		fmt.Fprintf(&b, "echo %s \"$v\"\n", name)
+	}
+	return b.String()
+}
+
+// versionRE is a version as package.json states it.
+var versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
+
+// ParseAgentProbe reads AgentProbe's output for pins: each agent's
+// installed version, by name.
+func ParseAgentProbe(out string, pins []guest.AgentPin) (map[string]string, error) {
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if name, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && versionRE.MatchString(v) {
+			got[name] = v
+		}
+	}
+	for _, p := range pins {
+		v, ok := got[p.Name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("the guest did not say which version of %s it installed", p.Name)
+		case p.At != "" && versionRE.MatchString(p.At) && v != p.At:
+			return nil, fmt.Errorf("%s %s was asked for, and npm installed %s", p.Name, p.At, v)
+		}
+	}
+	if len(got) != len(pins) {
+		return nil, fmt.Errorf("the guest named agents that were not asked for: %q", out)
+	}
+	return got, nil
+}
+
+// StaleAgents says which of a template's agents (name -> version) are
+// older than the version agent-vm pins now, one phrase each (one built
+// at a newer version on purpose, NAME@VERSION, is not).
+func StaleAgents(agents map[string]string) []string {
+	var out []string
+	for _, a := range guest.Agents {
+		if v, ok := agents[a.Name]; ok && older(v, a.Version) {
+			out = append(out, fmt.Sprintf("%s %s is older than the %s agent-vm pins (its clones run %s)", a.Name, v, a.Version, v))
+		}
+	}
+	return out
+}
+
+// older reports whether release a comes before release b (major, minor,
+// patch; a pre-release before its release).
+func older(a, b string) bool {
+	pa, pb := releaseOf(a), releaseOf(b)
+	for i := range pa {
+		if pa[i] != pb[i] {
+			return pa[i] < pb[i]
+		}
+	}
+	return strings.ContainsAny(a, "-") && !strings.ContainsAny(b, "-") && a != b
+}
+
+func releaseOf(v string) [3]int {
+	var r [3]int
+	core, _, _ := strings.Cut(v, "-")
+	core, _, _ = strings.Cut(core, "+")
+	for i, f := range strings.SplitN(core, ".", 3) {
+		r[i], _ = strconv.Atoi(f)
+	}
+	return r
+}

@@ -1,0 +1,76 @@
+package template
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+)
+
+// refusingBuilder is the VMs of a build that must not get as far as a
+// boot: any call fails the test.
+type refusingBuilder struct{ t *testing.T }
+
+func (b refusingBuilder) Start(context.Context, string) error {
+	b.t.Error("the build booted a VM")
+	return os.ErrInvalid
+}
+func (b refusingBuilder) BootID(context.Context, string) (*BootIDSite, error) {
+	return nil, os.ErrInvalid
+}
+func (b refusingBuilder) Agents(context.Context, string, []guest.AgentPin) (map[string]string, error) {
+	return nil, os.ErrInvalid
+}
+func (b refusingBuilder) Suspend(context.Context, string) error { return os.ErrInvalid }
+func (b refusingBuilder) Stop(context.Context, string)          {}
+
+// TestBuildRefusesAFullDisk: on a file system too small for the saved
+// machine (a real 64 MiB tmpfs), a build is refused before anything is
+// made, naming the space it needs and the way to free some; the template
+// already there is untouched.
+func TestBuildRefusesAFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		tu.SkipOrFail(t, "mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		tu.SkipOrFail(t, "mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	root, err := state.Open(hostdir.Top(dir, 0o700, hostdir.InXDG))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "t-0123456789abcdef-20261101t000000")
+	if err := os.MkdirAll(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(old, Record{For: "feat", Agents: map[string]string{"claude": "2.1.332"}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(old, File))
+	from := &state.Record{Branch: "feat", Resources: state.Resources{CPUs: 2, MemoryMiB: 4096, DiskGiB: 16}}
+	n := New{Root: root, From: from, Now: time.Now, Used: func() map[string]bool { return nil }}
+	_, err = Build(context.Background(), refusingBuilder{t}, n, Key{Contract: Contract}, hclog.NewNullLogger())
+	if err == nil || !strings.Contains(err.Error(), "needs about 6144 MiB free in "+dir) || !strings.Contains(err.Error(), "template rm all") {
+		t.Fatalf("got %v, want a refusal naming the space needed", err)
+	}
+	made, _ := filepath.Glob(filepath.Join(dir, "t-*"))
+	if len(made) != 1 || made[0] != old {
+		t.Errorf("the refused build left %v in the templates' directory", made)
+	}
+	if after, _ := os.ReadFile(filepath.Join(old, File)); string(after) != string(before) {
+		t.Errorf("the template there was changed: %s", after)
+	}
+}
