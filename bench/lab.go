@@ -90,22 +90,29 @@ func (l *lab) stateDir(name string) *agentVM {
 
 // newVM creates a VM from the source repository.
 func (l *lab) newVM(ctx context.Context, prefix string) (*labVM, error) {
+	v, flags, err := l.vmFlags(ctx, prefix)
+	if err != nil {
+		return v, err
+	}
+	res := l.av.run(ctx, quickTimeout, append([]string{"create", "--branch", v.name}, flags...)...)
+	v.create = res.Seconds()
+	return v, res.Err
+}
+
+// vmFlags names a new VM of the lab's and returns the flags that create
+// it (create's, which run takes too): the source repository, the qemu
+// backend, the lab's guest size and an MCP port of its own.
+func (l *lab) vmFlags(ctx context.Context, prefix string) (*labVM, []string, error) {
 	repo, err := l.sourceRepo(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.mu.Lock()
 	v := &labVM{name: fmt.Sprintf("bench-%s-%d", prefix, len(l.vms)+1)}
 	l.vms = append(l.vms, v)
 	port, err := l.mcpPort()
 	l.mu.Unlock()
-	if err != nil {
-		return v, err
-	}
-	res := l.av.run(ctx, quickTimeout, "create", "--repo", repo, "--branch", v.name, "--backend", "qemu",
-		"--cpus", vmCPUs, "--memory", vmMemory, "--port", strconv.Itoa(port))
-	v.create = res.Seconds()
-	return v, res.Err
+	return v, []string{"--repo", repo, "--backend", "qemu", "--cpus", vmCPUs, "--memory", vmMemory, "--port", strconv.Itoa(port)}, err
 }
 
 // mcpPort picks a free MCP port at random from the upper half of
@@ -363,10 +370,8 @@ func (l *lab) cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	for _, t := range l.templates {
-		if res := l.av.run(ctx, quickTimeout, "template", "rm", t); res.Err != nil {
-			problems = append(problems, res.Err)
-		}
+	if err := l.removeTemplates(ctx); err != nil {
+		problems = append(problems, err)
 	}
 	for _, p := range blackbox.Processes() {
 		if p.Mentions(l.dir) {
@@ -376,6 +381,22 @@ func (l *lab) cleanup(ctx context.Context) error {
 	}
 	if err := os.RemoveAll(l.dir); err != nil {
 		problems = append(problems, fmt.Errorf("removing %s: %w", l.dir, err))
+	}
+	return errors.Join(problems...)
+}
+
+// removeTemplates removes the templates the lab built: they live in the
+// user's cache, not in the lab's directory.
+func (l *lab) removeTemplates(ctx context.Context) error {
+	l.mu.Lock()
+	ts := l.templates
+	l.templates = nil
+	l.mu.Unlock()
+	var problems []error
+	for _, t := range ts {
+		if res := l.av.run(ctx, quickTimeout, "template", "rm", t); res.Err != nil {
+			problems = append(problems, res.Err)
+		}
 	}
 	return errors.Join(problems...)
 }
