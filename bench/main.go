@@ -193,10 +193,7 @@ func measure(ctx context.Context, cfg config, log *logger, began time.Time) (*Re
 		res.Machine.Cores, res.Machine.CPUModel, orDefault(res.Machine.Accel, "unknown"), res.Machine.LoadStart, len(res.Machine.OtherVMs))
 	l.canBoot = bootable(ctx, cfg, l)
 	canBoot := l.canBoot
-	for _, spec := range figureSpecs() {
-		if cfg.Only != nil && !cfg.Only.MatchString(spec.ID) {
-			continue
-		}
+	for _, spec := range selected(cfg.Only) {
 		f := &Figure{ID: spec.ID, Title: spec.Title}
 		res.Figures = append(res.Figures, f)
 		if spec.Boots && canBoot != "" {
@@ -221,6 +218,18 @@ func measure(ctx context.Context, cfg config, log *logger, began time.Time) (*Re
 	res.Machine.LoadEnd = loadAvg()
 	res.Seconds = time.Since(began).Seconds()
 	return res, nil
+}
+
+// selected are the figures -only picks (every one without it), in the
+// order they run.
+func selected(only *regexp.Regexp) []figureSpec {
+	var specs []figureSpec
+	for _, spec := range figureSpecs() {
+		if only == nil || only.MatchString(spec.ID) {
+			specs = append(specs, spec)
+		}
+	}
+	return specs
 }
 
 // bootable says why VMs cannot boot here ("" when they can).
