@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -386,14 +387,36 @@ func (l *lab) cleanup(ctx context.Context) error {
 }
 
 // removeTemplates removes the templates the lab built: they live in the
-// user's cache, not in the lab's directory.
+// user's cache, not in the lab's directory. One that a later build
+// replaced is gone already, or kept only as the disk of VMs started from
+// it (removed now that they are).
 func (l *lab) removeTemplates(ctx context.Context) error {
 	l.mu.Lock()
 	ts := l.templates
 	l.templates = nil
 	l.mu.Unlock()
+	if len(ts) == 0 {
+		return nil
+	}
+	res := l.av.run(ctx, quickTimeout, "template", "list", "--json")
+	if res.Err != nil {
+		return res.Err
+	}
+	var listed []struct {
+		Slug string `json:"slug"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &listed); err != nil {
+		return fmt.Errorf("reading `%s`: %w", res.Line, err)
+	}
+	present := map[string]bool{}
+	for _, t := range listed {
+		present[t.Slug] = true
+	}
 	var problems []error
 	for _, t := range ts {
+		if !present[t] {
+			continue
+		}
 		if res := l.av.run(ctx, quickTimeout, "template", "rm", t); res.Err != nil {
 			problems = append(problems, res.Err)
 		}

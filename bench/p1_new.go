@@ -67,7 +67,16 @@ func p1FromTemplate(ctx context.Context, l *lab, f *Figure, bareRef *Series) ([]
 	if err := l.stopAll(ctx); err != nil {
 		return nil, err
 	}
-	if err := l.buildTemplate(ctx, f, bootTimeout, l.newBranches[0].vm.name); err != nil {
+	// With agent CLIs (template build's default, once it has --agents)
+	// a build is an npm install too: P1' is about the machine, P9 about
+	// an agent.
+	var flags []string
+	if agents, err := templateAgents(ctx, l.av); err != nil {
+		return nil, err
+	} else if agents {
+		flags = []string{"--agents", "none"}
+	}
+	if err := l.buildTemplate(ctx, f, bootTimeout, l.newBranches[0].vm.name, flags...); err != nil {
 		return nil, err
 	}
 	var ssh, health []float64
