@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -236,7 +238,9 @@ func (l *lab) stopAll(ctx context.Context) error {
 }
 
 // provisioned returns k VMs that have had their first boot, stopped,
-// creating and booting (all at once) those missing.
+// creating and booting those missing, as many at once as the host has
+// cores (a first boot runs cloud-init: many at once on a few cores could
+// outlast start's timeout, and P7 does not time them).
 func (l *lab) provisioned(ctx context.Context, k int) ([]*labVM, error) {
 	var have []*labVM
 	for _, v := range l.vms {
@@ -257,15 +261,19 @@ func (l *lab) provisioned(ctx context.Context, k int) ([]*labVM, error) {
 		if err := l.stopAll(ctx); err != nil {
 			return nil, err
 		}
-		if _, err := l.startTogether(ctx, fresh); err != nil {
-			return nil, err
+		for batch := range slices.Chunk(fresh, max(1, runtime.NumCPU())) {
+			_, errs := l.startTogether(ctx, batch)
+			if err := errors.Join(errs...); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return append(have, fresh...), l.stopAll(ctx)
 }
 
-// startTogether starts vms at once and returns each one's boot times.
-func (l *lab) startTogether(ctx context.Context, vms []*labVM) ([]bootTimes, error) {
+// startTogether starts vms at once and returns each one's boot times and
+// error.
+func (l *lab) startTogether(ctx context.Context, vms []*labVM) ([]bootTimes, []error) {
 	times := make([]bootTimes, len(vms))
 	errs := make([]error, len(vms))
 	var wg sync.WaitGroup
@@ -274,7 +282,7 @@ func (l *lab) startTogether(ctx context.Context, vms []*labVM) ([]bootTimes, err
 		go func() { defer wg.Done(); times[i], errs[i] = l.start(ctx, v, nil) }()
 	}
 	wg.Wait()
-	return times, errors.Join(errs...)
+	return times, errs
 }
 
 // running returns a VM that runs alone with the workspace over virtiofs,
