@@ -395,13 +395,13 @@ func (l *lab) cleanup(ctx context.Context) error {
 }
 
 // removeTemplates removes the templates the lab built: they live in the
-// user's cache, not in the lab's directory. One that a later build
-// replaced is gone already, or kept only as the disk of VMs started from
-// it (removed now that they are).
+// user's cache, not in the lab's directory. A template removed while VMs
+// started from it exist stays listed as their disk, and goes once they
+// do, at a later call: the names are kept for the cleanup. One that a
+// later build replaced may be gone already.
 func (l *lab) removeTemplates(ctx context.Context) error {
 	l.mu.Lock()
-	ts := l.templates
-	l.templates = nil
+	ts := slices.Clone(l.templates)
 	l.mu.Unlock()
 	if len(ts) == 0 {
 		return nil

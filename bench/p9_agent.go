@@ -45,6 +45,11 @@ func runP9(ctx context.Context, l *lab, f *Figure) error {
 	if err := l.stopAll(ctx); err != nil {
 		return err
 	}
+	// A template the lab built before (P1' builds one) is of the same
+	// machine: an agent-vm that does not replace it would refuse a build.
+	if err := l.removeTemplates(ctx); err != nil {
+		return err
+	}
 	from, err := l.newVM(ctx, "p9t")
 	if err != nil {
 		return err
