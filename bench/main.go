@@ -1,5 +1,5 @@
 // Command bench measures what agent-vm users feel (the figures P1
-// to P8 and the MCP proxy's overhead) and writes the results as JSON and
+// to P9 and the MCP proxy's overhead) and writes the results as JSON and
 // as a markdown table to bench/results/<date>-<short commit>.{json,md}.
 //
 // Run it from a checkout of agent-vm, on a Linux host with QEMU and the
@@ -20,6 +20,14 @@
 // or, for P1', P2 and P3 alone (P1' then boots new branches of its own):
 //
 //	go run ./bench -only "P1'|P2|P3"
+//
+// The figures the README sets goals for, side by side: P1' (its cold
+// rounds, then a template and new branches from it), P6, P7 with 6 VMs at
+// once, and P9 (a new branch's `run --agent claude -- --version`, with a
+// template holding claude that it builds), about 40 minutes under TCG on
+// 2 cores (25 with -rounds 1):
+//
+//	BENCH_P7_GROUPS=6 go run ./bench -only "P1'|P6|P7|P9"
 //
 // It builds agent-vm from the checkout (CGO_ENABLED=0) and drives it only
 // through its command line, in a temp state directory it removes at the
