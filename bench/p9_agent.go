@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -171,10 +172,12 @@ func parseP9Run(res cmdResult, lines []stampedLine) (p9Run, error) {
 	if p.Version == "" {
 		return p, fmt.Errorf("`%s` showed no version on the terminal; its output ends: %q", res.Line, tail(stripTerminal(res.Stdout), 3))
 	}
-	var phases []string
-	phase := func(what string, at time.Time) {
-		phases = append(phases, fmt.Sprintf("%s %.1f s", what, at.Sub(res.Start).Seconds()))
+	type mark struct {
+		what string
+		at   time.Time
 	}
+	var phases []mark
+	phase := func(what string, at time.Time) { phases = append(phases, mark{what, at}) }
 	var creating, created time.Time
 	last := ""
 	for _, l := range lines {
@@ -183,11 +186,11 @@ func parseP9Run(res cmdResult, lines []stampedLine) (p9Run, error) {
 			Timestamp time.Time `json:"@timestamp"`
 		}
 		if json.Unmarshal([]byte(l.Text), &log) == nil && log.Message != "" {
-			switch {
+			switch what, ok := p9Logged[log.Message]; {
 			case log.Message == "created":
 				created = log.Timestamp
-			case log.Message == "ssh ready":
-				phase("ssh ready", log.Timestamp)
+			case ok:
+				phase(what, log.Timestamp)
 			case strings.HasPrefix(log.Message, "booting cold"):
 				p.Path = "cold first boot (" + strings.TrimPrefix(strings.TrimPrefix(log.Message, "booting cold"), ", ") + ")"
 			}
@@ -217,8 +220,22 @@ func parseP9Run(res cmdResult, lines []stampedLine) (p9Run, error) {
 	}
 	p.Create = created.Sub(creating).Seconds()
 	phase("exit", res.End)
-	p.Phases = strings.Join(phases, ", ")
+	slices.SortStableFunc(phases, func(a, b mark) int { return a.at.Compare(b.at) })
+	var said []string
+	for _, m := range phases {
+		said = append(said, fmt.Sprintf("%s %.1f s", m.what, m.at.Sub(res.Start).Seconds()))
+	}
+	p.Phases = strings.Join(said, ", ")
 	return p, nil
+}
+
+// p9Logged are the debug log lines of a start that P9's phases show, and
+// what they call them.
+var p9Logged = map[string]string{
+	"restored the template's machine": "restored",
+	"the guest has its identity":      "identity",
+	"ssh ready":                       "ssh ready",
+	"the workspace is mounted":        "workspace mounted",
 }
 
 // terminalControl matches a terminal's control sequences: CSI, OSC and

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -131,5 +135,46 @@ func TestParseP9Run(t *testing.T) {
 		if _, err := parseP9Run(cmdResult{Line: "agent-vm run x", Stdout: bad.stdout, Start: began, End: began.Add(time.Second)}, bad.lines); err == nil {
 			t.Errorf("%s: parseP9Run succeeded, want an error", name)
 		}
+	}
+}
+
+// A real run from a template (2026-11-27, TCG, agent-vm of 510e93d), of
+// `run p9run1 --agent bash -- --version` with stdin an open pipe:
+// tmux's drawing of the terminal on stdout, progress and JSON logs on
+// stderr. A JSON log line is given as arriving at its time stamp, any
+// other 1 ms after the line before.
+func TestParseP9RunReal(t *testing.T) {
+	stdout, err := os.ReadFile(filepath.Join("testdata", "run-version.stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := os.ReadFile(filepath.Join("testdata", "run-version.stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Date(2026, 11, 27, 6, 51, 15, 900000000, time.UTC)
+	var lines []stampedLine
+	at := began
+	for _, l := range strings.Split(strings.TrimSuffix(string(stderr), "\n"), "\n") {
+		var log struct {
+			Timestamp time.Time `json:"@timestamp"`
+		}
+		if json.Unmarshal([]byte(l), &log) == nil {
+			at = log.Timestamp
+		}
+		lines = append(lines, stampedLine{At: at, Text: l})
+		at = at.Add(time.Millisecond)
+	}
+	res := cmdResult{Line: "agent-vm run p9run1", Stdout: string(stdout), Stderr: string(stderr), Start: began, End: began.Add(16400 * time.Millisecond)}
+	p, err := parseP9Run(res, lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Version != "5.2.15" || p.Path != "from the saved template" || p.Installed || math.Abs(p.Create-0.0723) > 1e-6 {
+		t.Errorf("parseP9Run = %+v", p)
+	}
+	want := "create 0.0 s, creating the VM's disk 0.1 s, starting from the template 0.1 s, restored 1.1 s, identity 4.5 s, ssh ready 5.2 s, workspace mounted 12.4 s, finishing the guest's setup 12.4 s, session 12.4 s, exit 16.4 s"
+	if p.Phases != want {
+		t.Errorf("phases %q, want %q", p.Phases, want)
 	}
 }
