@@ -118,8 +118,11 @@ func p9Round(ctx context.Context, l *lab, f *Figure, r int) (run, ref float64, e
 		return 0, 0, fmt.Errorf("run showed %s %q, but `exec -- %s --version` printed %q", p9Agent, p.Version, p9Agent, strings.TrimSpace(e.Stdout))
 	}
 	f.Notes = append(f.Notes, fmt.Sprintf("%s: run %.1f s (%s %s), exec %.2f s; create %.1f s; start: %s; %s", v.name, p.Wall, p9Agent, p.Version, e.Seconds(), p.Create, p.Path, p.Phases))
-	if p.Installed {
-		f.Errors = append(f.Errors, fmt.Sprintf("%s: run installed %s from npm although the template holds it", v.name, p9Agent))
+	switch {
+	case p.Path != "from the saved template":
+		return 0, 0, fmt.Errorf("%s did not start from the template holding %s: %s (not a sample)", v.name, p9Agent, p.Path)
+	case p.Installed:
+		return 0, 0, fmt.Errorf("%s: run installed %s from npm although the template holds it (not a sample)", v.name, p9Agent)
 	}
 	return p.Wall, e.Seconds(), nil
 }
