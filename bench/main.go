@@ -24,7 +24,7 @@
 // The figures the README sets goals for, side by side: P1' (its cold
 // rounds, then a template and new branches from it), P6, P7 with 6 VMs at
 // once, and P9 (a new branch's `run --agent claude -- --version`, with a
-// template holding claude that it builds), about 40 minutes under TCG on
+// template holding claude that it builds), about 35 minutes under TCG on
 // 2 cores (25 with -rounds 1):
 //
 //	BENCH_P7_GROUPS=6 go run ./bench -only "P1'|P6|P7|P9"
