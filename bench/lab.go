@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -90,22 +93,29 @@ func (l *lab) stateDir(name string) *agentVM {
 
 // newVM creates a VM from the source repository.
 func (l *lab) newVM(ctx context.Context, prefix string) (*labVM, error) {
+	v, flags, err := l.vmFlags(ctx, prefix)
+	if err != nil {
+		return v, err
+	}
+	res := l.av.run(ctx, quickTimeout, append([]string{"create", "--branch", v.name}, flags...)...)
+	v.create = res.Seconds()
+	return v, res.Err
+}
+
+// vmFlags names a new VM of the lab's and returns the flags that create
+// it (create's, which run takes too): the source repository, the qemu
+// backend, the lab's guest size and an MCP port of its own.
+func (l *lab) vmFlags(ctx context.Context, prefix string) (*labVM, []string, error) {
 	repo, err := l.sourceRepo(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.mu.Lock()
 	v := &labVM{name: fmt.Sprintf("bench-%s-%d", prefix, len(l.vms)+1)}
 	l.vms = append(l.vms, v)
 	port, err := l.mcpPort()
 	l.mu.Unlock()
-	if err != nil {
-		return v, err
-	}
-	res := l.av.run(ctx, quickTimeout, "create", "--repo", repo, "--branch", v.name, "--backend", "qemu",
-		"--cpus", vmCPUs, "--memory", vmMemory, "--port", strconv.Itoa(port))
-	v.create = res.Seconds()
-	return v, res.Err
+	return v, []string{"--repo", repo, "--backend", "qemu", "--cpus", vmCPUs, "--memory", vmMemory, "--port", strconv.Itoa(port)}, err
 }
 
 // mcpPort picks a free MCP port at random from the upper half of
@@ -228,7 +238,9 @@ func (l *lab) stopAll(ctx context.Context) error {
 }
 
 // provisioned returns k VMs that have had their first boot, stopped,
-// creating and booting (all at once) those missing.
+// creating and booting those missing, as many at once as the host has
+// cores (a first boot runs cloud-init: many at once on a few cores could
+// outlast start's timeout, and P7 does not time them).
 func (l *lab) provisioned(ctx context.Context, k int) ([]*labVM, error) {
 	var have []*labVM
 	for _, v := range l.vms {
@@ -249,15 +261,19 @@ func (l *lab) provisioned(ctx context.Context, k int) ([]*labVM, error) {
 		if err := l.stopAll(ctx); err != nil {
 			return nil, err
 		}
-		if _, err := l.startTogether(ctx, fresh); err != nil {
-			return nil, err
+		for batch := range slices.Chunk(fresh, max(1, runtime.NumCPU())) {
+			_, errs := l.startTogether(ctx, batch)
+			if err := errors.Join(errs...); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return append(have, fresh...), l.stopAll(ctx)
 }
 
-// startTogether starts vms at once and returns each one's boot times.
-func (l *lab) startTogether(ctx context.Context, vms []*labVM) ([]bootTimes, error) {
+// startTogether starts vms at once and returns each one's boot times and
+// error.
+func (l *lab) startTogether(ctx context.Context, vms []*labVM) ([]bootTimes, []error) {
 	times := make([]bootTimes, len(vms))
 	errs := make([]error, len(vms))
 	var wg sync.WaitGroup
@@ -266,7 +282,7 @@ func (l *lab) startTogether(ctx context.Context, vms []*labVM) ([]bootTimes, err
 		go func() { defer wg.Done(); times[i], errs[i] = l.start(ctx, v, nil) }()
 	}
 	wg.Wait()
-	return times, errors.Join(errs...)
+	return times, errs
 }
 
 // running returns a VM that runs alone with the workspace over virtiofs,
@@ -363,10 +379,8 @@ func (l *lab) cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	for _, t := range l.templates {
-		if res := l.av.run(ctx, quickTimeout, "template", "rm", t); res.Err != nil {
-			problems = append(problems, res.Err)
-		}
+	if err := l.removeTemplates(ctx); err != nil {
+		problems = append(problems, err)
 	}
 	for _, p := range blackbox.Processes() {
 		if p.Mentions(l.dir) {
@@ -376,6 +390,44 @@ func (l *lab) cleanup(ctx context.Context) error {
 	}
 	if err := os.RemoveAll(l.dir); err != nil {
 		problems = append(problems, fmt.Errorf("removing %s: %w", l.dir, err))
+	}
+	return errors.Join(problems...)
+}
+
+// removeTemplates removes the templates the lab built: they live in the
+// user's cache, not in the lab's directory. A template removed while VMs
+// started from it exist stays listed as their disk, and goes once they
+// do, at a later call: the names are kept for the cleanup. One that a
+// later build replaced may be gone already.
+func (l *lab) removeTemplates(ctx context.Context) error {
+	l.mu.Lock()
+	ts := slices.Clone(l.templates)
+	l.mu.Unlock()
+	if len(ts) == 0 {
+		return nil
+	}
+	res := l.av.run(ctx, quickTimeout, "template", "list", "--json")
+	if res.Err != nil {
+		return res.Err
+	}
+	var listed []struct {
+		Slug string `json:"slug"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &listed); err != nil {
+		return fmt.Errorf("reading `%s`: %w", res.Line, err)
+	}
+	present := map[string]bool{}
+	for _, t := range listed {
+		present[t.Slug] = true
+	}
+	var problems []error
+	for _, t := range ts {
+		if !present[t] {
+			continue
+		}
+		if res := l.av.run(ctx, quickTimeout, "template", "rm", t); res.Err != nil {
+			problems = append(problems, res.Err)
+		}
 	}
 	return errors.Join(problems...)
 }

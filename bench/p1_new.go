@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // runP1New is P1': how long a new branch waits for its VM,
@@ -66,20 +67,18 @@ func p1FromTemplate(ctx context.Context, l *lab, f *Figure, bareRef *Series) ([]
 	if err := l.stopAll(ctx); err != nil {
 		return nil, err
 	}
-	from := l.newBranches[0].vm.name
-	l.log.Printf("%s: agent-vm template build %s (a cold boot, not timed)", f.ID, from)
-	res := l.av.run(ctx, bootTimeout, "template", "build", from)
-	if res.Err != nil {
-		return nil, res.Err
+	// With agent CLIs (template build's default, once it has --agents)
+	// a build is an npm install too: P1' is about the machine, P9 about
+	// an agent.
+	var flags []string
+	if agents, err := templateAgents(ctx, l.av); err != nil {
+		return nil, err
+	} else if agents {
+		flags = []string{"--agents", "none"}
 	}
-	m := builtTemplate.FindStringSubmatch(res.Stdout)
-	if m == nil {
-		return nil, fmt.Errorf("`%s` did not print its \"built template NAME in ...\" line; stdout: %q", res.Line, tail(res.Stdout, 3))
+	if err := l.buildTemplate(ctx, f, bootTimeout, l.newBranches[0].vm.name, flags...); err != nil {
+		return nil, err
 	}
-	l.mu.Lock()
-	l.templates = append(l.templates, m[1])
-	l.mu.Unlock()
-	f.Notes = append(f.Notes, fmt.Sprintf("Template built from %s's machine in %.0f s (not part of any row): %s", from, res.Seconds(), strings.TrimSpace(res.Stdout)))
 	var ssh, health []float64
 	for r := 1; r <= l.cfg.Rounds; r++ {
 		v, err := l.newVM(ctx, "p1t")
@@ -109,7 +108,32 @@ func p1FromTemplate(ctx context.Context, l *lab, f *Figure, bareRef *Series) ([]
 			series("agent-vm create + start", health), bareRef, false),
 	}
 	rows[0].Note = "goal: 5 s or less"
+	rows[1].Note = "goal: 6 s or less"
 	return rows, nil
+}
+
+// buildTemplate runs `agent-vm template build FROM FLAGS...` (not timed:
+// a build is a cold boot, done once per machine shape), keeps the
+// template's name for the lab's cleanup, and notes the build in f.
+func (l *lab) buildTemplate(ctx context.Context, f *Figure, timeout time.Duration, from string, flags ...string) error {
+	l.log.Printf("%s: agent-vm template build %s (a cold boot, not timed)", f.ID, strings.Join(append([]string{from}, flags...), " "))
+	res := l.av.run(ctx, timeout, append([]string{"template", "build", from}, flags...)...)
+	if res.Err != nil {
+		return res.Err
+	}
+	m := builtTemplate.FindStringSubmatch(res.Stdout)
+	if m == nil {
+		return fmt.Errorf("`%s` did not print its \"built template NAME in ...\" line; stdout: %q", res.Line, tail(res.Stdout, 3))
+	}
+	l.mu.Lock()
+	l.templates = append(l.templates, m[1])
+	l.mu.Unlock()
+	with := ""
+	if len(flags) > 0 {
+		with = ", with " + shellJoin(flags)
+	}
+	f.Notes = append(f.Notes, fmt.Sprintf("Template built from %s's machine%s in %.0f s (not part of any row): %s", from, with, res.Seconds(), strings.TrimSpace(res.Stdout)))
+	return nil
 }
 
 // builtTemplate is `template build`'s line on stdout.
