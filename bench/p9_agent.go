@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -54,6 +55,18 @@ func runP9(ctx context.Context, l *lab, f *Figure) error {
 	from, err := l.newVM(ctx, "p9t")
 	if err != nil {
 		return err
+	}
+	// The template's npm install goes through its VM's egress proxy,
+	// which refuses a name that resolves to a non-global address unless
+	// that address is allowed: some networks (CI's) answer every name
+	// with such an address. Where the registry resolves to public
+	// addresses this changes nothing.
+	addrs, err := net.DefaultResolver.LookupHost(ctx, "registry.npmjs.org")
+	if err != nil {
+		return fmt.Errorf("resolving registry.npmjs.org for the template's npm install: %w", err)
+	}
+	if res := l.av.run(ctx, quickTimeout, append([]string{"net", "allow", from.name}, addrs...)...); res.Err != nil {
+		return res.Err
 	}
 	if err := l.buildTemplate(ctx, f, p9Timeout, from.name, "--agents", p9Agent); err != nil {
 		return err
