@@ -2,10 +2,7 @@ package cli
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -81,13 +78,9 @@ func templateCommand(stdio IO) *cli.Command {
 							notes = append(notes, t.Slug+": "+why)
 						}
 					}
-					agents := "-"
-					if len(t.Agents) > 0 {
-						var names []string
-						for _, n := range slices.Sorted(maps.Keys(t.Agents)) {
-							names = append(names, n+" "+t.Agents[n])
-						}
-						agents = strings.Join(names, ", ")
+					agents := template.AgentsText(t.Agents)
+					if agents == "" {
+						agents = "-"
 					}
 					rows = append(rows, []string{t.Slug, t.For, built, agents, st, strconv.Itoa(t.UsedBy)})
 				}
@@ -136,13 +129,9 @@ func buildTemplate(cliCtx *cli.Context, stdio IO, m *vm.Manager, branch, agents 
 	if branch != "" {
 		machine = "VM " + branch + "'s machine"
 	}
-	with := "no agent CLI"
-	if len(res.Agents) > 0 {
-		var names []string
-		for _, n := range slices.Sorted(maps.Keys(res.Agents)) {
-			names = append(names, n+" "+res.Agents[n])
-		}
-		with = strings.Join(names, ", ")
+	with := template.AgentsText(res.Agents)
+	if with == "" {
+		with = "no agent CLI"
 	}
 	fmt.Fprintf(stdio.Out, "built template %s in %s: %s, with %s (%s); new VMs of this machine start from it in seconds\n", res.Slug, res.Took.Round(time.Second), machine, with, res.Dir)
 	for _, old := range res.Replaced {

@@ -9,7 +9,9 @@ package template
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -97,4 +99,14 @@ func releaseOf(v string) [3]int {
 		r[i], _ = strconv.Atoi(f)
 	}
 	return r
+}
+
+// AgentsText is a template's agents as people read them, by name:
+// "claude 2.1.332, codex 0.171.0" ("" for none).
+func AgentsText(agents map[string]string) string {
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(agents)) {
+		out = append(out, n+" "+agents[n])
+	}
+	return strings.Join(out, ", ")
 }
