@@ -97,8 +97,10 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 			ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}
 	// The guest is the template's until Personalize: its host key and
-	// client key.
-	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize, began, log); err != nil {
+	// client key. The same root session then runs the start's guest setup
+	// (the VM's CA, its secrets' placeholders), which a cold boot runs
+	// once SSH answers: one SSH login fewer on the way to the agent.
+	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize+plan.Setup, began, log); err != nil {
 		return fail(phase, err)
 	}
 	log.Debug("the guest has its identity", "after", time.Since(began))
@@ -112,7 +114,6 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
-	m.guestSetup(wctx, e, plan.Setup)
 	m.startHolder(e)
 	if err := m.attachGuest(wctx, e, true); err != nil {
 		return fail("mounting the workspace", err)
