@@ -76,11 +76,12 @@ func TestPersonalizeIsShell(t *testing.T) {
 }
 
 // TestTemplateSeedLeavesVMWorkOut: a template's seed neither provisions
-// the repository nor writes guidance notes; it installs its agent CLIs,
-// which its clones share.
+// the repository nor writes guidance notes; it installs its agent CLIs
+// and packages, which its clones share.
 func TestTemplateSeedLeavesVMWorkOut(t *testing.T) {
 	c := testConfig(t)
 	c.Template, c.Guidance, c.NPMPackages = true, "note", []string{"@anthropic-ai/claude-code"}
+	c.ExtraPackages = []string{"ripgrep"}
 	s, err := Render(c)
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +98,9 @@ func TestTemplateSeedLeavesVMWorkOut(t *testing.T) {
 	}
 	if !strings.Contains(string(runcmd), `"--","@anthropic-ai/claude-code"]`) {
 		t.Errorf("the template seed's runcmd does not install its agent CLI: %s", runcmd)
+	}
+	if !strings.Contains(string(runcmd), `"`+libDir+`/ensure-packages","ripgrep"]`) {
+		t.Errorf("the template seed's runcmd does not install its packages: %s", runcmd)
 	}
 	if strings.Contains(string(s.UserData), `"note"`) {
 		t.Error("the template seed writes guidance notes")

@@ -197,13 +197,18 @@ func renderUserData(c Config) ([]byte, error) {
 }
 
 // vmRuncmd are the first boot's commands that belong to one VM (for a
-// template, whose clones run them as FirstRun, only its agent CLIs,
-// which its clones share): the agent CLI, the guidance notes' owner, and
-// the repository's packages and .agent-vm/provision.sh, once per disk
-// (how it ended is in guest.ProvisionStatus).
+// template, whose clones run them as FirstRun, only its agent CLIs and
+// packages, which its clones share: ensure-packages then finds them
+// installed): the agent CLI, the guidance notes' owner, and the
+// repository's packages and .agent-vm/provision.sh, once per disk (how it
+// ended is in guest.ProvisionStatus).
 func vmRuncmd(c Config) [][]string {
 	if c.Template {
-		return npmInstall(c)
+		cmds := npmInstall(c)
+		if len(c.ExtraPackages) > 0 {
+			cmds = append(cmds, withProxy(c, append([]string{libDir + "/ensure-packages"}, c.ExtraPackages...)))
+		}
+		return cmds
 	}
 	return slices.Concat(npmInstall(c), guidanceOwner(c), [][]string{provisionCommand(c)})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,16 +39,18 @@ func NewKey(r *state.Record, accel string, cas []string, binary []byte, base str
 }
 
 // NewVMRecord is the record of the template's VM, slug, made at now for
-// the VM whose record is from: from's size, owner ids, CA choice and
-// network policy (what its first boot's installs may reach: `net allow
-// BRANCH` before `template build BRANCH` lets them through); its backend's
-// section is the caller's (backend.Templater's TemplateSection).
+// the VM whose record is from: from's size, owner ids, CA choice, its
+// packages (create --packages and its repository's config.toml: the
+// template installs them, so that its clones need not) and network policy
+// (what its first boot's installs may reach: `net allow BRANCH` before
+// `template build BRANCH` lets them through); its backend's section is the
+// caller's (backend.Templater's TemplateSection).
 func NewVMRecord(from *state.Record, slug string, now time.Time) *state.Record {
 	return &state.Record{
 		Version: state.RecordVersion, ID: state.NewID(), Branch: slug, Slug: slug, VMName: "agent-vm-" + slug,
 		Backend: from.Backend, CreatedAt: now.UTC().Truncate(time.Second), Resources: from.Resources,
 		Guest: state.Guest{User: guest.User, UID: from.Guest.UID, GID: from.Guest.GID, Proxy: true}, NoHostCA: from.NoHostCA,
-		Net: from.Net,
+		Net: from.Net, Packages: from.AllPackages(),
 	}
 }
 
@@ -143,7 +146,7 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 	if err := Freeze(l.Dir); err != nil {
 		return fail(err)
 	}
-	if err := Write(l.Dir, Record{Key: k, Built: now().UTC(), For: from.Branch, BootID: site, Agents: agents}); err != nil {
+	if err := Write(l.Dir, Record{Key: k, Built: now().UTC(), For: from.Branch, BootID: site, Agents: agents, Packages: from.AllPackages()}); err != nil {
 		return fail(err)
 	}
 	res := &BuildResult{Slug: slug, Dir: l.Dir, Took: time.Since(began), Agents: agents}
@@ -152,8 +155,8 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 		log.Warn("the new template is made, but the templates it may replace could not be listed", "error", err)
 	}
 	for _, t := range ts {
-		if !t.Ready || t.Slug == slug || !strings.HasPrefix(t.Slug, k.Prefix()) {
-			continue
+		if !t.Ready || t.Slug == slug || !strings.HasPrefix(t.Slug, k.Prefix()) || !samePackages(t.Packages, from.AllPackages()) {
+			continue // another machine's, or one with other packages (another repository's)
 		}
 		if err := Remove(ctx, root, []Info{t}, false, n.Used(), b.Stop); err != nil {
 			log.Warn("the new template is made, but the one it replaces could not be removed", "template", t.Slug, "error", err, "hint", "agent-vm template rm "+t.Slug)
@@ -207,12 +210,22 @@ type Found struct {
 	Record Record
 }
 
-// Find is the newest template in dir of key k for the VM called slug, or
-// why there is none (one line, for the log).
-func Find(dir string, k Key, slug string) (*Found, string) {
-	l, ok := Newest(dir, k.Prefix())
-	if !ok {
+// Find is the template in dir of key k for the VM called slug, whose
+// packages are packages: the newest that has all of them installed, else
+// the newest (its clone installs the rest), or why there is none (one
+// line, for the log).
+func Find(dir string, k Key, slug string, packages []string) (*Found, string) {
+	found, _ := filepath.Glob(filepath.Join(dir, k.Prefix()+"*", File))
+	if len(found) == 0 {
 		return nil, None(slug)
+	}
+	slices.Sort(found) // the build time sorts as text
+	l := state.Layout{Dir: filepath.Dir(found[len(found)-1])}
+	for _, f := range slices.Backward(found) {
+		if rec, err := Read(filepath.Dir(f)); err == nil && hasAll(rec.Packages, packages) {
+			l = state.Layout{Dir: filepath.Dir(f)}
+			break
+		}
 	}
 	name := filepath.Base(l.Dir)
 	rec, err := Read(l.Dir)
@@ -225,6 +238,19 @@ func Find(dir string, k Key, slug string) (*Found, string) {
 	}
 	return &Found{Entry: state.Entry{Slug: name, Layout: l, Record: tr}, Record: rec}, ""
 }
+
+// hasAll reports whether have holds every one of want.
+func hasAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// samePackages reports whether a and b are the same set.
+func samePackages(a, b []string) bool { return hasAll(a, b) && hasAll(b, a) }
 
 // None says that the VM called slug has no template yet.
 func None(slug string) string {

@@ -74,3 +74,45 @@ func TestBuildRefusesAFullDisk(t *testing.T) {
 		t.Errorf("the template there was changed: %s", after)
 	}
 }
+
+// Find picks, among a machine's templates, the newest that has all the
+// VM's packages, else the newest (whose clone installs the rest).
+func TestFindPrefersTheTemplateWithThePackages(t *testing.T) {
+	dir := t.TempDir()
+	k := Key{Contract: Contract}
+	mk := func(built string, packages ...string) string {
+		l := state.Layout{Dir: filepath.Join(dir, k.Prefix()+built)}
+		if err := os.MkdirAll(l.Dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := state.WriteRecord(l.Record(), &state.Record{Version: state.RecordVersion, ID: built, Branch: built, Slug: built, Ports: state.Ports{SSH: 2300, MCP: 8300}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := Write(l.Dir, Record{Key: k, For: built, Packages: packages}); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Base(l.Dir)
+	}
+	withRG := mk("20261101t000000", "ripgrep", "jq")
+	newest := mk("20261102t000000")
+	for _, c := range []struct {
+		want     []string
+		template string
+	}{
+		{nil, newest},
+		{[]string{"ripgrep"}, withRG},
+		{[]string{"jq", "ripgrep"}, withRG},
+		{[]string{"ripgrep", "fd-find"}, newest},
+	} {
+		f, why := Find(dir, k, "vm", c.want)
+		if f == nil || f.Entry.Slug != c.template {
+			t.Errorf("Find(packages %q) = %+v (%s), want %s", c.want, f, why, c.template)
+		}
+	}
+	if f, why := Find(dir, Key{Contract: Contract, CPUs: 3}, "vm", nil); f != nil || !strings.Contains(why, "template build vm") {
+		t.Errorf("another machine: %+v %q", f, why)
+	}
+	if !samePackages([]string{"a", "b"}, []string{"b", "a"}) || samePackages([]string{"a"}, []string{"a", "b"}) || !samePackages(nil, []string{}) {
+		t.Error("samePackages")
+	}
+}

@@ -145,6 +145,9 @@ type Record struct {
 	// Agents are the agent CLIs its guest has, each at the version npm
 	// installed, by name (guest.Agent's): its clones do not install them.
 	Agents map[string]string `json:"agents,omitempty"`
+	// Packages are the Debian packages its guest has besides the base
+	// image's: those of the VM it was built for.
+	Packages []string `json:"packages,omitempty"`
 }
 
 // Info describes one template (template list, doctor).
@@ -155,8 +158,10 @@ type Info struct {
 	Built time.Time `json:"built"`
 	Ready bool      `json:"ready"` // a template (else the disk of a removed one)
 	Key   *Key      `json:"key,omitempty"`
-	// Agents are its agent CLIs' versions, by name.
-	Agents map[string]string `json:"agents,omitempty"`
+	// Agents are its agent CLIs' versions, by name; Packages its
+	// packages besides the base image's.
+	Agents   map[string]string `json:"agents,omitempty"`
+	Packages []string          `json:"packages,omitempty"`
 	// UsedBy counts the VMs whose disks are made on its disk.
 	UsedBy int `json:"used_by"`
 	// Stale says why new VMs would not start from it, or what is older in
@@ -265,7 +270,7 @@ func List(dir string, used map[string]bool) ([]Info, error) {
 		tdir := filepath.Join(dir, d.Name())
 		info := Info{Slug: d.Name(), Dir: tdir}
 		if rec, err := Read(tdir); err == nil {
-			info.For, info.Built, info.Ready, info.Key, info.Agents = rec.For, rec.Built, true, &rec.Key, rec.Agents
+			info.For, info.Built, info.Ready, info.Key, info.Agents, info.Packages = rec.For, rec.Built, true, &rec.Key, rec.Agents, rec.Packages
 		}
 		for d := range used {
 			if filepath.Dir(d) == tdir {

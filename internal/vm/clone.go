@@ -46,7 +46,7 @@ func (m *Manager) findTemplate(ctx context.Context, r *state.Record) (*usable, s
 	if err != nil {
 		return nil, err.Error()
 	}
-	f, why := template.Find(m.TemplateDir.Path, k, r.Slug)
+	f, why := template.Find(m.TemplateDir.Path, k, r.Slug, r.AllPackages())
 	if f == nil {
 		return nil, why
 	}
