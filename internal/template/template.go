@@ -10,9 +10,10 @@
 // makes the one BRANCH's VM fits (without BRANCH, the default machine's:
 // what `create` makes with no flags): it creates that VM, boots it cold
 // with a template seed (the guest contract: user dev, sshd, the agent-vm
-// units, the proxy settings, the host's CA certificates; and the agent
-// CLIs asked for, at the versions agent-vm pins, agents.go; no workspace
-// content, no repository provisioning, no identity of any real VM),
+// units, the proxy settings, the host's CA certificates; the agent CLIs
+// asked for, at the versions agent-vm pins, agents.go; the VM's packages;
+// no workspace content, no provisioning script, no identity of any real
+// VM),
 // waits for cloud-init to finish, checks that each agent CLI runs,
 // suspends it (internal/qemu's
 // suspend path: the share unplugged, the state saved, the identity of
