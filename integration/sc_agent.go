@@ -13,13 +13,13 @@ import (
 func agentCLIScenario() Scenario {
 	return Scenario{
 		Name: "agent-cli",
-		Summary: "an agent on a new branch in seconds: template build --agents claude installs the real Claude Code from npm " +
+		Summary: "an agent on a new branch in seconds: a VM starts from the default machine's template; template build --agents claude installs the real Claude Code from npm " +
 			"in the template; run NEWBRANCH --agent claude -- --version starts from it and prints the version with no request " +
 			"to npm (net log); a rebuild replaces the template and the VM on the old one runs on (no API call)",
 		NeedsVM: true,
 		// Templates are the qemu backend's (a saved QEMU machine).
 		Backends: []string{"qemu"},
-		Verbs:    []string{"create", "template", "run", "net", "start", "exec", "status", "destroy"},
+		Verbs:    []string{"create", "template", "setup", "run", "net", "start", "exec", "status", "destroy"},
 		run:      runAgentCLI,
 	}
 }
@@ -86,18 +86,26 @@ func runAgentCLI(ctx context.Context, s *S) {
 		// network policy.
 		return s.allowPackageSources(ctx, agentBranch)
 	})
-	s.Step(ctx, "template build --agents none saves the VM's machine", func() error {
-		res := tcall(s.bootTimeout(1)+time.Minute, "template", "build", agentBranch, "--agents", "none", "--timeout", s.bootTimeout(1).String())
+	s.Step(ctx, "template build --agents none saves the default machine; setup --template then finds it current", func() error {
+		res := tcall(s.bootTimeout(1)+time.Minute, "template", "build", "--agents", "none", "--timeout", s.bootTimeout(1).String())
 		if err := want(res, 0); err != nil {
 			return err
 		}
 		m := templateBuilt.FindStringSubmatch(res.Stdout)
-		if m == nil || !strings.Contains(res.Stdout, "with no agent CLI") {
+		if m == nil || !strings.Contains(res.Stdout, "the default machine, with no agent CLI") {
 			return failf(res, "template build did not say what it built")
 		}
 		old = m[1]
+		res = tcall(5*time.Minute, "setup", "--yes", "--template", "--agents", "none")
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout, "the default machine's template "+old+" is current") {
+			return failf(res, "setup --template did not find the template current")
+		}
 		return nil
 	})
+	// The VM was made by create with no flags: the default machine.
 	s.Step(ctx, "the VM's first start is from the template", func() error {
 		res, err := s.bootFor(ctx, "start", agentBranch, s.bootTimeout(1), tenv...)
 		if err != nil {
