@@ -34,7 +34,7 @@ func templateCommand(stdio IO) *cli.Command {
 				"keep working (its disk stays while they use it).",
 			Flags: []cli.Flag{
 				timeoutFlag(bootTimeout),
-				&cli.StringFlag{Name: "agents", Value: "all", Usage: "agent CLIs to install: all, none, or a comma-separated list of claude, codex, gemini, each optionally NAME@VERSION (e.g. claude@latest)"},
+				&cli.StringFlag{Name: "agents", Value: "all", Usage: "agent CLIs to install: all (those that run on the Debian guest), none, or a comma-separated list of claude, codex, gemini, each optionally NAME@VERSION (e.g. claude@latest)"},
 			},
 			BashComplete: vmCompletion(stdio),
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {

@@ -22,6 +22,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/seed"
@@ -132,6 +133,9 @@ func (b *Backend) CheckCreate(f backend.CreateFlags) error {
 		return fmt.Errorf("--box chooses the Vagrant box of the vagrant backend; the qemu backend boots a disk image (hint: drop --box, or pass --backend vagrant)")
 	case f.Vagrantfile != "" && f.Vagrantfile != "auto":
 		return fmt.Errorf("--vagrantfile chooses the Vagrantfile of the vagrant backend; the qemu backend runs no vagrant (hint: drop --vagrantfile, or pass --backend vagrant)")
+	}
+	if a, err := guest.LookupAgent(f.Agent); err == nil && !a.RunsOnDebian() {
+		return fmt.Errorf("--agent %s: %s %s needs Node.js %d or newer, and the qemu backend's Debian 12 guest has Node.js %d, so it would not run (hint: another agent, or --backend nixos)", a.Name, a.Name, a.Version, a.Node, guest.DebianNode)
 	}
 	return cloudinit.CheckPackages(f.Packages)
 }

@@ -100,3 +100,17 @@ func TestBoxFlagBelongsToVagrant(t *testing.T) {
 		t.Errorf("qemu backend with --vagrantfile's default: %v", err)
 	}
 }
+
+// An agent whose pinned release needs a newer Node.js than the Debian
+// guest's is refused at create, naming the versions; the others pass.
+func TestCheckCreateRefusesAnAgentTheGuestCannotRun(t *testing.T) {
+	b := &Backend{}
+	if err := b.CheckCreate(backend.CreateFlags{Agent: "gemini"}); err == nil || !strings.Contains(err.Error(), "needs Node.js 20 or newer") || !strings.Contains(err.Error(), "Node.js 18") {
+		t.Errorf("--agent gemini: %v", err)
+	}
+	for _, a := range []string{"", "claude", "codex"} {
+		if err := b.CheckCreate(backend.CreateFlags{Agent: a}); err != nil {
+			t.Errorf("--agent %q: %v", a, err)
+		}
+	}
+}

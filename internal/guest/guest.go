@@ -130,6 +130,9 @@ type Agent struct {
 	// template can tell whether it holds the current one. `template build
 	// --agents NAME@VERSION` installs another.
 	Version string
+	// Node is the Node.js major version its pinned release needs at
+	// least (its package.json's engines; 0: any the guest has).
+	Node    int
 	Command string // the program it installs
 	// Keys are the variables it reads its credential from: an API key,
 	// and for claude the long-lived token `claude setup-token` prints
@@ -141,8 +144,19 @@ type Agent struct {
 var Agents = []Agent{
 	{Name: "claude", Package: "@anthropic-ai/claude-code", Version: "2.1.332", Command: "claude", Keys: []string{"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"}},
 	{Name: "codex", Package: "@openai/codex", Version: "0.171.0", Command: "codex", Keys: []string{"OPENAI_API_KEY"}},
-	{Name: "gemini", Package: "@google/gemini-cli", Version: "0.61.0", Command: "gemini", Keys: []string{"GEMINI_API_KEY"}},
+	{Name: "gemini", Package: "@google/gemini-cli", Version: "0.61.0", Node: 20, Command: "gemini", Keys: []string{"GEMINI_API_KEY"}},
 }
+
+// DebianNode is the Node.js major version of the Debian 12 guest (the
+// qemu and vagrant backends' image: Debian's nodejs package). Claude
+// Code's package asks for Node.js 22 but runs its own native binary;
+// Codex runs on it; Gemini CLI, since 0.4, does not (its code uses
+// regular expression syntax Node.js 18 lacks).
+const DebianNode = 18
+
+// RunsOnDebian reports whether the agent's pinned release runs on the
+// Debian 12 guest's Node.js.
+func (a Agent) RunsOnDebian() bool { return a.Node <= DebianNode }
 
 // Spec is the npm package spec that installs the agent at version (its
 // pinned Version when "").
@@ -169,10 +183,11 @@ func (p AgentPin) String() string { return p.Name + "@" + p.At }
 // URL or a path, so the spec npm gets is exactly one version.
 var npmVersionRE = regexp.MustCompile(`^([0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?|[a-z][a-z0-9-]{0,31})$`)
 
-// ParseAgentPins reads a list of agents (template build --agents):
-// comma-separated names, each optionally NAME@VERSION; "all" is every
-// known agent and "none" none. Each is at its pinned version unless one
-// is given.
+// ParseAgentPins reads a list of agents (template build --agents, for the
+// Debian guest): comma-separated names, each optionally NAME@VERSION;
+// "all" is every known agent that runs on the Debian guest, and "none"
+// none. Each is at its pinned version unless one is given; one that
+// cannot run on the Debian guest is refused.
 func ParseAgentPins(list string) ([]AgentPin, error) {
 	list = strings.TrimSpace(list)
 	switch list {
@@ -181,7 +196,9 @@ func ParseAgentPins(list string) ([]AgentPin, error) {
 	case "", "all":
 		var pins []AgentPin
 		for _, a := range Agents {
-			pins = append(pins, AgentPin{Agent: a, At: a.Version})
+			if a.RunsOnDebian() {
+				pins = append(pins, AgentPin{Agent: a, At: a.Version})
+			}
 		}
 		return pins, nil
 	}
@@ -198,6 +215,9 @@ func ParseAgentPins(list string) ([]AgentPin, error) {
 			return nil, fmt.Errorf("--agents %q names %s twice (hint: give each agent once, e.g. --agents claude,codex)", list, name)
 		}
 		seen[name] = true
+		if !a.RunsOnDebian() {
+			return nil, fmt.Errorf("--agents %q: %s %s needs Node.js %d or newer, and the Debian 12 guest has Node.js %d (Debian's package), so it would not run there (hint: leave %s out; all is the agents that run there)", list, name, a.Version, a.Node, DebianNode, name)
+		}
 		switch {
 		case !versioned:
 			version = a.Version

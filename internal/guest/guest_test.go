@@ -75,12 +75,13 @@ func TestParseAgentPins(t *testing.T) {
 	for _, c := range []struct {
 		in, want, err string
 	}{
-		{"", "claude@2.1.332 codex@0.171.0 gemini@0.61.0", ""},
-		{"all", "claude@2.1.332 codex@0.171.0 gemini@0.61.0", ""},
+		{"", "claude@2.1.332 codex@0.171.0", ""},
+		{"all", "claude@2.1.332 codex@0.171.0", ""},
 		{"none", "", ""},
 		{"claude", "claude@2.1.332", ""},
 		{" claude , codex@0.172.1 ", "claude@2.1.332 codex@0.172.1", ""},
-		{"gemini@latest", "gemini@latest", ""},
+		{"codex@latest", "codex@latest", ""},
+		{"gemini", "", "gemini 0.61.0 needs Node.js 20 or newer, and the Debian 12 guest has Node.js 18"},
 		{"claude@2.2.0-beta.1", "claude@2.2.0-beta.1", ""},
 		{"clippy", "", `"clippy" is not an agent agent-vm knows`},
 		{"claude,", "", `"" is not an agent`},
