@@ -97,8 +97,13 @@ func (g Guest) Root(ctx context.Context, script func() string) (code int, stdout
 		return -1, "", "", err
 	}
 	defer c.Close()
+	return RootOn(ctx, c, script())
+}
+
+// RootOn runs a shell script as root on the open connection c.
+func RootOn(ctx context.Context, c *ssh.Client, script string) (code int, stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
-	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script()), &out, &errOut)
+	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &out, &errOut)
 	return code, out.String(), errOut.String(), err
 }
 

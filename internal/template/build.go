@@ -260,10 +260,12 @@ func None(slug string) string {
 // Personalize gives a clone its identity: restored, its guest is still the
 // template's, so it logs in as the template (the template's client key,
 // and its host key pinned for the clone's SSH port in the file
-// knownHosts, removed after) and runs script (the backend's Personalize)
-// as root. target is the clone's own endpoint; tl the template's
-// directory. A failure says which step failed (phase).
-func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port int, knownHosts, script string, began time.Time, log hclog.Logger) (phase string, err error) {
+// knownHosts, removed after) and runs script() (the backend's
+// Personalize, and what the caller adds to the same root session) as
+// root; script is called once connected. target is the clone's own
+// endpoint; tl the template's directory. A failure says which step
+// failed (phase).
+func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port int, knownHosts string, script func() string, began time.Time, log hclog.Logger) (phase string, err error) {
 	pub, err := os.ReadFile(tl.HostPubKey())
 	if err != nil {
 		return "reading the template's host key", err
@@ -283,7 +285,7 @@ func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port 
 	}
 	log.Debug("ssh answers with the template's key", "after", time.Since(began))
 	var errOut strings.Builder
-	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), io.Discard, &errOut)
+	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script()), io.Discard, &errOut)
 	c.Close()
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(errOut.String()))

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -100,7 +101,8 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	// client key. The same root session then runs the start's guest setup
 	// (the VM's CA, its secrets' placeholders), which a cold boot runs
 	// once SSH answers: one SSH login fewer on the way to the agent.
-	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize+plan.Setup, began, log); err != nil {
+	script := func() string { return plan.Clone.Personalize + plan.Setup }
+	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), script, began, log); err != nil {
 		return fail(phase, err)
 	}
 	log.Debug("the guest has its identity", "after", time.Since(began))
@@ -108,19 +110,25 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err != nil {
 		return fail("waiting for SSH with the VM's own keys", err)
 	}
-	c.Close()
+	defer c.Close()
 	res.SSHReady = time.Since(began)
 	m.Log.Debug("ssh ready", "after", res.SSHReady) // as start and resume log it (bench reads it)
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
 	m.startHolder(e)
-	if err := m.attachGuest(wctx, e, true); err != nil {
+	// The workspace (plugged in by the restore) and the first run go over
+	// the connection that just answered, as root sessions of their own:
+	// no other login on the way to the agent.
+	asRoot := func(ctx context.Context, script func() string) (int, string, string, error) {
+		return guestconn.RootOn(ctx, c, script())
+	}
+	if err := guestctl.Attach(wctx, asRoot, m.clock(true)); err != nil {
 		return fail("mounting the workspace", err)
 	}
 	log.Debug("the workspace is mounted", "after", time.Since(began))
 	o.Report.Report("finishing the guest's setup", time.Since(began), "")
-	code, _, stderr, err := m.runRoot(wctx, e, func() string { return plan.Clone.FirstRun })
+	code, _, stderr, err := asRoot(wctx, func() string { return plan.Clone.FirstRun })
 	if err == nil && code != 0 {
 		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) failed", "vm", r.Branch, "exit", code, "stderr", lastLines(stderr, 5))
 	} else if err != nil {
