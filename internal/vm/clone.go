@@ -98,10 +98,8 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 			ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
 	}
 	// The guest is the template's until Personalize: its host key and
-	// client key. The same root session then runs the start's guest setup
-	// (the VM's CA, its secrets' placeholders), which a cold boot runs
-	// once SSH answers: one SSH login fewer on the way to the agent.
-	script := func() string { return plan.Clone.Personalize + plan.Setup }
+	// client key.
+	script := func() string { return plan.Clone.Personalize }
 	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), script, began, log); err != nil {
 		return fail(phase, err)
 	}
@@ -116,13 +114,15 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err := d.MarkReady(mach, time.Now()); err != nil {
 		m.Log.Warn("could not record that the VM is up", "error", err)
 	}
-	m.startHolder(e)
-	// The workspace (plugged in by the restore) and the first run go over
-	// the connection that just answered, as root sessions of their own:
-	// no other login on the way to the agent.
+	// The start's guest setup (the VM's CA, its secrets' placeholders,
+	// as after a cold boot), the workspace (plugged in by the restore) and
+	// the first run go over the connection that just answered, as root
+	// sessions of their own: no other login on the way to the agent.
 	asRoot := func(ctx context.Context, script func() string) (int, string, string, error) {
 		return guestconn.RootOn(ctx, c, script())
 	}
+	m.guestSetupWith(wctx, e, asRoot, plan.Setup)
+	m.startHolder(e) // after the setup: its login sees the placeholders
 	if err := guestctl.Attach(wctx, asRoot, m.clock(true)); err != nil {
 		return fail("mounting the workspace", err)
 	}

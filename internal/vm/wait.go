@@ -142,10 +142,15 @@ func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, c
 // the held connection and any session begin, so that they see its
 // placeholders. A failure is a warning: the VM works, its secrets do not.
 func (m *Manager) guestSetup(ctx context.Context, e state.Entry, script string) {
+	m.guestSetupWith(ctx, e, m.rootOf(e), script)
+}
+
+// guestSetupWith is guestSetup through root (a connection already open).
+func (m *Manager) guestSetupWith(ctx context.Context, e state.Entry, root guestctl.Root, script string) {
 	if script == "" {
 		return
 	}
-	code, _, stderr, err := m.runRoot(ctx, e, func() string { return script })
+	code, _, stderr, err := root(ctx, func() string { return script })
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit status %d: %s", code, lastLines(stderr, 3))
 	}
