@@ -3,7 +3,6 @@ package template
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,8 +43,8 @@ func TestBuildRefusesAFullDisk(t *testing.T) {
 		tu.SkipOrFail(t, "mounting a small tmpfs needs root")
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		tu.SkipOrFail(t, "mount tmpfs: %v: %s", err, out)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64m,mode=0700"); err != nil {
+		tu.SkipOrFail(t, "mounting a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	root, err := state.Open(hostdir.Top(dir, 0o700, hostdir.InXDG))
