@@ -14,9 +14,16 @@ import (
 // gone its pid matches nothing.
 func TestFindKillWait(t *testing.T) {
 	marker := "proc-test-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	// A loop, so that sh stays the process (it may exec a lone command),
-	// with the marker as its $0.
-	cmd := exec.Command("sh", "-c", "while :; do sleep 1; done", marker)
+	// A builtin that blocks (read, on a pipe nobody writes to), so that sh
+	// stays the process and forks nothing: a child between its fork and
+	// its exec would carry the marker too, and outlive the kill for a
+	// moment. The marker is its $0.
+	cmd := exec.Command("sh", "-c", "read x", marker)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
