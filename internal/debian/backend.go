@@ -343,7 +343,7 @@ func fitsTemplate(ctx context.Context, run execx.Runner, disk, base string, size
 	case err != nil:
 		return fmt.Errorf("%w: its disk: %v", backend.ErrTemplateMismatch, err)
 	case d.BackingFile != base:
-		return fmt.Errorf("%w: it was made on the base image %s, and this VM boots %s (hint: `agent-vm template rm` and build it again)", backend.ErrTemplateMismatch, d.BackingFile, base)
+		return fmt.Errorf("%w: it was made on the base image %s, and this VM boots %s (hint: `agent-vm template build` again replaces it with one on this base)", backend.ErrTemplateMismatch, d.BackingFile, base)
 	case d.VirtualSize != size:
 		return fmt.Errorf("%w: its disk has %d bytes, this VM's %d", backend.ErrTemplateMismatch, d.VirtualSize, size)
 	}
