@@ -37,6 +37,10 @@ const (
 // after SSH is up, more on a busy host.
 const agentInstallTimeout = 2 * time.Minute
 
+// claudeVersion is `claude --version`'s answer among the terminal's
+// drawing.
+var claudeVersion = regexp.MustCompile(`[0-9]+\.[0-9]+\.[0-9]+ \(Claude Code\)`)
+
 // templateBuilt is `template build`'s first line on stdout.
 var templateBuilt = regexp.MustCompile(`(?m)^built template (\S+) in `)
 
@@ -168,7 +172,8 @@ func runAgentCLI(ctx context.Context, s *S) {
 		if err := want(res, 0); err != nil {
 			return err
 		}
-		if !strings.Contains(res.Stdout, "Claude Code") {
+		version := claudeVersion.FindString(res.Stdout)
+		if version == "" {
 			return failf(res, "the terminal did not show claude's version")
 		}
 		if !strings.Contains(res.Stderr, "starting from the template") || strings.Contains(res.Stderr, "installing claude") {
@@ -199,7 +204,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 		if slices.Contains(seen, "registry.npmjs.org") {
 			return failf(s.lastResult(), "the guest asked npm's registry for something during the run")
 		}
-		s.notef("%s", lastLine(strings.TrimSpace(res.Stdout)))
+		s.notef("%s", version)
 		// The log does see a request to npm's registry when there is one
 		// (whether the proxy lets it through here or not).
 		_ = s.exec(ctx, agentNewBranch, "curl", "-sS", "-o", "/dev/null", "--max-time", "30", "https://registry.npmjs.org/")
