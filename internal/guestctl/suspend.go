@@ -147,24 +147,16 @@ func SetClock(ctx context.Context, root Root, now func() time.Time) error {
 // dial, a busy host's handshake (seconds under TCG) would set the guest
 // that far behind.
 func runClocked(ctx context.Context, root Root, script string, now func() time.Time) error {
-	code, _, errOut, err := root(ctx, func() string { return clocked(script, now) })
+	withTime := func() string {
+		if now == nil {
+			return "set --\n" + script
+		}
+		t := now()
+		return "set -- " + fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) + "\n" + script
+	}
+	code, _, errOut, err := root(ctx, withTime)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
 	}
 	return err
 }
-
-// clocked is script with $1 the host's time now (none when now is nil).
-func clocked(script string, now func() time.Time) string {
-	if now == nil {
-		return "set --\n" + script
-	}
-	t := now()
-	return "set -- " + fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) + "\n" + script
-}
-
-// AttachScript is Attach's root script with the host's time now (nil: the
-// clock left alone), for a caller that runs it at the end of a root
-// session of its own (a clone's personalization): it exits 1 when the
-// workspace does not mount.
-func AttachScript(now func() time.Time) string { return clocked(attachScript, now) }

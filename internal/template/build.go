@@ -146,19 +146,21 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 	if err := Freeze(l.Dir); err != nil {
 		return fail(err)
 	}
-	if err := Write(l.Dir, Record{Key: k, Built: now().UTC(), For: from.Branch, BootID: site, Agents: agents, Packages: from.AllPackages()}); err != nil {
+	packages := from.AllPackages()
+	if err := Write(l.Dir, Record{Key: k, Built: now().UTC(), For: from.Branch, BootID: site, Agents: agents, Packages: packages}); err != nil {
 		return fail(err)
 	}
 	res := &BuildResult{Slug: slug, Dir: l.Dir, Took: time.Since(began), Agents: agents}
-	ts, err := List(root.Dir, n.Used())
+	used := n.Used()
+	ts, err := List(root.Dir, used)
 	if err != nil {
 		log.Warn("the new template is made, but the templates it may replace could not be listed", "error", err)
 	}
 	for _, t := range ts {
-		if !t.Ready || t.Slug == slug || !strings.HasPrefix(t.Slug, k.Prefix()) || !samePackages(t.Packages, from.AllPackages()) {
+		if !t.Ready || t.Slug == slug || !strings.HasPrefix(t.Slug, k.Prefix()) || !samePackages(t.Packages, packages) {
 			continue // another machine's, or one with other packages (another repository's)
 		}
-		if err := Remove(ctx, root, []Info{t}, false, n.Used(), b.Stop); err != nil {
+		if err := Remove(ctx, root, []Info{t}, false, used, b.Stop); err != nil {
 			log.Warn("the new template is made, but the one it replaces could not be removed", "template", t.Slug, "error", err, "hint", "agent-vm template rm "+t.Slug)
 			continue
 		}
@@ -221,14 +223,14 @@ func Find(dir string, k Key, slug string, packages []string) (*Found, string) {
 	}
 	slices.Sort(found) // the build time sorts as text
 	l := state.Layout{Dir: filepath.Dir(found[len(found)-1])}
+	rec, err := Read(l.Dir)
 	for _, f := range slices.Backward(found) {
-		if rec, err := Read(filepath.Dir(f)); err == nil && hasAll(rec.Packages, packages) {
-			l = state.Layout{Dir: filepath.Dir(f)}
+		if r, rerr := Read(filepath.Dir(f)); rerr == nil && hasAll(r.Packages, packages) {
+			l, rec, err = state.Layout{Dir: filepath.Dir(f)}, r, nil
 			break
 		}
 	}
 	name := filepath.Base(l.Dir)
-	rec, err := Read(l.Dir)
 	if err != nil {
 		return nil, fmt.Sprintf("the template %s is unreadable: %v (hint: `agent-vm template rm %s`)", l.Dir, err, name)
 	}
@@ -260,12 +262,10 @@ func None(slug string) string {
 // Personalize gives a clone its identity: restored, its guest is still the
 // template's, so it logs in as the template (the template's client key,
 // and its host key pinned for the clone's SSH port in the file
-// knownHosts, removed after) and runs script() (the backend's
-// Personalize, and what the caller adds to the same root session) as
-// root; script is called once connected. target is the clone's own
-// endpoint; tl the template's directory. A failure says which step
-// failed (phase).
-func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port int, knownHosts string, script func() string, began time.Time, log hclog.Logger) (phase string, err error) {
+// knownHosts, removed after) and runs script (the backend's Personalize)
+// as root. target is the clone's own endpoint; tl the template's
+// directory. A failure says which step failed (phase).
+func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port int, knownHosts, script string, began time.Time, log hclog.Logger) (phase string, err error) {
 	pub, err := os.ReadFile(tl.HostPubKey())
 	if err != nil {
 		return "reading the template's host key", err
@@ -285,7 +285,7 @@ func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port 
 	}
 	log.Debug("ssh answers with the template's key", "after", time.Since(began))
 	var errOut strings.Builder
-	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script()), io.Discard, &errOut)
+	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), io.Discard, &errOut)
 	c.Close()
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(errOut.String()))

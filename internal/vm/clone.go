@@ -99,8 +99,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	}
 	// The guest is the template's until Personalize: its host key and
 	// client key.
-	script := func() string { return plan.Clone.Personalize }
-	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), script, began, log); err != nil {
+	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize, began, log); err != nil {
 		return fail(phase, err)
 	}
 	log.Debug("the guest has its identity", "after", time.Since(began))

@@ -64,19 +64,29 @@ func (m *Manager) templateKey(ctx context.Context, t backend.Templater, r *state
 			return template.Key{}, err
 		}
 	}
-	exe, err := m.executable()
+	b, err := m.guestBinary()
 	if err != nil {
 		return template.Key{}, err
-	}
-	b, err := os.ReadFile(exe)
-	if err != nil {
-		return template.Key{}, fmt.Errorf("reading the agent-vm binary the guest runs: %w", err)
 	}
 	base, err := t.TemplateBase(r)
 	if err != nil {
 		return template.Key{}, err
 	}
 	return template.NewKey(r, m.Accel(ctx).Accel, cas, b, base), nil
+}
+
+// guestBinary is the agent-vm binary the guest runs (a template's key
+// holds its hash).
+func (m *Manager) guestBinary() ([]byte, error) {
+	exe, err := m.executable()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent-vm binary the guest runs: %w", err)
+	}
+	return b, nil
 }
 
 // executable is the agent-vm binary (Manager.Executable, else this one).
@@ -211,10 +221,8 @@ func (m *Manager) Templates(ctx context.Context) ([]template.Info, error) {
 		return ts, err
 	}
 	now := template.Current{Contract: template.Contract}
-	if exe, err := m.executable(); err == nil {
-		if b, err := os.ReadFile(exe); err == nil {
-			now.AgentVM = template.Hash(b)
-		}
+	if b, err := m.guestBinary(); err == nil {
+		now.AgentVM = template.Hash(b)
 	}
 	if cas, err := m.HostCAs(); err == nil {
 		now.CAs = template.CAsHash(cas)
@@ -324,22 +332,16 @@ func CheckAgents(list string) error {
 	return err
 }
 
-// CurrentTemplate is the template of the default machine (branch "") or
-// of that VM's machine when one is made already, holds the agent CLIs
-// agentList names at the versions asked for, and is not older than a
-// build now would be: its slug, or "" (setup --template then builds).
-func (m *Manager) CurrentTemplate(ctx context.Context, branch, agentList string) string {
+// CurrentTemplate is the default machine's template when one holds the
+// agent CLIs agentList names at the versions asked for and is not older
+// than a build now would be: its slug, or "" (setup --template then
+// builds).
+func (m *Manager) CurrentTemplate(ctx context.Context, agentList string) string {
 	agents, err := guest.ParseAgentPins(agentList)
 	if err != nil || m.TemplateDir == nil {
 		return ""
 	}
 	r, err := m.defaultMachine(ctx)
-	if branch != "" {
-		var e state.Entry
-		if e, err = m.findRecorded(ctx, branch); err == nil {
-			r = e.Record
-		}
-	}
 	if err != nil {
 		return ""
 	}
