@@ -55,6 +55,26 @@ const (
 	ClaudeConfig = ".claude.json"
 )
 
+// The browser doors: what the guest reaches of the host's browser when
+// the user opens them (agent-vm browser), each a forward the VM's held
+// SSH connection asks the guest's sshd for, so the guest listens and the
+// host answers. None exists until asked for.
+const (
+	// ChromeBridgeDir is where the guest's Claude Code looks for Claude in
+	// Chrome's bridge socket (/tmp/claude-mcp-browser-bridge-<user>/*.sock).
+	ChromeBridgeDir = "/tmp/claude-mcp-browser-bridge-" + User
+	// ChromeBridgeSocket is the guest's end of the tunnelled bridge.
+	ChromeBridgeSocket = ChromeBridgeDir + "/agent-vm.sock"
+	// DevToolsPort is where the guest reaches a host browser's DevTools
+	// endpoint: 127.0.0.1 of the guest.
+	DevToolsPort = 9222
+	// OpenURLDir holds OpenURLSocket (the user's own, 0700).
+	OpenURLDir = "/tmp/agent-vm-" + User
+	// OpenURLSocket is the URL door: the guest's xdg-open asks the host to
+	// open a URL there.
+	OpenURLSocket = OpenURLDir + "/open-url.sock"
+)
+
 // The repository's own provisioning (both backends): the files in the
 // workspace, and where the guest keeps the run's log and outcome. The
 // script is read from the workspace when it runs, at the first boot of a
