@@ -57,8 +57,14 @@ func guestSSHD(t *testing.T) *sshdtest.Server {
 // returns its files once it serves.
 func runHolder(t *testing.T, s *sshdtest.Server) Files {
 	t.Helper()
+	return runHolderWith(t, s, nil)
+}
+
+// runHolderWith is runHolder with the holder's doors.
+func runHolderWith(t *testing.T, s *sshdtest.Server, doors func() ([]Door, error)) Files {
+	t.Helper()
 	dir := t.TempDir()
-	h := &Holder{Files: FilesFor(dir, testUUID), RunDir: dir, Log: testLogger(t),
+	h := &Holder{Files: FilesFor(dir, testUUID), RunDir: dir, Log: testLogger(t), Doors: doors,
 		Dial: func(ctx context.Context) (*ssh.Client, error) {
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()

@@ -35,6 +35,9 @@ type Holder struct {
 	// Keepalive is how often the guest must answer (0: 15 s); after three
 	// unanswered, the holder ends.
 	Keepalive time.Duration
+	// Doors says which doors to keep open on the held connection (nil:
+	// none): read when the holder starts and at each DoorsRequest.
+	Doors func() ([]Door, error)
 }
 
 // Run dials the guest, makes the key pairs, serves the socket and returns
@@ -72,6 +75,21 @@ func (h *Holder) Run(ctx context.Context) error {
 	go h.keepalive(ctx, first, cancel)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	ds := &doors{log: h.Log}
+	defer ds.closeAll()
+	reopen := func() error {
+		if h.Doors == nil {
+			return nil
+		}
+		want, err := h.Doors()
+		if err != nil {
+			return err
+		}
+		return ds.apply(ctx, first, want)
+	}
+	if err := reopen(); err != nil {
+		h.Log.Warn("a door did not open", "error", err)
+	}
 
 	var callers sync.WaitGroup
 	defer callers.Wait()
@@ -92,7 +110,7 @@ func (h *Holder) Run(ctx context.Context) error {
 		callers.Add(1)
 		go func() {
 			defer callers.Done()
-			h.serve(ctx, conn.(*net.UnixConn), cfg, g)
+			h.serve(ctx, conn.(*net.UnixConn), cfg, g, reopen)
 		}()
 	}
 }
@@ -168,7 +186,7 @@ func (h *Holder) listen() (*net.UnixListener, error) {
 
 // serve runs one caller's connection: its uid must be ours or root's, then
 // the SSH handshake, then a proxied channel for each it opens.
-func (h *Holder) serve(ctx context.Context, conn *net.UnixConn, cfg *ssh.ServerConfig, g *guests) {
+func (h *Holder) serve(ctx context.Context, conn *net.UnixConn, cfg *ssh.ServerConfig, g *guests, reopen func() error) {
 	defer conn.Close()
 	if err := peerAllowed(conn); err != nil {
 		h.Log.Warn("refused a caller", "error", err)
@@ -183,7 +201,7 @@ func (h *Holder) serve(ctx context.Context, conn *net.UnixConn, cfg *ssh.ServerC
 	_ = conn.SetDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { sc.Close() })
 	defer stop()
-	go ssh.DiscardRequests(reqs)
+	go answer(reqs, reopen, h.Log)
 	var wg sync.WaitGroup
 	for nc := range chans {
 		wg.Add(1)
@@ -334,5 +352,25 @@ func (g *guests) closeAll() {
 	defer g.mu.Unlock()
 	for _, c := range g.conns {
 		c.Close()
+	}
+}
+
+// answer replies to a caller's global requests: DoorsRequest reopens the
+// doors; any other (tcpip-forward among them) fails.
+func answer(reqs <-chan *ssh.Request, reopen func() error, log hclog.Logger) {
+	for req := range reqs {
+		if req.Type != DoorsRequest {
+			if req.WantReply {
+				_ = req.Reply(false, nil)
+			}
+			continue
+		}
+		err := reopen()
+		if err != nil {
+			log.Warn("a door did not open", "error", err)
+			_ = req.Reply(false, []byte(err.Error()))
+			continue
+		}
+		_ = req.Reply(true, nil)
 	}
 }

@@ -1,0 +1,169 @@
+package hold
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// greeter is a door's host end: it answers each line with "hello " and
+// the line, and counts the connections it served.
+func greeter(served *atomic.Int32) func(context.Context, net.Conn) {
+	return func(_ context.Context, c net.Conn) {
+		defer c.Close()
+		served.Add(1)
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
+		}
+		_, _ = c.Write([]byte("hello " + line))
+	}
+}
+
+// ask is a guest program using a door: it connects, says name and reads
+// the answer.
+func ask(t *testing.T, network, addr, name string) string {
+	t.Helper()
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the guest's %s: %v", addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(name + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the door's answer at %s: %v", addr, err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// The real sshd stands for the guest's: it listens at the socket and port
+// the holder asks for, and every connection made there is served by the
+// door's Serve in the holder; several at once; a reload closes the doors
+// no longer wanted.
+func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
+	s := guestSSHD(t)
+	guestDir := filepath.Join(t.TempDir(), "bridge")
+	sock := filepath.Join(guestDir, "agent-vm.sock")
+	port := freePort(t)
+	var sockServed, portServed atomic.Int32
+	var open atomic.Bool
+	open.Store(true)
+	doors := func() ([]Door, error) {
+		if !open.Load() {
+			return nil, nil
+		}
+		return []Door{
+			{Name: "socket", GuestSocket: sock, Prepare: "mkdir -p -m 0700 " + guestDir + " && rm -f " + sock, Serve: greeter(&sockServed)},
+			{Name: "port", GuestPort: port, Serve: greeter(&portServed)},
+		}, nil
+	}
+	// A stale socket (a holder before this one) is in the way: Prepare
+	// removes it.
+	if err := os.MkdirAll(guestDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := runHolderWith(t, s, doors)
+	waitFor(t, func() bool { fi, err := os.Stat(sock); return err == nil && fi.Mode().Type() == os.ModeSocket })
+	fi, _ := os.Stat(sock)
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("the guest's door socket is mode %o, want no access for group or others", perm)
+	}
+
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := "client" + strconv.Itoa(i)
+			if got := ask(t, "unix", sock, name); got != "hello "+name {
+				t.Errorf("socket door answered %q, want %q", got, "hello "+name)
+			}
+			if got := ask(t, "tcp", "127.0.0.1:"+strconv.Itoa(port), name); got != "hello "+name {
+				t.Errorf("port door answered %q", got)
+			}
+		}()
+	}
+	wg.Wait()
+	if sockServed.Load() != 4 || portServed.Load() != 4 {
+		t.Errorf("served %d socket and %d port connections, want 4 each", sockServed.Load(), portServed.Load())
+	}
+
+	open.Store(false)
+	if err := Reload(context.Background(), f, s.User); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 2*time.Second); err == nil {
+		c.Close()
+		t.Errorf("the port door still accepts after a reload closed it")
+	}
+	if c, err := net.DialTimeout("unix", sock, 2*time.Second); err == nil {
+		// sshd may leave the socket file; a connection must not reach the host.
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = c.Write([]byte("late\n"))
+		buf := make([]byte, 64)
+		if n, _ := c.Read(buf); n > 0 {
+			t.Errorf("the socket door answered %q after a reload closed it", buf[:n])
+		}
+		c.Close()
+	}
+}
+
+// A door that cannot open is the reload's error, in words naming it, and
+// the others still open.
+func TestDoorsReloadSaysWhichDoorFailed(t *testing.T) {
+	s := guestSSHD(t)
+	var served atomic.Int32
+	port := freePort(t)
+	doors := func() ([]Door, error) {
+		return []Door{
+			{Name: "broken", GuestSocket: "/nonexistent-dir/x.sock", Serve: greeter(&served)},
+			{Name: "port", GuestPort: port, Serve: greeter(&served)},
+		}, nil
+	}
+	f := runHolderWith(t, s, doors)
+	err := Reload(context.Background(), f, s.User)
+	if err == nil || !strings.Contains(err.Error(), "opening the broken door at the guest's /nonexistent-dir/x.sock") {
+		t.Fatalf("Reload = %v, want the broken door named", err)
+	}
+	if got := ask(t, "tcp", "127.0.0.1:"+strconv.Itoa(port), "x"); got != "hello x" {
+		t.Errorf("the good door answered %q", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// freePort is a port nothing listens on now, for the guest's end of a
+// door.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
