@@ -1,0 +1,35 @@
+package guestconn
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/hold"
+)
+
+// doors are the holder's doors: the browser doors the VM's doors file
+// (bridge.Doors, in its run directory) says are open, each with its host
+// end.
+func (g Guest) doors(log hclog.Logger) ([]hold.Door, error) {
+	d, err := bridge.ReadDoors(g.Layout.RunDir())
+	if err != nil {
+		return nil, err
+	}
+	var out []hold.Door
+	if d.DevTools != "" {
+		addr := d.DevTools
+		out = append(out, hold.Door{Name: "DevTools", GuestPort: guest.DevToolsPort,
+			Serve: bridge.Tunnel("tcp", func() (string, error) { return addr, nil }, log)})
+	}
+	return out, nil
+}
+
+// ReloadDoors has the VM's holder open the doors its doors file names
+// and close the others. Doors live in the holder: without one, this
+// fails with hold.ErrNoHolder.
+func (g Guest) ReloadDoors(ctx context.Context) error {
+	return hold.Reload(ctx, g.Files(), g.Record.Guest.User)
+}
