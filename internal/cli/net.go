@@ -155,6 +155,7 @@ func printNetChange(w io.Writer, ch *netpolicy.Change) error {
 func printNetInfo(w io.Writer, info *netpolicy.Info) {
 	if info.Uncontained != "" {
 		fmt.Fprintf(w, "VM %s: network %s\n", termsafe.String(info.Branch), termsafe.String(info.Uncontained))
+		printBrowserLines(w, info.Browser)
 		return
 	}
 	fmt.Fprintf(w, "VM %s: egress mode %s, through the proxy at %s\n", termsafe.String(info.Branch), info.Mode, info.Proxy)
@@ -181,7 +182,19 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 		doors = []string{"none"}
 	}
 	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(doors, ", "))
+	printBrowserLines(w, info.Browser)
 	fmt.Fprintf(w, "  log:     %s\n", info.Log)
+}
+
+// printBrowserLines says which browser doors are open (agent-vm browser).
+func printBrowserLines(w io.Writer, lines []string) {
+	if len(lines) == 0 {
+		fmt.Fprintln(w, "  browser: none (agent-vm browser opens a door to the host's browser)")
+		return
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  browser: %s\n", l)
+	}
 }
 
 func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {

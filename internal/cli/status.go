@@ -89,6 +89,9 @@ func printStatus(w io.Writer, i vm.Info) {
 	fmt.Fprintf(w, "forwards:   %s\n", forwardsLine(i))
 	if i.Net != nil {
 		fmt.Fprintf(w, "network:    %s\n", netLine(i))
+		if len(i.Net.Browser) > 0 {
+			fmt.Fprintf(w, "browser:    %s\n", strings.Join(i.Net.Browser, "; "))
+		}
 	}
 	if len(i.Secrets) > 0 {
 		fmt.Fprintf(w, "secrets:    %s (placeholders in the guest; the egress proxy adds the values)\n", strings.Join(i.Secrets, ", "))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/agent-vm/agent-vm/internal/bridge"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/guest"
@@ -50,6 +51,9 @@ type Info struct {
 	// does not contain its network (the vagrant backend). Then Mode,
 	// Allow, Deny and Exposed are what the record says, unused.
 	Uncontained string `json:"uncontained,omitempty"`
+	// Browser says which browser doors the running VM has open (agent-vm
+	// browser): each a way to the host's browser, none by default.
+	Browser []string `json:"browser,omitempty"`
 }
 
 // uncontained says why r's network is not contained, or "" when its
@@ -89,6 +93,11 @@ func InfoOf(e state.Entry, contained bool) *Info {
 		info.Added = r.Net.Allow
 	}
 	info.Uncontained = uncontained(r, contained)
+	if d, err := bridge.ReadDoors(e.Layout.RunDir()); err != nil {
+		info.Browser = []string{"unknown: " + err.Error()}
+	} else {
+		info.Browser = d.Lines()
+	}
 	return info
 }
 

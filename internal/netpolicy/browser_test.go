@@ -1,0 +1,29 @@
+package netpolicy
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// net show and status say which browser doors a VM has open, and that
+// none is by default.
+func TestInfoShowsTheBrowserDoors(t *testing.T) {
+	vms := newFakeVMs(t, &state.Record{})
+	if info := InfoOf(vms.e, true); len(info.Browser) != 0 {
+		t.Fatalf("no door open, yet net show says %q", info.Browser)
+	}
+	if err := os.MkdirAll(vms.e.Layout.RunDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := bridge.WriteDoors(vms.e.Layout.RunDir(), bridge.Doors{DevTools: "127.0.0.1:9222"}); err != nil {
+		t.Fatal(err)
+	}
+	info := InfoOf(vms.e, true)
+	if len(info.Browser) != 1 || !strings.Contains(info.Browser[0], "host Chrome reachable (CDP") {
+		t.Fatalf("net show's browser: %q", info.Browser)
+	}
+}
