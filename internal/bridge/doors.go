@@ -23,29 +23,36 @@ const DoorsFile = "browser.json"
 // a boot starts with none (vm removes the file), a suspend and resume
 // keeps them (the holder of the resumed VM reads the file again).
 type Doors struct {
-	// ChromeBridge tunnels the host's Claude in Chrome bridge socket to
-	// guest.ChromeBridgeSocket.
-	ChromeBridge bool `json:"chrome_bridge,omitempty"`
+	// ChromeBridge is the host directory of Claude in Chrome's bridge
+	// sockets (ChromeBridgeDir when the door was opened), whose newest
+	// socket the guest's guest.ChromeBridgeSocket leads to; "" for none.
+	// It is recorded because the holder, a process started before, finds
+	// the socket at each connection.
+	ChromeBridge string `json:"chrome_bridge,omitempty"`
 	// DevTools is the host's DevTools endpoint (127.0.0.1:PORT) the guest
 	// reaches at its own 127.0.0.1:guest.DevToolsPort; "" for none.
 	DevTools string `json:"devtools,omitempty"`
 	// Launched says DevTools is the Chromium agent-vm launched (browser
 	// --launch), with agent-vm's own profile, rather than the user's.
 	Launched bool `json:"launched,omitempty"`
-	// OpenURLs lets the guest ask the host to open http and https URLs.
-	OpenURLs bool `json:"open_urls,omitempty"`
+	// OpenURLs lets the guest ask the host to open http and https URLs;
+	// Opener is the host program that opens them (its path, found when
+	// the door was opened), "" when the host has none: the URL is shown
+	// and logged, not opened.
+	OpenURLs bool   `json:"open_urls,omitempty"`
+	Opener   string `json:"opener,omitempty"`
 	// Forced says the doors were opened for a VM whose network is offline.
 	Forced bool `json:"forced,omitempty"`
 }
 
 // Any reports whether a door is open.
-func (d Doors) Any() bool { return d.ChromeBridge || d.DevTools != "" || d.OpenURLs }
+func (d Doors) Any() bool { return d.ChromeBridge != "" || d.DevTools != "" || d.OpenURLs }
 
 // Lines say what is open, one line each, for status and net show.
 func (d Doors) Lines() []string {
 	var out []string
-	if d.ChromeBridge {
-		out = append(out, "host Claude in Chrome reachable (bridge socket "+guest.ChromeBridgeSocket+")")
+	if d.ChromeBridge != "" {
+		out = append(out, "host Claude in Chrome reachable (the guest's "+guest.ChromeBridgeSocket+" leads to the newest socket in "+d.ChromeBridge+")")
 	}
 	if d.DevTools != "" {
 		what := "host Chrome"
@@ -54,8 +61,11 @@ func (d Doors) Lines() []string {
 		}
 		out = append(out, fmt.Sprintf("%s reachable (CDP at the guest's 127.0.0.1:%d, host %s)", what, guest.DevToolsPort, d.DevTools))
 	}
-	if d.OpenURLs {
-		out = append(out, "URLs open on the host (xdg-open in the guest)")
+	switch {
+	case d.OpenURLs && d.Opener != "":
+		out = append(out, "URLs open on the host (xdg-open in the guest; http and https only, opened with "+d.Opener+")")
+	case d.OpenURLs:
+		out = append(out, "URLs from the guest shown on the host (xdg-open in the guest; no opener on the host)")
 	}
 	if d.Forced && len(out) > 0 {
 		out = append(out, "opened on an offline VM (--force)")

@@ -20,7 +20,7 @@ func TestDoorsFileRoundTripAndNoneRemovesIt(t *testing.T) {
 	if d, err := ReadDoors(dir); err != nil || d.Any() {
 		t.Fatalf("no file: %+v, %v; want no door", d, err)
 	}
-	want := Doors{ChromeBridge: true, DevTools: "127.0.0.1:9333", Launched: true}
+	want := Doors{ChromeBridge: "/tmp/claude-mcp-browser-bridge-me", DevTools: "127.0.0.1:9333", Launched: true, OpenURLs: true, Opener: "/usr/bin/xdg-open"}
 	if err := WriteDoors(dir, want); err != nil {
 		t.Fatal(err)
 	}
