@@ -62,7 +62,7 @@ func TestDoorsLinesSayWhatIsOpen(t *testing.T) {
 	if l := (Doors{}).Lines(); len(l) != 0 {
 		t.Errorf("no door: %q", l)
 	}
-	l := Doors{DevTools: "127.0.0.1:9222", OpenURLs: true, Forced: true}.Lines()
+	l := Doors{DevTools: "127.0.0.1:9222", OpenURLs: true, Opener: "/usr/bin/xdg-open", Forced: true}.Lines()
 	got := strings.Join(l, "\n")
 	for _, want := range []string{"host Chrome reachable (CDP", "URLs open on the host", "offline VM (--force)"} {
 		if !strings.Contains(got, want) {
