@@ -95,6 +95,14 @@ type Table struct {
 	// the values are read by this user's agent-vm alone, and never from a
 	// VM's directory, which a guest's helpers reach.
 	Secrets *Dir
+	// Browser, $XDG_DATA_HOME/agent-vm/browser
+	// (~/.local/share/agent-vm/browser): 0700, as are its parent
+	// agent-vm and the profile directory internal/hostbrowser makes in
+	// it. It holds the Chromium agent-vm launches for the guests'
+	// DevTools door: its profile (cookies, logged-in sessions: whoever
+	// reads them is logged in as the user), its log and its pid file. Data,
+	// not cache: the user logs in there once and keeps it.
+	Browser *Dir
 }
 
 // cacheMode is the cache directory's, wherever it is (see Table.Cache).
@@ -136,6 +144,7 @@ func NewTable(roots Roots, getenv func(string) string, euid int) Table {
 		h.Handoff = h.Lib.Sub("libvirt", 0o711)
 	}
 	h.Secrets = Top(XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), 0o700, InXDG).Sub("secrets", 0o700)
+	h.Browser = Top(XDG(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vm"), 0o700, InXDG).Sub("browser", 0o700)
 	if euid == 0 {
 		h.Registry = h.Lib.Sub("state-dirs", 0o700)
 	} else {

@@ -37,6 +37,12 @@ func TestTheTable(t *testing.T) {
 	if d := h.Secrets; d.Path != "/home/u/.config/agent-vm/secrets" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.config/agent-vm" || d.Parent.Mode != 0o700 {
 		t.Errorf("secrets %s %04o in %v; want /home/u/.config/agent-vm/secrets 0700 in ~/.config/agent-vm 0700", d.Path, d.Mode, d.Parent)
 	}
+	if d := h.Browser; d.Path != "/home/u/.local/share/agent-vm/browser" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.local/share/agent-vm" || d.Parent.Mode != 0o700 {
+		t.Errorf("browser %s %04o in %v; want /home/u/.local/share/agent-vm/browser 0700 in ~/.local/share/agent-vm 0700", d.Path, d.Mode, d.Parent)
+	}
+	if d := NewTable(Roots{}, func(k string) string { return map[string]string{"HOME": "/home/u", "XDG_DATA_HOME": "/data"}[k] }, 1000).Browser; d.Path != "/data/agent-vm/browser" {
+		t.Errorf("with XDG_DATA_HOME=/data: browser %s, want /data/agent-vm/browser", d.Path)
+	}
 	own := NewTable(Roots{}, func(k string) string {
 		return map[string]string{"HOME": "/home/u", "AGENT_VM_TEMPLATE_DIR": "/tmp/t"}[k]
 	}, 1000)

@@ -70,6 +70,11 @@ func programs(arch string) []Program {
 	return []Program{
 		{Name: "bash", Debian: []string{"bash"}, Fedora: []string{"bash"}, Need: Test},
 		{Name: "blkid", Paths: []string{"/sbin/blkid", "/usr/sbin/blkid"}, Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Test},
+		// The host browser agent-vm launches for a guest's DevTools door
+		// (agent-vm browser --launch); its tests launch it. Optional: a
+		// user's own Chrome, or Claude in Chrome, serves as well. Fedora's
+		// is chromium-browser.
+		{Name: "chromium", Paths: []string{"/usr/bin/chromium-browser"}, Debian: []string{"chromium"}, Fedora: []string{"chromium"}, Need: Test, Optional: true},
 		{Name: "chroot", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Image | Test},
 		{Name: "curl", Debian: []string{"curl"}, Fedora: []string{"curl"}, Need: Test},
 		{Name: "debugfs", Paths: []string{"/sbin/debugfs", "/usr/sbin/debugfs"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Test},
