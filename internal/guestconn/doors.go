@@ -19,6 +19,11 @@ func (g Guest) doors(log hclog.Logger) ([]hold.Door, error) {
 		return nil, err
 	}
 	var out []hold.Door
+	if dir := d.ChromeBridge; dir != "" {
+		out = append(out, hold.Door{Name: "Claude in Chrome bridge", GuestSocket: guest.ChromeBridgeSocket,
+			Prepare: bridge.PrepareSocket(guest.ChromeBridgeSocket),
+			Serve:   bridge.Tunnel("unix", func() (string, error) { return bridge.FindChromeBridge(dir) }, log)})
+	}
 	if d.DevTools != "" {
 		addr := d.DevTools
 		out = append(out, hold.Door{Name: "DevTools", GuestPort: guest.DevToolsPort,

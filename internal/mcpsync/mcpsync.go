@@ -167,7 +167,7 @@ func Sync(ctx context.Context, vms VMs, name string, o Options) (*Result, error)
 		return nil, err
 	}
 	defer c.Close()
-	if err := writeGuestClaudeConfig(ctx, c, res.GuestFile, plan.Servers, r.MCPSynced); err != nil {
+	if err := WriteGuestClaudeConfig(ctx, c, res.GuestFile, plan.Servers, r.MCPSynced); err != nil {
 		return nil, err
 	}
 	if err := record(ctx, vms, e, res.Exposed, plan.Servers); err != nil {
@@ -186,9 +186,12 @@ const (
 	writeGuestFile = `set -e; umask 077; t=$(mktemp ~/%[1]s.agent-vm.XXXXXX); cat >"$t"; chmod 600 "$t"; mv -f -- "$t" ~/%[1]s`
 )
 
-// writeGuestClaudeConfig merges servers into the guest's Claude Code
-// configuration over the SSH connection c.
-func writeGuestClaudeConfig(ctx context.Context, c *ssh.Client, file string, servers map[string]mcpconfig.Server, previous []string) error {
+// WriteGuestClaudeConfig merges servers into the guest's Claude Code
+// configuration over the SSH connection c (the local scope of the
+// workspace), removing those of previous that servers lacks; file names
+// the guest's file in messages. `agent-vm browser` writes its DevTools
+// server with it too.
+func WriteGuestClaudeConfig(ctx context.Context, c *ssh.Client, file string, servers map[string]mcpconfig.Server, previous []string) error {
 	var cur, stderr bytes.Buffer
 	if code, err := sshx.Run(ctx, c, fmt.Sprintf(readGuestFile, guest.ClaudeConfig), nil, &cur, &stderr); err != nil || code != 0 {
 		return fmt.Errorf("reading %s in the VM: %s", file, sshFailure(code, err, &stderr))
