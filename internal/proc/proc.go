@@ -37,6 +37,35 @@ func state(pid int) byte {
 	return stat[i+2]
 }
 
+// Session returns the session a live process belongs to (the pid of the
+// session's leader, which a detached start makes the started program), or
+// 0 when it is gone. The kernel gives no new process a pid that is a
+// session's id while a member of that session lives, so the members of a
+// session outlive their leader without being mistaken for anything else.
+func Session(pid int) int {
+	if st := state(pid); st == 0 || st == 'Z' || st == 'X' {
+		return 0
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// After the command name: state, ppid, pgrp, session.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 4 {
+		return 0
+	}
+	sid, err := strconv.Atoi(f[3])
+	if err != nil {
+		return 0
+	}
+	return sid
+}
+
 // Args returns a live process's argv, or nil when it is gone, a zombie,
 // exiting, or unreadable.
 func Args(pid int) []string {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -76,4 +77,31 @@ func TestResidentBytes(t *testing.T) {
 	if _, ok := ResidentBytes(0); ok {
 		t.Error("ResidentBytes(0) answered")
 	}
+}
+
+// A program started in a session of its own leads it, and its children are
+// members; this process is not.
+func TestSession(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	leader := cmd.Process.Pid
+	var child int
+	for deadline := time.Now().Add(5 * time.Second); child == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, pid := range FindAll(func(args []string) bool { return slices.Equal(args, []string{"sleep", "30"}) }) {
+			if Session(pid) == leader {
+				child = pid
+			}
+		}
+	}
+	if Session(leader) != leader || child == 0 {
+		t.Errorf("leader %d in session %d, child %d; want the leader's session and its sleep in it", leader, Session(leader), child)
+	}
+	if Session(os.Getpid()) == leader || Session(0) != 0 {
+		t.Errorf("this process in session %d, pid 0 in %d", Session(os.Getpid()), Session(0))
+	}
+	defer syscall.Kill(child, syscall.SIGKILL)
 }
