@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
@@ -41,7 +42,7 @@ func (a Answer) String() string {
 }
 
 // AskOpen is the guest's end of the door: it asks the host at socket
-// (guest.OpenURLSocket) to open rawURL and returns its answer. A missing
+// (empty: guest.OpenURLSocket) to open rawURL and returns its answer. A missing
 // socket, or one nobody serves, is ErrDoorClosed. Only what would break
 // the protocol's line is refused here; the host checks the rest.
 func AskOpen(ctx context.Context, socket, rawURL string) (Answer, error) {
@@ -50,6 +51,9 @@ func AskOpen(ctx context.Context, socket, rawURL string) (Answer, error) {
 	}
 	if strings.ContainsAny(rawURL, "\r\n") {
 		return Answer{}, errors.New("the URL contains a line break")
+	}
+	if socket == "" {
+		socket = guest.OpenURLSocket
 	}
 	var dialer net.Dialer
 	c, err := dialer.DialContext(ctx, "unix", socket)
