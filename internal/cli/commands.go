@@ -35,7 +35,7 @@ func commands(stdio IO) []*cli.Command {
 				Action: func(*cli.Context) error { _, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version); return err },
 			}),
 		[]*cli.Command{mcpProxyCommand(stdio), netProxyCommand(stdio), netRelayCommand(stdio),
-			holdCommand(stdio), personalizeCommand(stdio)},
+			holdCommand(stdio), personalizeCommand(stdio), openURLCommand(stdio)},
 	)
 }
 

@@ -21,6 +21,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
 		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
 		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
+		module + "/internal/bridge":      true, // open-url, the guest's end of the URL door
 		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
 		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
 		module + "/internal/egress":      true, // the hidden net-proxy and net-relay, and the net log's entries

@@ -205,6 +205,17 @@ func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 	if !x.Allowed {
 		verdict = "DENIED"
 	}
+	if x.Kind == egress.KindOpenURL {
+		// No connection: the URL the guest asked the host to open (of a
+		// refused one, what was kept of it) and the verdict.
+		url := x.URL
+		if url == "" {
+			url = "-"
+		}
+		_, err := fmt.Fprintf(w, "%s  %-7s %-7s %s  (%s)\n", x.Time.Local().Format(time.DateTime), x.Kind, verdict,
+			termsafe.String(url), termsafe.String(x.Rule))
+		return err
+	}
 	line := fmt.Sprintf("%s  %-7s %-7s %s:%d  (%s)  out %d B, in %d B", x.Time.Local().Format(time.DateTime), x.Kind, verdict,
 		termsafe.String(x.Host), x.Port, termsafe.String(x.Rule), x.BytesOut, x.BytesIn)
 	if x.Request != "" {

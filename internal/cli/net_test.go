@@ -227,6 +227,24 @@ func TestNetLogLine(t *testing.T) {
 	}
 }
 
+// TestNetLogOpenURLLine: a URL the guest asked the host to open is one line
+// with the URL the log kept and the verdict, no port and no bytes; the
+// guest's text is escaped.
+func TestNetLogOpenURLLine(t *testing.T) {
+	var b strings.Builder
+	at := time.Date(2026, 11, 27, 4, 0, 0, 0, time.Local)
+	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindOpenURL, Host: "example.test", Port: 443, Allowed: true,
+		Rule: "opened", URL: "https://example.test/x"}, false)
+	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindOpenURL, Rule: "refused: file: URLs are not opened on the host; only http and https URLs are"}, false)
+	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindOpenURL, Allowed: true, Rule: "printed: opening is off", URL: "https://example.test/\x1b[2J"}, false)
+	want := at.Format(time.DateTime) + "  open-url allowed https://example.test/x  (opened)\n" +
+		at.Format(time.DateTime) + "  open-url DENIED  -  (refused: file: URLs are not opened on the host; only http and https URLs are)\n" +
+		at.Format(time.DateTime) + "  open-url allowed https://example.test/\\x1b[2J  (printed: opening is off)\n"
+	if b.String() != want {
+		t.Errorf("net log lines:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
 // net allow|deny with a request rule ('METHOD host/path'): a bad one is
 // refused with the reason; a good one is in the proxy's policy and in net
 // show, before the GitHub defaults an upstream on github.com brings.

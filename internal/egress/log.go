@@ -17,7 +17,10 @@ type Entry struct {
 	Time time.Time `json:"time"`
 	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP
 	// request), "https" (a request in a tunnel the proxy intercepts to
-	// put secrets in: Interceptor) or "door" (an exposed host port).
+	// put secrets in: Interceptor), "door" (an exposed host port) or
+	// KindOpenURL (a URL the guest asked the host to open, which no
+	// connection of the guest's carries: Host and Port are the URL's,
+	// URL what of it the log keeps, Rule the verdict, and no bytes).
 	Kind    string `json:"kind"`
 	Host    string `json:"host"`
 	Port    int    `json:"port"`
@@ -33,7 +36,15 @@ type Entry struct {
 	// Secrets are the names of the secrets put into an intercepted
 	// request (never their values).
 	Secrets []string `json:"secrets,omitempty"`
+	// URL is a KindOpenURL entry's URL as scheme://host/path: no user
+	// name or password, no query and no fragment, which carry login
+	// codes and tokens (as Request keeps no query).
+	URL string `json:"url,omitempty"`
 }
+
+// KindOpenURL is the Kind of a URL the guest asked the host to open
+// (internal/bridge writes these into the VM's log beside the proxy).
+const KindOpenURL = "open-url"
 
 // DefaultLogLimit bounds the log: past it, the file is rotated to
 // "<path>.1" (the one older file kept), so the log takes at most twice it.
@@ -41,7 +52,9 @@ const DefaultLogLimit = 1 << 20
 
 // Log appends entries to a size-bounded JSON-lines file (0600), Name in
 // Dir (opened once, so the proxy keeps reaching it after it drops its
-// privileges: see the package doc).
+// privileges: see the package doc). Other processes may append to the same
+// file (the URL door, internal/bridge): each entry is one O_APPEND write, so
+// lines never interleave; two rotating at once can lose the older file.
 type Log struct {
 	Dir   *os.Root
 	Name  string

@@ -24,6 +24,10 @@ const (
 	Test
 	// Vagrant: the vagrant backend (vagrant, vagrant-libvirt, libvirt).
 	Vagrant
+	// Browser: opening in the host's browser the URLs a guest asks for
+	// (internal/bridge). Nothing installs it: a host without it prints
+	// the URLs instead.
+	Browser
 )
 
 // String names the needs, for messages.
@@ -32,7 +36,7 @@ func (n Need) String() string {
 	for _, x := range []struct {
 		n    Need
 		name string
-	}{{Run, "running VMs"}, {Image, "building the base image"}, {Test, "the tests"}, {Vagrant, "the vagrant backend"}} {
+	}{{Run, "running VMs"}, {Image, "building the base image"}, {Test, "the tests"}, {Vagrant, "the vagrant backend"}, {Browser, "opening the guests' URLs"}} {
 		if n&x.n != 0 {
 			parts = append(parts, x.name)
 		}
@@ -129,6 +133,7 @@ func programs(arch string) []Program {
 		// libvirt needs it running before a domain starts (the tests' libvirtd
 		// fixture starts it where no init did).
 		{Name: "virtlogd", Paths: []string{"/usr/sbin/virtlogd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon"}, Need: Vagrant | Test},
+		{Name: "xdg-open", Debian: []string{"xdg-utils"}, Fedora: []string{"xdg-utils"}, Need: Browser, Optional: true},
 		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},
 		{Name: "zsh", Debian: []string{"zsh"}, Fedora: []string{"zsh"}, Need: Test},
 	}

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+)
+
+// open-url's failure paths: no URL (or two) is a usage error, a guest
+// whose door is closed is told how to open it.
+func TestOpenURLFailures(t *testing.T) {
+	st := t.TempDir()
+	noDoor := filepath.Join(t.TempDir(), "open-url.sock")
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"open-url"}, ExitUsage, "open-url takes one URL, got 0 arguments"},
+		{[]string{"open-url", "https://a.test/", "https://b.test/"}, ExitUsage, "open-url takes one URL, got 2 arguments"},
+		{[]string{"open-url", "--socket", noDoor, "https://example.test/"}, ExitError,
+			"agent-vm: opening URLs on the host is off for this VM; on the host, run: agent-vm browser "},
+	}
+	for _, c := range cases {
+		r := agentVM(t, "", st, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("agent-vm %q: exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", c.args, r.code, c.code, r.stdout, r.stderr)
+		}
+	}
+	if r := agentVM(t, "", st, "open-url", "--socket", noDoor, "https://example.test/"); !strings.HasSuffix(r.stderr, " --open-urls\n") {
+		t.Errorf("the closed door's hint:\n%s", r.stderr)
+	}
+}
+
+// open-url against a real door on a unix socket: an opened URL exits 0, a
+// refused one 1 with the host's reason.
+func TestOpenURLAsksTheDoor(t *testing.T) {
+	// FAKE at the exec boundary: the host's xdg-open.
+	run := execxtest.New(t).On(bridge.Opener, func(execxtest.Call) execxtest.Reply { return execxtest.Reply{} })
+	d := &bridge.URLDoor{VM: "x", Open: true, Run: run}
+	sock := filepath.Join(t.TempDir(), "open-url.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go d.Serve(context.Background(), c)
+		}
+	}()
+	st := t.TempDir()
+	r := agentVM(t, "", st, "open-url", "--socket", sock, "https://example.test/x")
+	if r.code != 0 || r.stderr != "agent-vm: opened in the host's browser\n" || r.stdout != "" {
+		t.Errorf("an opened URL: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if calls := run.Calls(); len(calls) != 1 || calls[0].Args[0] != "https://example.test/x" {
+		t.Errorf("the host ran %+v", calls)
+	}
+	r = agentVM(t, "", st, "open-url", "--socket", sock, "file:///etc/passwd")
+	if r.code != ExitError || !strings.Contains(r.stderr, "agent-vm: the host refused the URL: file: URLs are not opened") {
+		t.Errorf("a refused URL: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
