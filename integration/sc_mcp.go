@@ -19,9 +19,9 @@ import (
 func mcpScenario() Scenario {
 	return Scenario{
 		Name:    "mcp",
-		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync; the network's containment",
+		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync; the network's containment; the browser doors",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp", "restart", "port", "net"},
+		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp", "restart", "port", "net", "browser"},
 		run:     runMCP,
 	}
 }
@@ -96,6 +96,7 @@ func runMCP(ctx context.Context, s *S) {
 		return checkMCPSync(ctx, s)
 	})
 	netSteps(ctx, s, mcpBranch)
+	browserSteps(ctx, s, mcpBranch)
 }
 
 // checkMCPHealth: /health answers 200 to anyone (no token).

@@ -139,6 +139,7 @@ const (
 	featureNet     = "net"      // a contained network: net, expose, the doors
 	featurePorts   = "ports"    // port add and rm
 	featureMCPSync = "mcp-sync" // mcp sync's exposed host servers
+	featureBrowser = "browser"  // the browser doors
 )
 
 // lacks says why this run's backend cannot do feature, "" when it can:
@@ -155,6 +156,8 @@ func (s *S) lacks(feature string) string {
 		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
 	case featureMCPSync:
 		return "mcp sync exposes the host's HTTP servers to the guest with `port expose`, which the vagrant backend refuses"
+	case featureBrowser:
+		return "the browser doors ride the held SSH connection, the same for every backend, and are tested with the qemu backend's VMs (the vagrant run keeps to what differs)"
 	}
 	return ""
 }

@@ -77,6 +77,11 @@ type RunOptions struct {
 	// Getenv reads the host's environment (--env NAME, the agent's key,
 	// MCP sync's variables); nil is os.Getenv.
 	Getenv func(string) string
+	// Chrome, for --chrome, opens the host's browser to the running VM
+	// (cli wires the browser room's ForAgent); bridge says Claude in
+	// Chrome's bridge is tunnelled, so a session that starts gets
+	// --chrome. Only Claude Code has it.
+	Chrome func(ctx context.Context, vm string) (bridge bool, err error)
 }
 
 // Result is how an attached session ended for the user.

@@ -74,6 +74,9 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 		if err := check(); err != nil {
 			return nil, err
 		}
+		if err := checkChrome(o, argv); err != nil {
+			return nil, err
+		}
 	} else if _, err := sessionEnv(o.Env, getenv, func(string) {}); err != nil {
 		return nil, err
 	}
@@ -92,6 +95,9 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 		if agentFromConfig {
 			agent = r.Agent
 			if err := check(); err != nil {
+				return nil, fmt.Errorf("created VM %s for branch %s, but %w", r.Slug, r.Branch, err)
+			}
+			if err := checkChrome(o, argv); err != nil {
 				return nil, fmt.Errorf("created VM %s for branch %s, but %w", r.Slug, r.Branch, err)
 			}
 		}
@@ -116,6 +122,12 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 		return nil, err
 	}
 	defer c.Close()
+	chrome := false
+	if o.Chrome != nil {
+		if chrome, err = o.Chrome(ctx, res.VM); err != nil {
+			return nil, err
+		}
+	}
 	infos, err := listSessions(ctx, c)
 	if err != nil {
 		return nil, err
@@ -136,8 +148,8 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 				return nil, err
 			}
 		default:
-			if len(o.Env) > 0 || len(o.Args) > 0 {
-				notify(fmt.Sprintf("session %s is already running: --env and the agent's arguments apply only when a session starts (hint: --new starts another)", name))
+			if len(o.Env) > 0 || len(o.Args) > 0 || chrome {
+				notify(fmt.Sprintf("session %s is already running: --env, --chrome and the agent's arguments apply only when a session starts (hint: --new starts another)", name))
 			}
 			return attach(ctx, c, res, name, o.Term, notify)
 		}
@@ -146,6 +158,9 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 		return nil, err
 	}
 	vars = append(syncMCP(ctx, vms, res.VM, getenv, notify), vars...)
+	if chrome {
+		argv = append([]string{argv[0], "--chrome"}, argv[1:]...)
+	}
 	w, h := sshx.TermSize(o.Term.In)
 	cmd, stdin, err := session.Start(session.Spec{Name: name, Argv: argv, Env: vars, Width: w, Height: h, Heading: res.Branch})
 	if err != nil {
@@ -324,4 +339,13 @@ func ended(in session.Info) string {
 		return "killed by a signal"
 	}
 	return "exit status " + strconv.Itoa(in.Status)
+}
+
+// checkChrome refuses --chrome for an agent other than Claude Code, whose
+// flag it is.
+func checkChrome(o RunOptions, argv []string) error {
+	if o.Chrome == nil || argv[0] == "claude" {
+		return nil
+	}
+	return fmt.Errorf("--chrome is Claude Code's (Claude in Chrome), and the agent is %s (hint: --agent claude, or `agent-vm browser %s --cdp` for any agent's DevTools MCP)", argv[0], o.Name)
 }

@@ -41,6 +41,8 @@ type Doors struct {
 	// and logged, not opened.
 	OpenURLs bool   `json:"open_urls,omitempty"`
 	Opener   string `json:"opener,omitempty"`
+	// Log is the VM's net log, where the URL door logs each URL.
+	Log string `json:"log,omitempty"`
 	// Forced says the doors were opened for a VM whose network is offline.
 	Forced bool `json:"forced,omitempty"`
 }

