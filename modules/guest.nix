@@ -13,6 +13,8 @@
 #     the launcher;
 #   - host port forwards bound to 127.0.0.1 only, firewall open for 22 and
 #     the agent port; resources from the VM record.
+#   - xdg-open, sensible-browser, x-www-browser, www-browser and BROWSER:
+#     `agent-vm open-url`, which asks the host to open the URL.
 #
 # The per-branch default.nix sets `agent-vm.guest.*` from vm.json; see
 # modules/README.md for the exact interface and the QEMU arguments the
@@ -105,6 +107,26 @@ let
       }
     } $out/bin/agent-vm
   '';
+
+  # The browser a program in the guest starts asks the host to open the URL
+  # (`agent-vm open-url`; the host's end is agent-vm's internal/bridge):
+  # each name a program tries, and BROWSER, which xdg-open and
+  # sensible-browser try first. hiPrio: they win over xdg-utils' own. Only
+  # where the guest has agent-vm: services.agent-mcp's package.
+  hasAgentVm = mcp.enable || cfg.agentVmExecutable != null;
+  browserShim =
+    name:
+    lib.hiPrio (
+      pkgs.writeShellScriptBin name ''
+        exec ${lib.getExe' mcp.package "agent-vm"} open-url "$@"
+      ''
+    );
+  browserShims = map browserShim [
+    "xdg-open"
+    "sensible-browser"
+    "x-www-browser"
+    "www-browser"
+  ];
 
   installSecrets = ''
     set -euo pipefail
@@ -509,7 +531,13 @@ in
     environment.systemPackages = with pkgs; [
       git curl tmux nodejs python3 gcc gnumake ripgrep jq fd gh less unzip
     ]
-    ++ map (name: pkgs.${name}) (lib.filter (name: pkgs ? ${name}) cfg.packages);
+    ++ map (name: pkgs.${name}) (lib.filter (name: pkgs ? ${name}) cfg.packages)
+    ++ lib.optionals hasAgentVm browserShims;
+    # sessionVariables: SSH sessions get it through pam_env, not only
+    # login shells.
+    environment.sessionVariables = lib.mkIf hasAgentVm {
+      BROWSER = lib.mkDefault (lib.getExe' (builtins.head browserShims) "xdg-open");
+    };
 
     # The repository's provisioning, once per root disk (the stamp is the
     # status file on that disk); the script is read from the workspace when

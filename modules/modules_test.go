@@ -3,6 +3,7 @@ package modules_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -95,5 +96,100 @@ func TestRelativeImportsAreEmbedded(t *testing.T) {
 	}
 	if !bytes.Contains(guest, []byte("./agent-mcp.nix")) {
 		t.Error("guest.nix does not import ./agent-mcp.nix")
+	}
+}
+
+// browserCheck evaluates guest.nix's browser shims and BROWSER with the
+// real nix and a stand-in for the few nixpkgs functions they use (no
+// nixpkgs here), for a guest with agent-mcp, one with only the host's
+// agent-vm binary, and one with neither (no agent-vm: no shims).
+const browserCheck = `let
+  lib = {
+    mkOption = a: a; mkEnableOption = a: a; mkDefault = v: v; mkForce = v: v;
+    mkIf = c: v: if c then v else { };
+    hiPrio = d: d // { hiPrio = true; };
+    getExe' = d: n: "${d.outPath}/bin/${n}";
+    optionals = c: l: if c then l else [ ];
+    optionalString = c: s: if c then s else "";
+    filter = builtins.filter; findFirst = f: d: l: d; attrNames = builtins.attrNames;
+    types = { }; literalExpression = x: x;
+  };
+  stub = { };
+  pkgs = {
+    writeShellScriptBin = name: text: { outPath = "/nix/store/shim-${name}"; inherit name text; };
+    runCommand = name: a: b: { outPath = "/nix/store/host-agent-vm"; };
+    git = stub; curl = stub; tmux = stub; nodejs = stub; python3 = stub; gcc = stub; gnumake = stub;
+    ripgrep = stub; jq = stub; fd = stub; gh = stub; less = stub; unzip = stub;
+  };
+  guest = mcpEnable: exe:
+    let
+      m = import ./guest.nix {
+        inherit lib pkgs;
+        options.virtualisation.qemu = { };
+        modulesPath = "/nonexistent";
+        config = {
+          agent-vm.guest = { enable = true; agentVmExecutable = exe; workspace.transport = "9p"; packages = [ ]; };
+          services.agent-mcp = { enable = mcpEnable; package.outPath = "/nix/store/agent-vm"; };
+          ids.gids = { };
+        };
+      };
+    in
+    {
+      variables = m.config.environment.sessionVariables;
+      shims = map (p: { inherit (p) name text hiPrio; }) (builtins.filter (p: p ? text) m.config.environment.systemPackages);
+    };
+in
+{ mcp = guest true null; executable = guest false "/x/agent-vm"; none = guest false null; }
+`
+
+func TestGuestBrowserIsTheURLDoor(t *testing.T) {
+	nixInstantiate := tu.Program(t, "nix-instantiate")
+	dir := t.TempDir()
+	for _, name := range modules.Names() {
+		data, err := fs.ReadFile(modules.FS(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "check.nix"), []byte(browserCheck), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nixInstantiate, "--eval", "--strict", "--json", filepath.Join(dir, "check.nix"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("nix-instantiate --eval: %v\n%s", err, stderr.String())
+	}
+	type shim struct {
+		Name, Text string
+		HiPrio     bool
+	}
+	var got map[string]struct {
+		Variables map[string]string
+		Shims     []shim
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var want []shim
+	for _, name := range []string{"xdg-open", "sensible-browser", "x-www-browser", "www-browser"} {
+		want = append(want, shim{name, "exec /nix/store/agent-vm/bin/agent-vm open-url \"$@\"\n", true})
+	}
+	for _, g := range []string{"mcp", "executable"} {
+		if !slices.Equal(got[g].Shims, want) {
+			t.Errorf("%s: shims %+v, want %+v", g, got[g].Shims, want)
+		}
+		if b := got[g].Variables["BROWSER"]; b != "/nix/store/shim-xdg-open/bin/xdg-open" {
+			t.Errorf("%s: BROWSER=%q", g, b)
+		}
+	}
+	if len(got["none"].Shims) != 0 || len(got["none"].Variables) != 0 {
+		t.Errorf("a guest without agent-vm: %+v", got["none"])
 	}
 }

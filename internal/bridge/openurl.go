@@ -135,8 +135,9 @@ type URLDoor struct {
 
 // Serve answers the one request on c and closes c. It never blocks longer
 // than Timeout on the guest, plus the short wait for the opener. The
-// guest's answer is written whatever happens; the error is what went
-// wrong on the host's side (writing the log, answering).
+// guest is answered whatever happens, unless its connection had to be
+// closed at the deadline (one without read deadlines); the error is what
+// went wrong on the host's side (writing the log, answering).
 func (d *URLDoor) Serve(ctx context.Context, c io.ReadWriteCloser) error {
 	timeout := d.Timeout
 	if timeout <= 0 {

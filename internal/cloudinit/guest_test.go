@@ -31,8 +31,8 @@ func guestScripts(t *testing.T) map[string]string {
 			scripts[e.Name()] = string(b)
 		}
 	}
-	if len(scripts) != 7 {
-		t.Fatalf("found %d guest scripts, want 7", len(scripts))
+	if len(scripts) != 8 {
+		t.Fatalf("found %d guest scripts, want 8", len(scripts))
 	}
 	return scripts
 }

@@ -228,6 +228,25 @@ func guestFiles(c Config) ([]writeFile, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The browser a program in the guest starts asks the host to open
+	// the URL (internal/bridge): each name a program tries, and $BROWSER,
+	// which xdg-open and sensible-browser try first. /usr/local/bin
+	// comes before /usr/bin on PATH.
+	shims, err := staticFiles([]static{
+		{"open-url", "/usr/local/bin/xdg-open", "0755"},
+		{"open-url", "/usr/local/bin/sensible-browser", "0755"},
+		{"open-url", "/usr/local/bin/x-www-browser", "0755"},
+		{"open-url", "/usr/local/bin/www-browser", "0755"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	browserEnv, err := guestFS.ReadFile("guest/browser.environment")
+	if err != nil {
+		return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
+	}
+	// Appended: login sessions (pam_env) get it, agent sessions too.
+	files = append(append(files, shims...), writeFile{Path: "/etc/environment", Owner: "root:root", Permissions: "0644", Content: string(browserEnv), Append: true})
 	if !c.Direct {
 		// The guest reaches the network only through its egress proxy
 		// (the egress proxy): every tool is told where it is.

@@ -184,16 +184,53 @@ func TestDirectGuestIsToldOfNoProxy(t *testing.T) {
 		t.Errorf("a Direct guest's provisioning runs %q, want the script itself, no proxy environment", provision)
 	}
 	paths := map[string]bool{}
+	var environment []string
 	for _, f := range ud.WriteFiles {
 		paths[f.Path] = true
+		if f.Path == "/etc/environment" {
+			environment = append(environment, f.Content)
+		}
 	}
-	for _, p := range []string{"/etc/environment", "/etc/npmrc", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf"} {
+	if want := []string{"BROWSER=/usr/local/bin/xdg-open\n"}; !slices.Equal(environment, want) {
+		t.Errorf("a Direct guest's /etc/environment gets %q, want only %q", environment, want)
+	}
+	for _, p := range []string{"/etc/npmrc", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf"} {
 		if paths[p] {
 			t.Errorf("a Direct guest gets %s", p)
 		}
 	}
 	if !paths["/etc/systemd/system/agent-mcp.service"] || !paths["/usr/local/lib/agent-vm/mount-workspace"] {
 		t.Error("a Direct guest lost the agent-mcp unit or the workspace mount")
+	}
+}
+
+// Every guest's browser is agent-vm open-url: the names programs try, and
+// $BROWSER for login and agent sessions, with or without the proxy.
+func TestGuestBrowserIsTheURLDoor(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		c := goldenCases(t)["custom-ids-with-origins"]
+		c.Direct = direct
+		seed, err := Render(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shims, browser := 0, 0
+		for _, f := range parseUserData(t, seed.UserData).WriteFiles {
+			switch f.Path {
+			case "/usr/local/bin/xdg-open", "/usr/local/bin/sensible-browser", "/usr/local/bin/x-www-browser", "/usr/local/bin/www-browser":
+				shims++
+				if f.Permissions != "0755" || f.Owner != "root:root" || !strings.Contains(f.Content, "\nexec /usr/local/bin/agent-vm open-url \"$@\"\n") {
+					t.Errorf("direct %v: %s is %s %s:\n%s", direct, f.Path, f.Owner, f.Permissions, f.Content)
+				}
+			case "/etc/environment":
+				if f.Append && strings.Contains(f.Content, "BROWSER=/usr/local/bin/xdg-open\n") {
+					browser++
+				}
+			}
+		}
+		if shims != 4 || browser != 1 {
+			t.Errorf("direct %v: %d shims and %d BROWSER lines, want 4 and 1", direct, shims, browser)
+		}
 	}
 }
 
