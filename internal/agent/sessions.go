@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -97,7 +99,10 @@ func attach(ctx context.Context, c *ssh.Client, res *Result, name string, t Term
 	if in == nil {
 		in = os.Stdin
 	}
-	if _, err := sshx.Attach(ctx, c, session.Attach(name), in, t.Out, t.Err); err != nil {
+	stop := showNotices(c, t.Err)
+	_, err := sshx.Attach(ctx, c, session.Attach(name), in, t.Out, t.Err)
+	stop()
+	if err != nil {
 		return nil, fmt.Errorf("attaching to session %s of VM %s: %w", name, res.VM, err)
 	}
 	// The wrapper records the status just before it detaches the clients;
@@ -226,4 +231,26 @@ func guestRun(ctx context.Context, c *ssh.Client, cmd string, stdin []byte) (str
 		return "", fmt.Errorf("in the guest: exit status %d: %s", code, termsafe.String(strings.TrimSpace(errOut.String())))
 	}
 	return out.String(), nil
+}
+
+// showNotices writes what the VM's holder tells the user while the
+// terminal is attached (a URL the guest asked the host to open, see
+// hold.NoticesChannel) on w, each on a line of its own amid the session's
+// raw output; stop ends it. Connected to the guest directly (no holder),
+// there are none.
+func showNotices(c *ssh.Client, w io.Writer) (stop func()) {
+	ch, reqs, err := c.OpenChannel(hold.NoticesChannel, nil)
+	if err != nil {
+		return func() {}
+	}
+	go ssh.DiscardRequests(reqs)
+	go func() {
+		sc := bufio.NewScanner(ch)
+		for sc.Scan() {
+			// The holder's lines are its own, the guest's text in them
+			// escaped already; in raw mode a line ends with CR LF.
+			fmt.Fprintf(w, "\r\n%s\r\n", sc.Text())
+		}
+	}()
+	return func() { ch.Close() }
 }

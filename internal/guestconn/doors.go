@@ -15,7 +15,7 @@ import (
 // doors are the holder's doors: the browser doors the VM's doors file
 // (bridge.Doors, in its run directory) says are open, each with its host
 // end.
-func (g Guest) doors(log hclog.Logger) ([]hold.Door, error) {
+func (g Guest) doors(log hclog.Logger, notices *hold.Notices) ([]hold.Door, error) {
 	d, err := bridge.ReadDoors(g.Layout.RunDir())
 	if err != nil {
 		return nil, err
@@ -33,7 +33,7 @@ func (g Guest) doors(log hclog.Logger) ([]hold.Door, error) {
 	}
 	if d.OpenURLs {
 		door := &bridge.URLDoor{VM: g.Record.Slug, Open: true, Run: execx.OS{}, OpenerPath: d.Opener, LogPath: d.Log,
-			Notify: func(line string) { log.Info(line) }}
+			Notify: func(line string) { log.Info(line); notices.Send(line) }}
 		out = append(out, hold.Door{Name: "URL", GuestSocket: guest.OpenURLSocket, Prepare: bridge.PrepareSocket(guest.OpenURLSocket),
 			Serve: func(ctx context.Context, c net.Conn) {
 				if err := door.Serve(ctx, c); err != nil {

@@ -150,6 +150,7 @@ func (g Guest) Serve(ctx context.Context) error {
 	target := g.Target()
 	h := &hold.Holder{Files: g.Files(), RunDir: g.Layout.RunDir(), Log: g.Log.With("vm", g.Record.Slug),
 		Dial: func(ctx context.Context) (*ssh.Client, error) { return sshx.Dial(ctx, target, 30*time.Second) }}
-	h.Doors = func() ([]hold.Door, error) { return g.doors(h.Log) }
+	h.Notices = hold.NewNotices()
+	h.Doors = func() ([]hold.Door, error) { return g.doors(h.Log, h.Notices) }
 	return h.Run(ctx)
 }

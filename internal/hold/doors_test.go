@@ -12,6 +12,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/sshx"
 )
 
 // greeter is a door's host end: it answers each line with "hello " and
@@ -166,4 +170,56 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// A caller listening on a notices channel hears each line the holder's
+// doors send while it listens; a caller connected directly to the guest
+// cannot open one (the guest's sshd refuses the type).
+func TestNoticesReachTheCallersListening(t *testing.T) {
+	s := guestSSHD(t)
+	notices := NewNotices()
+	dir := t.TempDir()
+	h := &Holder{Files: FilesFor(dir, testUUID), RunDir: dir, Log: testLogger(t), Notices: notices,
+		Dial: func(ctx context.Context) (*ssh.Client, error) { return sshx.WaitReady(ctx, targetOf(s), nil) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(ended) }()
+	t.Cleanup(func() { cancel(); <-ended })
+	waitServing(t, h.Files, s.User, ended)
+	c := dialHolder(t, h.Files, s)
+	ch, reqs, err := c.OpenChannel(NoticesChannel, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ssh.DiscardRequests(reqs)
+	r := bufio.NewReader(ch)
+	for _, want := range []string{"agent-vm: VM feat asks to open https://example.test/", "second"} {
+		// Send until heard: the holder registers the listener just after
+		// accepting the channel.
+		got := make(chan string, 1)
+		go func() { line, _ := r.ReadString('\n'); got <- line }()
+		deadline := time.After(10 * time.Second)
+	wait:
+		for {
+			notices.Send(want)
+			select {
+			case line := <-got:
+				if strings.TrimSpace(line) != want {
+					t.Fatalf("heard %q, want %q", line, want)
+				}
+				break wait
+			case <-deadline:
+				t.Fatalf("never heard %q", want)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	direct, err := sshx.WaitReady(context.Background(), targetOf(s), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, _, err := direct.OpenChannel(NoticesChannel, nil); err == nil {
+		t.Error("the guest's sshd accepted a notices channel")
+	}
 }

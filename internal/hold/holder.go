@@ -38,6 +38,9 @@ type Holder struct {
 	// Doors says which doors to keep open on the held connection (nil:
 	// none): read when the holder starts and at each DoorsRequest.
 	Doors func() ([]Door, error)
+	// Notices, when set, passes the doors' lines for the user to the
+	// callers listening on a NoticesChannel.
+	Notices *Notices
 }
 
 // Run dials the guest, makes the key pairs, serves the socket and returns
@@ -207,6 +210,14 @@ func (h *Holder) serve(ctx context.Context, conn *net.UnixConn, cfg *ssh.ServerC
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if nc.ChannelType() == NoticesChannel {
+				if h.Notices == nil {
+					_ = nc.Reject(ssh.UnknownChannelType, "this holder passes no notices")
+					return
+				}
+				h.Notices.listen(nc)
+				return
+			}
 			proxyChannel(nc, g.open)
 		}()
 	}
