@@ -1046,6 +1046,24 @@ func TestDoctorVerdictNamesTheBackend(t *testing.T) {
 	}
 }
 
+// The browser's section follows the verdict, in the table's style, and
+// says which way run --chrome would take.
+func TestDoctorPrintsTheBrowser(t *testing.T) {
+	r := hostsetup.DoctorReport{Accel: "kvm", Backend: "qemu", Backends: []string{"qemu"}, VMReady: true,
+		Browser: hostsetup.BrowserReport{Chrome: "DevTools (host Chrome at 127.0.0.1:9222)", Checks: []hostsetup.Check{
+			{Name: "claude in chrome bridge", Detail: "no Claude in Chrome bridge socket in /tmp/x"},
+			{Name: "devtools 127.0.0.1:9222", OK: true, Detail: "Chrome/141 answers"}}}}
+	var out bytes.Buffer
+	printDoctor(IO{Out: &out}, r)
+	want := "this host can run VMs (kvm) with the qemu backend\n\nbrowser (run --chrome, agent-vm browser)\n" +
+		"--  claude in chrome bridge    no Claude in Chrome bridge socket in /tmp/x\n" +
+		"ok  devtools 127.0.0.1:9222    Chrome/141 answers\n" +
+		"run --chrome would use: DevTools (host Chrome at 127.0.0.1:9222)\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Errorf("got %q, want it to end %q", out.String(), want)
+	}
+}
+
 // --agent takes the agents agent-vm knows; the nixos backend cannot install
 // them yet and says so; status reports the choice.
 func TestCreateAgent(t *testing.T) {

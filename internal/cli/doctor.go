@@ -13,7 +13,7 @@ import (
 func doctorCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:      "doctor",
-		Usage:     "check what this host can do: QEMU, virtiofsd, KVM, the base image, nix",
+		Usage:     "check what this host can do: QEMU, virtiofsd, KVM, the base image, nix; and the browser a VM would reach",
 		ArgsUsage: " ",
 		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -30,9 +30,20 @@ func doctorCommand(stdio IO) *cli.Command {
 	}
 }
 
-// printDoctor prints doctor's table and its verdict.
+// printDoctor prints doctor's table and its verdict, then the browser's
+// section.
 func printDoctor(stdio IO, r hostsetup.DoctorReport) {
-	for _, c := range r.Checks {
+	printChecks(stdio, r.Checks)
+	printVerdict(stdio, r)
+	if r.Browser.Chrome != "" {
+		fmt.Fprintf(stdio.Out, "\nbrowser (run --chrome, agent-vm browser)\n")
+		printChecks(stdio, r.Browser.Checks)
+		fmt.Fprintf(stdio.Out, "run --chrome would use: %s\n", r.Browser.Chrome)
+	}
+}
+
+func printChecks(stdio IO, checks []hostsetup.Check) {
+	for _, c := range checks {
 		mark := "ok  "
 		if !c.OK {
 			mark = "--  "
@@ -42,6 +53,10 @@ func printDoctor(stdio IO, r hostsetup.DoctorReport) {
 			fmt.Fprintf(stdio.Out, "    %-26s hint: %s\n", "", c.Hint)
 		}
 	}
+}
+
+// printVerdict says whether, and with which backends, this host runs VMs.
+func printVerdict(stdio IO, r hostsetup.DoctorReport) {
 	var others []string
 	for _, b := range r.Backends {
 		if b != r.Backend {

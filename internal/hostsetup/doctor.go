@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostbrowser"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
@@ -33,6 +35,39 @@ type DoctorReport struct {
 	Backends []string `json:"backends"`
 	Backend  string   `json:"backend"`
 	VMReady  bool     `json:"vm_ready"` // the default backend can run VMs here
+	// Browser is the host's browser, which no VM needs: what a VM's
+	// browser doors would reach.
+	Browser BrowserReport `json:"browser"`
+}
+
+// BrowserReport is doctor's browser section: the Claude in Chrome bridge,
+// a Chrome or Chromium, a DevTools endpoint on 127.0.0.1:9222, and the
+// way `run --chrome` would take (hostbrowser's Via constants, or "none:"
+// and what to do).
+type BrowserReport struct {
+	Checks []Check `json:"checks"`
+	Chrome string  `json:"chrome"`
+}
+
+// browserReport turns hostbrowser's facts into doctor's checks.
+func browserReport(f hostbrowser.Facts) BrowserReport {
+	r := BrowserReport{Chrome: f.Chrome}
+	bridgeCheck := Check{Name: "claude in chrome bridge", OK: f.Bridge != "", Detail: f.Bridge}
+	if !bridgeCheck.OK {
+		bridgeCheck.Detail = f.BridgeProblem
+	}
+	binary := Check{Name: "chrome/chromium", OK: f.Binary != "" && f.BinaryProblem == "", Detail: f.Binary + " (" + f.Version + ")"}
+	if !binary.OK {
+		binary.Detail = f.BinaryProblem
+	}
+	devtools := Check{Name: "devtools 127.0.0.1:9222"}
+	if f.DevTools != nil {
+		devtools.OK, devtools.Detail = true, f.DevTools.Browser+" answers"
+	} else {
+		devtools.Detail = f.DevToolsProblem
+	}
+	r.Checks = []Check{bridgeCheck, binary, devtools}
+	return r
 }
 
 // Driver is a driver as doctor asks it (driver.Driver has it).
@@ -62,6 +97,9 @@ type DoctorInput struct {
 	ImageDir string
 	// Extra are the caller's own checks (templates), after the backends'.
 	Extra []Check
+	// Getenv is the environment the browser's facts are read with
+	// (AGENT_VM_CHROME_BRIDGE_DIR; nil: os.Getenv).
+	Getenv func(string) string
 	// Lookup resolves names as the egress proxies will (nil:
 	// net.DefaultResolver).
 	Lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)
@@ -69,7 +107,8 @@ type DoctorInput struct {
 
 // Doctor checks the host: the programs every VM needs (git, then each
 // driver's: QEMU, virtiofsd), KVM, then each backend's own needs, the
-// caller's checks and the egress proxies' view of the package sources.
+// caller's checks and the egress proxies' view of the package sources;
+// and, apart, the host's browser.
 func Doctor(ctx context.Context, in DoctorInput) DoctorReport {
 	r := DoctorReport{Backends: []string{}, Backend: in.Default}
 	add := func(c Check) bool { r.Checks = append(r.Checks, c); return c.OK }
@@ -113,6 +152,11 @@ func Doctor(ctx context.Context, in DoctorInput) DoctorReport {
 	}
 	add(egressCheck(ctx, lookup))
 	r.VMReady = slices.Contains(r.Backends, r.Backend)
+	getenv := in.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	r.Browser = browserReport(hostbrowser.Doctor(ctx, in.Run, getenv))
 	return r
 }
 
