@@ -171,6 +171,11 @@ func Open(ctx context.Context, vms VMs, o Options) (*Info, error) {
 			for _, w := range l.Warnings {
 				notify(w)
 			}
+			if l.Port != port {
+				// One profile, one Chromium: the one running keeps its port.
+				notify(fmt.Sprintf("agent-vm's Chromium runs with DevTools on port %d, not %d: the door leads there", l.Port, port))
+				port, addr = l.Port, bridge.DevToolsAddr(l.Port)
+			}
 			switch {
 			case l.Reused:
 				notify(fmt.Sprintf("agent-vm's Chromium runs already (pid %d, profile %s)", l.Pid, l.Profile))

@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
@@ -14,31 +15,36 @@ import (
 )
 
 // devToolsMCP installs chrome-devtools-mcp in e's guest unless it is there
-// (guest.DevToolsMCPInstall: once per guest, through the VM's egress
+// (guest.DevToolsMCP's Install: once per guest, through the VM's egress
 // proxy, from the npm registry) and registers it with the guest's Claude
-// Code, pointed at the DevTools door.
+// Code (the workspace's local scope, as mcp sync writes), pointed at the
+// DevTools door.
 func devToolsMCP(ctx context.Context, vms VMs, e state.Entry, notify func(string)) error {
+	d, err := guest.NewDevToolsMCP(guest.DevToolsMCPPrefix, runtime.GOARCH) // the guest's architecture is the host's
+	if err != nil {
+		return err
+	}
 	c, _, err := vms.Connect(ctx, e.Slug)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	notify(fmt.Sprintf("making sure chrome-devtools-mcp %s is installed in the VM (the first time: Node.js %s and it from the npm registry, about 50 MB)", guest.DevToolsMCP.Version, guest.DevToolsMCP.NodeVersion))
+	notify(fmt.Sprintf("making sure %s %s is installed in the VM (the first time, it and Node.js %s come from the npm registry: about 50 MB)",
+		guest.DevToolsMCPPackage, guest.DevToolsMCPVersion, guest.DevToolsNodeVersion))
 	var out, errOut strings.Builder
-	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(guest.DevToolsMCPInstall()), &out, &errOut)
+	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(d.Install()), &out, &errOut)
 	if err != nil {
-		return fmt.Errorf("installing chrome-devtools-mcp in VM %q: %w", e.Record.Branch, err)
+		return fmt.Errorf("installing %s in VM %q: %w", guest.DevToolsMCPPackage, e.Record.Branch, err)
 	}
 	if code != 0 {
-		return fmt.Errorf("installing chrome-devtools-mcp in VM %q failed (exit status %d): %s (hint: the npm registry must be reachable: `agent-vm net show %s`)",
-			e.Record.Branch, code, termsafe.String(lastLines(errOut.String()+out.String(), 5)), e.Slug)
+		return fmt.Errorf("installing %s in VM %q failed (exit status %d): %s (hint: the npm registry must be reachable: `agent-vm net show %s`)",
+			guest.DevToolsMCPPackage, e.Record.Branch, code, termsafe.String(lastLines(errOut.String()+out.String(), 5)), e.Slug)
 	}
-	command, args := guest.DevToolsMCPCommand()
-	servers := map[string]mcpconfig.Server{guest.DevToolsMCP.Name: {Type: "stdio", Command: command, Args: args}}
+	servers := map[string]mcpconfig.Server{guest.DevToolsMCPName: mcpconfig.DevToolsServer(d)}
 	if err := mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, servers, nil); err != nil {
 		return err
 	}
-	notify(fmt.Sprintf("registered %s with the VM's Claude Code (the workspace's MCP servers in ~/%s)", guest.DevToolsMCP.Name, guest.ClaudeConfig))
+	notify(fmt.Sprintf("registered %s with the VM's Claude Code (~/%s, the workspace's MCP servers)", guest.DevToolsMCPName, guest.ClaudeConfig))
 	return nil
 }
 
@@ -50,7 +56,7 @@ func unregisterDevToolsMCP(ctx context.Context, vms VMs, e state.Entry) error {
 		return err
 	}
 	defer c.Close()
-	return mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, nil, []string{guest.DevToolsMCP.Name})
+	return mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, nil, []string{guest.DevToolsMCPName})
 }
 
 // lastLines are s's last n lines.

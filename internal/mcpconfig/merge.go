@@ -19,53 +19,6 @@ import (
 // The local scope is the one that wins over the project's .mcp.json, which
 // the guest sees as well (shared): a server named in both is the synced one.
 func Merge(current []byte, path, project string, servers map[string]Server, previous []string) ([]byte, error) {
-	return editServers(current, path, project, func(mcp map[string]json.RawMessage) error {
-		for _, name := range previous {
-			if _, ok := servers[name]; !ok {
-				delete(mcp, name)
-			}
-		}
-		for name, s := range servers {
-			b, err := json.Marshal(s)
-			if err != nil {
-				return err
-			}
-			mcp[name] = b
-		}
-		return nil
-	})
-}
-
-// WithServer writes server s as name into a guest's ~/.claude.json
-// (current; path is only for messages), keeping everything else in it: in
-// the user scope (the top-level mcpServers, every project's) when project
-// is "", else in project's local scope. A server of the same name in a
-// higher scope wins over it in Claude Code (local, then project, then
-// user): one `mcp sync` writes from the host, say.
-func WithServer(current []byte, path, project, name string, s Server) ([]byte, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	return editServers(current, path, project, func(mcp map[string]json.RawMessage) error {
-		mcp[name] = b
-		return nil
-	})
-}
-
-// WithoutServer removes name from the scope WithServer writes to; the
-// rest of the file stays as it is.
-func WithoutServer(current []byte, path, project, name string) ([]byte, error) {
-	return editServers(current, path, project, func(mcp map[string]json.RawMessage) error {
-		delete(mcp, name)
-		return nil
-	})
-}
-
-// editServers applies edit to the mcpServers of a scope of current (the
-// user scope when project is "", else project's local scope) and returns
-// the file, everything else in it kept.
-func editServers(current []byte, path, project string, edit func(map[string]json.RawMessage) error) ([]byte, error) {
 	doc := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(current)) > 0 {
 		if err := json.Unmarshal(current, &doc); err != nil {
@@ -73,34 +26,38 @@ func editServers(current []byte, path, project string, edit func(map[string]json
 		}
 	}
 	projects := map[string]json.RawMessage{}
-	proj := doc
-	if project != "" {
-		if err := decodeField(doc, "projects", &projects, path); err != nil {
-			return nil, err
-		}
-		proj = map[string]json.RawMessage{}
-		if err := decodeField(projects, project, &proj, path); err != nil {
-			return nil, err
-		}
+	if err := decodeField(doc, "projects", &projects, path); err != nil {
+		return nil, err
+	}
+	proj := map[string]json.RawMessage{}
+	if err := decodeField(projects, project, &proj, path); err != nil {
+		return nil, err
 	}
 	mcp := map[string]json.RawMessage{}
 	if err := decodeField(proj, "mcpServers", &mcp, path); err != nil {
 		return nil, err
 	}
-	if err := edit(mcp); err != nil {
-		return nil, err
+	for _, name := range previous {
+		if _, ok := servers[name]; !ok {
+			delete(mcp, name)
+		}
+	}
+	for name, s := range servers {
+		b, err := json.Marshal(s)
+		if err != nil {
+			return nil, err
+		}
+		mcp[name] = b
 	}
 	var err error
 	if proj["mcpServers"], err = json.Marshal(mcp); err != nil {
 		return nil, err
 	}
-	if project != "" {
-		if projects[project], err = json.Marshal(proj); err != nil {
-			return nil, err
-		}
-		if doc["projects"], err = json.Marshal(projects); err != nil {
-			return nil, err
-		}
+	if projects[project], err = json.Marshal(proj); err != nil {
+		return nil, err
+	}
+	if doc["projects"], err = json.Marshal(projects); err != nil {
+		return nil, err
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
