@@ -273,8 +273,8 @@ func checkDevTools(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if info.Doors.DevTools != "127.0.0.1:"+strconv.Itoa(port) {
-		return failf(res, "browser --launch: the DevTools door leads to %q, want 127.0.0.1:%d", info.Doors.DevTools, port)
+	if info.Doors.DevTools != "127.0.0.1:"+strconv.Itoa(port) && !strings.Contains(res.Stderr, "runs with DevTools on port") {
+		return failf(res, "browser --launch: the DevTools door leads to %q, want 127.0.0.1:%d (or the port of the Chromium running already)", info.Doors.DevTools, port)
 	}
 	r, err := s.execOK(ctx, branch, "python3", "-c", devToolsClient, fmt.Sprintf("http://127.0.0.1:%d/", page))
 	if err != nil {

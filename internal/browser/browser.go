@@ -77,6 +77,10 @@ type Options struct {
 	Launcher func(ctx context.Context, port int) (hostbrowser.Launched, error)
 }
 
+// Stopper stops agent-vm's Chromium unless a VM other than except has a
+// door to it (usedBy names it): vm's Manager.StopBrowser.
+type Stopper func(ctx context.Context, except string) (usedBy string, stopped bool, err error)
+
 // DefaultDevToolsPort is a DevTools endpoint's usual port, on the host's
 // 127.0.0.1.
 const DefaultDevToolsPort = 9222
@@ -211,9 +215,14 @@ func Open(ctx context.Context, vms VMs, o Options) (*Info, error) {
 	return infoOf(e, d), nil
 }
 
-// Off closes every door of the VM name means and takes chrome-devtools-mcp
-// out of its guest's Claude Code configuration.
-func Off(ctx context.Context, vms VMs, name string) (*Info, error) {
+// Off closes every door of the VM name means, takes chrome-devtools-mcp
+// out of its guest's Claude Code configuration and, when the VM's DevTools
+// door led to agent-vm's Chromium, stops it unless another VM uses it
+// (stop; nil leaves it running).
+func Off(ctx context.Context, vms VMs, name string, stop Stopper, notify func(string)) (*Info, error) {
+	if notify == nil {
+		notify = func(string) {}
+	}
 	e, lock, err := vms.Locked(ctx, name)
 	if err != nil {
 		return nil, err
@@ -232,6 +241,17 @@ func Off(ctx context.Context, vms VMs, name string) (*Info, error) {
 	if was.DevTools != "" {
 		if err := unregisterDevToolsMCP(ctx, vms, e); err != nil {
 			return nil, fmt.Errorf("the doors are closed, but chrome-devtools-mcp is still registered in the guest: %w", err)
+		}
+	}
+	if was.Launched && stop != nil {
+		usedBy, stopped, err := stop(ctx, e.Slug)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("the doors are closed, but agent-vm's Chromium: %w", err)
+		case usedBy != "":
+			notify(fmt.Sprintf("agent-vm's Chromium keeps running: VM %s has a door to it", usedBy))
+		case stopped:
+			notify("stopped agent-vm's Chromium (its profile stays, logged in)")
 		}
 	}
 	return infoOf(e, bridge.Doors{}), nil

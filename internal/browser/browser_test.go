@@ -172,7 +172,7 @@ func TestOpenAddsDoorsAndOffClosesThem(t *testing.T) {
 	if shown, _ := Show(ctx, f, "feat"); len(shown.Open) != 2 {
 		t.Errorf("Show: %q, want two doors", shown.Open)
 	}
-	if _, err := Off(ctx, f, "feat"); err != nil {
+	if _, err := Off(ctx, f, "feat", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d := f.doors(t); d.Any() {

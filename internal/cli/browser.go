@@ -57,7 +57,7 @@ func browserCommand(stdio IO) *cli.Command {
 			case cliCtx.Bool("off") && (opening || o.Force):
 				return usagef("--off closes every door: it takes no door to open")
 			case cliCtx.Bool("off"):
-				info, err = browser.Off(cliCtx.Context, m, name)
+				info, err = browser.Off(cliCtx.Context, m, name, m.StopBrowser, o.Notify)
 			case opening:
 				info, err = browser.Open(cliCtx.Context, m, o)
 			case o.Force:
