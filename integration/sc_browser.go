@@ -65,7 +65,7 @@ type browserInfo struct {
 }
 
 func (s *S) browser(ctx context.Context, branch string, env []string, args ...string) (*browserInfo, *Result, error) {
-	res := s.call(ctx, call{args: append([]string{"browser", branch, "--json"}, args...), env: env, timeout: 10 * time.Minute * s.scale})
+	res := s.call(ctx, call{args: append([]string{"browser", branch, "--json"}, args...), env: env, timeout: 5 * time.Minute * s.scale})
 	if err := want(res, 0); err != nil {
 		return nil, res, err
 	}
@@ -267,6 +267,10 @@ func checkDevTools(ctx context.Context, s *S, branch string) error {
 	}
 	port, err := freeHostPort(9300)
 	if err != nil {
+		return err
+	}
+	// chrome-devtools-mcp comes from the npm registry, through the proxy.
+	if err := s.allowPackageSources(ctx, branch); err != nil {
 		return err
 	}
 	info, res, err := s.browser(ctx, branch, nil, "--launch", "--port", strconv.Itoa(port))

@@ -75,6 +75,9 @@ type Options struct {
 	// 127.0.0.1:port, or finds it running (cli wires vm's
 	// Manager.LaunchBrowser); needed for Launch.
 	Launcher func(ctx context.Context, port int) (hostbrowser.Launched, error)
+	// Stop stops the Chromium Launcher started when the door does not
+	// open after all (nil: it is left running).
+	Stop Stopper
 }
 
 // Stopper stops agent-vm's Chromium unless a VM other than except has a
@@ -115,7 +118,7 @@ func Show(ctx context.Context, vms VMs, name string) (*Info, error) {
 // o.Name means. Each door's host end is checked first, so a door that
 // would lead nowhere is an error, not an open door: no bridge socket, no
 // DevTools endpoint. Nothing changes when any check fails.
-func Open(ctx context.Context, vms VMs, o Options) (*Info, error) {
+func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 	if !o.ChromeBridge && !o.CDP && !o.Launch && !o.OpenURLs {
 		return nil, errors.New("no door named (hint: --chrome-bridge, --cdp [--port N], --launch or --open-urls; --off closes them)")
 	}
@@ -171,6 +174,15 @@ func Open(ctx context.Context, vms VMs, o Options) (*Info, error) {
 			l, err := o.Launcher(ctx, port)
 			if err != nil {
 				return nil, err
+			}
+			if !l.Reused && o.Stop != nil {
+				// A Chromium started for a door that then does not open
+				// is stopped again.
+				defer func() {
+					if openErr != nil {
+						_, _, _ = o.Stop(context.WithoutCancel(ctx), e.Slug)
+					}
+				}()
 			}
 			for _, w := range l.Warnings {
 				notify(w)

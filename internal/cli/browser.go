@@ -47,7 +47,7 @@ func browserCommand(stdio IO) *cli.Command {
 			}
 			o := browser.Options{Name: name, ChromeBridge: cliCtx.Bool("chrome-bridge"), CDP: cliCtx.Bool("cdp"),
 				Port: cliCtx.Int("port"), Launch: cliCtx.Bool("launch"), OpenURLs: cliCtx.Bool("open-urls"), Force: cliCtx.Bool("force"),
-				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }, Getenv: stdio.Getenv, Launcher: m.LaunchBrowser}
+				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }, Getenv: stdio.Getenv, Launcher: m.LaunchBrowser, Stop: m.StopBrowser}
 			opening := o.ChromeBridge || o.CDP || o.Launch || o.OpenURLs
 			if cliCtx.IsSet("port") && !o.CDP && !o.Launch {
 				return usagef("--port is the DevTools endpoint's: it goes with --cdp or --launch")
