@@ -19,7 +19,7 @@ func agentCLIScenario() Scenario {
 		NeedsVM: true,
 		// Templates are the qemu backend's (a saved QEMU machine).
 		Backends: []string{"qemu"},
-		Verbs:    []string{"create", "template", "setup", "run", "net", "start", "exec", "status", "destroy"},
+		Verbs:    []string{"create", "template", "setup", "run", "net", "start", "exec", "status", "destroy", "browser"},
 		run:      runAgentCLI,
 	}
 }
@@ -223,6 +223,9 @@ func runAgentCLI(ctx context.Context, s *S) {
 			return failf(bad, "run --agent no-such-tool does not say the VM lacks it and which agents run installs")
 		}
 		return nil
+	})
+	s.Step(ctx, "run --chrome: with no bridge socket it says what to do and what it fell back to; with one, claude starts with --chrome", func() error {
+		return checkRunChrome(ctx, s, rp.Dir, tenv)
 	})
 	s.Step(ctx, "destroy both; template rm all leaves no template", func() error {
 		for _, b := range []string{agentNewBranch, agentBranch} {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -362,4 +363,61 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 		return failf(log, "net log does not show the opened URL")
 	}
 	return nil
+}
+
+// checkRunChrome runs claude with --chrome in the agent-cli scenario's
+// new VM (which has Claude Code): first with an empty bridge directory,
+// where run says to start Claude in Chrome on the host and what it fell
+// back to, and the agent starts without --chrome; then with the test's
+// bridge socket, where the session's command has --chrome. --chrome with
+// another agent is refused.
+func checkRunChrome(ctx context.Context, s *S, dir string, env []string) error {
+	kbd, err := newKeyboard()
+	if err != nil {
+		return err
+	}
+	defer kbd.Close()
+	empty, err := s.tempDir("bridge-empty-")
+	if err != nil {
+		return err
+	}
+	full, err := s.tempDir("bridge-")
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{empty, full} {
+		if err := os.Chmod(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if _, err := serveBridge(ctx, full); err != nil {
+		return err
+	}
+	run := func(bridgeDir string, args ...string) *Result {
+		return s.call(ctx, call{args: append([]string{"run", agentNewBranch}, args...), dir: dir, stdin: kbd.File,
+			env: append(slices.Clone(env), "AGENT_VM_CHROME_BRIDGE_DIR="+bridgeDir), timeout: s.bootTimeout(1)})
+	}
+	res := run(empty, "--agent", "claude", "--chrome", "--", "--version")
+	if err := want(res, 0); err != nil {
+		return err
+	}
+	if !strings.Contains(res.Stderr, "run `claude --chrome` on the host") ||
+		!strings.Contains(res.Stderr, "no DevTools endpoint to fall back to") && !strings.Contains(res.Stderr, "fell back to DevTools") {
+		return failf(res, "run --chrome with no bridge socket: want the guidance (run `claude --chrome` on the host) and what it fell back to")
+	}
+	if !strings.Contains(res.Stderr, ": claude --version") {
+		return failf(res, "run --chrome with no bridge socket: the agent should start as `claude --version`, without --chrome")
+	}
+	res = run(full, "--agent", "claude", "--chrome", "--", "--version")
+	if err := want(res, 0); err != nil {
+		return err
+	}
+	if !strings.Contains(res.Stderr, ": claude --chrome --version") {
+		return failf(res, "run --chrome with a bridge socket: the agent should start as `claude --chrome --version`")
+	}
+	res = run(full, "--agent", "sh", "--chrome")
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "--chrome is Claude Code's") {
+		return failf(res, "run --agent sh --chrome: want it refused (--chrome is Claude Code's)")
+	}
+	return want(s.call(ctx, call{args: []string{"browser", agentNewBranch, "--off"}, dir: dir}), 0)
 }
