@@ -32,6 +32,11 @@ const browserTitle = "itest-browser-page-7c2e"
 
 func browserSteps(ctx context.Context, s *S, branch string) {
 	skip := s.lacks(featureBrowser)
+	if skip == "" {
+		// Whatever the steps did, agent-vm's Chromium does not outlive
+		// them (--off stops it; a VM's destroy does not).
+		defer s.call(context.WithoutCancel(ctx), call{args: []string{"browser", branch, "--off"}, quiet: true})
+	}
 	s.StepUnless(ctx, "browser: nothing open: no DevTools port, no bridge socket, xdg-open says it is off", skip, func() error {
 		return checkNoDoors(ctx, s, branch)
 	})
@@ -228,8 +233,8 @@ func checkChromeBridge(ctx context.Context, s *S, branch string) error {
 
 // devToolsClient is run by python3 in the guest: it starts the DevTools
 // MCP server as the guest's Claude Code would (its entry in ~/.claude.json),
-// lists its tools, has it open URL and evaluate document.title, and prints
-// what came back.
+// lists its tools, has it open URL in a new page and evaluate
+// document.title there, and prints what came back.
 const devToolsClient = `
 import json, os, subprocess, sys
 url = sys.argv[1]
@@ -253,10 +258,15 @@ call(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "cli
 send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 tools = [t["name"] for t in call(2, "tools/list", {})["tools"]]
 print("tools:", " ".join(sorted(tools)))
-r = call(3, "tools/call", {"name": "navigate_page", "arguments": {"url": url}})
+r = call(3, "tools/call", {"name": "new_page", "arguments": {"url": url}})
+text = "".join(c.get("text", "") for c in r.get("content", []))
 if r.get("isError"):
-    sys.exit("navigate_page: " + json.dumps(r))
-r = call(4, "tools/call", {"name": "evaluate_script", "arguments": {"function": "() => document.title"}})
+    sys.exit("new_page: " + text)
+# The answer lists the pages, "N: TITLE (URL) [selected]" each.
+page = next((int(l.split(":")[0]) for l in text.splitlines() if l.endswith("[selected]") and l.split(":")[0].isdigit()), None)
+if page is None:
+    sys.exit("new_page named no selected page: " + text)
+r = call(4, "tools/call", {"name": "evaluate_script", "arguments": {"pageId": page, "function": "() => document.title"}})
 print("title:", json.dumps(r["content"]))
 p.stdin.close(); p.terminate()
 `
@@ -285,8 +295,8 @@ func checkDevTools(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(r.Stdout, "navigate_page") || !strings.Contains(r.Stdout, "evaluate_script") {
-		return failf(r, "chrome-devtools-mcp in the guest lists no navigate_page and evaluate_script")
+	if !strings.Contains(r.Stdout, "new_page") || !strings.Contains(r.Stdout, "evaluate_script") {
+		return failf(r, "chrome-devtools-mcp in the guest lists no new_page and evaluate_script")
 	}
 	if !strings.Contains(r.Stdout, browserTitle) {
 		return failf(r, "the page's title %q did not come back through the guest's DevTools MCP server", browserTitle)
