@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,8 +59,13 @@ const DoorsRequest = "doors@agent-vm"
 // doors are the forwards a holder keeps open.
 type doors struct {
 	mu   sync.Mutex
-	open []net.Listener
+	open []opened
 	log  hclog.Logger
+}
+
+type opened struct {
+	l net.Listener
+	d Door
 }
 
 // apply closes the open doors and opens want on c. A door that fails does
@@ -67,10 +73,7 @@ type doors struct {
 func (ds *doors) apply(ctx context.Context, c *ssh.Client, want []Door) error {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	for _, l := range ds.open {
-		l.Close() // cancels the forward
-	}
-	ds.open = nil
+	ds.close(c)
 	var errs []error
 	for _, d := range want {
 		l, err := openDoor(c, d)
@@ -78,11 +81,31 @@ func (ds *doors) apply(ctx context.Context, c *ssh.Client, want []Door) error {
 			errs = append(errs, fmt.Errorf("opening the %s door at the guest's %s: %w", d.Name, d.guestAddr(), err))
 			continue
 		}
-		ds.open = append(ds.open, l)
+		ds.open = append(ds.open, opened{l, d})
 		ds.log.Info("door open", "door", d.Name, "guest", d.guestAddr())
 		go ds.accept(ctx, l, d)
 	}
 	return errors.Join(errs...)
+}
+
+// close closes the open doors; the sockets of socket doors, which the
+// guest's sshd leaves behind when a forward is cancelled, are removed
+// (c nil: the connection is going, and the guest's /tmp with it at its
+// next boot), so no guest program finds a socket that leads nowhere.
+func (ds *doors) close(c *ssh.Client) {
+	for _, o := range ds.open {
+		o.l.Close() // cancels the forward
+		if c == nil || o.d.GuestSocket == "" {
+			continue
+		}
+		if s, err := c.NewSession(); err == nil {
+			if err := s.Run("rm -f -- '" + strings.ReplaceAll(o.d.GuestSocket, "'", `'\''`) + "'"); err != nil {
+				ds.log.Debug("removing a closed door's socket", "door", o.d.Name, "error", err)
+			}
+			s.Close()
+		}
+	}
+	ds.open = nil
 }
 
 func openDoor(c *ssh.Client, d Door) (net.Listener, error) {
@@ -118,10 +141,7 @@ func (ds *doors) accept(ctx context.Context, l net.Listener, d Door) {
 func (ds *doors) closeAll() {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	for _, l := range ds.open {
-		l.Close()
-	}
-	ds.open = nil
+	ds.close(nil)
 }
 
 // Reload has the holder of f read its doors again and open them

@@ -115,15 +115,8 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 		c.Close()
 		t.Errorf("the port door still accepts after a reload closed it")
 	}
-	if c, err := net.DialTimeout("unix", sock, 2*time.Second); err == nil {
-		// sshd may leave the socket file; a connection must not reach the host.
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		_, _ = c.Write([]byte("late\n"))
-		buf := make([]byte, 64)
-		if n, _ := c.Read(buf); n > 0 {
-			t.Errorf("the socket door answered %q after a reload closed it", buf[:n])
-		}
-		c.Close()
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the closed door's socket is still in the guest (%v): a guest program would find it and reach nothing", err)
 	}
 }
 
