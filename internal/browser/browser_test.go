@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // fakeVMs is a FAKE of vm's Manager for the browser room: one VM in a
@@ -118,7 +119,7 @@ func TestOpenRefusals(t *testing.T) {
 		{"stopped", func(f *fakeVMs) { f.state = driver.StateStopped }, Options{OpenURLs: true}, `VM "feat" is stopped`},
 		{"offline", func(f *fakeVMs) { f.e.Record.Net = &state.Net{Mode: egress.ModeOffline} }, Options{OpenURLs: true}, "--force opens it anyway"},
 		{"no bridge socket", nil, Options{ChromeBridge: true, Getenv: env(map[string]string{bridge.ChromeBridgeDirEnv: empty})}, "run `claude --chrome` on the host"},
-		{"no DevTools endpoint", nil, Options{CDP: true, Port: freePort(t)}, "nothing answers"},
+		{"no DevTools endpoint", nil, Options{CDP: true, Port: testutil.FreePort(t)}, "nothing answers"},
 		{"port out of range", nil, Options{CDP: true, Port: 70000}, "--port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -242,14 +243,4 @@ func TestForAgentTunnelsTheBridge(t *testing.T) {
 	if d := f.doors(t); d.ChromeBridge != dir {
 		t.Errorf("doors: %+v", d)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // greeter is a door's host end: it answers each line with "hello " and
@@ -60,7 +61,7 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	s := guestSSHD(t)
 	guestDir := filepath.Join(t.TempDir(), "bridge")
 	sock := filepath.Join(guestDir, "agent-vm.sock")
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	var sockServed, portServed atomic.Int32
 	var open atomic.Bool
 	open.Store(true)
@@ -125,7 +126,7 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 func TestDoorsReloadSaysWhichDoorFailed(t *testing.T) {
 	s := guestSSHD(t)
 	var served atomic.Int32
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	doors := func() ([]Door, error) {
 		return []Door{
 			{Name: "broken", GuestSocket: "/nonexistent-dir/x.sock", Serve: greeter(&served)},
@@ -151,18 +152,6 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freePort is a port nothing listens on now, for the guest's end of a
-// door.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // A caller listening on a notices channel hears each line the holder's
