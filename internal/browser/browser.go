@@ -190,7 +190,7 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 			if l.Port != port {
 				// One profile, one Chromium: the one running keeps its port.
 				notify(fmt.Sprintf("agent-vm's Chromium runs with DevTools on port %d, not %d: the door leads there", l.Port, port))
-				port, addr = l.Port, bridge.DevToolsAddr(l.Port)
+				addr = bridge.DevToolsAddr(l.Port)
 			}
 			switch {
 			case l.Reused:
@@ -213,11 +213,11 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 	}
 	if o.OpenURLs {
 		d.OpenURLs, d.Log = true, netpolicy.LogPath(e.Layout)
-		if p, err := exec.LookPath("xdg-open"); err == nil {
+		if p, err := exec.LookPath(bridge.Opener); err == nil {
 			d.Opener = p
 		} else {
 			d.Opener = ""
-			notify("no xdg-open on this host: the guest's URLs are shown and logged here, not opened")
+			notify("no " + bridge.Opener + " on this host: the guest's URLs are shown and logged here, not opened")
 		}
 	}
 	d.Forced = was.Forced || offline
