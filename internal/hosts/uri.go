@@ -58,8 +58,11 @@ func (u URI) SSHTarget() string {
 const uriHint = "(hint: qemu:///system for this machine's libvirtd, qemu+ssh://USER@HOST/system for another machine's)"
 
 var (
-	userRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
-	labelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+	// passwordRE finds the password of a URI's user information
+	// (scheme://user:password@), well-formed or not.
+	passwordRE = regexp.MustCompile(`^([^:/?#]+://[^/?#@:]*):[^/?#]*@`)
+	userRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
+	labelRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 )
 
 // ParseURI reads s as one of the libvirt URIs agent-vm accepts:
@@ -75,6 +78,10 @@ func ParseURI(s string) (URI, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return URI{}, fmt.Errorf("the libvirt URI is empty %s", uriHint)
+	}
+	if shown := passwordRE.ReplaceAllString(s, "${1}:xxxxx@"); shown != s {
+		// Checked first, so that no other error quotes the password.
+		return URI{}, fmt.Errorf("libvirt URI %q holds a password; agent-vm never stores one (hint: log in with an SSH key: ssh-copy-id, then qemu+ssh://USER@HOST/system)", shown)
 	}
 	pu, err := url.Parse(s)
 	if err != nil || pu.Scheme == "" || pu.Opaque != "" {
@@ -149,9 +156,6 @@ func (u *URI) readSSH(pu *url.URL) error {
 		return fmt.Errorf("libvirt URI %q has an empty port (hint: leave out the colon for ssh's port 22, or give the port)", s)
 	}
 	if pu.User != nil {
-		if _, hasPass := pu.User.Password(); hasPass {
-			return fmt.Errorf("libvirt URI %q holds a password; agent-vm never stores one (hint: log in with an SSH key: ssh-copy-id, then qemu+ssh://USER@HOST/%s)", redactPassword(pu), u.Daemon)
-		}
 		u.User = pu.User.Username()
 		if !userRE.MatchString(u.User) {
 			return fmt.Errorf("libvirt URI %q: %q is not a user name (hint: letters, digits, '.', '_' and '-', not starting with '-' or '.')", s, u.User)
@@ -210,12 +214,4 @@ func validHost(h string) bool {
 		}
 	}
 	return true
-}
-
-// redactPassword is the URI with its password replaced, for the error
-// that refuses it.
-func redactPassword(pu *url.URL) string {
-	c := *pu
-	c.User = url.UserPassword(pu.User.Username(), "xxxxx")
-	return c.String()
 }
