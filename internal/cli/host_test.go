@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // host add, list (table and JSON) and rm through the command line, with a
@@ -58,5 +60,35 @@ func TestHostAddListRm(t *testing.T) {
 	run("host", "rm", "big")
 	if r := run("host", "list"); !strings.Contains(r.stdout, "no hosts") {
 		t.Errorf("list after rm:\n%s", r.stdout)
+	}
+}
+
+// host doctor of a qemu+ssh host nobody answers for (nothing listens on
+// port 1 here): real virsh and ssh fail at once, one line, exit 1, and the
+// error names the host and how to log in without a prompt. JSON says the
+// same on stdout.
+func TestHostDoctorUnreachable(t *testing.T) {
+	tu.Program(t, "virsh")
+	tu.Program(t, "ssh")
+	st := t.TempDir()
+	env := map[string]string{"XDG_CONFIG_HOME": t.TempDir()}
+	const uri = "qemu+ssh://nobody@127.0.0.1:1/system"
+	if r := agentVMEnv(t, "", st, env, "host", "add", "gone", uri); r.code != 0 {
+		t.Fatalf("host add: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r := agentVMEnv(t, "", st, env, "host", "doctor", "gone")
+	if r.code != 1 || !strings.Contains(r.stdout, "--  libvirt") || strings.Count(r.stdout, "\n") > 3 ||
+		!strings.Contains(r.stderr, "host gone ("+uri+"): libvirt is not reachable (hint: `ssh -p 1 nobody@127.0.0.1 true` must log in without a prompt") {
+		t.Errorf("host doctor gone: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = agentVMEnv(t, "", st, env, "host", "doctor", "gone", "--json")
+	var rep struct {
+		Host      string
+		OK        bool
+		Reachable bool
+		Checks    []struct{ Name, Detail string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 1 || rep.Host != "gone" || rep.OK || rep.Reachable || len(rep.Checks) != 1 {
+		t.Errorf("host doctor gone --json: exit %d, %+v, %v\n%s%s", r.code, rep, err, r.stdout, r.stderr)
 	}
 }

@@ -220,7 +220,13 @@ func (d *Doctor) accel(ctx context.Context, u URI, r *Report) {
 	c := Check{Name: "KVM"}
 	_, kvmErr := d.virsh(ctx, u, "domcapabilities", "--virttype", "kvm")
 	if kvmErr == nil {
-		r.Accel, c.OK, c.Detail = "kvm", true, "libvirt can run KVM guests"
+		// What libvirt offers, from /dev/kvm and QEMU's answers: a KVM
+		// that is there but does not run a guest (broken nested
+		// virtualization) is offered too, and only a boot tells.
+		r.Accel, c.OK, c.Detail = "kvm", true, "libvirt offers KVM (its domain capabilities; no guest was booted to prove it)"
+		if !u.Remote() {
+			c.Hint = "`agent-vm doctor` probes KVM on this machine with a real boot"
+		}
 		r.add(c)
 		return
 	}
@@ -252,12 +258,17 @@ func (d *Doctor) node(ctx context.Context, u URI, r *Report) {
 		return
 	}
 	c.OK = true
-	c.Detail = fmt.Sprintf("%d CPUs, %s memory", n.CPUs, kib(n.MemoryKiB))
+	// Memory and what is available come from one source, nodememstats,
+	// when it answers: nodeinfo's memory size need not be its total (in
+	// a container here it was the cgroup's 20 GiB of 23.5).
 	if out, err := d.virsh(ctx, u, "nodememstats"); err == nil {
-		if avail, ok := ParseMemStats(out); ok {
-			n.AvailableKiB = avail
-			c.Detail += fmt.Sprintf(", %s available", kib(avail))
+		if total, avail, ok := ParseMemStats(out); ok {
+			n.MemoryKiB, n.AvailableKiB = total, avail
 		}
+	}
+	c.Detail = fmt.Sprintf("%d CPUs, %s memory", n.CPUs, kib(n.MemoryKiB))
+	if n.AvailableKiB > 0 {
+		c.Detail += fmt.Sprintf(", %s available", kib(n.AvailableKiB))
 	}
 	r.Node = &n
 	r.add(c)

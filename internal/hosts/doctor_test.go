@@ -64,7 +64,7 @@ func (h fakeHost) runner(t *testing.T) *execxtest.Fake {
 			}
 			return execxtest.Reply{Stdout: "<domainCapabilities/>"}
 		case "nodeinfo":
-			return execxtest.Reply{Stdout: "CPU model:           x86_64\nCPU(s):              32\nCPU frequency:       2400 MHz\nNUMA cell(s):        1\nMemory size:         131072000 KiB\n\n"}
+			return execxtest.Reply{Stdout: "CPU model:           x86_64\nCPU(s):              32\nCPU frequency:       2400 MHz\nNUMA cell(s):        1\nMemory size:         104857600 KiB\n\n"}
 		case "nodememstats":
 			return execxtest.Reply{Stdout: "total  :            131072000 KiB\nfree   :             52428800 KiB\nbuffers:              1048576 KiB\ncached :             10485760 KiB\n"}
 		case "pool-list --all --name":
@@ -119,7 +119,7 @@ func TestDoctorAllWell(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"libvirt":              "libvirt 9.0.0, hypervisor QEMU 7.2.0",
-		"KVM":                  "libvirt can run KVM guests",
+		"KVM":                  "libvirt offers KVM (its domain capabilities; no guest was booted to prove it)",
 		"CPUs and memory":      "32 CPUs, 125.0 GiB memory, 61.0 GiB available",
 		"storage pool default": "active, 512.50 GiB available",
 		"networks":             "default (active)",
@@ -263,7 +263,12 @@ func TestParseNodeInfoRefuses(t *testing.T) {
 			t.Errorf("ParseNodeInfo(%q) = %+v", out, n)
 		}
 	}
-	if _, ok := ParseMemStats("total: 5 KiB\n"); ok {
+	if _, _, ok := ParseMemStats("total: 5 KiB\n"); ok {
 		t.Error("ParseMemStats without free accepted")
+	}
+	// free, buffers and cached can add up to more than the total when
+	// they are counted at different moments: available stays within it.
+	if total, avail, ok := ParseMemStats("total: 100 KiB\nfree: 90 KiB\nbuffers: 5 KiB\ncached: 20 KiB\n"); !ok || total != 100 || avail != 100 {
+		t.Errorf("ParseMemStats: %d, %d, %v; want 100, 100", total, avail, ok)
 	}
 }

@@ -41,20 +41,22 @@ func ParseNodeInfo(out string) (Node, error) {
 	return Node{CPUs: cpus, MemoryKiB: mem}, nil
 }
 
-// ParseMemStats reads `virsh nodememstats`: the memory available, free
-// plus buffers plus cached (what the kernel gives back when asked).
-func ParseMemStats(out string) (uint64, bool) {
+// ParseMemStats reads `virsh nodememstats`: the total, and the memory
+// available, free plus buffers plus cached (what the kernel gives back
+// when asked), never above the total.
+func ParseMemStats(out string) (total, avail uint64, ok bool) {
 	f := fields(out)
-	free, ok := parseKiB(f["free"])
-	if !ok {
-		return 0, false
+	total, okTotal := parseKiB(f["total"])
+	avail, okFree := parseKiB(f["free"])
+	if !okTotal || !okFree || total == 0 {
+		return 0, 0, false
 	}
 	for _, k := range []string{"buffers", "cached"} {
 		if n, ok := parseKiB(f[k]); ok {
-			free += n
+			avail += n
 		}
 	}
-	return free, true
+	return total, min(avail, total), true
 }
 
 // parseKiB reads "16303368 KiB".
