@@ -259,8 +259,9 @@ func (d *Doctor) node(ctx context.Context, u URI, r *Report) {
 	}
 	c.OK = true
 	// Memory and what is available come from one source, nodememstats,
-	// when it answers: nodeinfo's memory size need not be its total (in
-	// a container here it was the cgroup's 20 GiB of 23.5).
+	// when it answers: nodeinfo's memory size need not be its total (on
+	// agent-vm's CI machine it said 20 GiB where /proc/meminfo and
+	// nodememstats said 23.5).
 	if out, err := d.virsh(ctx, u, "nodememstats"); err == nil {
 		if total, avail, ok := ParseMemStats(out); ok {
 			n.MemoryKiB, n.AvailableKiB = total, avail
