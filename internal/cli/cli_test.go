@@ -367,6 +367,12 @@ func TestCorruptRecordIsAnInvalidRow(t *testing.T) {
 
 func TestUsageErrorsAndExitCodes(t *testing.T) {
 	st := t.TempDir()
+	// The hosts registry is the configuration directory's: one of the
+	// test's own, with host big in it.
+	env := map[string]string{"XDG_CONFIG_HOME": t.TempDir()}
+	if r := agentVMEnv(t, "", st, env, "host", "add", "big", "qemu+ssh://ann@big.example.com/system"); r.code != 0 {
+		t.Fatalf("host add: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	cases := []struct {
 		args []string
 		code int
@@ -386,10 +392,23 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"logs", "-n", "0", "x"}, 2, "--lines 0 must be at least 1 (hint: "},
 		{[]string{"mcp-proxy"}, 2, "mcp-proxy needs --token-file (hint: "},
 		{[]string{"mcp-proxy", "--listen", "127.0.0.1:0"}, 2, "mcp-proxy needs --token-file (hint: "},
+		{[]string{"host", "bogus"}, 2, `unknown command "host bogus"`},
+		{[]string{"host", "add"}, 2, "host add takes NAME URI, got 0 arguments"},
+		{[]string{"host", "add", "big"}, 2, "host add takes NAME URI, got 1 arguments"},
+		{[]string{"host", "add", "Big", "qemu:///system"}, 1, `host name "Big" is not a short name`},
+		{[]string{"host", "add", "local", "qemu:///system"}, 1, "kept for this machine"},
+		{[]string{"host", "add", "other", "qemu+tcp://server/system"}, 1, "no authentication"},
+		{[]string{"host", "add", "other", "qemu+ssh://server/system?no_verify=1"}, 1, "skips ssh's host key check"},
+		{[]string{"host", "add", "big", "qemu:///system"}, 1, "`agent-vm host rm big` first"},
+		{[]string{"host", "rm"}, 2, "host rm takes one NAME, got 0 arguments"},
+		{[]string{"host", "rm", "nope"}, 1, "host nope: no such host; the hosts are big"},
+		{[]string{"host", "doctor"}, 2, "host doctor takes one NAME"},
+		{[]string{"host", "doctor", "nope"}, 1, "host nope: no such host; the hosts are big"},
+		{[]string{"host", "list", "extra"}, 2, "list takes no arguments"},
 		{[]string{"version"}, 0, ""},
 	}
 	for _, c := range cases {
-		r := agentVM(t, t.TempDir(), st, c.args...)
+		r := agentVMEnv(t, t.TempDir(), st, env, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr+r.stdout, c.want) {
 			t.Errorf("agent-vm %v: exit %d (want %d)\n%s%s", c.args, r.code, c.code, r.stdout, r.stderr)
 		}

@@ -95,6 +95,15 @@ type Table struct {
 	// the values are read by this user's agent-vm alone, and never from a
 	// VM's directory, which a guest's helpers reach.
 	Secrets *Dir
+	// Hosts, the registry of libvirt hosts VMs may be placed on
+	// (internal/hosts), $XDG_CONFIG_HOME/agent-vm/hosts
+	// (~/.config/agent-vm/hosts): 0700 in the 0700 agent-vm beside
+	// Secrets, its files 0600. A host's entry is no credential, but it
+	// names the user and machine agent-vm logs in to and the key file it
+	// logs in with: one user's configuration, which nobody else needs to
+	// read, and which decides where this user's VMs (and their secrets'
+	// placeholders) would run, so nobody else may write it.
+	Hosts *Dir
 	// Browser, $XDG_DATA_HOME/agent-vm/browser
 	// (~/.local/share/agent-vm/browser): 0700, as are its parent
 	// agent-vm and the profile directory internal/hostbrowser makes in
@@ -143,7 +152,9 @@ func NewTable(roots Roots, getenv func(string) string, euid int) Table {
 	case euid == 0:
 		h.Handoff = h.Lib.Sub("libvirt", 0o711)
 	}
-	h.Secrets = Top(XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), 0o700, InXDG).Sub("secrets", 0o700)
+	config := Top(XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), 0o700, InXDG)
+	h.Secrets = config.Sub("secrets", 0o700)
+	h.Hosts = config.Sub("hosts", 0o700)
 	h.Browser = Top(XDG(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vm"), 0o700, InXDG).Sub("browser", 0o700)
 	if euid == 0 {
 		h.Registry = h.Lib.Sub("state-dirs", 0o700)

@@ -37,6 +37,12 @@ func TestTheTable(t *testing.T) {
 	if d := h.Secrets; d.Path != "/home/u/.config/agent-vm/secrets" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.config/agent-vm" || d.Parent.Mode != 0o700 {
 		t.Errorf("secrets %s %04o in %v; want /home/u/.config/agent-vm/secrets 0700 in ~/.config/agent-vm 0700", d.Path, d.Mode, d.Parent)
 	}
+	if d := h.Hosts; d.Path != "/home/u/.config/agent-vm/hosts" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.config/agent-vm" || d.Parent.Mode != 0o700 {
+		t.Errorf("hosts %s %04o in %v; want /home/u/.config/agent-vm/hosts 0700 in ~/.config/agent-vm 0700", d.Path, d.Mode, d.Parent)
+	}
+	if d := NewTable(Roots{}, func(k string) string { return map[string]string{"HOME": "/home/u", "XDG_CONFIG_HOME": "/cfg"}[k] }, 1000).Hosts; d.Path != "/cfg/agent-vm/hosts" {
+		t.Errorf("with XDG_CONFIG_HOME=/cfg: hosts %s, want /cfg/agent-vm/hosts", d.Path)
+	}
 	if d := h.Browser; d.Path != "/home/u/.local/share/agent-vm/browser" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.local/share/agent-vm" || d.Parent.Mode != 0o700 {
 		t.Errorf("browser %s %04o in %v; want /home/u/.local/share/agent-vm/browser 0700 in ~/.local/share/agent-vm 0700", d.Path, d.Mode, d.Parent)
 	}

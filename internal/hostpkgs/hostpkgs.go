@@ -114,6 +114,7 @@ func programs(arch string) []Program {
 		{Name: "sh", Debian: []string{"dash"}, Fedora: []string{"bash"}, Need: Test},
 		{Name: "shellcheck", Debian: []string{"shellcheck"}, Fedora: []string{"ShellCheck"}, Need: Test},
 		{Name: "sleep", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Test},
+		// `host doctor` looks for virtiofsd on a qemu+ssh host with it.
 		{Name: "ssh", Debian: []string{"openssh-client"}, Fedora: []string{"openssh-clients"}, Need: Test},
 		{Name: "ssh-keygen", Debian: []string{"openssh-client"}, Fedora: []string{"openssh-clients"}, Need: Test},
 		{Name: "sshd", Paths: []string{"/usr/sbin/sshd"}, Debian: []string{"openssh-server"}, Fedora: []string{"openssh-server"}, Need: Test},
@@ -127,6 +128,7 @@ func programs(arch string) []Program {
 		// The plugin's package brings vagrant itself; doctor checks that
 		// vagrant lists the plugin.
 		{Name: "vagrant", Debian: []string{"vagrant-libvirt"}, Fedora: []string{"vagrant-libvirt"}, Need: Vagrant | Test},
+		// `host doctor` runs it too, against any host's URI.
 		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Test},
 		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
 			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test, Optional: true},

@@ -32,6 +32,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/hostca"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -87,6 +88,10 @@ type Manager struct {
 	// secrets in a VM's scope its start hands the VM's egress proxy; nil
 	// for none.
 	Secrets *secret.Store
+
+	// Hosts is the registry of libvirt hosts (internal/hosts) that
+	// `host` edits and checks; nil for none. No VM is placed on one yet.
+	Hosts *hosts.Registry
 
 	// templates: this Manager drives templates (forTemplates), whose
 	// guests get no proxy CA and no secret (their clones get their own).

@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -87,6 +88,7 @@ func Open(c Config) (*Manager, error) {
 	m.dirs = dirs
 	m.TemplateDir = dirs.Templates
 	m.Secrets = &secret.Store{Dir: dirs.Secrets}
+	m.Hosts = &hosts.Registry{Dir: dirs.Hosts}
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {

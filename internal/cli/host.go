@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/hosts"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// hostCommand is `host add|list|rm|doctor`: the libvirt hosts VMs may be
+// placed on (internal/hosts). Placing a VM on one is not built yet.
+func hostCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:  "host",
+		Usage: "libvirt hosts VMs may run on, e.g. a bigger machine over SSH (add, list, rm, doctor)",
+		Description: "A host is a short NAME and a libvirt URI: qemu:///system (this machine's libvirtd), or\n" +
+			"qemu+ssh://USER@SERVER/system for another machine that USER can ssh to without a prompt (a key in\n" +
+			"ssh-agent, or keyfile=/path/to/key; the server's host key already in ~/.ssh/known_hosts). They are\n" +
+			"kept in $XDG_CONFIG_HOME/agent-vm/hosts (~/.config/agent-vm/hosts). `host doctor NAME` checks what\n" +
+			"agent-vm would need there. Placing a VM on a host is not built yet: VMs still run on this machine.",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "add",
+				Usage:     "register a libvirt host under a short name",
+				ArgsUsage: "NAME URI",
+				Action: func(cliCtx *cli.Context) error {
+					if cliCtx.NArg() != 2 {
+						return usagef("host add takes NAME URI, got %d arguments (hint: `agent-vm host add big qemu+ssh://you@server/system`)", cliCtx.NArg())
+					}
+					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+						h, err := m.Hosts.Add(cliCtx.Context, cliCtx.Args().Get(0), cliCtx.Args().Get(1))
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(stdio.Out, "added host %s (%s) (hint: `agent-vm host doctor %s` checks it)\n", h.Name, termsafe.String(h.URI), h.Name)
+						return nil
+					})(cliCtx)
+				},
+			},
+			{
+				Name:    "list",
+				Aliases: []string{"ls"},
+				Usage:   "list the hosts: name, URI, when added",
+				Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print JSON: [{"name", "uri", "added"}]`}},
+				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					if err := noArgs(cliCtx); err != nil {
+						return err
+					}
+					return hostList(cliCtx, stdio, m)
+				}),
+			},
+			{
+				Name:      "rm",
+				Usage:     "forget a host",
+				ArgsUsage: "NAME",
+				Action: withHostName(stdio, func(cliCtx *cli.Context, m *vm.Manager, name string) error {
+					if err := m.Hosts.Remove(name); err != nil {
+						return err
+					}
+					fmt.Fprintf(stdio.Out, "removed host %s\n", name)
+					return nil
+				}),
+			},
+			{
+				Name:      "doctor",
+				Usage:     "check a host: libvirt reachable, KVM, CPUs and memory, the storage pool, networks, virtiofsd; exit 1 if a check fails",
+				ArgsUsage: "NAME",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+				Action: withHostName(stdio, func(cliCtx *cli.Context, m *vm.Manager, name string) error {
+					r, err := m.HostDoctor(cliCtx.Context, name)
+					if err != nil {
+						return err
+					}
+					if cliCtx.Bool("json") {
+						if err := writeJSON(stdio.Out, r); err != nil {
+							return err
+						}
+					} else {
+						printHostChecks(stdio, r)
+					}
+					return r.Err()
+				}),
+			},
+		},
+	}
+}
+
+// withHostName is the action of host rm and doctor: their one NAME
+// argument is checked before the Manager opens.
+func withHostName(stdio IO, f func(cliCtx *cli.Context, m *vm.Manager, name string) error) cli.ActionFunc {
+	return func(cliCtx *cli.Context) error {
+		if cliCtx.NArg() != 1 {
+			return usagef("host %s takes one NAME, got %d arguments (hint: `agent-vm host list` shows the hosts)", cliCtx.Command.Name, cliCtx.NArg())
+		}
+		return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			return f(cliCtx, m, cliCtx.Args().First())
+		})(cliCtx)
+	}
+}
+
+// hostList is `host list [--json]`. A damaged host file is an error after
+// the others are listed.
+func hostList(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
+	all, listErr := m.Hosts.List()
+	if all == nil {
+		all = []hosts.Host{}
+	}
+	if cliCtx.Bool("json") {
+		return errors.Join(writeJSON(stdio.Out, all), listErr)
+	}
+	if len(all) == 0 && listErr == nil {
+		fmt.Fprintln(stdio.Out, "no hosts (hint: `agent-vm host add NAME URI`, e.g. `agent-vm host add big qemu+ssh://you@server/system`)")
+		return nil
+	}
+	table := [][]string{{"NAME", "URI", "ADDED"}}
+	for _, h := range all {
+		table = append(table, []string{h.Name, termsafe.String(h.URI), h.Added.Local().Format(time.DateTime)})
+	}
+	return errors.Join(writeTable(stdio.Out, table), listErr)
+}
+
+// printHostChecks prints host doctor's lines, as doctor prints its own.
+func printHostChecks(stdio IO, r hosts.Report) {
+	fmt.Fprintf(stdio.Out, "host %s (%s)\n", r.Host, termsafe.String(r.URI))
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "--  "
+		}
+		fmt.Fprintf(stdio.Out, "%s%-22s %s\n", mark, c.Name, termsafe.String(c.Detail))
+		if c.Hint != "" {
+			fmt.Fprintf(stdio.Out, "    %-22s hint: %s\n", "", termsafe.String(c.Hint))
+		}
+	}
+}

@@ -1,0 +1,444 @@
+package hosts
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+	"github.com/agent-vm/agent-vm/internal/virtiofsd"
+)
+
+// Check is one line of a host's doctor: ok or not, what was found, and
+// what to do when it is not ok.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+// Report is what the doctor found on a host. The facts are there when
+// their check could be made.
+type Report struct {
+	Host string `json:"host"`
+	URI  string `json:"uri"`
+	// OK: every check is ok.
+	OK bool `json:"ok"`
+	// Reachable: libvirt answered over the URI.
+	Reachable bool    `json:"reachable"`
+	Checks    []Check `json:"checks"`
+	// Accel is "kvm", "tcg" (QEMU without KVM: slow) or "" (not known).
+	Accel string `json:"accel,omitempty"`
+	Node  *Node  `json:"node,omitempty"`
+	Pool  *Pool  `json:"pool,omitempty"`
+	// Networks are libvirt's networks there, by name.
+	Networks []Network `json:"networks,omitempty"`
+	// Virtiofsd is where virtiofsd is on the host ("": not found or not
+	// checked).
+	Virtiofsd string `json:"virtiofsd,omitempty"`
+
+	hint string // unreachable: how to make it reachable
+}
+
+// Node is the host's size, from `virsh nodeinfo` and `virsh nodememstats`.
+type Node struct {
+	CPUs      int    `json:"cpus"`
+	MemoryKiB uint64 `json:"memory_kib"`
+	// AvailableKiB is free memory and what the kernel would give back
+	// (buffers and page cache); 0 when nodememstats did not answer.
+	AvailableKiB uint64 `json:"available_kib,omitempty"`
+}
+
+// Pool is the storage pool agent-vm would put disks in (DefaultPool).
+type Pool struct {
+	Name   string `json:"name"`
+	Exists bool   `json:"exists"`
+	Active bool   `json:"active"`
+	// Available is what `virsh pool-info` says is free ("": not known).
+	Available string `json:"available,omitempty"`
+	// Others are the host's other pools.
+	Others []string `json:"others,omitempty"`
+}
+
+// Network is one of libvirt's networks on the host.
+type Network struct {
+	Name   string `json:"name"`
+	Active bool   `json:"active"`
+}
+
+// DefaultPool is the storage pool agent-vm would use on a host.
+const DefaultPool = "default"
+
+// DefaultTimeout bounds each program the doctor runs.
+const DefaultTimeout = 30 * time.Second
+
+// Doctor checks hosts with virsh (and, for qemu+ssh, ssh) through Run.
+type Doctor struct {
+	Run execx.Runner
+	// Timeout bounds each call (0: DefaultTimeout): an ssh that cannot
+	// connect, or a daemon that does not answer, ends the call there.
+	Timeout time.Duration
+}
+
+// Check runs the checks on h: virsh here, libvirt reachable, KVM,
+// the host's CPUs and memory, the storage pool, the networks and
+// virtiofsd. When libvirt cannot be reached the checks that need it are
+// not made.
+func (d *Doctor) Check(ctx context.Context, h Host) Report {
+	r := Report{Host: h.Name, URI: h.URI}
+	u, err := ParseURI(h.URI)
+	if err != nil {
+		r.add(Check{Name: "URI", Detail: err.Error()})
+		return r.done()
+	}
+	if _, err := d.Run.LookPath("virsh"); err != nil {
+		p, _ := hostpkgs.Lookup("virsh")
+		r.add(Check{Name: "virsh", Detail: "virsh is not installed on this machine; the checks run it",
+			Hint: "install it here: " + p.PackageHint() + " (Fedora: libvirt-client)"})
+		return r.done()
+	}
+	if !d.reach(ctx, u, &r) {
+		return r.done()
+	}
+	d.accel(ctx, u, &r)
+	d.node(ctx, u, &r)
+	d.pool(ctx, u, &r)
+	d.networks(ctx, u, &r)
+	d.virtiofsd(ctx, u, &r)
+	return r.done()
+}
+
+func (r *Report) add(c Check) { r.Checks = append(r.Checks, c) }
+
+func (r Report) done() Report {
+	r.OK = len(r.Checks) > 0
+	for _, c := range r.Checks {
+		r.OK = r.OK && c.OK
+	}
+	return r
+}
+
+// Err is nil when every check is ok; else it names the host and what to
+// do: how to reach it, or how many checks failed.
+func (r Report) Err() error {
+	if r.OK {
+		return nil
+	}
+	if !r.Reachable {
+		hint := r.hint
+		if hint == "" {
+			hint = "see the hints above"
+		}
+		return fmt.Errorf("host %s (%s): libvirt is not reachable (hint: %s)", r.Host, r.URI, hint)
+	}
+	n := 0
+	for _, c := range r.Checks {
+		if !c.OK {
+			n++
+		}
+	}
+	return fmt.Errorf("host %s (%s): %d of %d checks failed (hint: see the hints above, then `agent-vm host doctor %s` again)", r.Host, r.URI, n, len(r.Checks), r.Host)
+}
+
+// virsh runs `virsh -c URI args...` with the call's timeout.
+func (d *Doctor) virsh(ctx context.Context, u URI, args ...string) (string, error) {
+	return d.run(ctx, "virsh", append([]string{"-c", u.ForChecks()}, args...)...)
+}
+
+func (d *Doctor) run(ctx context.Context, prog string, args ...string) (string, error) {
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// virsh's tables are read by their English keys.
+	res, err := d.Run.Run(cctx, execx.Cmd{Path: prog, Args: args, Env: []string{"LC_ALL=C"}})
+	if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+		return "", fmt.Errorf("%s %s: no answer in %s", prog, args[len(args)-1], timeout)
+	}
+	return string(res.Stdout), err
+}
+
+// virshCmd is a virsh command line with the host's URI for a hint.
+func virshCmd(u URI, args ...string) string {
+	return "`" + execx.Cmd{Path: "virsh", Args: append([]string{"-c", u.Raw}, args...)}.String() + "`"
+}
+
+// reach asks libvirt for its version: the one check the others need.
+func (d *Doctor) reach(ctx context.Context, u URI, r *Report) bool {
+	c := Check{Name: "libvirt"}
+	out, err := d.virsh(ctx, u, "version")
+	if err != nil {
+		c.Detail = "not reachable: " + oneLine(err)
+		c.Hint = reachHint(u)
+		r.hint = c.Hint
+		r.add(c)
+		return false
+	}
+	r.Reachable = true
+	c.OK, c.Detail = true, libvirtVersion(out)
+	r.add(c)
+	return true
+}
+
+// reachHint says what makes libvirt reachable over u.
+func reachHint(u URI) string {
+	switch {
+	case u.Remote():
+		login := "ssh"
+		if u.Port != 0 {
+			login += " -p " + strconv.Itoa(u.Port)
+		}
+		if u.Keyfile != "" {
+			login += " -i " + execx.ShellQuote(u.Keyfile)
+		}
+		login += " " + execx.ShellQuote(u.SSHTarget()) + " true"
+		return fmt.Sprintf("`%s` must log in without a prompt (a key in ssh-agent or keyfile=, the host's key already in ~/.ssh/known_hosts: agent-vm never answers a prompt); there, libvirtd must run (`sudo systemctl start libvirtd`) and %s must be in the libvirt group", login, userOrYou(u))
+	case u.Daemon == "session":
+		return "virsh starts the session daemon itself: install libvirt's daemon here (Debian package libvirt-daemon)"
+	}
+	return "start libvirtd here: `sudo systemctl start libvirtd` (without systemd: `sudo libvirtd -d` and `sudo virtlogd -d`); as a user, join the libvirt group"
+}
+
+func userOrYou(u URI) string {
+	if u.User != "" {
+		return u.User
+	}
+	return "your user"
+}
+
+// accel asks whether libvirt can run KVM guests there, else whether it
+// can run QEMU at all (TCG).
+func (d *Doctor) accel(ctx context.Context, u URI, r *Report) {
+	c := Check{Name: "KVM"}
+	_, kvmErr := d.virsh(ctx, u, "domcapabilities", "--virttype", "kvm")
+	if kvmErr == nil {
+		// What libvirt offers, from /dev/kvm and QEMU's answers: a KVM
+		// that is there but does not run a guest (broken nested
+		// virtualization) is offered too, and only a boot tells.
+		r.Accel, c.OK, c.Detail = "kvm", true, "libvirt offers KVM (its domain capabilities; no guest was booted to prove it)"
+		if !u.Remote() {
+			c.Hint = "`agent-vm doctor` probes KVM on this machine with a real boot"
+		}
+		r.add(c)
+		return
+	}
+	if _, err := d.virsh(ctx, u, "domcapabilities", "--virttype", "qemu"); err != nil {
+		c.Detail = "libvirt has no QEMU to run: " + oneLine(err)
+		c.Hint = "install QEMU on the host (Debian package qemu-system-x86 or qemu-system-arm, with libvirt-daemon-system)"
+		r.add(c)
+		return
+	}
+	r.Accel = "tcg"
+	c.Detail = "TCG only (software emulation, several times slower): " + oneLine(kvmErr)
+	c.Hint = "the host needs /dev/kvm: virtualization enabled in its firmware and the kvm_intel or kvm_amd module loaded (a cloud VM needs nested virtualization)"
+	r.add(c)
+}
+
+// node reads the host's CPUs and memory.
+func (d *Doctor) node(ctx context.Context, u URI, r *Report) {
+	c := Check{Name: "CPUs and memory"}
+	out, err := d.virsh(ctx, u, "nodeinfo")
+	if err != nil {
+		c.Detail = oneLine(err)
+		r.add(c)
+		return
+	}
+	n, err := ParseNodeInfo(out)
+	if err != nil {
+		c.Detail = err.Error()
+		r.add(c)
+		return
+	}
+	c.OK = true
+	// Memory and what is available come from one source, nodememstats,
+	// when it answers: nodeinfo's memory size need not be its total (on
+	// agent-vm's CI machine it said 20 GiB where /proc/meminfo and
+	// nodememstats said 23.5).
+	if out, err := d.virsh(ctx, u, "nodememstats"); err == nil {
+		if total, avail, ok := ParseMemStats(out); ok {
+			n.MemoryKiB, n.AvailableKiB = total, avail
+		}
+	}
+	c.Detail = fmt.Sprintf("%d CPUs, %s memory", n.CPUs, kib(n.MemoryKiB))
+	if n.AvailableKiB > 0 {
+		c.Detail += fmt.Sprintf(", %s available", kib(n.AvailableKiB))
+	}
+	r.Node = &n
+	r.add(c)
+}
+
+// pool looks for DefaultPool and its state.
+func (d *Doctor) pool(ctx context.Context, u URI, r *Report) {
+	c := Check{Name: "storage pool " + DefaultPool}
+	out, err := d.virsh(ctx, u, "pool-list", "--all", "--name")
+	if err != nil {
+		c.Detail = oneLine(err)
+		r.add(c)
+		return
+	}
+	p := Pool{Name: DefaultPool}
+	for _, name := range names(out) {
+		if name == DefaultPool {
+			p.Exists = true
+		} else {
+			p.Others = append(p.Others, name)
+		}
+	}
+	r.Pool = &p
+	if !p.Exists {
+		c.Detail = "no pool " + DefaultPool
+		if len(p.Others) > 0 {
+			c.Detail += " (the host has " + strings.Join(p.Others, ", ") + ")"
+		}
+		c.Hint = "make it: " + virshCmd(u, "pool-define-as", DefaultPool, "dir", "--target", "/var/lib/libvirt/images") + ", then " +
+			virshCmd(u, "pool-build", DefaultPool) + ", " + virshCmd(u, "pool-start", DefaultPool) + " and " + virshCmd(u, "pool-autostart", DefaultPool)
+		r.add(c)
+		return
+	}
+	out, err = d.virsh(ctx, u, "pool-info", DefaultPool)
+	if err != nil {
+		c.Detail = oneLine(err)
+		r.add(c)
+		return
+	}
+	info := fields(out)
+	p.Active = info["state"] == "running"
+	p.Available = info["available"]
+	r.Pool = &p
+	if !p.Active {
+		c.Detail = "pool " + DefaultPool + " is " + cmp.Or(info["state"], "not running")
+		c.Hint = "start it: " + virshCmd(u, "pool-start", DefaultPool) + " (and " + virshCmd(u, "pool-autostart", DefaultPool) + " for the host's next boot)"
+		r.add(c)
+		return
+	}
+	c.OK, c.Detail = true, "active"
+	if p.Available != "" {
+		c.Detail += ", " + p.Available + " available"
+	}
+	r.add(c)
+}
+
+// networks lists libvirt's networks and which are active; one active
+// network is enough for now (which one a VM joins is placement's matter).
+func (d *Doctor) networks(ctx context.Context, u URI, r *Report) {
+	c := Check{Name: "networks"}
+	all, err := d.virsh(ctx, u, "net-list", "--all", "--name")
+	if err != nil {
+		c.Detail = oneLine(err)
+		r.add(c)
+		return
+	}
+	active, err := d.virsh(ctx, u, "net-list", "--name")
+	if err != nil {
+		c.Detail = oneLine(err)
+		r.add(c)
+		return
+	}
+	on := map[string]bool{}
+	for _, n := range names(active) {
+		on[n] = true
+	}
+	var shown []string
+	for _, n := range names(all) {
+		r.Networks = append(r.Networks, Network{Name: n, Active: on[n]})
+		state := "inactive"
+		if on[n] {
+			state, c.OK = "active", true
+		}
+		shown = append(shown, n+" ("+state+")")
+	}
+	switch {
+	case len(shown) == 0:
+		c.Detail = "none"
+		c.Hint = "libvirt's default NAT network comes with its daemon's package (Debian: libvirt-daemon-system); " +
+			"or define one with " + virshCmd(u, "net-define", "FILE.xml") + " and start it with " + virshCmd(u, "net-start", "NAME")
+	case !c.OK:
+		c.Detail = strings.Join(shown, ", ")
+		c.Hint = "start one: " + virshCmd(u, "net-start", r.Networks[0].Name) + " (and " + virshCmd(u, "net-autostart", r.Networks[0].Name) + ")"
+	default:
+		c.Detail = strings.Join(shown, ", ")
+	}
+	r.add(c)
+}
+
+// virtiofsd looks for virtiofsd where libvirt runs: on this machine as
+// internal/virtiofsd finds it, on a qemu+ssh host over ssh, in the
+// same places. libvirt starts it for a VM's virtiofs share; without it a
+// VM's workspace would be shared over 9p.
+func (d *Doctor) virtiofsd(ctx context.Context, u URI, r *Report) {
+	c := Check{Name: "virtiofsd"}
+	hint := "install virtiofsd on the host (Debian 12: package qemu-system-common; newer Debian, Ubuntu and Fedora: package virtiofsd); without it a VM's workspace is shared over 9p, slower for many small files"
+	if !u.Remote() {
+		b, err := virtiofsd.Find(ctx, d.Run)
+		if err != nil {
+			c.Detail = err.Error()
+			r.add(c)
+			return
+		}
+		r.Virtiofsd, c.OK, c.Detail = b.Path, true, b.Path
+		r.add(c)
+		return
+	}
+	if _, err := d.Run.LookPath("ssh"); err != nil {
+		p, _ := hostpkgs.Lookup("ssh")
+		c.Detail, c.Hint = "not checked: ssh is not installed on this machine", "install it here: "+p.PackageHint()
+		r.add(c)
+		return
+	}
+	out, err := d.run(ctx, "ssh", sshArgs(u, findVirtiofsd)...)
+	switch code := execx.ExitCode(err); {
+	case err == nil:
+		path := strings.TrimSpace(out)
+		r.Virtiofsd, c.OK, c.Detail = path, true, path+" on "+u.Host
+	case code == 1:
+		c.Detail, c.Hint = "not found on "+u.Host+" (on PATH, in "+strings.Join(virtiofsdPlaces, ", ")+")", hint
+	default:
+		c.Detail, c.Hint = "not checked: ssh to "+u.SSHTarget()+" failed: "+oneLine(err), reachHint(u)
+	}
+	r.add(c)
+}
+
+// virtiofsdPlaces are where distributions put virtiofsd outside PATH
+// (as internal/virtiofsd looks on this machine).
+var virtiofsdPlaces = []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd", "/usr/lib/virtiofsd"}
+
+// findVirtiofsd is the remote shell's script: it prints virtiofsd's path
+// and exits 0, or exits 1 when there is none (ssh itself fails with 255).
+var findVirtiofsd = "for p in " + strings.Join(virtiofsdPlaces, " ") + `; do if [ -x "$p" ]; then echo "$p"; exit 0; fi; done; command -v virtiofsd || exit 1`
+
+// sshArgs log in as a qemu+ssh URI does, never stopping at a prompt, and
+// run script there.
+func sshArgs(u URI, script string) []string {
+	args := []string{"-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"}
+	if u.Port != 0 {
+		args = append(args, "-p", strconv.Itoa(u.Port))
+	}
+	if u.Keyfile != "" {
+		args = append(args, "-i", u.Keyfile)
+	}
+	if u.User != "" {
+		args = append(args, "-l", u.User)
+	}
+	return append(args, "--", u.Host, script)
+}
+
+// oneLine is a failed program's own words (its stderr) on one line, else
+// the error.
+func oneLine(err error) string {
+	var e *execx.Error
+	if errors.As(err, &e) && e.Stderr != "" {
+		return strings.Join(strings.Fields(e.Stderr), " ")
+	}
+	return err.Error()
+}
+
+// kib is a size in KiB for people: GiB with one decimal.
+func kib(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<20)) }
