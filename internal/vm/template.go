@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -200,7 +201,31 @@ func (t templateVMs) Agents(ctx context.Context, slug string, pins []guest.Agent
 	if err != nil {
 		return nil, err
 	}
-	return template.ParseAgentProbe(out, pins)
+	versions, err := template.ParseAgentProbe(out, pins)
+	if err == nil && slices.ContainsFunc(pins, func(p guest.AgentPin) bool { return p.Name == "claude" }) {
+		t.devToolsMCP(ctx, e)
+	}
+	return versions, err
+}
+
+// devToolsMCP installs chrome-devtools-mcp in a template with Claude Code,
+// so its clones' `browser --cdp` finds it (the install script does nothing
+// where the pinned versions are there). A failure costs the template
+// nothing else: a clone installs it at its first --cdp, and the warning
+// says so.
+func (t templateVMs) devToolsMCP(ctx context.Context, e state.Entry) {
+	d, err := guest.NewDevToolsMCP(guest.DevToolsMCPPrefix, runtime.GOARCH) // the guest's architecture is the host's
+	if err == nil {
+		var code int
+		var stderr string
+		code, _, stderr, err = t.m.runRoot(ctx, e, func() string { return d.Install() })
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr))
+		}
+	}
+	if err != nil {
+		t.m.Log.Warn("the template has no chrome-devtools-mcp; a VM from it installs it at its first `agent-vm browser --cdp`", "error", err)
+	}
 }
 
 func (t templateVMs) Suspend(ctx context.Context, slug string) error {
