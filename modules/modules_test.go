@@ -48,19 +48,29 @@ func TestEmbedHoldsEveryModule(t *testing.T) {
 	}
 }
 
-// The embedded bytes, written out as agent-vm writes them, are valid Nix.
-func TestEmbeddedModulesParse(t *testing.T) {
-	nixInstantiate := tu.Program(t, "nix-instantiate")
+// writeModules writes the embedded modules into a directory of the test's,
+// as agent-vm writes them out, and returns it.
+func writeModules(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	for _, name := range modules.Names() {
 		data, err := fs.ReadFile(modules.FS(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return dir
+}
+
+// The embedded bytes, written out as agent-vm writes them, are valid Nix.
+func TestEmbeddedModulesParse(t *testing.T) {
+	nixInstantiate := tu.Program(t, "nix-instantiate")
+	dir := writeModules(t)
+	for _, name := range modules.Names() {
+		path := filepath.Join(dir, name)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		out, err := exec.CommandContext(ctx, nixInstantiate, "--parse", path).CombinedOutput()
 		cancel()
@@ -144,16 +154,7 @@ in
 
 func TestGuestBrowserIsTheURLDoor(t *testing.T) {
 	nixInstantiate := tu.Program(t, "nix-instantiate")
-	dir := t.TempDir()
-	for _, name := range modules.Names() {
-		data, err := fs.ReadFile(modules.FS(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := writeModules(t)
 	if err := os.WriteFile(filepath.Join(dir, "check.nix"), []byte(browserCheck), 0o644); err != nil {
 		t.Fatal(err)
 	}
