@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 )
 
@@ -130,15 +130,12 @@ func WriteDoors(runDir string, d Doors) error {
 	return atomicfile.Write(p, append(b, '\n'), 0o600)
 }
 
-// shellQuote quotes s for sh.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // PrepareSocket is the guest command run before a socket door opens: the
 // socket's directory, the user's own (0700), and no stale socket in the
 // way. A directory there that is not the user's is an error: another
 // user of the guest made it.
 func PrepareSocket(sock string) string {
-	dir := shellQuote(filepath.Dir(sock))
+	dir := execx.ShellQuote(filepath.Dir(sock))
 	return fmt.Sprintf(`mkdir -p -m 0700 %[1]s && test -O %[1]s && chmod 0700 %[1]s && rm -f %[2]s || { echo "%[1]s is not this user's" >&2; exit 1; }`,
-		dir, shellQuote(sock))
+		dir, execx.ShellQuote(sock))
 }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpconfig"
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
@@ -38,7 +39,7 @@ func devToolsMCP(ctx context.Context, vms VMs, e state.Entry, notify func(string
 	}
 	if code != 0 {
 		return fmt.Errorf("installing %s in VM %q failed (exit status %d): %s (hint: the npm registry must be reachable: `agent-vm net show %s`)",
-			guest.DevToolsMCPPackage, e.Record.Branch, code, termsafe.String(lastLines(errOut.String()+out.String(), 5)), e.Slug)
+			guest.DevToolsMCPPackage, e.Record.Branch, code, termsafe.String(execx.TailLines(strings.TrimSpace(errOut.String()+out.String()), 5)), e.Slug)
 	}
 	servers := map[string]mcpconfig.Server{guest.DevToolsMCPName: mcpconfig.DevToolsServer(d)}
 	if err := mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, servers, nil); err != nil {
@@ -57,13 +58,4 @@ func unregisterDevToolsMCP(ctx context.Context, vms VMs, e state.Entry) error {
 	}
 	defer c.Close()
 	return mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, nil, []string{guest.DevToolsMCPName})
-}
-
-// lastLines are s's last n lines.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

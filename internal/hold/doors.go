@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
 // A Door is a forward the holder keeps on its connection to the guest: the
@@ -99,7 +100,7 @@ func (ds *doors) close(c *ssh.Client) {
 			continue
 		}
 		if s, err := c.NewSession(); err == nil {
-			if err := s.Run("rm -f -- '" + strings.ReplaceAll(o.d.GuestSocket, "'", `'\''`) + "'"); err != nil {
+			if err := s.Run("rm -f -- " + execx.ShellQuote(o.d.GuestSocket)); err != nil {
 				ds.log.Debug("removing a closed door's socket", "door", o.d.Name, "error", err)
 			}
 			s.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/sshx"
@@ -129,7 +130,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	o.Report.Report("finishing the guest's setup", time.Since(began), "")
 	code, _, stderr, err := asRoot(wctx, func() string { return plan.Clone.FirstRun })
 	if err == nil && code != 0 {
-		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) failed", "vm", r.Branch, "exit", code, "stderr", lastLines(stderr, 5))
+		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) failed", "vm", r.Branch, "exit", code, "stderr", execx.TailLines(strings.TrimSpace(stderr), 5))
 	} else if err != nil {
 		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) could not run", "vm", r.Branch, "error", err)
 	}
@@ -224,8 +225,3 @@ type templateRefused struct{ err error }
 
 func (e *templateRefused) Error() string { return e.err.Error() }
 func (e *templateRefused) Unwrap() error { return e.err }
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/hostload"
 	"github.com/agent-vm/agent-vm/internal/sshx"
@@ -152,7 +153,7 @@ func (m *Manager) guestSetupWith(ctx context.Context, e state.Entry, root guestc
 	}
 	code, _, stderr, err := root(ctx, func() string { return script })
 	if err == nil && code != 0 {
-		err = fmt.Errorf("exit status %d: %s", code, lastLines(stderr, 3))
+		err = fmt.Errorf("exit status %d: %s", code, execx.TailLines(strings.TrimSpace(stderr), 3))
 	}
 	if err != nil {
 		m.Log.Warn("the guest did not take the VM's CA and the placeholders of its secrets, so requests that need them fail (hint: `agent-vm stop "+e.Slug+"`, then start it again)", "vm", e.Record.Branch, "error", err)
