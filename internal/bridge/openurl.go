@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -290,26 +289,7 @@ func (d *URLDoor) log(raw string, u *url.URL, allowed bool, rule string) error {
 	if err := l.Add(e); err != nil {
 		return fmt.Errorf("logging a URL of VM %s: %w", d.VM, err)
 	}
-	return keepOwner(root, l.Name)
-}
-
-// keepOwner gives the log file the owner of its directory when this
-// process is root: the VM's egress proxy, which runs as the workspace's
-// owner, appends to (and rotates) the same file, and a file of root's
-// that a write here made would shut it out.
-func keepOwner(root *os.Root, name string) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	dir, err := root.Stat(".")
-	if err != nil {
-		return err
-	}
-	st, ok := dir.Sys().(*syscall.Stat_t)
-	if !ok || st.Uid == 0 {
-		return nil
-	}
-	return root.Lchown(name, int(st.Uid), int(st.Gid))
+	return nil
 }
 
 // LogURL is what the net log keeps of u: scheme://host/path, without a

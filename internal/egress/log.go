@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -86,7 +87,26 @@ func (l *Log) Add(e Entry) error {
 		return err
 	}
 	_, err = f.Write(append(b, '\n'))
-	return errors.Join(err, f.Close())
+	return errors.Join(err, f.Close(), l.keepOwner())
+}
+
+// keepOwner gives the file the owner of its directory when this process
+// is root (the URL door's holder): the VM's proxy, which runs as the
+// workspace's owner, appends to and rotates the same file, and a file of
+// root's that a write here made or rotated would shut it out.
+func (l *Log) keepOwner() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	dir, err := l.Dir.Stat(".")
+	if err != nil {
+		return err
+	}
+	st, ok := dir.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nil
+	}
+	return l.Dir.Lchown(l.Name, int(st.Uid), int(st.Gid))
 }
 
 // ReadLog returns the entries of the log at path, oldest first (the rotated
