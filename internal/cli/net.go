@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -242,9 +243,16 @@ func netProxyCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "qemu-pidfile", Usage: "exit once the process of this pid file is gone"},
 			&cli.StringFlag{Name: "run-as", Usage: "UID:GID to drop to before serving (agent-vm run as root)"},
 			&cli.BoolFlag{Name: "secrets-stdin", Usage: "read the VM's CA and secrets from standard input (agent-vm writes them there)"},
+			&cli.StringFlag{Name: "front", Usage: "also serve on TCP at this host address (a guest on a libvirt network of its own), on ports the kernel chooses"},
+			&cli.IntSliceFlag{Name: "front-door", Usage: "an exposed host port served by the TCP front (repeatable)"},
+			&cli.StringFlag{Name: "front-ports", Usage: "where the TCP front writes the ports it chose"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			front, err := frontOf(cliCtx)
+			if err != nil {
 				return err
 			}
 			for _, f := range []string{"dir", "proxy-socket", "door-socket"} {
@@ -257,13 +265,32 @@ func netProxyCommand(stdio IO) *cli.Command {
 				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
 				TestHosts: stdio.Getenv(egress.TestHostsEnv), TestRootCA: stdio.Getenv(egress.TestRootCAEnv),
-				Log: e.log.Named("net-proxy")}
+				Front: front, Log: e.log.Named("net-proxy")}
 			if cliCtx.Bool("secrets-stdin") {
 				o.Secrets = stdio.In
 			}
 			return egress.Serve(cliCtx.Context, o)
 		},
 	}
+}
+
+// frontOf is net-proxy's TCP front, nil without --front.
+func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
+	at := cliCtx.String("front")
+	if at == "" {
+		if cliCtx.IsSet("front-door") || cliCtx.IsSet("front-ports") {
+			return nil, usagef("net-proxy: --front-door and --front-ports need --front")
+		}
+		return nil, nil
+	}
+	addr, err := netip.ParseAddr(at)
+	if err != nil {
+		return nil, usagef("net-proxy: --front %q is not an IP address", at)
+	}
+	if cliCtx.String("front-ports") == "" {
+		return nil, usagef("net-proxy: --front needs --front-ports")
+	}
+	return &egress.Front{Addr: addr, Doors: cliCtx.IntSlice("front-door"), PortsFile: cliCtx.String("front-ports")}, nil
 }
 
 // netRelayCommand carries one guest connection to the proxy: QEMU runs it

@@ -330,6 +330,13 @@ func (p *Proxy) handleDoor(c net.Conn) {
 	if err != nil || port < 1 || port > 65535 {
 		return
 	}
+	p.door(c, br, port)
+}
+
+// door relays a door connection to host port on 127.0.0.1 when the
+// policy exposes it (re-read at each connection, so a port taken away
+// closes at once); br holds what the guest sent after any preamble.
+func (p *Proxy) door(c net.Conn, br *bufio.Reader, port int) {
 	e := Entry{Time: time.Now().UTC(), Kind: "door", Host: "127.0.0.1", Port: port}
 	pol, err := p.currentPolicy()
 	switch {

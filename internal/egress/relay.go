@@ -83,14 +83,27 @@ func Listen(proxySock, doorSock string) ([]net.Listener, error) {
 
 // Serve serves the listeners Listen made until ctx ends, and closes them.
 func (p *Proxy) Serve(ctx context.Context, ls []net.Listener) error {
+	return p.serve(ctx, ls, nil)
+}
+
+// serve is Serve with the TCP front f too (nil: none).
+func (p *Proxy) serve(ctx context.Context, ls []net.Listener, f *front) error {
 	defer func() {
 		for _, l := range ls {
 			l.Close()
 		}
+		f.close()
 	}()
-	errc := make(chan error, 2)
+	n := 2
+	if f != nil {
+		n += 1 + len(f.doors)
+	}
+	errc := make(chan error, n)
 	go func() { errc <- p.ServeProxy(ls[0]) }()
 	go func() { errc <- p.ServeDoors(ls[1]) }()
+	if f != nil {
+		p.serveFront(f, errc)
+	}
 	select {
 	case <-ctx.Done():
 		return nil

@@ -32,6 +32,9 @@ type ServeOptions struct {
 	// are bound to.
 	Secrets    io.Reader
 	TestRootCA string // TestRootCAEnv's value
+	// Front, when set, is the proxy's TCP front (a guest on a libvirt
+	// network of its own); its listeners open before privileges drop.
+	Front *Front
 	Log        hclog.Logger
 }
 
@@ -76,6 +79,15 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	var f *front
+	if o.Front != nil {
+		if f, err = listenFront(*o.Front); err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return err
+		}
+	}
 	if pidFile != "" {
 		pid, err := WaitPid(ctx, pidFile, 2*time.Minute)
 		if err != nil {
@@ -88,5 +100,5 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			return err
 		}
 	}
-	return p.Serve(ctx, ls)
+	return p.serve(ctx, ls, f)
 }

@@ -1,0 +1,121 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The TCP front, served by Serve as net-proxy serves it: the proxy port
+// judges requests by the policy, each door port leads to its host port
+// while the policy exposes it (and stops at once when it no longer does),
+// a door port listed but not exposed leads nowhere, and the ports file
+// names every listener.
+func TestFrontServesProxyAndDoors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "door") }))
+	defer srv.Close()
+	exposed, _ := strconv.Atoi(port(t, srv.URL))
+	other := exposed + 1
+	dir := t.TempDir()
+	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline, Exposed: []int{exposed}}); err != nil {
+		t.Fatal(err)
+	}
+	ports := filepath.Join(dir, "front.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServeOptions{Dir: dir, ProxySocket: filepath.Join(dir, ProxySocket), DoorSocket: filepath.Join(dir, DoorSocket),
+			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{exposed, other, exposed}, PortsFile: ports}})
+	}()
+	var fp FrontPorts
+	for i := 0; ; i++ {
+		var err error
+		if fp, err = ReadFrontPorts(ports); err == nil {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("no ports file: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fi, err := os.Stat(ports); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("ports file: %v %v, want 0600", fi.Mode(), err)
+	}
+	if fp.Addr != "127.0.0.1" || len(fp.Doors) != 2 || fp.Doors[exposed] == 0 || fp.Doors[other] == 0 || fp.Doors[exposed] == fp.Proxy {
+		t.Fatalf("ports = %+v", fp)
+	}
+	get := func(p int, req string) string {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, req)
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	plain := "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+	if got := get(fp.Doors[exposed], plain); !strings.HasSuffix(got, "door") {
+		t.Errorf("the exposed door answered %q", got)
+	}
+	if got := get(fp.Doors[other], plain); got != "" {
+		t.Errorf("a door port not exposed answered %q", got)
+	}
+	if got := get(fp.Proxy, "GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\nConnection: close\r\n\r\n"); !strings.Contains(got, " 403 ") || !strings.Contains(got, "mode offline") {
+		t.Errorf("the proxy port answered %q, want the offline refusal", got)
+	}
+	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline}); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(fp.Doors[exposed], plain); got != "" {
+		t.Errorf("a door taken away answered %q", got)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not end with its context")
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", fp.Proxy), time.Second); err == nil {
+		c.Close()
+		t.Error("the front still listens after Serve ended")
+	}
+}
+
+// A front that cannot listen fails Serve with the address, and leaves no
+// ports file.
+func TestFrontRefusals(t *testing.T) {
+	dir := t.TempDir()
+	ports := filepath.Join(dir, "front.json")
+	for _, tc := range []struct {
+		f    Front
+		want string
+	}{
+		{Front{Addr: netip.MustParseAddr("203.0.113.254"), PortsFile: ports}, "cannot listen on 203.0.113.254"},
+		{Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{70000}, PortsFile: ports}, "door port 70000"},
+		{Front{Addr: netip.MustParseAddr("127.0.0.1")}, "internal error"},
+	} {
+		err := Serve(context.Background(), ServeOptions{Dir: dir, ProxySocket: filepath.Join(dir, ProxySocket), DoorSocket: filepath.Join(dir, DoorSocket), Front: &tc.f})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.f, err, tc.want)
+		}
+		if _, err := os.Stat(ports); err == nil {
+			t.Errorf("%+v left a ports file", tc.f)
+		}
+	}
+}
