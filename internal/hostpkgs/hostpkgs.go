@@ -101,6 +101,9 @@ func programs(arch string) []Program {
 		{Name: "libvirtd", Paths: []string{"/usr/sbin/libvirtd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon-kvm"}, Need: Vagrant | Test},
 		{Name: "mkfs.ext4", Paths: []string{"/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Image | Test},
 		{Name: "mmdebstrap", Debian: []string{"mmdebstrap"}, Fedora: []string{"mmdebstrap"}, Need: Image | Test},
+		// The vagrant backend fences each VM's libvirt network with an
+		// nftables table of its own (internal/libvirtnet).
+		{Name: "nft", Paths: []string{"/usr/sbin/nft", "/sbin/nft"}, Debian: []string{"nftables"}, Fedora: []string{"nftables"}, Need: Vagrant | Test},
 		{Name: "nix", Debian: []string{"nix-bin"}, Need: Test},
 		{Name: "nix-instantiate", Debian: []string{"nix-bin"}, Need: Test},
 		{Name: "node", Debian: []string{"nodejs"}, Fedora: []string{"nodejs"}, Need: Test},

@@ -188,13 +188,19 @@ func overlapsAny(p netip.Prefix, ps []netip.Prefix) bool {
 	return false
 }
 
-// listen opens a TCP listener in the namespace for each of addrs. Only a
-// goroutine locked to its thread enters the namespace, and it leaves
-// again before it unlocks; should leaving fail, the thread is never
-// unlocked and ends with the goroutine. A socket stays in the namespace
-// it was made in, so the listeners accept there whichever goroutine
-// serves them.
+// listen opens a TCP listener in the namespace for each of addrs
+// (ListenInNetns).
 func (ns *netns) listen(addrs ...string) ([]net.Listener, error) {
+	return ListenInNetns(ns.name, addrs...)
+}
+
+// ListenInNetns opens a TCP listener in the network namespace name
+// (/run/netns/name) for each of addrs. Only a goroutine locked to its
+// thread enters the namespace, and it leaves again before it unlocks;
+// should leaving fail, the thread is never unlocked and ends with the
+// goroutine. A socket stays in the namespace it was made in, so the
+// listeners accept there whichever goroutine serves them.
+func ListenInNetns(name string, addrs ...string) ([]net.Listener, error) {
 	type result struct {
 		ls  []net.Listener
 		err error
@@ -202,7 +208,7 @@ func (ns *netns) listen(addrs ...string) ([]net.Listener, error) {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		ls, left, err := ns.listenLocked(addrs)
+		ls, left, err := listenLocked(name, addrs)
 		if left {
 			runtime.UnlockOSThread()
 		}
@@ -212,21 +218,21 @@ func (ns *netns) listen(addrs ...string) ([]net.Listener, error) {
 	return r.ls, r.err
 }
 
-// listenLocked is listen's work on the locked thread; left says whether
-// the thread is back in the namespace it started in.
-func (ns *netns) listenLocked(addrs []string) (ls []net.Listener, left bool, err error) {
+// listenLocked is ListenInNetns's work on the locked thread; left says
+// whether the thread is back in the namespace it started in.
+func listenLocked(name string, addrs []string) (ls []net.Listener, left bool, err error) {
 	orig, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		return nil, true, err
 	}
 	defer orig.Close()
-	target, err := os.Open(filepath.Join(netnsDir, ns.name))
+	target, err := os.Open(filepath.Join(netnsDir, name))
 	if err != nil {
 		return nil, true, err
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, true, fmt.Errorf("entering the network namespace %s: %w", ns.name, err)
+		return nil, true, fmt.Errorf("entering the network namespace %s: %w", name, err)
 	}
 	for _, a := range addrs {
 		l, lerr := net.Listen("tcp", a)
@@ -238,7 +244,7 @@ func (ns *netns) listenLocked(addrs []string) (ls []net.Listener, left bool, err
 	}
 	serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET)
 	if serr != nil {
-		err = errors.Join(err, fmt.Errorf("leaving the network namespace %s: %w", ns.name, serr))
+		err = errors.Join(err, fmt.Errorf("leaving the network namespace %s: %w", name, serr))
 	}
 	if err != nil {
 		for _, l := range ls {
