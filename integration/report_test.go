@@ -210,8 +210,8 @@ func TestStepUnlessSaysWhy(t *testing.T) {
 		var buf bytes.Buffer
 		s := &S{rep: &reporter{w: &buf, now: time.Now}, backend: backend, interrupted: func() bool { return false }}
 		ran := false
-		s.StepUnless(context.Background(), "network: expose one host port", s.lacks(featureNet), func() error { ran = true; return nil })
-		skipped := strings.Contains(buf.String(), "skipped: the vagrant backend does not contain the guest's network")
+		s.StepUnless(context.Background(), "port add: a guest HTTP server answers on the host", s.lacks(featurePorts), func() error { ran = true; return nil })
+		skipped := strings.Contains(buf.String(), "skipped: the vagrant backend forwards only the SSH and MCP ports")
 		if want := backend == "vagrant"; ran == want || skipped != want {
 			t.Errorf("--backend %q: ran %v, line %q", backend, ran, buf.String())
 		}

@@ -92,7 +92,7 @@ func runMCP(ctx context.Context, s *S) {
 	s.Step(ctx, "the forwarded ports listen on 127.0.0.1 only", func() error {
 		return checkLoopbackOnly(ctx, s, st)
 	})
-	s.StepUnless(ctx, "mcp sync writes the host's servers into the guest's ~/.claude.json, without their values", s.lacks(featureMCPSync), func() error {
+	s.Step(ctx, "mcp sync writes the host's servers into the guest's ~/.claude.json, without their values", func() error {
 		return checkMCPSync(ctx, s)
 	})
 	netSteps(ctx, s, mcpBranch)

@@ -136,26 +136,19 @@ func (s *S) StepUnless(ctx context.Context, name, skip string, f func() error) {
 
 // Features a backend may lack, which lacks names.
 const (
-	featureNet     = "net"      // a contained network: net, expose, the doors
-	featurePorts   = "ports"    // port add and rm
-	featureMCPSync = "mcp-sync" // mcp sync's exposed host servers
-	featureBrowser = "browser"  // the browser doors
+	featurePorts   = "ports"   // port add and rm
+	featureBrowser = "browser" // the browser doors
 )
 
 // lacks says why this run's backend cannot do feature, "" when it can:
-// the vagrant backend's network is vagrant-libvirt's NAT (not contained,
-// no egress proxy), and it forwards the SSH and MCP ports only.
+// the vagrant backend forwards the SSH and MCP ports only.
 func (s *S) lacks(feature string) string {
 	if s.backend != "vagrant" {
 		return ""
 	}
 	switch feature {
-	case featureNet:
-		return "the vagrant backend does not contain the guest's network (`net` and `port expose` refuse its VMs)"
 	case featurePorts:
 		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
-	case featureMCPSync:
-		return "mcp sync exposes the host's HTTP servers to the guest with `port expose`, which the vagrant backend refuses"
 	case featureBrowser:
 		return "the browser doors ride the held SSH connection, the same for every backend, and are tested with the qemu backend's VMs (the vagrant run keeps to what differs)"
 	}

@@ -139,12 +139,8 @@ var packageSources = []string{"deb.debian.org", "registry.npmjs.org"}
 // for an allowed name unless that address itself is allowed, and the
 // machines CI runs on answer every name with their gateway's address in
 // 203.0.113.0/24. Where the sources resolve to public addresses the allow
-// changes nothing. A backend that does not contain the network has nothing
-// to allow.
+// changes nothing.
 func (s *S) allowPackageSources(ctx context.Context, branch string) error {
-	if s.lacks(featureNet) != "" {
-		return nil
-	}
 	var addrs []string
 	for _, h := range packageSources {
 		as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)

@@ -255,7 +255,11 @@ func netProxyCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			for _, f := range []string{"dir", "proxy-socket", "door-socket"} {
+			need := []string{"dir", "proxy-socket", "door-socket"}
+			if front != nil {
+				need = need[:1] // the front may serve alone
+			}
+			for _, f := range need {
 				if cliCtx.String(f) == "" {
 					return usagef("net-proxy needs --%s", f)
 				}

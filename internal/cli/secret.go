@@ -152,8 +152,8 @@ func containedVM(ctx context.Context, m *vm.Manager, branch, name string) (id, s
 	}
 	shown = termsafe.String(e.Record.Branch)
 	if !m.Contains(e.Record) {
-		return "", "", fmt.Errorf("VM %s runs on the %s backend, whose network is not contained: no egress proxy can hold the secret for it (hint: secrets are for VMs of the qemu and nixos backends; this VM's agent can get the value only in its environment, with `agent-vm run %s --env %s`)",
-			shown, termsafe.String(e.Record.Backend), shown, name)
+		return "", "", fmt.Errorf("VM %s's network is not contained (it runs the repository's own Vagrantfile): no egress proxy can hold the secret for it (hint: secrets are for VMs agent-vm sets up, created with --vagrantfile=generate on the vagrant backend; this VM's agent can get the value only in its environment, with `agent-vm run %s --env %s`)",
+			shown, shown, name)
 	}
 	return e.Record.ID, shown, nil
 }

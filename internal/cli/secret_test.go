@@ -251,10 +251,11 @@ func TestSecretRefusals(t *testing.T) {
 	}
 }
 
-// A VM whose network is not contained (the vagrant backend's) has no
-// egress proxy to hold a secret: --vm refuses it, saying why. The VM is
-// a qemu one whose record is made to name the vagrant backend: nothing
-// boots, and what decides is the Manager's Contains.
+// A VM whose network is not contained (one of the repository's own
+// Vagrantfile) has no egress proxy to hold a secret: --vm refuses it,
+// saying why. The VM is a qemu one whose record is made to name the
+// vagrant backend and a Vagrantfile: nothing boots, and what decides is
+// the Manager's Contains.
 func TestSecretForUncontainedVM(t *testing.T) {
 	h := newSecretHome(t)
 	repo := tu.Repo(t, false)
@@ -264,12 +265,12 @@ func TestSecretForUncontainedVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Backend = "vagrant"
+	rec.Backend, rec.Guest.Foreign = "vagrant", filepath.Join(repo, "Vagrantfile")
 	if err := state.WriteRecord(l.Record(), rec); err != nil {
 		t.Fatal(err)
 	}
 	r := h.run(t, repo, "vagrant-canary-1f2e", "secret", "set", "GH_TOKEN", "--vm", "box")
-	want := "VM box runs on the vagrant backend, whose network is not contained: no egress proxy can hold the secret for it (hint: secrets are for VMs of the qemu and nixos backends; this VM's agent can get the value only in its environment, with `agent-vm run box --env GH_TOKEN`)"
+	want := "VM box's network is not contained (it runs the repository's own Vagrantfile): no egress proxy can hold the secret for it (hint: secrets are for VMs agent-vm sets up, created with --vagrantfile=generate on the vagrant backend; this VM's agent can get the value only in its environment, with `agent-vm run box --env GH_TOKEN`)"
 	if r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("secret set --vm of a vagrant VM: exit %d\n%s\nwant: %s", r.code, r.stderr, want)
 	}

@@ -35,7 +35,7 @@ func TestFrontServesProxyAndDoors(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ctx, ServeOptions{Dir: dir, ProxySocket: filepath.Join(dir, ProxySocket), DoorSocket: filepath.Join(dir, DoorSocket),
+		done <- Serve(ctx, ServeOptions{Dir: dir,
 			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{exposed, other, exposed}, PortsFile: ports}})
 	}()
 	var fp FrontPorts
@@ -98,7 +98,7 @@ func TestFrontServesProxyAndDoors(t *testing.T) {
 }
 
 // A front that cannot listen fails Serve with the address, and leaves no
-// ports file.
+// ports file; a proxy with neither sockets nor a front is refused.
 func TestFrontRefusals(t *testing.T) {
 	dir := t.TempDir()
 	ports := filepath.Join(dir, "front.json")
@@ -117,5 +117,8 @@ func TestFrontRefusals(t *testing.T) {
 		if _, err := os.Stat(ports); err == nil {
 			t.Errorf("%+v left a ports file", tc.f)
 		}
+	}
+	if err := Serve(context.Background(), ServeOptions{Dir: dir, ProxySocket: filepath.Join(dir, ProxySocket)}); err == nil || !strings.Contains(err.Error(), "sockets") {
+		t.Errorf("one socket, no front: %v", err)
 	}
 }

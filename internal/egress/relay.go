@@ -94,13 +94,15 @@ func (p *Proxy) serve(ctx context.Context, ls []net.Listener, f *front) error {
 		}
 		f.close()
 	}()
-	n := 2
+	n := len(ls)
 	if f != nil {
 		n += 1 + len(f.doors)
 	}
 	errc := make(chan error, n)
-	go func() { errc <- p.ServeProxy(ls[0]) }()
-	go func() { errc <- p.ServeDoors(ls[1]) }()
+	if len(ls) == 2 {
+		go func() { errc <- p.ServeProxy(ls[0]) }()
+		go func() { errc <- p.ServeDoors(ls[1]) }()
+	}
 	if f != nil {
 		p.serveFront(f, errc)
 	}

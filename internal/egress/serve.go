@@ -2,10 +2,13 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,7 +24,9 @@ const TestHostsEnv = "AGENT_VM_TEST_EGRESS_HOSTS"
 
 // ServeOptions are the hidden `net-proxy` command's flags.
 type ServeOptions struct {
-	Dir         string // the VM's network directory (policy, log)
+	Dir string // the VM's network directory (policy, log)
+	// ProxySocket and DoorSocket are the unix sockets QEMU's relays
+	// reach the proxy and the doors at; both "" when Front serves alone.
 	ProxySocket string
 	DoorSocket  string
 	QEMUPidFile string // exit once its process is gone
@@ -35,7 +40,7 @@ type ServeOptions struct {
 	// Front, when set, is the proxy's TCP front (a guest on a libvirt
 	// network of its own); its listeners open before privileges drop.
 	Front *Front
-	Log        hclog.Logger
+	Log   hclog.Logger
 }
 
 // Serve runs a VM's egress proxy (the hidden `net-proxy` command the
@@ -75,9 +80,14 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	defer root.Close()
 	p.Dir, p.Log = root, &Log{Dir: root, Name: LogFile}
-	ls, err := Listen(o.ProxySocket, o.DoorSocket)
-	if err != nil {
-		return err
+	var ls []net.Listener
+	switch {
+	case o.ProxySocket != "" && o.DoorSocket != "":
+		if ls, err = Listen(o.ProxySocket, o.DoorSocket); err != nil {
+			return err
+		}
+	case o.Front == nil || o.ProxySocket != "" || o.DoorSocket != "":
+		return errors.New("the egress proxy needs both its sockets, or a TCP front")
 	}
 	var f *front
 	if o.Front != nil {
@@ -101,4 +111,26 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		}
 	}
 	return p.serve(ctx, ls, f)
+}
+
+// GiveDir makes a VM's network directory and what is in it uid:gid's,
+// for a proxy that drops to that user (ServeOptions.RunAs): a link is
+// never followed, a directory inside is not entered, modes stay.
+func GiveDir(dir string, uid, gid int) error {
+	if dir == "" {
+		return errors.New("internal error: the network has no directory")
+	}
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return err
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		if err := os.Lchown(filepath.Join(dir, de.Name()), uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -47,8 +47,8 @@ type Info struct {
 	Exposed  []state.Exposed `json:"exposed,omitempty"`
 	Proxy    string          `json:"proxy"` // as the guest reaches it
 	Log      string          `json:"log"`
-	// Uncontained says why nothing enforces the policy: the VM's driver
-	// does not contain its network (the vagrant backend). Then Mode,
+	// Uncontained says why nothing enforces the policy: the guest is the
+	// repository's own Vagrantfile's, on the networks it sets up. Then Mode,
 	// Allow, Deny and Exposed are what the record says, unused.
 	Uncontained string `json:"uncontained,omitempty"`
 	// Browser says which browser doors the running VM has open (agent-vm
@@ -62,7 +62,10 @@ func uncontained(r *state.Record, contained bool) string {
 	if contained {
 		return ""
 	}
-	return fmt.Sprintf("NOT contained: the %s backend's guest is on its provider's network (vagrant-libvirt's NAT bridge) and reaches the host's bridge address and, through NAT, everything the host reaches; no allow-list applies and no connection is logged (hint: create the VM with --backend qemu for a contained network)", r.Backend)
+	if r.Guest.Foreign != "" {
+		return fmt.Sprintf("NOT contained: the guest is the repository's own Vagrantfile's (%s), on the networks that file and its provider set up (vagrant-libvirt's NAT bridge unless it says otherwise), so it reaches the host and, through NAT, everything the host reaches; no allow-list applies and no connection is logged (hint: create the VM with --vagrantfile=generate, agent-vm's own, for a contained network)", r.Guest.Foreign)
+	}
+	return fmt.Sprintf("NOT contained: the %s backend's driver in this agent-vm does not contain the guest's network; no allow-list applies and no connection is logged", r.Backend)
 }
 
 // refuseUncontained refuses a change of a policy nothing would enforce.

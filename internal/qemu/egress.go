@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/proc"
@@ -190,7 +190,7 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 	_ = os.Remove(door)
 	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door, "--qemu-pidfile", m.runFile(PidFile))
 	if owner != nil {
-		if err := giveDir(owner, m.Network.Dir); err != nil {
+		if err := egress.GiveDir(m.Network.Dir, owner.UID, owner.GID); err != nil {
 			return 0, fmt.Errorf("giving the network directory to QEMU's user: %w", err)
 		}
 		argv = append(argv, "--run-as", strconv.Itoa(owner.UID)+":"+strconv.Itoa(owner.GID))
@@ -226,27 +226,6 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 			return 0, fmt.Errorf("the egress proxy did not create its sockets within 10s: %s", driver.TailFile(m.logFile(EgressLog), 3))
 		}
 	}
-}
-
-// giveDir makes the proxy's directory and what is in it owner's (the
-// proxy drops to owner; a link is never followed, a directory inside is
-// not entered).
-func giveDir(owner *Owner, dir string) error {
-	if dir == "" {
-		return errors.New("internal error: the network has no directory")
-	}
-	if err := os.Lchown(dir, owner.UID, owner.GID); err != nil {
-		return err
-	}
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	var files []string
-	for _, de := range des {
-		files = append(files, filepath.Join(dir, de.Name()))
-	}
-	return giveSockets(owner, files...)
 }
 
 // giveSockets makes the sockets (or any files) owner's (Lchown: the proxy

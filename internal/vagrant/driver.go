@@ -92,15 +92,15 @@ type Driver struct {
 	// ports.Listenable.
 	PortFree ports.Probe
 	Now      func() time.Time
+	// Euid is the user agent-vm runs as; nil = os.Geteuid (tests: a
+	// contained start as another user).
+	Euid func() int
 }
 
-// The vagrant driver suspends (a pause), but clones no template, adds no
-// forward to a running machine (vagrant forwards what the Vagrantfile
-// says), adopts nothing (vagrant's state is in the VM's directory) and
-// does not contain the network: vagrant-libvirt's management network (a
-// NAT bridge with dnsmasq, which vagrant needs to find the guest's
-// address) lets the guest reach the host's bridge address and, through
-// NAT, whatever the host reaches; no egress proxy or door is set up.
+// The vagrant driver suspends (a pause) and contains the network
+// (contain.go), but clones no template, adds no forward to a running
+// machine (vagrant forwards what the Vagrantfile says) and adopts nothing
+// (vagrant's state is in the VM's directory).
 var (
 	_ driver.Driver    = (*Driver)(nil)
 	_ driver.Suspender = (*Driver)(nil)
@@ -291,6 +291,10 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	if err != nil {
 		return nil, err
 	}
+	if boot.User == nil && m.Network != nil && d.euid() != 0 {
+		return nil, fmt.Errorf("starting %s: %w", m.Name, errNeedsRoot)
+	}
+	var v Vagrantfile
 	args := []string{"up", "--no-color"}
 	if boot.User != nil {
 		// The Vagrantfile (or the user's environment) names the provider.
@@ -302,7 +306,7 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		if m, boot, err = d.prepareAccess(m, boot); err != nil {
 			return nil, err
 		}
-		v := SpecOf(m, boot, o, d.uri())
+		v = SpecOf(m, boot, o, d.uri())
 		v.Share = d.shareSocket(m)
 		if err := Write(m.RunDir, v); err != nil {
 			return nil, err
@@ -321,11 +325,24 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	if err := d.checkPortsFree(m); err != nil {
 		return nil, err
 	}
+	if boot.User == nil && m.Network != nil {
+		// The Vagrantfile again, now with the VM's network.
+		net, err := d.contain(ctx, m, boot.MAC)
+		if err != nil {
+			return nil, err
+		}
+		v.Network, v.NetworkAddress = net.Name, net.Subnet.String()
+		if err := Write(m.RunDir, v); err != nil {
+			d.uncontain(m)
+			return nil, err
+		}
+	}
 	launch := &driver.Launch{Accel: o.Accel, AccelReason: o.AccelReason, Share: o.Share, StartedAt: d.now().UTC()}
 	if boot.User == nil {
 		launch.Share = driver.ShareVirtiofs // the only share (startShare)
 	}
 	if err := writeJSON(runFile(m, LaunchFile), launch); err != nil {
+		d.uncontain(m)
 		return nil, err
 	}
 	removeMarkers(m, CleanMarker)
@@ -333,6 +350,7 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		args = []string{"resume", "--no-color"} // its QEMU, and virtiofsd, still run
 	} else if boot.User == nil {
 		if err := d.startShare(ctx, m); err != nil {
+			d.uncontain(m)
 			return nil, err
 		}
 	}
@@ -370,6 +388,7 @@ func (d *Driver) undoStart(m driver.Machine) {
 		d.Log.Warn("could not halt the machine after its failed start", "vm", m.Name, "error", err)
 	}
 	d.stopShare(m)
+	d.uncontain(m)
 	_ = touch(runFile(m, CleanMarker))
 }
 
@@ -381,7 +400,12 @@ func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration
 	if err != nil {
 		return err
 	}
-	defer func() { _ = touch(runFile(m, CleanMarker)); removeMarkers(m, SuspendMark, CacheFile); d.stopShare(m) }()
+	defer func() {
+		_ = touch(runFile(m, CleanMarker))
+		removeMarkers(m, SuspendMark, CacheFile)
+		d.stopShare(m)
+		d.uncontain(m)
+	}()
 	if lv.State == driver.StateSuspended {
 		_, err := d.vagrant(ctx, m, true, "halt", "--force", "--no-color", MachineName(m))
 		return err
@@ -481,6 +505,7 @@ func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 	if err := d.destroy(ctx, m); err != nil {
 		return err
 	}
+	d.uncontain(m)
 	if d.Handoff != nil {
 		if err := os.RemoveAll(d.handoffDir(m).Path); err != nil {
 			return fmt.Errorf("removing %s's files for libvirt's QEMU: %w", m.Name, err)

@@ -47,6 +47,13 @@ type Vagrantfile struct {
 	Console string
 	// FwCfg are files passed to the guest through QEMU's fw_cfg.
 	FwCfg []FwCfg
+	// Network, when set, is the VM's own isolated libvirt network
+	// (internal/libvirtnet), made before `vagrant up`, and NetworkAddress
+	// its subnet: vagrant-libvirt finds it by the two and attaches the
+	// guest's management NIC to it, and keeps it (agent-vm removes it).
+	// "": vagrant-libvirt's shared NAT network (an uncontained machine).
+	Network        string
+	NetworkAddress string
 	// BootTimeout is how long, in seconds, vagrant up waits for the
 	// guest's SSH (config.vm.boot_timeout); 0 leaves vagrant's default.
 	BootTimeout int
@@ -126,6 +133,14 @@ Vagrant.configure("2") do |config|
       libvirt.memory = {{.MemoryMiB}}
       libvirt.forward_ssh_port = true
       libvirt.management_network_mac = {{rb .MAC}}
+{{- if .Network}}
+      # The VM's own isolated network, made and fenced by agent-vm.
+      libvirt.management_network_name = {{rb .Network}}
+      libvirt.management_network_address = {{rb .NetworkAddress}}
+      libvirt.management_network_mode = "none"
+      libvirt.management_network_keep = true
+      libvirt.management_network_guest_ipv6 = "no"
+{{- end}}
       libvirt.suspend_mode = "pause"
       libvirt.storage :file, device: :cdrom, path: {{rb .Seed}}
       libvirt.serial type: "file", source: { path: {{rb .Console}} }

@@ -53,8 +53,9 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend    = (*Backend)(nil)
-	_ backend.HostNeeder = (*Backend)(nil)
+	_ backend.Backend     = (*Backend)(nil)
+	_ backend.HostNeeder  = (*Backend)(nil)
+	_ backend.StartWarner = (*Backend)(nil)
 )
 
 // Settings is this backend's section of the VM record.
@@ -70,6 +71,12 @@ type Settings struct {
 	// one; Machine is the one machine it defines.
 	Vagrantfile string `json:"vagrantfile,omitempty"`
 	Machine     string `json:"machine,omitempty"`
+	// Contained: the guest was set up (at create or reset) for its
+	// contained network, the egress proxy at the doors' address. Guests
+	// of agent-vm's own Vagrantfile set up before the vagrant backend
+	// contained networks were set up without it and reach no network
+	// until a reset (StartWarning).
+	Contained bool `json:"contained,omitempty"`
 }
 
 // --vagrantfile's values.
@@ -147,7 +154,7 @@ func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record
 		u.Dir = vagrant.UserRoot(final.RunDir(), name)
 		return vagrant.WriteUser(l.RunDir(), *u)
 	}
-	s := Settings{Box: f.Box}
+	s := Settings{Box: f.Box, Contained: true}
 	if err := r.SetSection(s); err != nil {
 		return err
 	}
@@ -215,13 +222,33 @@ func MACOf(id string) string {
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
 }
 
-// Reset implements backend.Backend: nothing of the backend's to undo. The
-// root disk is the libvirt domain's, which the driver's Destroy (vm.Reset)
-// removed with the domain; the next start's `vagrant up` makes both afresh
-// from the box, and cloud-init provisions the new disk (the seed is
-// written at every start).
-func (b *Backend) Reset(context.Context, state.Layout, *state.Record) error {
-	return nil
+// Reset implements backend.Backend. The root disk is the libvirt
+// domain's, which the driver's Destroy (vm.Reset) removed with the
+// domain; the next start's `vagrant up` makes both afresh from the box,
+// and cloud-init provisions the new disk (the seed is written at every
+// start), for the contained network.
+func (b *Backend) Reset(_ context.Context, _ state.Layout, r *state.Record) error {
+	var s Settings
+	if err := r.Section(&s); err != nil {
+		return err
+	}
+	if s.Vagrantfile != "" {
+		return nil
+	}
+	s.Contained = true
+	return r.SetSection(s)
+}
+
+// StartWarning implements backend.StartWarner: a guest of agent-vm's own
+// Vagrantfile set up before the vagrant backend contained networks is
+// contained all the same, but nothing in it knows the egress proxy, which
+// only its first boot sets up: it reaches no network until a reset.
+func (b *Backend) StartWarning(r *state.Record) string {
+	var s Settings
+	if err := r.Section(&s); err != nil || s.Vagrantfile != "" || s.Contained {
+		return ""
+	}
+	return fmt.Sprintf("the guest of %q was set up by an older agent-vm, before the vagrant backend contained VMs' networks: it is not configured for the egress proxy, so it reaches no network (hint: `agent-vm reset %s` sets it up again from the box; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
 }
 
 // CheckStart implements backend.Backend.
@@ -246,7 +273,6 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		return nil, err
 	}
 	c.MACAddress = MACOf(r.ID)
-	c.Direct = true // the vagrant driver does not contain the network: no proxy door
 	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}

@@ -34,14 +34,21 @@ func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, err
 		Relay: []string{self, "net-relay"}}, nil
 }
 
-// Contains reports whether the driver that runs r's VM contains its
-// network (a driver.NetworkContainer); a VM whose driver this build lacks
-// is taken as contained (nothing else is said of it).
+// Contains reports whether r's VM runs contained: its driver contains
+// the network (a driver.NetworkContainer) and the guest is agent-vm's (a
+// foreign guest, the repository's own Vagrantfile, is on the networks
+// that file sets up). A VM whose driver this build lacks is taken as
+// contained (nothing else is said of it).
 func (m *Manager) Contains(r *state.Record) bool {
 	d, err := m.driverOf(r)
 	if err != nil {
 		return true
 	}
+	return contains(d, r)
+}
+
+// contains: d contains the network of r's VM.
+func contains(d driver.Driver, r *state.Record) bool {
 	_, ok := d.(driver.NetworkContainer)
-	return ok
+	return ok && r.Guest.Foreign == ""
 }

@@ -335,11 +335,16 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	if b, err := os.ReadFile(filepath.Join(e.Layout.Workspace(), "from-guest.txt")); err != nil || string(b) != "from-guest\n" {
 		t.Errorf("the guest's write to /workspace on the host: %q, %v", b, err)
 	}
-	if s := status(); s.Net == nil || !strings.Contains(s.Net.Uncontained, "NOT contained") {
-		t.Errorf("status does not say the vagrant VM's network is not contained: %+v", s.Net)
+	if s := status(); s.Net == nil || s.Net.Uncontained != "" {
+		t.Errorf("status says the vagrant VM's network is not contained: %+v", s.Net)
 	}
-	if _, err := netpolicy.Allow(ctx, m, "vg", []string{"example.com"}); err == nil || !strings.Contains(err.Error(), "NOT contained") {
-		t.Errorf("net allow on a vagrant VM: %v; want a refusal saying its network is not contained", err)
+	if _, err := netpolicy.Allow(ctx, m, "vg", []string{"example.com"}); err != nil {
+		t.Errorf("net allow on a vagrant VM: %v", err)
+	}
+	// The guest's only way out is its egress proxy at the doors' address.
+	if code, out, errs := run(t, m, "vg", "sh", "-c", "ip -4 route; echo; cat /etc/environment"); code != 0 ||
+		!strings.Contains(out, "10.0.2.100 via ") || strings.Contains(out, "default") || !strings.Contains(out, "http://10.0.2.100:3128") {
+		t.Errorf("the guest's routes and proxy: exit %d\n%s%s", code, out, errs)
 	}
 	step("exec both ways, status, net")
 	shareNotAnEscape(t, e.Layout.Workspace(), func(script string) string {
@@ -400,6 +405,15 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	step("stop")
 	if s := status(); s.State != vm.StateStopped {
 		t.Errorf("after stop: %s (%s)", s.State, s.Detail)
+	}
+	// The contained network goes with the machine: its libvirt network
+	// and its fence.
+	if _, err := daemon.Virsh(ctx, "net-info", vagrant.UniqueName(e.Record.VMName, e.Record.ID)); err == nil {
+		t.Error("stop left the VM's libvirt network")
+	}
+	table := "agent_vm_" + strings.ReplaceAll(e.Record.ID, "-", "")[:8]
+	if out, err := exec.Command(tu.Program(t, "nft"), "list", "table", "inet", table).CombinedOutput(); err == nil {
+		t.Errorf("stop left the VM's nftables fence:\n%s", out)
 	}
 	if _, err := m.Destroy(ctx, "vg", true); err != nil {
 		t.Fatalf("destroy: %v", err)

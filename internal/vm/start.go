@@ -187,7 +187,7 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 			return nil, err
 		}
 	}
-	_, contained := d.(driver.NetworkContainer)
+	contained := contains(d, r)
 	var sec *startSecrets
 	if contained && !m.templates {
 		if sec, err = m.secretsFor(e, o.Secrets); err != nil {
