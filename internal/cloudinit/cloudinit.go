@@ -111,12 +111,6 @@ type Config struct {
 	// bundle (the host's added ones, see internal/hostca), installed by
 	// guest/ca-certs in bootcmd whenever cloud-init runs.
 	CACerts []string
-	// Direct leaves the guest's programs without the egress proxy: for a
-	// driver that does not contain the network (the vagrant backend's
-	// libvirt network has no proxy door at guest.HostAddr, so a guest
-	// told to use it would reach nothing). The guest then reaches the
-	// network as its provider lets it, uncontained.
-	Direct bool
 	// Template renders a template's seed (see clone.go): the guest
 	// contract without the VM's own first-boot work (no guidance notes,
 	// agent CLI or repository provisioning), which its clones do.

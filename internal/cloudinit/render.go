@@ -206,7 +206,7 @@ func vmRuncmd(c Config) [][]string {
 	if c.Template {
 		cmds := npmInstall(c)
 		if len(c.ExtraPackages) > 0 {
-			cmds = append(cmds, withProxy(c, append([]string{libDir + "/ensure-packages"}, c.ExtraPackages...)))
+			cmds = append(cmds, withProxy(append([]string{libDir + "/ensure-packages"}, c.ExtraPackages...)))
 		}
 		return cmds
 	}
@@ -247,26 +247,24 @@ func guestFiles(c Config) ([]writeFile, error) {
 	}
 	// Appended: login sessions (pam_env) get it, agent sessions too.
 	files = append(append(files, shims...), writeFile{Path: "/etc/environment", Owner: "root:root", Permissions: "0644", Content: string(browserEnv), Append: true})
-	if !c.Direct {
-		// The guest reaches the network only through its egress proxy
-		// (the egress proxy): every tool is told where it is.
-		proxy, err := staticFiles([]static{
-			{"apt-proxy.conf", "/etc/apt/apt.conf.d/80agent-vm-proxy", "0644"},
-			{"npmrc", "/etc/npmrc", "0644"},
-			{"gitconfig", "/etc/gitconfig", "0644"},
-			{"pip.conf", "/etc/pip.conf", "0644"},
-			{"system-proxy.conf", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf", "0644"},
-		})
-		if err != nil {
-			return nil, err
-		}
-		env, err := guestFS.ReadFile("guest/proxy.environment")
-		if err != nil {
-			return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
-		}
-		// Appended: login sessions (pam_env) get the proxy.
-		files = append(append(files, proxy...), writeFile{Path: "/etc/environment", Owner: "root:root", Permissions: "0644", Content: string(env), Append: true})
+	// The guest reaches the network only through its egress proxy: every
+	// tool is told where it is.
+	proxy, err := staticFiles([]static{
+		{"apt-proxy.conf", "/etc/apt/apt.conf.d/80agent-vm-proxy", "0644"},
+		{"npmrc", "/etc/npmrc", "0644"},
+		{"gitconfig", "/etc/gitconfig", "0644"},
+		{"pip.conf", "/etc/pip.conf", "0644"},
+		{"system-proxy.conf", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf", "0644"},
+	})
+	if err != nil {
+		return nil, err
 	}
+	env, err := guestFS.ReadFile("guest/proxy.environment")
+	if err != nil {
+		return nil, fmt.Errorf("internal error: embedded guest file: %w", err)
+	}
+	// Appended: login sessions (pam_env) get the proxy.
+	files = append(append(files, proxy...), writeFile{Path: "/etc/environment", Owner: "root:root", Permissions: "0644", Content: string(env), Append: true})
 	files = append(files, writeFile{Path: libDir + "/provision", Owner: "root:root", Permissions: "0755", Content: string(modules.Provision())})
 	mcpConfig := c.MCP.Config
 	if mcpConfig == nil {
@@ -388,7 +386,7 @@ func npmInstall(c Config) [][]string {
 	if len(c.NPMPackages) == 0 {
 		return nil
 	}
-	return [][]string{withProxy(c, guest.NPMInstall(c.NPMPackages...))}
+	return [][]string{withProxy(guest.NPMInstall(c.NPMPackages...))}
 }
 
 // provisionCommand runs the provisioning script (modules/provision.sh),
@@ -396,7 +394,7 @@ func npmInstall(c Config) [][]string {
 // a package apt cannot install fails the provisioning with apt's words in
 // its log.
 func provisionCommand(c Config) []string {
-	cmd := withProxy(c, []string{libDir + "/provision"})
+	cmd := withProxy([]string{libDir + "/provision"})
 	if len(c.ExtraPackages) > 0 {
 		cmd = append(append(cmd, libDir+"/ensure-packages"), c.ExtraPackages...)
 	}
@@ -406,10 +404,7 @@ func provisionCommand(c Config) []string {
 // withProxy runs cmd with the proxy in its environment: runcmd's commands
 // run under cloud-init's service, which neither /etc/environment nor the
 // systemd default (read at the next boot) reaches on the first boot.
-func withProxy(c Config, cmd []string) []string {
-	if c.Direct {
-		return cmd
-	}
+func withProxy(cmd []string) []string {
 	return append([]string{"env", "http_proxy=" + guest.ProxyURL, "https_proxy=" + guest.ProxyURL,
 		"HTTP_PROXY=" + guest.ProxyURL, "HTTPS_PROXY=" + guest.ProxyURL, "no_proxy=" + guest.NoProxy, "NO_PROXY=" + guest.NoProxy}, cmd...)
 }

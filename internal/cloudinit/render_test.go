@@ -116,7 +116,7 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 	// install shows in its log and status; it runs before the units are
 	// enabled and cloud-init is switched off.
 	provision := ud.Runcmd[len(ud.Runcmd)-3]
-	if !slices.Equal(provision, withProxy(c, []string{libDir + "/provision", libDir + "/ensure-packages", "ripgrep", "python3-venv"})) {
+	if !slices.Equal(provision, withProxy([]string{libDir + "/provision", libDir + "/ensure-packages", "ripgrep", "python3-venv"})) {
 		t.Errorf("provisioning: got %q", provision)
 	}
 
@@ -166,71 +166,30 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 	}
 }
 
-// A Direct guest (the vagrant backend's, whose network has no proxy door)
-// is told of no proxy anywhere, and runs its first-boot commands without
-// one; everything else of the contract stays.
-func TestDirectGuestIsToldOfNoProxy(t *testing.T) {
+// Every guest's browser is agent-vm open-url: the names programs try, and
+// $BROWSER for login and agent sessions.
+func TestGuestBrowserIsTheURLDoor(t *testing.T) {
 	c := goldenCases(t)["custom-ids-with-origins"]
-	c.Direct = true
 	seed, err := Render(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(seed.UserData), guest.ProxyURL) || strings.Contains(string(seed.UserData), "10.0.2.100") {
-		t.Errorf("a Direct guest's user-data names the egress proxy:\n%s", seed.UserData)
-	}
-	ud := parseUserData(t, seed.UserData)
-	if provision := ud.Runcmd[len(ud.Runcmd)-3]; provision[0] != libDir+"/provision" {
-		t.Errorf("a Direct guest's provisioning runs %q, want the script itself, no proxy environment", provision)
-	}
-	paths := map[string]bool{}
-	var environment []string
-	for _, f := range ud.WriteFiles {
-		paths[f.Path] = true
-		if f.Path == "/etc/environment" {
-			environment = append(environment, f.Content)
-		}
-	}
-	if want := []string{"BROWSER=/usr/local/bin/xdg-open\n"}; !slices.Equal(environment, want) {
-		t.Errorf("a Direct guest's /etc/environment gets %q, want only %q", environment, want)
-	}
-	for _, p := range []string{"/etc/npmrc", "/etc/systemd/system.conf.d/50-agent-vm-proxy.conf"} {
-		if paths[p] {
-			t.Errorf("a Direct guest gets %s", p)
-		}
-	}
-	if !paths["/etc/systemd/system/agent-mcp.service"] || !paths["/usr/local/lib/agent-vm/mount-workspace"] {
-		t.Error("a Direct guest lost the agent-mcp unit or the workspace mount")
-	}
-}
-
-// Every guest's browser is agent-vm open-url: the names programs try, and
-// $BROWSER for login and agent sessions, with or without the proxy.
-func TestGuestBrowserIsTheURLDoor(t *testing.T) {
-	for _, direct := range []bool{false, true} {
-		c := goldenCases(t)["custom-ids-with-origins"]
-		c.Direct = direct
-		seed, err := Render(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		shims, browser := 0, 0
-		for _, f := range parseUserData(t, seed.UserData).WriteFiles {
-			switch f.Path {
-			case "/usr/local/bin/xdg-open", "/usr/local/bin/sensible-browser", "/usr/local/bin/x-www-browser", "/usr/local/bin/www-browser":
-				shims++
-				if f.Permissions != "0755" || f.Owner != "root:root" || !strings.Contains(f.Content, "\nexec /usr/local/bin/agent-vm open-url \"$@\"\n") {
-					t.Errorf("direct %v: %s is %s %s:\n%s", direct, f.Path, f.Owner, f.Permissions, f.Content)
-				}
-			case "/etc/environment":
-				if f.Append && strings.Contains(f.Content, "BROWSER=/usr/local/bin/xdg-open\n") {
-					browser++
-				}
+	shims, browser := 0, 0
+	for _, f := range parseUserData(t, seed.UserData).WriteFiles {
+		switch f.Path {
+		case "/usr/local/bin/xdg-open", "/usr/local/bin/sensible-browser", "/usr/local/bin/x-www-browser", "/usr/local/bin/www-browser":
+			shims++
+			if f.Permissions != "0755" || f.Owner != "root:root" || !strings.Contains(f.Content, "\nexec /usr/local/bin/agent-vm open-url \"$@\"\n") {
+				t.Errorf("%s is %s %s:\n%s", f.Path, f.Owner, f.Permissions, f.Content)
+			}
+		case "/etc/environment":
+			if f.Append && strings.Contains(f.Content, "BROWSER=/usr/local/bin/xdg-open\n") {
+				browser++
 			}
 		}
-		if shims != 4 || browser != 1 {
-			t.Errorf("direct %v: %d shims and %d BROWSER lines, want 4 and 1", direct, shims, browser)
-		}
+	}
+	if shims != 4 || browser != 1 {
+		t.Errorf("%d shims and %d BROWSER lines, want 4 and 1", shims, browser)
 	}
 }
 

@@ -9,23 +9,42 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
+	"github.com/agent-vm/agent-vm/internal/libvirtnet"
 )
 
 // Plugin is the vagrant plugin of the libvirt provider.
 const Plugin = "vagrant-libvirt"
 
 // Doctor checks vagrant, its libvirt plugin and libvirt, the provider of
-// agent-vm's Vagrantfile; ok is whether all three are there. A last,
+// agent-vm's Vagrantfile, and what containing a VM's network takes (root,
+// nft); ok is whether all four are there. A last,
 // informational line names the other providers this host has, which only a
 // repository's own Vagrantfile may choose (see the package doc).
 func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
 	v := driver.CheckProgram(ctx, d.Run, "vagrant", []string{"--version"}, hostpkgs.InstallHint("vagrant"))
-	checks := []driver.Check{v, d.pluginCheck(ctx, v.OK), d.libvirtCheck(ctx)}
+	checks := []driver.Check{v, d.pluginCheck(ctx, v.OK), d.libvirtCheck(ctx), d.containCheck()}
 	ok := true
 	for _, c := range checks {
 		ok = ok && c.OK
 	}
 	return append(checks, d.otherProviders()), ok
+}
+
+// containCheck: what a contained start needs besides libvirt, root (for
+// the bridge and the table) and nft (internal/libvirtnet).
+func (d *Driver) containCheck() driver.Check {
+	c := driver.Check{Name: "network containment", Hint: "run agent-vm as root (sudo); `sudo agent-vm setup --backend vagrant` installs nft (Debian package nftables)"}
+	_, err := d.Run.LookPath(libvirtnet.NFT)
+	switch {
+	case d.euid() != 0:
+		c.Detail = "each VM's network and its nftables fence can only be made as root: agent-vm as this user cannot start a vagrant VM"
+	case err != nil:
+		c.Detail = "nft is not installed: the VMs' nftables fences cannot be made"
+	default:
+		c.OK, c.Hint = true, ""
+		c.Detail = "each VM on a libvirt network of its own, fenced by nftables, behind its egress proxy"
+	}
+	return c
 }
 
 // otherProviders says which providers besides libvirt this host has

@@ -442,12 +442,14 @@ func TestDoctor(t *testing.T) {
 		want    []bool
 		detail  string
 	}{
-		{"all there", "1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2%!(VAGRANT_COMMA) system\n", true, []bool{true, true, true, true}, "vagrant-libvirt 0.11.2, system"},
-		{"libvirt's version", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, true}, "libvirt 9.0.0, hypervisor QEMU 7.2.0"},
-		{"other plugins", "1,,plugin-name,vagrant-share\n1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2\n1,,plugin-name,vagrant-vbguest\n", true, []bool{true, true, true, true}, "vagrant-libvirt 0.11.2; other plugins: vagrant-share, vagrant-vbguest"},
-		{"no plugin", "1,,plugin-name,vagrant-share\n", true, []bool{true, false, true, true}, "not among vagrant's plugins (vagrant-share)"},
-		{"no libvirtd", "1,,plugin-name,vagrant-libvirt\n", false, []bool{true, true, false, true}, "libvirtd is not running"},
-		{"root-only /dev/kvm", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, true}, "probes QEMU again at every call (about a minute per vagrant up) `sudo agent-vm setup --backend vagrant` lets group kvm use it"},
+		{"all there", "1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2%!(VAGRANT_COMMA) system\n", true, []bool{true, true, true, true, true}, "vagrant-libvirt 0.11.2, system"},
+		{"libvirt's version", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, true, true}, "libvirt 9.0.0, hypervisor QEMU 7.2.0"},
+		{"other plugins", "1,,plugin-name,vagrant-share\n1,,plugin-name,vagrant-libvirt\n1,vagrant-libvirt,plugin-version,0.11.2\n1,,plugin-name,vagrant-vbguest\n", true, []bool{true, true, true, true, true}, "vagrant-libvirt 0.11.2; other plugins: vagrant-share, vagrant-vbguest"},
+		{"no plugin", "1,,plugin-name,vagrant-share\n", true, []bool{true, false, true, true, true}, "not among vagrant's plugins (vagrant-share)"},
+		{"no libvirtd", "1,,plugin-name,vagrant-libvirt\n", false, []bool{true, true, false, true, true}, "libvirtd is not running"},
+		{"not root", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, false, true}, "can only be made as root"},
+		{"no nft", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, false, true}, "nft is not installed"},
+		{"root-only /dev/kvm", "1,,plugin-name,vagrant-libvirt\n", true, []bool{true, true, true, true, true}, "probes QEMU again at every call (about a minute per vagrant up) `sudo agent-vm setup --backend vagrant` lets group kvm use it"},
 	} {
 		// A stand-in /dev/kvm, root's only as where no udev ran, for the
 		// one case about it; the others' host has none.
@@ -469,7 +471,14 @@ func TestDoctor(t *testing.T) {
 			}
 			return execxtest.Reply{Stdout: "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nRunning hypervisor: QEMU 7.2.0\n"}
 		})
-		d := &Driver{Run: fake, Log: hclog.NewNullLogger(), HostRoot: root}
+		if tc.name != "no nft" {
+			fake.Installed("nft", "/usr/sbin/nft")
+		}
+		uid := 0
+		if tc.name == "not root" {
+			uid = 1000
+		}
+		d := &Driver{Run: fake, Log: hclog.NewNullLogger(), HostRoot: root, Euid: func() int { return uid }}
 		checks, ok := d.Doctor(context.Background())
 		all := true
 		var text []string
