@@ -1,28 +1,33 @@
 package cli
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// hostCommand is `host add|list|rm|doctor`: the libvirt hosts VMs may be
+// hostCommand is `host add|link|list|rm|doctor`: the libvirt hosts VMs may be
 // placed on (internal/hosts). Placing a VM on one is not built yet.
 func hostCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:  "host",
-		Usage: "libvirt hosts VMs may run on, e.g. a bigger machine over SSH (add, list, rm, doctor)",
+		Usage: "libvirt hosts VMs may run on, e.g. a bigger machine over SSH (add, link, list, rm, doctor)",
 		Description: "A host is a short NAME and a libvirt URI: qemu:///system (this machine's libvirtd), or\n" +
 			"qemu+ssh://USER@SERVER/system for another machine that USER can ssh to without a prompt (a key in\n" +
 			"ssh-agent, or keyfile=/path/to/key; the server's host key already in ~/.ssh/known_hosts). They are\n" +
-			"kept in $XDG_CONFIG_HOME/agent-vm/hosts (~/.config/agent-vm/hosts). `host doctor NAME` checks what\n" +
-			"agent-vm would need there. Placing a VM on a host is not built yet: VMs still run on this machine.",
+			"kept in $XDG_CONFIG_HOME/agent-vm/hosts (~/.config/agent-vm/hosts). `host link NAME` sets up\n" +
+			"agent-vm's own SSH link to a qemu+ssh host (its host key pinned, a key of agent-vm's), which placing\n" +
+			"VMs there will use. `host doctor NAME` checks what agent-vm would need there. Placing a VM on a\n" +
+			"host is not built yet: VMs still run on this machine.",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",
@@ -41,6 +46,38 @@ func hostCommand(stdio IO) *cli.Command {
 						return nil
 					})(cliCtx)
 				},
+			},
+			{
+				Name:  "link",
+				Usage: "set up agent-vm's own SSH link to a qemu+ssh host: pin its host key, make agent-vm's key for it",
+				Description: "Reads the host's ed25519 host key from its sshd and pins it once you confirm its fingerprint\n" +
+					"(--host-key, or a prompt at a terminal; check it on the host with\n" +
+					"ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), then makes a key pair of agent-vm's for the host\n" +
+					"(kept with the host's entry, 0600) and prints its public half, for the host's authorized_keys.\n" +
+					"agent-vm then reaches the host without your ~/.ssh, agent or ssh_config. `host doctor` checks it.",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "host-key", Usage: "the host key's fingerprint you checked, SHA256:..."},
+					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+				},
+				Action: withHostName(stdio, func(cliCtx *cli.Context, m *vm.Manager, name string) error {
+					opts := hosts.LinkOptions{HostKey: cliCtx.String("host-key"), Confirm: askHostKey(stdio)}
+					res, err := m.Hosts.LinkHost(cliCtx.Context, name, opts)
+					if err != nil {
+						return err
+					}
+					if cliCtx.Bool("json") {
+						return writeJSON(stdio.Out, res)
+					}
+					fmt.Fprintf(stdio.Out, "pinned host %s's key %s (%s)\n", name, res.Link.Fingerprint, res.Link.Addr)
+					what := "agent-vm's key for it (made now)"
+					if !res.NewKey {
+						what = "agent-vm's key for it (kept from before)"
+					}
+					fmt.Fprintf(stdio.Out, "%s, %s.pub:\n  %s\nadd that line to ~%s/.ssh/authorized_keys on the host, then `agent-vm host doctor %s`\n",
+						what, res.Link.KeyFile, res.PublicKey, termsafe.String(res.Link.User), name)
+					return nil
+				}),
 			},
 			{
 				Name:    "list",
@@ -90,7 +127,24 @@ func hostCommand(stdio IO) *cli.Command {
 	}
 }
 
-// withHostName is the action of host rm and doctor: their one NAME
+// askHostKey asks on the terminal whether a fingerprint is the host's;
+// without one there is no one to ask (host link then wants --host-key).
+func askHostKey(stdio IO) func(addr, fingerprint string) (bool, error) {
+	if stdio.In == nil || !term.IsTerminal(int(stdio.In.Fd())) {
+		return nil
+	}
+	return func(addr, fingerprint string) (bool, error) {
+		fmt.Fprintf(stdio.Err, "%s presents the host key\n  %s\nCheck it on the host (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub). Is it the host's? [y/N] ", termsafe.String(addr), fingerprint)
+		line, err := bufio.NewReader(stdio.In).ReadString('\n')
+		if err != nil && line == "" {
+			return false, fmt.Errorf("reading the answer: %w", err)
+		}
+		a := strings.ToLower(strings.TrimSpace(line))
+		return a == "y" || a == "yes", nil
+	}
+}
+
+// withHostName is the action of host rm, link and doctor: their one NAME
 // argument is checked before the Manager opens.
 func withHostName(stdio IO, f func(cliCtx *cli.Context, m *vm.Manager, name string) error) cli.ActionFunc {
 	return func(cliCtx *cli.Context) error {

@@ -2,12 +2,16 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
+	"golang.org/x/crypto/ssh"
 )
 
 // host add, list (table and JSON) and rm through the command line, with a
@@ -64,9 +68,9 @@ func TestHostAddListRm(t *testing.T) {
 }
 
 // host doctor of a qemu+ssh host nobody answers for (nothing listens on
-// port 1 here): real virsh and ssh fail at once, one line, exit 1, and the
-// error names the host and how to log in without a prompt. JSON says the
-// same on stdout.
+// port 1 here): real virsh and ssh fail at once, one line (and the link's,
+// not set up, saying how), exit 1, and the error names the host and how to
+// log in without a prompt. JSON says the same on stdout.
 func TestHostDoctorUnreachable(t *testing.T) {
 	tu.Program(t, "virsh")
 	tu.Program(t, "ssh")
@@ -77,7 +81,7 @@ func TestHostDoctorUnreachable(t *testing.T) {
 		t.Fatalf("host add: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := agentVMEnv(t, "", st, env, "host", "doctor", "gone")
-	if r.code != 1 || !strings.Contains(r.stdout, "--  libvirt") || strings.Count(r.stdout, "\n") > 3 ||
+	if r.code != 1 || !strings.Contains(r.stdout, "--  libvirt") || strings.Count(r.stdout, "\n") > 5 || !strings.Contains(r.stdout, "agent-vm host link gone") ||
 		!strings.Contains(r.stderr, "host gone ("+uri+"): libvirt is not reachable (hint: `ssh -p 1 nobody@127.0.0.1 true` must log in without a prompt") {
 		t.Errorf("host doctor gone: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -88,7 +92,72 @@ func TestHostDoctorUnreachable(t *testing.T) {
 		Reachable bool
 		Checks    []struct{ Name, Detail string }
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 1 || rep.Host != "gone" || rep.OK || rep.Reachable || len(rep.Checks) != 1 {
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 1 || rep.Host != "gone" || rep.OK || rep.Reachable || len(rep.Checks) != 2 {
 		t.Errorf("host doctor gone --json: exit %d, %+v, %v\n%s%s", r.code, rep, err, r.stdout, r.stderr)
+	}
+}
+
+// host link through the command line against this machine's sshd
+// stand-in (root): its refusals (no such host, this machine's libvirtd,
+// no terminal and no --host-key, a fingerprint that is not the host's),
+// each exit 1 with nothing pinned; then the pin, the key to install, and
+// host doctor's line for the link before and after it is installed.
+func TestHostLink(t *testing.T) {
+	srv := sshdtest.New(t)
+	libvirtd.ForTest(t)
+	srv.Start()
+	st, cfg := t.TempDir(), t.TempDir()
+	env := map[string]string{"XDG_CONFIG_HOME": cfg}
+	run := func(args ...string) result { t.Helper(); return agentVMEnv(t, "", st, env, args...) }
+	fp := ssh.FingerprintSHA256(srv.HostKey.Public)
+	if r := run("host", "add", "big", fmt.Sprintf("qemu+ssh://%s@127.0.0.1:%d/system", srv.User, srv.Port)); r.code != 0 {
+		t.Fatalf("host add: %d %s", r.code, r.stderr)
+	}
+	run("host", "add", "here", "qemu:///system")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"host", "link", "nope"}, "host nope: no such host; the hosts are big, here"},
+		{[]string{"host", "link", "here"}, "no SSH link to set up"},
+		{[]string{"host", "link", "big"}, "presents host key " + fp + ": host key not confirmed (hint: check it on the host"},
+		{[]string{"host", "link", "big", "--host-key", "SHA256:AAAA"}, "not the SHA256:AAAA you gave: nothing pinned"},
+		{[]string{"host", "link"}, "host link takes one NAME"},
+	} {
+		r := run(tc.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%q: exit %d\n%s%s\nwant %q", tc.args, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+	dir := filepath.Join(cfg, "agent-vm", "hosts")
+	if ms, _ := filepath.Glob(filepath.Join(dir, "big.*")); len(ms) != 1 {
+		t.Fatalf("the refusals left %q", ms)
+	}
+	r := run("host", "link", "big", "--host-key", fp)
+	if r.code != 0 || !strings.Contains(r.stdout, "pinned host big's key "+fp) || !strings.Contains(r.stdout, "(made now)") ||
+		!strings.Contains(r.stdout, "~"+srv.User+"/.ssh/authorized_keys") {
+		t.Fatalf("host link big: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	pub, err := os.ReadFile(filepath.Join(dir, "big.key.pub"))
+	if err != nil || !strings.Contains(r.stdout, strings.TrimSpace(string(pub))) {
+		t.Errorf("the printed key is not big.key.pub (%v)", err)
+	}
+	linkLine := func() string {
+		out := run("host", "doctor", "big").stdout
+		i := strings.Index(out, "agent-vm's link")
+		if i < 0 {
+			t.Fatalf("no link line:\n%s", out)
+		}
+		return out[i-4:]
+	}
+	if l := linkLine(); !strings.HasPrefix(l, "--  ") || !strings.Contains(l, "does not accept agent-vm's key") {
+		t.Errorf("the link's line before the key is installed:\n%s", l)
+	}
+	srv.Authorize(pub)
+	if l := linkLine(); !strings.HasPrefix(l, "ok  ") || !strings.Contains(l, fp) || !strings.Contains(l, "over it") {
+		t.Errorf("the link's line once the key is installed:\n%s", l)
+	}
+	if r := run("host", "link", "big", "--host-key", fp, "--json"); r.code != 0 || !strings.Contains(r.stdout, `"new_key": false`) {
+		t.Errorf("a second link: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -89,8 +89,19 @@ type Doctor struct {
 // Check runs the checks on h: virsh here, libvirt reachable, KVM,
 // the host's CPUs and memory, the storage pool, the networks and
 // virtiofsd. When libvirt cannot be reached the checks that need it are
-// not made.
+// not made. A qemu+ssh host's last line is agent-vm's own link
+// (linkCheck), made whatever virsh found.
 func (d *Doctor) Check(ctx context.Context, h Host) Report {
+	r := d.check(ctx, h)
+	if u, err := ParseURI(h.URI); err == nil && u.Remote() {
+		r.add(linkCheck(ctx, h))
+		r = r.done()
+	}
+	return r
+}
+
+// check is Check's virsh checks.
+func (d *Doctor) check(ctx context.Context, h Host) Report {
 	r := Report{Host: h.Name, URI: h.URI}
 	u, err := ParseURI(h.URI)
 	if err != nil {

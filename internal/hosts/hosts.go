@@ -9,8 +9,10 @@
 // atomically (internal/atomicfile) under a lock, so two `host add`s of one
 // name cannot both win and a failed write leaves the old file or none.
 //
-// Placing VMs on a host is not built yet: nothing reads the registry but
-// `host list`, `host rm` and `host doctor`.
+// A qemu+ssh host may also have agent-vm's own SSH link (link.go, `host
+// link`): its pinned host key and agent-vm's key pair for it, files beside
+// the host's. Placing VMs on a host is not built yet: nothing reads the
+// registry but `host list`, `host rm`, `host link` and `host doctor`.
 package hosts
 
 import (
@@ -36,6 +38,9 @@ type Host struct {
 	Name  string    `json:"name"`
 	URI   string    `json:"uri"`
 	Added time.Time `json:"added"`
+	// Link is agent-vm's own SSH link to the host, once `host link` set
+	// it up (qemu+ssh hosts only).
+	Link *Link `json:"link,omitempty"`
 }
 
 // file is a host as its file holds it.
@@ -152,7 +157,11 @@ func (r *Registry) Get(name string) (Host, error) {
 	if _, err := ParseURI(f.URI); err != nil {
 		return Host{}, damaged(fmt.Sprintf("its URI %q is not one agent-vm accepts", f.URI))
 	}
-	return Host{Name: f.Name, URI: f.URI, Added: f.Added}, nil
+	h := Host{Name: f.Name, URI: f.URI, Added: f.Added}
+	if h.Link, err = r.linkOf(h); err != nil {
+		return Host{}, err
+	}
+	return h, nil
 }
 
 // notFound is the error for a name the registry lacks: it lists the
@@ -216,6 +225,9 @@ func (r *Registry) Remove(name string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if err := r.removeLink(name); err != nil {
+		return fmt.Errorf("host %s removed, but not agent-vm's key for it: %w", name, err)
 	}
 	return atomicfile.SyncDir(r.Dir.Path)
 }

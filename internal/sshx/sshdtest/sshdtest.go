@@ -6,6 +6,7 @@ package sshdtest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -113,6 +114,21 @@ func OtherUser(t testing.TB) string {
 		}
 	})
 	return name
+}
+
+// Authorize adds a public key (an authorized_keys line) for the server's
+// user; sshd reads the file at each login. Call it before Start for
+// another user than the current one (Start copies the file for them).
+func (s *Server) Authorize(line []byte) {
+	s.t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.dir, "authorized_keys"), os.O_WRONLY|os.O_APPEND, 0o600)
+	if err == nil {
+		_, err = f.Write(append(bytes.TrimSpace(line), '\n'))
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // Start runs sshd in its own process group and waits (up to 10 s) until it
