@@ -97,7 +97,8 @@ func TestFrontServesProxyAndDoors(t *testing.T) {
 	}
 }
 
-// A front that cannot listen fails Serve with the address, and leaves no
+// A front that cannot listen (240.0.0.1: reserved, never a host's) fails
+// Serve with the address, and leaves no
 // ports file; a proxy with neither sockets nor a front is refused.
 func TestFrontRefusals(t *testing.T) {
 	dir := t.TempDir()
@@ -106,7 +107,7 @@ func TestFrontRefusals(t *testing.T) {
 		f    Front
 		want string
 	}{
-		{Front{Addr: netip.MustParseAddr("203.0.113.254"), PortsFile: ports}, "cannot listen on 203.0.113.254"},
+		{Front{Addr: netip.MustParseAddr("240.0.0.1"), PortsFile: ports}, "cannot listen on 240.0.0.1"},
 		{Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{70000}, PortsFile: ports}, "door port 70000"},
 		{Front{Addr: netip.MustParseAddr("127.0.0.1")}, "internal error"},
 	} {
