@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
+	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 )
@@ -246,5 +248,55 @@ func run(t *testing.T, prog string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(prog, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", prog, strings.Join(args, " "), err, out)
+	}
+}
+
+// The network and its fence made over agent-vm's link (hostlink.Runner:
+// virsh and nft run on the host through SSH), as for a remote host; here
+// the host is this machine's sshd, so the bridge and table are checked
+// locally, and Down over the link leaves nothing.
+func TestNetworkOverTheLink(t *testing.T) {
+	testutil.Need(t, os.Geteuid() == 0, "a libvirt network and an nftables table need root")
+	nft := testutil.Program(t, NFT)
+	testutil.Program(t, Virsh)
+	libvirtd.ForTest(t)
+	srv := sshdtest.New(t)
+	srv.Start()
+	c, err := hostlink.Dial(context.Background(), hostlink.Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l := Libvirt{Run: hostlink.Runner{C: c}, URI: libvirtd.URI}
+	id := randomID(t)
+	name := "agent-vm-test-" + id
+	mac := "52:54:00:" + id[0:2] + ":" + id[2:4] + ":" + id[4:6]
+	ctx := context.Background()
+	t.Cleanup(func() { _ = l.Down(context.Background(), name, TableName(id)) })
+	n, err := l.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, doorsAddr, i) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := n.Ruleset(id, Front{ProxyPort: 3128, Proxy: 40001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Fence(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.InterfaceByName(n.Bridge); err != nil {
+		t.Errorf("no bridge %s after Up over the link: %v", n.Bridge, err)
+	}
+	if out, err := exec.Command(nft, "list", "table", "inet", TableName(id)).CombinedOutput(); err != nil || !strings.Contains(string(out), "dnat ip to "+n.Host.String()+":40001") {
+		t.Errorf("the fence made over the link: %v\n%s", err, out)
+	}
+	if err := l.Down(ctx, name, TableName(id)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.InterfaceByName(n.Bridge); err == nil {
+		t.Error("the bridge outlived Down over the link")
+	}
+	if err := exec.Command(nft, "list", "table", "inet", TableName(id)).Run(); err == nil {
+		t.Error("the fence outlived Down over the link")
 	}
 }

@@ -1,0 +1,52 @@
+package hostlink
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
+)
+
+// Programs run on the host over the link (the real sshd here): argv
+// arrives as given (spaces, quotes), with env and dir; stdin reaches the
+// program; a non-zero exit is an *execx.Error carrying the code and the
+// remote stderr and naming the host; LookPath answers with the host's
+// path or an error.
+func TestRunnerOverTheLink(t *testing.T) {
+	srv := sshdtest.New(t)
+	srv.Start()
+	c, err := Dial(context.Background(), Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := Runner{C: c}
+	ctx := context.Background()
+	dir := t.TempDir()
+	res, err := r.Run(ctx, execx.Cmd{Path: "sh", Args: []string{"-c", `pwd; printf '%s|' "$@"; echo "$GREETING"`, "sh", "a b", "it's", "$HOME"},
+		Dir: dir, Env: []string{"GREETING=hello there"}})
+	if want := dir + "\na b|it's|$HOME|hello there\n"; err != nil || string(res.Stdout) != want {
+		t.Errorf("argv, env and dir: %q, %v; want %q", res.Stdout, err, want)
+	}
+	res, err = r.Run(ctx, execx.Cmd{Path: "cat", Stdin: strings.NewReader("from stdin")})
+	if err != nil || string(res.Stdout) != "from stdin" {
+		t.Errorf("stdin: %q, %v", res.Stdout, err)
+	}
+	_, err = r.Run(ctx, execx.Cmd{Path: "sh", Args: []string{"-c", "echo broken >&2; exit 3"}})
+	var ee *execx.Error
+	if !errors.As(err, &ee) || ee.ExitCode != 3 || ee.Stderr != "broken" || !strings.Contains(err.Error(), "(on "+srv.Addr+")") {
+		t.Errorf("a failing program: %v", err)
+	}
+	if p, err := r.LookPath("sh"); err != nil || !strings.HasSuffix(p, "/sh") {
+		t.Errorf("LookPath sh: %q %v", p, err)
+	}
+	if _, err := r.LookPath("agent-vm-no-such-program"); err == nil {
+		t.Error("LookPath found a program that is not there")
+	}
+	if _, err := r.Start(execx.Detached{Path: "sleep"}); err == nil {
+		t.Error("Start over the link did not refuse")
+	}
+}
