@@ -48,10 +48,13 @@
 //     port to its door listener; every port the kernel chose for the
 //     proxy, so nothing already on the host's wildcard address is in the
 //     way.
-//   - input (filter): from the bridge, replies to connections the host
+//   - input (filter): the front's ports are the guest's alone: from
+//     anywhere else (the host's own users on its loopback, a neighbour that
+//     routes to the bridge) they are dropped, as the QEMU driver's proxy
+//     socket is 0600. From the bridge, replies to connections the host
 //     opened (vagrant's and agent-vm's SSH, the forwarders), DHCP, and the
-//     front's ports are let in; everything else the guest sends to the host
-//     is dropped, whatever the address.
+//     front's ports by way of the doors are let in; everything else the
+//     guest sends to the host is dropped, whatever the address.
 //   - forward (filter): nothing from or to the bridge is forwarded (TCP to
 //     the doors' address on a port that is no door gets a reset, so the
 //     guest learns at once).
@@ -217,6 +220,7 @@ table inet {{.Table}} {
 	}
 	chain input {
 		type filter hook input priority filter; policy accept;
+		iifname != "{{.Bridge}}" ip daddr {{.Host}} tcp dport { {{.Ports}} } drop
 		iifname "{{.Bridge}}" ct state established,related accept
 		iifname "{{.Bridge}}" meta nfproto ipv4 udp dport 67 accept
 		iifname "{{.Bridge}}" ip daddr {{.Host}} tcp dport { {{.Ports}} } ct status dnat accept

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -207,6 +208,13 @@ func TestFenceHoldsForReal(t *testing.T) {
 		refused(n.Host.String(), p, "the front directly")
 	}
 	wg.Wait()
+	// The front is the guest's alone: not the host's other users'.
+	for _, p := range []int{proxy, door} {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(n.Host.String(), strconv.Itoa(p)), 2*time.Second); err == nil {
+			c.Close()
+			t.Errorf("a process of the host reached the front at %s:%d", n.Host, p)
+		}
+	}
 	// The host opens connections to the guest (vagrant's SSH).
 	gl, err := testutil.ListenInNetns(guest, "0.0.0.0:2222")
 	if err != nil {
