@@ -14,7 +14,8 @@
 // host, which is why the key is agent-vm's own and the host key pinned.
 //
 // Today `host doctor` asks libvirt through it; placing VMs on a host
-// (docs/scaling.md) will hold one such connection per host.
+// (docs/scaling.md) will hold one such connection per host, and run
+// agent-vm's own binary there, which Install copies over it.
 package hostlink
 
 import (
