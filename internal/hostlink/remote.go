@@ -1,14 +1,15 @@
 package hostlink
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 )
 
@@ -44,12 +45,12 @@ type result struct {
 	stdout, stderr string
 }
 
-// exec runs cmd; the error is only for a command that could not be run.
+// exec runs cmd through the link's Runner; the error is only for a
+// command that could not be run (a non-zero exit is res.code).
 func (r remote) exec(stdin io.Reader, cmd command) (result, error) {
-	var stdout, stderr bytes.Buffer
-	code, err := sshx.Run(r.ctx, r.c, sshx.Quote(cmd.argv), stdin, &stdout, &stderr)
-	res := result{cmd: cmd.show, code: code, stdout: stdout.String(), stderr: stderr.String()}
-	if err != nil {
+	out, err := Runner{C: r.c}.Run(r.ctx, execx.Cmd{Path: cmd.argv[0], Args: cmd.argv[1:], Stdin: stdin})
+	res := result{cmd: cmd.show, code: out.ExitCode, stdout: string(out.Stdout), stderr: string(out.Stderr)}
+	if ee := (*execx.Error)(nil); err != nil && !(errors.As(err, &ee) && ee.ExitCode > 0) {
 		return res, fmt.Errorf("running `%s` on %s: %w (hint: is the link to the host still up?)", cmd.show, r.c.RemoteAddr(), err)
 	}
 	return res, nil
