@@ -1,10 +1,16 @@
 // Package libvirt holds the libvirt driver's pieces: the driver will boot
 // the qemu backend's Debian guest through libvirt's API (go-libvirt) on
 // this machine's libvirtd or another machine's, reached over the host link
-// (docs/scaling.md, "The driver and the backend"). Its first piece is a
+// (docs/scaling.md, "The driver and the backend"). Its pieces so far: a
 // VM's domain XML (Domain), rendered from typed structs through
 // encoding/xml by pure functions, as internal/qemu's argv.go builds QEMU's
-// command line: the same machine, where libvirt can express it.
+// command line (the same machine, where libvirt can express it); and a
+// host's verbs (Host, host.go): Up makes a VM's volumes in agent-vm's pool
+// (internal/virtpool), its isolated network (internal/libvirtnet) and its
+// domain, and starts it; State, Shutdown and Remove. Not yet: the egress
+// proxy and fence on the VM's network, the workspace share's virtiofsd and
+// the files libvirt's QEMU opens besides volumes, the forwards, and the
+// driver.Driver that composes them (docs/scaling.md's build order).
 //
 // Under qemu:///system libvirt runs QEMU as another user (Debian:
 // libvirt-qemu) and hands it only the files the domain XML names (disks,

@@ -380,3 +380,17 @@ func (p Pool) Prune(keep ...string) ([]string, error) {
 	}
 	return pruned, nil
 }
+
+// Find is the volume name, or nil when the pool has none.
+func (p Pool) Find(name string) (*Vol, error) {
+	sp, err := p.pool()
+	if err != nil {
+		return nil, err
+	}
+	v, ok, err := p.lookup(sp, name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	vol, err := p.vol(v)
+	return &vol, err
+}
