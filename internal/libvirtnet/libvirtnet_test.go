@@ -18,7 +18,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
-	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
+	"github.com/agent-vm/agent-vm/internal/hostlink/hostlinktest"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 )
@@ -278,13 +278,7 @@ func TestNetworkOverTheLink(t *testing.T) {
 	nft := testutil.Program(t, NFT)
 	testutil.Program(t, Virsh)
 	libvirtd.ForTest(t)
-	srv := sshdtest.New(t)
-	srv.Start()
-	c, err := hostlink.Dial(context.Background(), hostlink.Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := hostlinktest.Dial(t)
 	l := Libvirt{Run: hostlink.Runner{C: c}, URI: libvirtd.URI}
 	id := randomID(t)
 	name := "agent-vm-test-" + id

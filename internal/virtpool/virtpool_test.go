@@ -2,7 +2,6 @@ package virtpool
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -18,7 +17,7 @@ import (
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
 	"github.com/agent-vm/agent-vm/internal/hostlink"
-	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
+	"github.com/agent-vm/agent-vm/internal/hostlink/hostlinktest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 )
@@ -186,13 +185,7 @@ func TestPoolOverTheLink(t *testing.T) {
 	if _, err := p.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	srv := sshdtest.New(t)
-	srv.Start()
-	c, err := hostlink.Dial(context.Background(), hostlink.Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := hostlinktest.Dial(t)
 	rl, err := hostlink.Libvirt(c)
 	if err != nil {
 		t.Fatal(err)
