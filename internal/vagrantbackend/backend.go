@@ -55,7 +55,6 @@ type Backend struct {
 var (
 	_ backend.Backend     = (*Backend)(nil)
 	_ backend.HostNeeder  = (*Backend)(nil)
-	_ backend.StartWarner = (*Backend)(nil)
 )
 
 // Settings is this backend's section of the VM record.
@@ -71,11 +70,11 @@ type Settings struct {
 	// one; Machine is the one machine it defines.
 	Vagrantfile string `json:"vagrantfile,omitempty"`
 	Machine     string `json:"machine,omitempty"`
-	// Contained: the guest was set up (at create or reset) for its
-	// contained network, the egress proxy at the doors' address. Guests
-	// of agent-vm's own Vagrantfile set up before the vagrant backend
-	// contained networks were set up without it and reach no network
-	// until a reset (StartWarning).
+	// Contained: the machine was made (at create or reset) for its
+	// contained network: its NIC on the VM's own libvirt network, its
+	// guest using the egress proxy. Machines of agent-vm's own Vagrantfile
+	// made before the vagrant backend contained networks lack both and are
+	// not started until a reset (CheckStart).
 	Contained bool `json:"contained,omitempty"`
 }
 
@@ -239,22 +238,23 @@ func (b *Backend) Reset(_ context.Context, _ state.Layout, r *state.Record) erro
 	return r.SetSection(s)
 }
 
-// StartWarning implements backend.StartWarner: a guest of agent-vm's own
-// Vagrantfile set up before the vagrant backend contained networks is
-// contained all the same, but nothing in it knows the egress proxy, which
-// only its first boot sets up: it reaches no network until a reset.
-func (b *Backend) StartWarning(r *state.Record) string {
-	var s Settings
-	if err := r.Section(&s); err != nil || s.Vagrantfile != "" || s.Contained {
-		return ""
-	}
-	return fmt.Sprintf("the guest of %q was set up by an older agent-vm, before the vagrant backend contained VMs' networks: it is not configured for the egress proxy, so it reaches no network (hint: `agent-vm reset %s` sets it up again from the box; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
-}
 
-// CheckStart implements backend.Backend.
+// CheckStart implements backend.Backend. A VM of agent-vm's own
+// Vagrantfile made before the vagrant backend contained networks is
+// refused until a reset: its libvirt domain's NIC is on vagrant-libvirt's
+// NAT network (vagrant up starts an existing domain as it was defined, so
+// the start's own network would not be the one it uses) and its guest was
+// set up without the egress proxy.
 func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
 	if f.Nixpkgs != "" {
 		return fmt.Errorf("--nixpkgs chooses the nixpkgs a nixos VM is built from; VM %q uses the vagrant backend (hint: drop --nixpkgs)", r.Branch)
+	}
+	var s Settings
+	if err := r.Section(&s); err != nil {
+		return err
+	}
+	if s.Vagrantfile == "" && !s.Contained {
+		return fmt.Errorf("VM %q was made by an older agent-vm, before the vagrant backend contained VMs' networks: its machine is on vagrant-libvirt's NAT network and its guest knows no egress proxy, so it is not started as it is (hint: `agent-vm reset %s` makes its machine afresh, contained; the workspace, ports and network policy are kept, what was installed in the guest is not)", r.Branch, r.Slug)
 	}
 	return nil
 }

@@ -47,6 +47,41 @@ func TestVagrantProvision(t *testing.T) {
 	if r.Guest.Foreign != "" {
 		t.Errorf("agent-vm's own Vagrantfile recorded as foreign: %q", r.Guest.Foreign)
 	}
+	if err := b.CheckStart(r, backend.StartFlags{}); err != nil {
+		t.Errorf("a new VM's start refused: %v", err)
+	}
+}
+
+// A VM of agent-vm's own Vagrantfile made before the backend contained
+// networks (its settings say nothing of it) is not started, saying to
+// reset it; reset makes it one that starts. The repository's own
+// Vagrantfile is not concerned.
+func TestOlderMachineRefusedUntilReset(t *testing.T) {
+	r := &state.Record{Branch: "feat", Slug: "feat", Backend: Name}
+	if err := r.SetSection(Settings{Provision: 1}); err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{}
+	if err := b.CheckStart(r, backend.StartFlags{}); err == nil || !strings.Contains(err.Error(), "`agent-vm reset feat`") || !strings.Contains(err.Error(), "NAT network") {
+		t.Errorf("an older machine's start: %v", err)
+	}
+	if err := b.Reset(context.Background(), state.Layout{}, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CheckStart(r, backend.StartFlags{}); err != nil {
+		t.Errorf("after reset: %v", err)
+	}
+	var s Settings
+	if err := r.Section(&s); err != nil || !s.Contained || s.Provision != 1 {
+		t.Errorf("reset's settings: %+v %v", s, err)
+	}
+	own := &state.Record{Branch: "web", Slug: "web", Backend: Name}
+	if err := own.SetSection(Settings{Vagrantfile: "/repo/Vagrantfile", Machine: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CheckStart(own, backend.StartFlags{}); err != nil {
+		t.Errorf("the repository's own Vagrantfile: %v", err)
+	}
 }
 
 // TestVagrantProvisionOwnVagrantfile puts a FAKE vagrant (execxtest) at the
