@@ -53,8 +53,8 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend     = (*Backend)(nil)
-	_ backend.HostNeeder  = (*Backend)(nil)
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.HostNeeder = (*Backend)(nil)
 )
 
 // Settings is this backend's section of the VM record.
@@ -237,7 +237,6 @@ func (b *Backend) Reset(_ context.Context, _ state.Layout, r *state.Record) erro
 	s.Contained = true
 	return r.SetSection(s)
 }
-
 
 // CheckStart implements backend.Backend. A VM of agent-vm's own
 // Vagrantfile made before the vagrant backend contained networks is
