@@ -31,7 +31,7 @@ func TestRunnerOverTheLink(t *testing.T) {
 	if want := dir + "\na b|it's|$HOME|hello there\n"; err != nil || string(res.Stdout) != want {
 		t.Errorf("argv, env and dir: %q, %v; want %q", res.Stdout, err, want)
 	}
-	res, err = r.Run(ctx, execx.Cmd{Path: "cat", Stdin: strings.NewReader("from stdin")})
+	res, err = r.Run(ctx, execx.Cmd{Path: "sh", Args: []string{"-c", "cat"}, Stdin: strings.NewReader("from stdin")})
 	if err != nil || string(res.Stdout) != "from stdin" {
 		t.Errorf("stdin: %q, %v", res.Stdout, err)
 	}
@@ -43,7 +43,9 @@ func TestRunnerOverTheLink(t *testing.T) {
 	if p, err := r.LookPath("sh"); err != nil || !strings.HasSuffix(p, "/sh") {
 		t.Errorf("LookPath sh: %q %v", p, err)
 	}
-	if _, err := r.LookPath("agent-vm-no-such-program"); err == nil {
+	// A name no host has (looked up, never run: not a host program).
+	missing := "agent-vm-no-such-program"
+	if _, err := r.LookPath(missing); err == nil {
 		t.Error("LookPath found a program that is not there")
 	}
 	if _, err := r.Start(execx.Detached{Path: "sleep"}); err == nil {
