@@ -42,7 +42,11 @@ func hostCommand(stdio IO) *cli.Command {
 						if err != nil {
 							return err
 						}
-						fmt.Fprintf(stdio.Out, "added host %s (%s) (hint: `agent-vm host doctor %s` checks it)\n", h.Name, termsafe.String(h.URI), h.Name)
+						next := "`agent-vm host doctor " + h.Name + "` checks it"
+						if u, err := hosts.ParseURI(h.URI); err == nil && u.Remote() {
+							next = "`agent-vm host link " + h.Name + "` sets up agent-vm's own SSH link to it, then `agent-vm host doctor " + h.Name + "` checks it"
+						}
+						fmt.Fprintf(stdio.Out, "added host %s (%s) (hint: %s)\n", h.Name, termsafe.String(h.URI), next)
 						return nil
 					})(cliCtx)
 				},

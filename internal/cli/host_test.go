@@ -34,10 +34,12 @@ func TestHostAddListRm(t *testing.T) {
 	if r := run("host", "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
 		t.Errorf("empty list --json: %q", r.stdout)
 	}
-	if r := run("host", "add", "big", "qemu+ssh://ann@big.example.com:2222/system?keyfile=/k/id"); !strings.Contains(r.stdout, "added host big") || !strings.Contains(r.stdout, "agent-vm host doctor big") {
+	if r := run("host", "add", "big", "qemu+ssh://ann@big.example.com:2222/system?keyfile=/k/id"); !strings.Contains(r.stdout, "added host big") || !strings.Contains(r.stdout, "`agent-vm host link big` sets up") || !strings.Contains(r.stdout, "agent-vm host doctor big") {
 		t.Errorf("add:\n%s", r.stdout)
 	}
-	run("host", "add", "here", "qemu:///system")
+	if r := run("host", "add", "here", "qemu:///system"); strings.Contains(r.stdout, "host link") {
+		t.Errorf("add of this machine's libvirtd hints at a link:\n%s", r.stdout)
+	}
 	r := run("host", "list")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[0], "URI") || !strings.Contains(lines[0], "ADDED") ||
