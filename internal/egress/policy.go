@@ -23,6 +23,14 @@
 //     expose`, `mcp sync`), named by the relay's preamble, which the guest cannot
 //     write; a port no longer exposed is refused.
 //
+// A guest that libvirt runs (the vagrant backend's) has no slirp: it sits
+// on a libvirt network of its own, and its doors are the proxy's TCP front
+// (front.go, `net-proxy --front`): the proxy and each exposed port listen
+// on the bridge's address, on ports the kernel chooses, and the driver's
+// nftables fence (internal/libvirtnet) leads the guest's connections to
+// the doors' address there and lets nothing else of the host answer it.
+// Behind either kind of door the proxy is the same.
+//
 // The policy is a JSON file the orchestration writes (Policy) and the
 // proxy re-reads when it changes, so `agent-vm net allow|deny` take effect
 // at once.
