@@ -299,3 +299,29 @@ func TestNetRequestRules(t *testing.T) {
 		t.Errorf("policy file: %v\n%s", err, b)
 	}
 }
+
+// net-proxy's TCP front flags, refused as usage errors (exit 2) naming the
+// flag before anything listens: --front-door or --front-ports without
+// --front, --front that is not an address, --front without a ports file,
+// and neither sockets nor a front.
+func TestNetProxyFrontRefusals(t *testing.T) {
+	st, dir := t.TempDir(), t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--front-door", "8080"}, "--front-door and --front-ports need --front"},
+		{[]string{"--front-ports", filepath.Join(dir, "p.json")}, "--front-door and --front-ports need --front"},
+		{[]string{"--front", "bridge", "--front-ports", filepath.Join(dir, "p.json")}, `--front "bridge" is not an IP address`},
+		{[]string{"--front", "127.0.0.1"}, "--front needs --front-ports"},
+		{nil, "net-proxy needs --proxy-socket"},
+	} {
+		r := agentVM(t, "", st, append([]string{"net-proxy", "--dir", dir}, tc.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("net-proxy %q: exit %d\n%s\nwant %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the refusals left %v", ents)
+	}
+}
