@@ -2,11 +2,10 @@ package bridge
 
 import (
 	"context"
-	"io"
 	"net"
-	"sync"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/tcpfwd"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -35,25 +34,6 @@ func Tunnel(network string, find func() (string, error), log hclog.Logger) func(
 		defer h.Close()
 		stop := context.AfterFunc(ctx, func() { c.Close(); h.Close() })
 		defer stop()
-		Splice(c, h)
+		tcpfwd.Splice(c, h)
 	}
-}
-
-// Splice copies a to b and b to a until both directions end, passing each
-// end's EOF on as a half close where the connection has one.
-func Splice(a, b net.Conn) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	one := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-	}
-	go one(a, b)
-	go one(b, a)
-	wg.Wait()
 }
