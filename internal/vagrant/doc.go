@@ -132,7 +132,8 @@
 // the seed), never their directories nor files passed through qemuargs.
 // So each credential is copied into a fw_cfg directory as a 0600 file of
 // libvirt-qemu (as root; else readable by it through a POSIX ACL entry),
-// and the virtiofsd socket is handed over alike. As root (whose state
+// and the virtiofsd socket is handed over alike (internal/qemuuser, which
+// a driver that runs QEMU through libvirt shares). As root (whose state
 // directory is under /root, 0700) those copies, a copy of the seed and
 // the socket go to the machine's own directory in a
 // handoff directory outside home directories (Driver.Handoff,
