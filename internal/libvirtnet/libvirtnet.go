@@ -1,8 +1,10 @@
 // Package libvirtnet contains the network of a VM that libvirt runs: one
 // isolated libvirt network per VM, and one nftables table of agent-vm's
-// that fences it. It is for the drivers whose machines libvirt runs (the
-// vagrant driver); QEMU's own user network is contained by slirp instead
-// (internal/qemu).
+// that fences it, and the containment of a machine that puts the two
+// together with its egress proxy (Containment, contain.go). It is for the
+// drivers whose machines libvirt runs (the vagrant driver, and the libvirt
+// driver's pieces in internal/libvirt); QEMU's own user network is
+// contained by slirp instead (internal/qemu).
 //
 // # The network
 //
@@ -62,7 +64,25 @@
 // A drop in any table's base chain is final in nftables, so libvirt's own
 // rules (iptables, other tables) cannot open what the fence drops.
 // Creating the bridge and the table needs root (CAP_NET_ADMIN): as another
-// user the drivers refuse to start a contained machine (Check).
+// user a driver refuses to start a contained machine, in its own words,
+// before it calls Contain.
+//
+// # The containment
+//
+// Containment.Contain makes a machine's contained network before the
+// machine starts: a marker in its run directory (ContainedMark) that a
+// start made one, the libvirt network (Libvirt.Up, named as the driver
+// says: the vagrant driver names it after its machine), the egress proxy
+// (the Machine.Network's program, `agent-vm net-proxy`) with its TCP front
+// on the bridge's address and one door listener per exposed port, its
+// ports file (FrontPorts) in the run directory and its output (EgressLog)
+// in the logs directory, and the fence to the ports the proxy chose. As
+// root the proxy drops to the workspace's owner once it listens, as the
+// QEMU driver's does (egress.GiveDir gives it the network directory
+// first). Containment.Uncontain ends the proxy and removes the fence and
+// the network after a stop, a destroy or a failed start: best effort,
+// logged, since none of those may fail for it; while the marker stays the
+// next start or destroy tries again.
 package libvirtnet
 
 import (

@@ -2,7 +2,6 @@ package vagrant
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,82 +11,41 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
-	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/libvirtnet"
+	"github.com/agent-vm/agent-vm/internal/libvirtnet/libvirtnettest"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // A contained start at the exec boundary, with FAKE virsh, nft and egress
-// proxy (execxtest) beside the rig's FAKE vagrant: what the driver asks of
-// each and in which order. internal/libvirtnet's tests run the network
-// and the fence for real; the integration test's vagrant runs check a
-// real guest's reach.
+// proxy (libvirtnettest) beside the rig's FAKE vagrant: where the driver
+// makes the network and tears it down in a machine's life.
+// internal/libvirtnet's tests check what Contain asks of each; the
+// integration test's vagrant runs check a real guest's reach.
 type netRig struct {
 	*rig
-	nets    map[string]bool // libvirt networks, defined -> active
-	rules   []string        // what nft was given
-	proxyUp bool            // the fake proxy writes its ports file
+	host *libvirtnettest.Host
 }
 
 func newNetRig(t *testing.T) *netRig {
 	// As root, as contained starts are: the proxy's directory is given
 	// to the workspace's owner (the rig's 65534).
 	testutil.Need(t, os.Geteuid() == 0, "a contained start runs as root")
-	r := &netRig{rig: newRig(t), nets: map[string]bool{}, proxyUp: true}
+	r := &netRig{rig: newRig(t)}
 	r.d.Euid = func() int { return 0 }
 	dir := filepath.Join(filepath.Dir(r.m.RunDir), "net")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	r.m.Network = &driver.Network{Addr: "10.0.2.100", ProxyPort: 3128, Exposed: []int{8080}, Dir: dir,
-		Proxy: []string{"/fake/agent-vm", "net-proxy", "--dir", dir}, ProxyInput: driver.Sealed("the bundle")}
-	name := regexp.MustCompile(`<name>([^<]+)</name>`)
-	r.fake.On("virsh", func(c execxtest.Call) execxtest.Reply {
-		args := c.Args[2:]
-		switch args[0] {
-		case "net-info":
-			if active, ok := r.nets[args[1]]; ok {
-				return execxtest.Reply{Stdout: "Name: " + args[1] + "\nActive: " + map[bool]string{true: "yes", false: "no"}[active] + "\n"}
-			}
-			return execxtest.Reply{Stderr: "error: network not found", ExitCode: 1}
-		case "net-define":
-			r.nets[string(name.FindSubmatch(c.Stdin)[1])] = false
-		case "net-start":
-			r.nets[args[1]] = true
-		case "net-destroy":
-			r.nets[args[1]] = false
-		case "net-undefine":
-			delete(r.nets, args[1])
-		case "domstate":
+	r.m.Network = libvirtnettest.Network(dir)
+	r.host = libvirtnettest.New(r.fake)
+	r.host.OtherVirsh = func(c execxtest.Call) execxtest.Reply {
+		if c.Args[2] == "domstate" {
 			return execxtest.Reply{Stdout: "shut off (shutdown)\n"}
-		default:
-			return execxtest.Reply{Stderr: "unexpected", ExitCode: 2}
 		}
-		return execxtest.Reply{}
-	}).On("nft", func(c execxtest.Call) execxtest.Reply {
-		r.rules = append(r.rules, string(c.Stdin))
-		return execxtest.Reply{}
-	}).On("agent-vm", func(c execxtest.Call) execxtest.Reply {
-		if !r.proxyUp {
-			_ = os.WriteFile(c.Stdout, []byte("net-proxy: cannot listen\n"), 0o600)
-			return execxtest.Reply{ExitCode: 1}
-		}
-		i := slices.Index(c.Args, "--front-ports")
-		b, _ := json.Marshal(egress.FrontPorts{Addr: c.Args[slices.Index(c.Args, "--front")+1], Proxy: 40001, Doors: map[int]int{8080: 40002}})
-		_ = os.WriteFile(c.Args[i+1], b, 0o600)
-		return execxtest.Reply{}
-	})
-	return r
-}
-
-func (r *netRig) calls(prog string) []string {
-	var out []string
-	for _, c := range r.fake.Calls() {
-		if filepath.Base(c.Path) == prog {
-			out = append(out, strings.Join(c.Args, " "))
-		}
+		return execxtest.Reply{Stderr: "unexpected", ExitCode: 2}
 	}
-	return out
+	return r
 }
 
 func TestContainedLifecycle(t *testing.T) {
@@ -97,23 +55,8 @@ func TestContainedLifecycle(t *testing.T) {
 	if _, err := r.d.Start(ctx, r.m, boot, driver.StartOptions{Accel: "tcg"}); err != nil {
 		t.Fatal(err)
 	}
-	if !r.nets[name] {
-		t.Fatalf("no running network %s: %v", name, r.nets)
-	}
-	proxy := r.calls("agent-vm")
-	if len(proxy) != 1 || !strings.Contains(proxy[0], "--front 10.213.") || !strings.Contains(proxy[0], "--front-door 8080") ||
-		!strings.Contains(proxy[0], "--front-ports "+filepath.Join(r.m.RunDir, FrontPorts)) || !strings.HasSuffix(proxy[0], "--run-as 65534:65534") {
-		t.Errorf("the proxy ran as %q", proxy)
-	}
-	for _, c := range r.fake.Calls() {
-		if filepath.Base(c.Path) == "agent-vm" && string(c.Stdin) != "the bundle" {
-			t.Errorf("the proxy's stdin is %q, want the secrets' bundle", c.Stdin)
-		}
-	}
-	if len(r.rules) != 1 || !strings.Contains(r.rules[0], "table inet agent_vm_0123abcd {") ||
-		!regexp.MustCompile(`ip daddr 10\.0\.2\.100 tcp dport 3128 dnat ip to 10\.213\.[0-9.]+:40001`).MatchString(r.rules[0]) ||
-		!regexp.MustCompile(`ip daddr 10\.0\.2\.100 tcp dport 8080 dnat ip to 10\.213\.[0-9.]+:40002`).MatchString(r.rules[0]) {
-		t.Errorf("the fence:\n%s", strings.Join(r.rules, "\n---\n"))
+	if !r.host.Nets[name] || len(r.host.Proxies) != 1 || !strings.HasSuffix(strings.Join(r.host.Proxies[0].Args, " "), "--run-as 65534:65534") {
+		t.Fatalf("no running network %s (%v), or its proxy did not drop to the workspace's owner: %v", name, r.host.Nets, r.host.Proxies)
 	}
 	vf, _ := os.ReadFile(filepath.Join(Project(r.m.RunDir), "Vagrantfile"))
 	if !strings.Contains(string(vf), `libvirt.management_network_name = "`+name+`"`) ||
@@ -131,19 +74,19 @@ func TestContainedLifecycle(t *testing.T) {
 	if err := r.d.Stop(ctx, r.m, 0); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.nets) != 0 || len(r.rules) != 2 || !strings.Contains(r.rules[1], "delete table inet agent_vm_0123abcd") {
-		t.Errorf("after stop: networks %v, nft given %q", r.nets, r.rules)
+	if len(r.host.Nets) != 0 || len(r.host.Rules) != 2 || !strings.Contains(r.host.Rules[1], "delete table inet agent_vm_0123abcd") {
+		t.Errorf("after stop: networks %v, nft given %q", r.host.Nets, r.host.Rules)
 	}
-	if exists(runFile(r.m, ContainedMark)) || exists(runFile(r.m, FrontPorts)) {
+	if exists(runFile(r.m, libvirtnet.ContainedMark)) || exists(runFile(r.m, libvirtnet.FrontPorts)) {
 		t.Error("stop left the contained network's files")
 	}
 	// A destroy of a stopped machine has nothing of it left to remove.
-	before := len(r.rules)
+	before := len(r.host.Rules)
 	if err := r.d.Destroy(ctx, r.m); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.rules) != before {
-		t.Errorf("destroy ran nft again: %q", r.rules[before:])
+	if len(r.host.Rules) != before {
+		t.Errorf("destroy ran nft again: %q", r.host.Rules[before:])
 	}
 }
 
@@ -152,15 +95,15 @@ func TestContainedLifecycle(t *testing.T) {
 // contained start is refused before anything runs.
 func TestContainedStartFailures(t *testing.T) {
 	r := newNetRig(t)
-	r.proxyUp = false
+	r.host.ProxyUp = false
 	_, err := r.d.Start(context.Background(), r.m, boot, driver.StartOptions{Accel: "tcg"})
-	if err == nil || !strings.Contains(err.Error(), "egress proxy exited at once") || !strings.Contains(err.Error(), "cannot listen") {
+	if err == nil || !strings.Contains(err.Error(), "starting agent-vm-feat: the egress proxy exited at once") || !strings.Contains(err.Error(), "cannot listen") {
 		t.Fatalf("start with a failing proxy: %v", err)
 	}
-	if len(r.nets) != 0 || len(r.rules) != 1 || !strings.Contains(r.rules[0], "delete table") {
-		t.Errorf("left: networks %v, nft given %q", r.nets, r.rules)
+	if len(r.host.Nets) != 0 || len(r.host.Rules) != 1 || !strings.Contains(r.host.Rules[0], "delete table") {
+		t.Errorf("left: networks %v, nft given %q", r.host.Nets, r.host.Rules)
 	}
-	if slices.ContainsFunc(r.verbs(), func(v string) bool { return strings.HasPrefix(v, "up ") }) || exists(runFile(r.m, ContainedMark)) {
+	if slices.ContainsFunc(r.verbs(), func(v string) bool { return strings.HasPrefix(v, "up ") }) || exists(runFile(r.m, libvirtnet.ContainedMark)) {
 		t.Errorf("vagrant up ran, or the marker stayed: %q", r.verbs())
 	}
 

@@ -132,7 +132,8 @@
 // the seed), never their directories nor files passed through qemuargs.
 // So each credential is copied into a fw_cfg directory as a 0600 file of
 // libvirt-qemu (as root; else readable by it through a POSIX ACL entry),
-// and the virtiofsd socket is handed over alike. As root (whose state
+// and the virtiofsd socket is handed over alike (internal/qemuuser, which
+// a driver that runs QEMU through libvirt shares). As root (whose state
 // directory is under /root, 0700) those copies, a copy of the seed and
 // the socket go to the machine's own directory in a
 // handoff directory outside home directories (Driver.Handoff,
@@ -147,30 +148,32 @@
 // 0700 directory above fails at once with the fix instead of libvirt's
 // "Permission denied".
 //
-// Network: the driver contains it (a driver.NetworkContainer), as the
-// QEMU driver does, with what internal/libvirtnet makes: before `vagrant
-// up`, a libvirt network of the VM's own (isolated: no forward; its own
-// bridge and /29; DHCP reserving the guest's address for its MAC and
-// handing out one route, to the doors' address 10.0.2.100 by way of the
-// bridge; no DNS), the VM's egress proxy (`agent-vm net-proxy`, the same
-// program and policy as for QEMU) with its TCP front on the bridge's
-// address (egress.Front: the proxy and each exposed port on ports the
-// kernel chooses, written to egress-front.json in the run directory), and
-// the nftables table that leads the guest's connections to 10.0.2.100
-// there and drops everything else it sends the host. The Vagrantfile
-// names the network (management_network_name and _address, mode "none",
-// keep: vagrant-libvirt attaches the NIC to it and never removes it), so
-// vagrant still finds the guest's address in its DHCP leases and SSHes to
-// it. So the guest's contract (its proxy settings, the doors' address) is
-// the qemu backend's, and so is its seed. Stop, destroy and a failed start
-// end the proxy and remove the table and the network (a marker in the run
+// Network: the driver contains it (a driver.NetworkContainer), as the QEMU
+// driver does, with what internal/libvirtnet makes and undoes
+// (libvirtnet.Containment; the driver checks for root and names the
+// network after the machine): before `vagrant up`, a libvirt network of
+// the VM's own (isolated: no forward; its own bridge and /29; DHCP
+// reserving the guest's address for its MAC and handing out one route, to
+// the doors' address 10.0.2.100 by way of the bridge; no DNS), the VM's
+// egress proxy (`agent-vm net-proxy`, the same program and policy as for
+// QEMU) with its TCP front on the bridge's address (egress.Front: the
+// proxy and each exposed port on ports the kernel chooses, written to
+// egress-front.json in the run directory), and the nftables table that
+// leads the guest's connections to 10.0.2.100 there and drops everything
+// else it sends the host. The Vagrantfile names the network
+// (management_network_name and _address, mode "none", keep:
+// vagrant-libvirt attaches the NIC to it and never removes it), so vagrant
+// still finds the guest's address in its DHCP leases and SSHes to it. So
+// the guest's contract (its proxy settings, the doors' address) is the
+// qemu backend's, and so is its seed. Stop, destroy and a failed start end
+// the proxy and remove the table and the network (a marker in the run
 // directory says a start made them; a crash leaves them to the next start,
 // which makes them afresh, or to the stop). A pause keeps them. Making a
 // bridge and a table needs root: a contained start as another user is
-// refused before vagrant runs, with the fix. As root the proxy drops to the
-// workspace's owner once it listens. A repository's own Vagrantfile runs
-// on the networks it says and is not contained (the orchestration says
-// so); nothing is passed to it.
+// refused before vagrant runs, with the fix. As root the proxy drops to
+// the workspace's owner once it listens. A repository's own Vagrantfile
+// runs on the networks it says and is not contained (the orchestration
+// says so); nothing is passed to it.
 //
 // Every value in the file goes through one escaper, RubyString: a
 // double-quoted literal in which every byte outside printable ASCII is

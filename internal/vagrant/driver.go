@@ -73,7 +73,7 @@ type Driver struct {
 	Home string
 	// URI is the libvirt connection; "" = DefaultURI.
 	URI string
-	// QEMUUser is the user libvirt runs QEMU as; "" = DefaultQEMUUser.
+	// QEMUUser is the user libvirt runs QEMU as; "" = qemuuser.DefaultUser.
 	QEMUUser string
 	// HostRoot is where Doctor looks for /dev/kvm and /etc/group; "" = /
 	// (tests point it at a directory of their own).

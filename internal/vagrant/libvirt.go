@@ -2,19 +2,15 @@ package vagrant
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/qemuuser"
 	"github.com/agent-vm/agent-vm/internal/vagrantbox"
 )
 
@@ -79,13 +75,9 @@ func (d *Driver) pidDir() string {
 	return d.PidDir
 }
 
-// DefaultQEMUUser is the user libvirt runs QEMU as under qemu:///system on
-// Debian (libvirt's qemu.conf "user").
-const DefaultQEMUUser = "libvirt-qemu"
-
 func (d *Driver) qemuUser() string {
 	if d.QEMUUser == "" {
-		return DefaultQEMUUser
+		return qemuuser.DefaultUser
 	}
 	return d.QEMUUser
 }
@@ -103,7 +95,8 @@ const SeedFile = "seed.iso"
 // domain XML names (disks, the seed) to that user, never their
 // directories, and nothing passed through qemuargs. Each credential is
 // copied into FwCfgDir readable by QEMU's user alone (0600 and owned by it
-// when agent-vm runs as root, else a POSIX ACL entry for it).
+// when agent-vm runs as root, else a POSIX ACL entry for it; package
+// qemuuser).
 //
 // With a handoff directory (Driver.Handoff) the copies, and a copy of the
 // seed, go to the machine's directory there (0711, made here), and the
@@ -116,12 +109,11 @@ const SeedFile = "seed.iso"
 // replaced by the copies, and b with the seed QEMU opens. Without that
 // user (another distribution, a session libvirt) it changes nothing.
 func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, Boot, error) {
-	u, err := user.Lookup(d.qemuUser())
-	if err != nil {
-		d.Log.Debug("no user for libvirt's QEMU: leaving file access as it is", "user", d.qemuUser(), "error", err)
+	uid, ok := qemuuser.Lookup(d.qemuUser())
+	if !ok {
+		d.Log.Debug("no user for libvirt's QEMU: leaving file access as it is", "user", d.qemuUser())
 		return m, b, nil
 	}
-	uid, _ := strconv.Atoi(u.Uid)
 	dir := d.qemuFile(m, m.RunDir, FwCfgDir)
 	hint := fmt.Sprintf("the VM's directory is %s: set AGENT_VM_STATE_DIR to a directory outside home directories, e.g. /var/lib/agent-vms, for vagrant VMs", filepath.Dir(m.RunDir))
 	if d.Handoff != nil {
@@ -131,7 +123,7 @@ func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, Boot, 
 			return m, b, fmt.Errorf("making the directories libvirt's QEMU opens files in: %w (%s)", err, hint)
 		}
 		seed := d.qemuFile(m, "", SeedFile)
-		if err := copyFor(b.Seed, seed, uid); err != nil {
+		if err := qemuuser.CopyFor(b.Seed, seed, uid); err != nil {
 			return m, b, fmt.Errorf("handing the seed to libvirt's QEMU (user %s): %w", d.qemuUser(), err)
 		}
 		b.Seed = seed
@@ -142,7 +134,7 @@ func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, Boot, 
 		}
 		// The state directory (agent-vm's, 0700) holds every VM's directory.
 		for _, p := range []string{filepath.Dir(vmDir), vmDir, m.RunDir, dir, filepath.Dir(b.Seed)} {
-			if err := searchable(p); err != nil {
+			if err := qemuuser.Searchable(p); err != nil {
 				return m, b, err
 			}
 		}
@@ -150,7 +142,7 @@ func (d *Driver) prepareAccess(m driver.Machine, b Boot) (driver.Machine, Boot, 
 	creds := make([]driver.Credential, 0, len(m.Credentials))
 	for _, c := range m.Credentials {
 		cp := filepath.Join(dir, c.Name)
-		if err := copyFor(c.File, cp, uid); err != nil {
+		if err := qemuuser.CopyFor(c.File, cp, uid); err != nil {
 			return m, b, fmt.Errorf("handing credential %s to libvirt's QEMU (user %s): %w", c.Name, d.qemuUser(), err)
 		}
 		creds = append(creds, driver.Credential{Name: c.Name, File: cp})
@@ -170,69 +162,4 @@ func credentialFiles(cs []driver.Credential) []string {
 		out = append(out, c.File)
 	}
 	return out
-}
-
-// searchable adds search permission for others to dir (and nothing else).
-func searchable(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	if fi.Mode().Perm()&0o001 != 0 {
-		return nil
-	}
-	if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
-		return fmt.Errorf("letting libvirt's QEMU through %s: %w", dir, err)
-	}
-	return nil
-}
-
-// copyFor copies the secret src to dst (0600), readable by uid alone
-// besides dst's owner: owned by uid when we are root, else through an ACL.
-func copyFor(src, dst string, uid int) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	_ = os.Remove(dst)
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	if err := errors.Join(werr, f.Close()); err != nil {
-		return err
-	}
-	return grant(dst, uid, 4)
-}
-
-// grant gives uid perm (4 read, 6 read and write) on path, a 0600 file,
-// and no one else besides its owner: path becomes uid's when we are root
-// (Lchown), else uid gets an ACL entry.
-func grant(path string, uid int, perm uint16) error {
-	if os.Geteuid() == 0 {
-		return os.Lchown(path, uid, -1)
-	}
-	if err := unix.Setxattr(path, "system.posix_acl_access", accessACL(uid, perm), 0); err != nil {
-		return fmt.Errorf("granting uid %d access to %s with an ACL: %w (hint: the state directory's filesystem must support POSIX ACLs, or run agent-vm as root)", uid, path, err)
-	}
-	return nil
-}
-
-// accessACL is a POSIX access ACL (the kernel's xattr form, version 2):
-// owner rw, user uid perm (4 read, 6 read and write), group and others
-// nothing, mask perm.
-func accessACL(uid int, perm uint16) []byte {
-	const undefined = 0xffffffff
-	entries := []struct {
-		tag, perm uint16
-		id        uint32
-	}{{0x01, 6, undefined}, {0x02, perm, uint32(uid)}, {0x04, 0, undefined}, {0x10, perm, undefined}, {0x20, 0, undefined}}
-	b := binary.LittleEndian.AppendUint32(nil, 2)
-	for _, e := range entries {
-		b = binary.LittleEndian.AppendUint16(b, e.tag)
-		b = binary.LittleEndian.AppendUint16(b, e.perm)
-		b = binary.LittleEndian.AppendUint32(b, e.id)
-	}
-	return b
 }

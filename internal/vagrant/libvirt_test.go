@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
@@ -158,23 +157,6 @@ func TestPrepareAccessHandoff(t *testing.T) {
 	}
 	if _, err := os.Stat(mdir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after destroy, %s: %v", mdir, err)
-	}
-}
-
-func TestReadACL(t *testing.T) {
-	got := accessACL(64055, 4)
-	// version 2; user_obj rw; user 64055 r; group_obj -; mask r; other -
-	want := []byte{2, 0, 0, 0, 1, 0, 6, 0, 255, 255, 255, 255, 2, 0, 4, 0, 0x37, 0xfa, 0, 0, 4, 0, 0, 0, 255, 255, 255, 255,
-		0x10, 0, 4, 0, 255, 255, 255, 255, 0x20, 0, 0, 0, 255, 255, 255, 255}
-	if !bytes.Equal(got, want) {
-		t.Errorf("accessACL = %v\nwant      %v", got, want)
-	}
-	// The kernel checks the form: a malformed ACL is EINVAL.
-	f := filepath.Join(t.TempDir(), "f")
-	testutil.WriteFile(t, f, "x")
-	if err := unix.Setxattr(f, "system.posix_acl_access", got, 0); err != nil {
-		testutil.Need(t, !errors.Is(err, unix.EOPNOTSUPP), "no POSIX ACLs on the temp directory's filesystem")
-		t.Errorf("the kernel refuses the ACL: %v", err)
 	}
 }
 

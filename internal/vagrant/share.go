@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/qemuuser"
 	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 )
 
@@ -26,10 +25,10 @@ func (d *Driver) shareSocket(m driver.Machine) string { return d.qemuFile(m, m.R
 // startShare starts agent-vm's own virtiofsd for the workspace, as the
 // QEMU driver does (package virtiofsd; jailed as root: package
 // sharejail), first ending one a crashed run left, and hands its socket
-// to libvirt's QEMU user alone. As root it refuses a virtiofsd that would
-// run unjailed (the Rust one, or a workspace whose owner is unknown): what
-// the guest's root does in the share would then be done as root on the
-// host.
+// to libvirt's QEMU user alone (qemuuser.GiveSocket). As root it refuses
+// a virtiofsd that would run unjailed (the Rust one, or a workspace whose
+// owner is unknown): what the guest's root does in the share would then
+// be done as root on the host.
 func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
 	d.stopShare(m)
 	v, err := virtiofsd.Find(ctx, d.Run)
@@ -48,7 +47,7 @@ func (d *Driver) startShare(ctx context.Context, m driver.Machine) error {
 	if err != nil {
 		return fmt.Errorf("sharing the workspace: %w", err)
 	}
-	if err := d.giveSocket(sock); err != nil {
+	if err := qemuuser.GiveSocket(sock, d.qemuUser(), d.Log); err != nil {
 		virtiofsd.Kill(pid, sock)
 		return fmt.Errorf("sharing the workspace: %w", err)
 	}
@@ -61,21 +60,4 @@ func (d *Driver) stopShare(m driver.Machine) {
 	if virtiofsd.Kill(0, d.shareSocket(m)) {
 		d.Log.Debug("ended the workspace's virtiofsd", "vm", m.Name)
 	}
-}
-
-// giveSocket lets libvirt's QEMU user, and no one else besides the
-// socket's owner, connect to sock (0600): owned by it as root, else
-// through an ACL entry. Without such a user (QEMU runs as root) the socket
-// stays as it is.
-func (d *Driver) giveSocket(sock string) error {
-	u, err := user.Lookup(d.qemuUser())
-	if err != nil {
-		d.Log.Debug("no user for libvirt's QEMU: leaving the virtiofsd socket as it is", "user", d.qemuUser(), "error", err)
-		return nil
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	if err := os.Chmod(sock, 0o600); err != nil {
-		return err
-	}
-	return grant(sock, uid, 6)
 }
