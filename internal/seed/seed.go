@@ -10,6 +10,7 @@ package seed
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,4 +105,13 @@ func AgentPackages(r *state.Record, have []string) []string {
 		}
 	}
 	return specs
+}
+
+// MACOf is the VM's own MAC (52:54:00 is QEMU's prefix), from its id, for
+// a guest on a libvirt network (the vagrant and libvirt backends): the
+// seed's network config matches the NIC by it, and two VMs on one host
+// must not share one.
+func MACOf(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
 }

@@ -51,3 +51,10 @@ func TestAgentPackages(t *testing.T) {
 		}
 	}
 }
+
+// Each VM's MAC is its own, stable, and QEMU's.
+func TestMACOf(t *testing.T) {
+	if MACOf("a") == MACOf("b") || MACOf("a") != MACOf("a") || !strings.HasPrefix(MACOf("a"), "52:54:00:") {
+		t.Errorf("MACs: %s %s", MACOf("a"), MACOf("b"))
+	}
+}

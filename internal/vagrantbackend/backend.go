@@ -10,7 +10,6 @@ package vagrantbackend
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -210,15 +209,7 @@ func (b *Backend) userProject(ctx context.Context, l state.Layout, r *state.Reco
 
 // boot is the plan: the box, the seed, the NIC's MAC, the SSH login.
 func (b *Backend) boot(l state.Layout, r *state.Record, s Settings) vagrant.Boot {
-	return vagrant.Boot{Box: s.Box, Seed: filepath.Join(l.Dir, seed.File), MAC: MACOf(r.ID), SSHUser: r.Guest.User, SSHKey: l.ClientKey()}
-}
-
-// MACOf is the VM's own MAC on libvirt's shared network (52:54:00 is
-// QEMU's prefix), from its id: the seed's network config matches the NIC
-// by it, and two VMs on one network must not share one.
-func MACOf(id string) string {
-	h := sha256.Sum256([]byte(id))
-	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
+	return vagrant.Boot{Box: s.Box, Seed: filepath.Join(l.Dir, seed.File), MAC: seed.MACOf(r.ID), SSHUser: r.Guest.User, SSHKey: l.ClientKey()}
 }
 
 // Reset implements backend.Backend. The root disk is the libvirt
@@ -271,7 +262,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	c.MACAddress = MACOf(r.ID)
+	c.MACAddress = seed.MACOf(r.ID)
 	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err
 	}
