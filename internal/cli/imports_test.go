@@ -33,6 +33,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/forward":     true, // `port add|rm|list`, given the Manager as their VMs
 		module + "/internal/secret":      true, // `secret set|list|rm`, the Manager's store; run's key from the environment
 		module + "/internal/hosts":       true, // `host add|list|rm`, the Manager's registry, and host doctor's report
+		module + "/internal/tcpfwd":      true, // the hidden net-forward, a libvirt VM's forwards
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
+	"github.com/agent-vm/agent-vm/internal/tcpfwd"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -320,6 +321,61 @@ func netRelayCommand(stdio IO) *cli.Command {
 				return &exitCodeError{code: ExitError}
 			}
 			return nil
+		},
+	}
+}
+
+// netForwardCommand is a VM's host-side forwards when its guest has an
+// address of its own (the libvirt driver starts it with the VM).
+func netForwardCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: "net-forward", Hidden: true, Usage: "forward 127.0.0.1 ports to a VM's guest (agent-vm starts it with the VM)", ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.StringSliceFlag{Name: "forward", Usage: "PORT=HOST:PORT: 127.0.0.1:PORT carried to HOST:PORT (repeatable)"},
+			&cli.StringFlag{Name: "pidfile", Usage: "exit once the process of this pid file (the VM's QEMU) is gone"},
+			&cli.StringFlag{Name: "run-as", Usage: "UID:GID to drop to once listening (agent-vm run as root)"},
+			&cli.StringFlag{Name: "tag", Usage: "what names the VM in the process table (agent-vm finds the process by it)"},
+		},
+		Action: func(cliCtx *cli.Context) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			var rules []tcpfwd.Rule
+			for _, s := range cliCtx.StringSlice("forward") {
+				r, err := tcpfwd.ParseRule(s)
+				if err != nil {
+					return usagef("net-forward: %v", err)
+				}
+				rules = append(rules, r)
+			}
+			if len(rules) == 0 {
+				return usagef("net-forward needs at least one --forward PORT=HOST:PORT")
+			}
+			uid, gid := -1, -1
+			if ra := cliCtx.String("run-as"); ra != "" {
+				if _, err := fmt.Sscanf(ra, "%d:%d", &uid, &gid); err != nil || uid <= 0 || gid < 0 {
+					return usagef("net-forward: --run-as %q is not UID:GID of a user other than root", ra)
+				}
+			}
+			f, err := tcpfwd.Listen(rules)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			ctx := cliCtx.Context
+			if pf := cliCtx.String("pidfile"); pf != "" {
+				pid, err := egress.WaitPid(ctx, pf, 2*time.Minute)
+				if err != nil {
+					return err
+				}
+				ctx = egress.Orphaned(ctx, pid)
+			}
+			if uid > 0 {
+				if err := egress.DropPrivileges(uid, gid); err != nil {
+					return err
+				}
+			}
+			return f.Serve(ctx, nil)
 		},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -323,5 +324,33 @@ func TestNetProxyFrontRefusals(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("the refusals left %v", ents)
+	}
+}
+
+// net-forward's refusals are usage errors (exit 2) naming what is wrong,
+// before anything listens; a port another program holds is an error
+// naming it.
+func TestNetForwardRefusals(t *testing.T) {
+	st := t.TempDir()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	hp := strconv.Itoa(held.Addr().(*net.TCPAddr).Port)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT"},
+		{[]string{"--forward", "2222"}, 2, `forward "2222" is not PORT=HOST:PORT`},
+		{[]string{"--forward", "2222=10.0.0.2:22", "--run-as", "0:0"}, 2, `--run-as "0:0" is not UID:GID of a user other than root`},
+		{[]string{"--forward", hp + "=10.0.0.2:22"}, 1, "listening on 127.0.0.1:" + hp},
+	} {
+		r := agentVM(t, "", st, append([]string{"net-forward"}, tc.args...)...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("net-forward %q: exit %d\n%s\nwant %d, %q", tc.args, r.code, r.stderr, tc.code, tc.want)
+		}
 	}
 }
