@@ -65,6 +65,12 @@ type Table struct {
 	// Lib/libvirt, or $AGENT_VM_LIBVIRT_DIR; else nil (none: the VM's own
 	// directories).
 	Handoff *Dir
+	// Pool, the directory of agent-vm's libvirt storage pool on this
+	// machine (internal/virtpool; the libvirt driver's disks): 0711, which
+	// libvirt gives it when it builds the pool; libvirt's QEMU passes
+	// through to the volumes, each 0600 and handed to it while its domain
+	// runs. As root Lib/pool; else nil (the libvirt driver runs as root).
+	Pool *Dir
 	// Egress, root's, 0711, as are the per-VM directories the QEMU
 	// launcher makes in it: QEMU's guestfwd relays run as the workspace's
 	// owner, who must pass through to the VM's sockets and run the relay
@@ -151,6 +157,9 @@ func NewTable(roots Roots, getenv func(string) string, euid int) Table {
 		h.Handoff = Top(handoff, 0o711, InSystem)
 	case euid == 0:
 		h.Handoff = h.Lib.Sub("libvirt", 0o711)
+	}
+	if euid == 0 {
+		h.Pool = h.Lib.Sub("pool", 0o711)
 	}
 	config := Top(XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), 0o700, InXDG)
 	h.Secrets = config.Sub("secrets", 0o700)

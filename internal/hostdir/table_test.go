@@ -22,6 +22,7 @@ func TestTheTable(t *testing.T) {
 		{h.Lib, "/var/lib/agent-vm", 0o711, nil},
 		{h.Registry, "/var/lib/agent-vm/state-dirs", 0o700, h.Lib},
 		{h.Handoff, "/var/lib/agent-vm/libvirt", 0o711, h.Lib},
+		{h.Pool, "/var/lib/agent-vm/pool", 0o711, h.Lib},
 		{h.VagrantHome, "/var/lib/agent-vm/vagrant", 0o755, h.Lib},
 		{h.Cache, "/home/u/.cache/agent-vm", 0o711, nil},
 		{h.Templates, "/home/u/.cache/agent-vm/templates", 0o700, h.Cache},
@@ -56,7 +57,7 @@ func TestTheTable(t *testing.T) {
 		t.Errorf("with AGENT_VM_TEMPLATE_DIR: templates %s %04o in %v; want /tmp/t 0700", d.Path, d.Mode, d.Parent)
 	}
 	user := NewTable(Roots{}, getenv, 1000)
-	if user.Handoff != nil || user.VagrantHome.Parent != user.Cache || user.Registry.Path != "/home/u/.local/state/agent-vm/state-dirs" {
+	if user.Handoff != nil || user.Pool != nil || user.VagrantHome.Parent != user.Cache || user.Registry.Path != "/home/u/.local/state/agent-vm/state-dirs" {
 		t.Errorf("as a user: handoff %v, VAGRANT_HOME in %v, registry %s; want none, the cache, ~/.local/state/agent-vm/state-dirs",
 			user.Handoff, user.VagrantHome.Parent, user.Registry.Path)
 	}

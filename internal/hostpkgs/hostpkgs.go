@@ -28,6 +28,8 @@ const (
 	// (internal/bridge). Nothing installs it: a host without it prints
 	// the URLs instead.
 	Browser
+	// Libvirt: the libvirt backend (libvirt, its network's dnsmasq, nft).
+	Libvirt
 )
 
 // String names the needs, for messages.
@@ -36,7 +38,7 @@ func (n Need) String() string {
 	for _, x := range []struct {
 		n    Need
 		name string
-	}{{Run, "running VMs"}, {Image, "building the base image"}, {Test, "the tests"}, {Vagrant, "the vagrant backend"}, {Browser, "opening the guests' URLs"}} {
+	}{{Run, "running VMs"}, {Image, "building the base image"}, {Test, "the tests"}, {Vagrant, "the vagrant backend"}, {Browser, "opening the guests' URLs"}, {Libvirt, "the libvirt backend"}} {
 		if n&x.n != 0 {
 			parts = append(parts, x.name)
 		}
@@ -84,7 +86,7 @@ func programs(arch string) []Program {
 		{Name: "debugfs", Paths: []string{"/sbin/debugfs", "/usr/sbin/debugfs"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Test},
 		// vagrant-libvirt's management network needs dnsmasq for DHCP;
 		// Debian's libvirt only recommends it.
-		{Name: "dnsmasq", Paths: []string{"/usr/sbin/dnsmasq"}, Debian: []string{"dnsmasq-base"}, Fedora: []string{"dnsmasq"}, Need: Vagrant | Test},
+		{Name: "dnsmasq", Paths: []string{"/usr/sbin/dnsmasq"}, Debian: []string{"dnsmasq-base"}, Fedora: []string{"dnsmasq"}, Need: Vagrant | Libvirt | Test},
 		{Name: "file", Debian: []string{"file"}, Fedora: []string{"file"}, Need: Test},
 		{Name: "fish", Debian: []string{"fish"}, Fedora: []string{"fish"}, Need: Test},
 		{Name: "git", Debian: []string{"git"}, Fedora: []string{"git"}, Need: Run | Test},
@@ -98,12 +100,12 @@ func programs(arch string) []Program {
 		{Name: "ip", Paths: []string{"/sbin/ip", "/usr/sbin/ip", "/bin/ip"}, Debian: []string{"iproute2"}, Fedora: []string{"iproute"}, Need: Test},
 		{Name: "isoinfo", Debian: []string{"genisoimage"}, Fedora: []string{"genisoimage"}, Need: Test},
 		// libvirtd runs the vagrant backend's machines (qemu:///system).
-		{Name: "libvirtd", Paths: []string{"/usr/sbin/libvirtd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon-kvm"}, Need: Vagrant | Test},
+		{Name: "libvirtd", Paths: []string{"/usr/sbin/libvirtd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon-kvm"}, Need: Vagrant | Libvirt | Test},
 		{Name: "mkfs.ext4", Paths: []string{"/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Image | Test},
 		{Name: "mmdebstrap", Debian: []string{"mmdebstrap"}, Fedora: []string{"mmdebstrap"}, Need: Image | Test},
 		// The vagrant backend fences each VM's libvirt network with an
 		// nftables table of its own (internal/libvirtnet).
-		{Name: "nft", Paths: []string{"/usr/sbin/nft", "/sbin/nft"}, Debian: []string{"nftables"}, Fedora: []string{"nftables"}, Need: Vagrant | Test},
+		{Name: "nft", Paths: []string{"/usr/sbin/nft", "/sbin/nft"}, Debian: []string{"nftables"}, Fedora: []string{"nftables"}, Need: Vagrant | Libvirt | Test},
 		{Name: "nix", Debian: []string{"nix-bin"}, Need: Test},
 		{Name: "nix-instantiate", Debian: []string{"nix-bin"}, Need: Test},
 		{Name: "node", Debian: []string{"nodejs"}, Fedora: []string{"nodejs"}, Need: Test},
@@ -132,12 +134,12 @@ func programs(arch string) []Program {
 		// vagrant lists the plugin.
 		{Name: "vagrant", Debian: []string{"vagrant-libvirt"}, Fedora: []string{"vagrant-libvirt"}, Need: Vagrant | Test},
 		// `host doctor` runs it too, against any host's URI.
-		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Test},
+		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Libvirt | Test},
 		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
 			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test, Optional: true},
 		// libvirt needs it running before a domain starts (the tests' libvirtd
 		// fixture starts it where no init did).
-		{Name: "virtlogd", Paths: []string{"/usr/sbin/virtlogd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon"}, Need: Vagrant | Test},
+		{Name: "virtlogd", Paths: []string{"/usr/sbin/virtlogd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon"}, Need: Vagrant | Libvirt | Test},
 		{Name: "xdg-open", Debian: []string{"xdg-utils"}, Fedora: []string{"xdg-utils"}, Need: Browser, Optional: true},
 		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},
 		{Name: "zsh", Debian: []string{"zsh"}, Fedora: []string{"zsh"}, Need: Test},

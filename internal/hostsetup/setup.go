@@ -85,7 +85,7 @@ func Setup(ctx context.Context, host hostpkgs.Host, o Options) (Report, error) {
 	// libvirt's QEMU user needs /dev/kvm, or libvirt re-probes QEMU at
 	// every call (see hostpkgs.KVMGroupAccessMissing).
 	kvmAccess := false
-	if o.Need&(hostpkgs.Vagrant|hostpkgs.Test) != 0 {
+	if o.Need&(hostpkgs.Vagrant|hostpkgs.Libvirt|hostpkgs.Test) != 0 {
 		if kvmAccess, err = host.KVMGroupAccessMissing(); err != nil {
 			return r, err
 		}

@@ -187,6 +187,15 @@ func List(cacheDir string) ([]*Image, error) {
 
 // load reads the version directory dir and checks that the files its manifest
 // names are there.
+// Open reads the image version in dir (an Image's Dir), which a VM's disk
+// was made on, whether or not it is still the image's current version.
+func Open(dir string) (*Image, error) {
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err != nil {
+		return nil, err
+	}
+	return load(filepath.Base(filepath.Dir(dir)), dir)
+}
+
 func load(name, dir string) (*Image, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
