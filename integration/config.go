@@ -80,7 +80,7 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.AgentVM, "agent-vm", "", "the agent-vm binary to test (default: the one beside integration-test, else on PATH)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "agent-vm's state directory (default: a fresh temporary one, removed at the end)")
-	fs.StringVar(&cfg.Backend, "backend", "", "create VMs with this backend: auto, qemu, nixos or vagrant (default: agent-vm's own choice); with vagrant, the steps it cannot do (port add, the browser doors) are skipped, saying why")
+	fs.StringVar(&cfg.Backend, "backend", "", "create VMs with this backend: auto, qemu, nixos, vagrant or libvirt (default: agent-vm's own choice); with vagrant, the steps it cannot do (port add, the browser doors) are skipped, saying why")
 	run := fs.String("run", "", "run only the scenarios whose name matches this regular expression")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the VMs and files of failed scenarios for debugging, and print where they are")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "stop the whole run after this long")
@@ -113,9 +113,9 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
 		return cfg, usageErr(stderr, "--timeout %s: must be positive, e.g. 30m", cfg.Timeout)
 	}
 	switch cfg.Backend {
-	case "", "auto", "qemu", "nixos", "vagrant":
+	case "", "auto", "qemu", "nixos", "vagrant", "libvirt":
 	default:
-		return cfg, usageErr(stderr, "--backend %q: must be auto, qemu, nixos or vagrant", cfg.Backend)
+		return cfg, usageErr(stderr, "--backend %q: must be auto, qemu, nixos, vagrant or libvirt", cfg.Backend)
 	}
 	return cfg, nil
 }

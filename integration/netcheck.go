@@ -185,11 +185,12 @@ func hostAddrs() ([]string, error) {
 
 // unreachable checks, as root in branch's guest, that no TCP connection
 // to host port p opens at the gateway or at the doors' address (QEMU's
-// user network), nor, for the vagrant backend, at any of the host's own
-// addresses, the VMs' libvirt bridges among them.
+// user network), nor, for a VM on a libvirt network (the vagrant and
+// libvirt backends), at any of the host's own addresses, the VMs' libvirt
+// bridges among them.
 func unreachable(ctx context.Context, s *S, branch string, p int) error {
 	addrs := []string{"10.0.2.2", "10.0.2.100"}
-	if s.backend == "vagrant" {
+	if s.onLibvirt() {
 		own, err := hostAddrs()
 		if err != nil {
 			return err

@@ -141,19 +141,23 @@ const (
 )
 
 // lacks says why this run's backend cannot do feature, "" when it can:
-// the vagrant backend forwards the SSH and MCP ports only.
+// the vagrant and libvirt backends forward the SSH and MCP ports only.
 func (s *S) lacks(feature string) string {
-	if s.backend != "vagrant" {
+	if !s.onLibvirt() {
 		return ""
 	}
 	switch feature {
 	case featurePorts:
-		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
+		return "the " + s.backend + " backend forwards only the VM's own ports, fixed at its start (`port add` refuses its VMs)"
 	case featureBrowser:
-		return "the browser doors ride the held SSH connection, the same for every backend, and are tested with the qemu backend's VMs (the vagrant run keeps to what differs)"
+		return "the browser doors ride the held SSH connection, the same for every backend, and are tested with the qemu backend's VMs (the " + s.backend + " run keeps to what differs)"
 	}
 	return ""
 }
+
+// onLibvirt: this run's VMs are libvirt's domains, each on a libvirt
+// network of its own (the vagrant and libvirt backends).
+func (s *S) onLibvirt() bool { return s.backend == "vagrant" || s.backend == "libvirt" }
 
 // notef sets the note printed on the running step's line when it passes.
 func (s *S) notef(format string, args ...any) {

@@ -88,7 +88,7 @@ func createFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
 		&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
-		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "the backend that runs the VM: auto, qemu, nixos or vagrant"},
+		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "the backend that runs the VM: auto, qemu, nixos, vagrant or libvirt"},
 		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp", DefaultText: "the first free from 8000"},
 		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH", DefaultText: "the first free from 2222"},
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs, at most the host's CPU threads", DefaultText: "4"},
@@ -118,9 +118,9 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		WorkspaceCache: cliCtx.String("workspace-cache"),
 	}
 	switch o.Backend {
-	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant:
+	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant, vm.BackendLibvirt:
 	default:
-		return o, usagef("--backend %q: must be auto, qemu, nixos or vagrant", o.Backend)
+		return o, usagef("--backend %q: must be auto, qemu, nixos, vagrant or libvirt", o.Backend)
 	}
 	if cliCtx.IsSet("port") && (o.MCPPort < 1024 || o.MCPPort > 65535) {
 		return o, usagef("--port %d: must be between 1024 and 65535", o.MCPPort)

@@ -21,7 +21,7 @@ type CreateOptions struct {
 	Repo      string // a directory inside the source repository
 	Branch    string // "" = the source's current branch
 	From      string // start point for a new branch
-	Backend   string // auto, qemu, nixos, vagrant
+	Backend   string // auto, qemu, nixos, vagrant, libvirt
 	MCPPort   int    // 0 = allocate
 	SSHPort   int    // 0 = allocate
 	CPUs      int    // 0 = default

@@ -45,6 +45,8 @@ const (
 	BackendNixOS = "nixos"
 	// BackendVagrant: the Debian guest run by vagrant (vagrant-libvirt).
 	BackendVagrant = "vagrant"
+	// BackendLibvirt: the Debian guest run through this machine's libvirt.
+	BackendLibvirt = "libvirt"
 )
 
 // Manager carries what every verb needs. Construct it with New.
@@ -164,7 +166,7 @@ func (m *Manager) resolveBackend(name string) (backend.Backend, error) {
 	}
 	b, ok := m.Backends[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown backend %q (hint: use --backend auto, qemu, nixos or vagrant)", name)
+		return nil, fmt.Errorf("unknown backend %q (hint: use --backend auto, qemu, nixos, vagrant or libvirt)", name)
 	}
 	return b, nil
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/libvirt"
+	"github.com/agent-vm/agent-vm/internal/libvirtbackend"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/secret"
@@ -78,7 +80,11 @@ func Open(c Config) (*Manager, error) {
 	dirs := hostdir.NewTable(c.Roots, c.Getenv, os.Geteuid())
 	launcher.Egress = dirs.Egress
 	vd := &vagrant.Driver{Run: c.Run, Log: c.Log.Named("vagrant"), Progress: c.Progress, Home: dirs.VagrantHome.Path, Handoff: dirs.Handoff}
-	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd})
+	ld := &libvirt.Driver{Run: c.Run, Log: c.Log.Named("libvirt"), Handoff: dirs.Handoff, Executable: c.Executable}
+	if dirs.Pool != nil {
+		ld.Pool = dirs.Pool.Path
+	}
+	m := New(root, c.Run, c.Log, []driver.Driver{qemu.NewDriver(launcher), vd, ld})
 	m.Registry = &state.Registry{Dir: dirs.Registry}
 	if err := m.Registry.Add(root.Dir); err != nil {
 		// Only port allocation across state directories is lost.
@@ -114,6 +120,7 @@ func (m *Manager) backends(c Config) []backend.Backend {
 		q,
 		&nixos.Backend{Run: c.Run, Log: c.Log.Named("nixos"), Getenv: c.Getenv, Executable: c.Executable, Progress: c.Progress},
 		&vagrantbackend.Backend{Run: c.Run, Log: c.Log.Named("vagrant"), Executable: c.Executable, ImageDir: m.ImageDir(), Home: m.dirs.VagrantHome, Progress: c.Progress},
+		&libvirtbackend.Backend{Run: c.Run, Log: c.Log.Named("libvirt"), Executable: c.Executable, ImageDir: m.ImageDir(), BuildImage: q.BuildImage},
 	}
 }
 

@@ -42,7 +42,7 @@ func (m *Manager) setupNeed(tests bool, name string) (hostpkgs.Need, error) {
 	if name != "" && name != BackendAuto {
 		be, ok := m.Backends[name]
 		if !ok {
-			return 0, fmt.Errorf("--backend %q: must be auto, qemu, nixos or vagrant", name)
+			return 0, fmt.Errorf("--backend %q: must be auto, qemu, nixos, vagrant or libvirt", name)
 		}
 		if h, ok := be.(backend.HostNeeder); ok {
 			need |= h.HostNeeds()

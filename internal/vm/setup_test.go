@@ -23,7 +23,7 @@ func TestSetupNeedPerBackend(t *testing.T) {
 	if got, _ := m.setupNeed(true, "vagrant"); got != base|hostpkgs.Vagrant|hostpkgs.Test {
 		t.Errorf("--tests --backend vagrant: got %v", got)
 	}
-	if _, err := m.setupNeed(false, "docker"); err == nil || !strings.Contains(err.Error(), "must be auto, qemu, nixos or vagrant") {
+	if _, err := m.setupNeed(false, "docker"); err == nil || !strings.Contains(err.Error(), "must be auto, qemu, nixos, vagrant or libvirt") {
 		t.Errorf("--backend docker: %v", err)
 	}
 }
