@@ -141,15 +141,13 @@ const (
 )
 
 // lacks says why this run's backend cannot do feature, "" when it can:
-// the vagrant and libvirt backends forward the SSH and MCP ports only.
+// the vagrant backend forwards the SSH and MCP ports only; the vagrant
+// and libvirt runs leave the browser doors to the qemu runs.
 func (s *S) lacks(feature string) string {
-	if !s.onLibvirt() {
-		return ""
-	}
-	switch feature {
-	case featurePorts:
-		return "the " + s.backend + " backend forwards only the VM's own ports, fixed at its start (`port add` refuses its VMs)"
-	case featureBrowser:
+	switch {
+	case feature == featurePorts && s.backend == "vagrant":
+		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
+	case feature == featureBrowser && s.onLibvirt():
 		return "the browser doors ride the held SSH connection, the same for every backend, and are tested with the qemu backend's VMs (the " + s.backend + " run keeps to what differs)"
 	}
 	return ""

@@ -1,16 +1,30 @@
-// Package libvirt holds the libvirt driver's pieces: the driver will boot
-// the qemu backend's Debian guest through libvirt's API (go-libvirt) on
-// this machine's libvirtd or another machine's, reached over the host link
-// (docs/scaling.md, "The driver and the backend"). Its pieces so far: a
-// VM's domain XML (Domain), rendered from typed structs through
-// encoding/xml by pure functions, as internal/qemu's argv.go builds QEMU's
-// command line (the same machine, where libvirt can express it); and a
-// host's verbs (Host, host.go): Up makes a VM's volumes in agent-vm's pool
-// (internal/virtpool), its isolated network (internal/libvirtnet) and its
-// domain, and starts it; State, Shutdown and Remove. Not yet: the egress
-// proxy and fence on the VM's network, the workspace share's virtiofsd and
-// the files libvirt's QEMU opens besides volumes, the forwards, and the
-// driver.Driver that composes them (docs/scaling.md's build order).
+// Package libvirt is the libvirt driver: it runs the qemu backend's
+// Debian guest (the libvirt backend, internal/libvirtbackend) through
+// libvirt's API (go-libvirt) on this machine's system libvirtd, as root.
+// A start (Driver.Start) makes, in this order: the workspace's virtiofsd,
+// agent-vm's own and jailed as the workspace's owner (internal/virtiofsd),
+// its socket handed to libvirt's QEMU alone, which libvirt only connects
+// to; the credential copies QEMU reads through fw_cfg, readable by that
+// user alone (internal/qemuuser), in the machine's handoff directory; the
+// contained network (internal/libvirtnet: a libvirt network of the VM's
+// own, the egress proxy on its bridge, the nftables fence); the host's
+// verbs (Host, host.go): the base image's volumes uploaded once per
+// version into agent-vm's storage pool (internal/virtpool), the root
+// overlay once per VM, the seed at every start, the domain defined afresh
+// from its XML (Domain, rendered from typed structs through encoding/xml
+// by pure functions, as internal/qemu's argv.go builds QEMU's command
+// line) and started; then the forwards, one `agent-vm net-forward` per
+// host port on 127.0.0.1 to the guest's address (forward.go). A failed
+// start forces the domain off and ends what it made; the root volume
+// stays. Stop shuts the guest down and ends the rest; Destroy removes the
+// domain, its volumes, its network and its handoff directory. Suspend
+// pauses the domain in place (libvirt saves no domain with a virtiofs
+// share). Inspect reads libvirt's state and reason: a QEMU that ended
+// without a clean shutdown is crashed.
+//
+// Host is the same whether it is this machine or another reached over
+// agent-vm's link (internal/hostlink); the driver runs on this machine's
+// libvirtd only so far (docs/scaling.md).
 //
 // Under qemu:///system libvirt runs QEMU as another user (Debian:
 // libvirt-qemu) and hands it only the files the domain XML names (disks,

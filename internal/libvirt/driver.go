@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +54,9 @@ const (
 	VirtiofsdSock = virtiofsd.SocketFile
 	VirtiofsdLog  = virtiofsd.LogFile
 	FwCfgDir      = "fw_cfg"
+	// NetFile is the VM's network as its start made it (libvirtnet.Net):
+	// the guest's address the forwards lead to.
+	NetFile = "libvirt-net.json"
 )
 
 // Driver runs machines on this machine's system libvirtd (qemu:///system),
@@ -86,6 +87,7 @@ var (
 	_ driver.Driver           = (*Driver)(nil)
 	_ driver.Suspender        = (*Driver)(nil)
 	_ driver.NetworkContainer = (*Driver)(nil)
+	_ driver.Forwarder        = (*Driver)(nil)
 )
 
 // Name implements driver.Driver.
@@ -238,8 +240,13 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		return fail(err)
 	}
 	launch.Pid, _ = proc.ReadPid(qemuPidFile(m))
-	if err := d.startForwards(ctx, m, net); err != nil {
+	if err := atomicfile.WriteJSON(runFile(m, NetFile), net, 0o600); err != nil {
 		return fail(err)
+	}
+	for _, f := range m.Forwards {
+		if err := d.startForward(ctx, m, net.Guest, f); err != nil {
+			return fail(err)
+		}
 	}
 	if err := atomicfile.WriteJSON(runFile(m, LaunchFile), launch, 0o600); err != nil {
 		return fail(err)
@@ -290,99 +297,11 @@ func (d *Driver) startShare(ctx context.Context, m driver.Machine) (int, error) 
 	return pid, nil
 }
 
-// isForwarderFor matches m's net-forward (its --tag is the run directory).
-func isForwarderFor(m driver.Machine) proc.Match {
-	return func(args []string) bool {
-		i := slices.Index(args, "--tag")
-		return slices.Contains(args, "net-forward") && i >= 0 && i+1 < len(args) && args[i+1] == m.RunDir
-	}
-}
-
-// startForwards starts m's forwards (`agent-vm net-forward`): each of
-// m.Forwards from 127.0.0.1 to the guest's address on its network,
-// dropping to the workspace's owner once listening, ending with m's QEMU.
-// It returns once every port listens, or with the forwarder's complaint.
-func (d *Driver) startForwards(ctx context.Context, m driver.Machine, net libvirtnet.Net) error {
-	if len(m.Forwards) == 0 {
-		return nil
-	}
-	self := d.Executable
-	if self == nil {
-		self = os.Executable
-	}
-	exe, err := self()
-	if err != nil {
-		return fmt.Errorf("finding agent-vm's own binary for the forwards: %w", err)
-	}
-	args := []string{"net-forward", "--tag", m.RunDir, "--pidfile", qemuPidFile(m)}
-	for _, f := range m.Forwards {
-		args = append(args, "--forward", strconv.Itoa(f.Host)+"="+net.Guest.String()+":"+strconv.Itoa(f.Guest))
-	}
-	if m.Share.UID > 0 {
-		args = append(args, "--run-as", strconv.Itoa(m.Share.UID)+":"+strconv.Itoa(m.Share.GID))
-	}
-	log := filepath.Join(m.LogsDir, ForwardLog)
-	p, err := d.Run.Start(execx.Detached{Path: exe, Args: args, StdoutPath: log})
-	if err != nil {
-		return fmt.Errorf("starting the forwards: %w", err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if d.listening(m) {
-			return nil
-		}
-		select {
-		case <-p.Exited():
-			return fmt.Errorf("the forwards ended at once (code %d): %s", p.ExitCode(), driver.TailFile(log, 3))
-		case <-ctx.Done():
-			proc.Kill(p.Pid(), isForwarderFor(m))
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			proc.Kill(p.Pid(), isForwarderFor(m))
-			return fmt.Errorf("the forwards did not listen within 10s: %s", driver.TailFile(log, 3))
-		}
-	}
-}
-
-// listening reports whether every one of m's forward ports is taken (by
-// its forwarder, which is the only process started on them since
-// checkPortsFree).
-func (d *Driver) listening(m driver.Machine) bool {
-	for _, f := range m.Forwards {
-		if d.portFree(f.Host) {
-			return false
-		}
-	}
-	return true
-}
-
-func (d *Driver) portFree(port int) bool {
-	if d.PortFree != nil {
-		return d.PortFree(port)
-	}
-	return ports.Listenable(port)
-}
-
-// checkPortsFree fails when another program holds a port m forwards.
-func (d *Driver) checkPortsFree(m driver.Machine) error {
-	for _, f := range m.Forwards {
-		if err := ports.CheckForward(f.Host, f.Name, d.portFree, 3*time.Second); err != nil {
-			return fmt.Errorf("starting %s: %w", m.Name, err)
-		}
-	}
-	return nil
-}
-
 // cleanup ends what a start of m made besides the domain: the forwarder,
 // virtiofsd, and the contained network (proxy, fence, libvirt network).
 // Best effort: it runs after a stop, a crash or a failed start.
 func (d *Driver) cleanup(m driver.Machine) {
-	match := isForwarderFor(m)
-	for _, pid := range proc.FindAll(match) {
-		proc.Kill(pid, match)
-	}
+	d.stopForwards(m, 0)
 	if d.Handoff != nil {
 		virtiofsd.Kill(0, d.shareSocket(m))
 	}

@@ -1,0 +1,139 @@
+package libvirt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/libvirtnet"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/proc"
+)
+
+// A VM's guest has an address of its own on its network, which the host
+// reaches; its forwards are `agent-vm net-forward` processes, one per
+// host port, listening on 127.0.0.1 only, dropping to the workspace's
+// owner once listening and ending with the VM's QEMU. One process per port
+// lets `port add` and `port rm` start and end one forward without
+// touching the others (the held SSH connection rides the SSH forward).
+
+// isForwarderFor matches m's net-forward of host port (any, for 0): its
+// --tag is m's run directory, its --forward starts with the port.
+func isForwarderFor(m driver.Machine, port int) proc.Match {
+	return func(args []string) bool {
+		if !slices.Contains(args, "net-forward") {
+			return false
+		}
+		if i := slices.Index(args, "--tag"); i < 0 || i+1 >= len(args) || args[i+1] != m.RunDir {
+			return false
+		}
+		i := slices.Index(args, "--forward")
+		return port == 0 || (i >= 0 && i+1 < len(args) && strings.HasPrefix(args[i+1], strconv.Itoa(port)+"="))
+	}
+}
+
+// startForward starts the forward f of m to guest and returns once its
+// port listens, or with the forwarder's complaint.
+func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip.Addr, f driver.Forward) error {
+	self := d.Executable
+	if self == nil {
+		self = os.Executable
+	}
+	exe, err := self()
+	if err != nil {
+		return fmt.Errorf("finding agent-vm's own binary for the forwards: %w", err)
+	}
+	args := []string{"net-forward", "--tag", m.RunDir, "--pidfile", qemuPidFile(m),
+		"--forward", strconv.Itoa(f.Host) + "=" + netip.AddrPortFrom(guest, uint16(f.Guest)).String()}
+	if m.Share.UID > 0 {
+		args = append(args, "--run-as", strconv.Itoa(m.Share.UID)+":"+strconv.Itoa(m.Share.GID))
+	}
+	log := filepath.Join(m.LogsDir, "forward-"+strconv.Itoa(f.Host)+".log")
+	p, err := d.Run.Start(execx.Detached{Path: exe, Args: args, StdoutPath: log})
+	if err != nil {
+		return fmt.Errorf("starting the %s forward: %w", f.Name, err)
+	}
+	match := isForwarderFor(m, f.Host)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if !d.portFree(f.Host) {
+			return nil
+		}
+		select {
+		case <-p.Exited():
+			return fmt.Errorf("the %s forward (127.0.0.1:%d) ended at once (code %d): %s", f.Name, f.Host, p.ExitCode(), driver.TailFile(log, 3))
+		case <-ctx.Done():
+			proc.Kill(p.Pid(), match)
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			proc.Kill(p.Pid(), match)
+			return fmt.Errorf("the %s forward did not listen on 127.0.0.1:%d within 10s: %s", f.Name, f.Host, driver.TailFile(log, 3))
+		}
+	}
+}
+
+// stopForwards ends m's forward of host port (every one, for 0).
+func (d *Driver) stopForwards(m driver.Machine, port int) {
+	match := isForwarderFor(m, port)
+	for _, pid := range proc.FindAll(match) {
+		proc.Kill(pid, match)
+	}
+}
+
+func (d *Driver) portFree(port int) bool {
+	if d.PortFree != nil {
+		return d.PortFree(port)
+	}
+	return ports.Listenable(port)
+}
+
+// checkPortsFree fails when another program holds a port m forwards.
+func (d *Driver) checkPortsFree(m driver.Machine) error {
+	for _, f := range m.Forwards {
+		if err := ports.CheckForward(f.Host, f.Name, d.portFree, 3*time.Second); err != nil {
+			return fmt.Errorf("starting %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// AddForward implements driver.Forwarder: a forward of its own for f on
+// the running machine.
+func (d *Driver) AddForward(ctx context.Context, m driver.Machine, f driver.Forward) error {
+	lv, err := d.Inspect(ctx, m)
+	if err != nil {
+		return err
+	}
+	if !lv.Alive() {
+		return fmt.Errorf("forwarding port %d to %s: %w", f.Host, m.Name, driver.ErrNotRunning)
+	}
+	b, err := os.ReadFile(runFile(m, NetFile))
+	if err != nil {
+		return fmt.Errorf("forwarding port %d to %s: its network: %w (hint: restart the VM)", f.Host, m.Name, err)
+	}
+	var n libvirtnet.Net
+	if err := json.Unmarshal(b, &n); err != nil || !n.Guest.IsValid() {
+		return fmt.Errorf("forwarding port %d to %s: %s does not say the guest's address (%v) (hint: restart the VM)", f.Host, m.Name, runFile(m, NetFile), err)
+	}
+	if err := ports.CheckForward(f.Host, f.Name, d.portFree, 3*time.Second); err != nil {
+		return err
+	}
+	return d.startForward(ctx, m, n.Guest, f)
+}
+
+// RemoveForward implements driver.Forwarder.
+func (d *Driver) RemoveForward(_ context.Context, m driver.Machine, f driver.Forward) error {
+	d.stopForwards(m, f.Host)
+	return nil
+}
