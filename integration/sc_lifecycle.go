@@ -97,11 +97,20 @@ func runLifecycle(ctx context.Context, s *S) {
 		return err
 	})
 	s.Step(ctx, "destroy --force stops it and leaves nothing", func() error {
+		domain, err := libvirtName(l.st.Paths.Dir)
+		if err != nil && s.onLibvirt() {
+			return err
+		}
 		if _, err := s.ok(ctx, "destroy", "--force", l.branch); err != nil {
 			return err
 		}
 		if err := checkGone(ctx, s, l.branch, l.st.Paths.Dir); err != nil {
 			return err
+		}
+		if s.onLibvirt() {
+			if err := checkNoLibvirtLeftovers(ctx, domain); err != nil {
+				return err
+			}
 		}
 		return checkNoProcesses(l.st)
 	})

@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -176,4 +178,46 @@ func waitGone(ctx context.Context, pid int, timeout time.Duration) bool {
 		delay = min(delay*2, 500*time.Millisecond)
 	}
 	return true
+}
+
+// libvirtName is the libvirt domain and network name of the VM whose
+// directory is dir, on a libvirt run: its VM name and the first 8 hex
+// digits of its id, from its record (both drivers name them so).
+func libvirtName(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return "", err
+	}
+	var r struct {
+		ID     string `json:"id"`
+		VMName string `json:"vm_name"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return "", err
+	}
+	hex := strings.ReplaceAll(r.ID, "-", "")
+	if r.VMName == "" || len(hex) < 8 {
+		return "", fmt.Errorf("%s names no VM and id (%q, %q)", filepath.Join(dir, "config.json"), r.VMName, r.ID)
+	}
+	return r.VMName + "-" + hex[:8], nil
+}
+
+// checkNoLibvirtLeftovers: after a destroy, libvirt has no domain or
+// network of that name, and agent-vm's storage pool no volume of its.
+func checkNoLibvirtLeftovers(ctx context.Context, name string) error {
+	for _, args := range [][]string{{"list", "--all", "--name"}, {"net-list", "--all", "--name"}, {"vol-list", "agent-vm"}} {
+		out, err := exec.CommandContext(ctx, "virsh", append([]string{"-c", "qemu:///system"}, args...)...).CombinedOutput()
+		if err != nil {
+			if args[0] == "vol-list" && strings.Contains(string(out), "agent-vm") {
+				continue // no pool: no volume (the vagrant backend's disks are in vagrant's)
+			}
+			return failf(nil, "virsh %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, name) {
+				return failf(nil, "libvirt still has %s after destroy (virsh %s)", f, args[0])
+			}
+		}
+	}
+	return nil
 }

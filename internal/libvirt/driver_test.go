@@ -1,0 +1,67 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
+)
+
+type otherBoot struct{}
+
+func (otherBoot) DriverName() string { return "qemu" }
+
+// A start the driver cannot make is refused before it runs anything or
+// reaches libvirt: another driver's plan, another user than root (the
+// network and its fence need root), a machine without a network (the
+// driver runs only contained machines). Each says what and why.
+func TestStartRefusesBeforeDoingAnything(t *testing.T) {
+	run := execxtest.New(t) // fake at the exec boundary: records what it was asked
+	root := func() int { return 0 }
+	m := driver.Machine{Name: "agent-vm-feat", UUID: "0123abcd-0000", RunDir: t.TempDir(), LogsDir: t.TempDir(),
+		Network: &driver.Network{Addr: "10.0.2.100", ProxyPort: 3128, Proxy: []string{"agent-vm", "net-proxy"}}}
+	handoff := &hostdir.Dir{Path: t.TempDir(), Mode: 0o711}
+	for _, tc := range []struct {
+		name string
+		d    *Driver
+		m    driver.Machine
+		b    driver.Boot
+		want string
+	}{
+		{"another driver's plan", &Driver{Run: run, Euid: root, Handoff: handoff, Pool: "/p"}, m, otherBoot{}, `cannot run a plan for the "qemu" driver`},
+		{"not root", &Driver{Run: run, Euid: func() int { return 1000 }, Handoff: handoff, Pool: "/p"}, m, Boot{}, "only root can make"},
+		{"no network", &Driver{Run: run, Euid: root, Handoff: handoff, Pool: "/p"}, driver.Machine{Name: "x", UUID: "u"}, Boot{}, "only contained machines"},
+		{"no seed", &Driver{Run: run, Euid: root, Handoff: handoff, Pool: "/p"}, m, Boot{Seed: "/no/such/seed.iso"}, "the seed"},
+	} {
+		_, err := tc.d.Start(context.Background(), tc.m, tc.b, driver.StartOptions{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if errors.Is(err, driver.ErrRunning) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if len(run.Calls()) != 0 {
+		t.Errorf("refused starts ran %v", run.Calls())
+	}
+}
+
+// Each forward process is found by the VM's run directory and its port,
+// never another VM's or another port's.
+func TestForwarderMatch(t *testing.T) {
+	m := driver.Machine{RunDir: "/s/feat/run"}
+	args := []string{"/usr/bin/agent-vm", "net-forward", "--tag", "/s/feat/run", "--pidfile", "/run/x.pid", "--forward", "2222=10.213.0.2:22"}
+	if !isForwarderFor(m, 2222)(args) || !isForwarderFor(m, 0)(args) {
+		t.Error("its own forward not matched")
+	}
+	if isForwarderFor(m, 222)(args) || isForwarderFor(driver.Machine{RunDir: "/s/other/run"}, 0)(args) {
+		t.Error("matched another port or another VM's forward")
+	}
+	if isForwarderFor(m, 0)([]string{"/usr/bin/agent-vm", "net-proxy", "--tag", "/s/feat/run"}) {
+		t.Error("matched another command")
+	}
+}
