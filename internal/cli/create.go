@@ -89,6 +89,7 @@ func createFlags() []cli.Flag {
 		&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
 		&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
 		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "the backend that runs the VM: auto, qemu, nixos, vagrant or libvirt"},
+		&cli.StringFlag{Name: "host", Usage: "place the VM on the registered libvirt host `NAME` (see host list), with the libvirt backend; only a host of this machine's libvirtd so far"},
 		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp", DefaultText: "the first free from 8000"},
 		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH", DefaultText: "the first free from 2222"},
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs, at most the host's CPU threads", DefaultText: "4"},
@@ -111,7 +112,7 @@ func createFlags() []cli.Flag {
 func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	o := vm.CreateOptions{
 		Repo: cliCtx.String("repo"), From: cliCtx.String("from"),
-		Backend: cliCtx.String("backend"), MCPPort: cliCtx.Int("port"), SSHPort: cliCtx.Int("ssh-port"), CPUs: cliCtx.Int("cpus"),
+		Backend: cliCtx.String("backend"), Host: cliCtx.String("host"), MCPPort: cliCtx.Int("port"), SSHPort: cliCtx.Int("ssh-port"), CPUs: cliCtx.Int("cpus"),
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Vagrantfile: cliCtx.String("vagrantfile"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
 		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),

@@ -62,6 +62,9 @@ func listCommand(stdio IO) *cli.Command {
 				if i.Foreign != "" {
 					backend, sshPort, mcpPort = i.Backend+" (repo's Vagrantfile)", "-", "-"
 				}
+				if i.Host != "" {
+					backend += " on " + i.Host
+				}
 				rows = append(rows, []string{truncateWidth(i.Branch, maxBranchColumn), truncateStart(homeRel(i.Git.Source), maxRepoColumn),
 					i.Slug, backend, stateWord(i), sshPort, mcpPort,
 					i.CreatedAt.Local().Format("2006-01-02 15:04"), note})

@@ -47,7 +47,11 @@ func printStatus(w io.Writer, i vm.Info) {
 		return
 	}
 	fmt.Fprintf(w, "branch:     %s\n", i.Branch)
-	fmt.Fprintf(w, "vm:         %s (backend %s)\n", i.Slug, i.Backend)
+	if i.Host != "" {
+		fmt.Fprintf(w, "vm:         %s (backend %s, on host %s)\n", i.Slug, i.Backend, i.Host)
+	} else {
+		fmt.Fprintf(w, "vm:         %s (backend %s)\n", i.Slug, i.Backend)
+	}
 	state := stateWord(i)
 	switch {
 	case i.Pid != 0 && i.StartedAt != nil:

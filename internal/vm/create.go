@@ -18,10 +18,13 @@ import (
 
 // CreateOptions are create's inputs, already parsed.
 type CreateOptions struct {
-	Repo      string // a directory inside the source repository
-	Branch    string // "" = the source's current branch
-	From      string // start point for a new branch
-	Backend   string // auto, qemu, nixos, vagrant, libvirt
+	Repo    string // a directory inside the source repository
+	Branch  string // "" = the source's current branch
+	From    string // start point for a new branch
+	Backend string // auto, qemu, nixos, vagrant, libvirt
+	// Host is a registered libvirt host to place the VM on (create
+	// --host); "" is this machine, as the backend runs it.
+	Host      string
 	MCPPort   int    // 0 = allocate
 	SSHPort   int    // 0 = allocate
 	CPUs      int    // 0 = default
@@ -77,6 +80,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkPlacement(&o); err != nil {
+		return nil, err
+	}
 	be, err := m.resolveBackend(o.Backend)
 	if err != nil {
 		return nil, err
@@ -120,6 +126,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		}
 	}()
 	rec := m.newRecord(o, branch, slug, be.Name())
+	rec.Host = o.Host
 	rec.Git.Source, rec.Git.Repo = source, repo
 	l := staging.Layout
 	if err := l.MakeDirs(); err != nil {

@@ -3,6 +3,8 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/hosts"
 )
@@ -18,4 +20,71 @@ func (m *Manager) HostDoctor(ctx context.Context, name string) (hosts.Report, er
 		return hosts.Report{}, err
 	}
 	return (&hosts.Doctor{Run: m.Run}).Check(ctx, h), nil
+}
+
+// checkPlacement checks create's --host: a registered host, whose VMs the
+// libvirt backend runs (auto becomes libvirt; another backend is refused).
+// Only this machine's system libvirtd runs them so far: a host on another
+// machine, or a session daemon, is refused, saying so.
+func (m *Manager) checkPlacement(o *CreateOptions) error {
+	if o.Host == "" {
+		return nil
+	}
+	switch o.Backend {
+	case "", BackendAuto:
+		o.Backend = BackendLibvirt
+	case BackendLibvirt:
+	default:
+		return fmt.Errorf("--host %s places the VM through libvirt, which the %s backend does not use (hint: drop --backend, or pass --backend libvirt)", o.Host, o.Backend)
+	}
+	if m.Hosts == nil {
+		return errors.New("internal error: no hosts registry")
+	}
+	h, err := m.Hosts.Get(o.Host)
+	if err != nil {
+		return err
+	}
+	u, err := hosts.ParseURI(h.URI)
+	if err != nil {
+		return err
+	}
+	if u.Remote() {
+		return fmt.Errorf("host %s (%s) is another machine, and placing VMs on another machine is not built yet: agent-vm runs libvirt VMs on this machine's libvirtd only (hint: drop --host to run the VM here with --backend libvirt; docs/scaling.md says what placing it there needs)", h.Name, h.URI)
+	}
+	if u.Daemon != "system" {
+		return fmt.Errorf("host %s (%s) is a session libvirtd, and the libvirt backend runs VMs on the system one, as root, for their networks' containment (hint: `agent-vm host add NAME qemu:///system`)", h.Name, h.URI)
+	}
+	return nil
+}
+
+// VMsOnHost lists the VMs of this state directory placed on the host
+// name, by slug.
+func (m *Manager) VMsOnHost(name string) ([]string, error) {
+	es, err := m.Root.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range es {
+		if e.Record != nil && e.Record.Host == name {
+			out = append(out, e.Slug)
+		}
+	}
+	return out, nil
+}
+
+// RemoveHost is `host rm`: it refuses while VMs of this state directory
+// are placed on the host, naming them.
+func (m *Manager) RemoveHost(name string) error {
+	if m.Hosts == nil {
+		return errors.New("internal error: no hosts registry")
+	}
+	on, err := m.VMsOnHost(name)
+	if err != nil {
+		return err
+	}
+	if len(on) > 0 {
+		return fmt.Errorf("host %s has VMs placed on it: %s (hint: `agent-vm destroy` them first)", name, strings.Join(on, ", "))
+	}
+	return m.Hosts.Remove(name)
 }

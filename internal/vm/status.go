@@ -44,8 +44,11 @@ type Info struct {
 	Branch  string `json:"branch"`
 	Slug    string `json:"slug"`
 	Backend string `json:"backend"`
-	State   string `json:"state"`
-	Detail  string `json:"detail"`
+	// Host is the registered libvirt host the VM was placed on (create
+	// --host), "" for this machine.
+	Host   string `json:"host"`
+	State  string `json:"state"`
+	Detail string `json:"detail"`
 	// Suspend says how a suspended VM keeps its memory: SuspendPaused
 	// (in place, its QEMU holding it in host RAM) or SuspendSaved (on
 	// disk); "" in every other state.
@@ -117,7 +120,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	}
 	r, l := e.Record, e.Layout
 	info := Info{
-		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, CreatedAt: r.CreatedAt,
+		Branch: r.Branch, Slug: r.Slug, Backend: r.Backend, Host: r.Host, CreatedAt: r.CreatedAt,
 		Ports: r.Ports, Forwards: r.ForwardList(), ShareCache: driver.Share{Cache: r.WorkspaceCache}.CacheMode(), Resources: r.Resources, Git: r.Git, HostCA: !r.NoHostCA, AgentCLI: r.Agent, Secrets: append([]string{}, slices.Sorted(maps.Keys(r.Placeholders))...),
 		SSH: SSHInfo{Host: "127.0.0.1", Port: r.Ports.SSH, User: r.Guest.User, IdentityFile: l.ClientKey(),
 			KnownHostsFile: l.KnownHosts(), Alias: sshconfig.Alias(r.Slug)},

@@ -1,0 +1,71 @@
+package vm_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hosts"
+	"github.com/agent-vm/agent-vm/internal/libvirtbackend"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// create --host places the VM on a registered host through the libvirt
+// backend, and the record, status and `host rm` know it: a host of this
+// machine's system libvirtd is taken; an unknown host, another backend, a
+// session daemon and (not built yet) another machine are refused before
+// anything is made, each with a hint.
+func TestCreateOnAHost(t *testing.T) {
+	m := plainManager(t)
+	m.Backends[libvirtbackend.Name] = &libvirtbackend.Backend{Run: execx.OS{}, Log: m.Log, ImageDir: t.TempDir()}
+	m.Hosts = &hosts.Registry{Dir: &hostdir.Dir{Path: filepath.Join(t.TempDir(), "hosts"), Mode: 0o700}}
+	ctx := context.Background()
+	for name, uri := range map[string]string{"here": "qemu:///system", "big": "qemu+ssh://root@198.18.0.1/system", "mine": "qemu:///session"} {
+		if _, err := m.Hosts.Add(ctx, name, uri); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repo := tu.Repo(t, true)
+	for _, tc := range []struct {
+		o    vm.CreateOptions
+		want string
+	}{
+		{vm.CreateOptions{Host: "nope"}, "nope"},
+		{vm.CreateOptions{Host: "here", Backend: vm.BackendQEMU}, "--host here places the VM through libvirt, which the qemu backend does not use (hint:"},
+		{vm.CreateOptions{Host: "mine"}, "is a session libvirtd"},
+		{vm.CreateOptions{Host: "big"}, "placing VMs on another machine is not built yet"},
+	} {
+		tc.o.Repo, tc.o.Branch = repo, "feat"
+		_, err := m.Create(ctx, tc.o)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "hint") {
+			t.Errorf("create %+v: %v, want %q", tc.o, err, tc.want)
+		}
+	}
+	if es, _ := m.Root.List(); len(es) != 0 {
+		t.Fatalf("refused creates left %d VMs", len(es))
+	}
+	r, err := m.Create(ctx, vm.CreateOptions{Repo: repo, Branch: "feat", Host: "here"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Host != "here" || r.Backend != libvirtbackend.Name {
+		t.Errorf("record: host %q, backend %q", r.Host, r.Backend)
+	}
+	e, err := m.Find(ctx, r.Slug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := m.Status(ctx, e, false); i.Host != "here" || i.Backend != "libvirt" {
+		t.Errorf("status: host %q, backend %q", i.Host, i.Backend)
+	}
+	if err := m.RemoveHost("here"); err == nil || !strings.Contains(err.Error(), r.Slug) {
+		t.Errorf("host rm with a VM on it: %v", err)
+	}
+	if err := m.RemoveHost("big"); err != nil {
+		t.Errorf("host rm of an unused host: %v", err)
+	}
+}
