@@ -274,7 +274,11 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		}
 		boot.Box, boot.BoxVersion, boot.Guest = box.Name, box.Version, vagrantGuest
 	}
-	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand}, nil
+	setup, err := cloudinit.Setup(cloudinit.SetupConfig{CACerts: o.CACerts, Placeholders: o.Placeholders, GitCredentials: o.GitCredentials})
+	if err != nil {
+		return nil, err
+	}
+	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand, Setup: setup}, nil
 }
 
 // prepareUser is Prepare for the repository's own Vagrantfile: it checks
