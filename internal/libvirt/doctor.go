@@ -27,7 +27,7 @@ func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
 }
 
 func (d *Driver) libvirtCheck() driver.Check {
-	c := driver.Check{Name: "libvirt (" + string(golibvirt.QEMUSystem) + ")"}
+	c := driver.Check{Name: "libvirt API (" + string(golibvirt.QEMUSystem) + ")"}
 	h, done, err := d.connect()
 	if err != nil {
 		c.Detail = err.Error()
@@ -45,7 +45,7 @@ func (d *Driver) libvirtCheck() driver.Check {
 }
 
 func (d *Driver) containCheck() driver.Check {
-	c := driver.Check{Name: "network containment", Hint: "run agent-vm as root (sudo); `sudo agent-vm setup --backend libvirt` installs nft (Debian package nftables)"}
+	c := driver.Check{Name: "libvirt containment", Hint: "run agent-vm as root (sudo); `sudo agent-vm setup --backend libvirt` installs nft (Debian package nftables)"}
 	_, err := d.Run.LookPath(libvirtnet.NFT)
 	switch {
 	case d.euid() != 0:
@@ -60,7 +60,7 @@ func (d *Driver) containCheck() driver.Check {
 }
 
 func (d *Driver) shareCheck(ctx context.Context) driver.Check {
-	c := driver.Check{Name: "workspace share", Hint: hostpkgs.InstallHint("virtiofsd")}
+	c := driver.Check{Name: "libvirt workspace share", Hint: hostpkgs.InstallHint("virtiofsd")}
 	v, err := virtiofsd.Find(ctx, d.Run)
 	switch {
 	case err != nil:
