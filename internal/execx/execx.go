@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Cmd describes one program invocation.
@@ -156,6 +157,9 @@ func (OS) Run(ctx context.Context, c Cmd) (Result, error) {
 }
 
 // Start implements Runner.
+// stdinTimeout bounds the write of a detached program's standard input.
+const stdinTimeout = 30 * time.Second
+
 func (OS) Start(d Detached) (Process, error) {
 	cmd := exec.Command(d.Path, d.Args...)
 	cmd.Dir = d.Dir
@@ -183,12 +187,33 @@ func (OS) Start(d Detached) (Process, error) {
 		defer errOut.Close()
 		cmd.Stderr = errOut
 	}
+	// Stdin goes through a pipe written before Start returns, not by
+	// exec's copying goroutine: a starter that exits at once (agent-vm's
+	// __detach on a libvirt host) would otherwise end before the copy.
+	var stdin *os.File
 	if d.Stdin != nil {
-		cmd.Stdin = bytes.NewReader(d.Stdin)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, errf(err)
+		}
+		defer pr.Close()
+		defer pw.Close()
+		cmd.Stdin, stdin = pr, pw
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, errf(err)
+	}
+	if stdin != nil {
+		// A pipe holds 64 KiB: a program that reads nothing fails the
+		// write of more only after the deadline.
+		_ = stdin.SetWriteDeadline(time.Now().Add(stdinTimeout))
+		_, werr := stdin.Write(d.Stdin)
+		if err := errors.Join(werr, stdin.Close()); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return nil, errf(fmt.Errorf("writing its standard input: %w", err))
+		}
 	}
 	p := &osProcess{pid: cmd.Process.Pid, exited: make(chan struct{})}
 	go func() {

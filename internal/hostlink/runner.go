@@ -3,10 +3,12 @@ package hostlink
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -19,11 +21,21 @@ import (
 // and nft) acts on the remote host unchanged. Each Run is one SSH session
 // running the command line sshx.Quote makes of the argv (with env and cd
 // before it), its stdin, stdout and stderr carried over the session.
-// Detached programs are not started this way (Start refuses): a program
-// that must outlive the call runs under a supervisor of agent-vm's there.
+// A detached program (Start) is started by agent-vm's binary on the host
+// (Agent, which Install put there) as `agent-vm __detach`, from the spec it
+// reads on its standard input: the program outlives the session, in a
+// session of its own, and what it reads on its standard input (the egress
+// proxy's secrets) travels in that spec over the SSH channel, never as an
+// argument or a file on the host. Without Agent, Start refuses.
 type Runner struct {
 	C *ssh.Client
+	// Agent is agent-vm's binary on the host (Installed.Path); "" for none.
+	Agent string
 }
+
+// DetachCommand is the verb of agent-vm's binary Start runs on the host
+// (the CLI's hidden command of that name).
+const DetachCommand = "__detach"
 
 var _ execx.Runner = Runner{}
 
@@ -72,10 +84,64 @@ func (r Runner) Run(ctx context.Context, c execx.Cmd) (execx.Result, error) {
 	return res, nil
 }
 
-// Start implements execx.Runner by refusing: see Runner.
+// Start implements execx.Runner: the program d is started on the host by
+// agent-vm's binary there, detached (see Runner). The Process it returns
+// knows only the pid: nothing here sees the program exit, so its Exited
+// never closes and the caller watches for what the program makes (a
+// socket, a ports file) or checks the pid.
 func (r Runner) Start(d execx.Detached) (execx.Process, error) {
-	return nil, errors.New("internal error: a detached program cannot be started over the host link")
+	if r.Agent == "" {
+		return nil, errors.New("internal error: a detached program is started over the host link only by agent-vm's binary installed there")
+	}
+	spec, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := r.Run(ctx, execx.Cmd{Path: r.Agent, Args: []string{DetachCommand}, Stdin: bytes.NewReader(spec)})
+	if err != nil {
+		return nil, fmt.Errorf("starting %s on the host: %w", d.Path, err)
+	}
+	var out struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal(res.Stdout, &out); err != nil || out.Pid <= 0 {
+		return nil, fmt.Errorf("starting %s on the host: agent-vm's binary there answered %q, not a pid", d.Path, res.Stdout)
+	}
+	return remoteProcess{pid: out.Pid}, nil
 }
+
+// ErrBadSpec is Detach's standard input that says no program to start.
+var ErrBadSpec = errors.New("standard input is not a program to start (the JSON of an execx.Detached with its Path)")
+
+// Detach is DetachCommand, run by agent-vm's binary on the host: it starts
+// the program of the execx.Detached it reads as JSON on in, detached (a
+// session of its own, outliving the SSH session), and writes {"pid": N} to
+// out.
+func Detach(in io.Reader, out io.Writer) error {
+	b, err := io.ReadAll(io.LimitReader(in, 16<<20))
+	if err != nil {
+		return err
+	}
+	var d execx.Detached
+	if err := json.Unmarshal(b, &d); err != nil || d.Path == "" {
+		return fmt.Errorf("%w: %v", ErrBadSpec, err)
+	}
+	p, err := (execx.OS{}).Start(d)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "{\"pid\": %d}\n", p.Pid())
+	return err
+}
+
+// remoteProcess is a program Start started on the host.
+type remoteProcess struct{ pid int }
+
+func (p remoteProcess) Pid() int                { return p.pid }
+func (p remoteProcess) Exited() <-chan struct{} { return nil }
+func (p remoteProcess) ExitCode() int           { return -1 }
 
 // LookPath implements execx.Runner: the program's path on the host
 // (`command -v`).

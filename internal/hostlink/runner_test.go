@@ -3,11 +3,17 @@ package hostlink
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // Programs run on the host over the link (the real sshd here): argv
@@ -50,5 +56,49 @@ func TestRunnerOverTheLink(t *testing.T) {
 	}
 	if _, err := r.Start(execx.Detached{Path: "sleep"}); err == nil {
 		t.Error("Start over the link did not refuse")
+	}
+}
+
+// A detached program started over the link by agent-vm's binary on the
+// host (here this machine, through its real sshd): it gets its standard
+// input, outlives the SSH session in a session of its own, and its pid
+// comes back; a spec that names no program is refused as a usage error.
+func TestStartOverTheLink(t *testing.T) {
+	srv := sshdtest.New(t)
+	srv.Start()
+	c, err := Dial(context.Background(), Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := Runner{C: c, Agent: tu.AgentVMBinary(t)}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "got")
+	p, err := r.Start(execx.Detached{Path: "sh", Args: []string{"-c", `cat > "$0"; exec sleep 60`, out}, StdoutPath: filepath.Join(dir, "log"), Stdin: []byte("the secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(p.Pid(), syscall.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, _ := os.ReadFile(out); string(b) == "the secret" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(out)
+			t.Fatalf("the detached program's stdin: %q", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := syscall.Kill(p.Pid(), 0); err != nil {
+		t.Fatalf("pid %d is not running: %v", p.Pid(), err)
+	}
+	if s := proc.Session(p.Pid()); s != p.Pid() {
+		t.Errorf("the detached program is in session %d, not one of its own", s)
+	}
+	_, err = r.Run(context.Background(), execx.Cmd{Path: r.Agent, Args: []string{DetachCommand}, Stdin: strings.NewReader("{}")})
+	var ee *execx.Error
+	if !errors.As(err, &ee) || ee.ExitCode != 2 || !strings.Contains(ee.Stderr, "not a program to start") {
+		t.Errorf("an empty spec: %v", err)
 	}
 }

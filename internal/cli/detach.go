@@ -1,0 +1,29 @@
+package cli
+
+import (
+	"errors"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/hostlink"
+)
+
+// detachCommand is hostlink.Detach, agent-vm's binary on a libvirt host
+// starting what must outlive the SSH session that asked for it.
+func detachCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: hostlink.DetachCommand, Hidden: true, Usage: "start a detached program from the spec on standard input (agent-vm runs it on a libvirt host over its link)", ArgsUsage: " ",
+		Action: func(cliCtx *cli.Context) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			if err := hostlink.Detach(stdio.In, stdio.Out); err != nil {
+				if errors.Is(err, hostlink.ErrBadSpec) {
+					return usagef("%s: %v", hostlink.DetachCommand, err)
+				}
+				return err
+			}
+			return nil
+		},
+	}
+}
