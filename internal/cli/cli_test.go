@@ -310,14 +310,22 @@ func TestPortsAreUniqueAcross20Creates(t *testing.T) {
 	}
 }
 
-func TestDestroyRefusesUnsavedWorkAndForceOverrides(t *testing.T) {
-	repo := tu.Repo(t, true)
-	st := t.TempDir()
+// agentCommitted creates the VM of branch w of repo (stopped) and commits
+// "agent's work" in its workspace, which it returns.
+func agentCommitted(t *testing.T, repo, st string) (ws string) {
+	t.Helper()
 	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
-	ws := filepath.Join(st, "w", "workspace")
+	ws = filepath.Join(st, "w", "workspace")
 	tu.WriteFile(t, filepath.Join(ws, "agent.txt"), "work\n")
 	tu.Git(t, ws, "add", ".")
 	tu.Git(t, ws, "commit", "--quiet", "-m", "agent's work")
+	return ws
+}
+
+func TestDestroyRefusesUnsavedWorkAndForceOverrides(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	ws := agentCommitted(t, repo, st)
 	tu.WriteFile(t, filepath.Join(ws, "notes.txt"), "untracked\n")
 	r := agentVM(t, "", st, "destroy", "w")
 	if r.code != 1 {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,11 +13,7 @@ import (
 func TestSyncBringsTheAgentsCommitsHome(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
-	ws := filepath.Join(st, "w", "workspace")
-	tu.WriteFile(t, filepath.Join(ws, "agent.txt"), "work\n")
-	tu.Git(t, ws, "add", ".")
-	tu.Git(t, ws, "commit", "--quiet", "-m", "agent's work")
+	ws := agentCommitted(t, repo, st)
 	tip := tu.Git(t, ws, "rev-parse", "HEAD")
 
 	r := agentVM(t, repo, st, "destroy", "w")

@@ -178,23 +178,6 @@ func TestSyncFromAWorkspaceOfAnotherUser(t *testing.T) {
 	}
 }
 
-func TestSyncedCommitsAreSaved(t *testing.T) {
-	src, ws := freshWorkspace(t)
-	commit(t, ws, "a.txt", "agent work")
-	u := inspect(t, ws, src)
-	if len(u.Unpushed) != 1 {
-		t.Fatalf("before sync: want 1 unsaved commit, got %+v", u.Unpushed)
-	}
-	report := u.Report(ws, "feature/x", "feature-x")
-	if want := "agent-vm sync feature-x"; !strings.Contains(report, want) {
-		t.Errorf("the refusal does not offer %q:\n%s", want, report)
-	}
-	sync(t, ws, src, "feature/x")
-	if u := inspect(t, ws, src); !u.Empty() {
-		t.Errorf("after sync: %+v", u)
-	}
-}
-
 func TestSyncRefusals(t *testing.T) {
 	cases := []struct {
 		name  string

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -24,31 +23,15 @@ func stoppedVM(t *testing.T, m *vm.Manager, branch string) (src, ws string) {
 	t.Helper()
 	ctx := context.Background()
 	src = tu.Repo(t, true)
-	slug, err := state.Slug(branch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := m.Root.BeginCreate(slug)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Git.Clone(ctx, gitws.CloneOptions{Source: src, Dest: st.Layout.Workspace(), Branch: branch}); err != nil {
-		t.Fatal(err)
-	}
 	id, err := m.Git.RepoID(ctx, src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug, VMName: "agent-vm-" + slug,
-		Backend: vm.BackendQEMU, CreatedAt: time.Now().UTC(), Ports: state.Ports{SSH: 1, MCP: 2},
-		Resources: state.Resources{CPUs: 1, MemoryMiB: 256, DiskGiB: 2}, Git: state.Git{Source: src, Repo: id}}
-	if err := state.WriteRecord(st.Layout.Record(), rec); err != nil {
-		t.Fatal(err)
-	}
-	l, err := st.Commit()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l := vmDir(t, m, branch, state.Git{Source: src, Repo: id}, func(ws string) {
+		if _, err := m.Git.Clone(ctx, gitws.CloneOptions{Source: src, Dest: ws, Branch: branch}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	return src, l.Workspace()
 }
 
