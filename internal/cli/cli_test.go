@@ -310,14 +310,22 @@ func TestPortsAreUniqueAcross20Creates(t *testing.T) {
 	}
 }
 
-func TestDestroyRefusesUnsavedWorkAndForceOverrides(t *testing.T) {
-	repo := tu.Repo(t, true)
-	st := t.TempDir()
+// agentCommitted creates the VM of branch w of repo (stopped) and commits
+// "agent's work" in its workspace, which it returns.
+func agentCommitted(t *testing.T, repo, st string) (ws string) {
+	t.Helper()
 	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
-	ws := filepath.Join(st, "w", "workspace")
+	ws = filepath.Join(st, "w", "workspace")
 	tu.WriteFile(t, filepath.Join(ws, "agent.txt"), "work\n")
 	tu.Git(t, ws, "add", ".")
 	tu.Git(t, ws, "commit", "--quiet", "-m", "agent's work")
+	return ws
+}
+
+func TestDestroyRefusesUnsavedWorkAndForceOverrides(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	ws := agentCommitted(t, repo, st)
 	tu.WriteFile(t, filepath.Join(ws, "notes.txt"), "untracked\n")
 	r := agentVM(t, "", st, "destroy", "w")
 	if r.code != 1 {
@@ -385,6 +393,9 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"create", "--memory", "lots"}, 2, "--memory"},
 		{[]string{"status", "a", "b"}, 2, "at most one"},
 		{[]string{"status", "nope"}, 1, "agent-vm list"},
+		{[]string{"sync", "a", "b"}, 2, "sync takes at most one BRANCH"},
+		{[]string{"sync", "--bogus"}, 2, "bogus"},
+		{[]string{"sync", "nope"}, 1, "agent-vm list"},
 		{[]string{"--log-format", "xml", "list"}, 2, "text or json"},
 		{[]string{"completion", "tcsh"}, 2, "bash, zsh or fish"},
 		{[]string{"exec", "x"}, 2, "exec needs a command"},

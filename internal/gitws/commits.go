@@ -11,7 +11,8 @@ import (
 // unpushed lists the commits that local refs (branches, tags, notes, any
 // ref but remote-tracking ones and the stash, which Inspect lists on its
 // own) and a detached HEAD reach, but no remote-tracking branch does and,
-// when source is given, no branch or tag of the source repository either.
+// when source is given, no branch, tag or synced VM branch (SyncRefs) of
+// the source repository either.
 func (g *Git) unpushed(ctx context.Context, r repo, source string) ([]Commit, error) {
 	exclude := append([]string{"--remotes"}, g.inSource(ctx, r, source)...)
 	tips, err := g.localTips(ctx, r)
@@ -108,8 +109,9 @@ func (g *Git) localTips(ctx context.Context, r repo) ([]tip, error) {
 	return tips, nil
 }
 
-// inSource lists the tips of the source repository's branches and tags
-// that the workspace has too: work that reached the source is saved.
+// inSource lists the tips of the source repository's branches, tags and
+// synced VM branches (SyncRefs) that the workspace has too: work that
+// reached the source is saved.
 func (g *Git) inSource(ctx context.Context, r repo, source string) []string {
 	if source == "" {
 		return nil
@@ -118,7 +120,7 @@ func (g *Git) inSource(ctx context.Context, r repo, source string) []string {
 		return nil
 	}
 	// The source is the user's own repository: reading it is safe.
-	out, err := g.git(ctx, source, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags")
+	out, err := g.git(ctx, source, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags", strings.TrimSuffix(SyncRefs, "/"))
 	if err != nil {
 		return nil
 	}

@@ -1,14 +1,16 @@
 // Package gitws manages a VM's git workspace: the clone of the user's
 // repository that is shared into the VM, its remotes, who owns it
-// (Ownership), and the check for work that exists only there before it is
-// destroyed.
+// (Ownership), the check for work that exists only there before it is
+// destroyed, and Sync, which fetches the VM's branch from it into the
+// user's repository.
 //
 // The workspace is writable by the agent inside the VM, so its .git (config,
 // hooks, attributes) is untrusted on the host: git run inside it could be
 // told to execute arbitrary commands (core.fsmonitor, filter drivers, hooks,
-// remote.*.uploadpack ...). Every git command this package runs in a
-// workspace goes through untrusted(), which disables those paths, and nothing
-// here ever fetches or pushes from inside the workspace.
+// remote.*.uploadpack, a partial clone's promisor remote ...). Every git
+// command this package runs in a workspace goes through untrusted(), which
+// disables those paths, but Sync's upload-pack, which carries the same
+// hardening; nothing here ever fetches or pushes from inside the workspace.
 package gitws
 
 import (

@@ -31,12 +31,17 @@ func (u *Unsaved) Report(ws, branch, vm string) string {
 	}
 	b.WriteString("to keep it:\n")
 	u.keep(&b, git, ws, branch)
+	sync := "agent-vm sync " + execx.ShellQuote(vm)
+	if u.onBranch(branch) {
+		fmt.Fprintf(&b, "  %s   (instead of that push: fetches %s into your repository as %s, running nothing of the workspace's)\n",
+			sync, termsafe.String(branch), termsafe.String(SyncRefs+branch))
+	}
 	if risky := u.allRisky(""); len(risky) > 0 {
 		b.WriteString("careful: the agent can change the workspace's .git, and these settings make git on this host run commands:\n")
 		for _, r := range risky {
 			fmt.Fprintf(&b, "    %s\n", termsafe.String(r))
 		}
-		fmt.Fprintf(&b, "  review them (`%s config --local --list`, .git/hooks) before running git there, or fetch from your repository instead of pushing from the workspace\n", git(ws))
+		fmt.Fprintf(&b, "  review them (`%s config --local --list`, .git/hooks) before running git there, or use `%s`, which runs none of them, instead of pushing from the workspace\n", git(ws), sync)
 	}
 	fmt.Fprintf(&b, "or destroy it anyway, losing all of the above: agent-vm destroy %s --force", execx.ShellQuote(vm))
 	return b.String()
@@ -106,6 +111,20 @@ func (u *Unsaved) refsToPush(committing bool, branch string) []string {
 		}
 	}
 	return out
+}
+
+// onBranch reports whether the VM's branch has commits to keep, or is
+// about to get them (keep commits the uncommitted changes there).
+func (u *Unsaved) onBranch(branch string) bool {
+	if branch == "" {
+		return false
+	}
+	for _, c := range u.Unpushed {
+		if c.Ref == "refs/heads/"+branch {
+			return true
+		}
+	}
+	return len(u.Changed) > 0 || len(u.Untracked) > 0
 }
 
 // allRisky lists the risky settings of u and its submodules, the latter

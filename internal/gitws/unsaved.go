@@ -66,15 +66,9 @@ const maxDepth = 8
 // cloned from: commits that reached it some other way than a push from the
 // workspace count as saved.
 func (g *Git) Inspect(ctx context.Context, ws, source string) (*Unsaved, error) {
-	if !IsRepo(ws) {
-		return nil, fmt.Errorf("%s has no .git directory of its own; refusing to run git there", ws)
-	}
-	root, err := filepath.EvalSymlinks(ws)
-	if err == nil {
-		root, err = filepath.Abs(root)
-	}
+	root, err := realWorkspace(ws)
 	if err != nil {
-		return nil, fmt.Errorf("resolving the workspace %s: %w", ws, err)
+		return nil, err
 	}
 	in := inspection{g: g, root: root, seen: map[string]bool{}}
 	u, err := in.repo(ctx, repo{work: root, gitDir: filepath.Join(root, ".git")}, source, 0)
@@ -87,6 +81,22 @@ func (g *Git) Inspect(ctx context.Context, ws, source string) (*Unsaved, error) 
 		}
 	}
 	return u, nil
+}
+
+// realWorkspace is ws with symlinks resolved, absolute; it must hold a
+// .git directory of its own.
+func realWorkspace(ws string) (string, error) {
+	if !IsRepo(ws) {
+		return "", fmt.Errorf("%s has no .git directory of its own; refusing to run git there", ws)
+	}
+	root, err := filepath.EvalSymlinks(ws)
+	if err == nil {
+		root, err = filepath.Abs(root)
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolving the workspace %s: %w", ws, err)
+	}
+	return root, nil
 }
 
 // inspection is one Inspect: the workspace's real path, which every

@@ -266,3 +266,23 @@ func TestInspectDoesNotRunWorktreeConfigFilters(t *testing.T) {
 		t.Errorf("changed: got %q, want a.txt", u.Changed)
 	}
 }
+
+// A workspace made a partial clone whose promisor remote is an ext:: URL
+// (allowed by its own protocol.ext.allow) would make git on the host run
+// that command to fetch an object it lacks: a commit of the source's that
+// the workspace never saw, which inSource asks about. -c protocol.allow=never
+// does not stop it (protocol.<name>.allow wins); nothing may be fetched.
+func TestInspectDoesNotLazyFetch(t *testing.T) {
+	src, ws := freshWorkspace(t)
+	commit(t, src, "later.txt", "the user's later work")
+	canary := filepath.Join(t.TempDir(), "pwned")
+	tu.Git(t, ws, "config", "core.repositoryformatversion", "1")
+	tu.Git(t, ws, "config", "extensions.partialClone", "evil")
+	tu.Git(t, ws, "config", "remote.evil.promisor", "true")
+	tu.Git(t, ws, "config", "remote.evil.url", "ext::sh -c touch% "+canary)
+	tu.Git(t, ws, "config", "protocol.ext.allow", "always")
+	inspect(t, ws, src)
+	if _, err := os.Stat(canary); err == nil {
+		t.Fatal("inspecting the workspace ran its promisor remote's ext:: command")
+	}
+}

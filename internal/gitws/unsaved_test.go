@@ -100,9 +100,11 @@ func TestInspectPushedOrFetchedWorkIsSaved(t *testing.T) {
 	if len(u.Unpushed) != 1 {
 		t.Fatalf("want 1 unpushed commit, got %+v", u.Unpushed)
 	}
-	report := u.Report(ws, "feature/x", "feature/x")
-	if want := "git -C " + ws + " push origin feature/x"; !strings.Contains(report, want) {
-		t.Errorf("report lacks %q:\n%s", want, report)
+	report := u.Report(ws, "feature/x", "feature-x")
+	for _, want := range []string{"git -C " + ws + " push origin feature/x", "agent-vm sync feature-x"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
 	}
 	tu.Git(t, ws, "push", "--quiet", "origin", "feature/x")
 	if u := inspect(t, ws, src); !u.Empty() {
@@ -116,6 +118,13 @@ func TestInspectPushedOrFetchedWorkIsSaved(t *testing.T) {
 	tu.Git(t, src, "fetch", "--quiet", ws, "feature/x:from-agent")
 	if u := inspect(t, ws, src); !u.Empty() {
 		t.Errorf("after fetching into the source: %+v", u)
+	}
+
+	// And so does work agent-vm sync brought under SyncRefs.
+	commit(t, ws, "c.txt", "still more work")
+	sync(t, ws, src, "feature/x")
+	if u := inspect(t, ws, src); !u.Empty() {
+		t.Errorf("after sync: %+v", u)
 	}
 }
 

@@ -29,10 +29,20 @@ func hardening() []string {
 }
 
 // untrustedEnv adds to baseEnv what keeps a workspace from rewriting
-// history as git reads it: replace refs and a grafts file could make an
-// unpushed commit look like an ancestor of a remote-tracking branch.
+// history as git reads it (replace refs and a grafts file could make an
+// unpushed commit look like an ancestor of a remote-tracking branch) and
+// from fetching: a workspace made a partial clone would have git fetch
+// each object it lacks from its promisor remote, and an ext:: URL there
+// runs a command. GIT_ALLOW_PROTOCOL empty allows no transport at all,
+// whatever the workspace's protocol.<name>.allow says (that wins over -c
+// protocol.allow=never); GIT_NO_LAZY_FETCH stops the fetch before that.
 func untrustedEnv() []string {
-	return append(baseEnv(), "GIT_NO_REPLACE_OBJECTS=1", "GIT_GRAFT_FILE=/dev/null")
+	return append(baseEnv(), untrustedVars()...)
+}
+
+// untrustedVars are the variables of untrustedEnv beyond baseEnv.
+func untrustedVars() []string {
+	return []string{"GIT_NO_REPLACE_OBJECTS=1", "GIT_GRAFT_FILE=/dev/null", "GIT_NO_LAZY_FETCH=1", "GIT_ALLOW_PROTOCOL="}
 }
 
 // repo is a workspace, or a submodule inside it, as git is pointed at it:

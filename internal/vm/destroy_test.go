@@ -29,9 +29,9 @@ type fakeVM struct {
 	Launch *qemu.Launch
 }
 
-// startFakeVM makes the directory of a VM for branch (its record, an empty
-// workspace) and starts the fake QEMU for it, with a fake virtiofsd.
-func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fakeVM {
+// vmDir makes the directory of a stopped qemu VM for branch by hand: its
+// record, with git, and the workspace that fill makes at the path given.
+func vmDir(t *testing.T, m *vm.Manager, branch string, git state.Git, fill func(ws string)) (*state.Record, state.Layout) {
 	t.Helper()
 	slug, err := state.Slug(branch)
 	if err != nil {
@@ -43,8 +43,8 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 	}
 	rec := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug, VMName: "agent-vm-" + slug,
 		Backend: vm.BackendQEMU, CreatedAt: time.Now().UTC(), Ports: state.Ports{SSH: 1, MCP: 2},
-		Resources: state.Resources{CPUs: 1, MemoryMiB: 256, DiskGiB: 2}}
-	os.Mkdir(st.Layout.Workspace(), 0o755)
+		Resources: state.Resources{CPUs: 1, MemoryMiB: 256, DiskGiB: 2}, Git: git}
+	fill(st.Layout.Workspace())
 	if err := state.WriteRecord(st.Layout.Record(), rec); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +52,14 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rec, l
+}
+
+// startFakeVM makes the directory of a VM for branch (its record, an empty
+// workspace) and starts the fake QEMU for it, with a fake virtiofsd.
+func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fakeVM {
+	t.Helper()
+	rec, l := vmDir(t, m, branch, state.Git{}, func(ws string) { os.Mkdir(ws, 0o755) })
 	// What Manager.machine makes of the record, less the forwards and
 	// credentials, which the fake does not use.
 	mach := qemu.Machine{Machine: driver.Machine{Name: rec.VMName, UUID: rec.ID, CPUs: 1, MemoryMiB: 256, RunDir: l.RunDir(), LogsDir: l.LogsDir(),

@@ -1,5 +1,5 @@
 // Package vm orchestrates a VM's life (find, create, start, stop, restart,
-// destroy, reset, status, exec, shell, ssh-config, logs, suspend, resume)
+// destroy, sync, reset, status, exec, shell, ssh-config, logs, suspend, resume)
 // over the state directory and the VM's record, the git workspace, the
 // backend contract (internal/backend) each kind of guest implements and the
 // driver contract (internal/driver) their backends name. Open is the
