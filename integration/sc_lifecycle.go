@@ -11,7 +11,7 @@ import (
 func lifecycleScenario() Scenario {
 	return Scenario{
 		Name:    "lifecycle",
-		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a guest port forwarded to the host, suspend and resume, stop, boot again, reset, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, stop, boot again, reset, destroy",
 		NeedsVM: true,
 		Verbs:   []string{"create", "status", "start", "exec", "port", "suspend", "resume", "stop", "logs", "reset", "destroy"},
 		run:     runLifecycle,
@@ -30,9 +30,11 @@ const cloudInitFinished = "if command -v cloud-init >/dev/null; then cloud-init 
 func runLifecycle(ctx context.Context, s *S) {
 	l := &lifecycle{s: s, branch: lifeBranch}
 	s.Step(ctx, "make a git repo and create a VM", func() error {
-		if _, err := s.prepare(ctx, l.branch, provisionFiles); err != nil {
+		rp, err := s.prepare(ctx, l.branch, provisionFiles)
+		if err != nil {
 			return err
 		}
+		l.repo = rp.Dir
 		return s.allowPackageSources(ctx, l.branch) // provisioning installs a package
 	})
 	s.Step(ctx, "start boots it to SSH and a healthy agent", func() error { return l.firstBoot(ctx) })
@@ -51,6 +53,7 @@ func runLifecycle(ctx context.Context, s *S) {
 		return checkShareNotAnEscape(ctx, s, l.st, canary)
 	})
 	s.Step(ctx, "exec: exit codes propagate, stdout and stderr stay apart", func() error { return checkExec(ctx, s, l.st) })
+	s.Step(ctx, "sync brings a commit made in the guest into the repository as refs/remotes/agent-vm/BRANCH", func() error { return l.sync(ctx) })
 	s.StepUnless(ctx, "port add: a guest HTTP server answers on the host; port rm ends it", s.lacks(featurePorts), func() error {
 		return checkPortForward(ctx, s, l.branch)
 	})
@@ -120,6 +123,7 @@ func runLifecycle(ctx context.Context, s *S) {
 type lifecycle struct {
 	s      *S
 	branch string
+	repo   string           // the repository the VM was created from
 	st     *blackbox.Status // the latest status of the running VM
 	// bootID and cloudInit are from the first boot, to compare with the
 	// second.
@@ -257,6 +261,37 @@ func (l *lifecycle) secondBoot(ctx context.Context) error {
 		return failf(res, "cloud-init ran again on the second boot: boot-finished was %q, now %q", l.cloudInit, again)
 	default:
 		l.s.notef("cloud-init did not run again")
+	}
+	return nil
+}
+
+// sync: a commit the guest's user makes in the workspace reaches the
+// repository the VM was created from as refs/remotes/agent-vm/BRANCH, and
+// a second sync says it is up to date.
+func (l *lifecycle) sync(ctx context.Context) error {
+	s := l.s
+	msg := "made in the guest " + randHex(4)
+	if _, err := s.execOK(ctx, l.branch, "git", "-c", "user.name=agent", "-c", "user.email=agent@vm", "commit", "--allow-empty", "-q", "-m", msg); err != nil {
+		return err
+	}
+	res, err := s.ok(ctx, "sync", l.branch)
+	if err != nil {
+		return err
+	}
+	ref := "refs/remotes/agent-vm/" + l.branch
+	if !strings.Contains(res.Stdout, ref) || !strings.Contains(res.Stdout, "1 new commit") {
+		return failf(res, "sync's line does not say it brought 1 new commit to %s", ref)
+	}
+	got, err := git(ctx, l.repo, "log", "-1", "--format=%s", ref)
+	if err != nil || strings.TrimSpace(got) != msg {
+		return failf(res, "%s in %s says %q (%v), not the guest's commit %q", ref, l.repo, got, err, msg)
+	}
+	again, err := s.ok(ctx, "sync", l.branch)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(again.Stdout, "up to date") {
+		return failf(again, "a second sync does not say it is up to date")
 	}
 	return nil
 }
