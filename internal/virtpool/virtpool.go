@@ -122,7 +122,25 @@ func (p Pool) Ensure() (libvirt.StoragePool, error) {
 	if err != nil {
 		return libvirt.StoragePool{}, err
 	}
-	if libvirt.StoragePoolState(state) != libvirt.StoragePoolRunning {
+	running := libvirt.StoragePoolState(state) == libvirt.StoragePoolRunning
+	if running && p.L.StoragePoolRefresh(sp, 0) != nil {
+		// Its directory went (removed by hand, or moved aside) while
+		// libvirtd kept the pool active. A failed refresh stops the pool
+		// (libvirt 9.0); one still active is stopped here, to make the
+		// directory again and start the pool on it.
+		if state, _, _, _, err := p.L.StoragePoolGetInfo(sp); err == nil && libvirt.StoragePoolState(state) == libvirt.StoragePoolRunning {
+			if err := p.L.StoragePoolDestroy(sp); err != nil {
+				return libvirt.StoragePool{}, fmt.Errorf("stopping storage pool %s, whose directory %s cannot be read: %w", p.name(), p.Dir, err)
+			}
+		}
+		running = false
+	}
+	if !running {
+		// Build makes the directory when it is not there (a pool defined
+		// earlier, its directory removed since) and does nothing else.
+		if err := p.L.StoragePoolBuild(sp, 0); err != nil {
+			return libvirt.StoragePool{}, fmt.Errorf("making storage pool %s's directory %s: %w", p.name(), p.Dir, err)
+		}
 		if err := p.L.StoragePoolCreate(sp, 0); err != nil {
 			return libvirt.StoragePool{}, fmt.Errorf("starting storage pool %s: %w", p.name(), err)
 		}

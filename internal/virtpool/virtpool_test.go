@@ -224,3 +224,36 @@ func mustVol(t *testing.T, l *libvirt.Libvirt, p Pool, name string) libvirt.Stor
 	}
 	return v
 }
+
+// A pool whose directory went while libvirtd kept it active (removed by
+// hand, or moved aside) is made again by Ensure, and takes volumes; so is
+// one defined but stopped whose directory is gone.
+func TestEnsureRemakesAGoneDirectory(t *testing.T) {
+	l := connect(t)
+	p := testPool(t, l)
+	sp, err := p.Ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(p.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Ensure(); err != nil {
+		t.Fatalf("Ensure with the directory gone: %v", err)
+	}
+	if _, err := p.Put("seed.iso", []byte("x")); err != nil {
+		t.Errorf("a volume in the pool made again: %v", err)
+	}
+	if err := l.StoragePoolDestroy(sp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(p.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Ensure(); err != nil {
+		t.Fatalf("Ensure of a stopped pool with the directory gone: %v", err)
+	}
+	if fi, err := os.Stat(p.Dir); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Errorf("the pool's directory made again: %v %v", fi, err)
+	}
+}
