@@ -99,6 +99,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -268,4 +269,19 @@ type Check struct {
 type Logs struct {
 	Console string // the guest's serial console
 	Driver  string // the driver's own messages (QEMU's)
+}
+
+// PlanOf is b as the plan type T of the driver called name; another
+// driver's plan (a backend naming the wrong driver) is an internal error
+// naming both.
+func PlanOf[T Boot](name string, b Boot) (T, error) {
+	boot, ok := b.(T)
+	if !ok {
+		other := ""
+		if b != nil {
+			other = b.DriverName()
+		}
+		return boot, fmt.Errorf("internal error: the %s driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, other, b)
+	}
+	return boot, nil
 }

@@ -18,7 +18,7 @@ import (
 // virtiofsd for the jailed share, and libvirt's QEMU user to hand files
 // to.
 func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
-	checks := []driver.Check{d.libvirtCheck(), d.containCheck(), d.shareCheck(ctx), d.userCheck()}
+	checks := []driver.Check{d.libvirtCheck(), libvirtnet.DoctorCheck(d.Run, d.euid(), "libvirt"), d.shareCheck(ctx), d.userCheck()}
 	ok := true
 	for _, c := range checks {
 		ok = ok && c.OK
@@ -41,21 +41,6 @@ func (d *Driver) libvirtCheck() driver.Check {
 		return c
 	}
 	c.OK, c.Detail = true, fmt.Sprintf("libvirt %d.%d.%d", v/1000000, v/1000%1000, v%1000)
-	return c
-}
-
-func (d *Driver) containCheck() driver.Check {
-	c := driver.Check{Name: "libvirt containment", Hint: "run agent-vm as root (sudo); `sudo agent-vm setup --backend libvirt` installs nft (Debian package nftables)"}
-	_, err := d.Run.LookPath(libvirtnet.NFT)
-	switch {
-	case d.euid() != 0:
-		c.Detail = "each VM's network and its nftables fence can only be made as root: agent-vm as this user cannot start a libvirt VM"
-	case err != nil:
-		c.Detail = "nft is not installed: the VMs' nftables fences cannot be made"
-	default:
-		c.OK, c.Hint = true, ""
-		c.Detail = "each VM on a libvirt network of its own, fenced by nftables, behind its egress proxy"
-	}
 	return c
 }
 

@@ -156,23 +156,11 @@ func (d *Driver) shareSocket(m driver.Machine) string {
 // qemuPidFile is where libvirt keeps the pid of m's QEMU.
 func qemuPidFile(m driver.Machine) string { return "/run/libvirt/qemu/" + DomainName(m) + ".pid" }
 
-func bootOf(b driver.Boot) (Boot, error) {
-	boot, ok := b.(Boot)
-	if !ok {
-		name := ""
-		if b != nil {
-			name = b.DriverName()
-		}
-		return Boot{}, fmt.Errorf("internal error: the libvirt driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, b)
-	}
-	return boot, nil
-}
-
 // Start makes m's network, share, forwards and domain and starts it (see
 // the package doc). A failed start leaves nothing of its own running; the
 // root disk stays.
 func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
-	boot, err := bootOf(b)
+	boot, err := driver.PlanOf[Boot](DriverName, b)
 	if err != nil {
 		return nil, err
 	}
@@ -186,15 +174,11 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: the seed: %w", m.Name, err)
 	}
-	h, done, err := d.connect()
+	h, lv, done, err := d.live(m)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	lv, err := d.inspect(h, m)
-	if err != nil {
-		return nil, err
-	}
 	switch {
 	case lv.State == driver.StateSuspended:
 		return nil, fmt.Errorf("starting %s: %w", m.Name, driver.ErrSuspended)
@@ -325,12 +309,27 @@ func (d *Driver) undoStart(h Host, m driver.Machine) {
 // Inspect implements driver.Driver, from libvirt's state of the domain
 // and the driver's run files.
 func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, error) {
-	h, done, err := d.connect()
+	_, lv, done, err := d.live(m)
 	if err != nil {
 		return driver.Live{}, err
 	}
-	defer done()
-	return d.inspect(h, m)
+	done()
+	return lv, nil
+}
+
+// live connects to the host and reads m's live state, for a verb; done
+// ends the connection.
+func (d *Driver) live(m driver.Machine) (Host, driver.Live, func(), error) {
+	h, done, err := d.connect()
+	if err != nil {
+		return Host{}, driver.Live{}, nil, err
+	}
+	lv, err := d.inspect(h, m)
+	if err != nil {
+		done()
+		return Host{}, driver.Live{}, nil, err
+	}
+	return h, lv, done, nil
 }
 
 func (d *Driver) inspect(h Host, m driver.Machine) (driver.Live, error) {
@@ -403,15 +402,11 @@ func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 // Stop shuts m down (ACPI, forced after grace); a suspended machine is
 // forced off at once. What the start made besides the domain goes with it.
 func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration) error {
-	h, done, err := d.connect()
+	h, lv, done, err := d.live(m)
 	if err != nil {
 		return err
 	}
 	defer done()
-	lv, err := d.inspect(h, m)
-	if err != nil {
-		return err
-	}
 	defer func() {
 		d.cleanup(m)
 		_ = os.Remove(runFile(m, SuspendMark))
@@ -444,15 +439,11 @@ func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 // Suspend pauses the running domain in place (its QEMU keeps the memory
 // and the share).
 func (d *Driver) Suspend(ctx context.Context, m driver.Machine, _ driver.GuestHooks) error {
-	h, done, err := d.connect()
+	h, lv, done, err := d.live(m)
 	if err != nil {
 		return err
 	}
 	defer done()
-	lv, err := d.inspect(h, m)
-	if err != nil {
-		return err
-	}
 	if lv.State != driver.StateRunning {
 		return fmt.Errorf("suspending %s: %w", m.Name, driver.ErrNotRunning)
 	}
@@ -472,15 +463,11 @@ func (d *Driver) Suspend(ctx context.Context, m driver.Machine, _ driver.GuestHo
 
 // Resume runs a domain Suspend paused again.
 func (d *Driver) Resume(ctx context.Context, m driver.Machine, _ driver.Boot, _ driver.StartOptions) (*driver.Launch, error) {
-	h, done, err := d.connect()
+	h, lv, done, err := d.live(m)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	lv, err := d.inspect(h, m)
-	if err != nil {
-		return nil, err
-	}
 	if lv.State != driver.StateSuspended {
 		return nil, fmt.Errorf("resuming %s: %w", m.Name, driver.ErrNotRunning)
 	}

@@ -167,3 +167,20 @@ func (c Containment) Uncontain(m driver.Machine, name string) {
 	}
 	_ = os.Remove(mark)
 }
+
+// DoctorCheck is doctor's line for containing networks this way for the
+// backend called backend: root (for the bridge and the table) and nft.
+func DoctorCheck(run execx.Runner, euid int, backend string) driver.Check {
+	c := driver.Check{Name: backend + " containment", Hint: "run agent-vm as root (sudo); `sudo agent-vm setup --backend " + backend + "` installs nft (Debian package nftables)"}
+	_, err := run.LookPath(NFT)
+	switch {
+	case euid != 0:
+		c.Detail = "each VM's network and its nftables fence can only be made as root: agent-vm as this user cannot start a " + backend + " VM"
+	case err != nil:
+		c.Detail = "nft is not installed: the VMs' nftables fences cannot be made"
+	default:
+		c.OK, c.Hint = true, ""
+		c.Detail = "each VM on a libvirt network of its own, fenced by nftables, behind its egress proxy"
+	}
+	return c
+}

@@ -135,9 +135,9 @@ func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, er
 // Start runs a Boot (Launcher.Start), with virtiofsd when o.Share is
 // virtiofs. Any other plan is refused.
 func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
-	boot, ok := b.(Boot)
-	if !ok {
-		return nil, fmt.Errorf("internal error: the qemu driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", driverOf(b), b)
+	boot, err := driver.PlanOf[Boot](DriverName, b)
+	if err != nil {
+		return nil, err
 	}
 	so := StartOptions{Accel: o.Accel, AccelReason: o.AccelReason, NoFallback: o.FixedShare}
 	if o.Share == driver.ShareVirtiofs {
@@ -155,13 +155,6 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		return nil, err
 	}
 	return launch.neutral(), nil
-}
-
-func driverOf(b driver.Boot) string {
-	if b == nil {
-		return ""
-	}
-	return b.DriverName()
 }
 
 // Stop shuts the VM down (Launcher.Stop).
@@ -279,9 +272,9 @@ func (d *Driver) Clone(ctx context.Context, m driver.Machine, b driver.Boot, o d
 // is plugged in after the restore, over virtiofs when there is one, with
 // no fallback to 9p (the saved guest expects virtiofs).
 func (d *Driver) restoreOptions(ctx context.Context, b driver.Boot, o driver.StartOptions) (Boot, StartOptions, error) {
-	boot, ok := b.(Boot)
-	if !ok {
-		return Boot{}, StartOptions{}, fmt.Errorf("internal error: the qemu driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", driverOf(b), b)
+	boot, err := driver.PlanOf[Boot](DriverName, b)
+	if err != nil {
+		return Boot{}, StartOptions{}, err
 	}
 	so := StartOptions{Accel: o.Accel, AccelReason: o.AccelReason, NoFallback: true}
 	if v, err := d.FindVirtiofsd(ctx); err == nil {

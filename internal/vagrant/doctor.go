@@ -22,29 +22,12 @@ const Plugin = "vagrant-libvirt"
 // repository's own Vagrantfile may choose (see the package doc).
 func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
 	v := driver.CheckProgram(ctx, d.Run, "vagrant", []string{"--version"}, hostpkgs.InstallHint("vagrant"))
-	checks := []driver.Check{v, d.pluginCheck(ctx, v.OK), d.libvirtCheck(ctx), d.containCheck()}
+	checks := []driver.Check{v, d.pluginCheck(ctx, v.OK), d.libvirtCheck(ctx), libvirtnet.DoctorCheck(d.Run, d.euid(), "vagrant")}
 	ok := true
 	for _, c := range checks {
 		ok = ok && c.OK
 	}
 	return append(checks, d.otherProviders()), ok
-}
-
-// containCheck: what a contained start needs besides libvirt, root (for
-// the bridge and the table) and nft (internal/libvirtnet).
-func (d *Driver) containCheck() driver.Check {
-	c := driver.Check{Name: "network containment", Hint: "run agent-vm as root (sudo); `sudo agent-vm setup --backend vagrant` installs nft (Debian package nftables)"}
-	_, err := d.Run.LookPath(libvirtnet.NFT)
-	switch {
-	case d.euid() != 0:
-		c.Detail = "each VM's network and its nftables fence can only be made as root: agent-vm as this user cannot start a vagrant VM"
-	case err != nil:
-		c.Detail = "nft is not installed: the VMs' nftables fences cannot be made"
-	default:
-		c.OK, c.Hint = true, ""
-		c.Detail = "each VM on a libvirt network of its own, fenced by nftables, behind its egress proxy"
-	}
-	return c
 }
 
 // otherProviders says which providers besides libvirt this host has

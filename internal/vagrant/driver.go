@@ -287,7 +287,7 @@ func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrant
 // is ErrSuspended (Resume it, or Stop it first). Any other plan is
 // refused.
 func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
-	boot, err := bootOf(b)
+	boot, err := driver.PlanOf[Boot](DriverName, b)
 	if err != nil {
 		return nil, err
 	}
@@ -364,19 +364,6 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	}
 	removeMarkers(m, SuspendMark) // one a crash of a suspended machine left
 	return launch, nil
-}
-
-// bootOf is b as the vagrant driver's plan; another driver's is refused.
-func bootOf(b driver.Boot) (Boot, error) {
-	boot, ok := b.(Boot)
-	if !ok {
-		name := ""
-		if b != nil {
-			name = b.DriverName()
-		}
-		return Boot{}, fmt.Errorf("internal error: the vagrant driver cannot run a plan for the %q driver (%T); the VM's backend names the wrong driver", name, b)
-	}
-	return boot, nil
 }
 
 // undoStart halts what a failed start left (best effort, without the
@@ -463,7 +450,7 @@ func (d *Driver) Suspend(ctx context.Context, m driver.Machine, _ driver.GuestHo
 // Vagrantfile is not rewritten), and o's accelerator and share are the
 // launch's, as Start recorded them.
 func (d *Driver) Resume(ctx context.Context, m driver.Machine, b driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
-	if _, err := bootOf(b); err != nil {
+	if _, err := driver.PlanOf[Boot](DriverName, b); err != nil {
 		return nil, err
 	}
 	lv, err := d.fresh(ctx, m)
