@@ -348,27 +348,7 @@ func (d *Driver) inspect(h Host, m driver.Machine) (driver.Live, error) {
 	if err != nil {
 		return lv, err
 	}
-	switch st {
-	case golibvirt.DomainRunning, golibvirt.DomainBlocked:
-		lv.State = driver.StateRunning
-	case golibvirt.DomainPaused:
-		lv.State = driver.StatePaused
-		if exists(runFile(m, SuspendMark)) {
-			lv.State, lv.Suspend, lv.Detail = driver.StateSuspended, driver.SuspendPaused, "paused in place: its QEMU holds its memory"
-		}
-	case golibvirt.DomainCrashed:
-		lv.State, lv.Detail = driver.StateCrashed, "libvirt says the domain crashed"
-	case golibvirt.DomainShutoff, golibvirt.DomainShutdown:
-		lv.State = driver.StateStopped
-		if lv.Launch != nil && !exists(runFile(m, CleanMarker)) && golibvirt.DomainShutoffReason(reason) != golibvirt.DomainShutoffShutdown {
-			lv.State, lv.Detail = driver.StateCrashed, fmt.Sprintf("its QEMU ended without a clean shutdown (libvirt's reason: %s)", shutoffReason(reason))
-		}
-		if golibvirt.DomainShutoffReason(reason) == golibvirt.DomainShutoffShutdown {
-			lv.Detail = "guest powered itself off"
-		}
-	default:
-		lv.State = driver.StateStopped
-	}
+	lv.State, lv.Suspend, lv.Detail = stateOf(st, reason, lv.Launch != nil, exists(runFile(m, CleanMarker)), exists(runFile(m, SuspendMark)))
 	if lv.HasProcess() {
 		lv.Pid, _ = proc.ReadPid(qemuPidFile(m))
 		if lv.Suspend == driver.SuspendPaused && lv.Pid > 0 {
@@ -376,6 +356,36 @@ func (d *Driver) inspect(h Host, m driver.Machine) (driver.Live, error) {
 		}
 	}
 	return lv, nil
+}
+
+// stateOf is a machine's state, how a suspended one keeps its memory, and
+// why, from libvirt's state and reason of its domain and the driver's
+// marks: launched (a start recorded a launch), clean (agent-vm's stop or
+// a failed start ended it), suspended (agent-vm's suspend paused it). A
+// domain that is shut off without a clean stop of agent-vm's, and not by
+// its guest powering off, crashed (a killed QEMU is "destroyed" to
+// libvirt).
+func stateOf(st golibvirt.DomainState, reason int32, launched, clean, suspended bool) (state, suspend, detail string) {
+	switch st {
+	case golibvirt.DomainRunning, golibvirt.DomainBlocked, golibvirt.DomainShutdown, golibvirt.DomainPmsuspended:
+		// DomainShutdown: being shut down, its QEMU still there.
+		return driver.StateRunning, "", ""
+	case golibvirt.DomainPaused:
+		if suspended {
+			return driver.StateSuspended, driver.SuspendPaused, "paused in place: its QEMU holds its memory"
+		}
+		return driver.StatePaused, "", ""
+	case golibvirt.DomainCrashed:
+		return driver.StateCrashed, "", "libvirt says the domain crashed"
+	case golibvirt.DomainShutoff:
+		if golibvirt.DomainShutoffReason(reason) == golibvirt.DomainShutoffShutdown {
+			return driver.StateStopped, "", "guest powered itself off"
+		}
+		if launched && !clean {
+			return driver.StateCrashed, "", fmt.Sprintf("its QEMU ended without a clean shutdown (libvirt's reason: %s)", shutoffReason(reason))
+		}
+	}
+	return driver.StateStopped, "", ""
 }
 
 func shutoffReason(r int32) string {

@@ -9,6 +9,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	golibvirt "github.com/digitalocean/go-libvirt"
 )
 
 type otherBoot struct{}
@@ -63,5 +64,38 @@ func TestForwarderMatch(t *testing.T) {
 	}
 	if isForwarderFor(m, 0)([]string{"/usr/bin/agent-vm", "net-proxy", "--tag", "/s/feat/run"}) {
 		t.Error("matched another command")
+	}
+}
+
+// A machine's state from libvirt's and the driver's marks: a killed QEMU
+// (libvirt: shut off, destroyed) after a start with no clean stop is
+// crashed; the same after agent-vm's stop, or a guest that powered itself
+// off, is stopped; a domain paused by agent-vm's suspend is suspended in
+// place, paused by something else only paused; one being shut down still
+// runs.
+func TestStateOf(t *testing.T) {
+	destroyed, byGuest := int32(golibvirt.DomainShutoffDestroyed), int32(golibvirt.DomainShutoffShutdown)
+	for _, tc := range []struct {
+		name                       string
+		st                         golibvirt.DomainState
+		reason                     int32
+		launched, clean, suspended bool
+		want, suspend              string
+	}{
+		{"running", golibvirt.DomainRunning, 0, true, false, false, driver.StateRunning, ""},
+		{"shutting down", golibvirt.DomainShutdown, 0, true, false, false, driver.StateRunning, ""},
+		{"killed QEMU", golibvirt.DomainShutoff, destroyed, true, false, false, driver.StateCrashed, ""},
+		{"stopped by agent-vm", golibvirt.DomainShutoff, destroyed, true, true, false, driver.StateStopped, ""},
+		{"guest powered off", golibvirt.DomainShutoff, byGuest, true, false, false, driver.StateStopped, ""},
+		{"never started", golibvirt.DomainNostate, 0, false, false, false, driver.StateStopped, ""},
+		{"defined, never launched", golibvirt.DomainShutoff, 0, false, false, false, driver.StateStopped, ""},
+		{"suspended", golibvirt.DomainPaused, 0, true, false, true, driver.StateSuspended, driver.SuspendPaused},
+		{"paused by another", golibvirt.DomainPaused, 0, true, false, false, driver.StatePaused, ""},
+		{"crashed", golibvirt.DomainCrashed, 0, true, false, false, driver.StateCrashed, ""},
+	} {
+		st, suspend, _ := stateOf(tc.st, tc.reason, tc.launched, tc.clean, tc.suspended)
+		if st != tc.want || suspend != tc.suspend {
+			t.Errorf("%s: %q %q, want %q %q", tc.name, st, suspend, tc.want, tc.suspend)
+		}
 	}
 }
