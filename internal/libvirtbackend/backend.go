@@ -215,6 +215,22 @@ func (b *Backend) image(ctx context.Context, r *state.Record, s Settings, o back
 // driver's Destroy removed the volumes).
 func (b *Backend) Release(state.Layout) error { return nil }
 
-// ImagesInUse implements backend.Backend: the VM's disk is backed by a
-// volume in libvirt's pool, not by the cache's files.
-func (b *Backend) ImagesInUse(state.Layout) []string { return nil }
+// ImagesInUse implements backend.Backend: the cached image version the
+// VM's disk was made on (its disk is backed by that version's volume in
+// libvirt's pool; a start uploads the version's kernel and initrd from the
+// cache when the pool lacks them), none before its first start.
+func (b *Backend) ImagesInUse(l state.Layout) []string {
+	r, err := state.ReadRecord(l.Record())
+	if err != nil {
+		return nil
+	}
+	s, err := state.SectionOf[Settings](r)
+	if err != nil || s.Image == "" {
+		return nil
+	}
+	img, err := image.Open(s.Image)
+	if err != nil {
+		return nil
+	}
+	return []string{img.Disk}
+}

@@ -9,13 +9,14 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/libvirtbackend"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // image prune asks each VM's backend which cached images it uses: a
-// replaced image version a qemu VM's disk is based on stays, one nothing
-// uses goes; a VM of a backend this build lacks stops the prune.
+// replaced image version a qemu VM's disk is based on stays, and so does
+// the one a libvirt VM's disk was made on; one nothing uses goes; a VM of a backend this build lacks stops the prune.
 func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 	cache := t.TempDir()
 	m, err := vm.Open(vm.Config{StateDir: t.TempDir(), Getenv: func(k string) string {
@@ -32,7 +33,7 @@ func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 		os.WriteFile(filepath.Join(d, "disk.qcow2"), []byte("disk"), 0o644)
 		return d
 	}
-	unused, used := version("20260101T000000Z"), version("20260102T000000Z")
+	unused, used, byLibvirt := version("20260101T000000Z"), version("20260102T000000Z"), version("20260103T000000Z")
 	version("20260201T000000Z")
 	os.Symlink(filepath.Join(".store", "img", "20260201T000000Z"), filepath.Join(images, "img"))
 
@@ -49,6 +50,17 @@ func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 	q := vmDir("q", "qemu")
 	os.WriteFile(filepath.Join(q.Dir, debian.DiskInfoFile), []byte(`{"base":"`+filepath.Join(used, "disk.qcow2")+`","base_format":"qcow2"}`), 0o600)
 	vmDir("n", "nixos")
+	lv := vmDir("l", "libvirt")
+	r, err := state.ReadRecord(lv.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetSection(libvirtbackend.Settings{Image: byLibvirt}); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.WriteRecord(lv.Record(), r); err != nil {
+		t.Fatal(err)
+	}
 
 	removed, err := m.PruneImages(context.Background())
 	if err != nil {
@@ -59,6 +71,9 @@ func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(used, "disk.qcow2")); err != nil {
 		t.Errorf("the version the qemu VM uses was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(byLibvirt, "disk.qcow2")); err != nil {
+		t.Errorf("the version the libvirt VM's disk was made on was removed: %v", err)
 	}
 
 	vmDir("v", "vmware")
