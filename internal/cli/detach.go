@@ -3,9 +3,11 @@ package cli
 import (
 	"errors"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/hostlink"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // detachCommand is hostlink.Detach, agent-vm's binary on a libvirt host
@@ -24,6 +26,21 @@ func detachCommand(stdio IO) *cli.Command {
 				return err
 			}
 			return nil
+		},
+	}
+}
+
+// hostVerbCommand serves one request of the libvirt driver for a VM placed
+// on this machine from another (vm.ServeHost): JSON in, JSON out.
+func hostVerbCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: vm.HostCommand, Hidden: true, Usage: "serve one request of agent-vm's libvirt driver for a VM placed on this machine (agent-vm runs it over its link)", ArgsUsage: " ",
+		Action: func(cliCtx *cli.Context) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			log := hclog.New(&hclog.LoggerOptions{Name: "agent-vm", Output: stdio.Err, Level: hclog.Info, Color: hclog.ColorOff})
+			return vm.ServeHost(cliCtx.Context, stdio.In, stdio.Out, log)
 		},
 	}
 }

@@ -33,12 +33,15 @@ func hostCommand(stdio IO) *cli.Command {
 				Name:      "add",
 				Usage:     "register a libvirt host under a short name",
 				ArgsUsage: "NAME URI",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "dir", Usage: "agent-vm's directory on a qemu+ssh host, for the files of VMs placed there (default /var/lib/agent-vm)"},
+				},
 				Action: func(cliCtx *cli.Context) error {
 					if cliCtx.NArg() != 2 {
 						return usagef("host add takes NAME URI, got %d arguments (hint: `agent-vm host add big qemu+ssh://you@server/system`)", cliCtx.NArg())
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						h, err := m.Hosts.Add(cliCtx.Context, cliCtx.Args().Get(0), cliCtx.Args().Get(1))
+						h, err := m.Hosts.AddWith(cliCtx.Context, cliCtx.Args().Get(0), cliCtx.Args().Get(1), hosts.AddOptions{Dir: cliCtx.String("dir")})
 						if err != nil {
 							return err
 						}

@@ -20,10 +20,30 @@ type Machine struct {
 	// Network contains the machine's network (the egress proxy and its doors); nil leaves it
 	// unrestricted.
 	Network *Network
+	// Remote, when set, places the machine on another host, which the
+	// driver reaches over agent-vm's link; nil runs it on this machine.
+	// Only a driver that can run machines elsewhere accepts it.
+	Remote *Remote
 	// Adopted is what Adopt learnt from the running machine that the rest
 	// does not say (for QEMU: its socket directory). It belongs to the
 	// driver; callers pass it back unchanged. nil unless adopted.
 	Adopted any
+}
+
+// Remote is another host a machine runs on, reached over agent-vm's own
+// SSH link to it (internal/hostlink): the pinned host key and agent-vm's
+// key pair for that host, never the user's ~/.ssh.
+type Remote struct {
+	// Host is the registered host's name, for messages.
+	Host string
+	// Addr is the host's sshd, "host:port"; User logs in there.
+	Addr, User string
+	// KeyFile is agent-vm's private key for the host (0600); KnownHosts
+	// pins the host's key.
+	KeyFile, KnownHosts string
+	// Dir is agent-vm's directory on the host: its binary, storage pool,
+	// and each machine's files there (run files, logs, workspace).
+	Dir string
 }
 
 // Network is a contained machine network: the guest reaches nothing of

@@ -40,6 +40,11 @@ import (
 // Socket is the system libvirt daemon's socket on a host.
 const Socket = "/var/run/libvirt/libvirt-sock"
 
+// DefaultDir is agent-vm's directory on a host VMs are placed on, unless
+// the host's entry names another: its binary, storage pool, and the files
+// of each VM placed there.
+const DefaultDir = "/var/lib/agent-vm"
+
 // Timeout bounds a connection's handshake.
 const Timeout = 20 * time.Second
 

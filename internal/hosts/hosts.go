@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -31,6 +32,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/flock"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 )
 
 // Host is one registered host.
@@ -38,6 +40,9 @@ type Host struct {
 	Name  string    `json:"name"`
 	URI   string    `json:"uri"`
 	Added time.Time `json:"added"`
+	// Dir is agent-vm's directory on a qemu+ssh host, where VMs placed
+	// there keep their files ("" for the default, hostlink.DefaultDir).
+	Dir string `json:"dir,omitempty"`
 	// Link is agent-vm's own SSH link to the host, once `host link` set
 	// it up (qemu+ssh hosts only).
 	Link *Link `json:"link,omitempty"`
@@ -49,6 +54,22 @@ type file struct {
 	Name    string    `json:"name"`
 	URI     string    `json:"uri"`
 	Added   time.Time `json:"added"`
+	Dir     string    `json:"dir,omitempty"`
+}
+
+// AgentDir is agent-vm's directory on h.
+func (h Host) AgentDir() string {
+	if h.Dir == "" {
+		return hostlink.DefaultDir
+	}
+	return h.Dir
+}
+
+// AddOptions are what `host add` may set besides the name and URI.
+type AddOptions struct {
+	// Dir is agent-vm's directory on a qemu+ssh host (absolute, clean);
+	// "" for hostlink.DefaultDir.
+	Dir string
 }
 
 // fileVersion is the version of the host file's format.
@@ -93,12 +114,25 @@ const lockFile = ".lock"
 // Add registers uri under name. Both are checked first (CheckName,
 // ParseURI); a name that exists is refused, naming `host rm`.
 func (r *Registry) Add(ctx context.Context, name, uri string) (Host, error) {
+	return r.AddWith(ctx, name, uri, AddOptions{})
+}
+
+// AddWith is Add with o.
+func (r *Registry) AddWith(ctx context.Context, name, uri string, o AddOptions) (Host, error) {
 	if err := CheckName(name); err != nil {
 		return Host{}, err
 	}
 	u, err := ParseURI(uri)
 	if err != nil {
 		return Host{}, err
+	}
+	if o.Dir != "" {
+		if !u.Remote() {
+			return Host{}, fmt.Errorf("--dir %s is agent-vm's directory on another machine, and %s is this machine's libvirtd, whose VMs keep their files in agent-vm's directories here (hint: drop --dir)", o.Dir, uri)
+		}
+		if !path.IsAbs(o.Dir) || path.Clean(o.Dir) != o.Dir || o.Dir == "/" {
+			return Host{}, fmt.Errorf("--dir %q is not a clean absolute path below / (hint: e.g. %s)", o.Dir, hostlink.DefaultDir)
+		}
 	}
 	if err := r.Dir.Make(); err != nil {
 		return Host{}, err
@@ -121,8 +155,8 @@ func (r *Registry) Add(ctx context.Context, name, uri string) (Host, error) {
 	if r.Now != nil {
 		now = r.Now
 	}
-	h := Host{Name: name, URI: u.Raw, Added: now().UTC().Truncate(time.Second)}
-	if err := atomicfile.WriteJSON(r.path(name), file{Version: fileVersion, Name: h.Name, URI: h.URI, Added: h.Added}, 0o600); err != nil {
+	h := Host{Name: name, URI: u.Raw, Added: now().UTC().Truncate(time.Second), Dir: o.Dir}
+	if err := atomicfile.WriteJSON(r.path(name), file{Version: fileVersion, Name: h.Name, URI: h.URI, Added: h.Added, Dir: h.Dir}, 0o600); err != nil {
 		return Host{}, fmt.Errorf("writing host %s: %w", name, err)
 	}
 	return h, nil
@@ -157,7 +191,10 @@ func (r *Registry) Get(name string) (Host, error) {
 	if _, err := ParseURI(f.URI); err != nil {
 		return Host{}, damaged(fmt.Sprintf("its URI %q is not one agent-vm accepts", f.URI))
 	}
-	h := Host{Name: f.Name, URI: f.URI, Added: f.Added}
+	if f.Dir != "" && (!path.IsAbs(f.Dir) || path.Clean(f.Dir) != f.Dir) {
+		return Host{}, damaged(fmt.Sprintf("its directory %q is not a clean absolute path", f.Dir))
+	}
+	h := Host{Name: f.Name, URI: f.URI, Added: f.Added, Dir: f.Dir}
 	if h.Link, err = r.linkOf(h); err != nil {
 		return Host{}, err
 	}

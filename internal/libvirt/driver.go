@@ -69,8 +69,9 @@ type Driver struct {
 	// socket and the credential copies it reads through fw_cfg
 	// (hostdir.Table.Handoff). nil refuses every start.
 	Handoff *hostdir.Dir
-	// Pool is the directory of agent-vm's storage pool on the host.
-	Pool string
+	// Pool is the directory of agent-vm's storage pool on the host;
+	// PoolName its name ("": virtpool.DefaultName).
+	Pool, PoolName string
 	// QEMUUser is the user libvirt runs QEMU as ("" is
 	// qemuuser.DefaultUser).
 	QEMUUser string
@@ -136,7 +137,7 @@ func (d *Driver) connect() (Host, func(), error) {
 	if err := l.ConnectToURI(golibvirt.QEMUSystem); err != nil {
 		return Host{}, nil, fmt.Errorf("connecting to libvirt (qemu:///system): %w (hint: is libvirtd running? `systemctl start libvirtd`, or `agent-vm setup`)", err)
 	}
-	h := Host{L: l, Run: d.Run, URI: string(golibvirt.QEMUSystem), Pool: virtpool.Pool{L: l, Dir: d.Pool}}
+	h := Host{L: l, Run: d.Run, URI: string(golibvirt.QEMUSystem), Pool: virtpool.Pool{L: l, Dir: d.Pool, Name: d.PoolName}}
 	return h, func() { _ = l.Disconnect() }, nil
 }
 
@@ -163,6 +164,9 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 	boot, err := driver.PlanOf[Boot](DriverName, b)
 	if err != nil {
 		return nil, err
+	}
+	if m.Remote != nil {
+		return d.startRemote(ctx, m, boot, o)
 	}
 	if d.euid() != 0 {
 		return nil, fmt.Errorf("starting %s: %w", m.Name, errNeedsRoot)
@@ -309,6 +313,10 @@ func (d *Driver) undoStart(h Host, m driver.Machine) {
 // Inspect implements driver.Driver, from libvirt's state of the domain
 // and the driver's run files.
 func (d *Driver) Inspect(ctx context.Context, m driver.Machine) (driver.Live, error) {
+	if m.Remote != nil {
+		lv, _, err := d.inspectRemote(ctx, m)
+		return lv, err
+	}
 	_, lv, done, err := d.live(m)
 	if err != nil {
 		return driver.Live{}, err
@@ -412,6 +420,11 @@ func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 // Stop shuts m down (ACPI, forced after grace); a suspended machine is
 // forced off at once. What the start made besides the domain goes with it.
 func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration) error {
+	if m.Remote != nil {
+		defer d.stopForwards(m, 0)
+		_, err := d.onHost(ctx, m, hostRequest{Verb: verbStop, Grace: grace})
+		return err
+	}
 	h, lv, done, err := d.live(m)
 	if err != nil {
 		return err
@@ -433,6 +446,11 @@ func (d *Driver) Stop(ctx context.Context, m driver.Machine, grace time.Duration
 
 // Destroy removes m's domain, volumes, network and handoff directory.
 func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
+	if m.Remote != nil {
+		d.stopForwards(m, 0)
+		_, err := d.onHost(ctx, m, hostRequest{Verb: verbDestroy})
+		return err
+	}
 	h, done, err := d.connect()
 	if err != nil {
 		return err
@@ -449,6 +467,10 @@ func (d *Driver) Destroy(ctx context.Context, m driver.Machine) error {
 // Suspend pauses the running domain in place (its QEMU keeps the memory
 // and the share).
 func (d *Driver) Suspend(ctx context.Context, m driver.Machine, _ driver.GuestHooks) error {
+	if m.Remote != nil {
+		_, err := d.onHost(ctx, m, hostRequest{Verb: verbSuspend})
+		return err
+	}
 	h, lv, done, err := d.live(m)
 	if err != nil {
 		return err
@@ -472,7 +494,11 @@ func (d *Driver) Suspend(ctx context.Context, m driver.Machine, _ driver.GuestHo
 }
 
 // Resume runs a domain Suspend paused again.
-func (d *Driver) Resume(ctx context.Context, m driver.Machine, _ driver.Boot, _ driver.StartOptions) (*driver.Launch, error) {
+func (d *Driver) Resume(ctx context.Context, m driver.Machine, _ driver.Boot, o driver.StartOptions) (*driver.Launch, error) {
+	if m.Remote != nil {
+		res, err := d.onHost(ctx, m, hostRequest{Verb: verbResume, Options: o})
+		return res.Launch, err
+	}
 	h, lv, done, err := d.live(m)
 	if err != nil {
 		return nil, err
@@ -494,6 +520,12 @@ func (d *Driver) Resume(ctx context.Context, m driver.Machine, _ driver.Boot, _ 
 
 // MarkReady implements driver.Driver.
 func (d *Driver) MarkReady(m driver.Machine, at time.Time) error {
+	if m.Remote != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := d.onHost(ctx, m, hostRequest{Verb: verbReady, At: at})
+		return err
+	}
 	b, err := os.ReadFile(runFile(m, LaunchFile))
 	if err != nil {
 		return err
@@ -510,6 +542,12 @@ func (d *Driver) MarkReady(m driver.Machine, at time.Time) error {
 // Running reports whether the QEMU of launch l still runs (the pid
 // libvirt keeps, checked against the one the start recorded).
 func (d *Driver) Running(m driver.Machine, l *driver.Launch) bool {
+	if m.Remote != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		lv, err := d.Inspect(ctx, m)
+		return err == nil && lv.HasProcess() && (l == nil || lv.Launch == nil || lv.Launch.StartedAt.Equal(l.StartedAt))
+	}
 	pid, err := proc.ReadPid(qemuPidFile(m))
 	if err != nil || pid <= 0 || (l != nil && l.Pid > 0 && pid != l.Pid) {
 		return false

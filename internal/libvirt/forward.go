@@ -2,7 +2,6 @@ package libvirt
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -52,8 +51,15 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 	if err != nil {
 		return fmt.Errorf("finding agent-vm's own binary for the forwards: %w", err)
 	}
-	args := []string{"net-forward", "--tag", m.RunDir, "--pidfile", qemuPidFile(m),
+	args := []string{"net-forward", "--tag", m.RunDir,
 		"--forward", strconv.Itoa(f.Host) + "=" + netip.AddrPortFrom(guest, uint16(f.Guest)).String()}
+	if r := m.Remote; r != nil {
+		// The guest is on the host's network: reached through the link
+		// (the host's sshd connects), and the forward ends with stop.
+		args = append(args, "--via-addr", r.Addr, "--via-user", r.User, "--via-key", r.KeyFile, "--via-known-hosts", r.KnownHosts)
+	} else {
+		args = append(args, "--pidfile", qemuPidFile(m))
+	}
 	if m.Share.UID > 0 {
 		args = append(args, "--run-as", strconv.Itoa(m.Share.UID)+":"+strconv.Itoa(m.Share.GID))
 	}
@@ -111,25 +117,38 @@ func (d *Driver) checkPortsFree(m driver.Machine) error {
 // AddForward implements driver.Forwarder: a forward of its own for f on
 // the running machine.
 func (d *Driver) AddForward(ctx context.Context, m driver.Machine, f driver.Forward) error {
-	lv, err := d.Inspect(ctx, m)
+	lv, n, err := d.liveNet(ctx, m)
 	if err != nil {
-		return err
+		return fmt.Errorf("forwarding port %d to %s: %w", f.Host, m.Name, err)
 	}
 	if !lv.Alive() {
 		return fmt.Errorf("forwarding port %d to %s: %w", f.Host, m.Name, driver.ErrNotRunning)
 	}
-	b, err := os.ReadFile(runFile(m, NetFile))
-	if err != nil {
-		return fmt.Errorf("forwarding port %d to %s: its network: %w (hint: restart the VM)", f.Host, m.Name, err)
-	}
-	var n libvirtnet.Net
-	if err := json.Unmarshal(b, &n); err != nil || !n.Guest.IsValid() {
-		return fmt.Errorf("forwarding port %d to %s: %s does not say the guest's address (%v) (hint: restart the VM)", f.Host, m.Name, runFile(m, NetFile), err)
+	if !n.Guest.IsValid() {
+		return fmt.Errorf("forwarding port %d to %s: its start did not record the guest's address (hint: restart the VM)", f.Host, m.Name)
 	}
 	if err := ports.CheckForward(f.Host, f.Name, d.portFree, 3*time.Second); err != nil {
 		return err
 	}
 	return d.startForward(ctx, m, n.Guest, f)
+}
+
+// liveNet is m's live state and its network as its start recorded it
+// (the zero Net when it did not).
+func (d *Driver) liveNet(ctx context.Context, m driver.Machine) (driver.Live, libvirtnet.Net, error) {
+	if m.Remote != nil {
+		lv, res, err := d.inspectRemote(ctx, m)
+		if err != nil || res.Net == nil {
+			return lv, libvirtnet.Net{}, err
+		}
+		return lv, *res.Net, nil
+	}
+	lv, err := d.Inspect(ctx, m)
+	if err != nil {
+		return lv, libvirtnet.Net{}, err
+	}
+	n, _ := readNet(m)
+	return lv, n, nil
 }
 
 // RemoveForward implements driver.Forwarder.

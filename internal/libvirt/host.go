@@ -71,6 +71,14 @@ type Running struct {
 // upload is the base image's volumes on the host, sent once.
 func (h Host) upload(img Image) (disk, kernel, initrd virtpool.Vol, err error) {
 	put := func(path, suffix, format string) (virtpool.Vol, error) {
+		if path == "" {
+			// Staged: uploaded by the driver on the other side of the
+			// link before this start (see hostside.go).
+			v, _, err := h.Pool.Base(img.Version+"-"+suffix, format, 0, func() (io.ReadCloser, error) {
+				return nil, fmt.Errorf("the base image's %s (version %s) is not in the host's pool (hint: start the VM again: agent-vm uploads it first)", suffix, img.Version)
+			})
+			return v, err
+		}
 		fi, err := os.Stat(path)
 		if err != nil {
 			return virtpool.Vol{}, fmt.Errorf("the base image's %s: %w", suffix, err)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/hosts"
+	"github.com/agent-vm/agent-vm/internal/libvirt"
+	"github.com/hashicorp/go-hclog"
 )
 
 // HostDoctor runs `host doctor` on the registered host called name,
@@ -24,8 +27,8 @@ func (m *Manager) HostDoctor(ctx context.Context, name string) (hosts.Report, er
 
 // checkPlacement checks create's --host: a registered host, whose VMs the
 // libvirt backend runs (auto becomes libvirt; another backend is refused).
-// Only this machine's system libvirtd runs them so far: a host on another
-// machine, or a session daemon, is refused, saying so.
+// The host's system libvirtd runs them: a session daemon is refused, and
+// another machine must have agent-vm's link set up (`host link`).
 func (m *Manager) checkPlacement(o *CreateOptions) error {
 	if o.Host == "" {
 		return nil
@@ -48,11 +51,11 @@ func (m *Manager) checkPlacement(o *CreateOptions) error {
 	if err != nil {
 		return err
 	}
-	if u.Remote() {
-		return fmt.Errorf("host %s (%s) is another machine, and placing VMs on another machine is not built yet: agent-vm runs libvirt VMs on this machine's libvirtd only (hint: drop --host to run the VM here with --backend libvirt; docs/scaling.md says what placing it there needs)", h.Name, h.URI)
-	}
 	if u.Daemon != "system" {
 		return fmt.Errorf("host %s (%s) is a session libvirtd, and the libvirt backend runs VMs on the system one, as root, for their networks' containment (hint: `agent-vm host add NAME qemu:///system`)", h.Name, h.URI)
+	}
+	if u.Remote() && h.Link == nil {
+		return fmt.Errorf("host %s (%s) is another machine, which agent-vm reaches only over its own SSH link, not set up yet (hint: `agent-vm host link %s`, then `agent-vm host doctor %s`)", h.Name, h.URI, h.Name, h.Name)
 	}
 	return nil
 }
@@ -87,4 +90,14 @@ func (m *Manager) RemoveHost(name string) error {
 		return fmt.Errorf("host %s has VMs placed on it: %s (hint: `agent-vm destroy` them first)", name, strings.Join(on, ", "))
 	}
 	return m.Hosts.Remove(name)
+}
+
+// HostCommand is the hidden verb of agent-vm's binary that serves, on a
+// host VMs are placed on, one request of the libvirt driver running them
+// from another machine.
+const HostCommand = libvirt.HostCommand
+
+// ServeHost serves that request: read from in, answered on out.
+func ServeHost(ctx context.Context, in io.Reader, out io.Writer, log hclog.Logger) error {
+	return libvirt.ServeHost(ctx, in, out, log)
 }

@@ -17,7 +17,7 @@ import (
 // create --host places the VM on a registered host through the libvirt
 // backend, and the record, status and `host rm` know it: a host of this
 // machine's system libvirtd is taken; an unknown host, another backend, a
-// session daemon and (not built yet) another machine are refused before
+// session daemon and another machine whose link is not set up are refused before
 // anything is made, each with a hint.
 func TestCreateOnAHost(t *testing.T) {
 	m := plainManager(t)
@@ -37,7 +37,7 @@ func TestCreateOnAHost(t *testing.T) {
 		{vm.CreateOptions{Host: "nope"}, "nope"},
 		{vm.CreateOptions{Host: "here", Backend: vm.BackendQEMU}, "--host here places the VM through libvirt, which the qemu backend does not use (hint:"},
 		{vm.CreateOptions{Host: "mine"}, "is a session libvirtd"},
-		{vm.CreateOptions{Host: "big"}, "placing VMs on another machine is not built yet"},
+		{vm.CreateOptions{Host: "big"}, "reaches only over its own SSH link, not set up yet"},
 	} {
 		tc.o.Repo, tc.o.Branch = repo, "feat"
 		_, err := m.Create(ctx, tc.o)
