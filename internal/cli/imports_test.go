@@ -34,7 +34,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/secret":      true, // `secret set|list|rm`, the Manager's store; run's key from the environment
 		module + "/internal/hosts":       true, // `host add|list|rm`, the Manager's registry, and host doctor's report
 		module + "/internal/tcpfwd":      true, // the hidden net-forward, a libvirt VM's forwards
-		module + "/internal/hostlink":    true, // the hidden __detach (hostlink.Detach), agent-vm's binary on a libvirt host starting a program there
+		module + "/internal/hostlink":    true, // the hidden __detach (hostlink.Detach), agent-vm's binary on a libvirt host starting a program there; net-forward --via-addr's Tunnel, a remote VM's forwards through the link
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/tcpfwd"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -335,6 +337,10 @@ func netForwardCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "pidfile", Usage: "exit once the process of this pid file (the VM's QEMU) is gone"},
 			&cli.StringFlag{Name: "run-as", Usage: "UID:GID to drop to once listening (agent-vm run as root)"},
 			&cli.StringFlag{Name: "tag", Usage: "what names the VM in the process table (agent-vm finds the process by it)"},
+			&cli.StringFlag{Name: "via-addr", Usage: "HOST:PORT of a libvirt host's sshd: reach the destinations through agent-vm's SSH link to it (with the other --via flags)"},
+			&cli.StringFlag{Name: "via-user", Usage: "the user the link to the host logs in as"},
+			&cli.StringFlag{Name: "via-key", Usage: "agent-vm's private key for the host, read before --run-as drops privileges"},
+			&cli.StringFlag{Name: "via-known-hosts", Usage: "the file pinning the host's key, read before --run-as drops privileges"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -357,6 +363,20 @@ func netForwardCommand(stdio IO) *cli.Command {
 					return usagef("net-forward: --run-as %q is not UID:GID of a user other than root", ra)
 				}
 			}
+			via, err := viaOf(cliCtx)
+			if err != nil {
+				return err
+			}
+			var dial tcpfwd.Dialer // nil: from this host
+			if via != nil {
+				// The key and the pin are read now, while root may.
+				tun, err := hostlink.NewTunnel(*via)
+				if err != nil {
+					return err
+				}
+				defer tun.Close()
+				dial = tun.Dial
+			}
 			f, err := tcpfwd.Listen(rules)
 			if err != nil {
 				return err
@@ -375,7 +395,32 @@ func netForwardCommand(stdio IO) *cli.Command {
 					return err
 				}
 			}
-			return f.Serve(ctx, nil)
+			return f.Serve(ctx, dial)
 		},
 	}
+}
+
+// viaOf is net-forward's link to the host its destinations are reached
+// from, nil without the --via flags; they come all four or none.
+func viaOf(cliCtx *cli.Context) (*hostlink.Target, error) {
+	var set, missing []string
+	for _, name := range []string{"via-addr", "via-user", "via-key", "via-known-hosts"} {
+		if cliCtx.String(name) != "" {
+			set = append(set, "--"+name)
+		} else {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if len(set) == 0 {
+		return nil, nil
+	}
+	if len(missing) > 0 {
+		return nil, usagef("net-forward: %s needs %s too (the link to a host is all four --via flags, or none)", strings.Join(set, ", "), strings.Join(missing, ", "))
+	}
+	addr := cliCtx.String("via-addr")
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return nil, usagef("net-forward: --via-addr %q is not HOST:PORT (the host's sshd)", addr)
+	}
+	return &hostlink.Target{Addr: addr, User: cliCtx.String("via-user"),
+		KeyFile: cliCtx.String("via-key"), KnownHosts: cliCtx.String("via-known-hosts")}, nil
 }

@@ -15,7 +15,10 @@
 //
 // Today `host doctor` asks libvirt through it; placing VMs on a host
 // (docs/scaling.md) will hold one such connection per host, and run
-// agent-vm's own binary there, which Install copies over it.
+// agent-vm's own binary there, which Install copies over it. A Tunnel
+// carries TCP connections over it (direct-tcpip channels the host's sshd
+// connects) to addresses the host reaches: the forwards of a VM placed
+// there, listening on this machine's loopback (`net-forward --via-addr`).
 package hostlink
 
 import (
@@ -101,19 +104,30 @@ func PinLine(addr string, key ssh.PublicKey) string {
 
 // Dial opens the link: SSH with the pinned host key and agent-vm's key.
 func Dial(ctx context.Context, t Target) (*ssh.Client, error) {
-	c, err := sshx.Dial(ctx, sshx.Target{Addr: t.Addr, User: t.User, KeyFile: t.KeyFile, KnownHosts: t.KnownHosts}, Timeout)
-	if err == nil {
-		return c, nil
+	c, err := sshx.Dial(ctx, t.sshxTarget(), Timeout)
+	if err != nil {
+		return nil, linkError(t, err)
 	}
+	return c, nil
+}
+
+// sshxTarget is t as internal/sshx takes it.
+func (t Target) sshxTarget() sshx.Target {
+	return sshx.Target{Addr: t.Addr, User: t.User, KeyFile: t.KeyFile, KnownHosts: t.KnownHosts}
+}
+
+// linkError is a failure to open the link to t, naming the host and what
+// to do.
+func linkError(t Target, err error) error {
 	if errors.Is(err, sshx.ErrHostKeyMismatch) {
-		return nil, fmt.Errorf("%s answered with a host key other than the one pinned when the host was added: %w (hint: if the host was reinstalled, `agent-vm host rm` and `host add` it again, checking the new fingerprint; else do not connect)", t.Addr, err)
+		return fmt.Errorf("%s answered with a host key other than the one pinned when the host was added: %w (hint: if the host was reinstalled, `agent-vm host rm` and `host add` it again, checking the new fingerprint; else do not connect)", t.Addr, err)
 	}
 	var ce *ssh.ServerAuthError
 	if errors.As(err, &ce) || strings.Contains(err.Error(), "unable to authenticate") {
 		pub := t.KeyFile + ".pub"
-		return nil, fmt.Errorf("%s does not accept agent-vm's key for it as %s: %w (hint: add the line of %s to ~%s/.ssh/authorized_keys on the host)", t.Addr, t.User, err, pub, t.User)
+		return fmt.Errorf("%s does not accept agent-vm's key for it as %s: %w (hint: add the line of %s to ~%s/.ssh/authorized_keys on the host)", t.Addr, t.User, err, pub, t.User)
 	}
-	return nil, fmt.Errorf("reaching %s over SSH: %w", t.Addr, err)
+	return fmt.Errorf("reaching %s over SSH: %w (hint: is the host up, and its sshd listening at that address?)", t.Addr, err)
 }
 
 // dialer opens libvirt's socket on the host through the link.

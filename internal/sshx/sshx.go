@@ -32,7 +32,11 @@ type Target struct {
 // or an attack.
 var ErrHostKeyMismatch = errors.New("host key mismatch")
 
-func (t Target) config(timeout time.Duration) (*ssh.ClientConfig, error) {
+// Config is the client configuration for t: its private key and its
+// pinned host key read now, into memory, so that connecting with it later
+// (DialConfig) reads no file. A process that drops privileges after
+// reading a root-owned key can still connect again.
+func (t Target) Config(timeout time.Duration) (*ssh.ClientConfig, error) {
 	signer, err := sshkeys.LoadSigner(t.KeyFile)
 	if err != nil {
 		return nil, err
@@ -52,12 +56,25 @@ func (t Target) config(timeout time.Duration) (*ssh.ClientConfig, error) {
 
 // Dial connects once. The whole handshake is bounded by timeout and ctx.
 func Dial(ctx context.Context, t Target, timeout time.Duration) (*ssh.Client, error) {
-	cfg, err := t.config(timeout)
+	cfg, err := t.Config(timeout)
 	if err != nil {
 		return nil, err
 	}
+	return dial(ctx, t.Addr, cfg, timeout, " in "+t.KnownHosts)
+}
+
+// DialConfig connects once to addr with cfg (Target.Config's), as Dial
+// does: the whole handshake is bounded by timeout and ctx, and a host key
+// other than the pinned one is ErrHostKeyMismatch.
+func DialConfig(ctx context.Context, addr string, cfg *ssh.ClientConfig, timeout time.Duration) (*ssh.Client, error) {
+	return dial(ctx, addr, cfg, timeout, "")
+}
+
+// dial is Dial and DialConfig; pinnedIn names where the pin was read, for
+// the mismatch's message.
+func dial(ctx context.Context, addr string, cfg *ssh.ClientConfig, timeout time.Duration, pinnedIn string) (*ssh.Client, error) {
 	d := net.Dialer{Timeout: timeout}
-	conn, err := d.DialContext(ctx, "tcp", t.Addr)
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
@@ -66,12 +83,12 @@ func Dial(ctx context.Context, t Target, timeout time.Duration) (*ssh.Client, er
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	c, chans, reqs, err := ssh.NewClientConn(conn, t.Addr, cfg)
+	c, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
 	if err != nil {
 		conn.Close()
 		var ke *knownhosts.KeyError
 		if errors.As(err, &ke) && len(ke.Want) > 0 {
-			return nil, fmt.Errorf("%s presented a host key other than the one pinned in %s (hint: another program may be listening on that port; agent-vm will not connect to it): %w", t.Addr, t.KnownHosts, ErrHostKeyMismatch)
+			return nil, fmt.Errorf("%s presented a host key other than the one pinned%s (hint: another program may be listening on that port; agent-vm will not connect to it): %w", addr, pinnedIn, ErrHostKeyMismatch)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

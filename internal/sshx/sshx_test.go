@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -78,5 +79,44 @@ func TestWaitReadyGivesUpWithTheLastReason(t *testing.T) {
 	_, err := WaitReady(ctx, s.target, nil)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// Target.Config reads the key and the pin once: DialConfig connects with
+// them after both files are gone, and still refuses another host key.
+func TestDialConfigNeedsNoFile(t *testing.T) {
+	s := newSSHD(t)
+	s.Start()
+	cfg, err := s.target.Config(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := s.target
+	other.KnownHosts = t.TempDir() + "/known_hosts"
+	impostor, _ := sshkeys.Generate("impostor")
+	os.WriteFile(other.KnownHosts, []byte(sshkeys.KnownHostsLine(s.Port, impostor.Public)), 0o600)
+	wrong, err := other.Config(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{s.KeyFile, s.KnownHosts, other.KnownHosts} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	c, err := DialConfig(ctx, s.Addr, cfg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if code, err := Run(ctx, c, "true", nil, io.Discard, io.Discard); code != 0 || err != nil {
+		t.Errorf("running true: code %d, %v", code, err)
+	}
+	if _, err := DialConfig(ctx, s.Addr, wrong, 10*time.Second); !errors.Is(err, ErrHostKeyMismatch) || !strings.Contains(err.Error(), s.Addr) {
+		t.Errorf("with another key pinned: %v, want ErrHostKeyMismatch naming %s", err, s.Addr)
+	}
+	if _, err := (Target{KeyFile: s.KeyFile}).Config(time.Second); err == nil || !strings.Contains(err.Error(), s.KeyFile) {
+		t.Errorf("a missing key file: %v, want an error naming it", err)
 	}
 }

@@ -3,7 +3,10 @@
 // VM whose guest has an address of its own on a libvirt network (the
 // libvirt driver's), where no QEMU user-network forward exists. agent-vm
 // runs it as the hidden `net-forward` command, one process per running VM,
-// started with the VM and ended with it.
+// started with the VM and ended with it. A VM on another libvirt host is
+// reached through agent-vm's SSH link to that host (hostlink.Tunnel, the
+// Dialer `net-forward --via-addr` serves with), so its guest's address
+// need not be reachable from here.
 //
 // Nothing listens beyond 127.0.0.1: the host's other machines never reach
 // a guest through it, as they never reach the QEMU driver's forwards. All
