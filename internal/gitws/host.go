@@ -65,16 +65,15 @@ func (g *Git) CloneOnHost(ctx context.Context, h Host, o HostCloneOptions) (Remo
 	if err != nil {
 		return Remotes{}, err
 	}
-	bundle, heads, err := g.bundle(ctx, o.Source, start)
-	if err != nil {
-		return Remotes{}, err
-	}
-	defer os.RemoveAll(filepath.Dir(bundle))
-	r := g.remotes(ctx, o.Source)
 	if err := makeHostDir(ctx, h, o.Dest); err != nil {
 		return Remotes{}, err
 	}
-	err = g.fillOnHost(ctx, h, o, bundle, heads, r, exists, start)
+	r := g.remotes(ctx, o.Source)
+	bundle, heads, err := g.bundle(ctx, o.Source, start)
+	if err == nil {
+		defer os.RemoveAll(filepath.Dir(bundle))
+		err = g.fillOnHost(ctx, h, o, bundle, heads, r, exists, start)
+	}
 	if err != nil {
 		// The removal must run even when ctx is what ended the clone.
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
