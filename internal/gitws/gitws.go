@@ -39,7 +39,12 @@ func baseEnv() []string {
 
 // git runs git in dir (a trusted repository: the user's own).
 func (g *Git) git(ctx context.Context, dir string, args ...string) (string, error) {
-	res, err := g.run.Run(ctx, execx.Cmd{Path: "git", Args: append([]string{"-C", dir}, args...), Env: baseEnv()})
+	return g.gitEnv(ctx, dir, nil, args...)
+}
+
+// gitEnv is git with env added to baseEnv.
+func (g *Git) gitEnv(ctx context.Context, dir string, env []string, args ...string) (string, error) {
+	res, err := g.run.Run(ctx, execx.Cmd{Path: "git", Args: append([]string{"-C", dir}, args...), Env: append(baseEnv(), env...)})
 	if err != nil {
 		var ee *execx.Error
 		if errors.As(err, &ee) && ee.ExitCode == -1 && strings.Contains(ee.Err.Error(), "executable file not found") {
@@ -156,17 +161,9 @@ type CloneOptions struct {
 // source has no such branch. origin points at the source as a file:// URL and
 // upstream at the source's own origin.
 func (g *Git) Clone(ctx context.Context, o CloneOptions) (Remotes, error) {
-	exists := g.refExists(ctx, o.Source, "refs/heads/"+o.Branch)
-	if exists && o.From != "" {
-		return Remotes{}, fmt.Errorf("branch %q already exists in %s, so --from %q would be ignored (hint: drop --from to use the existing branch, or choose a new branch name)", o.Branch, o.Source, o.From)
-	}
-	var start, startRef string
-	if !exists {
-		var err error
-		start, startRef, err = g.startPoint(ctx, o)
-		if err != nil {
-			return Remotes{}, err
-		}
+	exists, start, startRef, err := g.plan(ctx, o)
+	if err != nil {
+		return Remotes{}, err
 	}
 	args := []string{"clone", "--quiet", "--no-hardlinks", "--origin", "origin"}
 	if exists {
@@ -184,6 +181,19 @@ func (g *Git) Clone(ctx context.Context, o CloneOptions) (Remotes, error) {
 		}
 	}
 	return g.setRemotes(ctx, o)
+}
+
+// plan says whether Branch exists in the source and, when it does not,
+// where it starts (startPoint).
+func (g *Git) plan(ctx context.Context, o CloneOptions) (exists bool, start, startRef string, err error) {
+	exists = g.refExists(ctx, o.Source, "refs/heads/"+o.Branch)
+	if exists && o.From != "" {
+		return false, "", "", fmt.Errorf("branch %q already exists in %s, so --from %q would be ignored (hint: drop --from to use the existing branch, or choose a new branch name)", o.Branch, o.Source, o.From)
+	}
+	if !exists {
+		start, startRef, err = g.startPoint(ctx, o)
+	}
+	return exists, start, startRef, err
 }
 
 // startPoint resolves where a new branch starts, in the source repository.
@@ -227,16 +237,23 @@ func (g *Git) checkoutNew(ctx context.Context, o CloneOptions, sha, fullRef stri
 	return nil
 }
 
+// remotes are the workspace's remotes for a clone of source.
+func (g *Git) remotes(ctx context.Context, source string) Remotes {
+	r := Remotes{Origin: fileURL(source)}
+	if up, err := g.git(ctx, source, "remote", "get-url", "origin"); err == nil && up != "" {
+		r.Upstream = absRemote(source, up)
+	} // else the source has no origin: no upstream
+	return r
+}
+
 func (g *Git) setRemotes(ctx context.Context, o CloneOptions) (Remotes, error) {
-	r := Remotes{Origin: fileURL(o.Source)}
+	r := g.remotes(ctx, o.Source)
 	if _, err := g.git(ctx, o.Dest, "remote", "set-url", "origin", r.Origin); err != nil {
 		return Remotes{}, fmt.Errorf("setting the workspace's origin: %w", err)
 	}
-	up, err := g.git(ctx, o.Source, "remote", "get-url", "origin")
-	if err != nil || up == "" {
-		return r, nil // the source has no origin: no upstream
+	if r.Upstream == "" {
+		return r, nil
 	}
-	r.Upstream = absRemote(o.Source, up)
 	if _, err := g.git(ctx, o.Dest, "remote", "add", "upstream", r.Upstream); err != nil {
 		return Remotes{}, fmt.Errorf("adding the workspace's upstream remote: %w", err)
 	}

@@ -42,19 +42,44 @@ func (g *Git) Sync(ctx context.Context, ws, source, branch string) (*SyncResult,
 	if err != nil {
 		return nil, err
 	}
-	if err := g.hasBranch(ctx, repo{work: root, gitDir: filepath.Join(root, ".git")}, branch); err != nil {
+	where := "the workspace " + ws
+	refs, err := g.untrusted(ctx, repo{work: root, gitDir: filepath.Join(root, ".git")}, "for-each-ref", "--format=%(refname)", "refs/heads/")
+	if err != nil {
+		return nil, fmt.Errorf("listing the branches of %s: %s", where, termsafe.String(err.Error()))
+	}
+	if err := hasBranch(where, refs, branch); err != nil {
 		return nil, err
 	}
+	return g.fetchBranch(ctx, source, branch, transport{
+		where: where, url: root, uploadPack: uploadPack(root),
+		config: []string{"-c", "protocol.file.allow=always"},
+	})
+}
+
+// transport is how Sync's fetch reaches a workspace: the only part in
+// which a local workspace and one on a remote host differ.
+type transport struct {
+	where      string   // the workspace, as errors name it
+	url        string   // the workspace, as the fetch names it
+	uploadPack string   // --upload-pack: the program run there (uploadPack)
+	config     []string // -c options of git's that let it use the transport
+	env        []string // variables that do, beyond baseEnv
+}
+
+// fetchBranch fetches branch over t into source as SyncRefs+branch,
+// force-updated, objects checked as they arrive, no tags, submodules or
+// FETCH_HEAD, and counts what it brought.
+func (g *Git) fetchBranch(ctx context.Context, source, branch string, t transport) (*SyncResult, error) {
 	res := &SyncResult{Branch: branch, Ref: SyncRefs + branch}
 	res.Old, _ = g.git(ctx, source, "rev-parse", "--verify", "--quiet", res.Ref)
-	_, err = g.git(ctx, source,
-		"-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true", "-c", "protocol.file.allow=always",
-		"fetch", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--upload-pack="+uploadPack(root),
-		"--end-of-options", root, "+refs/heads/"+branch+":"+res.Ref)
-	if err != nil {
+	args := append(append([]string{"-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true"}, t.config...),
+		"fetch", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--upload-pack="+t.uploadPack,
+		"--end-of-options", t.url, "+refs/heads/"+branch+":"+res.Ref)
+	if _, err := g.gitEnv(ctx, source, t.env, args...); err != nil {
 		// Its stderr carries upload-pack's, which quotes the workspace.
-		return nil, fmt.Errorf("fetching branch %q from the workspace %s into %s: %s", termsafe.String(branch), ws, source, termsafe.String(err.Error()))
+		return nil, fmt.Errorf("fetching branch %q from %s into %s: %s", termsafe.String(branch), t.where, source, termsafe.String(err.Error()))
 	}
+	var err error
 	if res.New, err = g.git(ctx, source, "rev-parse", "--verify", "--quiet", res.Ref); err != nil {
 		return nil, fmt.Errorf("reading %s in %s after the fetch: %w", res.Ref, source, err)
 	}
@@ -77,15 +102,12 @@ func (g *Git) Sync(ctx context.Context, ws, source, branch string) (*SyncResult,
 	return res, nil
 }
 
-// hasBranch refuses a workspace without branch, naming the branches it has
-// (the agent wrote their names: escaped).
-func (g *Git) hasBranch(ctx context.Context, r repo, branch string) error {
-	out, err := g.untrusted(ctx, r, "for-each-ref", "--format=%(refname)", "refs/heads/")
-	if err != nil {
-		return fmt.Errorf("listing the branches of the workspace %s: %s", r.work, termsafe.String(err.Error()))
-	}
+// hasBranch refuses a workspace (where) whose branches, refs as
+// for-each-ref lists them, lack branch, naming the branches it has (the
+// agent wrote their names: escaped).
+func hasBranch(where, refs, branch string) error {
 	var have []string
-	for _, ref := range lines(out) {
+	for _, ref := range lines(refs) {
 		if ref == "refs/heads/"+branch {
 			return nil
 		}
@@ -98,8 +120,8 @@ func (g *Git) hasBranch(ctx context.Context, r repo, branch string) error {
 	case len(have) > 0:
 		list = "its branches: " + strings.Join(have, ", ")
 	}
-	return fmt.Errorf("the workspace %s has no branch %q (the agent deleted or renamed it); %s (hint: give the work back its name in the VM, e.g. `git branch -m OTHER %s`, then sync again)",
-		r.work, termsafe.String(branch), list, termsafe.String(execx.ShellQuote(branch)))
+	return fmt.Errorf("%s has no branch %q (the agent deleted or renamed it); %s (hint: give the work back its name in the VM, e.g. `git branch -m OTHER %s`, then sync again)",
+		where, termsafe.String(branch), list, termsafe.String(execx.ShellQuote(branch)))
 }
 
 // uploadPack is the --upload-pack of Sync's fetch: the one program that
