@@ -249,3 +249,20 @@ func (d *Driver) inspectRemote(ctx context.Context, m driver.Machine) (driver.Li
 	}
 	return lv, &res, nil
 }
+
+// PrepareHost makes m's directories on its host and returns where its
+// workspace is to be cloned there (the path must not exist yet: the clone
+// makes it). Destroy removes them again.
+func (d *Driver) PrepareHost(ctx context.Context, m driver.Machine) (string, error) {
+	if m.Remote == nil {
+		return "", errors.New("internal error: preparing a host for a machine placed on this one")
+	}
+	res, err := d.onHost(ctx, m, hostRequest{Verb: verbPrepare})
+	if err != nil {
+		return "", fmt.Errorf("preparing host %s for %s: %w", m.Remote.Host, m.Name, err)
+	}
+	if res.Paths == nil {
+		return "", fmt.Errorf("preparing host %s for %s: it answered no paths", m.Remote.Host, m.Name)
+	}
+	return res.Paths.Workspace, nil
+}

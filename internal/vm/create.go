@@ -119,13 +119,17 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err != nil {
 		return nil, err
 	}
-	committed := false
+	committed, placed := false, false
+	var rec *state.Record
 	defer func() {
 		if !committed {
+			if placed {
+				m.unplace(ctx, rec, staging.Layout)
+			}
 			staging.Abort()
 		}
 	}()
-	rec := m.newRecord(o, branch, slug, be.Name())
+	rec = m.newRecord(o, branch, slug, be.Name())
 	rec.Host = o.Host
 	rec.Git.Source, rec.Git.Repo = source, repo
 	l := staging.Layout
@@ -165,6 +169,10 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := checkForeignFlags(o, rec); err != nil {
 		return nil, err
 	}
+	if err := m.placeWorkspace(ctx, rec, l, o); err != nil {
+		return nil, err
+	}
+	placed = rec.Host != ""
 	if err := state.WriteRecord(l.Record(), rec); err != nil {
 		return nil, err
 	}

@@ -27,6 +27,16 @@ func (m *Manager) Sync(ctx context.Context, name string) (*SyncResult, error) {
 		return nil, err
 	}
 	ws, src, branch := e.Layout.Workspace(), e.Record.Git.Source, e.Record.Branch
+	if mach := m.machine(e.Record, e.Layout); mach.Remote != nil {
+		if _, err := os.Lstat(filepath.Join(src, ".git")); src == "" || err != nil {
+			return nil, fmt.Errorf("the repository VM %q was created from (%s) is gone, so there is nowhere to sync to (hint: put a clone of it back there, then sync again)", branch, termsafe.String(src))
+		}
+		res, err := m.syncPlaced(ctx, e, mach)
+		if err != nil {
+			return nil, fmt.Errorf("syncing VM %q from host %s: %w", branch, mach.Remote.Host, err)
+		}
+		return res, nil
+	}
 	if _, err := os.Lstat(ws); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("VM %q has no workspace any more (%s is gone), so there is nothing to sync (hint: `agent-vm destroy %s` removes the VM)", branch, ws, e.Slug)
 	}
