@@ -41,6 +41,10 @@ type Config struct {
 	// Backend is passed to `agent-vm create --backend`; "" leaves agent-vm's
 	// default (auto).
 	Backend string
+	// Host is passed to `agent-vm create --host`: a registered host the
+	// run's VMs are placed on (`agent-vm host add` and `host link` made
+	// it); "" places them on this machine.
+	Host string
 	// Run selects scenarios by name; nil runs all.
 	Run *regexp.Regexp
 	// Keep leaves the VMs and files of failed scenarios in place.
@@ -81,6 +85,7 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
 	fs.StringVar(&cfg.AgentVM, "agent-vm", "", "the agent-vm binary to test (default: the one beside integration-test, else on PATH)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "agent-vm's state directory (default: a fresh temporary one, removed at the end)")
 	fs.StringVar(&cfg.Backend, "backend", "", "create VMs with this backend: auto, qemu, nixos, vagrant or libvirt (default: agent-vm's own choice); with vagrant, the steps it cannot do (port add, the browser doors) are skipped, saying why")
+	fs.StringVar(&cfg.Host, "host", "", "create VMs on this host, registered and linked with `agent-vm host add NAME URI` and `agent-vm host link NAME` (its VMs run through the libvirt backend)")
 	run := fs.String("run", "", "run only the scenarios whose name matches this regular expression")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the VMs and files of failed scenarios for debugging, and print where they are")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "stop the whole run after this long")
@@ -116,6 +121,12 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
 	case "", "auto", "qemu", "nixos", "vagrant", "libvirt":
 	default:
 		return cfg, usageErr(stderr, "--backend %q: must be auto, qemu, nixos, vagrant or libvirt", cfg.Backend)
+	}
+	if cfg.Host != "" && cfg.Backend != "" && cfg.Backend != "libvirt" && cfg.Backend != "auto" {
+		return cfg, usageErr(stderr, "--host %s places VMs through the libvirt backend, not --backend %s (hint: drop --backend)", cfg.Host, cfg.Backend)
+	}
+	if cfg.Host != "" && cfg.Backend == "" {
+		cfg.Backend = "libvirt"
 	}
 	return cfg, nil
 }

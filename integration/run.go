@@ -139,6 +139,9 @@ func (r *run) header(bin string, selected []Scenario) {
 	if r.cfg.Backend != "" {
 		r.rep.headerLine("backend", r.cfg.Backend)
 	}
+	if r.cfg.Host != "" {
+		r.rep.headerLine("placed on", "host "+r.cfg.Host+" (create --host)")
+	}
 	if blackbox.Strict(r.cfg.Getenv) {
 		r.rep.headerLine("strict", blackbox.StrictEnv+"=1: a scenario this host cannot run counts as failed")
 	}
@@ -168,7 +171,7 @@ func (r *run) scenario(ctx context.Context, sc Scenario) {
 		r.skipped++
 		return
 	}
-	s := &S{name: sc.Name, av: r.av, rep: r.rep, dir: filepath.Join(r.root, sc.Name), backend: r.cfg.Backend,
+	s := &S{name: sc.Name, av: r.av, rep: r.rep, dir: filepath.Join(r.root, sc.Name), backend: r.cfg.Backend, host: r.cfg.Host,
 		scale: r.host.scale(), vm: sc.NeedsVM, interrupted: r.interrupted}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		r.rep.step(markFail, "make the scenario's directory", 0, err.Error())

@@ -46,6 +46,7 @@ type S struct {
 	rep     *reporter
 	dir     string // the scenario's own files (git repos)
 	backend string // --backend for create; "" for agent-vm's default
+	host    string // --host for create; "" for this machine
 	scale   time.Duration
 	vm      bool // the scenario boots VMs: show their serial consoles on failure
 	// interrupted reports whether the user interrupted the run.

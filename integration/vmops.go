@@ -35,6 +35,9 @@ func (s *S) tryCreate(ctx context.Context, repoDir string, branchArgs ...string)
 	if s.backend != "" {
 		args = append(args, "--backend", s.backend)
 	}
+	if s.host != "" {
+		args = append(args, "--host", s.host)
+	}
 	res := s.call(ctx, call{args: args, dir: repoDir})
 	if res.ExitCode == 0 {
 		branch := branchArgs[len(branchArgs)-1]

@@ -48,7 +48,11 @@ func createCommand(stdio IO) *cli.Command {
 			} else {
 				fmt.Fprintf(out, "  backend:   %s (%d CPUs, %s, %d GiB disk)\n", r.Backend, r.Resources.CPUs, size.Human(r.Resources.MemoryMiB), r.Resources.DiskGiB)
 			}
-			fmt.Fprintf(out, "  workspace: %s\n", l.Workspace())
+			if ws, host := m.WorkspacePath(r, l); host != "" {
+				fmt.Fprintf(out, "  workspace: %s on host %s\n", ws, host)
+			} else {
+				fmt.Fprintf(out, "  workspace: %s\n", ws)
+			}
 			if r.Guest.Foreign != "" {
 				printForeign(out, r.Guest.Foreign, r.Slug)
 			} else {

@@ -44,3 +44,19 @@ func hostVerbCommand(stdio IO) *cli.Command {
 		},
 	}
 }
+
+// workspaceCheckCommand is vm.CheckWorkspace: on a VM's host, the unsaved
+// work of the workspace there, as JSON, for destroy on the machine that
+// asks.
+func workspaceCheckCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: vm.WorkspaceCheckCommand, Hidden: true, Usage: "print the unsaved work of a VM's workspace on this machine as JSON (agent-vm runs it on a VM's host over its link)", ArgsUsage: " ",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "workspace", Required: true, Usage: "the workspace's path"}},
+		Action: func(cliCtx *cli.Context) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			return vm.CheckWorkspace(cliCtx.Context, cliCtx.String("workspace"), stdio.Out)
+		},
+	}
+}

@@ -100,7 +100,11 @@ func printStatus(w io.Writer, i vm.Info) {
 	if len(i.Secrets) > 0 {
 		fmt.Fprintf(w, "secrets:    %s (placeholders in the guest; the egress proxy adds the values)\n", strings.Join(i.Secrets, ", "))
 	}
-	fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
+	if i.Paths.WorkspaceHost != "" {
+		fmt.Fprintf(w, "workspace:  %s on host %s\n", i.Paths.Workspace, i.Paths.WorkspaceHost)
+	} else {
+		fmt.Fprintf(w, "workspace:  %s\n", i.Paths.Workspace)
+	}
 	fmt.Fprintf(w, "repo:       %s\n", termsafe.String(i.Git.Source))
 	if i.Foreign != "" {
 		fmt.Fprintf(w, "resources:  as the Vagrantfile says\n")

@@ -178,3 +178,19 @@ func lines(s string) []string {
 	}
 	return strings.Split(s, "\n")
 }
+
+// DropSaved removes from u's commits (not its submodules') those whose
+// objects the repository source has: for a workspace inspected elsewhere
+// (on a VM's host, without the source), once its branch was fetched into
+// source, they are saved there. Hashes are the abbreviated ones Inspect
+// gives; git resolves each in source, and one it cannot resolve (absent,
+// or ambiguous) stays unsaved.
+func (g *Git) DropSaved(ctx context.Context, u *Unsaved, source string) {
+	kept := u.Unpushed[:0]
+	for _, c := range u.Unpushed {
+		if _, err := g.git(ctx, source, "rev-parse", "--verify", "--quiet", "--end-of-options", c.Hash+"^{commit}"); err != nil {
+			kept = append(kept, c)
+		}
+	}
+	u.Unpushed = kept
+}

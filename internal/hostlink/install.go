@@ -45,6 +45,18 @@ var (
 	tmpName = regexp.MustCompile(`^\.agent-vm-[0-9a-f]{16}\.[0-9a-f]{16}\.tmp$`)
 )
 
+// AgentKeep is how long a copy of agent-vm's binary in a host's agent-vm
+// directory that no process runs is kept before another version's
+// InstallAgent prunes it: longer than an upload, and than the time from an
+// install to starting what it installed.
+const AgentKeep = 10 * time.Minute
+
+// InstallAgent is Install of agent-vm's own binary src into the bin
+// directory of agent-vm's directory dir on the host.
+func InstallAgent(ctx context.Context, c *ssh.Client, src, dir string) (Installed, error) {
+	return Install(ctx, c, src, path.Join(dir, "bin"), AgentKeep)
+}
+
 // Install copies the local file src (agent-vm's binary) to dir on the host
 // over c, as dir/agent-vm-<first 16 hex of its sha256>, mode 0755, owned by
 // the login user, unless a regular file of the login user's by that name and

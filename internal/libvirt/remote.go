@@ -25,10 +25,6 @@ import (
 // each verb opens agent-vm's link to the host, makes sure agent-vm's
 // binary is there, and has it run the verb.
 
-// installKeep is how long a copy of agent-vm's binary on a host that no
-// process runs is kept before another version's Install prunes it.
-const installKeep = 10 * time.Minute
-
 // hostLink is an open link to m's host, with agent-vm's binary there.
 type hostLink struct {
 	c     *ssh.Client
@@ -57,7 +53,7 @@ func (d *Driver) linkTo(ctx context.Context, m driver.Machine) (*hostLink, error
 		c.Close()
 		return nil, err
 	}
-	inst, err := hostlink.Install(ctx, c, exe, path.Join(r.Dir, "bin"), installKeep)
+	inst, err := hostlink.InstallAgent(ctx, c, exe, r.Dir)
 	if inst.Path == "" {
 		c.Close()
 		return nil, fmt.Errorf("copying agent-vm's binary to host %s: %w", r.Host, err)

@@ -79,6 +79,10 @@ func TestVerbsRunOnTheHost(t *testing.T) {
 		t.Errorf("stopping a stopped machine on the host: %v, want driver.ErrNotRunning named by the host", err)
 	}
 
+	if err := d.Destroy(ctx, m); err != nil {
+		t.Errorf("destroying a machine never started on the host (no pool there yet): %v", err)
+	}
+
 	img := Image{Version: "remote-test-" + m.UUID[:8], Format: "raw", Cmdline: "console=ttyS0"}
 	for i, f := range []*string{&img.Disk, &img.Kernel, &img.Initrd} {
 		*f = filepath.Join(local, "img-"+strconv.Itoa(i))

@@ -333,11 +333,14 @@ func (p Pool) Put(name string, data []byte) (Vol, error) {
 }
 
 // Delete removes the volumes named (and a base's marker); those the pool
-// has not are nothing to do.
+// has not, or a pool that is not there, are nothing to do.
 func (p Pool) Delete(names ...string) error {
-	sp, err := p.pool()
+	sp, err := p.L.StoragePoolLookupByName(p.name())
+	if isErr(err, libvirt.ErrNoStoragePool) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("storage pool %s: %w", p.name(), err)
 	}
 	var errs []error
 	for _, n := range names {

@@ -115,12 +115,7 @@ func destroyStopError(e state.Entry, live driver.Live, err error) error {
 // checkUnsaved refuses when the workspace holds work found nowhere else.
 func (m *Manager) checkUnsaved(ctx context.Context, e state.Entry) error {
 	if mach := m.machine(e.Record, e.Layout); mach.Remote != nil {
-		// The workspace is on the host: its branch is fetched here first,
-		// so no commit of the agent's is lost with it.
-		if _, err := m.syncPlaced(ctx, e, mach); err != nil {
-			return fmt.Errorf("saving VM %q's branch from host %s before destroying it: %w (hint: fix what stops the sync and destroy again; `agent-vm destroy %s --force` destroys it without, losing what is only there)", e.Record.Branch, mach.Remote.Host, err, e.Slug)
-		}
-		return nil
+		return m.checkUnsavedPlaced(ctx, e, mach)
 	}
 	ws := e.Layout.Workspace()
 	if _, err := os.Stat(ws); errors.Is(err, os.ErrNotExist) {

@@ -2,15 +2,20 @@ package vm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/libvirt"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"golang.org/x/crypto/ssh"
 )
 
 // A VM placed on another host (its record's Host, a qemu+ssh host) has its
@@ -28,24 +33,32 @@ func (m *Manager) placedDriver() (*libvirt.Driver, error) {
 	return d, nil
 }
 
-// hostGit is git's way to the host mach is placed on: the link open, and
-// the command git runs as its ssh (agent-vm's own binary here). done
-// closes the link.
-func (m *Manager) hostGit(ctx context.Context, mach driver.Machine) (gitws.Host, func(), error) {
+// placedLink is an open link to the host a VM is placed on, and git's way
+// there: the command git runs as its ssh (agent-vm's own binary here).
+type placedLink struct {
+	c   *ssh.Client
+	r   *driver.Remote
+	git gitws.Host
+}
+
+func (l *placedLink) Close() { l.c.Close() }
+
+// linkFor opens the link to the host mach is placed on.
+func (m *Manager) linkFor(ctx context.Context, mach driver.Machine) (*placedLink, error) {
 	r := mach.Remote
 	if r.Addr == "" {
-		return gitws.Host{}, nil, fmt.Errorf("host %s, which the VM is placed on, has no link set up here (hint: `agent-vm host list`; `agent-vm host link %s`)", r.Host, r.Host)
+		return nil, fmt.Errorf("host %s, which the VM is placed on, has no link set up here (hint: `agent-vm host list`; `agent-vm host link %s`)", r.Host, r.Host)
 	}
 	t := hostlink.Target{Addr: r.Addr, User: r.User, KeyFile: r.KeyFile, KnownHosts: r.KnownHosts}
 	self, err := m.Executable()
 	if err != nil {
-		return gitws.Host{}, nil, fmt.Errorf("finding agent-vm's own binary, which git reaches host %s through: %w", r.Host, err)
+		return nil, fmt.Errorf("finding agent-vm's own binary, which git reaches host %s through: %w", r.Host, err)
 	}
 	c, err := hostlink.Dial(ctx, t)
 	if err != nil {
-		return gitws.Host{}, nil, fmt.Errorf("reaching host %s: %w", r.Host, err)
+		return nil, fmt.Errorf("reaching host %s: %w", r.Host, err)
 	}
-	return gitws.Host{Name: r.Host, Run: hostlink.Runner{C: c}, SSH: hostlink.ExecArgv(self, t)}, func() { c.Close() }, nil
+	return &placedLink{c: c, r: r, git: gitws.Host{Name: r.Host, Run: hostlink.Runner{C: c}, SSH: hostlink.ExecArgv(self, t)}}, nil
 }
 
 // placeWorkspace clones the new VM's branch onto its host, owned there by
@@ -64,11 +77,11 @@ func (m *Manager) placeWorkspace(ctx context.Context, rec *state.Record, l state
 	if err != nil {
 		return err
 	}
-	h, done, err := m.hostGit(ctx, mach)
+	link, err := m.linkFor(ctx, mach)
 	if err == nil {
-		defer done()
+		defer link.Close()
 		m.Log.Info("cloning the workspace onto the host", "host", mach.Remote.Host, "path", ws)
-		_, err = m.Git.CloneOnHost(ctx, h, gitws.HostCloneOptions{
+		_, err = m.Git.CloneOnHost(ctx, link.git, gitws.HostCloneOptions{
 			CloneOptions: gitws.CloneOptions{Source: rec.Git.Source, Dest: ws, Branch: rec.Branch, From: o.From},
 			UID:          rec.Guest.UID, GID: rec.Guest.GID})
 	}
@@ -81,12 +94,67 @@ func (m *Manager) placeWorkspace(ctx context.Context, rec *state.Record, l state
 
 // syncPlaced is Sync for a VM placed on a host.
 func (m *Manager) syncPlaced(ctx context.Context, e state.Entry, mach driver.Machine) (*SyncResult, error) {
-	h, done, err := m.hostGit(ctx, mach)
+	l, err := m.linkFor(ctx, mach)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	return m.Git.SyncFromHost(ctx, h, libvirt.HostWorkspace(mach), e.Record.Git.Source, e.Record.Branch)
+	defer l.Close()
+	return m.Git.SyncFromHost(ctx, l.git, libvirt.HostWorkspace(mach), e.Record.Git.Source, e.Record.Branch)
+}
+
+// WorkspaceCheckCommand is the hidden verb of agent-vm's binary that, on a
+// VM's host, inspects the workspace there for unsaved work
+// (CheckWorkspace).
+const WorkspaceCheckCommand = "__workspace-check"
+
+// CheckWorkspace is WorkspaceCheckCommand: gitws.Inspect of the workspace
+// ws on this machine, with no source repository (it is on the machine that
+// asks), written to out as JSON.
+func CheckWorkspace(ctx context.Context, ws string, out io.Writer) error {
+	u, err := gitws.New(execx.OS{}).Inspect(ctx, ws, "")
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(u)
+}
+
+// checkUnsavedPlaced is destroy's check of a VM placed on a host: its
+// branch fetched here first (sync), then the workspace inspected on the
+// host by agent-vm's binary there; commits the source now has count as
+// saved.
+func (m *Manager) checkUnsavedPlaced(ctx context.Context, e state.Entry, mach driver.Machine) error {
+	hint := fmt.Sprintf("fix what stops the check and destroy again; `agent-vm destroy %s --force` destroys the VM without it, losing whatever is only there", e.Slug)
+	if _, err := m.syncPlaced(ctx, e, mach); err != nil {
+		return fmt.Errorf("saving VM %q's branch from host %s before destroying it: %w (hint: %s)", e.Record.Branch, mach.Remote.Host, err, hint)
+	}
+	l, err := m.linkFor(ctx, mach)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	self, err := m.Executable()
+	if err != nil {
+		return err
+	}
+	inst, err := hostlink.InstallAgent(ctx, l.c, self, mach.Remote.Dir)
+	if inst.Path == "" {
+		return fmt.Errorf("copying agent-vm's binary to host %s to check the workspace: %w (hint: %s)", mach.Remote.Host, err, hint)
+	}
+	ws := libvirt.HostWorkspace(mach)
+	res, err := l.git.Run.Run(ctx, execx.Cmd{Path: inst.Path, Args: []string{WorkspaceCheckCommand, "--workspace", ws}})
+	if err != nil {
+		// git's errors quote the workspace: escaped.
+		return fmt.Errorf("checking the workspace on host %s for unsaved work: %s (hint: %s)", mach.Remote.Host, termsafe.String(err.Error()), hint)
+	}
+	var u gitws.Unsaved
+	if err := json.Unmarshal(res.Stdout, &u); err != nil {
+		return fmt.Errorf("checking the workspace on host %s for unsaved work: its answer is not JSON: %v (hint: %s)", mach.Remote.Host, err, hint)
+	}
+	m.Git.DropSaved(ctx, &u, e.Record.Git.Source)
+	if u.Empty() {
+		return nil
+	}
+	return &UnsavedError{Report: u.Report(ws, e.Record.Branch, e.Slug) + fmt.Sprintf("\n(the workspace is %s on host %s)", ws, mach.Remote.Host)}
 }
 
 // unplace removes what create made on the host of a VM it then failed to
@@ -100,4 +168,14 @@ func (m *Manager) unplace(ctx context.Context, rec *state.Record, l state.Layout
 	if err != nil {
 		m.Log.Warn("could not remove the VM's directory on its host after the failed create", "host", rec.Host, "error", err)
 	}
+}
+
+// WorkspacePath is where the workspace of the VM whose record is r lies:
+// its path on the VM's host when it is placed on another machine (host
+// names it), else here.
+func (m *Manager) WorkspacePath(r *state.Record, l state.Layout) (path, host string) {
+	if mach := m.machine(r, l); mach.Remote != nil {
+		return libvirt.HostWorkspace(mach), mach.Remote.Host
+	}
+	return l.Workspace(), ""
 }

@@ -107,9 +107,12 @@ type MCPInfo struct {
 
 // PathsInfo are the VM's files on the host.
 type PathsInfo struct {
-	Dir        string `json:"dir"`
-	Workspace  string `json:"workspace"`
-	ConsoleLog string `json:"console_log"`
+	Dir       string `json:"dir"`
+	Workspace string `json:"workspace"`
+	// WorkspaceHost names the host Workspace is a path on, for a VM
+	// placed on another machine; "" for this one.
+	WorkspaceHost string `json:"workspace_host,omitempty"`
+	ConsoleLog    string `json:"console_log"`
 }
 
 // Status reads a VM's record and live state. withHealth also asks agent-mcp
@@ -138,6 +141,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		return info
 	}
 	mach := m.machine(r, l)
+	info.Paths.Workspace, info.Paths.WorkspaceHost = m.WorkspacePath(r, l)
 	info.Paths.ConsoleLog = d.Logs(mach).Console
 	live, err := d.Inspect(ctx, mach)
 	if err != nil {
