@@ -81,6 +81,11 @@ const DefaultTimeout = 30 * time.Second
 // Doctor checks hosts with virsh (and, for qemu+ssh, ssh) through Run.
 type Doctor struct {
 	Run execx.Runner
+	// OnHost: Run runs programs on the host itself (hostlink.Runner over
+	// agent-vm's link), so virsh there reaches its system daemon
+	// (qemu:///system) and virtiofsd is looked for there directly; the
+	// user's ssh is not used.
+	OnHost bool
 	// Timeout bounds each call (0: DefaultTimeout): an ssh that cannot
 	// connect, or a daemon that does not answer, ends the call there.
 	Timeout time.Duration
@@ -108,10 +113,15 @@ func (d *Doctor) check(ctx context.Context, h Host) Report {
 		r.add(Check{Name: "URI", Detail: err.Error()})
 		return r.done()
 	}
+	where := "this machine"
+	if d.OnHost {
+		// virsh runs on the host, against its own system daemon.
+		where, u = "the host", URI{Raw: "qemu:///system", Daemon: "system", Host: u.Host}
+	}
 	if _, err := d.Run.LookPath("virsh"); err != nil {
 		p, _ := hostpkgs.Lookup("virsh")
-		r.add(Check{Name: "virsh", Detail: "virsh is not installed on this machine; the checks run it",
-			Hint: "install it here: " + p.PackageHint() + " (Fedora: libvirt-client)"})
+		r.add(Check{Name: "virsh", Detail: "virsh is not installed on " + where + "; the checks run it",
+			Hint: "install it on " + where + ": " + p.PackageHint() + " (Fedora: libvirt-client)"})
 		return r.done()
 	}
 	if !d.reach(ctx, u, &r) {
@@ -235,7 +245,7 @@ func (d *Doctor) accel(ctx context.Context, u URI, r *Report) {
 		// that is there but does not run a guest (broken nested
 		// virtualization) is offered too, and only a boot tells.
 		r.Accel, c.OK, c.Detail = "kvm", true, "libvirt offers KVM (its domain capabilities; no guest was booted to prove it)"
-		if !u.Remote() {
+		if !u.Remote() && !d.OnHost {
 			c.Hint = "`agent-vm doctor` probes KVM on this machine with a real boot"
 		}
 		r.add(c)
@@ -387,6 +397,20 @@ func (d *Doctor) networks(ctx context.Context, u URI, r *Report) {
 func (d *Doctor) virtiofsd(ctx context.Context, u URI, r *Report) {
 	c := Check{Name: "virtiofsd"}
 	hint := "install virtiofsd on the host (Debian 12: package qemu-system-common; newer Debian, Ubuntu and Fedora: package virtiofsd); without it a VM's workspace is shared over 9p, slower for many small files"
+	if d.OnHost {
+		out, err := d.run(ctx, "sh", "-c", findVirtiofsd)
+		switch code := execx.ExitCode(err); {
+		case err == nil:
+			path := strings.TrimSpace(out)
+			r.Virtiofsd, c.OK, c.Detail = path, true, path+" on the host"
+		case code == 1:
+			c.Detail, c.Hint = "not found on the host (on PATH, in "+strings.Join(virtiofsdPlaces, ", ")+")", hint
+		default:
+			c.Detail = "not checked: " + oneLine(err)
+		}
+		r.add(c)
+		return
+	}
 	if !u.Remote() {
 		b, err := virtiofsd.Find(ctx, d.Run)
 		if err != nil {

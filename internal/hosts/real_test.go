@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
@@ -139,6 +140,22 @@ func TestLinkAgainstLocalSSHD(t *testing.T) {
 	srv.Authorize([]byte(res.PublicKey))
 	if c := line(); !c.OK || !strings.Contains(c.Detail, want) || !regexp.MustCompile(`libvirt [0-9]+\.[0-9]+\.[0-9]+ over it`).MatchString(c.Detail) {
 		t.Errorf("the link's line once the key is installed: %+v", c)
+	}
+	// The checks asked on the host over the link (as `host doctor` does
+	// once it is set up): virsh there against its system daemon, and
+	// virtiofsd found there; no ssh of the user's.
+	c, err := hostlink.Dial(ctx, h.Link.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	onHost := (&hosts.Doctor{Run: hostlink.Runner{C: c}, OnHost: true}).Check(ctx, h)
+	c.Close()
+	byName := map[string]hosts.Check{}
+	for _, ch := range onHost.Checks {
+		byName[ch.Name] = ch
+	}
+	if !onHost.Reachable || !byName["libvirt"].OK || !strings.HasSuffix(byName["virtiofsd"].Detail, " on the host") {
+		t.Errorf("the checks over the link: %+v", onHost)
 	}
 	again, err := r.LinkHost(ctx, "big", hosts.LinkOptions{HostKey: want})
 	if err != nil || again.NewKey || again.PublicKey != res.PublicKey {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/libvirt"
 	"github.com/hashicorp/go-hclog"
@@ -21,6 +22,19 @@ func (m *Manager) HostDoctor(ctx context.Context, name string) (hosts.Report, er
 	h, err := m.Hosts.Get(name)
 	if err != nil {
 		return hosts.Report{}, err
+	}
+	if h.Link != nil {
+		// Asked on the host over agent-vm's own link, which placing VMs
+		// uses, rather than through the user's ssh: what the VMs will
+		// meet. A link that does not connect falls back to the user's
+		// ssh, and the link's own line says why it failed.
+		lctx, cancel := context.WithTimeout(ctx, hostlink.Timeout)
+		c, err := hostlink.Dial(lctx, h.Link.Target())
+		cancel()
+		if err == nil {
+			defer c.Close()
+			return (&hosts.Doctor{Run: hostlink.Runner{C: c}, OnHost: true}).Check(ctx, h), nil
+		}
 	}
 	return (&hosts.Doctor{Run: m.Run}).Check(ctx, h), nil
 }
