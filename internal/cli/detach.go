@@ -60,3 +60,18 @@ func workspaceCheckCommand(stdio IO) *cli.Command {
 		},
 	}
 }
+
+// workspaceConfigCommand is vm.ReadWorkspaceConfig: on a VM's host, the
+// repository's settings file in the workspace there, as JSON.
+func workspaceConfigCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name: vm.WorkspaceConfigCommand, Hidden: true, Usage: "print a VM's workspace's agent-vm settings file on this machine as JSON (agent-vm runs it on a VM's host over its link)", ArgsUsage: " ",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "workspace", Required: true, Usage: "the workspace's path"}},
+		Action: func(cliCtx *cli.Context) error {
+			if err := noArgs(cliCtx); err != nil {
+				return err
+			}
+			return vm.ReadWorkspaceConfig(cliCtx.String("workspace"), stdio.Out)
+		},
+	}
+}

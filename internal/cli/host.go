@@ -103,7 +103,7 @@ func hostCommand(stdio IO) *cli.Command {
 				Usage:     "forget a host",
 				ArgsUsage: "NAME",
 				Action: withHostName(stdio, func(cliCtx *cli.Context, m *vm.Manager, name string) error {
-					if err := m.RemoveHost(name); err != nil {
+					if err := m.RemoveHost(cliCtx.Context, name); err != nil {
 						return err
 					}
 					fmt.Fprintf(stdio.Out, "removed host %s\n", name)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -249,6 +250,7 @@ func netProxyCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "front", Usage: "also serve on TCP at this host address (a guest on a libvirt network of its own), on ports the kernel chooses"},
 			&cli.IntSliceFlag{Name: "front-door", Usage: "an exposed host port served by the TCP front (repeatable)"},
 			&cli.StringFlag{Name: "front-ports", Usage: "where the TCP front writes the ports it chose"},
+			&cli.StringFlag{Name: "door-dir", Usage: "reach an exposed port at the unix socket DIR/PORT, not 127.0.0.1:PORT (a VM placed on another host)"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -272,7 +274,7 @@ func netProxyCommand(stdio IO) *cli.Command {
 				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
 				TestHosts: stdio.Getenv(egress.TestHostsEnv), TestRootCA: stdio.Getenv(egress.TestRootCAEnv),
-				Front: front, Log: e.log.Named("net-proxy")}
+				Front: front, DoorDir: cliCtx.String("door-dir"), Log: e.log.Named("net-proxy")}
 			if cliCtx.Bool("secrets-stdin") {
 				o.Secrets = stdio.In
 			}
@@ -341,6 +343,8 @@ func netForwardCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "via-user", Usage: "the user the link to the host logs in as"},
 			&cli.StringFlag{Name: "via-key", Usage: "agent-vm's private key for the host, read before --run-as drops privileges"},
 			&cli.StringFlag{Name: "via-known-hosts", Usage: "the file pinning the host's key, read before --run-as drops privileges"},
+			&cli.StringSliceFlag{Name: "door", Usage: "SOCKET=PORT: the unix socket SOCKET on the host (through the link) carried back to 127.0.0.1:PORT here (repeatable; needs the --via flags)"},
+			&cli.StringFlag{Name: "door-owner", Usage: "UID:GID on the host to give the door sockets to (the egress proxy's user there)"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -354,8 +358,12 @@ func netForwardCommand(stdio IO) *cli.Command {
 				}
 				rules = append(rules, r)
 			}
-			if len(rules) == 0 {
-				return usagef("net-forward needs at least one --forward PORT=HOST:PORT")
+			doors, err := doorsOf(cliCtx.StringSlice("door"))
+			if err != nil {
+				return err
+			}
+			if len(rules) == 0 && len(doors) == 0 {
+				return usagef("net-forward needs at least one --forward PORT=HOST:PORT or --door SOCKET=PORT")
 			}
 			uid, gid := -1, -1
 			if ra := cliCtx.String("run-as"); ra != "" {
@@ -367,21 +375,26 @@ func netForwardCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
+			if len(doors) > 0 && via == nil {
+				return usagef("net-forward: --door needs the --via flags (the host the socket is made on)")
+			}
 			var dial tcpfwd.Dialer // nil: from this host
+			var tun *hostlink.Tunnel
 			if via != nil {
 				// The key and the pin are read now, while root may.
-				tun, err := hostlink.NewTunnel(*via)
-				if err != nil {
+				if tun, err = hostlink.NewTunnel(*via); err != nil {
 					return err
 				}
 				defer tun.Close()
 				dial = tun.Dial
 			}
-			f, err := tcpfwd.Listen(rules)
-			if err != nil {
-				return err
+			var f *tcpfwd.Forwarder
+			if len(rules) > 0 {
+				if f, err = tcpfwd.Listen(rules); err != nil {
+					return err
+				}
+				defer f.Close()
 			}
-			defer f.Close()
 			ctx := cliCtx.Context
 			if pf := cliCtx.String("pidfile"); pf != "" {
 				pid, err := egress.WaitPid(ctx, pf, 2*time.Minute)
@@ -395,9 +408,52 @@ func netForwardCommand(stdio IO) *cli.Command {
 					return err
 				}
 			}
-			return f.Serve(ctx, dial)
+			return serveForwards(ctx, f, dial, tun, doors, cliCtx.String("door-owner"), stdio.Out)
 		},
 	}
+}
+
+// door is a --door of net-forward: a unix socket on the host carried back
+// to a port of this machine's 127.0.0.1.
+type door struct {
+	socket string
+	port   int
+}
+
+func doorsOf(specs []string) ([]door, error) {
+	var out []door
+	for _, s := range specs {
+		sock, p, ok := strings.Cut(s, "=")
+		port, err := strconv.Atoi(p)
+		if !ok || !strings.HasPrefix(sock, "/") || err != nil || port < 1 || port > 65535 {
+			return nil, usagef("net-forward: --door %q is not SOCKET=PORT (an absolute path on the host, a port here)", s)
+		}
+		out = append(out, door{socket: sock, port: port})
+	}
+	return out, nil
+}
+
+// serveForwards serves f's forwards (if any) and the doors until ctx ends
+// or one of them fails.
+// Each door made prints hostlink.DoorReadyLine on out: the driver waits
+// for those lines before the VM's start goes on.
+func serveForwards(ctx context.Context, f *tcpfwd.Forwarder, dial tcpfwd.Dialer, tun *hostlink.Tunnel, doors []door, owner string, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(doors)+1)
+	if f != nil {
+		go func() { errs <- f.Serve(ctx, dial) }()
+	}
+	for _, d := range doors {
+		to := net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port))
+		go func() {
+			errs <- tun.ServeDoor(ctx, d.socket, owner, func(ctx context.Context) (net.Conn, error) {
+				var nd net.Dialer
+				return nd.DialContext(ctx, "tcp", to)
+			}, func() { fmt.Fprintln(out, hostlink.DoorReadyLine(d.socket)) })
+		}()
+	}
+	return <-errs
 }
 
 // viaOf is net-forward's link to the host its destinations are reached

@@ -347,7 +347,10 @@ func TestNetForwardRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT"},
+		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT or --door SOCKET=PORT"},
+		{[]string{"--door", "rel/sock=8080"}, 2, `--door "rel/sock=8080" is not SOCKET=PORT`},
+		{[]string{"--door", "/run/x/8080=0"}, 2, `--door "/run/x/8080=0" is not SOCKET=PORT`},
+		{[]string{"--door", "/run/x/8080=8080"}, 2, "--door needs the --via flags"},
 		{[]string{"--forward", "2222"}, 2, `forward "2222" is not PORT=HOST:PORT`},
 		{[]string{"--forward", "2222=10.0.0.2:22", "--run-as", "0:0"}, 2, `--run-as "0:0" is not UID:GID of a user other than root`},
 		{[]string{"--forward", hp + "=10.0.0.2:22"}, 1, "listening on 127.0.0.1:" + hp},

@@ -73,6 +73,11 @@ type Network struct {
 	// Dir is the proxy's directory (policy and log), which the driver
 	// gives to the user the proxy runs as.
 	Dir string
+	// DoorDir, when set, is where the proxy reaches an exposed port: the
+	// unix socket DoorDir/PORT (served from the machine the user exposed
+	// the port on, for a machine placed on another host) rather than the
+	// host's 127.0.0.1:PORT.
+	DoorDir string
 	// Relay is the command line that carries one guest connection (its
 	// stdin and stdout) to a socket; the driver appends the socket, and
 	// for an exposed port the port. Neither may contain spaces.

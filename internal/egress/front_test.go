@@ -123,3 +123,56 @@ func TestFrontRefusals(t *testing.T) {
 		t.Errorf("one socket, no front: %v", err)
 	}
 }
+
+// With a door directory (a VM placed on another host), an exposed port is
+// reached at DIR/PORT, a unix socket standing for the user's machine, and
+// never at this host's 127.0.0.1:PORT, where another server listens here.
+func TestFrontDoorsThroughDoorDir(t *testing.T) {
+	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "this host") }))
+	defer local.Close()
+	exposed, _ := strconv.Atoi(port(t, local.URL))
+	dir, doors := t.TempDir(), t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(doors, strconv.Itoa(exposed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	away := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "the user's machine") }))
+	away.Listener = l
+	away.Start()
+	defer away.Close()
+	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline, Exposed: []int{exposed}}); err != nil {
+		t.Fatal(err)
+	}
+	ports := filepath.Join(dir, "front.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	defer func() {
+		cancel()
+		<-done
+	}()
+	go func() {
+		done <- Serve(ctx, ServeOptions{Dir: dir, DoorDir: doors,
+			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{exposed}, PortsFile: ports}})
+	}()
+	var fp FrontPorts
+	for i := 0; ; i++ {
+		if fp, err = ReadFrontPorts(ports); err == nil {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("no ports file: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(fp.Doors[exposed])), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	if !strings.HasSuffix(string(b), "the user's machine") {
+		t.Errorf("the exposed door answered %q, want the door socket's server", b)
+	}
+}

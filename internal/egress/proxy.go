@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,11 @@ type Proxy struct {
 	InterfaceAddrs func() ([]netip.Addr, error)
 	// DialTimeout bounds each outbound dial; 0 means 15 s.
 	DialTimeout time.Duration
+	// DoorDir, when set, is where an exposed port is reached: the unix
+	// socket DoorDir/PORT, which agent-vm serves from the machine the user
+	// exposed the port on (a VM placed on another host), rather than this
+	// host's 127.0.0.1:PORT.
+	DoorDir string
 	// Intercept, when set, puts the host's secrets into the guest's
 	// requests to the hosts they are bound to (Interceptor).
 	Intercept *Interceptor
@@ -351,7 +357,11 @@ func (p *Proxy) door(c net.Conn, br *bufio.Reader, port int) {
 		p.record(e)
 		return
 	}
-	up, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
+	network, addr := "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if p.DoorDir != "" {
+		network, addr = "unix", filepath.Join(p.DoorDir, strconv.Itoa(port))
+	}
+	up, err := net.DialTimeout(network, addr, 5*time.Second)
 	if err != nil {
 		e.Error = err.Error()
 		p.record(e)

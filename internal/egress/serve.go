@@ -40,7 +40,10 @@ type ServeOptions struct {
 	// Front, when set, is the proxy's TCP front (a guest on a libvirt
 	// network of its own); its listeners open before privileges drop.
 	Front *Front
-	Log   hclog.Logger
+	// DoorDir is Proxy.DoorDir: where exposed ports are reached, as unix
+	// sockets, instead of this host's 127.0.0.1.
+	DoorDir string
+	Log     hclog.Logger
 }
 
 // Serve runs a VM's egress proxy (the hidden `net-proxy` command the
@@ -48,7 +51,7 @@ type ServeOptions struct {
 // for QEMU's pid, drops to o.RunAs, then serves (see internal/egress's
 // doc on privileges).
 func Serve(ctx context.Context, o ServeOptions) error {
-	p := &Proxy{Logger: o.Log}
+	p := &Proxy{Logger: o.Log, DoorDir: o.DoorDir}
 	hosts, runAs, pidFile := o.TestHosts, o.RunAs, o.QEMUPidFile
 	if hosts != "" {
 		p.Hosts = map[string]netip.Addr{}

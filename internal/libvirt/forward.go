@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/libvirtnet"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/proc"
@@ -85,6 +87,53 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 		if time.Now().After(deadline) {
 			proc.Kill(p.Pid(), match)
 			return fmt.Errorf("the %s forward did not listen on 127.0.0.1:%d within 10s: %s", f.Name, f.Host, driver.TailFile(log, 3))
+		}
+	}
+}
+
+// startDoors starts the net-forward that makes, on m's host, the socket of
+// each port m exposes in doorDir (given to the workspace's owner, the
+// proxy's user there) and carries its connections back to this machine's
+// 127.0.0.1, and returns once every socket is made.
+func (d *Driver) startDoors(m driver.Machine, doorDir string) error {
+	exe, err := d.executable()
+	if err != nil {
+		return err
+	}
+	r := m.Remote
+	args := []string{"net-forward", "--tag", m.RunDir,
+		"--via-addr", r.Addr, "--via-user", r.User, "--via-key", r.KeyFile, "--via-known-hosts", r.KnownHosts}
+	var want []string
+	for _, p := range m.Network.Exposed {
+		sock := path.Join(doorDir, strconv.Itoa(p))
+		args = append(args, "--door", sock+"="+strconv.Itoa(p))
+		want = append(want, hostlink.DoorReadyLine(sock))
+	}
+	if m.Share.UID > 0 {
+		owner := strconv.Itoa(m.Share.UID) + ":" + strconv.Itoa(m.Share.GID)
+		args = append(args, "--door-owner", owner, "--run-as", owner)
+	}
+	log := filepath.Join(m.LogsDir, "doors.log")
+	_ = os.Remove(log)
+	p, err := d.Run.Start(execx.Detached{Path: exe, Args: args, StdoutPath: log})
+	if err != nil {
+		return fmt.Errorf("starting the exposed ports' doors: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(log)
+		missing := slices.DeleteFunc(slices.Clone(want), func(l string) bool { return strings.Contains(string(b), l) })
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-p.Exited():
+			return fmt.Errorf("the exposed ports' doors ended at once (code %d): %s", p.ExitCode(), driver.TailFile(log, 3))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			proc.Kill(p.Pid(), isForwarderFor(m, 0))
+			return fmt.Errorf("the exposed ports' doors were not made on host %s within 30s: %s", r.Host, driver.TailFile(log, 3))
 		}
 	}
 }

@@ -53,7 +53,8 @@ const (
 	verbStart   = "start"
 	verbInspect = "inspect"
 	verbStop    = "stop"
-	verbDestroy = "destroy"
+	verbDestroy = "destroy" // the domain, its volumes and network; the machine's files stay
+	verbRemove  = "remove"  // destroy, then the machine's directory, workspace and all
 	verbSuspend = "suspend"
 	verbResume  = "resume"
 	verbReady   = "ready"
@@ -103,6 +104,9 @@ type hostLive struct {
 // hostMachineDirs are a machine's directories on the host.
 type hostMachineDirs struct {
 	Run, Logs, Net, Workspace string
+	// Doors holds the sockets exposed ports are reached at (see
+	// hostlink.ServeDoor).
+	Doors string
 }
 
 // Kinds of driver errors a response carries across.
@@ -147,7 +151,8 @@ func hostPoolName(dir string) string {
 // directory dir.
 func hostDirs(dir string, m driver.Machine) hostMachineDirs {
 	base := path.Join(dir, "vms", DomainName(m))
-	return hostMachineDirs{Run: path.Join(base, "run"), Logs: path.Join(base, "logs"), Net: path.Join(base, "net"), Workspace: path.Join(base, "workspace")}
+	return hostMachineDirs{Run: path.Join(base, "run"), Logs: path.Join(base, "logs"), Net: path.Join(base, "net"),
+		Workspace: path.Join(base, "workspace"), Doors: path.Join(base, "doors")}
 }
 
 // HostWorkspace is where the workspace of m, placed on a host, lives
@@ -182,13 +187,14 @@ func serve(ctx context.Context, req hostRequest, log hclog.Logger) (hostResponse
 	m := req.Machine
 	m.Remote = nil
 	dirs := hostDirs(req.Dir, m)
-	if m.RunDir != dirs.Run || m.LogsDir != dirs.Logs || m.Share.Source != dirs.Workspace || (m.Network != nil && m.Network.Dir != dirs.Net) {
+	if m.RunDir != dirs.Run || m.LogsDir != dirs.Logs || m.Share.Source != dirs.Workspace || (m.Network != nil && (m.Network.Dir != dirs.Net || m.Network.DoorDir != dirs.Doors)) {
 		return hostResponse{}, errors.New("internal error: the machine's directories are not the host's for it")
 	}
 	switch req.Verb {
 	case verbPrepare:
 		vmDir := top.Sub("vms", 0o711).Sub(DomainName(m), 0o711)
-		for _, sub := range []*hostdir.Dir{vmDir.Sub("run", 0o700), vmDir.Sub("logs", 0o700), vmDir.Sub("net", 0o700)} {
+		// doors: 0711, its sockets each given to the proxy's user.
+		for _, sub := range []*hostdir.Dir{vmDir.Sub("run", 0o700), vmDir.Sub("logs", 0o700), vmDir.Sub("net", 0o700), vmDir.Sub("doors", 0o711)} {
 			if err := sub.Make(); err != nil {
 				return hostResponse{}, err
 			}
@@ -212,6 +218,8 @@ func serve(ctx context.Context, req hostRequest, log hclog.Logger) (hostResponse
 	case verbStop:
 		return hostResponse{}, d.Stop(ctx, m, req.Grace)
 	case verbDestroy:
+		return hostResponse{}, d.Destroy(ctx, m)
+	case verbRemove:
 		err := d.Destroy(ctx, m)
 		if err == nil {
 			err = os.RemoveAll(filepath.Dir(dirs.Run))

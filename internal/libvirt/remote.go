@@ -107,7 +107,7 @@ func (l *hostLink) hostMachine(m driver.Machine) driver.Machine {
 	h.RunDir, h.LogsDir, h.Share.Source = dirs.Run, dirs.Logs, dirs.Workspace
 	if m.Network != nil {
 		n := *m.Network
-		n.Dir = dirs.Net
+		n.Dir, n.DoorDir = dirs.Net, dirs.Doors
 		n.Proxy = slices.Clone(n.Proxy)
 		if len(n.Proxy) > 0 {
 			n.Proxy[0] = l.agent
@@ -178,8 +178,15 @@ func (d *Driver) startRemote(ctx context.Context, m driver.Machine, boot Boot, o
 	if res.Launch == nil || res.Net == nil {
 		return nil, fmt.Errorf("starting %s: host %s answered no launch or network", m.Name, l.r.Host)
 	}
+	starts := make([]func() error, 0, len(m.Forwards)+1)
 	for _, f := range m.Forwards {
-		if err := d.startForward(ctx, m, res.Net.Guest, f); err != nil {
+		starts = append(starts, func() error { return d.startForward(ctx, m, res.Net.Guest, f) })
+	}
+	if m.Network != nil && len(m.Network.Exposed) > 0 {
+		starts = append(starts, func() error { return d.startDoors(m, hm.Network.DoorDir) })
+	}
+	for _, start := range starts {
+		if err := start(); err != nil {
 			d.stopForwards(m, 0)
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			_, serr := l.call(sctx, hostRequest{Verb: verbStop, Machine: hm})
@@ -261,4 +268,19 @@ func (d *Driver) PrepareHost(ctx context.Context, m driver.Machine) (string, err
 		return "", fmt.Errorf("preparing host %s for %s: it answered no paths", m.Remote.Host, m.Name)
 	}
 	return res.Paths.Workspace, nil
+}
+
+// RemoveFromHost destroys m (as Destroy) and removes its directory on its
+// host, the workspace with it: for a VM being destroyed, once its work is
+// saved. Destroy alone keeps the directory (a reset makes a fresh disk and
+// keeps the workspace).
+func (d *Driver) RemoveFromHost(ctx context.Context, m driver.Machine) error {
+	if m.Remote == nil {
+		return errors.New("internal error: removing from a host a machine placed on this one")
+	}
+	d.stopForwards(m, 0)
+	if _, err := d.onHost(ctx, m, hostRequest{Verb: verbRemove}); err != nil {
+		return fmt.Errorf("removing %s from host %s: %w", m.Name, m.Remote.Host, err)
+	}
+	return nil
 }

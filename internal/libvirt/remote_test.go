@@ -118,8 +118,14 @@ func TestVerbsRunOnTheHost(t *testing.T) {
 	if err := d.Destroy(ctx, m); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat(filepath.Join(vmDir, "net", "policy.json")); err != nil {
+		t.Errorf("Destroy (as reset uses it) removed the machine's files on the host: %v", err)
+	}
+	if err := d.RemoveFromHost(ctx, m); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(vmDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("destroy left the machine's directory on the host: %v", err)
+		t.Errorf("RemoveFromHost left the machine's directory on the host: %v", err)
 	}
 
 	unlinked := m

@@ -111,6 +111,9 @@ func (c Containment) startProxy(ctx context.Context, m driver.Machine, host neti
 	for _, p := range n.Exposed {
 		argv = append(argv, "--front-door", strconv.Itoa(p))
 	}
+	if n.DoorDir != "" {
+		argv = append(argv, "--door-dir", n.DoorDir)
+	}
 	if c.euid() == 0 && m.Share.UID > 0 {
 		if err := egress.GiveDir(n.Dir, m.Share.UID, m.Share.GID); err != nil {
 			return egress.FrontPorts{}, fmt.Errorf("giving the network directory to the workspace's owner: %w", err)

@@ -60,21 +60,37 @@ type Config struct {
 // The guest can write the workspace: a config.toml (or .agent-vm) that is
 // a symlink or not a regular file is refused, never followed.
 func Load(workspace, name string) (*Config, error) {
-	path := filepath.Join(workspace, guest.ConfigFile)
 	if name == "" {
-		name = path
+		name = filepath.Join(workspace, guest.ConfigFile)
 	}
-	raw, err := wsfile.Read(workspace, guest.ConfigFile, maxConfigSize)
-	if errors.Is(err, os.ErrNotExist) {
+	raw, found, err := Raw(workspace, name)
+	switch {
+	case err != nil:
+		return nil, err
+	case !found:
 		return &Config{}, nil
 	}
+	return Parse(name, raw)
+}
+
+// Raw reads workspace's config file as Load does, without parsing it;
+// found is false when the repository has none. (A VM's host reads it
+// there, and the machine that asked parses it.)
+func Raw(workspace, name string) (raw []byte, found bool, err error) {
+	if name == "" {
+		name = filepath.Join(workspace, guest.ConfigFile)
+	}
+	raw, err = wsfile.Read(workspace, guest.ConfigFile, maxConfigSize)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
 	if errors.Is(err, wsfile.ErrNotRegular) {
-		return nil, fmt.Errorf("the repository's agent-vm settings %s are a symlink or not a regular file; agent-vm does not follow links in the workspace (hint: make it a plain file)", name)
+		return nil, false, fmt.Errorf("the repository's agent-vm settings %s are a symlink or not a regular file; agent-vm does not follow links in the workspace (hint: make it a plain file)", name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the repository's agent-vm settings %s: %w", name, err)
+		return nil, false, fmt.Errorf("reading the repository's agent-vm settings %s: %w", name, err)
 	}
-	return Parse(name, raw)
+	return raw, true, nil
 }
 
 // maxConfigSize bounds what Load reads.

@@ -85,6 +85,17 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	if err := d.Destroy(ctx, mach); err != nil {
 		return nil, err
 	}
+	if mach.Remote != nil {
+		// The VM's files on its host, its workspace among them: the check
+		// above found nothing there that is not saved here.
+		pd, err := m.placedDriver()
+		if err == nil {
+			err = pd.RemoveFromHost(ctx, mach)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	// What a backend made that would outlive a half-removed directory goes
 	// first (the directory is renamed into .trash, then deleted). With an
 	// unreadable record every backend releases what it may have made.

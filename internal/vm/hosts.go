@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/hostlink"
@@ -92,7 +93,10 @@ func (m *Manager) VMsOnHost(name string) ([]string, error) {
 
 // RemoveHost is `host rm`: it refuses while VMs of this state directory
 // are placed on the host, naming them.
-func (m *Manager) RemoveHost(name string) error {
+// Before the entry goes, agent-vm's binary is removed from a linked host
+// (the copies no process runs, hostlink.Uninstall); a host that cannot be
+// reached keeps them, which the log says, and is forgotten all the same.
+func (m *Manager) RemoveHost(ctx context.Context, name string) error {
 	if m.Hosts == nil {
 		return errors.New("internal error: no hosts registry")
 	}
@@ -102,6 +106,19 @@ func (m *Manager) RemoveHost(name string) error {
 	}
 	if len(on) > 0 {
 		return fmt.Errorf("host %s has VMs placed on it: %s (hint: `agent-vm destroy` them first)", name, strings.Join(on, ", "))
+	}
+	if h, err := m.Hosts.Get(name); err == nil && h.Link != nil {
+		bin := path.Join(h.AgentDir(), "bin")
+		lctx, cancel := context.WithTimeout(ctx, hostlink.Timeout)
+		c, err := hostlink.Dial(lctx, h.Link.Target())
+		cancel()
+		if err == nil {
+			err = hostlink.Uninstall(ctx, c, bin)
+			c.Close()
+		}
+		if err != nil {
+			m.Log.Warn("agent-vm's binary stays on the host: remove it there by hand", "host", name, "dir", bin, "error", err)
+		}
 	}
 	return m.Hosts.Remove(name)
 }

@@ -62,10 +62,10 @@ func TestCreateOnAHost(t *testing.T) {
 	if i := m.Status(ctx, e, false); i.Host != "here" || i.Backend != "libvirt" {
 		t.Errorf("status: host %q, backend %q", i.Host, i.Backend)
 	}
-	if err := m.RemoveHost("here"); err == nil || !strings.Contains(err.Error(), r.Slug) {
+	if err := m.RemoveHost(ctx, "here"); err == nil || !strings.Contains(err.Error(), r.Slug) {
 		t.Errorf("host rm with a VM on it: %v", err)
 	}
-	if err := m.RemoveHost("big"); err != nil {
+	if err := m.RemoveHost(ctx, "big"); err != nil {
 		t.Errorf("host rm of an unused host: %v", err)
 	}
 }

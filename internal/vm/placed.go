@@ -11,8 +11,10 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/libvirt"
+	"github.com/agent-vm/agent-vm/internal/repoconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"golang.org/x/crypto/ssh"
@@ -127,27 +129,14 @@ func (m *Manager) checkUnsavedPlaced(ctx context.Context, e state.Entry, mach dr
 	if _, err := m.syncPlaced(ctx, e, mach); err != nil {
 		return fmt.Errorf("saving VM %q's branch from host %s before destroying it: %w (hint: %s)", e.Record.Branch, mach.Remote.Host, err, hint)
 	}
-	l, err := m.linkFor(ctx, mach)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	self, err := m.Executable()
-	if err != nil {
-		return err
-	}
-	inst, err := hostlink.InstallAgent(ctx, l.c, self, mach.Remote.Dir)
-	if inst.Path == "" {
-		return fmt.Errorf("copying agent-vm's binary to host %s to check the workspace: %w (hint: %s)", mach.Remote.Host, err, hint)
-	}
 	ws := libvirt.HostWorkspace(mach)
-	res, err := l.git.Run.Run(ctx, execx.Cmd{Path: inst.Path, Args: []string{WorkspaceCheckCommand, "--workspace", ws}})
+	out, err := m.onHost(ctx, mach, WorkspaceCheckCommand, "--workspace", ws)
 	if err != nil {
 		// git's errors quote the workspace: escaped.
 		return fmt.Errorf("checking the workspace on host %s for unsaved work: %s (hint: %s)", mach.Remote.Host, termsafe.String(err.Error()), hint)
 	}
 	var u gitws.Unsaved
-	if err := json.Unmarshal(res.Stdout, &u); err != nil {
+	if err := json.Unmarshal(out, &u); err != nil {
 		return fmt.Errorf("checking the workspace on host %s for unsaved work: its answer is not JSON: %v (hint: %s)", mach.Remote.Host, err, hint)
 	}
 	m.Git.DropSaved(ctx, &u, e.Record.Git.Source)
@@ -163,7 +152,7 @@ func (m *Manager) unplace(ctx context.Context, rec *state.Record, l state.Layout
 	mach := m.machine(rec, l)
 	d, err := m.placedDriver()
 	if err == nil && mach.Remote != nil {
-		err = d.Destroy(context.WithoutCancel(ctx), mach)
+		err = d.RemoveFromHost(context.WithoutCancel(ctx), mach)
 	}
 	if err != nil {
 		m.Log.Warn("could not remove the VM's directory on its host after the failed create", "host", rec.Host, "error", err)
@@ -178,4 +167,73 @@ func (m *Manager) WorkspacePath(r *state.Record, l state.Layout) (path, host str
 		return libvirt.HostWorkspace(mach), mach.Remote.Host
 	}
 	return l.Workspace(), ""
+}
+
+// onHost runs a verb of agent-vm's binary on mach's host (copied there
+// first if it is not) and returns its standard output.
+func (m *Manager) onHost(ctx context.Context, mach driver.Machine, verb string, args ...string) ([]byte, error) {
+	l, err := m.linkFor(ctx, mach)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	self, err := m.Executable()
+	if err != nil {
+		return nil, err
+	}
+	inst, err := hostlink.InstallAgent(ctx, l.c, self, mach.Remote.Dir)
+	if inst.Path == "" {
+		return nil, fmt.Errorf("copying agent-vm's binary to host %s: %w", mach.Remote.Host, err)
+	}
+	res, err := l.git.Run.Run(ctx, execx.Cmd{Path: inst.Path, Args: append([]string{verb}, args...)})
+	if err != nil {
+		return nil, err
+	}
+	return res.Stdout, nil
+}
+
+// WorkspaceConfigCommand is the hidden verb of agent-vm's binary that, on
+// a VM's host, reads the repository's settings from the workspace there
+// (ReadWorkspaceConfig).
+const WorkspaceConfigCommand = "__workspace-config"
+
+// workspaceConfig is WorkspaceConfigCommand's answer.
+type workspaceConfig struct {
+	Found bool   `json:"found"`
+	Data  []byte `json:"data,omitempty"`
+}
+
+// ReadWorkspaceConfig is WorkspaceConfigCommand: the workspace ws's
+// settings file on this machine, read as repoconfig reads it (no link in
+// the workspace followed, its size bounded), written to out as JSON.
+func ReadWorkspaceConfig(ws string, out io.Writer) error {
+	raw, found, err := repoconfig.Raw(ws, "")
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(workspaceConfig{Found: found, Data: raw})
+}
+
+// repoConfig is the repository's settings as the VM's workspace now says:
+// read here, or, for a VM placed on another host, read there by agent-vm's
+// binary and parsed here.
+func (m *Manager) repoConfig(ctx context.Context, r *state.Record, l state.Layout) (*repoconfig.Config, error) {
+	mach := m.machine(r, l)
+	if mach.Remote == nil {
+		return repoconfig.Load(l.Workspace(), "")
+	}
+	ws := libvirt.HostWorkspace(mach)
+	name := ws + "/" + guest.ConfigFile + " on host " + mach.Remote.Host
+	out, err := m.onHost(ctx, mach, WorkspaceConfigCommand, "--workspace", ws)
+	if err != nil {
+		return nil, fmt.Errorf("reading the repository's agent-vm settings %s: %s", name, termsafe.String(err.Error()))
+	}
+	var wc workspaceConfig
+	if err := json.Unmarshal(out, &wc); err != nil {
+		return nil, fmt.Errorf("reading the repository's agent-vm settings %s: the host's answer is not JSON: %v", name, err)
+	}
+	if !wc.Found {
+		return &repoconfig.Config{}, nil
+	}
+	return repoconfig.Parse(name, wc.Data)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/agent-vm/agent-vm/internal/repoconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -51,7 +50,7 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 	if live.HasProcess() && !o.Force {
 		return nil, fmt.Errorf("VM %q is %s; reset would throw away its root disk under it (hint: `agent-vm stop %s` first, or `agent-vm reset --force %s` stops it)", r.Branch, live.State, r.Slug, r.Slug)
 	}
-	c, err := repoconfig.Load(l.Workspace(), "")
+	c, err := m.repoConfig(ctx, r, l)
 	if err != nil {
 		return nil, err
 	}
