@@ -69,10 +69,7 @@ type Program struct {
 
 // programs is the list. Keep it sorted by name.
 func programs(arch string) []Program {
-	qemu := Program{Name: "qemu-system-x86_64", Debian: []string{"qemu-system-x86"}, Fedora: []string{"qemu-system-x86-core"}, Need: Run | Test}
-	if arch == "arm64" {
-		qemu = Program{Name: "qemu-system-aarch64", Debian: []string{"qemu-system-arm"}, Fedora: []string{"qemu-system-aarch64-core"}, Need: Run | Test}
-	}
+	qemu := qemuOf(arch)
 	return []Program{
 		{Name: "bash", Debian: []string{"bash"}, Fedora: []string{"bash"}, Need: Test},
 		{Name: "blkid", Paths: []string{"/sbin/blkid", "/usr/sbin/blkid"}, Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Test},
@@ -151,6 +148,16 @@ const goVersion = "1.26"
 
 // All returns every program, for this host's architecture.
 func All() []Program { return programs(runtime.GOARCH) }
+
+// QEMU is QEMU's system emulator for this machine's architecture.
+func QEMU() Program { return qemuOf(runtime.GOARCH) }
+
+func qemuOf(arch string) Program {
+	if arch == "arm64" {
+		return Program{Name: "qemu-system-aarch64", Debian: []string{"qemu-system-arm"}, Fedora: []string{"qemu-system-aarch64-core"}, Need: Run | Test}
+	}
+	return Program{Name: "qemu-system-x86_64", Debian: []string{"qemu-system-x86"}, Fedora: []string{"qemu-system-x86-core"}, Need: Run | Test}
+}
 
 // For returns the programs any of need asks for.
 func For(need Need) []Program {

@@ -15,11 +15,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/libvirtnet"
 	"github.com/agent-vm/agent-vm/internal/virtpool"
 )
@@ -76,8 +79,16 @@ type hostRequest struct {
 	Creds    []hostCred          `json:"creds,omitempty"`
 	NetFiles map[string][]byte   `json:"net_files,omitempty"`
 	Grace    time.Duration       `json:"grace,omitempty"`
-	At       time.Time           `json:"at,omitzero"`
+	// TestEnv carries the egress proxy's test hooks (proxyTestEnv) from
+	// the machine that asks, where a test set them, to the proxy here.
+	TestEnv map[string]string `json:"test_env,omitempty"`
+	At      time.Time         `json:"at,omitzero"`
 }
+
+// proxyTestEnv are the variables of the egress proxy's test hooks (test
+// names it resolves, a test CA it trusts): set for agent-vm by a test, they
+// reach a proxy on another host only through the request.
+var proxyTestEnv = []string{egress.TestHostsEnv, egress.TestRootCAEnv}
 
 // hostCred is a credential's name and content.
 type hostCred struct {
@@ -265,6 +276,11 @@ func serveStart(ctx context.Context, d *Driver, m driver.Machine, req hostReques
 		}
 		m.Credentials = append(m.Credentials, driver.Credential{Name: c.Name, File: f})
 	}
+	for _, k := range proxyTestEnv {
+		if v, ok := req.TestEnv[k]; ok {
+			os.Setenv(k, v)
+		}
+	}
 	if m.Network != nil {
 		for name, b := range req.NetFiles {
 			if name == "" || filepath.Base(name) != name {
@@ -275,6 +291,17 @@ func serveStart(ctx context.Context, d *Driver, m driver.Machine, req hostReques
 			}
 		}
 	}
+	// The accelerator is the host's: KVM only where a test kernel boots
+	// under it there (internal/accel, cached per boot of the host), with
+	// the base image's kernel in the host's pool.
+	qemu, err := execx.OS{}.LookPath(hostpkgs.QEMU().Name)
+	if err != nil {
+		qemu = hostpkgs.QEMU().Name
+	}
+	acc := (&accel.Prober{Run: execx.OS{}, QEMU: qemu, CacheDir: d.Handoff.Parent.Sub("cache", 0o700),
+		Kernels:  []string{path.Join(d.Pool, boot.Image.Version+"-vmlinuz")},
+		Override: os.Getenv("AGENT_VM_ACCEL")}).Probe(ctx)
+	req.Options.Accel, req.Options.AccelReason = acc.Accel, acc.Reason
 	if fi, err := os.Stat(m.Share.Source); err != nil || !fi.IsDir() {
 		return hostResponse{}, fmt.Errorf("the workspace %s is not on the host (hint: `agent-vm destroy` the VM and create it again)", m.Share.Source)
 	}

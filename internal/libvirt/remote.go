@@ -153,7 +153,12 @@ func (d *Driver) startRemote(ctx context.Context, m driver.Machine, boot Boot, o
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: uploading the base image to host %s: %w", m.Name, l.r.Host, err)
 	}
-	req := hostRequest{Verb: verbStart, Machine: hm, Seed: seed, Options: o}
+	req := hostRequest{Verb: verbStart, Machine: hm, Seed: seed, Options: o, TestEnv: map[string]string{}}
+	for _, k := range proxyTestEnv {
+		if v := os.Getenv(k); v != "" {
+			req.TestEnv[k] = v
+		}
+	}
 	req.Boot = &Boot{Image: staged, DiskBytes: boot.DiskBytes, MAC: boot.MAC}
 	for _, c := range m.Credentials {
 		b, err := os.ReadFile(c.File)

@@ -99,7 +99,10 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		m.Log.Warn("discarded the memory a suspended VM kept (its processes are gone); booting it afresh", "vm", r.Branch)
 	}
 	m.closeDoors(e) // a boot starts with no browser door open
-	acc := m.Accel(ctx)
+	var acc accel.Result
+	if mach.Remote == nil {
+		acc = m.Accel(ctx)
+	} // else the host probes its own KVM at the start (the libvirt driver)
 	switch {
 	case acc.Accel == accel.TCG && r.Guest.Foreign != "":
 		// The Vagrantfile, not agent-vm, chooses the domain type.
