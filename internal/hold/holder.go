@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/sockdir"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
+	"github.com/agent-vm/agent-vm/internal/sshx"
 )
 
 // Holder holds a connection to one guest and serves it on Files.Socket.
@@ -251,35 +252,8 @@ func (h *Holder) keepalive(ctx context.Context, c *ssh.Client, cancel context.Ca
 	if every == 0 {
 		every = 15 * time.Second
 	}
-	missed := 0
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		answered := make(chan error, 1)
-		go func() {
-			_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
-			answered <- err
-		}()
-		select {
-		case <-ctx.Done():
-			return
-		case err := <-answered:
-			if err != nil {
-				cancel(fmt.Errorf("the guest connection failed a keepalive: %w", err))
-				return
-			}
-			missed = 0
-		case <-time.After(every):
-			if missed++; missed == 3 {
-				cancel(fmt.Errorf("the guest left %d keepalives unanswered", missed))
-				return
-			}
-		}
+	if err := sshx.Keepalive(ctx, c, every, 3); err != nil {
+		cancel(fmt.Errorf("the guest connection: %w", err))
 	}
 }
 

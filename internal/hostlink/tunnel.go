@@ -158,35 +158,16 @@ func (t *Tunnel) Close() {
 	}
 }
 
-// keepalive asks the host every interval whether c is alive until it
-// ends, and closes it when an answer takes KeepaliveMissed intervals. Any
-// answer will do: OpenSSH's sshd refuses the request it does not know, and
-// a refusal is an answer.
+// keepalive closes c when the host leaves KeepaliveMissed keepalives in
+// a row unanswered (sshx.Keepalive), until c has ended (dead).
 func keepalive(c *ssh.Client, dead <-chan struct{}, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-dead:
-			return
-		case <-tick.C:
-		}
-		answered := make(chan error, 1)
-		go func() {
-			_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
-			answered <- err
-		}()
-		select {
-		case <-dead:
-			return
-		case err := <-answered:
-			if err != nil {
-				c.Close()
-				return
-			}
-		case <-time.After(KeepaliveMissed * every):
-			c.Close()
-			return
-		}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-dead
+		cancel()
+	}()
+	if err := sshx.Keepalive(ctx, c, every, KeepaliveMissed); err != nil {
+		c.Close()
 	}
 }
