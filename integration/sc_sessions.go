@@ -70,6 +70,9 @@ func runSessions(ctx context.Context, s *S) {
 	if s.backend != "" {
 		agentArgs = append(agentArgs, "--backend", s.backend)
 	}
+	if s.host != "" {
+		agentArgs = append(agentArgs, "--host", s.host)
+	}
 
 	s.Step(ctx, "refusals: an unset --env, an --agent with spaces, attach to a VM that does not exist", func() (err error) {
 		if rp, err = newRepo(ctx, s.dir, map[string]string{"stand-in-agent": standInAgent}); err != nil {

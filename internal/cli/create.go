@@ -93,7 +93,7 @@ func createFlags() []cli.Flag {
 		&cli.StringFlag{Name: "from", Usage: "start point when the branch does not exist yet (default: HEAD)"},
 		&cli.StringFlag{Name: "repo", Usage: "the repository to clone (default: the one you are in)"},
 		&cli.StringFlag{Name: "backend", Value: "auto", Usage: "the backend that runs the VM: auto, qemu, nixos, vagrant or libvirt"},
-		&cli.StringFlag{Name: "host", Usage: "place the VM on the registered libvirt host `NAME` (see host list), with the libvirt backend; only a host of this machine's libvirtd so far"},
+		&cli.StringFlag{Name: "host", Usage: "place the VM on the registered libvirt host `NAME` (see host list: this machine's libvirtd, or another machine linked with host link), with the libvirt backend"},
 		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp", DefaultText: "the first free from 8000"},
 		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH", DefaultText: "the first free from 2222"},
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs, at most the host's CPU threads", DefaultText: "4"},

@@ -106,7 +106,7 @@ func netCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return err
 					}
-					entries, path, err := netpolicy.Log(cliCtx.Context, m, name)
+					entries, _, err := netpolicy.Log(cliCtx.Context, m, name)
 					if err != nil {
 						return err
 					}
@@ -117,7 +117,7 @@ func netCommand(stdio IO) *cli.Command {
 						}
 					}
 					if cliCtx.Bool("follow") {
-						return netpolicy.Follow(cliCtx.Context, path, print)
+						return netpolicy.Follow(cliCtx.Context, m, name, print)
 					}
 					return nil
 				}),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -555,8 +556,13 @@ func (d *Driver) Running(m driver.Machine, l *driver.Launch) bool {
 	return proc.Verified(pid, isQEMU)
 }
 
-// Logs are the serial console and libvirt's log of the domain's QEMU.
+// Logs are the serial console and libvirt's log of the domain's QEMU:
+// for a machine placed on another host, paths there.
 func (d *Driver) Logs(m driver.Machine) driver.Logs {
+	if m.Remote != nil {
+		// On the host, in the machine's directory there.
+		return driver.Logs{Console: path.Join(hostDirs(m.Remote.Dir, m).Logs, ConsoleLog), Driver: "/var/log/libvirt/qemu/" + DomainName(m) + ".log"}
+	}
 	return driver.Logs{Console: filepath.Join(m.LogsDir, ConsoleLog), Driver: "/var/log/libvirt/qemu/" + DomainName(m) + ".log"}
 }
 

@@ -172,6 +172,12 @@ func HostWorkspace(m driver.Machine) string {
 	return hostDirs(m.Remote.Dir, m).Workspace
 }
 
+// HostNetDir is the egress proxy's directory of m, placed on a host,
+// there (its policy, its log).
+func HostNetDir(m driver.Machine) string {
+	return hostDirs(m.Remote.Dir, m).Net
+}
+
 // ServeHost serves the one hostRequest read from in on this machine (the
 // host), with the driver's pieces made from the request's agent-vm
 // directory, and writes the hostResponse to out. The error is for a

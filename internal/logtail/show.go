@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 )
 
@@ -18,6 +19,12 @@ import (
 type Sources struct {
 	// Console is the serial console's log file.
 	Console string
+	// ConsoleHost, when set, runs a shell command on the machine the
+	// console log is on (a VM placed on another host: Console is a path
+	// there), its output to w, until it ends or ctx does; ConsoleWhere
+	// names that machine in the header.
+	ConsoleHost  func(ctx context.Context, cmd string, w io.Writer) error
+	ConsoleWhere string
 	// Guest runs a shell command in the guest, its stdout and stderr to
 	// w (which takes writes from both at once), until the command ends or
 	// ctx does; nil when the VM is not running.
@@ -36,10 +43,18 @@ func Show(ctx context.Context, s Sources, lines int, follow bool, out io.Writer)
 		lines = 200
 	}
 	journal := fmt.Sprintf("sudo journalctl -u agent-mcp --no-pager --output=short-iso -n %d", lines)
+	where := s.Console
+	if s.ConsoleWhere != "" {
+		where += " on " + s.ConsoleWhere
+	}
 	if !follow {
-		fmt.Fprintf(out, "==> serial console (%s) <==\n", s.Console)
+		fmt.Fprintf(out, "==> serial console (%s) <==\n", where)
 		safe := &PrefixWriter{W: out, Mu: &sync.Mutex{}}
-		if tail := driver.TailFile(s.Console, lines); tail != "" {
+		if s.ConsoleHost != nil {
+			if err := s.ConsoleHost(ctx, fmt.Sprintf("tail -n %d %s 2>/dev/null || true", lines, execx.ShellQuote(s.Console)), safe); err != nil {
+				return errors.Join(err, safe.Flush())
+			}
+		} else if tail := driver.TailFile(s.Console, lines); tail != "" {
 			fmt.Fprintln(safe, tail)
 		}
 		if s.Guest == nil {
@@ -61,6 +76,10 @@ func Show(ctx context.Context, s Sources, lines int, follow bool, out io.Writer)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if s.ConsoleHost != nil {
+			errs <- s.ConsoleHost(ctx, fmt.Sprintf("tail -n %d -F %s 2>/dev/null", lines, execx.ShellQuote(s.Console)), consoleOut)
+			return
+		}
 		errs <- Follow(ctx, s.Console, lines, consoleOut)
 	}()
 	if s.Guest != nil {

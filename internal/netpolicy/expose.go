@@ -67,5 +67,10 @@ func Expose(ctx context.Context, vms VMs, name string, port int, remove bool) (*
 	if err := Write(e.Layout, r); err != nil {
 		return nil, err
 	}
+	if up {
+		if err := vms.Publish(ctx, e); err != nil {
+			return nil, fmt.Errorf("the change is recorded, but the VM's proxy did not get it: %w (hint: restart the VM to apply it)", err)
+		}
+	}
 	return ch, nil
 }

@@ -27,6 +27,15 @@ type VMs interface {
 	// Contains reports whether the driver that runs r's VM contains its
 	// network (a driver.NetworkContainer).
 	Contains(r *state.Record) bool
+	// Publish makes e's running proxy see its network directory's policy
+	// as written here: nothing to do for a VM on this machine, whose proxy
+	// reads it here; a VM placed on another host gets it copied there.
+	Publish(ctx context.Context, e state.Entry) error
+	// PullLog makes LogPath(e.Layout) hold e's connection log: nothing to
+	// do for a VM on this machine; for a VM on another host, the log there
+	// copied here, and with follow its growth appended until stop is
+	// called.
+	PullLog(ctx context.Context, e state.Entry, follow bool) (stop func(), err error)
 }
 
 func running(ctx context.Context, vms VMs, e state.Entry) bool {
@@ -199,6 +208,11 @@ func update(ctx context.Context, vms VMs, name string, change func(*state.Record
 	if err := Write(e.Layout, e.Record); err != nil {
 		return nil, err
 	}
+	if running(ctx, vms, e) {
+		if err := vms.Publish(ctx, e); err != nil {
+			return nil, fmt.Errorf("the change is recorded, but the VM's proxy did not get it: %w (hint: restart the VM to apply it)", err)
+		}
+	}
 	return &Change{Info: InfoOf(e, vms.Contains(e.Record)), Live: running(ctx, vms, e)}, nil
 }
 
@@ -209,16 +223,31 @@ func Log(ctx context.Context, vms VMs, name string) ([]egress.Entry, string, err
 		return nil, "", err
 	}
 	path := LogPath(e.Layout)
+	stop, err := vms.PullLog(ctx, e, false)
+	if err != nil {
+		return nil, path, err
+	}
+	stop()
 	es, err := egress.ReadLog(path)
 	return es, path, err
 }
 
-// Follow calls emit with each connection logged after the log's
+// Follow calls emit with each connection name's VM logs after the log's
 // current end until ctx ends.
-func Follow(ctx context.Context, path string, emit func(egress.Entry) error) error {
+func Follow(ctx context.Context, vms VMs, name string, emit func(egress.Entry) error) error {
+	e, err := vms.Recorded(ctx, name)
+	if err != nil {
+		return err
+	}
+	path := LogPath(e.Layout)
 	var off int64
 	if fi, err := os.Stat(path); err == nil {
 		off = fi.Size()
 	}
+	stop, err := vms.PullLog(ctx, e, true)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	return egress.Follow(ctx, path, off, emit)
 }

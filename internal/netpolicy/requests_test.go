@@ -122,6 +122,13 @@ func (f *fakeVMs) Locked(ctx context.Context, name string) (state.Entry, *state.
 func (f *fakeVMs) State(context.Context, state.Entry) string { return driver.StateStopped }
 func (f *fakeVMs) Contains(*state.Record) bool               { return true }
 
+// Publish and PullLog: the VM is on this machine (its proxy reads the
+// files here), so there is nothing to do.
+func (f *fakeVMs) Publish(context.Context, state.Entry) error { return nil }
+func (f *fakeVMs) PullLog(context.Context, state.Entry, bool) (func(), error) {
+	return func() {}, nil
+}
+
 // net allow|deny with a request rule: checked, kept in the record as its
 // canonical text, newest first, one of a pattern; the policy file has it
 // before the defaults. Destinations given beside it are as before.

@@ -26,7 +26,20 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	if err != nil {
 		return err
 	}
-	s := logtail.Sources{Console: d.Logs(m.machine(e.Record, e.Layout)).Console}
+	mach := m.machine(e.Record, e.Layout)
+	s := logtail.Sources{Console: d.Logs(mach).Console}
+	if mach.Remote != nil {
+		s.ConsoleWhere = "host " + mach.Remote.Host
+		s.ConsoleHost = func(ctx context.Context, cmd string, w io.Writer) error {
+			l, err := m.linkFor(ctx, mach)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			_, err = sshx.Run(ctx, l.c, cmd, nil, w, w)
+			return err
+		}
+	}
 	if m.Status(ctx, e, false).State == StateRunning {
 		s.Guest = func(ctx context.Context, cmd string, w io.Writer) error {
 			c, _, err := m.connect(ctx, name)
