@@ -57,6 +57,26 @@ func InstallAgent(ctx context.Context, c *ssh.Client, src, dir string) (Installe
 	return Install(ctx, c, src, path.Join(dir, "bin"), AgentKeep)
 }
 
+// DialAgent opens the link to t and makes sure agent-vm's binary exe (a
+// local file) is in agent-vm's directory dir on the host (InstallAgent),
+// returning the connection and the binary's path there. Older copies that
+// could not be pruned are only reported to warn: the binary is in place.
+func DialAgent(ctx context.Context, t Target, exe, dir string, warn func(error)) (*ssh.Client, string, error) {
+	c, err := Dial(ctx, t)
+	if err != nil {
+		return nil, "", err
+	}
+	inst, err := InstallAgent(ctx, c, exe, dir)
+	if inst.Path == "" {
+		c.Close()
+		return nil, "", fmt.Errorf("copying agent-vm's binary to %s: %w", t.Addr, err)
+	}
+	if err != nil && warn != nil {
+		warn(err)
+	}
+	return c, inst.Path, nil
+}
+
 // Install copies the local file src (agent-vm's binary) to dir on the host
 // over c, as dir/agent-vm-<first 16 hex of its sha256>, mode 0755, owned by
 // the login user, unless a regular file of the login user's by that name and

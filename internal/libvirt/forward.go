@@ -45,13 +45,9 @@ func isForwarderFor(m driver.Machine, port int) proc.Match {
 // startForward starts the forward f of m to guest and returns once its
 // port listens, or with the forwarder's complaint.
 func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip.Addr, f driver.Forward) error {
-	self := d.Executable
-	if self == nil {
-		self = os.Executable
-	}
-	exe, err := self()
+	exe, err := d.executable()
 	if err != nil {
-		return fmt.Errorf("finding agent-vm's own binary for the forwards: %w", err)
+		return err
 	}
 	args := []string{"net-forward", "--tag", m.RunDir,
 		"--forward", strconv.Itoa(f.Host) + "=" + netip.AddrPortFrom(guest, uint16(f.Guest)).String()}

@@ -44,24 +44,18 @@ func (d *Driver) linkTo(ctx context.Context, m driver.Machine) (*hostLink, error
 	if r.Dir == "" || !path.IsAbs(r.Dir) {
 		return nil, fmt.Errorf("internal error: host %s has no absolute agent-vm directory (%q)", r.Host, r.Dir)
 	}
-	c, err := hostlink.Dial(ctx, hostlink.Target{Addr: r.Addr, User: r.User, KeyFile: r.KeyFile, KnownHosts: r.KnownHosts})
+	exe, err := d.executable()
+	if err != nil {
+		return nil, err
+	}
+	t := hostlink.Target{Addr: r.Addr, User: r.User, KeyFile: r.KeyFile, KnownHosts: r.KnownHosts}
+	c, agent, err := hostlink.DialAgent(ctx, t, exe, r.Dir, func(err error) {
+		d.Log.Warn("could not prune older copies of agent-vm's binary on the host", "host", r.Host, "error", err)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reaching host %s: %w", r.Host, err)
 	}
-	exe, err := d.executable()
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	inst, err := hostlink.InstallAgent(ctx, c, exe, r.Dir)
-	if inst.Path == "" {
-		c.Close()
-		return nil, fmt.Errorf("copying agent-vm's binary to host %s: %w", r.Host, err)
-	}
-	if err != nil {
-		d.Log.Warn("could not prune older copies of agent-vm's binary on the host", "host", r.Host, "error", err)
-	}
-	return &hostLink{c: c, agent: inst.Path, r: r}, nil
+	return &hostLink{c: c, agent: agent, r: r}, nil
 }
 
 func (d *Driver) executable() (string, error) {

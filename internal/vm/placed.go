@@ -45,11 +45,17 @@ type placedLink struct {
 
 func (l *placedLink) Close() { l.c.Close() }
 
+// errNoLink is the error for a VM whose host has no link here (its entry
+// gone, or never linked).
+func errNoLink(r *driver.Remote) error {
+	return fmt.Errorf("host %s, which the VM is placed on, has no link set up here (hint: `agent-vm host list`; `agent-vm host link %s`)", r.Host, r.Host)
+}
+
 // linkFor opens the link to the host mach is placed on.
 func (m *Manager) linkFor(ctx context.Context, mach driver.Machine) (*placedLink, error) {
 	r := mach.Remote
 	if r.Addr == "" {
-		return nil, fmt.Errorf("host %s, which the VM is placed on, has no link set up here (hint: `agent-vm host list`; `agent-vm host link %s`)", r.Host, r.Host)
+		return nil, errNoLink(r)
 	}
 	t := hostlink.Target{Addr: r.Addr, User: r.User, KeyFile: r.KeyFile, KnownHosts: r.KnownHosts}
 	self, err := m.Executable()
@@ -172,20 +178,23 @@ func (m *Manager) WorkspacePath(r *state.Record, l state.Layout) (path, host str
 // onHost runs a verb of agent-vm's binary on mach's host (copied there
 // first if it is not) and returns its standard output.
 func (m *Manager) onHost(ctx context.Context, mach driver.Machine, verb string, args ...string) ([]byte, error) {
-	l, err := m.linkFor(ctx, mach)
-	if err != nil {
-		return nil, err
+	r := mach.Remote
+	if r.Addr == "" {
+		return nil, errNoLink(r)
 	}
-	defer l.Close()
 	self, err := m.Executable()
 	if err != nil {
 		return nil, err
 	}
-	inst, err := hostlink.InstallAgent(ctx, l.c, self, mach.Remote.Dir)
-	if inst.Path == "" {
-		return nil, fmt.Errorf("copying agent-vm's binary to host %s: %w", mach.Remote.Host, err)
+	t := hostlink.Target{Addr: r.Addr, User: r.User, KeyFile: r.KeyFile, KnownHosts: r.KnownHosts}
+	c, agent, err := hostlink.DialAgent(ctx, t, self, r.Dir, func(err error) {
+		m.Log.Warn("could not prune older copies of agent-vm's binary on the host", "host", r.Host, "error", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reaching host %s: %w", r.Host, err)
 	}
-	res, err := l.git.Run.Run(ctx, execx.Cmd{Path: inst.Path, Args: append([]string{verb}, args...)})
+	defer c.Close()
+	res, err := hostlink.Runner{C: c}.Run(ctx, execx.Cmd{Path: agent, Args: append([]string{verb}, args...)})
 	if err != nil {
 		return nil, err
 	}

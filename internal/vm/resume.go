@@ -102,7 +102,7 @@ func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, m
 	client, err := sshx.WaitReady(wctx, m.guestOf(r, l).Target(), nil)
 	if err != nil {
 		logs := d.Logs(mach)
-		return nil, &BootError{VM: r.Branch, Phase: "waiting for SSH after resume", Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+		return nil, &BootError{VM: r.Branch, Phase: "waiting for SSH after resume", Err: err, ConsoleLog: logs.Console, Tail: tailHere(mach, logs.Console, 15)}
 	}
 	client.Close()
 	res.SSHReady = time.Since(rs.began)

@@ -53,17 +53,17 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		var late *hostload.TimeoutError
 		switch cause := context.Cause(wctx); {
 		case errors.Is(cause, errQEMUGone):
-			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, driver.TailFile(logs.Driver, 3))
+			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, tailHere(mach, logs.Driver, 3))
 		case errors.As(cause, &late):
 			err = fmt.Errorf("%w: %v (hint: start fewer VMs at once, or give start a longer --timeout)", err, late)
 		case errors.Is(cause, context.DeadlineExceeded):
 			err = fmt.Errorf("%w: --timeout %s ran out (the host: %s)", err, o.Timeout, m.hostLoad(ctx, r.Slug))
 		}
-		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: tailHere(mach, logs.Console, 15)}
 	}
 	target := m.guestOf(r, l).Target()
 	progress := func(elapsed time.Duration, _ error) {
-		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(logs.Console))
+		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(tailHere(mach, logs.Console, 1)))
 	}
 	client, err := sshx.WaitReady(wctx, target, progress)
 	if err != nil {
@@ -188,12 +188,22 @@ func (m *Manager) watchQEMU(ctx context.Context, d driver.Driver, mach driver.Ma
 	return wctx, func() { close(done); cancel(nil) }
 }
 
-// lastConsoleLine is the guest's latest console output, for progress
+// lastConsoleLine is the guest's latest console line (last), for progress
 // lines: escaped, without colours, at most 120 characters.
-func lastConsoleLine(console string) string {
-	line := []rune(strings.TrimSpace(termsafe.Line(driver.TailFile(console, 1))))
+func lastConsoleLine(last string) string {
+	line := []rune(strings.TrimSpace(termsafe.Line(last)))
 	if len(line) > 120 {
 		return string(line[:120]) + "…"
 	}
 	return string(line)
+}
+
+// tailHere is the last n lines of a log of mach's that lies on this
+// machine; "" for a machine placed on another host, whose logs are there
+// (`agent-vm logs` reads them over the link).
+func tailHere(mach driver.Machine, path string, n int) string {
+	if mach.Remote != nil {
+		return ""
+	}
+	return driver.TailFile(path, n)
 }
