@@ -41,12 +41,16 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--backend", "docker"}, `--backend "docker"`},
 		{[]string{"lifecycle"}, `unexpected argument "lifecycle"`},
 		{[]string{"--nope"}, "-nope"},
+		{[]string{"--host", "big", "--backend", "vagrant"}, "--host big places VMs through the libvirt backend, not --backend vagrant"},
 	} {
 		errOut.Reset()
 		_, err := ParseFlags(c.args, &out, &errOut)
 		if err == nil || ExitCode(err) != ExitUsage || !strings.Contains(errOut.String(), c.mention) {
 			t.Errorf("%q: err %v, stderr %q; want exit %d and %q said", c.args, err, errOut.String(), ExitUsage, c.mention)
 		}
+	}
+	if cfg, err := ParseFlags([]string{"--host", "big"}, &out, &errOut); err != nil || cfg.Host != "big" || cfg.Backend != "libvirt" {
+		t.Errorf("--host big: %+v, %v; want host big through the libvirt backend", cfg, err)
 	}
 	_, err = ParseFlags([]string{"-h"}, &out, &errOut)
 	if !errors.Is(err, flag.ErrHelp) || ExitCode(err) != ExitPassed {
