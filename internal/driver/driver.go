@@ -168,6 +168,27 @@ type Cloner interface {
 	Clone(ctx context.Context, m Machine, b Boot, o StartOptions, from Machine, edits []MemoryEdit) (*Launch, error)
 }
 
+// Placer is a driver that runs machines on other hosts (Machine.Remote),
+// each with a directory of its own there that holds its workspace.
+type Placer interface {
+	Driver
+	// PrepareHost makes m's directory on its host and returns where the
+	// workspace is to be cloned there (it must not exist yet).
+	PrepareHost(ctx context.Context, m Machine) (workspace string, err error)
+	// RemoveFromHost destroys m (as Destroy, which keeps m's directory on
+	// the host: a reset keeps its workspace) and removes that directory,
+	// the workspace with it.
+	RemoveFromHost(ctx context.Context, m Machine) error
+	// HostPaths are where m's files lie on its host.
+	HostPaths(m Machine) HostPaths
+}
+
+// HostPaths are a placed machine's files on its host.
+type HostPaths struct {
+	Workspace string // the branch's clone the guest shares
+	NetDir    string // the egress proxy's directory (policy, log)
+}
+
 // Forwarder is a driver that can change a running machine's port
 // forwards.
 type Forwarder interface {

@@ -90,6 +90,7 @@ var (
 	_ driver.Suspender        = (*Driver)(nil)
 	_ driver.NetworkContainer = (*Driver)(nil)
 	_ driver.Forwarder        = (*Driver)(nil)
+	_ driver.Placer           = (*Driver)(nil)
 )
 
 // Name implements driver.Driver.

@@ -166,16 +166,11 @@ func hostDirs(dir string, m driver.Machine) hostMachineDirs {
 		Workspace: path.Join(base, "workspace"), Doors: path.Join(base, "doors")}
 }
 
-// HostWorkspace is where the workspace of m, placed on a host, lives
-// there: what the host's clone is made at before m first starts.
-func HostWorkspace(m driver.Machine) string {
-	return hostDirs(m.Remote.Dir, m).Workspace
-}
-
-// HostNetDir is the egress proxy's directory of m, placed on a host,
-// there (its policy, its log).
-func HostNetDir(m driver.Machine) string {
-	return hostDirs(m.Remote.Dir, m).Net
+// HostPaths implements driver.Placer: m's workspace and proxy's directory
+// on its host.
+func (d *Driver) HostPaths(m driver.Machine) driver.HostPaths {
+	dirs := hostDirs(m.Remote.Dir, m)
+	return driver.HostPaths{Workspace: dirs.Workspace, NetDir: dirs.Net}
 }
 
 // ServeHost serves the one hostRequest read from in on this machine (the

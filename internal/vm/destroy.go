@@ -88,7 +88,7 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	if mach.Remote != nil {
 		// The VM's files on its host, its workspace among them: the check
 		// above found nothing there that is not saved here.
-		pd, err := m.placedDriver()
+		pd, err := m.placerOf(e.Record)
 		if err == nil {
 			err = pd.RemoveFromHost(ctx, mach)
 		}

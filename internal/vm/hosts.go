@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/hosts"
-	"github.com/agent-vm/agent-vm/internal/libvirt"
-	"github.com/hashicorp/go-hclog"
 )
 
 // HostDoctor runs `host doctor` on the registered host called name,
@@ -121,14 +118,4 @@ func (m *Manager) RemoveHost(ctx context.Context, name string) error {
 		}
 	}
 	return m.Hosts.Remove(name)
-}
-
-// HostCommand is the hidden verb of agent-vm's binary that serves, on a
-// host VMs are placed on, one request of the libvirt driver running them
-// from another machine.
-const HostCommand = libvirt.HostCommand
-
-// ServeHost serves that request: read from in, answered on out.
-func ServeHost(ctx context.Context, in io.Reader, out io.Writer, log hclog.Logger) error {
-	return libvirt.ServeHost(ctx, in, out, log)
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
-	"github.com/agent-vm/agent-vm/internal/libvirt"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -86,7 +85,11 @@ func (m *Manager) Publish(ctx context.Context, e state.Entry) error {
 		owner = strconv.Itoa(e.Record.Guest.UID) + ":" + strconv.Itoa(e.Record.Guest.GID)
 	}
 	const put = `umask 077; cat > "$1.tmp" && { [ -z "$2" ] || chown "$2" "$1.tmp"; } && mv -f "$1.tmp" "$1"`
-	dst := path.Join(libvirt.HostNetDir(mach), egress.PolicyFile)
+	hp, err := m.hostPaths(e.Record, mach)
+	if err != nil {
+		return err
+	}
+	dst := path.Join(hp.NetDir, egress.PolicyFile)
 	if _, err := l.git.Run.Run(ctx, execx.Cmd{Path: "sh", Args: []string{"-c", put, "sh", dst, owner}, Stdin: bytes.NewReader(b)}); err != nil {
 		return fmt.Errorf("copying the policy to host %s: %w", mach.Remote.Host, err)
 	}
@@ -103,7 +106,11 @@ func (m *Manager) PullLog(ctx context.Context, e state.Entry, follow bool) (func
 		return func() {}, nil
 	}
 	local := netpolicy.LogPath(e.Layout)
-	src := path.Join(libvirt.HostNetDir(mach), egress.LogFile)
+	hp, err := m.hostPaths(e.Record, mach)
+	if err != nil {
+		return nil, err
+	}
+	src := path.Join(hp.NetDir, egress.LogFile)
 	l, err := m.linkFor(ctx, mach)
 	if err != nil {
 		return nil, err

@@ -153,3 +153,13 @@ func (m *Manager) prober(qemuBin string) *accel.Prober {
 	kernels = append(kernels, "/run/current-system/kernel")
 	return &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels, CacheDir: m.dirs.Cache, Override: m.getenv("AGENT_VM_ACCEL")}
 }
+
+// HostCommand is the hidden verb of agent-vm's binary that serves, on a
+// host VMs are placed on, one request of the libvirt driver running them
+// from another machine.
+const HostCommand = libvirt.HostCommand
+
+// ServeHost serves that request: read from in, answered on out.
+func ServeHost(ctx context.Context, in io.Reader, out io.Writer, log hclog.Logger) error {
+	return libvirt.ServeHost(ctx, in, out, log)
+}

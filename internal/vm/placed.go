@@ -3,7 +3,6 @@ package vm
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
-	"github.com/agent-vm/agent-vm/internal/libvirt"
 	"github.com/agent-vm/agent-vm/internal/repoconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -26,13 +24,27 @@ import (
 // agent's work has one home; sync fetches from the host
 // (gitws.SyncFromHost); destroy syncs the branch before removing anything.
 
-// placedDriver is the libvirt driver, which runs VMs placed on hosts.
-func (m *Manager) placedDriver() (*libvirt.Driver, error) {
-	d, ok := m.Drivers[libvirt.DriverName].(*libvirt.Driver)
-	if !ok {
-		return nil, errors.New("internal error: this agent-vm has no libvirt driver to place VMs on hosts with")
+// placerOf is the driver of the VM whose record is r, which places it on
+// another host.
+func (m *Manager) placerOf(r *state.Record) (driver.Placer, error) {
+	d, err := m.driverOf(r)
+	if err != nil {
+		return nil, err
 	}
-	return d, nil
+	p, ok := d.(driver.Placer)
+	if !ok {
+		return nil, fmt.Errorf("internal error: the %s driver places no VM on another host", d.Name())
+	}
+	return p, nil
+}
+
+// hostPaths are where the files of mach, placed on another host, lie there.
+func (m *Manager) hostPaths(r *state.Record, mach driver.Machine) (driver.HostPaths, error) {
+	p, err := m.placerOf(r)
+	if err != nil {
+		return driver.HostPaths{}, err
+	}
+	return p.HostPaths(mach), nil
 }
 
 // placedLink is an open link to the host a VM is placed on, and git's way
@@ -77,7 +89,7 @@ func (m *Manager) placeWorkspace(ctx context.Context, rec *state.Record, l state
 	if mach.Remote == nil {
 		return nil
 	}
-	d, err := m.placedDriver()
+	d, err := m.placerOf(rec)
 	if err != nil {
 		return err
 	}
@@ -107,7 +119,11 @@ func (m *Manager) syncPlaced(ctx context.Context, e state.Entry, mach driver.Mac
 		return nil, err
 	}
 	defer l.Close()
-	return m.Git.SyncFromHost(ctx, l.git, libvirt.HostWorkspace(mach), e.Record.Git.Source, e.Record.Branch)
+	hp, err := m.hostPaths(e.Record, mach)
+	if err != nil {
+		return nil, err
+	}
+	return m.Git.SyncFromHost(ctx, l.git, hp.Workspace, e.Record.Git.Source, e.Record.Branch)
 }
 
 // WorkspaceCheckCommand is the hidden verb of agent-vm's binary that, on a
@@ -135,7 +151,11 @@ func (m *Manager) checkUnsavedPlaced(ctx context.Context, e state.Entry, mach dr
 	if _, err := m.syncPlaced(ctx, e, mach); err != nil {
 		return fmt.Errorf("saving VM %q's branch from host %s before destroying it: %w (hint: %s)", e.Record.Branch, mach.Remote.Host, err, hint)
 	}
-	ws := libvirt.HostWorkspace(mach)
+	hp, err := m.hostPaths(e.Record, mach)
+	if err != nil {
+		return err
+	}
+	ws := hp.Workspace
 	out, err := m.onHost(ctx, mach, WorkspaceCheckCommand, "--workspace", ws)
 	if err != nil {
 		// git's errors quote the workspace: escaped.
@@ -156,7 +176,7 @@ func (m *Manager) checkUnsavedPlaced(ctx context.Context, e state.Entry, mach dr
 // make here.
 func (m *Manager) unplace(ctx context.Context, rec *state.Record, l state.Layout) {
 	mach := m.machine(rec, l)
-	d, err := m.placedDriver()
+	d, err := m.placerOf(rec)
 	if err == nil && mach.Remote != nil {
 		err = d.RemoveFromHost(context.WithoutCancel(ctx), mach)
 	}
@@ -170,7 +190,10 @@ func (m *Manager) unplace(ctx context.Context, rec *state.Record, l state.Layout
 // names it), else here.
 func (m *Manager) WorkspacePath(r *state.Record, l state.Layout) (path, host string) {
 	if mach := m.machine(r, l); mach.Remote != nil {
-		return libvirt.HostWorkspace(mach), mach.Remote.Host
+		if hp, err := m.hostPaths(r, mach); err == nil {
+			return hp.Workspace, mach.Remote.Host
+		}
+		return "", mach.Remote.Host
 	}
 	return l.Workspace(), ""
 }
@@ -231,7 +254,11 @@ func (m *Manager) repoConfig(ctx context.Context, r *state.Record, l state.Layou
 	if mach.Remote == nil {
 		return repoconfig.Load(l.Workspace(), "")
 	}
-	ws := libvirt.HostWorkspace(mach)
+	hp, err := m.hostPaths(r, mach)
+	if err != nil {
+		return nil, err
+	}
+	ws := hp.Workspace
 	name := ws + "/" + guest.ConfigFile + " on host " + mach.Remote.Host
 	out, err := m.onHost(ctx, mach, WorkspaceConfigCommand, "--workspace", ws)
 	if err != nil {
