@@ -204,6 +204,9 @@ func serve(ctx context.Context, req hostRequest, log hclog.Logger) (hostResponse
 	}
 	switch req.Verb {
 	case verbPrepare:
+		if err := searchableAbove(req.Dir); err != nil {
+			return hostResponse{}, err
+		}
 		vmDir := top.Sub("vms", 0o711).Sub(DomainName(m), 0o711)
 		// doors: 0711, its sockets each given to the proxy's user.
 		for _, sub := range []*hostdir.Dir{vmDir.Sub("run", 0o700), vmDir.Sub("logs", 0o700), vmDir.Sub("net", 0o700), vmDir.Sub("doors", 0o711)} {
@@ -328,4 +331,22 @@ func readNet(m driver.Machine) (libvirtnet.Net, error) {
 		return n, fmt.Errorf("%s does not say the guest's address (%v) (hint: restart the VM)", runFile(m, NetFile), err)
 	}
 	return n, nil
+}
+
+// searchableAbove refuses an agent-vm directory on the host that
+// libvirt's QEMU, which runs as a user of its own, could not reach: one
+// of the directories above dir that others may not search.
+func searchableAbove(dir string) error {
+	for p := path.Dir(dir); ; p = path.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("agent-vm's directory %s on the host: %w", dir, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("agent-vm's directory %s on the host lies in %s (mode %04o), which libvirt's QEMU, running as a user of its own, cannot pass through to the VM's disks (hint: `host add` the host again with a --dir whose parent directories others may search, e.g. %s)", dir, p, fi.Mode().Perm(), hostlink.DefaultDir)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }

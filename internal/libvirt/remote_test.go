@@ -37,7 +37,19 @@ func TestVerbsRunOnTheHost(t *testing.T) {
 	libvirtd.ForTest(t)
 	virsh := testutil.Program(t, libvirtd.Virsh)
 	srv, _ := hostlinktest.Dial(t)
-	hostDir := filepath.Join(t.TempDir(), "agent-vm-host")
+	// t.TempDir() is 0700, which libvirt's QEMU could not pass through:
+	// the host's directory is refused there (checked below), and made in
+	// a searchable one.
+	hidden := filepath.Join(t.TempDir(), "agent-vm-host")
+	top, err := os.MkdirTemp("", "agent-vm-remote-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	if err := os.Chmod(top, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	hostDir := filepath.Join(top, "agent-vm-host")
 	t.Cleanup(func() {
 		pool := hostPoolName(hostDir)
 		for _, args := range [][]string{{"pool-destroy", pool}, {"pool-undefine", pool}} {
@@ -126,6 +138,12 @@ func TestVerbsRunOnTheHost(t *testing.T) {
 	}
 	if _, err := os.Stat(vmDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("RemoveFromHost left the machine's directory on the host: %v", err)
+	}
+
+	inHidden := m
+	inHidden.Remote = &driver.Remote{Host: "test", Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts, Dir: hidden}
+	if _, err := d.PrepareHost(ctx, inHidden); err == nil || !strings.Contains(err.Error(), "cannot pass through") {
+		t.Errorf("a host directory inside a 0700 one: %v, want it refused with the reason", err)
 	}
 
 	unlinked := m
