@@ -16,7 +16,7 @@ import (
 )
 
 // hostCommand is `host add|link|list|rm|doctor`: the libvirt hosts VMs may be
-// placed on (internal/hosts). Placing a VM on one is not built yet.
+// placed on (internal/hosts), with `create --host`.
 func hostCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:  "host",
@@ -26,8 +26,8 @@ func hostCommand(stdio IO) *cli.Command {
 			"ssh-agent, or keyfile=/path/to/key; the server's host key already in ~/.ssh/known_hosts). They are\n" +
 			"kept in $XDG_CONFIG_HOME/agent-vm/hosts (~/.config/agent-vm/hosts). `host link NAME` sets up\n" +
 			"agent-vm's own SSH link to a qemu+ssh host (its host key pinned, a key of agent-vm's), which placing\n" +
-			"VMs there will use. `host doctor NAME` checks what agent-vm would need there. Placing a VM on a\n" +
-			"host is not built yet: VMs still run on this machine.",
+			"VMs there uses; log in as root there. `host doctor NAME` checks what agent-vm needs there.\n" +
+			"`agent-vm create BRANCH --host NAME` then places a VM on it.",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",

@@ -13,9 +13,9 @@
 // read-write connection to the system daemon is as good as root on the
 // host, which is why the key is agent-vm's own and the host key pinned.
 //
-// Today `host doctor` asks libvirt through it; placing VMs on a host
-// (docs/scaling.md) will hold one such connection per host, and run
-// agent-vm's own binary there, which Install copies over it. A Tunnel
+// `host doctor` asks the host through it, and a VM placed on a host is
+// run there by agent-vm's own binary, which Install copies over it
+// (DialAgent), one connection per request. A Tunnel
 // carries TCP connections over it (direct-tcpip channels the host's sshd
 // connects) to addresses the host reaches: the forwards of a VM placed
 // there, listening on this machine's loopback (`net-forward --via-addr`).

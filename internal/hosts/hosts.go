@@ -11,8 +11,8 @@
 //
 // A qemu+ssh host may also have agent-vm's own SSH link (link.go, `host
 // link`): its pinned host key and agent-vm's key pair for it, files beside
-// the host's. Placing VMs on a host is not built yet: nothing reads the
-// registry but `host list`, `host rm`, `host link` and `host doctor`.
+// the host's. `create --host` places VMs on a host through it: a VM's
+// record names its host, and the Manager reads the host's link from here.
 package hosts
 
 import (
@@ -250,8 +250,8 @@ func (r *Registry) List() ([]Host, error) {
 }
 
 // Remove deletes the host called name, damaged or not. It does not ask
-// whether VMs are placed there: placing VMs on a host is not built yet,
-// and when it is, Remove must refuse a host that still has VMs.
+// whether VMs are placed there: the registry knows no VMs, and the
+// Manager's RemoveHost refuses a host that still has some first.
 func (r *Registry) Remove(name string) error {
 	if err := CheckName(name); err != nil {
 		return err

@@ -20,8 +20,8 @@ import (
 // Link is agent-vm's own SSH link to a qemu+ssh host (internal/hostlink),
 // set up by `host link`: the host's key pinned in KnownHosts, agent-vm's
 // key pair for the host in KeyFile (and KeyFile.pub), next to the host's
-// file. Placing VMs on the host will go through it; today `host doctor`
-// checks it.
+// file. VMs placed on the host are reached through it, and `host doctor`
+// checks the host over it.
 type Link struct {
 	Addr string `json:"addr"`
 	User string `json:"user"`
