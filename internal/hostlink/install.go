@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -57,6 +58,11 @@ func InstallAgent(ctx context.Context, c *ssh.Client, src, dir string) (Installe
 	return Install(ctx, c, src, path.Join(dir, "bin"), AgentKeep)
 }
 
+// ErrUnreachable marks DialAgent's failure to open the link at all (the
+// host down or gone, its sshd refusing agent-vm's key or showing another
+// host key), as against a failure on a host that answered.
+var ErrUnreachable = errors.New("the host cannot be reached over agent-vm's link")
+
 // DialAgent opens the link to t and makes sure agent-vm's binary exe (a
 // local file) is in agent-vm's directory dir on the host (InstallAgent),
 // returning the connection and the binary's path there. Older copies that
@@ -64,7 +70,7 @@ func InstallAgent(ctx context.Context, c *ssh.Client, src, dir string) (Installe
 func DialAgent(ctx context.Context, t Target, exe, dir string, warn func(error)) (*ssh.Client, string, error) {
 	c, err := Dial(ctx, t)
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	inst, err := InstallAgent(ctx, c, exe, dir)
 	if inst.Path == "" {

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/gitws"
@@ -72,7 +73,15 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 		mach = m.machine(e.Record, e.Layout)
 	}
 	live, err := m.stopMachine(ctx, d, mach)
-	if err != nil {
+	gone := false // the VM's host cannot be reached, and force forgets it
+	switch {
+	case err != nil && mach.Remote != nil && errors.Is(err, hostlink.ErrUnreachable):
+		if !force {
+			return nil, fmt.Errorf("stopping VM %q before destroying it: %w (hint: nothing was removed; if host %s is gone for good, `agent-vm destroy %s --force` forgets the VM here, leaving whatever it had there)", res.Branch, err, mach.Remote.Host, e.Slug)
+		}
+		gone = true
+		m.Log.Warn("the VM's host cannot be reached: forgetting the VM here; its domain, network and files there stay until removed there", "vm", e.Slug, "host", mach.Remote.Host, "dir", mach.Remote.Dir, "error", err)
+	case err != nil:
 		return nil, destroyStopError(e, live, err)
 	}
 	m.stopHolder(ctx, e)
@@ -82,10 +91,12 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 			return res, err
 		}
 	}
-	if err := d.Destroy(ctx, mach); err != nil {
+	// (With the host gone, Destroy still ends what runs here for the VM,
+	// its forwards, before it fails to reach the host.)
+	if err := d.Destroy(ctx, mach); err != nil && !(gone && errors.Is(err, hostlink.ErrUnreachable)) {
 		return nil, err
 	}
-	if mach.Remote != nil {
+	if mach.Remote != nil && !gone {
 		// The VM's files on its host, its workspace among them: the check
 		// above found nothing there that is not saved here.
 		pd, err := m.placerOf(e.Record)

@@ -2,14 +2,20 @@ package vm_test
 
 import (
 	"context"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/hosts"
+	"github.com/agent-vm/agent-vm/internal/libvirt"
 	"github.com/agent-vm/agent-vm/internal/libvirtbackend"
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
+	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -67,5 +73,71 @@ func TestCreateOnAHost(t *testing.T) {
 	}
 	if err := m.RemoveHost(ctx, "big"); err != nil {
 		t.Errorf("host rm of an unused host: %v", err)
+	}
+}
+
+// A VM whose host is gone for good: destroy refuses, naming --force, and
+// with --force forgets the VM here (nothing there can be asked), leaving
+// no VM and no forward behind on this machine.
+func TestDestroyOnAHostGone(t *testing.T) {
+	m := plainManager(t)
+	m.Backends[libvirtbackend.Name] = &libvirtbackend.Backend{Run: execx.OS{}, Log: m.Log, ImageDir: t.TempDir()}
+	m.Drivers[libvirt.DriverName] = &libvirt.Driver{Run: execx.OS{}, Log: m.Log}
+	hostsDir := filepath.Join(t.TempDir(), "hosts")
+	m.Hosts = &hosts.Registry{Dir: &hostdir.Dir{Path: hostsDir, Mode: 0o700}}
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing answers there now
+	if _, err := m.Hosts.Add(ctx, "here", "qemu:///system"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Hosts.Add(ctx, "gone", "qemu+ssh://root@"+addr+"/system"); err != nil {
+		t.Fatal(err)
+	}
+	// The link as `host link` leaves it: a pinned host key, agent-vm's key.
+	hostKey, err := sshkeys.Generate("gone's host key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hostsDir, "gone.known_hosts"), []byte(hostlink.PinLine(addr, hostKey.Public)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := sshkeys.Generate("agent-vm host gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := key.Write(filepath.Join(hostsDir, "gone.key")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Create(ctx, vm.CreateOptions{Repo: tu.Repo(t, true), Branch: "feat", Host: "here"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if it had been placed on "gone" (which create refuses while the
+	// host does not answer).
+	l2 := m.Root.Layout(r.Slug)
+	rec, err := state.ReadRecord(l2.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Host = "gone"
+	if err := state.WriteRecord(l2.Record(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Destroy(ctx, r.Slug, false); err == nil || !strings.Contains(err.Error(), "--force") || !strings.Contains(err.Error(), "host gone") {
+		t.Fatalf("destroy of a VM whose host does not answer: %v, want a refusal naming the host and --force", err)
+	}
+	if es, _ := m.Root.List(); len(es) != 1 {
+		t.Fatalf("the refused destroy removed the VM: %d left", len(es))
+	}
+	if _, err := m.Destroy(ctx, r.Slug, true); err != nil {
+		t.Fatalf("destroy --force of a VM whose host is gone: %v", err)
+	}
+	if es, _ := m.Root.List(); len(es) != 0 {
+		t.Errorf("destroy --force left %d VMs", len(es))
 	}
 }

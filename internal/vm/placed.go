@@ -70,7 +70,7 @@ func (m *Manager) linkFor(ctx context.Context, mach driver.Machine) (*placedLink
 		return nil, errNoLink(r)
 	}
 	t := hostlink.Target{Addr: r.Addr, User: r.User, KeyFile: r.KeyFile, KnownHosts: r.KnownHosts}
-	self, err := m.Executable()
+	self, err := m.executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding agent-vm's own binary, which git reaches host %s through: %w", r.Host, err)
 	}
@@ -205,7 +205,7 @@ func (m *Manager) onHost(ctx context.Context, mach driver.Machine, verb string, 
 	if r.Addr == "" {
 		return nil, errNoLink(r)
 	}
-	self, err := m.Executable()
+	self, err := m.executable()
 	if err != nil {
 		return nil, err
 	}
