@@ -91,21 +91,21 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 			return res, err
 		}
 	}
-	// (With the host gone, Destroy still ends what runs here for the VM,
-	// its forwards, before it fails to reach the host.)
-	if err := d.Destroy(ctx, mach); err != nil && !(gone && errors.Is(err, hostlink.ErrUnreachable)) {
-		return nil, err
-	}
-	if mach.Remote != nil && !gone {
-		// The VM's files on its host, its workspace among them: the check
-		// above found nothing there that is not saved here.
+	// A VM placed on another host goes with its files there, its
+	// workspace among them (the check above found nothing there that is
+	// not saved here): RemoveFromHost is the driver's Destroy and that in
+	// one request. With the host gone, it still ends what runs here for
+	// the VM, its forwards, before it fails to reach the host.
+	remove := d.Destroy
+	if mach.Remote != nil {
 		pd, err := m.placerOf(e.Record)
-		if err == nil {
-			err = pd.RemoveFromHost(ctx, mach)
-		}
 		if err != nil {
 			return nil, err
 		}
+		remove = pd.RemoveFromHost
+	}
+	if err := remove(ctx, mach); err != nil && !(gone && errors.Is(err, hostlink.ErrUnreachable)) {
+		return nil, err
 	}
 	// What a backend made that would outlive a half-removed directory goes
 	// first (the directory is renamed into .trash, then deleted). With an

@@ -51,7 +51,6 @@ func (m *Manager) hostPaths(r *state.Record, mach driver.Machine) (driver.HostPa
 // there: the command git runs as its ssh (agent-vm's own binary here).
 type placedLink struct {
 	c   *ssh.Client
-	r   *driver.Remote
 	git gitws.Host
 }
 
@@ -78,7 +77,7 @@ func (m *Manager) linkFor(ctx context.Context, mach driver.Machine) (*placedLink
 	if err != nil {
 		return nil, fmt.Errorf("reaching host %s: %w", r.Host, err)
 	}
-	return &placedLink{c: c, r: r, git: gitws.Host{Name: r.Host, Run: hostlink.Runner{C: c}, SSH: hostlink.ExecArgv(self, t)}}, nil
+	return &placedLink{c: c, git: gitws.Host{Name: r.Host, Run: hostlink.Runner{C: c}, SSH: hostlink.ExecArgv(self, t)}}, nil
 }
 
 // placeWorkspace clones the new VM's branch onto its host, owned there by
