@@ -50,6 +50,12 @@
 //     port to its door listener; every port the kernel chose for the
 //     proxy, so nothing already on the host's wildcard address is in the
 //     way.
+//   - prerouting (filter, after the nat): TCP from the bridge to the doors'
+//     address on a port that is no door gets a reset, so the guest learns
+//     at once. Here, not in forward: a host that forwards no packets
+//     (net.ipv4.ip_forward 0, as Debian leaves it when no libvirt network
+//     with NAT runs) drops them before the forward hook, and the guest's
+//     connection would hang instead.
 //   - input (filter): the front's ports are the guest's alone: from
 //     anywhere else (the host's own users on its loopback, a neighbour that
 //     routes to the bridge) they are dropped, as the QEMU driver's proxy
@@ -57,9 +63,7 @@
 //     opened (vagrant's and agent-vm's SSH, the forwarders), DHCP, and the
 //     front's ports by way of the doors are let in; everything else the
 //     guest sends to the host is dropped, whatever the address.
-//   - forward (filter): nothing from or to the bridge is forwarded (TCP to
-//     the doors' address on a port that is no door gets a reset, so the
-//     guest learns at once).
+//   - forward (filter): nothing from or to the bridge is forwarded.
 //
 // A drop in any table's base chain is final in nftables, so libvirt's own
 // rules (iptables, other tables) cannot open what the fence drops.
@@ -238,6 +242,10 @@ table inet {{.Table}} {
 		iifname "{{$.Bridge}}" ip daddr {{$.Doors}} tcp dport {{.Port}} dnat ip to {{$.Host}}:{{.To}}
 {{- end}}
 	}
+	chain nodoor {
+		type filter hook prerouting priority dstnat + 10; policy accept;
+		iifname "{{.Bridge}}" ip daddr {{.Doors}} meta l4proto tcp reject with tcp reset
+	}
 	chain input {
 		type filter hook input priority filter; policy accept;
 		iifname != "{{.Bridge}}" ip daddr {{.Host}} tcp dport { {{.Ports}} } drop
@@ -248,7 +256,6 @@ table inet {{.Table}} {
 	}
 	chain forward {
 		type filter hook forward priority filter; policy accept;
-		iifname "{{.Bridge}}" ip daddr {{.Doors}} meta l4proto tcp reject with tcp reset
 		iifname "{{.Bridge}}" drop
 		oifname "{{.Bridge}}" drop
 	}
