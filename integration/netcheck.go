@@ -19,35 +19,47 @@ const (
 	netDeniedName  = "itest-denied.test"
 )
 
-// netSteps check the network's containment from inside a
-// running VM, as root where the claim is about the guest's reach: the
-// host's loopback is unreachable at the gateway; exactly the exposed port
-// answers at the doors' address; an allowed name is reached through the
-// proxy and a denied one is refused with the rule and the command that
-// allows it; `net log --json` lists them; mode offline refuses both. It
-// restarts the VM (a door opens at a start).
-func netSteps(ctx context.Context, s *S, branch string) {
-	var exposed, other int
-	s.Step(ctx, "network: expose one host port, allow a test name, restart", func() error {
-		var err error
-		if exposed, err = hostServer(ctx, "exposed"); err != nil {
-			return err
+// netSetup exposes one host port and allows one test name on branch's
+// VM before its first start, so that the start opens the door (a door
+// opens at a start) and the egress proxy it starts leads the test names
+// to the host's loopback: no second boot for the network steps.
+type netSetup struct {
+	exposed, other int      // host ports on 127.0.0.1: exposed, and not
+	env            []string // the start's environment (the test names' addresses)
+}
+
+func newNetSetup(ctx context.Context, s *S, branch string) (*netSetup, error) {
+	n := &netSetup{env: []string{fmt.Sprintf("AGENT_VM_TEST_EGRESS_HOSTS=%s=127.0.0.1,%s=127.0.0.1", netAllowedName, netDeniedName)}}
+	var err error
+	if n.exposed, err = hostServer(ctx, "exposed"); err != nil {
+		return nil, err
+	}
+	if n.other, err = hostServer(ctx, "not exposed"); err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{
+		{"port", "expose", branch, strconv.Itoa(n.exposed)},
+		{"net", "allow", branch, netAllowedName, "127.0.0.1"},
+	} {
+		if err := want(s.call(ctx, call{args: args}), 0); err != nil {
+			return nil, err
 		}
-		if other, err = hostServer(ctx, "not exposed"); err != nil {
-			return err
-		}
-		for _, args := range [][]string{
-			{"port", "expose", branch, strconv.Itoa(exposed)},
-			{"net", "allow", branch, netAllowedName, "127.0.0.1"},
-		} {
-			if err := want(s.call(ctx, call{args: args}), 0); err != nil {
-				return err
-			}
-		}
-		hosts := fmt.Sprintf("AGENT_VM_TEST_EGRESS_HOSTS=%s=127.0.0.1,%s=127.0.0.1", netAllowedName, netDeniedName)
-		_, err = s.boot(ctx, "restart", branch, 1, hosts)
-		return err
-	})
+	}
+	return n, nil
+}
+
+// netSteps check the network's containment from inside branch's VM,
+// started with n set up, as root where the claim is about the guest's
+// reach: the host's loopback is unreachable at the gateway; exactly the
+// exposed port answers at the doors' address; an allowed name is reached
+// through the proxy and a denied one is refused with the rule and the
+// command that allows it; `net log --json` lists them; mode offline
+// refuses both.
+func netSteps(ctx context.Context, s *S, branch string, n *netSetup) {
+	if n == nil { // the setup failed, and so the steps are skipped
+		n = &netSetup{}
+	}
+	exposed, other := n.exposed, n.other
 	s.Step(ctx, "network: from the guest, as root, the host answers only on the exposed port", func() error {
 		direct := func(url string) *Result {
 			return s.exec(ctx, branch, "sudo", "curl", "-sS", "--noproxy", "*", "--max-time", "15", url)

@@ -21,7 +21,7 @@ func mcpScenario() Scenario {
 		Name:    "mcp",
 		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync; the network's containment; the browser doors",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp", "restart", "port", "net", "browser"},
+		Verbs:   []string{"create", "status", "start", "stop", "destroy", "exec", "mcp", "port", "net", "browser"},
 		run:     runMCP,
 	}
 }
@@ -66,13 +66,17 @@ func mcpConfig(script string) string {
 
 func runMCP(ctx context.Context, s *S) {
 	var st *blackbox.Status
-	s.Step(ctx, "make a git repo with an MCP server and create a VM", func() error {
-		_, err := s.prepare(ctx, mcpBranch, map[string]string{
-			".mcp.json": mcpConfig("/workspace/.itest/mcp-server.sh"), ".itest/mcp-server.sh": mcpServerScript})
+	var net *netSetup
+	s.Step(ctx, "make a git repo with an MCP server and create a VM; expose one host port and allow a test name", func() (err error) {
+		if _, err = s.prepare(ctx, mcpBranch, map[string]string{
+			".mcp.json": mcpConfig("/workspace/.itest/mcp-server.sh"), ".itest/mcp-server.sh": mcpServerScript}); err != nil {
+			return err
+		}
+		net, err = newNetSetup(ctx, s, mcpBranch)
 		return err
 	})
 	s.Step(ctx, "start it", func() (err error) {
-		if _, err = s.start(ctx, mcpBranch, 1); err != nil {
+		if _, err = s.boot(ctx, "start", mcpBranch, 1, net.env...); err != nil {
 			return err
 		}
 		if st, err = s.healthy(ctx, mcpBranch); err != nil {
@@ -95,7 +99,7 @@ func runMCP(ctx context.Context, s *S) {
 	s.Step(ctx, "mcp sync writes the host's servers into the guest's ~/.claude.json, without their values", func() error {
 		return checkMCPSync(ctx, s)
 	})
-	netSteps(ctx, s, mcpBranch)
+	netSteps(ctx, s, mcpBranch, net)
 	browserSteps(ctx, s, mcpBranch)
 }
 

@@ -16,7 +16,7 @@ import (
 
 // These tests pause a FAKE QEMU (qemutest, see suspend_test.go) in place
 // and continue it: the QMP commands it logs are the sequence under test.
-// The real boot is internal/vm's TestSuspendPausesABusyVM.
+// The real boot is internal/vm's suspendPausesABusyVM (in TestTemplate).
 
 // A pause stops the CPUs and nothing else: the same QEMU and virtiofsd run
 // on, Inspect says suspended (paused in place, naming the host RAM it

@@ -20,7 +20,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// pauseAgent is the agent of TestSuspendPausesABusyVM's session: it runs
+// pauseAgent is the agent of suspendPausesABusyVM's session: it runs
 // in /workspace (the session's directory), writes its pid there and counts
 // in /tmp, every 0.2 s, for as long as it runs.
 const pauseAgent = `echo $$ > .agent-pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/agent-count; sleep 0.2; done`
@@ -35,13 +35,11 @@ const pauseAgent = `echo $$ > .agent-pid; i=0; while :; do i=$((i+1)); echo $i >
 // there, the host's file is seen, the guest's clock is the host's.
 // suspend --save refuses, naming the agent and the pause; --pause and
 // start work as suspend and resume do; stop of a paused VM shuts its guest
-// down cleanly. One boot.
-func TestSuspendPausesABusyVM(t *testing.T) {
-	m := newManager(t)
+// down cleanly. It runs on a running VM of TestTemplate's, whose boot
+// it shares (a boot of its own cost two minutes of CI's under TCG).
+func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 	ctx := context.Background()
-	const b = "pause"
-	e := create(t, m, b)
-	start(t, m, b)
+	b := e.Record.Branch
 	sh := guestSh(t, m, b)
 	cmd, stdin, err := session.Start(session.Spec{Name: "agent", Argv: []string{"sh", "-c", pauseAgent}})
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // both there, the guest's clock is the host's again, the egress proxy's door
 // works again. A process using /workspace makes suspend --save refuse,
 // naming it (without --save suspend pauses such a VM in place:
-// TestSuspendPausesABusyVM); a tampered saved state is refused and stop
+// suspendPausesABusyVM); a tampered saved state is refused and stop
 // discards it, leaving the VM stopped.
 func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	ctx := context.Background()
