@@ -3,15 +3,19 @@ package hosts
 import (
 	"cmp"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/virtiofsd"
+	"github.com/agent-vm/agent-vm/internal/virtpool"
 )
 
 // Check is one line of a host's doctor: ok or not, what was found, and
@@ -55,9 +59,11 @@ type Node struct {
 	AvailableKiB uint64 `json:"available_kib,omitempty"`
 }
 
-// Pool is the storage pool agent-vm would put disks in (DefaultPool).
+// Pool is agent-vm's storage pool on the host, where VMs placed there get
+// their disks (virtpool.NameFor the host's agent-vm directory).
 type Pool struct {
 	Name   string `json:"name"`
+	Dir    string `json:"dir"` // where agent-vm keeps it
 	Exists bool   `json:"exists"`
 	Active bool   `json:"active"`
 	// Available is what `virsh pool-info` says is free ("": not known).
@@ -71,9 +77,6 @@ type Network struct {
 	Name   string `json:"name"`
 	Active bool   `json:"active"`
 }
-
-// DefaultPool is the storage pool agent-vm would use on a host.
-const DefaultPool = "default"
 
 // DefaultTimeout bounds each program the doctor runs.
 const DefaultTimeout = 30 * time.Second
@@ -129,7 +132,7 @@ func (d *Doctor) check(ctx context.Context, h Host) Report {
 	}
 	d.accel(ctx, u, &r)
 	d.node(ctx, u, &r)
-	d.pool(ctx, u, &r)
+	d.pool(ctx, u, h, &r)
 	d.networks(ctx, u, &r)
 	d.virtiofsd(ctx, u, &r)
 	return r.done()
@@ -296,18 +299,23 @@ func (d *Doctor) node(ctx context.Context, u URI, r *Report) {
 	r.add(c)
 }
 
-// pool looks for DefaultPool and its state.
-func (d *Doctor) pool(ctx context.Context, u URI, r *Report) {
-	c := Check{Name: "storage pool " + DefaultPool}
+// pool checks agent-vm's storage pool on the host (virtpool: named for
+// the host's agent-vm directory, in DIR/pool). None yet is well: the
+// first VM placed there makes it, and starts it when it is not running.
+// A pool of that name elsewhere would fail that VM's start, so it fails
+// here, with the way out.
+func (d *Doctor) pool(ctx context.Context, u URI, h Host, r *Report) {
+	dir := h.AgentDir()
+	p := Pool{Name: virtpool.NameFor(dir, hostlink.DefaultDir), Dir: path.Join(dir, "pool")}
+	c := Check{Name: "storage pool"}
 	out, err := d.virsh(ctx, u, "pool-list", "--all", "--name")
 	if err != nil {
 		c.Detail = oneLine(err)
 		r.add(c)
 		return
 	}
-	p := Pool{Name: DefaultPool}
 	for _, name := range names(out) {
-		if name == DefaultPool {
+		if name == p.Name {
 			p.Exists = true
 		} else {
 			p.Others = append(p.Others, name)
@@ -315,16 +323,33 @@ func (d *Doctor) pool(ctx context.Context, u URI, r *Report) {
 	}
 	r.Pool = &p
 	if !p.Exists {
-		c.Detail = "no pool " + DefaultPool
-		if len(p.Others) > 0 {
-			c.Detail += " (the host has " + strings.Join(p.Others, ", ") + ")"
-		}
-		c.Hint = "make it: " + virshCmd(u, "pool-define-as", DefaultPool, "dir", "--target", "/var/lib/libvirt/images") + ", then " +
-			virshCmd(u, "pool-build", DefaultPool) + ", " + virshCmd(u, "pool-start", DefaultPool) + " and " + virshCmd(u, "pool-autostart", DefaultPool)
+		c.OK, c.Detail = true, "none yet: the first VM placed here makes agent-vm's pool "+p.Name+" in "+p.Dir
 		r.add(c)
 		return
 	}
-	out, err = d.virsh(ctx, u, "pool-info", DefaultPool)
+	out, err = d.virsh(ctx, u, "pool-dumpxml", p.Name)
+	if err != nil {
+		c.Detail = oneLine(err)
+		r.add(c)
+		return
+	}
+	var x struct {
+		Type   string `xml:"type,attr"`
+		Target string `xml:"target>path"`
+	}
+	if err := xml.Unmarshal([]byte(out), &x); err != nil {
+		c.Detail = "pool " + p.Name + ": its XML does not read: " + oneLine(err)
+		r.add(c)
+		return
+	}
+	if x.Type != "dir" || path.Clean(x.Target) != p.Dir {
+		c.Detail = "pool " + p.Name + " is of type " + x.Type + " at " + x.Target + ", not agent-vm's at " + p.Dir
+		c.Hint = "if it is an older one of agent-vm's: " + virshCmd(u, "pool-destroy", p.Name) + " and " + virshCmd(u, "pool-undefine", p.Name) +
+			" (its volumes stay in " + x.Target + "); else give agent-vm another directory: `agent-vm host rm " + h.Name + "`, then `agent-vm host add " + h.Name + " URI --dir DIR`"
+		r.add(c)
+		return
+	}
+	out, err = d.virsh(ctx, u, "pool-info", p.Name)
 	if err != nil {
 		c.Detail = oneLine(err)
 		r.add(c)
@@ -333,16 +358,14 @@ func (d *Doctor) pool(ctx context.Context, u URI, r *Report) {
 	info := fields(out)
 	p.Active = info["state"] == "running"
 	p.Available = info["available"]
-	r.Pool = &p
-	if !p.Active {
-		c.Detail = "pool " + DefaultPool + " is " + cmp.Or(info["state"], "not running")
-		c.Hint = "start it: " + virshCmd(u, "pool-start", DefaultPool) + " (and " + virshCmd(u, "pool-autostart", DefaultPool) + " for the host's next boot)"
-		r.add(c)
-		return
-	}
-	c.OK, c.Detail = true, "active"
-	if p.Available != "" {
-		c.Detail += ", " + p.Available + " available"
+	c.OK, c.Detail = true, "agent-vm's pool "+p.Name+" in "+p.Dir+": "
+	switch {
+	case !p.Active:
+		c.Detail += cmp.Or(info["state"], "not running") + " (a VM's start starts it)"
+	case p.Available != "":
+		c.Detail += "active, " + p.Available + " available"
+	default:
+		c.Detail += "active"
 	}
 	r.add(c)
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
+	"github.com/agent-vm/agent-vm/internal/hostlink"
+	"github.com/agent-vm/agent-vm/internal/virtpool"
 )
 
 // remote is the host the FAKE tests check: a qemu+ssh URI, whose
@@ -23,8 +25,9 @@ type fakeHost struct {
 	unreachable string // virsh's stderr when libvirt cannot be reached
 	noKVM       bool
 	noQEMU      bool
-	pools       []string // nil: default
+	pools       []string // nil: default and agent-vm
 	poolState   string   // "": running
+	poolAt      string   // agent-vm's pool's directory ("": /var/lib/agent-vm/pool)
 	nets        []string // nil: default
 	activeNets  []string // nil: as nets
 	virtiofsd   int      // ssh's exit: 0 found, 1 not found, 255 ssh failed
@@ -33,7 +36,10 @@ type fakeHost struct {
 
 func (h fakeHost) runner(t *testing.T) *execxtest.Fake {
 	if h.pools == nil {
-		h.pools = []string{"default"}
+		h.pools = []string{"default", "agent-vm"}
+	}
+	if h.poolAt == "" {
+		h.poolAt = "/var/lib/agent-vm/pool"
 	}
 	if h.nets == nil {
 		h.nets = []string{"default"}
@@ -69,12 +75,14 @@ func (h fakeHost) runner(t *testing.T) *execxtest.Fake {
 			return execxtest.Reply{Stdout: "total  :            131072000 KiB\nfree   :             52428800 KiB\nbuffers:              1048576 KiB\ncached :             10485760 KiB\n"}
 		case "pool-list --all --name":
 			return execxtest.Reply{Stdout: strings.Join(h.pools, "\n") + "\n\n"}
-		case "pool-info default":
+		case "pool-dumpxml agent-vm":
+			return execxtest.Reply{Stdout: "<pool type='dir'>\n  <name>agent-vm</name>\n  <target>\n    <path>" + h.poolAt + "</path>\n  </target>\n</pool>\n"}
+		case "pool-info agent-vm":
 			state := h.poolState
 			if state == "" {
 				state = "running"
 			}
-			return execxtest.Reply{Stdout: "Name:           default\nState:          " + state + "\nCapacity:       900.00 GiB\nAvailable:      512.50 GiB\n"}
+			return execxtest.Reply{Stdout: "Name:           agent-vm\nState:          " + state + "\nCapacity:       900.00 GiB\nAvailable:      512.50 GiB\n"}
 		case "net-list --all --name":
 			return execxtest.Reply{Stdout: strings.Join(h.nets, "\n") + "\n\n"}
 		case "net-list --name":
@@ -123,7 +131,7 @@ func TestDoctorAllWell(t *testing.T) {
 		"libvirt":              "libvirt 9.0.0, hypervisor QEMU 7.2.0",
 		"KVM":                  "libvirt offers KVM (its domain capabilities; no guest was booted to prove it)",
 		"CPUs and memory":      "32 CPUs, 125.0 GiB memory, 61.0 GiB available",
-		"storage pool default": "active, 512.50 GiB available",
+		"storage pool":         "agent-vm's pool agent-vm in /var/lib/agent-vm/pool: active, 512.50 GiB available",
 		"networks":             "default (active)",
 		"virtiofsd":            "/usr/libexec/virtiofsd on big.example.com",
 	} {
@@ -183,30 +191,56 @@ func (b blockingRunner) Run(ctx context.Context, c execx.Cmd) (execx.Result, err
 	return b.Fake.Run(ctx, c)
 }
 
-func TestDoctorNoPool(t *testing.T) {
+// No pool of agent-vm's yet is well: the first VM placed there makes it
+// (libvirt's default pool is not agent-vm's).
+func TestDoctorNoPoolYet(t *testing.T) {
 	r, checks := fakeHost{pools: []string{"images"}}.check(t)
-	c := checks["storage pool default"]
-	if r.OK || c.OK || c.Detail != "no pool default (the host has images)" ||
-		!strings.Contains(c.Hint, "virsh -c '"+remote.URI+"' pool-define-as default dir --target /var/lib/libvirt/images") ||
-		!strings.Contains(c.Hint, "pool-start default") {
+	c := checks["storage pool"]
+	if !r.OK || !c.OK || c.Detail != "none yet: the first VM placed here makes agent-vm's pool agent-vm in /var/lib/agent-vm/pool" {
+		t.Errorf("pool line: %+v (report ok %v)", c, r.OK)
+	}
+	if r.Pool == nil || r.Pool.Exists || r.Pool.Name != "agent-vm" || !slices.Equal(r.Pool.Others, []string{"images"}) {
+		t.Errorf("pool: %+v", r.Pool)
+	}
+}
+
+// An inactive pool is started by a VM's start.
+func TestDoctorInactivePool(t *testing.T) {
+	r, checks := fakeHost{poolState: "inactive"}.check(t)
+	c := checks["storage pool"]
+	if !r.OK || !c.OK || c.Detail != "agent-vm's pool agent-vm in /var/lib/agent-vm/pool: inactive (a VM's start starts it)" {
 		t.Errorf("pool line: %+v", c)
 	}
-	if r.Pool == nil || r.Pool.Exists || !slices.Equal(r.Pool.Others, []string{"images"}) {
+	if r.Pool == nil || !r.Pool.Exists || r.Pool.Active {
 		t.Errorf("pool: %+v", r.Pool)
+	}
+}
+
+// A pool of agent-vm's name in another directory would fail the first
+// VM's start: the line fails, naming both directories and the ways out.
+func TestDoctorPoolElsewhere(t *testing.T) {
+	r, checks := fakeHost{poolAt: "/srv/images"}.check(t)
+	c := checks["storage pool"]
+	if r.OK || c.OK || c.Detail != "pool agent-vm is of type dir at /srv/images, not agent-vm's at /var/lib/agent-vm/pool" ||
+		!strings.Contains(c.Hint, "pool-destroy agent-vm") || !strings.Contains(c.Hint, "pool-undefine agent-vm") || !strings.Contains(c.Hint, "--dir DIR") {
+		t.Errorf("pool line: %+v", c)
 	}
 	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "1 of 7 checks failed") {
 		t.Errorf("error: %v", err)
 	}
 }
 
-func TestDoctorInactivePool(t *testing.T) {
-	r, checks := fakeHost{poolState: "inactive"}.check(t)
-	c := checks["storage pool default"]
-	if r.OK || c.OK || c.Detail != "pool default is inactive" || !strings.Contains(c.Hint, "pool-start default") || !strings.Contains(c.Hint, "pool-autostart") {
-		t.Errorf("pool line: %+v", c)
+// A host with an agent-vm directory of its own has a pool of its own.
+func TestDoctorPoolOfTheHostsDir(t *testing.T) {
+	h := remote
+	h.Dir = "/srv/agent-vm"
+	name := virtpool.NameFor(h.Dir, hostlink.DefaultDir)
+	if name == virtpool.DefaultName || !strings.HasPrefix(name, virtpool.DefaultName+"-") {
+		t.Fatalf("pool name %q for %s", name, h.Dir)
 	}
-	if r.Pool == nil || !r.Pool.Exists || r.Pool.Active {
-		t.Errorf("pool: %+v", r.Pool)
+	r := (&Doctor{Run: fakeHost{pools: []string{"agent-vm"}}.runner(t)}).Check(context.Background(), h)
+	if r.Pool == nil || r.Pool.Name != name || r.Pool.Dir != "/srv/agent-vm/pool" || r.Pool.Exists {
+		t.Errorf("pool of a host with --dir %s: %+v, want %s in /srv/agent-vm/pool, not there yet", h.Dir, r.Pool, name)
 	}
 }
 

@@ -55,19 +55,14 @@ func TestDoctorAgainstLocalLibvirtd(t *testing.T) {
 	}
 	var pool hosts.Check
 	for _, c := range r.Checks {
-		if c.Name == "storage pool "+hosts.DefaultPool {
+		if c.Name == "storage pool" {
 			pool = c
 		}
 	}
-	switch {
-	case r.Pool == nil:
-		t.Errorf("no pool state; its line: %+v", pool)
-	case r.Pool.Active != pool.OK, r.Pool.Active && !r.Pool.Exists:
-		t.Errorf("pool %+v disagrees with its line %+v", r.Pool, pool)
-	case !r.Pool.Exists && !strings.Contains(pool.Hint, "pool-define-as"):
-		t.Errorf("no pool default, and the hint says not how to make it: %+v", pool)
-	case r.Pool.Exists && !r.Pool.Active && !strings.Contains(pool.Hint, "pool-start"):
-		t.Errorf("pool default inactive, and the hint says not how to start it: %+v", pool)
+	// None yet or agent-vm's own (the libvirt backend's runs here make it);
+	// one of its name elsewhere is a finding.
+	if r.Pool == nil || r.Pool.Name != "agent-vm" || r.Pool.Dir != "/var/lib/agent-vm/pool" || !pool.OK {
+		t.Errorf("pool %+v, its line %+v: want agent-vm's, none yet or in /var/lib/agent-vm/pool", r.Pool, pool)
 	}
 	if (r.Err() == nil) != r.OK {
 		t.Errorf("Err() %v with OK %v", r.Err(), r.OK)

@@ -2,8 +2,6 @@ package libvirt
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -147,16 +145,8 @@ func (e *hostError) Error() string { return e.msg }
 func (e *hostError) Unwrap() error { return e.kind }
 
 // hostPoolName is agent-vm's pool's name on a host for the agent-vm
-// directory dir there: DefaultName for DefaultHostDir, else a name of
-// dir's own, so that two agent-vm directories on one host (a test's, the
-// host's own) never claim one pool.
-func hostPoolName(dir string) string {
-	if dir == hostlink.DefaultDir {
-		return virtpool.DefaultName
-	}
-	sum := sha256.Sum256([]byte(dir))
-	return virtpool.DefaultName + "-" + hex.EncodeToString(sum[:4])
-}
+// directory dir there.
+func hostPoolName(dir string) string { return virtpool.NameFor(dir, hostlink.DefaultDir) }
 
 // hostDirs are a machine's directories under the host's agent-vm
 // directory dir.

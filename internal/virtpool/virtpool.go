@@ -22,6 +22,8 @@ package virtpool
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -36,6 +38,19 @@ import (
 
 // DefaultName is agent-vm's pool's name on every host.
 const DefaultName = "agent-vm"
+
+// NameFor is the name of the pool in agent-vm's directory dir on a host
+// (the pool's directory is dir/pool): DefaultName for the host's default
+// directory def, else a name of dir's own, so that two agent-vm
+// directories on one host (a test's, CI's, the host's own) never claim
+// one pool.
+func NameFor(dir, def string) string {
+	if dir == def {
+		return DefaultName
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return DefaultName + "-" + hex.EncodeToString(sum[:4])
+}
 
 // doneSuffix names a base volume's completion marker.
 const doneSuffix = ".done"
