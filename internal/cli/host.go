@@ -112,7 +112,7 @@ func hostCommand(stdio IO) *cli.Command {
 			},
 			{
 				Name:      "doctor",
-				Usage:     "check a host: libvirt reachable, KVM, CPUs and memory, the storage pool, networks, virtiofsd; exit 1 if a check fails",
+				Usage:     "check a host: libvirt reachable, KVM, CPUs and memory, agent-vm's storage pool, dnsmasq and nft, virtiofsd; exit 1 if a check fails",
 				ArgsUsage: "NAME",
 				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 				Action: withHostName(stdio, func(cliCtx *cli.Context, m *vm.Manager, name string) error {

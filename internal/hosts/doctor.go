@@ -95,7 +95,8 @@ type Doctor struct {
 }
 
 // Check runs the checks on h: virsh here, libvirt reachable, KVM,
-// the host's CPUs and memory, the storage pool, the networks and
+// the host's CPUs and memory, agent-vm's storage pool, what its networks
+// need (dnsmasq, nft) and
 // virtiofsd. When libvirt cannot be reached the checks that need it are
 // not made. A qemu+ssh host's last line is agent-vm's own link
 // (linkCheck), made whatever virsh found.
@@ -370,47 +371,70 @@ func (d *Doctor) pool(ctx context.Context, u URI, h Host, r *Report) {
 	r.add(c)
 }
 
-// networks lists libvirt's networks and which are active; one active
-// network is enough for now (which one a VM joins is placement's matter).
+// networks checks what agent-vm's network for a VM needs where libvirt
+// runs: dnsmasq (libvirt's DHCP on the network) and nft (the fence, see
+// internal/libvirtnet). Each VM gets an isolated network of agent-vm's, so
+// the host's own networks (Report.Networks) are listed, not needed.
 func (d *Doctor) networks(ctx context.Context, u URI, r *Report) {
-	c := Check{Name: "networks"}
+	c := Check{Name: "network"}
 	all, err := d.virsh(ctx, u, "net-list", "--all", "--name")
-	if err != nil {
-		c.Detail = oneLine(err)
-		r.add(c)
-		return
-	}
-	active, err := d.virsh(ctx, u, "net-list", "--name")
-	if err != nil {
-		c.Detail = oneLine(err)
-		r.add(c)
-		return
-	}
-	on := map[string]bool{}
-	for _, n := range names(active) {
-		on[n] = true
-	}
-	var shown []string
-	for _, n := range names(all) {
-		r.Networks = append(r.Networks, Network{Name: n, Active: on[n]})
-		state := "inactive"
-		if on[n] {
-			state, c.OK = "active", true
+	if err == nil {
+		var active string
+		if active, err = d.virsh(ctx, u, "net-list", "--name"); err == nil {
+			on := map[string]bool{}
+			for _, n := range names(active) {
+				on[n] = true
+			}
+			for _, n := range names(all) {
+				r.Networks = append(r.Networks, Network{Name: n, Active: on[n]})
+			}
 		}
-		shown = append(shown, n+" ("+state+")")
 	}
-	switch {
-	case len(shown) == 0:
-		c.Detail = "none"
-		c.Hint = "libvirt's default NAT network comes with its daemon's package (Debian: libvirt-daemon-system); " +
-			"or define one with " + virshCmd(u, "net-define", "FILE.xml") + " and start it with " + virshCmd(u, "net-start", "NAME")
-	case !c.OK:
-		c.Detail = strings.Join(shown, ", ")
-		c.Hint = "start one: " + virshCmd(u, "net-start", r.Networks[0].Name) + " (and " + virshCmd(u, "net-autostart", r.Networks[0].Name) + ")"
+	if err != nil {
+		c.Detail = oneLine(err)
+		r.add(c)
+		return
+	}
+	out, where, err := d.onHost(ctx, u, findNetPrograms)
+	switch code := execx.ExitCode(err); {
+	case err == nil:
+		c.OK, c.Detail = true, "dnsmasq and nft on "+where+" (each VM gets an isolated network of agent-vm's)"
+	case code == 1:
+		missing := strings.Fields(out)
+		c.Detail = strings.Join(missing, " and ") + " not found on " + where + " (on PATH, in /usr/sbin, /sbin)"
+		c.Hint = "install them on " + where + ": Debian: `apt-get install dnsmasq-base nftables`, Fedora: `dnf install dnsmasq nftables` (`agent-vm setup --backend libvirt` does it on a Debian host of its own)"
 	default:
-		c.Detail = strings.Join(shown, ", ")
+		c.Detail, c.Hint = "not checked: "+oneLine(err), reachHint(u)
 	}
 	r.add(c)
+}
+
+// findNetPrograms is the host's script: it prints the programs of
+// networks' that are missing and exits 1, or exits 0 when both are there
+// (/usr/sbin is not on every login's PATH).
+const findNetPrograms = `m=; for p in dnsmasq nft; do [ -x /usr/sbin/$p ] || [ -x /sbin/$p ] || command -v $p >/dev/null || m="$m $p"; done; [ -z "$m" ] || { echo $m; exit 1; }`
+
+// onHost runs script where libvirt runs: on the host over agent-vm's
+// link (OnHost), here for a local URI, or over the user's ssh on a
+// qemu+ssh host; where names the place for a line. The script's own exit
+// status 1 means "not there"; any other failure is the way there failing.
+func (d *Doctor) onHost(ctx context.Context, u URI, script string) (out, where string, err error) {
+	switch {
+	case d.OnHost:
+		out, err = d.run(ctx, "sh", "-c", script)
+		return out, "the host", err
+	case !u.Remote():
+		out, err = d.run(ctx, "sh", "-c", script)
+		return out, "this machine", err
+	}
+	if _, err := d.Run.LookPath("ssh"); err != nil {
+		return "", u.Host, errors.New("ssh is not installed on this machine")
+	}
+	out, err = d.run(ctx, "ssh", sshArgs(u, script)...)
+	if execx.ExitCode(err) == 255 {
+		err = fmt.Errorf("ssh to %s failed: %s", u.SSHTarget(), oneLine(err))
+	}
+	return out, u.Host, err
 }
 
 // virtiofsd looks for virtiofsd where libvirt runs: on this machine as
@@ -420,21 +444,7 @@ func (d *Doctor) networks(ctx context.Context, u URI, r *Report) {
 func (d *Doctor) virtiofsd(ctx context.Context, u URI, r *Report) {
 	c := Check{Name: "virtiofsd"}
 	hint := "install virtiofsd on the host (Debian 12: package qemu-system-common; newer Debian, Ubuntu and Fedora: package virtiofsd); without it a VM's workspace is shared over 9p, slower for many small files"
-	if d.OnHost {
-		out, err := d.run(ctx, "sh", "-c", findVirtiofsd)
-		switch code := execx.ExitCode(err); {
-		case err == nil:
-			path := strings.TrimSpace(out)
-			r.Virtiofsd, c.OK, c.Detail = path, true, path+" on the host"
-		case code == 1:
-			c.Detail, c.Hint = "not found on the host (on PATH, in "+strings.Join(virtiofsdPlaces, ", ")+")", hint
-		default:
-			c.Detail = "not checked: " + oneLine(err)
-		}
-		r.add(c)
-		return
-	}
-	if !u.Remote() {
+	if !u.Remote() && !d.OnHost {
 		b, err := virtiofsd.Find(ctx, d.Run)
 		if err != nil {
 			c.Detail = err.Error()
@@ -445,21 +455,15 @@ func (d *Doctor) virtiofsd(ctx context.Context, u URI, r *Report) {
 		r.add(c)
 		return
 	}
-	if _, err := d.Run.LookPath("ssh"); err != nil {
-		p, _ := hostpkgs.Lookup("ssh")
-		c.Detail, c.Hint = "not checked: ssh is not installed on this machine", "install it here: "+p.PackageHint()
-		r.add(c)
-		return
-	}
-	out, err := d.run(ctx, "ssh", sshArgs(u, findVirtiofsd)...)
+	out, where, err := d.onHost(ctx, u, findVirtiofsd)
 	switch code := execx.ExitCode(err); {
 	case err == nil:
 		path := strings.TrimSpace(out)
-		r.Virtiofsd, c.OK, c.Detail = path, true, path+" on "+u.Host
+		r.Virtiofsd, c.OK, c.Detail = path, true, path+" on "+where
 	case code == 1:
-		c.Detail, c.Hint = "not found on "+u.Host+" (on PATH, in "+strings.Join(virtiofsdPlaces, ", ")+")", hint
+		c.Detail, c.Hint = "not found on "+where+" (on PATH, in "+strings.Join(virtiofsdPlaces, ", ")+")", hint
 	default:
-		c.Detail, c.Hint = "not checked: ssh to "+u.SSHTarget()+" failed: "+oneLine(err), reachHint(u)
+		c.Detail, c.Hint = "not checked: "+oneLine(err), reachHint(u)
 	}
 	r.add(c)
 }
