@@ -137,12 +137,12 @@ func TestDoctorAllWell(t *testing.T) {
 		t.Fatalf("report: %+v (err %v)", r, r.Err())
 	}
 	for name, want := range map[string]string{
-		"libvirt":              "libvirt 9.0.0, hypervisor QEMU 7.2.0",
-		"KVM":                  "libvirt offers KVM (its domain capabilities; no guest was booted to prove it)",
-		"CPUs and memory":      "32 CPUs, 125.0 GiB memory, 61.0 GiB available",
-		"storage pool":         "agent-vm's pool agent-vm in /var/lib/agent-vm/pool: active, 512.50 GiB available",
-		"network":              "dnsmasq and nft on big.example.com (each VM gets an isolated network of agent-vm's)",
-		"virtiofsd":            "/usr/libexec/virtiofsd on big.example.com",
+		"libvirt":         "libvirt 9.0.0, hypervisor QEMU 7.2.0",
+		"KVM":             "libvirt offers KVM (its domain capabilities; no guest was booted to prove it)",
+		"CPUs and memory": "32 CPUs, 125.0 GiB memory, 61.0 GiB available",
+		"storage pool":    "agent-vm's pool agent-vm in /var/lib/agent-vm/pool: active, 512.50 GiB available",
+		"network":         "dnsmasq and nft on big.example.com (each VM gets an isolated network of agent-vm's)",
+		"virtiofsd":       "/usr/libexec/virtiofsd on big.example.com",
 	} {
 		if c := checks[name]; !c.OK || c.Detail != want {
 			t.Errorf("%s: %+v, want ok %q", name, c, want)
