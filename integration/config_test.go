@@ -61,7 +61,7 @@ func TestParseFlags(t *testing.T) {
 func TestSelectScenarios(t *testing.T) {
 	cfg, _ := ParseFlags([]string{"--run", "c"}, &bytes.Buffer{}, &bytes.Buffer{})
 	got := strings.Join(names(selectScenarios(Scenarios(), cfg.Run)), ",")
-	if got != "cli,lifecycle,crash,mcp,agent-cli" {
+	if got != "cli,lifecycle,mcp,agent-cli" {
 		t.Errorf("--run c selects %s", got)
 	}
 	if n := len(selectScenarios(Scenarios(), nil)); n != len(Scenarios()) {

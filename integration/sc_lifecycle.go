@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/agent-vm/agent-vm/blackbox"
 )
@@ -11,9 +13,9 @@ import (
 func lifecycleScenario() Scenario {
 	return Scenario{
 		Name:    "lifecycle",
-		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, stop, boot again, reset, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, stop, boot again, QEMU killed (status says crashed, restart recovers), reset, destroy",
 		NeedsVM: true,
-		Verbs:   []string{"create", "status", "start", "exec", "port", "suspend", "resume", "stop", "logs", "reset", "destroy"},
+		Verbs:   []string{"create", "status", "start", "exec", "port", "suspend", "resume", "stop", "restart", "logs", "reset", "destroy"},
 		run:     runLifecycle,
 	}
 }
@@ -74,6 +76,14 @@ func runLifecycle(ctx context.Context, s *S) {
 	s.StepUnless(ctx, "the forward kept while stopped answers after the boot", s.lacks(featurePorts), func() error {
 		return checkPortAfterBoot(ctx, s, l.branch, keptPort)
 	})
+	// The QEMU of a VM on another host is the host's: this test kills
+	// processes of this machine's.
+	crashSkip := ""
+	if s.host != "" {
+		crashSkip = "the VM's QEMU runs on host " + s.host + ", not here, where the test kills it"
+	}
+	s.StepUnless(ctx, "SIGKILL its QEMU: status says crashed", crashSkip, func() error { return l.crash(ctx) })
+	s.StepUnless(ctx, "restart recovers it, with a healthy agent", crashSkip, func() error { return l.restart(ctx) })
 	s.Step(ctx, "reset refuses a running VM, naming stop and --force", func() error { return resetRefusesRunning(ctx, s, l.branch) })
 	var knownHosts string
 	s.Step(ctx, "reset --force, then a failing provision.sh fails start with its log tail", func() (err error) {
@@ -263,6 +273,48 @@ func (l *lifecycle) secondBoot(ctx context.Context) error {
 		l.s.notef("cloud-init did not run again")
 	}
 	return nil
+}
+
+// crash kills the VM's QEMU (SIGKILL: no clean shutdown) and waits for
+// status to say crashed.
+func (l *lifecycle) crash(ctx context.Context) error {
+	pid := l.st.Pid
+	if !isQEMU(pid) {
+		return failf(nil, "status --json says pid %d, which is not a QEMU process (%q)", pid, cmdline(pid))
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return failf(nil, "kill -9 %d: %v", pid, err)
+	}
+	if !waitGone(ctx, pid, 10*time.Second) {
+		return failf(nil, "QEMU (pid %d) survived SIGKILL for 10s", pid)
+	}
+	now, err := l.s.waitState(ctx, l.branch, "crashed", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	if now.Detail != "" {
+		l.s.notef("%s", truncate(now.Detail, 60))
+	}
+	return nil
+}
+
+// restart brings the crashed VM back: a new QEMU, a healthy agent, the
+// workspace there.
+func (l *lifecycle) restart(ctx context.Context) error {
+	killed := l.st.Pid
+	if _, err := l.s.boot(ctx, "restart", l.branch, 1); err != nil {
+		return err
+	}
+	st, err := l.s.healthy(ctx, l.branch)
+	if err != nil {
+		return err
+	}
+	if st.Pid == killed {
+		return failf(nil, "the restarted VM reports the killed QEMU's pid %d", killed)
+	}
+	l.st = st
+	_, err = l.s.execOK(ctx, l.branch, "cat", "from-guest.txt")
+	return err
 }
 
 // sync: a commit the guest's user makes in the workspace reaches the

@@ -30,7 +30,6 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		cliScenario(),
 		lifecycleScenario(),
-		crashScenario(),
 		severalScenario(),
 		mcpScenario(),
 		agentCLIScenario(),
