@@ -31,10 +31,9 @@ const (
 
 // agentInstallTimeout is what the template's npm install of the agent CLI
 // adds to a boot with KVM (S.scale multiplies it under TCG). Claude Code
-// 2.1.332 is ~350 MB from the registry: npm 9.2 (Debian 12) ignores the
-// platform packages' libc field, so it fetches and unpacks the glibc and
-// the musl binary (175 MB each); under TCG that takes about 3.5 minutes
-// after SSH is up, more on a busy host.
+// 2.1.332's program is ~175 MB from the registry, 400 MB unpacked (the
+// glibc one alone: guest.Agent.Native); under TCG its install takes
+// minutes after SSH is up, more on a busy host.
 const agentInstallTimeout = 2 * time.Minute
 
 // claudeVersion is `claude --version`'s answer among the terminal's

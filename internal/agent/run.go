@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,13 +224,18 @@ func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, err
 	if errOut == nil {
 		errOut = io.Discard
 	}
-	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(guest.NPMInstall(agent.Spec(""))), nil, errOut, errOut)
+	install := guest.NPMInstall
+	specs, own := agent.Specs("", runtime.GOARCH) // the guest's CPU is this machine's
+	if own {
+		install = guest.NPMInstallOwn
+	}
+	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(install(specs...)), nil, errOut, errOut)
 	if err != nil {
 		return fmt.Errorf("installing %s in VM %s: %w", agent.Name, vmName, err)
 	}
 	if code != 0 {
 		return fmt.Errorf("installing %s in VM %s: npm exited with status %d (see its output above; hint: the guest needs to reach registry.npmjs.org, and `agent-vm exec %s -- sudo %s` tries again)",
-			agent.Name, vmName, code, vmName, strings.Join(guest.NPMInstall(agent.Spec("")), " "))
+			agent.Name, vmName, code, vmName, strings.Join(install(specs...), " "))
 	}
 	return nil
 }

@@ -383,10 +383,14 @@ func guidanceOwner(c Config) [][]string {
 // npmInstall installs the npm packages (agent CLIs) globally, once the
 // Debian packages (nodejs, npm) are there.
 func npmInstall(c Config) [][]string {
-	if len(c.NPMPackages) == 0 {
-		return nil
+	var cmds [][]string
+	if len(c.NPMPackages) > 0 {
+		cmds = append(cmds, withProxy(guest.NPMInstall(c.NPMPackages...)))
 	}
-	return [][]string{withProxy(guest.NPMInstall(c.NPMPackages...))}
+	if len(c.NPMWithoutOptional) > 0 {
+		cmds = append(cmds, withProxy(guest.NPMInstallOwn(c.NPMWithoutOptional...)))
+	}
+	return cmds
 }
 
 // provisionCommand runs the provisioning script (modules/provision.sh),

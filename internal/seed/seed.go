@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -47,17 +48,19 @@ func Config(l state.Layout, r *state.Record, provision int, caCerts []string) (c
 	if b, err := os.ReadFile(filepath.Join(l.Dir, MCPConfig)); err == nil {
 		mcpConfig = b
 	}
+	npm, npmOwn := AgentPackages(r, nil)
 	return cloudinit.Config{
-		InstanceID:     fmt.Sprintf("%s-%d", r.ID, provision),
-		Hostname:       r.Slug,
-		UID:            r.Guest.UID,
-		GID:            r.Guest.GID,
-		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
-		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
-		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
-		CACerts:        caCerts,
-		NPMPackages:    AgentPackages(r, nil),
-		ExtraPackages:  r.AllPackages(),
+		InstanceID:         fmt.Sprintf("%s-%d", r.ID, provision),
+		Hostname:           r.Slug,
+		UID:                r.Guest.UID,
+		GID:                r.Guest.GID,
+		AuthorizedKeys:     []string{strings.TrimSpace(string(pub))},
+		HostKey:            cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
+		MCP:                cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
+		CACerts:            caCerts,
+		NPMPackages:        npm,
+		NPMWithoutOptional: npmOwn,
+		ExtraPackages:      r.AllPackages(),
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
 	}, nil
@@ -92,19 +95,29 @@ func ForStart[S any](r *state.Record, reprovision bool, provision func(*S) *int)
 // AgentPackages are the npm package specs of the agent CLIs r's guest
 // installs at its first boot: its agent's at the pinned version unless
 // its template's guest has that agent already (have: the template's
-// agents' names), and a template's agents at theirs.
-func AgentPackages(r *state.Record, have []string) []string {
-	var specs []string
+// agents' names), and a template's agents at theirs. Those whose program
+// comes in a package of its own for the guest are in own, with that
+// package, to be installed without optional dependencies
+// (guest.Agent.Specs); the others in specs.
+func AgentPackages(r *state.Record, have []string) (specs, own []string) {
+	add := func(a guest.Agent, version string) {
+		s, alone := a.Specs(version, runtime.GOARCH) // the guest's CPU is this machine's
+		if alone {
+			own = append(own, s...)
+		} else {
+			specs = append(specs, s...)
+		}
+	}
 	if a, err := guest.LookupAgent(r.Agent); err == nil && !slices.Contains(have, a.Name) {
-		specs = append(specs, a.Spec(""))
+		add(a, "")
 	} // create refused unknown names
 	for _, pin := range r.Agents {
 		name, version, _ := strings.Cut(pin, "@")
 		if a, err := guest.LookupAgent(name); err == nil {
-			specs = append(specs, a.Spec(version))
+			add(a, version)
 		}
 	}
-	return specs
+	return specs, own
 }
 
 // MACOf is the VM's own MAC (52:54:00 is QEMU's prefix), from its id, for

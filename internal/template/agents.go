@@ -10,7 +10,6 @@ package template
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,15 +38,12 @@ func AgentProbe(pins []guest.AgentPin) string {
 	return b.String()
 }
 
-// versionRE is a version as package.json states it.
-var versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
-
 // ParseAgentProbe reads AgentProbe's output for pins: each agent's
 // installed version, by name.
 func ParseAgentProbe(out string, pins []guest.AgentPin) (map[string]string, error) {
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if name, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && versionRE.MatchString(v) {
+		if name, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && guest.IsExactVersion(v) {
 			got[name] = v
 		}
 	}
@@ -56,7 +52,7 @@ func ParseAgentProbe(out string, pins []guest.AgentPin) (map[string]string, erro
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("the guest did not say which version of %s it installed", p.Name)
-		case p.At != "" && versionRE.MatchString(p.At) && v != p.At:
+		case p.At != "" && guest.IsExactVersion(p.At) && v != p.At:
 			return nil, fmt.Errorf("%s %s was asked for, and npm installed %s", p.Name, p.At, v)
 		}
 	}
