@@ -97,8 +97,8 @@ type Doctor struct {
 // Check runs the checks on h: virsh here, libvirt reachable, KVM, the
 // host's CPUs and memory, agent-vm's storage pool, what its networks need
 // (dnsmasq, nft) and virtiofsd. When libvirt cannot be reached the checks
-// that need it are not made. A qemu+ssh host's last line is agent-vm's own link
-// (linkCheck), made whatever virsh found.
+// that need it are not made. A qemu+ssh host's last line is agent-vm's
+// own link (linkCheck), made whatever virsh found.
 func (d *Doctor) Check(ctx context.Context, h Host) Report {
 	r := d.check(ctx, h)
 	if u, err := ParseURI(h.URI); err == nil && u.Remote() {
