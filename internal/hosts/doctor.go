@@ -3,7 +3,6 @@ package hosts
 import (
 	"cmp"
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"path"
@@ -333,19 +332,16 @@ func (d *Doctor) pool(ctx context.Context, u URI, h Host, r *Report) {
 		r.add(c)
 		return
 	}
-	var x struct {
-		Type   string `xml:"type,attr"`
-		Target string `xml:"target>path"`
-	}
-	if err := xml.Unmarshal([]byte(out), &x); err != nil {
+	typ, target, foreign, err := virtpool.Foreign(out, p.Dir)
+	if err != nil {
 		c.Detail = "pool " + p.Name + ": its XML does not read: " + oneLine(err)
 		r.add(c)
 		return
 	}
-	if x.Type != "dir" || path.Clean(x.Target) != p.Dir {
-		c.Detail = "pool " + p.Name + " is of type " + x.Type + " at " + x.Target + ", not agent-vm's at " + p.Dir
+	if foreign {
+		c.Detail = "pool " + p.Name + " is of type " + typ + " at " + target + ", not agent-vm's at " + p.Dir
 		c.Hint = "if it is an older one of agent-vm's: " + virshCmd(u, "pool-destroy", p.Name) + " and " + virshCmd(u, "pool-undefine", p.Name) +
-			" (its volumes stay in " + x.Target + "); else give agent-vm another directory: `agent-vm host rm " + h.Name + "`, then `agent-vm host add " + h.Name + " URI --dir DIR`"
+			" (its volumes stay in " + target + "); else give agent-vm another directory: `agent-vm host rm " + h.Name + "`, then `agent-vm host add " + h.Name + " URI --dir DIR`"
 		r.add(c)
 		return
 	}

@@ -90,6 +90,17 @@ type poolXML struct {
 	} `xml:"target"`
 }
 
+// Foreign reads a pool's XML (desc, as libvirt describes it) and says
+// whether that pool is not agent-vm's pool in dir (a directory pool
+// there): its type and directory, for the error that names them.
+func Foreign(desc, dir string) (typ, target string, foreign bool, err error) {
+	var x poolXML
+	if err := xml.Unmarshal([]byte(desc), &x); err != nil {
+		return "", "", false, err
+	}
+	return x.Type, x.Target.Path, x.Type != "dir" || path.Clean(x.Target.Path) != dir, nil
+}
+
 type perms struct {
 	Mode string `xml:"mode"`
 }
@@ -125,12 +136,12 @@ func (p Pool) Ensure() (libvirt.StoragePool, error) {
 		if err != nil {
 			return libvirt.StoragePool{}, err
 		}
-		var x poolXML
-		if err := xml.Unmarshal([]byte(desc), &x); err != nil {
+		typ, target, foreign, err := Foreign(desc, p.Dir)
+		if err != nil {
 			return libvirt.StoragePool{}, fmt.Errorf("reading storage pool %s: %w", p.name(), err)
 		}
-		if x.Type != "dir" || path.Clean(x.Target.Path) != p.Dir {
-			return libvirt.StoragePool{}, fmt.Errorf("the host has a storage pool %s of type %s at %s, not agent-vm's at %s (hint: if it is an older one of agent-vm's, `virsh pool-destroy %s; virsh pool-undefine %s` on the host; its volumes stay in the directory)", p.name(), x.Type, x.Target.Path, p.Dir, p.name(), p.name())
+		if foreign {
+			return libvirt.StoragePool{}, fmt.Errorf("the host has a storage pool %s of type %s at %s, not agent-vm's at %s (hint: if it is an older one of agent-vm's, `virsh pool-destroy %s; virsh pool-undefine %s` on the host; its volumes stay in the directory)", p.name(), typ, target, p.Dir, p.name(), p.name())
 		}
 	}
 	state, _, _, _, err := p.L.StoragePoolGetInfo(sp)
