@@ -372,24 +372,13 @@ func (d *Doctor) pool(ctx context.Context, u URI, h Host, r *Report) {
 // the host's own networks (Report.Networks) are listed, not needed.
 func (d *Doctor) networks(ctx context.Context, u URI, r *Report) {
 	c := Check{Name: "network"}
-	all, err := d.virsh(ctx, u, "net-list", "--all", "--name")
-	if err == nil {
-		var active string
-		if active, err = d.virsh(ctx, u, "net-list", "--name"); err == nil {
-			on := map[string]bool{}
-			for _, n := range names(active) {
-				on[n] = true
-			}
-			for _, n := range names(all) {
-				r.Networks = append(r.Networks, Network{Name: n, Active: on[n]})
-			}
-		}
-	}
+	nets, err := d.hostNetworks(ctx, u)
 	if err != nil {
 		c.Detail = oneLine(err)
 		r.add(c)
 		return
 	}
+	r.Networks = nets
 	out, where, err := d.onHost(ctx, u, findNetPrograms)
 	switch code := execx.ExitCode(err); {
 	case err == nil:
@@ -402,6 +391,27 @@ func (d *Doctor) networks(ctx context.Context, u URI, r *Report) {
 		c.Detail, c.Hint = "not checked: "+oneLine(err), reachHint(u)
 	}
 	r.add(c)
+}
+
+// hostNetworks are libvirt's networks on the host and which are active.
+func (d *Doctor) hostNetworks(ctx context.Context, u URI) ([]Network, error) {
+	all, err := d.virsh(ctx, u, "net-list", "--all", "--name")
+	if err != nil {
+		return nil, err
+	}
+	active, err := d.virsh(ctx, u, "net-list", "--name")
+	if err != nil {
+		return nil, err
+	}
+	on := map[string]bool{}
+	for _, n := range names(active) {
+		on[n] = true
+	}
+	var nets []Network
+	for _, n := range names(all) {
+		nets = append(nets, Network{Name: n, Active: on[n]})
+	}
+	return nets, nil
 }
 
 // findNetPrograms is the host's script: it prints the programs of
