@@ -212,8 +212,10 @@ func (a Agent) Specs(version, goarch string) (specs []string, own bool) {
 	return []string{a.Spec(version), strings.ReplaceAll(a.Native, "{arch}", arch) + "@" + version}, true
 }
 
-// exactVersionRE is a version as a package.json states it.
-var exactVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
+// releasePattern is a version as a package.json states it.
+const releasePattern = `[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?`
+
+var exactVersionRE = regexp.MustCompile(`^` + releasePattern + `$`)
 
 // IsExactVersion says whether v is one release (1.2.3, 1.2.3-beta.1), not
 // a dist-tag such as latest.
@@ -233,7 +235,7 @@ func (p AgentPin) String() string { return p.Name + "@" + p.At }
 // npmVersionRE is what --agents accepts after NAME@: a release
 // (1.2.3, 1.2.3-beta.1) or a dist-tag (latest, next); never a range, a
 // URL or a path, so the spec npm gets is exactly one version.
-var npmVersionRE = regexp.MustCompile(`^([0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?|[a-z][a-z0-9-]{0,31})$`)
+var npmVersionRE = regexp.MustCompile(`^(` + releasePattern + `|[a-z][a-z0-9-]{0,31})$`)
 
 // ParseAgentPins reads a list of agents (template build --agents, for the
 // Debian guest): comma-separated names, each optionally NAME@VERSION;
