@@ -23,6 +23,9 @@ type Cmd struct {
 	Grace time.Duration
 	// OnLine receives each line the program writes to stderr, as it comes.
 	OnLine func(string)
+	// Watch, when set, sees every line the program writes and counts the
+	// CPU time of its process group while it runs.
+	Watch *Watch
 }
 
 // Exit is how a program that Run ran ended.
@@ -47,11 +50,27 @@ func Run(ctx context.Context, c Cmd) Exit {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = c.Grace
-	var stdout bytes.Buffer
-	stderr := &lineWriter{onLine: c.OnLine}
-	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	onLine, watchLine := c.OnLine, func(string) {}
+	if c.Watch != nil {
+		watchLine = c.Watch.Line
+		onLine = func(l string) {
+			c.Watch.Line(l)
+			if c.OnLine != nil {
+				c.OnLine(l)
+			}
+		}
+	}
+	stdout := &lineWriter{onLine: watchLine}
+	stderr := &lineWriter{onLine: onLine}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	res := Exit{Code: -1, Start: time.Now()}
-	res.Err = cmd.Run()
+	res.Err = cmd.Start()
+	if res.Err == nil {
+		if c.Watch != nil {
+			defer c.Watch.Track(cmd.Process.Pid)() // its own process group
+		}
+		res.Err = cmd.Wait()
+	}
 	res.End = time.Now()
 	res.Stdout, res.Stderr = stdout.String(), stderr.String()
 	if cmd.ProcessState != nil {

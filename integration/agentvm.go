@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agent-vm/agent-vm/blackbox"
@@ -22,8 +23,9 @@ type agentVM struct {
 	// dir is where commands run unless a call says otherwise: a directory
 	// that is not a git checkout, so no command picks up a branch from it.
 	dir string
-	// timeout bounds a call that names none.
-	timeout time.Duration
+	// watch tells a slow call from a hung one: a call is stopped only
+	// when nothing has moved for its limit (nil: never).
+	watch *blackbox.Watch
 	// grace is how long a call may take to finish after it was sent SIGINT
 	// (agent-vm stops a booting VM then) before it is killed.
 	grace time.Duration
@@ -32,9 +34,8 @@ type agentVM struct {
 
 // call is one agent-vm invocation.
 type call struct {
-	args    []string
-	dir     string        // "" = agentVM.dir
-	timeout time.Duration // 0 = agentVM.timeout
+	args []string
+	dir  string // "" = agentVM.dir
 	// onLine receives each line agent-vm writes to stderr, as it comes
 	// (start's progress lines).
 	onLine func(string)
@@ -56,43 +57,65 @@ type Result struct {
 	Stdout   string
 	Stderr   string
 	Elapsed  time.Duration
-	Timeout  time.Duration
 	// Err is set when agent-vm could not be run, or had to be killed.
-	Err         error
-	TimedOut    bool
+	Err error
+	// Stalled is set when the call was stopped because nothing moved for
+	// the run's --stall limit.
+	Stalled     *blackbox.StallError
 	Interrupted bool
 }
 
-// run runs agent-vm with the state directory and args. When ctx ends or
-// the call's timeout passes, agent-vm gets SIGINT, as from Ctrl-C, so its
-// own interrupt handling (a booting VM is stopped again) runs; only if it
-// has not exited after the grace period is it killed. agent-vm runs in its
-// own process group, so a Ctrl-C on the terminal reaches it once, through
-// us, rather than twice.
+// run runs agent-vm with the state directory and args, for as long as it
+// takes. When ctx ends, or nothing has moved for the watch's limit,
+// agent-vm gets SIGINT, as from Ctrl-C, so its own interrupt handling (a
+// booting VM is stopped again) runs; only if it has not exited after the
+// grace period is it killed. agent-vm runs in its own process group, so a
+// Ctrl-C on the terminal reaches it once, through us, rather than twice.
 func (a *agentVM) run(ctx context.Context, c call) *Result {
-	res := &Result{Bin: a.bin, StateDir: a.stateDir, Args: c.args, Dir: c.dir, ExitCode: -1, Timeout: c.timeout}
+	res := &Result{Bin: a.bin, StateDir: a.stateDir, Args: c.args, Dir: c.dir, ExitCode: -1}
 	if res.Dir == "" {
 		res.Dir = a.dir
 	}
-	if res.Timeout == 0 {
-		res.Timeout = a.timeout
+	var mu sync.Mutex
+	lastLine := ""
+	onLine := func(l string) {
+		if strings.TrimSpace(l) != "" {
+			mu.Lock()
+			lastLine = strings.TrimSpace(l)
+			mu.Unlock()
+		}
+		if c.onLine != nil {
+			c.onLine(l)
+		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, res.Timeout)
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if a.watch != nil {
+		cctx, cancel = a.watch.Context(ctx, func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			if lastLine == "" {
+				return "`" + res.Short() + "`, which had printed nothing"
+			}
+			return "`" + res.Short() + "`, whose last line was: " + lastLine
+		})
+	}
 	defer cancel()
 	if !c.quiet {
 		a.rep.started(res)
 	}
 	ex := blackbox.Run(cctx, blackbox.Cmd{
 		Path: a.bin, Args: append([]string{"--state-dir", a.stateDir}, c.args...),
-		Dir: res.Dir, Env: append(slices.Clone(a.env), c.env...), Grace: a.grace, OnLine: c.onLine, Stdin: c.stdin,
+		Dir: res.Dir, Env: append(slices.Clone(a.env), c.env...), Grace: a.grace, OnLine: onLine, Stdin: c.stdin,
+		Watch: a.watch,
 	})
 	res.Elapsed = ex.End.Sub(ex.Start)
 	res.Stdout, res.Stderr, res.ExitCode = ex.Stdout, ex.Stderr, ex.Code
+	var stall *blackbox.StallError
 	switch {
 	case ctx.Err() != nil:
 		res.Interrupted = true
-	case errors.Is(cctx.Err(), context.DeadlineExceeded):
-		res.TimedOut = true
+	case errors.As(context.Cause(cctx), &stall):
+		res.Stalled = stall
 	}
 	var exitErr *exec.ExitError
 	if ex.Err != nil && (!errors.As(ex.Err, &exitErr) || res.ExitCode < 0) {
@@ -122,8 +145,8 @@ func (r *Result) Outcome() string {
 	switch {
 	case r.Interrupted:
 		parts = append(parts, "interrupted (sent SIGINT)")
-	case r.TimedOut:
-		parts = append(parts, fmt.Sprintf("timed out after %s (sent SIGINT)", r.Timeout))
+	case r.Stalled != nil:
+		parts = append(parts, fmt.Sprintf("stopped after %s: %v (sent SIGINT)", r.Elapsed.Truncate(time.Second), r.Stalled))
 	}
 	switch {
 	case r.ExitCode >= 0:

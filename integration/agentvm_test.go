@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // TestShellQuote: what Reproduce prints, a real sh reads back as the same
@@ -68,7 +70,7 @@ func TestInterruptReachesChild(t *testing.T) {
 echo "pgid $(ps -o pgid= -p $$)" >&2
 while :; do sleep 0.05; done
 `)
-	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), timeout: time.Minute, grace: 10 * time.Second,
+	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), grace: 10 * time.Second,
 		rep: &reporter{w: &syncBuffer{}, now: time.Now}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -94,12 +96,57 @@ func TestUnresponsiveChildIsKilled(t *testing.T) {
 echo ready >&2
 while :; do sleep 0.05; done
 `)
-	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), timeout: time.Minute, grace: 300 * time.Millisecond,
+	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), grace: 300 * time.Millisecond,
 		rep: &reporter{w: &syncBuffer{}, now: time.Now}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	res := av.run(ctx, call{args: []string{"start"}, onLine: func(string) { cancel() }})
 	if !res.Interrupted || res.ExitCode != -1 || !strings.Contains(res.Outcome(), "signal: killed") {
 		t.Fatalf("%s (err %v): want the child killed after the grace period", res.Outcome(), res.Err)
+	}
+}
+
+// watchFor is a started watch with a short limit, whose QEMU count sees no
+// QEMU of this machine's (its /proc is an empty directory).
+func watchFor(t *testing.T, limit time.Duration) *blackbox.Watch {
+	t.Helper()
+	w := blackbox.NewTestWatch(limit, 20*time.Millisecond, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w.Start(ctx)
+	return w
+}
+
+// TestStalledCallIsStopped: a call that shows no progress for the run's
+// --stall limit is stopped (SIGINT), and its outcome says what it was
+// waiting for, with its last line.
+func TestStalledCallIsStopped(t *testing.T) {
+	bin := standIn(t, `trap 'exit 130' INT
+echo "waiting for SSH (1s): Booting" >&2
+while :; do sleep 0.05; done
+`)
+	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), grace: 10 * time.Second, watch: watchFor(t, 300*time.Millisecond),
+		rep: &reporter{w: &syncBuffer{}, now: time.Now}}
+	res := av.run(context.Background(), call{args: []string{"start", "x"}})
+	if res.Stalled == nil || res.Interrupted || res.ExitCode != 130 {
+		t.Fatalf("%s: want the call stopped for want of progress", res.Outcome())
+	}
+	for _, w := range []string{"no progress for 300ms", "while waiting for `agent-vm start x`, whose last line was: waiting for SSH (1s): Booting"} {
+		if !strings.Contains(res.Outcome(), w) {
+			t.Errorf("outcome %q lacks %q", res.Outcome(), w)
+		}
+	}
+}
+
+// TestSlowCallThatProgressesRuns: a call that takes many times the stall
+// limit but prints something new within each is not stopped.
+func TestSlowCallThatProgressesRuns(t *testing.T) {
+	bin := standIn(t, `for i in a b c d e f g h i j; do echo "step $i" >&2; sleep 0.1; done
+echo done`)
+	av := &agentVM{bin: bin, stateDir: "/unused", dir: t.TempDir(), grace: 10 * time.Second, watch: watchFor(t, 400*time.Millisecond),
+		rep: &reporter{w: &syncBuffer{}, now: time.Now}}
+	res := av.run(context.Background(), call{args: []string{"template", "build"}})
+	if res.Stalled != nil || res.ExitCode != 0 || res.Stdout != "done\n" {
+		t.Fatalf("%s: want the progressing call to run to its end", res.Outcome())
 	}
 }

@@ -7,14 +7,9 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/agent-vm/agent-vm/blackbox"
 )
-
-// cleanupTimeout bounds a scenario's cleanup (stopping VMs, destroying
-// them); S.scale multiplies it under TCG.
-const cleanupTimeout = 2 * time.Minute
 
 // cleanup stops and destroys the VMs the scenario made (only those: a
 // given state directory may hold the user's own) and removes its files.
@@ -45,18 +40,14 @@ func (s *S) cleanup(ctx context.Context) (summary string, err error) {
 			continue // destroyed by the scenario itself
 		}
 		if ok && st.State != "stopped" && st.State != "invalid" {
-			c := v.call("stop")
-			c.timeout = stopTimeout * s.scale
-			res := s.av.run(ctx, c)
+			res := s.av.run(ctx, v.call("stop"))
 			if res.ExitCode != 0 {
 				problems = append(problems, fmt.Errorf("`%s`: %s %s", res.Short(), res.Outcome(), lastLine(res.Stderr)))
 			} else {
 				stopped++
 			}
 		}
-		c := v.call("destroy", "--force")
-		c.timeout = stopTimeout * s.scale
-		res := s.av.run(ctx, c)
+		res := s.av.run(ctx, v.call("destroy", "--force"))
 		if res.ExitCode != 0 {
 			problems = append(problems, fmt.Errorf("`%s`: %s %s", res.Short(), res.Outcome(), lastLine(res.Stderr)))
 		} else {

@@ -15,7 +15,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Timeout != DefaultTimeout || cfg.Run != nil || cfg.Keep || cfg.Verbose || cfg.AgentVM != "" || cfg.StateDir != "" {
+	if cfg.Stall != DefaultStall || cfg.Run != nil || cfg.Keep || cfg.Verbose || cfg.AgentVM != "" || cfg.StateDir != "" {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	if cfg.IsTerminal {
@@ -23,11 +23,11 @@ func TestParseFlags(t *testing.T) {
 	}
 
 	cfg, err = ParseFlags([]string{"--agent-vm", "./a", "--state-dir", "/s", "--backend", "qemu", "--run", "^(cli|mcp)$",
-		"--keep", "--timeout", "10m", "--verbose", "--list"}, &out, &errOut)
+		"--keep", "--stall", "20m", "--verbose", "--list"}, &out, &errOut)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.AgentVM != "./a" || cfg.StateDir != "/s" || cfg.Backend != "qemu" || !cfg.Keep || cfg.Timeout != 10*time.Minute ||
+	if cfg.AgentVM != "./a" || cfg.StateDir != "/s" || cfg.Backend != "qemu" || !cfg.Keep || cfg.Stall != 20*time.Minute ||
 		!cfg.Verbose || !cfg.List || !cfg.Run.MatchString("mcp") || cfg.Run.MatchString("lifecycle") {
 		t.Errorf("parsed %+v", cfg)
 	}
@@ -37,7 +37,8 @@ func TestParseFlags(t *testing.T) {
 		mention string
 	}{
 		{[]string{"--run", "("}, "not a regular expression"},
-		{[]string{"--timeout", "-1m"}, "must be positive"},
+		{[]string{"--stall", "-1m"}, "must be positive"},
+		{[]string{"--timeout", "45m"}, "-timeout"}, // no step has a time to finish in
 		{[]string{"--backend", "docker"}, `--backend "docker"`},
 		{[]string{"lifecycle"}, `unexpected argument "lifecycle"`},
 		{[]string{"--nope"}, "-nope"},

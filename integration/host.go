@@ -7,12 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 )
-
-// tcgScale multiplies VM timeouts when guests run under TCG (no KVM):
-// boots are several times slower there.
-const tcgScale = 4
 
 // doctorReport is `agent-vm doctor --json`: what this host can do.
 type doctorReport struct {
@@ -179,15 +174,6 @@ func (h host) vmSkip() string {
 	return strings.Join(reasons, "; ")
 }
 
-// scale is the factor for VM timeouts: 1 with KVM, tcgScale under TCG or
-// when the accelerator is unknown.
-func (h host) scale() time.Duration {
-	if h.doctor != nil && h.doctor.Accel == "kvm" {
-		return 1
-	}
-	return tcgScale
-}
-
 // describe is the header's account of the host.
 func (h host) describe() []string {
 	if h.doctor == nil {
@@ -199,9 +185,6 @@ func (h host) describe() []string {
 		accel += " (" + d.AccelReason + ")"
 	}
 	lines := []string{accel}
-	if d.Accel != "kvm" {
-		lines = append(lines, fmt.Sprintf("VM timeouts scaled ×%d for TCG", tcgScale))
-	}
 	if d.Image != "" {
 		lines = append(lines, "base image "+d.Image)
 	} else {

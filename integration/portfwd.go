@@ -34,38 +34,25 @@ func serveInGuest(ctx context.Context, s *S, branch string, port int) (string, e
 }
 
 // fetchServed gets served.txt from 127.0.0.1:port on the host until it
-// answers with want (the guest's server may still be starting), or fails
-// at the deadline with the last error.
-func fetchServed(ctx context.Context, port int, want string, timeout time.Duration) error {
+// answers with want (the guest's server may still be starting); it fails
+// with the last error when nothing moves for the run's --stall limit.
+func (s *S) fetchServed(ctx context.Context, port int, want string) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/served.txt", port)
-	deadline := time.Now().Add(timeout)
-	var last error
-	for b := 200 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
+	return s.until(ctx, "the guest's server at "+url, func() (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			switch got := strings.TrimSpace(string(body)); {
-			case resp.StatusCode == http.StatusOK && got == want:
-				cancel()
-				return nil
-			default:
-				err = fmt.Errorf("HTTP %d: %q, want %q", resp.StatusCode, got, want)
-			}
+		if err != nil {
+			return false, err
 		}
-		cancel()
-		last = err
-		if time.Now().After(deadline) {
-			return failf(nil, "the host got no answer from the guest's server at %s within %s: %v", url, timeout, last)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if got := strings.TrimSpace(string(body)); resp.StatusCode != http.StatusOK || got != want {
+			return false, fmt.Errorf("HTTP %d: %q, want %q", resp.StatusCode, got, want)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(b):
-		}
-	}
+		return true, nil
+	})
 }
 
 // portForwards is `port list BRANCH --json`.
@@ -138,7 +125,7 @@ func checkPortForward(ctx context.Context, s *S, branch string) error {
 	if want := fmt.Sprintf("forwarded to 127.0.0.1:%d\n", guest); !strings.HasSuffix(res.Stdout, want) {
 		return failf(res, "port add on a running VM does not say the guest port is %q", want)
 	}
-	if err := fetchServed(ctx, guest, content, 60*time.Second*s.scale); err != nil {
+	if err := s.fetchServed(ctx, guest, content); err != nil {
 		return err
 	}
 	st, _, err := s.status(ctx, branch, nil)
@@ -215,7 +202,7 @@ func checkPortAfterBoot(ctx context.Context, s *S, branch string, guest int) err
 	if err != nil {
 		return err
 	}
-	if err := fetchServed(ctx, host, content, 60*time.Second*s.scale); err != nil {
+	if err := s.fetchServed(ctx, host, content); err != nil {
 		return err
 	}
 	s.notef("guest port %d answered on 127.0.0.1:%d after the start", guest, host)

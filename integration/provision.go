@@ -90,7 +90,7 @@ func resetWithFailingProvision(ctx context.Context, s *S, branch string) (knownH
 	if _, err := s.ok(ctx, "reset", "--force", branch); err != nil {
 		return "", err
 	}
-	res, _ := s.start(ctx, branch, 1)
+	res, _ := s.start(ctx, branch)
 	if err := want(res, 1); err != nil {
 		return "", err
 	}

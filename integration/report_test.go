@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // syncBuffer is a bytes.Buffer safe to read while the reporter's progress
@@ -102,7 +104,9 @@ func TestOutcome(t *testing.T) {
 	}{
 		{Result{ExitCode: 0}, "exit status 0"},
 		{Result{ExitCode: 130, Interrupted: true}, "interrupted (sent SIGINT), exit status 130"},
-		{Result{ExitCode: -1, TimedOut: true, Timeout: time.Minute, Err: exec.ErrWaitDelay}, "timed out after 1m0s (sent SIGINT), " + exec.ErrWaitDelay.Error()},
+		{Result{ExitCode: -1, Elapsed: 12*time.Minute + 300*time.Millisecond, Err: exec.ErrWaitDelay,
+			Stalled: &blackbox.StallError{Limit: 10 * time.Minute, Waiting: "`agent-vm start x`"}},
+			"stopped after 12m0s: no progress for 10m0s (no new output, no guest console output, QEMU and the programs waited on idle) while waiting for `agent-vm start x` (sent SIGINT), " + exec.ErrWaitDelay.Error()},
 	} {
 		if got := c.res.Outcome(); got != c.want {
 			t.Errorf("Outcome() = %q, want %q", got, c.want)

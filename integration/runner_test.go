@@ -255,7 +255,7 @@ func TestUsageAndExitCodes(t *testing.T) {
 	}{
 		{[]string{"--bogus"}, ExitUsage, "-bogus"},
 		{[]string{"--run", "["}, ExitUsage, "not a regular expression"},
-		{[]string{"--timeout", "0s"}, ExitUsage, "--timeout"},
+		{[]string{"--stall", "0s"}, ExitUsage, "--stall"},
 		{[]string{"--backend", "docker"}, ExitUsage, `"docker"`},
 		{[]string{"cli"}, ExitUsage, "--run REGEX"},
 		{[]string{"-h"}, ExitPassed, "usage: integration-test"},

@@ -71,7 +71,7 @@ type browserInfo struct {
 }
 
 func (s *S) browser(ctx context.Context, branch string, env []string, args ...string) (*browserInfo, *Result, error) {
-	res := s.call(ctx, call{args: append([]string{"browser", branch, "--json"}, args...), env: env, timeout: 5 * time.Minute * s.scale})
+	res := s.call(ctx, call{args: append([]string{"browser", branch, "--json"}, args...), env: env})
 	if err := want(res, 0); err != nil {
 		return nil, res, err
 	}
@@ -412,7 +412,7 @@ func checkRunChrome(ctx context.Context, s *S, dir string, env []string) error {
 	}
 	run := func(bridgeDir string, args ...string) *Result {
 		return s.call(ctx, call{args: append([]string{"run", agentNewBranch}, args...), dir: dir, stdin: kbd.File,
-			env: append(slices.Clone(env), "AGENT_VM_CHROME_BRIDGE_DIR="+bridgeDir), timeout: s.bootTimeout(1)})
+			env: append(slices.Clone(env), "AGENT_VM_CHROME_BRIDGE_DIR="+bridgeDir)})
 	}
 	res := run(empty, "--agent", "claude", "--chrome", "--", "--version")
 	if err := want(res, 0); err != nil {

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/agent-vm/agent-vm/blackbox"
 )
@@ -142,7 +141,7 @@ type lifecycle struct {
 
 // firstBoot starts the VM: running, agent healthy, endpoints printed.
 func (l *lifecycle) firstBoot(ctx context.Context) error {
-	res, err := l.s.start(ctx, l.branch, 1)
+	res, err := l.s.start(ctx, l.branch)
 	if err != nil {
 		return err
 	}
@@ -164,7 +163,7 @@ func (l *lifecycle) firstBoot(ctx context.Context) error {
 
 // startAgain starts the running VM: agent-vm says so and leaves it be.
 func (l *lifecycle) startAgain(ctx context.Context) error {
-	res, err := l.s.start(ctx, l.branch, 1)
+	res, err := l.s.start(ctx, l.branch)
 	if err != nil {
 		return err
 	}
@@ -188,7 +187,7 @@ func (l *lifecycle) suspend(ctx context.Context) error {
 	if l.bootID, err = bootID(ctx, l.s, l.branch); err != nil {
 		return err
 	}
-	if _, err := l.s.boot(ctx, "suspend", l.branch, 1); err != nil {
+	if _, err := l.s.boot(ctx, "suspend", l.branch); err != nil {
 		return err
 	}
 	st, res, err := l.s.status(ctx, l.branch, statusKeys())
@@ -204,7 +203,7 @@ func (l *lifecycle) suspend(ctx context.Context) error {
 // resume resumes the suspended VM: running with a healthy agent, the same
 // boot (not a reboot), a file the host writes meanwhile seen in the guest.
 func (l *lifecycle) resume(ctx context.Context) error {
-	if _, err := l.s.boot(ctx, "resume", l.branch, 1); err != nil {
+	if _, err := l.s.boot(ctx, "resume", l.branch); err != nil {
 		return err
 	}
 	st, err := l.s.healthy(ctx, l.branch)
@@ -239,7 +238,7 @@ func (l *lifecycle) stop(ctx context.Context) error {
 // secondBoot starts the VM again: a new boot, the guest's file still
 // there, and cloud-init's first-boot setup not run again.
 func (l *lifecycle) secondBoot(ctx context.Context) error {
-	if _, err := l.s.start(ctx, l.branch, 1); err != nil {
+	if _, err := l.s.start(ctx, l.branch); err != nil {
 		return err
 	}
 	st, err := l.s.healthy(ctx, l.branch)
@@ -285,10 +284,10 @@ func (l *lifecycle) crash(ctx context.Context) error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return failf(nil, "kill -9 %d: %v", pid, err)
 	}
-	if !waitGone(ctx, pid, 10*time.Second) {
-		return failf(nil, "QEMU (pid %d) survived SIGKILL for 10s", pid)
+	if err := l.s.waitGone(ctx, pid, "QEMU"); err != nil {
+		return err
 	}
-	now, err := l.s.waitState(ctx, l.branch, "crashed", 10*time.Second)
+	now, err := l.s.waitState(ctx, l.branch, "crashed")
 	if err != nil {
 		return err
 	}
@@ -302,7 +301,7 @@ func (l *lifecycle) crash(ctx context.Context) error {
 // workspace there.
 func (l *lifecycle) restart(ctx context.Context) error {
 	killed := l.st.Pid
-	if _, err := l.s.boot(ctx, "restart", l.branch, 1); err != nil {
+	if _, err := l.s.boot(ctx, "restart", l.branch); err != nil {
 		return err
 	}
 	st, err := l.s.healthy(ctx, l.branch)

@@ -76,7 +76,7 @@ func runMCP(ctx context.Context, s *S) {
 		return err
 	})
 	s.Step(ctx, "start it", func() (err error) {
-		if _, err = s.boot(ctx, "start", mcpBranch, 1, net.env...); err != nil {
+		if _, err = s.boot(ctx, "start", mcpBranch, net.env...); err != nil {
 			return err
 		}
 		if st, err = s.healthy(ctx, mcpBranch); err != nil {

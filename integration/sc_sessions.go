@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 func sessionsScenario() Scenario {
@@ -119,7 +118,7 @@ func runSessions(ctx context.Context, s *S) {
 	s.Step(ctx, "run creates and boots the VM, attaches to the agent, and Ctrl-b d detaches", func() error {
 		args := append([]string{"run", sessionsBranch}, agentArgs...)
 		args = append(args, "--", "first", "second arg")
-		kbd, done, err := s.typing(ctx, call{args: args, dir: rp.Dir, env: canaryEnv, timeout: s.bootTimeout(1) + 2*time.Minute})
+		kbd, done, err := s.typing(ctx, call{args: args, dir: rp.Dir, env: canaryEnv})
 		if err != nil {
 			return err
 		}
@@ -298,9 +297,7 @@ func suspendAtWork(ctx context.Context, s *S, ref vmRef, name string, track func
 	if st.State != "suspended" || st.Suspend != "paused" || st.Agent.State == "unhealthy" {
 		return failf(res, "after suspend: state %q, suspend %q, agent %q; want suspended, paused, and no unhealthy agent", st.State, st.Suspend, st.Agent.State)
 	}
-	c := ref.call("resume")
-	c.timeout = s.bootTimeout(1)
-	if err := want(track(s.call(ctx, c)), 0); err != nil {
+	if err := want(track(s.call(ctx, ref.call("resume"))), 0); err != nil {
 		return err
 	}
 	infos, err := s.sessions(ctx, ref)
@@ -329,15 +326,13 @@ func (s *S) typing(ctx context.Context, c call) (*keyboard, chan *Result, error)
 // in the VM's workspace (on the host) and returns what it wrote; a run that
 // ends first is a failure.
 func (s *S) waitAgentReady(ctx context.Context, dir string, workspace *string, done chan *Result) (string, error) {
-	deadline := time.Now().Add(s.bootTimeout(1) + 2*time.Minute)
-	for time.Now().Before(deadline) {
+	var ready string
+	err := s.until(ctx, "the stand-in agent's ready file", func() (bool, error) {
 		select {
 		case res := <-done:
 			done <- res
-			return "", failf(res, "run ended before the agent was ready: %s", res.Outcome())
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(time.Second):
+			return false, giveUp{failf(res, "run ended before the agent was ready: %s", res.Outcome())}
+		default:
 		}
 		if *workspace == "" {
 			res := s.call(ctx, call{args: []string{"status", "--json", sessionsBranch}, dir: dir, quiet: true})
@@ -347,35 +342,35 @@ func (s *S) waitAgentReady(ctx context.Context, dir string, workspace *string, d
 				} `json:"paths"`
 			}
 			if res.ExitCode != 0 || json.Unmarshal([]byte(res.Stdout), &st) != nil || st.Paths.Workspace == "" {
-				continue
+				return false, errors.New("status --json names no workspace yet")
 			}
 			*workspace = st.Paths.Workspace
 		}
 		b, err := os.ReadFile(filepath.Join(*workspace, ".agent-ready"))
-		if err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			return strings.TrimSpace(string(b)), nil
+		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
+			return false, errors.New("no ready file in the workspace yet")
 		}
-	}
-	return "", failf(nil, "the agent did not get ready within the boot timeout")
+		ready = strings.TrimSpace(string(b))
+		return true, nil
+	})
+	return ready, err
 }
 
 // waitAttached waits until the session has an attached client.
 func (s *S) waitAttached(ctx context.Context, ref vmRef, done chan *Result) error {
-	for range 120 {
+	return s.until(ctx, "run to attach to the session", func() (bool, error) {
 		select {
 		case res := <-done:
 			done <- res
-			return failf(res, "run ended before it attached: %s", res.Outcome())
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+			return false, giveUp{failf(res, "run ended before it attached: %s", res.Outcome())}
+		default:
 		}
 		infos, err := s.sessions(ctx, ref)
-		if err == nil && len(infos) == 1 && infos[0].Attached > 0 {
-			return nil
+		if err != nil {
+			return false, err
 		}
-	}
-	return failf(nil, "run did not attach within a minute")
+		return len(infos) == 1 && infos[0].Attached > 0, fmt.Errorf("sessions: %+v", infos)
+	})
 }
 
 func (s *S) sessions(ctx context.Context, ref vmRef) ([]sessionInfo, error) {

@@ -46,8 +46,7 @@ type S struct {
 	dir     string // the scenario's own files (git repos)
 	backend string // --backend for create; "" for agent-vm's default
 	host    string // --host for create; "" for this machine
-	scale   time.Duration
-	vm      bool // the scenario boots VMs: show their serial consoles on failure
+	vm      bool   // the scenario boots VMs: show their serial consoles on failure
 	// interrupted reports whether the user interrupted the run.
 	interrupted func() bool
 
@@ -102,10 +101,6 @@ func (s *S) Step(ctx context.Context, name string, f func() error) {
 	switch {
 	case s.interrupted():
 		s.rep.step(markFail, name, elapsed, "interrupted")
-		return
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		s.failed = true
-		s.rep.step(markFail, name, elapsed, "the run's --timeout passed")
 		return
 	}
 	s.failed = true

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/agent-vm/agent-vm/blackbox"
 )
@@ -164,20 +163,11 @@ func owner(path string) (uid, gid uint32, err error) {
 	return sys.Uid, sys.Gid, nil
 }
 
-// waitGone waits until pid has exited, for at most timeout.
-func waitGone(ctx context.Context, pid int, timeout time.Duration) bool {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	delay := 20 * time.Millisecond
-	for blackbox.Alive(pid) {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 500*time.Millisecond)
-	}
-	return true
+// waitGone waits until pid (what names it) has exited.
+func (s *S) waitGone(ctx context.Context, pid int, what string) error {
+	return s.until(ctx, fmt.Sprintf("%s (pid %d) to exit", what, pid), func() (bool, error) {
+		return !blackbox.Alive(pid), nil
+	})
 }
 
 // libvirtName is the libvirt domain and network name of the VM whose

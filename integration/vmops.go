@@ -13,13 +13,6 @@ import (
 	"github.com/agent-vm/agent-vm/blackbox"
 )
 
-// Timeouts for VM operations with KVM; S.scale multiplies them under TCG.
-const (
-	bootTimeout = 90 * time.Second // agent-vm start: boot, SSH and agent-mcp healthy
-	stopTimeout = 30 * time.Second
-	execTimeout = 30 * time.Second
-)
-
 // create runs `agent-vm create --branch B` in repoDir (plus --backend when
 // the run has one) and registers the VM for cleanup when it succeeds.
 func (s *S) create(ctx context.Context, repoDir, branch string) (*Result, error) {
@@ -66,37 +59,23 @@ func (s *S) status(ctx context.Context, branch string, keys []string) (*blackbox
 	return st, res, nil
 }
 
-// bootTimeout is how long one boot may take here; n VMs booting together
-// share the host's cores, so they get n times as long.
-func (s *S) bootTimeout(n int) time.Duration {
-	return bootTimeout * s.scale * time.Duration(max(n, 1))
-}
-
 // start runs `agent-vm start B` with a progress line fed by agent-vm's own
-// progress output. concurrent is how many VMs boot at the same time.
-func (s *S) start(ctx context.Context, branch string, concurrent int) (*Result, error) {
-	return s.bootFor(ctx, "start", branch, s.bootTimeout(concurrent))
+// progress output.
+func (s *S) start(ctx context.Context, branch string) (*Result, error) {
+	return s.boot(ctx, "start", branch)
 }
 
-// boot runs a verb that boots a VM (start, restart) and waits for it; env
-// is added to agent-vm's environment (and so to the VM's egress proxy's).
-func (s *S) boot(ctx context.Context, verb, branch string, concurrent int, env ...string) (*Result, error) {
-	return s.bootFor(ctx, verb, branch, s.bootTimeout(concurrent), env...)
-}
-
-// bootFor is boot with the time start may take (its --timeout) given.
-func (s *S) bootFor(ctx context.Context, verb, branch string, d time.Duration, env ...string) (*Result, error) {
+// boot runs a verb that boots a VM (start, restart) and waits for it, with
+// agent-vm's own wait (its default --timeout, which grows with the host's
+// load); env is added to agent-vm's environment (and so to the VM's egress
+// proxy's).
+func (s *S) boot(ctx context.Context, verb, branch string, env ...string) (*Result, error) {
 	t := s.rep.begin("booting " + branch)
 	defer s.rep.end(t)
-	args := []string{verb, branch}
-	if verb == "start" { // restart has no --timeout: it picks its own for the accelerator
-		args = []string{verb, "--timeout", d.String(), branch}
-	}
 	res := s.call(ctx, call{
-		args:    args,
-		timeout: d + time.Minute, // agent-vm's own timeout should fire first, with its report
-		onLine:  func(l string) { s.rep.update(t, l) },
-		env:     env,
+		args:   []string{verb, branch},
+		onLine: func(l string) { s.rep.update(t, l) },
+		env:    env,
 	})
 	return res, want(res, 0)
 }
@@ -109,7 +88,7 @@ func (s *S) startAll(ctx context.Context, branches ...string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.start(ctx, b, len(branches))
+			_, errs[i] = s.start(ctx, b)
 		}()
 	}
 	wg.Wait()
@@ -162,7 +141,7 @@ func (s *S) allowPackageSources(ctx context.Context, branch string) error {
 
 // stop runs `agent-vm stop B`.
 func (s *S) stop(ctx context.Context, branch string) (*Result, error) {
-	res := s.call(ctx, call{args: []string{"stop", branch}, timeout: stopTimeout * s.scale})
+	res := s.call(ctx, call{args: []string{"stop", branch}})
 	return res, want(res, 0)
 }
 
@@ -170,7 +149,7 @@ func (s *S) stop(ctx context.Context, branch string) (*Result, error) {
 // judges the exit code.
 func (s *S) exec(ctx context.Context, branch string, argv ...string) *Result {
 	args := append([]string{"exec", branch, "--"}, argv...)
-	return s.call(ctx, call{args: args, timeout: execTimeout * s.scale})
+	return s.call(ctx, call{args: args})
 }
 
 // execOK runs a command in the guest and requires exit status 0.
@@ -194,28 +173,57 @@ func (s *S) healthy(ctx context.Context, branch string) (*blackbox.Status, error
 	return st, nil
 }
 
-// waitState polls `status --json` until the VM's state is want, with
-// backoff, for at most timeout.
-func (s *S) waitState(ctx context.Context, branch, want string, timeout time.Duration) (*blackbox.Status, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	delay := 100 * time.Millisecond
-	for {
-		st, res, err := s.status(ctx, branch, statusKeys())
-		if err == nil && st.State == want {
-			return st, nil
+// waitState polls `status --json` until the VM's state is want.
+func (s *S) waitState(ctx context.Context, branch, want string) (*blackbox.Status, error) {
+	var st *blackbox.Status
+	err := s.until(ctx, fmt.Sprintf("%s to be %s", branch, want), func() (bool, error) {
+		var err error
+		st, _, err = s.status(ctx, branch, statusKeys())
+		if err != nil {
+			return false, err
 		}
+		return st.State == want, fmt.Errorf("%s is %s", branch, st.State)
+	})
+	return st, err
+}
+
+// until polls done, with backoff, until it says true. It gives up when
+// done's error is a giveUp (returning it), when the run is interrupted, or
+// when nothing has moved for the run's --stall limit (then the error says
+// what it waited for and done's last answer): a slow machine is no reason
+// to fail. done's other errors say why it is not done yet.
+func (s *S) until(ctx context.Context, what string, done func() (bool, error)) error {
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if s.av.watch != nil {
+		wctx, cancel = s.av.watch.Context(ctx, func() string { return what })
+	}
+	defer cancel()
+	var last error
+	for delay := 50 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
+		ok, err := done()
+		if ok {
+			return nil
+		}
+		if g, final := err.(giveUp); final {
+			return g.error
+		}
+		last = err
 		select {
-		case <-ctx.Done():
-			if err != nil {
-				return nil, err
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			return nil, failf(res, "%s is still %s after %s, want %s", branch, st.State, timeout, want)
+			if last != nil {
+				return failf(nil, "%v (%v)", context.Cause(wctx), last)
+			}
+			return failf(nil, "%v", context.Cause(wctx))
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 2*time.Second)
 	}
 }
+
+// giveUp is an answer of until's done that ends the wait with its error.
+type giveUp struct{ error }
 
 // serialTails prints the tail of each VM's serial console: what the guest
 // said, for a failed VM scenario.
