@@ -121,6 +121,9 @@ type Plan struct {
 	// guest's own setup to finish and makes it durable, so a VM killed
 	// right after start (SIGKILL, host crash) still boots. "" for none.
 	Settle string
+	// SetupLog is the guest's log of that setup, whose growth and last
+	// line start shows while it waits for Settle; "" for none.
+	SetupLog string
 	// Setup is a root shell script start runs in the guest (over SSH) as
 	// soon as it answers with its own key, before any session: it makes
 	// the guest trust PrepareOptions.CACerts and gives it the

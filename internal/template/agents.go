@@ -14,23 +14,26 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 )
 
-// AgentProbe is the root script that waits for the guest's first-boot
-// setup, then prints one line "NAME VERSION" per agent of pins: the
+// AgentProbe is the root script that checks that the guest's first-boot
+// setup has ended, then prints one line "NAME VERSION" per agent of pins: the
 // version npm installed (its package.json) once NAME's program has run
 // with --version as the guest's user. It stops at the first agent that is
 // missing or does not run, saying which on stderr, with status 3.
 func AgentProbe(pins []guest.AgentPin) string {
 	var b strings.Builder
-	b.WriteString("cloud-init status --wait >/dev/null 2>&1 || true\n")
+	// start waited for the first boot's setup while it made progress; one
+	// still running now made none for a long while.
+	fmt.Fprintf(&b, "if cloud-init status 2>/dev/null | grep -q 'status: running'; then echo 'the first boot'\\''s setup has not finished; the end of its log:' >&2; tail -n 12 %s >&2; exit 3; fi\n", cloudinit.OutputLog)
 	b.WriteString("root=$(npm root -g) || { echo 'npm is missing' >&2; exit 3; }\n")
 	for _, p := range pins {
 		name, pkg, cmd := sshx.Quote([]string{p.Name}), sshx.Quote([]string{p.Package}), sshx.Quote([]string{p.Command})
-		fmt.Fprintf(&b, "v=$(node -e 'process.stdout.write(require(process.argv[1]).version)' \"$root\"/%s/package.json 2>/dev/null) || { echo %s' is not installed; the end of the first boot'\\''s log:' >&2; tail -n 12 /var/log/cloud-init-output.log >&2; exit 3; }\n",
-			pkg, name)
+		fmt.Fprintf(&b, "v=$(node -e 'process.stdout.write(require(process.argv[1]).version)' \"$root\"/%s/package.json 2>/dev/null) || { echo %s' is not installed; the end of the first boot'\\''s log:' >&2; tail -n 12 %s >&2; exit 3; }\n",
+			pkg, name, cloudinit.OutputLog)
 		fmt.Fprintf(&b, "out=$(sudo -u %s -H -- %s --version 2>&1) || { echo %s' is installed but does not run: '\"$out\" >&2; exit 3; }\n",
 			guest.User, cmd, name)
 		fmt.Fprintf(&b, "echo %s \"$v\"\n", name)

@@ -278,7 +278,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand, Setup: setup}, nil
+	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand, SetupLog: cloudinit.OutputLog, Setup: setup}, nil
 }
 
 // prepareUser is Prepare for the repository's own Vagrantfile: it checks

@@ -1,11 +1,9 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -92,7 +90,9 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		h := guestctl.CheckHealth(wctx, r.Ports.MCP)
 		if h.State == "healthy" {
 			res.HealthReady = time.Since(began)
-			m.settle(wctx, r, l, plan.Settle, func() { o.Report.Report("finishing the guest's setup", time.Since(began), "") })
+			// The guest's own setup has no deadline: it goes on while the
+			// guest makes progress (guestctl.Settle).
+			m.settle(ctx, r, l, plan, func(last string) { o.Report.Report("finishing the guest's setup", time.Since(began), last) })
 			return ctx.Err() // interrupted while settling: the caller stops the VM
 		}
 		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
@@ -110,32 +110,30 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	}
 }
 
-// settle runs the backend's settle command (see backend.Plan.Settle). A
-// failure is a warning, not a failed start: the VM is up and healthy.
-func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, cmd string, report func()) {
-	if cmd == "" {
+// settleStall is how long the guest's first-boot setup may make no
+// progress before start stops waiting for it.
+const settleStall = 10 * time.Minute
+
+// settle waits for the guest's own setup (backend.Plan.Settle) while it
+// makes progress, reporting its log's last line. A failure is a warning,
+// not a failed start: the VM is up and healthy.
+func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, plan *backend.Plan, report func(last string)) {
+	if plan.Settle == "" {
 		return
 	}
-	branch := r.Branch
-	report()
+	report("")
 	c, err := m.dialGuest(ctx, r, l)
 	if err == nil {
-		var errOut bytes.Buffer
-		var code int
-		code, err = sshx.Run(ctx, c, cmd, nil, io.Discard, &errOut)
+		err = guestctl.Settle(ctx, c, guestctl.Settling{Command: plan.Settle, Log: plan.SetupLog, Stall: settleStall, Every: 10 * time.Second, Report: report})
 		c.Close()
-		if err == nil && code != 0 {
-			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(errOut.String()))
-		}
 	}
+	var stall *guestctl.StallError
 	switch {
-	case err == nil:
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		// A first boot can outlast start's --timeout (an agent CLI's npm
-		// install under TCG): say so, not the killed command's status.
-		m.Log.Warn("the VM is up, but start's timeout ran out before its first-boot setup (cloud-init: packages, agent CLI, provisioning) finished; it goes on in the guest, and if the VM is stopped before it ends, its next boot may set it up again (hint: wait for the setup to finish with `agent-vm exec " + branch + " -- cloud-init status --wait`, or start with a longer --timeout)")
+	case err == nil, ctx.Err() != nil:
+	case errors.As(err, &stall):
+		m.Log.Warn("the VM is up, but its first-boot setup (cloud-init: packages, agent CLI, provisioning) stopped making progress; it may go on in the guest, and if the VM is stopped before it ends, its next boot may set it up again (hint: `agent-vm logs "+r.Branch+"` shows the guest's log; wait for the setup with `agent-vm exec "+r.Branch+" -- cloud-init status --wait`)", "error", err)
 	default:
-		m.Log.Warn("the VM is up, but waiting for its setup to finish failed; if the VM is killed soon, its next boot may set it up again", "command", cmd, "error", err)
+		m.Log.Warn("the VM is up, but waiting for its setup to finish failed; if the VM is killed soon, its next boot may set it up again", "command", plan.Settle, "error", err)
 	}
 }
 

@@ -1,0 +1,126 @@
+package guestctl
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
+)
+
+func TestParseSettleProbe(t *testing.T) {
+	p, err := parseSettleProbe("cpu  100 5 50 9000 40 1 2 3 0 0\n1234\nadded 120 packages in 3m\n")
+	if err != nil || !p.ok || p.busy != 100+5+50+1+2+3 || p.logSize != 1234 || p.last != "added 120 packages in 3m" {
+		t.Errorf("got %+v, %v", p, err)
+	}
+	if p, err := parseSettleProbe("cpu  1 2 3 4 5\n"); err != nil || p.busy != 6 || p.logSize != 0 {
+		t.Errorf("no log: got %+v, %v", p, err)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\n", "cpu 1 x 3 4 5\n"} {
+		if _, err := parseSettleProbe(bad); err == nil {
+			t.Errorf("parseSettleProbe(%q) read it", bad)
+		}
+	}
+}
+
+// settleRig is this host's sshd standing in for the guest, with a log and
+// a /proc/stat of the test's own that the test writes.
+type settleRig struct {
+	c         *ssh.Client
+	log, stat string
+}
+
+func newSettleRig(t *testing.T) settleRig {
+	t.Helper()
+	srv := sshdtest.New(t)
+	srv.Start()
+	c, err := sshx.Dial(context.Background(), sshx.Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	dir := t.TempDir()
+	r := settleRig{c: c, log: filepath.Join(dir, "setup.log"), stat: filepath.Join(dir, "stat")}
+	r.write(t, r.stat, "cpu  100 0 100 5000 0 0 0 0 0 0\n")
+	r.write(t, r.log, "Cloud-init v. 22.4.2 running 'modules:final'\n")
+	return r
+}
+
+func (settleRig) write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A setup that ends is waited for; each probe reports the log's last line.
+func TestSettleWaitsForTheCommand(t *testing.T) {
+	r := newSettleRig(t)
+	var mu sync.Mutex
+	var reported []string
+	err := Settle(context.Background(), r.c, Settling{Command: "sleep 1", Log: r.log, Stall: time.Hour, Every: 100 * time.Millisecond,
+		procStat: r.stat, Report: func(l string) { mu.Lock(); reported = append(reported, l); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) == 0 || reported[0] != "Cloud-init v. 22.4.2 running 'modules:final'" {
+		t.Errorf("reported %q, want the log's last line", reported)
+	}
+	if err := Settle(context.Background(), r.c, Settling{Command: "echo broken >&2; exit 4", Stall: time.Hour, Every: time.Second, procStat: r.stat}); err == nil ||
+		!strings.Contains(err.Error(), "exit status 4: broken") {
+		t.Errorf("a failing command: %v", err)
+	}
+}
+
+// A guest whose log grows, or whose CPUs are busy, goes on however long it
+// takes; one where nothing moves ends with a StallError naming the log's
+// last line.
+func TestSettleStopsOnlyWhenNothingMoves(t *testing.T) {
+	r := newSettleRig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Settle(ctx, r.c, Settling{Command: "sleep 600", Log: r.log, Stall: 400 * time.Millisecond, Every: 50 * time.Millisecond, procStat: r.stat})
+	}()
+	// Four stall limits of progress: the log grows, then the CPUs work.
+	lines := "Cloud-init v. 22.4.2 running 'modules:final'\n"
+	busy := 200
+	for i := range 32 {
+		if i < 16 {
+			lines += "npm http fetch GET 200 https://registry.npmjs.org/x\n"
+			r.write(t, r.log, lines)
+		} else {
+			busy += 100
+			r.write(t, r.stat, "cpu  "+strconv.Itoa(busy)+" 0 0 5000 0 0 0 0 0 0\n")
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("settle ended while the guest made progress: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// Now nothing moves.
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("settle did not stop when nothing moved")
+	}
+	var stall *StallError
+	if !errors.As(err, &stall) || !strings.Contains(err.Error(), "made no progress for 400ms") ||
+		!strings.Contains(err.Error(), "its last line: npm http fetch GET 200") {
+		t.Errorf("got %v, want a StallError with the log's last line", err)
+	}
+}
