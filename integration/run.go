@@ -85,7 +85,7 @@ func (r *run) main(selected []Scenario, bin string) int {
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(r.ctx))
 	defer stopWatch()
 	watch.Start(watchCtx)
-	r.av = &agentVM{bin: bin, stateDir: stateDir, env: childEnv(), dir: r.root,
+	r.av = &agentVM{bin: bin, stateDir: stateDir, env: append(childEnv(), templateDirEnv+"="+templateDir(r.root)), dir: r.root,
 		watch: watch, grace: time.Minute, rep: r.rep}
 	r.rep.title("agent-vm integration test")
 	var err error
@@ -93,6 +93,7 @@ func (r *run) main(selected []Scenario, bin string) int {
 	if err != nil {
 		return r.abort(err, len(selected))
 	}
+	selected = withTemplate(selected, r.backend())
 	r.header(bin, selected)
 	for _, sc := range selected {
 		r.scenario(runCtx, sc)
@@ -212,6 +213,18 @@ func (r *run) cleanupScenario(s *S) {
 	r.rep.step(markPass, "clean up", time.Since(start), summary)
 }
 
+// backend is the backend create picks in this run: --backend, else the
+// one the doctor says create picks here.
+func (r *run) backend() string {
+	if b := r.cfg.Backend; b != "" && b != "auto" {
+		return b
+	}
+	if r.host.doctor != nil {
+		return r.host.doctor.Backend
+	}
+	return ""
+}
+
 // skipReason says why a scenario cannot run with this agent-vm on this
 // host, and what would let it; "" when it can.
 func (r *run) skipReason(sc Scenario) string {
@@ -231,11 +244,7 @@ func (r *run) skipReason(sc Scenario) string {
 		}
 	}
 	if len(sc.Backends) > 0 {
-		backend := r.cfg.Backend
-		if (backend == "" || backend == "auto") && r.host.doctor != nil {
-			backend = r.host.doctor.Backend
-		}
-		if !slices.Contains(sc.Backends, backend) {
+		if backend := r.backend(); !slices.Contains(sc.Backends, backend) {
 			return fmt.Sprintf("it tests the %s backend; this run creates VMs with %q (hint: --backend %s)", strings.Join(sc.Backends, " or "), backend, sc.Backends[0])
 		}
 	}
@@ -300,6 +309,7 @@ func consoles(stateDir, root string) []string {
 	var out []string
 	for _, pat := range []string{
 		filepath.Join(stateDir, "*", "logs", "*.log"),
+		filepath.Join(templateDir(root), "*", "logs", "*.log"),
 		filepath.Join(root, "*", "templates-*", "*", "logs", "*.log"),
 	} {
 		m, _ := filepath.Glob(pat)

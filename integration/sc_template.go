@@ -1,0 +1,103 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// The run's template. A user's VMs start from a template after `agent-vm
+// setup --template`: in seconds, with the agent CLIs installed. The run
+// does the same for the scenarios whose checks are not about a VM's first
+// boot from the base image (Scenario.Template): it builds one template of
+// the default machine first, in a directory of its own that every
+// agent-vm call of the run is given (AGENT_VM_TEMPLATE_DIR), so no
+// template of the user's is used and none is left. Only the qemu backend's
+// VMs start from templates; other runs build none. A cold first boot is
+// still tested: the template's own build, agent-cli's builds, lifecycle's
+// second boot and reset, and every vagrant and --host run.
+
+// templateDirEnv names the directory agent-vm keeps its templates in.
+const templateDirEnv = "AGENT_VM_TEMPLATE_DIR"
+
+func templateScenario(agents string) Scenario {
+	return Scenario{
+		Name: "template",
+		Summary: "the run's template, which the VMs of the scenarios after it start from: template build --agents " + agents +
+			" of the default machine, then template list shows it ready",
+		NeedsVM:  true,
+		Backends: []string{"qemu"},
+		Verbs:    []string{"template"},
+		run:      func(ctx context.Context, s *S) { runTemplate(ctx, s, agents) },
+	}
+}
+
+// runTemplate builds the run's template with agents ("none" or an agent's
+// name) and checks that template list shows it.
+func runTemplate(ctx context.Context, s *S, agents string) {
+	var slug string
+	s.Step(ctx, "template build --agents "+agents+" saves the default machine", func() error {
+		res, err := s.ok(ctx, "template", "build", "--agents", agents)
+		if err != nil {
+			return err
+		}
+		m := templateBuilt.FindStringSubmatch(res.Stdout)
+		if m == nil {
+			return failf(res, "template build did not say what it built")
+		}
+		slug = m[1]
+		return nil
+	})
+	s.Step(ctx, "template list shows it ready, with the agents asked for", func() error {
+		res, err := s.ok(ctx, "template", "list", "--json")
+		if err != nil {
+			return err
+		}
+		var ts []struct {
+			Slug   string            `json:"slug"`
+			Ready  bool              `json:"ready"`
+			Agents map[string]string `json:"agents"`
+		}
+		if err := json.Unmarshal([]byte(res.Stdout), &ts); err != nil {
+			return failf(res, "template list --json: %v", err)
+		}
+		for _, t := range ts {
+			if t.Slug != slug || !t.Ready {
+				continue
+			}
+			if agents != "none" && t.Agents[agents] == "" {
+				return failf(res, "template %s has no %s", slug, agents)
+			}
+			s.notef("%s %s", slug, strings.TrimSpace(agents+" "+t.Agents[agents]))
+			return nil
+		}
+		return failf(res, "template list does not show %s ready", slug)
+	})
+}
+
+// withTemplate puts the run's template first among the selected
+// scenarios when one of them asks for it and the run's VMs can start from
+// one (backend is what create picks in this run); agents is the most any
+// of them asks for.
+func withTemplate(selected []Scenario, backend string) []Scenario {
+	if backend != "qemu" || slices.ContainsFunc(selected, func(sc Scenario) bool { return sc.Name == "template" }) {
+		return selected
+	}
+	agents := ""
+	for _, sc := range selected {
+		switch {
+		case sc.Template == "":
+		case agents == "" || agents == "none":
+			agents = sc.Template
+		}
+	}
+	if agents == "" {
+		return selected
+	}
+	return append([]Scenario{templateScenario(agents)}, selected...)
+}
+
+// templateDir is the run's own template directory.
+func templateDir(root string) string { return filepath.Join(root, "templates") }
