@@ -89,8 +89,7 @@ func cloudInitRootfs(t testing.TB) string {
 	if err := os.RemoveAll(tmp); err != nil { // a build that was interrupted
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	ctx := testutil.Context(t, "the cloud-init root filesystem's build")
 	t.Logf("building the cloud-init root filesystem in %s (once; 1-2 minutes)", final)
 	start := time.Now()
 	if _, err := (execx.OS{}).Run(ctx, execx.Cmd{Path: mmdebstrap, Args: rootfsArgs(tmp, mirror)}); err != nil {

@@ -38,8 +38,7 @@ func TestDevToolsMCPDrivesTheLaunchedBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := testutil.Context(t, "chrome-devtools-mcp's install")
 	install := exec.CommandContext(ctx, sh, "-c", mcp.Install())
 	if out, err := install.CombinedOutput(); err != nil {
 		testutil.SkipOrFail(t, "installing %s: %v\n%s", strings.Join(mcp.Packages(), " "), err, out)

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
@@ -38,8 +37,7 @@ func TestDoctorAgainstLocalLibvirtd(t *testing.T) {
 		}
 	}
 	libvirtd.ForTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := tu.Context(t, "the doctor's checks of this host")
 	r := (&hosts.Doctor{Run: execx.OS{}}).Check(ctx, hosts.Host{Name: "here", URI: libvirtd.URI})
 	for _, c := range r.Checks {
 		t.Logf("%v %-22s %s %s", c.OK, c.Name, c.Detail, c.Hint)

@@ -38,8 +38,7 @@ func TestBuildRealImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	ctx := testutil.Context(t, "the base image build")
 
 	start := time.Now()
 	// The host's image cache, with the modes hostdir.Table gives it.

@@ -251,8 +251,7 @@ func TestUserMachinesRealVagrant(t *testing.T) {
 	if _, err := exec.LookPath("vagrant"); err != nil {
 		testutil.SkipOrFail(t, "vagrant is not installed (`agent-vm setup --backend vagrant` installs it)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testutil.Context(t, "vagrant up of the test box")
 	run := execx.OS{}
 	repo, ws, vm := t.TempDir(), t.TempDir(), t.TempDir()
 	vf := filepath.Join(repo, "Vagrantfile")

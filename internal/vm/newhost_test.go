@@ -58,8 +58,7 @@ func TestNewHost(t *testing.T) {
 	}
 	h := newHostRoot(t)
 	m := h.open(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
+	ctx := tu.Context(t, "a new host's setup and its qemu VM")
 
 	began := time.Now()
 	rep, err := m.SetupHost(ctx, true, "", func([]string) (bool, error) { return true, nil })
@@ -270,8 +269,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	ctx := tu.Context(t, "the vagrant VM's life")
 	leftovers := func() (domains, handoffs []string) {
 		out, _ := daemon.Virsh(context.Background(), "list", "--all", "--name")
 		for _, d := range strings.Fields(out) {
@@ -382,13 +380,9 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 		t.Fatal(err)
 	}
 	var s vm.Info
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(3 * time.Second) {
-		// status answers from a 15 s cache: wait it out.
-		if s = status(); s.State == vm.StateCrashed {
-			break
-		}
-	}
-	if s.State != vm.StateCrashed || !strings.Contains(s.Detail, "agent-vm start vg") {
+	// status answers from a 15 s cache: wait it out.
+	tu.WaitFor(t, "status to say crashed", func() bool { s = status(); return s.State == vm.StateCrashed })
+	if !strings.Contains(s.Detail, "agent-vm start vg") {
 		t.Errorf("after its QEMU was killed: %s (%s); want crashed with the next step", s.State, s.Detail)
 	}
 	step("killed QEMU read as crashed")

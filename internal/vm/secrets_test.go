@@ -239,8 +239,7 @@ func dumpGuestMemory(t *testing.T, runDir, uuid string) string {
 	if err := os.Chmod(dir, 0o777); err != nil { // QEMU may run as another user
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := tu.Context(t, "QMP's look at the guest's memory")
 	c, err := qmp.Dial(ctx, sock)
 	if err != nil {
 		t.Fatal(err)

@@ -149,8 +149,7 @@ func createWith(t *testing.T, m *vm.Manager, o vm.CreateOptions) state.Entry {
 
 func start(t *testing.T, m *vm.Manager, branch string) *vm.StartResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	ctx := tu.Context(t, "VM start")
 	res, err := m.Start(ctx, branch, vm.StartOptions{})
 	if err != nil {
 		t.Fatalf("start %s: %v", branch, err)
@@ -382,8 +381,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 		// virtiofsd exits when its QEMU goes.
 		waitFor(t, func() bool { return len(processesMentioning(e.Layout.Dir)) == 0 }, "virtiofsd to exit after the crash")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	ctx := tu.Context(t, "restart after the crash")
 	res, err = m.Restart(ctx, "life", vm.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -430,13 +428,7 @@ func TestCreateRefusesABadImage(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	tu.WaitFor(t, what, cond)
 }
 
 // processesMentioning lists live processes whose command line mentions s.
@@ -548,8 +540,7 @@ func heldCheck(t *testing.T, m *vm.Manager, e state.Entry, info vm.Info) {
 	if code, out, _ := run(t, m, "life", "echo", "direct"); code != 0 || out != "direct\n" {
 		t.Errorf("exec without the holder (its socket left stale): %d %q", code, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := tu.Context(t, "start of the running VM")
 	res, err := m.Start(ctx, "life", vm.StartOptions{})
 	if err != nil || !res.AlreadyRunning || res.Info.SSH.Held == "" {
 		t.Errorf("start on the running VM: %v, already running %v, holder %q", err, res != nil && res.AlreadyRunning, res.Info.SSH.Held)

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -102,15 +102,8 @@ test ! -e /workspace/new.txt && test ! -e /workspace/renamed.txt`)
 			return err == nil && string(b) == "deep\n"
 		},
 	}
-	deadline := time.Now().Add(2 * time.Minute)
 	for what, ok := range checks {
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Errorf("the host does not see the guest's change: %s", what)
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		tu.WaitFor(t, "the host to see the guest's change: "+what, ok)
 	}
 }
 
