@@ -132,12 +132,16 @@ func programs(arch string) []Program {
 		{Name: "vagrant", Debian: []string{"vagrant-libvirt"}, Fedora: []string{"vagrant-libvirt"}, Need: Vagrant | Test},
 		// `host doctor` runs it too, against any host's URI.
 		{Name: "virsh", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Vagrant | Libvirt | Test},
+		// A domain libvirt cannot define here (kvm, on a host without
+		// /dev/kvm) is checked against libvirt's schema; it runs xmllint.
+		{Name: "virt-xml-validate", Debian: []string{"libvirt-clients"}, Fedora: []string{"libvirt-client"}, Need: Test},
 		{Name: "virtiofsd", Paths: []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd"},
 			Debian: []string{"virtiofsd", "qemu-system-common"}, Fedora: []string{"virtiofsd"}, Need: Run | Test, Optional: true},
 		// libvirt needs it running before a domain starts (the tests' libvirtd
 		// fixture starts it where no init did).
 		{Name: "virtlogd", Paths: []string{"/usr/sbin/virtlogd"}, Debian: []string{"libvirt-daemon-system"}, Fedora: []string{"libvirt-daemon"}, Need: Vagrant | Libvirt | Test},
 		{Name: "xdg-open", Debian: []string{"xdg-utils"}, Fedora: []string{"xdg-utils"}, Need: Browser, Optional: true},
+		{Name: "xmllint", Debian: []string{"libxml2-utils"}, Fedora: []string{"libxml2"}, Need: Test},
 		{Name: "xorriso", Debian: []string{"xorriso"}, Fedora: []string{"xorriso"}, Need: Test},
 		{Name: "zsh", Debian: []string{"zsh"}, Fedora: []string{"zsh"}, Need: Test},
 	}
