@@ -67,11 +67,6 @@ const (
 	// written. It waits for cloud-init (at once on later boots, where
 	// cloud-init is disabled) and syncs, which needs no privilege.
 	SettleCommand = "cloud-init status --wait >/dev/null 2>&1; sync"
-	// OutputLog is where cloud-init writes what its stages and the
-	// first boot's commands print (the packages, the agent CLIs' npm
-	// install): what start shows while it waits for the setup, and the
-	// tail a failed template build ends with.
-	OutputLog = "/var/log/cloud-init-output.log"
 )
 
 // AgentPackages returns the Debian packages the agent needs. The first boot

@@ -265,7 +265,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	plan := &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand, SetupLog: cloudinit.OutputLog, Setup: setup}
+	plan := &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand, SetupLog: guest.FirstBootLog, Setup: setup}
 	if disk.made && disk.Template != "" {
 		entropy := make([]byte, 64)
 		if _, err := rand.Read(entropy); err != nil {

@@ -96,6 +96,12 @@ const (
 	ProvisionStatus = "/var/lib/agent-vm/provision.status"
 )
 
+// FirstBootLog is where the Debian guest's cloud-init writes what its
+// stages and the first boot's commands print (the packages, the agent
+// CLIs' npm install): what start shows while it waits for the first boot's
+// setup, and the tail a failed template build ends with.
+const FirstBootLog = "/var/log/cloud-init-output.log"
+
 // GuidanceFiles are where agents look for the user's own instructions,
 // relative to User's home: Claude Code, Codex, Gemini CLI, and a plain
 // AGENTS.md. Each gets the same text (Guidance).

@@ -55,9 +55,12 @@ func echoOver(t *testing.T, g Guest) string {
 		t.Fatalf("Dial: %v", err)
 	}
 	defer c.Close()
-	var out strings.Builder
-	if code, err := sshx.Run(context.Background(), c, "echo hi", nil, &out, &out); err != nil || code != 0 || out.String() != "hi\n" {
-		t.Fatalf("echo: %d %v %q", code, err, out.String())
+	// stdout alone: the stand-in guest is this host's sshd, whose user's
+	// shell startup files may write to stderr (a pyenv rehash racing
+	// another login's does).
+	var out, errOut strings.Builder
+	if code, err := sshx.Run(context.Background(), c, "echo hi", nil, &out, &errOut); err != nil || code != 0 || out.String() != "hi\n" {
+		t.Fatalf("echo: %d %v %q (stderr %q)", code, err, out.String(), errOut.String())
 	}
 	return c.RemoteAddr().Network()
 }

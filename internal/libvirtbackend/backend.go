@@ -22,6 +22,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/libvirt"
@@ -180,7 +181,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand, SetupLog: cloudinit.OutputLog, Setup: setup}, nil
+	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand, SetupLog: guest.FirstBootLog, Setup: setup}, nil
 }
 
 // image is the base image the VM boots: the version its disk was made on,

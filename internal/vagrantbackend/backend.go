@@ -22,6 +22,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/cloudinit"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
@@ -278,7 +279,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand, SetupLog: cloudinit.OutputLog, Setup: setup}, nil
+	return &backend.Plan{Boot: boot, Settle: cloudinit.SettleCommand, SetupLog: guest.FirstBootLog, Setup: setup}, nil
 }
 
 // prepareUser is Prepare for the repository's own Vagrantfile: it checks
