@@ -115,7 +115,7 @@ func Setup(ctx context.Context, host hostpkgs.Host, o Options) (Report, error) {
 			}
 		}
 		if !ok {
-			return r, fmt.Errorf("%w: setup would %s; nothing was changed (hint: run `agent-vm setup --yes`)", ErrNoConsent, strings.Join(actions, ", and "))
+			return r, fmt.Errorf("%w: setup would %s; nothing was installed or built (hint: run `agent-vm setup --yes`)", ErrNoConsent, strings.Join(actions, ", and "))
 		}
 	}
 	if len(plan.Packages) > 0 {

@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 // VMs is what the net commands need of agent-vm's VMs; vm's Manager has
 // it (cli wires it in).
 type VMs interface {
+	PinSource
 	// Recorded finds the VM name means (a branch or a VM name), whose
 	// record must be readable.
 	Recorded(ctx context.Context, name string) (state.Entry, error)
@@ -63,6 +65,9 @@ type Info struct {
 	// Browser says which browser doors the running VM has open (agent-vm
 	// browser): each a way to the host's browser, none by default.
 	Browser []string `json:"browser,omitempty"`
+	// Pins are the host's pins (`agent-vm setup`), every VM's: each lets
+	// one address that is not globally reachable through for its name.
+	Pins []egress.Pin `json:"pins,omitempty"`
 }
 
 // uncontained says why r's network is not contained, or "" when its
@@ -91,16 +96,20 @@ func Show(ctx context.Context, vms VMs, name string) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	return InfoOf(e, vms.Contains(e.Record)), nil
+	pins, err := vms.Pins()
+	if err != nil {
+		return nil, err
+	}
+	return InfoOf(e, vms.Contains(e.Record), pins), nil
 }
 
-// InfoOf is the policy of e's VM as `net show` and status show it;
-// contained: its driver contains its network.
-func InfoOf(e state.Entry, contained bool) *Info {
+// InfoOf is the policy of e's VM, with the host's pins, as `net show` and
+// status show it; contained: its driver contains its network.
+func InfoOf(e state.Entry, contained bool, pins []egress.Pin) *Info {
 	r := e.Record
-	p := Policy(r)
+	p := Policy(r, pins)
 	info := &Info{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Requests: requestInfo(r), Exposed: r.Exposed,
-		Proxy: guest.ProxyURL, Log: LogPath(e.Layout)}
+		Proxy: guest.ProxyURL, Log: LogPath(e.Layout), Pins: p.Pins}
 	if r.Net != nil {
 		info.Added = r.Net.Allow
 	}
@@ -201,11 +210,15 @@ func update(ctx context.Context, vms VMs, name string, change func(*state.Record
 	if err := refuseUncontained(vms, e.Record, "change the network policy"); err != nil {
 		return nil, err
 	}
+	pins, err := vms.Pins()
+	if err != nil {
+		return nil, err
+	}
 	change(e.Record)
 	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
 		return nil, err
 	}
-	if err := Write(e.Layout, e.Record); err != nil {
+	if err := Write(e.Layout, e.Record, pins); err != nil {
 		return nil, err
 	}
 	if running(ctx, vms, e) {
@@ -213,7 +226,47 @@ func update(ctx context.Context, vms VMs, name string, change func(*state.Record
 			return nil, fmt.Errorf("the change is recorded, but the VM's proxy did not get it: %w (hint: restart the VM to apply it)", err)
 		}
 	}
-	return &Change{Info: InfoOf(e, vms.Contains(e.Record)), Live: running(ctx, vms, e)}, nil
+	return &Change{Info: InfoOf(e, vms.Contains(e.Record), pins), Live: running(ctx, vms, e)}, nil
+}
+
+// Refresh writes the policy of each running VM of es whose network is
+// contained again, under its lock, so that its proxy gets the host's
+// current pins at once (`agent-vm setup` calls it when they change; a VM
+// that does not run gets them at its next start). It returns the VMs it
+// refreshed; one it could not is an error, and the others are still
+// done.
+func Refresh(ctx context.Context, vms VMs, es []state.Entry) ([]string, error) {
+	pins, err := vms.Pins()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, e := range es {
+		if e.Record == nil || !vms.Contains(e.Record) || !running(ctx, vms, e) {
+			continue
+		}
+		if err := refresh(ctx, vms, e, pins); err != nil {
+			errs = append(errs, fmt.Errorf("VM %s's proxy did not get the pins: %w (hint: `agent-vm restart %s` applies them)", e.Slug, err, e.Slug))
+			continue
+		}
+		done = append(done, e.Slug)
+	}
+	return done, errors.Join(errs...)
+}
+
+// refresh writes e's policy with pins under its lock, from its record as
+// it is then, and hands it to its proxy.
+func refresh(ctx context.Context, vms VMs, e state.Entry, pins []egress.Pin) error {
+	e, lock, err := vms.Locked(ctx, e.Slug)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	if err := Write(e.Layout, e.Record, pins); err != nil {
+		return err
+	}
+	return vms.Publish(ctx, e)
 }
 
 // Log returns a VM's connection log, oldest first, and where it is.
