@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
@@ -40,7 +41,9 @@ type VMs interface {
 	PullLog(ctx context.Context, e state.Entry, follow bool) (stop func(), err error)
 }
 
-func running(ctx context.Context, vms VMs, e state.Entry) bool {
+func running(ctx context.Context, vms interface {
+	State(ctx context.Context, e state.Entry) string
+}, e state.Entry) bool {
 	return vms.State(ctx, e) == driver.StateRunning
 }
 
@@ -229,13 +232,28 @@ func update(ctx context.Context, vms VMs, name string, change func(*state.Record
 	return &Change{Info: InfoOf(e, vms.Contains(e.Record), pins), Live: running(ctx, vms, e)}, nil
 }
 
-// Refresh writes the policy of each running VM of es whose network is
-// contained again, under its lock, so that its proxy gets the host's
-// current pins at once (`agent-vm setup` calls it when they change; a VM
-// that does not run gets them at its next start). It returns the VMs it
-// refreshed; one it could not is an error, and the others are still
-// done.
-func Refresh(ctx context.Context, vms VMs, es []state.Entry) ([]string, error) {
+// Refresher is what Refresh needs of agent-vm's VMs; vm's Manager has it.
+type Refresher interface {
+	PinSource
+	// TryLockVM takes the lock of the VM called slug unless another
+	// process holds it (ok false); the caller releases it.
+	TryLockVM(slug string) (lock *state.Lock, ok bool, err error)
+	State(ctx context.Context, e state.Entry) string
+	Contains(r *state.Record) bool
+	Publish(ctx context.Context, e state.Entry) error
+}
+
+// Refresh writes the policy of each VM of es whose network is contained
+// and has a policy file again, with the host's current pins, so that a
+// proxy that runs gets them at once: `agent-vm setup` calls it when the
+// pins change. A running VM's policy is also published (a VM placed on
+// another host gets it there); a VM paused in place here has its proxy
+// read the file too. A VM that was never started has no policy yet and
+// gets the pins at its first start, as a stopped VM of another state
+// directory does at its next. It returns the running VMs it refreshed;
+// one it could not (busy: a command holds its lock) is an error with the
+// fix, and the others are still done.
+func Refresh(ctx context.Context, vms Refresher, es []state.Entry) ([]string, error) {
 	pins, err := vms.Pins()
 	if err != nil {
 		return nil, err
@@ -243,30 +261,47 @@ func Refresh(ctx context.Context, vms VMs, es []state.Entry) ([]string, error) {
 	var done []string
 	var errs []error
 	for _, e := range es {
-		if e.Record == nil || !vms.Contains(e.Record) || !running(ctx, vms, e) {
+		if e.Record == nil || !vms.Contains(e.Record) {
 			continue
 		}
-		if err := refresh(ctx, vms, e, pins); err != nil {
+		if _, err := os.Stat(filepath.Join(DirOf(e.Layout), egress.PolicyFile)); err != nil {
+			continue
+		}
+		up, err := refresh(ctx, vms, e, pins)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("VM %s's proxy did not get the pins: %w (hint: `agent-vm restart %s` applies them)", e.Slug, err, e.Slug))
 			continue
 		}
-		done = append(done, e.Slug)
+		if up {
+			done = append(done, e.Slug)
+		}
 	}
 	return done, errors.Join(errs...)
 }
 
 // refresh writes e's policy with pins under its lock, from its record as
-// it is then, and hands it to its proxy.
-func refresh(ctx context.Context, vms VMs, e state.Entry, pins []egress.Pin) error {
-	e, lock, err := vms.Locked(ctx, e.Slug)
+// it is then, and publishes it when the VM runs (up).
+func refresh(ctx context.Context, vms Refresher, e state.Entry, pins []egress.Pin) (up bool, err error) {
+	lock, ok, err := vms.TryLockVM(e.Slug)
 	if err != nil {
-		return err
+		return false, err
+	}
+	if !ok {
+		return false, errors.New("another agent-vm command holds it")
 	}
 	defer lock.Release()
-	if err := Write(e.Layout, e.Record, pins); err != nil {
-		return err
+	r, err := state.ReadRecord(e.Layout.Record())
+	if err != nil {
+		return false, err
 	}
-	return vms.Publish(ctx, e)
+	e.Record = r
+	if err := Write(e.Layout, r, pins); err != nil {
+		return false, err
+	}
+	if !running(ctx, vms, e) {
+		return false, nil
+	}
+	return true, vms.Publish(ctx, e)
 }
 
 // Log returns a VM's connection log, oldest first, and where it is.

@@ -125,6 +125,13 @@ func (f *fakeVMs) Locked(ctx context.Context, name string) (state.Entry, *state.
 	return e, l, err
 }
 
+func (f *fakeVMs) TryLockVM(slug string) (*state.Lock, bool, error) {
+	if slug != "feat" {
+		return nil, false, state.NotFound("no VM " + slug)
+	}
+	return state.TryLock(filepath.Join(f.e.Layout.Dir, "lock"))
+}
+
 func (f *fakeVMs) State(context.Context, state.Entry) string {
 	if f.running {
 		return driver.StateRunning
