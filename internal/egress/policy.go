@@ -18,7 +18,11 @@
 //     itself, only for destinations the policy allows, so the guest needs
 //     no resolver, and connects to none of the host's own addresses nor
 //     to one that is not globally reachable, unless the allow-list has
-//     that address itself (addrs.go).
+//     that address itself or, for the latter, a pin gives it to the very
+//     name asked for (addrs.go, Pin). It answers such a refusal as any
+//     other, with a 403 that says why and what lifts it (Fix), which
+//     clients do not retry; a 502 means the destination could not be
+//     reached.
 //   - the door socket: a host port the user exposed (`agent-vm port
 //     expose`, `mcp sync`), named by the relay's preamble, which the guest cannot
 //     write; a port no longer exposed is refused.
