@@ -1,11 +1,9 @@
 package egress
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -90,15 +88,7 @@ func TestPinReachesAnOutsideHost(t *testing.T) {
 	f.p.InterfaceAddrs = nil // the host's real addresses
 	f.resolveTo("registry.npmjs.org", u.Addr)
 	f.resolveTo("registry.yarnpkg.com", u.Addr)
-	https := netip.AddrPortFrom(u.Addr, 443).String()
-	f.p.dialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
-		if address != https {
-			t.Errorf("the proxy dialed %s, not the upstream", address)
-			return nil, fmt.Errorf("the test refuses to dial %s", address)
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, address)
-	}
+	f.dialOnly(u)
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(f.url), TLSClientConfig: &tls.Config{RootCAs: u.CertPool()}}}
 	resp, err := c.Get("https://registry.npmjs.org/left-pad")
 	if err != nil {

@@ -218,7 +218,7 @@ func Update(old []egress.Pin, answers []Answer) ([]egress.Pin, []Change) {
 			case slices.Contains(pins, p):
 				// given twice
 			case r.Own:
-				changes = append(changes, Change{Kind: Refused, Pin: p, Why: r.Why + ": a pin never lets a VM reach this host itself"})
+				changes = append(changes, never(p, r))
 			case slices.Contains(old, p):
 				pins = append(pins, p)
 				changes = append(changes, Change{Kind: Unchanged, Pin: p, Why: r.Why})
@@ -240,6 +240,12 @@ func Update(old []egress.Pin, answers []Answer) ([]egress.Pin, []Change) {
 	}
 	slices.SortFunc(pins, compare)
 	return pins, changes
+}
+
+// never is the change of an answer that is one of the host's own
+// addresses, r: p is not pinned, and why.
+func never(p egress.Pin, r egress.Refusal) Change {
+	return Change{Kind: Refused, Pin: p, Why: r.Why + ": a pin never lets a VM reach this host itself"}
 }
 
 // droppedWhy says why a's answer drops the old pin p.
@@ -278,10 +284,8 @@ func Unpinned(pins []egress.Pin, answers []Answer) []Change {
 		for _, r := range a.Refused {
 			p := egress.Pin{Name: a.Name, Addr: r.Addr}
 			switch {
-			case slices.Contains(pins, p):
-				// given twice
-			case r.Own:
-				out = append(out, Change{Kind: Refused, Pin: p, Why: r.Why + ": a pin never lets a VM reach this host itself"})
+			case r.Own: // refused by the proxy, pinned or not
+				out = append(out, never(p, r))
 			case !slices.Contains(pins, p):
 				out = append(out, Change{Kind: Added, Pin: p, Why: r.Why})
 			}
