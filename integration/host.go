@@ -20,6 +20,9 @@ type doctorReport struct {
 	Backend     string        `json:"backend"` // the backend create picks here
 	// Backends are the backends whose needs this host meets.
 	Backends []string `json:"backends"`
+	// PackageSources are the names a VM needs for its software and its
+	// agent (what `setup` pins when this host's resolver needs it).
+	PackageSources []string `json:"package_sources"`
 }
 
 type doctorCheck struct {

@@ -174,6 +174,9 @@ func (r *run) scenario(ctx context.Context, sc Scenario) {
 	}
 	s := &S{name: sc.Name, av: r.av, rep: r.rep, dir: filepath.Join(r.root, sc.Name), backend: r.cfg.Backend, host: r.cfg.Host,
 		vm: sc.NeedsVM, interrupted: r.interrupted}
+	if r.host.doctor != nil {
+		s.sources = r.host.doctor.PackageSources
+	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		r.rep.step(markFail, "make the scenario's directory", 0, err.Error())
 		r.failed++

@@ -14,7 +14,8 @@ func agentCLIScenario() Scenario {
 		Name: "agent-cli",
 		Summary: "an agent on a new branch in seconds: a VM starts from its machine's template; a rebuild replaces the template and the VM on the old one runs on; " +
 			"run NEWBRANCH --agent claude -- --version starts from the run's template, where template build --agents claude installed the real Claude Code from npm, " +
-			"and prints the version with no request to npm (net log); run --chrome (no API call)",
+			"and prints the version with no request to npm (net log); run --chrome; without the host's pins, run --agent gemini's install from npm is refused, " +
+			"and agent-vm says why and what lifts it (no API call)",
 		NeedsVM: true,
 		// Templates are the qemu backend's (a saved QEMU machine).
 		Backends: []string{"qemu"},
@@ -218,6 +219,9 @@ func runAgentCLI(ctx context.Context, s *S) {
 	s.Step(ctx, "the template's chrome-devtools-mcp is in the VM; run --chrome: with no bridge socket it says what to do and what it fell back to; with one, claude starts with --chrome", func() error {
 		return checkRunChrome(ctx, s, rp.Dir)
 	})
+	s.Step(ctx, "without the pins, run --agent gemini's install from npm is refused, and agent-vm says why and what lifts it", func() error {
+		return checkRefusedInstall(ctx, s, rp.Dir)
+	})
 	s.Step(ctx, "destroy both; template rm all leaves no template", func() error {
 		for _, c := range []call{{args: []string{"destroy", "--force", agentNewBranch}, dir: rp.Dir},
 			{args: []string{"destroy", "--force", agentBranch}, dir: rp.Dir, env: tenv}} {
@@ -234,4 +238,47 @@ func runAgentCLI(ctx context.Context, s *S) {
 		}
 		return nil
 	})
+}
+
+// checkRefusedInstall: the running NEWBRANCH VM's policy is written again
+// (a `net allow`) by an agent-vm whose configuration directory is empty,
+// so it has no pins; then `run --agent gemini` (the run's template has no
+// gemini) installs it from npm and fails, and agent-vm's error says what
+// the VM's proxy refused: npm's registry, why (its address), and the fixes
+// (setup, net allow). On a host whose resolver answers npm's registry with
+// an address the proxy reaches there is nothing to refuse: the step says
+// so and checks nothing. The host's pins stay as they are.
+func checkRefusedInstall(ctx context.Context, s *S, dir string) error {
+	d, err := s.doctorJSON(ctx, nil)
+	if err != nil || !d.pinned("registry.npmjs.org") {
+		s.notef("npm's registry resolves here to an address the proxy reaches: nothing to refuse")
+		return err
+	}
+	empty, err := s.tempDir("config-")
+	if err != nil {
+		return err
+	}
+	if res := s.call(ctx, call{args: []string{"net", "allow", agentNewBranch, "example.org"}, dir: dir, env: []string{"XDG_CONFIG_HOME=" + empty}}); want(res, 0) != nil {
+		return want(res, 0)
+	}
+	kbd, err := newKeyboard()
+	if err != nil {
+		return err
+	}
+	defer kbd.Close()
+	res := s.call(ctx, call{args: []string{"run", agentNewBranch, "--agent", "gemini", "--", "--version"}, dir: dir, stdin: kbd.File})
+	if err := want(res, 1); err != nil {
+		return err
+	}
+	for _, w := range []string{"installing gemini in VM", "the VM's egress proxy refused meanwhile:",
+		"registry.npmjs.org:443: the name is allowed, but registry.npmjs.org resolves to ", "agent-vm setup (it pins registry.npmjs.org",
+		", or agent-vm net allow "} {
+		if !strings.Contains(res.Stderr, w) {
+			return failf(res, "run's error does not say %q", w)
+		}
+	}
+	if strings.Contains(res.Stdout+res.Stderr, "E502") {
+		return failf(res, "npm met a 502, which it retries, not the proxy's refusal")
+	}
+	return nil
 }

@@ -25,19 +25,45 @@ const templateDirEnv = "AGENT_VM_TEMPLATE_DIR"
 func templateScenario(agents string) Scenario {
 	return Scenario{
 		Name: "template",
-		Summary: "the run's template, which the VMs of the scenarios after it start from: template build --agents " + agents +
-			" of the default machine, then template list shows it ready",
+		Summary: "the run's template, which the VMs of the scenarios after it start from: setup pins the package sources where this host's " +
+			"resolver needs it, template build --agents " + agents + " of the default machine (its installs through those pins), then template list shows it ready",
 		NeedsVM:  true,
 		Backends: []string{"qemu"},
-		Verbs:    []string{"template"},
+		Verbs:    []string{"template", "setup", "doctor"},
 		run:      func(ctx context.Context, s *S) { runTemplate(ctx, s, agents) },
 	}
 }
 
-// runTemplate builds the run's template with agents ("none" or an agent's
-// name) and checks that template list shows it.
+// runTemplate pins the package sources (setup), builds the run's template
+// with agents ("none" or an agent's name) and checks that template list
+// shows it. The default machine's policy has no net allow: where this
+// host's resolver answers npm's registry with an address the egress proxy
+// refuses (CI's gateway, 203.0.113.80), the build's npm install reaches it
+// through setup's pin alone.
 func runTemplate(ctx context.Context, s *S, agents string) {
 	var slug string
+	s.Step(ctx, "setup pins the package sources where this host's resolver needs it; doctor's egress line is ok", func() error {
+		res, err := s.ok(ctx, "setup", "--yes")
+		if err != nil {
+			return err
+		}
+		d, err := s.doctorJSON(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, c := range d.Checks {
+			if c.Name == "egress" && !c.OK {
+				return failf(s.lastResult(), "after setup, doctor's egress line: %s (hint: %s)", c.Detail, c.Hint)
+			}
+		}
+		if d.pinned("registry.npmjs.org") {
+			if !strings.Contains(res.Stdout, "pinned: registry.npmjs.org → ") && !strings.Contains(res.Stdout, "pinned already: ") {
+				return failf(res, "doctor lists a pin of npm's registry that setup did not speak of")
+			}
+			s.notef("npm's registry pinned: this host's resolver answers it with an address the proxy refuses")
+		}
+		return nil
+	})
 	s.Step(ctx, "template build --agents "+agents+" saves the default machine", func() error {
 		res, err := s.ok(ctx, "template", "build", "--agents", agents)
 		if err != nil {
@@ -101,3 +127,34 @@ func withTemplate(selected []Scenario, backend string) []Scenario {
 
 // templateDir is the run's own template directory.
 func templateDir(root string) string { return filepath.Join(root, "templates") }
+
+// doctorPins is what the scenarios read of `agent-vm doctor --json`: its
+// checks and the host's pins.
+type doctorPins struct {
+	Checks []doctorCheck `json:"checks"`
+	Pins   []struct {
+		Name string `json:"name"`
+		Addr string `json:"addr"`
+	} `json:"pins"`
+}
+
+// pinned says whether the host has a pin for name.
+func (d doctorPins) pinned(name string) bool {
+	for _, p := range d.Pins {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// doctorJSON runs `agent-vm doctor --json` with env added and reads it
+// (doctor exits 1 when a check fails; its JSON still says what).
+func (s *S) doctorJSON(ctx context.Context, env []string) (doctorPins, error) {
+	res := s.call(ctx, call{args: []string{"doctor", "--json"}, env: env})
+	var d doctorPins
+	if err := json.Unmarshal([]byte(res.Stdout), &d); err != nil {
+		return d, failf(res, "doctor --json: %v", err)
+	}
+	return d, nil
+}

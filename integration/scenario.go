@@ -52,6 +52,8 @@ type S struct {
 	backend string // --backend for create; "" for agent-vm's default
 	host    string // --host for create; "" for this machine
 	vm      bool   // the scenario boots VMs: show their serial consoles on failure
+	// sources are the package sources `agent-vm doctor --json` names.
+	sources []string
 	// interrupted reports whether the user interrupted the run.
 	interrupted func() bool
 

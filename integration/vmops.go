@@ -110,30 +110,37 @@ func (s *S) prepare(ctx context.Context, branch string, files map[string]string)
 	return rp, err
 }
 
-// packageSources are the hosts the scenarios' guests fetch packages from
-// on their first boot: apt's mirror (provisioning) and npm's registry (an
-// agent CLI).
-var packageSources = []string{"deb.debian.org", "registry.npmjs.org"}
-
 // allowPackageSources lets branch's egress proxy reach the addresses this
-// host resolves packageSources to, as a user behind the same network
-// would: the proxy refuses an address that is not globally reachable even
-// for an allowed name unless that address itself is allowed, and the
-// machines CI runs on answer every name with their gateway's address in
-// 203.0.113.0/24. Where the sources resolve to public addresses the allow
-// changes nothing.
+// host resolves the package sources to (apt's mirror for provisioning,
+// npm's registry for an agent CLI, ...: as `agent-vm doctor --json` names
+// them), as a user behind the same network would with `net allow`: the
+// proxy refuses an address that is not globally reachable even for an
+// allowed name unless that address itself is allowed or `agent-vm setup`
+// pinned it, and the machines CI runs on answer every name with their
+// gateway's address in 203.0.113.0/24. (The run's template scenario runs
+// `setup`, which pins them for every VM of the user who runs the tests;
+// the scenarios that allow them here do not depend on that.) Where the
+// sources resolve to public addresses the allow changes nothing. A source
+// that does not resolve here is left out.
 func (s *S) allowPackageSources(ctx context.Context, branch string) error {
-	var addrs []string
-	for _, h := range packageSources {
+	if len(s.sources) == 0 {
+		return failf(nil, "`agent-vm doctor --json` named no package sources (package_sources)")
+	}
+	var addrs, unresolved []string
+	for _, h := range s.sources {
 		as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
 		if err != nil {
-			return failf(nil, "resolving %s on the host, for the guest's packages: %v", h, err)
+			unresolved = append(unresolved, h)
+			continue
 		}
 		for _, a := range as {
 			if a := a.Unmap().String(); !slices.Contains(addrs, a) {
 				addrs = append(addrs, a)
 			}
 		}
+	}
+	if len(addrs) == 0 {
+		return failf(nil, "none of the package sources resolves on the host: %s", strings.Join(unresolved, ", "))
 	}
 	res := s.call(ctx, call{args: append([]string{"net", "allow", branch}, addrs...)})
 	return want(res, 0)

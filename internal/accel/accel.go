@@ -100,25 +100,67 @@ func deviceCheck(dev string) (Result, bool) {
 		f.Close()
 		return Result{}, true
 	case errors.Is(err, os.ErrNotExist):
-		return Result{Accel: TCG, Reason: dev + " does not exist", Hint: nestedHint()}, false
+		return Result{Accel: TCG, Reason: dev + " does not exist", Hint: nestedHint(cpuInfo())}, false
 	case errors.Is(err, os.ErrPermission):
 		return Result{Accel: TCG, Reason: "no permission to open " + dev,
 			Hint: "add your user to the kvm group (`sudo usermod -aG kvm $USER`) and log in again"}, false
 	default:
-		return Result{Accel: TCG, Reason: "opening " + dev + ": " + err.Error(), Hint: nestedHint()}, false
+		return Result{Accel: TCG, Reason: "opening " + dev + ": " + err.Error(), Hint: nestedHint(cpuInfo())}, false
 	}
 }
 
-// nestedHint says how to enable (nested) virtualisation on this host.
-func nestedHint() string {
-	vendor := "kvm_intel"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil && strings.Contains(string(b), "AuthenticAMD") {
-		vendor = "kvm_amd"
+// KVMModule is the kernel module that gives KVM on the CPU a
+// /proc/cpuinfo describes (its first vendor_id): kvm_intel for
+// GenuineIntel, kvm_amd for AuthenticAMD, "" for any other vendor or
+// none (an arm64 CPU, whose KVM is built in; a cpuinfo not read).
+func KVMModule(cpuinfo string) string {
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(key) != "vendor_id" {
+			continue
+		}
+		switch strings.TrimSpace(value) {
+		case "GenuineIntel":
+			return "kvm_intel"
+		case "AuthenticAMD":
+			return "kvm_amd"
+		}
+		return ""
 	}
-	if _, err := os.Stat("/etc/NIXOS"); err == nil {
-		return fmt.Sprintf("on NixOS set boot.kernelModules = [ %q ]; and boot.extraModprobeConfig = \"options %s nested=1\"; in the host's configuration.nix (and on a VM host, enable nested virtualisation for this machine), then rebuild and reboot", strings.ReplaceAll(vendor, "_", "-"), vendor)
+	return ""
+}
+
+// KVMModuleName is KVMModule's module for a hint's words, or both when
+// the CPU is not known to need one of them.
+func KVMModuleName(cpuinfo string) string {
+	if m := KVMModule(cpuinfo); m != "" {
+		return m
 	}
-	return fmt.Sprintf("enable virtualisation in the firmware, or nested virtualisation if this machine is itself a VM: `echo 'options %s nested=1' | sudo tee /etc/modprobe.d/kvm-nested.conf`, reload %s (or reboot), and make sure your user is in the kvm group", vendor, vendor)
+	return "kvm_intel or kvm_amd"
+}
+
+// cpuInfo is this machine's /proc/cpuinfo ("" when unreadable).
+func cpuInfo() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return string(b)
+}
+
+// nestedHint says how to enable (nested) virtualisation on this host,
+// whose CPU cpuinfo describes: with its vendor's module, else in words
+// that fit either.
+func nestedHint(cpuinfo string) string {
+	module := KVMModule(cpuinfo)
+	_, err := os.Stat("/etc/NIXOS")
+	nixos := err == nil
+	switch {
+	case nixos && module != "":
+		return fmt.Sprintf("on NixOS set boot.kernelModules = [ %q ]; and boot.extraModprobeConfig = \"options %s nested=1\"; in the host's configuration.nix (and on a VM host, enable nested virtualisation for this machine), then rebuild and reboot", strings.ReplaceAll(module, "_", "-"), module)
+	case nixos:
+		return "on NixOS load the KVM module of this CPU (boot.kernelModules: kvm-intel or kvm-amd) with nested=1 (boot.extraModprobeConfig) in the host's configuration.nix (and on a VM host, enable nested virtualisation for this machine), then rebuild and reboot"
+	case module != "":
+		return fmt.Sprintf("enable virtualisation in the firmware, or nested virtualisation if this machine is itself a VM: `echo 'options %s nested=1' | sudo tee /etc/modprobe.d/kvm-nested.conf`, reload %s (or reboot), and make sure your user is in the kvm group", module, module)
+	}
+	return "enable virtualisation in the firmware, or nested virtualisation if this machine is itself a VM (the nested=1 option of this CPU's KVM module, kvm_intel or kvm_amd, in /etc/modprobe.d; then reload it or reboot), and make sure your user is in the kvm group"
 }
 
 func (p *Prober) kernel() string {
@@ -144,7 +186,7 @@ func (p *Prober) measure(ctx context.Context, kernel string) Result {
 	if ok {
 		return Result{Accel: KVM, Reason: "a test kernel booted under KVM"}
 	}
-	return Result{Accel: TCG, Reason: "KVM is present but a test kernel did not boot under it (" + detail + ")", Hint: nestedHint()}
+	return Result{Accel: TCG, Reason: "KVM is present but a test kernel did not boot under it (" + detail + ")", Hint: nestedHint(cpuInfo())}
 }
 
 // Boots reports whether kernel, booted with accel, reaches its "no root

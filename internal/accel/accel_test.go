@@ -177,3 +177,32 @@ func TestOverride(t *testing.T) {
 		}
 	}
 }
+
+// The module is the CPU vendor's; a CPU of another vendor, or none (arm64
+// has no vendor_id), names none, and the hints then fit either.
+func TestKVMModule(t *testing.T) {
+	for _, c := range []struct{ cpuinfo, module, name string }{
+		{"processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n", "kvm_intel", "kvm_intel"},
+		{"processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t: svm GenuineIntel-lookalike\n", "kvm_amd", "kvm_amd"},
+		{"processor\t: 0\nvendor_id\t: AuthenticAMD\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n", "kvm_amd", "kvm_amd"},
+		{"processor\t: 0\nvendor_id\t: HygonGenuine\n", "", "kvm_intel or kvm_amd"},
+		{"processor\t: 0\nCPU implementer\t: 0x41\nCPU architecture: 8\n", "", "kvm_intel or kvm_amd"},
+		{"", "", "kvm_intel or kvm_amd"},
+	} {
+		if m, n := KVMModule(c.cpuinfo), KVMModuleName(c.cpuinfo); m != c.module || n != c.name {
+			t.Errorf("%q: module %q, name %q; want %q, %q", c.cpuinfo, m, n, c.module, c.name)
+		}
+	}
+	if _, err := os.Stat("/etc/NIXOS"); err == nil {
+		t.Skip("the hints below are those of a host that is not NixOS")
+	}
+	for cpuinfo, want := range map[string]string{
+		"vendor_id : GenuineIntel\n": "`echo 'options kvm_intel nested=1' | sudo tee /etc/modprobe.d/kvm-nested.conf`, reload kvm_intel",
+		"vendor_id : AuthenticAMD\n": "`echo 'options kvm_amd nested=1' | sudo tee /etc/modprobe.d/kvm-nested.conf`, reload kvm_amd",
+		"":                           "the nested=1 option of this CPU's KVM module, kvm_intel or kvm_amd",
+	} {
+		if got := nestedHint(cpuinfo); !strings.Contains(got, want) {
+			t.Errorf("%q: %q, want it to say %q", cpuinfo, got, want)
+		}
+	}
+}

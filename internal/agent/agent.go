@@ -14,13 +14,16 @@ import (
 	"os"
 
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 )
 
-// VMs is what agent sessions need of agent-vm's VMs (Find, Connect) and
-// what the MCP sync before a session needs (mcpsync.VMs); vm's Manager has
-// it.
+// VMs is what agent sessions need of agent-vm's VMs (Find, Connect), what
+// the MCP sync before a session needs (mcpsync.VMs) and, when the agent's
+// install fails, the VM's connection log (netpolicy.LogPuller); vm's
+// Manager has it.
 type VMs interface {
 	mcpsync.VMs
+	netpolicy.LogPuller
 }
 
 // Terminal is the user's terminal for an attached session.

@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -155,7 +157,7 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 			return attach(ctx, c, res, name, o.Term, notify)
 		}
 	}
-	if err := ensureAgent(ctx, c, res.VM, argv[0], o.Term.Err, notify); err != nil {
+	if err := ensureAgent(ctx, vms, c, res.VM, argv[0], o.Term.Err, notify); err != nil {
 		return nil, err
 	}
 	vars = append(syncMCP(ctx, vms, res.VM, getenv, notify), vars...)
@@ -202,9 +204,10 @@ func syncMCP(ctx context.Context, vms VMs, vmName string, getenv func(string) st
 
 // ensureAgent installs a known agent's CLI from npm when the guest lacks
 // it (a VM created without --agent, or whose first-boot install failed):
-// once per VM, with npm's output on errOut. Any other program must be in
-// the guest already.
-func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, errOut io.Writer, notify func(string)) error {
+// once per VM, with npm's output on errOut; a failure says what the VM's
+// egress proxy refused meanwhile (netpolicy.WithRefusals). Any other
+// program must be in the guest already.
+func ensureAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program string, errOut io.Writer, notify func(string)) error {
 	var agent guest.Agent
 	known := false
 	for _, a := range guest.Agents {
@@ -229,13 +232,18 @@ func ensureAgent(ctx context.Context, c *ssh.Client, vmName, program string, err
 	if own {
 		install = guest.NPMInstallOwn
 	}
+	began := time.Now()
 	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(install(specs...)), nil, errOut, errOut)
 	if err != nil {
 		return fmt.Errorf("installing %s in VM %s: %w", agent.Name, vmName, err)
 	}
 	if code != 0 {
-		return fmt.Errorf("installing %s in VM %s: npm exited with status %d (see its output above; hint: the guest needs to reach registry.npmjs.org, and `agent-vm exec %s -- sudo %s` tries again)",
+		err := fmt.Errorf("installing %s in VM %s: npm exited with status %d (see its output above; hint: the guest needs to reach registry.npmjs.org, and `agent-vm exec %s -- sudo %s` tries again)",
 			agent.Name, vmName, code, vmName, strings.Join(install(specs...), " "))
+		if e, ferr := vms.Find(ctx, vmName); ferr == nil && e.Record != nil {
+			err = netpolicy.WithRefusals(ctx, vms, e, vmName, began, err)
+		}
+		return err
 	}
 	return nil
 }

@@ -50,6 +50,9 @@ type VMs interface {
 	// Doors has the holder of e's running VM open the doors its doors
 	// file names and close the others.
 	Doors(ctx context.Context, e state.Entry) error
+	// PullLog brings e's connection log here, for a failed install of
+	// chrome-devtools-mcp (netpolicy.WithRefusals).
+	netpolicy.LogPuller
 }
 
 // Options are `browser`'s flags.

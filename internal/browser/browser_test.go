@@ -66,6 +66,11 @@ func (f *fakeVMs) Connect(context.Context, string) (*ssh.Client, string, error) 
 	return nil, "", errors.New("fake: Connect is not part of this test")
 }
 
+// PullLog: the VM is on this machine, its log here.
+func (f *fakeVMs) PullLog(context.Context, state.Entry, bool) (func(), error) {
+	return func() {}, nil
+}
+
 func (f *fakeVMs) Doors(_ context.Context, e state.Entry) error {
 	d, err := bridge.ReadDoors(e.Layout.RunDir())
 	if err != nil {

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpconfig"
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -33,13 +35,14 @@ func devToolsMCP(ctx context.Context, vms VMs, e state.Entry, notify func(string
 	notify(fmt.Sprintf("making sure %s %s is installed in the VM (the first time, it and Node.js %s come from the npm registry: about 50 MB)",
 		guest.DevToolsMCPPackage, guest.DevToolsMCPVersion, guest.DevToolsNodeVersion))
 	var out, errOut strings.Builder
+	began := time.Now()
 	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(d.Install()), &out, &errOut)
 	if err != nil {
 		return fmt.Errorf("installing %s in VM %q: %w", guest.DevToolsMCPPackage, e.Record.Branch, err)
 	}
 	if code != 0 {
-		return fmt.Errorf("installing %s in VM %q failed (exit status %d): %s (hint: the npm registry must be reachable: `agent-vm net show %s`)",
-			guest.DevToolsMCPPackage, e.Record.Branch, code, termsafe.String(execx.TailLines(strings.TrimSpace(errOut.String()+out.String()), 5)), e.Slug)
+		return netpolicy.WithRefusals(ctx, vms, e, e.Slug, began, fmt.Errorf("installing %s in VM %q failed (exit status %d): %s (hint: the npm registry must be reachable: `agent-vm net show %s`)",
+			guest.DevToolsMCPPackage, e.Record.Branch, code, termsafe.String(execx.TailLines(strings.TrimSpace(errOut.String()+out.String()), 5)), e.Slug))
 	}
 	servers := map[string]mcpconfig.Server{guest.DevToolsMCPName: mcpconfig.DevToolsServer(d)}
 	if err := mcpsync.WriteGuestClaudeConfig(ctx, c, "~/"+guest.ClaudeConfig, servers, nil); err != nil {

@@ -34,6 +34,12 @@ func doctorCommand(stdio IO) *cli.Command {
 // section.
 func printDoctor(stdio IO, r hostsetup.DoctorReport) {
 	printChecks(stdio, r.Checks)
+	if len(r.Pins) > 0 {
+		fmt.Fprintf(stdio.Out, "\npins (%s, by `agent-vm setup`): every VM's egress proxy connects to each address for its names alone\n", r.PinsFile)
+		for _, l := range pinLines(r.Pins) {
+			fmt.Fprintf(stdio.Out, "    %s\n", l)
+		}
+	}
 	printVerdict(stdio, r)
 	if r.Browser.Chrome != "" {
 		fmt.Fprintf(stdio.Out, "\nbrowser (run --chrome, agent-vm browser)\n")

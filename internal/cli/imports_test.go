@@ -23,6 +23,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
 		module + "/internal/bridge":      true, // open-url, the guest's end of the URL door
 		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
+		module + "/internal/pins":        true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
 		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
 		module + "/internal/egress":      true, // the hidden net-proxy and net-relay, and the net log's entries
 		module + "/internal/mcpsync":     true, // `mcp sync`, given the Manager as its VMs

@@ -187,6 +187,9 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 		doors = []string{"none"}
 	}
 	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(doors, ", "))
+	for _, l := range pinLines(info.Pins) {
+		fmt.Fprintf(w, "  pinned:  %s (the host's pins, every VM's: `agent-vm setup`)\n", l)
+	}
 	printBrowserLines(w, info.Browser)
 	fmt.Fprintf(w, "  log:     %s\n", info.Log)
 }

@@ -14,11 +14,17 @@ import (
 func setupCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:  "setup",
-		Usage: "install what this host needs (packages, the base image), probe KVM and show what the host can do",
-		Description: "Installs the missing host packages with apt-get or dnf (as root; otherwise it prints the sudo\n" +
-			"command), builds the Debian base image, probes KVM, and ends with the doctor table. It asks once\n" +
-			"before it changes anything; without a terminal it needs --yes. On NixOS it installs nothing and\n" +
-			"points to the flake. Running it again changes nothing.",
+		Usage: "install what this host needs (packages, the base image), pin the package sources, probe KVM and show what the host can do",
+		Description: "First it resolves the package sources VMs use (Debian's mirrors, npm's registry, the agents'\n" +
+			"hosts) as their egress proxies will. A name this host's resolver answers with an address the proxies\n" +
+			"refuse as not globally reachable (a gateway, a corporate mirror, split DNS) is pinned: every VM's\n" +
+			"proxy then connects to that address for that name alone. Never one of this host's own addresses.\n" +
+			"The pins are recorded without asking, in the configuration directory's pins.json; --no-pins only\n" +
+			"says what it found. Then it installs the missing host packages with apt-get or dnf (as root;\n" +
+			"otherwise it prints the sudo command), builds the Debian base image, probes KVM, and ends with the\n" +
+			"doctor table. It asks once before it installs or builds anything; without a terminal it needs --yes.\n" +
+			"On NixOS it installs nothing and points to the flake. Running it again changes nothing, but the pins\n" +
+			"of names that now resolve otherwise.",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
 			timeoutFlag(bootTimeout),
@@ -28,6 +34,7 @@ func setupCommand(stdio IO) *cli.Command {
 			&cli.BoolFlag{Name: "check", Usage: "change nothing: list each program, where it is or which package has it; exit 1 if any is missing"},
 			&cli.BoolFlag{Name: "template", Usage: "also build the default machine's template with the agent CLIs (as template build does), so that every new branch's VM starts in seconds with its agent installed"},
 			&cli.StringFlag{Name: "agents", Value: "all", Usage: "with --template: the agent CLIs it holds (all, none, or e.g. claude,codex@0.171.0)"},
+			&cli.BoolFlag{Name: "no-pins", Usage: "record no pins, and keep those recorded before: only say which package sources resolve here to addresses the egress proxies refuse"},
 		},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -42,6 +49,9 @@ func setupCommand(stdio IO) *cli.Command {
 			}
 			if cliCtx.Bool("check") {
 				return checkPrograms(stdio, m, tests, cliCtx.String("backend"))
+			}
+			if err := pinSources(cliCtx, stdio, m); err != nil {
+				return err
 			}
 			consent := askConsent(stdio)
 			if cliCtx.Bool("yes") {

@@ -49,7 +49,7 @@ func TestSetupWithoutATerminalOrYesChangesNothing(t *testing.T) {
 	tu.Need(t, os.Geteuid() == 0, "runs as root: as a user, setup stops earlier, printing the sudo command (covered in internal/vm)")
 	dir, log := fakeAptPath(t, false)
 	out, code := runSetup(t, dir)
-	if code != 1 || !strings.Contains(out, "nothing was changed") || !strings.Contains(out, "agent-vm setup --yes") {
+	if code != 1 || !strings.Contains(out, "nothing was installed or built") || !strings.Contains(out, "agent-vm setup --yes") {
 		t.Errorf("exit %d, output:\n%s", code, out)
 	}
 	calls, _ := os.ReadFile(log)

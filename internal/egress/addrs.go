@@ -125,39 +125,60 @@ func embeddedIPv4(a netip.Addr) (netip.Addr, string, bool) {
 	return netip.Addr{}, "", false
 }
 
-// refusal says why the proxy must not connect to a, given the host's own
-// addresses, or "" when it may. The host's own addresses come first, so
-// that reason wins when both apply.
-func refusal(a netip.Addr, own []netip.Addr) string {
-	a = a.Unmap().WithZone("")
-	if slices.ContainsFunc(own, func(o netip.Addr) bool { return o.Unmap().WithZone("") == a }) {
-		return "an address of this host"
-	}
-	if v4, name, ok := embeddedIPv4(a); ok {
-		if why := refusal(v4, own); why != "" {
-			return fmt.Sprintf("the %s form of %s, %s", name, v4, why)
-		}
-		return ""
-	}
-	if b, ok := special(a); ok {
-		return fmt.Sprintf("in %s (%s), which is not globally reachable", b.prefix, b.name)
-	}
-	if a.Is6() && !globalUnicast6.Contains(a) {
-		return fmt.Sprintf("outside %s, IPv6's global unicast space", globalUnicast6)
-	}
-	return ""
+// Refusal is an address the proxy does not connect to, and why.
+type Refusal struct {
+	Addr netip.Addr `json:"addr"`
+	// Why says why in plain words: "an address of this host", "in
+	// 10.0.0.0/8 (private-use), which is not globally reachable".
+	Why string `json:"why"`
+	// Own: Addr is one of the host's own addresses (or carries one): no
+	// pin lets it through, only the address itself on the allow-list.
+	Own bool `json:"own,omitempty"`
 }
 
-// Unreachable says why the proxy would refuse to connect to a even for an
-// allowed name (an address of this host, or one that is not globally
-// reachable), "" when it would connect: what doctor tells a user whose DNS
-// answers public names with such an address (a gateway, split DNS).
-func Unreachable(a netip.Addr) (string, error) {
+// Judge says why the proxy refuses to connect to a, given the host's own
+// addresses; refused is false when it connects (a globally reachable
+// address of another machine). A pin or the address on the allow-list
+// may still let a refused address through (reachable). The refusal's
+// Addr is a as an IPv4 address when a is one in IPv6's mapped form (which
+// resolvers give for /etc/hosts' entries).
+func Judge(a netip.Addr, own []netip.Addr) (r Refusal, refused bool) {
+	why, isOwn := refusal(a, own)
+	return Refusal{Addr: a.Unmap().WithZone(""), Why: why, Own: isOwn}, why != ""
+}
+
+// refusal says why the proxy must not connect to a, given the host's own
+// addresses, or "" when it may; isOwn when a is (or carries) one of them.
+// The host's own addresses come first, so that reason wins when both
+// apply.
+func refusal(a netip.Addr, own []netip.Addr) (why string, isOwn bool) {
+	a = a.Unmap().WithZone("")
+	if slices.ContainsFunc(own, func(o netip.Addr) bool { return o.Unmap().WithZone("") == a }) {
+		return "an address of this host", true
+	}
+	if v4, name, ok := embeddedIPv4(a); ok {
+		if why, isOwn := refusal(v4, own); why != "" {
+			return fmt.Sprintf("the %s form of %s, %s", name, v4, why), isOwn
+		}
+		return "", false
+	}
+	if b, ok := special(a); ok {
+		return fmt.Sprintf("in %s (%s), which is not globally reachable", b.prefix, b.name), false
+	}
+	if a.Is6() && !globalUnicast6.Contains(a) {
+		return fmt.Sprintf("outside %s, IPv6's global unicast space", globalUnicast6), false
+	}
+	return "", false
+}
+
+// HostAddrs lists the addresses on the host's interfaces, which the proxy
+// never connects to (Judge's own).
+func HostAddrs() ([]netip.Addr, error) {
 	own, err := interfaceAddrs()
 	if err != nil {
-		return "", fmt.Errorf("listing this host's addresses: %w", err)
+		return nil, fmt.Errorf("listing this host's addresses: %w", err)
 	}
-	return refusal(a, own), nil
+	return own, nil
 }
 
 // interfaceAddrs lists the addresses on the host's interfaces (no

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,21 +26,29 @@ func (f *fixture) get(u string) (int, string) {
 }
 
 // wantRefused checks that the proxy refuses to connect to name, which
-// resolves to addr, for the reason why, with the hint. It asks the proxy
-// only once refusal agrees, so that a wrong judgement never makes a test
-// connect outside this machine.
+// resolves to addr, for the reason why: a 403 saying so, and a log entry
+// with the address and the reason. It asks the proxy only once refusal
+// agrees, so that a wrong judgement never makes a test connect outside
+// this machine.
 func (f *fixture) wantRefused(name, addr string, own []netip.Addr, why string) {
 	f.t.Helper()
 	a := netip.MustParseAddr(addr)
-	if got := refusal(a, own); got != why {
+	if got, _ := refusal(a, own); got != why {
 		f.t.Errorf("%s: refusal = %q, want %q", addr, got, why)
 		return
 	}
 	f.resolveTo(name, a)
 	code, body := f.get("http://" + name + "/")
-	want := fmt.Sprintf("%s resolves to %s, %s (hint: allow that address itself if it is meant)", name, a, why)
-	if code != http.StatusBadGateway || !strings.Contains(body, want) {
-		f.t.Errorf("%s: %d %q; want 502 saying %q", addr, code, body, want)
+	want := fmt.Sprintf("%s resolves to %s, %s", name, a.Unmap(), why)
+	if code != http.StatusForbidden || !strings.Contains(body, want) {
+		f.t.Errorf("%s: %d %q; want 403 saying %q", addr, code, body, want)
+	}
+	es, err := ReadLog(filepath.Join(f.dir, LogFile))
+	if err != nil || len(es) == 0 {
+		f.t.Fatalf("the log: %v %v", es, err)
+	}
+	if e := es[len(es)-1]; e.Allowed || e.Rule != RuleAddresses || len(e.Refused) != 1 || e.Refused[0].Addr != a.Unmap() || e.Refused[0].Why != why {
+		f.t.Errorf("%s: logged %+v, want it refused for %q", addr, e, why)
 	}
 }
 
@@ -144,7 +153,7 @@ func TestRefusesTheHostsOwnAddresses(t *testing.T) {
 	}
 	// An IP literal in mode open alike.
 	f.setPolicy(Policy{Branch: "feat", Mode: ModeOpen})
-	if code, body := f.get("http://8.8.4.4/"); code != http.StatusBadGateway || !strings.Contains(body, "8.8.4.4 resolves to 8.8.4.4, an address of this host") {
+	if code, body := f.get("http://8.8.4.4/"); code != http.StatusForbidden || !strings.Contains(body, "8.8.4.4 resolves to 8.8.4.4, an address of this host") {
 		t.Errorf("the host's own address as an IP literal in mode open: %d %q", code, body)
 	}
 }

@@ -32,6 +32,10 @@ type Entry struct {
 	BytesIn  int64 `json:"bytes_in"`
 	// Error is why an allowed connection failed (resolving, dialling).
 	Error string `json:"error,omitempty"`
+	// Refused are the destination's addresses the proxy refused (Judge):
+	// all of them when Rule is RuleAddresses; some, beside Error's dial
+	// failures, when the others could not be reached.
+	Refused []Refusal `json:"refused,omitempty"`
 	// Request is an intercepted request's method and path (no query).
 	Request string `json:"request,omitempty"`
 	// Secrets are the names of the secrets put into an intercepted

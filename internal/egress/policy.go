@@ -18,7 +18,11 @@
 //     itself, only for destinations the policy allows, so the guest needs
 //     no resolver, and connects to none of the host's own addresses nor
 //     to one that is not globally reachable, unless the allow-list has
-//     that address itself (addrs.go).
+//     that address itself or, for the latter, a pin gives it to the very
+//     name asked for (addrs.go, Pin). It answers such a refusal as any
+//     other, with a 403 that says why and what lifts it (Fix), which
+//     clients do not retry; a 502 means the destination could not be
+//     reached.
 //   - the door socket: a host port the user exposed (`agent-vm port
 //     expose`, `mcp sync`), named by the relay's preamble, which the guest cannot
 //     write; a port no longer exposed is refused.
@@ -74,25 +78,46 @@ const (
 // Modes lists the modes, for messages.
 var Modes = []string{ModeOpen, ModeAllow, ModeOffline}
 
+// The groups of DefaultAllow. Each is agent-vm's own list; the ones a
+// VM needs for its own software are PackageSources too.
+var (
+	// AgentHosts are the agents' APIs and their sign-in endpoints.
+	AgentHosts = []string{
+		"api.anthropic.com", "statsig.anthropic.com", "console.anthropic.com", "claude.ai",
+		"api.openai.com", "auth.openai.com", "chatgpt.com",
+		"generativelanguage.googleapis.com", "oauth2.googleapis.com", "accounts.google.com", "cloudcode-pa.googleapis.com",
+	}
+	// NPMRegistry is where the guest's npm installs from: the agents' CLIs
+	// and chrome-devtools-mcp.
+	NPMRegistry = "registry.npmjs.org"
+	// Registries are the package registries agents use.
+	Registries = []string{
+		NPMRegistry, "registry.yarnpkg.com",
+		"pypi.org", "files.pythonhosted.org",
+		"proxy.golang.org", "sum.golang.org", "storage.googleapis.com",
+		"crates.io", "index.crates.io", "static.crates.io",
+		"rubygems.org", "repo.maven.apache.org",
+	}
+	// DebianMirrors are the hosts of the guest's apt sources (the base
+	// image's: internal/image's DefaultMirror and DefaultSecurityMirror
+	// are on deb.debian.org).
+	DebianMirrors = []string{"deb.debian.org", "security.debian.org"}
+	// SourceHosts are the git hosts' HTTPS endpoints agents fetch from.
+	SourceHosts = []string{"github.com", "codeload.github.com", "objects.githubusercontent.com", "raw.githubusercontent.com"}
+)
+
 // DefaultAllow is the allow-list every VM starts with: the agents' APIs,
 // the package registries agents use, Debian's mirrors and the common git
 // hosts' HTTPS endpoints. The repository's own remote host is added per VM.
-var DefaultAllow = []string{
-	// Agent APIs and their sign-in endpoints.
-	"api.anthropic.com", "statsig.anthropic.com", "console.anthropic.com", "claude.ai",
-	"api.openai.com", "auth.openai.com", "chatgpt.com",
-	"generativelanguage.googleapis.com", "oauth2.googleapis.com", "accounts.google.com", "cloudcode-pa.googleapis.com",
-	// Package registries.
-	"registry.npmjs.org", "registry.yarnpkg.com",
-	"pypi.org", "files.pythonhosted.org",
-	"proxy.golang.org", "sum.golang.org", "storage.googleapis.com",
-	"crates.io", "index.crates.io", "static.crates.io",
-	"rubygems.org", "repo.maven.apache.org",
-	// Debian's mirrors (apt in the guest).
-	"deb.debian.org", "security.debian.org",
-	// Source hosts agents fetch from.
-	"github.com", "codeload.github.com", "objects.githubusercontent.com", "raw.githubusercontent.com",
-}
+var DefaultAllow = slices.Concat(AgentHosts, Registries, DebianMirrors, SourceHosts)
+
+// PackageSources are the names a VM needs for its own software and its
+// agent, whatever the repository: Debian's mirrors (apt: first-boot
+// packages, provisioning), npm's registry (the agents' CLIs,
+// chrome-devtools-mcp) and the agents' hosts. They are what `agent-vm
+// setup` pins (Pin) when this host's resolver answers them with an address
+// the proxy refuses, and what doctor's egress check resolves.
+var PackageSources = slices.Concat(DebianMirrors, []string{NPMRegistry}, AgentHosts)
 
 // Policy is one VM's egress policy, as the proxy reads it.
 type Policy struct {
@@ -112,6 +137,29 @@ type Policy struct {
 	// the hosts it intercepts), tried in order, each a string
 	// "allow|deny METHOD host/path" (request.go).
 	Requests []RequestRule `json:"requests,omitempty"`
+	// Pins are the host's pins (Pin): each lets one address that is not
+	// globally reachable through for one name.
+	Pins []Pin `json:"pins,omitempty"`
+}
+
+// Pin is a name and an address of it that the proxy connects to although
+// the address is not globally reachable: the host's resolver answers the
+// name with it (a gateway, a mirror, split DNS), and `agent-vm setup`
+// recorded that (internal/pins). It lets the address through for that
+// name alone: another name that resolves to it is still refused. No pin
+// lets one of the host's own addresses through.
+type Pin struct {
+	Name string     `json:"name"`
+	Addr netip.Addr `json:"addr"`
+}
+
+// String is "name → addr".
+func (p Pin) String() string { return p.Name + " → " + p.Addr.String() }
+
+// pinned reports whether a pin lets a through for host.
+func (p Policy) pinned(host string, a netip.Addr) bool {
+	h, a := normalize(host), a.Unmap().WithZone("")
+	return slices.ContainsFunc(p.Pins, func(pin Pin) bool { return normalize(pin.Name) == h && pin.Addr.Unmap() == a })
 }
 
 // Decision is the policy's answer for one destination, and the rule that
@@ -121,10 +169,14 @@ type Decision struct {
 	Rule    string
 }
 
-// Rules that refuse, which the denial's hint answers (DenialMessage).
+// Rules that refuse, which the denial's hint answers (Fix).
 const (
 	ruleDeny    = "deny "
 	ruleOffline = "mode offline"
+	// RuleAddresses refuses a name the policy allows whose every address
+	// the proxy refuses (Judge) and no pin lets through: the entry's
+	// Refused says which and why.
+	RuleAddresses = "its addresses are refused"
 )
 
 // Decide says whether the VM may connect to host (a name or an IP literal,

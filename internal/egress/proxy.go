@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,8 +225,10 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) {
 }
 
 // open decides on the entry's destination and dials it. When it cannot
-// (denied, or the dial failed) it answers the guest, logs the entry and
-// returns false.
+// it answers the guest, logs the entry and returns false: a refusal by
+// the policy (the name, or every address it resolves to) is a 403 that
+// says why and what lifts it, which clients do not retry; a destination
+// that could not be reached is a 502.
 func (p *Proxy) open(c net.Conn, e *Entry) (net.Conn, bool) {
 	d, pol := p.decide(e.Host)
 	e.Allowed, e.Rule = d.Allowed, d.Rule
@@ -234,7 +237,13 @@ func (p *Proxy) open(c net.Conn, e *Entry) (net.Conn, bool) {
 		writeDenied(c, *e, pol.Branch)
 		return nil, false
 	}
-	up, err := p.dial(*e, pol)
+	up, err := p.dial(e, pol)
+	if errors.Is(err, errAllRefused) {
+		e.Allowed, e.Rule = false, RuleAddresses
+		p.record(*e)
+		writeDenied(c, *e, pol.Branch)
+		return nil, false
+	}
 	if err != nil {
 		e.Error = err.Error()
 		p.record(*e)
@@ -244,22 +253,35 @@ func (p *Proxy) open(c net.Conn, e *Entry) (net.Conn, bool) {
 	return up, true
 }
 
+// errAllRefused is dial's error when the proxy refuses every address of
+// the destination (the entry's Refused).
+var errAllRefused = errors.New("every address is refused")
+
 // dial resolves and connects to an allowed destination, at the first of
-// its addresses the proxy may reach (reachable) that answers.
-func (p *Proxy) dial(e Entry, pol Policy) (net.Conn, error) {
+// its addresses the proxy may reach (reachable) that answers; the
+// addresses it refuses go into e.Refused.
+func (p *Proxy) dial(e *Entry, pol Policy) (net.Conn, error) {
 	timeout := p.DialTimeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	addrs, errs, err := p.reachable(ctx, e.Host, pol)
+	addrs, refused, err := p.reachable(ctx, e.Host, pol)
 	if err != nil {
 		return nil, err
+	}
+	e.Refused = refused
+	if len(addrs) == 0 {
+		return nil, errAllRefused
 	}
 	dialContext := p.dialContext
 	if dialContext == nil {
 		dialContext = (&net.Dialer{}).DialContext
+	}
+	var errs []error
+	for _, r := range refused {
+		errs = append(errs, fmt.Errorf("%s resolves to %s, %s", e.Host, r.Addr, r.Why))
 	}
 	for _, a := range addrs {
 		c, err := dialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(e.Port)).String())
@@ -273,10 +295,11 @@ func (p *Proxy) dial(e Entry, pol Policy) (net.Conn, error) {
 
 // reachable resolves host and keeps the addresses the proxy may connect
 // to; refused are the host's own and those not globally reachable
-// (refusal), whatever gave them: a public name pointed at the host, an IP
+// (Judge), whatever gave them: a public name pointed at the host, an IP
 // literal in mode open, or Hosts. An address on the allow-list itself is
-// kept. Each refused address is an error in refused.
-func (p *Proxy) reachable(ctx context.Context, host string, pol Policy) (addrs []netip.Addr, refused []error, err error) {
+// kept, and so is one a pin gives this very name (never one of the
+// host's own).
+func (p *Proxy) reachable(ctx context.Context, host string, pol Policy) (addrs []netip.Addr, refused []Refusal, err error) {
 	all, err := p.lookup(ctx, host)
 	if err != nil {
 		return nil, nil, err
@@ -291,8 +314,8 @@ func (p *Proxy) reachable(ctx context.Context, host string, pol Policy) (addrs [
 	}
 	for _, a := range all {
 		if _, listed := match(pol.Allow, a.String()); !listed {
-			if why := refusal(a, own); why != "" {
-				refused = append(refused, fmt.Errorf("%s resolves to %s, %s (hint: allow that address itself if it is meant)", host, a, why))
+			if r, ok := Judge(a, own); ok && (r.Own || !pol.pinned(host, a)) {
+				refused = append(refused, r)
 				continue
 			}
 		}
@@ -420,18 +443,70 @@ func (c *counter) Write(b []byte) (int, error) {
 }
 
 // DenialMessage is what a denied guest reads: which rule refused what, and
-// the command the user runs on the host to allow it.
+// the command the user runs on the host to allow it (Fix).
 func DenialMessage(e Entry, branch string) string {
+	if e.Rule == RuleAddresses {
+		return fmt.Sprintf("agent-vm: connection to %s:%d refused by this VM's network policy: the name is allowed, but %s.\n"+
+			"This VM reaches the network only through agent-vm's proxy, which does not connect to this host's own addresses or to addresses that are not globally reachable.\n"+
+			"The user can allow it on the host with: %s\n", e.Host, e.Port, RefusedAddrs(e), Fix(e, branch))
+	}
+	return fmt.Sprintf("agent-vm: connection to %s:%d denied by this VM's network policy (rule: %s).\n"+
+		"This VM reaches the network only through agent-vm's proxy, which allows listed destinations.\n"+
+		"The user can allow it on the host with: %s\n", e.Host, e.Port, e.Rule, Fix(e, branch))
+}
+
+// RefusedAddrs says why the proxy refused the addresses of a
+// RuleAddresses entry: "NAME resolves to ADDR, WHY; and to ...".
+func RefusedAddrs(e Entry) string {
+	parts := make([]string, 0, len(e.Refused))
+	for _, r := range e.Refused {
+		parts = append(parts, fmt.Sprintf("to %s, %s", r.Addr, r.Why))
+	}
+	return e.Host + " resolves " + strings.Join(parts, "; and ")
+}
+
+// Fix is the command (or commands) the user runs on the host to lift the
+// refusal e of branch's VM: `net allow` of the name, of the rule's
+// pattern for a `net deny`, `net mode` for an offline VM; for refused
+// addresses, `agent-vm setup` when the name is a package source (it pins
+// the name's address on this network) and `net allow` of the addresses
+// (which lets the VM reach them under any allowed name).
+func Fix(e Entry, branch string) string {
 	fix := fmt.Sprintf("agent-vm net allow %s %s", branch, e.Host)
 	switch {
+	case e.Rule == RuleAddresses:
+		return addressFix(e, branch)
 	case e.Rule == ruleOffline:
 		fix = fmt.Sprintf("agent-vm net mode %s allow (this VM is offline), and %s if the name is not on the default allow-list", branch, fix)
 	case strings.HasPrefix(e.Rule, ruleDeny):
 		fix = fmt.Sprintf("agent-vm net allow %s %s (the refusal that matched)", branch, strings.TrimPrefix(e.Rule, ruleDeny))
 	}
-	return fmt.Sprintf("agent-vm: connection to %s:%d denied by this VM's network policy (rule: %s).\n"+
-		"This VM reaches the network only through agent-vm's proxy, which allows listed destinations.\n"+
-		"The user can allow it on the host with: %s\n", e.Host, e.Port, e.Rule, fix)
+	return fix
+}
+
+// addressFix is Fix for refused addresses.
+func addressFix(e Entry, branch string) string {
+	var other, own []string
+	for _, r := range e.Refused {
+		a := r.Addr.Unmap().String()
+		switch {
+		case r.Own && !slices.Contains(own, a):
+			own = append(own, a)
+		case !r.Own && !slices.Contains(other, a):
+			other = append(other, a)
+		}
+	}
+	var fixes []string
+	if len(other) > 0 {
+		if slices.Contains(PackageSources, e.Host) {
+			fixes = append(fixes, fmt.Sprintf("agent-vm setup (it pins %s to the address this host's resolver gives it, for every VM and for that name alone)", e.Host))
+		}
+		fixes = append(fixes, fmt.Sprintf("agent-vm net allow %s %s (this VM then reaches that address under any name it may reach)", branch, strings.Join(other, " ")))
+	}
+	if len(own) > 0 {
+		fixes = append(fixes, fmt.Sprintf("agent-vm net allow %s %s (an address of this host: the VM then reaches the host's own services there)", branch, strings.Join(own, " ")))
+	}
+	return strings.Join(fixes, ", or ")
 }
 
 func writeDenied(c net.Conn, e Entry, branch string) {

@@ -259,8 +259,8 @@ func TestHostIsNeverReachable(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadGateway || strings.Contains(string(body), "host secret") {
-			t.Errorf("%s in mode open: %d %q; want 502, the host's loopback refused", u, resp.StatusCode, body)
+		if resp.StatusCode != http.StatusForbidden || strings.Contains(string(body), "host secret") {
+			t.Errorf("%s in mode open: %d %q; want 403, the host's loopback refused", u, resp.StatusCode, body)
 		}
 	}
 	// An IP literal the user listed is reached.

@@ -96,10 +96,16 @@ type Table struct {
 	// image that user's VMs boot (the store gives what it makes to that
 	// user).
 	Images *Dir
+	// Config, agent-vm's configuration directory, $XDG_CONFIG_HOME/agent-vm
+	// (~/.config/agent-vm): 0700, one user's configuration. Secrets and
+	// Hosts are in it, and the host's pins file (internal/pins,
+	// pins.json, 0600): which names' addresses that are not globally
+	// reachable every VM's egress proxy may connect to; nobody else may
+	// write it, since it opens a way out of every VM.
+	Config *Dir
 	// Secrets, the host's store of credentials (internal/secret): 0700,
-	// as is its parent, $XDG_CONFIG_HOME/agent-vm (~/.config/agent-vm):
-	// the values are read by this user's agent-vm alone, and never from a
-	// VM's directory, which a guest's helpers reach.
+	// in Config: the values are read by this user's agent-vm alone, and
+	// never from a VM's directory, which a guest's helpers reach.
 	Secrets *Dir
 	// Hosts, the registry of libvirt hosts VMs may be placed on
 	// (internal/hosts), $XDG_CONFIG_HOME/agent-vm/hosts
@@ -161,9 +167,9 @@ func NewTable(roots Roots, getenv func(string) string, euid int) Table {
 	if euid == 0 {
 		h.Pool = h.Lib.Sub("pool", 0o711)
 	}
-	config := Top(XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), 0o700, InXDG)
-	h.Secrets = config.Sub("secrets", 0o700)
-	h.Hosts = config.Sub("hosts", 0o700)
+	h.Config = Top(XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), 0o700, InXDG)
+	h.Secrets = h.Config.Sub("secrets", 0o700)
+	h.Hosts = h.Config.Sub("hosts", 0o700)
 	h.Browser = Top(XDG(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vm"), 0o700, InXDG).Sub("browser", 0o700)
 	if euid == 0 {
 		h.Registry = h.Lib.Sub("state-dirs", 0o700)

@@ -35,7 +35,10 @@ func TestTheTable(t *testing.T) {
 	if e := h.Egress; (e.Path != "/run/agent-vm-egress" && e.Path != filepath.Join(os.TempDir(), "agent-vm-egress")) || e.Mode != 0o711 || !e.Shared {
 		t.Errorf("egress %s %04o shared %v; want /run/agent-vm-egress 0711, shared", e.Path, e.Mode, e.Shared)
 	}
-	if d := h.Secrets; d.Path != "/home/u/.config/agent-vm/secrets" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.config/agent-vm" || d.Parent.Mode != 0o700 {
+	if d := h.Config; d.Path != "/home/u/.config/agent-vm" || d.Mode != 0o700 || d.Parent != nil {
+		t.Errorf("config %s %04o in %v; want /home/u/.config/agent-vm 0700, a top directory", d.Path, d.Mode, d.Parent)
+	}
+	if d := h.Secrets; d.Path != "/home/u/.config/agent-vm/secrets" || d.Mode != 0o700 || d.Parent != h.Config {
 		t.Errorf("secrets %s %04o in %v; want /home/u/.config/agent-vm/secrets 0700 in ~/.config/agent-vm 0700", d.Path, d.Mode, d.Parent)
 	}
 	if d := h.Hosts; d.Path != "/home/u/.config/agent-vm/hosts" || d.Mode != 0o700 || d.Parent == nil || d.Parent.Path != "/home/u/.config/agent-vm" || d.Parent.Mode != 0o700 {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
@@ -261,9 +262,19 @@ func (d *Doctor) accel(ctx context.Context, u URI, r *Report) {
 	}
 	r.Accel = "tcg"
 	c.Detail = "TCG only (software emulation, several times slower): " + oneLine(kvmErr)
-	c.Hint = "the host needs /dev/kvm: virtualization enabled in its firmware and the kvm_intel or kvm_amd module loaded (a cloud VM needs nested virtualization)"
+	// The module of the host's CPU, read where libvirt runs; both when
+	// it cannot be read there.
+	cpuinfo, _, err := d.onHost(ctx, u, readCPUVendor)
+	if err != nil {
+		cpuinfo = ""
+	}
+	c.Hint = "the host needs /dev/kvm: virtualization enabled in its firmware and the " + accel.KVMModuleName(cpuinfo) + " module loaded (a cloud VM needs nested virtualization)"
 	r.add(c)
 }
+
+// readCPUVendor is the host's script that prints its CPU's vendor line
+// from /proc/cpuinfo (none on a CPU without one).
+const readCPUVendor = `grep -m1 '^vendor_id' /proc/cpuinfo || true`
 
 // node reads the host's CPUs and memory.
 func (d *Doctor) node(ctx context.Context, u URI, r *Report) {

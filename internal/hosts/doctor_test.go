@@ -33,6 +33,7 @@ type fakeHost struct {
 	virtiofsd   int      // ssh's exit: 0 found, 1 not found, 255 ssh failed
 	noNetProgs  string   // what the network programs' script prints missing ("": none)
 	hang        bool     // virsh version never answers (until its context ends)
+	vendor      string   // its CPU's vendor_id ("": no such line, as on arm64)
 }
 
 func (h fakeHost) runner(t *testing.T) *execxtest.Fake {
@@ -105,6 +106,10 @@ func (h fakeHost) runner(t *testing.T) *execxtest.Fake {
 		case script == findNetPrograms && h.noNetProgs != "":
 			return execxtest.Reply{ExitCode: 1, Stdout: h.noNetProgs + "\n"}
 		case script == findNetPrograms:
+			return execxtest.Reply{}
+		case script == readCPUVendor && h.vendor != "":
+			return execxtest.Reply{Stdout: "vendor_id\t: " + h.vendor + "\n"}
+		case script == readCPUVendor:
 			return execxtest.Reply{}
 		case script != findVirtiofsd:
 			t.Errorf("ssh runs %q", script)
@@ -262,6 +267,24 @@ func TestDoctorNoKVM(t *testing.T) {
 	r, checks = fakeHost{noQEMU: true}.check(t)
 	if c := checks["KVM"]; c.OK || r.Accel != "" || !strings.Contains(c.Detail, "no QEMU") || !strings.Contains(c.Hint, "qemu-system") {
 		t.Errorf("without QEMU: %+v (accel %q)", c, r.Accel)
+	}
+}
+
+// The hint without KVM names the module of the host's CPU, read there;
+// both when the CPU names neither vendor or cannot be read.
+func TestDoctorNoKVMNamesTheHostsModule(t *testing.T) {
+	for _, c := range []struct {
+		h    fakeHost
+		want string
+	}{
+		{fakeHost{noKVM: true, vendor: "GenuineIntel"}, "and the kvm_intel module loaded"},
+		{fakeHost{noKVM: true, vendor: "AuthenticAMD"}, "and the kvm_amd module loaded"},
+		{fakeHost{noKVM: true}, "and the kvm_intel or kvm_amd module loaded"},
+		{fakeHost{noKVM: true, vendor: "AuthenticAMD", virtiofsd: 255}, "and the kvm_intel or kvm_amd module loaded"}, // ssh fails
+	} {
+		if _, checks := c.h.check(t); !strings.Contains(checks["KVM"].Hint, c.want) {
+			t.Errorf("vendor %q (ssh %d): %q, want %q", c.h.vendor, c.h.virtiofsd, checks["KVM"].Hint, c.want)
+		}
 	}
 }
 

@@ -2,13 +2,9 @@ package hostsetup
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
@@ -18,6 +14,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostbrowser"
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/pins"
 )
 
 // Check is one thing doctor looked at.
@@ -38,6 +35,11 @@ type DoctorReport struct {
 	// Browser is the host's browser, which no VM needs: what a VM's
 	// browser doors would reach.
 	Browser BrowserReport `json:"browser"`
+	// Pins are the host's pins (`agent-vm setup`), recorded in PinsFile;
+	// PackageSources the names setup pins when they need it (Sources).
+	Pins           []egress.Pin `json:"pins"`
+	PinsFile       string       `json:"pins_file"`
+	PackageSources []string     `json:"package_sources"`
 }
 
 // BrowserReport is doctor's browser section: the Claude in Chrome bridge,
@@ -101,8 +103,12 @@ type DoctorInput struct {
 	// (AGENT_VM_CHROME_BRIDGE_DIR; nil: os.Getenv).
 	Getenv func(string) string
 	// Lookup resolves names as the egress proxies will (nil:
-	// net.DefaultResolver).
-	Lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)
+	// net.DefaultResolver); Own lists the host's own addresses (nil:
+	// egress.HostAddrs).
+	Lookup pins.Lookup
+	Own    func() ([]netip.Addr, error)
+	// Pins is the host's pins file; nil: none.
+	Pins *pins.File
 }
 
 // Doctor checks the host: the programs every VM needs (git, then each
@@ -146,11 +152,14 @@ func Doctor(ctx context.Context, in DoctorInput) DoctorReport {
 	for _, c := range in.Extra {
 		add(c)
 	}
-	lookup := in.Lookup
-	if lookup == nil {
-		lookup = net.DefaultResolver.LookupNetIP
+	r.PinsFile, r.PackageSources = in.Pins.Path(), Sources(in.ImageDir)
+	pinned, err := in.Pins.Read()
+	r.Pins = pinned
+	var answers []pins.Answer
+	if err == nil {
+		answers, err = resolveSources(ctx, r.PackageSources, in.Lookup, in.Own)
 	}
-	add(egressCheck(ctx, lookup))
+	add(egressCheck(answers, pinned, err))
 	r.VMReady = slices.Contains(r.Backends, r.Backend)
 	getenv := in.Getenv
 	if getenv == nil {
@@ -158,41 +167,4 @@ func Doctor(ctx context.Context, in DoctorInput) DoctorReport {
 	}
 	r.Browser = browserReport(hostbrowser.Doctor(ctx, in.Run, getenv))
 	return r
-}
-
-// packageSources are the hosts a Debian guest fetches from on its first
-// boot: apt's mirror (packages, provisioning) and npm's registry (agent
-// CLIs).
-var packageSources = []string{"deb.debian.org", "registry.npmjs.org"}
-
-// egressCheck resolves the guests' package sources as the VMs' egress
-// proxies will: an address the proxy refuses even for an allowed name (one
-// that is not globally reachable: a gateway that answers every name with
-// its own address, split DNS) leaves every VM without packages until the
-// user allows that address. A host that cannot resolve them is offline:
-// its VMs are too, which is no finding of this check.
-func egressCheck(ctx context.Context, lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) Check {
-	var refused []string
-	for _, h := range packageSources {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		addrs, err := lookup(lctx, "ip", h)
-		cancel()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			why, err := egress.Unreachable(a)
-			if err != nil {
-				return Check{Name: "egress", Detail: err.Error()}
-			}
-			if why != "" {
-				refused = append(refused, fmt.Sprintf("%s resolves to %s here, %s", h, a, why))
-			}
-		}
-	}
-	if len(refused) == 0 {
-		return Check{Name: "egress", OK: true, Detail: "the guests' package sources (" + strings.Join(packageSources, ", ") + ") resolve to addresses the egress proxy reaches"}
-	}
-	return Check{Name: "egress", Detail: strings.Join(refused, "; ") + ": every VM's egress proxy refuses such an address, even for an allowed name",
-		Hint: "if it is your network's gateway, allow it for each VM, before the first boot when that installs packages: `agent-vm net allow BRANCH ADDRESS`"}
 }

@@ -1,10 +1,13 @@
 // Package hostsetup is this host's readiness for VMs: `agent-vm setup`
-// installs what is missing (the host programs of internal/hostpkgs, asking
-// once before it changes anything, and the Debian base image), start does
-// the same with a notice instead of a question (First), `setup --check`
-// lists the programs (CheckPrograms), and `doctor` reports what runs here
-// and which backends can run VMs (Doctor). It knows no VM: the caller
-// hands it the drivers and backends to ask, and the host to set up.
+// pins the package sources this host resolves to addresses the egress
+// proxies refuse (Pin, internal/pins), installs what is missing (the host
+// programs of internal/hostpkgs, asking once before it installs or builds
+// anything, and the Debian base image), start does the same with a notice
+// instead of a question (First), `setup --check` lists the programs
+// (CheckPrograms), and `doctor` reports what runs here, which backends can
+// run VMs and whether the package sources are reachable (Doctor). It knows
+// no VM: the caller hands it the drivers and backends to ask, the host to
+// set up and the pins file.
 package hostsetup
 
 import (
@@ -115,7 +118,7 @@ func Setup(ctx context.Context, host hostpkgs.Host, o Options) (Report, error) {
 			}
 		}
 		if !ok {
-			return r, fmt.Errorf("%w: setup would %s; nothing was changed (hint: run `agent-vm setup --yes`)", ErrNoConsent, strings.Join(actions, ", and "))
+			return r, fmt.Errorf("%w: setup would %s; nothing was installed or built (hint: run `agent-vm setup --yes`)", ErrNoConsent, strings.Join(actions, ", and "))
 		}
 	}
 	if len(plan.Packages) > 0 {

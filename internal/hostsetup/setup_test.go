@@ -78,7 +78,7 @@ func TestSetupWithoutConsentChangesNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newSetupHost(t)
 			_, err := Setup(context.Background(), s.host(t), s.options(t, true, answer))
-			if !errors.Is(err, ErrNoConsent) || !strings.Contains(err.Error(), "nothing was changed") || !strings.Contains(err.Error(), "--yes") {
+			if !errors.Is(err, ErrNoConsent) || !strings.Contains(err.Error(), "nothing was installed or built") || !strings.Contains(err.Error(), "--yes") {
 				t.Errorf("err = %v", err)
 			}
 			if len(s.apt) != 0 || s.builds != 0 {

@@ -37,6 +37,9 @@ import (
 
 // VMs is what a sync needs of agent-vm's VMs; vm's Manager has it.
 type VMs interface {
+	// PinSource gives the host's pins, which the policy written here
+	// carries.
+	netpolicy.PinSource
 	// Find finds the VM name means (a branch or a VM name); its Record
 	// is nil, and Err says why, when its record is unreadable.
 	Find(ctx context.Context, name string) (state.Entry, error)
@@ -226,9 +229,13 @@ func record(ctx context.Context, vms VMs, e state.Entry, exposed []state.Exposed
 	if err != nil {
 		return err
 	}
+	pins, err := vms.Pins()
+	if err != nil {
+		return err
+	}
 	rec.Exposed = slices.DeleteFunc(rec.Exposed, func(x state.Exposed) bool { return x.By == state.ExposedByMCPSync })
 	rec.Exposed = append(rec.Exposed, exposed...)
-	if err := netpolicy.Write(e.Layout, rec); err != nil {
+	if err := netpolicy.Write(e.Layout, rec, pins); err != nil {
 		return err
 	}
 	rec.MCPSynced = rec.MCPSynced[:0]

@@ -2,12 +2,15 @@ package mcpsync
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"slices"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/mcpconfig"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -49,9 +52,13 @@ func TestRecordMCPSyncReplacesOnlyItsOwnPorts(t *testing.T) {
 	if !slices.Equal(got.MCPSynced, []string{"a", "db"}) {
 		t.Errorf("synced %v, want [a db]", got.MCPSynced)
 	}
+	if pol, err := egress.ReadPolicy(netpolicy.DirOf(l)); err != nil || !slices.Equal(pol.Exposed, []int{6000, 7000}) || !slices.Equal(pol.Pins, []egress.Pin{hostPin}) {
+		t.Errorf("the policy file: %+v, %v; want the ports and the host's pins", pol, err)
+	}
 }
 
-// lockOnly is VMs with LockVM alone: record needs no more.
+// lockOnly is VMs with LockVM and Pins alone: record needs no more. The
+// host has pins, which the policy it writes carries.
 type lockOnly struct {
 	VMs
 	root *state.Root
@@ -60,3 +67,7 @@ type lockOnly struct {
 func (l lockOnly) LockVM(ctx context.Context, slug string) (*state.Lock, error) {
 	return l.root.LockVM(ctx, slug)
 }
+
+func (l lockOnly) Pins() ([]egress.Pin, error) { return []egress.Pin{hostPin}, nil }
+
+var hostPin = egress.Pin{Name: "registry.npmjs.org", Addr: netip.MustParseAddr("203.0.113.80")}

@@ -13,7 +13,7 @@ import (
 // none is by default.
 func TestInfoShowsTheBrowserDoors(t *testing.T) {
 	vms := newFakeVMs(t, &state.Record{})
-	if info := InfoOf(vms.e, true); len(info.Browser) != 0 {
+	if info := InfoOf(vms.e, true, nil); len(info.Browser) != 0 {
 		t.Fatalf("no door open, yet net show says %q", info.Browser)
 	}
 	if err := os.MkdirAll(vms.e.Layout.RunDir(), 0o700); err != nil {
@@ -22,7 +22,7 @@ func TestInfoShowsTheBrowserDoors(t *testing.T) {
 	if err := bridge.WriteDoors(vms.e.Layout.RunDir(), bridge.Doors{DevTools: "127.0.0.1:9222"}); err != nil {
 		t.Fatal(err)
 	}
-	info := InfoOf(vms.e, true)
+	info := InfoOf(vms.e, true, nil)
 	if len(info.Browser) != 1 || !strings.Contains(info.Browser[0], "host Chrome reachable (CDP") {
 		t.Fatalf("net show's browser: %q", info.Browser)
 	}

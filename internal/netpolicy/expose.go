@@ -46,6 +46,10 @@ func Expose(ctx context.Context, vms VMs, name string, port int, remove bool) (*
 	if err := refuseUncontained(vms, r, "expose a host port"); err != nil {
 		return nil, err
 	}
+	pins, err := vms.Pins()
+	if err != nil {
+		return nil, err
+	}
 	ch := &ExposeChange{Branch: r.Branch, Port: port, GuestAddr: fmt.Sprintf("%s:%d", guest.HostAddr, port), Removed: remove}
 	has := func(x state.Exposed) bool { return x.Port == port }
 	up := running(ctx, vms, e)
@@ -64,7 +68,7 @@ func Expose(ctx context.Context, vms VMs, name string, port int, remove bool) (*
 	if err := state.WriteRecord(e.Layout.Record(), r); err != nil {
 		return nil, err
 	}
-	if err := Write(e.Layout, r); err != nil {
+	if err := Write(e.Layout, r, pins); err != nil {
 		return nil, err
 	}
 	if up {

@@ -2,8 +2,10 @@ package netpolicy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
@@ -16,6 +18,7 @@ import (
 // VMs is what the net commands need of agent-vm's VMs; vm's Manager has
 // it (cli wires it in).
 type VMs interface {
+	PinSource
 	// Recorded finds the VM name means (a branch or a VM name), whose
 	// record must be readable.
 	Recorded(ctx context.Context, name string) (state.Entry, error)
@@ -38,7 +41,9 @@ type VMs interface {
 	PullLog(ctx context.Context, e state.Entry, follow bool) (stop func(), err error)
 }
 
-func running(ctx context.Context, vms VMs, e state.Entry) bool {
+func running(ctx context.Context, vms interface {
+	State(ctx context.Context, e state.Entry) string
+}, e state.Entry) bool {
 	return vms.State(ctx, e) == driver.StateRunning
 }
 
@@ -63,6 +68,9 @@ type Info struct {
 	// Browser says which browser doors the running VM has open (agent-vm
 	// browser): each a way to the host's browser, none by default.
 	Browser []string `json:"browser,omitempty"`
+	// Pins are the host's pins (`agent-vm setup`), every VM's: each lets
+	// one address that is not globally reachable through for its name.
+	Pins []egress.Pin `json:"pins,omitempty"`
 }
 
 // uncontained says why r's network is not contained, or "" when its
@@ -91,16 +99,20 @@ func Show(ctx context.Context, vms VMs, name string) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	return InfoOf(e, vms.Contains(e.Record)), nil
+	pins, err := vms.Pins()
+	if err != nil {
+		return nil, err
+	}
+	return InfoOf(e, vms.Contains(e.Record), pins), nil
 }
 
-// InfoOf is the policy of e's VM as `net show` and status show it;
-// contained: its driver contains its network.
-func InfoOf(e state.Entry, contained bool) *Info {
+// InfoOf is the policy of e's VM, with the host's pins, as `net show` and
+// status show it; contained: its driver contains its network.
+func InfoOf(e state.Entry, contained bool, pins []egress.Pin) *Info {
 	r := e.Record
-	p := Policy(r)
+	p := Policy(r, pins)
 	info := &Info{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Requests: requestInfo(r), Exposed: r.Exposed,
-		Proxy: guest.ProxyURL, Log: LogPath(e.Layout)}
+		Proxy: guest.ProxyURL, Log: LogPath(e.Layout), Pins: p.Pins}
 	if r.Net != nil {
 		info.Added = r.Net.Allow
 	}
@@ -201,11 +213,15 @@ func update(ctx context.Context, vms VMs, name string, change func(*state.Record
 	if err := refuseUncontained(vms, e.Record, "change the network policy"); err != nil {
 		return nil, err
 	}
+	pins, err := vms.Pins()
+	if err != nil {
+		return nil, err
+	}
 	change(e.Record)
 	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
 		return nil, err
 	}
-	if err := Write(e.Layout, e.Record); err != nil {
+	if err := Write(e.Layout, e.Record, pins); err != nil {
 		return nil, err
 	}
 	if running(ctx, vms, e) {
@@ -213,7 +229,79 @@ func update(ctx context.Context, vms VMs, name string, change func(*state.Record
 			return nil, fmt.Errorf("the change is recorded, but the VM's proxy did not get it: %w (hint: restart the VM to apply it)", err)
 		}
 	}
-	return &Change{Info: InfoOf(e, vms.Contains(e.Record)), Live: running(ctx, vms, e)}, nil
+	return &Change{Info: InfoOf(e, vms.Contains(e.Record), pins), Live: running(ctx, vms, e)}, nil
+}
+
+// Refresher is what Refresh needs of agent-vm's VMs; vm's Manager has it.
+type Refresher interface {
+	PinSource
+	// TryLockVM takes the lock of the VM called slug unless another
+	// process holds it (ok false); the caller releases it.
+	TryLockVM(slug string) (lock *state.Lock, ok bool, err error)
+	State(ctx context.Context, e state.Entry) string
+	Contains(r *state.Record) bool
+	Publish(ctx context.Context, e state.Entry) error
+}
+
+// Refresh writes the policy of each VM of es whose network is contained
+// and has a policy file again, with the host's current pins, so that a
+// proxy that runs gets them at once: `agent-vm setup` calls it when the
+// pins change. A running VM's policy is also published (a VM placed on
+// another host gets it there); a VM paused in place here has its proxy
+// read the file too. A VM that was never started has no policy yet and
+// gets the pins at its first start, as a stopped VM of another state
+// directory does at its next. It returns the running VMs it refreshed;
+// one it could not (busy: a command holds its lock) is an error with the
+// fix, and the others are still done.
+func Refresh(ctx context.Context, vms Refresher, es []state.Entry) ([]string, error) {
+	pins, err := vms.Pins()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, e := range es {
+		if e.Record == nil || !vms.Contains(e.Record) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(DirOf(e.Layout), egress.PolicyFile)); err != nil {
+			continue
+		}
+		up, err := refresh(ctx, vms, e, pins)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("VM %s's proxy did not get the pins: %w (hint: `agent-vm restart %s` applies them)", e.Slug, err, e.Slug))
+			continue
+		}
+		if up {
+			done = append(done, e.Slug)
+		}
+	}
+	return done, errors.Join(errs...)
+}
+
+// refresh writes e's policy with pins under its lock, from its record as
+// it is then, and publishes it when the VM runs (up).
+func refresh(ctx context.Context, vms Refresher, e state.Entry, pins []egress.Pin) (up bool, err error) {
+	lock, ok, err := vms.TryLockVM(e.Slug)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, errors.New("another agent-vm command holds it")
+	}
+	defer lock.Release()
+	r, err := state.ReadRecord(e.Layout.Record())
+	if err != nil {
+		return false, err
+	}
+	e.Record = r
+	if err := Write(e.Layout, r, pins); err != nil {
+		return false, err
+	}
+	if !running(ctx, vms, e) {
+		return false, nil
+	}
+	return true, vms.Publish(ctx, e)
 }
 
 // Log returns a VM's connection log, oldest first, and where it is.

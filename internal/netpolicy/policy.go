@@ -44,10 +44,11 @@ func ModeOf(r *state.Record) string {
 
 // Policy is the proxy's policy for r: the default allow-list, the
 // repository's git remote host, the hosts of its secrets, the user's own additions and refusals,
-// the exposed ports, and the request rules: the user's, then the
-// defaults for the upstream's host (GitHub's: githubRules).
-func Policy(r *state.Record) egress.Policy {
-	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow)}
+// the exposed ports, the request rules (the user's, then the
+// defaults for the upstream's host: GitHub's, githubRules) and the host's
+// pins (internal/pins), which are every VM's.
+func Policy(r *state.Record, pins []egress.Pin) egress.Policy {
+	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow), Pins: slices.Clone(pins)}
 	for _, u := range []string{r.Git.UpstreamURL, r.Git.OriginURL} {
 		if h := remoteHost(u); h != "" && !slices.Contains(p.Allow, h) {
 			p.Allow = append(p.Allow, h)
@@ -99,11 +100,17 @@ func remoteHost(u string) string {
 	return ""
 }
 
-// Write renders r's policy for the proxy of the VM laid out as l, which
-// re-reads it at once.
-func Write(l state.Layout, r *state.Record) error {
+// Write renders r's policy, with the host's pins, for the proxy of the VM
+// laid out as l, which re-reads it at once.
+func Write(l state.Layout, r *state.Record, pins []egress.Pin) error {
 	if err := os.Mkdir(DirOf(l), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return egress.WritePolicy(DirOf(l), Policy(r))
+	return egress.WritePolicy(DirOf(l), Policy(r, pins))
+}
+
+// PinSource gives the host's pins (internal/pins: `agent-vm setup` records
+// them), which every VM's policy carries; vm's Manager has it.
+type PinSource interface {
+	Pins() ([]egress.Pin, error)
 }

@@ -1,6 +1,7 @@
 package netpolicy
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -41,7 +42,7 @@ func TestPolicy(t *testing.T) {
 		Exposed:     []state.Exposed{{Port: 9000}, {Port: 5432}, {Port: 9000, By: state.ExposedByMCPSync}},
 		SecretHosts: []string{"api.example.net", "git.example.org"},
 	}
-	p := Policy(r)
+	p := Policy(r, nil)
 	want := append(slices.Clone(egress.DefaultAllow), "git.example.org", "api.example.net")
 	if !slices.Contains(egress.DefaultAllow, "github.com") {
 		want = append(want, "github.com")
@@ -61,17 +62,18 @@ func TestPolicy(t *testing.T) {
 func TestWriteIsWhatTheProxyReads(t *testing.T) {
 	l := state.Layout{Dir: t.TempDir()}
 	r := &state.Record{Slug: "v", Net: &state.Net{Mode: egress.ModeAllow, Allow: []string{"example.org"}}}
+	pins := []egress.Pin{{Name: "registry.npmjs.org", Addr: netip.MustParseAddr("203.0.113.80")}}
 	for _, deny := range [][]string{nil, {"example.org"}} {
 		r.Net.Deny = deny
-		if err := Write(l, r); err != nil {
+		if err := Write(l, r, pins); err != nil {
 			t.Fatal(err)
 		}
 		got, err := egress.ReadPolicy(DirOf(l))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := Policy(r); !reflect.DeepEqual(got, want) {
-			t.Errorf("the proxy reads %+v, want %+v", got, want)
+		if want := Policy(r, pins); !reflect.DeepEqual(got, want) || !reflect.DeepEqual(got.Pins, pins) {
+			t.Errorf("the proxy reads %+v, want %+v with the pins", got, want)
 		}
 	}
 	fi, err := os.Stat(DirOf(l))

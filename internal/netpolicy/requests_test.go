@@ -61,7 +61,7 @@ func TestDefaultRequestRules(t *testing.T) {
 		"file:///github.com/o/r":        nil,
 	} {
 		r := &state.Record{Git: state.Git{UpstreamURL: upstream}}
-		if got := ruleStrings(Policy(r).Requests); !reflect.DeepEqual(got, want) {
+		if got := ruleStrings(Policy(r, nil).Requests); !reflect.DeepEqual(got, want) {
 			t.Errorf("upstream %q: request rules\n%q\nwant\n%q", upstream, got, want)
 		}
 	}
@@ -72,19 +72,25 @@ func TestDefaultRequestRules(t *testing.T) {
 func TestUserRulesBeforeTheDefaults(t *testing.T) {
 	r := &state.Record{Git: state.Git{UpstreamURL: "git@github.com:o/r.git"},
 		Net: &state.Net{Requests: []string{"allow PUT api.github.com/repos/o/r/pulls/*/merge", "deny POST api.github.com/repos/o/r/issues"}}}
-	got := ruleStrings(Policy(r).Requests)
+	got := ruleStrings(Policy(r, nil).Requests)
 	want := append([]string{"allow PUT api.github.com/repos/o/r/pulls/*/merge", "deny POST api.github.com/repos/o/r/issues"}, wantGitHub...)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("request rules %q\nwant %q", got, want)
 	}
-	info := InfoOf(state.Entry{Record: r}, true)
+	info := InfoOf(state.Entry{Record: r}, true, nil)
 	if len(info.Requests) != len(want) || info.Requests[1] != (RequestRule{Rule: want[1]}) || info.Requests[2] != (RequestRule{Rule: want[2], Default: true}) {
 		t.Errorf("net show's rules: %+v", info.Requests)
 	}
 }
 
-// fakeVMs is one stopped VM whose record is in a directory of the test's.
-type fakeVMs struct{ e state.Entry }
+// fakeVMs is one VM whose record is in a directory of the test's: stopped
+// unless running; the host's pins are pins.
+type fakeVMs struct {
+	e         state.Entry
+	running   bool
+	pins      []egress.Pin
+	published int // Publish's calls
+}
 
 func newFakeVMs(t *testing.T, r *state.Record) *fakeVMs {
 	dir := t.TempDir()
@@ -119,12 +125,25 @@ func (f *fakeVMs) Locked(ctx context.Context, name string) (state.Entry, *state.
 	return e, l, err
 }
 
-func (f *fakeVMs) State(context.Context, state.Entry) string { return driver.StateStopped }
-func (f *fakeVMs) Contains(*state.Record) bool               { return true }
+func (f *fakeVMs) TryLockVM(slug string) (*state.Lock, bool, error) {
+	if slug != "feat" {
+		return nil, false, state.NotFound("no VM " + slug)
+	}
+	return state.TryLock(filepath.Join(f.e.Layout.Dir, "lock"))
+}
+
+func (f *fakeVMs) State(context.Context, state.Entry) string {
+	if f.running {
+		return driver.StateRunning
+	}
+	return driver.StateStopped
+}
+func (f *fakeVMs) Contains(*state.Record) bool { return true }
+func (f *fakeVMs) Pins() ([]egress.Pin, error) { return f.pins, nil }
 
 // Publish and PullLog: the VM is on this machine (its proxy reads the
-// files here), so there is nothing to do.
-func (f *fakeVMs) Publish(context.Context, state.Entry) error { return nil }
+// files here), so there is nothing to do but count.
+func (f *fakeVMs) Publish(context.Context, state.Entry) error { f.published++; return nil }
 func (f *fakeVMs) PullLog(context.Context, state.Entry, bool) (func(), error) {
 	return func() {}, nil
 }

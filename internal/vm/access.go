@@ -24,6 +24,12 @@ func (m *Manager) Locked(ctx context.Context, name string) (state.Entry, *state.
 	return m.lockedEntry(ctx, name)
 }
 
+// TryLockVM takes the lock of the VM called slug unless another process
+// holds it (ok false); the caller releases it.
+func (m *Manager) TryLockVM(slug string) (*state.Lock, bool, error) {
+	return m.Root.TryLockVM(slug)
+}
+
 // LockVM takes the lock of the VM called slug; the caller releases it.
 func (m *Manager) LockVM(ctx context.Context, slug string) (*state.Lock, error) {
 	return m.Root.LockVM(ctx, slug)

@@ -140,7 +140,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 		return res, nil
 	}
 	res.HealthReady = time.Since(began)
-	if err := m.checkProvision(ctx, r, l); err != nil {
+	if err := m.checkProvision(ctx, e, began); err != nil {
 		return nil, err
 	}
 	m.waitHolder(ctx, e, 10*time.Second)

@@ -11,7 +11,7 @@ import (
 // Doctor checks the host (hostsetup.Doctor) with this build's drivers and
 // backends, the default backend first, and the templates' line.
 func (m *Manager) Doctor(ctx context.Context) hostsetup.DoctorReport {
-	in := hostsetup.DoctorInput{Run: m.Run, Accel: m.Accel(ctx), ImageDir: m.ImageDir(), Extra: []hostsetup.Check{m.templateCheck(ctx)}}
+	in := hostsetup.DoctorInput{Run: m.Run, Accel: m.Accel(ctx), ImageDir: m.ImageDir(), Extra: []hostsetup.Check{m.templateCheck(ctx)}, Pins: m.PinFile}
 	for _, name := range slices.Sorted(maps.Keys(m.Drivers)) {
 		in.Drivers = append(in.Drivers, m.Drivers[name])
 	}

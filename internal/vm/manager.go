@@ -33,6 +33,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostca"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hosts"
+	"github.com/agent-vm/agent-vm/internal/pins"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -94,6 +95,10 @@ type Manager struct {
 	// Hosts is the registry of libvirt hosts (internal/hosts) that
 	// `host` edits and checks; nil for none. No VM is placed on one yet.
 	Hosts *hosts.Registry
+
+	// PinFile is the host's pins (internal/pins), which every VM's policy
+	// carries; nil for none.
+	PinFile *pins.File
 
 	// templates: this Manager drives templates (forTemplates), whose
 	// guests get no proxy CA and no secret (their clones get their own).

@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -27,7 +28,11 @@ import (
 // the doors of the exposed ports, and this agent-vm binary as proxy and
 // relay.
 func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, error) {
-	if err := netpolicy.Write(l, r); err != nil {
+	pins, err := m.Pins()
+	if err != nil {
+		return nil, err
+	}
+	if err := netpolicy.Write(l, r, pins); err != nil {
 		return nil, err
 	}
 	exe := m.Executable
@@ -39,9 +44,29 @@ func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, err
 		return nil, fmt.Errorf("finding the agent-vm binary for the egress proxy: %w", err)
 	}
 	dir := netpolicy.DirOf(l)
-	return &driver.Network{Addr: guest.HostAddr, ProxyPort: guest.ProxyPort, Exposed: netpolicy.Policy(r).Exposed, Dir: dir,
+	return &driver.Network{Addr: guest.HostAddr, ProxyPort: guest.ProxyPort, Exposed: netpolicy.Policy(r, pins).Exposed, Dir: dir,
 		Proxy: []string{self, "net-proxy", "--dir", dir},
 		Relay: []string{self, "net-relay"}}, nil
+}
+
+// Pins implements netpolicy.PinSource: the host's pins (internal/pins),
+// which every VM's policy carries.
+func (m *Manager) Pins() ([]egress.Pin, error) { return m.PinFile.Read() }
+
+// PinSources is setup's pins step (hostsetup.Pin, record: not --no-pins);
+// when the pins change, the running VMs' proxies get them at once
+// (netpolicy.Refresh), and refreshed names those VMs.
+func (m *Manager) PinSources(ctx context.Context, record bool) (rep hostsetup.PinReport, refreshed []string, err error) {
+	rep, err = hostsetup.Pin(ctx, hostsetup.PinOptions{File: m.PinFile, ImageDir: m.ImageDir(), Record: record})
+	if err != nil || !rep.Changed() {
+		return rep, nil, err
+	}
+	es, err := m.List(ctx)
+	if err != nil {
+		return rep, nil, err
+	}
+	refreshed, err = netpolicy.Refresh(ctx, m, es)
+	return rep, refreshed, err
 }
 
 // Contains reports whether r's VM runs contained: its driver contains

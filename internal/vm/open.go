@@ -20,6 +20,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/libvirt"
 	"github.com/agent-vm/agent-vm/internal/libvirtbackend"
 	"github.com/agent-vm/agent-vm/internal/nixos"
+	"github.com/agent-vm/agent-vm/internal/pins"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -95,6 +96,7 @@ func Open(c Config) (*Manager, error) {
 	m.TemplateDir = dirs.Templates
 	m.Secrets = &secret.Store{Dir: dirs.Secrets}
 	m.Hosts = &hosts.Registry{Dir: dirs.Hosts}
+	m.PinFile = &pins.File{Dir: dirs.Config}
 	m.progress, m.getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	m.Accel = func(ctx context.Context) accel.Result { return m.probeAccel(ctx, launcher.Arch.Binary) }
 	for _, b := range m.backends(c) {

@@ -3,10 +3,12 @@ package vm
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/repoconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -68,13 +70,15 @@ func checkRepoPackages(c *repoconfig.Config, be backend.Backend) error {
 }
 
 // checkProvision asks the guest how its provisioning went
-// (guestctl.CheckProvision).
-func (m *Manager) checkProvision(ctx context.Context, r *state.Record, l state.Layout) error {
+// (guestctl.CheckProvision); a failure gets what the VM's egress proxy
+// refused since the boot began (since), with the fixes.
+func (m *Manager) checkProvision(ctx context.Context, e state.Entry, since time.Time) error {
+	r, l := e.Record, e.Layout
 	c, err := m.dialGuest(ctx, r, l)
 	if err != nil {
 		m.Log.Warn("could not ask the guest how its provisioning went", "error", err)
 		return nil
 	}
 	defer c.Close()
-	return guestctl.CheckProvision(ctx, c, r.Branch, r.Slug, m.Log)
+	return netpolicy.WithRefusals(ctx, m, e, r.Slug, since, guestctl.CheckProvision(ctx, c, r.Branch, r.Slug, m.Log))
 }

@@ -144,6 +144,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		so.FixedShare = plan.FixedShare
 	}
 	o.Report.Report("starting the VM ("+d.Name()+")", 0, "")
+	launched := time.Now()
 	launch, err := d.Start(ctx, mach, plan.Boot, so)
 	if err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		}
 		return nil, err
 	}
-	if err := m.checkProvision(ctx, r, l); err != nil {
+	if err := m.checkProvision(ctx, e, launched); err != nil {
 		return nil, err
 	}
 	m.waitHolder(ctx, e, 10*time.Second)

@@ -130,7 +130,8 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 		MCP:   MCPInfo{URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", r.Ports.MCP), Health: fmt.Sprintf("http://127.0.0.1:%d%s", r.Ports.MCP, guest.HealthPath)},
 		Paths: PathsInfo{Dir: l.Dir, Workspace: l.Workspace()},
 		Agent: guestctl.Health{State: "unknown"},
-		Net:   netpolicy.InfoOf(e, m.Contains(e.Record)),
+		// The host's pins are every VM's: net show and doctor list them.
+		Net: netpolicy.InfoOf(e, m.Contains(e.Record), nil),
 	}
 	if tok, err := readToken(l); err == nil {
 		info.MCP.Token = tok

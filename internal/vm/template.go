@@ -13,10 +13,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/template"
 )
@@ -113,6 +115,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, name, agentList string, o S
 		return nil, err
 	}
 	var r *state.Record
+	branch := "BRANCH" // the default machine is no VM's: the fixes name none
 	if name == "" {
 		if r, err = m.defaultMachine(ctx); err != nil {
 			return nil, err
@@ -122,7 +125,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, name, agentList string, o S
 		if err != nil {
 			return nil, err
 		}
-		r = e.Record
+		r, branch = e.Record, e.Record.Slug
 	}
 	be, ok := m.templater(r)
 	if !ok {
@@ -140,7 +143,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, name, agentList string, o S
 	tm := m.forTemplates(root)
 	n := template.New{Root: root, VMs: m.Root, Book: tm.Book(), From: r, Now: m.Now, Agents: agents, Used: m.disksInUse,
 		Section: func() (any, error) { return be.TemplateSection(r) }}
-	return template.Build(ctx, templateVMs{m: tm, o: o}, n, k, m.Log)
+	return template.Build(ctx, templateVMs{m: tm, o: o, branch: branch}, n, k, m.Log)
 }
 
 // defaultMachine is the record of the VM `create` makes with no flags on
@@ -168,6 +171,9 @@ func (m *Manager) defaultMachine(ctx context.Context) (*state.Record, error) {
 type templateVMs struct {
 	m *Manager
 	o StartOptions
+	// branch is the VM the template is for, whose policy its first boot
+	// has: the fixes of the proxy's refusals name it.
+	branch string
 }
 
 func (t templateVMs) Start(ctx context.Context, slug string) error {
@@ -196,7 +202,9 @@ func (t templateVMs) Agents(ctx context.Context, slug string, pins []guest.Agent
 	}
 	code, out, stderr, err := t.m.runRoot(ctx, e, func() string { return template.AgentProbe(pins) })
 	if err == nil && code != 0 {
-		err = errors.New(strings.TrimSpace(stderr))
+		// The first boot installed them: all the template VM's log is
+		// since.
+		err = netpolicy.WithRefusals(ctx, t.m, e, t.branch, time.Time{}, errors.New(strings.TrimSpace(stderr)))
 	}
 	if err != nil {
 		return nil, err
@@ -218,9 +226,10 @@ func (t templateVMs) devToolsMCP(ctx context.Context, e state.Entry) {
 	if err == nil {
 		var code int
 		var stderr string
+		began := time.Now()
 		code, _, stderr, err = t.m.runRoot(ctx, e, func() string { return d.Install() })
 		if err == nil && code != 0 {
-			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr))
+			err = netpolicy.WithRefusals(ctx, t.m, e, t.branch, began, fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr)))
 		}
 	}
 	if err != nil {
