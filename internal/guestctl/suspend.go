@@ -11,6 +11,7 @@ package guestctl
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,13 +81,16 @@ if ! umount "$ws" 2>/dev/null; then
 fi
 `
 
-// clockScript sets the guest's clock (as root) when $1, the host's time
-// (seconds since the epoch, with nanoseconds), is set: a restored guest
-// keeps the time it was saved at, a paused one the time it was paused at.
-// Run alone, its exit status is date's; in attachScript a failed date does
-// not keep the share from being mounted.
+// clockScript steps the guest's clock (as root) by $1 seconds (with
+// nanoseconds; negative: back) when $1 is set: a restored guest keeps the
+// time it was saved at, a paused one the time it was paused at. A step,
+// not the host's time: the script starts seconds after it was written on
+// a busy host under TCG (the session, sudo, the shell), and a time set
+// then would be behind by as much. Run alone, its exit status is date's;
+// in attachScript a failed date does not keep the share from being
+// mounted.
 const clockScript = `set -u
-if [ -n "${1:-}" ]; then date -u -s "@$1" >/dev/null; fi
+if [ -n "${1:-}" ]; then date -u -s "@$(awk -v t="$(date +%s.%N)" -v d="$1" 'BEGIN { printf "%.9f", t + d }')" >/dev/null; fi
 `
 
 // attachScript sets the clock (clockScript), mounts the share again once
@@ -141,22 +145,59 @@ func SetClock(ctx context.Context, root Root, now func() time.Time) error {
 	return nil
 }
 
-// runClocked runs script as root with $1 the host's time when now is set;
-// a non-zero exit is an error quoting its stderr. The host's time is read
-// once the SSH connection is up, as the script goes out: read before the
-// dial, a busy host's handshake (seconds under TCG) would set the guest
-// that far behind.
+// runClocked runs script as root with $1 how far the guest's clock is
+// behind the host's (clockOffset) when now is set; a non-zero exit is an
+// error quoting its stderr.
 func runClocked(ctx context.Context, root Root, script string, now func() time.Time) error {
-	withTime := func() string {
-		if now == nil {
-			return "set --\n" + script
+	args := "set --\n"
+	if now != nil {
+		off, err := clockOffset(ctx, root, now)
+		if err != nil {
+			return err
 		}
-		t := now()
-		return "set -- " + fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) + "\n" + script
+		args = fmt.Sprintf("set -- %.9f\n", off.Seconds())
 	}
-	code, _, errOut, err := root(ctx, withTime)
+	code, _, errOut, err := root(ctx, func() string { return args + script })
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
 	}
 	return err
+}
+
+// clockOffset is how far the guest's clock is behind now(): the guest's
+// time is read (as root, the same way the step will run) and compared
+// with the host's when its answer is back. The guest read it just before
+// answering, after the session's seconds of start-up on a busy host, so
+// the answer's way back (milliseconds) is all the error.
+func clockOffset(ctx context.Context, root Root, now func() time.Time) (time.Duration, error) {
+	code, out, errOut, err := root(ctx, func() string { return "date +%s.%N\n" })
+	back := now()
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the guest's clock: %w", err)
+	}
+	g, err := parseEpoch(strings.TrimSpace(out))
+	if err != nil {
+		return 0, fmt.Errorf("reading the guest's clock: %w", err)
+	}
+	return back.Sub(g), nil
+}
+
+// parseEpoch reads `date +%s.%N`.
+func parseEpoch(s string) (time.Time, error) {
+	sec, frac, _ := strings.Cut(s, ".")
+	secs, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not a time", s)
+	}
+	var nanos int64
+	if frac != "" {
+		frac = (frac + "000000000")[:9]
+		if nanos, err = strconv.ParseInt(frac, 10, 64); err != nil {
+			return time.Time{}, fmt.Errorf("%q is not a time", s)
+		}
+	}
+	return time.Unix(secs, nanos), nil
 }
