@@ -89,7 +89,9 @@ func (r *run) main(selected []Scenario, bin string) int {
 		watch: watch, grace: time.Minute, rep: r.rep}
 	r.rep.title("agent-vm integration test")
 	var err error
-	r.host, err = probeHost(runCtx, r.av, verbsOf(selected))
+	// The run's template may join the selection once the host is known
+	// (withTemplate): its commands are asked about too.
+	r.host, err = probeHost(runCtx, r.av, verbsOf(append(slices.Clone(selected), templateScenario("none"))))
 	if err != nil {
 		return r.abort(err, len(selected))
 	}
