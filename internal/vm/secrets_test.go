@@ -23,16 +23,17 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// TestSecretsStayOnTheHost boots a VM with a token in the host's store,
+// secretsStayOnTheHost starts a VM with a token in the host's store,
 // bound to a git host outside this machine (a network namespace on
 // 198.18.0.0/15: testutil.NewUpstream). The guest holds a placeholder; its
 // requests reach the host with the real token, and its pushes land on the
 // VM's own branch alone; the same placeholder sent to another intercepted
 // host is refused; the net log names each swap and refusal. Afterwards
 // neither the guest's memory (QMP dump-guest-memory) nor its disk holds
-// the token.
-func TestSecretsStayOnTheHost(t *testing.T) {
-	m := newManager(t)
+// the token. TestTemplate runs it with a template of the VM's machine, so
+// the VM starts from that (the secrets reach a clone as they reach any
+// VM, after its start) rather than costing a cold boot of its own.
+func secretsStayOnTheHost(t *testing.T, m *vm.Manager) {
 	token := "canary-token-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
 	up := tu.NewUpstream(t, tu.UpstreamOptions{Password: token})
 	bare, urlPath := up.BareRepo(t, "r")
@@ -47,7 +48,9 @@ func TestSecretsStayOnTheHost(t *testing.T) {
 	t.Setenv(egress.TestHostsEnv, "upstream.test="+up.Addr.String()+",other.test="+up.Addr.String())
 
 	store := &secret.Store{Dir: hostdir.Top(t.TempDir(), 0o700, hostdir.InXDG).Sub("secrets", 0o700)}
+	before := m.Secrets
 	m.Secrets = store
+	t.Cleanup(func() { m.Secrets = before })
 	set := func(name, host, v string) {
 		val, err := secret.ReadValue(strings.NewReader(v))
 		if err != nil {
@@ -84,7 +87,9 @@ func TestSecretsStayOnTheHost(t *testing.T) {
 	if _, err := netpolicy.Allow(ctx, m, branch, []string{up.Addr.String()}); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(start(t, m, branch).Info.Secrets, " "); got != "GH_TOKEN OTHER_KEY" {
+	res := start(t, m, branch)
+	t.Logf("from the template: %v", res.FromTemplate)
+	if got := strings.Join(res.Info.Secrets, " "); got != "GH_TOKEN OTHER_KEY" {
 		t.Errorf("status names the secrets %q, want GH_TOKEN OTHER_KEY", got)
 	}
 

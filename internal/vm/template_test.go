@@ -33,7 +33,8 @@ import (
 // template's (which the guest cannot change: the driver writes each
 // clone's into its memory before it runs; internal/template/bootid.go).
 //
-// Then, on the first clone (booted cold by then), suspendPausesABusyVM.
+// A third VM starts from it for secretsStayOnTheHost. Then, on the first
+// clone (booted cold by then), suspendPausesABusyVM.
 func TestTemplate(t *testing.T) {
 	m := newManager(t)
 	var logs tu.SyncBuffer
@@ -132,6 +133,9 @@ func TestTemplate(t *testing.T) {
 	if fa.bootID == fb.bootID || fa.bootID == tmpl.BootID.ID || fb.bootID == tmpl.BootID.ID || len(fa.bootID) != 36 || len(fb.bootID) != 36 {
 		t.Errorf("the clones' kernel boot ids are %q and %q, the template's %q: want three different ids", fa.bootID, fb.bootID, tmpl.BootID.ID)
 	}
+
+	// The secrets' checks, on a VM of their own started from the template.
+	t.Run("secrets", func(t *testing.T) { secretsStayOnTheHost(t, m) })
 
 	// A clone's later start is a cold boot of its own disk with its own
 	// seed: cloud-init does not provision it again (the instance-id is the
