@@ -59,8 +59,10 @@ func runTemplate(ctx context.Context, s *S, agents string) {
 		return nil
 	})
 	s.Step(ctx, "template build --agents "+agents+" saves the default machine", func() error {
-		res, err := s.ok(ctx, "template", "build", "--agents", agents)
-		if err != nil {
+		t := s.rep.begin("building the run's template")
+		defer s.rep.end(t)
+		res := s.call(ctx, call{args: []string{"template", "build", "--agents", agents}, onLine: func(l string) { s.rep.update(t, l) }})
+		if err := want(res, 0); err != nil {
 			return err
 		}
 		m := templateBuilt.FindStringSubmatch(res.Stdout)
