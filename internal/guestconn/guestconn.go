@@ -100,10 +100,14 @@ func (g Guest) Root(ctx context.Context, script func() string) (code int, stdout
 	return RootOn(ctx, c, script())
 }
 
+// RootCommand is the guest command that runs, as root, the shell script
+// it reads on its input (the guest's user has passwordless sudo).
+const RootCommand = "sudo -n sh -s"
+
 // RootOn runs a shell script as root on the open connection c.
 func RootOn(ctx context.Context, c *ssh.Client, script string) (code int, stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
-	code, err = sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &out, &errOut)
+	code, err = sshx.Run(ctx, c, RootCommand, strings.NewReader(script), &out, &errOut)
 	return code, out.String(), errOut.String(), err
 }
 

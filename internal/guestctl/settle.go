@@ -25,8 +25,10 @@ import (
 // unpacking prints nothing for minutes, but keeps a CPU busy; a guest that
 // waits on nothing is idle). Each probe reports the log's last line.
 type Settling struct {
-	// Command waits for the setup in the guest (run as the SSH user).
+	// Command waits for the setup in the guest, or does it (run as the
+	// SSH user), reading Input.
 	Command string
+	Input   string
 	// Log is the guest's setup log ("" for none), read with sudo -n where
 	// the user cannot read it.
 	Log string
@@ -69,7 +71,7 @@ func Settle(ctx context.Context, c *ssh.Client, s Settling) error {
 	done := make(chan error, 1)
 	go func() {
 		var errOut strings.Builder
-		code, err := sshx.Run(cctx, c, s.Command, nil, nil, &errOut)
+		code, err := sshx.Run(cctx, c, s.Command, strings.NewReader(s.Input), nil, &errOut)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(errOut.String()))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/sshx"
@@ -128,11 +129,12 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	}
 	log.Debug("the workspace is mounted", "after", time.Since(began))
 	o.Report.Report("finishing the guest's setup", time.Since(began), "")
-	code, _, stderr, err := asRoot(wctx, func() string { return plan.Clone.FirstRun })
-	if err == nil && code != 0 {
-		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) failed", "vm", r.Branch, "exit", code, "stderr", execx.TailLines(strings.TrimSpace(stderr), 5))
-	} else if err != nil {
-		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) could not run", "vm", r.Branch, "error", err)
+	// The agent CLI, packages and provisioning take as long as they take on
+	// a busy host: no deadline, as long as the guest works (guestctl.Settle).
+	err = guestctl.Settle(ctx, c, guestctl.Settling{Command: guestconn.RootCommand, Input: plan.Clone.FirstRun, Log: guest.ProvisionLog,
+		Stall: settleStall, Every: 10 * time.Second, Report: func(last string) { o.Report.Report("finishing the guest's setup", time.Since(began), last) }})
+	if err != nil {
+		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) did not finish", "vm", r.Branch, "error", execx.TailLines(strings.TrimSpace(err.Error()), 5))
 	}
 	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
 		m.Log.Warn("the VM started from its template, but agent-mcp does not answer yet", "vm", r.Branch)
