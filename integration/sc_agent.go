@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,10 +11,9 @@ import (
 func agentCLIScenario() Scenario {
 	return Scenario{
 		Name: "agent-cli",
-		Summary: "an agent on a new branch in seconds: a VM starts from its machine's template; a rebuild replaces the template and the VM on the old one runs on; " +
-			"run NEWBRANCH --agent claude -- --version starts from the run's template, where template build --agents claude installed the real Claude Code from npm, " +
-			"and prints the version with no request to npm (net log); run --chrome; without the host's pins, run --agent gemini's install from npm is refused, " +
-			"and agent-vm says why and what lifts it (no API call)",
+		Summary: "an agent on a new branch in seconds: a VM starts from the run's template, where template build --agents claude installed the real Claude Code from npm; " +
+			"run NEWBRANCH --agent claude -- --version starts from it and prints the version with no request to npm (net log); run --chrome; without the host's pins, " +
+			"run --agent gemini's install from npm is refused, and agent-vm says why and what lifts it; a rebuild replaces the template and the VMs on the old one run on (no API call)",
 		NeedsVM: true,
 		// Templates are the qemu backend's (a saved QEMU machine).
 		Backends: []string{"qemu"},
@@ -37,22 +35,17 @@ var claudeVersion = regexp.MustCompile(`[0-9]+\.[0-9]+\.[0-9]+ \(Claude Code\)`)
 // templateBuilt is `template build`'s first line on stdout.
 var templateBuilt = regexp.MustCompile(`(?m)^built template (\S+) in `)
 
-// runAgentCLI: the templates it builds live in the scenario's own
-// directory (AGENT_VM_TEMPLATE_DIR), so that no other scenario's VM starts
-// from them; its new branch starts from the run's template, with Claude
-// Code. Nothing here calls the agent's API: no key is available on these
-// machines.
+// runAgentCLI works with the run's template (sc_template.go), which holds
+// Claude Code: its new branch runs Claude Code from it, and it rebuilds
+// it last (the template scenario was the first build), checking that the
+// rebuild replaces it while the VMs started from it run on. The scenarios
+// that start from the run's template come before it. Nothing here calls
+// the agent's API: no key is available on these machines.
 func runAgentCLI(ctx context.Context, s *S) {
 	var rp *repo
 	var old string
-	tdir, err := s.tempDir("templates-")
-	if err != nil {
-		s.Step(ctx, "a directory for the templates", func() error { return err })
-		return
-	}
-	tenv := []string{"AGENT_VM_TEMPLATE_DIR=" + tdir}
 	tcall := func(args ...string) *Result {
-		return s.call(ctx, call{args: args, dir: rp.Dir, env: tenv})
+		return s.call(ctx, call{args: args, dir: rp.Dir})
 	}
 	s.Step(ctx, "make a git repo and create a VM; bad agent names are refused before anything is made", func() (err error) {
 		if rp, err = newRepo(ctx, s.dir, nil); err != nil {
@@ -77,35 +70,20 @@ func runAgentCLI(ctx context.Context, s *S) {
 				return failf(res, "the refusal of --agents %s does not say %q", tc.agents, tc.says)
 			}
 		}
-		if _, err := s.create(ctx, rp.Dir, agentBranch); err != nil {
-			return err
-		}
-		// The template's first boot installs from npm with this VM's
-		// network policy.
-		return s.allowPackageSources(ctx, agentBranch)
-	})
-	s.Step(ctx, "template build --agents none saves the default machine; setup --template then finds it current", func() error {
-		res := tcall("template", "build", "--agents", "none")
-		if err := want(res, 0); err != nil {
-			return err
-		}
-		m := templateBuilt.FindStringSubmatch(res.Stdout)
-		if m == nil || !strings.Contains(res.Stdout, "the default machine, with no agent CLI") {
-			return failf(res, "template build did not say what it built")
-		}
-		old = m[1]
-		res = tcall("setup", "--yes", "--template", "--agents", "none")
-		if err := want(res, 0); err != nil {
-			return err
-		}
-		if !strings.Contains(res.Stdout, "the default machine's template "+old+" is current") {
-			return failf(res, "setup --template did not find the template current")
-		}
-		return nil
+		_, err = s.create(ctx, rp.Dir, agentBranch)
+		return err
 	})
 	// The VM was made by create with no flags: the default machine.
-	s.Step(ctx, "the VM's first start is from the template", func() error {
-		res, err := s.boot(ctx, "start", agentBranch, tenv...)
+	s.Step(ctx, "the VM's first start is from the run's template", func() error {
+		ts, err := s.templates(ctx)
+		if err != nil {
+			return err
+		}
+		if len(ts) != 1 || !ts[0].Ready {
+			return failf(s.lastResult(), "template list: want the run's template alone, ready")
+		}
+		old = ts[0].Slug
+		res, err := s.boot(ctx, "start", agentBranch)
 		if err != nil {
 			return err
 		}
@@ -113,43 +91,6 @@ func runAgentCLI(ctx context.Context, s *S) {
 			return failf(res, "start did not start the VM from the template")
 		}
 		return nil
-	})
-	s.Step(ctx, "template build again replaces the template; the VM on the old one runs on", func() error {
-		res := tcall("template", "build", agentBranch, "--agents", "none")
-		if err := want(res, 0); err != nil {
-			return err
-		}
-		m := templateBuilt.FindStringSubmatch(res.Stdout)
-		if m == nil || !strings.Contains(res.Stdout, "it replaces template "+old) {
-			return failf(res, "template build did not say it replaces %s", old)
-		}
-		list := tcall("template", "list", "--json")
-		if err := want(list, 0); err != nil {
-			return err
-		}
-		var ts []struct {
-			Slug   string   `json:"slug"`
-			Ready  bool     `json:"ready"`
-			UsedBy int      `json:"used_by"`
-			Stale  []string `json:"stale"`
-		}
-		if err := json.Unmarshal([]byte(list.Stdout), &ts); err != nil {
-			return failf(list, "template list --json: %v", err)
-		}
-		found := 0
-		for _, t := range ts {
-			switch {
-			case t.Slug == m[1] && t.Ready && len(t.Stale) == 0:
-				found++
-			case t.Slug == old && !t.Ready && t.UsedBy == 1:
-				found++
-			}
-		}
-		if found != 2 || len(ts) != 2 {
-			return failf(list, "template list: want the new template (current) and the old one's disk kept for the VM on it")
-		}
-		_, err := s.execOK(ctx, agentBranch, "sh", "-c", "echo still-here > /home/dev/probe && sync && cat /home/dev/probe")
-		return err
 	})
 	// The run's template (sc_template.go) holds Claude Code: built by
 	// `template build --agents claude` once for the run.
@@ -222,22 +163,83 @@ func runAgentCLI(ctx context.Context, s *S) {
 	s.Step(ctx, "without the pins, run --agent gemini's install from npm is refused, and agent-vm says why and what lifts it", func() error {
 		return checkRefusedInstall(ctx, s, rp.Dir)
 	})
+	s.Step(ctx, "template build again replaces the template; the VMs on the old one run on; setup --template finds the new one current", func() error {
+		res := tcall("template", "build", agentBranch, "--agents", "none")
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		m := templateBuilt.FindStringSubmatch(res.Stdout)
+		if m == nil || !strings.Contains(res.Stdout, "it replaces template "+old) {
+			return failf(res, "template build did not say it replaces %s", old)
+		}
+		ts, err := s.templates(ctx)
+		if err != nil {
+			return err
+		}
+		found := 0
+		for _, t := range ts {
+			switch {
+			case t.Slug == m[1] && t.Ready && len(t.Stale) == 0:
+				found++
+			case t.Slug == old && !t.Ready && t.UsedBy == 2:
+				found++
+			}
+		}
+		if found != 2 || len(ts) != 2 {
+			return failf(s.lastResult(), "template list: want the new template (current) and the old one's disk kept for the two VMs on it")
+		}
+		if _, err := s.execOK(ctx, agentBranch, "sh", "-c", "echo still-here > /home/dev/probe && sync && cat /home/dev/probe"); err != nil {
+			return err
+		}
+		res = tcall("setup", "--yes", "--template", "--agents", "none")
+		if err := want(res, 0); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout, "the default machine's template "+m[1]+" is current") {
+			return failf(res, "setup --template did not find the new template current")
+		}
+		return nil
+	})
 	s.Step(ctx, "destroy both; template rm all leaves no template", func() error {
-		for _, c := range []call{{args: []string{"destroy", "--force", agentNewBranch}, dir: rp.Dir},
-			{args: []string{"destroy", "--force", agentBranch}, dir: rp.Dir, env: tenv}} {
-			if res := s.call(ctx, c); want(res, 0) != nil {
+		for _, b := range []string{agentNewBranch, agentBranch} {
+			if res := s.call(ctx, call{args: []string{"destroy", "--force", b}, dir: rp.Dir}); want(res, 0) != nil {
 				return want(res, 0)
 			}
 		}
 		if err := want(tcall("template", "rm", "all"), 0); err != nil {
 			return err
 		}
-		left, _ := filepath.Glob(filepath.Join(tdir, "t-*"))
-		if len(left) > 0 {
-			return failf(s.lastResult(), "template rm all left %v", left)
+		ts, err := s.templates(ctx)
+		if err != nil {
+			return err
+		}
+		if len(ts) > 0 {
+			return failf(s.lastResult(), "template rm all left %d templates", len(ts))
 		}
 		return nil
 	})
+}
+
+// templateInfo is one template of `template list --json`.
+type templateInfo struct {
+	Slug   string            `json:"slug"`
+	Ready  bool              `json:"ready"`
+	Agents map[string]string `json:"agents"`
+	UsedBy int               `json:"used_by"`
+	Stale  []string          `json:"stale"`
+}
+
+// templates is `template list --json` (the run's templates).
+func (s *S) templates(ctx context.Context) ([]templateInfo, error) {
+	res := s.call(ctx, call{args: []string{"template", "list", "--json"}})
+	if err := want(res, 0); err != nil {
+		return nil, err
+	}
+	var ts []templateInfo
+	if err := json.Unmarshal([]byte(res.Stdout), &ts); err != nil {
+		return nil, failf(res, "template list --json: %v", err)
+	}
+	return ts, nil
 }
 
 // checkRefusedInstall: the running NEWBRANCH VM's policy is written again

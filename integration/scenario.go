@@ -37,8 +37,9 @@ func Scenarios() []Scenario {
 		lifecycleScenario(),
 		severalScenario(),
 		mcpScenario(),
-		agentCLIScenario(),
 		sessionsScenario(),
+		// Last of those that start from the run's template: it rebuilds it.
+		agentCLIScenario(),
 	}
 }
 
