@@ -117,6 +117,39 @@ func TestSocketDirForLongPaths(t *testing.T) {
 	}
 }
 
+// A VM that stopped leaves no socket directory outside its run directory:
+// a template's VM is saved and kept, never destroyed, so nothing later
+// would remove it. The run directory itself stays.
+func TestCleanupRemovesTheSocketDirOutsideTheRunDir(t *testing.T) {
+	short, err := os.MkdirTemp("", "av") // t.TempDir's name is too long for sockets
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	t.Setenv("XDG_RUNTIME_DIR", short)
+	run := filepath.Join(t.TempDir(), strings.Repeat("x", 120), "run")
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m := Machine{Machine: driver.Machine{RunDir: run, UUID: "0f1e2d3c-4b5a-4978-8695"}, SocketDir: SocketDirFor(run, "0f1e2d3c-4b5a-4978-8695")}
+	if m.SocketDir == run {
+		t.Fatalf("the run dir %s is short enough for its sockets: the test needs one that is not", run)
+	}
+	if err := ensureSocketDir(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.QMPPath(), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	(&Launcher{}).cleanup(m)
+	if _, err := os.Stat(m.SocketDir); !os.IsNotExist(err) {
+		t.Errorf("the socket dir %s is left after cleanup: %v", m.SocketDir, err)
+	}
+	if _, err := os.Stat(run); err != nil {
+		t.Errorf("cleanup removed the run dir: %v", err)
+	}
+}
+
 func TestUnescUndoesEsc(t *testing.T) {
 	for _, s := range []string{"", "plain", "a,b", ",lead", "trail,", "a,,b", "/x,y/qmp.sock"} {
 		for _, rest := range []string{"", ",server=on,wait=off"} {

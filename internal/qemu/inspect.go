@@ -224,13 +224,20 @@ func (l *Launcher) finishStop(m Machine, vfs int) error {
 	return os.WriteFile(m.runFile(CleanMarker), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
 }
 
-// cleanup removes the pid file and sockets of a VM that no longer runs.
+// cleanup removes the pid file and sockets of a VM that no longer runs,
+// and the socket directory itself when it lives outside the run directory
+// (SocketDirFor): the next start makes it again, and a VM that never gets
+// a destroy (a template's, saved and kept) leaves none behind. Only an
+// empty one goes.
 func (l *Launcher) cleanup(m Machine) {
 	_ = os.Remove(m.runFile(PidFile))
 	_ = os.Remove(m.QMPPath())
 	_ = os.Remove(m.sockFile(VirtiofsdSock))
 	_ = os.Remove(m.runFile(PauseFile))
 	l.stopEgress(m)
+	if dir := m.socketDir(); dir != m.RunDir {
+		_ = os.Remove(dir)
+	}
 }
 
 // qmpCommand runs a command that takes no arguments and reports whether QEMU
