@@ -29,11 +29,13 @@ func TestInterruptCleansUp(t *testing.T) {
 	for _, c := range []interruptCase{
 		// SIGINT while `agent-vm create` runs: forwarded to it, then cleanup.
 		{name: "cli", run: "^cli$", trigger: "$ agent-vm create --branch itest/cli"},
-		// SIGINT mid-boot, at the first progress line of the boot (15 s in,
-		// after agent-vm's accelerator probe, with QEMU running): agent-vm
-		// start stops the VM; no QEMU or virtiofsd may survive, no temp dir
-		// may remain.
-		{name: "mid-boot", run: "^lifecycle$", trigger: "… booting itest/lifecycle", vm: true},
+		// SIGINT mid-boot, at the first progress line of the run's
+		// template build (15 s into its cold boot, after agent-vm's
+		// accelerator probe, with QEMU running): agent-vm stops the
+		// template's VM and keeps nothing of it; no QEMU or virtiofsd may
+		// survive, no temp dir may remain. (A scenario's own start comes
+		// after the template, once it is built: minutes.)
+		{name: "mid-boot", run: "^template$", trigger: "… building the run's template", vm: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.vm {
