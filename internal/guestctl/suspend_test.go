@@ -32,46 +32,83 @@ func TestBusyError(t *testing.T) {
 
 // fakeGuest is a Root that runs scripts with this host's sh and awk, and a
 // stand-in `date` (labelled: it fakes the guest's clock, at the exec
-// boundary) whose clock is behind by the offset in its state file; `date
-// -s @T` records T as the guest's new time. Each script starts delay
-// after it was asked for, as on a busy host under TCG.
+// boundary). Time is a fake host clock in a state file, which moves only
+// when a script is asked for: each script starts delay after it was asked
+// for, as on a busy host under TCG. The guest's clock is the host's minus
+// the lag in another file; `date -u -s @T` sets the lag to what T leaves.
+// No real time passes into the figures, so they are exact on any host.
 type fakeGuest struct {
 	dir   string
 	delay time.Duration
 }
 
+const fakeEpoch = 1795908545 // the fake host clock's start, in seconds
+
 func newFakeGuest(t *testing.T, behind, delay time.Duration) fakeGuest {
 	t.Helper()
 	dir := t.TempDir()
 	date := `#!/bin/sh
-# Stand-in for the guest's date: the host's time minus the guest's lag.
+# Stand-in for the guest's date: the fake host clock minus the guest's lag.
+now=$(cat "$FAKE_GUEST/now")
 lag=$(cat "$FAKE_GUEST/lag")
 case $1 in
-+%s.%N) awk -v t="$(/bin/date +%s.%N)" -v l="$lag" 'BEGIN { printf "%.9f\n", t - l }' ;;
++%s.%N) awk -v t="$now" -v l="$lag" 'BEGIN { printf "%.9f\n", t - l }' ;;
 -u) [ "$2" = -s ] || exit 2
 	t=${3#@}
-	awk -v t="$t" -v now="$(/bin/date +%s.%N)" 'BEGIN { printf "%.9f\n", now - t }' >"$FAKE_GUEST/lag" ;;
+	awk -v t="$t" -v now="$now" 'BEGIN { printf "%.9f\n", now - t }' >"$FAKE_GUEST/lag" ;;
 *) exit 2 ;;
 esac
 `
+	g := fakeGuest{dir: dir, delay: delay}
 	if err := os.WriteFile(filepath.Join(dir, "date"), []byte(date), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "lag"), []byte(fmt.Sprintf("%.9f\n", behind.Seconds())), 0o644); err != nil {
+	g.write(t, "now", float64(fakeEpoch))
+	g.write(t, "lag", behind.Seconds())
+	return g
+}
+
+func (g fakeGuest) write(t *testing.T, name string, v float64) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(g.dir, name), []byte(fmt.Sprintf("%.9f\n", v)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return fakeGuest{dir: dir, delay: delay}
+}
+
+func (g fakeGuest) read(name string) (float64, error) {
+	b, err := os.ReadFile(filepath.Join(g.dir, name))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+}
+
+// now is the fake host clock.
+func (g fakeGuest) now() time.Time {
+	f, err := g.read("now")
+	if err != nil {
+		panic(err)
+	}
+	sec := int64(f)
+	return time.Unix(sec, int64((f-float64(sec))*1e9+0.5))
 }
 
 func (g fakeGuest) root(ctx context.Context, script func() string) (int, string, string, error) {
 	s := script()
-	time.Sleep(g.delay)
+	// The script's start-up, on the fake clock.
+	now, err := g.read("now")
+	if err != nil {
+		return 0, "", "", err
+	}
+	if err := os.WriteFile(filepath.Join(g.dir, "now"), []byte(fmt.Sprintf("%.9f\n", now+g.delay.Seconds())), 0o644); err != nil {
+		return 0, "", "", err
+	}
 	cmd := exec.CommandContext(ctx, "sh", "-s")
 	cmd.Stdin = strings.NewReader(s)
 	cmd.Env = append(os.Environ(), "PATH="+g.dir+":"+os.Getenv("PATH"), "FAKE_GUEST="+g.dir)
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
+	err = cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String(), errOut.String(), nil
 	}
@@ -80,11 +117,7 @@ func (g fakeGuest) root(ctx context.Context, script func() string) (int, string,
 
 func (g fakeGuest) lag(t *testing.T) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(g.dir, "lag"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	f, err := g.read("lag")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,20 +129,21 @@ func (g fakeGuest) lag(t *testing.T) time.Duration {
 // just before, not set to a time taken when the script was written.
 func TestSetClockStepsByTheOffset(t *testing.T) {
 	g := newFakeGuest(t, time.Minute, time.Second)
-	if err := SetClock(context.Background(), g.root, time.Now); err != nil {
+	if err := SetClock(context.Background(), g.root, g.now); err != nil {
 		t.Fatal(err)
 	}
 	// Set to the host's time written into the script, the guest would lag
-	// by the script's second of start-up.
-	if lag := g.lag(t); lag < -300*time.Millisecond || lag > 300*time.Millisecond {
-		t.Errorf("after SetClock the guest lags the host by %s, want about 0 (its scripts start a second late)", lag)
+	// by the script's second of start-up. (Within a microsecond: awk's
+	// floating point.)
+	if lag := g.lag(t); lag < -time.Microsecond || lag > time.Microsecond {
+		t.Errorf("after SetClock the guest lags the host by %s, want 0 (its scripts start a second late)", lag)
 	}
 	// Without a clock to set, nothing is stepped.
 	g = newFakeGuest(t, time.Minute, 0)
 	if err := SetClock(context.Background(), g.root, nil); err != nil {
 		t.Fatal(err)
 	}
-	if lag := g.lag(t); lag < 59*time.Second {
+	if lag := g.lag(t); lag != time.Minute {
 		t.Errorf("SetClock without a time moved the guest's clock: lag %s", lag)
 	}
 }

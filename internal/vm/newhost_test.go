@@ -97,19 +97,25 @@ func TestNewHost(t *testing.T) {
 		{filepath.Join(h.roots.Lib, "libvirt"), 0o711},    // the vagrant handoff
 		{filepath.Join(h.roots.Lib, "vagrant"), 0o755},    // VAGRANT_HOME
 		{h.roots.Egress, 0o711},                           // the relays pass through
-		{h.roots.Cache, 0o711},                            // the cache
-		{m.ImageDir(), 0o755},                             // the base images
 		{m.Root.Dir, 0o700},                               // the state directory
 		{filepath.Join(h.home, ".local", "share"), 0o700}, // its XDG parent, made for it
 		{filepath.Join(h.top, "var", "lib"), 0o755},       // the system's, untouched
 	} {
 		wantDir(t, d.path, d.mode, 0)
 	}
+	private := []string{h.roots.Lib, h.roots.Egress, filepath.Join(h.roots.Lib, "libvirt")}
+	// The cache and its images, where setup built the image in the new
+	// host's cache (with this machine's image found, it made none).
+	if h.roots.Images == "" {
+		wantDir(t, h.roots.Cache, 0o711, 0) // the cache
+		wantDir(t, m.ImageDir(), 0o755, 0)  // the base images
+		private = append(private, h.roots.Cache)
+	}
 	if _, err := os.Stat(filepath.Join(h.roots.Cache, "templates")); err == nil {
 		wantDir(t, filepath.Join(h.roots.Cache, "templates"), 0o700, 0)
 	}
 	nobody := credOf(t, "nobody")
-	for _, d := range []string{h.roots.Lib, h.roots.Egress, h.roots.Cache, filepath.Join(h.roots.Lib, "libvirt")} {
+	for _, d := range private {
 		if can(t, nobody, "-r", d) {
 			t.Errorf("another user can list %s", d)
 		}
