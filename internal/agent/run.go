@@ -229,8 +229,8 @@ func ensureAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program st
 	}
 	install := guest.NPMInstall
 	specs, own := agent.Specs("", runtime.GOARCH) // the guest's CPU is this machine's
-	if own {
-		install = guest.NPMInstallOwn
+	if own { // its program's package alone
+		install = guest.NPMInstallPrograms
 	}
 	began := time.Now()
 	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(install(specs...)), nil, errOut, errOut)

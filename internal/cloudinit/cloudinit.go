@@ -103,11 +103,10 @@ type Config struct {
 	// NPMPackages are npm packages installed globally on the first boot,
 	// after the Debian packages (the agent CLI of create --agent).
 	NPMPackages []string
-	// NPMWithoutOptional are npm packages installed globally after
-	// NPMPackages, without their optional dependencies
-	// (guest.NPMInstallOwn): an agent CLI and its program's package for
-	// the guest (guest.Agent.Specs).
-	NPMWithoutOptional []string
+	// NPMPrograms are agents' program packages for the guest
+	// (guest.Agent.Specs), installed globally after NPMPackages and linked
+	// as their agents' commands (guest.NPMInstallPrograms).
+	NPMPrograms []string
 	// Guidance is the note that tells agents where they are
 	// (guest.Guidance), written to each of guest.GuidanceFiles in dev's
 	// home on the first boot. Empty writes none.

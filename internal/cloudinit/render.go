@@ -387,8 +387,8 @@ func npmInstall(c Config) [][]string {
 	if len(c.NPMPackages) > 0 {
 		cmds = append(cmds, withProxy(guest.NPMInstall(c.NPMPackages...)))
 	}
-	if len(c.NPMWithoutOptional) > 0 {
-		cmds = append(cmds, withProxy(guest.NPMInstallOwn(c.NPMWithoutOptional...)))
+	if len(c.NPMPrograms) > 0 {
+		cmds = append(cmds, withProxy(guest.NPMInstallPrograms(c.NPMPrograms...)))
 	}
 	return cmds
 }

@@ -33,7 +33,7 @@ func goldenCases(t testing.TB) map[string]Config {
 	custom.MACAddress = "52:54:00:ab:cd:ef"
 	custom.CACerts = []string{readFixture(t, "host-ca.pem")}
 	custom.NPMPackages = []string{"@anthropic-ai/claude-code"}
-	custom.NPMWithoutOptional = []string{"@anthropic-ai/claude-code@2.1.332", "@anthropic-ai/claude-code-linux-x64@2.1.332"}
+	custom.NPMPrograms = []string{"@anthropic-ai/claude-code-linux-x64@2.1.332"}
 	custom.Guidance = "# You are working in an agent-vm virtual machine\n\nOn the branch `bugfix/2`: \"quotes\", $HOME and ${x} stay text.\n"
 
 	return map[string]Config{

@@ -57,7 +57,7 @@ func (c Config) Validate() error {
 	add(validateCACerts(c.CACerts))
 	add(validateGuidance(c.Guidance))
 	add(validateNPMPackages(c.NPMPackages))
-	add(validateNPMPackages(c.NPMWithoutOptional))
+	add(validateNPMPackages(c.NPMPrograms))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid cloud-init config: %w", err)
 	}

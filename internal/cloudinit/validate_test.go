@@ -81,7 +81,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"mac multicast", func(c *Config) { c.MACAddress = "01:00:5e:00:00:01" }, "multicast", ""},
 		{"npm package", func(c *Config) { c.NPMPackages = []string{"--global"} }, `npm package name "--global"`, ""},
 		{"npm package url", func(c *Config) { c.NPMPackages = []string{"git+https://evil/x"} }, "not valid", ""},
-		{"npm package without optional", func(c *Config) { c.NPMWithoutOptional = []string{"--omit=dev"} }, `npm package name "--omit=dev"`, ""},
+		{"npm program package", func(c *Config) { c.NPMPrograms = []string{"--omit=dev"} }, `npm package name "--omit=dev"`, ""},
 		{"npm package range", func(c *Config) { c.NPMPackages = []string{"@anthropic-ai/claude-code@^2.1"} }, "not valid", ""},
 		{"npm package version url", func(c *Config) { c.NPMPackages = []string{"x@https://evil/x.tgz"} }, "not valid", ""},
 		{"ca not pem", func(c *Config) { c.CACerts = []string{"not a certificate"} }, "CA certificate 1 is not one PEM CERTIFICATE block", ""},

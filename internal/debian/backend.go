@@ -245,7 +245,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	}
 	c.Template = s.Template
 	if o.Template != "" {
-		c.NPMPackages, c.NPMWithoutOptional = seed.AgentPackages(r, o.TemplateAgents)
+		c.NPMPackages, c.NPMPrograms = seed.AgentPackages(r, o.TemplateAgents)
 	}
 	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
 		return nil, err

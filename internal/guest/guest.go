@@ -163,11 +163,13 @@ type Agent struct {
 	// Native is the npm package with the agent's program for the guest
 	// (Linux on glibc; {arch} is Node's name of its CPU, x64 or arm64),
 	// when Package names one such package per platform as optional
-	// dependencies. npm 9 (Debian 12's) does not read their libc field and
-	// installs the musl one too: for Claude Code 2.1, 175 MB more to
-	// download and 400 MB more on the guest's disk, minutes under TCG. At
-	// an exact version Specs name Native beside Package, for an install
-	// without optional dependencies (NPMInstallOwn).
+	// dependencies and only copies the program over its own at install.
+	// npm 9 (Debian 12's) installs the musl one too, even with
+	// --omit=optional in a global install: for Claude Code 2.1 two 186 MB
+	// downloads, two 384 MB extractions and a 244 MB copy, tens of minutes
+	// under TCG. At an exact version Specs name Native alone, and
+	// NPMInstallPrograms puts its program (named Command, at the package's
+	// top) on PATH.
 	Native string
 	// Keys are the variables it reads its credential from: an API key,
 	// and for claude the long-lived token `claude setup-token` prints
@@ -204,18 +206,40 @@ func (a Agent) Spec(version string) string {
 
 // Specs are the npm package specs that install the agent at version ("":
 // its pinned Version) on a guest whose CPU is goarch's, and whether they
-// are to be installed without optional dependencies (NPMInstallOwn): the
-// package, and at an exact version its Native one at that version. A
-// dist-tag, or a CPU Node has no name for here, keeps npm's own choice.
-func (a Agent) Specs(version, goarch string) (specs []string, own bool) {
+// are its program's package, to be installed by NPMInstallPrograms: at an
+// exact version, its Native package at that version alone. A dist-tag,
+// or a CPU Node has no name for here, installs Package as npm chooses.
+func (a Agent) Specs(version, goarch string) (specs []string, program bool) {
+	if version == "" {
+		version = a.Version
+	}
+	native, ok := a.nativePackage(version, goarch)
+	if !ok {
+		return []string{a.Spec(version)}, false
+	}
+	return []string{native + "@" + version}, true
+}
+
+// Installed is the npm package whose package.json says which version of
+// the agent Specs installed.
+func (a Agent) Installed(version, goarch string) string {
+	if native, ok := a.nativePackage(version, goarch); ok {
+		return native
+	}
+	return a.Package
+}
+
+// nativePackage is the agent's Native package for goarch, when an
+// install at version takes it alone.
+func (a Agent) nativePackage(version, goarch string) (string, bool) {
 	if version == "" {
 		version = a.Version
 	}
 	arch, known := map[string]string{"amd64": "x64", "arm64": "arm64"}[goarch]
 	if a.Native == "" || !known || !IsExactVersion(version) {
-		return []string{a.Spec(version)}, false
+		return "", false
 	}
-	return []string{a.Spec(version), strings.ReplaceAll(a.Native, "{arch}", arch) + "@" + version}, true
+	return strings.ReplaceAll(a.Native, "{arch}", arch), true
 }
 
 // releasePattern is a version as a package.json states it.
@@ -295,11 +319,44 @@ func NPMInstall(packages ...string) []string {
 	return append([]string{"npm", "install", "--global", "--no-fund", "--no-audit", "--no-update-notifier", "--"}, packages...)
 }
 
-// NPMInstallOwn is NPMInstall without the packages' optional
-// dependencies: an agent's platform package is among packages instead
-// (Agent.Specs).
-func NPMInstallOwn(packages ...string) []string {
-	return append([]string{"npm", "install", "--global", "--omit=optional", "--no-fund", "--no-audit", "--no-update-notifier", "--"}, packages...)
+// NPMGlobalRoot is where Debian's npm installs global packages (its
+// prefix is /usr/local), and NPMGlobalBin where it links their programs.
+const (
+	NPMGlobalRoot = "/usr/local/lib/node_modules"
+	NPMGlobalBin  = "/usr/local/bin"
+)
+
+// NPMInstallPrograms is the command (run as root) that installs agents'
+// program packages (Agent.Specs with program true) globally and links
+// each one's program into NPMGlobalBin as its agent's command: such a
+// package has no "bin" of its own (its agent's Package copied it over a
+// stub at install).
+func NPMInstallPrograms(specs ...string) []string {
+	script := "set -e\n" + strings.Join(NPMInstall(`"$@"`), " ") + "\n"
+	for _, spec := range specs {
+		if a, pkg, ok := programOf(spec); ok {
+			script += fmt.Sprintf("ln -sfn '%s/%s/%s' '%s/%s'\n", NPMGlobalRoot, pkg, a.Command, NPMGlobalBin, a.Command)
+		}
+	}
+	return append([]string{"sh", "-c", script, "sh"}, specs...)
+}
+
+// programOf is the agent whose program package spec (NAME@VERSION)
+// installs, and that package's name.
+func programOf(spec string) (Agent, string, bool) {
+	i := strings.LastIndex(spec, "@")
+	if i <= 0 {
+		return Agent{}, "", false
+	}
+	pkg := spec[:i]
+	for _, a := range Agents {
+		for _, arch := range []string{"amd64", "arm64"} {
+			if native, ok := a.nativePackage(spec[i+1:], arch); ok && native == pkg {
+				return a, pkg, true
+			}
+		}
+	}
+	return Agent{}, "", false
 }
 
 // LookupAgent finds a known agent by name.

@@ -3,6 +3,7 @@ package guest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -122,5 +123,69 @@ func TestAgentsArePinned(t *testing.T) {
 		if got, want := a.Spec(""), a.Package+"@"+a.Version; got != want {
 			t.Errorf("%s: Spec = %q, want %q", a.Name, got, want)
 		}
+	}
+}
+
+// Claude Code at an exact version is its program's package alone (npm 9
+// would add the musl program and copy the program over a stub); at a
+// dist-tag npm chooses.
+func TestSpecsTakeTheProgramPackageAlone(t *testing.T) {
+	claude, err := LookupAgent("claude")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if specs, program := claude.Specs("", "amd64"); !program || strings.Join(specs, " ") != "@anthropic-ai/claude-code-linux-x64@"+claude.Version {
+		t.Errorf("pinned: %q %v", specs, program)
+	}
+	if specs, program := claude.Specs("2.1.300", "arm64"); !program || strings.Join(specs, " ") != "@anthropic-ai/claude-code-linux-arm64@2.1.300" {
+		t.Errorf("another release on arm64: %q %v", specs, program)
+	}
+	for _, c := range []struct{ version, goarch string }{{"latest", "amd64"}, {"", "riscv64"}} {
+		if specs, program := claude.Specs(c.version, c.goarch); program || strings.Join(specs, " ") != claude.Spec(c.version) {
+			t.Errorf("%s on %s: %q %v, want the package as npm chooses", c.version, c.goarch, specs, program)
+		}
+		if got := claude.Installed(c.version, c.goarch); got != claude.Package {
+			t.Errorf("%s on %s: installed package %q", c.version, c.goarch, got)
+		}
+	}
+	if got := claude.Installed("", "amd64"); got != "@anthropic-ai/claude-code-linux-x64" {
+		t.Errorf("pinned: installed package %q", got)
+	}
+	codex, _ := LookupAgent("codex")
+	if specs, program := codex.Specs("", "amd64"); program || strings.Join(specs, " ") != codex.Spec("") {
+		t.Errorf("codex: %q %v", specs, program)
+	}
+}
+
+// NPMInstallPrograms' script, run with stand-ins (labelled: they record
+// their arguments, at the exec boundary) for npm and ln: it installs the
+// specs and links each program as its agent's command; a failed install
+// links nothing.
+func TestNPMInstallProgramsLinksTheCommand(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"npm", "ln"} {
+		stub := "#!/bin/sh\necho " + name + " \"$@\" >>" + dir + "/calls\nexit ${FAIL_" + strings.ToUpper(name) + ":-0}\n"
+		if err := os.WriteFile(dir+"/"+name, []byte(stub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	argv := NPMInstallPrograms("@anthropic-ai/claude-code-linux-x64@2.1.332")
+	run := func(env ...string) (string, error) {
+		os.Remove(dir + "/calls")
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = append([]string{"PATH=" + dir + ":/usr/bin:/bin"}, env...)
+		err := cmd.Run()
+		b, _ := os.ReadFile(dir + "/calls")
+		return string(b), err
+	}
+	calls, err := run()
+	want := "npm install --global --no-fund --no-audit --no-update-notifier -- @anthropic-ai/claude-code-linux-x64@2.1.332\n" +
+		"ln -sfn /usr/local/lib/node_modules/@anthropic-ai/claude-code-linux-x64/claude /usr/local/bin/claude\n"
+	if err != nil || calls != want {
+		t.Errorf("the script ran %q (%v), want %q", calls, err, want)
+	}
+	calls, err = run("FAIL_NPM=1")
+	if err == nil || strings.Contains(calls, "ln ") {
+		t.Errorf("after a failed npm install: %v, ran %q; want a failure and no link", err, calls)
 	}
 }

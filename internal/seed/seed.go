@@ -48,19 +48,19 @@ func Config(l state.Layout, r *state.Record, provision int, caCerts []string) (c
 	if b, err := os.ReadFile(filepath.Join(l.Dir, MCPConfig)); err == nil {
 		mcpConfig = b
 	}
-	npm, npmOwn := AgentPackages(r, nil)
+	npm, npmPrograms := AgentPackages(r, nil)
 	return cloudinit.Config{
-		InstanceID:         fmt.Sprintf("%s-%d", r.ID, provision),
-		Hostname:           r.Slug,
-		UID:                r.Guest.UID,
-		GID:                r.Guest.GID,
-		AuthorizedKeys:     []string{strings.TrimSpace(string(pub))},
-		HostKey:            cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
-		MCP:                cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
-		CACerts:            caCerts,
-		NPMPackages:        npm,
-		NPMWithoutOptional: npmOwn,
-		ExtraPackages:      r.AllPackages(),
+		InstanceID:     fmt.Sprintf("%s-%d", r.ID, provision),
+		Hostname:       r.Slug,
+		UID:            r.Guest.UID,
+		GID:            r.Guest.GID,
+		AuthorizedKeys: []string{strings.TrimSpace(string(pub))},
+		HostKey:        cloudinit.HostKey{Private: string(hostPriv), Public: strings.TrimSpace(string(hostPub))},
+		MCP:            cloudinit.MCP{Port: guest.MCPPort, AllowOrigins: r.AllowOrigins, Config: mcpConfig},
+		CACerts:        caCerts,
+		NPMPackages:    npm,
+		NPMPrograms:    npmPrograms,
+		ExtraPackages:  r.AllPackages(),
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
 	}, nil
@@ -96,14 +96,14 @@ func ForStart[S any](r *state.Record, reprovision bool, provision func(*S) *int)
 // installs at its first boot: its agent's at the pinned version unless
 // its template's guest has that agent already (have: the template's
 // agents' names), and a template's agents at theirs. Those whose program
-// comes in a package of its own for the guest are in own, with that
-// package, to be installed without optional dependencies
-// (guest.Agent.Specs); the others in specs.
-func AgentPackages(r *state.Record, have []string) (specs, own []string) {
+// comes in a package of its own for the guest are in programs, that
+// package alone (guest.Agent.Specs, installed by
+// guest.NPMInstallPrograms); the others in specs.
+func AgentPackages(r *state.Record, have []string) (specs, programs []string) {
 	add := func(a guest.Agent, version string) {
-		s, alone := a.Specs(version, runtime.GOARCH) // the guest's CPU is this machine's
-		if alone {
-			own = append(own, s...)
+		s, program := a.Specs(version, runtime.GOARCH) // the guest's CPU is this machine's
+		if program {
+			programs = append(programs, s...)
 		} else {
 			specs = append(specs, s...)
 		}
@@ -117,7 +117,7 @@ func AgentPackages(r *state.Record, have []string) (specs, own []string) {
 			add(a, version)
 		}
 	}
-	return specs, own
+	return specs, programs
 }
 
 // MACOf is the VM's own MAC (52:54:00 is QEMU's prefix), from its id, for

@@ -35,19 +35,19 @@ func TestForStartCountsReprovisioning(t *testing.T) {
 
 // A VM's agent CLI is installed at agent-vm's pinned version, unless its
 // template's guest has that agent; a template installs its own at theirs.
-// Claude Code at an exact version comes with its program's package for
-// this CPU, to be installed without optional dependencies (not the musl
-// one as well); at a dist-tag npm chooses.
+// Claude Code at an exact version is its program's package for this CPU
+// alone (not the musl one as well, nor the package that copies it); at a
+// dist-tag npm chooses.
 func TestAgentPackages(t *testing.T) {
 	arch := map[string]string{"amd64": "x64", "arm64": "arm64"}[runtime.GOARCH]
 	if arch == "" {
 		t.Skip("Node has no name for " + runtime.GOARCH)
 	}
-	claude := "@anthropic-ai/claude-code@2.1.332 @anthropic-ai/claude-code-linux-" + arch + "@2.1.332"
+	claude := "@anthropic-ai/claude-code-linux-" + arch + "@2.1.332" // its program's package alone
 	for _, c := range []struct {
-		r         state.Record
-		have      []string
-		want, own string
+		r              state.Record
+		have           []string
+		want, programs string
 	}{
 		{state.Record{}, nil, "", ""},
 		{state.Record{Agent: "claude"}, nil, "", claude},
@@ -56,9 +56,9 @@ func TestAgentPackages(t *testing.T) {
 		{state.Record{Agents: []string{"claude@2.1.332", "gemini@latest"}}, nil, "@google/gemini-cli@latest", claude},
 		{state.Record{Agents: []string{"claude@latest"}}, nil, "@anthropic-ai/claude-code@latest", ""},
 	} {
-		specs, own := AgentPackages(&c.r, c.have)
-		if got, gotOwn := strings.Join(specs, " "), strings.Join(own, " "); got != c.want || gotOwn != c.own {
-			t.Errorf("AgentPackages(agent %q, agents %q, template has %q) = %q and without optional dependencies %q, want %q and %q", c.r.Agent, c.r.Agents, c.have, got, gotOwn, c.want, c.own)
+		specs, programs := AgentPackages(&c.r, c.have)
+		if got, gotPrograms := strings.Join(specs, " "), strings.Join(programs, " "); got != c.want || gotPrograms != c.programs {
+			t.Errorf("AgentPackages(agent %q, agents %q, template has %q) = %q and programs %q, want %q and %q", c.r.Agent, c.r.Agents, c.have, got, gotPrograms, c.want, c.programs)
 		}
 	}
 }

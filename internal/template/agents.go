@@ -10,6 +10,7 @@ package template
 import (
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +31,8 @@ func AgentProbe(pins []guest.AgentPin) string {
 	fmt.Fprintf(&b, "if cloud-init status 2>/dev/null | grep -q 'status: running'; then echo 'the first boot'\\''s setup has not finished; the end of its log:' >&2; tail -n 12 %s >&2; exit 3; fi\n", guest.FirstBootLog)
 	b.WriteString("root=$(npm root -g) || { echo 'npm is missing' >&2; exit 3; }\n")
 	for _, p := range pins {
-		name, pkg, cmd := sshx.Quote([]string{p.Name}), sshx.Quote([]string{p.Package}), sshx.Quote([]string{p.Command})
+		installed := p.Installed(p.At, runtime.GOARCH) // the guest's CPU is this machine's
+		name, pkg, cmd := sshx.Quote([]string{p.Name}), sshx.Quote([]string{installed}), sshx.Quote([]string{p.Command})
 		fmt.Fprintf(&b, "v=$(node -e 'process.stdout.write(require(process.argv[1]).version)' \"$root\"/%s/package.json 2>/dev/null) || { echo %s' is not installed; the end of the first boot'\\''s log:' >&2; tail -n 12 %s >&2; exit 3; }\n",
 			pkg, name, guest.FirstBootLog)
 		fmt.Fprintf(&b, "out=$(sudo -u %s -H -- %s --version 2>&1) || { echo %s' is installed but does not run: '\"$out\" >&2; exit 3; }\n",

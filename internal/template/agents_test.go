@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -43,7 +44,11 @@ func TestAgentProbeRuns(t *testing.T) {
 	write(filepath.Join(bin, "npm"), "#!/bin/sh\necho "+root+"\n", 0o755)
 	write(filepath.Join(bin, "sudo"), "#!/bin/sh\nshift 4\nexec \"$@\"\n", 0o755)
 	write(filepath.Join(bin, "cloud-init"), "#!/bin/sh\nexit 0\n", 0o755)
-	write(filepath.Join(root, "@anthropic-ai/claude-code/package.json"), `{"name":"@anthropic-ai/claude-code","engines":{"version":"0.0.1"},"version":"2.1.332"}`, 0o644)
+	// Claude Code at its pinned version is its program's package alone
+	// (guest.Agent.Specs): that package's package.json says the version.
+	claude, _ := guest.LookupAgent("claude")
+	installed := claude.Installed("2.1.332", runtime.GOARCH)
+	write(filepath.Join(root, installed, "package.json"), `{"name":"`+installed+`","engines":{"version":"0.0.1"},"version":"2.1.332"}`, 0o644)
 	write(filepath.Join(bin, "claude"), "#!/bin/sh\necho '2.1.332 (Claude Code)'\n", 0o755)
 	node, _ := exec.LookPath("node")
 	if err := os.Symlink(node, filepath.Join(bin, "node")); err != nil {
