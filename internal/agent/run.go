@@ -228,8 +228,9 @@ func ensureAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program st
 		errOut = io.Discard
 	}
 	install := guest.NPMInstall
-	specs, own := agent.Specs("", runtime.GOARCH) // the guest's CPU is this machine's
-	if own { // its program's package alone
+	// At its pinned version, its program's package alone.
+	specs, alone := agent.Specs("", runtime.GOARCH) // the guest's CPU is this machine's
+	if alone {
 		install = guest.NPMInstallPrograms
 	}
 	began := time.Now()
