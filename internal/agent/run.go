@@ -223,7 +223,6 @@ func ensureAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program st
 		return fmt.Errorf("--agent %s: VM %s has no program %s, and it is not an agent agent-vm knows (hint: one of %s, which run installs; or install it in the VM first: `agent-vm shell %s`)",
 			termsafe.String(program), vmName, termsafe.String(program), strings.Join(guest.AgentNames(), ", "), vmName)
 	}
-	notify(fmt.Sprintf("installing %s in VM %s (npm %s; a few minutes without KVM; a template with it starts new VMs with it installed: `agent-vm template build %s`)", agent.Name, vmName, agent.Spec(""), vmName))
 	if errOut == nil {
 		errOut = io.Discard
 	}
@@ -233,6 +232,7 @@ func ensureAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program st
 	if alone {
 		install = guest.NPMInstallPrograms
 	}
+	notify(fmt.Sprintf("installing %s in VM %s (npm %s; a few minutes without KVM; a template with it starts new VMs with it installed: `agent-vm template build %s`)", agent.Name, vmName, strings.Join(specs, " "), vmName))
 	began := time.Now()
 	code, err := sshx.Run(ctx, c, "sudo "+sshx.Quote(install(specs...)), nil, errOut, errOut)
 	if err != nil {
