@@ -24,16 +24,22 @@ import (
 // version npm installed (its package.json) once NAME's program has run
 // with --version as the guest's user. It stops at the first agent that is
 // missing or does not run, saying which on stderr, with status 3.
-func AgentProbe(pins []guest.AgentPin) string {
+func AgentProbe(pins []guest.AgentPin) string { return agentProbe(pins, guest.NPMGlobalRoot) }
+
+// agentProbe is AgentProbe with npm's global packages in root. It reads
+// package.json with Python (cloud-init's, so always there), not with npm
+// or node: each Node.js start-up is seconds, and under TCG on a busy
+// host minutes.
+func agentProbe(pins []guest.AgentPin, root string) string {
 	var b strings.Builder
 	// start waited for the first boot's setup while it made progress; one
 	// still running now made none for a long while.
 	fmt.Fprintf(&b, "if cloud-init status 2>/dev/null | grep -q 'status: running'; then echo 'the first boot'\\''s setup has not finished; the end of its log:' >&2; tail -n 12 %s >&2; exit 3; fi\n", guest.FirstBootLog)
-	b.WriteString("root=$(npm root -g) || { echo 'npm is missing' >&2; exit 3; }\n")
+	fmt.Fprintf(&b, "root=%s\n", sshx.Quote([]string{root}))
 	for _, p := range pins {
 		installed := p.Installed(p.At, runtime.GOARCH) // the guest's CPU is this machine's
 		name, pkg, cmd := sshx.Quote([]string{p.Name}), sshx.Quote([]string{installed}), sshx.Quote([]string{p.Command})
-		fmt.Fprintf(&b, "v=$(node -e 'process.stdout.write(require(process.argv[1]).version)' \"$root\"/%s/package.json 2>/dev/null) || { echo %s' is not installed; the end of the first boot'\\''s log:' >&2; tail -n 12 %s >&2; exit 3; }\n",
+		fmt.Fprintf(&b, "v=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"version\"], end=\"\")' \"$root\"/%s/package.json 2>/dev/null) || { echo %s' is not installed; the end of the first boot'\\''s log:' >&2; tail -n 12 %s >&2; exit 3; }\n",
 			pkg, name, guest.FirstBootLog)
 		fmt.Fprintf(&b, "out=$(sudo -u %s -H -- %s --version 2>&1) || { echo %s' is installed but does not run: '\"$out\" >&2; exit 3; }\n",
 			guest.User, cmd, name)

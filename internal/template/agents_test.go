@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func pins(t *testing.T, list string) []guest.AgentPin {
@@ -21,13 +22,12 @@ func pins(t *testing.T, list string) []guest.AgentPin {
 }
 
 // The probe runs as a shell script: here against a scratch npm root with
-// stand-ins (labelled as such) for npm, node, sudo and the agents'
-// programs, the commands the guest has. A missing package and a program
-// that does not run stop it with the agent named.
+// stand-ins (labelled as such) for sudo, cloud-init and the agents'
+// programs, the commands the guest has, and this host's python3. A
+// missing package and a program that does not run stop it with the agent
+// named.
 func TestAgentProbeRuns(t *testing.T) {
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed here (agent-vm setup --tests installs it)")
-	}
+	testutil.Program(t, "python3") // /usr/bin's, on the probe's PATH
 	dir := t.TempDir()
 	root, bin := filepath.Join(dir, "lib"), filepath.Join(dir, "bin")
 	write := func(p, s string, mode os.FileMode) {
@@ -39,9 +39,8 @@ func TestAgentProbeRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Stand-ins: npm says where the global packages are; sudo runs its
-	// command (after -u USER -H --); cloud-init is done.
-	write(filepath.Join(bin, "npm"), "#!/bin/sh\necho "+root+"\n", 0o755)
+	// Stand-ins: sudo runs its command (after -u USER -H --); cloud-init
+	// is done.
 	write(filepath.Join(bin, "sudo"), "#!/bin/sh\nshift 4\nexec \"$@\"\n", 0o755)
 	write(filepath.Join(bin, "cloud-init"), "#!/bin/sh\nexit 0\n", 0o755)
 	// Claude Code at its pinned version is its program's package alone
@@ -50,12 +49,8 @@ func TestAgentProbeRuns(t *testing.T) {
 	installed := claude.Installed("2.1.332", runtime.GOARCH)
 	write(filepath.Join(root, installed, "package.json"), `{"name":"`+installed+`","engines":{"version":"0.0.1"},"version":"2.1.332"}`, 0o644)
 	write(filepath.Join(bin, "claude"), "#!/bin/sh\necho '2.1.332 (Claude Code)'\n", 0o755)
-	node, _ := exec.LookPath("node")
-	if err := os.Symlink(node, filepath.Join(bin, "node")); err != nil {
-		t.Fatal(err)
-	}
 	run := func(list string) (string, string, error) {
-		cmd := exec.Command("sh", "-c", AgentProbe(pins(t, list)))
+		cmd := exec.Command("sh", "-c", agentProbe(pins(t, list), root))
 		cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
 		var out, errOut strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errOut
