@@ -84,7 +84,7 @@ type New struct {
 	// Agents are the agent CLIs the template is to hold.
 	Agents []guest.AgentPin
 	// Used are the disks VMs' disks are made on (an older template's stay).
-	Used func() map[string]bool
+	Used func() map[string]int
 }
 
 // BuildResult says what a build did.
@@ -186,7 +186,7 @@ func Pick(ts []Info, slug string) []Info {
 // one's VM ended by stop (a build that was cut short may run; stopping
 // discards a saved state), then, under its lock, retired (Retire: its
 // disks in used stay).
-func Remove(ctx context.Context, root *state.Root, picked []Info, all bool, used map[string]bool, stop func(ctx context.Context, slug string)) error {
+func Remove(ctx context.Context, root *state.Root, picked []Info, all bool, used map[string]int, stop func(ctx context.Context, slug string)) error {
 	for _, t := range picked {
 		if !t.Ready && t.UsedBy > 0 && all {
 			continue // a removed template's disk that VMs still use

@@ -60,7 +60,7 @@ func TestBuildRefusesAFullDisk(t *testing.T) {
 	}
 	before, _ := os.ReadFile(filepath.Join(old, File))
 	from := &state.Record{Branch: "feat", Resources: state.Resources{CPUs: 2, MemoryMiB: 4096, DiskGiB: 16}}
-	n := New{Root: root, From: from, Now: time.Now, Used: func() map[string]bool { return nil }}
+	n := New{Root: root, From: from, Now: time.Now, Used: func() map[string]int { return nil }}
 	_, err = Build(context.Background(), refusingBuilder{t}, n, Key{Contract: Contract}, hclog.NewNullLogger())
 	if err == nil || !strings.Contains(err.Error(), "needs about 6144 MiB free in "+dir) || !strings.Contains(err.Error(), "template rm all") {
 		t.Fatalf("got %v, want a refusal naming the space needed", err)
@@ -113,5 +113,37 @@ func TestFindPrefersTheTemplateWithThePackages(t *testing.T) {
 	}
 	if !samePackages([]string{"a", "b"}, []string{"b", "a"}) || samePackages([]string{"a"}, []string{"a", "b"}) || !samePackages(nil, []string{}) {
 		t.Error("samePackages")
+	}
+}
+
+// List counts the VMs on a template's disk, and a retired template keeps
+// that disk while any VM uses it.
+func TestListCountsTheVMsOnATemplate(t *testing.T) {
+	dir := t.TempDir()
+	k := Key{Contract: Contract}
+	tdir := filepath.Join(dir, k.Prefix()+"20261101t000000")
+	if err := os.MkdirAll(tdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(tdir, Record{Key: k, For: "vm"}); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(tdir, "disk.qcow2")
+	if err := os.WriteFile(disk, nil, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]int{disk: 2, "/elsewhere/base.qcow2": 5}
+	ts, err := List(dir, used)
+	if err != nil || len(ts) != 1 || ts[0].UsedBy != 2 || !ts[0].Ready {
+		t.Fatalf("List: %+v %v, want one ready template used by 2 VMs", ts, err)
+	}
+	if err := Retire(&state.Root{Dir: dir}, ts[0], used); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(disk); err != nil {
+		t.Errorf("the retired template's disk, which VMs use, is gone: %v", err)
+	}
+	if ts, err := List(dir, used); err != nil || len(ts) != 1 || ts[0].Ready || ts[0].UsedBy != 2 {
+		t.Errorf("after Retire: %+v %v, want its disk alone, used by 2 VMs", ts, err)
 	}
 }

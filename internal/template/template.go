@@ -255,7 +255,7 @@ func Freeze(dir string) error {
 
 // List lists the templates in dir, with how many of the disks in used
 // (the disks VMs' disks are made on) each one's disks back.
-func List(dir string, used map[string]bool) ([]Info, error) {
+func List(dir string, used map[string]int) ([]Info, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -273,9 +273,9 @@ func List(dir string, used map[string]bool) ([]Info, error) {
 		if rec, err := Read(tdir); err == nil {
 			info.For, info.Built, info.Ready, info.Key, info.Agents, info.Packages = rec.For, rec.Built, true, &rec.Key, rec.Agents, rec.Packages
 		}
-		for d := range used {
+		for d, n := range used {
 			if filepath.Dir(d) == tdir {
-				info.UsedBy++
+				info.UsedBy += n
 			}
 		}
 		out = append(out, info)
@@ -287,7 +287,7 @@ func List(dir string, used map[string]bool) ([]Info, error) {
 // on (they name their backing file by its path): those stay in the
 // template's directory, which is then no template any more (no
 // template.json, no saved state, no keys), until no VM uses them.
-func Retire(root *state.Root, t Info, used map[string]bool) error {
+func Retire(root *state.Root, t Info, used map[string]int) error {
 	var keep []string
 	for d := range used {
 		if filepath.Dir(d) == t.Dir {

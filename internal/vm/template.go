@@ -295,10 +295,11 @@ func (m *Manager) RemoveTemplate(ctx context.Context, slug string) error {
 	return template.Remove(ctx, root, picked, slug == "all", m.disksInUse(), func(ctx context.Context, slug string) { _, _ = tm.Stop(ctx, slug) })
 }
 
-// disksInUse are the disks the VMs' disks are made on (their backends'
+// disksInUse are the disks the VMs' disks are made on, each with how
+// many VMs' disks are (their backends'
 // ImagesInUse).
-func (m *Manager) disksInUse() map[string]bool {
-	out := map[string]bool{}
+func (m *Manager) disksInUse() map[string]int {
+	out := map[string]int{}
 	es, _ := m.Root.List()
 	for _, e := range es {
 		if e.Record == nil {
@@ -306,7 +307,7 @@ func (m *Manager) disksInUse() map[string]bool {
 		}
 		if be, ok := m.Backends[e.Record.Backend]; ok {
 			for _, d := range be.ImagesInUse(e.Layout) {
-				out[d] = true
+				out[d]++
 			}
 		}
 	}
@@ -315,7 +316,7 @@ func (m *Manager) disksInUse() map[string]bool {
 
 // templateImages are the images the templates' disks are made on (image
 // prune keeps them).
-func (m *Manager) templateImages() map[string]bool {
+func (m *Manager) templateImages() map[string]int {
 	if m.TemplateDir == nil {
 		return nil
 	}
