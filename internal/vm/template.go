@@ -295,9 +295,8 @@ func (m *Manager) RemoveTemplate(ctx context.Context, slug string) error {
 	return template.Remove(ctx, root, picked, slug == "all", m.disksInUse(), func(ctx context.Context, slug string) { _, _ = tm.Stop(ctx, slug) })
 }
 
-// disksInUse are the disks the VMs' disks are made on, each with how
-// many VMs' disks are (their backends'
-// ImagesInUse).
+// disksInUse are the disks the VMs' disks are made on (their backends'
+// ImagesInUse), each with the number of VMs whose disks are.
 func (m *Manager) disksInUse() map[string]int {
 	out := map[string]int{}
 	es, _ := m.Root.List()
