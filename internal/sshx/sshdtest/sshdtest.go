@@ -151,6 +151,16 @@ func (s *Server) Start() {
 		args = append(args, "-o", "AcceptEnv="+s.AcceptEnv)
 	}
 	cmd := exec.Command("/usr/sbin/sshd", args...)
+	if rc := s.bashrc(); rc != "" {
+		// bash reads the login user's ~/.bashrc before every command
+		// sshd runs (Debian's bash does when started by sshd), and a
+		// machine's own (this CI machine's root runs `pyenv init`: about
+		// 2 s) would be paid by each of a test's commands: in a mount
+		// namespace of sshd's own, an empty file covers it, as a new
+		// host's root has none.
+		cmd = exec.Command(tu.Program(s.t, "unshare"), append([]string{"--mount", "--propagation", "private", "--",
+			"/bin/sh", "-c", `mount --bind /dev/null "$0" && exec "$@"`, rc, "/usr/sbin/sshd"}, args...)...)
+	}
 	cmd.Stderr = &s.logs
 	cmd.WaitDelay = 5 * time.Second // a session's process may keep sshd's stderr
 	if err := cmd.Start(); err != nil {
@@ -169,6 +179,19 @@ func (s *Server) Start() {
 			s.t.Logf("sshd log:\n%s", s.logs.String())
 		}
 	})
+}
+
+// bashrc is the login user's ~/.bashrc when there is one, else "".
+func (s *Server) bashrc() string {
+	u, err := user.Lookup(s.User)
+	if err != nil || u.HomeDir == "" {
+		return ""
+	}
+	rc := filepath.Join(u.HomeDir, ".bashrc")
+	if fi, err := os.Stat(rc); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return rc
 }
 
 // readableKeys copies the authorized key (a public key) where any user
