@@ -11,7 +11,9 @@ import (
 // a package from .agent-vm/config.toml (GNU hello: in Debian and nixpkgs
 // alike) and a provision.sh that uses it and writes a marker outside the
 // workspace. provisionFail is what the workspace's script becomes before
-// reset, so the fresh disk's provisioning fails.
+// reset, so the fresh disk's provisioning fails, and provisionReset its
+// config: reset reads the repository's packages again, so the fresh disk
+// has no hello (and its first boot no apt run, minutes under TCG).
 var provisionFiles = map[string]string{
 	".agent-vm/config.toml": "# the lifecycle scenario's provisioning\npackages = [\n  \"hello\",\n]\n",
 	".agent-vm/provision.sh": "#!/bin/sh\nset -eu\nmkdir -p /opt/itest\n" +
@@ -21,6 +23,7 @@ var provisionFiles = map[string]string{
 const (
 	provisionMarker = "/opt/itest/provisioned"
 	provisionFail   = "#!/bin/sh\necho 'itest: this provisioning fails on purpose' >&2\nexit 3\n"
+	provisionReset  = "# the lifecycle scenario's provisioning, its package dropped before reset\n"
 	outsideFile     = "/home/dev/outside-workspace.txt"
 	keptFile        = "kept-across-reset.txt"
 )
@@ -84,8 +87,10 @@ func resetWithFailingProvision(ctx context.Context, s *S, branch string) (knownH
 	if err := os.WriteFile(filepath.Join(ws, keptFile), []byte("uncommitted\n"), 0o644); err != nil {
 		return "", failf(nil, "writing into the workspace: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(ws, ".agent-vm/provision.sh"), []byte(provisionFail), 0o644); err != nil {
-		return "", failf(nil, "writing into the workspace: %v", err)
+	for name, body := range map[string]string{"provision.sh": provisionFail, "config.toml": provisionReset} {
+		if err := os.WriteFile(filepath.Join(ws, ".agent-vm", name), []byte(body), 0o644); err != nil {
+			return "", failf(nil, "writing into the workspace: %v", err)
+		}
 	}
 	if _, err := s.ok(ctx, "reset", "--force", branch); err != nil {
 		return "", err
@@ -103,7 +108,9 @@ func resetWithFailingProvision(ctx context.Context, s *S, branch string) (knownH
 }
 
 // checkAfterReset: the VM answers SSH with the same pinned host key, the
-// workspace's uncommitted file is there, and what was outside it is gone.
+// workspace's uncommitted file is there, and what was outside it is gone:
+// the files and the package the first disk's provisioning installed (the
+// config reset read no longer names it).
 func checkAfterReset(ctx context.Context, s *S, branch, knownHosts string) error {
 	st, err := s.healthy(ctx, branch)
 	if err != nil {
@@ -124,6 +131,9 @@ func checkAfterReset(ctx context.Context, s *S, branch, knownHosts string) error
 		if res := s.exec(ctx, branch, "test", "!", "-e", gone); res.ExitCode != 0 {
 			return failf(res, "%s, outside the workspace, survived the reset", gone)
 		}
+	}
+	if res := s.exec(ctx, branch, "sh", "-c", "command -v hello"); res.ExitCode == 0 {
+		return failf(res, "hello, which config.toml no longer names, is installed after the reset")
 	}
 	return nil
 }
