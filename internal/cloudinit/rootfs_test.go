@@ -14,13 +14,16 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // The real cloud-init validates what we render, but installing Debian's
-// cloud-init on a host enables its services there. So the tests build a small
-// Debian root filesystem with cloud-init in it, once, and run cloud-init
-// inside it with chroot.
+// cloud-init on a host enables its services there. So the tests run
+// cloud-init inside a Debian root filesystem with chroot: the base image's
+// (agent-vm's own guest, with the guest's cloud-init) where setup has built
+// it, as README's test line does, copied out in seconds; else a small one
+// mmdebstrap builds, once (minutes, more on a slow mirror).
 const (
 	rootfsRelease = "bookworm"
 	defaultMirror = "http://deb.debian.org/debian"
@@ -40,11 +43,13 @@ func rootfsArgs(dir, mirror string) []string {
 	}
 }
 
-// cloudInitRootfs returns the cached root filesystem, building it with
-// mmdebstrap (1-2 minutes) the first time. The cache lives in
-// $XDG_CACHE_HOME/agent-vm/test/cloud-init-rootfs/<release>-<recipe hash>, is
-// built in a temporary directory and renamed into place, and concurrent test
-// processes wait for each other on a lock file.
+// cloudInitRootfs returns the cached root filesystem, made the first time:
+// copied out of the base image when there is one, else built with
+// mmdebstrap. The cache lives in
+// $XDG_CACHE_HOME/agent-vm/test/cloud-init-rootfs/, as image-<the disk's
+// sha256> or <release>-<recipe hash>, is made in a temporary directory and
+// renamed into place, and concurrent test processes wait for each other on
+// a lock file.
 func cloudInitRootfs(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -62,6 +67,10 @@ func cloudInitRootfs(t testing.TB) string {
 	sum := sha256.Sum256([]byte(strings.Join(rootfsArgs("", mirror), "\x00")))
 	base := filepath.Join(cache, "agent-vm", "test", "cloud-init-rootfs")
 	final := filepath.Join(base, rootfsRelease+"-"+hex.EncodeToString(sum[:])[:12])
+	img := baseImage()
+	if img != nil {
+		final = filepath.Join(base, "image-"+img.Manifest.SHA256[:12])
+	}
 	ready := func() bool {
 		_, err := os.Stat(filepath.Join(final, "usr", "bin", "cloud-init"))
 		return err == nil
@@ -69,7 +78,6 @@ func cloudInitRootfs(t testing.TB) string {
 	if ready() {
 		return final
 	}
-	mmdebstrap := testutil.Program(t, "mmdebstrap")
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -90,17 +98,67 @@ func cloudInitRootfs(t testing.TB) string {
 		t.Fatal(err)
 	}
 	ctx := testutil.Context(t, "the cloud-init root filesystem's build")
-	t.Logf("building the cloud-init root filesystem in %s (once; 1-2 minutes)", final)
 	start := time.Now()
-	if _, err := (execx.OS{}).Run(ctx, execx.Cmd{Path: mmdebstrap, Args: rootfsArgs(tmp, mirror)}); err != nil {
-		_ = os.RemoveAll(tmp)
-		t.Fatalf("building the cloud-init root filesystem: %v", err)
+	if img != nil {
+		t.Logf("copying the root filesystem of the base image %s to %s (once)", img.Dir, final)
+		if err := copyImageRoot(ctx, t, img, tmp); err != nil {
+			_ = os.RemoveAll(tmp)
+			t.Fatalf("copying the base image's root filesystem: %v", err)
+		}
+	} else {
+		mmdebstrap := testutil.Program(t, "mmdebstrap")
+		t.Logf("building the cloud-init root filesystem in %s (once; minutes)", final)
+		if _, err := (execx.OS{}).Run(ctx, execx.Cmd{Path: mmdebstrap, Args: rootfsArgs(tmp, mirror)}); err != nil {
+			_ = os.RemoveAll(tmp)
+			t.Fatalf("building the cloud-init root filesystem: %v", err)
+		}
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("built the cloud-init root filesystem in %s", time.Since(start).Round(time.Second))
+	t.Logf("made the cloud-init root filesystem in %s", time.Since(start).Round(time.Second))
+	if img != nil {
+		// Copies of an older image's tree (1.4 GB each) go.
+		old, _ := filepath.Glob(filepath.Join(base, "image-*"))
+		for _, o := range old {
+			if o != final && !strings.HasSuffix(o, ".lock") {
+				_ = os.RemoveAll(o)
+			}
+		}
+	}
 	return final
+}
+
+// baseImage is the base image setup builds, in this user's image cache, or
+// nil when there is none.
+func baseImage() *image.Image {
+	cache, err := image.DefaultCacheDir()
+	if err != nil {
+		return nil
+	}
+	img, err := image.Lookup(cache, image.DefaultBuildName)
+	if err != nil || img.Manifest.Kind != image.KindBuilt || len(img.Manifest.SHA256) < 12 {
+		return nil
+	}
+	return img
+}
+
+// copyImageRoot copies the root filesystem of img's disk (a whole-disk
+// ext4) into dir: the disk converted to a raw file beside dir, mounted
+// read-only on a loop device in a mount namespace of its own (gone with
+// it, and the loop device with the mount), and copied with cp -a.
+func copyImageRoot(ctx context.Context, t testing.TB, img *image.Image, dir string) error {
+	raw, mnt := dir+".raw", dir+".mnt"
+	defer os.Remove(raw)
+	defer os.Remove(mnt)
+	if _, err := (execx.OS{}).Run(ctx, execx.Cmd{Path: testutil.Program(t, "qemu-img"),
+		Args: []string{"convert", "-f", img.Format, "-O", "raw", img.Disk, raw}}); err != nil {
+		return err
+	}
+	_, err := (execx.OS{}).Run(ctx, execx.Cmd{Path: testutil.Program(t, "unshare"), Args: []string{
+		"--mount", "--propagation", "private", "--", testutil.Program(t, "sh"), "-c",
+		`mkdir "$1" "$2" && mount -o loop,ro "$0" "$1" && cp -a "$1"/. "$2"/`, raw, mnt, dir}})
+	return err
 }
 
 // schemaResult is what `cloud-init schema` said about one user-data.
