@@ -64,69 +64,80 @@ func cloudInitRootfs(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("no cache directory: %v", err)
 	}
-	sum := sha256.Sum256([]byte(strings.Join(rootfsArgs("", mirror), "\x00")))
 	base := filepath.Join(cache, "agent-vm", "test", "cloud-init-rootfs")
-	final := filepath.Join(base, rootfsRelease+"-"+hex.EncodeToString(sum[:])[:12])
-	img := baseImage()
-	if img != nil {
-		final = filepath.Join(base, "image-"+img.Manifest.SHA256[:12])
+	if img := baseImage(); img != nil {
+		final := filepath.Join(base, "image-"+img.Manifest.SHA256[:12])
+		err := cachedRootfs(t, final, func(ctx context.Context, tmp string) error {
+			t.Logf("copying the root filesystem of the base image %s to %s (once)", img.Dir, final)
+			return copyImageRoot(ctx, t, img, tmp)
+		})
+		if err == nil {
+			// Copies of an older image's tree (1.4 GB each) go.
+			old, _ := filepath.Glob(filepath.Join(base, "image-*"))
+			for _, o := range old {
+				if o != final && !strings.HasSuffix(o, ".lock") {
+					_ = os.RemoveAll(o)
+				}
+			}
+			return final
+		}
+		t.Logf("copying the base image's root filesystem failed, so mmdebstrap builds one: %v", err)
 	}
+	sum := sha256.Sum256([]byte(strings.Join(rootfsArgs("", mirror), "\x00")))
+	final := filepath.Join(base, rootfsRelease+"-"+hex.EncodeToString(sum[:])[:12])
+	err = cachedRootfs(t, final, func(ctx context.Context, tmp string) error {
+		mmdebstrap := testutil.Program(t, "mmdebstrap")
+		t.Logf("building the cloud-init root filesystem in %s (once; minutes)", final)
+		_, err := (execx.OS{}).Run(ctx, execx.Cmd{Path: mmdebstrap, Args: rootfsArgs(tmp, mirror)})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("building the cloud-init root filesystem: %v", err)
+	}
+	return final
+}
+
+// cachedRootfs makes the root filesystem final with build, in final.tmp
+// renamed into place, unless it is there; processes wait for each other
+// on final.lock.
+func cachedRootfs(t testing.TB, final string, build func(ctx context.Context, tmp string) error) error {
+	t.Helper()
 	ready := func() bool {
 		_, err := os.Stat(filepath.Join(final, "usr", "bin", "cloud-init"))
 		return err == nil
 	}
 	if ready() {
-		return final
+		return nil
 	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return err
 	}
 	lock, err := os.OpenFile(final+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("locking %s: %v", lock.Name(), err)
+		return fmt.Errorf("locking %s: %w", lock.Name(), err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
 	if ready() {
-		return final // another test process built it while we waited
+		return nil // another test process made it while we waited
 	}
 	tmp := final + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil { // a build that was interrupted
-		t.Fatal(err)
+	if err := os.RemoveAll(tmp); err != nil { // one that was interrupted
+		return err
 	}
-	ctx := testutil.Context(t, "the cloud-init root filesystem's build")
 	start := time.Now()
-	if img != nil {
-		t.Logf("copying the root filesystem of the base image %s to %s (once)", img.Dir, final)
-		if err := copyImageRoot(ctx, t, img, tmp); err != nil {
-			_ = os.RemoveAll(tmp)
-			t.Fatalf("copying the base image's root filesystem: %v", err)
-		}
-	} else {
-		mmdebstrap := testutil.Program(t, "mmdebstrap")
-		t.Logf("building the cloud-init root filesystem in %s (once; minutes)", final)
-		if _, err := (execx.OS{}).Run(ctx, execx.Cmd{Path: mmdebstrap, Args: rootfsArgs(tmp, mirror)}); err != nil {
-			_ = os.RemoveAll(tmp)
-			t.Fatalf("building the cloud-init root filesystem: %v", err)
-		}
+	if err := build(testutil.Context(t, "the cloud-init root filesystem's build"), tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	t.Logf("made the cloud-init root filesystem in %s", time.Since(start).Round(time.Second))
-	if img != nil {
-		// Copies of an older image's tree (1.4 GB each) go.
-		old, _ := filepath.Glob(filepath.Join(base, "image-*"))
-		for _, o := range old {
-			if o != final && !strings.HasSuffix(o, ".lock") {
-				_ = os.RemoveAll(o)
-			}
-		}
-	}
-	return final
+	return nil
 }
 
 // baseImage is the base image setup builds, in this user's image cache, or
