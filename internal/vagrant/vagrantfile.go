@@ -131,6 +131,10 @@ Vagrant.configure("2") do |config|
       libvirt.default_prefix = ""
       libvirt.cpus = {{.CPUs}}
       libvirt.memory = {{.MemoryMiB}}
+      # No display: the guest's console is the serial file. vagrant-libvirt
+      # would add a VGA card (more to boot under TCG) and a VNC server on
+      # 127.0.0.1 without a password, open to every local user.
+      libvirt.graphics_type = "none"
       libvirt.forward_ssh_port = true
       libvirt.management_network_mac = {{rb .MAC}}
 {{- if .Network}}
