@@ -28,11 +28,20 @@ DHCP=yes
 NET
 chroot "$root" systemctl enable systemd-networkd.service systemd-resolved.service
 
-# cloud-init reads only the NoCloud seed (a disk labelled cidata).
+# cloud-init reads only the NoCloud seed (a disk labelled cidata), and runs
+# only the modules agent-vm's seed (internal/cloudinit) has work for, besides
+# the keys and message it prints at the end. Debian's others have nothing to
+# do in these VMs (no grub, snap, partition table, swap, ephemeral disk or
+# password) but cost each boot stage their import, and some a program too
+# (grub-dpkg runs debconf-set-selections: about 4 s under TCG).
 mkdir -p "$root/etc/cloud/cloud.cfg.d"
 cat > "$root/etc/cloud/cloud.cfg.d/90-agent-vm.cfg" <<'CFG'
 # agent-vm: the seed is a NoCloud disk; never probe cloud metadata services.
 datasource_list: [ NoCloud, None ]
+# agent-vm: the modules its seed uses, in Debian's order.
+cloud_init_modules: [ seed_random, bootcmd, write-files, resizefs, set_hostname, update_hostname, update_etc_hosts, users-groups, ssh ]
+cloud_config_modules: [ locale, runcmd ]
+cloud_final_modules: [ write-files-deferred, scripts-vendor, scripts-per-once, scripts-per-boot, scripts-per-instance, scripts-user, ssh-authkey-fingerprints, keys-to-console, final-message ]
 CFG
 
 # QEMU fw_cfg carries secrets as systemd credentials; load its driver early.
