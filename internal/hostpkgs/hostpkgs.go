@@ -110,6 +110,9 @@ func programs(arch string) []Program {
 		{Name: "pgrep", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
 		qemu,
 		{Name: "ps", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
+		// The base image's cloud-init stage server is a Python script; its
+		// test runs it on the host.
+		{Name: "python3", Debian: []string{"python3"}, Fedora: []string{"python3"}, Need: Test},
 		{Name: "qemu-img", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Run | Image | Test},
 		{Name: "ruby", Debian: []string{"ruby"}, Fedora: []string{"ruby"}, Need: Test},
 		{Name: "script", Debian: []string{"bsdutils"}, Fedora: []string{"util-linux-script"}, Need: Test},

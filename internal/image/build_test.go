@@ -425,7 +425,7 @@ func TestMkfsRefusesATooSmallDisk(t *testing.T) {
 
 func TestGuestScriptsPassShellcheck(t *testing.T) {
 	testutil.Program(t, "shellcheck")
-	for p, shell := range map[string]string{"guest/essential.sh": "sh", "guest/customize.sh": "sh"} {
+	for p, shell := range map[string]string{"guest/essential.sh": "sh", "guest/customize.sh": "sh", "guest/cloud-init-stage": "bash"} {
 		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "shellcheck", Args: []string{"-s", shell, p}})
 		if err != nil {
 			t.Errorf("%s: %v\n%s", p, err, res.Stdout)
