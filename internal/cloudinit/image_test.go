@@ -12,8 +12,9 @@ import (
 )
 
 // agent-vm's own base image (internal/image) runs only the cloud-init
-// modules this seed has work for. This test holds the seed to that image:
-// it reads the image's recipe from its package directory.
+// modules this seed has work for, and runs the stages in one Python process
+// that reads YAML with libyaml. These tests hold the seed to that image:
+// they read the image's recipe from its package directory.
 const imageGuest = "../image/guest"
 
 // seedModules says, for each top-level key the seed's user-data may set,
@@ -96,4 +97,67 @@ func TestTheImageRunsTheModulesTheSeedUses(t *testing.T) {
 				m, strings.SplitN(m, ":", 2)[0], imageGuest)
 		}
 	}
+}
+
+// TestTheImageReadsTheSeedAsCloudInitDoes runs the image's stage server's
+// switch to libyaml (use_libyaml in cloud-init-server) with Debian's real
+// cloud-init and PyYAML: every rendering of the seed, and the image's
+// cloud.cfg files, must read the same through cloud-init's loader either
+// way, and YAML that is not valid must still fail as cloud-init expects.
+func TestTheImageReadsTheSeedAsCloudInitDoes(t *testing.T) {
+	rootfs := cloudInitRootfs(t)
+	tmp, err := os.MkdirTemp(filepath.Join(rootfs, "tmp"), "libyaml-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	server, err := os.ReadFile(filepath.Join(imageGuest, "cloud-init-server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "server.py"), server, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for name, c := range goldenCases(t) {
+		seed, err := Render(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "seed-"+name), seed.UserData, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	inside := "/tmp/" + filepath.Base(tmp)
+	const check = `
+import glob, importlib.util, sys, yaml
+from cloudinit import safeyaml, util
+spec = importlib.util.spec_from_file_location("server", sys.argv[1] + "/server.py")
+server = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(server)
+files = sorted(glob.glob(sys.argv[1] + "/seed-*")) + ["/etc/cloud/cloud.cfg"] + sorted(glob.glob("/etc/cloud/cloud.cfg.d/*.cfg"))
+texts = [open(f).read() for f in files]
+before = [util.load_yaml(s) for s in texts]
+pure = safeyaml.load
+server.use_libyaml()
+if safeyaml.load is pure:
+    sys.exit("use_libyaml left cloud-init's loader in place")
+after = [util.load_yaml(s) for s in texts]
+for f, b, a in zip(files, before, after):
+    if b != a or not isinstance(a, dict) or len(a) < 1:
+        sys.exit(f"{f}: libyaml reads {a!r:.200}, cloud-init's own loader {b!r:.200}")
+for loader in (pure, safeyaml.load):
+    try:
+        loader("a: [b\n")
+        sys.exit(f"{loader} accepts YAML that is not valid")
+    except yaml.YAMLError:
+        pass
+print(f"ok {len(files)}")
+`
+	out := inRootfs(t, rootfs, "python3", "-c", check, inside)
+	if want := "ok "; !strings.HasPrefix(strings.TrimSpace(out), want) || strings.Contains(out, "keeps its own") {
+		t.Fatalf("%s", out)
+	}
+	t.Logf("%s (%d renderings of the seed)", strings.TrimSpace(out), n)
 }
