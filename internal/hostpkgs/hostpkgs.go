@@ -110,8 +110,9 @@ func programs(arch string) []Program {
 		{Name: "pgrep", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
 		qemu,
 		{Name: "ps", Debian: []string{"procps"}, Fedora: []string{"procps-ng"}, Need: Test},
-		// The template's agent probe reads package.json with it (as the
-		// guest has it: cloud-init's).
+		// Tests run guest Python on the host: the template's agent probe
+		// (it reads package.json with the guest's python3, cloud-init's)
+		// and the base image's cloud-init stage server.
 		{Name: "python3", Debian: []string{"python3"}, Fedora: []string{"python3"}, Need: Test},
 		{Name: "qemu-img", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Run | Image | Test},
 		{Name: "ruby", Debian: []string{"ruby"}, Fedora: []string{"ruby"}, Need: Test},

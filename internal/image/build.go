@@ -283,10 +283,8 @@ func (b *builder) mmdebstrap(ctx context.Context, work, rootfs string) error {
 	if err := os.Mkdir(hooks, 0o755); err != nil {
 		return err
 	}
-	for name, body := range map[string]string{"essential.sh": essentialHook, "customize.sh": customizeHook} {
-		if err := os.WriteFile(filepath.Join(hooks, name), []byte(body), 0o755); err != nil {
-			return err
-		}
+	if err := writeGuestFiles(hooks); err != nil {
+		return err
 	}
 	args := mmdebstrapArgs(b.opts, b.arch, hooks, rootfs)
 	fmt.Fprintf(b.out, "==> building a Debian %s root filesystem with mmdebstrap from %s (about 2 minutes)\n", b.opts.Release, b.opts.Mirror)
@@ -307,6 +305,24 @@ func (b *builder) mmdebstrap(ctx context.Context, work, rootfs string) error {
 		return fmt.Errorf("building the root filesystem with mmdebstrap failed (hint: check that %s is reachable; the full output is above): %w", b.opts.Mirror, err)
 	}
 	return os.RemoveAll(hooks)
+}
+
+// writeGuestFiles writes guestFiles into dir, flat.
+func writeGuestFiles(dir string) error {
+	entries, err := guestFiles.ReadDir("guest")
+	if err != nil {
+		return fmt.Errorf("internal error: embedded guest files: %w", err)
+	}
+	for _, e := range entries {
+		body, err := guestFiles.ReadFile("guest/" + e.Name())
+		if err != nil {
+			return fmt.Errorf("internal error: embedded guest files: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), body, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *builder) mkfs(ctx context.Context, rootfs, raw string) error {

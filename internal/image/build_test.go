@@ -423,19 +423,41 @@ func TestMkfsRefusesATooSmallDisk(t *testing.T) {
 	wantErr(t, err, "too much for a 1.0 MiB disk", "--size")
 }
 
-func TestGuestHooksPassShellcheck(t *testing.T) {
+func TestGuestScriptsPassShellcheck(t *testing.T) {
 	testutil.Program(t, "shellcheck")
-	for _, p := range []string{"guest/essential.sh", "guest/customize.sh"} {
-		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "shellcheck", Args: []string{"-s", "sh", p}})
+	for p, shell := range map[string]string{"guest/essential.sh": "sh", "guest/customize.sh": "sh", "guest/cloud-init-stage": "bash"} {
+		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "shellcheck", Args: []string{"-s", shell, p}})
 		if err != nil {
 			t.Errorf("%s: %v\n%s", p, err, res.Stdout)
 		}
 	}
-	// The embedded copies are the files.
-	for p, embedded := range map[string]string{"guest/essential.sh": essentialHook, "guest/customize.sh": customizeHook} {
-		b, err := os.ReadFile(p)
-		if err != nil || string(b) != embedded {
-			t.Errorf("%s: embedded copy differs (%v)", p, err)
+}
+
+func TestBuildWritesTheGuestFilesBesideTheHooks(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeGuestFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadDir("guest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadDir(dir)
+	if len(got) != len(want) || len(want) < 2 {
+		t.Fatalf("wrote %d files, want the %d in guest/", len(got), len(want))
+	}
+	for _, e := range want {
+		src, _ := os.ReadFile(filepath.Join("guest", e.Name()))
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || string(b) != string(src) {
+			t.Errorf("%s: written copy differs (%v)", e.Name(), err)
+		}
+	}
+	// customize.sh installs each file by the name it has here.
+	customize, _ := os.ReadFile(filepath.Join("guest", "customize.sh"))
+	for _, e := range want {
+		if n := e.Name(); n != "customize.sh" && n != "essential.sh" && !strings.Contains(string(customize), `"$files/`+n+`"`) {
+			t.Errorf("customize.sh does not install %s", n)
 		}
 	}
 }

@@ -158,12 +158,28 @@ func checkRealDisk(t *testing.T, img *Image) {
 			t.Errorf("the image carries an SSH host key: /etc/ssh/%s", name)
 		}
 	}
+	// cloud-init's stages run through the stage server (cloud-init-server).
+	for name, mode := range ls("/usr/lib/agent-vm") {
+		if name != "." && name != ".." && mode != "100755 uid=0" {
+			t.Errorf("/usr/lib/agent-vm/%s: mode %s, want an executable of root's", name, mode)
+		}
+	}
+	for _, unit := range []string{"cloud-init-local", "cloud-init", "cloud-config", "cloud-final"} {
+		if got := cat("/etc/systemd/system/" + unit + ".service.d/agent-vm.conf"); !strings.Contains(got, "ExecStart=/usr/lib/agent-vm/cloud-init-stage ") {
+			t.Errorf("%s.service runs no stage through the server: %q", unit, got)
+		}
+	}
+	if got := cat("/etc/cloud/cloud.cfg.d/90-agent-vm.cfg"); !strings.Contains(got, "\ncloud_final_modules: [ write-files-deferred,") {
+		t.Errorf("90-agent-vm.cfg lists no modules: %q", got)
+	}
 	for file, want := range map[string]string{
-		"/etc/cloud/cloud.cfg.d/90-agent-vm.cfg": "datasource_list: [ NoCloud, None ]",
-		"/etc/fstab":                             "/dev/vda / ext4",
-		"/etc/hostname":                          "agent-vm",
-		"/etc/modules-load.d/agent-vm.conf":      "qemu_fw_cfg",
-		"/etc/machine-id":                        "",
+		"/etc/systemd/system/agent-vm-cloud-init.service": "ExecStart=/usr/lib/agent-vm/cloud-init-server",
+		"/usr/lib/agent-vm/cloud-init-server":             "from cloudinit.cmd.main import main",
+		"/etc/cloud/cloud.cfg.d/90-agent-vm.cfg":          "datasource_list: [ NoCloud, None ]",
+		"/etc/fstab":                                      "/dev/vda / ext4",
+		"/etc/hostname":                                   "agent-vm",
+		"/etc/modules-load.d/agent-vm.conf":               "qemu_fw_cfg",
+		"/etc/machine-id":                                 "",
 	} {
 		if got := cat(file); !strings.Contains(got, want) || (want == "" && strings.TrimSpace(got) != "") {
 			t.Errorf("%s: got %q, want it to contain %q", file, got, want)

@@ -1,7 +1,7 @@
 package image
 
 import (
-	_ "embed"
+	"embed"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,13 +9,12 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
-// The mmdebstrap hooks that configure the guest; see the scripts themselves.
-var (
-	//go:embed guest/essential.sh
-	essentialHook string
-	//go:embed guest/customize.sh
-	customizeHook string
-)
+// guestFiles are the mmdebstrap hooks that configure the guest
+// (essential.sh, customize.sh; see the scripts themselves) and the files
+// customize.sh installs, which it finds beside itself.
+//
+//go:embed guest
+var guestFiles embed.FS
 
 // debianArch is what the recipe needs to know about the host architecture
 // (images are built for the architecture they will run on).
