@@ -26,7 +26,10 @@ func secretCommand(stdio IO) *cli.Command {
 			"it is sent to, and the VMs it is for (every VM, or one with --vm). It stays on the host, in\n" +
 			"$XDG_CONFIG_HOME/agent-vm/secrets (~/.config/agent-vm/secrets), 0600: each VM it is for gets a\n" +
 			"placeholder in its environment, and the VM's egress proxy puts the value in place of the\n" +
-			"placeholder on HTTPS requests to the secret's hosts. A change applies at a VM's next start;\n" +
+			"placeholder on HTTPS requests to the secret's hosts, where a credential goes: the Authorization\n" +
+			"header (the placeholder alone, after a scheme, or as a Basic user or password) and the headers\n" +
+			"named with --header (x-api-key for ANTHROPIC_API_KEY). A placeholder anywhere else in a request\n" +
+			"is refused, since a server may send the rest of a request back. A change applies at a VM's next start;\n" +
 			"a running VM keeps what it started with. No command prints a value.",
 		Subcommands: []*cli.Command{
 			{
@@ -35,6 +38,7 @@ func secretCommand(stdio IO) *cli.Command {
 				ArgsUsage: "NAME",
 				Flags: []cli.Flag{
 					&cli.StringSliceFlag{Name: "host", Usage: "send the value to `HOST` only (repeatable; default: the API's hosts for a well-known NAME such as ANTHROPIC_API_KEY or GH_TOKEN)"},
+					&cli.StringSliceFlag{Name: "header", Usage: "send the value in request header `NAME` too, besides Authorization (repeatable; x-api-key for ANTHROPIC_API_KEY and x-goog-api-key for GEMINI_API_KEY without asking)"},
 					&cli.StringFlag{Name: "vm", Usage: "for the VM of `BRANCH` only (default: every VM)"},
 				},
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error { return secretSet(cliCtx, stdio, m) }),
@@ -42,8 +46,8 @@ func secretCommand(stdio IO) *cli.Command {
 			{
 				Name:    "list",
 				Aliases: []string{"ls"},
-				Usage:   "list the secrets: name, hosts and VM, never the value",
-				Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print JSON: [{"name", "hosts", "vm", "vm_id"}]`}},
+				Usage:   "list the secrets: name, hosts, the headers their value goes in, and VM; never the value",
+				Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print JSON: [{"name", "hosts", "headers", "vm", "vm_id"}]`}},
 				Action:  withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error { return secretList(cliCtx, stdio, m) }),
 			},
 			{
@@ -66,7 +70,7 @@ func secretCommand(stdio IO) *cli.Command {
 	}
 }
 
-// secretSet is `secret set NAME [--host HOST]... [--vm BRANCH]`: all that
+// secretSet is `secret set NAME [--host HOST]... [--header NAME]... [--vm BRANCH]`: all that
 // was typed is checked before the value is read.
 func secretSet(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 	name, err := secretName(cliCtx)
@@ -81,6 +85,15 @@ func secretSet(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 		return err
 	}
 	sec := secret.Secret{Name: name, Hosts: hosts}
+	for _, h := range cliCtx.StringSlice("header") {
+		c, err := secret.CheckHeader(h)
+		if err != nil {
+			return usagef("secret set %s --header: %v", name, err)
+		}
+		if !slices.Contains(sec.Headers, c) {
+			sec.Headers = append(sec.Headers, c)
+		}
+	}
 	scope := "for every VM; it takes effect when a VM next starts (running VMs keep what they started with)"
 	if branch := cliCtx.String("vm"); branch != "" {
 		if sec.VM, branch, err = containedVM(cliCtx.Context, m, branch, name); err != nil {
@@ -98,7 +111,11 @@ func secretSet(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 	if err := m.Secrets.Set(sec); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdio.Out, "%s secret %s, sent to %s only, %s\n", verb, name, strings.Join(hosts, ", "), scope)
+	where := "Authorization"
+	if c := sec.Carriers(); len(c) > 0 {
+		where += " or " + strings.Join(c, ", ")
+	}
+	fmt.Fprintf(stdio.Out, "%s secret %s, sent to %s only, in %s, %s\n", verb, name, strings.Join(hosts, ", "), where, scope)
 	return nil
 }
 
@@ -199,10 +216,11 @@ func readValue(ctx context.Context, stdio IO, name string) (secret.Value, error)
 
 // secretRow is a secret as list shows it: never its value.
 type secretRow struct {
-	Name  string   `json:"name"`
-	Hosts []string `json:"hosts"`
-	VM    string   `json:"vm"`    // the branch of the VM it is for, if that VM exists
-	VMID  string   `json:"vm_id"` // its record's id; "" for every VM
+	Name    string   `json:"name"`
+	Hosts   []string `json:"hosts"`
+	Headers []string `json:"headers"` // besides Authorization (Secret.Carriers)
+	VM      string   `json:"vm"`      // the branch of the VM it is for, if that VM exists
+	VMID    string   `json:"vm_id"`   // its record's id; "" for every VM
 }
 
 // secretList is `secret list [--json]`. A damaged secret file is an
@@ -224,7 +242,8 @@ func secretList(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 	}
 	rows := []secretRow{}
 	for _, s := range all {
-		rows = append(rows, secretRow{Name: s.Name, Hosts: s.Hosts, VM: branches[s.VM], VMID: s.VM})
+		headers := append([]string{"authorization"}, s.Carriers()...)
+		rows = append(rows, secretRow{Name: s.Name, Hosts: s.Hosts, Headers: headers, VM: branches[s.VM], VMID: s.VM})
 	}
 	if cliCtx.Bool("json") {
 		return errors.Join(writeJSON(stdio.Out, rows), listErr)
@@ -233,7 +252,7 @@ func secretList(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 		fmt.Fprintln(stdio.Out, "no secrets (hint: `printenv NAME | agent-vm secret set NAME` stores one)")
 		return nil
 	}
-	table := [][]string{{"NAME", "HOSTS", "VM"}}
+	table := [][]string{{"NAME", "HOSTS", "HEADERS", "VM"}}
 	for _, r := range rows {
 		vmCell := termsafe.String(r.VM)
 		switch {
@@ -242,7 +261,7 @@ func secretList(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 		case r.VM == "":
 			vmCell = "(VM gone: " + termsafe.String(r.VMID) + ")"
 		}
-		table = append(table, []string{r.Name, strings.Join(r.Hosts, ","), vmCell})
+		table = append(table, []string{r.Name, strings.Join(r.Hosts, ","), strings.Join(r.Headers, ","), vmCell})
 	}
 	return errors.Join(writeTable(stdio.Out, table), listErr)
 }

@@ -97,8 +97,8 @@ func (h *secretHome) secretRows(t *testing.T) map[string]secretRow {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		if got := strings.Join(keys, " "); got != "hosts name vm vm_id" {
-			t.Errorf("secret list --json: an object has the keys %q, want hosts name vm vm_id", got)
+		if got := strings.Join(keys, " "); got != "headers hosts name vm vm_id" {
+			t.Errorf("secret list --json: an object has the keys %q, want headers hosts name vm vm_id", got)
 		}
 		byName[rows[i].Name] = rows[i]
 	}
@@ -126,15 +126,15 @@ func TestSecretSetListRemove(t *testing.T) {
 	}
 
 	r := h.mustRun(t, "", replacedValue+"\n", "secret", "set", "ANTHROPIC_API_KEY")
-	if want := "stored secret ANTHROPIC_API_KEY, sent to api.anthropic.com only, for every VM; it takes effect when a VM next starts (running VMs keep what they started with)\n"; r.stdout != want {
+	if want := "stored secret ANTHROPIC_API_KEY, sent to api.anthropic.com only, in Authorization or x-api-key, for every VM; it takes effect when a VM next starts (running VMs keep what they started with)\n"; r.stdout != want {
 		t.Errorf("secret set ANTHROPIC_API_KEY: %q, want %q", r.stdout, want)
 	}
 	r = h.mustRun(t, "", values["ANTHROPIC_API_KEY"]+"\n", "secret", "set", "ANTHROPIC_API_KEY")
 	if !strings.HasPrefix(r.stdout, "replaced secret ANTHROPIC_API_KEY, sent to api.anthropic.com only") {
 		t.Errorf("secret set of a stored name: %q, want it replaced", r.stdout)
 	}
-	r = h.mustRun(t, "", values["DEPLOY_TOKEN"], "secret", "set", "DEPLOY_TOKEN", "--host", "Deploy.Example.com.", "--host", "api.example.com", "--host", "deploy.example.com")
-	if !strings.HasPrefix(r.stdout, "stored secret DEPLOY_TOKEN, sent to deploy.example.com, api.example.com only, for every VM") {
+	r = h.mustRun(t, "", values["DEPLOY_TOKEN"], "secret", "set", "DEPLOY_TOKEN", "--host", "Deploy.Example.com.", "--host", "api.example.com", "--host", "deploy.example.com", "--header", "X-Deploy-Key", "--header", "x-deploy-key")
+	if !strings.HasPrefix(r.stdout, "stored secret DEPLOY_TOKEN, sent to deploy.example.com, api.example.com only, in Authorization or x-deploy-key, for every VM") {
 		t.Errorf("secret set --host: %q", r.stdout)
 	}
 
@@ -145,14 +145,14 @@ func TestSecretSetListRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = h.mustRun(t, repo, values["FEAT_TOKEN"], "secret", "set", "FEAT_TOKEN", "--host", "feat.example.com", "--vm", "feat")
-	if !strings.HasPrefix(r.stdout, "stored secret FEAT_TOKEN, sent to feat.example.com only, for VM feat only; it takes effect when the VM next starts") {
+	if !strings.HasPrefix(r.stdout, "stored secret FEAT_TOKEN, sent to feat.example.com only, in Authorization, for VM feat only; it takes effect when the VM next starts") {
 		t.Errorf("secret set --vm: %q", r.stdout)
 	}
 
-	want := "NAME               HOSTS                               VM\n" +
-		"ANTHROPIC_API_KEY  api.anthropic.com                   (all VMs)\n" +
-		"DEPLOY_TOKEN       deploy.example.com,api.example.com  (all VMs)\n" +
-		"FEAT_TOKEN         feat.example.com                    feat\n"
+	want := "NAME               HOSTS                               HEADERS                     VM\n" +
+		"ANTHROPIC_API_KEY  api.anthropic.com                   authorization,x-api-key     (all VMs)\n" +
+		"DEPLOY_TOKEN       deploy.example.com,api.example.com  authorization,x-deploy-key  (all VMs)\n" +
+		"FEAT_TOKEN         feat.example.com                    authorization               feat\n"
 	if r := h.mustRun(t, "", "", "secret", "list"); r.stdout != want {
 		t.Errorf("secret list:\n%s\nwant:\n%s", r.stdout, want)
 	}
@@ -166,7 +166,7 @@ func TestSecretSetListRemove(t *testing.T) {
 
 	// The VM gone, its secret stays, marked so.
 	h.mustRun(t, repo, "", "destroy", "feat")
-	if r := h.mustRun(t, "", "", "secret", "ls"); !strings.Contains(r.stdout, "FEAT_TOKEN         feat.example.com                    (VM gone: "+rec.ID+")\n") {
+	if r := h.mustRun(t, "", "", "secret", "ls"); !strings.Contains(r.stdout, "FEAT_TOKEN         feat.example.com                    authorization               (VM gone: "+rec.ID+")\n") {
 		t.Errorf("secret list after the VM's destroy:\n%s", r.stdout)
 	}
 	if got := h.secretRows(t)["FEAT_TOKEN"]; got.VM != "" || got.VMID != rec.ID {
@@ -224,6 +224,9 @@ func TestSecretRefusals(t *testing.T) {
 		{value, []string{"set", "MY_TOKEN", "--host", "host:443"}, 1, `secret host "host:443" is not a DNS name`},
 		{value, []string{"set", "MY_TOKEN", "--host", "api.example.com:443"}, 1, `secret host "api.example.com:443" is not a DNS name`},
 		{value, []string{"set", "MY_TOKEN"}, 2, "agent-vm knows none for that name (hint: `agent-vm secret set MY_TOKEN --host HOST`"},
+		{value, []string{"set", "GH_TOKEN", "--header", "x api key"}, 2, `secret set GH_TOKEN --header: "x api key" is not a header name (hint: a name such as x-api-key)`},
+		{value, []string{"set", "GH_TOKEN", "--header", "Authorization"}, 2, `header "Authorization" carries every secret already (hint: leave it out`},
+		{value, []string{"set", "GH_TOKEN", "--header", "Cookie"}, 2, `header "Cookie" is not a credential's own header: a server may send it back`},
 		{value, []string{"set", "GH_TOKEN", "--vm", "nope"}, 1, `no VM for branch "nope"`},
 		{value, []string{"set", "GH_TOKEN", "--vm", ""}, 2, "--vm is empty"},
 		{"", []string{"set", "GH_TOKEN", value}, 2, "secret set takes one NAME, got 2 arguments (hint:"},

@@ -3,17 +3,19 @@
 // (random, recognisable strings); the host holds each secret's real value
 // and the hosts it is bound to. For a request to one of those hosts the
 // egress proxy, which sees the request in clear, has Set.Swap put the
-// real value wherever the placeholder stands in a header value, including
-// inside an `Authorization: Basic` credential. A placeholder of a secret
-// not bound to the request's host, in its headers or its URL, makes Swap
-// refuse the request, naming the secret and the host.
+// real value where a credential goes and nowhere else: Authorization and
+// Proxy-Authorization (the placeholder alone, after a scheme, or as a Basic
+// credential's user or password) and the headers a secret names
+// (x-api-key for Anthropic's key). A server may repeat any other part of a
+// request in its answer, so a placeholder anywhere else is refused, as is
+// a placeholder of a secret not bound to the request's host anywhere in
+// its headers or URL; the error names the secret and the host.
 //
-// A placeholder reveals nothing, so the refusal is not what keeps a
-// secret: that is done by the swap happening only for bound hosts, and by
+// The swap happening only for bound hosts, in credential positions, and
 // the checks on the output (no placeholder of the host's secrets is left
-// in it, and no real value of a secret not bound to the host is in it).
-// The refusal tells a confused or hostile agent early, and plainly, that
-// the credential is not for that host.
+// in it, and no real value of a secret not bound to the host is in it) are
+// what keep a secret; the refusals tell a confused or hostile agent early,
+// and plainly, where the credential may go.
 //
 // Only whole placeholders within one header value are swapped: one split
 // across two values or two headers does not match and goes out as it is
@@ -31,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 )
 
@@ -44,6 +47,9 @@ type Secret struct {
 	Placeholder string   // what the guest holds instead of Value
 	Value       string   // the real value: never printed, logged or put in an error
 	Hosts       []string // the hosts Value may be sent to (names, matched exactly, any case)
+	// Headers are the request headers, besides Authorization and
+	// Proxy-Authorization, that carry it (any case), e.g. x-api-key.
+	Headers []string
 }
 
 // Format prints a Secret without its placeholder or value, whatever the
@@ -68,10 +74,24 @@ func (s Set) Format(f fmt.State, _ rune) {
 	_, _ = io.WriteString(f, "["+strings.Join(parts, "; ")+"]")
 }
 
+// isToken says whether h is a header field name: RFC 9110's token.
+func isToken(h string) bool {
+	if h == "" {
+		return false
+	}
+	for _, c := range h {
+		if c > 0x7e || c <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
+			return false
+		}
+	}
+	return true
+}
+
 // binding is a secret with its hosts in canonical form.
 type binding struct {
 	Secret
-	hosts map[string]bool
+	hosts   map[string]bool
+	headers map[string]bool // canonical keys (http.CanonicalHeaderKey)
 }
 
 // New checks secrets and makes a Set of them: each has a name and a value
@@ -103,9 +123,15 @@ func New(secrets []Secret) (*Set, error) {
 				return nil, fmt.Errorf("secret %q's placeholder contains secret %q's (hint: make new placeholders)", other.Name, sec.Name)
 			}
 		}
-		b := binding{Secret: sec, hosts: map[string]bool{}}
+		b := binding{Secret: sec, hosts: map[string]bool{}, headers: map[string]bool{}}
 		for _, h := range sec.Hosts {
 			b.hosts[canonHost(h)] = true
+		}
+		for _, h := range sec.Headers {
+			if !isToken(h) {
+				return nil, fmt.Errorf("secret %q: %q is not a header name (hint: a name such as x-api-key)", sec.Name, h)
+			}
+			b.headers[http.CanonicalHeaderKey(h)] = true
 		}
 		s.secrets = append(s.secrets, b)
 	}

@@ -14,6 +14,8 @@ const (
 	ghVal = "ghp_REALgithubTOKENvalue000000000000"
 	oaPH  = "agentvm-ph-openai-fedcba9876543210"
 	oaVal = "sk-REALopenaiKEYvalue1111111111111"
+	anPH  = "agentvm-ph-anthropic-00112233445566"
+	anVal = "sk-ant-REALvalue22222222222222222"
 )
 
 func testSet(t testing.TB) *Set {
@@ -21,6 +23,7 @@ func testSet(t testing.TB) *Set {
 	s, err := New([]Secret{
 		{Name: "GITHUB_TOKEN", Placeholder: ghPH, Value: ghVal, Hosts: []string{"github.com", "api.github.com"}},
 		{Name: "OPENAI_API_KEY", Placeholder: oaPH, Value: oaVal, Hosts: []string{"api.openai.com"}},
+		{Name: "ANTHROPIC_API_KEY", Placeholder: anPH, Value: anVal, Hosts: []string{"api.anthropic.com"}, Headers: []string{"x-api-key"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +35,7 @@ func basic(user, pass string) string {
 	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 }
 
-var values = []string{ghVal, oaVal}
+var values = []string{ghVal, oaVal, anVal}
 
 // noSecretIn fails the test if text holds any real value.
 func noSecretIn(t *testing.T, what, text string) {
@@ -60,9 +63,15 @@ func TestSwap(t *testing.T) {
 		{"host with port and case", "API.GitHub.com.:443", "",
 			http.Header{"Authorization": {"token " + ghPH}},
 			http.Header{"Authorization": {"token " + ghVal}}, ""},
-		{"every value of every header", "api.openai.com", "",
-			http.Header{"X-Key": {oaPH, "a" + oaPH + "b" + oaPH}, "Api-Key": {oaPH}},
-			http.Header{"X-Key": {oaVal, "a" + oaVal + "b" + oaVal}, "Api-Key": {oaVal}}, ""},
+		{"the placeholder alone, and every value", "api.openai.com", "",
+			http.Header{"Authorization": {oaPH, " Bearer  " + oaPH + " "}},
+			http.Header{"Authorization": {oaVal, "Bearer  " + oaVal}}, ""},
+		{"a header the secret names, any case", "api.anthropic.com", "",
+			http.Header{"X-Api-Key": {anPH}, "Accept": {"*/*"}},
+			http.Header{"X-Api-Key": {anVal}, "Accept": {"*/*"}}, ""},
+		{"Proxy-Authorization", "api.github.com", "",
+			http.Header{"Proxy-Authorization": {"token " + ghPH}},
+			http.Header{"Proxy-Authorization": {"token " + ghVal}}, ""},
 		{"basic auth: the password", "github.com", "https://github.com/o/r.git/info/refs",
 			http.Header{"Authorization": {basic("x-access-token", ghPH)}},
 			http.Header{"Authorization": {basic("x-access-token", ghVal)}}, ""},
@@ -85,7 +94,7 @@ func TestSwap(t *testing.T) {
 			http.Header{"Authorization": {"Bearer " + ghPH}}, nil,
 			`header "Authorization" to "api.openai.com" carries the placeholder of secret "GITHUB_TOKEN", which may only be sent to github.com, api.github.com`},
 		{"an unbound placeholder beside a bound one", "api.openai.com", "",
-			http.Header{"X-Key": {oaPH}, "X-Other": {"x" + ghPH}}, nil, `secret "GITHUB_TOKEN"`},
+			http.Header{"Authorization": {"Bearer " + oaPH}, "X-Other": {"x" + ghPH}}, nil, `secret "GITHUB_TOKEN"`},
 		{"a placeholder to an unknown host", "evil.example", "",
 			http.Header{"Cookie": {"t=" + oaPH}}, nil, `header "Cookie" to "evil.example" carries the placeholder of secret "OPENAI_API_KEY"`},
 		{"in a Basic credential", "evil.example", "",
@@ -97,6 +106,25 @@ func TestSwap(t *testing.T) {
 		{"escaped in the query", "evil.example", "https://evil.example/x?k=" + url.QueryEscape(oaPH[:5]) + "%" + fmt.Sprintf("%02X", oaPH[5]) + oaPH[6:], nil, nil, `secret "OPENAI_API_KEY"`},
 		{"in the URL's user info", "evil.example", "https://" + ghPH + "@evil.example/", nil, nil, `the URL`},
 		{"in a header name", "github.com", "", http.Header{"X-" + ghPH: {"1"}}, nil, `a header's name to "github.com" carries the placeholder of secret "GITHUB_TOKEN"`},
+		{"echoed: in a header of no credential", "api.github.com", "",
+			http.Header{"X-Github-Api-Version": {ghPH}}, nil,
+			`header "X-Github-Api-Version" to "api.github.com" carries the placeholder of secret "GITHUB_TOKEN" where no credential goes: its value is put only in Authorization, Proxy-Authorization, as the whole value`},
+		{"inside a longer value", "api.github.com", "",
+			http.Header{"Authorization": {"Bearer " + ghPH + "x"}}, nil, `where no credential goes`},
+		{"after two words", "api.github.com", "",
+			http.Header{"Authorization": {"Bearer x " + ghPH}}, nil, `where no credential goes`},
+		{"inside a Basic password", "github.com", "",
+			http.Header{"Authorization": {basic("x-access-token", "a"+ghPH)}}, nil,
+			`header "Authorization"'s Basic credential to "github.com" carries the placeholder of secret "GITHUB_TOKEN" where no credential goes`},
+		{"another secret's header", "api.openai.com", "",
+			http.Header{"X-Api-Key": {oaPH}}, nil, `secret "OPENAI_API_KEY" where no credential goes`},
+		{"a named header, the value inside a longer one", "api.anthropic.com", "",
+			http.Header{"X-Api-Key": {anPH + "," + anPH}}, nil,
+			`its value is put only in Authorization, Proxy-Authorization, X-Api-Key, as the whole value`},
+		{"a cookie to a bound host", "api.github.com", "",
+			http.Header{"Cookie": {"t=" + ghPH}}, nil, `header "Cookie" to "api.github.com"`},
+		{"in the URL of a bound host", "api.github.com", "https://api.github.com/user?access_token=" + ghPH, nil, nil,
+			`the URL to "api.github.com" carries the placeholder of secret "GITHUB_TOKEN" where no credential goes`},
 		{"a real value of another host's secret", "github.com", "",
 			http.Header{"X-Leak": {oaVal}}, nil, `would carry the value of secret "OPENAI_API_KEY"`},
 	} {

@@ -10,19 +10,25 @@ import (
 )
 
 // Swap returns a copy of h, the headers of a request to host (a name, a
-// port and any case ignored) at u, with the placeholder of every secret
-// bound to host replaced by its value in every header value, and inside
-// an Authorization or Proxy-Authorization Basic credential (decoded,
-// swapped in user and password, encoded again). h itself is not changed.
+// port and any case ignored) at u, with the placeholder of a secret bound
+// to host replaced by its value where a credential goes, and only there:
 //
-// It refuses the request (an error IsRefused knows, naming the secret
-// and the host) when a placeholder of a secret not bound to host is in a
-// header value or name, in a Basic credential, or in u (as sent or
-// unescaped); when any placeholder is in a header name; and, after the
-// swap, when a header would carry a placeholder of host's secrets or the
-// real value of a secret not bound to host (text around a swapped value
-// can only form one if made to: refused rather than sent). u may be nil.
-// names are the secrets it put in, sorted, for the proxy's log.
+//   - in Authorization and Proxy-Authorization, a value that is the
+//     placeholder, "<scheme> <placeholder>", or Basic with the placeholder
+//     as the user or the password (decoded, swapped, encoded again);
+//   - in a header the secret names (Secret.Headers, e.g. x-api-key), a
+//     value that is the placeholder or "<scheme> <placeholder>".
+//
+// A server may quote any other part of a request back (an error that
+// repeats a header it did not expect, an echo endpoint, a page that shows
+// the URL), and the guest would read the value there: so a placeholder
+// anywhere else (another header, inside a longer value, the URL, a
+// header's name) is refused, as is a placeholder of a secret not bound to
+// host anywhere, and a header that would carry the real value of a secret
+// not bound to host. The error (IsRefused) names the secret, the host and
+// the place, never a placeholder or a value. h itself is not changed; u
+// may be nil. names are the secrets it put in, sorted, for the proxy's
+// log.
 func (s *Set) Swap(host string, u *url.URL, h http.Header) (out http.Header, names []string, err error) {
 	host = canonHost(host)
 	if u != nil {
@@ -31,9 +37,24 @@ func (s *Set) Swap(host string, u *url.URL, h http.Header) (out http.Header, nam
 		}
 	}
 	used := map[string]bool{}
-	out, err = s.swap(host, h, used)
-	if err != nil {
-		return nil, nil, err
+	out = make(http.Header, len(h))
+	for name, values := range h {
+		at := place{header: name, part: "'s name"}
+		for _, b := range s.secrets {
+			if strings.Contains(name, b.Placeholder) {
+				return nil, nil, s.refuse(b, host, at)
+			}
+		}
+		if err := s.checkOut(host, name, at); err != nil {
+			return nil, nil, err
+		}
+		swapped := make([]string, len(values))
+		for i, v := range values {
+			if swapped[i], err = s.swapValue(host, name, v, used); err != nil {
+				return nil, nil, err
+			}
+		}
+		out[name] = swapped
 	}
 	for n := range used {
 		names = append(names, n)
@@ -53,73 +74,98 @@ func (s *Set) Bound(host string) bool {
 	return false
 }
 
-// swap is Swap of the headers, adding the names of the secrets it put in
-// to used.
-func (s *Set) swap(host string, h http.Header, used map[string]bool) (http.Header, error) {
-	out := make(http.Header, len(h))
-	for name, values := range h {
-		at := place{header: name}
-		for _, b := range s.secrets {
-			if strings.Contains(name, b.Placeholder) {
-				return nil, s.refuse(b, host, place{header: name, part: "'s name"})
-			}
-		}
-		if err := s.checkOut(host, name, place{header: name, part: "'s name"}); err != nil {
-			return nil, err
-		}
-		swapped := make([]string, len(values))
-		for i, v := range values {
-			sv, err := s.swapValue(host, v, at, used)
-			if err != nil {
-				return nil, err
-			}
-			if isAuth(name) {
-				if sv, err = s.swapBasic(host, sv, at, used); err != nil {
-					return nil, err
-				}
-			}
-			swapped[i] = sv
-		}
-		out[name] = swapped
-	}
-	return out, nil
-}
-
-// swapValue checks and swaps one header value (or a decoded credential).
-func (s *Set) swapValue(host, v string, at place, used map[string]bool) (string, error) {
+// swapValue checks and swaps v, a value of header name, adding the names
+// of the secrets it put in to used.
+func (s *Set) swapValue(host, name, v string, used map[string]bool) (string, error) {
+	at := place{header: name}
 	if err := s.checkUnbound(host, v, at); err != nil {
 		return "", err
 	}
-	for _, b := range s.secrets {
-		if b.hosts[host] && strings.Contains(v, b.Placeholder) {
-			v = strings.ReplaceAll(v, b.Placeholder, b.Value)
-			used[b.Name] = true
+	out := v
+	if scheme, token, ok := credential(v); ok {
+		for _, b := range s.secrets {
+			if b.hosts[host] && token == b.Placeholder && (isAuth(name) || b.headers[http.CanonicalHeaderKey(name)]) {
+				out = scheme + b.Value
+				used[b.Name] = true
+				break
+			}
+		}
+		if out == v && isAuth(name) && strings.EqualFold(strings.TrimSpace(scheme), "Basic") {
+			var err error
+			if out, err = s.swapBasic(host, scheme, token, at, used); err != nil {
+				return "", err
+			}
 		}
 	}
-	return v, s.checkOut(host, v, at)
+	if out == v {
+		for _, b := range s.secrets {
+			if b.hosts[host] && strings.Contains(v, b.Placeholder) {
+				return "", s.misplaced(b, host, at)
+			}
+		}
+	}
+	return out, s.checkOut(host, out, at)
 }
 
-// swapBasic swaps within the credential of an "Basic <base64>" value; any
-// other value (another scheme, or not base64) is returned as it is.
-func (s *Set) swapBasic(host, v string, at place, used map[string]bool) (string, error) {
-	scheme, cred, ok := strings.Cut(strings.TrimLeft(v, " "), " ")
-	if !ok || !strings.EqualFold(scheme, "Basic") {
-		return v, nil
+// credential splits a header value that has the shape of a credential,
+// a token alone or "<scheme> <token>", into the scheme with the spaces
+// after it ("" for a token alone) and the token.
+func credential(v string) (scheme, token string, ok bool) {
+	v = strings.Trim(v, " \t")
+	if v == "" {
+		return "", "", false
 	}
-	cred = strings.Trim(cred, " ")
+	i := strings.IndexAny(v, " \t")
+	if i < 0 {
+		return "", v, true
+	}
+	token = strings.TrimLeft(v[i:], " \t")
+	if strings.ContainsAny(token, " \t") {
+		return "", "", false
+	}
+	return v[:len(v)-len(token)], token, true
+}
+
+// swapBasic swaps within the Basic credential cred (its base64), whose
+// user or password may be a placeholder of host's secrets, whole. A
+// credential that is not base64 is returned as it was.
+func (s *Set) swapBasic(host, scheme, cred string, at place, used map[string]bool) (string, error) {
+	orig := scheme + cred
 	dec, err := base64.StdEncoding.DecodeString(cred)
 	if err != nil {
-		return v, nil
+		return orig, nil
 	}
-	swapped, err := s.swapValue(host, string(dec), place{header: at.header, part: "'s Basic credential"}, used)
-	if err != nil {
+	in := place{header: at.header, part: "'s Basic credential"}
+	if err := s.checkUnbound(host, string(dec), in); err != nil {
+		return "", err
+	}
+	user, pass, _ := strings.Cut(string(dec), ":")
+	swap := func(part string) string {
+		for _, b := range s.secrets {
+			if b.hosts[host] && part == b.Placeholder {
+				used[b.Name] = true
+				return b.Value
+			}
+		}
+		return part
+	}
+	user, pass = swap(user), swap(pass)
+	swapped := user + ":" + pass
+	if !strings.Contains(string(dec), ":") {
+		swapped = user
+	}
+	for _, b := range s.secrets {
+		if b.hosts[host] && strings.Contains(swapped, b.Placeholder) {
+			return "", s.misplaced(b, host, in)
+		}
+	}
+	if err := s.checkOut(host, swapped, in); err != nil {
 		return "", err
 	}
 	if swapped == string(dec) {
-		return v, nil
+		return orig, nil
 	}
-	out := scheme + " " + base64.StdEncoding.EncodeToString([]byte(swapped))
-	return out, s.checkOut(host, out, at)
+	return scheme + base64.StdEncoding.EncodeToString([]byte(swapped)), nil
 }
 
 // checkUnbound refuses v if it carries a placeholder of a secret not bound
@@ -147,8 +193,9 @@ func (s *Set) checkOut(host, v string, at place) error {
 	return nil
 }
 
-// checkURL refuses u if it carries, as sent or unescaped, a placeholder
-// of a secret not bound to host.
+// checkURL refuses u if it carries, as sent or unescaped, a placeholder:
+// of a secret not bound to host, or of one bound to it (the value never
+// goes into a URL).
 func (s *Set) checkURL(host string, u *url.URL) error {
 	raw := u.String()
 	forms := []string{raw}
@@ -162,6 +209,11 @@ func (s *Set) checkURL(host string, u *url.URL) error {
 		if err := s.checkUnbound(host, f, place{}); err != nil {
 			return err
 		}
+		for _, b := range s.secrets {
+			if strings.Contains(f, b.Placeholder) {
+				return s.misplaced(b, host, place{})
+			}
+		}
 	}
 	return nil
 }
@@ -173,6 +225,16 @@ func (s *Set) refuse(b binding, host string, at place) error {
 		bound = strings.Join(b.Hosts, ", ")
 	}
 	return s.refusal("%s to %q carries the placeholder of secret %q, which may only be sent to %s (hint: use it only with those hosts)", s.describe(at), host, b.Name, bound)
+}
+
+// misplaced is the error for the placeholder of b, a secret bound to
+// host, found where no credential goes.
+func (s *Set) misplaced(b binding, host string, at place) error {
+	where := "Authorization, Proxy-Authorization"
+	for _, h := range b.Headers {
+		where += ", " + http.CanonicalHeaderKey(h)
+	}
+	return s.refusal("%s to %q carries the placeholder of secret %q where no credential goes: its value is put only in %s, as the whole value or after a scheme, since a server may send the rest of a request back (hint: send it there; `agent-vm secret set %s --header HEADER` names another header)", s.describe(at), host, b.Name, where, b.Name)
 }
 
 // place is where in a request a placeholder or value was found, put in

@@ -60,6 +60,10 @@ type Secret struct {
 	// Hosts are the DNS names the value is sent to (exact names: a
 	// secret bound to github.com is not sent to gist.github.com).
 	Hosts []string `json:"hosts"`
+	// Headers are the request headers, besides Authorization and
+	// Proxy-Authorization, in which the value is sent (lower case), as
+	// `secret set --header` gave them; Carriers adds a well-known name's.
+	Headers []string `json:"headers,omitempty"`
 	// VM is the id of the one VM the secret is for (state.Record.ID);
 	// "" is every VM.
 	VM    string `json:"vm,omitempty"`
@@ -69,10 +73,11 @@ type Secret struct {
 // file is a secret as its file holds it: the one place the value is
 // written out.
 type file struct {
-	Name  string   `json:"name"`
-	Hosts []string `json:"hosts"`
-	VM    string   `json:"vm,omitempty"`
-	Value string   `json:"value"`
+	Name    string   `json:"name"`
+	Hosts   []string `json:"hosts"`
+	Headers []string `json:"headers,omitempty"`
+	VM      string   `json:"vm,omitempty"`
+	Value   string   `json:"value"`
 }
 
 // DefaultHosts are the hosts of the well-known names, used when `secret
@@ -92,6 +97,47 @@ var defaultHosts = map[string][]string{
 // DefaultHosts are the hosts a well-known secret name is bound to when
 // no host is given; nil for other names.
 func DefaultHosts(name string) []string { return slices.Clone(defaultHosts[name]) }
+
+// defaultHeaders are the headers, besides Authorization, in which the
+// APIs of well-known names take their keys: Anthropic's x-api-key (Claude
+// Code sends ANTHROPIC_API_KEY there), Google's x-goog-api-key.
+var defaultHeaders = map[string][]string{
+	"ANTHROPIC_API_KEY": {"x-api-key"},
+	"GEMINI_API_KEY":    {"x-goog-api-key"},
+}
+
+// Carriers are the headers, besides Authorization and
+// Proxy-Authorization, in which the proxy puts s's value: those given to
+// `secret set --header`, and a well-known name's own.
+func (s Secret) Carriers() []string {
+	out := slices.Clone(s.Headers)
+	for _, h := range defaultHeaders[s.Name] {
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+var headerRE = regexp.MustCompile("^[a-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+
+// CheckHeader returns header in lower case, or refuses what is not a
+// header name, and the headers that carry no credential of their own
+// (Authorization always carries it; Host, Cookie and the like would put
+// the value where other things go too).
+func CheckHeader(header string) (string, error) {
+	h := strings.ToLower(strings.TrimSpace(header))
+	if !headerRE.MatchString(h) {
+		return "", fmt.Errorf("%q is not a header name (hint: a name such as x-api-key)", header)
+	}
+	switch h {
+	case "authorization", "proxy-authorization":
+		return "", fmt.Errorf("header %q carries every secret already (hint: leave it out; --header names another header, such as x-api-key)", header)
+	case "host", "cookie", "content-type", "content-length", "transfer-encoding", "connection", "user-agent", "referer", "origin":
+		return "", fmt.Errorf("header %q is not a credential's own header: a server may send it back (hint: name the header the API reads its key from, such as x-api-key)", header)
+	}
+	return h, nil
+}
 
 // MaxValue bounds a value: credentials are short, and a larger input is
 // more likely a file given by mistake.
@@ -209,7 +255,7 @@ func (s *Store) Set(sec Secret) error {
 	if len(sec.Hosts) == 0 {
 		return fmt.Errorf("secret %s is bound to no host (hint: name the hosts it is sent to with --host, e.g. --host api.example.com)", sec.Name)
 	}
-	var hosts []string
+	var hosts, headers []string
 	for _, h := range sec.Hosts {
 		c, err := CheckHost(h)
 		if err != nil {
@@ -219,10 +265,19 @@ func (s *Store) Set(sec Secret) error {
 			hosts = append(hosts, c)
 		}
 	}
+	for _, h := range sec.Headers {
+		c, err := CheckHeader(h)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(headers, c) {
+			headers = append(headers, c)
+		}
+	}
 	if err := s.Dir.Make(); err != nil {
 		return err
 	}
-	return atomicfile.WriteJSON(s.path(sec.Name), file{Name: sec.Name, Hosts: hosts, VM: sec.VM, Value: sec.Value.v}, 0o600)
+	return atomicfile.WriteJSON(s.path(sec.Name), file{Name: sec.Name, Hosts: hosts, Headers: headers, VM: sec.VM, Value: sec.Value.v}, 0o600)
 }
 
 // ErrNotFound is a name the store has no secret of.
@@ -245,7 +300,7 @@ func (s *Store) Get(name string) (Secret, error) {
 		// The error does not quote the file: it holds the value.
 		return Secret{}, fmt.Errorf("secret file %s is damaged (hint: set the secret again with `agent-vm secret set %s`, or remove it with `agent-vm secret rm %s`)", s.path(name), name, name)
 	}
-	return Secret{Name: f.Name, Hosts: f.Hosts, VM: f.VM, Value: Value{v: f.Value}}, nil
+	return Secret{Name: f.Name, Hosts: f.Hosts, Headers: f.Headers, VM: f.VM, Value: Value{v: f.Value}}, nil
 }
 
 // List reads every secret, sorted by name. A damaged file is an error

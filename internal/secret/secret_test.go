@@ -220,3 +220,45 @@ func TestPlaceholder(t *testing.T) {
 		t.Errorf("placeholders %q and %q", a, b)
 	}
 }
+
+// Headers are kept in lower case, once each; Carriers adds a well-known
+// name's own; CheckHeader refuses what is not a header name and the
+// headers a credential does not own.
+func TestHeaders(t *testing.T) {
+	s := store(t)
+	if err := s.Set(Secret{Name: "ANTHROPIC_API_KEY", Headers: []string{"X-Proxy-Key", "x-proxy-key", "x-api-key"}, Value: value(t, canary)}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Get("ANTHROPIC_API_KEY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(a.Headers) != "[x-proxy-key x-api-key]" || fmt.Sprint(a.Carriers()) != "[x-proxy-key x-api-key]" {
+		t.Errorf("headers %v, carriers %v; want [x-proxy-key x-api-key] for both", a.Headers, a.Carriers())
+	}
+	for name, want := range map[string]string{"ANTHROPIC_API_KEY": "[x-api-key]", "GEMINI_API_KEY": "[x-goog-api-key]", "GH_TOKEN": "[]", "MY_TOKEN": "[]"} {
+		if got := fmt.Sprint(Secret{Name: name}.Carriers()); got != want {
+			t.Errorf("%s's carriers %s, want %s", name, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"X-Api-Key":     "x-api-key",
+		"":              "is not a header name",
+		"x api":         "is not a header name",
+		"x:y":           "is not a header name",
+		"Authorization": "carries every secret already",
+		"cookie":        "is not a credential's own header",
+		"Host":          "is not a credential's own header",
+	} {
+		got, err := CheckHeader(in)
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("CheckHeader(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if err := s.Set(Secret{Name: "MY_TOKEN", Hosts: []string{"api.example.com"}, Headers: []string{"Cookie"}, Value: value(t, "v")}); err == nil {
+		t.Error("Set stored a secret whose header is Cookie")
+	}
+}

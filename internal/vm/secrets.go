@@ -65,7 +65,7 @@ func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*startSecret
 			p = secret.Placeholder()
 		}
 		out.placeholders[s.Name] = p
-		bound = append(bound, credswap.Secret{Name: s.Name, Placeholder: p, Value: s.Value.Reveal(), Hosts: s.Hosts})
+		bound = append(bound, credswap.Secret{Name: s.Name, Placeholder: p, Value: s.Value.Reveal(), Hosts: s.Hosts, Headers: s.Carriers()})
 	}
 	var hosts []string
 	for _, s := range scope {
