@@ -232,6 +232,9 @@ func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 	if len(x.Secrets) > 0 {
 		line += "  secrets: " + termsafe.String(strings.Join(x.Secrets, ", "))
 	}
+	if len(x.Scrubbed) > 0 {
+		line += "  scrubbed from the answer: " + termsafe.String(strings.Join(x.Scrubbed, ", "))
+	}
 	if x.Error != "" {
 		line += "  error: " + termsafe.String(x.Error)
 	}

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/credswap"
 )
 
 // Interceptor is how a VM's proxy puts the host's secrets into the
@@ -48,6 +50,12 @@ type Interceptor struct {
 	Rewrite func(host string, req *http.Request) (names []string, err error)
 	// RootCAs verify the real hosts; nil is the host's own trust store.
 	RootCAs *x509.CertPool
+	// Scrub, when set, takes the secrets' values out of every answer in
+	// an intercepted tunnel (headers, body, trailers) before the guest
+	// reads it: a server may send back what a request carried (an error
+	// quoting a header, an echo endpoint). The requests then ask for
+	// answers that are not compressed.
+	Scrub *credswap.Scrubber
 	// PushBranch is the one branch a git push through an intercepted
 	// tunnel may update ("" is none), and PushRepo the path of the one
 	// repository it may update on that host ("" is any): checkPush.
@@ -160,6 +168,15 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 	}
 	e.Allowed, e.Secrets = true, names
 	dropHopHeaders(req.Header)
+	sc := p.Intercept.Scrub
+	if sc != nil {
+		askIdentity(req)
+	}
+	found := func(name string) {
+		if !slices.Contains(e.Scrubbed, name) {
+			e.Scrubbed = append(e.Scrubbed, name)
+		}
+	}
 	out := &counter{w: host}
 	if err := req.Write(out); err != nil {
 		e.Error = "writing the request: " + err.Error()
@@ -175,6 +192,15 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 			p.record(e)
 			writeStatus(guest, http.StatusBadGateway, fmt.Sprintf("agent-vm: %s did not answer: %v\n", tunnel.Host, err))
 			return false
+		}
+		if sc != nil {
+			if err := scrubAnswer(sc, resp, found); err != nil {
+				resp.Body.Close()
+				e.Allowed, e.Rule = false, fmt.Sprintf("the answer of %s refused: %v", tunnel.Host, err)
+				p.record(e)
+				writeStatus(guest, http.StatusBadGateway, "agent-vm: "+e.Rule+"\n")
+				return false
+			}
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break

@@ -41,6 +41,10 @@ type Entry struct {
 	// Secrets are the names of the secrets put into an intercepted
 	// request (never their values).
 	Secrets []string `json:"secrets,omitempty"`
+	// Scrubbed are the names of the secrets whose values the proxy took
+	// out of an intercepted request's answer: the server sent back what
+	// the request carried.
+	Scrubbed []string `json:"scrubbed,omitempty"`
 	// URL is a KindOpenURL entry's URL as scheme://host/path: no user
 	// name or password, no query and no fragment, which carry login
 	// codes and tokens (as Request keeps no query).

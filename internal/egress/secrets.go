@@ -14,10 +14,10 @@ import (
 
 // NewInterceptor is the Interceptor for a VM's secrets: the hosts set
 // binds are intercepted with ca, their placeholders swapped by set
-// (credswap), and a git push through them may update branch alone, of
+// (credswap) and the secrets' values taken out of the answers, and a git push through them may update branch alone, of
 // the repository at path repo on its host ("" is any repository).
 func NewInterceptor(ca *CA, set *credswap.Set, branch, repo string) *Interceptor {
-	return &Interceptor{CA: ca, Bound: set.Bound, PushBranch: branch, PushRepo: repo,
+	return &Interceptor{CA: ca, Bound: set.Bound, Scrub: set.Scrubber(), PushBranch: branch, PushRepo: repo,
 		Rewrite: func(host string, req *http.Request) ([]string, error) {
 			h, names, err := set.Swap(host, req.URL, req.Header)
 			if err != nil {
