@@ -155,3 +155,42 @@ func TestCheckPushEncodings(t *testing.T) {
 		t.Errorf("a GET was checked as a push")
 	}
 }
+
+// A push is read however its request is spelled: receive-pack in any
+// case, with a trailing slash, a ";x", escaped, or named by its content
+// type alone; a push to main by each is refused, one to the VM's branch
+// goes on with its repository read from the path; a receive-pack that is
+// not a POST and a push with options are refused.
+func TestCheckPushSpellings(t *testing.T) {
+	const zero, id = "0000000000000000000000000000000000000000", "1111111111111111111111111111111111111111"
+	pushTo := func(branch, caps string) string {
+		line := zero + " " + id + " refs/heads/" + branch + "\x00report-status" + caps + "\n"
+		return fmt.Sprintf("%04x%s0000PACK...", len(line)+4, line)
+	}
+	ic := &Interceptor{PushBranch: "feat", PushRepo: "/o/r.git"}
+	for _, path := range []string{"/o/r.git/GIT-RECEIVE-PACK", "/o/r.git/git-receive-pack/", "/o/r.git/git-receive-pack;x", "/o/r.git/git-%72eceive-pack", "/o/r.git/Receive-Pack"} {
+		for branch, refused := range map[string]bool{"main": true, "feat": false} {
+			r, err := http.NewRequest("POST", "https://allowed.test"+path, strings.NewReader(pushTo(branch, "")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			refusal, rule := ic.checkPush(r)
+			if (refusal != nil) != refused || refused && !strings.Contains(rule, `"main"`) {
+				t.Errorf("a push to %s at %s: refused %v (%q), want refused %v", branch, path, refusal != nil, rule, refused)
+			}
+		}
+	}
+	r, _ := http.NewRequest("POST", "https://allowed.test/o/r.git/upload", strings.NewReader(pushTo("main", "")))
+	r.Header.Set("Content-Type", "Application/X-Git-Receive-Pack-Request; charset=x")
+	if refusal, rule := ic.checkPush(r); refusal == nil {
+		t.Errorf("a push named by its content type alone went on (%q)", rule)
+	}
+	r, _ = http.NewRequest("PUT", "https://allowed.test/o/r.git/git-receive-pack", strings.NewReader(pushTo("feat", "")))
+	if refusal, rule := ic.checkPush(r); !bytes.HasPrefix(refusal, []byte("HTTP/1.1 405")) || rule != "a PUT to receive-pack" {
+		t.Errorf("a PUT to receive-pack: %q, %q; want 405", refusal, rule)
+	}
+	r, _ = http.NewRequest("POST", "https://allowed.test/o/r.git/git-receive-pack", strings.NewReader(pushTo("feat", " push-options")))
+	if refusal, rule := ic.checkPush(r); refusal == nil || !strings.Contains(rule, "push options (git push -o) are refused") {
+		t.Errorf("a push with options: %q, want it refused", rule)
+	}
+}

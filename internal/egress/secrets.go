@@ -3,6 +3,7 @@ package egress
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,15 +34,21 @@ func NewInterceptor(ca *CA, set *credswap.Set, branch, repo string) *Interceptor
 // a connection closed under it shows a broken pipe instead of the reason.
 const maxRefusedDrain = 256 << 20
 
-// checkPush reads a git push in an intercepted tunnel (a POST to
-// …/git-receive-pack): its ref updates must be of PushBranch alone, in
-// PushRepo. A push that may go on gets its body back to forward, the pack
-// streamed; a refused one returns the answer git shows the agent (one
-// line per ref: gitpush.WriteRefusal) and the rule for the log. Any
-// other request is left alone.
+// checkPush reads a git push in an intercepted tunnel: its ref updates
+// must be of PushBranch alone, in PushRepo, and it may carry no push
+// options. A request is a push however it is spelled (pushRepo): a path
+// with receive-pack in it in any case, or receive-pack's content type; a
+// push that is not a POST is refused. A push that may go on gets its body
+// back to forward, the pack streamed; a refused one returns the answer
+// git shows the agent (one line per ref: gitpush.WriteRefusal) and the
+// rule for the log. Any other request is left alone.
 func (ic *Interceptor) checkPush(req *http.Request) (refusal []byte, rule string) {
-	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/git-receive-pack") {
+	repo, ok := pushRepo(req)
+	if !ok {
 		return nil, ""
+	}
+	if req.Method != http.MethodPost {
+		return statusBytes(http.StatusMethodNotAllowed, "agent-vm: a "+req.Method+" to git's receive-pack is not a push the proxy can read\n"), "a " + req.Method + " to receive-pack"
 	}
 	switch ce := strings.ToLower(req.Header.Get("Content-Encoding")); ce {
 	case "", "identity":
@@ -62,7 +69,12 @@ func (ic *Interceptor) checkPush(req *http.Request) (refusal []byte, rule string
 	if err == nil {
 		err = gitpush.CheckBranch(push.Updates, ic.PushBranch)
 	}
-	if repo := strings.TrimSuffix(req.URL.Path, "/git-receive-pack"); err == nil && ic.PushRepo != "" && !sameRepo(repo, ic.PushRepo) {
+	if err == nil && push.Has("push-options") {
+		// They follow the commands, unread here, and reach the forge's
+		// hooks (GitLab makes and merges merge requests from them).
+		err = errors.New("push options (git push -o) are refused: the forge acts on them, and the proxy does not read them")
+	}
+	if err == nil && ic.PushRepo != "" && !sameRepo(repo, ic.PushRepo) {
 		err = fmt.Errorf("this VM may push only to %s, not to %s", strings.Trim(ic.PushRepo, "/"), strings.Trim(repo, "/"))
 	}
 	if err != nil {
@@ -73,6 +85,26 @@ func (ic *Interceptor) checkPush(req *http.Request) (refusal []byte, rule string
 	}
 	req.Body = readCloser{replay, req.Body}
 	return nil, ""
+}
+
+// pushRepo says whether req is a git push, however its path is spelled
+// (receive-pack in any case, after a trailing slash, before ";..."), or
+// by its content type alone, and the repository's path: what comes before
+// the path's segment that names receive-pack ("" when none does).
+func pushRepo(req *http.Request) (string, bool) {
+	path := req.URL.Path
+	lower := strings.ToLower(path)
+	if raw := strings.ToLower(req.URL.RawPath); raw != "" && !strings.Contains(lower, "receive-pack") && strings.Contains(raw, "receive-pack") {
+		lower, path = raw, req.URL.RawPath
+	}
+	if i := strings.LastIndex(lower, "receive-pack"); i >= 0 {
+		return path[:max(strings.LastIndex(path[:i], "/"), 0)], true
+	}
+	mt, _, _ := strings.Cut(req.Header.Get("Content-Type"), ";")
+	if strings.EqualFold(strings.TrimSpace(mt), "application/x-git-receive-pack-request") {
+		return "", true
+	}
+	return "", false
 }
 
 // sameRepo compares two repository paths on one host, a final ".git"
