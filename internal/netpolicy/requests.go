@@ -29,26 +29,60 @@ const githubAPI = "api.github.com"
 // written. They apply when a secret is bound to api.github.com, the one
 // way the proxy reads its requests.
 func githubRules(repo string) []egress.RequestRule {
-	h := githubAPI
+	return parseRules(append(forgeAPI(githubAPI, "", "/graphql", repo), "deny * "+githubAPI+"/**"))
+}
+
+// forgeAPI are the patterns of GitHub's API rules on host, its REST API
+// under rest ("" on api.github.com, /api/v3 on GitHub Enterprise) and its
+// GraphQL at graphql, for the repository at repo: GraphQL queries and
+// GitHubMutations, reads, and the repository's pull requests, issues and
+// their comments. The caller closes the host after them.
+func forgeAPI(host, rest, graphql, repo string) []string {
 	patterns := []string{
-		"allow POST " + h + "/graphql graphql:" + strings.Join(GitHubMutations, ","),
-		"deny * " + h + "/graphql",
-		"allow GET " + h + "/**",
-		"allow HEAD " + h + "/**",
+		"allow POST " + host + graphql + " graphql:" + strings.Join(GitHubMutations, ","),
+		"deny * " + host + graphql,
+		"allow GET " + host + "/**",
+		"allow HEAD " + host + "/**",
 	}
 	if parts := strings.Split(strings.Trim(repo, "/"), "/"); len(parts) == 2 {
-		r := h + "/repos/" + parts[0] + "/" + parts[1]
+		r := host + rest + "/repos/" + parts[0] + "/" + parts[1]
 		patterns = append(patterns,
 			"allow POST "+r+"/pulls",
 			"allow POST "+r+"/issues",
 			"allow POST "+r+"/issues/*/comments",
 			"allow POST "+r+"/pulls/*/comments")
 	}
-	patterns = append(patterns, "deny * "+h+"/**")
+	return patterns
+}
+
+// agentAPIs are the hosts of the agents' own APIs (their keys' default
+// hosts, internal/secret): there a POST is the agent's work, so they are
+// not closed to writes.
+var agentAPIs = []string{"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"}
+
+// closedRules close host, a host a secret is bound to, to writes: it may
+// be read (GET, HEAD, OPTIONS), and when it holds the upstream repository
+// at repo ("" when not), fetched from and pushed to with git's smart HTTP
+// (each push read by the proxy: only the VM's branch), and any
+// owner/name repository there fetched from; any other request is refused,
+// and the refusal names the rule that would allow it.
+func closedRules(host, repo string) []string {
+	patterns := []string{"allow GET " + host + "/**", "allow HEAD " + host + "/**", "allow OPTIONS " + host + "/**"}
+	if repo != "" {
+		for _, p := range []string{repo, repo + ".git"} {
+			patterns = append(patterns, "allow POST "+host+p+"/git-upload-pack", "allow POST "+host+p+"/git-receive-pack")
+		}
+		patterns = append(patterns, "allow POST "+host+"/*/*/git-upload-pack")
+	}
+	return append(patterns, "deny * "+host+"/**")
+}
+
+// parseRules are the rules of patterns; a pattern that makes no rule (a
+// repository whose name is no segment) is left out, so what is left
+// refuses.
+func parseRules(patterns []string) []egress.RequestRule {
 	var out []egress.RequestRule
 	for _, s := range patterns {
-		// A repository whose name makes no rule gets no rule that
-		// allows: what is left refuses.
 		if rule, err := egress.ParseRequestRule(s); err == nil {
 			out = append(out, rule)
 		}
@@ -56,14 +90,54 @@ func githubRules(repo string) []egress.RequestRule {
 	return out
 }
 
-// defaultRequests are the request rules agent-vm adds for r's workspace:
-// githubRules when its upstream is on github.com.
+// defaultRequests are the request rules agent-vm adds for r's workspace.
+// An upstream on github.com gets githubRules (api.github.com); one on
+// gitlab.com GraphQL queries; one on another host a secret is bound to
+// GitHub Enterprise's (its API under /api/v3 and /api/graphql on that
+// host; on another forge they match nothing). Then
+// each host a secret is bound to is closed to writes (closedRules),
+// those whose work is a POST (agentAPIs) and api.github.com (closed
+// already) aside: a host the proxy puts a credential in is written to
+// only where a rule allows it.
 func defaultRequests(r *state.Record) []egress.RequestRule {
+	var patterns []string
 	rem, ok := gitws.ParseRemote(r.Git.UpstreamURL)
-	if !ok || rem.Host != "github.com" {
-		return nil
+	upstreamHost := ""
+	if ok {
+		upstreamHost = rem.Host
+		if rem.Host == "github.com" {
+			patterns = append(patterns, forgeAPI(githubAPI, "", "/graphql", rem.Path)...)
+			patterns = append(patterns, "deny * "+githubAPI+"/**")
+		} else if rem.Host == "gitlab.com" {
+			// GitLab's GraphQL may be queried; its REST API names a
+			// project by its escaped path, which no rule's segment
+			// matches, so its writes wait for rules of the user's
+			// (a project's number: POST gitlab.com/api/v4/projects/ID/merge_requests).
+			patterns = append(patterns, "allow POST gitlab.com/api/graphql graphql", "deny * gitlab.com/api/graphql")
+		} else if slices.Contains(r.SecretHosts, rem.Host) {
+			patterns = append(patterns, forgeAPI(rem.Host, "/api/v3", "/api/graphql", rem.Path)...)
+		}
 	}
-	return githubRules(rem.Path)
+	if upstreamHost != "github.com" && slices.Contains(r.SecretHosts, githubAPI) {
+		// A GitHub token with the upstream elsewhere: GitHub is read
+		// (gh reads through GraphQL queries too), and written to as the
+		// defaults allow, no repository's REST paths among them.
+		patterns = append(patterns, forgeAPI(githubAPI, "", "/graphql", "")...)
+		patterns = append(patterns, "deny * "+githubAPI+"/**")
+	}
+	hosts := slices.Clone(r.SecretHosts)
+	slices.Sort(hosts)
+	for _, h := range slices.Compact(hosts) {
+		if h == githubAPI || slices.Contains(agentAPIs, h) {
+			continue
+		}
+		repo := ""
+		if h == upstreamHost {
+			repo = rem.Path
+		}
+		patterns = append(patterns, closedRules(h, repo)...)
+	}
+	return parseRules(patterns)
 }
 
 // userRequests are the request rules the user added to r, newest first.

@@ -53,7 +53,7 @@ func TestDefaultRequestRules(t *testing.T) {
 		"https://user@github.com/O/r-2": githubFor("O/r-2"),
 		"https://github.com/o/r/extra":  noRepo,
 		"https://github.com/o/it's":     noRepo,
-		"https://gitlab.com/o/r.git":    nil,
+		"https://gitlab.com/o/r.git":    {"allow POST gitlab.com/api/graphql graphql", "deny * gitlab.com/api/graphql"},
 		"git@github.example.com:o/r":    nil,
 		"https://api.github.com/o/r":    nil,
 		"/home/u/src/r":                 nil,
@@ -226,5 +226,50 @@ func TestAllowDenyRequestRules(t *testing.T) {
 	}
 	if _, err := Allow(ctx, vms, "feat", nil); err == nil || !strings.Contains(err.Error(), "'POST api.github.com/repos/o/r/pulls'") {
 		t.Errorf("nothing to allow: %v", err)
+	}
+}
+
+// A host a secret is bound to is closed to writes unless a rule allows
+// them: read, and for the upstream's host git's smart HTTP of the
+// upstream (and fetches of any owner/name), then denied; GitHub
+// Enterprise's API on the upstream's host gets GitHub's defaults; the
+// agents' APIs stay open, api.github.com has GitHub's defaults whatever
+// the upstream.
+func TestBoundHostsAreClosedToWrites(t *testing.T) {
+	closed := func(host, repo string) []string {
+		out := []string{"allow GET " + host + "/**", "allow HEAD " + host + "/**", "allow OPTIONS " + host + "/**"}
+		if repo != "" {
+			for _, p := range []string{repo, repo + ".git"} {
+				out = append(out, "allow POST "+host+p+"/git-upload-pack", "allow POST "+host+p+"/git-receive-pack")
+			}
+			out = append(out, "allow POST "+host+"/*/*/git-upload-pack")
+		}
+		return append(out, "deny * "+host+"/**")
+	}
+	ghe := []string{
+		"allow POST ghe.example.com/api/graphql graphql:createPullRequest,addComment",
+		"deny * ghe.example.com/api/graphql",
+		"allow GET ghe.example.com/**",
+		"allow HEAD ghe.example.com/**",
+		"allow POST ghe.example.com/api/v3/repos/o/r/pulls",
+		"allow POST ghe.example.com/api/v3/repos/o/r/issues",
+		"allow POST ghe.example.com/api/v3/repos/o/r/issues/*/comments",
+		"allow POST ghe.example.com/api/v3/repos/o/r/pulls/*/comments",
+	}
+	githubNoRepo := []string{wantGitHub[0], wantGitHub[1], wantGitHub[2], wantGitHub[3], wantGitHub[8]}
+	for _, c := range []struct {
+		upstream string
+		hosts    []string
+		want     []string
+	}{
+		{"git@github.com:o/r.git", []string{"github.com", "api.github.com", "api.anthropic.com"}, append(append([]string{}, wantGitHub...), closed("github.com", "/o/r")...)},
+		{"https://ghe.example.com/o/r.git", []string{"ghe.example.com"}, append(append([]string{}, ghe...), closed("ghe.example.com", "/o/r")...)},
+		{"https://gitlab.com/o/r.git", []string{"deploy.example.com", "gitlab.com", "api.openai.com"}, append(append([]string{"allow POST gitlab.com/api/graphql graphql", "deny * gitlab.com/api/graphql"}, closed("deploy.example.com", "")...), closed("gitlab.com", "/o/r")...)},
+		{"https://gitlab.com/o/r.git", []string{"api.github.com", "github.com"}, append(append([]string{"allow POST gitlab.com/api/graphql graphql", "deny * gitlab.com/api/graphql"}, githubNoRepo...), closed("github.com", "")...)},
+	} {
+		r := &state.Record{Git: state.Git{UpstreamURL: c.upstream}, SecretHosts: c.hosts}
+		if got := ruleStrings(Policy(r, nil).Requests); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("upstream %s, secrets for %v: request rules\n%q\nwant\n%q", c.upstream, c.hosts, got, c.want)
+		}
 	}
 }
