@@ -153,6 +153,15 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 	if p.refusedByRules(guest, req, e) {
 		return false
 	}
+	if upgrade := req.Header.Get("Upgrade"); upgrade != "" || headerHasToken(req.Header, "Connection", "upgrade") {
+		// After a 101 the bytes would pass unread: neither judged nor
+		// taken out of what comes back, so a server echoing them would
+		// hand the guest the secret.
+		e.Rule = fmt.Sprintf("an upgrade (%s) on %s, a host a secret is bound to: what follows one is not read, so no secret could be kept out of it", upgradeName(upgrade), tunnel.Host)
+		p.record(e)
+		writeStatus(guest, http.StatusForbidden, "agent-vm: "+e.Rule+"\n")
+		return false
+	}
 	names, err := p.Intercept.Rewrite(tunnel.Host, req)
 	if err != nil {
 		e.Rule = err.Error()
@@ -213,10 +222,9 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 	if err != nil {
 		e.Error = "writing the answer: " + err.Error()
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols && err == nil {
-		// A WebSocket, say: from now on the bytes pass as they are.
-		o, b := splice(guest, gr, host)
-		e.BytesOut, e.BytesIn = e.BytesOut+o, e.BytesIn+b
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Not asked for (upgrades are refused above): the connection
+		// ends rather than pass bytes unread.
 		p.record(e)
 		return false
 	}
@@ -326,3 +334,36 @@ type readerConn struct {
 }
 
 func (c *readerConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// headerHasToken says whether one of h's name headers lists token (a
+// comma-separated list, any case), as Connection lists "upgrade".
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// upgradeName is the protocol an Upgrade header asks for, for a message.
+func upgradeName(upgrade string) string {
+	if upgrade == "" {
+		return "Connection: upgrade"
+	}
+	return termsafeProtocol(upgrade)
+}
+
+// termsafeProtocol keeps a header's value to printable ASCII, at most 40
+// bytes, for a message the guest and the log show.
+func termsafeProtocol(v string) string {
+	out := []byte{}
+	for i := 0; i < len(v) && len(out) < 40; i++ {
+		if c := v[i]; c >= 0x20 && c < 0x7f {
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}

@@ -141,3 +141,45 @@ func TestInterceptScrubsTheAnswer(t *testing.T) {
 		t.Errorf("the log holds the value: %+v", es)
 	}
 }
+
+// An upgrade (a WebSocket) on a host a secret is bound to is refused
+// before it leaves: what follows a 101 would pass unread, echoes and all.
+func TestInterceptRefusesUpgrades(t *testing.T) {
+	var accepted []string
+	upCA, port := echoUpstream(t, &accepted)
+	set, err := credswap.New([]credswap.Secret{{Name: "GH_TOKEN", Placeholder: echoPH, Value: echoVal, Hosts: []string{"allowed.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
+	vmCA := testCA(t, "feat")
+	ic := NewInterceptor(vmCA, set, "feat", "")
+	ic.Ports, ic.RootCAs = []int{port}, pool(upCA)
+	f.p.Intercept = ic
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(f.url),
+		TLSClientConfig: &tls.Config{RootCAs: pool(vmCA)}}}
+	for _, hdr := range []map[string]string{{"Upgrade": "websocket", "Connection": "Upgrade"}, {"Connection": "keep-alive, UPGRADE"}} {
+		req, _ := http.NewRequest("GET", "https://allowed.test:"+strconv.Itoa(port)+"/plain", nil)
+		req.Header.Set("Authorization", "Bearer "+echoPH)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "what follows one is not read") {
+			t.Errorf("an upgrade (%v): %d %q, want 403 saying why", hdr, resp.StatusCode, b)
+		}
+	}
+	if len(accepted) != 0 {
+		t.Errorf("the host got %d requests, want none", len(accepted))
+	}
+	for _, e := range f.entries(2) {
+		if e.Allowed || !strings.Contains(e.Rule, "an upgrade") {
+			t.Errorf("entry %+v: want the upgrade refused", e)
+		}
+	}
+}
