@@ -3,10 +3,13 @@ package vm_test
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,6 +118,40 @@ func secretsStayOnTheHost(t *testing.T, m *vm.Manager) {
 	code, out, _ = sh(`curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $GH_TOKEN" https://other.test/api/user`)
 	if out == "200" || receivedHost(up, "other.test") {
 		t.Errorf("the placeholder sent to other.test was let through (exit %d, status %s)", code, out)
+	}
+
+	// A bound host that sends back what it was sent (as GitHub quotes an
+	// unsupported X-GitHub-Api-Version, an echo endpoint any header):
+	// the placeholder outside a credential's header is refused before it
+	// leaves, and what comes back of the credential holds the placeholder,
+	// plain or gzip, never the token.
+	up.Handle("/echo", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		text := fmt.Sprintf(`{"message":"bad version %q","auth":%q}`, r.Header.Get("X-Github-Api-Version"), r.Header.Get("Authorization"))
+		if r.URL.Query().Get("gzip") != "" {
+			w.Header().Set("Content-Encoding", "gzip")
+			gz := gzip.NewWriter(w)
+			io.WriteString(gz, text)
+			gz.Close()
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, text)
+	}))
+	code, out, _ = sh(`curl -sS -w ' %{http_code}' -H "X-GitHub-Api-Version: $GH_TOKEN" https://upstream.test/echo`)
+	if !strings.HasSuffix(out, " 403") || strings.Contains(out, token) || receivedPathOf(up, "/echo") {
+		t.Errorf("the placeholder in X-GitHub-Api-Version: exit %d, %q, or it arrived; want 403", code, out)
+	}
+	for _, q := range []string{"", "?gzip=1"} {
+		code, out, errs := sh(`curl -sS -i --compressed -H "Authorization: Bearer $GH_TOKEN" https://upstream.test/echo` + q)
+		if code != 0 || strings.Contains(out, token) || !strings.Contains(out, ph) {
+			t.Errorf("an echo of the credential%s: exit %d, the token back %v, the placeholder back %v: %s", q, code, strings.Contains(out, token), strings.Contains(out, ph), errs)
+		}
+	}
+	// Writes fail closed: the bound host has no rule for this POST.
+	code, out, _ = sh(`curl -sS -w ' %{http_code}' -X POST -d x -H "Authorization: Bearer $GH_TOKEN" https://upstream.test/deploy`)
+	if !strings.HasSuffix(out, " 403") || !strings.Contains(out, "agent-vm net allow") || receivedPathOf(up, "/deploy") {
+		t.Errorf("a POST no rule allows: exit %d, %q, or it arrived; want 403 naming net allow", code, out)
 	}
 
 	// A request rule, added while the VM runs, judges each request on
