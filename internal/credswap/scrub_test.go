@@ -126,14 +126,25 @@ func b64decode(s string) string {
 }
 
 // FuzzScrubber: whatever the text and however it is split into reads, the
-// stream gives what String gives, and neither holds the value.
+// stream gives what String gives, and neither holds the value. A value
+// that overlaps its placeholder's edge (a start of one the end of the
+// other) is left out: there the text after a replaced value could make
+// the value again with the placeholder's end, but only with the rest of
+// the value after it, which only a party holding the value can send
+// (real placeholders end in 32 random hex digits).
 func FuzzScrubber(f *testing.F) {
 	f.Add("ghp_REALgithubTOKENvalue", "x ghp_REALgithubTOKENvalue y", uint8(3))
 	f.Add("secret-value", base64.StdEncoding.EncodeToString([]byte("u:secret-value")), uint8(1))
 	f.Fuzz(func(t *testing.T, value, text string, step uint8) {
-		set, err := New([]Secret{{Name: "S", Placeholder: "agentvm-ph-fuzz-00000000", Value: value, Hosts: []string{"a.example"}}})
-		if err != nil || len(value) < minForm || strings.Contains("agentvm-ph-fuzz-00000000", value) {
+		const ph = "agentvm-ph-fuzz-00000000"
+		set, err := New([]Secret{{Name: "S", Placeholder: ph, Value: value, Hosts: []string{"a.example"}}})
+		if err != nil || len(value) < minForm || strings.Contains(ph, value) {
 			return
+		}
+		for i := 1; i < len(ph) && i < len(value); i++ {
+			if strings.HasSuffix(ph, value[:i]) || strings.HasPrefix(ph, value[len(value)-i:]) {
+				return
+			}
 		}
 		sc := set.Scrubber()
 		got, _ := sc.String(text)

@@ -161,9 +161,10 @@ func TestScanRequest(t *testing.T) {
 	ok := map[string][]Operation{
 		body(map[string]any{"query": ghCreatePR, "variables": map[string]any{"input": map[string]any{"title": "mutation { mergePullRequest }"}}}): {
 			{Mutation, "PullRequestCreate", []string{"createPullRequest"}}},
-		body(map[string]any{"query": ghMerge, "operationName": nil}):                         {{Mutation, "", []string{"mergePullRequest"}}},
-		`{"operationName": "Q", "query": "query Q { viewer { login } }", "variables": null}`: {{Query, "Q", []string{"viewer"}}},
-		`{"qu\u0065ry": "{ viewer { login } }"}`:                                             {{Query, "", []string{"viewer"}}},
+		body(map[string]any{"query": ghMerge, "operationName": nil}):                           {{Mutation, "", []string{"mergePullRequest"}}},
+		`{"operationName": "Q", "query": "query Q { viewer { login } }", "variables": null}`:   {{Query, "Q", []string{"viewer"}}},
+		`{"qu\u0065ry": "{ viewer { login } }"}`:                                               {{Query, "", []string{"viewer"}}},
+		`{"query": "{ viewer { login } }", "variables": {"t": "\ud83d\ude00 \\ud800 \u00e9"}}`: {{Query, "", []string{"viewer"}}},
 	}
 	for b, want := range ok {
 		got, err := ScanRequest([]byte(b))
@@ -179,18 +180,22 @@ func TestScanRequest(t *testing.T) {
 		``:                     "not a JSON object",
 		`[{"query": "{ a }"}]`: "not a JSON object",
 		`"{ a }"`:              "not a JSON object",
-		`{"query": "{ a }", "query": "mutation { b }"}`:      `the key "query" twice`,
-		`{"query": "{ a }", "qu\u0065ry": "mutation { b }"}`: `the key "query" twice`,
-		`{"Query": "mutation { b }", "query": "{ a }"}`:      `the key "Query"`,
-		`{"query": "{ a }", "extensions": {}}`:               `the key "extensions"`,
-		`{"variables": {}}`:                                  `no "query"`,
-		`{"query": 1}`:                                       `"query" is not a string`,
-		`{"query": "{ a }", "operationName": 1}`:             `"operationName" is not a string`,
-		`{"query": "{ a }"} {"query": "mutation { b }"}`:     "more after its JSON object",
-		`{"query": "{ a }",}`:                                "not JSON",
-		`{"query": "{ a }"`:                                  "not JSON",
-		`{"query": "mutation { a }"`:                         "not JSON",
-		`{"query": "{ a } mutation"}`:                        `where "{" belongs`,
+		`{"query": "{ a }", "query": "mutation { b }"}`:          `the key "query" twice`,
+		`{"query": "{ a }", "qu\u0065ry": "mutation { b }"}`:     `the key "query" twice`,
+		`{"Query": "mutation { b }", "query": "{ a }"}`:          `the key "Query"`,
+		`{"query": "{ a }", "extensions": {}}`:                   `the key "extensions"`,
+		`{"variables": {}}`:                                      `no "query"`,
+		`{"query": 1}`:                                           `"query" is not a string`,
+		`{"query": "{ a }", "operationName": 1}`:                 `"operationName" is not a string`,
+		`{"query": "{ a }"} {"query": "mutation { b }"}`:         "more after its JSON object",
+		`{"query": "{ a }",}`:                                    "not JSON",
+		`{"query": "{ a }"`:                                      "not JSON",
+		`{"query": "mutation { a }"`:                             "not JSON",
+		`{"query": "{ a } mutation"}`:                            `where "{" belongs`,
+		`{"query\ud800": "mutation { b }", "query": "{ a }"}`:    "a lone surrogate escape",
+		`{"query": "{ a }", "variables": {"x": "\uDC00"}}`:       "a lone surrogate escape",
+		`{"query": "{ a }", "variables": {"x": "\ud800\u0041"}}`: "a lone surrogate escape",
+		`{"query": "{ a }", "variables": {"x": "\ud800"}}`:       "a lone surrogate escape",
 	} {
 		ops, err := ScanRequest([]byte(b))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -17,6 +17,12 @@ import (
 // refused. All the document's operations are returned, whichever
 // operationName picks.
 func ScanRequest(body []byte) ([]Operation, error) {
+	if loneSurrogate(body) {
+		// encoding/json reads one as U+FFFD; a server's parser may read
+		// it otherwise (or drop it), and then the two read different
+		// requests.
+		return nil, errors.New(`the body has a lone surrogate escape (a \uD800-\uDFFF without its pair)`)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil, errors.New("the body is not a JSON object (one GraphQL request)")
@@ -64,4 +70,51 @@ func ScanRequest(body []byte) ([]Operation, error) {
 		return nil, errors.New(`the body has no "query"`)
 	}
 	return Scan(*query)
+}
+
+// loneSurrogate says whether the JSON text b has a \u escape of a UTF-16
+// surrogate that is not half of a pair: a high one (D800-DBFF) not right
+// before a low one (DC00-DFFF), or a low one not right after a high one.
+func loneSurrogate(b []byte) bool {
+	unit := func(i int) (rune, bool) { // the \uXXXX escape at i, if one is
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range b[i+2 : i+6] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		r, ok := unit(i)
+		if !ok {
+			i++ // another escape: \\, \", \n, ...
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if lo, ok := unit(i + 6); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 11 // the pair
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
 }
