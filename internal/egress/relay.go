@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-vm/agent-vm/internal/sockdir"
 )
 
 // Socket names in a VM's socket directory.
@@ -57,16 +59,13 @@ func Relay(ctx context.Context, sock string, door int, in io.Reader, out io.Writ
 	return err
 }
 
-// Listen makes the proxy's and the doors' unix sockets (0600, replacing
-// stale ones); Serve serves them.
+// Listen makes the proxy's and the doors' unix sockets (0600 from their
+// first moment, replacing stale ones); Serve serves them.
 func Listen(proxySock, doorSock string) ([]net.Listener, error) {
 	var ls []net.Listener
 	for _, s := range []string{proxySock, doorSock} {
 		_ = os.Remove(s)
-		l, err := net.Listen("unix", s)
-		if err == nil {
-			err = os.Chmod(s, 0o600)
-		}
+		l, err := sockdir.Listen(s, 0o600)
 		if err != nil {
 			for _, l := range ls {
 				l.Close()

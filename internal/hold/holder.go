@@ -177,15 +177,7 @@ func (h *Holder) listen() (*net.UnixListener, error) {
 			return nil, fmt.Errorf("removing the stale socket %s: %w", sock, err)
 		}
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", sock, err)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
+	return sockdir.Listen(sock, 0o600)
 }
 
 // serve runs one caller's connection: its uid must be ours or root's, then
