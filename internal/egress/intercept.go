@@ -112,6 +112,11 @@ func (p *Proxy) intercept(c net.Conn, in io.Reader, up net.Conn, e Entry) {
 	_ = up.SetDeadline(time.Now().Add(handshakeTimeout))
 	if err := host.Handshake(); err != nil {
 		fail(fmt.Errorf("TLS with %s: %w", e.Host, err))
+		// The answer goes after the guest's request: an HTTP client
+		// takes an answer that comes before it sent one for a broken
+		// connection, and never shows it.
+		_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+		_, _ = http.ReadRequest(bufio.NewReader(io.LimitReader(guest, maxHeaderBytes)))
 		writeStatus(guest, http.StatusBadGateway, fmt.Sprintf("agent-vm: %s could not be reached over TLS: %v\n", e.Host, err))
 		return
 	}

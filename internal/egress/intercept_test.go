@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,4 +407,42 @@ func TestHugeHeadIsRefused(t *testing.T) {
 		t.Fatalf("after the huge heads: %v", err)
 	}
 	resp.Body.Close()
+}
+
+// When the host cannot be reached over TLS, the proxy's 502 comes after
+// the guest's request, never before it: an HTTP client takes an answer
+// that comes before its request for a broken connection, and never
+// shows it.
+func TestInterceptAnswersAnUnreachableHostAfterTheRequest(t *testing.T) {
+	up := newUpstream(t, "allowed.test")
+	f, _, vmCA := interceptFixture(t, up)
+	f.p.Intercept.RootCAs = pool(testCA(t, "someone else"))
+	conn, err := net.Dial("tcp", f.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.port)
+	buf := make([]byte, len("HTTP/1.1 200 Connection established\r\n\r\n"))
+	if _, err := io.ReadFull(conn, buf); err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(conn, &tls.Config{ServerName: "allowed.test", RootCAs: pool(vmCA)})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	tc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if n, err := tc.Read(make([]byte, 1)); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("before any request the proxy sent %d bytes (%v), want nothing", n, err)
+	}
+	tc.SetReadDeadline(time.Time{})
+	fmt.Fprintf(tc, "GET /z HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "could not be reached over TLS") {
+		t.Errorf("after the request: %d %q, want the 502", resp.StatusCode, b)
+	}
 }
