@@ -31,7 +31,7 @@ func commands(stdio IO) []*cli.Command {
 		category("Images and templates", imageCommand(stdio), templateCommand(stdio)),
 		category("Host", setupCommand(stdio), doctorCommand(stdio), hostCommand(stdio), completionCommand(stdio), helpCommand(stdio),
 			&cli.Command{
-				Name: "version", Usage: "print the version", ArgsUsage: " ",
+				Name: "version", Usage: "print the version",
 				Action: func(*cli.Context) error { _, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version); return err },
 			}),
 		[]*cli.Command{mcpProxyCommand(stdio), netProxyCommand(stdio), netRelayCommand(stdio), netForwardCommand(stdio), detachCommand(stdio), hostVerbCommand(stdio), hostExecCommand(stdio), workspaceCheckCommand(stdio), workspaceConfigCommand(stdio),

@@ -14,7 +14,7 @@ import (
 // starting what must outlive the SSH session that asked for it.
 func detachCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: hostlink.DetachCommand, Hidden: true, Usage: "start a detached program from the spec on standard input (agent-vm runs it on a libvirt host over its link)", ArgsUsage: " ",
+		Name: hostlink.DetachCommand, Hidden: true, Usage: "start a detached program from the spec on standard input (agent-vm runs it on a libvirt host over its link)",
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
@@ -34,7 +34,7 @@ func detachCommand(stdio IO) *cli.Command {
 // on this machine from another (vm.ServeHost): JSON in, JSON out.
 func hostVerbCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: vm.HostCommand, Hidden: true, Usage: "serve one request of agent-vm's libvirt driver for a VM placed on this machine (agent-vm runs it over its link)", ArgsUsage: " ",
+		Name: vm.HostCommand, Hidden: true, Usage: "serve one request of agent-vm's libvirt driver for a VM placed on this machine (agent-vm runs it over its link)",
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
@@ -50,7 +50,7 @@ func hostVerbCommand(stdio IO) *cli.Command {
 // asks.
 func workspaceCheckCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: vm.WorkspaceCheckCommand, Hidden: true, Usage: "print the unsaved work of a VM's workspace on this machine as JSON (agent-vm runs it on a VM's host over its link)", ArgsUsage: " ",
+		Name: vm.WorkspaceCheckCommand, Hidden: true, Usage: "print the unsaved work of a VM's workspace on this machine as JSON (agent-vm runs it on a VM's host over its link)",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "workspace", Required: true, Usage: "the workspace's path"}},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -65,7 +65,7 @@ func workspaceCheckCommand(stdio IO) *cli.Command {
 // repository's settings file in the workspace there, as JSON.
 func workspaceConfigCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: vm.WorkspaceConfigCommand, Hidden: true, Usage: "print a VM's workspace's agent-vm settings file on this machine as JSON (agent-vm runs it on a VM's host over its link)", ArgsUsage: " ",
+		Name: vm.WorkspaceConfigCommand, Hidden: true, Usage: "print a VM's workspace's agent-vm settings file on this machine as JSON (agent-vm runs it on a VM's host over its link)",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "workspace", Required: true, Usage: "the workspace's path"}},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {

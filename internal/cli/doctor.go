@@ -12,10 +12,9 @@ import (
 
 func doctorCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name:      "doctor",
-		Usage:     "check what this host can do: QEMU, virtiofsd, KVM, the base image, nix; and the browser a VM would reach",
-		ArgsUsage: " ",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Name:  "doctor",
+		Usage: "check what this host can do: QEMU, virtiofsd, KVM, the base image, nix; and the browser a VM would reach",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err

@@ -30,7 +30,8 @@ var placeholderRE = regexp.MustCompile("^[^`]*`[A-Z][A-Z0-9_|]*`[^`]*$")
 
 // TestHelpOfEveryCommand reads the help of every visible command and
 // subcommand both ways a user asks for it, checks what urfave/cli does to
-// the flags' usage strings, and that a group lists its own subcommands.
+// the flags' usage strings, that no line ends in spaces, and that a group
+// lists its own subcommands.
 func TestHelpOfEveryCommand(t *testing.T) {
 	app := newApp(IO{})
 	paths := append([][]string{nil}, commandPaths(app.Commands, nil)...)
@@ -53,6 +54,11 @@ func TestHelpOfEveryCommand(t *testing.T) {
 				t.Errorf("%s: a command it does not find:\n%s", r.how, out)
 			case !strings.Contains(r.stdout, "\n   "+name+" "):
 				t.Errorf("%s: not the help of %s:\n%s", r.how, name, out)
+			}
+		}
+		for _, l := range strings.Split(flagged.stdout, "\n") {
+			if strings.HasSuffix(l, " ") {
+				t.Errorf("%s --help: a line ends in spaces: %q", name, l)
 			}
 		}
 		if asked.stdout != flagged.stdout {

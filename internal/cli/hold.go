@@ -11,7 +11,7 @@ import (
 // in the VM's run directory (see vm.ServeHold).
 func holdCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: vm.HoldCommand, Hidden: true, Usage: "hold a connection to a VM's guest for the commands that reach it (agent-vm starts it with the VM)", ArgsUsage: " ",
+		Name: vm.HoldCommand, Hidden: true, Usage: "hold a connection to a VM's guest for the commands that reach it (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "vm-dir", Usage: "the VM's directory in the state directory"}},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {

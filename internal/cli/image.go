@@ -14,9 +14,8 @@ func imageCommand(stdio IO) *cli.Command {
 		Usage: "the base disk images VMs boot from (build, pull, list, prune)",
 		Subcommands: []*cli.Command{
 			{
-				Name:      "build",
-				Usage:     "build the Debian base image with mmdebstrap (root; about 2 minutes)",
-				ArgsUsage: " ",
+				Name:  "build",
+				Usage: "build the Debian base image with mmdebstrap (root; about 2 minutes)",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "release", Value: vm.DefaultImageRelease, Usage: "Debian release (codename)"},
 					&cli.StringFlag{Name: "mirror", Value: vm.DefaultImageMirror, Usage: "Debian mirror URL"},
@@ -59,9 +58,8 @@ func imageCommand(stdio IO) *cli.Command {
 				},
 			},
 			{
-				Name:      "prune",
-				Usage:     "remove cached image versions that were replaced and that no VM's disk is based on",
-				ArgsUsage: " ",
+				Name:  "prune",
+				Usage: "remove cached image versions that were replaced and that no VM's disk is based on",
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 					if err := noArgs(cliCtx); err != nil {
 						return err
@@ -77,10 +75,9 @@ func imageCommand(stdio IO) *cli.Command {
 				}),
 			},
 			{
-				Name:      "list",
-				Usage:     "list the cached images",
-				ArgsUsage: " ",
-				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+				Name:  "list",
+				Usage: "list the cached images",
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 					if err := noArgs(cliCtx); err != nil {
 						return err

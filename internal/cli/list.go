@@ -22,11 +22,10 @@ const maxRepoColumn = 40
 
 func listCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name:      "list",
-		Aliases:   []string{"ls"},
-		Usage:     "list the VMs",
-		ArgsUsage: " ",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (the fields of status --json, without the token)"}},
+		Name:    "list",
+		Aliases: []string{"ls"},
+		Usage:   "list the VMs",
+		Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (the fields of status --json, without the token)"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err

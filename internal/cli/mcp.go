@@ -12,10 +12,9 @@ import (
 // mcpProxyCommand is the MCP proxy the guests' agent-mcp unit runs.
 func mcpProxyCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name:      "mcp-proxy",
-		Hidden:    true, // what agent-mcp runs in the guest
-		Usage:     "serve stdio MCP servers over HTTP (what agent-mcp runs inside every VM)",
-		ArgsUsage: " ",
+		Name:   "mcp-proxy",
+		Hidden: true, // what agent-mcp runs in the guest
+		Usage:  "serve stdio MCP servers over HTTP (what agent-mcp runs inside every VM)",
 		Description: "Serves each server of --config (Claude's mcpServers JSON, e.g. a project's .mcp.json) at\n" +
 			"/servers/NAME/mcp (Streamable HTTP) and /servers/NAME/sse (HTTP+SSE); with one server also at\n" +
 			"/mcp and /sse. Every MCP request needs `Authorization: Bearer <token>`; GET /health does not.",

@@ -245,7 +245,7 @@ func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 // netProxyCommand is the egress proxy the driver runs for each VM.
 func netProxyCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-proxy", Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)", ArgsUsage: " ",
+		Name: "net-proxy", Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "the VM's network directory (policy and log)"},
 			&cli.StringFlag{Name: "proxy-socket", Usage: "the proxy's unix socket"},
@@ -339,7 +339,7 @@ func netRelayCommand(stdio IO) *cli.Command {
 // address of its own (the libvirt driver starts it with the VM).
 func netForwardCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-forward", Hidden: true, Usage: "forward 127.0.0.1 ports to a VM's guest (agent-vm starts it with the VM)", ArgsUsage: " ",
+		Name: "net-forward", Hidden: true, Usage: "forward 127.0.0.1 ports to a VM's guest (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "forward", Usage: "PORT=HOST:PORT: 127.0.0.1:PORT carried to HOST:PORT (repeatable)"},
 			&cli.StringFlag{Name: "pidfile", Usage: "exit once the process of this pid file (the VM's QEMU) is gone"},

@@ -11,7 +11,7 @@ import (
 // VM (internal/personalize; a start runs it over SSH).
 func personalizeCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: personalize.Command, Hidden: true, Usage: "in a guest restored from a template: become one VM (agent-vm start runs it over SSH, as root)", ArgsUsage: " ",
+		Name: personalize.Command, Hidden: true, Usage: "in a guest restored from a template: become one VM (agent-vm start runs it over SSH, as root)",
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err

@@ -25,7 +25,6 @@ func setupCommand(stdio IO) *cli.Command {
 			"doctor table. It asks once before it installs or builds anything; without a terminal it needs --yes.\n" +
 			"On NixOS it installs nothing and points to the flake. Running it again changes nothing, but the pins\n" +
 			"of names that now resolve otherwise.",
-		ArgsUsage: " ",
 		Flags: []cli.Flag{
 			timeoutFlag(bootTimeout),
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do it without asking"},
