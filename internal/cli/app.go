@@ -179,8 +179,18 @@ func setUsageHandlers(c *cli.Command) {
 		// A group's help lists its own subcommands, not urfave's `help`
 		// (`agent-vm help GROUP SUB` is the top-level help command's).
 		c.HideHelpCommand = true
-		if c.Action == nil {
+		if act := c.Action; act == nil {
 			c.Action = groupAction(c)
+		} else {
+			// A group that does something itself (sessions [BRANCH])
+			// still takes help as its first word, as every group does.
+			help := groupAction(c)
+			c.Action = func(cliCtx *cli.Context) error {
+				if cliCtx.Args().First() == "help" {
+					return help(cliCtx)
+				}
+				return act(cliCtx)
+			}
 		}
 	}
 	noBoolDefaults(c.Flags)

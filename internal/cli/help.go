@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -63,9 +64,28 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 // of them it is a usage error, as an unknown top-level command is.
 func groupAction(c *cli.Command) cli.ActionFunc {
 	return func(cliCtx *cli.Context) error {
-		if !cliCtx.Args().Present() {
+		args := cliCtx.Args()
+		if !args.Present() || args.First() == "help" && args.Len() == 1 {
 			return cli.ShowSubcommandHelp(cliCtx)
 		}
-		return unknownCommand(c.Subcommands, c.Name, cliCtx.Args().First())
+		if args.First() == "help" {
+			// `agent-vm net help allow`, as `agent-vm help net allow`.
+			if sub := findSubcommand(c.Subcommands, args.Get(1)); sub != nil && args.Len() == 2 {
+				return cli.ShowCommandHelp(cliCtx, sub.Name)
+			}
+			return unknownCommand(c.Subcommands, c.Name, strings.Join(args.Tail(), " "))
+		}
+		return unknownCommand(c.Subcommands, c.Name, args.First())
 	}
+}
+
+// findSubcommand is the visible command of cmds called name (or one of its
+// aliases), or nil.
+func findSubcommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if !c.Hidden && slices.Contains(c.Names(), name) {
+			return c
+		}
+	}
+	return nil
 }

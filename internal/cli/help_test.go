@@ -30,8 +30,9 @@ var placeholderRE = regexp.MustCompile("^[^`]*`[A-Z][A-Z0-9_|]*`[^`]*$")
 
 // TestHelpOfEveryCommand reads the help of every visible command and
 // subcommand both ways a user asks for it, checks what urfave/cli does to
-// the flags' usage strings, that no line ends in spaces, and that a group
-// lists its own subcommands.
+// the flags' usage strings, that no line ends in spaces, that a group's
+// own help word (agent-vm net help allow) gives the same help, and that a
+// group lists its own subcommands.
 func TestHelpOfEveryCommand(t *testing.T) {
 	app := newApp(IO{})
 	paths := append([][]string{nil}, commandPaths(app.Commands, nil)...)
@@ -63,6 +64,13 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		}
 		if asked.stdout != flagged.stdout {
 			t.Errorf("agent-vm help %s and %s --help differ:\n%s\n----\n%s", strings.Join(path, " "), name, asked.stdout, flagged.stdout)
+		}
+		if n := len(path); n >= 2 {
+			// The group's own help word: agent-vm net help allow.
+			within := agentVM(t, "", st, append(append(append([]string{}, path[:n-1]...), "help"), path[n-1])...)
+			if within.code != 0 || within.stdout != flagged.stdout {
+				t.Errorf("agent-vm %s help %s: exit %d, and it differs from %s --help:\n%s%s", strings.Join(path[:n-1], " "), path[n-1], within.code, name, within.stdout, within.stderr)
+			}
 		}
 		flags, cmds := app.VisibleFlags(), app.Commands
 		for _, w := range path {
