@@ -63,14 +63,17 @@ var agentAPIs = []string{"api.anthropic.com", "api.openai.com", "generativelangu
 // closedRules close host, a host a secret is bound to, to writes: it may
 // be read (GET, HEAD, OPTIONS), and when it holds the upstream repository
 // at repo ("" when not), fetched from and pushed to with git's smart HTTP
-// (each push read by the proxy: only the VM's branch), and any
-// owner/name repository there fetched from; any other request is refused,
-// and the refusal names the rule that would allow it.
+// (each push read by the proxy: only the VM's branch) and Git LFS, and
+// any owner/name repository there fetched from; any other request is
+// refused, and the refusal names the rule that would allow it.
 func closedRules(host, repo string) []string {
 	patterns := []string{"allow GET " + host + "/**", "allow HEAD " + host + "/**", "allow OPTIONS " + host + "/**"}
 	if repo != "" {
 		for _, p := range []string{repo, repo + ".git"} {
-			patterns = append(patterns, "allow POST "+host+p+"/git-upload-pack", "allow POST "+host+p+"/git-receive-pack")
+			patterns = append(patterns, "allow POST "+host+p+"/git-upload-pack", "allow POST "+host+p+"/git-receive-pack",
+				// Git LFS: its batch API (downloads and uploads of
+				// objects, which no ref names) and a push's lock check.
+				"allow POST "+host+p+"/info/lfs/objects/batch", "allow POST "+host+p+"/info/lfs/locks/verify")
 		}
 		patterns = append(patterns, "allow POST "+host+"/*/*/git-upload-pack")
 	}

@@ -240,7 +240,8 @@ func TestBoundHostsAreClosedToWrites(t *testing.T) {
 		out := []string{"allow GET " + host + "/**", "allow HEAD " + host + "/**", "allow OPTIONS " + host + "/**"}
 		if repo != "" {
 			for _, p := range []string{repo, repo + ".git"} {
-				out = append(out, "allow POST "+host+p+"/git-upload-pack", "allow POST "+host+p+"/git-receive-pack")
+				out = append(out, "allow POST "+host+p+"/git-upload-pack", "allow POST "+host+p+"/git-receive-pack",
+					"allow POST "+host+p+"/info/lfs/objects/batch", "allow POST "+host+p+"/info/lfs/locks/verify")
 			}
 			out = append(out, "allow POST "+host+"/*/*/git-upload-pack")
 		}
