@@ -62,14 +62,13 @@ func echoUpstream(t *testing.T, accepted *[]string) (*CA, int) {
 	return ca, port
 }
 
-// A bound host that sends back what the request carried gives the guest
-// the placeholder, never the value: in headers, bodies (JSON, plain,
-// split across chunks, gzip decoded), trailers and an echoed Basic
-// credential; each answer scrubbed is logged with the secret's name; an
-// answer in an encoding the proxy cannot read is refused.
-func TestInterceptScrubsTheAnswer(t *testing.T) {
-	var accepted []string
-	upCA, port := echoUpstream(t, &accepted)
+// echoFixture is a proxy that intercepts echoUpstream as allowed.test
+// with GH_TOKEN bound to it (NewInterceptor: swap and scrub), a client
+// that trusts the VM's CA alone and asks for no compression of its own,
+// and the upstream's base URL.
+func echoFixture(t *testing.T, accepted *[]string) (*fixture, *http.Client, string) {
+	t.Helper()
+	upCA, port := echoUpstream(t, accepted)
 	set, err := credswap.New([]credswap.Secret{{Name: "GH_TOKEN", Placeholder: echoPH, Value: echoVal, Hosts: []string{"allowed.test"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +80,17 @@ func TestInterceptScrubsTheAnswer(t *testing.T) {
 	f.p.Intercept = ic
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(f.url),
 		DisableCompression: true, TLSClientConfig: &tls.Config{RootCAs: pool(vmCA)}}}
-	base := "https://allowed.test:" + strconv.Itoa(port)
+	return f, c, "https://allowed.test:" + strconv.Itoa(port)
+}
+
+// A bound host that sends back what the request carried gives the guest
+// the placeholder, never the value: in headers, bodies (JSON, plain,
+// split across chunks, gzip decoded), trailers and an echoed Basic
+// credential; each answer scrubbed is logged with the secret's name; an
+// answer in an encoding the proxy cannot read is refused.
+func TestInterceptScrubsTheAnswer(t *testing.T) {
+	var accepted []string
+	f, c, base := echoFixture(t, &accepted)
 	get := func(path string) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", base+path, nil)
@@ -146,20 +155,9 @@ func TestInterceptScrubsTheAnswer(t *testing.T) {
 // before it leaves: what follows a 101 would pass unread, echoes and all.
 func TestInterceptRefusesUpgrades(t *testing.T) {
 	var accepted []string
-	upCA, port := echoUpstream(t, &accepted)
-	set, err := credswap.New([]credswap.Secret{{Name: "GH_TOKEN", Placeholder: echoPH, Value: echoVal, Hosts: []string{"allowed.test"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
-	vmCA := testCA(t, "feat")
-	ic := NewInterceptor(vmCA, set, "feat", "")
-	ic.Ports, ic.RootCAs = []int{port}, pool(upCA)
-	f.p.Intercept = ic
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(f.url),
-		TLSClientConfig: &tls.Config{RootCAs: pool(vmCA)}}}
+	f, c, base := echoFixture(t, &accepted)
 	for _, hdr := range []map[string]string{{"Upgrade": "websocket", "Connection": "Upgrade"}, {"Connection": "keep-alive, UPGRADE"}} {
-		req, _ := http.NewRequest("GET", "https://allowed.test:"+strconv.Itoa(port)+"/plain", nil)
+		req, _ := http.NewRequest("GET", base+"/plain", nil)
 		req.Header.Set("Authorization", "Bearer "+echoPH)
 		for k, v := range hdr {
 			req.Header.Set(k, v)
