@@ -353,22 +353,11 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
-// upgradeName is the protocol an Upgrade header asks for, for a message.
+// upgradeName is the protocol an Upgrade header asks for, for a message
+// (clipped as the guest's other words are; net log escapes what it shows).
 func upgradeName(upgrade string) string {
 	if upgrade == "" {
 		return "Connection: upgrade"
 	}
-	return termsafeProtocol(upgrade)
-}
-
-// termsafeProtocol keeps a header's value to printable ASCII, at most 40
-// bytes, for a message the guest and the log show.
-func termsafeProtocol(v string) string {
-	out := []byte{}
-	for i := 0; i < len(v) && len(out) < 40; i++ {
-		if c := v[i]; c >= 0x20 && c < 0x7f {
-			out = append(out, c)
-		}
-	}
-	return string(out)
+	return clip(upgrade)
 }
