@@ -97,7 +97,7 @@ func mustRule(t *testing.T, s string) RequestRule {
 	return r
 }
 
-// githubRules stand for netpolicy's defaults for upstream o/r, after a
+// githubRules stand for netpolicy's GitHub defaults for upstream o/r, after a
 // rule of the user's.
 var githubRules = []string{
 	"deny POST api.github.com/repos/o/r/issues/*/comments",

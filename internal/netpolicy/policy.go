@@ -45,7 +45,7 @@ func ModeOf(r *state.Record) string {
 // Policy is the proxy's policy for r: the default allow-list, the
 // repository's git remote host, the hosts of its secrets, the user's own additions and refusals,
 // the exposed ports, the request rules (the user's, then the
-// defaults for the upstream's host: GitHub's, githubRules) and the host's
+// defaults: defaultRequests) and the host's
 // pins (internal/pins), which are every VM's.
 func Policy(r *state.Record, pins []egress.Pin) egress.Policy {
 	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow), Pins: slices.Clone(pins)}

@@ -22,14 +22,15 @@ var GitHubMutations = []string{"createPullRequest", "addComment"}
 // githubAPI is the host GitHub's REST and GraphQL APIs answer on.
 const githubAPI = "api.github.com"
 
-// githubRules are the default request rules of a workspace whose upstream
-// is on github.com, repo being its path ("/owner/name"): GitHub's API may
-// be read, the upstream's pull requests and issues opened and commented
-// on (repo's REST paths, GitHubMutations in GraphQL), and nothing else
-// written. They apply when a secret is bound to api.github.com, the one
-// way the proxy reads its requests.
-func githubRules(repo string) []egress.RequestRule {
-	return parseRules(append(forgeAPI(githubAPI, "", "/graphql", repo), "deny * "+githubAPI+"/**"))
+// githubPatterns are the default request rules for api.github.com of a
+// workspace whose upstream is on github.com, repo being its path
+// ("/owner/name"; "" for none): GitHub's API may be read, the upstream's
+// pull requests and issues opened and commented on (repo's REST paths,
+// GitHubMutations in GraphQL), and nothing else written. They apply when a
+// secret is bound to api.github.com, the one way the proxy reads its
+// requests.
+func githubPatterns(repo string) []string {
+	return append(forgeAPI(githubAPI, "", "/graphql", repo), "deny * "+githubAPI+"/**")
 }
 
 // forgeAPI are the patterns of GitHub's API rules on host, its REST API
@@ -94,7 +95,7 @@ func parseRules(patterns []string) []egress.RequestRule {
 }
 
 // defaultRequests are the request rules agent-vm adds for r's workspace.
-// An upstream on github.com gets githubRules (api.github.com); one on
+// An upstream on github.com gets githubPatterns (api.github.com); one on
 // gitlab.com GraphQL queries; one on another host a secret is bound to
 // GitHub Enterprise's (its API under /api/v3 and /api/graphql on that
 // host; on another forge they match nothing). Then
@@ -109,8 +110,7 @@ func defaultRequests(r *state.Record) []egress.RequestRule {
 	if ok {
 		upstreamHost = rem.Host
 		if rem.Host == "github.com" {
-			patterns = append(patterns, forgeAPI(githubAPI, "", "/graphql", rem.Path)...)
-			patterns = append(patterns, "deny * "+githubAPI+"/**")
+			patterns = append(patterns, githubPatterns(rem.Path)...)
 		} else if rem.Host == "gitlab.com" {
 			// GitLab's GraphQL may be queried; its REST API names a
 			// project by its escaped path, which no rule's segment
@@ -125,8 +125,7 @@ func defaultRequests(r *state.Record) []egress.RequestRule {
 		// A GitHub token with the upstream elsewhere: GitHub is read
 		// (gh reads through GraphQL queries too), and written to as the
 		// defaults allow, no repository's REST paths among them.
-		patterns = append(patterns, forgeAPI(githubAPI, "", "/graphql", "")...)
-		patterns = append(patterns, "deny * "+githubAPI+"/**")
+		patterns = append(patterns, githubPatterns("")...)
 	}
 	hosts := slices.Clone(r.SecretHosts)
 	slices.Sort(hosts)
