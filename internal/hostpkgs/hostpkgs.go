@@ -92,6 +92,7 @@ func programs(arch string) []Program {
 			Debian: []string{"git"}, Fedora: []string{"git"}, Need: Test},
 		{Name: "go", Paths: []string{"/usr/local/go/bin/go"}, Need: Test,
 			Note: "Go " + goVersion + " or newer from https://go.dev/dl (distribution packages are older)"},
+		{Name: "groupadd", Paths: []string{"/usr/sbin/groupadd"}, Debian: []string{"passwd"}, Fedora: []string{"shadow-utils"}, Need: Test},
 		// The tests serve an "outside" host from a network namespace of its
 		// own (testutil.NewUpstream).
 		{Name: "ip", Paths: []string{"/sbin/ip", "/usr/sbin/ip", "/bin/ip"}, Debian: []string{"iproute2"}, Fedora: []string{"iproute"}, Need: Test},
@@ -127,6 +128,10 @@ func programs(arch string) []Program {
 		{Name: "systemd-analyze", Debian: []string{"systemd"}, Fedora: []string{"systemd"}, Need: Test},
 		{Name: "tmux", Debian: []string{"tmux"}, Fedora: []string{"tmux"}, Need: Test},
 		{Name: "unshare", Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Image | Test},
+		// agent-vm run as root makes its account with useradd and groupadd
+		// (Account); every distribution's base system has them, so nothing
+		// installs them for running VMs, and a host without them gets
+		// CreateAccount's hint.
 		{Name: "useradd", Paths: []string{"/usr/sbin/useradd"}, Debian: []string{"passwd"}, Fedora: []string{"shadow-utils"}, Need: Test},
 		{Name: "userdel", Paths: []string{"/usr/sbin/userdel"}, Debian: []string{"passwd"}, Fedora: []string{"shadow-utils"}, Need: Test},
 		// Debian 12 ships QEMU's C virtiofsd in qemu-system-common (pulled in

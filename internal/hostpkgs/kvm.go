@@ -1,14 +1,12 @@
 package hostpkgs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 )
 
@@ -80,25 +78,22 @@ func (h Host) GrantKVMGroupAccess() error {
 func (h Host) kvmDevice() string { return filepath.Join(h.root(), KVMDevice) }
 
 // groupID looks name up in the host's /etc/group (under Root).
-func (h Host) groupID(name string) (int, bool, error) {
-	f, err := os.Open(filepath.Join(h.root(), "etc", "group"))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return 0, false, nil
+func (h Host) groupID(name string) (gid int, ok bool, err error) {
+	var bad error
+	var field string
+	if err := h.scanDB("group", func(f []string) bool {
+		if f[0] != name {
+			return false
 		}
+		field = f[2]
+		gid, bad = strconv.Atoi(field)
+		ok = bad == nil
+		return true
+	}); err != nil {
 		return 0, false, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Split(sc.Text(), ":")
-		if len(fields) >= 3 && fields[0] == name {
-			gid, err := strconv.Atoi(fields[2])
-			if err != nil {
-				return 0, false, fmt.Errorf("/etc/group: group %s has gid %q", name, fields[2])
-			}
-			return gid, true, nil
-		}
+	if bad != nil {
+		return 0, false, fmt.Errorf("/etc/group: group %s has gid %q", name, field)
 	}
-	return 0, false, sc.Err()
+	return gid, ok, nil
 }
