@@ -81,11 +81,11 @@ func validateHostname(h string) error {
 func validateUID(uid int) error {
 	switch {
 	case uid == 0:
-		return errors.New("uid 0 (root) cannot be the login user dev (hint: when the workspace belongs to root, give it to uid/gid 1000 with chown -R 1000:1000 and use 1000)")
+		return errors.New("uid 0 (root) cannot be the login user dev (hint: agent-vm run as root hands a root-owned workspace to its account agent-vm; elsewhere give the workspace to an account of uid 1000 or more with chown -R)")
 	case uid < 0 || uid > maxID:
 		return fmt.Errorf("uid %d is out of range (1000-%d)", uid, maxID)
 	case uid < minUID:
-		return fmt.Errorf("uid %d would clash with the guest's system accounts (below 1000) (hint: give the workspace to uid 1000 with chown -R and use 1000)", uid)
+		return fmt.Errorf("uid %d would clash with the guest's system accounts (below 1000) (hint: give the workspace to an account of uid 1000 or more with chown -R, or run agent-vm as that account)", uid)
 	case uid == nobodyID || uid == 65535:
 		return fmt.Errorf("uid %d is reserved (nobody, or -1 in 16 bits)", uid)
 	}
@@ -95,7 +95,7 @@ func validateUID(uid int) error {
 func validateGID(gid int) error {
 	switch {
 	case gid == 0:
-		return errors.New("gid 0 (root) cannot be dev's group (hint: when the workspace belongs to root, give it to uid/gid 1000 with chown -R 1000:1000 and use 1000)")
+		return errors.New("gid 0 (root) cannot be dev's group (hint: agent-vm run as root hands a root-owned workspace to its account agent-vm; elsewhere give the workspace to a group other than root with chown -R)")
 	case gid < 0 || gid > maxID:
 		return fmt.Errorf("gid %d is out of range (1-%d)", gid, maxID)
 	case gid == nobodyID || gid == 65535:

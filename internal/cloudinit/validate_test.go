@@ -29,12 +29,12 @@ func TestInvalidConfigs(t *testing.T) {
 		want   string // the error names the input ...
 		hint   string // ... and, where there is one, the fix
 	}{
-		{"uid 0", func(c *Config) { c.UID = 0 }, "uid 0 (root)", "chown -R 1000:1000"},
-		{"system uid", func(c *Config) { c.UID = 999 }, "uid 999 would clash", "use 1000"},
+		{"uid 0", func(c *Config) { c.UID = 0 }, "uid 0 (root)", "its account agent-vm"},
+		{"system uid", func(c *Config) { c.UID = 999 }, "uid 999 would clash", "uid 1000 or more with chown -R"},
 		{"negative uid", func(c *Config) { c.UID = -1 }, "uid -1 is out of range", ""},
 		{"nobody uid", func(c *Config) { c.UID = 65534 }, "uid 65534 is reserved", ""},
 		{"huge uid", func(c *Config) { c.UID = 1 << 32 }, "out of range", ""},
-		{"gid 0", func(c *Config) { c.GID = 0 }, "gid 0 (root)", "chown -R 1000:1000"},
+		{"gid 0", func(c *Config) { c.GID = 0 }, "gid 0 (root)", "its account agent-vm"},
 		{"nogroup", func(c *Config) { c.GID = 65534 }, "gid 65534 is reserved", ""},
 		{"no keys", func(c *Config) { c.AuthorizedKeys = nil }, "no authorized key", "id_ed25519.pub"},
 		{"empty key", func(c *Config) { c.AuthorizedKeys = []string{""} }, "authorized key 1: is empty", "ssh-ed25519 AAAA"},

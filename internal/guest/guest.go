@@ -15,9 +15,6 @@ import (
 const (
 	// User is the guest's login user; it runs the agent and agent-mcp.
 	User = "dev"
-	// RootOwnerID is the uid/gid User gets when the workspace's owner on
-	// the host is root (User cannot be uid 0).
-	RootOwnerID = 1000
 	// Workspace is where the guest mounts the workspace.
 	Workspace = "/workspace"
 	// ShareTag is the virtiofs tag and the 9p mount tag of the workspace.

@@ -2,7 +2,7 @@
 // pins the package sources this host resolves to addresses the egress
 // proxies refuse (Pin, internal/pins), installs what is missing (the host
 // programs of internal/hostpkgs, asking once before it installs or builds
-// anything, and the Debian base image), start does the same with a notice
+// anything, the Debian base image and, as root, agent-vm's account), start does the same with a notice
 // instead of a question (First), `setup --check` lists the programs
 // (CheckPrograms), and `doctor` reports what runs here, which backends can
 // run VMs and whether the package sources are reachable (Doctor). It knows
@@ -97,12 +97,25 @@ func Setup(ctx context.Context, host hostpkgs.Host, o Options) (Report, error) {
 		kvmAccess = false
 		r.Notes = append(r.Notes, "as root, "+hostpkgs.KVMGroupAccessAction+": without it every vagrant start waits a minute on libvirt")
 	}
+	// As root, VMs run as agent-vm's own account (hostpkgs.Account); a
+	// user's VMs run as that user and need none.
+	account := false
+	if o.Root {
+		_, _, ok, err := host.AccountIDs()
+		if err != nil {
+			return r, err
+		}
+		account = !ok
+	}
 	var actions []string
 	if len(plan.Packages) > 0 {
 		actions = append(actions, fmt.Sprintf("install %s with %s", strings.Join(plan.Packages, " "), plan.Manager))
 	}
 	if kvmAccess {
 		actions = append(actions, hostpkgs.KVMGroupAccessAction)
+	}
+	if account {
+		actions = append(actions, hostpkgs.AccountAction)
 	}
 	if buildImage {
 		actions = append(actions, "build the Debian base image into "+o.ImageDir+" (about 2 minutes)")
@@ -136,6 +149,13 @@ func Setup(ctx context.Context, host hostpkgs.Host, o Options) (Report, error) {
 		} else {
 			r.Changed = append(r.Changed, "group "+hostpkgs.KVMGroup+" (libvirt's QEMU user) may now read and write "+hostpkgs.KVMDevice)
 		}
+	}
+	if account {
+		uid, _, err := host.CreateAccount(ctx)
+		if err != nil {
+			return r, err
+		}
+		r.Changed = append(r.Changed, fmt.Sprintf("account %s (uid %d): the VMs root starts run as it", hostpkgs.Account, uid))
 	}
 	for _, p := range plan.Unpackaged {
 		r.Notes = append(r.Notes, fmt.Sprintf("%s is missing and %s has no package for it: %s", p.Name, plan.Manager, p.PackageHint()))

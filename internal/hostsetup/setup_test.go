@@ -52,8 +52,15 @@ func (s *setupHost) options(t *testing.T, root bool, answer *bool) Options {
 	return o
 }
 
-func (s *setupHost) host(t *testing.T) hostpkgs.Host {
-	return hostpkgs.Host{Run: s.fake, Root: t.TempDir()}
+// host is the fake's host, rooted in a directory of the test's whose
+// /etc/passwd has agent-vm's account unless noAccount.
+func (s *setupHost) host(t *testing.T, noAccount ...bool) hostpkgs.Host {
+	h := hostpkgs.Host{Run: s.fake, Root: t.TempDir()}
+	if len(noAccount) == 0 {
+		os.MkdirAll(filepath.Join(h.Root, "etc"), 0o755)
+		os.WriteFile(filepath.Join(h.Root, "etc", "passwd"), []byte(hostpkgs.Account+":x:59999:59999::/nonexistent:/usr/sbin/nologin\n"), 0o644)
+	}
+	return h
 }
 
 func TestSetupAsksOnceThenInstallsAndBuilds(t *testing.T) {
@@ -69,6 +76,46 @@ func TestSetupAsksOnceThenInstallsAndBuilds(t *testing.T) {
 	}
 	if len(s.apt) != 2 || !strings.HasPrefix(s.apt[1], "install -y") || len(r.Installed) == 0 || s.builds != 1 || r.Image != "/images/disk.qcow2" {
 		t.Errorf("apt calls %q, report %+v, builds %d", s.apt, r, s.builds)
+	}
+}
+
+// As root, setup makes agent-vm's account (asking with the rest), as a
+// user it has no use for one; the fake's useradd writes the entry.
+func TestSetupMakesTheAccountAsRoot(t *testing.T) {
+	s := newSetupHost(t)
+	for _, p := range hostpkgs.All() {
+		s.fake.Installed(p.Name, "/usr/sbin/"+p.Name)
+	}
+	h := s.host(t, true)
+	var made []string
+	s.fake.On("groupadd", func(c execxtest.Call) execxtest.Reply {
+		made = append(made, "groupadd "+strings.Join(c.Args, " "))
+		return execxtest.Reply{}
+	})
+	s.fake.On("useradd", func(c execxtest.Call) execxtest.Reply {
+		made = append(made, "useradd "+strings.Join(c.Args, " "))
+		os.MkdirAll(filepath.Join(h.Root, "etc"), 0o755)
+		os.WriteFile(filepath.Join(h.Root, "etc", "passwd"), []byte(hostpkgs.Account+":x:59999:59999::/nonexistent:/usr/sbin/nologin\n"), 0o644)
+		return execxtest.Reply{}
+	})
+	yes := true
+	o := s.options(t, false, &yes)
+	o.ImageDir = ""
+	if r, err := Setup(context.Background(), h, o); err != nil || len(made) != 0 || len(s.asked) != 0 || len(r.Changed) != 0 {
+		t.Fatalf("as a user: report %+v, err %v, ran %q, asked %q; want nothing", r, err, made, s.asked)
+	}
+	o.Root = true
+	r, err := Setup(context.Background(), h, o)
+	if err != nil || len(s.asked) != 1 || len(s.asked[0]) != 1 || !strings.Contains(s.asked[0][0], "system account agent-vm") {
+		t.Fatalf("as root: err %v, asked %q; want one question about the account", err, s.asked)
+	}
+	if len(made) != 2 || !strings.Contains(made[0], "--gid 59999 agent-vm") || !strings.Contains(made[1], "--uid 59999 --gid 59999") ||
+		len(r.Changed) != 1 || !strings.Contains(r.Changed[0], "account agent-vm (uid 59999)") {
+		t.Errorf("ran %q, report %+v", made, r)
+	}
+	made, s.asked = nil, nil
+	if _, err := Setup(context.Background(), h, o); err != nil || len(made) != 0 || len(s.asked) != 0 {
+		t.Errorf("a second setup: err %v, ran %q, asked %q; want nothing to do", err, made, s.asked)
 	}
 }
 

@@ -154,7 +154,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		return nil, err
 	}
 	rec.Git.OriginURL, rec.Git.UpstreamURL = remotes.Origin, remotes.Upstream
-	if rec.Guest.UID, rec.Guest.GID, err = gitws.Ownership(l.Workspace(), guest.RootOwnerID); err != nil {
+	if rec.Guest.UID, rec.Guest.GID, err = gitws.Ownership(l.Workspace(), func() (int, int, error) { return m.account(ctx) }); err != nil {
 		return nil, err
 	}
 	if err := m.applyRepoConfig(o, l, rec, be); err != nil {

@@ -34,6 +34,23 @@ func (m *Manager) setupFirst(ctx context.Context, need hostpkgs.Need) error {
 	return hostsetup.First(ctx, hostpkgs.Host{Run: m.Run}, need, os.Geteuid() == 0, m.progress)
 }
 
+// account is the ids of agent-vm's own account (hostpkgs.Account), which
+// a root-owned workspace is handed to and its VM's QEMU, virtiofsd and
+// proxy run as; made now, with a notice, on a host setup has not made it
+// on, as start installs what is missing.
+func (m *Manager) account(ctx context.Context) (uid, gid int, err error) {
+	h := hostpkgs.Host{Run: m.Run}
+	uid, gid, ok, err := h.AccountIDs()
+	if err != nil || ok {
+		return uid, gid, err
+	}
+	if uid, gid, err = h.CreateAccount(ctx); err != nil {
+		return 0, 0, err
+	}
+	fmt.Fprintf(m.progress, "agent-vm: made the system account %s (uid %d) that VMs run as, as `agent-vm setup` does\n", hostpkgs.Account, uid)
+	return uid, gid, nil
+}
+
 // setupNeed is what setup installs: what running VMs need, the backend's
 // own needs (a backend.HostNeeder's; "" and auto add none), and the
 // tests'.

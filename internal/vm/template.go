@@ -157,8 +157,10 @@ func (m *Manager) defaultMachine(ctx context.Context) (*state.Record, error) {
 	}
 	r := m.newRecord(CreateOptions{}, "default", "default", be.Name())
 	r.Guest.UID, r.Guest.GID = os.Geteuid(), os.Getegid()
-	if r.Guest.UID == 0 {
-		r.Guest.UID, r.Guest.GID = guest.RootOwnerID, guest.RootOwnerID // as gitws.Ownership hands a root-owned workspace over
+	if r.Guest.UID == 0 { // as create hands a root-owned workspace over
+		if r.Guest.UID, r.Guest.GID, err = m.account(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := be.Provision(ctx, state.Layout{}, r, backend.CreateFlags{}); err != nil {
 		return nil, err

@@ -35,11 +35,13 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
+	"github.com/agent-vm/agent-vm/internal/sharejail"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -267,25 +269,63 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 		t.Errorf("an allowed name leading to %s: exit %d, %q %s; want the proxy's refusal %q", cgnatTestAddr, code, out, errs, want)
 	}
 
-	// As root, the proxy that parsed those requests is QEMU's user, not root.
+	// As root, QEMU, the share's virtiofsd and the proxy that parsed those
+	// requests run as agent-vm's own account, which the root-owned
+	// workspace was handed to: never root, never a person's account.
 	if os.Geteuid() == 0 {
+		uid, gid, ok, err := hostpkgs.Host{}.AccountIDs()
+		if err != nil || !ok {
+			t.Fatalf("as root, no account %s after create: %v", hostpkgs.Account, err)
+		}
 		netDir := filepath.Join(e.Layout.Dir, netpolicy.Dir)
-		proxy := 0
+		var proxy, jail int
 		des, _ := os.ReadDir("/proc")
 		for _, de := range des {
 			b, _ := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
-			if args := strings.Split(string(b), "\x00"); len(args) > 2 && args[1] == "net-proxy" && slices.Contains(args, netDir) {
+			args := strings.Split(string(b), "\x00")
+			if len(args) > 2 && args[1] == "net-proxy" && slices.Contains(args, netDir) {
 				proxy, _ = strconv.Atoi(de.Name())
 			}
+			if len(args) > 2 && args[1] == sharejail.Command && strings.Contains(string(b), e.Layout.Dir) {
+				jail, _ = strconv.Atoi(de.Name())
+			}
 		}
-		uid := func(pid int) string {
+		virtiofsd := 0
+		for _, de := range des {
+			b, _ := os.ReadFile(filepath.Join("/proc", de.Name(), "stat"))
+			// "pid (comm) state ppid ...", comm being anything.
+			if i := strings.LastIndex(string(b), ") "); i > 0 && jail > 0 {
+				if f := strings.Fields(string(b[i+2:])); len(f) > 1 && f[1] == strconv.Itoa(jail) {
+					virtiofsd, _ = strconv.Atoi(de.Name())
+				}
+			}
+		}
+		ids := func(pid int) string {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-			_, rest, _ := strings.Cut(string(b), "\nUid:\t")
-			u, _, _ := strings.Cut(rest, "\t")
-			return u
+			_, u, _ := strings.Cut(string(b), "\nUid:\t")
+			u, _, _ = strings.Cut(u, "\t")
+			_, g, _ := strings.Cut(string(b), "\nGid:\t")
+			g, _, _ = strings.Cut(g, "\t")
+			return u + ":" + g
 		}
-		if proxy == 0 || uid(proxy) == "0" || uid(proxy) != uid(info.Pid) {
-			t.Errorf("the egress proxy (pid %d) runs as uid %q, QEMU (pid %d) as %q: want QEMU's user, not root", proxy, uid(proxy), info.Pid, uid(info.Pid))
+		want := strconv.Itoa(uid) + ":" + strconv.Itoa(gid)
+		procs := []struct {
+			what string
+			pid  int
+		}{{"QEMU", info.Pid}, {"the egress proxy", proxy}}
+		if info.Share == string(driver.ShareVirtiofs) {
+			procs = append(procs, struct {
+				what string
+				pid  int
+			}{"virtiofsd (the jail's child)", virtiofsd})
+		}
+		for _, p := range procs {
+			if got := ids(p.pid); p.pid == 0 || got != want {
+				t.Errorf("%s (pid %d) runs as %q, want agent-vm's account %s", p.what, p.pid, got, want)
+			}
+		}
+		if fi, err := os.Stat(e.Layout.Workspace()); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
+			t.Errorf("the workspace is not the account's: %v", err)
 		}
 	}
 
