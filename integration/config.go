@@ -178,7 +178,7 @@ func findAgentVM(cfg Config) (string, error) {
 			return "", err
 		}
 		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("--agent-vm %s: not an executable file (hint: build one with `go build -o agent-vm ./cmd/agent-vm`)", cfg.AgentVM)
+			return "", fmt.Errorf("--agent-vm %s: not an executable file (hint: build one with `go build -tags agentvm_testhooks -o agent-vm ./cmd/agent-vm`)", cfg.AgentVM)
 		}
 		return p, nil
 	}
@@ -190,7 +190,7 @@ func findAgentVM(cfg Config) (string, error) {
 	}
 	p, err := exec.LookPath("agent-vm")
 	if err != nil {
-		return "", fmt.Errorf("no agent-vm beside integration-test nor on PATH (hint: pass --agent-vm PATH, e.g. after `go build -o agent-vm ./cmd/agent-vm`)")
+		return "", fmt.Errorf("no agent-vm beside integration-test nor on PATH (hint: pass --agent-vm PATH, e.g. after `go build -tags agentvm_testhooks -o agent-vm ./cmd/agent-vm`)")
 	}
 	return filepath.Abs(p)
 }

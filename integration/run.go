@@ -175,7 +175,7 @@ func (r *run) scenario(ctx context.Context, sc Scenario) {
 		return
 	}
 	s := &S{name: sc.Name, av: r.av, rep: r.rep, dir: filepath.Join(r.root, sc.Name), backend: r.cfg.Backend, host: r.cfg.Host,
-		vm: sc.NeedsVM, interrupted: r.interrupted}
+		vm: sc.NeedsVM, interrupted: r.interrupted, testHooks: strings.HasSuffix(r.host.version, " +testhooks")}
 	if r.host.doctor != nil {
 		s.sources = r.host.doctor.PackageSources
 	}

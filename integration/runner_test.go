@@ -31,7 +31,7 @@ func buildBinaries(dir string) (bins, error) {
 		return b, fmt.Errorf("go is not on PATH: %w", err)
 	}
 	for out, pkg := range map[string]string{b.agentVM: "../cmd/agent-vm", b.itest: "../cmd/integration-test"} {
-		cmd := exec.Command(goBin, "build", "-o", out, pkg)
+		cmd := exec.Command(goBin, "build", "-tags", "agentvm_testhooks", "-o", out, pkg)
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return b, fmt.Errorf("go build %s: %v\n%s", pkg, err, msg)
 		}

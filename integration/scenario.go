@@ -55,6 +55,9 @@ type S struct {
 	vm      bool   // the scenario boots VMs: show their serial consoles on failure
 	// sources are the package sources `agent-vm doctor --json` names.
 	sources []string
+	// testHooks: agent-vm's egress proxy reads its test hooks (`agent-vm
+	// version` ends in +testhooks: a build with -tags agentvm_testhooks).
+	testHooks bool
 	// interrupted reports whether the user interrupted the run.
 	interrupted func() bool
 

@@ -92,15 +92,39 @@ let
     runCommand "agent-vm-${version}"
       {
         nativeBuildInputs = [ makeBinaryWrapper ];
-        passthru = { inherit unwrapped integration-test; };
+        passthru = { inherit unwrapped unwrappedTestHooks integration-test; };
         inherit meta;
       }
       ''
         makeBinaryWrapper ${unwrapped}/bin/agent-vm $out/bin/agent-vm --suffix PATH : ${runtimePath}
       '';
 
+  # The agent-vm integration-test drives: the same, built with the egress
+  # proxy's test hooks (the agentvm_testhooks tag: environment variables by
+  # which a test leads a name to a server of its own and has the proxy
+  # trust its CA), which the shipped agent-vm does not read.
+  unwrappedTestHooks = buildGo126Module (
+    common
+    // {
+      pname = "agent-vm-testhooks-unwrapped";
+      subPackages = [ "cmd/agent-vm" ];
+      tags = [ "agentvm_testhooks" ];
+      inherit meta;
+    }
+  );
+
+  agent-vm-testhooks =
+    runCommand "agent-vm-testhooks-${version}"
+      {
+        nativeBuildInputs = [ makeBinaryWrapper ];
+        inherit meta;
+      }
+      ''
+        makeBinaryWrapper ${unwrappedTestHooks}/bin/agent-vm $out/bin/agent-vm --suffix PATH : ${runtimePath}
+      '';
+
   # integration-test drives the agent-vm CLI; the wrapper puts the matching
-  # agent-vm first on its PATH.
+  # agent-vm, with the test hooks, first on its PATH.
   integration-test = buildGo126Module (
     common
     // {
@@ -108,7 +132,7 @@ let
       subPackages = [ "cmd/integration-test" ];
       nativeBuildInputs = [ makeBinaryWrapper ];
       postInstall = ''
-        wrapProgram $out/bin/integration-test --prefix PATH : ${lib.makeBinPath [ agent-vm ]}
+        wrapProgram $out/bin/integration-test --prefix PATH : ${lib.makeBinPath [ agent-vm-testhooks ]}
       '';
       meta = {
         description = "End-to-end tests of the agent-vm CLI";

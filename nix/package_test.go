@@ -31,7 +31,9 @@ func TestGoIsNamedExplicitly(t *testing.T) {
 
 // package.nix evaluated by nix with stand-ins for nixpkgs' functions: the
 // wrapper appends git, ssh, QEMU and virtiofsd to PATH (the user's own come
-// first), and both Go builds use buildGo126Module.
+// first), the Go builds use buildGo126Module, and integration-test's
+// agent-vm is the one built with the test hooks, which the shipped one is
+// not.
 func TestPackageWrapsRuntimePath(t *testing.T) {
 	root := repoRoot(t)
 	var got struct {
@@ -39,6 +41,9 @@ func TestPackageWrapsRuntimePath(t *testing.T) {
 		Script   string   `json:"script"`
 		Unwrap   string   `json:"unwrapped"`
 		Main     string   `json:"main"`
+		Tags     []string `json:"tags"`
+		Hooks    []string `json:"hookTags"`
+		ITest    string   `json:"itestWrap"`
 	}
 	evalJSON(t, root, `
 		let
@@ -50,7 +55,7 @@ func TestPackageWrapsRuntimePath(t *testing.T) {
 		      platforms.linux = [ ];
 		    };
 		    buildGo126Module = a: a // { builder = "buildGo126Module"; outPath = "/stub/${a.pname}"; };
-		    runCommand = name: env: script: env // env.passthru // { inherit name script; };
+		    runCommand = name: env: script: env // (env.passthru or { }) // { inherit name script; outPath = "/stub/${name}"; };
 		    makeBinaryWrapper = stub "makeBinaryWrapper";
 		    path = "/stub/nixpkgs";
 		    git = stub "git";
@@ -59,7 +64,10 @@ func TestPackageWrapsRuntimePath(t *testing.T) {
 		    virtiofsd = stub "virtiofsd";
 		  };
 		in {
-		  builders = [ pkg.unwrapped.builder pkg.integration-test.builder ];
+		  builders = [ pkg.unwrapped.builder pkg.unwrappedTestHooks.builder pkg.integration-test.builder ];
+		  tags = pkg.unwrapped.tags or [ ];
+		  hookTags = pkg.unwrappedTestHooks.tags or [ ];
+		  itestWrap = pkg.integration-test.postInstall;
 		  script = pkg.script;
 		  unwrapped = pkg.unwrapped.pname;
 		  main = pkg.meta.mainProgram;
@@ -75,6 +83,12 @@ func TestPackageWrapsRuntimePath(t *testing.T) {
 	}
 	if got.Unwrap != "agent-vm-unwrapped" || got.Main != "agent-vm" {
 		t.Errorf("unwrapped %q, mainProgram %q", got.Unwrap, got.Main)
+	}
+	if len(got.Tags) != 0 || !slices.Equal(got.Hooks, []string{"agentvm_testhooks"}) {
+		t.Errorf("build tags: the shipped agent-vm %q (want none), integration-test's %q (want agentvm_testhooks)", got.Tags, got.Hooks)
+	}
+	if !strings.Contains(got.ITest, "--prefix PATH : /stub/agent-vm-testhooks-0.1.0/bin") {
+		t.Errorf("integration-test's wrapper %q: want the agent-vm with the test hooks on its PATH", strings.TrimSpace(got.ITest))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -32,6 +33,19 @@ const (
 
 // Version is set at build time (-ldflags -X).
 var Version = "dev"
+
+// TestHooksTag is the build tag of a binary for the tests, whose egress
+// proxy reads its test hooks (egress.TestHooks); `agent-vm version` says
+// so after the version ("+testhooks"), which integration-test checks.
+const TestHooksTag = "agentvm_testhooks"
+
+// versionLine is what `agent-vm version` prints.
+func versionLine() string {
+	if egress.TestHooks {
+		return "agent-vm " + Version + " +testhooks\n"
+	}
+	return "agent-vm " + Version + "\n"
+}
 
 // usageError is a mistake in how the command was called.
 type usageError struct{ msg string }
@@ -153,7 +167,7 @@ func newApp(stdio IO) *cli.App {
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if cliCtx.Bool("version") {
-				_, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version)
+				_, err := fmt.Fprint(stdio.Out, versionLine())
 				return err
 			}
 			if cliCtx.Args().Present() {

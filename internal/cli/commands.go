@@ -32,7 +32,7 @@ func commands(stdio IO) []*cli.Command {
 		category("Host", setupCommand(stdio), doctorCommand(stdio), hostCommand(stdio), completionCommand(stdio), helpCommand(stdio),
 			&cli.Command{
 				Name: "version", Usage: "print the version",
-				Action: func(*cli.Context) error { _, err := fmt.Fprintf(stdio.Out, "agent-vm %s\n", Version); return err },
+				Action: func(*cli.Context) error { _, err := fmt.Fprint(stdio.Out, versionLine()); return err },
 			}),
 		[]*cli.Command{mcpProxyCommand(stdio), netProxyCommand(stdio), netRelayCommand(stdio), netForwardCommand(stdio), detachCommand(stdio), hostVerbCommand(stdio), hostExecCommand(stdio), workspaceCheckCommand(stdio), workspaceConfigCommand(stdio),
 			holdCommand(stdio), personalizeCommand(stdio), openURLCommand(stdio)},

@@ -279,8 +279,19 @@ func netProxyCommand(stdio IO) *cli.Command {
 			o := egress.ServeOptions{Dir: cliCtx.String("dir"),
 				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
-				TestHosts: stdio.Getenv(egress.TestHostsEnv), TestRootCA: stdio.Getenv(egress.TestRootCAEnv),
 				Front: front, DoorDir: cliCtx.String("door-dir"), Log: e.log.Named("net-proxy")}
+			for _, h := range []struct {
+				name string
+				to   *string
+			}{{egress.TestHostsEnv, &o.TestHosts}, {egress.TestRootCAEnv, &o.TestRootCA}} {
+				switch v := stdio.Getenv(h.name); {
+				case v == "":
+				case egress.TestHooks:
+					*h.to = v
+				default:
+					o.Log.Warn("ignored: this agent-vm is built without the proxy's test hooks (go build -tags "+TestHooksTag+")", "variable", h.name)
+				}
+			}
 			if cliCtx.Bool("secrets-stdin") {
 				o.Secrets = stdio.In
 			}

@@ -465,3 +465,28 @@ func TestNetForwardViaLink(t *testing.T) {
 		t.Errorf("after the host's sshd restarted: %v\n%s", err, out.String())
 	}
 }
+
+// The shipped build (no agentvm_testhooks tag, as `go test` builds this
+// package) has no proxy test hooks: net-proxy ignores their variables,
+// saying so, and `version` does not claim them. The tests' own agent-vm
+// (tu.AgentVMBinary) has them and says so.
+func TestShippedBuildHasNoTestHooks(t *testing.T) {
+	if egress.TestHooks {
+		t.Skip("built with -tags agentvm_testhooks: this test is about the build without")
+	}
+	dir := t.TempDir()
+	r := agentVMEnv(t, "", t.TempDir(), map[string]string{egress.TestHostsEnv: "github.com=198.18.0.9", egress.TestRootCAEnv: "/tmp/ca.pem"},
+		"net-proxy", "--dir", dir, "--proxy-socket", filepath.Join(dir, "p.sock"), "--door-socket", filepath.Join(dir, "d.sock"), "--run-as", "0:0")
+	for _, v := range []string{egress.TestHostsEnv, egress.TestRootCAEnv} {
+		if !strings.Contains(r.stderr, "ignored: this agent-vm is built without the proxy's test hooks") || !strings.Contains(r.stderr, v) {
+			t.Errorf("net-proxy with %s set: stderr %q; want it named as ignored", v, r.stderr)
+		}
+	}
+	if r := mustRun(t, "", t.TempDir(), "version"); strings.Contains(r.stdout, "testhooks") {
+		t.Errorf("version %q claims the test hooks", r.stdout)
+	}
+	out, err := exec.Command(tu.AgentVMBinary(t), "version").Output()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), " +testhooks") {
+		t.Errorf("the tests' agent-vm: version %q, %v; want it to end in +testhooks", out, err)
+	}
+}

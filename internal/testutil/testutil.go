@@ -148,8 +148,9 @@ var agentVM struct {
 }
 
 // AgentVMBinary builds agent-vm once per test binary, statically
-// (CGO_ENABLED=0: guests run the same file as agent-mcp), for tests that
-// need it as a real process. Call RemoveAgentVMBinary from TestMain after
+// (CGO_ENABLED=0: guests run the same file as agent-mcp) and with the
+// egress proxy's test hooks (the agentvm_testhooks tag: egress.TestHooks),
+// for tests that need it as a real process. Call RemoveAgentVMBinary from TestMain after
 // the tests have run.
 func AgentVMBinary(t testing.TB) string {
 	t.Helper()
@@ -160,7 +161,7 @@ func AgentVMBinary(t testing.TB) string {
 			return
 		}
 		agentVM.path = filepath.Join(dir, "agent-vm")
-		cmd := exec.Command("go", "build", "-o", agentVM.path, "github.com/agent-vm/agent-vm/cmd/agent-vm")
+		cmd := exec.Command("go", "build", "-tags", "agentvm_testhooks", "-o", agentVM.path, "github.com/agent-vm/agent-vm/cmd/agent-vm")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			agentVM.err = fmt.Errorf("go build: %v\n%s", err, out)
