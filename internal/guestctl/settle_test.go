@@ -85,42 +85,47 @@ func TestSettleWaitsForTheCommand(t *testing.T) {
 
 // A guest whose log grows, or whose CPUs are busy, goes on however long it
 // takes; one where nothing moves ends with a StallError naming the log's
-// last line.
+// last line. The guest moves between each two probes (the test moves it
+// when a probe reports), so a probe or the test running late under load
+// cannot make it look still.
 func TestSettleStopsOnlyWhenNothingMoves(t *testing.T) {
 	r := newSettleRig(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- Settle(ctx, r.c, Settling{Command: "sleep 600", Log: r.log, Stall: 400 * time.Millisecond, Every: 50 * time.Millisecond, procStat: r.stat})
-	}()
-	// Four stall limits of progress: the log grows, then the CPUs work.
+	const stall = 400 * time.Millisecond
+	var mu sync.Mutex
+	start := time.Now()
+	var still time.Time // when the guest stopped moving
 	lines := "Cloud-init v. 22.4.2 running 'modules:final'\n"
 	busy := 200
-	for i := range 32 {
-		if i < 16 {
+	// Four stall limits of progress: the log grows, then the CPUs work.
+	report := func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch since := time.Since(start); {
+		case !still.IsZero():
+		case since < 2*stall:
 			lines += "npm http fetch GET 200 https://registry.npmjs.org/x\n"
 			r.write(t, r.log, lines)
-		} else {
+		case since < 4*stall:
 			busy += 100
 			r.write(t, r.stat, "cpu  "+strconv.Itoa(busy)+" 0 0 5000 0 0 0 0 0 0\n")
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("settle ended while the guest made progress: %v", err)
-		case <-time.After(50 * time.Millisecond):
+		default:
+			still = time.Now()
 		}
 	}
-	// Now nothing moves.
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("settle did not stop when nothing moved")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := Settle(ctx, r.c, Settling{Command: "sleep 600", Log: r.log, Stall: stall, Every: 50 * time.Millisecond, procStat: r.stat, Report: report})
+	mu.Lock()
+	defer mu.Unlock()
+	if still.IsZero() {
+		t.Fatalf("settle ended while the guest made progress: %v", err)
 	}
-	var stall *StallError
-	if !errors.As(err, &stall) || !strings.Contains(err.Error(), "made no progress for 400ms") ||
+	var se *StallError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "made no progress for 400ms") ||
 		!strings.Contains(err.Error(), "its last line: npm http fetch GET 200") {
 		t.Errorf("got %v, want a StallError with the log's last line", err)
+	}
+	if waited := time.Since(still); waited < stall {
+		t.Errorf("settle gave up %s after the guest stopped moving, before the stall limit %s", waited, stall)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/testutil"
@@ -175,20 +177,38 @@ func TestInspectImageInUseByQemu(t *testing.T) {
 		_ = syscall.Kill(p.Pid(), syscall.SIGKILL)
 		<-p.Exited()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// Inspect only once QEMU holds the lock: its qemu-img taking the lock
+	// while QEMU opens the disk would make QEMU fail (under load, QEMU
+	// starts slowly enough for that). QEMU's locks are OFD locks on bytes
+	// from 100 on, seen here without taking one.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for {
-		_, err := Inspect(ctx, execx.OS{}, disk)
-		if err != nil {
-			wantErr(t, err, "in use by a running QEMU", "hint: stop the VM")
-			return
-		}
+	for !qemuLocked(t, disk) {
 		select {
 		case <-p.Exited():
-			t.Fatalf("qemu exited early (code %d)", p.ExitCode())
+			log, _ := os.ReadFile(filepath.Join(dir, "qemu.log"))
+			t.Fatalf("qemu exited early (code %d); its output:\n%s", p.ExitCode(), log)
 		case <-ctx.Done():
 			t.Fatal("qemu never took the disk's lock")
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	_, err = Inspect(ctx, execx.OS{}, disk)
+	wantErr(t, err, "in use by a running QEMU", "hint: stop the VM")
+}
+
+// qemuLocked says whether a process holds a lock on disk's bytes from 100
+// on, as QEMU does on an image it has open (F_OFD_GETLK takes none).
+func qemuLocked(t *testing.T, disk string) bool {
+	t.Helper()
+	f, err := os.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 100, Len: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	return lk.Type != unix.F_UNLCK
 }
