@@ -10,7 +10,10 @@
 //     serves (/tmp/claude-mcp-browser-bridge-$USER/*.sock), found again at
 //     each connection, as the host's own Claude Code finds it;
 //   - DevTools: the guest's 127.0.0.1:guest.DevToolsPort leads to a host
-//     browser's remote-debugging endpoint on the host's 127.0.0.1;
+//     browser's remote-debugging endpoint on the host's 127.0.0.1, through
+//     agent-vm's relay (CDPRelay), which passes DevTools to the web pages
+//     and refuses what reaches the host's files, downloads and the
+//     browser's own pages;
 //   - URLs: the guest's xdg-open writes a URL to guest.OpenURLSocket, and
 //     the host checks it (http and https only, rate-limited), logs it in
 //     the VM's net log, prints it and opens it with the host's opener.

@@ -41,7 +41,8 @@ type Doors struct {
 	// and logged, not opened.
 	OpenURLs bool   `json:"open_urls,omitempty"`
 	Opener   string `json:"opener,omitempty"`
-	// Log is the VM's net log, where the URL door logs each URL.
+	// Log is the VM's net log, where the URL door logs each URL and the
+	// DevTools door each call it refuses.
 	Log string `json:"log,omitempty"`
 	// Forced says the doors were opened for a VM whose network is offline.
 	Forced bool `json:"forced,omitempty"`
@@ -61,7 +62,7 @@ func (d Doors) Lines() []string {
 		if d.Launched {
 			what = "agent-vm's Chromium"
 		}
-		out = append(out, fmt.Sprintf("%s reachable (CDP at the guest's 127.0.0.1:%d, host %s)", what, guest.DevToolsPort, d.DevTools))
+		out = append(out, fmt.Sprintf("%s reachable (CDP at the guest's 127.0.0.1:%d, host %s, through agent-vm's relay: web pages only, no downloads, no host files)", what, guest.DevToolsPort, d.DevTools))
 	}
 	switch {
 	case d.OpenURLs && d.Opener != "":

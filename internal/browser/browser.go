@@ -212,7 +212,7 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 		if err := devToolsMCP(ctx, vms, e, notify); err != nil {
 			return nil, err
 		}
-		d.DevTools, d.Launched = addr, o.Launch
+		d.DevTools, d.Launched, d.Log = addr, o.Launch, netpolicy.LogPath(e.Layout)
 	}
 	if o.OpenURLs {
 		d.OpenURLs, d.Log = true, netpolicy.LogPath(e.Layout)

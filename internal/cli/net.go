@@ -213,6 +213,16 @@ func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 	if !x.Allowed {
 		verdict = "DENIED"
 	}
+	if x.Kind == egress.KindDevTools {
+		// No connection: a DevTools call the browser door refused, the
+		// URL it would have loaded and the reason.
+		line := fmt.Sprintf("%s  %-8s %-7s %s", x.Time.Local().Format(time.DateTime), x.Kind, verdict, termsafe.String(x.Request))
+		if x.URL != "" {
+			line += " " + termsafe.String(x.URL)
+		}
+		_, err := fmt.Fprintf(w, "%s  (%s)\n", line, termsafe.String(x.Rule))
+		return err
+	}
 	if x.Kind == egress.KindOpenURL {
 		// No connection: the URL the guest asked the host to open (of a
 		// refused one, what was kept of it) and the verdict.

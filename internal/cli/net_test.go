@@ -490,3 +490,18 @@ func TestShippedBuildHasNoTestHooks(t *testing.T) {
 		t.Errorf("the tests' agent-vm: version %q, %v; want it to end in +testhooks", out, err)
 	}
 }
+
+// A DevTools call the browser door refused is one line: the method, the
+// URL it would have loaded (as the log keeps it) and the reason.
+func TestNetLogDevToolsLine(t *testing.T) {
+	var b strings.Builder
+	at := time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local)
+	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindDevTools, Request: "Page.navigate", URL: "file:///etc/passwd",
+		Rule: "the host's browser loads http, https and about:blank only"}, false)
+	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindDevTools, Request: "Browser.close\x1b[2J", Rule: "it closes the host's browser"}, false)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "devtools DENIED  Page.navigate file:///etc/passwd  (the host's browser loads http, https and about:blank only)") ||
+		strings.Contains(lines[1], "\x1b") || !strings.Contains(lines[1], "(it closes the host's browser)") {
+		t.Errorf("net log lines:\n%q", lines)
+	}
+}

@@ -21,7 +21,10 @@ type Entry struct {
 	// put secrets in: Interceptor), "door" (an exposed host port) or
 	// KindOpenURL (a URL the guest asked the host to open, which no
 	// connection of the guest's carries: Host and Port are the URL's,
-	// URL what of it the log keeps, Rule the verdict, and no bytes).
+	// URL what of it the log keeps, Rule the verdict, and no bytes) or
+	// KindDevTools (a DevTools call the browser door refused: Request is
+	// its method, URL and Host the URL it would have loaded, if any, Rule
+	// the reason).
 	Kind    string `json:"kind"`
 	Host    string `json:"host"`
 	Port    int    `json:"port"`
@@ -54,6 +57,10 @@ type Entry struct {
 // KindOpenURL is the Kind of a URL the guest asked the host to open
 // (internal/bridge writes these into the VM's log beside the proxy).
 const KindOpenURL = "open-url"
+
+// KindDevTools is the Kind of a DevTools call the host's browser door
+// refused (internal/bridge's relay writes these).
+const KindDevTools = "devtools"
 
 // DefaultLogLimit bounds the log: past it, the file is rotated to
 // "<path>.1" (the one older file kept), so the log takes at most twice it.

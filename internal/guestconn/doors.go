@@ -27,9 +27,8 @@ func (g Guest) doors(log hclog.Logger, notices *hold.Notices) ([]hold.Door, erro
 			Serve:   bridge.Tunnel("unix", func() (string, error) { return bridge.FindChromeBridge(dir) }, log)})
 	}
 	if d.DevTools != "" {
-		addr := d.DevTools
-		out = append(out, hold.Door{Name: "DevTools", GuestPort: guest.DevToolsPort,
-			Serve: bridge.Tunnel("tcp", func() (string, error) { return addr, nil }, log)})
+		relay := &bridge.CDPRelay{Addr: d.DevTools, VM: g.Record.Slug, LogPath: d.Log, Log: log.Named("devtools")}
+		out = append(out, hold.Door{Name: "DevTools", GuestPort: guest.DevToolsPort, Serve: relay.Serve})
 	}
 	if d.OpenURLs {
 		door := &bridge.URLDoor{VM: g.Record.Slug, Open: true, Run: execx.OS{}, OpenerPath: d.Opener, LogPath: d.Log,

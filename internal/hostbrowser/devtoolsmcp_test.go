@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
@@ -24,9 +26,10 @@ import (
 // The guest's DevTools MCP server, for real, on this host: installed by
 // the guest's install script (under a prefix of the test's own), run with
 // the guest's command line against a launched Chromium, and spoken to
-// over stdio as Claude Code speaks to it: a page the test serves is
-// opened, navigated and read back. What a real boot does in the guest,
-// less the door.
+// over stdio as Claude Code speaks to it, through the DevTools door's
+// relay (bridge.CDPRelay) as in a VM: a page the test serves is opened,
+// navigated and read back; a host file is not opened. What a real boot
+// does in the guest, less the held connection that carries the door.
 func TestDevToolsMCPDrivesTheLaunchedBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs Node.js and chrome-devtools-mcp from the npm registry")
@@ -55,7 +58,8 @@ func TestDevToolsMCPDrivesTheLaunchedBrowser(t *testing.T) {
 	}))
 	defer site.Close()
 
-	prog, args := mcp.Command(o.Port)
+	relay, logPath := relayFor(t, bridge.DevToolsAddr(o.Port))
+	prog, args := mcp.Command(relay)
 	c := startMCP(t, ctx, prog, args)
 	init := c.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "agent-vm-test", "version": "0"}})
@@ -100,6 +104,19 @@ func TestDevToolsMCPDrivesTheLaunchedBrowser(t *testing.T) {
 	}
 	if got := c.tool("list_pages", map[string]any{}); !strings.Contains(got, fmt.Sprintf("%d: agent-vm page two (%s/two)", page, site.URL)) {
 		t.Errorf("list_pages: %q", got)
+	}
+	secret := filepath.Join(t.TempDir(), "secret.txt")
+	os.WriteFile(secret, []byte("host-secret-42"), 0o644)
+	if got, isError := c.toolResult("navigate_page", map[string]any{"pageId": page, "type": "url", "url": "file://" + secret}); !isError && strings.Contains(got, "Successfully navigated") {
+		t.Errorf("navigate_page to a host file: %q; want the relay's refusal", got)
+	} else {
+		t.Logf("navigate_page to a host file: %q", got)
+	}
+	if got := c.tool("evaluate_script", map[string]any{"pageId": page, "function": "() => document.body.innerText"}); strings.Contains(got, "host-secret-42") {
+		t.Errorf("the page shows the host file: %q", got)
+	}
+	if es, _ := egress.ReadLog(logPath); len(es) == 0 || es[len(es)-1].Request != "Page.navigate" {
+		t.Errorf("the net log: %+v; want the refused Page.navigate", es)
 	}
 }
 
@@ -208,6 +225,16 @@ func (c *mcpClient) call(method string, params any) json.RawMessage {
 // tool calls a tool and returns its text, failing on a tool error.
 func (c *mcpClient) tool(name string, args map[string]any) string {
 	c.t.Helper()
+	text, isError := c.toolResult(name, args)
+	if isError {
+		c.t.Fatalf("tool %s: %s", name, text)
+	}
+	return text
+}
+
+// toolResult calls a tool and returns its text and whether it is an error.
+func (c *mcpClient) toolResult(name string, args map[string]any) (string, bool) {
+	c.t.Helper()
 	var r struct {
 		Content []struct {
 			Type string `json:"type"`
@@ -222,8 +249,5 @@ func (c *mcpClient) tool(name string, args map[string]any) string {
 	for _, p := range r.Content {
 		text.WriteString(p.Text)
 	}
-	if r.IsError {
-		c.t.Fatalf("tool %s: %s", name, text.String())
-	}
-	return text.String()
+	return text.String(), r.IsError
 }

@@ -2,6 +2,7 @@ package hostbrowser
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -128,6 +129,9 @@ func Launch(ctx context.Context, o Options) (Launched, error) {
 	}
 	// A file left by an earlier run would name its port and target.
 	if err := os.Remove(filepath.Join(profile.Path, activePortFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return Launched{}, err
+	}
+	if err := denyHost(profile.Path); err != nil {
 		return Launched{}, err
 	}
 	root := os.Geteuid() == 0
@@ -301,4 +305,51 @@ func logTail(path string, n int) string {
 	}
 	b, _ := io.ReadAll(f)
 	return execx.TailLines(string(b), n)
+}
+
+// hostDenied are the profile's settings that keep the launched browser
+// off the host's files whoever drives it, the DevTools relay aside: no
+// file: URL opens (the URLBlocklist policy's setting, which a profile may
+// hold) and no download is saved (DownloadRestrictions' "block all").
+var hostDenied = map[string]any{
+	"download_restrictions": 3,
+	"policy":                map[string]any{"url_blocklist": []any{"file://*"}},
+}
+
+// denyHost writes hostDenied into the profile's preferences before each
+// launch (the browser keeps the rest of the file as it left it).
+func denyHost(profile string) error {
+	p := filepath.Join(profile, "Default", "Preferences")
+	prefs := map[string]any{}
+	b, err := os.ReadFile(p)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	default:
+		if err := json.Unmarshal(b, &prefs); err != nil {
+			return fmt.Errorf("the launched browser's preferences %s are not JSON: %w (hint: `agent-vm browser --stop`, then remove the file)", p, err)
+		}
+	}
+	for k, v := range hostDenied {
+		if m, ok := v.(map[string]any); ok {
+			sub, _ := prefs[k].(map[string]any)
+			if sub == nil {
+				sub = map[string]any{}
+			}
+			for sk, sv := range m {
+				sub[sk] = sv
+			}
+			v = sub
+		}
+		prefs[k] = v
+	}
+	out, err := json.Marshal(prefs)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(p, out, 0o600)
 }

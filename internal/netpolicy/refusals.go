@@ -38,7 +38,7 @@ func Refusals(ctx context.Context, logs LogPuller, e state.Entry, since time.Tim
 	var out []egress.Entry
 	seen := map[string]int{}
 	for _, x := range es {
-		if x.Allowed || x.Kind == egress.KindOpenURL || x.Time.Before(since) {
+		if x.Allowed || x.Kind == egress.KindOpenURL || x.Kind == egress.KindDevTools || x.Time.Before(since) {
 			continue
 		}
 		key := fmt.Sprintf("%s:%d %s %v", x.Host, x.Port, x.Rule, x.Refused)
