@@ -58,6 +58,14 @@ func TestDevToolsMCPDrivesTheLaunchedBrowser(t *testing.T) {
 	}))
 	defer site.Close()
 
+	// A page of the browser's own is open beside the web's, as in a
+	// user's browser: the relay keeps chrome-devtools-mcp out of it, and
+	// the server still works with the rest.
+	v, err := bridge.ProbeDevTools(ctx, bridge.DevToolsAddr(o.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialCDP(t, v.WebSocketURL).mustCall("", "Target.createTarget", map[string]any{"url": "chrome://version"})
 	relay, logPath := relayFor(t, bridge.DevToolsAddr(o.Port))
 	prog, args := mcp.Command(relay)
 	c := startMCP(t, ctx, prog, args)
@@ -115,7 +123,11 @@ func TestDevToolsMCPDrivesTheLaunchedBrowser(t *testing.T) {
 	if got := c.tool("evaluate_script", map[string]any{"pageId": page, "function": "() => document.body.innerText"}); strings.Contains(got, "host-secret-42") {
 		t.Errorf("the page shows the host file: %q", got)
 	}
-	if es, _ := egress.ReadLog(logPath); len(es) == 0 || es[len(es)-1].Request != "Page.navigate" {
+	es, _ := egress.ReadLog(logPath)
+	for _, e := range es {
+		t.Logf("refused: %s %s (%s)", e.Request, e.URL, e.Rule)
+	}
+	if len(es) == 0 || es[len(es)-1].Request != "Page.navigate" {
 		t.Errorf("the net log: %+v; want the refused Page.navigate", es)
 	}
 }
