@@ -70,6 +70,19 @@ func TestPushThroughTheProxy(t *testing.T) {
 	if got := testutil.Git(t, filepath.Join(root, "remote.git"), "rev-parse", "refs/heads/feat"); got != head {
 		t.Fatalf("feat is %s after the push, want %s", got, head)
 	}
+	// Push options, which the git host would hand its hooks (and a forge
+	// reads as orders: merge when green, skip CI), are refused whole, by a
+	// real git that sends them because the host says it takes them.
+	testutil.Git(t, filepath.Join(root, "remote.git"), "config", "receive.advertisePushOptions", "true")
+	testutil.WriteFile(t, filepath.Join(dir, "more.txt"), "more\n")
+	testutil.Git(t, dir, "add", ".")
+	testutil.Git(t, dir, "commit", "--quiet", "-m", "more")
+	if out, err := push("-o", "merge_request.merge_when_pipeline_succeeds", "HEAD:feat"); err == nil || !strings.Contains(out, "push options (git push -o) are refused") {
+		t.Errorf("git push -o HEAD:feat: %v\n%s\nwant the push options refused", err, out)
+	}
+	if got := testutil.Git(t, filepath.Join(root, "remote.git"), "rev-parse", "refs/heads/feat"); got != head {
+		t.Errorf("feat is %s after the refused push with options, want %s", got, head)
+	}
 	testutil.Git(t, dir, "tag", "v1")
 	for args, want := range map[string]string{
 		"HEAD:main": ` ! [remote rejected] HEAD -> main (this VM may push only to its own branch "feat", not "main"`,
@@ -99,8 +112,8 @@ func TestPushThroughTheProxy(t *testing.T) {
 			}
 		}
 	}
-	if swapped != 1 || refused != 2 {
-		t.Errorf("the log has %d allowed pushes with GH_TOKEN and %d refused, want 1 and 2:\n%s", swapped, refused, log.String())
+	if swapped != 1 || refused != 3 {
+		t.Errorf("the log has %d allowed pushes with GH_TOKEN and %d refused, want 1 and 3:\n%s", swapped, refused, log.String())
 	}
 	raw, _ := os.ReadFile(filepath.Join(f.dir, LogFile))
 	if bytes.Contains(raw, []byte(token)) {
