@@ -3,12 +3,15 @@ package libvirt
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 	golibvirt "github.com/digitalocean/go-libvirt"
 )
 
@@ -97,5 +100,27 @@ func TestStateOf(t *testing.T) {
 		if st != tc.want || suspend != tc.suspend {
 			t.Errorf("%s: %q %q, want %q %q", tc.name, st, suspend, tc.want, tc.suspend)
 		}
+	}
+}
+
+// RemoveForward returns once the host port is closed; a port that still
+// listens after the forward's process was stopped (here a listener of the
+// test's, which no forwarder owns) is an error naming it, not a success.
+func TestRemoveForwardWaitsForThePort(t *testing.T) {
+	d := &Driver{}
+	m := driver.Machine{RunDir: t.TempDir()}
+	free := testutil.FreePort(t)
+	if err := d.RemoveForward(context.Background(), m, driver.Forward{Host: free, Guest: 80}); err != nil {
+		t.Errorf("a closed port: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := ln.Addr().(*net.TCPAddr).Port
+	err = d.RemoveForward(context.Background(), m, driver.Forward{Host: held, Guest: 80})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("127.0.0.1:%d still listens", held)) {
+		t.Errorf("a port that stays open: %v; want it named", err)
 	}
 }

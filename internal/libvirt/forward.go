@@ -196,8 +196,23 @@ func (d *Driver) liveNet(ctx context.Context, m driver.Machine) (driver.Live, li
 	return lv, n, nil
 }
 
-// RemoveForward implements driver.Forwarder.
-func (d *Driver) RemoveForward(_ context.Context, m driver.Machine, f driver.Forward) error {
+// RemoveForward implements driver.Forwarder: it returns once the host
+// port no longer listens, so that `port rm` is done when it says so.
+func (d *Driver) RemoveForward(ctx context.Context, m driver.Machine, f driver.Forward) error {
 	d.stopForwards(m, f.Host)
+	deadline := time.Now().Add(forwardGone)
+	for !d.portFree(f.Host) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("127.0.0.1:%d still listens %s after its forward was stopped: its forwarder did not end, or another program took the port (hint: `ss -ltnp 'sport = :%d'` names it)", f.Host, forwardGone, f.Host)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	return nil
 }
+
+// forwardGone bounds the wait for a stopped forward's port to close.
+const forwardGone = 5 * time.Second
