@@ -34,7 +34,10 @@ import (
 //     (the browser reads the host's files for file: and view-source:file:);
 //   - downloads: Browser.setDownloadBehavior and Page.setDownloadBehavior
 //     other than "deny" (a download lands in any host directory a client
-//     names);
+//     names); and since a page starts a download by itself (into the host
+//     user's Downloads), the relay denies downloads itself when a session
+//     begins and in each browser context the guest makes (Chromium 156
+//     headless saves nothing in a new context anyway; a headed one may);
 //   - handing the page the host's files: DOM.setFileInputFiles,
 //     Page.handleFileChooser with files, Input.dispatchDragEvent dragging
 //     files;
