@@ -2,6 +2,7 @@ package hostsetup
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -137,6 +138,10 @@ func Doctor(ctx context.Context, in DoctorInput) DoctorReport {
 		add(Check{Name: "kvm", Detail: "not usable, VMs run under TCG (software emulation): " + acc.Reason, Hint: acc.Hint})
 	}
 
+	if os.Geteuid() == 0 {
+		add(accountCheck(hostpkgs.Host{Run: in.Run}))
+	}
+
 	for _, be := range in.Backends {
 		rd := be.Doctor(ctx)
 		for _, c := range rd.Checks {
@@ -167,4 +172,21 @@ func Doctor(ctx context.Context, in DoctorInput) DoctorReport {
 	}
 	r.Browser = browserReport(hostbrowser.Doctor(ctx, in.Run, getenv))
 	return r
+}
+
+// accountCheck is doctor's line, as root, on agent-vm's account
+// (hostpkgs.Account), which the VMs root starts run as: made or not yet
+// (setup, or the first create, makes it), or why it cannot serve.
+func accountCheck(h hostpkgs.Host) Check {
+	c := Check{Name: "account " + hostpkgs.Account}
+	uid, gid, ok, err := h.AccountIDs()
+	switch {
+	case err != nil:
+		c.Detail = err.Error()
+	case ok:
+		c.OK, c.Detail = true, fmt.Sprintf("uid %d, gid %d: QEMU, virtiofsd and the egress proxy of the VMs root starts run as it", uid, gid)
+	default:
+		c.OK, c.Detail = true, "not made yet: `agent-vm setup` (or the first create as root) makes it"
+	}
+	return c
 }
