@@ -111,6 +111,11 @@ func (h Host) CreateAccount(ctx context.Context) (uid, gid int, err error) {
 			}
 		}
 		if _, err := h.Run.Run(ctx, c); err != nil {
+			// Another agent-vm may have made it meanwhile (two first
+			// creates at once): then it is there to use.
+			if uid, gid, ok, lerr := h.AccountIDs(); lerr == nil && ok {
+				return uid, gid, nil
+			}
 			return 0, 0, fmt.Errorf("making the account %s that VMs run as: %w (hint: run `agent-vm setup` as root)", Account, err)
 		}
 	}
