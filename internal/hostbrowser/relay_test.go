@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
 	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -146,12 +148,26 @@ func userBrowser(t *testing.T, home string) string {
 	t.Helper()
 	chromium := testutil.Program(t, "chromium")
 	port := testutil.FreePort(t)
-	cmd := exec.Command(chromium, Args(t.TempDir(), port, true, os.Geteuid() == 0)...)
+	profile := t.TempDir()
+	cmd := exec.Command(chromium, Args(profile, port, true, os.Geteuid() == 0)...)
 	cmd.Env = append(os.Environ(), "HOME="+home)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// The browser and its helpers, all of them gone before the profile
+	// (and home) are removed: a helper left writing there fails the
+	// removal.
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		for range 100 {
+			if len(proc.FindAll(usesProfile(profile))) == 0 {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	addr := bridge.DevToolsAddr(port)
 	for i := 0; ; i++ {
 		if _, err := bridge.ProbeDevTools(context.Background(), addr); err == nil {
