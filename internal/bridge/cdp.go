@@ -347,19 +347,55 @@ func (t *targets) note(ctx context.Context, b []byte) (own bool) {
 // of is the URL of the target a call in session sid is for ("": the
 // connection's own: a page's, or the browser's, which is not a page);
 // known is false for a session the browser never told of.
-func (t *targets) of(sid string) (u string, known bool) {
+func (t *targets) of(sid string) (id, u string, known bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	id := t.page
+	id = t.page
 	if sid != "" {
 		if id, known = t.sessions[sid]; !known {
-			return "", false
+			return "", "", false
 		}
 	} else if id == "" {
-		return "about:blank", true // the browser's own session: no page
+		return "", "about:blank", true // the browser's own session: no page
 	}
 	u, known = t.urls[id]
-	return u, known
+	return id, u, known
+}
+
+// becomesWeb says whether target id, whose URL u is not the web's, is a
+// web page by now or within newTabWait: a new tab is the browser's own
+// page (chrome://new-tab-page...) until about:blank or the URL asked for
+// commits, and a client's first calls on it come in that moment. The
+// session's calls wait meanwhile, in order.
+func (t *targets) becomesWeb(r *CDPRelay, id, u string) bool {
+	deadline := time.Now().Add(newTabWait)
+	for {
+		if checkNavigation(t.now(context.Background(), r, id, u)) == "" {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// newTabWait bounds becomesWeb's wait.
+const newTabWait = 3 * time.Second
+
+// now is target id's URL as the browser lists it now, noted for the
+// session's later calls; u as it was known when the browser cannot say.
+func (t *targets) now(ctx context.Context, r *CDPRelay, id, u string) string {
+	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	cur, found, err := r.targetURL(ctx, id)
+	if err != nil || !found {
+		return u
+	}
+	t.mu.Lock()
+	t.urls[id] = cur
+	t.mu.Unlock()
+	return cur
 }
 
 // inert are the calls a session with a page that is not the web's may
@@ -404,9 +440,9 @@ func (r *CDPRelay) check(b []byte, t *targets) (msg, answer []byte) {
 		sid, isString := call["sessionId"].(string)
 		if _, ok := call["sessionId"]; ok && (!isString || sid == "") {
 			why = "its sessionId is not a session's"
-		} else if u, known := t.of(sid); !known {
+		} else if id, u, known := t.of(sid); !known {
 			why = "it names a session the browser has not told of"
-		} else if checkNavigation(u) != "" && !inert(method) {
+		} else if checkNavigation(u) != "" && !inert(method) && !t.becomesWeb(r, id, u) {
 			why = "its target is " + targetWords(u) + ", not a web page: a session there may only enable domains, let it run or navigate it to the web"
 		}
 	}
