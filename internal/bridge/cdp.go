@@ -440,9 +440,9 @@ func (r *CDPRelay) check(b []byte, t *targets) (msg, answer []byte) {
 		sid, isString := call["sessionId"].(string)
 		if _, ok := call["sessionId"]; ok && (!isString || sid == "") {
 			why = "its sessionId is not a session's"
-		} else if id, u, known := t.of(sid); !known {
+		} else if target, u, known := t.of(sid); !known {
 			why = "it names a session the browser has not told of"
-		} else if checkNavigation(u) != "" && !inert(method) && !t.becomesWeb(r, id, u) {
+		} else if checkNavigation(u) != "" && !inert(method) && !t.becomesWeb(r, target, u) {
 			why = "its target is " + targetWords(u) + ", not a web page: a session there may only enable domains, let it run or navigate it to the web"
 		}
 	}
