@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -115,13 +113,6 @@ func (r *CDPRelay) serveHTTP(ctx context.Context, w http.ResponseWriter, req *ht
 	default:
 		http.Error(w, "agent-vm's DevTools relay passes the DevTools endpoints (/json/..., /devtools/...) only", http.StatusNotFound)
 	}
-}
-
-// noProxy reaches the host's loopback directly, never through a proxy
-// the environment names, and follows no redirect.
-var noProxy = &http.Client{
-	Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
 // forward passes an HTTP request to the browser's endpoint and its answer
@@ -564,22 +555,11 @@ func clip(s string) string {
 // URL as LogURL keeps it (scheme://host/path), the reason.
 func (r *CDPRelay) logRefusal(method, rawURL, why string) {
 	r.Log.Warn("the DevTools door refused a call", "method", method, "reason", why)
-	if r.LogPath == "" {
-		return
-	}
 	e := egress.Entry{Time: time.Now().UTC(), Kind: egress.KindDevTools, Request: method, Rule: why}
 	if u, err := url.Parse(rawURL); err == nil && rawURL != "" {
 		e.Host, e.URL = u.Hostname(), LogURL(u)
 	}
-	root, err := os.OpenRoot(filepath.Dir(r.LogPath))
-	if err != nil {
-		r.Log.Warn("logging a DevTools refusal", "vm", r.VM, "error", err)
-		return
-	}
-	defer root.Close()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := (&egress.Log{Dir: root, Name: filepath.Base(r.LogPath)}).Add(e); err != nil {
+	if err := appendLog(r.LogPath, &r.mu, e); err != nil {
 		r.Log.Warn("logging a DevTools refusal", "vm", r.VM, "error", err)
 	}
 }

@@ -52,17 +52,11 @@ func ProbeDevTools(ctx context.Context, addr string) (DevTools, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
-	client := &http.Client{
-		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/json/version", nil)
 	if err != nil {
 		return DevTools{}, err
 	}
-	resp, err := client.Do(req)
+	resp, err := noProxy.Do(req)
 	if err != nil {
 		return DevTools{}, probeError(addr, port, err)
 	}
@@ -96,6 +90,14 @@ func probeError(addr, port string, err error) error {
 		return fmt.Errorf("%s does not answer within %s: a browser that hangs, or another program that has the port", addr, ProbeTimeout)
 	}
 	return fmt.Errorf("asking %s for its DevTools version: %w", addr, err)
+}
+
+// noProxy reaches a DevTools endpoint on the host's loopback directly,
+// never through a proxy the environment names, and follows no redirect:
+// the probe's and the relay's client.
+var noProxy = &http.Client{
+	Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
 // DevToolsAddr is the host's loopback address of DevTools port port.

@@ -275,21 +275,26 @@ func (d *URLDoor) log(raw string, u *url.URL, allowed bool, rule string) error {
 	if u != nil {
 		e.Host, e.Port, e.URL = u.Hostname(), urlPort(u), LogURL(u)
 	}
-	if d.LogPath == "" {
-		return nil
-	}
-	root, err := os.OpenRoot(filepath.Dir(d.LogPath))
-	if err != nil {
-		return fmt.Errorf("logging a URL of VM %s: %w", d.VM, err)
-	}
-	defer root.Close()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	l := egress.Log{Dir: root, Name: filepath.Base(d.LogPath)}
-	if err := l.Add(e); err != nil {
+	if err := appendLog(d.LogPath, &d.mu, e); err != nil {
 		return fmt.Errorf("logging a URL of VM %s: %w", d.VM, err)
 	}
 	return nil
+}
+
+// appendLog adds e to the VM's net log at path ("" logs nothing), one
+// door's appends at a time (mu).
+func appendLog(path string, mu *sync.Mutex, e egress.Entry) error {
+	if path == "" {
+		return nil
+	}
+	root, err := os.OpenRoot(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	return (&egress.Log{Dir: root, Name: filepath.Base(path)}).Add(e)
 }
 
 // LogURL is what the net log keeps of u: scheme://host/path, without a
