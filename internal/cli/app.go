@@ -1,7 +1,7 @@
 // Package cli is agent-vm's command line: it builds the urfave/cli App, one
 // file per verb, parses flags into option structs and calls one function per
 // command: a vm.Manager method, or a command room's function with the
-// Manager as its VMs (agent, mcpsync, netpolicy, forward). vm.Open wires
+// Manager as its VMs (agent, mcpsync, netpolicy, forward). wire.Open wires
 // everything else; a test keeps cli from importing backends or drivers. It maps errors to exit codes
 // (0 ok, 1 error, 2 usage, 130 interrupted) and prints them with their hints.
 // No business logic lives here.

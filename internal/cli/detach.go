@@ -8,6 +8,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 // detachCommand is hostlink.Detach, agent-vm's binary on a libvirt host
@@ -31,16 +32,16 @@ func detachCommand(stdio IO) *cli.Command {
 }
 
 // hostVerbCommand serves one request of the libvirt driver for a VM placed
-// on this machine from another (vm.ServeHost): JSON in, JSON out.
+// on this machine from another (wire.ServeHost): JSON in, JSON out.
 func hostVerbCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: vm.HostCommand, Hidden: true, Usage: "serve one request of agent-vm's libvirt driver for a VM placed on this machine (agent-vm runs it over its link)",
+		Name: wire.HostCommand, Hidden: true, Usage: "serve one request of agent-vm's libvirt driver for a VM placed on this machine (agent-vm runs it over its link)",
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
 			log := hclog.New(&hclog.LoggerOptions{Name: "agent-vm", Output: stdio.Err, Level: hclog.Info, Color: hclog.ColorOff})
-			return vm.ServeHost(cliCtx.Context, stdio.In, stdio.Out, log)
+			return wire.ServeHost(cliCtx.Context, stdio.In, stdio.Out, log)
 		},
 	}
 }

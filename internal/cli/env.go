@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 // env is what a command's action works with.
@@ -25,7 +26,7 @@ func newEnv(cliCtx *cli.Context, stdio IO) *env {
 // knows the backends: the CLI does not.
 func (e *env) manager() (*vm.Manager, error) {
 	wd, _ := os.Getwd() // "" (outside any repository) if it is gone
-	return vm.Open(vm.Config{StateDir: e.g.stateDir, WorkDir: wd, Getenv: e.stdio.Getenv, Log: e.log, Progress: e.stdio.Err})
+	return wire.Open(wire.Config{StateDir: e.g.stateDir, WorkDir: wd, Getenv: e.stdio.Getenv, Log: e.log, Progress: e.stdio.Err})
 }
 
 func hasFlag(c *cli.Command, name string) bool {

@@ -17,6 +17,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 	const module = "github.com/agent-vm/agent-vm"
 	allowed := map[string]bool{
 		module + "/internal/vm":          true, // the orchestration
+		module + "/internal/wire":        true, // the composition root, which opens the Manager
 		module + "/internal/mcpproxy":    true, // agent-mcp, which `mcp-proxy` runs in the guest
 		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
 		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
@@ -47,14 +48,14 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 	}
 	for _, p := range imports {
 		if strings.HasPrefix(p, module+"/") && !allowed[p] {
-			t.Errorf("internal/cli imports %s; reach it through internal/vm (see vm.Open)", p)
+			t.Errorf("internal/cli imports %s; reach it through internal/vm (opened by internal/wire)", p)
 		}
 	}
 }
 
 // TestCLIImportsNoBackendOrDriver: whatever the list above allows, no
 // backend and no driver (a package with a compile-time check of
-// backend.Backend or driver.Driver) is among the CLI's imports; vm.Open
+// backend.Backend or driver.Driver) is among the CLI's imports; internal/wire
 // builds them.
 func TestCLIImportsNoBackendOrDriver(t *testing.T) {
 	const cli = "github.com/agent-vm/agent-vm/internal/cli"
@@ -70,7 +71,7 @@ func TestCLIImportsNoBackendOrDriver(t *testing.T) {
 	}
 	for _, p := range pkgs[i].Imports {
 		if backends[p] || drivers[p] {
-			t.Errorf("internal/cli imports %s, a backend or driver; vm.Open builds them", p)
+			t.Errorf("internal/cli imports %s, a backend or driver; internal/wire builds them", p)
 		}
 	}
 }

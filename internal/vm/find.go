@@ -81,7 +81,7 @@ func (m *Manager) whereAmI(ctx context.Context, entries []state.Entry) here {
 			return here{repo: e.Record.Git.Repo, top: e.Layout.Workspace()}
 		}
 	}
-	if !gitws.MaybeInside(m.WorkDir, m.getenv) {
+	if !gitws.MaybeInside(m.WorkDir, m.Getenv) {
 		return here{} // no .git here or above: git would say so, slower
 	}
 	top, id, err := m.Git.Where(ctx, m.WorkDir)

@@ -12,7 +12,7 @@ import (
 // directory (hostdir's Browser), or finds the one running (`browser
 // --launch`).
 func (m *Manager) LaunchBrowser(ctx context.Context, port int) (hostbrowser.Launched, error) {
-	return hostbrowser.Launch(ctx, hostbrowser.Options{Run: m.Run, Dir: m.dirs.Browser, Port: port})
+	return hostbrowser.Launch(ctx, hostbrowser.Options{Run: m.Run, Dir: m.Dirs.Browser, Port: port})
 }
 
 // StopBrowser stops agent-vm's Chromium unless a VM of this state
@@ -31,6 +31,6 @@ func (m *Manager) StopBrowser(ctx context.Context, except string) (usedBy string
 			return e.Slug, false, nil
 		}
 	}
-	stopped, err = hostbrowser.Stop(ctx, hostbrowser.Options{Run: m.Run, Dir: m.dirs.Browser})
+	stopped, err = hostbrowser.Stop(ctx, hostbrowser.Options{Run: m.Run, Dir: m.Dirs.Browser})
 	return "", stopped, err
 }

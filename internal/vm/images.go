@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 )
 
@@ -36,7 +37,16 @@ func (m *Manager) BuildImage(ctx context.Context, o ImageBuildOptions) (image.In
 
 func (m *Manager) buildImage(ctx context.Context, o ImageBuildOptions) (*image.Image, error) {
 	return image.Build(ctx, image.BuildOptions{Release: o.Release, Mirror: o.Mirror, Force: o.Force,
-		Cache: m.dirs.Images, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
+		Cache: m.Dirs.Images, Runner: m.Run, Progress: m.Progress, Logger: m.Log.Named("image")})
+}
+
+// FirstImage builds the base image on a host that has none, as the first
+// start there does: the packages the build needs first (hostsetup.First).
+func (m *Manager) FirstImage(ctx context.Context) (*image.Image, error) {
+	if err := m.setupFirst(ctx, hostpkgs.Image); err != nil {
+		return nil, err
+	}
+	return m.buildImage(ctx, ImageBuildOptions{})
 }
 
 // ImagePullOptions are `image pull`'s arguments.
@@ -49,7 +59,7 @@ type ImagePullOptions struct {
 // PullImage downloads an official cloud image and checks its checksum.
 func (m *Manager) PullImage(ctx context.Context, o ImagePullOptions) (image.Info, error) {
 	img, err := image.Pull(ctx, image.PullOptions{Name: o.Name, BaseURL: o.BaseURL, Force: o.Force,
-		Cache: m.dirs.Images, Runner: m.Run, Progress: m.progress, Logger: m.Log.Named("image")})
+		Cache: m.Dirs.Images, Runner: m.Run, Progress: m.Progress, Logger: m.Log.Named("image")})
 	if err != nil {
 		return image.Info{}, err
 	}
@@ -83,5 +93,5 @@ func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
 	for img := range m.templateImages() {
 		used[img] = true
 	}
-	return image.Prune(ctx, m.dirs.Images, func(disk string) bool { return used[disk] })
+	return image.Prune(ctx, m.Dirs.Images, func(disk string) bool { return used[disk] })
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/libvirtbackend"
 	"github.com/agent-vm/agent-vm/internal/state"
-	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 // image prune asks each VM's backend which cached images it uses: a
@@ -19,7 +19,7 @@ import (
 // the one a libvirt VM's disk was made on; one nothing uses goes; a VM of a backend this build lacks stops the prune.
 func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 	cache := t.TempDir()
-	m, err := vm.Open(vm.Config{StateDir: t.TempDir(), Getenv: func(k string) string {
+	m, err := wire.Open(wire.Config{StateDir: t.TempDir(), Getenv: func(k string) string {
 		return map[string]string{"XDG_CACHE_HOME": cache, "HOME": t.TempDir()}[k]
 	}})
 	if err != nil {

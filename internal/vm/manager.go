@@ -2,9 +2,10 @@
 // destroy, sync, reset, status, exec, shell, ssh-config, logs, suspend, resume)
 // over the state directory and the VM's record, the git workspace, the
 // backend contract (internal/backend) each kind of guest implements and the
-// driver contract (internal/driver) their backends name. Open is the
-// composition root: the CLI reaches backends, drivers, images and host
-// set-up only through a Manager.
+// driver contract (internal/driver) their backends name. The composition
+// root, internal/wire, builds the backends and drivers and hands them to a
+// Manager: vm imports none of them, and the CLI reaches backends, drivers,
+// images and host set-up only through a Manager.
 //
 // What has a vocabulary of its own lives in a room of its own, which vm
 // calls with plain data, a connection or a small interface (template,
@@ -104,17 +105,22 @@ type Manager struct {
 	// guests get no proxy CA and no secret (their clones get their own).
 	templates bool
 
-	// Set by Open (see Config).
-	dirs     hostdir.Table
-	progress io.Writer
-	getenv   func(string) string
+	// Dirs are agent-vm's host directories outside the state directory
+	// (hostdir.Table); the zero value has none (no image cache, no
+	// templates, no egress sockets' home).
+	Dirs hostdir.Table
+	// Progress receives the output of long steps: package installs, the
+	// image build, nix build.
+	Progress io.Writer
+	// Getenv reads the environment (os.Getenv outside tests).
+	Getenv func(string) string
 }
 
 // New returns a Manager with the real probes.
 func New(root *state.Root, run execx.Runner, log hclog.Logger, drivers []driver.Driver, backends ...backend.Backend) *Manager {
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
 		Drivers: map[string]driver.Driver{}, PortFree: ports.Listenable, Now: time.Now, Host: hostSize, IsNixOS: isNixOS,
-		progress: io.Discard, getenv: os.Getenv}
+		Progress: io.Discard, Getenv: os.Getenv}
 	m.HostCAs = m.hostCAs
 	for _, d := range drivers {
 		m.Drivers[d.Name()] = d
@@ -195,4 +201,4 @@ const (
 )
 
 // hostCAs finds the host's added CA certificates (hostca.Load).
-func (m *Manager) hostCAs() ([]string, error) { return hostca.Load(m.getenv, m.Log) }
+func (m *Manager) hostCAs() ([]string, error) { return hostca.Load(m.Getenv, m.Log) }

@@ -29,6 +29,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbox"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 // TestNewHost runs what a new user runs, in that order, on a host where
@@ -50,7 +51,7 @@ import (
 //
 // The host's well-known roots (/var/lib/agent-vm, /run/agent-vm-egress,
 // root's cache) are put under a temporary directory standing in for "/"
-// (vm.Config.Roots), with /var/lib, /run and /root as Debian has them.
+// (wire.Config.Roots), with /var/lib, /run and /root as Debian has them.
 func TestNewHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds an image and boots a qemu and a vagrant VM (minutes under TCG); not with -short")
@@ -162,13 +163,13 @@ func newHostRoot(t *testing.T) *hostRoot {
 
 func (h *hostRoot) getenv(k string) string { return h.env[k] }
 
-// open is vm.Open as the CLI calls it, on this host's roots and the
+// open is wire.Open as the CLI calls it, on this host's roots and the
 // default state directory in its root's home.
 func (h *hostRoot) open(t *testing.T) *vm.Manager {
 	t.Helper()
 	exe := tu.AgentVMBinary(t)
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: testWriter{t}})
-	m, err := vm.Open(vm.Config{StateDir: vm.DefaultStateDir(h.getenv), Getenv: h.getenv, Log: log, Progress: testWriter{t},
+	m, err := wire.Open(wire.Config{StateDir: vm.DefaultStateDir(h.getenv), Getenv: h.getenv, Log: log, Progress: testWriter{t},
 		Executable: func() (string, error) { return exe, nil }, Roots: h.roots})
 	if err != nil {
 		t.Fatal(err)

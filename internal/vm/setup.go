@@ -24,14 +24,14 @@ func (m *Manager) SetupHost(ctx context.Context, tests bool, backendName string,
 	}
 	return hostsetup.Setup(ctx, hostpkgs.Host{Run: m.Run}, hostsetup.Options{Need: need, ImageDir: m.ImageDir(),
 		Build: func(ctx context.Context) (*image.Image, error) { return m.buildImage(ctx, ImageBuildOptions{}) },
-		Root:  os.Geteuid() == 0, Consent: consent, Out: m.progress})
+		Root:  os.Geteuid() == 0, Consent: consent, Out: m.Progress})
 }
 
 // PrepareHost is what start does before it boots (hostsetup.First).
 func (m *Manager) PrepareHost(ctx context.Context) error { return m.setupFirst(ctx, hostpkgs.Run) }
 
 func (m *Manager) setupFirst(ctx context.Context, need hostpkgs.Need) error {
-	return hostsetup.First(ctx, hostpkgs.Host{Run: m.Run}, need, os.Geteuid() == 0, m.progress)
+	return hostsetup.First(ctx, hostpkgs.Host{Run: m.Run}, need, os.Geteuid() == 0, m.Progress)
 }
 
 // account is the ids of agent-vm's own account (hostpkgs.Account), which
@@ -47,7 +47,7 @@ func (m *Manager) account(ctx context.Context) (uid, gid int, err error) {
 	if uid, gid, err = h.CreateAccount(ctx); err != nil {
 		return 0, 0, err
 	}
-	fmt.Fprintf(m.progress, "agent-vm: made the system account %s (uid %d) that VMs run as, as `agent-vm setup` does\n", hostpkgs.Account, uid)
+	fmt.Fprintf(m.Progress, "agent-vm: made the system account %s (uid %d) that VMs run as, as `agent-vm setup` does\n", hostpkgs.Account, uid)
 	return uid, gid, nil
 }
 

@@ -1,4 +1,4 @@
-package vm
+package wire
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
+	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // What a new machine runs (setup opens the manager, a qemu VM probes the
@@ -71,7 +72,7 @@ func TestHostDirsComeOutAsTheTableSaysInAnyOrder(t *testing.T) {
 			for _, d := range []*hostdir.Dir{dirs.Lib, dirs.Registry, dirs.VagrantHome, dirs.Handoff, dirs.Egress, dirs.Cache, dirs.Templates, dirs.Images} {
 				want[d.Path] = d.Mode
 			}
-			var m *Manager
+			var m *vm.Manager
 			ctx := context.Background()
 			for _, step := range c.steps {
 				var err error
@@ -82,7 +83,7 @@ func TestHostDirsComeOutAsTheTableSaysInAnyOrder(t *testing.T) {
 						checkWiring(t, m, dirs)
 					}
 				case probe:
-					p := m.prober("qemu-system-x86_64")
+					p := m.Prober("qemu-system-x86_64")
 					p.Device = filepath.Join(base, "kvm") // a device that opens; no kernel: no QEMU runs, the result is cached
 					p.Kernels = nil
 					if err := os.WriteFile(p.Device, nil, 0o600); err != nil {
@@ -95,7 +96,7 @@ func TestHostDirsComeOutAsTheTableSaysInAnyOrder(t *testing.T) {
 				case pull:
 					cancelled, cancel := context.WithCancel(ctx)
 					cancel() // the store is opened; nothing is fetched
-					_, _ = m.PullImage(cancelled, ImagePullOptions{Name: "debian-12", BaseURL: "http://127.0.0.1:1/"})
+					_, _ = m.PullImage(cancelled, vm.ImagePullOptions{Name: "debian-12", BaseURL: "http://127.0.0.1:1/"})
 				case prune:
 					_, err = m.PruneImages(ctx)
 				case handoff:
@@ -136,7 +137,7 @@ func checkModes(t *testing.T, when string, want map[string]fs.FileMode, all bool
 }
 
 // checkWiring: the manager hands each package the table's entry.
-func checkWiring(t *testing.T, m *Manager, dirs hostdir.Table) {
+func checkWiring(t *testing.T, m *vm.Manager, dirs hostdir.Table) {
 	t.Helper()
 	vd := m.Drivers[vagrant.DriverName].(*vagrant.Driver)
 	vb := m.Backends[vagrantbackend.Name].(*vagrantbackend.Backend)
