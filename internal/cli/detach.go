@@ -7,7 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/hostlink"
-	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/placement"
 	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
@@ -46,33 +46,33 @@ func hostVerbCommand(stdio IO) *cli.Command {
 	}
 }
 
-// workspaceCheckCommand is vm.CheckWorkspace: on a VM's host, the unsaved
+// workspaceCheckCommand is placement.CheckWorkspace: on a VM's host, the unsaved
 // work of the workspace there, as JSON, for destroy on the machine that
 // asks.
 func workspaceCheckCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: vm.WorkspaceCheckCommand, Hidden: true, Usage: "print the unsaved work of a VM's workspace on this machine as JSON (agent-vm runs it on a VM's host over its link)",
+		Name: placement.WorkspaceCheckCommand, Hidden: true, Usage: "print the unsaved work of a VM's workspace on this machine as JSON (agent-vm runs it on a VM's host over its link)",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "workspace", Required: true, Usage: "the workspace's path"}},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
-			return vm.CheckWorkspace(cliCtx.Context, cliCtx.String("workspace"), stdio.Out)
+			return placement.CheckWorkspace(cliCtx.Context, cliCtx.String("workspace"), stdio.Out)
 		},
 	}
 }
 
-// workspaceConfigCommand is vm.ReadWorkspaceConfig: on a VM's host, the
+// workspaceConfigCommand is placement.ReadWorkspaceConfig: on a VM's host, the
 // repository's settings file in the workspace there, as JSON.
 func workspaceConfigCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: vm.WorkspaceConfigCommand, Hidden: true, Usage: "print a VM's workspace's agent-vm settings file on this machine as JSON (agent-vm runs it on a VM's host over its link)",
+		Name: placement.WorkspaceConfigCommand, Hidden: true, Usage: "print a VM's workspace's agent-vm settings file on this machine as JSON (agent-vm runs it on a VM's host over its link)",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "workspace", Required: true, Usage: "the workspace's path"}},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
-			return vm.ReadWorkspaceConfig(cliCtx.String("workspace"), stdio.Out)
+			return placement.ReadWorkspaceConfig(cliCtx.String("workspace"), stdio.Out)
 		},
 	}
 }

@@ -3,6 +3,7 @@ package vm
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"syscall"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/guest"
+	"github.com/agent-vm/agent-vm/internal/placement"
 	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/modules"
@@ -119,17 +121,17 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err != nil {
 		return nil, err
 	}
-	committed, placed := false, false
-	var rec *state.Record
+	committed := false
+	var site *placement.Site // the VM's on its host, once its workspace is there
 	defer func() {
 		if !committed {
-			if placed {
-				m.unplace(ctx, rec, staging.Layout)
+			if site != nil {
+				site.Unplace(ctx)
 			}
 			staging.Abort()
 		}
 	}()
-	rec = m.newRecord(o, branch, slug, be.Name())
+	rec := m.newRecord(o, branch, slug, be.Name())
 	rec.Host = o.Host
 	rec.Git.Source, rec.Git.Repo = source, repo
 	l := staging.Layout
@@ -169,10 +171,22 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := checkForeignFlags(o, rec); err != nil {
 		return nil, err
 	}
-	if err := m.placeWorkspace(ctx, rec, l, o); err != nil {
+	// A VM placed on another host has its workspace there, cloned onto
+	// the host from the source; the local clone goes, so the agent's work
+	// has one home.
+	s, err := m.site(rec, m.machine(rec, l))
+	if err != nil {
 		return nil, err
 	}
-	placed = rec.Host != ""
+	if s != nil {
+		if err := s.Place(ctx, rec.Git.Source, rec.Branch, o.From, rec.Guest.UID, rec.Guest.GID); err != nil {
+			return nil, err
+		}
+		site = s
+		if err := os.RemoveAll(l.Workspace()); err != nil {
+			return nil, err
+		}
+	}
 	if err := state.WriteRecord(l.Record(), rec); err != nil {
 		return nil, err
 	}

@@ -97,12 +97,10 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	// one request. With the host gone, it still ends what runs here for
 	// the VM, its forwards, before it fails to reach the host.
 	remove := d.Destroy
-	if mach.Remote != nil {
-		pd, err := m.placerOf(e.Record)
-		if err != nil {
-			return nil, err
-		}
-		remove = pd.RemoveFromHost
+	if s, err := m.site(e.Record, mach); err != nil {
+		return nil, err
+	} else if s != nil {
+		remove = s.Placer.RemoveFromHost
 	}
 	if err := remove(ctx, mach); err != nil && !(gone && errors.Is(err, hostlink.ErrUnreachable)) {
 		return nil, err
@@ -136,8 +134,15 @@ func destroyStopError(e state.Entry, live driver.Live, err error) error {
 
 // checkUnsaved refuses when the workspace holds work found nowhere else.
 func (m *Manager) checkUnsaved(ctx context.Context, e state.Entry) error {
-	if mach := m.machine(e.Record, e.Layout); mach.Remote != nil {
-		return m.checkUnsavedPlaced(ctx, e, mach)
+	if s, err := m.siteOf(e); err != nil {
+		return err
+	} else if s != nil {
+		u, err := s.Unsaved(ctx, e.Record.Git.Source, e.Record.Branch, e.Slug)
+		if err != nil || u.Empty() {
+			return err
+		}
+		ws := s.Paths().Workspace
+		return &UnsavedError{Report: u.Report(ws, e.Record.Branch, e.Slug) + fmt.Sprintf("\n(the workspace is %s on host %s)", ws, s.Host())}
 	}
 	ws := e.Layout.Workspace()
 	if _, err := os.Stat(ws); errors.Is(err, os.ErrNotExist) {

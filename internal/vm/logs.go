@@ -28,17 +28,12 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	}
 	mach := m.machine(e.Record, e.Layout)
 	s := logtail.Sources{Console: d.Logs(mach).Console}
-	if mach.Remote != nil {
-		s.ConsoleWhere = "host " + mach.Remote.Host
-		s.ConsoleHost = func(ctx context.Context, cmd string, w io.Writer) error {
-			l, err := m.linkFor(ctx, mach)
-			if err != nil {
-				return err
-			}
-			defer l.Close()
-			_, err = sshx.Run(ctx, l.c, cmd, nil, w, w)
-			return err
-		}
+	site, err := m.site(e.Record, mach)
+	if err != nil {
+		return err
+	}
+	if site != nil {
+		s.ConsoleWhere, s.ConsoleHost = "host "+site.Host(), site.Run
 	}
 	if m.Status(ctx, e, false).State == StateRunning {
 		s.Guest = func(ctx context.Context, cmd string, w io.Writer) error {

@@ -1,23 +1,16 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"path"
 	"path/filepath"
-	"strconv"
 
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/egress"
-	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
-	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -92,33 +85,15 @@ func contains(d driver.Driver, r *state.Record) bool {
 // policy file copied into its proxy's directory there (atomically, given
 // to the proxy's user), which the proxy re-reads as it changes.
 func (m *Manager) Publish(ctx context.Context, e state.Entry) error {
-	mach := m.machine(e.Record, e.Layout)
-	if mach.Remote == nil {
-		return nil
+	s, err := m.siteOf(e)
+	if err != nil || s == nil {
+		return err
 	}
 	b, err := os.ReadFile(filepath.Join(netpolicy.DirOf(e.Layout), egress.PolicyFile))
 	if err != nil {
 		return err
 	}
-	l, err := m.linkFor(ctx, mach)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	owner := ""
-	if e.Record.Guest.UID > 0 {
-		owner = strconv.Itoa(e.Record.Guest.UID) + ":" + strconv.Itoa(e.Record.Guest.GID)
-	}
-	const put = `umask 077; cat > "$1.tmp" && { [ -z "$2" ] || chown "$2" "$1.tmp"; } && mv -f "$1.tmp" "$1"`
-	hp, err := m.hostPaths(e.Record, mach)
-	if err != nil {
-		return err
-	}
-	dst := path.Join(hp.NetDir, egress.PolicyFile)
-	if _, err := l.git.Run.Run(ctx, execx.Cmd{Path: "sh", Args: []string{"-c", put, "sh", dst, owner}, Stdin: bytes.NewReader(b)}); err != nil {
-		return fmt.Errorf("copying the policy to host %s: %w", mach.Remote.Host, err)
-	}
-	return nil
+	return s.PutPolicy(ctx, b, e.Record.Guest.UID, e.Record.Guest.GID)
 }
 
 // PullLog implements netpolicy.VMs: for a VM placed on another host, its
@@ -126,50 +101,12 @@ func (m *Manager) Publish(ctx context.Context, e state.Entry) error {
 // writes), and with follow what the host's log gains is appended to it
 // (tail -F there) until stop.
 func (m *Manager) PullLog(ctx context.Context, e state.Entry, follow bool) (func(), error) {
-	mach := m.machine(e.Record, e.Layout)
-	if mach.Remote == nil {
+	s, err := m.siteOf(e)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
 		return func() {}, nil
 	}
-	local := netpolicy.LogPath(e.Layout)
-	hp, err := m.hostPaths(e.Record, mach)
-	if err != nil {
-		return nil, err
-	}
-	src := path.Join(hp.NetDir, egress.LogFile)
-	l, err := m.linkFor(ctx, mach)
-	if err != nil {
-		return nil, err
-	}
-	if !follow {
-		defer l.Close()
-		res, err := l.git.Run.Run(ctx, execx.Cmd{Path: "sh", Args: []string{"-c", `[ ! -e "$1" ] || cat -- "$1"`, "sh", src}})
-		if err != nil {
-			return nil, fmt.Errorf("reading the connection log on host %s: %w", mach.Remote.Host, err)
-		}
-		if err := atomicfile.Write(local, res.Stdout, 0o600); err != nil {
-			return nil, err
-		}
-		return func() {}, nil
-	}
-	var off int64
-	if fi, err := os.Stat(local); err == nil {
-		off = fi.Size()
-	}
-	f, err := os.OpenFile(local, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	fctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = sshx.Run(fctx, l.c, sshx.Quote([]string{"tail", "-c", "+" + strconv.FormatInt(off+1, 10), "-F", "--", src}), nil, f, io.Discard)
-	}()
-	return func() {
-		cancel()
-		l.Close()
-		<-done
-		f.Close()
-	}, nil
+	return s.PullLog(ctx, netpolicy.LogPath(e.Layout), follow)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/agent-vm/agent-vm/internal/repoconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -50,7 +51,7 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 	if live.HasProcess() && !o.Force {
 		return nil, fmt.Errorf("VM %q is %s; reset would throw away its root disk under it (hint: `agent-vm stop %s` first, or `agent-vm reset --force %s` stops it)", r.Branch, live.State, r.Slug, r.Slug)
 	}
-	c, err := m.repoConfig(ctx, r, l)
+	c, err := m.repoConfig(ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -79,4 +80,17 @@ func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*Rese
 	}
 	m.Log.With("vm", r.Slug).Info("reset: the next start boots a fresh disk", "packages", res.Packages)
 	return res, nil
+}
+
+// repoConfig is the repository's settings as the VM's workspace now says:
+// read here, or, for a VM placed on another host, read there.
+func (m *Manager) repoConfig(ctx context.Context, e state.Entry) (*repoconfig.Config, error) {
+	s, err := m.siteOf(e)
+	if err != nil {
+		return nil, err
+	}
+	if s != nil {
+		return s.RepoConfig(ctx)
+	}
+	return repoconfig.Load(e.Layout.Workspace(), "")
 }

@@ -27,13 +27,15 @@ func (m *Manager) Sync(ctx context.Context, name string) (*SyncResult, error) {
 		return nil, err
 	}
 	ws, src, branch := e.Layout.Workspace(), e.Record.Git.Source, e.Record.Branch
-	if mach := m.machine(e.Record, e.Layout); mach.Remote != nil {
+	if s, err := m.siteOf(e); err != nil {
+		return nil, err
+	} else if s != nil {
 		if _, err := os.Lstat(filepath.Join(src, ".git")); src == "" || err != nil {
 			return nil, fmt.Errorf("the repository VM %q was created from (%s) is gone, so there is nowhere to sync to (hint: put a clone of it back there, then sync again)", branch, termsafe.String(src))
 		}
-		res, err := m.syncPlaced(ctx, e, mach)
+		res, err := s.Sync(ctx, src, branch)
 		if err != nil {
-			return nil, fmt.Errorf("syncing VM %q from host %s: %w", branch, mach.Remote.Host, err)
+			return nil, fmt.Errorf("syncing VM %q from host %s: %w", branch, s.Host(), err)
 		}
 		return res, nil
 	}
