@@ -78,6 +78,37 @@ type Templater interface {
 	TemplateStale(ctx context.Context, l state.Layout, r *state.Record) string
 }
 
+// Foreigner is a backend whose VMs may run a guest made from the user's
+// own configuration, run as is (the vagrant backend: the repository's own
+// Vagrantfile). Such a guest has none of agent-vm's guest side: no
+// agent-mcp, no pinned host key (the driver's driver.SSHEndpoint reaches
+// it), no holder, no guest steps at a start or resume, no network
+// containment, and create's size, port and origin flags do not apply (its
+// configuration sets them). The backend says which VMs run one; vm asks
+// this, never which backend or file made the guest, and a backend that is
+// no Foreigner runs only agent-vm's own guests.
+type Foreigner interface {
+	// Foreign describes the guest of the VM whose record is r, when it is
+	// foreign (ok).
+	Foreign(r *state.Record) (f Foreign, ok bool)
+}
+
+// Foreign is a foreign guest as its backend describes it, for what agent-vm
+// tells the user.
+type Foreign struct {
+	// Config is the configuration the guest is made from (a path).
+	Config string
+	// Lacks is what agent-vm cannot give the VM, one line each; create
+	// prints them.
+	Lacks []string
+	// Reach says how to reach the guest instead of agent-vm's own ways in,
+	// and Own how to get agent-vm's own guest instead (hints).
+	Reach, Own string
+	// NoKVM is what a start without KVM tells the user (the configuration
+	// chooses the accelerator); "" for nothing.
+	NoKVM string
+}
+
 // HostNeeder is a backend whose VMs need host programs besides those
 // every VM needs (hostpkgs.Run): `agent-vm setup --backend NAME` installs
 // them too (the vagrant backend: vagrant, vagrant-libvirt, libvirt).

@@ -53,8 +53,8 @@ func createCommand(stdio IO) *cli.Command {
 			} else {
 				fmt.Fprintf(out, "  workspace: %s\n", ws)
 			}
-			if r.Guest.Foreign != "" {
-				printForeign(out, r.Guest.Foreign, r.Slug)
+			if f, ok := m.Foreign(r); ok {
+				printForeign(out, f.Config, f.Lacks, f.Own)
 			} else {
 				fmt.Fprintf(out, "  ports:     ssh 127.0.0.1:%d, mcp 127.0.0.1:%d\n", r.Ports.SSH, r.Ports.MCP)
 			}
@@ -176,13 +176,13 @@ func parseSize(flag, s, defaultUnit string) (int, error) {
 	return mib, nil
 }
 
-// printForeign tells the user, at create, what running the repository's
-// own Vagrantfile costs and how to get it back.
-func printForeign(out io.Writer, vagrantfile, slug string) {
-	fmt.Fprintf(out, "  vagrantfile: the repository's own, run as is and never changed: %s\n", termsafe.String(vagrantfile))
-	fmt.Fprintf(out, "  its .vagrant state is the VM's own; the file's \".\" is the workspace above. agent-vm cannot give this VM:\n")
-	for _, l := range vm.ForeignLoses {
+// printForeign tells the user, at create, what running the user's own
+// configuration as is costs and how to get it back.
+func printForeign(out io.Writer, config string, lacks []string, own string) {
+	fmt.Fprintf(out, "  runs as is: %s, the repository's own, never changed\n", termsafe.String(config))
+	fmt.Fprintf(out, "  agent-vm cannot give this VM:\n")
+	for _, l := range lacks {
 		fmt.Fprintf(out, "    - %s\n", l)
 	}
-	fmt.Fprintf(out, "  for all of them: agent-vm destroy %s, then create it again with --vagrantfile=generate (agent-vm's own Vagrantfile)\n", slug)
+	fmt.Fprintf(out, "  for all of them: %s\n", own)
 }

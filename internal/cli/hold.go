@@ -3,12 +3,13 @@ package cli
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
 // holdCommand is a VM's holder, which start runs detached once the guest
 // answers SSH: one held connection to the guest, served on a unix socket
-// in the VM's run directory (see vm.ServeHold).
+// in the VM's run directory (see guestconn.ServeDir).
 func holdCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name: vm.HoldCommand, Hidden: true, Usage: "hold a connection to a VM's guest for the commands that reach it (agent-vm starts it with the VM)",
@@ -21,7 +22,7 @@ func holdCommand(stdio IO) *cli.Command {
 				return usagef("%s needs --vm-dir", vm.HoldCommand)
 			}
 			e := newEnv(cliCtx, stdio)
-			return vm.ServeHold(cliCtx.Context, cliCtx.String("vm-dir"), e.log.Named("hold"))
+			return guestconn.ServeDir(cliCtx.Context, cliCtx.String("vm-dir"), e.log.Named("hold"))
 		},
 	}
 }

@@ -18,6 +18,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 	allowed := map[string]bool{
 		module + "/internal/vm":          true, // the orchestration
 		module + "/internal/wire":        true, // the composition root, which opens the Manager
+		module + "/internal/guestconn":   true, // the hidden __hold, a VM's holder (guestconn.ServeDir)
 		module + "/internal/placement":   true, // the hidden verbs a VM's host runs for the machine that placed it (the workspace's unsaved work and settings)
 		module + "/internal/mcpproxy":    true, // agent-mcp, which `mcp-proxy` runs in the guest
 		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal

@@ -58,7 +58,7 @@ func TestRepositoryVagrantfile(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("create: %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"the repository's own, run as is and never changed: " + vf, "agent-mcp", "pinned host key", "port choice", "workspace share", "network containment", "--vagrantfile=generate"} {
+	for _, want := range []string{"runs as is: " + vf + ", the repository's own, never changed", "agent-mcp", "pinned host key", "port choice", "workspace share", "network containment", "--vagrantfile=generate"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("create does not say %q:\n%s", want, r.stdout)
 		}

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -146,6 +147,23 @@ func (g Guest) Held() string {
 		return ""
 	}
 	return hold.Socket(g.Files(), g.marker())
+}
+
+// ServeDir runs the holder of the VM whose directory is dir until ctx
+// ends or its connection to the guest does (the hidden __hold command,
+// which start runs with the VM's directory). A guest made from the user's
+// own configuration (the record's Guest.Foreign) has no pinned host key to
+// hold a connection with.
+func ServeDir(ctx context.Context, dir string, log hclog.Logger) error {
+	l := state.Layout{Dir: dir}
+	r, err := state.ReadRecord(l.Record())
+	if err != nil {
+		return fmt.Errorf("reading the VM of %s: %w (hint: `agent-vm start` runs the holder itself, with the VM's directory)", dir, err)
+	}
+	if r.Guest.Foreign != "" {
+		return fmt.Errorf("VM %q runs %s as is, so it has no pinned host key to hold a connection with", r.Branch, r.Guest.Foreign)
+	}
+	return Guest{Record: r, Layout: l, Log: log}.Serve(ctx)
 }
 
 // Serve runs the VM's holder until ctx ends or its connection to the

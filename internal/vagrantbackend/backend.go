@@ -27,6 +27,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostpkgs"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/seed"
+	"github.com/agent-vm/agent-vm/internal/sshconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbox"
@@ -54,6 +55,7 @@ type Backend struct {
 
 var (
 	_ backend.Backend    = (*Backend)(nil)
+	_ backend.Foreigner  = (*Backend)(nil)
 	_ backend.HostNeeder = (*Backend)(nil)
 )
 
@@ -359,3 +361,30 @@ func (b *Backend) Release(state.Layout) error { return nil }
 
 // ImagesInUse implements backend.Backend: boxes are vagrant's.
 func (b *Backend) ImagesInUse(state.Layout) []string { return nil }
+
+// foreignLacks is what a VM of the repository's own Vagrantfile does not
+// get, for create to tell the user (one line each).
+var foreignLacks = []string{
+	"agent-mcp: the guest runs no agent-mcp, so there is no MCP endpoint nor `agent-vm mcp-config`",
+	"a pinned host key: agent-vm reaches the guest with `vagrant ssh-config` (vagrant's own key, host key not checked), not its own keys",
+	"port choice: the forwards are whatever the Vagrantfile says (create's --port and `agent-vm port` do not apply)",
+	"the workspace share: the Vagrantfile's synced folders decide what the guest sees (its \".\" is this VM's workspace, the branch's clone)",
+	"network containment: `agent-vm net` and `port expose` refuse the VM (as for every vagrant VM)",
+	"agent-vm's provisioning: no user dev, agent CLI, packages or .agent-vm/provision.sh; the Vagrantfile's provisioners run instead",
+}
+
+// Foreign implements backend.Foreigner: a VM made from the repository's
+// own Vagrantfile (the record's Guest.Foreign, which Provision sets) runs
+// it as is.
+func (b *Backend) Foreign(r *state.Record) (backend.Foreign, bool) {
+	if r.Guest.Foreign == "" {
+		return backend.Foreign{}, false
+	}
+	return backend.Foreign{
+		Config: r.Guest.Foreign,
+		Lacks:  foreignLacks,
+		Reach:  fmt.Sprintf("`agent-vm ssh-config %s >> ~/.ssh/config` and `ssh %s` reach it with vagrant's key", r.Slug, sshconfig.Alias(r.Slug)),
+		Own:    "destroy it and create it with --vagrantfile=generate (agent-vm's own Vagrantfile)",
+		NoKVM:  "KVM is not usable here: for the libvirt provider the repository's Vagrantfile must set libvirt.driver = \"qemu\" (TCG, software emulation), else vagrant up fails",
+	}, true
+}

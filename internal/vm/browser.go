@@ -13,8 +13,8 @@ import (
 // file names (internal/bridge) and close the others (the browser room
 // writes the file, under the VM's lock, and calls this).
 func (m *Manager) Doors(ctx context.Context, e state.Entry) error {
-	if e.Record.Guest.Foreign != "" {
-		return errForeign(e.Record, "pinned host key to hold a connection with, which the browser doors need")
+	if err := m.ownGuest(e.Record, "pinned host key to hold a connection with, which the browser doors need"); err != nil {
+		return err
 	}
 	err := m.guestOf(e.Record, e.Layout).ReloadDoors(ctx)
 	if errors.Is(err, hold.ErrNoHolder) {

@@ -168,7 +168,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := be.Provision(ctx, l, rec, flags); err != nil {
 		return nil, err
 	}
-	if err := checkForeignFlags(o, rec); err != nil {
+	if err := m.checkForeignFlags(o, rec); err != nil {
 		return nil, err
 	}
 	// A VM placed on another host has its workspace there, cloned onto

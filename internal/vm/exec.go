@@ -23,8 +23,8 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 	if err != nil {
 		return nil, "", err
 	}
-	if e.Record.Guest.Foreign != "" {
-		return nil, "", errForeign(e.Record, "pinned host key for agent-vm to connect with")
+	if err := m.ownGuest(e.Record, "pinned host key for agent-vm to connect with"); err != nil {
+		return nil, "", err
 	}
 	type dialed struct {
 		c   *ssh.Client

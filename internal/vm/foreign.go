@@ -5,34 +5,41 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/sshconfig"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// A foreign guest (state.Guest.Foreign) is made from the user's own
-// configuration, run as is: today the repository's Vagrantfile under the
-// vagrant backend. agent-vm runs its lifecycle (start, suspend, resume,
-// stop, destroy with the workspace check) but set up nothing inside it: no
-// agent-mcp to wait for, no pinned host key to connect with, no holder, no
-// guest steps at resume. SSH goes through the driver's endpoint
-// (foreignSSH), which `agent-vm ssh-config` prints for OpenSSH.
+// A foreign guest is made from the user's own configuration and run as is;
+// its backend says which VMs have one (backend.Foreigner). agent-vm runs
+// its lifecycle (start, suspend, resume, stop, destroy with the workspace
+// check) but sets up nothing inside it: no agent-mcp to wait for, no
+// pinned host key to connect with, no holder, no guest steps at resume.
+// SSH goes through the driver's endpoint (foreignSSH), which `agent-vm
+// ssh-config` prints for OpenSSH.
 
-// ForeignLoses is what a VM of the repository's own Vagrantfile does not
-// get, for create to tell the user (one line each).
-var ForeignLoses = []string{
-	"agent-mcp: the guest runs no agent-mcp, so there is no MCP endpoint nor `agent-vm mcp-config`",
-	"a pinned host key: agent-vm reaches the guest with `vagrant ssh-config` (vagrant's own key, host key not checked), not its own keys",
-	"port choice: the forwards are whatever the Vagrantfile says (create's --port and `agent-vm port` do not apply)",
-	"the workspace share: the Vagrantfile's synced folders decide what the guest sees (its \".\" is this VM's workspace, the branch's clone)",
-	"network containment: `agent-vm net` and `port expose` refuse the VM (as for every vagrant VM)",
-	"agent-vm's provisioning: no user dev, agent CLI, packages or .agent-vm/provision.sh; the Vagrantfile's provisioners run instead",
+// foreign describes r's guest when it is foreign (ok).
+func (m *Manager) foreign(r *state.Record) (backend.Foreign, bool) {
+	if r == nil {
+		return backend.Foreign{}, false
+	}
+	f, is := m.Backends[r.Backend].(backend.Foreigner)
+	if !is {
+		return backend.Foreign{}, false
+	}
+	return f.Foreign(r)
 }
+
+// Foreign describes the guest of the VM whose record is r when it is
+// foreign (ok), for create to tell the user what it lacks.
+func (m *Manager) Foreign(r *state.Record) (backend.Foreign, bool) { return m.foreign(r) }
 
 // checkForeignFlags refuses create's flags that a foreign guest would
 // ignore: its size, forwards and agent-mcp are its configuration's.
-func checkForeignFlags(o CreateOptions, r *state.Record) error {
-	if r.Guest.Foreign == "" {
+func (m *Manager) checkForeignFlags(o CreateOptions, r *state.Record) error {
+	f, ok := m.foreign(r)
+	if !ok {
 		return nil
 	}
 	var flag string
@@ -50,7 +57,7 @@ func checkForeignFlags(o CreateOptions, r *state.Record) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("%s does not apply to the repository's own Vagrantfile %s, which sets the VM's size and forwards and runs no agent-mcp (hint: drop %s and set it in the Vagrantfile, or pass --vagrantfile=generate to use agent-vm's own)", flag, r.Guest.Foreign, flag)
+	return fmt.Errorf("%s does not apply to %s, which sets the VM's size and forwards and runs no agent-mcp (hint: drop %s and set it there, or %s)", flag, f.Config, flag, f.Own)
 }
 
 // foreignSSH is a driver that can say how to reach a foreign guest.
@@ -69,11 +76,15 @@ func (m *Manager) foreignReady(ctx context.Context, e state.Entry, d driver.Driv
 	return res
 }
 
-// errForeign is what a verb that needs agent-vm's own guest says of a
-// foreign one: what it lacks, and how to reach it instead.
-func errForeign(r *state.Record, lacks string) error {
-	return fmt.Errorf("VM %q runs the repository's own Vagrantfile %s as is, so it has no %s (hint: `agent-vm ssh-config %s >> ~/.ssh/config` and `ssh %s` reach it with vagrant's key; for agent-vm's own guest, destroy it and create it with --vagrantfile=generate)",
-		r.Branch, r.Guest.Foreign, lacks, r.Slug, sshconfig.Alias(r.Slug))
+// ownGuest refuses a verb that needs agent-vm's own guest, lacks saying
+// what it needs, when r's guest is foreign: what it lacks, and how to
+// reach it instead.
+func (m *Manager) ownGuest(r *state.Record, lacks string) error {
+	f, ok := m.foreign(r)
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("VM %q runs %s as is, so it has no %s (hint: %s; for agent-vm's own guest, %s)", r.Branch, f.Config, lacks, f.Reach, f.Own)
 }
 
 // foreignSSHConfig is the OpenSSH Host block of a foreign guest, from its

@@ -72,13 +72,14 @@ func (m *Manager) Contains(r *state.Record) bool {
 	if err != nil {
 		return true
 	}
-	return contains(d, r)
+	return m.contains(d, r)
 }
 
 // contains: d contains the network of r's VM.
-func contains(d driver.Driver, r *state.Record) bool {
+func (m *Manager) contains(d driver.Driver, r *state.Record) bool {
 	_, ok := d.(driver.NetworkContainer)
-	return ok && r.Guest.Foreign == ""
+	_, foreign := m.foreign(r)
+	return ok && !foreign
 }
 
 // Publish implements netpolicy.VMs: a VM placed on another host gets its

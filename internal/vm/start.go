@@ -69,7 +69,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	r, l := e.Record, e.Layout
 	if live.Alive() {
 		info := m.Status(ctx, e, true)
-		if info.State == StateRunning && r.Guest.Foreign == "" {
+		if _, foreign := m.foreign(r); info.State == StateRunning && !foreign {
 			// Its holder may have ended with a guest reboot, or an older
 			// agent-vm started it.
 			m.startHolder(e)
@@ -103,15 +103,19 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if mach.Remote == nil {
 		acc = m.Accel(ctx)
 	} // else the host probes its own KVM at the start (the libvirt driver)
+	f, foreign := m.foreign(r)
 	switch {
-	case acc.Accel == accel.TCG && r.Guest.Foreign != "":
-		// The Vagrantfile, not agent-vm, chooses the domain type.
-		m.Log.Warn("KVM is not usable here: for the libvirt provider the repository's Vagrantfile must set libvirt.driver = \"qemu\" (TCG, software emulation), else vagrant up fails", "reason", acc.Reason, "vagrantfile", r.Guest.Foreign)
+	case acc.Accel == accel.TCG && foreign:
+		// The guest's own configuration, not agent-vm, chooses the
+		// accelerator.
+		if f.NoKVM != "" {
+			m.Log.Warn(f.NoKVM, "reason", acc.Reason, "config", f.Config)
+		}
 	case acc.Accel == accel.TCG:
 		m.Log.Warn("KVM is not usable, running with TCG (software emulation; boots take about a minute)", "reason", acc.Reason, "hint", acc.Hint)
 	}
 	share, err := d.Share(ctx)
-	if err != nil && r.Guest.Foreign == "" { // a foreign guest's shares are its own
+	if err != nil && !foreign { // a foreign guest's shares are its own
 		m.Log.Warn("sharing the workspace over "+string(share), "reason", err)
 	}
 	if w := m.startWarning(r); w != "" {
@@ -150,7 +154,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	res := &StartResult{NoTemplateYet: noneYet}
-	if r.Guest.Foreign != "" {
+	if foreign {
 		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
 	if err := m.waitReady(ctx, e, d, mach, launch, o, plan, res); err != nil {
@@ -191,7 +195,7 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 			return nil, err
 		}
 	}
-	contained := contains(d, r)
+	contained := m.contains(d, r)
 	var sec *startSecrets
 	if contained && !m.templates {
 		if sec, err = m.secretsFor(e, o.Secrets); err != nil {

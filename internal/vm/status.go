@@ -160,8 +160,8 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	}
 	// Booting until the start that launched it saw SSH answer; a VM whose
 	// start gave up (or was started by an older agent-vm) is asked directly.
-	if r.Guest.Foreign != "" {
-		info.Foreign, info.Ports, info.MCP = r.Guest.Foreign, state.Ports{}, MCPInfo{}
+	if f, ok := m.foreign(r); ok {
+		info.Foreign, info.Ports, info.MCP = f.Config, state.Ports{}, MCPInfo{}
 		info.Accel, info.AccelReason, info.Share = "", "", "" // the Vagrantfile's, not agent-vm's
 		info.SSH = SSHInfo{Alias: sshconfig.Alias(r.Slug)}
 		info.Agent = guestctl.Health{State: "none", Detail: "the repository's own Vagrantfile runs no agent-mcp"}
