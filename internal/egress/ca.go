@@ -11,9 +11,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
+	"os"
 	"sync"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
 // CA is a VM's own certificate authority, with which its proxy answers
@@ -141,4 +145,31 @@ func serial() *big.Int {
 	_, _ = rand.Read(b)
 	b[0] = b[0]&0x7f | 0x40 // positive and never zero
 	return new(big.Int).SetBytes(b)
+}
+
+// CAFiles returns the CA whose certificate and key (PEM) are the files
+// certFile and keyFile, made (as NewCA(name)) and written on first use,
+// readable only by their owner. The key is written first: a certificate
+// without its key is made afresh.
+func CAFiles(certFile, keyFile, name string) (certPEM, keyPEM []byte, err error) {
+	cert, cerr := os.ReadFile(certFile)
+	key, kerr := os.ReadFile(keyFile)
+	switch {
+	case cerr == nil && kerr == nil:
+		return cert, key, nil
+	case !errors.Is(cerr, fs.ErrNotExist) && cerr != nil:
+		return nil, nil, fmt.Errorf("the VM's proxy CA: %w", cerr)
+	case !errors.Is(kerr, fs.ErrNotExist) && kerr != nil:
+		return nil, nil, fmt.Errorf("the VM's proxy CA: %w", kerr)
+	}
+	if cert, key, err = NewCA(name); err != nil {
+		return nil, nil, fmt.Errorf("making the VM's proxy CA: %w", err)
+	}
+	if err := atomicfile.Write(keyFile, key, 0o600); err != nil {
+		return nil, nil, err
+	}
+	if err := atomicfile.Write(certFile, cert, 0o600); err != nil {
+		return nil, nil, err
+	}
+	return cert, key, nil
 }

@@ -54,38 +54,38 @@ func TestSecretsFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s1.placeholders) != 3 || s1.placeholders["OTHERS"] != "" {
-		t.Errorf("placeholders %v, want GH_TOKEN, MINE, ANTHROPIC_API_KEY", s1.placeholders)
+	if len(s1.Placeholders) != 3 || s1.Placeholders["OTHERS"] != "" {
+		t.Errorf("placeholders %v, want GH_TOKEN, MINE, ANTHROPIC_API_KEY", s1.Placeholders)
 	}
-	for name, p := range s1.placeholders {
+	for name, p := range s1.Placeholders {
 		if !strings.HasPrefix(p, secret.PlaceholderPrefix) {
 			t.Errorf("%s's placeholder %q", name, p)
 		}
 	}
 	var b egress.Bundle
-	if err := json.Unmarshal(s1.bundle, &b); err != nil {
+	if err := json.Unmarshal(s1.Bundle, &b); err != nil {
 		t.Fatal(err)
 	}
 	values := map[string]string{}
 	for _, s := range b.Secrets {
 		values[s.Name] = s.Value
-		if s.Placeholder != s1.placeholders[s.Name] {
+		if s.Placeholder != s1.Placeholders[s.Name] {
 			t.Errorf("%s: the proxy's placeholder is not the guest's", s.Name)
 		}
 	}
 	if values["GH_TOKEN"] != "canary-gh" || values["MINE"] != "canary-mine" || values["ANTHROPIC_API_KEY"] != "canary-env" || len(values) != 3 {
 		t.Errorf("the bundle's values are not the store's, then the start's own")
 	}
-	if b.Branch != "feat/x" || b.Repo != "/o/r" || b.CACert != s1.caCert || !strings.Contains(b.CAKey, "PRIVATE KEY") {
+	if b.Branch != "feat/x" || b.Repo != "/o/r" || b.CACert != s1.CACert || !strings.Contains(b.CAKey, "PRIVATE KEY") {
 		t.Errorf("bundle: branch %q repo %q", b.Branch, b.Repo)
 	}
 	if got := strings.Join(r.SecretHosts, " "); got != "api.anthropic.com example.com github.com" {
 		t.Errorf("the record's secret hosts %q", got)
 	}
-	if g := s1.gitCredentials; len(g) != 1 || g["github.com"] != s1.placeholders["GH_TOKEN"] {
+	if g := s1.GitCredentials; len(g) != 1 || g["github.com"] != s1.Placeholders["GH_TOKEN"] {
 		t.Errorf("git credentials %v, want github.com with GH_TOKEN's placeholder", g)
 	}
-	if _, err := egress.ReadBundle(strings.NewReader(string(s1.bundle)), ""); err != nil {
+	if _, err := egress.ReadBundle(strings.NewReader(string(s1.Bundle)), ""); err != nil {
 		t.Errorf("the proxy cannot read the bundle: %v", err)
 	}
 	for _, f := range []string{l.ProxyCA(), l.ProxyCAKey()} {
@@ -114,17 +114,17 @@ func TestSecretsFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s2.caCert != s1.caCert || s2.placeholders["GH_TOKEN"] != s1.placeholders["GH_TOKEN"] || s2.placeholders["MINE"] != s1.placeholders["MINE"] {
+	if s2.CACert != s1.CACert || s2.Placeholders["GH_TOKEN"] != s1.Placeholders["GH_TOKEN"] || s2.Placeholders["MINE"] != s1.Placeholders["MINE"] {
 		t.Errorf("a second start changed the CA or the placeholders")
 	}
-	if _, ok := s2.placeholders["ANTHROPIC_API_KEY"]; ok || len(got.Placeholders) != 2 {
+	if _, ok := s2.Placeholders["ANTHROPIC_API_KEY"]; ok || len(got.Placeholders) != 2 {
 		t.Errorf("the run's own secret outlived its start: %v", got.Placeholders)
 	}
 
 	// No secret: the CA still, no bundle.
 	empty := &Manager{}
 	s3, err := empty.secretsFor(e, nil)
-	if err != nil || s3.bundle != nil || s3.caCert != s1.caCert || len(e.Record.Placeholders) != 0 {
-		t.Errorf("no secrets: %v, bundle %d bytes, placeholders %v", err, len(s3.bundle), e.Record.Placeholders)
+	if err != nil || s3.Bundle != nil || s3.CACert != s1.CACert || len(e.Record.Placeholders) != 0 {
+		t.Errorf("no secrets: %v, bundle %d bytes, placeholders %v", err, len(s3.Bundle), e.Record.Placeholders)
 	}
 }

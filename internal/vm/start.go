@@ -196,17 +196,17 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 		}
 	}
 	contained := m.contains(d, r)
-	var sec *startSecrets
+	var sec *secret.Start
 	if contained && !m.templates {
 		if sec, err = m.secretsFor(e, o.Secrets); err != nil {
 			return nil, err
 		}
-		cas = append(cas, sec.caCert)
+		cas = append(cas, sec.CACert)
 	}
 	section := slices.Clone(r.Settings)
 	po := backend.PrepareOptions{StartFlags: flags, Share: share, Report: o.Report, CACerts: cas}
 	if sec != nil {
-		po.Placeholders, po.GitCredentials = sec.placeholders, sec.gitCredentials
+		po.Placeholders, po.GitCredentials = sec.Placeholders, sec.GitCredentials
 	}
 	if t != nil {
 		po.Template = t.e.Layout.Dir
@@ -226,9 +226,9 @@ func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o
 		if mach.Network, err = m.network(r, l); err != nil {
 			return nil, err
 		}
-		if sec != nil && sec.bundle != nil {
+		if sec != nil && sec.Bundle != nil {
 			mach.Network.Proxy = append(mach.Network.Proxy, "--secrets-stdin")
-			mach.Network.ProxyInput = sec.bundle
+			mach.Network.ProxyInput = sec.Bundle
 		}
 	}
 	return plan, nil
