@@ -172,7 +172,8 @@ func (s *S) waitGone(ctx context.Context, pid int, what string) error {
 
 // libvirtName is the libvirt domain and network name of the VM whose
 // directory is dir, on a libvirt run: its VM name and the first 8 hex
-// digits of its id, from its record (both drivers name them so).
+// digits of its id, from its record (the vagrant and libvirt drivers both
+// name them so).
 func libvirtName(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {

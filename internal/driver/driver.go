@@ -221,6 +221,14 @@ type NetworkContainer interface {
 	ContainsNetwork()
 }
 
+// ForeignReacher is a driver that can say how to reach a guest made from
+// the user's own configuration (a backend.Foreigner's foreign guest),
+// which has no pinned host key of agent-vm's: `agent-vm ssh-config`
+// prints its endpoint for OpenSSH.
+type ForeignReacher interface {
+	ForeignSSH(ctx context.Context, m Machine) (SSHEndpoint, error)
+}
+
 // Boot is a driver-specific boot plan (see the package doc).
 type Boot interface {
 	// DriverName names the driver that runs this plan.

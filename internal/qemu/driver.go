@@ -26,7 +26,8 @@ type Driver struct {
 	FindVirtiofsd func(ctx context.Context) (*virtiofsd.Binary, error)
 }
 
-// The QEMU driver has every capability (see internal/driver).
+// The QEMU driver has every capability but Placer and ForeignReacher (see
+// internal/driver and docs/ARCHITECTURE.md's capability table).
 var (
 	_ driver.Driver           = (*Driver)(nil)
 	_ driver.Suspender        = (*Driver)(nil)

@@ -16,7 +16,10 @@ import (
 // only way out (internal/libvirtnet; the package doc's "Network").
 func (d *Driver) ContainsNetwork() {}
 
-var _ driver.NetworkContainer = (*Driver)(nil)
+var (
+	_ driver.NetworkContainer = (*Driver)(nil)
+	_ driver.ForeignReacher   = (*Driver)(nil)
+)
 
 func (d *Driver) libvirt() libvirtnet.Libvirt { return libvirtnet.Libvirt{Run: d.Run, URI: d.uri()} }
 

@@ -16,7 +16,7 @@ import (
 // its lifecycle (start, suspend, resume, stop, destroy with the workspace
 // check) but sets up nothing inside it: no agent-mcp to wait for, no
 // pinned host key to connect with, no holder, no guest steps at resume.
-// SSH goes through the driver's endpoint (foreignSSH), which `agent-vm
+// SSH goes through the driver's endpoint (driver.ForeignReacher), which `agent-vm
 // ssh-config` prints for OpenSSH.
 
 // foreign describes r's guest when it is foreign (ok).
@@ -60,11 +60,6 @@ func (m *Manager) checkForeignFlags(o CreateOptions, r *state.Record) error {
 	return fmt.Errorf("%s does not apply to %s, which sets the VM's size and forwards and runs no agent-mcp (hint: drop %s and set it there, or %s)", flag, f.Config, flag, f.Own)
 }
 
-// foreignSSH is a driver that can say how to reach a foreign guest.
-type foreignSSH interface {
-	ForeignSSH(ctx context.Context, m driver.Machine) (driver.SSHEndpoint, error)
-}
-
 // foreignReady ends a start or resume of a foreign guest: the driver
 // waited for it (vagrant up and resume wait for its SSH, and up runs its
 // provisioners), and nothing of agent-vm's runs in it to wait for.
@@ -95,7 +90,7 @@ func (m *Manager) foreignSSHConfig(ctx context.Context, e state.Entry) (string, 
 	if err != nil {
 		return "", err
 	}
-	fs, ok := d.(foreignSSH)
+	fs, ok := d.(driver.ForeignReacher)
 	if !ok {
 		return "", fmt.Errorf("VM %q has a foreign guest, and its %s driver cannot say how to reach it", r.Branch, d.Name())
 	}

@@ -94,7 +94,8 @@ type Manager struct {
 	Secrets *secret.Store
 
 	// Hosts is the registry of libvirt hosts (internal/hosts) that
-	// `host` edits and checks; nil for none. No VM is placed on one yet.
+	// `host` edits and checks and `create --host` places VMs on; nil for
+	// none.
 	Hosts *hosts.Registry
 
 	// PinFile is the host's pins (internal/pins), which every VM's policy
