@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func TestChildCrashMidRequest(t *testing.T) {
@@ -481,7 +483,7 @@ func TestRunListensAndStops(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
-	if err := waitFor(wctx, func() bool {
+	if err := tu.Poll(wctx, "/health to answer 200", func() bool {
 		resp, err := client.Get("http://" + addr + "/health")
 		if err != nil {
 			return false

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // modernBody is a 2026-07-28 request: params with the per-request _meta.
@@ -152,8 +154,8 @@ func TestModernClientGoneEndsItsServer(t *testing.T) {
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	if err := waitFor(wctx, func() bool { return len(tp.p.sessionCounts()) == 0 }); err != nil {
-		t.Errorf("the server of a request whose client went away is still there: %v", tp.p.sessionCounts())
+	if err := tu.Poll(wctx, "the server to be gone", func() bool { return len(tp.p.sessionCounts()) == 0 }); err != nil {
+		t.Errorf("%v: the server of a request whose client went away is still there: %v", err, tp.p.sessionCounts())
 	}
 }
 

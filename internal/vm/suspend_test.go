@@ -16,6 +16,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -99,7 +100,7 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	}
 	t.Logf("resume: SSH after %s, agent-mcp after %s", rres.SSHReady, rres.HealthReady)
 	// The held connection ended with the saved QEMU; resume holds a new one.
-	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" }, "a holder after resume")
+	tu.WaitFor(t, "a holder after resume", func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" })
 	if got := sh("cat /proc/sys/kernel/random/boot_id"); got != bootID {
 		t.Errorf("boot id %s, was %s: the guest booted again", got, bootID)
 	}
