@@ -145,8 +145,11 @@ func TestModernClientGoneEndsItsServer(t *testing.T) {
 		"Accept": "application/json, text/event-stream", hdrProtocolVersion: modernProtocolVersion, hdrMethod: "sleep"} {
 		req.Header.Set(k, v)
 	}
+	// The client goes away once the proxy runs a server for its request.
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		_ = tu.Poll(pctx, "a server for the request", func() bool { return len(tp.p.sessionCounts()) > 0 })
 		cancel()
 	}()
 	if resp, err := tp.client.Do(req); err == nil {
