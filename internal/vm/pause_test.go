@@ -201,6 +201,6 @@ func cpuTicks(t *testing.T, pid int, d time.Duration) int {
 		return utime + stime
 	}
 	first := read()
-	time.Sleep(d)
+	time.Sleep(d) // the interval measured over, not a wait for anything
 	return read() - first
 }
