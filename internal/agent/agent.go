@@ -5,7 +5,8 @@
 // command lines, the environment hand-off, the parsing of tmux's answers)
 // is internal/session's; this package carries it over SSH to a running
 // VM, which it reaches through VMs, the small interface of vm's Manager it
-// needs (cli wires it in, and a run's Create and Start).
+// needs; a run makes and boots its VM through a Provisioner (cli wires
+// both in).
 package agent
 
 import (
@@ -46,23 +47,31 @@ type VM struct {
 	Secrets   []string
 }
 
+// Provisioner is what run needs done to a VM besides VMs: the branch's
+// VM made when it has none and booted when it is not running, with run's
+// create and start flags, and the host's browser opened to it for
+// --chrome. cli implements it over vm's Manager.
+type Provisioner interface {
+	// Create makes the VM of branch, installing agent's CLI ("" for
+	// none).
+	Create(ctx context.Context, branch, agent string) (VM, error)
+	// Start boots the VM name means unless it runs (booted: this call
+	// booted it). keys are the agent's API key from this environment, by
+	// name, which a start of a contained VM hands its egress proxy as a
+	// secret (the store's of the same name wins).
+	Start(ctx context.Context, name string, keys map[string]string) (vm VM, booted bool, err error)
+	// OpenBrowser, for --chrome, opens the host's browser to the running
+	// VM (cli wires the browser room's ForAgent); bridge says Claude in
+	// Chrome's bridge is tunnelled, so a session that starts gets
+	// --chrome.
+	OpenBrowser(ctx context.Context, vm string) (bridge bool, err error)
+}
+
 // RunOptions are run's inputs.
 type RunOptions struct {
 	// Name is the branch (or VM name); a branch without a VM gets one,
-	// made with Create.
+	// made with the Provisioner's Create.
 	Name string
-	// Create makes the VM of branch with run's create flags, installing
-	// agent's CLI ("" for the flags' own); Start boots the VM name means
-	// unless it runs (booted: this call booted it). cli wires vm's
-	// Manager's Create and Start in.
-	Create func(ctx context.Context, branch, agent string) (VM, error)
-	// keys are the agent's API key from this environment, by name, which a
-	// start of a contained VM hands its egress proxy as a secret (the
-	// store's of the same name wins).
-	Start func(ctx context.Context, name string, keys map[string]string) (vm VM, booted bool, err error)
-	// CreateAgent is the agent CLI run's create flags install ("" for
-	// none).
-	CreateAgent string
 	// Agent is what runs: a known agent (guest.Agents) or any program in
 	// the guest; "" is the agent the VM was created with.
 	Agent string
@@ -80,11 +89,9 @@ type RunOptions struct {
 	// Getenv reads the host's environment (--env NAME, the agent's key,
 	// MCP sync's variables); nil is os.Getenv.
 	Getenv func(string) string
-	// Chrome, for --chrome, opens the host's browser to the running VM
-	// (cli wires the browser room's ForAgent); bridge says Claude in
-	// Chrome's bridge is tunnelled, so a session that starts gets
-	// --chrome. Only Claude Code has it.
-	Chrome func(ctx context.Context, vm string) (bridge bool, err error)
+	// Chrome is --chrome: the Provisioner's OpenBrowser before the
+	// session. Only Claude Code has it.
+	Chrome bool
 }
 
 // Result is how an attached session ended for the user.

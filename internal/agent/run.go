@@ -26,7 +26,7 @@ import (
 // Run makes sure the branch has a running VM and attaches the terminal to
 // its agent session, starting the session if it does not run yet. It
 // returns when the user detaches or the agent ends.
-func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
+func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, error) {
 	notify := o.Notify
 	if notify == nil {
 		notify = func(string) {}
@@ -52,11 +52,7 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 	}
 	// Everything the user typed is checked before a VM is made.
 	agent := o.Agent
-	switch {
-	case agent != "":
-	case create:
-		agent = o.CreateAgent
-	default:
+	if agent == "" && !create {
 		agent = e.Record.Agent
 	}
 	// A VM made here may get its agent from the repository's
@@ -84,12 +80,12 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 		return nil, err
 	}
 	if create {
-		install := o.CreateAgent
-		if _, err := guest.LookupAgent(agent); err == nil && install == "" {
+		install := ""
+		if _, err := guest.LookupAgent(agent); err == nil {
 			install = agent // install the CLI it is about to run
 		}
 		notify(fmt.Sprintf("no VM for branch %s yet: creating one", o.Name))
-		r, err := o.Create(ctx, o.Name, install)
+		r, err := p.Create(ctx, o.Name, install)
 		if err != nil {
 			return nil, err
 		}
@@ -111,7 +107,7 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 			keys[k] = v
 		}
 	}
-	up, booted, err := o.Start(ctx, o.Name, keys)
+	up, booted, err := p.Start(ctx, o.Name, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +122,8 @@ func Run(ctx context.Context, vms VMs, o RunOptions) (*Result, error) {
 	}
 	defer c.Close()
 	chrome := false
-	if o.Chrome != nil {
-		if chrome, err = o.Chrome(ctx, res.VM); err != nil {
+	if o.Chrome {
+		if chrome, err = p.OpenBrowser(ctx, res.VM); err != nil {
 			return nil, err
 		}
 	}
@@ -359,7 +355,7 @@ func ended(in session.Info) string {
 // checkChrome refuses --chrome for an agent other than Claude Code, whose
 // flag it is.
 func checkChrome(o RunOptions, argv []string) error {
-	if o.Chrome == nil || argv[0] == "claude" {
+	if !o.Chrome || argv[0] == "claude" {
 		return nil
 	}
 	return fmt.Errorf("--chrome is Claude Code's (Claude in Chrome), and the agent is %s (hint: --agent claude, or `agent-vm browser %s --cdp` for any agent's DevTools MCP)", argv[0], o.Name)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // listen makes a real unix socket at path with modification time at.
@@ -89,9 +91,7 @@ func TestFindChromeBridgeRefusesADirectoryOthersControl(t *testing.T) {
 // A socket of another user's in this user's directory is passed over,
 // however new.
 func TestFindChromeBridgePassesOverAnotherUsersSocket(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("giving a socket to another user needs root")
-	}
+	tu.Need(t, os.Geteuid() == 0, "giving a socket to another user needs root")
 	dir := t.TempDir()
 	now := time.Now()
 	listen(t, filepath.Join(dir, "mine.sock"), now.Add(-time.Hour))

@@ -218,7 +218,7 @@ func TestForAgentWithNothingOnTheHost(t *testing.T) {
 	f := newFakeVMs(t, &state.Record{})
 	var said []string
 	if probe, err := bridge.ProbeDevTools(context.Background(), bridge.DevToolsAddr(DefaultDevToolsPort)); err == nil {
-		t.Skipf("a DevTools endpoint answers on this host (%s): the fallback would take it", probe.Browser)
+		testutil.SkipOrFail(t, "a DevTools endpoint answers on this host (%s): the fallback would take it", probe.Browser)
 	}
 	bridgeOn, err := ForAgent(context.Background(), f, "feat", env(map[string]string{bridge.ChromeBridgeDirEnv: bridgeDir(t, false)}),
 		func(s string) { said = append(said, s) })

@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +10,6 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/agent"
 	"github.com/agent-vm/agent-vm/internal/browser"
-	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -68,50 +64,17 @@ func runCommand(stdio IO) *cli.Command {
 			}
 			p := newProgress(stdio.Err)
 			so := vm.StartOptions{Timeout: cliCtx.Duration("timeout"), Report: p.reporter(), Nixpkgs: cliCtx.String("nixpkgs")}
+			notify := func(s string) {
+				p.done()
+				fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s)
+			}
 			o := agent.RunOptions{
 				Name: name, Agent: cliCtx.String("agent"), Args: args, Env: cliCtx.StringSlice("env"),
-				Session: cliCtx.String("session"), New: cliCtx.Bool("new"), CreateAgent: co.Agent, Getenv: stdio.Getenv,
-				Create: func(ctx context.Context, branch, install string) (agent.VM, error) {
-					co.Branch, co.Agent = branch, install
-					r, err := m.Create(ctx, co)
-					if err != nil {
-						return agent.VM{}, err
-					}
-					return agent.VM{Slug: r.Slug, Branch: r.Branch, Agent: r.Agent}, nil
-				},
-				Start: func(ctx context.Context, name string, keys map[string]string) (agent.VM, bool, error) {
-					so := so
-					for _, k := range slices.Sorted(maps.Keys(keys)) {
-						s, err := secret.FromEnv(k, keys[k])
-						if err != nil {
-							return agent.VM{}, false, err
-						}
-						so.Secrets = append(so.Secrets, s)
-					}
-					sr, err := m.Start(ctx, name, so)
-					if err != nil {
-						return agent.VM{}, false, err
-					}
-					if hint := m.TemplateHint(sr); hint != "" {
-						p.done()
-						fmt.Fprintf(stdio.Err, "agent-vm: %s\n", hint)
-					}
-					i := sr.Info // its status: the record's backend, secrets and network
-					return agent.VM{Slug: i.Slug, Branch: i.Branch, Backend: i.Backend, Contained: i.Net != nil && i.Net.Uncontained == "",
-						Secrets: i.Secrets}, !sr.AlreadyRunning, nil
-				},
-				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err},
-				Notify: func(s string) {
-					p.done()
-					fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s)
-				},
+				Session: cliCtx.String("session"), New: cliCtx.Bool("new"), Getenv: stdio.Getenv,
+				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err}, Notify: notify, Chrome: cliCtx.Bool("chrome"),
 			}
-			if cliCtx.Bool("chrome") {
-				o.Chrome = func(ctx context.Context, vmName string) (bool, error) {
-					return browser.ForAgent(ctx, m, vmName, stdio.Getenv, o.Notify)
-				}
-			}
-			res, err := agent.Run(cliCtx.Context, m, o)
+			prov := &runProvisioner{m: m, create: co, start: so, getenv: stdio.Getenv, notify: notify}
+			res, err := agent.Run(cliCtx.Context, m, prov, o)
 			p.done()
 			return sessionEnd(res, err)
 		}),

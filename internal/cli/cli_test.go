@@ -563,20 +563,20 @@ func waitUnlocked(t *testing.T, dir string) {
 	t.Helper()
 	locks, _ := filepath.Glob(filepath.Join(dir, "*.lock"))
 	for _, lp := range locks {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := tu.Poll(ctx, lp+" to be released after its create was killed", func() bool {
 			l, ok, err := state.TryLock(lp)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ok {
 				l.Release()
-				break
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is still held 10s after its create was killed", lp)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return ok
+		})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -129,14 +129,10 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 		t.Helper()
 		var c net.Conn
 		var err error
-		for i := 0; i < 200; i++ {
-			if c, err = net.Dial("unix", sock); err == nil {
-				break
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("the proxy never listened: %v\n%s", err, proxyOut.String())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if perr := tu.Poll(ctx, "the proxy to listen", func() bool { c, err = net.Dial("unix", sock); return err == nil }); perr != nil {
+			t.Fatalf("%v: %v\n%s", perr, err, proxyOut.String())
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(20 * time.Second))

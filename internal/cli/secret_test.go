@@ -301,10 +301,10 @@ func TestSecretSetPrompt(t *testing.T) {
 		}
 		return tio.Lflag&unix.ECHO != 0
 	}
-	for deadline := time.Now().Add(10 * time.Second); echo(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the terminal's echo is still on after 10 s: set did not prompt")
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tu.Poll(ctx, "set to prompt (the terminal's echo off)", func() bool { return !echo() }); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := master.Write([]byte(value + "\n")); err != nil {
 		t.Fatal(err)
@@ -335,7 +335,7 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	t.Helper()
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
+		tu.SkipOrFail(t, "no pseudo-terminals here: %v", err)
 	}
 	t.Cleanup(func() { master.Close() })
 	var n uint32

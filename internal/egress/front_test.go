@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // The TCP front, served by Serve as net-proxy serves it: the proxy port
@@ -39,16 +41,7 @@ func TestFrontServesProxyAndDoors(t *testing.T) {
 			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{exposed, other, exposed}, PortsFile: ports}})
 	}()
 	var fp FrontPorts
-	for i := 0; ; i++ {
-		var err error
-		if fp, err = ReadFrontPorts(ports); err == nil {
-			break
-		}
-		if i == 200 {
-			t.Fatalf("no ports file: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	fp = waitFrontPorts(t, ports)
 	if fi, err := os.Stat(ports); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("ports file: %v %v, want 0600", fi.Mode(), err)
 	}
@@ -155,15 +148,7 @@ func TestFrontDoorsThroughDoorDir(t *testing.T) {
 			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{exposed}, PortsFile: ports}})
 	}()
 	var fp FrontPorts
-	for i := 0; ; i++ {
-		if fp, err = ReadFrontPorts(ports); err == nil {
-			break
-		}
-		if i == 200 {
-			t.Fatalf("no ports file: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	fp = waitFrontPorts(t, ports)
 	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(fp.Doors[exposed])), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -175,4 +160,17 @@ func TestFrontDoorsThroughDoorDir(t *testing.T) {
 	if !strings.HasSuffix(string(b), "the user's machine") {
 		t.Errorf("the exposed door answered %q, want the door socket's server", b)
 	}
+}
+
+// waitFrontPorts waits for the front's ports file and reads it.
+func waitFrontPorts(t *testing.T, ports string) FrontPorts {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var fp FrontPorts
+	var err error
+	if perr := tu.Poll(ctx, "the ports file "+ports, func() bool { fp, err = ReadFrontPorts(ports); return err == nil }); perr != nil {
+		t.Fatalf("%v: %v", perr, err)
+	}
+	return fp
 }

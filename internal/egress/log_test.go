@@ -6,15 +6,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // An entry written by root (the URL door's holder) into a directory of
 // another user's leaves the file that user's, also after a rotation, so
 // the VM's proxy, running as that user, still writes to it.
 func TestLogWrittenAsRootKeepsTheDirectorysOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("only root writes files another user owns")
-	}
+	tu.Need(t, os.Geteuid() == 0, "only root writes files another user owns")
 	dir := filepath.Join(t.TempDir(), "net")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // fixture is a proxy on a loopback listener with a policy file, and
@@ -128,18 +130,19 @@ func (f *fixture) client() *http.Client {
 
 func (f *fixture) entries(n int) []Entry {
 	f.t.Helper()
-	// The proxy logs once both directions end; give it a moment.
+	// The proxy logs once both directions end: wait for n entries, and
+	// return what there is when they do not come (the caller says what
+	// it wanted).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var es []Entry
-	for i := 0; i < 100; i++ {
+	_ = tu.Poll(ctx, fmt.Sprintf("%d log entries", n), func() bool {
 		var err error
 		if es, err = ReadLog(filepath.Join(f.dir, LogFile)); err != nil {
 			f.t.Fatal(err)
 		}
-		if len(es) >= n {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(es) >= n
+	})
 	return es
 }
 
@@ -311,11 +314,10 @@ func TestDoorsAndRelay(t *testing.T) {
 	defer cancel()
 	proxySock, doorSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, DoorSocket)
 	go p.Run(ctx, proxySock, doorSock)
-	for i := 0; i < 100; i++ {
-		if _, err := os.Stat(doorSock); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := tu.Poll(wctx, "the door socket", func() bool { _, err := os.Stat(doorSock); return err == nil }); err != nil {
+		t.Fatal(err)
 	}
 	for _, door := range []int{exposed, exposed + 1} {
 		var out strings.Builder
@@ -402,8 +404,8 @@ func TestFollow(t *testing.T) {
 	if h := next(); h != "new.example.com" {
 		t.Fatalf("Follow saw %q first, want the new entry only", h)
 	}
-	// A rotation: the new file is read from its start.
-	time.Sleep(300 * time.Millisecond)
+	// A rotation: the new file is read from its start. (Follow has read
+	// the old file to its end: it reported the entry above.)
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func echoUpstream(t *testing.T, accepted *[]string) (*CA, int) {
 			half := len(auth) / 2
 			io.WriteString(w, "first half: "+auth[:half])
 			w.(http.Flusher).Flush()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the two halves in two reads: the split is what is tested
 			io.WriteString(w, auth[half:]+" :second half")
 		case "/gzip":
 			w.Header().Set("Content-Encoding", "gzip")

@@ -166,9 +166,7 @@ func TestSyncRunsNothingOfTheWorkspace(t *testing.T) {
 // A workspace of another user (the guest's uid, when agent-vm runs as
 // root), which upload-pack refuses unless told it is safe.
 func TestSyncFromAWorkspaceOfAnotherUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give the workspace to another user")
-	}
+	tu.Need(t, os.Geteuid() == 0, "needs root to give the workspace to another user")
 	src, ws := freshWorkspace(t)
 	commit(t, ws, "a.txt", "agent work")
 	err := filepath.WalkDir(ws, func(p string, _ os.DirEntry, err error) error {

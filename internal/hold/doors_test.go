@@ -83,7 +83,11 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := runHolderWith(t, s, doors)
-	waitFor(t, func() bool { fi, err := os.Stat(sock); return err == nil && fi.Mode().Type() == os.ModeSocket })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := testutil.Poll(ctx, "the door's socket "+sock, func() bool { fi, err := os.Stat(sock); return err == nil && fi.Mode().Type() == os.ModeSocket }); err != nil {
+		t.Fatal(err)
+	}
 	fi, _ := os.Stat(sock)
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		t.Errorf("the guest's door socket is mode %o, want no access for group or others", perm)
@@ -140,17 +144,6 @@ func TestDoorsReloadSaysWhichDoorFailed(t *testing.T) {
 	}
 	if got := ask(t, "tcp", "127.0.0.1:"+strconv.Itoa(port), "x"); got != "hello x" {
 		t.Errorf("the good door answered %q", got)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/bridge"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/ports"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // Which way `run --chrome` would take, from what the host has. The
@@ -23,7 +24,7 @@ func TestDoctorSaysWhichWayRunChromeTakes(t *testing.T) {
 	free := ports.Listenable(DefaultPort)
 	if !free {
 		if _, err := bridge.ProbeDevTools(context.Background(), bridge.DevToolsAddr(DefaultPort)); err == nil {
-			t.Skip("a browser's DevTools endpoint answers on this host's 127.0.0.1:9222")
+			tu.SkipOrFail(t, "a browser's DevTools endpoint answers on this host's 127.0.0.1:9222")
 		}
 	}
 	withChromium := func() *execxtest.Fake {

@@ -161,22 +161,20 @@ func userBrowser(t *testing.T, home string) string {
 	t.Cleanup(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
-		for range 100 {
-			if len(proc.FindAll(usesProfile(profile))) == 0 {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := testutil.Poll(ctx, "the browser's helpers to end", func() bool { return len(proc.FindAll(usesProfile(profile))) == 0 }); err != nil {
+			t.Log(err) // the profile's removal then says what is left
 		}
 	})
 	addr := bridge.DevToolsAddr(port)
-	for i := 0; ; i++ {
-		if _, err := bridge.ProbeDevTools(context.Background(), addr); err == nil {
-			return addr
-		} else if i == 100 {
-			t.Fatalf("the browser's endpoint: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var err error
+	if perr := testutil.Poll(ctx, "the browser's DevTools endpoint", func() bool { _, err = bridge.ProbeDevTools(ctx, addr); return err == nil }); perr != nil {
+		t.Fatalf("%v: %v", perr, err)
 	}
+	return addr
 }
 
 // A real Chromium (a user's own, not the one Launch sets up) behind the
@@ -274,10 +272,14 @@ func TestRelayRefusesTheHost(t *testing.T) {
 	if _, e := b.raw(fmt.Sprintf(`{"id":%d,"sessionId":%q,"method":"Page.navigate","params":{"url":%q,"url":%q}}`, id, sid, "file://"+secret, site.URL+"/c"), id, nil); e != "" {
 		t.Errorf("a web URL after a file: one: %q", e)
 	}
-	time.Sleep(500 * time.Millisecond)
-	href := b.mustCall(sid, "Runtime.evaluate", map[string]any{"expression": "location.href", "returnByValue": true})
-	if !strings.Contains(string(href), site.URL+"/c") {
-		t.Errorf("after the twice-keyed call the page is at %s, want %s/c", href, site.URL)
+	var href json.RawMessage
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := testutil.Poll(ctx, "the page to be at "+site.URL+"/c", func() bool {
+		href = b.mustCall(sid, "Runtime.evaluate", map[string]any{"expression": "location.href", "returnByValue": true})
+		return strings.Contains(string(href), site.URL+"/c")
+	}); err != nil {
+		t.Errorf("%v: after the twice-keyed call the page is at %s", err, href)
 	}
 	// Script in a web page cannot reach the file either (the browser's own
 	// rule, which the relay leaves to it).
@@ -304,12 +306,12 @@ func TestRelayRefusesTheHost(t *testing.T) {
 	ft := field(t, h.mustCall("", "Target.createTarget", map[string]any{"url": "file://" + secret}), "targetId")
 	fsid := field(t, h.mustCall("", "Target.attachToTarget", map[string]any{"targetId": ft, "flatten": true}), "sessionId")
 	var text json.RawMessage
-	for range 50 {
-		if text = h.mustCall(fsid, "Runtime.evaluate", map[string]any{"expression": "document.body && document.body.innerText", "returnByValue": true}); strings.Contains(string(text), "host-secret-42") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer pcancel()
+	_ = testutil.Poll(pctx, "the host file shown", func() bool { // a miss is reported below
+		text = h.mustCall(fsid, "Runtime.evaluate", map[string]any{"expression": "document.body && document.body.innerText", "returnByValue": true})
+		return strings.Contains(string(text), "host-secret-42")
+	})
 	if !strings.Contains(string(text), "host-secret-42") {
 		t.Errorf("directly, the browser did not show the host file (%s): the relay's refusals above prove less than they seem", text)
 	}
@@ -333,7 +335,7 @@ func TestRelayRefusesTheHost(t *testing.T) {
 		t.Errorf("an unknown session: %q; want refused", e)
 	}
 
-	time.Sleep(2 * time.Second) // the downloads would have landed by now
+	time.Sleep(2 * time.Second) // time passing is the test: the downloads would have landed by now
 	if des, _ := os.ReadDir(filepath.Join(home, "Downloads")); len(des) > 0 {
 		t.Errorf("the browser downloaded into the host's %s: %v", filepath.Join(home, "Downloads"), des)
 	}
@@ -384,17 +386,16 @@ func TestLaunchedBrowserDeniesTheHost(t *testing.T) {
 	ft := field(t, h.mustCall("", "Target.createTarget", map[string]any{"url": "file://" + secret}), "targetId")
 	fsid := field(t, h.mustCall("", "Target.attachToTarget", map[string]any{"targetId": ft, "flatten": true}), "sessionId")
 	var text json.RawMessage
-	for range 50 {
+	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer pcancel()
+	_ = testutil.Poll(pctx, "the file: page to load or be blocked", func() bool { // a miss is reported below
 		text = h.mustCall(fsid, "Runtime.evaluate", map[string]any{"expression": "document.body && document.body.innerText", "returnByValue": true})
-		if strings.Contains(string(text), "host-secret-42") || strings.Contains(string(text), "blocked") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(string(text), "host-secret-42") || strings.Contains(string(text), "blocked")
+	})
 	if strings.Contains(string(text), "host-secret-42") || !strings.Contains(string(text), "blocked") {
 		t.Errorf("a file: page in the launched browser shows %s; want it blocked", text)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // time passing is the test: no download lands meanwhile
 	if des, _ := os.ReadDir(filepath.Join(home, "Downloads")); len(des) > 0 {
 		t.Errorf("the launched browser downloaded into %s: %v", filepath.Join(home, "Downloads"), des)
 	}

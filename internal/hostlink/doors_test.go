@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // A door, for real: a socket made on the "host" (this machine's sshd,
@@ -70,14 +72,15 @@ func TestServeDoor(t *testing.T) {
 	srv.Start()
 	waitReady("after the sshd restarted")
 	var last error
-	for i := range 50 {
-		if last = through("two " + strconv.Itoa(i) + "\n"); last == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if last != nil {
-		t.Fatalf("through the door made again: %v", last)
+	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer pcancel()
+	i := 0
+	if err := tu.Poll(pctx, "the door made again to carry a line", func() bool {
+		i++
+		last = through("two " + strconv.Itoa(i) + "\n")
+		return last == nil
+	}); err != nil {
+		t.Fatalf("%v: %v", err, last)
 	}
 
 	cancel()

@@ -79,16 +79,11 @@ func TestStartOverTheLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(p.Pid(), syscall.SIGKILL)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, _ := os.ReadFile(out); string(b) == "the secret" {
-			break
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(out)
-			t.Fatalf("the detached program's stdin: %q", b)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b []byte
+	if err := tu.Poll(ctx, "the detached program to copy its stdin", func() bool { b, _ = os.ReadFile(out); return string(b) == "the secret" }); err != nil {
+		t.Fatalf("%v: the detached program's stdin: %q", err, b)
 	}
 	if err := syscall.Kill(p.Pid(), 0); err != nil {
 		t.Fatalf("pid %d is not running: %v", p.Pid(), err)

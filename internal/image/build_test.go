@@ -374,9 +374,10 @@ func TestConcurrentBuildsShareOneResult(t *testing.T) {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); imgs[1], errs[1] = b2.run(context.Background()) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(progress2.String(), "waiting for another build") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := testutil.Poll(ctx, "the second build to wait for the first", func() bool { return strings.Contains(progress2.String(), "waiting for another build") }); err != nil {
+		t.Errorf("%v; its progress:\n%s", err, progress2)
 	}
 	close(release)
 	wg.Wait()

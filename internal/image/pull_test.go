@@ -482,12 +482,8 @@ func TestPullCancelKeepsPartial(t *testing.T) {
 	go func() {
 		// Cancel once the first MiB is on disk.
 		part := filepath.Join(cache, partialDir, "debian-12", debianFile+".part")
-		for ctx.Err() == nil {
-			if fi, err := os.Stat(part); err == nil && fi.Size() == 1<<20 {
-				cancel()
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		if testutil.Poll(ctx, "the first MiB on disk", func() bool { fi, err := os.Stat(part); return err == nil && fi.Size() == 1<<20 }) == nil {
+			cancel()
 		}
 	}()
 	_, err := p.run(ctx)

@@ -84,13 +84,13 @@ func TestShowFollows(t *testing.T) {
 	out := &tu.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- Show(ctx, Sources{Console: p, Guest: g.run}, 10, true, out) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !(strings.Contains(out.String(), "agent-mcp | journal line red") && strings.Contains(out.String(), "provision | provision line red") &&
-		strings.Contains(out.String(), "console   | boot 1")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: %q", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := tu.Poll(wctx, "a line of each source", func() bool {
+		return strings.Contains(out.String(), "agent-mcp | journal line red") && strings.Contains(out.String(), "provision | provision line red") &&
+			strings.Contains(out.String(), "console   | boot 1")
+	}); err != nil {
+		t.Fatalf("%v: %q", err, out.String())
 	}
 	cancel()
 	if err := <-done; err != nil {

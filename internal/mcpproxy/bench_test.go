@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // Benchmarks: what the proxy adds to a request compared with speaking stdio
@@ -82,7 +84,7 @@ func benchCases() []benchCase {
 		{"everything", func(b *testing.B) Server {
 			dir, _ := filepath.Abs(filepath.Join("testdata", "node", "node_modules", ".bin"))
 			if _, err := os.Stat(filepath.Join(dir, "mcp-server-everything")); err != nil {
-				b.Skip("npm packages not installed (npm ci --prefix internal/mcpproxy/testdata/node)")
+				tu.SkipOrFail(b, "npm packages not installed (npm ci --prefix internal/mcpproxy/testdata/node)")
 			}
 			return Server{Name: "s", Command: filepath.Join(dir, "mcp-server-everything"), Args: []string{"stdio"}}
 		}, `"tools/call"`, `{"name":"echo","arguments":{"message":"hello"}}`},

@@ -3,6 +3,7 @@ package mcpproxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func TestChildCrashMidRequest(t *testing.T) {
@@ -61,18 +64,16 @@ func waitPending(t *testing.T, tp *testProxy, sid string, n int) {
 	tp.p.mu.Lock()
 	s := tp.p.sessions[sid]
 	tp.p.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := 0
+	if err := tu.Poll(ctx, fmt.Sprintf("%d requests pending", n), func() bool {
 		s.mu.Lock()
-		got := len(s.pending)
+		got = len(s.pending)
 		s.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests pending, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return got >= n
+	}); err != nil {
+		t.Fatalf("%v: %d pending", err, got)
 	}
 }
 
@@ -400,14 +401,10 @@ func waitActive(t *testing.T, tp *testProxy, sid string) {
 	tp.p.mu.Lock()
 	s := tp.p.sessions[sid]
 	tp.p.mu.Unlock()
-	for i := 0; ; i++ {
-		if _, idle := s.idleSince(); !idle {
-			return
-		}
-		if i > 2000 {
-			t.Fatal("session never became active")
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tu.Poll(ctx, "the session to become active", func() bool { _, idle := s.idleSince(); return !idle }); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -481,7 +478,7 @@ func TestRunListensAndStops(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
-	if err := waitFor(wctx, func() bool {
+	if err := tu.Poll(wctx, "/health to answer 200", func() bool {
 		resp, err := client.Get("http://" + addr + "/health")
 		if err != nil {
 			return false

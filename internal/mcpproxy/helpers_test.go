@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 const testToken = "test-token-0123456789abcdef"
@@ -260,28 +262,14 @@ func checkNoLeaks(t testing.TB, before int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := waitFor(ctx, func() bool { return runtime.NumGoroutine() <= before }); err != nil {
+	if err := tu.Poll(ctx, "the test's goroutines to end", func() bool { return runtime.NumGoroutine() <= before }); err != nil {
 		buf := make([]byte, 1<<20)
 		n := runtime.Stack(buf, true)
 		t.Errorf("goroutines leaked: %d now, %d before the test\n%s", runtime.NumGoroutine(), before, buf[:n])
 	}
-	if err := waitFor(ctx, func() bool { return len(childPids(t)) == 0 }); err != nil {
-		t.Errorf("child processes left behind: %v", childPids(t))
+	if err := tu.Poll(ctx, "the child processes to end", func() bool { return len(childPids(t)) == 0 }); err != nil {
+		t.Errorf("%v: child processes left behind: %v", err, childPids(t))
 	}
-}
-
-// waitFor polls cond with backoff until it holds or ctx ends.
-func waitFor(ctx context.Context, cond func() bool) error {
-	delay := time.Millisecond
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 100*time.Millisecond)
-	}
-	return nil
 }
 
 // childPids lists the live (or unreaped) children of this process, from /proc.
@@ -338,8 +326,8 @@ func waitGone(t testing.TB, pid int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := waitFor(ctx, func() bool { return processGone(pid) }); err != nil {
-		t.Fatalf("process %d still running: %v", pid, err)
+	if err := tu.Poll(ctx, "process "+strconv.Itoa(pid)+" to end", func() bool { return processGone(pid) }); err != nil {
+		t.Fatal(err)
 	}
 }
 

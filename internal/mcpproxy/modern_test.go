@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // modernBody is a 2026-07-28 request: params with the per-request _meta.
@@ -143,8 +145,11 @@ func TestModernClientGoneEndsItsServer(t *testing.T) {
 		"Accept": "application/json, text/event-stream", hdrProtocolVersion: modernProtocolVersion, hdrMethod: "sleep"} {
 		req.Header.Set(k, v)
 	}
+	// The client goes away once the proxy runs a server for its request.
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		_ = tu.Poll(pctx, "a server for the request", func() bool { return len(tp.p.sessionCounts()) > 0 })
 		cancel()
 	}()
 	if resp, err := tp.client.Do(req); err == nil {
@@ -152,8 +157,8 @@ func TestModernClientGoneEndsItsServer(t *testing.T) {
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	if err := waitFor(wctx, func() bool { return len(tp.p.sessionCounts()) == 0 }); err != nil {
-		t.Errorf("the server of a request whose client went away is still there: %v", tp.p.sessionCounts())
+	if err := tu.Poll(wctx, "the server to be gone", func() bool { return len(tp.p.sessionCounts()) == 0 }); err != nil {
+		t.Errorf("%v: the server of a request whose client went away is still there: %v", err, tp.p.sessionCounts())
 	}
 }
 

@@ -273,12 +273,12 @@ func waitNoSessions(t *testing.T, tp *testProxy) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := waitFor(ctx, func() bool {
+	err := tu.Poll(ctx, "the sessions to close", func() bool {
 		tp.p.mu.Lock()
 		defer tp.p.mu.Unlock()
 		return len(tp.p.sessions) == pooledLocked(tp)
 	})
 	if err != nil {
-		t.Errorf("sessions still open after the clients closed: %v", tp.p.sessionCounts())
+		t.Errorf("%v: sessions still open after the clients closed: %v", err, tp.p.sessionCounts())
 	}
 }

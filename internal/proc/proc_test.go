@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"runtime"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // A process is found, verified and killed by its command line; once it is
@@ -90,13 +93,17 @@ func TestSession(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	leader := cmd.Process.Pid
 	var child int
-	for deadline := time.Now().Add(5 * time.Second); child == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tu.Poll(ctx, "the leader's sleep", func() bool {
 		for _, pid := range FindAll(func(args []string) bool { return slices.Equal(args, []string{"sleep", "30"}) }) {
 			if Session(pid) == leader {
 				child = pid
 			}
 		}
-	}
+		return child != 0
+	}) // a miss is reported below, with what was found
+
 	if Session(leader) != leader || child == 0 {
 		t.Errorf("leader %d in session %d, child %d; want the leader's session and its sleep in it", leader, Session(leader), child)
 	}

@@ -26,17 +26,19 @@ func startQEMU(t *testing.T) string {
 	// QEMU creates the socket file (bind) before it listens: a connect in
 	// between is refused. Ready is when a connection is accepted, which is
 	// what the launcher waits for too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var err error
-	for i := 0; i < 1000; i++ {
+	if perr := tu.Poll(ctx, "QEMU's QMP socket to accept a connection", func() bool {
 		var c net.Conn
 		if c, err = net.Dial("unix", sock); err == nil {
 			c.Close()
-			return sock
 		}
-		time.Sleep(10 * time.Millisecond)
+		return err == nil
+	}); perr != nil {
+		t.Fatalf("%v: %v", perr, err)
 	}
-	t.Fatalf("QEMU's QMP socket never accepted a connection: %v", err)
-	return ""
+	return sock
 }
 
 func TestExecuteAgainstRealQEMU(t *testing.T) {

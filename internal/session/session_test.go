@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -78,20 +79,16 @@ func (h *host) list() []Info {
 	return infos
 }
 
-// waitFor polls the sessions until cond holds.
+// waitFor polls the sessions until cond holds (testutil.Poll).
 func (h *host) waitFor(what string, cond func([]Info) bool) []Info {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		infos := h.list()
-		if cond(infos) {
-			return infos
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting until %s; sessions: %+v", what, infos)
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var infos []Info
+	if err := testutil.Poll(ctx, what, func() bool { infos = h.list(); return cond(infos) }); err != nil {
+		h.t.Fatalf("%v; sessions: %+v", err, infos)
 	}
+	return infos
 }
 
 func (h *host) start(s Spec) error {

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -33,17 +34,29 @@ func Context(t testing.TB, what string, consoles ...string) context.Context {
 	return wctx
 }
 
-// WaitFor polls cond with backoff until it holds, and fails the test when
+// WaitFor polls cond (Poll) until it holds, and fails the test when
 // nothing has moved for Stall first (see Context): a VM under TCG on a
 // busy machine may take minutes to get where a quiet one gets in seconds.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	ctx := Context(t, what)
-	for delay := 50 * time.Millisecond; !cond(); delay = min(2*delay, time.Second) {
+	if err := Poll(Context(t, what), what, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Poll is the tests' one wait for a condition: it calls cond with backoff
+// (from a millisecond, doubling, up to a quarter of a second) until it
+// holds, and returns nil; when ctx ends first it returns an error that
+// names what it waited for and why ctx ended. A test that waits on a
+// process of its own gives ctx a deadline; one that waits on a VM uses
+// WaitFor.
+func Poll(ctx context.Context, what string, cond func() bool) error {
+	for delay := time.Millisecond; !cond(); delay = min(2*delay, 250*time.Millisecond) {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, context.Cause(ctx))
+			return fmt.Errorf("waiting for %s: %w", what, context.Cause(ctx))
 		case <-time.After(delay):
 		}
 	}
+	return nil
 }

@@ -1,6 +1,8 @@
 // Package testutil holds helpers shared by tests: real git repositories in
 // temp dirs, the programs tests run with the skip-or-fail rule for missing
-// ones (Program, Need, SkipOrFail), golden files, git over HTTP (GitHTTP)
+// ones (Program, Need, SkipOrFail; a test checks that every skip keeps
+// it), the one wait for a condition (Poll, and WaitFor for VM work),
+// golden files, git over HTTP (GitHTTP)
 // and an HTTPS server outside the host, in a network namespace of its own
 // (NewUpstream). Only tests import it.
 // Test code that must not import internal/ (integration/, bench/) uses

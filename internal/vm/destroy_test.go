@@ -3,6 +3,7 @@ package vm_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -97,12 +99,9 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 
 // gone waits until pid no longer exists (the launcher reaps its children).
 func gone(pid int) bool {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			return true
-		}
-	}
-	return false
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return tu.Poll(ctx, fmt.Sprintf("pid %d to end", pid), func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }) == nil
 }
 
 // destroy --force of a VM whose record is unreadable finds its QEMU from

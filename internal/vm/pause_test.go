@@ -17,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qmp"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -50,7 +51,7 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 		t.Fatalf("starting the session: exit %d, %v: %s", code, err, errs.String())
 	}
 	pidFile := filepath.Join(e.Layout.Workspace(), ".agent-pid")
-	waitFor(t, func() bool { b, _ := os.ReadFile(pidFile); return bytes.HasSuffix(b, []byte("\n")) }, "the agent's pid file")
+	tu.WaitFor(t, "the agent's pid file", func() bool { b, _ := os.ReadFile(pidFile); return bytes.HasSuffix(b, []byte("\n")) })
 	raw, _ := os.ReadFile(pidFile)
 	agent := strings.TrimSpace(string(raw))
 	if got := sh("readlink /proc/" + agent + "/cwd"); got != "/workspace" {
@@ -108,7 +109,7 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 	if !rres.Resumed || rres.Info.State != vm.StateRunning || rres.Info.Pid != qemuPid || rres.Info.Agent.State != "healthy" {
 		t.Errorf("resume of a paused VM: resumed %v, state %s, pid %d (was %d), agent %+v", rres.Resumed, rres.Info.State, rres.Info.Pid, qemuPid, rres.Info.Agent)
 	}
-	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" }, "a holder after resume")
+	tu.WaitFor(t, "a holder after resume", func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" })
 	checkAgentGoesOn(t, sh, agent, bootID, before)
 	if got := sh("cat /workspace/from-host"); got != "while paused" {
 		t.Errorf("the host's file written during the pause reads %q in the guest", got)
@@ -165,7 +166,7 @@ func checkAgentGoesOn(t *testing.T, sh func(string) string, agent, bootID, befor
 		t.Errorf("the agent (pid %s) runs in %q, want /workspace", agent, got)
 	}
 	n0, _ := strconv.Atoi(before)
-	waitFor(t, func() bool { n, _ := strconv.Atoi(sh("cat /tmp/agent-count")); return n > n0 }, "the agent counting on from "+before)
+	tu.WaitFor(t, "the agent counting on from "+before, func() bool { n, _ := strconv.Atoi(sh("cat /tmp/agent-count")); return n > n0 })
 }
 
 // qmpStatus asks the VM's QEMU for its run state (query-status).
@@ -200,6 +201,6 @@ func cpuTicks(t *testing.T, pid int, d time.Duration) int {
 		return utime + stime
 	}
 	first := read()
-	time.Sleep(d)
+	time.Sleep(d) // the interval measured over, not a wait for anything
 	return read() - first
 }

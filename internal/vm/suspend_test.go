@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -55,8 +57,9 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	started := stat()
 	bootID := sh("cat /proc/sys/kernel/random/boot_id")
 	sh("echo before >/workspace/from-guest && sync")
-	time.Sleep(2 * time.Second)
-	before, _ := strconv.Atoi(sh("cat /tmp/count"))
+	count := func() int { n, _ := strconv.Atoi(sh("cat /tmp/count 2>/dev/null || true")); return n }
+	var before int
+	tu.WaitFor(t, "the counter to count", func() bool { before = count(); return before > 1 })
 	qemuPid := m.Status(ctx, e, false).Pid
 
 	res, err := m.Suspend(ctx, susp, vm.SuspendOptions{})
@@ -73,12 +76,9 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	}
 	// QEMU has exited; this test process, its parent, reaps it a moment
 	// later.
-	for i := 0; syscall.Kill(qemuPid, 0) == nil; i++ {
-		if i == 50 {
-			t.Errorf("QEMU (pid %d) still runs after suspend", qemuPid)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	what := fmt.Sprintf("QEMU (pid %d) to end after suspend", qemuPid)
+	if err := tu.Poll(tu.Context(t, what), what, func() bool { return syscall.Kill(qemuPid, 0) != nil }); err != nil {
+		t.Error(err)
 	}
 	fi, err := os.Stat(filepath.Join(e.Layout.RunDir(), qemu.StateFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
@@ -88,7 +88,9 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	if err := os.WriteFile(filepath.Join(e.Layout.Workspace(), "from-host"), []byte("while suspended\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second) // the guest's clock must be set, not merely continue
+	// Time passing is what is tested here: the guest's clock must be set
+	// on resume, not merely continue from where it stopped.
+	time.Sleep(5 * time.Second)
 
 	rres, err := m.Start(ctx, susp, vm.StartOptions{})
 	if err != nil {
@@ -99,17 +101,19 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	}
 	t.Logf("resume: SSH after %s, agent-mcp after %s", rres.SSHReady, rres.HealthReady)
 	// The held connection ended with the saved QEMU; resume holds a new one.
-	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" }, "a holder after resume")
+	tu.WaitFor(t, "a holder after resume", func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" })
 	if got := sh("cat /proc/sys/kernel/random/boot_id"); got != bootID {
 		t.Errorf("boot id %s, was %s: the guest booted again", got, bootID)
 	}
 	if got := stat(); got != started {
 		t.Errorf("process %s started at %s, was %s", pid, got, started)
 	}
-	time.Sleep(time.Second)
-	if after, _ := strconv.Atoi(sh("cat /tmp/count")); after <= before {
-		t.Errorf("the counter is at %d, was %d before suspend: it lost its memory or stopped", after, before)
+	// The counter kept its count, and counts on.
+	resumed := count()
+	if resumed < before {
+		t.Errorf("the counter is at %d, was %d before suspend: it lost its memory", resumed, before)
 	}
+	tu.WaitFor(t, fmt.Sprintf("the counter to count on from %d", resumed), func() bool { return count() > resumed })
 	if got := sh("cat /workspace/from-guest /workspace/from-host"); got != "before\nwhile suspended" {
 		t.Errorf("workspace after resume: %q", got)
 	}

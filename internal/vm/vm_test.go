@@ -416,10 +416,10 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	// SIGKILL to QEMU reads as crashed; restart recovers.
 	st := m.Status(context.Background(), e, false)
 	syscall.Kill(st.Pid, syscall.SIGKILL)
-	waitFor(t, func() bool { return m.Status(context.Background(), e, false).State == vm.StateCrashed }, "state crashed")
+	tu.WaitFor(t, "state crashed", func() bool { return m.Status(context.Background(), e, false).State == vm.StateCrashed })
 	if procs := processesMentioning(e.Layout.Dir); len(procs) > 0 {
 		// virtiofsd exits when its QEMU goes.
-		waitFor(t, func() bool { return len(processesMentioning(e.Layout.Dir)) == 0 }, "virtiofsd to exit after the crash")
+		tu.WaitFor(t, "virtiofsd to exit after the crash", func() bool { return len(processesMentioning(e.Layout.Dir)) == 0 })
 	}
 	ctx := tu.Context(t, "restart after the crash")
 	res, err = m.Restart(ctx, "life", vm.StartOptions{})
@@ -464,11 +464,6 @@ func TestCreateRefusesABadImage(t *testing.T) {
 	if entries, _ := m.Root.List(); len(entries) != 0 {
 		t.Errorf("a refused create left %d VM dirs", len(entries))
 	}
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	tu.WaitFor(t, what, cond)
 }
 
 // processesMentioning lists live processes whose command line mentions s.
@@ -576,7 +571,7 @@ func heldCheck(t *testing.T, m *vm.Manager, e state.Entry, info vm.Info) {
 	if pid <= 0 || syscall.Kill(pid, syscall.SIGKILL) != nil {
 		t.Fatalf("no holder pid in %s: %q", e.Layout.Run(hold.PidName), b)
 	}
-	waitFor(t, func() bool { return m.Status(context.Background(), e, false).SSH.Held == "" }, "the killed holder to be gone")
+	tu.WaitFor(t, "the killed holder to be gone", func() bool { return m.Status(context.Background(), e, false).SSH.Held == "" })
 	if code, out, _ := run(t, m, "life", "echo", "direct"); code != 0 || out != "direct\n" {
 		t.Errorf("exec without the holder (its socket left stale): %d %q", code, out)
 	}
