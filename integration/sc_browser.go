@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The browser doors, told through `agent-vm browser` on the mcp scenario's
+// The browser bridges, told through `agent-vm browser` on the mcp scenario's
 // running VM: closed by default; the Claude in Chrome bridge tunnelled to a
 // socket the test serves as the native host would; agent-vm's Chromium
 // (Debian's, headless) driven by chrome-devtools-mcp from the guest; URLs
@@ -37,7 +37,7 @@ func browserSteps(ctx context.Context, s *S, branch string) {
 		defer s.call(context.WithoutCancel(ctx), call{args: []string{"browser", branch, "--off"}, quiet: true})
 	}
 	s.StepUnless(ctx, "browser: nothing open: no DevTools port, no bridge socket, xdg-open says it is off", skip, func() error {
-		return checkNoDoors(ctx, s, branch)
+		return checkNoBridges(ctx, s, branch)
 	})
 	s.StepUnless(ctx, "browser: refused without a host bridge socket (with the guidance) and on an offline VM", skip, func() error {
 		return checkBrowserRefusals(ctx, s, branch)
@@ -55,18 +55,18 @@ func browserSteps(ctx context.Context, s *S, branch string) {
 		if _, err := s.ok(ctx, "browser", branch, "--off"); err != nil {
 			return err
 		}
-		return checkNoDoors(ctx, s, branch)
+		return checkNoBridges(ctx, s, branch)
 	})
 }
 
 // browserInfo is `browser --json`.
 type browserInfo struct {
-	Open  []string `json:"open"`
-	Doors struct {
+	Open    []string `json:"open"`
+	Bridges struct {
 		ChromeBridge string `json:"chrome_bridge"`
 		DevTools     string `json:"devtools"`
 		OpenURLs     bool   `json:"open_urls"`
-	} `json:"doors"`
+	} `json:"bridges"`
 }
 
 func (s *S) browser(ctx context.Context, branch string, env []string, args ...string) (*browserInfo, *Result, error) {
@@ -81,7 +81,7 @@ func (s *S) browser(ctx context.Context, branch string, env []string, args ...st
 	return &info, res, nil
 }
 
-func checkNoDoors(ctx context.Context, s *S, branch string) error {
+func checkNoBridges(ctx context.Context, s *S, branch string) error {
 	info, res, err := s.browser(ctx, branch, nil)
 	if err != nil {
 		return err
@@ -97,7 +97,7 @@ func checkNoDoors(ctx context.Context, s *S, branch string) error {
 	}
 	r := s.exec(ctx, branch, "xdg-open", "https://example.test/closed")
 	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "off") {
-		return failf(r, "xdg-open with the URL door closed: exit %d, want a failure saying it is off", r.ExitCode)
+		return failf(r, "xdg-open with the URL opener closed: exit %d, want a failure saying it is off", r.ExitCode)
 	}
 	return nil
 }
@@ -206,8 +206,8 @@ func checkChromeBridge(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if info.Doors.ChromeBridge != dir {
-		return failf(res, "browser --chrome-bridge: the door leads to %q, want %q", info.Doors.ChromeBridge, dir)
+	if info.Bridges.ChromeBridge != dir {
+		return failf(res, "browser --chrome-bridge: the door leads to %q, want %q", info.Bridges.ChromeBridge, dir)
 	}
 	r, err := s.execOK(ctx, branch, "python3", "-c", bridgeClients, "/tmp/claude-mcp-browser-bridge-dev/agent-vm.sock")
 	if err != nil {
@@ -287,8 +287,8 @@ func checkDevTools(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if info.Doors.DevTools != "127.0.0.1:"+strconv.Itoa(port) && !strings.Contains(res.Stderr, "runs with DevTools on port") {
-		return failf(res, "browser --launch: the DevTools door leads to %q, want 127.0.0.1:%d (or the port of the Chromium running already)", info.Doors.DevTools, port)
+	if info.Bridges.DevTools != "127.0.0.1:"+strconv.Itoa(port) && !strings.Contains(res.Stderr, "runs with DevTools on port") {
+		return failf(res, "browser --launch: the DevTools relay leads to %q, want 127.0.0.1:%d (or the port of the Chromium running already)", info.Bridges.DevTools, port)
 	}
 	r, err := s.execOK(ctx, branch, "python3", "-c", devToolsClient, fmt.Sprintf("http://127.0.0.1:%d/", page))
 	if err != nil {
@@ -340,8 +340,8 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if !info.Doors.OpenURLs {
-		return failf(res, "browser --open-urls: the URL door is not open")
+	if !info.Bridges.OpenURLs {
+		return failf(res, "browser --open-urls: the URL opener is not open")
 	}
 	const url = "https://example.test/x"
 	if _, err := s.execOK(ctx, branch, "xdg-open", url); err != nil {

@@ -22,7 +22,7 @@ type Entry struct {
 	// KindOpenURL (a URL the guest asked the host to open, which no
 	// connection of the guest's carries: Host and Port are the URL's,
 	// URL what of it the log keeps, Rule the verdict, and no bytes) or
-	// KindDevTools (a DevTools call the browser door refused: Request is
+	// KindDevTools (a DevTools call the browser bridge refused: Request is
 	// its method, URL and Host the URL it would have loaded, if any, Rule
 	// the reason).
 	Kind    string `json:"kind"`
@@ -58,7 +58,7 @@ type Entry struct {
 // (internal/bridge writes these into the VM's log beside the proxy).
 const KindOpenURL = "open-url"
 
-// KindDevTools is the Kind of a DevTools call the host's browser door
+// KindDevTools is the Kind of a DevTools call the host's browser bridge
 // refused (internal/bridge's relay writes these).
 const KindDevTools = "devtools"
 
@@ -69,7 +69,7 @@ const DefaultLogLimit = 1 << 20
 // Log appends entries to a size-bounded JSON-lines file (0600), Name in
 // Dir (opened once, so the proxy keeps reaching it after it drops its
 // privileges: see the package doc). Other processes may append to the same
-// file (the URL door, internal/bridge): each entry is one O_APPEND write, so
+// file (the URL opener, internal/bridge): each entry is one O_APPEND write, so
 // lines never interleave; two rotating at once can lose the older file.
 type Log struct {
 	Dir   *os.Root
@@ -106,7 +106,7 @@ func (l *Log) Add(e Entry) error {
 }
 
 // keepOwner gives the file the owner of its directory when this process
-// is root (the URL door's holder): the VM's proxy, which runs as the
+// is root (the URL opener's holder): the VM's proxy, which runs as the
 // workspace's owner, appends to and rotates the same file, and a file of
 // root's that a write here made or rotated would shut it out.
 func (l *Log) keepOwner() error {

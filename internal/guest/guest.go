@@ -52,7 +52,7 @@ const (
 	ClaudeConfig = ".claude.json"
 )
 
-// The browser doors: what the guest reaches of the host's browser when
+// The browser bridges: what the guest reaches of the host's browser when
 // the user opens them (agent-vm browser), each a forward the VM's held
 // SSH connection asks the guest's sshd for, so the guest listens and the
 // host answers. None exists until asked for.
@@ -67,7 +67,7 @@ const (
 	DevToolsPort = 9222
 	// OpenURLDir holds OpenURLSocket (the user's own, 0700).
 	OpenURLDir = "/tmp/agent-vm-" + User
-	// OpenURLSocket is the URL door: the guest's xdg-open asks the host to
+	// OpenURLSocket is the URL opener: the guest's xdg-open asks the host to
 	// open a URL there.
 	OpenURLSocket = OpenURLDir + "/open-url.sock"
 )

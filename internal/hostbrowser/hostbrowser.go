@@ -1,5 +1,5 @@
 // Package hostbrowser is the host's Chromium that agent-vm launches for a
-// VM's DevTools door (agent-vm browser BRANCH --launch), and doctor's
+// VM's DevTools relay (agent-vm browser BRANCH --launch), and doctor's
 // facts about the host's browser.
 //
 // The launched browser is one per user: a Chrome or Chromium found on

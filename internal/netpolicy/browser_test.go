@@ -9,7 +9,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// net show and status say which browser doors a VM has open, and that
+// net show and status say which browser bridges a VM has open, and that
 // none is by default.
 func TestInfoShowsTheBrowserDoors(t *testing.T) {
 	vms := newFakeVMs(t, &state.Record{})
@@ -19,7 +19,7 @@ func TestInfoShowsTheBrowserDoors(t *testing.T) {
 	if err := os.MkdirAll(vms.e.Layout.RunDir(), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := bridge.WriteDoors(vms.e.Layout.RunDir(), bridge.Doors{DevTools: "127.0.0.1:9222"}); err != nil {
+	if err := bridge.WriteConfig(vms.e.Layout.RunDir(), bridge.Config{DevTools: "127.0.0.1:9222"}); err != nil {
 		t.Fatal(err)
 	}
 	info := InfoOf(vms.e, true, nil)

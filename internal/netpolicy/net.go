@@ -65,7 +65,7 @@ type Info struct {
 	// repository's own Vagrantfile's, on the networks it sets up. Then Mode,
 	// Allow, Deny and Exposed are what the record says, unused.
 	Uncontained string `json:"uncontained,omitempty"`
-	// Browser says which browser doors the running VM has open (agent-vm
+	// Browser says which browser bridges the running VM has open (agent-vm
 	// browser): each a way to the host's browser, none by default.
 	Browser []string `json:"browser,omitempty"`
 	// Pins are the host's pins (`agent-vm setup`), every VM's: each lets
@@ -117,7 +117,7 @@ func InfoOf(e state.Entry, contained bool, pins []egress.Pin) *Info {
 		info.Added = r.Net.Allow
 	}
 	info.Uncontained = uncontained(r, contained)
-	if d, err := bridge.ReadDoors(e.Layout.RunDir()); err != nil {
+	if d, err := bridge.ReadConfig(e.Layout.RunDir()); err != nil {
 		info.Browser = []string{"unknown: " + err.Error()}
 	} else {
 		info.Browser = d.Lines()

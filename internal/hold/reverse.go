@@ -15,21 +15,21 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
-// A Door is a forward the holder keeps on its connection to the guest: the
+// A ReverseForward is a forward the holder keeps on its connection to the guest: the
 // guest's sshd listens, at a unix socket path (OpenSSH's
 // streamlocal-forward) or on the guest's 127.0.0.1:port (tcpip-forward),
 // and each connection a guest program makes there comes back over the
 // held connection to Serve, in the holder. The guest's sshd makes the
 // socket as the login user, mode 0600 (its StreamLocalBindMask), and binds
 // a port on the guest's loopback only (GatewayPorts no): only the guest's
-// own programs reach a door, and only through it the host.
+// own programs reach a reverse forward, and only through it the host.
 //
-// Doors belong to the holder because they last while the VM runs, as the
+// Reverse forwards belong to the holder because they last while the VM runs, as the
 // holder does, and need no port on the host: the guest side opens
 // nothing towards the host but these channels on a connection the host
 // made.
-type Door struct {
-	// Name says what the door is, in the holder's log and in errors.
+type ReverseForward struct {
+	// Name says what the reverse forward is, in the holder's log and in errors.
 	Name string
 	// GuestSocket is the unix socket path the guest listens on; else
 	// GuestPort, a port on the guest's 127.0.0.1.
@@ -44,21 +44,21 @@ type Door struct {
 	Serve func(ctx context.Context, c net.Conn)
 }
 
-func (d Door) guestAddr() string {
+func (d ReverseForward) guestAddr() string {
 	if d.GuestSocket != "" {
 		return d.GuestSocket
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(d.GuestPort))
 }
 
-// DoorsRequest is the global request a caller sends the holder to have
-// it read its doors again (Holder.Doors) and open them: those no longer
+// ReloadRequest is the global request a caller sends the holder to have
+// it read its reverse forwards again (Holder.ReverseForwards) and open them: those no longer
 // wanted close, the others open anew. The reply's payload is the error's
 // text when it fails.
-const DoorsRequest = "doors@agent-vm"
+const ReloadRequest = "reload-forwards@agent-vm"
 
-// doors are the forwards a holder keeps open.
-type doors struct {
+// reverseForwards are the forwards a holder keeps open.
+type reverseForwards struct {
 	mu   sync.Mutex
 	open []opened
 	log  hclog.Logger
@@ -66,34 +66,34 @@ type doors struct {
 
 type opened struct {
 	l net.Listener
-	d Door
+	d ReverseForward
 }
 
-// apply closes the open doors and opens want on c. A door that fails does
+// apply closes the open reverse forwards and opens want on c. A reverse forward that fails does
 // not keep the others shut: each error is joined into the result.
-func (ds *doors) apply(ctx context.Context, c *ssh.Client, want []Door) error {
+func (ds *reverseForwards) apply(ctx context.Context, c *ssh.Client, want []ReverseForward) error {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	ds.close(c)
 	var errs []error
 	for _, d := range want {
-		l, err := openDoor(c, d)
+		l, err := openReverse(c, d)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("opening the %s door at the guest's %s: %w", d.Name, d.guestAddr(), err))
+			errs = append(errs, fmt.Errorf("opening the %s reverse forward at the guest's %s: %w", d.Name, d.guestAddr(), err))
 			continue
 		}
 		ds.open = append(ds.open, opened{l, d})
-		ds.log.Info("door open", "door", d.Name, "guest", d.guestAddr())
+		ds.log.Info("reverse forward open", "forward", d.Name, "guest", d.guestAddr())
 		go ds.accept(ctx, l, d)
 	}
 	return errors.Join(errs...)
 }
 
-// close closes the open doors; the sockets of socket doors, which the
+// close closes the open reverse forwards; the sockets of socket forwards, which the
 // guest's sshd leaves behind when a forward is cancelled, are removed
 // (c nil: the connection is going, and the guest's /tmp with it at its
 // next boot), so no guest program finds a socket that leads nowhere.
-func (ds *doors) close(c *ssh.Client) {
+func (ds *reverseForwards) close(c *ssh.Client) {
 	for _, o := range ds.open {
 		o.l.Close() // cancels the forward
 		if c == nil || o.d.GuestSocket == "" {
@@ -101,7 +101,7 @@ func (ds *doors) close(c *ssh.Client) {
 		}
 		if s, err := c.NewSession(); err == nil {
 			if err := s.Run("rm -f -- " + execx.ShellQuote(o.d.GuestSocket)); err != nil {
-				ds.log.Debug("removing a closed door's socket", "door", o.d.Name, "error", err)
+				ds.log.Debug("removing a closed reverse forward's socket", "forward", o.d.Name, "error", err)
 			}
 			s.Close()
 		}
@@ -109,7 +109,7 @@ func (ds *doors) close(c *ssh.Client) {
 	ds.open = nil
 }
 
-func openDoor(c *ssh.Client, d Door) (net.Listener, error) {
+func openReverse(c *ssh.Client, d ReverseForward) (net.Listener, error) {
 	if d.Prepare != "" {
 		s, err := c.NewSession()
 		if err != nil {
@@ -127,39 +127,39 @@ func openDoor(c *ssh.Client, d Door) (net.Listener, error) {
 	return c.Listen("tcp", d.guestAddr())
 }
 
-// accept serves the connections of one door until it closes.
-func (ds *doors) accept(ctx context.Context, l net.Listener, d Door) {
+// accept serves the connections of one reverse forward until it closes.
+func (ds *reverseForwards) accept(ctx context.Context, l net.Listener, d ReverseForward) {
 	for {
 		conn, err := l.Accept()
 		if err != nil {
-			ds.log.Debug("door closed", "door", d.Name, "reason", err)
+			ds.log.Debug("reverse forward closed", "forward", d.Name, "reason", err)
 			return
 		}
 		go d.Serve(ctx, conn)
 	}
 }
 
-func (ds *doors) closeAll() {
+func (ds *reverseForwards) closeAll() {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	ds.close(nil)
 }
 
-// Reload has the holder of f read its doors again and open them
-// (DoorsRequest). ErrNoHolder when none serves: doors live in a holder.
+// Reload has the holder of f read its reverse forwards again and open them
+// (ReloadRequest). ErrNoHolder when none serves: reverse forwards live in a holder.
 func Reload(ctx context.Context, f Files, user string) error {
 	c, err := Dial(ctx, f, user, 5*time.Second)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ok, msg, err := c.SendRequest(DoorsRequest, true, nil)
+	ok, msg, err := c.SendRequest(ReloadRequest, true, nil)
 	if err != nil {
-		return fmt.Errorf("asking the holder to open the doors: %w", err)
+		return fmt.Errorf("asking the holder to open the reverse forwards: %w", err)
 	}
 	if !ok {
 		if len(msg) == 0 {
-			return errors.New("the holder refused to open the doors (its log says why)")
+			return errors.New("the holder refused to open the reverse forwards (its log says why)")
 		}
 		return errors.New(string(msg))
 	}
