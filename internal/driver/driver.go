@@ -210,7 +210,7 @@ type Adopter interface {
 }
 
 // NetworkContainer is a driver whose Start honours Machine.Network (the
-// containment: the guest reaches only its doors). Both drivers are: QEMU's
+// containment: the guest reaches only its egress proxy and exposed ports). Both drivers are: QEMU's
 // by its restricted user network, vagrant's by a libvirt network of the
 // VM's own and an nftables fence (internal/libvirtnet). The caller passes
 // no Network to a driver that is not, nor for a guest that is not

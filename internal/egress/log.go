@@ -18,7 +18,7 @@ type Entry struct {
 	Time time.Time `json:"time"`
 	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP
 	// request), "https" (a request in a tunnel the proxy intercepts to
-	// put secrets in: Interceptor), "door" (an exposed host port) or
+	// put secrets in: Interceptor), KindExposedPort (a host port the user exposed) or
 	// KindOpenURL (a URL the guest asked the host to open, which no
 	// connection of the guest's carries: Host and Port are the URL's,
 	// URL what of it the log keeps, Rule the verdict, and no bytes) or
@@ -57,6 +57,10 @@ type Entry struct {
 // KindOpenURL is the Kind of a URL the guest asked the host to open
 // (internal/bridge writes these into the VM's log beside the proxy).
 const KindOpenURL = "open-url"
+
+// KindExposedPort is the Kind of a connection to a host port the user
+// exposed (`agent-vm port expose`), through the proxy.
+const KindExposedPort = "exposed-port"
 
 // KindDevTools is the Kind of a DevTools call the host's browser bridge
 // refused (internal/bridge's relay writes these).

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// An entry written by root (the URL door's holder) into a directory of
+// An entry written by root (the URL opener's holder) into a directory of
 // another user's leaves the file that user's, also after a rotation, so
 // the VM's proxy, running as that user, still writes to it.
 func TestLogWrittenAsRootKeepsTheDirectorysOwner(t *testing.T) {

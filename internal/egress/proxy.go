@@ -22,7 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Proxy serves one VM's egress: the HTTP proxy and the doors.
+// Proxy serves one VM's egress: the HTTP proxy and the exposed ports.
 type Proxy struct {
 	// Dir is the VM's network directory, opened once: its PolicyFile is
 	// re-read when it changes.
@@ -41,11 +41,11 @@ type Proxy struct {
 	InterfaceAddrs func() ([]netip.Addr, error)
 	// DialTimeout bounds each outbound dial; 0 means 15 s.
 	DialTimeout time.Duration
-	// DoorDir, when set, is where an exposed port is reached: the unix
-	// socket DoorDir/PORT, which agent-vm serves from the machine the user
+	// ExposedDir, when set, is where an exposed port is reached: the unix
+	// socket ExposedDir/PORT, which agent-vm serves from the machine the user
 	// exposed the port on (a VM placed on another host), rather than this
 	// host's 127.0.0.1:PORT.
-	DoorDir string
+	ExposedDir string
 	// Intercept, when set, puts the host's secrets into the guest's
 	// requests to the hosts they are bound to (Interceptor).
 	Intercept *Interceptor
@@ -98,10 +98,10 @@ func (p *Proxy) ServeProxy(l net.Listener) error {
 	return serve(l, p.handleProxy)
 }
 
-// ServeDoors serves door connections from l until it is closed: each
+// ServeExposed serves exposed-port connections from l until it is closed: each
 // starts with the relay's preamble, the host port as a decimal line.
-func (p *Proxy) ServeDoors(l net.Listener) error {
-	return serve(l, p.handleDoor)
+func (p *Proxy) ServeExposed(l net.Listener) error {
+	return serve(l, p.handleExposed)
 }
 
 func serve(l net.Listener, handle func(net.Conn)) error {
@@ -346,8 +346,8 @@ func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	return addrs, err
 }
 
-// handleDoor relays a connection to an exposed host port on 127.0.0.1.
-func (p *Proxy) handleDoor(c net.Conn) {
+// handleExposed relays a connection to an exposed host port on 127.0.0.1.
+func (p *Proxy) handleExposed(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	line, err := br.ReadString('\n')
@@ -359,14 +359,14 @@ func (p *Proxy) handleDoor(c net.Conn) {
 	if err != nil || port < 1 || port > 65535 {
 		return
 	}
-	p.door(c, br, port)
+	p.relayExposed(c, br, port)
 }
 
-// door relays a door connection to host port on 127.0.0.1 when the
+// relayExposed relays a connection to host port on 127.0.0.1 when the
 // policy exposes it (re-read at each connection, so a port taken away
 // closes at once); br holds what the guest sent after any preamble.
-func (p *Proxy) door(c net.Conn, br *bufio.Reader, port int) {
-	e := Entry{Time: time.Now().UTC(), Kind: "door", Host: "127.0.0.1", Port: port}
+func (p *Proxy) relayExposed(c net.Conn, br *bufio.Reader, port int) {
+	e := Entry{Time: time.Now().UTC(), Kind: KindExposedPort, Host: "127.0.0.1", Port: port}
 	pol, err := p.currentPolicy()
 	switch {
 	case err != nil:
@@ -381,8 +381,8 @@ func (p *Proxy) door(c net.Conn, br *bufio.Reader, port int) {
 		return
 	}
 	network, addr := "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if p.DoorDir != "" {
-		network, addr = "unix", filepath.Join(p.DoorDir, strconv.Itoa(port))
+	if p.ExposedDir != "" {
+		network, addr = "unix", filepath.Join(p.ExposedDir, strconv.Itoa(port))
 	}
 	up, err := net.DialTimeout(network, addr, 5*time.Second)
 	if err != nil {

@@ -296,7 +296,7 @@ func TestOfflineAndUnreadablePolicy(t *testing.T) {
 	}
 }
 
-func TestDoorsAndRelay(t *testing.T) {
+func TestExposedPortsAndRelay(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "mcp") }))
 	defer srv.Close()
 	var exposed int
@@ -309,42 +309,42 @@ func TestDoorsAndRelay(t *testing.T) {
 	p := &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	proxySock, doorSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, DoorSocket)
-	go p.Run(ctx, proxySock, doorSock)
+	proxySock, exposedSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, ExposedSocket)
+	go p.Run(ctx, proxySock, exposedSock)
 	for i := 0; i < 100; i++ {
-		if _, err := os.Stat(doorSock); err == nil {
+		if _, err := os.Stat(exposedSock); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, door := range []int{exposed, exposed + 1} {
+	for _, port := range []int{exposed, exposed + 1} {
 		var out strings.Builder
 		in := strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-		if err := Relay(ctx, doorSock, door, in, &out); err != nil {
+		if err := Relay(ctx, exposedSock, port, in, &out); err != nil {
 			t.Fatal(err)
 		}
 		got := out.String()
-		if door == exposed && !strings.HasSuffix(got, "mcp") {
-			t.Errorf("the exposed door answered %q", got)
+		if port == exposed && !strings.HasSuffix(got, "mcp") {
+			t.Errorf("the exposed port answered %q", got)
 		}
-		if door != exposed && got != "" {
+		if port != exposed && got != "" {
 			t.Errorf("a port not exposed answered %q", got)
 		}
 	}
-	// The proxy socket never takes a door preamble as a destination.
+	// The proxy socket never takes an exposed port's preamble as a destination.
 	var out strings.Builder
 	if err := Relay(ctx, proxySock, 0, strings.NewReader(fmt.Sprintf("%d\n", exposed)), &out); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), "mcp") {
-		t.Errorf("the proxy socket relayed a door preamble: %q", out.String())
+		t.Errorf("the proxy socket relayed an exposed port's preamble: %q", out.String())
 	}
 	// The proxy logs a connection once both its directions end, which may
 	// be after the relay returned, and in any order.
 	f := &fixture{t: t, dir: dir}
 	es := f.entries(2)
 	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(a.Port, b.Port) })
-	if len(es) != 2 || es[0].Port != exposed || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != "door" ||
+	if len(es) != 2 || es[0].Port != exposed || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != KindExposedPort ||
 		es[1].Allowed || es[1].Rule != "not exposed" {
 		t.Fatalf("log = %+v", es)
 	}
