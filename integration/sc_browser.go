@@ -51,7 +51,7 @@ func browserSteps(ctx context.Context, s *S, branch string) {
 	s.StepUnless(ctx, "browser --open-urls: xdg-open in the guest reaches the host's opener with exactly the URL; file: and javascript: refused", skip, func() error {
 		return checkOpenURLs(ctx, s, branch)
 	})
-	s.StepUnless(ctx, "browser --off: every door closed, the guest reaches none", skip, func() error {
+	s.StepUnless(ctx, "browser --off: every bridge closed, the guest reaches none", skip, func() error {
 		if _, err := s.ok(ctx, "browser", branch, "--off"); err != nil {
 			return err
 		}
@@ -87,10 +87,10 @@ func checkNoBridges(ctx context.Context, s *S, branch string) error {
 		return err
 	}
 	if len(info.Open) != 0 {
-		return failf(res, "browser shows doors open: %q", info.Open)
+		return failf(res, "browser shows bridges open: %q", info.Open)
 	}
 	if r := s.exec(ctx, branch, "sudo", "timeout", "10", "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9222"); r.ExitCode == 0 {
-		return failf(r, "the guest reached a DevTools port at its 127.0.0.1:9222 with no door open")
+		return failf(r, "the guest reached a DevTools port at its 127.0.0.1:9222 with no bridge open")
 	}
 	if _, err := s.execOK(ctx, branch, "sh", "-c", "! ls /tmp/claude-mcp-browser-bridge-dev/*.sock 2>/dev/null | grep -q ."); err != nil {
 		return err
@@ -207,7 +207,7 @@ func checkChromeBridge(ctx context.Context, s *S, branch string) error {
 		return err
 	}
 	if info.Bridges.ChromeBridge != dir {
-		return failf(res, "browser --chrome-bridge: the door leads to %q, want %q", info.Bridges.ChromeBridge, dir)
+		return failf(res, "browser --chrome-bridge: the bridge leads to %q, want %q", info.Bridges.ChromeBridge, dir)
 	}
 	r, err := s.execOK(ctx, branch, "python3", "-c", bridgeClients, "/tmp/claude-mcp-browser-bridge-dev/agent-vm.sock")
 	if err != nil {
@@ -225,7 +225,7 @@ func checkChromeBridge(ctx context.Context, s *S, branch string) error {
 		return err
 	}
 	if !strings.Contains(res.Stdout, "Claude in Chrome") {
-		return failf(res, "status --json does not say the Claude in Chrome door is open")
+		return failf(res, "status --json does not say the Claude in Chrome bridge is open")
 	}
 	return nil
 }
@@ -353,7 +353,7 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 			return failf(r, "xdg-open %s: exit %d, want it refused", bad, r.ExitCode)
 		}
 	}
-	// The opener runs detached from the door's answer: wait for it.
+	// The opener runs detached from the URL opener's answer: wait for it.
 	var opened []byte
 	for range 50 {
 		if opened, err = os.ReadFile(filepath.Join(dir, "opened")); err == nil {

@@ -32,11 +32,11 @@ const (
 	// HostKeyCredential carries a NixOS guest's SSH host key (never in the
 	// Nix store).
 	HostKeyCredential = "agent-vm.ssh-host-key"
-	// HostAddr is where the guest reaches the host's doors: the
+	// HostAddr is where the guest reaches the host: the
 	// ports a VM's record lists as exposed (state.Record.Exposed), each
 	// leading to the same port on the host's 127.0.0.1, and the egress
 	// proxy at ProxyPort. Nothing else of the host answers there, nor at
-	// the gateway 10.0.2.2 (slirp's restrict=on; libslirp refuses doors at
+	// the gateway 10.0.2.2 (slirp's restrict=on; libslirp refuses guestfwd rules at
 	// the gateway's address).
 	HostAddr = "10.0.2.100"
 	// ProxyPort is the egress proxy's port at HostAddr: the guest's only
@@ -45,7 +45,7 @@ const (
 	// ProxyURL is the proxy as the guest's programs are configured with it.
 	ProxyURL = "http://10.0.2.100:3128"
 	// NoProxy are the destinations the guest reaches without the proxy:
-	// itself, and the doors at HostAddr.
+	// itself, and the proxy and exposed ports at HostAddr.
 	NoProxy = "localhost,127.0.0.1,::1,10.0.2.100"
 	// ClaudeConfig is Claude Code's configuration file (its user and local
 	// MCP scopes among it), relative to User's home.

@@ -11,7 +11,7 @@
 // --remote-debugging-port on the user's default profile (since Chrome
 // 136): the user's everyday profile, cookies and all, is never put behind
 // a debugging port. Whoever reaches the endpoint drives the browser; the
-// guest reaches it only through its door. A second launch finds the first
+// guest reaches it only through its DevTools relay. A second launch finds the first
 // by its command line (internal/proc: never a recycled pid) and reuses
 // it.
 package hostbrowser

@@ -26,7 +26,7 @@ import (
 )
 
 // relayFor serves the DevTools relay's relay for the browser at addr on a
-// port of its own on 127.0.0.1, as the door serves the guest's
+// port of its own on 127.0.0.1, as the DevTools relay serves the guest's
 // connections, and returns that port and the net log it writes.
 func relayFor(t *testing.T, addr string) (port int, logPath string) {
 	t.Helper()

@@ -14,7 +14,7 @@ import (
 func TestInfoShowsTheBrowserDoors(t *testing.T) {
 	vms := newFakeVMs(t, &state.Record{})
 	if info := InfoOf(vms.e, true, nil); len(info.Browser) != 0 {
-		t.Fatalf("no door open, yet net show says %q", info.Browser)
+		t.Fatalf("no bridge open, yet net show says %q", info.Browser)
 	}
 	if err := os.MkdirAll(vms.e.Layout.RunDir(), 0o700); err != nil {
 		t.Fatal(err)

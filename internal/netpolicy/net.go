@@ -48,7 +48,7 @@ func running(ctx context.Context, vms interface {
 }
 
 // Info is `net show`: the VM's mode, its effective allow-list,
-// refusals and request rules, and its doors.
+// refusals and request rules, and its exposed ports.
 type Info struct {
 	Branch string   `json:"branch"`
 	Mode   string   `json:"mode"`

@@ -1,9 +1,9 @@
 // Package netpolicy is a VM's network policy as agent-vm keeps it: the
 // record's egress mode, allow-list, refusals and request rules (with the
 // defaults for a workspace whose upstream is on GitHub) and the host
-// ports the guest may reach (its doors), rendered as the policy file the VM's egress
+// ports the guest may reach (its exposed ports), rendered as the policy file the VM's egress
 // proxy reads (internal/egress), shown and changed by `agent-vm net` and
-// `port expose`, and written again by whoever changes the record's doors
+// `port expose`, and written again by whoever changes the record's exposed ports
 // (`mcp sync`).
 //
 // It drives no VM itself: the commands find and lock a VM, and ask whether

@@ -64,7 +64,7 @@ type Record struct {
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`
 	// Exposed are the host ports the guest may reach (at guest.HostAddr):
-	// its only doors to the host's services.
+	// its only ways to the host's services.
 	Exposed []Exposed `json:"exposed,omitempty"`
 	// Net is the VM's egress policy (create --net, `agent-vm net`); nil is
 	// the default: mode allow with the default allow-list.

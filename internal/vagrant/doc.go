@@ -154,7 +154,7 @@
 // network after the machine): before `vagrant up`, a libvirt network of
 // the VM's own (isolated: no forward; its own bridge and /29; DHCP
 // reserving the guest's address for its MAC and handing out one route, to
-// the doors' address 10.0.2.100 by way of the bridge; no DNS), the VM's
+// the proxy address 10.0.2.100 by way of the bridge; no DNS), the VM's
 // egress proxy (`agent-vm net-proxy`, the same program and policy as for
 // QEMU) with its TCP front on the bridge's address (egress.Front: the
 // proxy and each exposed port on ports the kernel chooses, written to
@@ -164,7 +164,7 @@
 // (management_network_name and _address, mode "none", keep:
 // vagrant-libvirt attaches the NIC to it and never removes it), so vagrant
 // still finds the guest's address in its DHCP leases and SSHes to it. So
-// the guest's contract (its proxy settings, the doors' address) is the
+// the guest's contract (its proxy settings, the proxy address) is the
 // qemu backend's, and so is its seed. Stop, destroy and a failed start end
 // the proxy and remove the table and the network (a marker in the run
 // directory says a start made them; a crash leaves them to the next start,
