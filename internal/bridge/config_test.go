@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-func TestDoorsFileRoundTripAndNoneRemovesIt(t *testing.T) {
+func TestConfigFileRoundTripAndNoneRemovesIt(t *testing.T) {
 	dir := t.TempDir()
 	if d, err := ReadConfig(dir); err != nil || d.Any() {
 		t.Fatalf("no file: %+v, %v; want no bridge", d, err)
@@ -40,7 +40,7 @@ func TestDoorsFileRoundTripAndNoneRemovesIt(t *testing.T) {
 	}
 }
 
-func TestDoorsFileRefusesANonLoopbackEndpoint(t *testing.T) {
+func TestConfigFileRefusesANonLoopbackEndpoint(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, ConfigFile), []byte(`{"devtools":"10.0.0.5:9222"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestDoorsFileRefusesANonLoopbackEndpoint(t *testing.T) {
 	}
 }
 
-func TestDoorsLinesSayWhatIsOpen(t *testing.T) {
+func TestConfigLinesSayWhatIsOpen(t *testing.T) {
 	if l := (Config{}).Lines(); len(l) != 0 {
 		t.Errorf("no bridge: %q", l)
 	}

@@ -344,7 +344,7 @@ func TestAskOpenEndToEnd(t *testing.T) {
 	}
 }
 
-func TestAskOpenWithoutADoor(t *testing.T) {
+func TestAskOpenWithoutAnOpener(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	if _, err := AskOpen(ctx, filepath.Join(dir, "open-url.sock"), "https://example.test/"); !errors.Is(err, ErrNoOpener) {

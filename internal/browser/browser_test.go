@@ -21,12 +21,12 @@ import (
 // fakeVMs is a FAKE of vm's Manager for the browser room: one VM in a
 // directory of the test's, in the state the test says; it records each
 // ReloadBridges call (what the holder would be asked to open) and answers it with
-// doorsErr. Connect is never reached in these tests (no DevTools relay
+// reloadErr. Connect is never reached in these tests (no DevTools relay
 // opens), and says so if it is.
 type fakeVMs struct {
 	e        state.Entry
 	state    string
-	doorsErr error
+	reloadErr error
 	reloads  []bridge.Config
 }
 
@@ -77,7 +77,7 @@ func (f *fakeVMs) ReloadBridges(_ context.Context, e state.Entry) error {
 		return err
 	}
 	f.reloads = append(f.reloads, d)
-	return f.doorsErr
+	return f.reloadErr
 }
 
 func (f *fakeVMs) bridges(t *testing.T) bridge.Config {
@@ -161,7 +161,7 @@ func TestOpenForcedOnAnOfflineVM(t *testing.T) {
 
 // The bridge bridge records the socket directory it found a socket in; a
 // second bridge adds to it; Off closes both; Show follows.
-func TestOpenAddsDoorsAndOffClosesThem(t *testing.T) {
+func TestOpenAddsBridgesAndOffClosesThem(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeVMs(t, &state.Record{})
 	dir := bridgeDir(t, true)
@@ -191,14 +191,14 @@ func TestOpenAddsDoorsAndOffClosesThem(t *testing.T) {
 
 // When the holder cannot open the bridges, the bridges that were are put back
 // and the holder asked again.
-func TestOpenPutsTheDoorsBackWhenTheHolderFails(t *testing.T) {
+func TestOpenPutsTheBridgesBackWhenTheHolderFails(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeVMs(t, &state.Record{})
 	before := bridge.Config{OpenURLs: true}
 	if err := bridge.WriteConfig(f.e.Layout.RunDir(), before); err != nil {
 		t.Fatal(err)
 	}
-	f.doorsErr = errors.New("fake: the holder refused")
+	f.reloadErr = errors.New("fake: the holder refused")
 	dir := bridgeDir(t, true)
 	_, err := Open(ctx, f, Options{Name: "feat", ChromeBridge: true, Getenv: env(map[string]string{bridge.ChromeBridgeDirEnv: dir})})
 	if err == nil || !strings.Contains(err.Error(), "the holder refused") {

@@ -169,7 +169,7 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 
 // Every guest's browser is agent-vm open-url: the names programs try, and
 // $BROWSER for login and agent sessions.
-func TestGuestBrowserIsTheURLDoor(t *testing.T) {
+func TestGuestBrowserIsTheURLOpener(t *testing.T) {
 	c := goldenCases(t)["custom-ids-with-origins"]
 	seed, err := Render(c)
 	if err != nil {

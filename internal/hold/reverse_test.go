@@ -57,7 +57,7 @@ func ask(t *testing.T, network, addr, name string) string {
 // the holder asks for, and every connection made there is served by the
 // reverse forward's Serve in the holder; several at once; a reload closes the reverse forwards
 // no longer wanted.
-func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
+func TestReverseForwardsCarryGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	s := guestSSHD(t)
 	guestDir := filepath.Join(t.TempDir(), "bridge")
 	sock := filepath.Join(guestDir, "agent-vm.sock")
@@ -123,7 +123,7 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 
 // A reverse forward that cannot open is the reload's error, in words naming it, and
 // the others still open.
-func TestDoorsReloadSaysWhichDoorFailed(t *testing.T) {
+func TestReloadSaysWhichReverseForwardFailed(t *testing.T) {
 	s := guestSSHD(t)
 	var served atomic.Int32
 	port := testutil.FreePort(t)

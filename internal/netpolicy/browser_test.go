@@ -11,7 +11,7 @@ import (
 
 // net show and status say which browser bridges a VM has open, and that
 // none is by default.
-func TestInfoShowsTheBrowserDoors(t *testing.T) {
+func TestInfoShowsTheBrowserBridges(t *testing.T) {
 	vms := newFakeVMs(t, &state.Record{})
 	if info := InfoOf(vms.e, true, nil); len(info.Browser) != 0 {
 		t.Fatalf("no bridge open, yet net show says %q", info.Browser)
