@@ -19,10 +19,10 @@ const (
 	netDeniedName  = "itest-denied.test"
 )
 
-// netSetup exposes one host port and allows one test name on branch's
-// VM before its first start, so that the start opens the exposed port (an exposed port
-// opens at a start) and the egress proxy it starts leads the test names
-// to the host's loopback: no second boot for the network steps.
+// netSetup exposes one host port and allows one test name on branch's VM before
+// its first start, so that the start opens the exposed port (an exposed port
+// opens at a start) and the egress proxy it starts leads the test names to the
+// host's loopback: no second boot for the network steps.
 type netSetup struct {
 	exposed, other int      // host ports on 127.0.0.1: exposed, and not
 	env            []string // the start's environment (the test names' addresses)

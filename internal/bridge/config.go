@@ -131,10 +131,10 @@ func WriteConfig(runDir string, d Config) error {
 	return atomicfile.Write(p, append(b, '\n'), 0o600)
 }
 
-// PrepareSocket is the guest command run before a bridge on a guest socket opens: the
-// socket's directory, the user's own (0700), and no stale socket in the
-// way. A directory there that is not the user's is an error: another
-// user of the guest made it.
+// PrepareSocket is the guest command run before a bridge on a guest socket opens:
+// the socket's directory, the user's own (0700), and no stale socket in the way.
+// A directory there that is not the user's is an error: another user of the guest
+// made it.
 func PrepareSocket(sock string) string {
 	dir := execx.ShellQuote(filepath.Dir(sock))
 	return fmt.Sprintf(`mkdir -p -m 0700 %[1]s && test -O %[1]s && chmod 0700 %[1]s && rm -f %[2]s || { echo "%[1]s is not this user's" >&2; exit 1; }`,

@@ -47,8 +47,8 @@ type VMs interface {
 	State(ctx context.Context, e state.Entry) string
 	// Connect opens an SSH connection to the running VM name means.
 	Connect(ctx context.Context, name string) (*ssh.Client, string, error)
-	// ReloadBridges has the holder of e's running VM open the bridges its browser.json
-	// names and close the others.
+	// ReloadBridges has the holder of e's running VM open the bridges its
+	// browser.json names and close the others.
 	ReloadBridges(ctx context.Context, e state.Entry) error
 	// PullLog brings e's connection log here, for a failed install of
 	// chrome-devtools-mcp (netpolicy.WithRefusals).

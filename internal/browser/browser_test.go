@@ -18,16 +18,16 @@ import (
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// fakeVMs is a FAKE of vm's Manager for the browser room: one VM in a
-// directory of the test's, in the state the test says; it records each
-// ReloadBridges call (what the holder would be asked to open) and answers it with
-// reloadErr. Connect is never reached in these tests (no DevTools relay
-// opens), and says so if it is.
+// fakeVMs is a FAKE of vm's Manager for the browser room: one VM in a directory
+// of the test's, in the state the test says; it records each ReloadBridges call
+// (what the holder would be asked to open) and answers it with reloadErr. Connect
+// is never reached in these tests (no DevTools relay opens), and says so if it
+// is.
 type fakeVMs struct {
-	e        state.Entry
-	state    string
+	e         state.Entry
+	state     string
 	reloadErr error
-	reloads  []bridge.Config
+	reloads   []bridge.Config
 }
 
 func newFakeVMs(t *testing.T, r *state.Record) *fakeVMs {

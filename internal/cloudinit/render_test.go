@@ -14,7 +14,8 @@ import (
 )
 
 // goldenCases are the representative records whose rendering is pinned in
-// testdata/golden/<name>/ (regenerate: AGENT_VM_UPDATE_GOLDEN=1 go test ./internal/cloudinit).
+// testdata/golden/<name>/ (regenerate: AGENT_VM_UPDATE_GOLDEN=1 go test
+// ./internal/cloudinit).
 func goldenCases(t testing.TB) map[string]Config {
 	t.Helper()
 	base := testConfig(t)

@@ -17,8 +17,8 @@ type Machine struct {
 	Share       Share        // the workspace
 	Forwards    []Forward    // host 127.0.0.1 ports to guest ports
 	Credentials []Credential // secrets handed to the guest as files
-	// Network contains the machine's network (the egress proxy and the exposed ports); nil leaves it
-	// unrestricted.
+	// Network contains the machine's network (the egress proxy and the exposed
+	// ports); nil leaves it unrestricted.
 	Network *Network
 	// Remote, when set, places the machine on another host, which the
 	// driver reaches over agent-vm's link; nil runs it on this machine.

@@ -22,8 +22,8 @@ import (
 type Front struct {
 	// Addr is the host address to listen on (the bridge's).
 	Addr netip.Addr
-	// Exposed are the exposed host ports, each served on a port of its own
-	// (a connection there is a exposed-port connection to that host port, checked
+	// Exposed are the exposed host ports, each served on a port of its own (a
+	// connection there is a exposed-port connection to that host port, checked
 	// against the policy like one that came through the exposed-port socket).
 	Exposed []int
 	// PortsFile is where the chosen ports are written (FrontPorts, JSON,

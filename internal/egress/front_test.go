@@ -124,8 +124,8 @@ func TestFrontRefusals(t *testing.T) {
 	}
 }
 
-// With an exposed-port directory (a VM placed on another host), an exposed port is
-// reached at DIR/PORT, a unix socket standing for the user's machine, and
+// With an exposed-port directory (a VM placed on another host), an exposed port
+// is reached at DIR/PORT, a unix socket standing for the user's machine, and
 // never at this host's 127.0.0.1:PORT, where another server listens here.
 func TestFrontExposedThroughExposedDir(t *testing.T) {
 	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "this host") }))

@@ -16,15 +16,14 @@ import (
 // Entry is one connection in the log.
 type Entry struct {
 	Time time.Time `json:"time"`
-	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP
-	// request), "https" (a request in a tunnel the proxy intercepts to
-	// put secrets in: Interceptor), KindExposedPort (a host port the user exposed) or
-	// KindOpenURL (a URL the guest asked the host to open, which no
-	// connection of the guest's carries: Host and Port are the URL's,
-	// URL what of it the log keeps, Rule the verdict, and no bytes) or
-	// KindDevTools (a DevTools call the browser bridge refused: Request is
-	// its method, URL and Host the URL it would have loaded, if any, Rule
-	// the reason).
+	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP request),
+	// "https" (a request in a tunnel the proxy intercepts to put secrets in:
+	// Interceptor), KindExposedPort (a host port the user exposed) or KindOpenURL
+	// (a URL the guest asked the host to open, which no connection of the guest's
+	// carries: Host and Port are the URL's, URL what of it the log keeps, Rule
+	// the verdict, and no bytes) or KindDevTools (a DevTools call the browser
+	// bridge refused: Request is its method, URL and Host the URL it would have
+	// loaded, if any, Rule the reason).
 	Kind    string `json:"kind"`
 	Host    string `json:"host"`
 	Port    int    `json:"port"`

@@ -3,29 +3,27 @@
 // says which destinations it may reach, and a size-bounded log of every
 // connection.
 //
-// The guest runs with slirp's restrict=on, so it reaches nothing of the
-// host or beyond by itself: no gateway, no LAN, no DNS. Its ways out are
-// guestfwd rules, each spawning `agent-vm net-relay` per connection, which
-// carries the connection to one of this package's two unix sockets:
-//   - the proxy socket: HTTP CONNECT (TLS passes through untouched; the
-//     decision is made on the CONNECT host) and plain HTTP proxying (the
-//     decision is made on the request's host). With an Interceptor, a
-//     CONNECT to a host a secret is bound to is answered by the proxy
-//     itself, which puts the secret in place of the guest's placeholder
-//     (intercept.go, with the VM's own CA: ca.go) and judges each request
-//     by the policy's request rules (request.go): GitHub's API may be
-//     read, but written to only as the rules list. The proxy resolves names
-//     itself, only for destinations the policy allows, so the guest needs
-//     no resolver, and connects to none of the host's own addresses nor
-//     to one that is not globally reachable, unless the allow-list has
-//     that address itself or, for the latter, a pin gives it to the very
-//     name asked for (addrs.go, Pin). It answers such a refusal as any
-//     other, with a 403 that says why and what lifts it (Fix), which
-//     clients do not retry; a 502 means the destination could not be
-//     reached.
+// The guest runs with slirp's restrict=on, so it reaches nothing of the host or
+// beyond by itself: no gateway, no LAN, no DNS. Its ways out are guestfwd rules,
+// each spawning `agent-vm net-relay` per connection, which carries the connection
+// to one of this package's two unix sockets:
+//   - the proxy socket: HTTP CONNECT (TLS passes through untouched; the decision
+//     is made on the CONNECT host) and plain HTTP proxying (the decision is made
+//     on the request's host). With an Interceptor, a CONNECT to a host a secret
+//     is bound to is answered by the proxy itself, which puts the secret in
+//     place of the guest's placeholder (intercept.go, with the VM's own CA:
+//     ca.go) and judges each request by the policy's request rules (request.go):
+//     GitHub's API may be read, but written to only as the rules list. The proxy
+//     resolves names itself, only for destinations the policy allows, so the
+//     guest needs no resolver, and connects to none of the host's own addresses
+//     nor to one that is not globally reachable, unless the allow-list has that
+//     address itself or, for the latter, a pin gives it to the very name asked
+//     for (addrs.go, Pin). It answers such a refusal as any other, with a 403
+//     that says why and what lifts it (Fix), which clients do not retry; a 502
+//     means the destination could not be reached.
 //   - the exposed-port socket: a host port the user exposed (`agent-vm port
-//     expose`, `mcp sync`), named by the relay's preamble, which the guest cannot
-//     write; a port no longer exposed is refused.
+//     expose`, `mcp sync`), named by the relay's preamble, which the guest
+//     cannot write; a port no longer exposed is refused.
 //
 // A guest that libvirt runs (the vagrant backend's) has no slirp: it sits
 // on a libvirt network of its own, and its ways out are the proxy's TCP front

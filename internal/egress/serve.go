@@ -25,8 +25,8 @@ const TestHostsEnv = "AGENT_VM_TEST_EGRESS_HOSTS"
 // ServeOptions are the hidden `net-proxy` command's flags.
 type ServeOptions struct {
 	Dir string // the VM's network directory (policy, log)
-	// ProxySocket and ExposedSocket are the unix sockets QEMU's relays
-	// reach the proxy and the exposed ports at; both "" when Front serves alone.
+	// ProxySocket and ExposedSocket are the unix sockets QEMU's relays reach the
+	// proxy and the exposed ports at; both "" when Front serves alone.
 	ProxySocket   string
 	ExposedSocket string
 	QEMUPidFile   string // exit once its process is gone

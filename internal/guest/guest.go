@@ -32,12 +32,11 @@ const (
 	// HostKeyCredential carries a NixOS guest's SSH host key (never in the
 	// Nix store).
 	HostKeyCredential = "agent-vm.ssh-host-key"
-	// HostAddr is where the guest reaches the host: the
-	// ports a VM's record lists as exposed (state.Record.Exposed), each
-	// leading to the same port on the host's 127.0.0.1, and the egress
-	// proxy at ProxyPort. Nothing else of the host answers there, nor at
-	// the gateway 10.0.2.2 (slirp's restrict=on; libslirp refuses guestfwd rules at
-	// the gateway's address).
+	// HostAddr is where the guest reaches the host: the ports a VM's record lists
+	// as exposed (state.Record.Exposed), each leading to the same port on the
+	// host's 127.0.0.1, and the egress proxy at ProxyPort. Nothing else of the
+	// host answers there, nor at the gateway 10.0.2.2 (slirp's restrict=on;
+	// libslirp refuses guestfwd rules at the gateway's address).
 	HostAddr = "10.0.2.100"
 	// ProxyPort is the egress proxy's port at HostAddr: the guest's only
 	// way to the network (HTTP, and HTTPS through CONNECT).

@@ -12,9 +12,9 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hold"
 )
 
-// reverseForwards are the holder's reverse forwards: the browser bridges the VM's browser.json
-// (bridge.Config, in its run directory) says are open, each with its host
-// end.
+// reverseForwards are the holder's reverse forwards: the browser bridges the VM's
+// browser.json (bridge.Config, in its run directory) says are open, each with its
+// host end.
 func (g Guest) reverseForwards(log hclog.Logger, notices *hold.Notices) ([]hold.ReverseForward, error) {
 	d, err := bridge.ReadConfig(g.Layout.RunDir())
 	if err != nil {

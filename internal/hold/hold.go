@@ -17,10 +17,10 @@
 // answers callers' global requests (tcpip-forward) with a failure, except
 // ReloadRequest.
 //
-// Reverse forwards (reverse.go) are the forwards the holder itself keeps on the held
-// connection while the VM runs: the guest listens at a socket or loopback
-// port, and the connections made there are served in the holder (the
-// browser bridges of internal/bridge). Which reverse forwards are open is the holder's
+// Reverse forwards (reverse.go) are the forwards the holder itself keeps on the
+// held connection while the VM runs: the guest listens at a socket or loopback
+// port, and the connections made there are served in the holder (the browser
+// bridges of internal/bridge). Which reverse forwards are open is the holder's
 // ReverseForwards function's answer, read at the start and at each ReloadRequest.
 //
 // The guest's sshd caps sessions per connection (MaxSessions, 10 by

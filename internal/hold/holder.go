@@ -36,8 +36,9 @@ type Holder struct {
 	// Keepalive is how often the guest must answer (0: 15 s); after three
 	// unanswered, the holder ends.
 	Keepalive time.Duration
-	// ReverseForwards says which reverse forwards to keep open on the held connection (nil:
-	// none): read when the holder starts and at each ReloadRequest.
+	// ReverseForwards says which reverse forwards to keep open on the held
+	// connection (nil: none): read when the holder starts and at each
+	// ReloadRequest.
 	ReverseForwards func() ([]ReverseForward, error)
 	// Notices, when set, passes the reverse forwards' lines for the user to the
 	// callers listening on a NoticesChannel.

@@ -15,19 +15,18 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 )
 
-// A ReverseForward is a forward the holder keeps on its connection to the guest: the
-// guest's sshd listens, at a unix socket path (OpenSSH's
-// streamlocal-forward) or on the guest's 127.0.0.1:port (tcpip-forward),
-// and each connection a guest program makes there comes back over the
-// held connection to Serve, in the holder. The guest's sshd makes the
-// socket as the login user, mode 0600 (its StreamLocalBindMask), and binds
-// a port on the guest's loopback only (GatewayPorts no): only the guest's
-// own programs reach a reverse forward, and only through it the host.
+// A ReverseForward is a forward the holder keeps on its connection to the guest:
+// the guest's sshd listens, at a unix socket path (OpenSSH's streamlocal-forward)
+// or on the guest's 127.0.0.1:port (tcpip-forward), and each connection a guest
+// program makes there comes back over the held connection to Serve, in the
+// holder. The guest's sshd makes the socket as the login user, mode 0600 (its
+// StreamLocalBindMask), and binds a port on the guest's loopback only
+// (GatewayPorts no): only the guest's own programs reach a reverse forward, and
+// only through it the host.
 //
-// Reverse forwards belong to the holder because they last while the VM runs, as the
-// holder does, and need no port on the host: the guest side opens
-// nothing towards the host but these channels on a connection the host
-// made.
+// Reverse forwards belong to the holder because they last while the VM runs, as
+// the holder does, and need no port on the host: the guest side opens nothing
+// towards the host but these channels on a connection the host made.
 type ReverseForward struct {
 	// Name says what the reverse forward is, in the holder's log and in errors.
 	Name string
@@ -51,9 +50,9 @@ func (d ReverseForward) guestAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(d.GuestPort))
 }
 
-// ReloadRequest is the global request a caller sends the holder to have
-// it read its reverse forwards again (Holder.ReverseForwards) and open them: those no longer
-// wanted close, the others open anew. The reply's payload is the error's
+// ReloadRequest is the global request a caller sends the holder to have it read
+// its reverse forwards again (Holder.ReverseForwards) and open them: those no
+// longer wanted close, the others open anew. The reply's payload is the error's
 // text when it fails.
 const ReloadRequest = "reload-forwards@agent-vm"
 
@@ -69,8 +68,8 @@ type opened struct {
 	d ReverseForward
 }
 
-// apply closes the open reverse forwards and opens want on c. A reverse forward that fails does
-// not keep the others shut: each error is joined into the result.
+// apply closes the open reverse forwards and opens want on c. A reverse forward
+// that fails does not keep the others shut: each error is joined into the result.
 func (ds *reverseForwards) apply(ctx context.Context, c *ssh.Client, want []ReverseForward) error {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
@@ -89,10 +88,10 @@ func (ds *reverseForwards) apply(ctx context.Context, c *ssh.Client, want []Reve
 	return errors.Join(errs...)
 }
 
-// close closes the open reverse forwards; the sockets of socket forwards, which the
-// guest's sshd leaves behind when a forward is cancelled, are removed
-// (c nil: the connection is going, and the guest's /tmp with it at its
-// next boot), so no guest program finds a socket that leads nowhere.
+// close closes the open reverse forwards; the sockets of socket forwards, which
+// the guest's sshd leaves behind when a forward is cancelled, are removed (c nil:
+// the connection is going, and the guest's /tmp with it at its next boot), so no
+// guest program finds a socket that leads nowhere.
 func (ds *reverseForwards) close(c *ssh.Client) {
 	for _, o := range ds.open {
 		o.l.Close() // cancels the forward
@@ -146,7 +145,8 @@ func (ds *reverseForwards) closeAll() {
 }
 
 // Reload has the holder of f read its reverse forwards again and open them
-// (ReloadRequest). ErrNoHolder when none serves: reverse forwards live in a holder.
+// (ReloadRequest). ErrNoHolder when none serves: reverse forwards live in a
+// holder.
 func Reload(ctx context.Context, f Files, user string) error {
 	c, err := Dial(ctx, f, user, 5*time.Second)
 	if err != nil {

@@ -33,8 +33,8 @@ func greeter(served *atomic.Int32) func(context.Context, net.Conn) {
 	}
 }
 
-// ask is a guest program using a reverse forward: it connects, says name and reads
-// the answer.
+// ask is a guest program using a reverse forward: it connects, says name and
+// reads the answer.
 func ask(t *testing.T, network, addr, name string) string {
 	t.Helper()
 	c, err := net.DialTimeout(network, addr, 5*time.Second)
@@ -53,10 +53,10 @@ func ask(t *testing.T, network, addr, name string) string {
 	return strings.TrimSpace(line)
 }
 
-// The real sshd stands for the guest's: it listens at the socket and port
-// the holder asks for, and every connection made there is served by the
-// reverse forward's Serve in the holder; several at once; a reload closes the reverse forwards
-// no longer wanted.
+// The real sshd stands for the guest's: it listens at the socket and port the
+// holder asks for, and every connection made there is served by the reverse
+// forward's Serve in the holder; several at once; a reload closes the reverse
+// forwards no longer wanted.
 func TestReverseForwardsCarryGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	s := guestSSHD(t)
 	guestDir := filepath.Join(t.TempDir(), "bridge")
@@ -121,8 +121,8 @@ func TestReverseForwardsCarryGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	}
 }
 
-// A reverse forward that cannot open is the reload's error, in words naming it, and
-// the others still open.
+// A reverse forward that cannot open is the reload's error, in words naming it,
+// and the others still open.
 func TestReloadSaysWhichReverseForwardFailed(t *testing.T) {
 	s := guestSSHD(t)
 	var served atomic.Int32
@@ -154,9 +154,9 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// A caller listening on a notices channel hears each line the holder's
-// reverse forwards send while it listens; a caller connected directly to the guest
-// cannot open one (the guest's sshd refuses the type).
+// A caller listening on a notices channel hears each line the holder's reverse
+// forwards send while it listens; a caller connected directly to the guest cannot
+// open one (the guest's sshd refuses the type).
 func TestNoticesReachTheCallersListening(t *testing.T) {
 	s := guestSSHD(t)
 	notices := NewNotices()

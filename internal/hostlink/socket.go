@@ -12,16 +12,16 @@ import (
 	"github.com/agent-vm/agent-vm/internal/tcpfwd"
 )
 
-// A forwarded socket is the other way: a unix socket on the host whose connections
-// come back through the link to this machine. It is how a VM placed on a
-// host reaches a port the user exposed on this machine's 127.0.0.1 (`port
-// expose`): the VM's egress proxy on the host connects to the forwarded
-// socket, never to the host's own 127.0.0.1, and nothing listens on the
-// host beyond that socket.
+// A forwarded socket is the other way: a unix socket on the host whose
+// connections come back through the link to this machine. It is how a VM placed
+// on a host reaches a port the user exposed on this machine's 127.0.0.1 (`port
+// expose`): the VM's egress proxy on the host connects to the forwarded socket,
+// never to the host's own 127.0.0.1, and nothing listens on the host beyond that
+// socket.
 
-// SocketReadyLine is the line a program serving the forwarded socket sock prints once
-// the socket is made on the host (net-forward, for the driver that waits
-// for it).
+// SocketReadyLine is the line a program serving the forwarded socket sock prints
+// once the socket is made on the host (net-forward, for the driver that waits for
+// it).
 func SocketReadyLine(sock string) string { return "socket " + sock + " ready" }
 
 // socketRetry is how long ServeSocket waits before making the link again.

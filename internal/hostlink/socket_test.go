@@ -12,9 +12,9 @@ import (
 )
 
 // A forwarded socket, for real: a socket made on the "host" (this machine's sshd,
-// reached through the link) whose connections come back to a server here,
-// given to another user; a stale socket in its place is replaced; when the
-// sshd restarts, the forwarded socket is made again; ctx's end ends it.
+// reached through the link) whose connections come back to a server here, given
+// to another user; a stale socket in its place is replaced; when the sshd
+// restarts, the forwarded socket is made again; ctx's end ends it.
 func TestServeSocket(t *testing.T) {
 	srv, _, target := tunnelTo(t)
 	tun, err := NewTunnel(target)

@@ -87,8 +87,8 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 	}
 }
 
-// startExposedSockets starts the net-forward that makes, on m's host, the socket of
-// each port m exposes in exposedDir (given to the workspace's owner, the
+// startExposedSockets starts the net-forward that makes, on m's host, the socket
+// of each port m exposes in exposedDir (given to the workspace's owner, the
 // proxy's user there) and carries its connections back to this machine's
 // 127.0.0.1, and returns once every socket is made.
 func (d *Driver) startExposedSockets(m driver.Machine, exposedDir string) error {

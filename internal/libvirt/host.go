@@ -50,8 +50,8 @@ type Machine struct {
 	MemoryMiB  int
 	DiskBytes  uint64 // the root overlay's size
 	MAC        string
-	// ProxyAddr is where the guest reaches its proxy and exposed ports (guest.HostAddr), routed to the
-	// host by the VM's network.
+	// ProxyAddr is where the guest reaches its proxy and exposed ports
+	// (guest.HostAddr), routed to the host by the VM's network.
 	ProxyAddr netip.Addr
 	// Console is the file on the host the serial console goes to.
 	Console string

@@ -49,12 +49,11 @@ func (c Containment) euid() int {
 	return c.Euid()
 }
 
-// Contain makes m's contained network before its machine starts: the
-// libvirt network name (the machine's), the egress proxy on its bridge's
-// address, and the fence that leads the guest's connections to the proxy address there. mac is the
-// guest NIC's. On failure nothing of it is left. Making a bridge and a
-// table needs root: the driver refuses another user first, in its own
-// words.
+// Contain makes m's contained network before its machine starts: the libvirt
+// network name (the machine's), the egress proxy on its bridge's address, and the
+// fence that leads the guest's connections to the proxy address there. mac is the
+// guest NIC's. On failure nothing of it is left. Making a bridge and a table
+// needs root: the driver refuses another user first, in its own words.
 func (c Containment) Contain(ctx context.Context, m driver.Machine, name, mac string) (Net, error) {
 	n := m.Network
 	proxyAddr, err := netip.ParseAddr(n.Addr)

@@ -130,8 +130,8 @@ type Net struct {
 	Host, Guest netip.Addr
 	// MAC is the guest's NIC.
 	MAC string
-	// ProxyAddr is the address the guest reaches its proxy and exposed ports at (guest.HostAddr),
-	// routed to Host by DHCP.
+	// ProxyAddr is the address the guest reaches its proxy and exposed ports at
+	// (guest.HostAddr), routed to Host by DHCP.
 	ProxyAddr netip.Addr
 }
 
@@ -220,8 +220,8 @@ func (n Net) XML() (string, error) {
 	return b.String(), err
 }
 
-// Front is where the fence leads the guest's connections to the proxy address: the egress proxy's
-// TCP front on the bridge's address (egress.FrontPorts).
+// Front is where the fence leads the guest's connections to the proxy address:
+// the egress proxy's TCP front on the bridge's address (egress.FrontPorts).
 type Front struct {
 	// ProxyPort is the proxy's port at the proxy address
 	// (guest.ProxyPort), Proxy its listener's port on the bridge.

@@ -74,14 +74,13 @@ func TestXMLAndRuleset(t *testing.T) {
 	}
 }
 
-// The real thing, as root with libvirtd and nft: a network made by
-// libvirt, fenced by nftables, and a "guest" that is a network namespace
-// on the VM's bridge (its veth's MAC the reservation's, its address and
-// route those DHCP would hand out). From it: the proxy address leads to
-// the proxy's and the exposed port's listeners on the bridge, and nothing else of
-// the host answers, at the bridge's address or any other of the host's,
-// nor does the front answer when called directly; the host still reaches
-// the guest. Down leaves nothing.
+// The real thing, as root with libvirtd and nft: a network made by libvirt,
+// fenced by nftables, and a "guest" that is a network namespace on the VM's
+// bridge (its veth's MAC the reservation's, its address and route those DHCP
+// would hand out). From it: the proxy address leads to the proxy's and the
+// exposed port's listeners on the bridge, and nothing else of the host answers,
+// at the bridge's address or any other of the host's, nor does the front answer
+// when called directly; the host still reaches the guest. Down leaves nothing.
 func TestFenceHoldsForReal(t *testing.T) {
 	testutil.Need(t, os.Geteuid() == 0, "a libvirt network and an nftables table need root")
 	nft := testutil.Program(t, NFT)

@@ -34,13 +34,13 @@ const (
 )
 
 // netOpts are the user netdev's options that contain the guest: slirp's
-// restrict=on (no gateway, no DNS, no outbound connection but guestfwd's),
-// and one guestfwd per port (the proxy's, each exposed one), whose cmd QEMU runs per connection with the
-// connection as stdin and stdout. libslirp splits cmd at spaces (no shell),
-// so no argument may hold one (checkNetwork). A guestfwd to a chardev
-// instead would carry one connection at a time (libslirp hands every
-// connection's data to the one chardev and writes replies to the first
-// matching socket), so it cannot serve a proxy.
+// restrict=on (no gateway, no DNS, no outbound connection but guestfwd's), and
+// one guestfwd per port (the proxy's, each exposed one), whose cmd QEMU runs per
+// connection with the connection as stdin and stdout. libslirp splits cmd at
+// spaces (no shell), so no argument may hold one (checkNetwork). A guestfwd to a
+// chardev instead would carry one connection at a time (libslirp hands every
+// connection's data to the one chardev and writes replies to the first matching
+// socket), so it cannot serve a proxy.
 func netOpts(m Machine) []string {
 	n := m.Network
 	if n == nil {

@@ -12,8 +12,8 @@ import (
 )
 
 // RecordVersion is the major version of the VM record this agent-vm writes.
-// Adding fields does not bump it (readers ignore unknown fields); changing
-// the meaning of a field does, and older agent-vm builds then refuse the record.
+// Adding fields does not bump it (readers ignore unknown fields); changing the
+// meaning of a field does, and older agent-vm builds then refuse the record.
 //
 // Version 2 moved the backends' own fields (image, provision; nixos_config,
 // nixpkgs) from the top level into "settings"; version 1 records are

@@ -9,24 +9,24 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// ReloadBridges has the holder of e's running VM open the browser bridges its reverse forwards
+// ReloadBridges has the holder of e's running VM open the browser doors its doors
 // file names (internal/bridge) and close the others (the browser room
 // writes the file, under the VM's lock, and calls this).
 func (m *Manager) ReloadBridges(ctx context.Context, e state.Entry) error {
 	if e.Record.Guest.Foreign != "" {
-		return errForeign(e.Record, "pinned host key to hold a connection with, which the browser bridges need")
+		return errForeign(e.Record, "pinned host key to hold a connection with, which the browser doors need")
 	}
 	err := m.guestOf(e.Record, e.Layout).ReloadBridges(ctx)
 	if errors.Is(err, hold.ErrNoHolder) {
-		return errors.New("the VM's held connection is not running, and browser bridges live in it (hint: `agent-vm start " + e.Slug + "` starts it again; its log is " + e.Layout.Log(hold.LogName) + ")")
+		return errors.New("the VM's held connection is not running, and browser doors live in it (hint: `agent-vm start " + e.Slug + "` starts it again; its log is " + e.Layout.Log(hold.LogName) + ")")
 	}
 	return err
 }
 
-// closeDoors forgets e's browser bridges: a boot starts with none, and a
+// closeDoors forgets e's browser doors: a boot starts with none, and a
 // stop ends them with the holder.
 func (m *Manager) closeDoors(e state.Entry) {
 	if err := bridge.WriteConfig(e.Layout.RunDir(), bridge.Config{}); err != nil {
-		m.Log.Warn("could not remove the VM's browser bridges file", "error", err)
+		m.Log.Warn("could not remove the VM's browser doors file", "error", err)
 	}
 }
