@@ -23,12 +23,12 @@ const RecordVersion = 2
 // Record is a VM's config.json: everything agent-vm knows about one branch's
 // VM that is not live state.
 type Record struct {
-	Version int    `json:"version"`
-	ID      string `json:"id"`      // random, unique per VM; QEMU's -uuid
-	Branch  string `json:"branch"`  // the git branch, as given
-	Slug    string `json:"slug"`    // Slug(Branch): directory, hostname
-	VMName  string `json:"vm_name"` // QEMU -name, "agent-vm-<slug>"
-	Backend string `json:"backend"` // "qemu", "nixos", "vagrant", "libvirt"
+	Version     int    `json:"version"`
+	ID          string `json:"id"`      // random, unique per VM; QEMU's -uuid
+	Branch      string `json:"branch"`  // the git branch, as given
+	Slug        string `json:"slug"`    // the VM name: Slug(Branch), or RepoSlug(...) (Claim); directory, hostname
+	MachineName string `json:"vm_name"` // driver.Machine.Name (QEMU -name, libvirt domain): "agent-vm-<slug>"
+	Backend     string `json:"backend"` // "qemu", "nixos", "vagrant", "libvirt"
 	// Host is the registered libvirt host (internal/hosts) the VM was
 	// placed on with create --host; "" is this machine.
 	Host      string    `json:"host,omitempty"`
