@@ -555,7 +555,7 @@ func clip(s string) string {
 // URL as LogURL keeps it (scheme://host/path), the reason.
 func (r *CDPRelay) logRefusal(method, rawURL, why string) {
 	r.Log.Warn("the DevTools relay refused a call", "method", method, "reason", why)
-	e := egress.Entry{Time: time.Now().UTC(), Kind: egress.KindDevTools, Request: method, Rule: why}
+	e := egress.LogEntry{Time: time.Now().UTC(), Kind: egress.KindDevTools, Request: method, Rule: why}
 	if u, err := url.Parse(rawURL); err == nil && rawURL != "" {
 		e.Host, e.URL = u.Hostname(), LogURL(u)
 	}

@@ -119,7 +119,7 @@ type URLOpener struct {
 	// text of the guest's in it is made safe for a terminal.
 	Notify func(line string)
 	// LogPath is the VM's net log (internal/netpolicy.LogPath), where
-	// every request is an egress.Entry of kind egress.KindOpenURL.
+	// every request is an egress.LogEntry of kind egress.KindOpenURL.
 	LogPath string
 	// Now is the clock of the rate limit; nil is time.Now.
 	Now func() time.Time
@@ -271,7 +271,7 @@ func (d *URLOpener) log(raw string, u *url.URL, allowed bool, rule string) error
 	if u == nil {
 		u, _ = parseURL(raw)
 	}
-	e := egress.Entry{Time: time.Now().UTC(), Kind: egress.KindOpenURL, Allowed: allowed, Rule: rule}
+	e := egress.LogEntry{Time: time.Now().UTC(), Kind: egress.KindOpenURL, Allowed: allowed, Rule: rule}
 	if u != nil {
 		e.Host, e.Port, e.URL = u.Hostname(), urlPort(u), LogURL(u)
 	}
@@ -283,7 +283,7 @@ func (d *URLOpener) log(raw string, u *url.URL, allowed bool, rule string) error
 
 // appendLog adds e to the VM's net log at path ("" logs nothing), one
 // bridge's appends at a time (mu).
-func appendLog(path string, mu *sync.Mutex, e egress.Entry) error {
+func appendLog(path string, mu *sync.Mutex, e egress.LogEntry) error {
 	if path == "" {
 		return nil
 	}

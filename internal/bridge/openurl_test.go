@@ -79,7 +79,7 @@ func ask(t *testing.T, d *testOpener, written string) (string, error) {
 }
 
 // logged reads the opener's log back as `agent-vm net log` does.
-func logged(t *testing.T, d *testOpener) []egress.Entry {
+func logged(t *testing.T, d *testOpener) []egress.LogEntry {
 	t.Helper()
 	es, err := egress.ReadLog(d.LogPath)
 	if err != nil {

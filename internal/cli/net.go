@@ -110,7 +110,7 @@ func netCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return err
 					}
-					print := func(x egress.Entry) error { return printNetEntry(stdio.Out, x, cliCtx.Bool("json")) }
+					print := func(x egress.LogEntry) error { return printNetEntry(stdio.Out, x, cliCtx.Bool("json")) }
 					for _, x := range entries {
 						if err := print(x); err != nil {
 							return err
@@ -205,7 +205,7 @@ func printBrowserLines(w io.Writer, lines []string) {
 	}
 }
 
-func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
+func printNetEntry(w io.Writer, x egress.LogEntry, asJSON bool) error {
 	if asJSON {
 		return writeJSON(w, x)
 	}

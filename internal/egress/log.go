@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// Entry is one connection in the log.
-type Entry struct {
+// LogEntry is one connection in the log.
+type LogEntry struct {
 	Time time.Time `json:"time"`
 	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP request),
 	// "https" (a request in a tunnel the proxy intercepts to put secrets in:
@@ -84,7 +84,7 @@ type Log struct {
 
 // Add appends one entry; a failure to write is returned, never fatal to
 // the connection.
-func (l *Log) Add(e Entry) error {
+func (l *Log) Add(e LogEntry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -129,8 +129,8 @@ func (l *Log) keepOwner() error {
 
 // ReadLog returns the entries of the log at path, oldest first (the rotated
 // file, then the current one). A missing log has no entries.
-func ReadLog(path string) ([]Entry, error) {
-	var out []Entry
+func ReadLog(path string) ([]LogEntry, error) {
+	var out []LogEntry
 	for _, p := range []string{path + ".1", path} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
@@ -146,12 +146,12 @@ func ReadLog(path string) ([]Entry, error) {
 
 // parseLines decodes complete JSON lines, skipping any it cannot read (a
 // line cut by a crash).
-func parseLines(b []byte) []Entry {
-	var out []Entry
+func parseLines(b []byte) []LogEntry {
+	var out []LogEntry
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var e Entry
+		var e LogEntry
 		if json.Unmarshal(sc.Bytes(), &e) == nil {
 			out = append(out, e)
 		}
@@ -162,7 +162,7 @@ func parseLines(b []byte) []Entry {
 // Follow calls emit for each entry the log gains after offset bytes of the
 // current file (pass the size ReadLog saw, or 0), until ctx ends. It
 // notices a rotation and reads the new file from its start.
-func Follow(ctx context.Context, path string, offset int64, emit func(Entry) error) error {
+func Follow(ctx context.Context, path string, offset int64, emit func(LogEntry) error) error {
 	var partial []byte
 	for {
 		fi, err := os.Stat(path)

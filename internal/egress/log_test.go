@@ -36,7 +36,7 @@ func TestLogWrittenAsRootKeepsTheDirectorysOwner(t *testing.T) {
 		return fi.Sys().(*syscall.Stat_t).Uid
 	}
 	for i := range 3 { // the second or third write rotates (Limit)
-		if err := l.Add(Entry{Time: time.Now(), Kind: KindOpenURL, Host: "example.test", Port: 443, Allowed: true, Rule: "opened"}); err != nil {
+		if err := l.Add(LogEntry{Time: time.Now(), Kind: KindOpenURL, Host: "example.test", Port: 443, Allowed: true, Rule: "opened"}); err != nil {
 			t.Fatal(err)
 		}
 		if uid := owner(); uid != 65534 {

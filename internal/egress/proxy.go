@@ -170,13 +170,13 @@ func target(req *http.Request) (host string, port int, err error) {
 
 // begin reads the request's destination, decides on it and dials it. When
 // it cannot it answers the guest (and logs a decision) and returns false.
-func (p *Proxy) begin(c net.Conn, req *http.Request, kind string) (Entry, net.Conn, bool) {
+func (p *Proxy) begin(c net.Conn, req *http.Request, kind string) (LogEntry, net.Conn, bool) {
 	host, port, err := target(req)
 	if err != nil {
 		writeStatus(c, http.StatusBadRequest, "agent-vm: "+err.Error()+"\n")
-		return Entry{}, nil, false
+		return LogEntry{}, nil, false
 	}
-	e := Entry{Time: time.Now().UTC(), Kind: kind, Host: host, Port: port}
+	e := LogEntry{Time: time.Now().UTC(), Kind: kind, Host: host, Port: port}
 	up, ok := p.open(c, &e)
 	return e, up, ok
 }
@@ -229,7 +229,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) {
 // the policy (the name, or every address it resolves to) is a 403 that
 // says why and what lifts it, which clients do not retry; a destination
 // that could not be reached is a 502.
-func (p *Proxy) open(c net.Conn, e *Entry) (net.Conn, bool) {
+func (p *Proxy) open(c net.Conn, e *LogEntry) (net.Conn, bool) {
 	d, pol := p.decide(e.Host)
 	e.Allowed, e.Rule = d.Allowed, d.Rule
 	if !d.Allowed {
@@ -260,7 +260,7 @@ var errAllRefused = errors.New("every address is refused")
 // dial resolves and connects to an allowed destination, at the first of
 // its addresses the proxy may reach (reachable) that answers; the
 // addresses it refuses go into e.Refused.
-func (p *Proxy) dial(e *Entry, pol Policy) (net.Conn, error) {
+func (p *Proxy) dial(e *LogEntry, pol Policy) (net.Conn, error) {
 	timeout := p.DialTimeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
@@ -366,7 +366,7 @@ func (p *Proxy) handleExposed(c net.Conn) {
 // policy exposes it (re-read at each connection, so a port taken away
 // closes at once); br holds what the guest sent after any preamble.
 func (p *Proxy) relayExposed(c net.Conn, br *bufio.Reader, port int) {
-	e := Entry{Time: time.Now().UTC(), Kind: KindExposedPort, Host: "127.0.0.1", Port: port}
+	e := LogEntry{Time: time.Now().UTC(), Kind: KindExposedPort, Host: "127.0.0.1", Port: port}
 	pol, err := p.currentPolicy()
 	switch {
 	case err != nil:
@@ -395,7 +395,7 @@ func (p *Proxy) relayExposed(c net.Conn, br *bufio.Reader, port int) {
 	p.record(e)
 }
 
-func (p *Proxy) record(e Entry) {
+func (p *Proxy) record(e LogEntry) {
 	if p.Log == nil {
 		return
 	}
@@ -444,7 +444,7 @@ func (c *counter) Write(b []byte) (int, error) {
 
 // DenialMessage is what a denied guest reads: which rule refused what, and
 // the command the user runs on the host to allow it (Fix).
-func DenialMessage(e Entry, branch string) string {
+func DenialMessage(e LogEntry, branch string) string {
 	if e.Rule == RuleAddresses {
 		return fmt.Sprintf("agent-vm: connection to %s:%d refused by this VM's network policy: the name is allowed, but %s.\n"+
 			"This VM reaches the network only through agent-vm's proxy, which does not connect to this host's own addresses or to addresses that are not globally reachable.\n"+
@@ -457,7 +457,7 @@ func DenialMessage(e Entry, branch string) string {
 
 // RefusedAddrs says why the proxy refused the addresses of a
 // RuleAddresses entry: "NAME resolves to ADDR, WHY; and to ...".
-func RefusedAddrs(e Entry) string {
+func RefusedAddrs(e LogEntry) string {
 	parts := make([]string, 0, len(e.Refused))
 	for _, r := range e.Refused {
 		parts = append(parts, fmt.Sprintf("to %s, %s", r.Addr, r.Why))
@@ -471,7 +471,7 @@ func RefusedAddrs(e Entry) string {
 // addresses, `agent-vm setup` when the name is a package source (it pins
 // the name's address on this network) and `net allow` of the addresses
 // (which lets the VM reach them under any allowed name).
-func Fix(e Entry, branch string) string {
+func Fix(e LogEntry, branch string) string {
 	fix := fmt.Sprintf("agent-vm net allow %s %s", branch, e.Host)
 	switch {
 	case e.Rule == RuleAddresses:
@@ -485,7 +485,7 @@ func Fix(e Entry, branch string) string {
 }
 
 // addressFix is Fix for refused addresses.
-func addressFix(e Entry, branch string) string {
+func addressFix(e LogEntry, branch string) string {
 	var other, own []string
 	for _, r := range e.Refused {
 		a := r.Addr.Unmap().String()
@@ -509,7 +509,7 @@ func addressFix(e Entry, branch string) string {
 	return strings.Join(fixes, ", or ")
 }
 
-func writeDenied(c net.Conn, e Entry, branch string) {
+func writeDenied(c net.Conn, e LogEntry, branch string) {
 	_, _ = c.Write(forbidden(DenialMessage(e, branch)))
 }
 

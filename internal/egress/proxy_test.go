@@ -126,10 +126,10 @@ func (f *fixture) client() *http.Client {
 	return f.c
 }
 
-func (f *fixture) entries(n int) []Entry {
+func (f *fixture) entries(n int) []LogEntry {
 	f.t.Helper()
 	// The proxy logs once both directions end; give it a moment.
-	var es []Entry
+	var es []LogEntry
 	for i := 0; i < 100; i++ {
 		var err error
 		if es, err = ReadLog(filepath.Join(f.dir, LogFile)); err != nil {
@@ -207,13 +207,13 @@ func TestDenialHintFitsTheRule(t *testing.T) {
 		"registry.npmjs.org": "agent-vm net allow b *.npmjs.org (the refusal that matched)\n",
 	} {
 		d := p.Decide(host)
-		if msg := DenialMessage(Entry{Host: host, Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.HasSuffix(msg, "on the host with: "+fix) {
+		if msg := DenialMessage(LogEntry{Host: host, Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.HasSuffix(msg, "on the host with: "+fix) {
 			t.Errorf("%s: %+v %q; want the hint %q", host, d, msg, fix)
 		}
 	}
 	p.Mode = ModeOffline
 	d := p.Decide("allowed.test")
-	if msg := DenialMessage(Entry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode b allow (this VM is offline)") {
+	if msg := DenialMessage(LogEntry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode b allow (this VM is offline)") {
 		t.Errorf("offline: %+v %q", d, msg)
 	}
 }
@@ -343,7 +343,7 @@ func TestExposedPortsAndRelay(t *testing.T) {
 	// be after the relay returned, and in any order.
 	f := &fixture{t: t, dir: dir}
 	es := f.entries(2)
-	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(a.Port, b.Port) })
+	slices.SortFunc(es, func(a, b LogEntry) int { return cmp.Compare(a.Port, b.Port) })
 	if len(es) != 2 || es[0].Port != exposed || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != KindExposedPort ||
 		es[1].Allowed || es[1].Rule != "not exposed" {
 		t.Fatalf("log = %+v", es)
@@ -360,7 +360,7 @@ func TestLogIsBounded(t *testing.T) {
 	l := &Log{Dir: openRoot(t, dir), Name: LogFile, Limit: 1000}
 	path := filepath.Join(dir, LogFile)
 	for i := 0; i < 50; i++ {
-		if err := l.Add(Entry{Host: fmt.Sprintf("h%d.example.com", i), Port: 443, Rule: "mode open", Allowed: true}); err != nil {
+		if err := l.Add(LogEntry{Host: fmt.Sprintf("h%d.example.com", i), Port: 443, Rule: "mode open", Allowed: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -383,12 +383,12 @@ func TestFollow(t *testing.T) {
 	dir := t.TempDir()
 	l := &Log{Dir: openRoot(t, dir), Name: LogFile}
 	path := filepath.Join(dir, LogFile)
-	l.Add(Entry{Host: "old.example.com"})
+	l.Add(LogEntry{Host: "old.example.com"})
 	fi, _ := os.Stat(path)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	got := make(chan string, 100)
-	go Follow(ctx, path, fi.Size(), func(e Entry) error { got <- e.Host; return nil })
+	go Follow(ctx, path, fi.Size(), func(e LogEntry) error { got <- e.Host; return nil })
 	next := func() string {
 		select {
 		case h := <-got:
@@ -398,7 +398,7 @@ func TestFollow(t *testing.T) {
 			return ""
 		}
 	}
-	l.Add(Entry{Host: "new.example.com"})
+	l.Add(LogEntry{Host: "new.example.com"})
 	if h := next(); h != "new.example.com" {
 		t.Fatalf("Follow saw %q first, want the new entry only", h)
 	}
@@ -407,7 +407,7 @@ func TestFollow(t *testing.T) {
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
-	l.Add(Entry{Host: "rotated.example.com"})
+	l.Add(LogEntry{Host: "rotated.example.com"})
 	if h := next(); h != "rotated.example.com" {
 		t.Fatalf("Follow saw %q after the rotation", h)
 	}

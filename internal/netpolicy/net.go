@@ -305,7 +305,7 @@ func refresh(ctx context.Context, vms Refresher, e state.Entry, pins []egress.Pi
 }
 
 // Log returns a VM's connection log, oldest first, and where it is.
-func Log(ctx context.Context, vms VMs, name string) ([]egress.Entry, string, error) {
+func Log(ctx context.Context, vms VMs, name string) ([]egress.LogEntry, string, error) {
 	e, err := vms.Recorded(ctx, name)
 	if err != nil {
 		return nil, "", err
@@ -322,7 +322,7 @@ func Log(ctx context.Context, vms VMs, name string) ([]egress.Entry, string, err
 
 // Follow calls emit with each connection name's VM logs after the log's
 // current end until ctx ends.
-func Follow(ctx context.Context, vms VMs, name string, emit func(egress.Entry) error) error {
+func Follow(ctx context.Context, vms VMs, name string, emit func(egress.LogEntry) error) error {
 	e, err := vms.Recorded(ctx, name)
 	if err != nil {
 		return err
