@@ -49,7 +49,7 @@ type Remote struct {
 // Network is a contained machine network: the guest reaches nothing of
 // the host or beyond except the ports at one guest-side address, each of which
 // the driver connects to a host-side socket, one relay process per
-// connection. The egress proxy serves two of them: the proxy's port and the
+// connection. The egress proxy serves both kinds: the proxy's port and the
 // exposed host ports (internal/egress).
 type Network struct {
 	// Addr is the guest-side address of the proxy and every exposed port.

@@ -31,7 +31,7 @@
 // on the bridge's address, on ports the kernel chooses, and the driver's
 // nftables fence (internal/libvirtnet) leads the guest's connections to
 // the proxy address there and lets nothing else of the host answer it.
-// Behind either the proxy is the same.
+// Behind either way in, the proxy is the same.
 //
 // The policy is a JSON file the orchestration writes (Policy) and the
 // proxy re-reads when it changes, so `agent-vm net allow|deny` take effect
