@@ -86,7 +86,7 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.AgentVM, "agent-vm", "", "the agent-vm binary to test (default: the one beside integration-test, else on PATH)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "agent-vm's state directory (default: a fresh temporary one, removed at the end)")
-	fs.StringVar(&cfg.Backend, "backend", "", "create VMs with this backend: auto, qemu, nixos, vagrant or libvirt (default: agent-vm's own choice); with vagrant, the steps it cannot do (port add, the browser doors) are skipped, saying why")
+	fs.StringVar(&cfg.Backend, "backend", "", "create VMs with this backend: auto, qemu, nixos, vagrant or libvirt (default: agent-vm's own choice); with vagrant, the steps it cannot do (port add, the browser bridges) are skipped, saying why")
 	fs.StringVar(&cfg.Host, "host", "", "create VMs on this host, registered and linked with `agent-vm host add NAME URI` and `agent-vm host link NAME` (its VMs run through the libvirt backend)")
 	run := fs.String("run", "", "run only the scenarios whose name matches this regular expression")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the VMs and files of failed scenarios for debugging, and print where they are")

@@ -19,10 +19,10 @@ const (
 	netDeniedName  = "itest-denied.test"
 )
 
-// netSetup exposes one host port and allows one test name on branch's
-// VM before its first start, so that the start opens the door (a door
-// opens at a start) and the egress proxy it starts leads the test names
-// to the host's loopback: no second boot for the network steps.
+// netSetup exposes one host port and allows one test name on branch's VM before
+// its first start, so that the start opens the exposed port (an exposed port
+// opens at a start) and the egress proxy it starts leads the test names to the
+// host's loopback: no second boot for the network steps.
 type netSetup struct {
 	exposed, other int      // host ports on 127.0.0.1: exposed, and not
 	env            []string // the start's environment (the test names' addresses)
@@ -54,7 +54,7 @@ func newNetSetup(ctx context.Context, s *S, branch string) (*netSetup, error) {
 // netSteps check the network's containment from inside branch's VM,
 // started with n set up, as root where the claim is about the guest's
 // reach: the host's loopback is unreachable at the gateway; exactly the
-// exposed port answers at the doors' address; an allowed name is reached
+// exposed port answers at the proxy address; an allowed name is reached
 // through the proxy and a denied one is refused with the rule and the
 // command that allows it; `net log --json` lists them; mode offline
 // refuses both.
@@ -70,7 +70,7 @@ func netSteps(ctx context.Context, s *S, branch string, n *netSetup) {
 		urls := []string{
 			fmt.Sprintf("http://10.0.2.2:%d/", exposed), // the gateway: nothing
 			fmt.Sprintf("http://10.0.2.2:%d/", other),
-			fmt.Sprintf("http://10.0.2.100:%d/", other), // the doors' address: only exposed ports
+			fmt.Sprintf("http://10.0.2.100:%d/", other), // the proxy address: only exposed ports
 		}
 		// A server on all of the host's addresses, reached at none of them.
 		wide, err := hostServerOn(ctx, "0.0.0.0", "every address")
@@ -136,12 +136,12 @@ func netSteps(ctx context.Context, s *S, branch string, n *netSetup) {
 				seen["allowed"] = true
 			case e.Host == netDeniedName && !e.Allowed && e.Rule == "not on the allow-list":
 				seen["denied"] = true
-			case e.Kind == "door" && e.Port == exposed && e.Allowed:
-				seen["door"] = true
+			case e.Kind == "exposed-port" && e.Port == exposed && e.Allowed:
+				seen["exposed port"] = true
 			}
 		}
 		if len(seen) != 3 {
-			return failf(res, "net log --json has %v; want the allowed name, the denied one and the door", seen)
+			return failf(res, "net log --json has %v; want the allowed name, the denied one and the exposed port", seen)
 		}
 		return nil
 	})
@@ -199,7 +199,7 @@ func hostAddrs() ([]string, error) {
 }
 
 // unreachable checks, as root in branch's guest, that no TCP connection
-// to host port p opens at the gateway or at the doors' address (QEMU's
+// to host port p opens at the gateway or at the proxy address (QEMU's
 // user network), nor, for a VM on a libvirt network (the vagrant and
 // libvirt backends), at any of the host's own addresses, the VMs' libvirt
 // bridges among them.

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The browser doors, told through `agent-vm browser` on the mcp scenario's
+// The browser bridges, told through `agent-vm browser` on the mcp scenario's
 // running VM: closed by default; the Claude in Chrome bridge tunnelled to a
 // socket the test serves as the native host would; agent-vm's Chromium
 // (Debian's, headless) driven by chrome-devtools-mcp from the guest; URLs
@@ -37,7 +37,7 @@ func browserSteps(ctx context.Context, s *S, branch string) {
 		defer s.call(context.WithoutCancel(ctx), call{args: []string{"browser", branch, "--off"}, quiet: true})
 	}
 	s.StepUnless(ctx, "browser: nothing open: no DevTools port, no bridge socket, xdg-open says it is off", skip, func() error {
-		return checkNoDoors(ctx, s, branch)
+		return checkNoBridges(ctx, s, branch)
 	})
 	s.StepUnless(ctx, "browser: refused without a host bridge socket (with the guidance) and on an offline VM", skip, func() error {
 		return checkBrowserRefusals(ctx, s, branch)
@@ -51,22 +51,22 @@ func browserSteps(ctx context.Context, s *S, branch string) {
 	s.StepUnless(ctx, "browser --open-urls: xdg-open in the guest reaches the host's opener with exactly the URL; file: and javascript: refused", skip, func() error {
 		return checkOpenURLs(ctx, s, branch)
 	})
-	s.StepUnless(ctx, "browser --off: every door closed, the guest reaches none", skip, func() error {
+	s.StepUnless(ctx, "browser --off: every bridge closed, the guest reaches none", skip, func() error {
 		if _, err := s.ok(ctx, "browser", branch, "--off"); err != nil {
 			return err
 		}
-		return checkNoDoors(ctx, s, branch)
+		return checkNoBridges(ctx, s, branch)
 	})
 }
 
 // browserInfo is `browser --json`.
 type browserInfo struct {
-	Open  []string `json:"open"`
-	Doors struct {
+	Open    []string `json:"open"`
+	Bridges struct {
 		ChromeBridge string `json:"chrome_bridge"`
 		DevTools     string `json:"devtools"`
 		OpenURLs     bool   `json:"open_urls"`
-	} `json:"doors"`
+	} `json:"bridges"`
 }
 
 func (s *S) browser(ctx context.Context, branch string, env []string, args ...string) (*browserInfo, *Result, error) {
@@ -81,23 +81,23 @@ func (s *S) browser(ctx context.Context, branch string, env []string, args ...st
 	return &info, res, nil
 }
 
-func checkNoDoors(ctx context.Context, s *S, branch string) error {
+func checkNoBridges(ctx context.Context, s *S, branch string) error {
 	info, res, err := s.browser(ctx, branch, nil)
 	if err != nil {
 		return err
 	}
 	if len(info.Open) != 0 {
-		return failf(res, "browser shows doors open: %q", info.Open)
+		return failf(res, "browser shows bridges open: %q", info.Open)
 	}
 	if r := s.exec(ctx, branch, "sudo", "timeout", "10", "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9222"); r.ExitCode == 0 {
-		return failf(r, "the guest reached a DevTools port at its 127.0.0.1:9222 with no door open")
+		return failf(r, "the guest reached a DevTools port at its 127.0.0.1:9222 with no bridge open")
 	}
 	if _, err := s.execOK(ctx, branch, "sh", "-c", "! ls /tmp/claude-mcp-browser-bridge-dev/*.sock 2>/dev/null | grep -q ."); err != nil {
 		return err
 	}
 	r := s.exec(ctx, branch, "xdg-open", "https://example.test/closed")
 	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "off") {
-		return failf(r, "xdg-open with the URL door closed: exit %d, want a failure saying it is off", r.ExitCode)
+		return failf(r, "xdg-open with the URL opener closed: exit %d, want a failure saying it is off", r.ExitCode)
 	}
 	return nil
 }
@@ -206,8 +206,8 @@ func checkChromeBridge(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if info.Doors.ChromeBridge != dir {
-		return failf(res, "browser --chrome-bridge: the door leads to %q, want %q", info.Doors.ChromeBridge, dir)
+	if info.Bridges.ChromeBridge != dir {
+		return failf(res, "browser --chrome-bridge: the bridge leads to %q, want %q", info.Bridges.ChromeBridge, dir)
 	}
 	r, err := s.execOK(ctx, branch, "python3", "-c", bridgeClients, "/tmp/claude-mcp-browser-bridge-dev/agent-vm.sock")
 	if err != nil {
@@ -225,7 +225,7 @@ func checkChromeBridge(ctx context.Context, s *S, branch string) error {
 		return err
 	}
 	if !strings.Contains(res.Stdout, "Claude in Chrome") {
-		return failf(res, "status --json does not say the Claude in Chrome door is open")
+		return failf(res, "status --json does not say the Claude in Chrome bridge is open")
 	}
 	return nil
 }
@@ -287,8 +287,8 @@ func checkDevTools(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if info.Doors.DevTools != "127.0.0.1:"+strconv.Itoa(port) && !strings.Contains(res.Stderr, "runs with DevTools on port") {
-		return failf(res, "browser --launch: the DevTools door leads to %q, want 127.0.0.1:%d (or the port of the Chromium running already)", info.Doors.DevTools, port)
+	if info.Bridges.DevTools != "127.0.0.1:"+strconv.Itoa(port) && !strings.Contains(res.Stderr, "runs with DevTools on port") {
+		return failf(res, "browser --launch: the DevTools relay leads to %q, want 127.0.0.1:%d (or the port of the Chromium running already)", info.Bridges.DevTools, port)
 	}
 	r, err := s.execOK(ctx, branch, "python3", "-c", devToolsClient, fmt.Sprintf("http://127.0.0.1:%d/", page))
 	if err != nil {
@@ -340,8 +340,8 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	if !info.Doors.OpenURLs {
-		return failf(res, "browser --open-urls: the URL door is not open")
+	if !info.Bridges.OpenURLs {
+		return failf(res, "browser --open-urls: the URL opener is not open")
 	}
 	const url = "https://example.test/x"
 	if _, err := s.execOK(ctx, branch, "xdg-open", url); err != nil {
@@ -353,7 +353,7 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 			return failf(r, "xdg-open %s: exit %d, want it refused", bad, r.ExitCode)
 		}
 	}
-	// The opener runs detached from the door's answer: wait for it.
+	// The opener runs detached from the URL opener's answer: wait for it.
 	var opened []byte
 	for range 50 {
 		if opened, err = os.ReadFile(filepath.Join(dir, "opened")); err == nil {

@@ -19,7 +19,7 @@ import (
 func mcpScenario() Scenario {
 	return Scenario{
 		Name:    "mcp",
-		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync; the network's containment; the browser doors",
+		Summary: "agent-mcp through the forwarded port: token required, foreign origins refused, loopback only; mcp sync; the network's containment; the browser bridges",
 		NeedsVM: true,
 		// Its VMs' first boot is not what it checks.
 		Template: "none",

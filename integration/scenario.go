@@ -143,18 +143,18 @@ func (s *S) StepUnless(ctx context.Context, name, skip string, f func() error) {
 // Features a backend may lack, which lacks names.
 const (
 	featurePorts   = "ports"   // port add and rm
-	featureBrowser = "browser" // the browser doors
+	featureBrowser = "browser" // the browser bridges
 )
 
 // lacks says why this run's backend cannot do feature, "" when it can:
 // the vagrant backend forwards the SSH and MCP ports only; the vagrant
-// and libvirt runs leave the browser doors to the qemu runs.
+// and libvirt runs leave the browser bridges to the qemu runs.
 func (s *S) lacks(feature string) string {
 	switch {
 	case feature == featurePorts && s.backend == "vagrant":
 		return "the vagrant backend forwards only the SSH and MCP ports (`port add` refuses its VMs)"
 	case feature == featureBrowser && s.onLibvirt():
-		return "the browser doors ride the held SSH connection, the same for every backend, and are tested with the qemu backend's VMs (the " + s.backend + " run keeps to what differs)"
+		return "the browser bridges ride the held SSH connection, the same for every backend, and are tested with the qemu backend's VMs (the " + s.backend + " run keeps to what differs)"
 	}
 	return ""
 }

@@ -610,7 +610,7 @@ in
     };
 
     # The guest reaches the network only through agent-vm's egress proxy
-    # (the host starts QEMU with restrict=on and a door at 10.0.2.100):
+    # (the host starts QEMU with restrict=on and the proxy at 10.0.2.100):
     # sessions and nix-daemon get it from networking.proxy, curl, git, npm
     # and pip read the same variables, and agent-mcp's servers get it too
     # (below).

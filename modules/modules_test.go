@@ -152,7 +152,7 @@ in
 { mcp = guest true null; executable = guest false "/x/agent-vm"; none = guest false null; }
 `
 
-func TestGuestBrowserIsTheURLDoor(t *testing.T) {
+func TestGuestBrowserIsTheURLOpener(t *testing.T) {
 	nixInstantiate := tu.Program(t, "nix-instantiate")
 	dir := writeModules(t)
 	if err := os.WriteFile(filepath.Join(dir, "check.nix"), []byte(browserCheck), 0o644); err != nil {

@@ -28,7 +28,7 @@ func MachineOf(r *state.Record, l state.Layout) driver.Machine {
 		fwds = nil
 	}
 	return driver.Machine{
-		Name: r.VMName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
+		Name: r.MachineName, UUID: r.ID, CPUs: r.Resources.CPUs, MemoryMiB: r.Resources.MemoryMiB,
 		RunDir: l.RunDir(), LogsDir: l.LogsDir(),
 		Share:       driver.Share{Source: l.Workspace(), Tag: guest.ShareTag, UID: r.Guest.UID, GID: r.Guest.GID, Cache: r.WorkspaceCache},
 		Forwards:    fwds,

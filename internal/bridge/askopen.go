@@ -13,12 +13,12 @@ import (
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
-// The guest's end of the URL door (the protocol is openurl.go's): what
+// The guest's end of the URL opener (the protocol is openurl.go's): what
 // `agent-vm open-url` runs in the guest for xdg-open and $BROWSER.
 
-// ErrDoorClosed is AskOpen's error when the guest has no URL door: the
+// ErrNoOpener is AskOpen's error when the guest has no URL opener: the
 // host has not opened it for this VM.
-var ErrDoorClosed = errors.New("the URL door is closed")
+var ErrNoOpener = errors.New("the URL opener is closed")
 
 // Answer is the host's answer to one URL.
 type Answer struct {
@@ -41,9 +41,9 @@ func (a Answer) String() string {
 	}
 }
 
-// AskOpen is the guest's end of the door: it asks the host at socket
+// AskOpen is the guest's end of the URL opener: it asks the host at socket
 // (empty: guest.OpenURLSocket) to open rawURL and returns its answer. A missing
-// socket, or one nobody serves, is ErrDoorClosed. Only what would break
+// socket, or one nobody serves, is ErrNoOpener. Only what would break
 // the protocol's line is refused here; the host checks the rest.
 func AskOpen(ctx context.Context, socket, rawURL string) (Answer, error) {
 	if len(rawURL) > MaxURL {
@@ -58,10 +58,10 @@ func AskOpen(ctx context.Context, socket, rawURL string) (Answer, error) {
 	var dialer net.Dialer
 	c, err := dialer.DialContext(ctx, "unix", socket)
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-		return Answer{}, fmt.Errorf("%w: %v", ErrDoorClosed, err)
+		return Answer{}, fmt.Errorf("%w: %v", ErrNoOpener, err)
 	}
 	if err != nil {
-		return Answer{}, fmt.Errorf("reaching the host's URL door: %w", err)
+		return Answer{}, fmt.Errorf("reaching the host's URL opener: %w", err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -90,8 +90,8 @@ func parseAnswer(line string) (Answer, error) {
 	case strings.HasPrefix(line, refusedPrefix):
 		return Answer{Refused: termsafe.Line(strings.TrimPrefix(line, refusedPrefix))}, nil
 	case line == "":
-		return Answer{}, errors.New("the host closed the URL door without an answer")
+		return Answer{}, errors.New("the host closed the URL opener without an answer")
 	default:
-		return Answer{}, fmt.Errorf("the host's answer %q is not one of the URL door's", termsafe.Line(line))
+		return Answer{}, fmt.Errorf("the host's answer %q is not one of the URL opener's", termsafe.Line(line))
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 )
 
-// CDPRelay is the DevTools door's host end: each guest connection is
+// CDPRelay is the DevTools relay's host end: each guest connection is
 // served as HTTP, the requests of a DevTools client (the /json endpoints
 // and the WebSocket sessions of /devtools/) are checked and passed to the
 // host browser's endpoint, and nothing else is. Through DevTools the
@@ -117,7 +117,7 @@ func (r *CDPRelay) serveHTTP(ctx context.Context, w http.ResponseWriter, req *ht
 
 // forward passes an HTTP request to the browser's endpoint and its answer
 // back. The Host header stays the guest's, so the WebSocket URLs the
-// browser answers with name the guest's end of the door.
+// browser answers with name the guest's end of the URL opener.
 func (r *CDPRelay) forward(ctx context.Context, w http.ResponseWriter, req *http.Request) {
 	out, err := http.NewRequestWithContext(ctx, req.Method, "http://"+r.Addr+req.URL.RequestURI(), nil)
 	if err != nil {
@@ -127,7 +127,7 @@ func (r *CDPRelay) forward(ctx context.Context, w http.ResponseWriter, req *http
 	out.Host = req.Host
 	resp, err := noProxy.Do(out)
 	if err != nil {
-		r.Log.Warn("the DevTools door could not reach the host browser", "addr", r.Addr, "error", err)
+		r.Log.Warn("the DevTools relay could not reach the host browser", "addr", r.Addr, "error", err)
 		http.Error(w, "the host browser's DevTools endpoint does not answer", http.StatusBadGateway)
 		return
 	}
@@ -156,7 +156,7 @@ func (r *CDPRelay) session(ctx context.Context, w http.ResponseWriter, req *http
 		u, found, err := r.targetURL(ctx, id)
 		switch {
 		case err != nil:
-			r.Log.Warn("the DevTools door could not list the host browser's targets", "addr", r.Addr, "error", err)
+			r.Log.Warn("the DevTools relay could not list the host browser's targets", "addr", r.Addr, "error", err)
 			http.Error(w, "the host browser's DevTools endpoint does not answer", http.StatusBadGateway)
 			return
 		case !found:
@@ -167,7 +167,7 @@ func (r *CDPRelay) session(ctx context.Context, w http.ResponseWriter, req *http
 	}
 	host, _, err := websocket.Dial(ctx, "ws://"+r.Addr+req.URL.RequestURI(), &websocket.DialOptions{HTTPClient: noProxy, Host: req.Host})
 	if err != nil {
-		r.Log.Warn("the DevTools door could not open a session with the host browser", "addr", r.Addr, "path", req.URL.Path, "error", err)
+		r.Log.Warn("the DevTools relay could not open a session with the host browser", "addr", r.Addr, "path", req.URL.Path, "error", err)
 		http.Error(w, "the host browser refused the DevTools session", http.StatusBadGateway)
 		return
 	}
@@ -526,7 +526,7 @@ func callURL(method string, params map[string]any) string {
 }
 
 // checkNavigation says why the browser may not load raw: only http and
-// https URLs (as the URL door takes them: no blanks or control
+// https URLs (as the URL opener takes them: no blanks or control
 // characters, which a browser drops from a URL before it reads the
 // scheme) and about:blank. "" for an empty URL (a new blank tab).
 func checkNavigation(raw string) string {
@@ -554,8 +554,8 @@ func clip(s string) string {
 // logRefusal writes a refused call into the VM's net log: the method, the
 // URL as LogURL keeps it (scheme://host/path), the reason.
 func (r *CDPRelay) logRefusal(method, rawURL, why string) {
-	r.Log.Warn("the DevTools door refused a call", "method", method, "reason", why)
-	e := egress.Entry{Time: time.Now().UTC(), Kind: egress.KindDevTools, Request: method, Rule: why}
+	r.Log.Warn("the DevTools relay refused a call", "method", method, "reason", why)
+	e := egress.LogEntry{Time: time.Now().UTC(), Kind: egress.KindDevTools, Request: method, Rule: why}
 	if u, err := url.Parse(rawURL); err == nil && rawURL != "" {
 		e.Host, e.URL = u.Hostname(), LogURL(u)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
-// The URL door's protocol, one request per connection to
+// The URL opener's protocol, one request per connection to
 // guest.OpenURLSocket:
 //
 //	guest: the URL, then "\n" (at most MaxURL bytes before it)
@@ -100,18 +100,18 @@ func parseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// URLDoor serves the host's end of a VM's URL door: each connection is one
+// URLOpener serves the host's end of a VM's URL opener: each connection is one
 // URL, checked, rate-limited, logged in the VM's net log, shown to the user
 // (Notify) and, if allowed, opened with Opener. Its methods may be called
 // from several goroutines.
-type URLDoor struct {
+type URLOpener struct {
 	// VM names the VM in notices.
 	VM string
 	// Open: the user allowed opening the VM's URLs with the host's opener;
 	// otherwise they are only shown ("ok printed").
 	Open bool
 	// Run runs the opener: OpenerPath, else Opener found on PATH (the
-	// holder records the path found where the user opened the door: its
+	// holder records the path found where the user turned it on: its
 	// own PATH may differ).
 	Run        execx.Runner
 	OpenerPath string
@@ -119,7 +119,7 @@ type URLDoor struct {
 	// text of the guest's in it is made safe for a terminal.
 	Notify func(line string)
 	// LogPath is the VM's net log (internal/netpolicy.LogPath), where
-	// every request is an egress.Entry of kind egress.KindOpenURL.
+	// every request is an egress.LogEntry of kind egress.KindOpenURL.
 	LogPath string
 	// Now is the clock of the rate limit; nil is time.Now.
 	Now func() time.Time
@@ -137,7 +137,7 @@ type URLDoor struct {
 // guest is answered whatever happens, unless its connection had to be
 // closed at the deadline (one without read deadlines); the error is what
 // went wrong on the host's side (writing the log, answering).
-func (d *URLDoor) Serve(ctx context.Context, c io.ReadWriteCloser) error {
+func (d *URLOpener) Serve(ctx context.Context, c io.ReadWriteCloser) error {
 	timeout := d.Timeout
 	if timeout <= 0 {
 		timeout = ReadTimeout
@@ -183,7 +183,7 @@ func (d *URLDoor) Serve(ctx context.Context, c io.ReadWriteCloser) error {
 }
 
 // handle answers one URL read whole.
-func (d *URLDoor) handle(ctx context.Context, raw string) (answer string, err error) {
+func (d *URLOpener) handle(ctx context.Context, raw string) (answer string, err error) {
 	u, perr := parseURL(raw)
 	if perr != nil {
 		answer = refusedPrefix + perr.Error()
@@ -206,7 +206,7 @@ func (d *URLDoor) handle(ctx context.Context, raw string) (answer string, err er
 // openURL runs the opener on raw; it says why the URL was not opened, or
 // nothing. The opener runs detached, in a session of its own: the browser
 // it may start must outlive the request.
-func (d *URLDoor) openURL(ctx context.Context, raw string) (why string) {
+func (d *URLOpener) openURL(ctx context.Context, raw string) (why string) {
 	path := d.OpenerPath
 	if path == "" {
 		path = Opener
@@ -237,7 +237,7 @@ func (d *URLDoor) openURL(ctx context.Context, raw string) (why string) {
 
 // take takes a token from the rate limit's bucket: RateBurst at most, one
 // more every RateEvery.
-func (d *URLDoor) take() bool {
+func (d *URLOpener) take() bool {
 	now := time.Now()
 	if d.Now != nil {
 		now = d.Now()
@@ -259,7 +259,7 @@ func (d *URLDoor) take() bool {
 }
 
 // notify passes line to Notify, if set.
-func (d *URLDoor) notify(line string) {
+func (d *URLOpener) notify(line string) {
 	if d.Notify != nil {
 		d.Notify("agent-vm: " + termsafe.Line(line))
 	}
@@ -267,11 +267,11 @@ func (d *URLDoor) notify(line string) {
 
 // log appends one request to the VM's net log: of the URL only
 // scheme://host/path (LogURL), of a URL that did not parse nothing.
-func (d *URLDoor) log(raw string, u *url.URL, allowed bool, rule string) error {
+func (d *URLOpener) log(raw string, u *url.URL, allowed bool, rule string) error {
 	if u == nil {
 		u, _ = parseURL(raw)
 	}
-	e := egress.Entry{Time: time.Now().UTC(), Kind: egress.KindOpenURL, Allowed: allowed, Rule: rule}
+	e := egress.LogEntry{Time: time.Now().UTC(), Kind: egress.KindOpenURL, Allowed: allowed, Rule: rule}
 	if u != nil {
 		e.Host, e.Port, e.URL = u.Hostname(), urlPort(u), LogURL(u)
 	}
@@ -282,8 +282,8 @@ func (d *URLDoor) log(raw string, u *url.URL, allowed bool, rule string) error {
 }
 
 // appendLog adds e to the VM's net log at path ("" logs nothing), one
-// door's appends at a time (mu).
-func appendLog(path string, mu *sync.Mutex, e egress.Entry) error {
+// bridge's appends at a time (mu).
+func appendLog(path string, mu *sync.Mutex, e egress.LogEntry) error {
 	if path == "" {
 		return nil
 	}

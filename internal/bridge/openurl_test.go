@@ -38,21 +38,21 @@ func socketPair(t *testing.T) (guestEnd, hostEnd *net.UnixConn) {
 	return conn(fds[0]), conn(fds[1])
 }
 
-// door is a URLDoor whose notices are kept, logging in a temp directory.
-type door struct {
-	*URLDoor
+// testOpener is a URLOpener whose notices are kept, logging in a temp directory.
+type testOpener struct {
+	*URLOpener
 	mu      sync.Mutex
 	notices []string
 }
 
-func newDoor(t *testing.T, open bool, run *execxtest.Fake) *door {
-	d := &door{}
-	d.URLDoor = &URLDoor{VM: "feat-x", Open: open, Run: run, LogPath: filepath.Join(t.TempDir(), egress.LogFile),
+func newTestOpener(t *testing.T, open bool, run *execxtest.Fake) *testOpener {
+	d := &testOpener{}
+	d.URLOpener = &URLOpener{VM: "feat-x", Open: open, Run: run, LogPath: filepath.Join(t.TempDir(), egress.LogFile),
 		Notify: func(line string) { d.mu.Lock(); d.notices = append(d.notices, line); d.mu.Unlock() }}
 	return d
 }
 
-func (d *door) lastNotice() string {
+func (d *testOpener) lastNotice() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.notices) == 0 {
@@ -63,7 +63,7 @@ func (d *door) lastNotice() string {
 
 // ask sends what the guest writes (a URL line, or anything) and returns
 // the host's answer and Serve's error.
-func ask(t *testing.T, d *door, written string) (string, error) {
+func ask(t *testing.T, d *testOpener, written string) (string, error) {
 	t.Helper()
 	g, h := socketPair(t)
 	errc := make(chan error, 1)
@@ -78,8 +78,8 @@ func ask(t *testing.T, d *door, written string) (string, error) {
 	return strings.TrimSuffix(string(answer), "\n"), <-errc
 }
 
-// logged reads the door's log back as `agent-vm net log` does.
-func logged(t *testing.T, d *door) []egress.Entry {
+// logged reads the opener's log back as `agent-vm net log` does.
+func logged(t *testing.T, d *testOpener) []egress.LogEntry {
 	t.Helper()
 	es, err := egress.ReadLog(d.LogPath)
 	if err != nil {
@@ -96,7 +96,7 @@ func opener(t *testing.T, code int) *execxtest.Fake {
 
 func TestAllowedURLIsOpenedWithTheHostsOpener(t *testing.T) {
 	run := opener(t, 0)
-	d := newDoor(t, true, run)
+	d := newTestOpener(t, true, run)
 	got, err := ask(t, d, "https://example.test/x\n")
 	if err != nil || got != "ok opened" {
 		t.Fatalf("answer %q, error %v; want \"ok opened\"", got, err)
@@ -120,7 +120,7 @@ func TestAllowedURLIsOpenedWithTheHostsOpener(t *testing.T) {
 
 func TestURLIsOnlyPrintedWhenOpeningIsOff(t *testing.T) {
 	run := execxtest.New(t) // any call fails the test
-	d := newDoor(t, false, run)
+	d := newTestOpener(t, false, run)
 	got, err := ask(t, d, "http://example.test:8080/login?state=abc\n")
 	if err != nil || got != "ok printed" {
 		t.Fatalf("answer %q, error %v; want \"ok printed\"", got, err)
@@ -140,7 +140,7 @@ func TestURLIsOnlyPrintedWhenOpeningIsOff(t *testing.T) {
 
 func TestURLIsPrintedWhenTheOpenerIsMissingOrFails(t *testing.T) {
 	missing := execxtest.New(t).Installed(Opener, "")
-	d := newDoor(t, true, missing)
+	d := newTestOpener(t, true, missing)
 	if got, err := ask(t, d, "https://example.test/\n"); err != nil || got != "ok printed" {
 		t.Fatalf("no opener: answer %q, error %v", got, err)
 	}
@@ -148,7 +148,7 @@ func TestURLIsPrintedWhenTheOpenerIsMissingOrFails(t *testing.T) {
 		t.Errorf("no opener: log %+v", es)
 	}
 
-	d = newDoor(t, true, opener(t, 3))
+	d = newTestOpener(t, true, opener(t, 3))
 	if got, err := ask(t, d, "https://example.test/\n"); err != nil || got != "ok printed" {
 		t.Fatalf("failing opener: answer %q, error %v", got, err)
 	}
@@ -175,7 +175,7 @@ func TestRefusedURLs(t *testing.T) {
 		{"https://example.test/" + strings.Repeat("a", MaxURL), "longer than the 8192 bytes allowed"},
 	}
 	for _, c := range cases {
-		d := newDoor(t, true, execxtest.New(t))
+		d := newTestOpener(t, true, execxtest.New(t))
 		got, err := ask(t, d, c.url+"\n")
 		if err != nil || !strings.HasPrefix(got, "refused: ") || !strings.Contains(got, c.want) {
 			t.Errorf("%.60q: answer %q, error %v; want a refusal saying %q", c.url, got, err, c.want)
@@ -193,7 +193,7 @@ func TestRefusedURLs(t *testing.T) {
 }
 
 func TestALineNeverEndedIsRefusedAtTheDeadline(t *testing.T) {
-	d := newDoor(t, true, execxtest.New(t))
+	d := newTestOpener(t, true, execxtest.New(t))
 	d.Timeout = 200 * time.Millisecond
 	g, h := socketPair(t)
 	errc := make(chan error, 1)
@@ -215,7 +215,7 @@ func TestALineNeverEndedIsRefusedAtTheDeadline(t *testing.T) {
 }
 
 func TestAnEndedConnectionWithoutALineIsRefused(t *testing.T) {
-	d := newDoor(t, true, execxtest.New(t))
+	d := newTestOpener(t, true, execxtest.New(t))
 	g, h := socketPair(t)
 	errc := make(chan error, 1)
 	go func() { errc <- d.Serve(context.Background(), h) }()
@@ -231,7 +231,7 @@ func TestAnEndedConnectionWithoutALineIsRefused(t *testing.T) {
 func TestURLsAreRateLimited(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	run := opener(t, 0)
-	d := newDoor(t, true, run)
+	d := newTestOpener(t, true, run)
 	d.Now = func() time.Time { return now }
 	for i := range RateBurst {
 		if got, err := ask(t, d, "https://example.test/\n"); err != nil || got != "ok opened" {
@@ -260,7 +260,7 @@ func TestURLsAreRateLimited(t *testing.T) {
 }
 
 func TestTheLogKeepsNoQueryNoFragmentNoPassword(t *testing.T) {
-	d := newDoor(t, false, execxtest.New(t))
+	d := newTestOpener(t, false, execxtest.New(t))
 	if got, _ := ask(t, d, "https://user:hunter2@example.test/cb/%7Ex?code=SECRETCODE#access_token=SECRETTOKEN\n"); got != "ok printed" {
 		t.Fatalf("answer %q", got)
 	}
@@ -279,7 +279,7 @@ func TestTheLogKeepsNoQueryNoFragmentNoPassword(t *testing.T) {
 }
 
 func TestServeReturnsWhenCancelled(t *testing.T) {
-	d := newDoor(t, true, execxtest.New(t))
+	d := newTestOpener(t, true, execxtest.New(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	_, h := socketPair(t)
 	errc := make(chan error, 1)
@@ -293,7 +293,7 @@ func TestServeReturnsWhenCancelled(t *testing.T) {
 }
 
 // listen serves d on a real unix socket in a temp directory.
-func listenDoor(t *testing.T, d *door) string {
+func listenOpener(t *testing.T, d *testOpener) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "open-url.sock")
 	l, err := net.Listen("unix", sock)
@@ -317,7 +317,7 @@ func TestAskOpenEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := opener(t, 0)
-	sock := listenDoor(t, newDoor(t, true, run))
+	sock := listenOpener(t, newTestOpener(t, true, run))
 
 	a, err := AskOpen(ctx, sock, "https://example.test/x")
 	if err != nil || !a.Opened || a.Refused != "" {
@@ -334,7 +334,7 @@ func TestAskOpenEndToEnd(t *testing.T) {
 		t.Errorf("the refusal reads %q", s)
 	}
 
-	printed := listenDoor(t, newDoor(t, false, execxtest.New(t)))
+	printed := listenOpener(t, newTestOpener(t, false, execxtest.New(t)))
 	if a, err := AskOpen(ctx, printed, "https://example.test/x"); err != nil || a.Opened || a.Refused != "" {
 		t.Errorf("AskOpen with opening off: %+v, %v; want printed", a, err)
 	}
@@ -344,11 +344,11 @@ func TestAskOpenEndToEnd(t *testing.T) {
 	}
 }
 
-func TestAskOpenWithoutADoor(t *testing.T) {
+func TestAskOpenWithoutAnOpener(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	if _, err := AskOpen(ctx, filepath.Join(dir, "open-url.sock"), "https://example.test/"); !errors.Is(err, ErrDoorClosed) {
-		t.Errorf("no socket: %v, want ErrDoorClosed", err)
+	if _, err := AskOpen(ctx, filepath.Join(dir, "open-url.sock"), "https://example.test/"); !errors.Is(err, ErrNoOpener) {
+		t.Errorf("no socket: %v, want ErrNoOpener", err)
 	}
 	// A socket left behind by a holder that is gone: nobody accepts.
 	sock := filepath.Join(dir, "stale.sock")
@@ -358,8 +358,8 @@ func TestAskOpenWithoutADoor(t *testing.T) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
-	if _, err := AskOpen(ctx, sock, "https://example.test/"); !errors.Is(err, ErrDoorClosed) {
-		t.Errorf("a stale socket: %v, want ErrDoorClosed", err)
+	if _, err := AskOpen(ctx, sock, "https://example.test/"); !errors.Is(err, ErrNoOpener) {
+		t.Errorf("a stale socket: %v, want ErrNoOpener", err)
 	}
 }
 

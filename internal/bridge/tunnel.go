@@ -9,10 +9,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// dialTimeout bounds reaching a door's host end.
+// dialTimeout bounds reaching a bridge's host end.
 const dialTimeout = 5 * time.Second
 
-// Tunnel serves a door by connecting each guest connection to the host
+// Tunnel serves a bridge by connecting each guest connection to the host
 // end addr names (network "unix" or "tcp"); find is asked at each
 // connection, so a bridge socket that changed (a new Claude in Chrome
 // native host) is followed. A host end that cannot be reached closes the

@@ -1,5 +1,5 @@
 // Package browser is `agent-vm browser` and run's --chrome: it opens and
-// closes a running VM's browser doors (internal/bridge), the ways the agent
+// closes a running VM's browser bridges (internal/bridge), the ways the agent
 // in the VM reaches the host's browser, each off until the user asks for
 // it, for one VM:
 //
@@ -13,9 +13,9 @@
 //   - URLs (--open-urls): the guest's xdg-open asks the host to open an
 //     http or https URL.
 //
-// The doors are forwards on the VM's held SSH connection, kept by its
-// holder: this package writes the VM's doors file under the VM's lock and
-// has the holder reopen them (VMs.Doors). A stop closes them all.
+// The bridges are reverse forwards on the VM's held SSH connection, kept by its
+// holder: this package writes the VM's browser.json under the VM's lock and
+// has the holder reopen them (VMs.ReloadBridges). A stop closes them all.
 package browser
 
 import (
@@ -36,7 +36,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// VMs is what the browser doors need of agent-vm's VMs; vm's Manager has
+// VMs is what the browser bridges need of agent-vm's VMs; vm's Manager has
 // it.
 type VMs interface {
 	// Recorded finds the VM name means (a branch or a VM name).
@@ -47,9 +47,9 @@ type VMs interface {
 	State(ctx context.Context, e state.Entry) string
 	// Connect opens an SSH connection to the running VM name means.
 	Connect(ctx context.Context, name string) (*ssh.Client, string, error)
-	// Doors has the holder of e's running VM open the doors its doors
-	// file names and close the others.
-	Doors(ctx context.Context, e state.Entry) error
+	// ReloadBridges has the holder of e's running VM open the bridges its
+	// browser.json names and close the others.
+	ReloadBridges(ctx context.Context, e state.Entry) error
 	// PullLog brings e's connection log here, for a failed install of
 	// chrome-devtools-mcp (netpolicy.WithRefusals).
 	netpolicy.LogPuller
@@ -67,7 +67,7 @@ type Options struct {
 	Launch bool
 	// OpenURLs lets the guest open http and https URLs on the host.
 	OpenURLs bool
-	// Force opens doors for a VM whose network is offline.
+	// Force opens bridges for a VM whose network is offline.
 	Force bool
 	// Notify tells the user what happens (a line each); nil: nothing.
 	Notify func(string)
@@ -78,13 +78,13 @@ type Options struct {
 	// 127.0.0.1:port, or finds it running (cli wires vm's
 	// Manager.LaunchBrowser); needed for Launch.
 	Launcher func(ctx context.Context, port int) (hostbrowser.Launched, error)
-	// Stop stops the Chromium Launcher started when the door does not
+	// Stop stops the Chromium Launcher started when the bridge does not
 	// open after all (nil: it is left running).
 	Stop Stopper
 }
 
 // Stopper stops agent-vm's Chromium unless a VM other than except has a
-// door to it (usedBy names it): vm's Manager.StopBrowser.
+// bridge to it (usedBy names it): vm's Manager.StopBrowser.
 type Stopper func(ctx context.Context, except string) (usedBy string, stopped bool, err error)
 
 // DefaultDevToolsPort is a DevTools endpoint's usual port, on the host's
@@ -93,37 +93,37 @@ const DefaultDevToolsPort = 9222
 
 // Info is what a VM has open (`browser BRANCH`).
 type Info struct {
-	VM     string       `json:"vm"`
-	Branch string       `json:"branch"`
-	Doors  bridge.Doors `json:"doors"`
-	// Open says what is open, in words, one door a line.
+	VM      string        `json:"vm"`
+	Branch  string        `json:"branch"`
+	Bridges bridge.Config `json:"bridges"`
+	// Open says what is open, in words, one bridge a line.
 	Open []string `json:"open"`
 }
 
-func infoOf(e state.Entry, d bridge.Doors) *Info {
-	return &Info{VM: e.Slug, Branch: e.Record.Branch, Doors: d, Open: d.Lines()}
+func infoOf(e state.Entry, d bridge.Config) *Info {
+	return &Info{VM: e.Slug, Branch: e.Record.Branch, Bridges: d, Open: d.Lines()}
 }
 
-// Show reports the doors of the VM name means.
+// Show reports the bridges of the VM name means.
 func Show(ctx context.Context, vms VMs, name string) (*Info, error) {
 	e, err := vms.Recorded(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	d, err := bridge.ReadDoors(e.Layout.RunDir())
+	d, err := bridge.ReadConfig(e.Layout.RunDir())
 	if err != nil {
 		return nil, err
 	}
 	return infoOf(e, d), nil
 }
 
-// Open opens the doors o asks for (adding to those open) on the running VM
-// o.Name means. Each door's host end is checked first, so a door that
-// would lead nowhere is an error, not an open door: no bridge socket, no
+// Open opens the bridges o asks for (adding to those open) on the running VM
+// o.Name means. Each bridge's host end is checked first, so a bridge that
+// would lead nowhere is an error, not an open bridge: no bridge socket, no
 // DevTools endpoint. Nothing changes when any check fails.
 func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 	if !o.ChromeBridge && !o.CDP && !o.Launch && !o.OpenURLs {
-		return nil, errors.New("no door named (hint: --chrome-bridge, --cdp [--port N], --launch or --open-urls; --off closes them)")
+		return nil, errors.New("no bridge named (hint: --chrome-bridge, --cdp [--port N], --launch or --open-urls; --off closes them)")
 	}
 	notify := o.Notify
 	if notify == nil {
@@ -140,13 +140,13 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 	defer lock.Release()
 	r := e.Record
 	if st := vms.State(ctx, e); st != driver.StateRunning {
-		return nil, fmt.Errorf("VM %q is %s, and browser doors open on a running VM (hint: `agent-vm start %s`)", r.Branch, st, e.Slug)
+		return nil, fmt.Errorf("VM %q is %s, and browser bridges open on a running VM (hint: `agent-vm start %s`)", r.Branch, st, e.Slug)
 	}
 	offline := r.Net != nil && r.Net.Mode == egress.ModeOffline
 	if offline && !o.Force {
-		return nil, fmt.Errorf("VM %q's network is offline, and a browser door is a way out of the VM: a browser with your logins reaches everything it does (hint: --force opens it anyway; `agent-vm net mode %s allow` ends offline)", r.Branch, e.Slug)
+		return nil, fmt.Errorf("VM %q's network is offline, and a browser bridge is a way out of the VM: a browser with your logins reaches everything it does (hint: --force opens it anyway; `agent-vm net mode %s allow` ends offline)", r.Branch, e.Slug)
 	}
-	was, err := bridge.ReadDoors(e.Layout.RunDir())
+	was, err := bridge.ReadConfig(e.Layout.RunDir())
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 				return nil, err
 			}
 			if !l.Reused && o.Stop != nil {
-				// A Chromium started for a door that then does not open
+				// A Chromium started for a bridge that then does not open
 				// is stopped again.
 				defer func() {
 					if openErr != nil {
@@ -192,7 +192,7 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 			}
 			if l.Port != port {
 				// One profile, one Chromium: the one running keeps its port.
-				notify(fmt.Sprintf("agent-vm's Chromium runs with DevTools on port %d, not %d: the door leads there", l.Port, port))
+				notify(fmt.Sprintf("agent-vm's Chromium runs with DevTools on port %d, not %d: the bridge leads there", l.Port, port))
 				addr = bridge.DevToolsAddr(l.Port)
 			}
 			switch {
@@ -230,9 +230,9 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 	return infoOf(e, d), nil
 }
 
-// Off closes every door of the VM name means, takes chrome-devtools-mcp
+// Off closes every bridge of the VM name means, takes chrome-devtools-mcp
 // out of its guest's Claude Code configuration and, when the VM's DevTools
-// door led to agent-vm's Chromium, stops it unless another VM uses it
+// bridge led to agent-vm's Chromium, stops it unless another VM uses it
 // (stop; nil leaves it running).
 func Off(ctx context.Context, vms VMs, name string, stop Stopper, notify func(string)) (*Info, error) {
 	if notify == nil {
@@ -243,47 +243,47 @@ func Off(ctx context.Context, vms VMs, name string, stop Stopper, notify func(st
 		return nil, err
 	}
 	defer lock.Release()
-	was, err := bridge.ReadDoors(e.Layout.RunDir())
+	was, err := bridge.ReadConfig(e.Layout.RunDir())
 	if err != nil {
 		return nil, err
 	}
 	if !was.Any() {
-		return infoOf(e, bridge.Doors{}), nil
+		return infoOf(e, bridge.Config{}), nil
 	}
-	if err := apply(ctx, vms, e, bridge.Doors{}, was); err != nil {
+	if err := apply(ctx, vms, e, bridge.Config{}, was); err != nil {
 		return nil, err
 	}
 	if was.DevTools != "" {
 		if err := unregisterDevToolsMCP(ctx, vms, e); err != nil {
-			return nil, fmt.Errorf("the doors are closed, but chrome-devtools-mcp is still registered in the guest: %w", err)
+			return nil, fmt.Errorf("the bridges are closed, but chrome-devtools-mcp is still registered in the guest: %w", err)
 		}
 	}
 	if was.Launched && stop != nil {
 		usedBy, stopped, err := stop(ctx, e.Slug)
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("the doors are closed, but agent-vm's Chromium: %w", err)
+			return nil, fmt.Errorf("the bridges are closed, but agent-vm's Chromium: %w", err)
 		case usedBy != "":
-			notify(fmt.Sprintf("agent-vm's Chromium keeps running: VM %s has a door to it", usedBy))
+			notify(fmt.Sprintf("agent-vm's Chromium keeps running: VM %s has a bridge to it", usedBy))
 		case stopped:
 			notify("stopped agent-vm's Chromium (its profile stays, logged in)")
 		}
 	}
-	return infoOf(e, bridge.Doors{}), nil
+	return infoOf(e, bridge.Config{}), nil
 }
 
-// apply writes d as e's doors and has the holder open them; when it
-// cannot, the doors that were (was) are put back.
-func apply(ctx context.Context, vms VMs, e state.Entry, d, was bridge.Doors) error {
-	if err := bridge.WriteDoors(e.Layout.RunDir(), d); err != nil {
+// apply writes d as e's bridges and has the holder open them; when it
+// cannot, the bridges that were (was) are put back.
+func apply(ctx context.Context, vms VMs, e state.Entry, d, was bridge.Config) error {
+	if err := bridge.WriteConfig(e.Layout.RunDir(), d); err != nil {
 		return err
 	}
-	err := vms.Doors(ctx, e)
+	err := vms.ReloadBridges(ctx, e)
 	if err == nil {
 		return nil
 	}
-	if werr := bridge.WriteDoors(e.Layout.RunDir(), was); werr == nil {
-		_ = vms.Doors(ctx, e)
+	if werr := bridge.WriteConfig(e.Layout.RunDir(), was); werr == nil {
+		_ = vms.ReloadBridges(ctx, e)
 	}
 	return err
 }

@@ -18,16 +18,16 @@ import (
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// fakeVMs is a FAKE of vm's Manager for the browser room: one VM in a
-// directory of the test's, in the state the test says; it records each
-// Doors call (what the holder would be asked to open) and answers it with
-// doorsErr. Connect is never reached in these tests (no DevTools door
-// opens), and says so if it is.
+// fakeVMs is a FAKE of vm's Manager for the browser room: one VM in a directory
+// of the test's, in the state the test says; it records each ReloadBridges call
+// (what the holder would be asked to open) and answers it with reloadErr. Connect
+// is never reached in these tests (no DevTools relay opens), and says so if it
+// is.
 type fakeVMs struct {
-	e        state.Entry
-	state    string
-	doorsErr error
-	reloads  []bridge.Doors
+	e         state.Entry
+	state     string
+	reloadErr error
+	reloads   []bridge.Config
 }
 
 func newFakeVMs(t *testing.T, r *state.Record) *fakeVMs {
@@ -71,18 +71,18 @@ func (f *fakeVMs) PullLog(context.Context, state.Entry, bool) (func(), error) {
 	return func() {}, nil
 }
 
-func (f *fakeVMs) Doors(_ context.Context, e state.Entry) error {
-	d, err := bridge.ReadDoors(e.Layout.RunDir())
+func (f *fakeVMs) ReloadBridges(_ context.Context, e state.Entry) error {
+	d, err := bridge.ReadConfig(e.Layout.RunDir())
 	if err != nil {
 		return err
 	}
 	f.reloads = append(f.reloads, d)
-	return f.doorsErr
+	return f.reloadErr
 }
 
-func (f *fakeVMs) doors(t *testing.T) bridge.Doors {
+func (f *fakeVMs) bridges(t *testing.T) bridge.Config {
 	t.Helper()
-	d, err := bridge.ReadDoors(f.e.Layout.RunDir())
+	d, err := bridge.ReadConfig(f.e.Layout.RunDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestOpenRefusals(t *testing.T) {
 		o     Options
 		want  string
 	}{
-		{"no door", nil, Options{}, "no door named"},
+		{"no bridge", nil, Options{}, "no bridge named"},
 		{"stopped", func(f *fakeVMs) { f.state = driver.StateStopped }, Options{OpenURLs: true}, `VM "feat" is stopped`},
 		{"offline", func(f *fakeVMs) { f.e.Record.Net = &state.Net{Mode: egress.ModeOffline} }, Options{OpenURLs: true}, "--force opens it anyway"},
 		{"no bridge socket", nil, Options{ChromeBridge: true, Getenv: env(map[string]string{bridge.ChromeBridgeDirEnv: empty})}, "run `claude --chrome` on the host"},
@@ -137,31 +137,31 @@ func TestOpenRefusals(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Open = %v, want an error containing %q", err, tc.want)
 			}
-			if d := f.doors(t); d.Any() || len(f.reloads) != 0 {
-				t.Errorf("a refused Open left doors %+v and asked the holder %d times", d, len(f.reloads))
+			if d := f.bridges(t); d.Any() || len(f.reloads) != 0 {
+				t.Errorf("a refused Open left bridges %+v and asked the holder %d times", d, len(f.reloads))
 			}
 		})
 	}
 }
 
-// A VM whose network is offline gets a door with Force, marked so.
+// A VM whose network is offline gets a bridge with Force, marked so.
 func TestOpenForcedOnAnOfflineVM(t *testing.T) {
 	f := newFakeVMs(t, &state.Record{Net: &state.Net{Mode: egress.ModeOffline}})
 	info, err := Open(context.Background(), f, Options{Name: "feat", OpenURLs: true, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !info.Doors.OpenURLs || !info.Doors.Forced || len(f.reloads) != 1 {
-		t.Fatalf("forced open: %+v, %d reloads", info.Doors, len(f.reloads))
+	if !info.Bridges.OpenURLs || !info.Bridges.Forced || len(f.reloads) != 1 {
+		t.Fatalf("forced open: %+v, %d reloads", info.Bridges, len(f.reloads))
 	}
 	if !strings.Contains(strings.Join(info.Open, "\n"), "offline VM (--force)") {
-		t.Errorf("the forced door is not shown as such: %q", info.Open)
+		t.Errorf("the forced bridge is not shown as such: %q", info.Open)
 	}
 }
 
-// The bridge door records the socket directory it found a socket in; a
-// second door adds to it; Off closes both; Show follows.
-func TestOpenAddsDoorsAndOffClosesThem(t *testing.T) {
+// The bridge bridge records the socket directory it found a socket in; a
+// second bridge adds to it; Off closes both; Show follows.
+func TestOpenAddsBridgesAndOffClosesThem(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeVMs(t, &state.Record{})
 	dir := bridgeDir(t, true)
@@ -172,48 +172,48 @@ func TestOpenAddsDoorsAndOffClosesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Doors.ChromeBridge != dir || !info.Doors.OpenURLs || !strings.HasPrefix(info.Doors.Log, f.e.Layout.Dir) {
-		t.Fatalf("doors after two opens: %+v", info.Doors)
+	if info.Bridges.ChromeBridge != dir || !info.Bridges.OpenURLs || !strings.HasPrefix(info.Bridges.Log, f.e.Layout.Dir) {
+		t.Fatalf("bridges after two opens: %+v", info.Bridges)
 	}
 	if shown, _ := Show(ctx, f, "feat"); len(shown.Open) != 2 {
-		t.Errorf("Show: %q, want two doors", shown.Open)
+		t.Errorf("Show: %q, want two bridges", shown.Open)
 	}
 	if _, err := Off(ctx, f, "feat", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := f.doors(t); d.Any() {
+	if d := f.bridges(t); d.Any() {
 		t.Errorf("after Off: %+v", d)
 	}
 	if last := f.reloads[len(f.reloads)-1]; last.Any() {
-		t.Errorf("the holder's last reload still had doors: %+v", last)
+		t.Errorf("the holder's last reload still had bridges: %+v", last)
 	}
 }
 
-// When the holder cannot open the doors, the doors that were are put back
+// When the holder cannot open the bridges, the bridges that were are put back
 // and the holder asked again.
-func TestOpenPutsTheDoorsBackWhenTheHolderFails(t *testing.T) {
+func TestOpenPutsTheBridgesBackWhenTheHolderFails(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeVMs(t, &state.Record{})
-	before := bridge.Doors{OpenURLs: true}
-	if err := bridge.WriteDoors(f.e.Layout.RunDir(), before); err != nil {
+	before := bridge.Config{OpenURLs: true}
+	if err := bridge.WriteConfig(f.e.Layout.RunDir(), before); err != nil {
 		t.Fatal(err)
 	}
-	f.doorsErr = errors.New("fake: the holder refused")
+	f.reloadErr = errors.New("fake: the holder refused")
 	dir := bridgeDir(t, true)
 	_, err := Open(ctx, f, Options{Name: "feat", ChromeBridge: true, Getenv: env(map[string]string{bridge.ChromeBridgeDirEnv: dir})})
 	if err == nil || !strings.Contains(err.Error(), "the holder refused") {
 		t.Fatalf("Open = %v, want the holder's error", err)
 	}
-	if d := f.doors(t); d != before {
-		t.Errorf("doors after a failed open: %+v, want %+v back", d, before)
+	if d := f.bridges(t); d != before {
+		t.Errorf("bridges after a failed open: %+v, want %+v back", d, before)
 	}
 	if len(f.reloads) != 2 || f.reloads[0].ChromeBridge != dir || f.reloads[1] != before {
-		t.Errorf("holder reloads: %+v, want the new doors then the old", f.reloads)
+		t.Errorf("holder reloads: %+v, want the new bridges then the old", f.reloads)
 	}
 }
 
 // run --chrome with no bridge socket and no DevTools endpoint: the
-// guidance, what it fell back to (nothing), and no door.
+// guidance, what it fell back to (nothing), and no bridge.
 func TestForAgentWithNothingOnTheHost(t *testing.T) {
 	f := newFakeVMs(t, &state.Record{})
 	var said []string
@@ -231,8 +231,8 @@ func TestForAgentWithNothingOnTheHost(t *testing.T) {
 			t.Errorf("run --chrome said %q, lacking %q", all, want)
 		}
 	}
-	if f.doors(t).Any() {
-		t.Error("a door opened")
+	if f.bridges(t).Any() {
+		t.Error("a bridge opened")
 	}
 }
 
@@ -245,7 +245,7 @@ func TestForAgentTunnelsTheBridge(t *testing.T) {
 	if err != nil || !bridgeOn {
 		t.Fatalf("ForAgent = %v, %v; want the bridge", bridgeOn, err)
 	}
-	if d := f.doors(t); d.ChromeBridge != dir {
-		t.Errorf("doors: %+v", d)
+	if d := f.bridges(t); d.ChromeBridge != dir {
+		t.Errorf("bridges: %+v", d)
 	}
 }

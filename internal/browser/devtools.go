@@ -21,7 +21,7 @@ import (
 // (guest.DevToolsMCP's Install: once per guest, through the VM's egress
 // proxy, from the npm registry) and registers it with the guest's Claude
 // Code (the workspace's local scope, as mcp sync writes), pointed at the
-// DevTools door.
+// DevTools relay.
 func devToolsMCP(ctx context.Context, vms VMs, e state.Entry, notify func(string)) error {
 	d, err := guest.NewDevToolsMCP(guest.DevToolsMCPPrefix, runtime.GOARCH) // the guest's architecture is the host's
 	if err != nil {

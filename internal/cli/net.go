@@ -110,7 +110,7 @@ func netCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return err
 					}
-					print := func(x egress.Entry) error { return printNetEntry(stdio.Out, x, cliCtx.Bool("json")) }
+					print := func(x egress.LogEntry) error { return printNetEntry(stdio.Out, x, cliCtx.Bool("json")) }
 					for _, x := range entries {
 						if err := print(x); err != nil {
 							return err
@@ -205,7 +205,7 @@ func printBrowserLines(w io.Writer, lines []string) {
 	}
 }
 
-func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
+func printNetEntry(w io.Writer, x egress.LogEntry, asJSON bool) error {
 	if asJSON {
 		return writeJSON(w, x)
 	}
@@ -287,9 +287,9 @@ func netProxyCommand(stdio IO) *cli.Command {
 			}
 			e := newEnv(cliCtx, stdio)
 			o := egress.ServeOptions{Dir: cliCtx.String("dir"),
-				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
+				ProxySocket: cliCtx.String("proxy-socket"), ExposedSocket: cliCtx.String("door-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
-				Front: front, DoorDir: cliCtx.String("door-dir"), Log: e.log.Named("net-proxy")}
+				Front: front, ExposedDir: cliCtx.String("door-dir"), Log: e.log.Named("net-proxy")}
 			for _, h := range []struct {
 				name string
 				to   *string
@@ -326,7 +326,7 @@ func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 	if cliCtx.String("front-ports") == "" {
 		return nil, usagef("net-proxy: --front needs --front-ports")
 	}
-	return &egress.Front{Addr: addr, Doors: cliCtx.IntSlice("front-door"), PortsFile: cliCtx.String("front-ports")}, nil
+	return &egress.Front{Addr: addr, Exposed: cliCtx.IntSlice("front-door"), PortsFile: cliCtx.String("front-ports")}, nil
 }
 
 // netRelayCommand carries one guest connection to the proxy: QEMU runs it
@@ -462,7 +462,7 @@ func doorsOf(specs []string) ([]door, error) {
 
 // serveForwards serves f's forwards (if any) and the doors until ctx ends
 // or one of them fails.
-// Each door made prints hostlink.DoorReadyLine on out: the driver waits
+// Each door made prints hostlink.SocketReadyLine on out: the driver waits
 // for those lines before the VM's start goes on.
 func serveForwards(ctx context.Context, f *tcpfwd.Forwarder, dial tcpfwd.Dialer, tun *hostlink.Tunnel, doors []door, owner string, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -474,10 +474,10 @@ func serveForwards(ctx context.Context, f *tcpfwd.Forwarder, dial tcpfwd.Dialer,
 	for _, d := range doors {
 		to := net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port))
 		go func() {
-			errs <- tun.ServeDoor(ctx, d.socket, owner, func(ctx context.Context) (net.Conn, error) {
+			errs <- tun.ServeSocket(ctx, d.socket, owner, func(ctx context.Context) (net.Conn, error) {
 				var nd net.Dialer
 				return nd.DialContext(ctx, "tcp", to)
-			}, func() { fmt.Fprintln(out, hostlink.DoorReadyLine(d.socket)) })
+			}, func() { fmt.Fprintln(out, hostlink.SocketReadyLine(d.socket)) })
 		}()
 	}
 	return <-errs

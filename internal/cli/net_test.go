@@ -219,9 +219,9 @@ func TestNetProxyDropsToTheOwner(t *testing.T) {
 func TestNetLogLine(t *testing.T) {
 	var b strings.Builder
 	at := time.Date(2026, 11, 27, 4, 0, 0, 0, time.Local)
-	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: "https", Host: "api.github.com", Port: 443, Allowed: true, Rule: "allow api.github.com",
+	_ = printNetEntry(&b, egress.LogEntry{Time: at, Kind: "https", Host: "api.github.com", Port: 443, Allowed: true, Rule: "allow api.github.com",
 		Request: "POST /repos/o/r/pulls", Secrets: []string{"GH_TOKEN"}}, false)
-	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: "https", Host: "example.org", Port: 443, Rule: "secret bound elsewhere",
+	_ = printNetEntry(&b, egress.LogEntry{Time: at, Kind: "https", Host: "example.org", Port: 443, Rule: "secret bound elsewhere",
 		Request: "GET /x", Error: "placeholder of GH_TOKEN sent to example.org: refused"}, false)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 2 || !strings.HasSuffix(lines[0], "  POST /repos/o/r/pulls  secrets: GH_TOKEN") ||
@@ -236,10 +236,10 @@ func TestNetLogLine(t *testing.T) {
 func TestNetLogOpenURLLine(t *testing.T) {
 	var b strings.Builder
 	at := time.Date(2026, 11, 27, 4, 0, 0, 0, time.Local)
-	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindOpenURL, Host: "example.test", Port: 443, Allowed: true,
+	_ = printNetEntry(&b, egress.LogEntry{Time: at, Kind: egress.KindOpenURL, Host: "example.test", Port: 443, Allowed: true,
 		Rule: "opened", URL: "https://example.test/x"}, false)
-	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindOpenURL, Rule: "refused: file: URLs are not opened on the host; only http and https URLs are"}, false)
-	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindOpenURL, Allowed: true, Rule: "printed: opening is off", URL: "https://example.test/\x1b[2J"}, false)
+	_ = printNetEntry(&b, egress.LogEntry{Time: at, Kind: egress.KindOpenURL, Rule: "refused: file: URLs are not opened on the host; only http and https URLs are"}, false)
+	_ = printNetEntry(&b, egress.LogEntry{Time: at, Kind: egress.KindOpenURL, Allowed: true, Rule: "printed: opening is off", URL: "https://example.test/\x1b[2J"}, false)
 	want := at.Format(time.DateTime) + "  open-url allowed https://example.test/x  (opened)\n" +
 		at.Format(time.DateTime) + "  open-url DENIED  -  (refused: file: URLs are not opened on the host; only http and https URLs are)\n" +
 		at.Format(time.DateTime) + "  open-url allowed https://example.test/\\x1b[2J  (printed: opening is off)\n"
@@ -493,9 +493,9 @@ func TestShippedBuildHasNoTestHooks(t *testing.T) {
 func TestNetLogDevToolsLine(t *testing.T) {
 	var b strings.Builder
 	at := time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local)
-	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindDevTools, Request: "Page.navigate", URL: "file:///etc/passwd",
+	_ = printNetEntry(&b, egress.LogEntry{Time: at, Kind: egress.KindDevTools, Request: "Page.navigate", URL: "file:///etc/passwd",
 		Rule: "the host's browser loads http, https and about:blank only"}, false)
-	_ = printNetEntry(&b, egress.Entry{Time: at, Kind: egress.KindDevTools, Request: "Browser.close\x1b[2J", Rule: "it closes the host's browser"}, false)
+	_ = printNetEntry(&b, egress.LogEntry{Time: at, Kind: egress.KindDevTools, Request: "Browser.close\x1b[2J", Rule: "it closes the host's browser"}, false)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 2 || !strings.HasSuffix(lines[0], "devtools DENIED  Page.navigate file:///etc/passwd  (the host's browser loads http, https and about:blank only)") ||
 		strings.Contains(lines[1], "\x1b") || !strings.Contains(lines[1], "(it closes the host's browser)") {

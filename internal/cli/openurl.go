@@ -34,7 +34,7 @@ func openURLCommand(stdio IO) *cli.Command {
 			ctx, cancel := context.WithTimeout(cliCtx.Context, openURLTimeout)
 			defer cancel()
 			a, err := bridge.AskOpen(ctx, cliCtx.String("socket"), cliCtx.Args().First())
-			if errors.Is(err, bridge.ErrDoorClosed) {
+			if errors.Is(err, bridge.ErrNoOpener) {
 				return fmt.Errorf("opening URLs on the host is off for this VM; on the host, run: agent-vm browser %s --open-urls", thisVM())
 			}
 			if err != nil {

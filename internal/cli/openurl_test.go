@@ -42,7 +42,7 @@ func TestOpenURLFailures(t *testing.T) {
 func TestOpenURLAsksTheDoor(t *testing.T) {
 	// FAKE at the exec boundary: the host's xdg-open.
 	run := execxtest.New(t).On(bridge.Opener, func(execxtest.Call) execxtest.Reply { return execxtest.Reply{} })
-	d := &bridge.URLDoor{VM: "x", Open: true, Run: run}
+	d := &bridge.URLOpener{VM: "x", Open: true, Run: run}
 	sock := filepath.Join(t.TempDir(), "open-url.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {

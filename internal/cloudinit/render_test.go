@@ -14,7 +14,8 @@ import (
 )
 
 // goldenCases are the representative records whose rendering is pinned in
-// testdata/golden/<name>/ (regenerate: AGENT_VM_UPDATE_GOLDEN=1 go test ./internal/cloudinit).
+// testdata/golden/<name>/ (regenerate: AGENT_VM_UPDATE_GOLDEN=1 go test
+// ./internal/cloudinit).
 func goldenCases(t testing.TB) map[string]Config {
 	t.Helper()
 	base := testConfig(t)
@@ -169,7 +170,7 @@ func TestUserDataCarriesTheGuestContract(t *testing.T) {
 
 // Every guest's browser is agent-vm open-url: the names programs try, and
 // $BROWSER for login and agent sessions.
-func TestGuestBrowserIsTheURLDoor(t *testing.T) {
+func TestGuestBrowserIsTheURLOpener(t *testing.T) {
 	c := goldenCases(t)["custom-ids-with-origins"]
 	seed, err := Render(c)
 	if err != nil {

@@ -210,12 +210,12 @@ type Adopter interface {
 }
 
 // NetworkContainer is a driver whose Start honours Machine.Network (the
-// containment: the guest reaches only its doors). Both drivers are: QEMU's
-// by its restricted user network, vagrant's by a libvirt network of the
-// VM's own and an nftables fence (internal/libvirtnet). The caller passes
-// no Network to a driver that is not, nor for a guest that is not
-// agent-vm's (the repository's own Vagrantfile), and must not promise
-// the user a policy nothing enforces.
+// containment: the guest reaches only its egress proxy and exposed ports). Both
+// drivers are: QEMU's by its restricted user network, vagrant's by a libvirt
+// network of the VM's own and an nftables fence (internal/libvirtnet). The caller
+// passes no Network to a driver that is not, nor for a guest that is not
+// agent-vm's (the repository's own Vagrantfile), and must not promise the user a
+// policy nothing enforces.
 type NetworkContainer interface {
 	// ContainsNetwork does nothing: having it is the answer.
 	ContainsNetwork()

@@ -17,8 +17,8 @@ type Machine struct {
 	Share       Share        // the workspace
 	Forwards    []Forward    // host 127.0.0.1 ports to guest ports
 	Credentials []Credential // secrets handed to the guest as files
-	// Network contains the machine's network (the egress proxy and its doors); nil leaves it
-	// unrestricted.
+	// Network contains the machine's network (the egress proxy and the exposed
+	// ports); nil leaves it unrestricted.
 	Network *Network
 	// Remote, when set, places the machine on another host, which the
 	// driver reaches over agent-vm's link; nil runs it on this machine.
@@ -47,14 +47,14 @@ type Remote struct {
 }
 
 // Network is a contained machine network: the guest reaches nothing of
-// the host or beyond except its doors, each a guest address and port that
+// the host or beyond except the ports at one guest-side address, each of which
 // the driver connects to a host-side socket, one relay process per
-// connection. The egress proxy serves two of them: the proxy door and the
+// connection. The egress proxy serves both kinds: the proxy's port and the
 // exposed host ports (internal/egress).
 type Network struct {
-	// Addr is the guest-side address of every door.
+	// Addr is the guest-side address of the proxy and every exposed port.
 	Addr string
-	// ProxyPort is the proxy's door (HTTP proxy) at Addr.
+	// ProxyPort is the proxy's port (HTTP proxy) at Addr.
 	ProxyPort int
 	// Exposed are host ports on 127.0.0.1 the guest reaches at Addr, each
 	// at the same port number.
@@ -73,11 +73,11 @@ type Network struct {
 	// Dir is the proxy's directory (policy and log), which the driver
 	// gives to the user the proxy runs as.
 	Dir string
-	// DoorDir, when set, is where the proxy reaches an exposed port: the
-	// unix socket DoorDir/PORT (served from the machine the user exposed
+	// ExposedDir, when set, is where the proxy reaches an exposed port: the
+	// unix socket ExposedDir/PORT (served from the machine the user exposed
 	// the port on, for a machine placed on another host) rather than the
 	// host's 127.0.0.1:PORT.
-	DoorDir string
+	ExposedDir string
 	// Relay is the command line that carries one guest connection (its
 	// stdin and stdout) to a socket; the driver appends the socket, and
 	// for an exposed port the port. Neither may contain spaces.

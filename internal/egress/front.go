@@ -15,17 +15,17 @@ import (
 // Front is the proxy's TCP front, for a guest that reaches the host over
 // a network of its own rather than through QEMU's user network: a libvirt
 // network whose host end (the bridge's address, Addr) the guest's packets
-// to the doors' address are led to by the driver's firewall (DNAT). Every
+// to the proxy address are led to by the driver's firewall (DNAT). Every
 // listener takes a port the kernel chooses, so no program already on a
 // port of the host's wildcard address stands in the way, and PortsFile
 // says which: the driver reads it to write its firewall rules.
 type Front struct {
 	// Addr is the host address to listen on (the bridge's).
 	Addr netip.Addr
-	// Doors are the exposed host ports, each served on a port of its own
-	// (a connection there is a door connection to that host port, checked
-	// against the policy like one that came through the door socket).
-	Doors []int
+	// Exposed are the exposed host ports, each served on a port of its own (a
+	// connection there is a exposed-port connection to that host port, checked
+	// against the policy like one that came through the exposed-port socket).
+	Exposed []int
 	// PortsFile is where the chosen ports are written (FrontPorts, JSON,
 	// 0600) once every listener is open.
 	PortsFile string
@@ -34,15 +34,15 @@ type Front struct {
 // FrontPorts is what Front's PortsFile says: the proxy's port at Addr,
 // and for each exposed host port the port at Addr that leads to it.
 type FrontPorts struct {
-	Addr  string      `json:"addr"`
-	Proxy int         `json:"proxy"`
-	Doors map[int]int `json:"doors,omitempty"`
+	Addr    string      `json:"addr"`
+	Proxy   int         `json:"proxy"`
+	Exposed map[int]int `json:"exposed,omitempty"`
 }
 
 // front is an open Front: its listeners, not yet served.
 type front struct {
-	proxy net.Listener
-	doors map[int]net.Listener
+	proxy   net.Listener
+	exposed map[int]net.Listener
 }
 
 func (f *front) close() {
@@ -50,7 +50,7 @@ func (f *front) close() {
 		return
 	}
 	f.proxy.Close()
-	for _, l := range f.doors {
+	for _, l := range f.exposed {
 		l.Close()
 	}
 }
@@ -66,23 +66,23 @@ func listenFront(f Front) (*front, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the egress proxy cannot listen on %s: %w", f.Addr, err)
 	}
-	o := &front{proxy: pl, doors: map[int]net.Listener{}}
-	ports := FrontPorts{Addr: f.Addr.String(), Proxy: listenerPort(pl), Doors: map[int]int{}}
-	for _, d := range f.Doors {
+	o := &front{proxy: pl, exposed: map[int]net.Listener{}}
+	ports := FrontPorts{Addr: f.Addr.String(), Proxy: listenerPort(pl), Exposed: map[int]int{}}
+	for _, d := range f.Exposed {
 		if d < 1 || d > 65535 {
 			o.close()
-			return nil, fmt.Errorf("door port %d is not a port number", d)
+			return nil, fmt.Errorf("exposed port %d is not a port number", d)
 		}
-		if _, ok := o.doors[d]; ok {
+		if _, ok := o.exposed[d]; ok {
 			continue
 		}
 		l, err := net.Listen("tcp", at)
 		if err != nil {
 			o.close()
-			return nil, fmt.Errorf("the egress proxy cannot listen on %s for door %d: %w", f.Addr, d, err)
+			return nil, fmt.Errorf("the egress proxy cannot listen on %s for exposed port %d: %w", f.Addr, d, err)
 		}
-		o.doors[d] = l
-		ports.Doors[d] = listenerPort(l)
+		o.exposed[d] = l
+		ports.Exposed[d] = listenerPort(l)
 	}
 	if err := atomicfile.WriteJSON(f.PortsFile, ports, 0o600); err != nil {
 		o.close()
@@ -97,9 +97,9 @@ func listenerPort(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
 // goes to errc.
 func (p *Proxy) serveFront(f *front, errc chan<- error) {
 	go func() { errc <- p.ServeProxy(f.proxy) }()
-	for d, l := range f.doors {
+	for d, l := range f.exposed {
 		go func() {
-			errc <- serve(l, func(c net.Conn) { p.door(c, bufio.NewReader(c), d) })
+			errc <- serve(l, func(c net.Conn) { p.relayExposed(c, bufio.NewReader(c), d) })
 		}()
 	}
 }

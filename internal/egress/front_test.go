@@ -19,12 +19,12 @@ import (
 )
 
 // The TCP front, served by Serve as net-proxy serves it: the proxy port
-// judges requests by the policy, each door port leads to its host port
+// judges requests by the policy, each exposed port leads to its host port
 // while the policy exposes it (and stops at once when it no longer does),
-// a door port listed but not exposed leads nowhere, and the ports file
+// a port listed but not exposed leads nowhere, and the ports file
 // names every listener.
-func TestFrontServesProxyAndDoors(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "door") }))
+func TestFrontServesProxyAndExposedPorts(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "exposed") }))
 	defer srv.Close()
 	exposed, _ := strconv.Atoi(port(t, srv.URL))
 	other := exposed + 1
@@ -38,14 +38,14 @@ func TestFrontServesProxyAndDoors(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Serve(ctx, ServeOptions{Dir: dir,
-			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{exposed, other, exposed}, PortsFile: ports}})
+			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Exposed: []int{exposed, other, exposed}, PortsFile: ports}})
 	}()
 	var fp FrontPorts
 	fp = waitFrontPorts(t, ports)
 	if fi, err := os.Stat(ports); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("ports file: %v %v, want 0600", fi.Mode(), err)
 	}
-	if fp.Addr != "127.0.0.1" || len(fp.Doors) != 2 || fp.Doors[exposed] == 0 || fp.Doors[other] == 0 || fp.Doors[exposed] == fp.Proxy {
+	if fp.Addr != "127.0.0.1" || len(fp.Exposed) != 2 || fp.Exposed[exposed] == 0 || fp.Exposed[other] == 0 || fp.Exposed[exposed] == fp.Proxy {
 		t.Fatalf("ports = %+v", fp)
 	}
 	get := func(p int, req string) string {
@@ -60,11 +60,11 @@ func TestFrontServesProxyAndDoors(t *testing.T) {
 		return string(b)
 	}
 	plain := "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-	if got := get(fp.Doors[exposed], plain); !strings.HasSuffix(got, "door") {
-		t.Errorf("the exposed door answered %q", got)
+	if got := get(fp.Exposed[exposed], plain); !strings.HasSuffix(got, "exposed") {
+		t.Errorf("the exposed port answered %q", got)
 	}
-	if got := get(fp.Doors[other], plain); got != "" {
-		t.Errorf("a door port not exposed answered %q", got)
+	if got := get(fp.Exposed[other], plain); got != "" {
+		t.Errorf("a port not exposed answered %q", got)
 	}
 	if got := get(fp.Proxy, "GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\nConnection: close\r\n\r\n"); !strings.Contains(got, " 403 ") || !strings.Contains(got, "mode offline") {
 		t.Errorf("the proxy port answered %q, want the offline refusal", got)
@@ -72,8 +72,8 @@ func TestFrontServesProxyAndDoors(t *testing.T) {
 	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline}); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(fp.Doors[exposed], plain); got != "" {
-		t.Errorf("a door taken away answered %q", got)
+	if got := get(fp.Exposed[exposed], plain); got != "" {
+		t.Errorf("an exposed port taken away answered %q", got)
 	}
 	cancel()
 	select {
@@ -101,10 +101,10 @@ func TestFrontRefusals(t *testing.T) {
 		want string
 	}{
 		{Front{Addr: netip.MustParseAddr("240.0.0.1"), PortsFile: ports}, "cannot listen on 240.0.0.1"},
-		{Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{70000}, PortsFile: ports}, "door port 70000"},
+		{Front{Addr: netip.MustParseAddr("127.0.0.1"), Exposed: []int{70000}, PortsFile: ports}, "exposed port 70000"},
 		{Front{Addr: netip.MustParseAddr("127.0.0.1")}, "internal error"},
 	} {
-		err := Serve(context.Background(), ServeOptions{Dir: dir, ProxySocket: filepath.Join(dir, ProxySocket), DoorSocket: filepath.Join(dir, DoorSocket), Front: &tc.f})
+		err := Serve(context.Background(), ServeOptions{Dir: dir, ProxySocket: filepath.Join(dir, ProxySocket), ExposedSocket: filepath.Join(dir, ExposedSocket), Front: &tc.f})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.f, err, tc.want)
 		}
@@ -117,15 +117,15 @@ func TestFrontRefusals(t *testing.T) {
 	}
 }
 
-// With a door directory (a VM placed on another host), an exposed port is
-// reached at DIR/PORT, a unix socket standing for the user's machine, and
+// With an exposed-port directory (a VM placed on another host), an exposed port
+// is reached at DIR/PORT, a unix socket standing for the user's machine, and
 // never at this host's 127.0.0.1:PORT, where another server listens here.
-func TestFrontDoorsThroughDoorDir(t *testing.T) {
+func TestFrontExposedThroughExposedDir(t *testing.T) {
 	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "this host") }))
 	defer local.Close()
 	exposed, _ := strconv.Atoi(port(t, local.URL))
-	dir, doors := t.TempDir(), t.TempDir()
-	l, err := net.Listen("unix", filepath.Join(doors, strconv.Itoa(exposed)))
+	dir, sockets := t.TempDir(), t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(sockets, strconv.Itoa(exposed)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,12 +144,12 @@ func TestFrontDoorsThroughDoorDir(t *testing.T) {
 		<-done
 	}()
 	go func() {
-		done <- Serve(ctx, ServeOptions{Dir: dir, DoorDir: doors,
-			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Doors: []int{exposed}, PortsFile: ports}})
+		done <- Serve(ctx, ServeOptions{Dir: dir, ExposedDir: sockets,
+			Front: &Front{Addr: netip.MustParseAddr("127.0.0.1"), Exposed: []int{exposed}, PortsFile: ports}})
 	}()
 	var fp FrontPorts
 	fp = waitFrontPorts(t, ports)
-	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(fp.Doors[exposed])), 5*time.Second)
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(fp.Exposed[exposed])), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestFrontDoorsThroughDoorDir(t *testing.T) {
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	b, _ := io.ReadAll(c)
 	if !strings.HasSuffix(string(b), "the user's machine") {
-		t.Errorf("the exposed door answered %q, want the door socket's server", b)
+		t.Errorf("the exposed port answered %q, want the exposed-port socket's server", b)
 	}
 }
 

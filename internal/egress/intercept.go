@@ -66,7 +66,7 @@ type Interceptor struct {
 const handshakeTimeout = 30 * time.Second
 
 // intercepts says whether a CONNECT to e's destination is intercepted.
-func (p *Proxy) intercepts(e Entry) bool {
+func (p *Proxy) intercepts(e LogEntry) bool {
 	in := p.Intercept
 	if in == nil || in.Bound == nil {
 		return false
@@ -81,7 +81,7 @@ func (p *Proxy) intercepts(e Entry) bool {
 // intercept serves an intercepted tunnel to e's host, up being the TCP
 // connection to it: TLS with the guest (in, c) and with the host, then
 // one request after another until either side ends.
-func (p *Proxy) intercept(c net.Conn, in io.Reader, up net.Conn, e Entry) {
+func (p *Proxy) intercept(c net.Conn, in io.Reader, up net.Conn, e LogEntry) {
 	ic := p.Intercept
 	fail := func(err error) {
 		e.Error = err.Error()
@@ -131,7 +131,7 @@ func (p *Proxy) intercept(c net.Conn, in io.Reader, up net.Conn, e Entry) {
 
 // exchange passes one request from the guest to the host and the answer
 // back, and says whether the connection goes on.
-func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader, host *tls.Conn, hr *bufio.Reader, tunnel Entry) bool {
+func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader, host *tls.Conn, hr *bufio.Reader, tunnel LogEntry) bool {
 	lr.N = maxHeaderBytes - int64(gr.Buffered()) // the head, with what is read ahead of it
 	req, err := http.ReadRequest(gr)
 	if err != nil {
@@ -141,7 +141,7 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 		return false
 	}
 	lr.N = math.MaxInt64 // the body is not bounded
-	e := Entry{Time: time.Now().UTC(), Kind: "https", Host: tunnel.Host, Port: tunnel.Port, Rule: tunnel.Rule, Request: req.Method + " " + req.URL.Path}
+	e := LogEntry{Time: time.Now().UTC(), Kind: "https", Host: tunnel.Host, Port: tunnel.Port, Rule: tunnel.Rule, Request: req.Method + " " + req.URL.Path}
 	if h := hostOf(req.Host); h != "" && h != tunnel.Host {
 		e.Rule = fmt.Sprintf("a request for %s in a tunnel to %s", h, tunnel.Host)
 		p.record(e)
@@ -240,7 +240,7 @@ func (p *Proxy) exchange(guest *tls.Conn, lr *io.LimitedReader, gr *bufio.Reader
 // refusedByRules applies the current policy's request rules to req, e
 // being its log entry; a refused request is logged and answered, and the
 // connection is to end. An unreadable policy refuses.
-func (p *Proxy) refusedByRules(guest io.Writer, req *http.Request, e Entry) bool {
+func (p *Proxy) refusedByRules(guest io.Writer, req *http.Request, e LogEntry) bool {
 	pol, err := p.currentPolicy()
 	d := RequestDecision{Rule: fmt.Sprint(err)}
 	if err == nil {

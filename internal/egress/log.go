@@ -13,18 +13,17 @@ import (
 	"time"
 )
 
-// Entry is one connection in the log.
-type Entry struct {
+// LogEntry is one connection in the log.
+type LogEntry struct {
 	Time time.Time `json:"time"`
-	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP
-	// request), "https" (a request in a tunnel the proxy intercepts to
-	// put secrets in: Interceptor), "door" (an exposed host port) or
-	// KindOpenURL (a URL the guest asked the host to open, which no
-	// connection of the guest's carries: Host and Port are the URL's,
-	// URL what of it the log keeps, Rule the verdict, and no bytes) or
-	// KindDevTools (a DevTools call the browser door refused: Request is
-	// its method, URL and Host the URL it would have loaded, if any, Rule
-	// the reason).
+	// Kind is "connect" (an HTTP CONNECT tunnel), "http" (a plain HTTP request),
+	// "https" (a request in a tunnel the proxy intercepts to put secrets in:
+	// Interceptor), KindExposedPort (a host port the user exposed) or KindOpenURL
+	// (a URL the guest asked the host to open, which no connection of the guest's
+	// carries: Host and Port are the URL's, URL what of it the log keeps, Rule
+	// the verdict, and no bytes) or KindDevTools (a DevTools call the browser
+	// bridge refused: Request is its method, URL and Host the URL it would have
+	// loaded, if any, Rule the reason).
 	Kind    string `json:"kind"`
 	Host    string `json:"host"`
 	Port    int    `json:"port"`
@@ -58,7 +57,11 @@ type Entry struct {
 // (internal/bridge writes these into the VM's log beside the proxy).
 const KindOpenURL = "open-url"
 
-// KindDevTools is the Kind of a DevTools call the host's browser door
+// KindExposedPort is the Kind of a connection to a host port the user
+// exposed (`agent-vm port expose`), through the proxy.
+const KindExposedPort = "exposed-port"
+
+// KindDevTools is the Kind of a DevTools call the host's browser bridge
 // refused (internal/bridge's relay writes these).
 const KindDevTools = "devtools"
 
@@ -69,7 +72,7 @@ const DefaultLogLimit = 1 << 20
 // Log appends entries to a size-bounded JSON-lines file (0600), Name in
 // Dir (opened once, so the proxy keeps reaching it after it drops its
 // privileges: see the package doc). Other processes may append to the same
-// file (the URL door, internal/bridge): each entry is one O_APPEND write, so
+// file (the URL opener, internal/bridge): each entry is one O_APPEND write, so
 // lines never interleave; two rotating at once can lose the older file.
 type Log struct {
 	Dir   *os.Root
@@ -81,7 +84,7 @@ type Log struct {
 
 // Add appends one entry; a failure to write is returned, never fatal to
 // the connection.
-func (l *Log) Add(e Entry) error {
+func (l *Log) Add(e LogEntry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -106,7 +109,7 @@ func (l *Log) Add(e Entry) error {
 }
 
 // keepOwner gives the file the owner of its directory when this process
-// is root (the URL door's holder): the VM's proxy, which runs as the
+// is root (the URL opener's holder): the VM's proxy, which runs as the
 // workspace's owner, appends to and rotates the same file, and a file of
 // root's that a write here made or rotated would shut it out.
 func (l *Log) keepOwner() error {
@@ -126,8 +129,8 @@ func (l *Log) keepOwner() error {
 
 // ReadLog returns the entries of the log at path, oldest first (the rotated
 // file, then the current one). A missing log has no entries.
-func ReadLog(path string) ([]Entry, error) {
-	var out []Entry
+func ReadLog(path string) ([]LogEntry, error) {
+	var out []LogEntry
 	for _, p := range []string{path + ".1", path} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
@@ -143,12 +146,12 @@ func ReadLog(path string) ([]Entry, error) {
 
 // parseLines decodes complete JSON lines, skipping any it cannot read (a
 // line cut by a crash).
-func parseLines(b []byte) []Entry {
-	var out []Entry
+func parseLines(b []byte) []LogEntry {
+	var out []LogEntry
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var e Entry
+		var e LogEntry
 		if json.Unmarshal(sc.Bytes(), &e) == nil {
 			out = append(out, e)
 		}
@@ -159,7 +162,7 @@ func parseLines(b []byte) []Entry {
 // Follow calls emit for each entry the log gains after offset bytes of the
 // current file (pass the size ReadLog saw, or 0), until ctx ends. It
 // notices a rotation and reads the new file from its start.
-func Follow(ctx context.Context, path string, offset int64, emit func(Entry) error) error {
+func Follow(ctx context.Context, path string, offset int64, emit func(LogEntry) error) error {
 	var partial []byte
 	for {
 		fi, err := os.Stat(path)

@@ -10,7 +10,7 @@ import (
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// An entry written by root (the URL door's holder) into a directory of
+// An entry written by root (the URL opener's holder) into a directory of
 // another user's leaves the file that user's, also after a rotation, so
 // the VM's proxy, running as that user, still writes to it.
 func TestLogWrittenAsRootKeepsTheDirectorysOwner(t *testing.T) {
@@ -36,7 +36,7 @@ func TestLogWrittenAsRootKeepsTheDirectorysOwner(t *testing.T) {
 		return fi.Sys().(*syscall.Stat_t).Uid
 	}
 	for i := range 3 { // the second or third write rotates (Limit)
-		if err := l.Add(Entry{Time: time.Now(), Kind: KindOpenURL, Host: "example.test", Port: 443, Allowed: true, Rule: "opened"}); err != nil {
+		if err := l.Add(LogEntry{Time: time.Now(), Kind: KindOpenURL, Host: "example.test", Port: 443, Allowed: true, Rule: "opened"}); err != nil {
 			t.Fatal(err)
 		}
 		if uid := owner(); uid != 65534 {

@@ -42,7 +42,7 @@ func TestPinIsForItsNameAlone(t *testing.T) {
 	// An allowed request is logged once its answer is passed back: the
 	// two entries may be in either order.
 	es := f.entries(2)
-	byHost := map[string]Entry{}
+	byHost := map[string]LogEntry{}
 	for _, e := range es {
 		byHost[e.Host] = e
 	}
@@ -105,7 +105,7 @@ func TestPinReachesAnOutsideHost(t *testing.T) {
 	}
 	c.CloseIdleConnections()
 	es := f.entries(2)
-	var refused Entry
+	var refused LogEntry
 	for _, e := range es {
 		if e.Host == "registry.yarnpkg.com" {
 			refused = e

@@ -1,39 +1,37 @@
 // Package egress is a VM's only way out: a per-VM host-side
-// proxy that the guest reaches through QEMU guestfwd doors, a policy that
+// proxy that the guest reaches through QEMU guestfwd rules, a policy that
 // says which destinations it may reach, and a size-bounded log of every
 // connection.
 //
-// The guest runs with slirp's restrict=on, so it reaches nothing of the
-// host or beyond by itself: no gateway, no LAN, no DNS. Its doors are
-// guestfwd rules, each spawning `agent-vm net-relay` per connection, which
-// carries the connection to one of this package's two unix sockets:
-//   - the proxy socket: HTTP CONNECT (TLS passes through untouched; the
-//     decision is made on the CONNECT host) and plain HTTP proxying (the
-//     decision is made on the request's host). With an Interceptor, a
-//     CONNECT to a host a secret is bound to is answered by the proxy
-//     itself, which puts the secret in place of the guest's placeholder
-//     (intercept.go, with the VM's own CA: ca.go) and judges each request
-//     by the policy's request rules (request.go): GitHub's API may be
-//     read, but written to only as the rules list. The proxy resolves names
-//     itself, only for destinations the policy allows, so the guest needs
-//     no resolver, and connects to none of the host's own addresses nor
-//     to one that is not globally reachable, unless the allow-list has
-//     that address itself or, for the latter, a pin gives it to the very
-//     name asked for (addrs.go, Pin). It answers such a refusal as any
-//     other, with a 403 that says why and what lifts it (Fix), which
-//     clients do not retry; a 502 means the destination could not be
-//     reached.
-//   - the door socket: a host port the user exposed (`agent-vm port
-//     expose`, `mcp sync`), named by the relay's preamble, which the guest cannot
-//     write; a port no longer exposed is refused.
+// The guest runs with slirp's restrict=on, so it reaches nothing of the host or
+// beyond by itself: no gateway, no LAN, no DNS. Its ways out are guestfwd rules,
+// each spawning `agent-vm net-relay` per connection, which carries the connection
+// to one of this package's two unix sockets:
+//   - the proxy socket: HTTP CONNECT (TLS passes through untouched; the decision
+//     is made on the CONNECT host) and plain HTTP proxying (the decision is made
+//     on the request's host). With an Interceptor, a CONNECT to a host a secret
+//     is bound to is answered by the proxy itself, which puts the secret in
+//     place of the guest's placeholder (intercept.go, with the VM's own CA:
+//     ca.go) and judges each request by the policy's request rules (request.go):
+//     GitHub's API may be read, but written to only as the rules list. The proxy
+//     resolves names itself, only for destinations the policy allows, so the
+//     guest needs no resolver, and connects to none of the host's own addresses
+//     nor to one that is not globally reachable, unless the allow-list has that
+//     address itself or, for the latter, a pin gives it to the very name asked
+//     for (addrs.go, Pin). It answers such a refusal as any other, with a 403
+//     that says why and what lifts it (Fix), which clients do not retry; a 502
+//     means the destination could not be reached.
+//   - the exposed-port socket: a host port the user exposed (`agent-vm port
+//     expose`, `mcp sync`), named by the relay's preamble, which the guest
+//     cannot write; a port no longer exposed is refused.
 //
 // A guest that libvirt runs (the vagrant backend's) has no slirp: it sits
-// on a libvirt network of its own, and its doors are the proxy's TCP front
+// on a libvirt network of its own, and its ways out are the proxy's TCP front
 // (front.go, `net-proxy --front`): the proxy and each exposed port listen
 // on the bridge's address, on ports the kernel chooses, and the driver's
 // nftables fence (internal/libvirtnet) leads the guest's connections to
-// the doors' address there and lets nothing else of the host answer it.
-// Behind either kind of door the proxy is the same.
+// the proxy address there and lets nothing else of the host answer it.
+// Behind either way in, the proxy is the same.
 //
 // The policy is a JSON file the orchestration writes (Policy) and the
 // proxy re-reads when it changes, so `agent-vm net allow|deny` take effect
@@ -131,7 +129,7 @@ type Policy struct {
 	// Deny are patterns refused in every mode (`agent-vm net deny`).
 	Deny []string `json:"deny,omitempty"`
 	// Exposed are the host ports (on 127.0.0.1) the guest may reach
-	// through the door socket.
+	// through the exposed-port socket.
 	Exposed []int `json:"exposed,omitempty"`
 	// Requests are the rules for the requests the proxy reads (those to
 	// the hosts it intercepts), tried in order, each a string

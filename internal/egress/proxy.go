@@ -22,7 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Proxy serves one VM's egress: the HTTP proxy and the doors.
+// Proxy serves one VM's egress: the HTTP proxy and the exposed ports.
 type Proxy struct {
 	// Dir is the VM's network directory, opened once: its PolicyFile is
 	// re-read when it changes.
@@ -41,11 +41,11 @@ type Proxy struct {
 	InterfaceAddrs func() ([]netip.Addr, error)
 	// DialTimeout bounds each outbound dial; 0 means 15 s.
 	DialTimeout time.Duration
-	// DoorDir, when set, is where an exposed port is reached: the unix
-	// socket DoorDir/PORT, which agent-vm serves from the machine the user
+	// ExposedDir, when set, is where an exposed port is reached: the unix
+	// socket ExposedDir/PORT, which agent-vm serves from the machine the user
 	// exposed the port on (a VM placed on another host), rather than this
 	// host's 127.0.0.1:PORT.
-	DoorDir string
+	ExposedDir string
 	// Intercept, when set, puts the host's secrets into the guest's
 	// requests to the hosts they are bound to (Interceptor).
 	Intercept *Interceptor
@@ -98,10 +98,10 @@ func (p *Proxy) ServeProxy(l net.Listener) error {
 	return serve(l, p.handleProxy)
 }
 
-// ServeDoors serves door connections from l until it is closed: each
+// ServeExposed serves exposed-port connections from l until it is closed: each
 // starts with the relay's preamble, the host port as a decimal line.
-func (p *Proxy) ServeDoors(l net.Listener) error {
-	return serve(l, p.handleDoor)
+func (p *Proxy) ServeExposed(l net.Listener) error {
+	return serve(l, p.handleExposed)
 }
 
 func serve(l net.Listener, handle func(net.Conn)) error {
@@ -170,13 +170,13 @@ func target(req *http.Request) (host string, port int, err error) {
 
 // begin reads the request's destination, decides on it and dials it. When
 // it cannot it answers the guest (and logs a decision) and returns false.
-func (p *Proxy) begin(c net.Conn, req *http.Request, kind string) (Entry, net.Conn, bool) {
+func (p *Proxy) begin(c net.Conn, req *http.Request, kind string) (LogEntry, net.Conn, bool) {
 	host, port, err := target(req)
 	if err != nil {
 		writeStatus(c, http.StatusBadRequest, "agent-vm: "+err.Error()+"\n")
-		return Entry{}, nil, false
+		return LogEntry{}, nil, false
 	}
-	e := Entry{Time: time.Now().UTC(), Kind: kind, Host: host, Port: port}
+	e := LogEntry{Time: time.Now().UTC(), Kind: kind, Host: host, Port: port}
 	up, ok := p.open(c, &e)
 	return e, up, ok
 }
@@ -229,7 +229,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) {
 // the policy (the name, or every address it resolves to) is a 403 that
 // says why and what lifts it, which clients do not retry; a destination
 // that could not be reached is a 502.
-func (p *Proxy) open(c net.Conn, e *Entry) (net.Conn, bool) {
+func (p *Proxy) open(c net.Conn, e *LogEntry) (net.Conn, bool) {
 	d, pol := p.decide(e.Host)
 	e.Allowed, e.Rule = d.Allowed, d.Rule
 	if !d.Allowed {
@@ -260,7 +260,7 @@ var errAllRefused = errors.New("every address is refused")
 // dial resolves and connects to an allowed destination, at the first of
 // its addresses the proxy may reach (reachable) that answers; the
 // addresses it refuses go into e.Refused.
-func (p *Proxy) dial(e *Entry, pol Policy) (net.Conn, error) {
+func (p *Proxy) dial(e *LogEntry, pol Policy) (net.Conn, error) {
 	timeout := p.DialTimeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
@@ -346,8 +346,8 @@ func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	return addrs, err
 }
 
-// handleDoor relays a connection to an exposed host port on 127.0.0.1.
-func (p *Proxy) handleDoor(c net.Conn) {
+// handleExposed relays a connection to an exposed host port on 127.0.0.1.
+func (p *Proxy) handleExposed(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	line, err := br.ReadString('\n')
@@ -359,14 +359,14 @@ func (p *Proxy) handleDoor(c net.Conn) {
 	if err != nil || port < 1 || port > 65535 {
 		return
 	}
-	p.door(c, br, port)
+	p.relayExposed(c, br, port)
 }
 
-// door relays a door connection to host port on 127.0.0.1 when the
+// relayExposed relays a connection to host port on 127.0.0.1 when the
 // policy exposes it (re-read at each connection, so a port taken away
 // closes at once); br holds what the guest sent after any preamble.
-func (p *Proxy) door(c net.Conn, br *bufio.Reader, port int) {
-	e := Entry{Time: time.Now().UTC(), Kind: "door", Host: "127.0.0.1", Port: port}
+func (p *Proxy) relayExposed(c net.Conn, br *bufio.Reader, port int) {
+	e := LogEntry{Time: time.Now().UTC(), Kind: KindExposedPort, Host: "127.0.0.1", Port: port}
 	pol, err := p.currentPolicy()
 	switch {
 	case err != nil:
@@ -381,8 +381,8 @@ func (p *Proxy) door(c net.Conn, br *bufio.Reader, port int) {
 		return
 	}
 	network, addr := "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if p.DoorDir != "" {
-		network, addr = "unix", filepath.Join(p.DoorDir, strconv.Itoa(port))
+	if p.ExposedDir != "" {
+		network, addr = "unix", filepath.Join(p.ExposedDir, strconv.Itoa(port))
 	}
 	up, err := net.DialTimeout(network, addr, 5*time.Second)
 	if err != nil {
@@ -395,7 +395,7 @@ func (p *Proxy) door(c net.Conn, br *bufio.Reader, port int) {
 	p.record(e)
 }
 
-func (p *Proxy) record(e Entry) {
+func (p *Proxy) record(e LogEntry) {
 	if p.Log == nil {
 		return
 	}
@@ -444,7 +444,7 @@ func (c *counter) Write(b []byte) (int, error) {
 
 // DenialMessage is what a denied guest reads: which rule refused what, and
 // the command the user runs on the host to allow it (Fix).
-func DenialMessage(e Entry, branch string) string {
+func DenialMessage(e LogEntry, branch string) string {
 	if e.Rule == RuleAddresses {
 		return fmt.Sprintf("agent-vm: connection to %s:%d refused by this VM's network policy: the name is allowed, but %s.\n"+
 			"This VM reaches the network only through agent-vm's proxy, which does not connect to this host's own addresses or to addresses that are not globally reachable.\n"+
@@ -457,7 +457,7 @@ func DenialMessage(e Entry, branch string) string {
 
 // RefusedAddrs says why the proxy refused the addresses of a
 // RuleAddresses entry: "NAME resolves to ADDR, WHY; and to ...".
-func RefusedAddrs(e Entry) string {
+func RefusedAddrs(e LogEntry) string {
 	parts := make([]string, 0, len(e.Refused))
 	for _, r := range e.Refused {
 		parts = append(parts, fmt.Sprintf("to %s, %s", r.Addr, r.Why))
@@ -471,7 +471,7 @@ func RefusedAddrs(e Entry) string {
 // addresses, `agent-vm setup` when the name is a package source (it pins
 // the name's address on this network) and `net allow` of the addresses
 // (which lets the VM reach them under any allowed name).
-func Fix(e Entry, branch string) string {
+func Fix(e LogEntry, branch string) string {
 	fix := fmt.Sprintf("agent-vm net allow %s %s", branch, e.Host)
 	switch {
 	case e.Rule == RuleAddresses:
@@ -485,7 +485,7 @@ func Fix(e Entry, branch string) string {
 }
 
 // addressFix is Fix for refused addresses.
-func addressFix(e Entry, branch string) string {
+func addressFix(e LogEntry, branch string) string {
 	var other, own []string
 	for _, r := range e.Refused {
 		a := r.Addr.Unmap().String()
@@ -509,7 +509,7 @@ func addressFix(e Entry, branch string) string {
 	return strings.Join(fixes, ", or ")
 }
 
-func writeDenied(c net.Conn, e Entry, branch string) {
+func writeDenied(c net.Conn, e LogEntry, branch string) {
 	_, _ = c.Write(forbidden(DenialMessage(e, branch)))
 }
 

@@ -128,14 +128,14 @@ func (f *fixture) client() *http.Client {
 	return f.c
 }
 
-func (f *fixture) entries(n int) []Entry {
+func (f *fixture) entries(n int) []LogEntry {
 	f.t.Helper()
 	// The proxy logs once both directions end: wait for n entries, and
 	// return what there is when they do not come (the caller says what
 	// it wanted).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var es []Entry
+	var es []LogEntry
 	_ = tu.Poll(ctx, fmt.Sprintf("%d log entries", n), func() bool {
 		var err error
 		if es, err = ReadLog(filepath.Join(f.dir, LogFile)); err != nil {
@@ -210,13 +210,13 @@ func TestDenialHintFitsTheRule(t *testing.T) {
 		"registry.npmjs.org": "agent-vm net allow b *.npmjs.org (the refusal that matched)\n",
 	} {
 		d := p.Decide(host)
-		if msg := DenialMessage(Entry{Host: host, Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.HasSuffix(msg, "on the host with: "+fix) {
+		if msg := DenialMessage(LogEntry{Host: host, Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.HasSuffix(msg, "on the host with: "+fix) {
 			t.Errorf("%s: %+v %q; want the hint %q", host, d, msg, fix)
 		}
 	}
 	p.Mode = ModeOffline
 	d := p.Decide("allowed.test")
-	if msg := DenialMessage(Entry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode b allow (this VM is offline)") {
+	if msg := DenialMessage(LogEntry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode b allow (this VM is offline)") {
 		t.Errorf("offline: %+v %q", d, msg)
 	}
 }
@@ -299,7 +299,7 @@ func TestOfflineAndUnreadablePolicy(t *testing.T) {
 	}
 }
 
-func TestDoorsAndRelay(t *testing.T) {
+func TestExposedPortsAndRelay(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "mcp") }))
 	defer srv.Close()
 	var exposed int
@@ -312,41 +312,41 @@ func TestDoorsAndRelay(t *testing.T) {
 	p := &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	proxySock, doorSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, DoorSocket)
-	go p.Run(ctx, proxySock, doorSock)
+	proxySock, exposedSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, ExposedSocket)
+	go p.Run(ctx, proxySock, exposedSock)
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
-	if err := tu.Poll(wctx, "the door socket", func() bool { _, err := os.Stat(doorSock); return err == nil }); err != nil {
+	if err := tu.Poll(wctx, "the exposed ports' socket", func() bool { _, err := os.Stat(exposedSock); return err == nil }); err != nil {
 		t.Fatal(err)
 	}
-	for _, door := range []int{exposed, exposed + 1} {
+	for _, port := range []int{exposed, exposed + 1} {
 		var out strings.Builder
 		in := strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-		if err := Relay(ctx, doorSock, door, in, &out); err != nil {
+		if err := Relay(ctx, exposedSock, port, in, &out); err != nil {
 			t.Fatal(err)
 		}
 		got := out.String()
-		if door == exposed && !strings.HasSuffix(got, "mcp") {
-			t.Errorf("the exposed door answered %q", got)
+		if port == exposed && !strings.HasSuffix(got, "mcp") {
+			t.Errorf("the exposed port answered %q", got)
 		}
-		if door != exposed && got != "" {
+		if port != exposed && got != "" {
 			t.Errorf("a port not exposed answered %q", got)
 		}
 	}
-	// The proxy socket never takes a door preamble as a destination.
+	// The proxy socket never takes an exposed port's preamble as a destination.
 	var out strings.Builder
 	if err := Relay(ctx, proxySock, 0, strings.NewReader(fmt.Sprintf("%d\n", exposed)), &out); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), "mcp") {
-		t.Errorf("the proxy socket relayed a door preamble: %q", out.String())
+		t.Errorf("the proxy socket relayed an exposed port's preamble: %q", out.String())
 	}
 	// The proxy logs a connection once both its directions end, which may
 	// be after the relay returned, and in any order.
 	f := &fixture{t: t, dir: dir}
 	es := f.entries(2)
-	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(a.Port, b.Port) })
-	if len(es) != 2 || es[0].Port != exposed || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != "door" ||
+	slices.SortFunc(es, func(a, b LogEntry) int { return cmp.Compare(a.Port, b.Port) })
+	if len(es) != 2 || es[0].Port != exposed || !es[0].Allowed || es[0].Rule != "exposed" || es[0].Kind != KindExposedPort ||
 		es[1].Allowed || es[1].Rule != "not exposed" {
 		t.Fatalf("log = %+v", es)
 	}
@@ -362,7 +362,7 @@ func TestLogIsBounded(t *testing.T) {
 	l := &Log{Dir: openRoot(t, dir), Name: LogFile, Limit: 1000}
 	path := filepath.Join(dir, LogFile)
 	for i := 0; i < 50; i++ {
-		if err := l.Add(Entry{Host: fmt.Sprintf("h%d.example.com", i), Port: 443, Rule: "mode open", Allowed: true}); err != nil {
+		if err := l.Add(LogEntry{Host: fmt.Sprintf("h%d.example.com", i), Port: 443, Rule: "mode open", Allowed: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -385,12 +385,12 @@ func TestFollow(t *testing.T) {
 	dir := t.TempDir()
 	l := &Log{Dir: openRoot(t, dir), Name: LogFile}
 	path := filepath.Join(dir, LogFile)
-	l.Add(Entry{Host: "old.example.com"})
+	l.Add(LogEntry{Host: "old.example.com"})
 	fi, _ := os.Stat(path)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	got := make(chan string, 100)
-	go Follow(ctx, path, fi.Size(), func(e Entry) error { got <- e.Host; return nil })
+	go Follow(ctx, path, fi.Size(), func(e LogEntry) error { got <- e.Host; return nil })
 	next := func() string {
 		select {
 		case h := <-got:
@@ -400,7 +400,7 @@ func TestFollow(t *testing.T) {
 			return ""
 		}
 	}
-	l.Add(Entry{Host: "new.example.com"})
+	l.Add(LogEntry{Host: "new.example.com"})
 	if h := next(); h != "new.example.com" {
 		t.Fatalf("Follow saw %q first, want the new entry only", h)
 	}
@@ -409,7 +409,7 @@ func TestFollow(t *testing.T) {
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
-	l.Add(Entry{Host: "rotated.example.com"})
+	l.Add(LogEntry{Host: "rotated.example.com"})
 	if h := next(); h != "rotated.example.com" {
 		t.Fatalf("Follow saw %q after the rotation", h)
 	}

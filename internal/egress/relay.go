@@ -19,18 +19,18 @@ import (
 
 // Socket names in a VM's socket directory.
 const (
-	ProxySocket = "egress.sock"
-	DoorSocket  = "door.sock"
+	ProxySocket   = "egress.sock"
+	ExposedSocket = "exposed.sock"
 )
 
 // Relay carries one guest connection, which QEMU hands to the relay
 // process as its stdin and stdout (guestfwd's cmd: a socket pair), to the
-// proxy's unix socket sock. door > 0 makes it a door connection to that
-// host port (the preamble the door socket expects).
+// proxy's unix socket sock. port > 0 makes it a connection to that exposed
+// host port (the preamble the exposed-port socket expects).
 //
 // QEMU also connects the relay's stderr to the guest's connection, so the
 // relay never writes to it: failures are only its exit status.
-func Relay(ctx context.Context, sock string, door int, in io.Reader, out io.Writer) error {
+func Relay(ctx context.Context, sock string, port int, in io.Reader, out io.Writer) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
@@ -38,8 +38,8 @@ func Relay(ctx context.Context, sock string, door int, in io.Reader, out io.Writ
 	}
 	defer c.Close()
 	uc := c.(*net.UnixConn)
-	if door > 0 {
-		if _, err := io.WriteString(uc, strconv.Itoa(door)+"\n"); err != nil {
+	if port > 0 {
+		if _, err := io.WriteString(uc, strconv.Itoa(port)+"\n"); err != nil {
 			return err
 		}
 	}
@@ -59,11 +59,11 @@ func Relay(ctx context.Context, sock string, door int, in io.Reader, out io.Writ
 	return err
 }
 
-// Listen makes the proxy's and the doors' unix sockets (0600 from their
+// Listen makes the proxy's and the exposed ports' unix sockets (0600 from their
 // first moment, replacing stale ones); Serve serves them.
-func Listen(proxySock, doorSock string) ([]net.Listener, error) {
+func Listen(proxySock, exposedSock string) ([]net.Listener, error) {
 	var ls []net.Listener
-	for _, s := range []string{proxySock, doorSock} {
+	for _, s := range []string{proxySock, exposedSock} {
 		_ = os.Remove(s)
 		l, err := sockdir.Listen(s, 0o600)
 		if err != nil {
@@ -95,12 +95,12 @@ func (p *Proxy) serve(ctx context.Context, ls []net.Listener, f *front) error {
 	}()
 	n := len(ls)
 	if f != nil {
-		n += 1 + len(f.doors)
+		n += 1 + len(f.exposed)
 	}
 	errc := make(chan error, n)
 	if len(ls) == 2 {
 		go func() { errc <- p.ServeProxy(ls[0]) }()
-		go func() { errc <- p.ServeDoors(ls[1]) }()
+		go func() { errc <- p.ServeExposed(ls[1]) }()
 	}
 	if f != nil {
 		p.serveFront(f, errc)
@@ -114,8 +114,8 @@ func (p *Proxy) serve(ctx context.Context, ls []net.Listener, f *front) error {
 }
 
 // Run is Listen, then Serve.
-func (p *Proxy) Run(ctx context.Context, proxySock, doorSock string) error {
-	ls, err := Listen(proxySock, doorSock)
+func (p *Proxy) Run(ctx context.Context, proxySock, exposedSock string) error {
+	ls, err := Listen(proxySock, exposedSock)
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func TestRequestRulesThroughTheProxy(t *testing.T) {
 	}
 
 	es := f.entries(6)
-	var refused []Entry
+	var refused []LogEntry
 	for _, e := range es {
 		if e.Kind != "https" {
 			t.Errorf("entry %+v, want kind https", e)

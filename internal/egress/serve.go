@@ -25,13 +25,13 @@ const TestHostsEnv = "AGENT_VM_TEST_EGRESS_HOSTS"
 // ServeOptions are the hidden `net-proxy` command's flags.
 type ServeOptions struct {
 	Dir string // the VM's network directory (policy, log)
-	// ProxySocket and DoorSocket are the unix sockets QEMU's relays
-	// reach the proxy and the doors at; both "" when Front serves alone.
-	ProxySocket string
-	DoorSocket  string
-	QEMUPidFile string // exit once its process is gone
-	RunAs       string // "UID:GID" to drop to before serving; "" keeps the caller's
-	TestHosts   string // TestHostsEnv's value
+	// ProxySocket and ExposedSocket are the unix sockets QEMU's relays reach the
+	// proxy and the exposed ports at; both "" when Front serves alone.
+	ProxySocket   string
+	ExposedSocket string
+	QEMUPidFile   string // exit once its process is gone
+	RunAs         string // "UID:GID" to drop to before serving; "" keeps the caller's
+	TestHosts     string // TestHostsEnv's value
 	// Secrets, when set, is the Bundle agent-vm writes to the proxy's
 	// standard input: the proxy then intercepts the hosts its secrets
 	// are bound to.
@@ -40,10 +40,10 @@ type ServeOptions struct {
 	// Front, when set, is the proxy's TCP front (a guest on a libvirt
 	// network of its own); its listeners open before privileges drop.
 	Front *Front
-	// DoorDir is Proxy.DoorDir: where exposed ports are reached, as unix
+	// ExposedDir is Proxy.ExposedDir: where exposed ports are reached, as unix
 	// sockets, instead of this host's 127.0.0.1.
-	DoorDir string
-	Log     hclog.Logger
+	ExposedDir string
+	Log        hclog.Logger
 }
 
 // Serve runs a VM's egress proxy (the hidden `net-proxy` command the
@@ -51,7 +51,7 @@ type ServeOptions struct {
 // for QEMU's pid, drops to o.RunAs, then serves (see internal/egress's
 // doc on privileges).
 func Serve(ctx context.Context, o ServeOptions) error {
-	p := &Proxy{Logger: o.Log, DoorDir: o.DoorDir}
+	p := &Proxy{Logger: o.Log, ExposedDir: o.ExposedDir}
 	hosts, runAs, pidFile := o.TestHosts, o.RunAs, o.QEMUPidFile
 	if hosts != "" {
 		p.Hosts = map[string]netip.Addr{}
@@ -85,11 +85,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	p.Dir, p.Log = root, &Log{Dir: root, Name: LogFile}
 	var ls []net.Listener
 	switch {
-	case o.ProxySocket != "" && o.DoorSocket != "":
-		if ls, err = Listen(o.ProxySocket, o.DoorSocket); err != nil {
+	case o.ProxySocket != "" && o.ExposedSocket != "":
+		if ls, err = Listen(o.ProxySocket, o.ExposedSocket); err != nil {
 			return err
 		}
-	case o.Front == nil || o.ProxySocket != "" || o.DoorSocket != "":
+	case o.Front == nil || o.ProxySocket != "" || o.ExposedSocket != "":
 		return errors.New("the egress proxy needs both its sockets, or a TCP front")
 	}
 	var f *front

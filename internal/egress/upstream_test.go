@@ -106,7 +106,7 @@ func TestInterceptToAnOutsideHost(t *testing.T) {
 	// An allowed request is logged once its answer is passed back: the
 	// two entries may be in either order.
 	es := f.entries(2)
-	byHost := map[string]Entry{}
+	byHost := map[string]LogEntry{}
 	for _, e := range es {
 		byHost[e.Host] = e
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // The DevTools MCP server: how the guest's agent drives a host browser
-// through the DevTools door (127.0.0.1:DevToolsPort in the guest). It is
+// through the DevTools relay (127.0.0.1:DevToolsPort in the guest). It is
 // Chrome DevTools' own chrome-devtools-mcp, which needs Node.js 20.19 or
 // newer; the Debian 12 guest has Node.js 18 (DebianNode), so a Node.js of
 // its own comes with it, from npm too (node-linux-<arch>: the official

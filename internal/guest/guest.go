@@ -32,12 +32,11 @@ const (
 	// HostKeyCredential carries a NixOS guest's SSH host key (never in the
 	// Nix store).
 	HostKeyCredential = "agent-vm.ssh-host-key"
-	// HostAddr is where the guest reaches the host's doors: the
-	// ports a VM's record lists as exposed (state.Record.Exposed), each
-	// leading to the same port on the host's 127.0.0.1, and the egress
-	// proxy at ProxyPort. Nothing else of the host answers there, nor at
-	// the gateway 10.0.2.2 (slirp's restrict=on; libslirp refuses doors at
-	// the gateway's address).
+	// HostAddr is where the guest reaches the host: the ports a VM's record lists
+	// as exposed (state.Record.Exposed), each leading to the same port on the
+	// host's 127.0.0.1, and the egress proxy at ProxyPort. Nothing else of the
+	// host answers there, nor at the gateway 10.0.2.2 (slirp's restrict=on;
+	// libslirp refuses guestfwd rules at the gateway's address).
 	HostAddr = "10.0.2.100"
 	// ProxyPort is the egress proxy's port at HostAddr: the guest's only
 	// way to the network (HTTP, and HTTPS through CONNECT).
@@ -45,14 +44,14 @@ const (
 	// ProxyURL is the proxy as the guest's programs are configured with it.
 	ProxyURL = "http://10.0.2.100:3128"
 	// NoProxy are the destinations the guest reaches without the proxy:
-	// itself, and the doors at HostAddr.
+	// itself, and the proxy and exposed ports at HostAddr.
 	NoProxy = "localhost,127.0.0.1,::1,10.0.2.100"
 	// ClaudeConfig is Claude Code's configuration file (its user and local
 	// MCP scopes among it), relative to User's home.
 	ClaudeConfig = ".claude.json"
 )
 
-// The browser doors: what the guest reaches of the host's browser when
+// The browser bridges: what the guest reaches of the host's browser when
 // the user opens them (agent-vm browser), each a forward the VM's held
 // SSH connection asks the guest's sshd for, so the guest listens and the
 // host answers. None exists until asked for.
@@ -67,7 +66,7 @@ const (
 	DevToolsPort = 9222
 	// OpenURLDir holds OpenURLSocket (the user's own, 0700).
 	OpenURLDir = "/tmp/agent-vm-" + User
-	// OpenURLSocket is the URL door: the guest's xdg-open asks the host to
+	// OpenURLSocket is the URL opener: the guest's xdg-open asks the host to
 	// open a URL there.
 	OpenURLSocket = OpenURLDir + "/open-url.sock"
 )

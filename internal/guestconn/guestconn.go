@@ -173,6 +173,6 @@ func (g Guest) Serve(ctx context.Context) error {
 	h := &hold.Holder{Files: g.Files(), RunDir: g.Layout.RunDir(), Log: g.Log.With("vm", g.Record.Slug),
 		Dial: func(ctx context.Context) (*ssh.Client, error) { return sshx.Dial(ctx, target, 30*time.Second) }}
 	h.Notices = hold.NewNotices()
-	h.Doors = func() ([]hold.Door, error) { return g.doors(h.Log, h.Notices) }
+	h.ReverseForwards = func() ([]hold.ReverseForward, error) { return g.reverseForwards(h.Log, h.Notices) }
 	return h.Run(ctx)
 }

@@ -15,13 +15,13 @@
 // no channel towards callers (the guest's forwarded-tcpip, agent and X11
 // openings are refused, as agent-vm's direct connections refuse them) and
 // answers callers' global requests (tcpip-forward) with a failure, except
-// DoorsRequest.
+// ReloadRequest.
 //
-// Doors (doors.go) are the forwards the holder itself keeps on the held
-// connection while the VM runs: the guest listens at a socket or loopback
-// port, and the connections made there are served in the holder (the
-// browser doors of internal/bridge). Which doors are open is the holder's
-// Doors function's answer, read at the start and at each DoorsRequest.
+// Reverse forwards (reverse.go) are the forwards the holder itself keeps on the
+// held connection while the VM runs: the guest listens at a socket or loopback
+// port, and the connections made there are served in the holder (the browser
+// bridges of internal/bridge). Which reverse forwards are open is the holder's
+// ReverseForwards function's answer, read at the start and at each ReloadRequest.
 //
 // The guest's sshd caps sessions per connection (MaxSessions, 10 by
 // default): when the guest refuses a channel for that, the holder opens

@@ -60,11 +60,11 @@ func runHolder(t *testing.T, s *sshdtest.Server) Files {
 	return runHolderWith(t, s, nil)
 }
 
-// runHolderWith is runHolder with the holder's doors.
-func runHolderWith(t *testing.T, s *sshdtest.Server, doors func() ([]Door, error)) Files {
+// runHolderWith is runHolder with the holder's reverse forwards.
+func runHolderWith(t *testing.T, s *sshdtest.Server, forwards func() ([]ReverseForward, error)) Files {
 	t.Helper()
 	dir := t.TempDir()
-	h := &Holder{Files: FilesFor(dir, testUUID), RunDir: dir, Log: testLogger(t), Doors: doors,
+	h := &Holder{Files: FilesFor(dir, testUUID), RunDir: dir, Log: testLogger(t), ReverseForwards: forwards,
 		Dial: func(ctx context.Context) (*ssh.Client, error) {
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()

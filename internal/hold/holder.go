@@ -36,10 +36,11 @@ type Holder struct {
 	// Keepalive is how often the guest must answer (0: 15 s); after three
 	// unanswered, the holder ends.
 	Keepalive time.Duration
-	// Doors says which doors to keep open on the held connection (nil:
-	// none): read when the holder starts and at each DoorsRequest.
-	Doors func() ([]Door, error)
-	// Notices, when set, passes the doors' lines for the user to the
+	// ReverseForwards says which reverse forwards to keep open on the held
+	// connection (nil: none): read when the holder starts and at each
+	// ReloadRequest.
+	ReverseForwards func() ([]ReverseForward, error)
+	// Notices, when set, passes the reverse forwards' lines for the user to the
 	// callers listening on a NoticesChannel.
 	Notices *Notices
 }
@@ -79,20 +80,20 @@ func (h *Holder) Run(ctx context.Context) error {
 	go h.keepalive(ctx, first, cancel)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	ds := &doors{log: h.Log}
+	ds := &reverseForwards{log: h.Log}
 	defer ds.closeAll()
 	reopen := func() error {
-		if h.Doors == nil {
+		if h.ReverseForwards == nil {
 			return nil
 		}
-		want, err := h.Doors()
+		want, err := h.ReverseForwards()
 		if err != nil {
 			return err
 		}
 		return ds.apply(ctx, first, want)
 	}
 	if err := reopen(); err != nil {
-		h.Log.Warn("a door did not open", "error", err)
+		h.Log.Warn("a reverse forward did not open", "error", err)
 	}
 
 	var callers sync.WaitGroup
@@ -332,11 +333,11 @@ func (g *guests) closeAll() {
 	}
 }
 
-// answer replies to a caller's global requests: DoorsRequest reopens the
-// doors; any other (tcpip-forward among them) fails.
+// answer replies to a caller's global requests: ReloadRequest reopens the
+// reverse forwards; any other (tcpip-forward among them) fails.
 func answer(reqs <-chan *ssh.Request, reopen func() error, log hclog.Logger) {
 	for req := range reqs {
-		if req.Type != DoorsRequest {
+		if req.Type != ReloadRequest {
 			if req.WantReply {
 				_ = req.Reply(false, nil)
 			}
@@ -344,7 +345,7 @@ func answer(reqs <-chan *ssh.Request, reopen func() error, log hclog.Logger) {
 		}
 		err := reopen()
 		if err != nil {
-			log.Warn("a door did not open", "error", err)
+			log.Warn("a reverse forward did not open", "error", err)
 			_ = req.Reply(false, []byte(err.Error()))
 			continue
 		}

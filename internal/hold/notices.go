@@ -6,12 +6,11 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// NoticesChannel is the channel type a caller opens on the holder to hear
-// what the holder's doors tell the user (a URL the guest asked to open),
-// a line each, while it keeps the channel open: an attached terminal
-// shows them. The holder accepts it itself (it is not proxied to the
-// guest); the guest's sshd refuses it, so a caller connected directly to
-// the guest hears nothing.
+// NoticesChannel is the channel type a caller opens on the holder to hear what
+// the holder's reverse forwards tell the user (a URL the guest asked to open), a
+// line each, while it keeps the channel open: an attached terminal shows them.
+// The holder accepts it itself (it is not proxied to the guest); the guest's sshd
+// refuses it, so a caller connected directly to the guest hears nothing.
 const NoticesChannel = "notices@agent-vm"
 
 // Notices passes lines to the callers listening (NoticesChannel).

@@ -26,10 +26,10 @@ import (
 // The guest's DevTools MCP server, for real, on this host: installed by
 // the guest's install script (under a prefix of the test's own), run with
 // the guest's command line against a launched Chromium, and spoken to
-// over stdio as Claude Code speaks to it, through the DevTools door's
+// over stdio as Claude Code speaks to it, through the DevTools relay's
 // relay (bridge.CDPRelay) as in a VM: a page the test serves is opened,
 // navigated and read back; a host file is not opened. What a real boot
-// does in the guest, less the held connection that carries the door.
+// does in the guest, less the held connection that carries the relay.
 func TestDevToolsMCPDrivesTheLaunchedBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs Node.js and chrome-devtools-mcp from the npm registry")

@@ -1,19 +1,17 @@
 // Package hostbrowser is the host's Chromium that agent-vm launches for a
-// VM's DevTools door (agent-vm browser BRANCH --launch), and doctor's
+// VM's DevTools relay (agent-vm browser BRANCH --launch), and doctor's
 // facts about the host's browser.
 //
-// The launched browser is one per user: a Chrome or Chromium found on
-// PATH, started detached with a dedicated, persistent profile in
-// agent-vm's data directory (hostdir.Table.Browser), its DevTools endpoint
-// on the host's loopback only. A dedicated profile because a profile can
-// be used by one browser at a time (a second start hands its arguments to
-// the first and exits), and because Chrome ignores
-// --remote-debugging-port on the user's default profile (since Chrome
-// 136): the user's everyday profile, cookies and all, is never put behind
-// a debugging port. Whoever reaches the endpoint drives the browser; the
-// guest reaches it only through its door. A second launch finds the first
-// by its command line (internal/proc: never a recycled pid) and reuses
-// it.
+// The launched browser is one per user: a Chrome or Chromium found on PATH,
+// started detached with a dedicated, persistent profile in agent-vm's data
+// directory (hostdir.Table.Browser), its DevTools endpoint on the host's loopback
+// only. A dedicated profile because a profile can be used by one browser at a
+// time (a second start hands its arguments to the first and exits), and because
+// Chrome ignores --remote-debugging-port on the user's default profile (since
+// Chrome 136): the user's everyday profile, cookies and all, is never put behind
+// a debugging port. Whoever reaches the endpoint drives the browser; the guest
+// reaches it only through its DevTools relay. A second launch finds the first by
+// its command line (internal/proc: never a recycled pid) and reuses it.
 package hostbrowser
 
 import (

@@ -25,8 +25,8 @@ import (
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// relayFor serves the DevTools door's relay for the browser at addr on a
-// port of its own on 127.0.0.1, as the door serves the guest's
+// relayFor serves the DevTools relay's relay for the browser at addr on a
+// port of its own on 127.0.0.1, as the DevTools relay serves the guest's
 // connections, and returns that port and the net log it writes.
 func relayFor(t *testing.T, addr string) (port int, logPath string) {
 	t.Helper()
@@ -178,7 +178,7 @@ func userBrowser(t *testing.T, home string) string {
 }
 
 // A real Chromium (a user's own, not the one Launch sets up) behind the
-// DevTools door's relay: the web passes, the host's files, downloads and
+// DevTools relay's relay: the web passes, the host's files, downloads and
 // the browser's own pages do not, and each refusal is a DevTools error
 // the client reads and a line of the net log.
 func TestRelayRefusesTheHost(t *testing.T) {

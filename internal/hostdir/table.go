@@ -125,7 +125,7 @@ type Table struct {
 	// (~/.local/share/agent-vm/browser): 0700, as are its parent
 	// agent-vm and the profile directory internal/hostbrowser makes in
 	// it. It holds the Chromium agent-vm launches for the guests'
-	// DevTools door: its profile (cookies, logged-in sessions: whoever
+	// DevTools relay: its profile (cookies, logged-in sessions: whoever
 	// reads them is logged in as the user), its log and its pid file. Data,
 	// not cache: the user logs in there once and keeps it.
 	Browser *Dir

@@ -73,7 +73,7 @@ func programs(arch string) []Program {
 	return []Program{
 		{Name: "bash", Debian: []string{"bash"}, Fedora: []string{"bash"}, Need: Test},
 		{Name: "blkid", Paths: []string{"/sbin/blkid", "/usr/sbin/blkid"}, Debian: []string{"util-linux"}, Fedora: []string{"util-linux-core"}, Need: Test},
-		// The host browser agent-vm launches for a guest's DevTools door
+		// The host browser agent-vm launches for a guest's DevTools relay
 		// (agent-vm browser --launch); its tests launch it. Optional: a
 		// user's own Chrome, or Claude in Chrome, serves as well. Fedora's
 		// is chromium-browser.

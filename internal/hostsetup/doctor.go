@@ -34,7 +34,7 @@ type DoctorReport struct {
 	Backend  string   `json:"backend"`
 	VMReady  bool     `json:"vm_ready"` // the default backend can run VMs here
 	// Browser is the host's browser, which no VM needs: what a VM's
-	// browser doors would reach.
+	// browser bridges would reach.
 	Browser BrowserReport `json:"browser"`
 	// Pins are the host's pins (`agent-vm setup`), recorded in PinsFile;
 	// PackageSources the names setup pins when they need it (Sources).

@@ -224,7 +224,7 @@ func (d *Driver) Start(ctx context.Context, m driver.Machine, b driver.Boot, o d
 		typ = "kvm"
 	}
 	mm := Machine{Name: name, UUID: m.UUID, Type: typ, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB, DiskBytes: boot.DiskBytes,
-		MAC: boot.MAC, Doors: net.Doors, Console: filepath.Join(m.LogsDir, ConsoleLog),
+		MAC: boot.MAC, ProxyAddr: net.ProxyAddr, Console: filepath.Join(m.LogsDir, ConsoleLog),
 		Share: &Share{Socket: d.shareSocket(m), Tag: m.Share.Tag}, FwCfg: creds}
 	if _, err := h.Up(ctx, mm, boot.Image, seed); err != nil {
 		return fail(err)

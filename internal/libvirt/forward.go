@@ -87,11 +87,11 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 	}
 }
 
-// startDoors starts the net-forward that makes, on m's host, the socket of
-// each port m exposes in doorDir (given to the workspace's owner, the
+// startExposedSockets starts the net-forward that makes, on m's host, the socket
+// of each port m exposes in exposedDir (given to the workspace's owner, the
 // proxy's user there) and carries its connections back to this machine's
 // 127.0.0.1, and returns once every socket is made.
-func (d *Driver) startDoors(m driver.Machine, doorDir string) error {
+func (d *Driver) startExposedSockets(m driver.Machine, exposedDir string) error {
 	exe, err := d.executable()
 	if err != nil {
 		return err
@@ -101,19 +101,19 @@ func (d *Driver) startDoors(m driver.Machine, doorDir string) error {
 		"--via-addr", r.Addr, "--via-user", r.User, "--via-key", r.KeyFile, "--via-known-hosts", r.KnownHosts}
 	var want []string
 	for _, p := range m.Network.Exposed {
-		sock := path.Join(doorDir, strconv.Itoa(p))
+		sock := path.Join(exposedDir, strconv.Itoa(p))
 		args = append(args, "--door", sock+"="+strconv.Itoa(p))
-		want = append(want, hostlink.DoorReadyLine(sock))
+		want = append(want, hostlink.SocketReadyLine(sock))
 	}
 	if m.Share.UID > 0 {
 		owner := strconv.Itoa(m.Share.UID) + ":" + strconv.Itoa(m.Share.GID)
 		args = append(args, "--door-owner", owner, "--run-as", owner)
 	}
-	log := filepath.Join(m.LogsDir, "doors.log")
+	log := filepath.Join(m.LogsDir, "exposed.log")
 	_ = os.Remove(log)
 	p, err := d.Run.Start(execx.Detached{Path: exe, Args: args, StdoutPath: log})
 	if err != nil {
-		return fmt.Errorf("starting the exposed ports' doors: %w", err)
+		return fmt.Errorf("starting the exposed ports' forwarded sockets: %w", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -124,12 +124,12 @@ func (d *Driver) startDoors(m driver.Machine, doorDir string) error {
 		}
 		select {
 		case <-p.Exited():
-			return fmt.Errorf("the exposed ports' doors ended at once (code %d): %s", p.ExitCode(), driver.TailFile(log, 3))
+			return fmt.Errorf("the exposed ports' forwarded sockets ended at once (code %d): %s", p.ExitCode(), driver.TailFile(log, 3))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			proc.Kill(p.Pid(), isForwarderFor(m, 0))
-			return fmt.Errorf("the exposed ports' doors were not made on host %s within 30s: %s", r.Host, driver.TailFile(log, 3))
+			return fmt.Errorf("the exposed ports' forwarded sockets were not made on host %s within 30s: %s", r.Host, driver.TailFile(log, 3))
 		}
 	}
 }

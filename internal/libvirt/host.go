@@ -50,9 +50,9 @@ type Machine struct {
 	MemoryMiB  int
 	DiskBytes  uint64 // the root overlay's size
 	MAC        string
-	// Doors is the guest's doors' address (guest.HostAddr), routed to the
-	// host by the VM's network.
-	Doors netip.Addr
+	// ProxyAddr is where the guest reaches its proxy and exposed ports
+	// (guest.HostAddr), routed to the host by the VM's network.
+	ProxyAddr netip.Addr
 	// Console is the file on the host the serial console goes to.
 	Console string
 	Share   *Share
@@ -132,7 +132,7 @@ func (h Host) Up(ctx context.Context, m Machine, img Image, seed []byte) (Runnin
 	}
 	ln := libvirtnet.Libvirt{Run: h.Run, URI: h.URI}
 	id := libvirtnet.ID(m.UUID)
-	net, err := ln.Up(ctx, m.Name, func(i int) libvirtnet.Net { return libvirtnet.Candidate(m.Name, id, m.MAC, m.Doors, i) })
+	net, err := ln.Up(ctx, m.Name, func(i int) libvirtnet.Net { return libvirtnet.Candidate(m.Name, id, m.MAC, m.ProxyAddr, i) })
 	if err != nil {
 		return Running{}, err
 	}

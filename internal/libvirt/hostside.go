@@ -113,9 +113,9 @@ type hostLive struct {
 // hostMachineDirs are a machine's directories on the host.
 type hostMachineDirs struct {
 	Run, Logs, Net, Workspace string
-	// Doors holds the sockets exposed ports are reached at (see
-	// hostlink.ServeDoor).
-	Doors string
+	// Exposed holds the sockets exposed ports are reached at (see
+	// hostlink.ServeSocket).
+	Exposed string
 }
 
 // Kinds of driver errors a response carries across.
@@ -153,7 +153,7 @@ func hostPoolName(dir string) string { return virtpool.NameFor(dir, hostlink.Def
 func hostDirs(dir string, m driver.Machine) hostMachineDirs {
 	base := path.Join(dir, "vms", DomainName(m))
 	return hostMachineDirs{Run: path.Join(base, "run"), Logs: path.Join(base, "logs"), Net: path.Join(base, "net"),
-		Workspace: path.Join(base, "workspace"), Doors: path.Join(base, "doors")}
+		Workspace: path.Join(base, "workspace"), Exposed: path.Join(base, "exposed")}
 }
 
 // HostPaths implements driver.Placer: m's workspace and proxy's directory
@@ -189,7 +189,7 @@ func serve(ctx context.Context, req hostRequest, log hclog.Logger) (hostResponse
 	m := req.Machine
 	m.Remote = nil
 	dirs := hostDirs(req.Dir, m)
-	if m.RunDir != dirs.Run || m.LogsDir != dirs.Logs || m.Share.Source != dirs.Workspace || (m.Network != nil && (m.Network.Dir != dirs.Net || m.Network.DoorDir != dirs.Doors)) {
+	if m.RunDir != dirs.Run || m.LogsDir != dirs.Logs || m.Share.Source != dirs.Workspace || (m.Network != nil && (m.Network.Dir != dirs.Net || m.Network.ExposedDir != dirs.Exposed)) {
 		return hostResponse{}, errors.New("internal error: the machine's directories are not the host's for it")
 	}
 	switch req.Verb {
@@ -198,8 +198,8 @@ func serve(ctx context.Context, req hostRequest, log hclog.Logger) (hostResponse
 			return hostResponse{}, err
 		}
 		vmDir := top.Sub("vms", 0o711).Sub(DomainName(m), 0o711)
-		// doors: 0711, its sockets each given to the proxy's user.
-		for _, sub := range []*hostdir.Dir{vmDir.Sub("run", 0o700), vmDir.Sub("logs", 0o700), vmDir.Sub("net", 0o700), vmDir.Sub("doors", 0o711)} {
+		// exposed: 0711, its sockets each given to the proxy's user.
+		for _, sub := range []*hostdir.Dir{vmDir.Sub("run", 0o700), vmDir.Sub("logs", 0o700), vmDir.Sub("net", 0o700), vmDir.Sub("exposed", 0o711)} {
 			if err := sub.Make(); err != nil {
 				return hostResponse{}, err
 			}

@@ -101,7 +101,7 @@ func (l *hostLink) hostMachine(m driver.Machine) driver.Machine {
 	h.RunDir, h.LogsDir, h.Share.Source = dirs.Run, dirs.Logs, dirs.Workspace
 	if m.Network != nil {
 		n := *m.Network
-		n.Dir, n.DoorDir = dirs.Net, dirs.Doors
+		n.Dir, n.ExposedDir = dirs.Net, dirs.Exposed
 		n.Proxy = slices.Clone(n.Proxy)
 		if len(n.Proxy) > 0 {
 			n.Proxy[0] = l.agent
@@ -182,7 +182,7 @@ func (d *Driver) startRemote(ctx context.Context, m driver.Machine, boot Boot, o
 		starts = append(starts, func() error { return d.startForward(ctx, m, res.Net.Guest, f) })
 	}
 	if m.Network != nil && len(m.Network.Exposed) > 0 {
-		starts = append(starts, func() error { return d.startDoors(m, hm.Network.DoorDir) })
+		starts = append(starts, func() error { return d.startExposedSockets(m, hm.Network.ExposedDir) })
 	}
 	for _, start := range starts {
 		if err := start(); err != nil {

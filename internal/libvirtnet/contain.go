@@ -49,15 +49,14 @@ func (c Containment) euid() int {
 	return c.Euid()
 }
 
-// Contain makes m's contained network before its machine starts: the
-// libvirt network name (the machine's), the egress proxy on its bridge's
-// address, and the fence that leads the guest's doors there. mac is the
-// guest NIC's. On failure nothing of it is left. Making a bridge and a
-// table needs root: the driver refuses another user first, in its own
-// words.
+// Contain makes m's contained network before its machine starts: the libvirt
+// network name (the machine's), the egress proxy on its bridge's address, and the
+// fence that leads the guest's connections to the proxy address there. mac is the
+// guest NIC's. On failure nothing of it is left. Making a bridge and a table
+// needs root: the driver refuses another user first, in its own words.
 func (c Containment) Contain(ctx context.Context, m driver.Machine, name, mac string) (Net, error) {
 	n := m.Network
-	doors, err := netip.ParseAddr(n.Addr)
+	proxyAddr, err := netip.ParseAddr(n.Addr)
 	if err != nil || len(n.Proxy) == 0 || n.ProxyPort == 0 || m.UUID == "" {
 		return Net{}, fmt.Errorf("internal error: incomplete network (addr %q, proxy port %d, proxy %q, uuid %q)", n.Addr, n.ProxyPort, n.Proxy, m.UUID)
 	}
@@ -65,7 +64,7 @@ func (c Containment) Contain(ctx context.Context, m driver.Machine, name, mac st
 		return Net{}, err
 	}
 	id := ID(m.UUID)
-	net, err := c.Libvirt.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, doors, i) })
+	net, err := c.Libvirt.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, proxyAddr, i) })
 	if err != nil {
 		c.Uncontain(m, name)
 		return Net{}, err
@@ -73,7 +72,7 @@ func (c Containment) Contain(ctx context.Context, m driver.Machine, name, mac st
 	fp, err := c.startProxy(ctx, m, net.Host)
 	if err == nil {
 		var rs string
-		rs, err = net.Ruleset(id, Front{ProxyPort: n.ProxyPort, Proxy: fp.Proxy, Doors: fp.Doors})
+		rs, err = net.Ruleset(id, Front{ProxyPort: n.ProxyPort, Proxy: fp.Proxy, Exposed: fp.Exposed})
 		if err == nil {
 			err = c.Libvirt.Fence(ctx, rs)
 		}
@@ -96,7 +95,7 @@ func isProxyFor(m driver.Machine) proc.Match {
 }
 
 // startProxy starts m's egress proxy with its TCP front on host (the
-// bridge's address), one door listener per exposed port, and waits for its
+// bridge's address), one listener per exposed port, and waits for its
 // ports file. One a crashed run left is ended first. As root it drops to
 // the workspace's owner once it listens (as the QEMU driver's does).
 func (c Containment) startProxy(ctx context.Context, m driver.Machine, host netip.Addr) (egress.FrontPorts, error) {
@@ -111,8 +110,8 @@ func (c Containment) startProxy(ctx context.Context, m driver.Machine, host neti
 	for _, p := range n.Exposed {
 		argv = append(argv, "--front-door", strconv.Itoa(p))
 	}
-	if n.DoorDir != "" {
-		argv = append(argv, "--door-dir", n.DoorDir)
+	if n.ExposedDir != "" {
+		argv = append(argv, "--door-dir", n.ExposedDir)
 	}
 	if c.euid() == 0 && m.Share.UID > 0 {
 		if err := egress.GiveDir(n.Dir, m.Share.UID, m.Share.GID); err != nil {

@@ -48,9 +48,9 @@ func there(path string) bool {
 	return err == nil
 }
 
-// Contain makes the network, starts the proxy on its bridge's address
-// (dropping to the workspace's owner as root) and fences the doors to the
-// proxy's ports; Uncontain removes all of it, once.
+// Contain makes the network, starts the proxy on its bridge's address (dropping
+// to the workspace's owner as root) and fences the proxy address to the proxy's
+// ports; Uncontain removes all of it, once.
 func TestContainLifecycle(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

@@ -15,7 +15,7 @@
 // the .1), DNS off (<dns enable='no'/>: dnsmasq answers no query and
 // forwards none, so a name resolves nowhere in the guest, as under QEMU's
 // restricted network), and one classless static route handed out by DHCP
-// (option 121, through libvirt's dnsmasq:options): the doors' address
+// (option 121, through libvirt's dnsmasq:options): the proxy address
 // (guest.HostAddr, the address the guest reaches its egress proxy and its
 // exposed ports at on every backend) by way of the bridge. The guest's
 // networkd installs that route, and nothing else: no default route, no
@@ -44,14 +44,14 @@
 // addresses). The fence is one nftables table per VM, inet family
 // (IPv4 and IPv6), agent_vm_<8 hex>, rewritten atomically (Ruleset):
 //
-//   - prerouting (nat): TCP from the bridge to the doors' address is led
+//   - prerouting (nat): TCP from the bridge to the proxy address is led
 //     to the egress proxy's TCP front on the bridge's address
 //     (egress.Front): the proxy port to the proxy's listener, each exposed
-//     port to its door listener; every port the kernel chose for the
+//     port to its own listener; every port the kernel chose for the
 //     proxy, so nothing already on the host's wildcard address is in the
 //     way.
-//   - prerouting (filter, after the nat): TCP from the bridge to the doors'
-//     address on a port that is no door gets a reset, so the guest learns
+//   - prerouting (filter, after the nat): TCP from the bridge to the proxy
+//     address on any other port gets a reset, so the guest learns
 //     at once. Here, not in forward: a host that forwards no packets
 //     (net.ipv4.ip_forward 0, as Debian leaves it when no libvirt network
 //     with NAT runs) drops them before the forward hook, and the guest's
@@ -61,7 +61,7 @@
 //     routes to the bridge) they are dropped, as the QEMU driver's proxy
 //     socket is 0600. From the bridge, replies to connections the host
 //     opened (vagrant's and agent-vm's SSH, the forwarders), DHCP, and the
-//     front's ports by way of the doors are let in; everything else the
+//     front's ports by way of the proxy address are let in; everything else the
 //     guest sends to the host is dropped, whatever the address.
 //   - forward (filter): nothing from or to the bridge is forwarded.
 //
@@ -78,7 +78,7 @@
 // start made one, the libvirt network (Libvirt.Up, named as the driver
 // says: the vagrant driver names it after its machine), the egress proxy
 // (the Machine.Network's program, `agent-vm net-proxy`) with its TCP front
-// on the bridge's address and one door listener per exposed port, its
+// on the bridge's address and one listener per exposed port, its
 // ports file (FrontPorts) in the run directory and its output (EgressLog)
 // in the logs directory, and the fence to the ports the proxy chose. As
 // root the proxy drops to the workspace's owner once it listens, as the
@@ -130,9 +130,9 @@ type Net struct {
 	Host, Guest netip.Addr
 	// MAC is the guest's NIC.
 	MAC string
-	// Doors is the address the guest reaches its doors at (guest.HostAddr),
-	// routed to Host by DHCP.
-	Doors netip.Addr
+	// ProxyAddr is the address the guest reaches its proxy and exposed ports at
+	// (guest.HostAddr), routed to Host by DHCP.
+	ProxyAddr netip.Addr
 }
 
 // ID is the 8 hex digits of a VM's uuid that name its bridge and table.
@@ -150,7 +150,7 @@ func TableName(id string) string { return "agent_vm_" + id }
 // Candidate is the i-th subnet of Pool tried for the VM with id (an order
 // that starts at a hash of it, so two VMs rarely try the same first), as
 // a Net.
-func Candidate(name, id, mac string, doors netip.Addr, i int) Net {
+func Candidate(name, id, mac string, proxyAddr netip.Addr, i int) Net {
 	h := sha256.Sum256([]byte(id))
 	n := 1 << (subnetBits - Pool.Bits())
 	k := (int(binary.BigEndian.Uint32(h[:4])) + i) % n
@@ -160,7 +160,7 @@ func Candidate(name, id, mac string, doors netip.Addr, i int) Net {
 	binary.BigEndian.PutUint32(a[:], off)
 	sub := netip.PrefixFrom(netip.AddrFrom4(a), subnetBits)
 	host := sub.Addr().Next()
-	return Net{Name: name, Bridge: BridgeName(id), Subnet: sub, Host: host, Guest: host.Next(), MAC: mac, Doors: doors}
+	return Net{Name: name, Bridge: BridgeName(id), Subnet: sub, Host: host, Guest: host.Next(), MAC: mac, ProxyAddr: proxyAddr}
 }
 
 var (
@@ -177,10 +177,10 @@ func (n Net) validate() error {
 		return fmt.Errorf("internal error: bridge name %q", n.Bridge)
 	case !macRE.MatchString(n.MAC):
 		return fmt.Errorf("internal error: MAC %q", n.MAC)
-	case !n.Subnet.IsValid() || !n.Subnet.Addr().Is4() || !n.Subnet.Contains(n.Host) || !n.Subnet.Contains(n.Guest) || !n.Doors.Is4():
-		return fmt.Errorf("internal error: network %s, host %s, guest %s, doors %s", n.Subnet, n.Host, n.Guest, n.Doors)
-	case n.Subnet.Contains(n.Doors):
-		return fmt.Errorf("internal error: the doors' address %s is inside the VM's subnet %s", n.Doors, n.Subnet)
+	case !n.Subnet.IsValid() || !n.Subnet.Addr().Is4() || !n.Subnet.Contains(n.Host) || !n.Subnet.Contains(n.Guest) || !n.ProxyAddr.Is4():
+		return fmt.Errorf("internal error: network %s, host %s, guest %s, proxy address %s", n.Subnet, n.Host, n.Guest, n.ProxyAddr)
+	case n.Subnet.Contains(n.ProxyAddr):
+		return fmt.Errorf("internal error: the proxy address %s is inside the VM's subnet %s", n.ProxyAddr, n.Subnet)
 	}
 	return nil
 }
@@ -196,7 +196,7 @@ var netXML = template.Must(template.New("net").Parse(`<network xmlns:dnsmasq='ht
     </dhcp>
   </ip>
   <dnsmasq:options>
-    <dnsmasq:option value='dhcp-option=121,{{.Doors}}/32,{{.Host}}'/>
+    <dnsmasq:option value='dhcp-option=121,{{.ProxyAddr}}/32,{{.Host}}'/>
   </dnsmasq:options>
 </network>
 `))
@@ -220,31 +220,31 @@ func (n Net) XML() (string, error) {
 	return b.String(), err
 }
 
-// Front is where the fence leads the guest's doors: the egress proxy's
-// TCP front on the bridge's address (egress.FrontPorts).
+// Front is where the fence leads the guest's connections to the proxy address:
+// the egress proxy's TCP front on the bridge's address (egress.FrontPorts).
 type Front struct {
-	// ProxyPort is the proxy's port at the doors' address
+	// ProxyPort is the proxy's port at the proxy address
 	// (guest.ProxyPort), Proxy its listener's port on the bridge.
 	ProxyPort, Proxy int
-	// Doors maps each exposed port (the same at the doors' address as on
+	// Exposed maps each exposed port (the same at the proxy address as on
 	// the host's loopback) to its listener's port on the bridge.
-	Doors map[int]int
+	Exposed map[int]int
 }
 
 var rules = template.Must(template.New("nft").Parse(`add table inet {{.Table}}
 delete table inet {{.Table}}
 table inet {{.Table}} {
-	comment "agent-vm: the guest on {{.Bridge}} reaches only its egress proxy and doors at {{.Doors}}"
-	chain doors {
+	comment "agent-vm: the guest on {{.Bridge}} reaches only its egress proxy and exposed ports at {{.ProxyAddr}}"
+	chain front {
 		type nat hook prerouting priority dstnat; policy accept;
-		iifname "{{.Bridge}}" ip daddr {{.Doors}} tcp dport {{.ProxyPort}} dnat ip to {{.Host}}:{{.Proxy}}
-{{- range .DoorList}}
-		iifname "{{$.Bridge}}" ip daddr {{$.Doors}} tcp dport {{.Port}} dnat ip to {{$.Host}}:{{.To}}
+		iifname "{{.Bridge}}" ip daddr {{.ProxyAddr}} tcp dport {{.ProxyPort}} dnat ip to {{.Host}}:{{.Proxy}}
+{{- range .Exposed}}
+		iifname "{{$.Bridge}}" ip daddr {{$.ProxyAddr}} tcp dport {{.Port}} dnat ip to {{$.Host}}:{{.To}}
 {{- end}}
 	}
-	chain nodoor {
+	chain refuse {
 		type filter hook prerouting priority dstnat + 10; policy accept;
-		iifname "{{.Bridge}}" ip daddr {{.Doors}} meta l4proto tcp reject with tcp reset
+		iifname "{{.Bridge}}" ip daddr {{.ProxyAddr}} meta l4proto tcp reject with tcp reset
 	}
 	chain input {
 		type filter hook input priority filter; policy accept;
@@ -262,7 +262,7 @@ table inet {{.Table}} {
 }
 `))
 
-type door struct{ Port, To int }
+type exposedPort struct{ Port, To int }
 
 // Ruleset is the fence of n for front, as `nft -f` reads it: it replaces
 // the VM's table whole, in one transaction.
@@ -275,15 +275,15 @@ func (n Net) Ruleset(id string, f Front) (string, error) {
 		return "", fmt.Errorf("internal error: proxy ports %d, %d", f.ProxyPort, f.Proxy)
 	}
 	ports := []string{fmt.Sprint(f.Proxy)}
-	var doors []door
-	for p, to := range f.Doors {
+	var exposed []exposedPort
+	for p, to := range f.Exposed {
 		if !ok(p) || !ok(to) || p == f.ProxyPort {
-			return "", fmt.Errorf("internal error: door %d at %d", p, to)
+			return "", fmt.Errorf("internal error: exposed port %d at %d", p, to)
 		}
-		doors = append(doors, door{p, to})
+		exposed = append(exposed, exposedPort{p, to})
 		ports = append(ports, fmt.Sprint(to))
 	}
-	slices.SortFunc(doors, func(a, b door) int { return a.Port - b.Port })
+	slices.SortFunc(exposed, func(a, b exposedPort) int { return a.Port - b.Port })
 	slices.Sort(ports)
 	var b strings.Builder
 	err := rules.Execute(&b, struct {
@@ -291,8 +291,8 @@ func (n Net) Ruleset(id string, f Front) (string, error) {
 		Table, Ports string
 		ProxyPort    int
 		Proxy        int
-		DoorList     []door
-	}{n, TableName(id), strings.Join(ports, ", "), f.ProxyPort, f.Proxy, doors})
+		Exposed      []exposedPort
+	}{n, TableName(id), strings.Join(ports, ", "), f.ProxyPort, f.Proxy, exposed})
 	return b.String(), err
 }
 
@@ -356,7 +356,7 @@ func (l Libvirt) Up(ctx context.Context, name string, candidate func(i int) Net)
 
 // running finds the network name running, and reads its subnet and
 // reservation back from libvirt (want gives the rest: name, bridge, MAC,
-// doors).
+// proxy address).
 func (l Libvirt) running(ctx context.Context, name string, want Net) (Net, bool, error) {
 	res, err := l.virsh(ctx, "", "net-info", name)
 	if err != nil {

@@ -23,12 +23,12 @@ import (
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 )
 
-var doorsAddr = netip.MustParseAddr("10.0.2.100")
+var proxyAddr = netip.MustParseAddr("10.0.2.100")
 
 func TestCandidatesStayInPoolAndDiffer(t *testing.T) {
 	seen := map[netip.Prefix]bool{}
 	for i := range 64 {
-		n := Candidate("agent-vm-feat-0123abcd", "0123abcd", "52:54:00:01:02:03", doorsAddr, i)
+		n := Candidate("agent-vm-feat-0123abcd", "0123abcd", "52:54:00:01:02:03", proxyAddr, i)
 		if err := n.validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -37,8 +37,8 @@ func TestCandidatesStayInPoolAndDiffer(t *testing.T) {
 		}
 		seen[n.Subnet] = true
 	}
-	a := Candidate("a", "0123abcd", "52:54:00:01:02:03", doorsAddr, 0)
-	b := Candidate("b", "89abcdef", "52:54:00:01:02:03", doorsAddr, 0)
+	a := Candidate("a", "0123abcd", "52:54:00:01:02:03", proxyAddr, 0)
+	b := Candidate("b", "89abcdef", "52:54:00:01:02:03", proxyAddr, 0)
 	if a.Subnet == b.Subnet {
 		t.Errorf("two VMs start at one subnet %s", a.Subnet)
 	}
@@ -46,13 +46,13 @@ func TestCandidatesStayInPoolAndDiffer(t *testing.T) {
 
 func TestXMLAndRuleset(t *testing.T) {
 	n := Net{Name: "agent-vm-feat-0123abcd", Bridge: "avm-0123abcd", Subnet: netip.MustParsePrefix("10.213.7.8/29"),
-		Host: netip.MustParseAddr("10.213.7.9"), Guest: netip.MustParseAddr("10.213.7.10"), MAC: "52:54:00:01:02:03", Doors: doorsAddr}
+		Host: netip.MustParseAddr("10.213.7.9"), Guest: netip.MustParseAddr("10.213.7.10"), MAC: "52:54:00:01:02:03", ProxyAddr: proxyAddr}
 	x, err := n.XML()
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Golden(t, "testdata/network.xml", []byte(x))
-	rs, err := n.Ruleset("0123abcd", Front{ProxyPort: 3128, Proxy: 40001, Doors: map[int]int{8080: 40003, 5000: 40002}})
+	rs, err := n.Ruleset("0123abcd", Front{ProxyPort: 3128, Proxy: 40001, Exposed: map[int]int{8080: 40003, 5000: 40002}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,27 +61,26 @@ func TestXMLAndRuleset(t *testing.T) {
 		func() Net { m := n; m.Name = "a'b"; return m }(),
 		func() Net { m := n; m.Bridge = "avm-0123456789abcdef"; return m }(),
 		func() Net { m := n; m.MAC = "52:54:00:01:02:03'"; return m }(),
-		func() Net { m := n; m.Doors = netip.MustParseAddr("10.213.7.12"); return m }(),
+		func() Net { m := n; m.ProxyAddr = netip.MustParseAddr("10.213.7.12"); return m }(),
 	} {
 		if _, err := bad.XML(); err == nil {
 			t.Errorf("XML of %+v: no error", bad)
 		}
 	}
-	for _, f := range []Front{{ProxyPort: 3128}, {ProxyPort: 3128, Proxy: 1, Doors: map[int]int{3128: 2}}, {ProxyPort: 3128, Proxy: 1, Doors: map[int]int{0: 2}}} {
+	for _, f := range []Front{{ProxyPort: 3128}, {ProxyPort: 3128, Proxy: 1, Exposed: map[int]int{3128: 2}}, {ProxyPort: 3128, Proxy: 1, Exposed: map[int]int{0: 2}}} {
 		if _, err := n.Ruleset("0123abcd", f); err == nil {
 			t.Errorf("Ruleset of %+v: no error", f)
 		}
 	}
 }
 
-// The real thing, as root with libvirtd and nft: a network made by
-// libvirt, fenced by nftables, and a "guest" that is a network namespace
-// on the VM's bridge (its veth's MAC the reservation's, its address and
-// route those DHCP would hand out). From it: the doors' address leads to
-// the proxy's and the door's listeners on the bridge, and nothing else of
-// the host answers, at the bridge's address or any other of the host's,
-// nor does the front answer when called directly; the host still reaches
-// the guest. Down leaves nothing.
+// The real thing, as root with libvirtd and nft: a network made by libvirt,
+// fenced by nftables, and a "guest" that is a network namespace on the VM's
+// bridge (its veth's MAC the reservation's, its address and route those DHCP
+// would hand out). From it: the proxy address leads to the proxy's and the
+// exposed port's listeners on the bridge, and nothing else of the host answers,
+// at the bridge's address or any other of the host's, nor does the front answer
+// when called directly; the host still reaches the guest. Down leaves nothing.
 func TestFenceHoldsForReal(t *testing.T) {
 	testutil.Need(t, os.Geteuid() == 0, "a libvirt network and an nftables table need root")
 	nft := testutil.Program(t, NFT)
@@ -100,21 +99,21 @@ func TestFenceHoldsForReal(t *testing.T) {
 	})
 	// The first candidate's subnet is taken by a route of the host's: Up
 	// goes on to the next.
-	first := Candidate(name, id, mac, doorsAddr, 0)
+	first := Candidate(name, id, mac, proxyAddr, 0)
 	dummy := "avt-b-" + id[:6]
 	run(t, ipProg, "link", "add", dummy, "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command(ipProg, "link", "del", dummy).Run() })
 	run(t, ipProg, "addr", "add", first.Subnet.Addr().Next().Next().Next().String()+"/29", "dev", dummy)
 	run(t, ipProg, "link", "set", dummy, "up")
 
-	n, err := l.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, doorsAddr, i) })
+	n, err := l.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, proxyAddr, i) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Subnet == first.Subnet || n != Candidate(name, id, mac, doorsAddr, 1) {
+	if n.Subnet == first.Subnet || n != Candidate(name, id, mac, proxyAddr, 1) {
 		t.Fatalf("Up took %s, want the second candidate (the first is the other bridge's)", n.Subnet)
 	}
-	again, err := l.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, doorsAddr, i) })
+	again, err := l.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, proxyAddr, i) })
 	if err != nil || again != n {
 		t.Fatalf("Up of the running network: %+v, %v; want it found as it is", again, err)
 	}
@@ -141,8 +140,8 @@ func TestFenceHoldsForReal(t *testing.T) {
 		}()
 		return ln.Addr().(*net.TCPAddr).Port
 	}
-	proxy, door, wide := say(n.Host.String(), "proxy"), say(n.Host.String(), "door"), say("0.0.0.0", "wide")
-	rs, err := n.Ruleset(id, Front{ProxyPort: 3128, Proxy: proxy, Doors: map[int]int{8080: door}})
+	proxy, exposed, wide := say(n.Host.String(), "proxy"), say(n.Host.String(), "exposed"), say("0.0.0.0", "wide")
+	rs, err := n.Ruleset(id, Front{ProxyPort: 3128, Proxy: proxy, Exposed: map[int]int{8080: exposed}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +173,13 @@ func TestFenceHoldsForReal(t *testing.T) {
 		return string(out), err
 	}
 	if got, err := dial("10.0.2.100", 3128); err != nil || got != "proxy" {
-		t.Errorf("the guest at the doors' proxy port: %q, %v; want the proxy's listener", got, err)
+		t.Errorf("the guest at the proxy address's proxy port: %q, %v; want the proxy's listener", got, err)
 	}
-	if got, err := dial("10.0.2.100", 8080); err != nil || got != "door" {
-		t.Errorf("the guest at an exposed door: %q, %v; want the door's listener", got, err)
+	if got, err := dial("10.0.2.100", 8080); err != nil || got != "exposed" {
+		t.Errorf("the guest at an exposed port: %q, %v; want its listener", got, err)
 	}
 	if got, err := dial("10.0.2.100", 8081); err == nil || !strings.Contains(got, "refused") {
-		t.Errorf("the guest at a port that is no door: %q, %v; want a reset at once", got, err)
+		t.Errorf("the guest at a port neither the proxy's nor exposed: %q, %v; want a reset at once", got, err)
 	}
 	hostAddrs := []string{n.Host.String()}
 	as, _ := net.InterfaceAddrs()
@@ -204,12 +203,12 @@ func TestFenceHoldsForReal(t *testing.T) {
 	for _, a := range hostAddrs {
 		refused(a, wide, "the host's wildcard server")
 	}
-	for _, p := range []int{proxy, door} {
+	for _, p := range []int{proxy, exposed} {
 		refused(n.Host.String(), p, "the front directly")
 	}
 	wg.Wait()
 	// The front is the guest's alone: not the host's other users'.
-	for _, p := range []int{proxy, door} {
+	for _, p := range []int{proxy, exposed} {
 		if c, err := net.DialTimeout("tcp", net.JoinHostPort(n.Host.String(), strconv.Itoa(p)), 2*time.Second); err == nil {
 			c.Close()
 			t.Errorf("a process of the host reached the front at %s:%d", n.Host, p)
@@ -285,7 +284,7 @@ func TestNetworkOverTheLink(t *testing.T) {
 	mac := "52:54:00:" + id[0:2] + ":" + id[2:4] + ":" + id[4:6]
 	ctx := context.Background()
 	t.Cleanup(func() { _ = l.Down(context.Background(), name, TableName(id)) })
-	n, err := l.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, doorsAddr, i) })
+	n, err := l.Up(ctx, name, func(i int) Net { return Candidate(name, id, mac, proxyAddr, i) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func Merge(current []byte, path, project string, servers map[string]Server, prev
 
 // DevToolsServer is the guest's registration of the DevTools MCP server
 // d (guest.DevToolsMCPName): stdio, reaching the host browser through the
-// door at the guest's 127.0.0.1:guest.DevToolsPort.
+// DevTools relay at the guest's 127.0.0.1:guest.DevToolsPort.
 func DevToolsServer(d guest.DevToolsMCP) Server {
 	prog, args := d.Command(guest.DevToolsPort)
 	return Server{Type: "stdio", Command: prog, Args: args, Env: maps.Clone(guest.DevToolsMCPEnv)}

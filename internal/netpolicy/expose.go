@@ -21,8 +21,8 @@ type ExposeChange struct {
 	GuestAddr string `json:"guest_addr"`
 	Removed   bool   `json:"removed,omitempty"`
 	Unchanged bool   `json:"unchanged,omitempty"`
-	// Restart: the VM runs and the door opens only at its next start
-	// (QEMU cannot add a guestfwd to a running VM). A removed door closes
+	// Restart: the VM runs and the port opens only at its next start
+	// (QEMU cannot add a guestfwd to a running VM). A removed port closes
 	// at once.
 	Restart bool `json:"restart,omitempty"`
 }
@@ -55,7 +55,7 @@ func Expose(ctx context.Context, vms VMs, name string, port int, remove bool) (*
 	up := running(ctx, vms, e)
 	switch {
 	case remove && !slices.ContainsFunc(r.Exposed, has):
-		return nil, fmt.Errorf("%q does not expose host port %d (hint: `agent-vm net show %s` lists its doors)", r.Branch, port, r.Slug)
+		return nil, fmt.Errorf("%q does not expose host port %d (hint: `agent-vm net show %s` lists its exposed ports)", r.Branch, port, r.Slug)
 	case remove:
 		r.Exposed = slices.DeleteFunc(r.Exposed, has)
 	case slices.ContainsFunc(r.Exposed, has):

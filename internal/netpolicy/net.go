@@ -48,7 +48,7 @@ func running(ctx context.Context, vms interface {
 }
 
 // Info is `net show`: the VM's mode, its effective allow-list,
-// refusals and request rules, and its doors.
+// refusals and request rules, and its exposed ports.
 type Info struct {
 	Branch string   `json:"branch"`
 	Mode   string   `json:"mode"`
@@ -65,7 +65,7 @@ type Info struct {
 	// repository's own Vagrantfile's, on the networks it sets up. Then Mode,
 	// Allow, Deny and Exposed are what the record says, unused.
 	Uncontained string `json:"uncontained,omitempty"`
-	// Browser says which browser doors the running VM has open (agent-vm
+	// Browser says which browser bridges the running VM has open (agent-vm
 	// browser): each a way to the host's browser, none by default.
 	Browser []string `json:"browser,omitempty"`
 	// Pins are the host's pins (`agent-vm setup`), every VM's: each lets
@@ -117,7 +117,7 @@ func InfoOf(e state.Entry, contained bool, pins []egress.Pin) *Info {
 		info.Added = r.Net.Allow
 	}
 	info.Uncontained = uncontained(r, contained)
-	if d, err := bridge.ReadDoors(e.Layout.RunDir()); err != nil {
+	if d, err := bridge.ReadConfig(e.Layout.RunDir()); err != nil {
 		info.Browser = []string{"unknown: " + err.Error()}
 	} else {
 		info.Browser = d.Lines()
@@ -305,7 +305,7 @@ func refresh(ctx context.Context, vms Refresher, e state.Entry, pins []egress.Pi
 }
 
 // Log returns a VM's connection log, oldest first, and where it is.
-func Log(ctx context.Context, vms VMs, name string) ([]egress.Entry, string, error) {
+func Log(ctx context.Context, vms VMs, name string) ([]egress.LogEntry, string, error) {
 	e, err := vms.Recorded(ctx, name)
 	if err != nil {
 		return nil, "", err
@@ -322,7 +322,7 @@ func Log(ctx context.Context, vms VMs, name string) ([]egress.Entry, string, err
 
 // Follow calls emit with each connection name's VM logs after the log's
 // current end until ctx ends.
-func Follow(ctx context.Context, vms VMs, name string, emit func(egress.Entry) error) error {
+func Follow(ctx context.Context, vms VMs, name string, emit func(egress.LogEntry) error) error {
 	e, err := vms.Recorded(ctx, name)
 	if err != nil {
 		return err

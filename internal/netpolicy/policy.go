@@ -1,10 +1,9 @@
-// Package netpolicy is a VM's network policy as agent-vm keeps it: the
-// record's egress mode, allow-list, refusals and request rules (with the
-// defaults for a workspace whose upstream is on GitHub) and the host
-// ports the guest may reach (its doors), rendered as the policy file the VM's egress
-// proxy reads (internal/egress), shown and changed by `agent-vm net` and
-// `port expose`, and written again by whoever changes the record's doors
-// (`mcp sync`).
+// Package netpolicy is a VM's network policy as agent-vm keeps it: the record's
+// egress mode, allow-list, refusals and request rules (with the defaults for a
+// workspace whose upstream is on GitHub) and the host ports the guest may reach
+// (its exposed ports), rendered as the policy file the VM's egress proxy reads
+// (internal/egress), shown and changed by `agent-vm net` and `port expose`, and
+// written again by whoever changes the record's exposed ports (`mcp sync`).
 //
 // It drives no VM itself: the commands find and lock a VM, and ask whether
 // it runs and whether its driver contains its network, through VMs, the
@@ -42,11 +41,10 @@ func ModeOf(r *state.Record) string {
 	return r.Net.Mode
 }
 
-// Policy is the proxy's policy for r: the default allow-list, the
-// repository's git remote host, the hosts of its secrets, the user's own additions and refusals,
-// the exposed ports, the request rules (the user's, then the
-// defaults: defaultRequests) and the host's
-// pins (internal/pins), which are every VM's.
+// Policy is the proxy's policy for r: the default allow-list, the repository's
+// git remote host, the hosts of its secrets, the user's own additions and
+// refusals, the exposed ports, the request rules (the user's, then the defaults:
+// defaultRequests) and the host's pins (internal/pins), which are every VM's.
 func Policy(r *state.Record, pins []egress.Pin) egress.Policy {
 	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow), Pins: slices.Clone(pins)}
 	for _, u := range []string{r.Git.UpstreamURL, r.Git.OriginURL} {

@@ -25,7 +25,7 @@ type LogPuller interface {
 // Refusals are the connections e's egress proxy refused since since,
 // from its connection log: the last of each destination and reason, in
 // the order they came.
-func Refusals(ctx context.Context, logs LogPuller, e state.Entry, since time.Time) ([]egress.Entry, error) {
+func Refusals(ctx context.Context, logs LogPuller, e state.Entry, since time.Time) ([]egress.LogEntry, error) {
 	stop, err := logs.PullLog(ctx, e, false)
 	if err != nil {
 		return nil, err
@@ -35,7 +35,7 @@ func Refusals(ctx context.Context, logs LogPuller, e state.Entry, since time.Tim
 	if err != nil {
 		return nil, err
 	}
-	var out []egress.Entry
+	var out []egress.LogEntry
 	seen := map[string]int{}
 	for _, x := range es {
 		if x.Allowed || x.Kind == egress.KindOpenURL || x.Kind == egress.KindDevTools || x.Time.Before(since) {
@@ -58,7 +58,7 @@ type RefusedError struct {
 	Err error
 	// Branch is the name the fixes give (`net allow BRANCH ...`).
 	Branch   string
-	Refusals []egress.Entry
+	Refusals []egress.LogEntry
 }
 
 func (e *RefusedError) Error() string {
@@ -74,7 +74,7 @@ func (e *RefusedError) Error() string {
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Reason says in one line why the proxy refused x.
-func Reason(x egress.Entry) string {
+func Reason(x egress.LogEntry) string {
 	if x.Rule == egress.RuleAddresses {
 		return fmt.Sprintf("%s:%d: the name is allowed, but %s", x.Host, x.Port, egress.RefusedAddrs(x))
 	}

@@ -31,7 +31,7 @@ func TestWithRefusals(t *testing.T) {
 	since := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	refused := []egress.Refusal{{Addr: npmPin.Addr, Why: "in 203.0.113.0/24 (documentation, TEST-NET-3), which is not globally reachable"}}
 	install := errors.New("installing claude in VM feat: npm exited with status 1")
-	for _, e := range []egress.Entry{
+	for _, e := range []egress.LogEntry{
 		{Time: since.Add(-time.Minute), Kind: "connect", Host: "old.example", Port: 443, Rule: "not on the allow-list"},
 		{Time: since.Add(time.Second), Kind: "connect", Host: "registry.npmjs.org", Port: 443, Allowed: true, Rule: "allow registry.npmjs.org"},
 	} {
@@ -42,7 +42,7 @@ func TestWithRefusals(t *testing.T) {
 	if err := WithRefusals(ctx, vms, vms.e, "feat", since, install); err != install {
 		t.Fatalf("no refusal since: %v, want the install's error as it is", err)
 	}
-	for i, e := range []egress.Entry{
+	for i, e := range []egress.LogEntry{
 		{Time: since.Add(2 * time.Second), Kind: "connect", Host: "registry.npmjs.org", Port: 443, Rule: egress.RuleAddresses, Refused: refused},
 		{Time: since.Add(3 * time.Second), Kind: "connect", Host: "evil.example", Port: 443, Rule: "not on the allow-list"},
 		{Time: since.Add(4 * time.Second), Kind: "connect", Host: "registry.npmjs.org", Port: 443, Rule: egress.RuleAddresses, Refused: refused},

@@ -36,7 +36,7 @@ func testVM(t *testing.T, branch, keyComment string) (state.Layout, *state.Recor
 	kp, _ := sshkeys.Generate(keyComment)
 	kp.Write(l.ClientKey())
 	slug, _ := state.Slug(branch)
-	r := &state.Record{Version: 1, ID: state.NewID(), Branch: branch, Slug: slug, VMName: "agent-vm-" + slug, Backend: Name,
+	r := &state.Record{Version: 1, ID: state.NewID(), Branch: branch, Slug: slug, MachineName: "agent-vm-" + slug, Backend: Name,
 		Ports: state.Ports{SSH: 2222, MCP: 8001}, Resources: state.Resources{CPUs: 2, MemoryMiB: 2048, DiskGiB: 10},
 		Guest: state.Guest{User: "dev", UID: 1000, GID: 1000}, AllowOrigins: []string{"https://claude.ai"}}
 	return l, r

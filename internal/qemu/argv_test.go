@@ -161,13 +161,13 @@ func TestUnescUndoesEsc(t *testing.T) {
 }
 
 // A contained machine's netdev is restricted and its only ways out are its
-// doors: the proxy and each exposed port, through the relay.
+// guestfwd rules: the proxy and each exposed port, through the relay.
 func TestNetworkIsContained(t *testing.T) {
 	m := sampleMachine()
 	got := strings.Join(netArgs(m, ""), " ")
 	for _, want := range []string{",restrict=on,",
 		",guestfwd=tcp:10.0.2.100:3128-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/egress.sock,",
-		",guestfwd=tcp:10.0.2.100:4599-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/door.sock 4599 "} {
+		",guestfwd=tcp:10.0.2.100:4599-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/exposed.sock 4599 "} {
 		if !strings.Contains(got+" ", want) {
 			t.Errorf("netdev %s lacks %q", got, want)
 		}
@@ -177,7 +177,7 @@ func TestNetworkIsContained(t *testing.T) {
 	}
 	opts := ScriptNetOpts(m, &Script{Forwarded: []int{2222, 8000}})
 	if want := "restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/egress.sock," +
-		"guestfwd=tcp:10.0.2.100:4599-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/door.sock 4599"; opts != want {
+		"guestfwd=tcp:10.0.2.100:4599-cmd:/usr/bin/agent-vm net-relay /state/feature-x/run/exposed.sock 4599"; opts != want {
 		t.Errorf("ScriptNetOpts = %q\nwant %q", opts, want)
 	}
 	m.Network = nil

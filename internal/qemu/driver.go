@@ -47,7 +47,7 @@ func NewDriver(l *Launcher) *Driver {
 func (d *Driver) Name() string { return DriverName }
 
 // ContainsNetwork makes the driver a driver.NetworkContainer: Start runs
-// the egress proxy and the doors of Machine.Network behind a restricted
+// the egress proxy and the exposed ports of Machine.Network behind a restricted
 // user-mode network.
 func (d *Driver) ContainsNetwork() {}
 
@@ -96,7 +96,7 @@ func (d *Driver) Doctor(ctx context.Context) ([]driver.Check, bool) {
 // sandboxCheck says whether QEMU accepts agent-vm's seccomp policy (a
 // failing check does not stop doctor: start refuses with the same words).
 // It checks the policy of a start: every VM's network has guestfwd commands
-// (its doors), so QEMU may spawn them.
+// (its proxy and exposed ports), so QEMU may spawn them.
 func (d *Driver) sandboxCheck(ctx context.Context, haveQEMU bool) driver.Check {
 	c := driver.Check{Name: "QEMU sandbox"}
 	policy := Sandbox(nil, true)

@@ -27,20 +27,20 @@ const (
 	EgressPid   = "egress.pid"
 	EgressLog   = "egress.log"
 	ProxySock   = "egress.sock"
-	DoorSock    = "door.sock"
+	ExposedSock = "exposed.sock"
 	egressFlag  = "--proxy-socket"
-	doorFlag    = "--door-socket"
+	exposedFlag = "--door-socket"
 	restrictOpt = "restrict=on"
 )
 
 // netOpts are the user netdev's options that contain the guest: slirp's
-// restrict=on (no gateway, no DNS, no outbound connection but guestfwd's),
-// and one guestfwd per door, whose cmd QEMU runs per connection with the
-// connection as stdin and stdout. libslirp splits cmd at spaces (no shell),
-// so no argument may hold one (checkNetwork). A guestfwd to a chardev
-// instead would carry one connection at a time (libslirp hands every
-// connection's data to the one chardev and writes replies to the first
-// matching socket), so it cannot serve a proxy.
+// restrict=on (no gateway, no DNS, no outbound connection but guestfwd's), and
+// one guestfwd per port (the proxy's, each exposed one), whose cmd QEMU runs per
+// connection with the connection as stdin and stdout. libslirp splits cmd at
+// spaces (no shell), so no argument may hold one (checkNetwork). A guestfwd to a
+// chardev instead would carry one connection at a time (libslirp hands every
+// connection's data to the one chardev and writes replies to the first matching
+// socket), so it cannot serve a proxy.
 func netOpts(m Machine) []string {
 	n := m.Network
 	if n == nil {
@@ -52,7 +52,7 @@ func netOpts(m Machine) []string {
 	opts := []string{restrictOpt,
 		fmt.Sprintf("guestfwd=tcp:%s:%d-cmd:%s", n.Addr, n.ProxyPort, relay(m.egressFile(ProxySock)))}
 	for _, p := range n.Exposed {
-		opts = append(opts, fmt.Sprintf("guestfwd=tcp:%s:%d-cmd:%s", n.Addr, p, relay(m.egressFile(DoorSock), strconv.Itoa(p))))
+		opts = append(opts, fmt.Sprintf("guestfwd=tcp:%s:%d-cmd:%s", n.Addr, p, relay(m.egressFile(ExposedSock), strconv.Itoa(p))))
 	}
 	return opts
 }
@@ -181,14 +181,14 @@ func pruneRelays(base, keep string, now time.Time) {
 // the relays QEMU spawns as that user can connect and no one else can. On
 // failure nothing of it runs.
 func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (int, error) {
-	sock, door := m.egressFile(ProxySock), m.egressFile(DoorSock)
+	sock, exposed := m.egressFile(ProxySock), m.egressFile(ExposedSock)
 	match := isEgressFor(m.runFile(PidFile))
 	if old := proc.Find(match); old != 0 {
 		proc.Kill(old, match)
 	}
 	_ = os.Remove(sock) // Start made m.EgressDir
-	_ = os.Remove(door)
-	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, doorFlag, door, "--qemu-pidfile", m.runFile(PidFile))
+	_ = os.Remove(exposed)
+	argv := append(slices.Clone(m.Network.Proxy), egressFlag, sock, exposedFlag, exposed, "--qemu-pidfile", m.runFile(PidFile))
 	if owner != nil {
 		if err := egress.GiveDir(m.Network.Dir, owner.UID, owner.GID); err != nil {
 			return 0, fmt.Errorf("giving the network directory to QEMU's user: %w", err)
@@ -202,8 +202,8 @@ func (l *Launcher) startEgress(ctx context.Context, m Machine, owner *Owner) (in
 	wait := newBackoff(10*time.Millisecond, 200*time.Millisecond)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if exists(sock) && exists(door) {
-			if err := giveSockets(owner, sock, door); err != nil {
+		if exists(sock) && exists(exposed) {
+			if err := giveSockets(owner, sock, exposed); err != nil {
 				proc.Kill(p.Pid(), match)
 				return 0, fmt.Errorf("giving the egress sockets to QEMU's user: %w", err)
 			}
@@ -256,16 +256,16 @@ func (l *Launcher) stopEgress(m Machine) {
 	}
 	_ = os.Remove(m.runFile(EgressPid))
 	_ = os.Remove(m.sockFile(ProxySock))
-	_ = os.Remove(m.sockFile(DoorSock))
+	_ = os.Remove(m.sockFile(ExposedSock))
 	if d := l.egressDir(m.UUID); d != nil {
 		dir := d.Path
 		_ = os.Remove(filepath.Join(dir, ProxySock))
-		_ = os.Remove(filepath.Join(dir, DoorSock))
+		_ = os.Remove(filepath.Join(dir, ExposedSock))
 		_ = os.Remove(dir)
 	}
 	if m.EgressDir != "" {
 		_ = os.Remove(m.egressFile(ProxySock))
-		_ = os.Remove(m.egressFile(DoorSock))
+		_ = os.Remove(m.egressFile(ExposedSock))
 		_ = os.Remove(m.EgressDir)
 	}
 }

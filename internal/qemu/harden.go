@@ -60,7 +60,7 @@ func (p SandboxPolicy) Option() string {
 
 // Sandbox is the policy for a machine: the strictest one, relaxed only
 // where a QEMU option in use needs it: -runas (AllowSetuid) and guestfwd
-// commands, the network's doors (AllowSpawn; see SandboxPolicy).
+// commands, the network's guestfwd commands (AllowSpawn; see SandboxPolicy).
 func Sandbox(runAs *Owner, guestfwdCmd bool) SandboxPolicy {
 	return SandboxPolicy{AllowSetuid: runAs != nil, AllowSpawn: guestfwdCmd}
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // sampleHardening is a root host's with a network: the sandbox relaxed
-// for -runas and for the doors' guestfwd commands.
+// for -runas and for the network's guestfwd commands.
 func sampleHardening() Hardening {
 	owner := &Owner{UID: 1000, GID: 1000}
 	p := Sandbox(owner, true)
@@ -67,7 +67,7 @@ func TestHardeningPerBootAndUser(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
 	}
-	// A network's doors are guestfwd commands QEMU spawns: the sandbox
+	// A network's guestfwd commands are programs QEMU spawns: the sandbox
 	// allows exactly that, and nothing else changes.
 	m.Network = &driver.Network{Addr: "10.0.2.100", ProxyPort: 3128}
 	for euid, want := range map[int]string{

@@ -86,10 +86,10 @@ func discardSavedState(m Machine) error {
 	return errors.Join(errs...)
 }
 
-// plumbing are the options that connect QEMU to the host rather than
-// make the guest's machine: sockets, files, logs, the sandbox and user,
-// the network's host side (forwards and doors are slirp's, and the guest's
-// NIC is a -device). They may differ between a suspend and its resume.
+// plumbing are the options that connect QEMU to the host rather than make the
+// guest's machine: sockets, files, logs, the sandbox and user, the network's host
+// side (forwards and guestfwd rules are slirp's, and the guest's NIC is a
+// -device). They may differ between a suspend and its resume.
 var plumbing = map[string]bool{"-name": true, "-sandbox": true, "-runas": true, "-netdev": true, "-serial": true,
 	"-monitor": true, "-qmp": true, "-pidfile": true, "-incoming": true, "-chardev": true}
 

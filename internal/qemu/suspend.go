@@ -41,7 +41,7 @@ package qemu
 // Any failure after step 2 puts things back (device and share plugged in
 // again, CPUs running, GuestHooks.Attach) and reports the failure.
 //
-// Resume starts QEMU as Start does (egress proxy and its guestfwd doors,
+// Resume starts QEMU as Start does (egress proxy and its guestfwd rules,
 // which live as long as one QEMU process, included), from the same plan,
 // but without the virtiofs device and with -incoming defer -S; it refuses
 // first when the QEMU version, the machine's command line or a writable
@@ -65,7 +65,7 @@ package qemu
 //     passthrough whose lower half is unmounted and remounted while the
 //     upper keeps its inodes): guest software of agent-vm's own, and the
 //     page cache of files open across a suspend may go stale;
-//   - NFS over a guestfwd door with hard mounts: the client retries while
+//   - NFS over a guestfwd rule with hard mounts: the client retries while
 //     the server is away and resumes with the same handles, at NFS's cost
 //     for many small files (bench's P6b) and a host NFS server per VM;
 //   - QEMU >= 8.2 with the Rust virtiofsd (>= 1.9, --migration-mode), which

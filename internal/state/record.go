@@ -12,8 +12,8 @@ import (
 )
 
 // RecordVersion is the major version of the VM record this agent-vm writes.
-// Adding fields does not bump it (readers ignore unknown fields); changing
-// the meaning of a field does, and older agent-vm builds then refuse the record.
+// Adding fields does not bump it (readers ignore unknown fields); changing the
+// meaning of a field does, and older agent-vm builds then refuse the record.
 //
 // Version 2 moved the backends' own fields (image, provision; nixos_config,
 // nixpkgs) from the top level into "settings"; version 1 records are
@@ -23,12 +23,12 @@ const RecordVersion = 2
 // Record is a VM's config.json: everything agent-vm knows about one branch's
 // VM that is not live state.
 type Record struct {
-	Version int    `json:"version"`
-	ID      string `json:"id"`      // random, unique per VM; QEMU's -uuid
-	Branch  string `json:"branch"`  // the git branch, as given
-	Slug    string `json:"slug"`    // Slug(Branch): directory, hostname
-	VMName  string `json:"vm_name"` // QEMU -name, "agent-vm-<slug>"
-	Backend string `json:"backend"` // "qemu", "nixos", "vagrant", "libvirt"
+	Version     int    `json:"version"`
+	ID          string `json:"id"`      // random, unique per VM; QEMU's -uuid
+	Branch      string `json:"branch"`  // the git branch, as given
+	Slug        string `json:"slug"`    // the VM name: Slug(Branch), or RepoSlug(...) (Claim); directory, hostname
+	MachineName string `json:"vm_name"` // driver.Machine.Name (QEMU -name, libvirt domain): "agent-vm-<slug>"
+	Backend     string `json:"backend"` // "qemu", "nixos", "vagrant", "libvirt"
 	// Host is the registered libvirt host (internal/hosts) the VM was
 	// placed on with create --host; "" is this machine.
 	Host      string    `json:"host,omitempty"`
@@ -64,7 +64,7 @@ type Record struct {
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`
 	// Exposed are the host ports the guest may reach (at guest.HostAddr):
-	// its only doors to the host's services.
+	// its only ways to the host's services.
 	Exposed []Exposed `json:"exposed,omitempty"`
 	// Net is the VM's egress policy (create --net, `agent-vm net`); nil is
 	// the default: mode allow with the default allow-list.

@@ -17,7 +17,7 @@ import (
 
 func sampleRecord(branch string) *Record {
 	slug, _ := Slug(branch)
-	return &Record{Version: RecordVersion, ID: NewID(), Branch: branch, Slug: slug, VMName: "agent-vm-" + slug,
+	return &Record{Version: RecordVersion, ID: NewID(), Branch: branch, Slug: slug, MachineName: "agent-vm-" + slug,
 		Backend: "qemu", CreatedAt: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
 		Ports: Ports{SSH: 2222, MCP: 8000}, Resources: Resources{CPUs: 2, MemoryMiB: 4096, DiskGiB: 20},
 		Guest: Guest{User: "dev", UID: 1000, GID: 1000}}

@@ -84,15 +84,15 @@
 //
 // # Vagrantfile content
 //
-// The default /vagrant share is disabled and the workspace is no synced
-// folder (next section). The SSH and MCP forwards are bound to 127.0.0.1 (forward_ssh_port:
-// vagrant-libvirt forwards port 22 only when asked). Vagrant logs in as the
-// guest user with the VM's own client key and never inserts a key of its
-// own. The libvirt domain is named after the machine (no prefix), which is
+// The default /vagrant share is disabled and the workspace is no synced folder
+// (next section). The SSH and MCP forwards are bound to 127.0.0.1
+// (forward_ssh_port: vagrant-libvirt forwards port 22 only when asked). Vagrant
+// logs in as the guest user with the VM's own client key and never inserts a key
+// of its own. The libvirt domain is named after the machine (no prefix), which is
 // unique per VM; the domain type is "kvm", or "qemu" (TCG) when the start's
-// accelerator says KVM is unusable. The box is agent-vm's own by name and
-// version (internal/vagrantbox, which the backend adds to VAGRANT_HOME on
-// the first start) or the user's --box.
+// accelerator says KVM is unusable. The box is agent-vm's own by name and version
+// (internal/vagrantbox, which the backend adds to VAGRANT_HOME on the first
+// start) or the user's --box.
 //
 // # The workspace share
 //
@@ -127,26 +127,24 @@
 // happen. A paused machine still holds its memory on the host, which
 // Inspect's detail says.
 //
-// Files QEMU opens: under qemu:///system libvirt runs QEMU as libvirt-qemu
-// and hands it the files its domain XML names (the box's disk and kernel,
-// the seed), never their directories nor files passed through qemuargs.
-// So each credential is copied into a fw_cfg directory as a 0600 file of
-// libvirt-qemu (as root; else readable by it through a POSIX ACL entry),
-// and the virtiofsd socket is handed over alike (internal/qemuuser, which
-// a driver that runs QEMU through libvirt shares). As root (whose state
-// directory is under /root, 0700) those copies, a copy of the seed and
-// the socket go to the machine's own directory in a
-// handoff directory outside home directories (Driver.Handoff,
-// /var/lib/agent-vm/libvirt/<machine>, 0711, removed by Destroy) and the
-// VM's directories stay closed; VAGRANT_HOME is /var/lib/agent-vm/vagrant.
-// Without a handoff directory (not root) Start makes the state directory,
-// the VM's and its run directory searchable (not readable) by others.
-// The console log stays in the VM's logs directory: libvirt hands a
-// file-backed serial port to virtlogd, which runs as root (libvirt's
-// default stdio_handler "logd"; seen: virtlogd holds the file open, QEMU a
-// pipe). Either way every path is checked with vagrantbox.CheckQEMUCanRead, so a
-// 0700 directory above fails at once with the fix instead of libvirt's
-// "Permission denied".
+// Files QEMU opens: under qemu:///system libvirt runs QEMU as libvirt-qemu and
+// hands it the files its domain XML names (the box's disk and kernel, the seed),
+// never their directories nor files passed through qemuargs. So each credential
+// is copied into a fw_cfg directory as a 0600 file of libvirt-qemu (as root; else
+// readable by it through a POSIX ACL entry), and the virtiofsd socket is handed
+// over alike (internal/qemuuser, which a driver that runs QEMU through libvirt
+// shares). As root (whose state directory is under /root, 0700) those copies, a
+// copy of the seed and the socket go to the machine's own directory in a handoff
+// directory outside home directories (Driver.Handoff,
+// /var/lib/agent-vm/libvirt/<machine>, 0711, removed by Destroy) and the VM's
+// directories stay closed; VAGRANT_HOME is /var/lib/agent-vm/vagrant. Without a
+// handoff directory (not root) Start makes the state directory, the VM's and its
+// run directory searchable (not readable) by others. The console log stays in the
+// VM's logs directory: libvirt hands a file-backed serial port to virtlogd, which
+// runs as root (libvirt's default stdio_handler "logd"; seen: virtlogd holds the
+// file open, QEMU a pipe). Either way every path is checked with
+// vagrantbox.CheckQEMUCanRead, so a 0700 directory above fails at once with the
+// fix instead of libvirt's "Permission denied".
 //
 // Network: the driver contains it (a driver.NetworkContainer), as the QEMU
 // driver does, with what internal/libvirtnet makes and undoes
@@ -154,7 +152,7 @@
 // network after the machine): before `vagrant up`, a libvirt network of
 // the VM's own (isolated: no forward; its own bridge and /29; DHCP
 // reserving the guest's address for its MAC and handing out one route, to
-// the doors' address 10.0.2.100 by way of the bridge; no DNS), the VM's
+// the proxy address 10.0.2.100 by way of the bridge; no DNS), the VM's
 // egress proxy (`agent-vm net-proxy`, the same program and policy as for
 // QEMU) with its TCP front on the bridge's address (egress.Front: the
 // proxy and each exposed port on ports the kernel chooses, written to
@@ -164,7 +162,7 @@
 // (management_network_name and _address, mode "none", keep:
 // vagrant-libvirt attaches the NIC to it and never removes it), so vagrant
 // still finds the guest's address in its DHCP leases and SSHes to it. So
-// the guest's contract (its proxy settings, the doors' address) is the
+// the guest's contract (its proxy settings, the proxy address) is the
 // qemu backend's, and so is its seed. Stop, destroy and a failed start end
 // the proxy and remove the table and the network (a marker in the run
 // directory says a start made them; a crash leaves them to the next start,

@@ -148,7 +148,7 @@ func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record
 			return err
 		}
 		r.Guest.Foreign = u.Vagrantfile
-		name := vagrant.UniqueName(r.VMName, r.ID)
+		name := vagrant.UniqueName(r.MachineName, r.ID)
 		if err := vagrant.LinkUserRoot(l.RunDir(), name, final.Workspace()); err != nil {
 			return err
 		}
@@ -299,7 +299,7 @@ func (b *Backend) prepareUser(r *state.Record, l state.Layout, s Settings, o bac
 	if err != nil {
 		return nil, err
 	}
-	name := vagrant.UniqueName(r.VMName, r.ID)
+	name := vagrant.UniqueName(r.MachineName, r.ID)
 	if err := vagrant.LinkUserRoot(l.RunDir(), name, l.Workspace()); err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ func TestVagrantProvision(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", VMName: "agent-vm-feat", Backend: Name,
+	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", MachineName: "agent-vm-feat", Backend: Name,
 		Resources: state.Resources{CPUs: 2, MemoryMiB: 2048}, Guest: state.Guest{User: "dev"}, Paths: final.Paths()}
 	r.Ports.SSH, r.Ports.MCP = 2201, 8001
 	b := &Backend{}
@@ -104,7 +104,7 @@ func TestVagrantProvisionOwnVagrantfile(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", VMName: "agent-vm-feat", Backend: Name, Guest: state.Guest{User: "dev"},
+		r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", Slug: "feat", MachineName: "agent-vm-feat", Backend: Name, Guest: state.Guest{User: "dev"},
 			Resources: state.Resources{CPUs: 2, MemoryMiB: 2048}, Paths: state.Layout{Dir: "/final/feat"}.Paths(), Git: state.Git{Source: source}}
 		r.Ports.SSH, r.Ports.MCP = 2201, 8001
 		vf := filepath.Join(source, "Vagrantfile")
@@ -182,7 +182,7 @@ func TestVagrantProvisionOwnVagrantfile(t *testing.T) {
 
 func TestVagrantPrepareOwnVagrantfile(t *testing.T) {
 	l, source := state.Layout{Dir: t.TempDir()}, t.TempDir()
-	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", VMName: "agent-vm-feat", Backend: Name, Git: state.Git{Source: source}}
+	r := &state.Record{ID: "0123abcd-aaaa", Branch: "feat", MachineName: "agent-vm-feat", Backend: Name, Git: state.Git{Source: source}}
 	if err := r.SetSection(Settings{Vagrantfile: filepath.Join(source, "Vagrantfile"), Machine: "default"}); err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func vmDir(t *testing.T, m *vm.Manager, branch string, git state.Git, fill func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug, VMName: "agent-vm-" + slug,
+	rec := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug, MachineName: "agent-vm-" + slug,
 		Backend: vm.BackendQEMU, CreatedAt: time.Now().UTC(), Ports: state.Ports{SSH: 1, MCP: 2},
 		Resources: state.Resources{CPUs: 1, MemoryMiB: 256, DiskGiB: 2}, Git: git}
 	fill(st.Layout.Workspace())
@@ -64,7 +64,7 @@ func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fake
 	rec, l := vmDir(t, m, branch, state.Git{}, func(ws string) { os.Mkdir(ws, 0o755) })
 	// What Manager.machine makes of the record, less the forwards and
 	// credentials, which the fake does not use.
-	mach := qemu.Machine{Machine: driver.Machine{Name: rec.VMName, UUID: rec.ID, CPUs: 1, MemoryMiB: 256, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
+	mach := qemu.Machine{Machine: driver.Machine{Name: rec.MachineName, UUID: rec.ID, CPUs: 1, MemoryMiB: 256, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
 		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag}}, SocketDir: qemu.SocketDirFor(l.RunDir(), rec.ID)}
 	exe, env, err := qemutest.Script(stubborn)
 	if err != nil {

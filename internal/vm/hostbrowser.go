@@ -27,7 +27,7 @@ func (m *Manager) StopBrowser(ctx context.Context, except string) (usedBy string
 		if e.Slug == except || e.Record == nil {
 			continue
 		}
-		if d, err := bridge.ReadDoors(e.Layout.RunDir()); err == nil && d.Launched {
+		if d, err := bridge.ReadConfig(e.Layout.RunDir()); err == nil && d.Launched {
 			return e.Slug, false, nil
 		}
 	}

@@ -40,7 +40,7 @@ func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 	vmDir := func(slug, backend string) state.Layout {
 		l := m.Root.Layout(slug)
 		os.MkdirAll(l.Dir, 0o700)
-		r := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: slug, Slug: slug, VMName: "agent-vm-" + slug,
+		r := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: slug, Slug: slug, MachineName: "agent-vm-" + slug,
 			Backend: backend, Ports: state.Ports{SSH: 2222, MCP: 8000}}
 		if err := state.WriteRecord(l.Record(), r); err != nil {
 			t.Fatal(err)

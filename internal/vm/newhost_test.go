@@ -415,7 +415,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	}
 	// The contained network goes with the machine: its libvirt network
 	// and its fence.
-	if _, err := daemon.Virsh(ctx, "net-info", vagrant.UniqueName(e.Record.VMName, e.Record.ID)); err == nil {
+	if _, err := daemon.Virsh(ctx, "net-info", vagrant.UniqueName(e.Record.MachineName, e.Record.ID)); err == nil {
 		t.Error("stop left the VM's libvirt network")
 	}
 	table := "agent_vm_" + strings.ReplaceAll(e.Record.ID, "-", "")[:8]

@@ -98,7 +98,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		}
 		m.Log.Warn("discarded the memory a suspended VM kept (its processes are gone); booting it afresh", "vm", r.Branch)
 	}
-	m.closeDoors(e) // a boot starts with no browser door open
+	m.closeBridges(e) // a boot starts with no browser bridge open
 	var acc accel.Result
 	if mach.Remote == nil {
 		acc = m.Accel(ctx)

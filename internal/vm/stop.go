@@ -42,7 +42,7 @@ func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (driver.Live, e
 	}
 	live, err := m.stopMachine(ctx, d, m.machine(e.Record, e.Layout))
 	m.stopHolder(ctx, e)
-	m.closeDoors(e)
+	m.closeBridges(e)
 	return live, err
 }
 

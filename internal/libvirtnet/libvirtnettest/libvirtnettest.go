@@ -17,11 +17,11 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 )
 
-// Ports the fake proxy says it listens on: the proxy's, and the door of
+// Ports the fake proxy says it listens on: the proxy's, and the listener of
 // Network's exposed port 8080.
 const (
-	ProxyPort = 40001
-	DoorPort  = 40002
+	ProxyPort   = 40001
+	ExposedPort = 40002
 )
 
 // Host is the fake host's libvirt networks, nft and egress proxy.
@@ -73,7 +73,7 @@ func New(f *execxtest.Fake) *Host {
 			_ = os.WriteFile(c.Stdout, []byte("net-proxy: cannot listen\n"), 0o600)
 			return execxtest.Reply{ExitCode: 1}
 		}
-		b, _ := json.Marshal(egress.FrontPorts{Addr: after(c.Args, "--front"), Proxy: ProxyPort, Doors: map[int]int{8080: DoorPort}})
+		b, _ := json.Marshal(egress.FrontPorts{Addr: after(c.Args, "--front"), Proxy: ProxyPort, Exposed: map[int]int{8080: ExposedPort}})
 		_ = os.WriteFile(after(c.Args, "--front-ports"), b, 0o600)
 		return execxtest.Reply{}
 	})
@@ -88,7 +88,7 @@ func after(args []string, flag string) string {
 	return ""
 }
 
-// Network is a contained network as vm hands it to a driver: the doors at
+// Network is a contained network as vm hands it to a driver: the proxy address
 // 10.0.2.100, the proxy's port 3128, port 8080 exposed, the proxy
 // `agent-vm net-proxy` over dir with "the bundle" on its standard input.
 func Network(dir string) *driver.Network {

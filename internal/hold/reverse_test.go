@@ -19,7 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
-// greeter is a door's host end: it answers each line with "hello " and
+// greeter is a reverse forward's host end: it answers each line with "hello " and
 // the line, and counts the connections it served.
 func greeter(served *atomic.Int32) func(context.Context, net.Conn) {
 	return func(_ context.Context, c net.Conn) {
@@ -33,8 +33,8 @@ func greeter(served *atomic.Int32) func(context.Context, net.Conn) {
 	}
 }
 
-// ask is a guest program using a door: it connects, says name and reads
-// the answer.
+// ask is a guest program using a reverse forward: it connects, says name and
+// reads the answer.
 func ask(t *testing.T, network, addr, name string) string {
 	t.Helper()
 	c, err := net.DialTimeout(network, addr, 5*time.Second)
@@ -48,16 +48,16 @@ func ask(t *testing.T, network, addr, name string) string {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
-		t.Fatalf("reading the door's answer at %s: %v", addr, err)
+		t.Fatalf("reading the reverse forward's answer at %s: %v", addr, err)
 	}
 	return strings.TrimSpace(line)
 }
 
-// The real sshd stands for the guest's: it listens at the socket and port
-// the holder asks for, and every connection made there is served by the
-// door's Serve in the holder; several at once; a reload closes the doors
-// no longer wanted.
-func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
+// The real sshd stands for the guest's: it listens at the socket and port the
+// holder asks for, and every connection made there is served by the reverse
+// forward's Serve in the holder; several at once; a reload closes the reverse
+// forwards no longer wanted.
+func TestReverseForwardsCarryGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	s := guestSSHD(t)
 	guestDir := filepath.Join(t.TempDir(), "bridge")
 	sock := filepath.Join(guestDir, "agent-vm.sock")
@@ -65,11 +65,11 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	var sockServed, portServed atomic.Int32
 	var open atomic.Bool
 	open.Store(true)
-	doors := func() ([]Door, error) {
+	forwards := func() ([]ReverseForward, error) {
 		if !open.Load() {
 			return nil, nil
 		}
-		return []Door{
+		return []ReverseForward{
 			{Name: "socket", GuestSocket: sock, Prepare: "mkdir -p -m 0700 " + guestDir + " && rm -f " + sock, Serve: greeter(&sockServed)},
 			{Name: "port", GuestPort: port, Serve: greeter(&portServed)},
 		}, nil
@@ -82,15 +82,15 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	if err := os.WriteFile(sock, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := runHolderWith(t, s, doors)
+	f := runHolderWith(t, s, forwards)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := testutil.Poll(ctx, "the door's socket "+sock, func() bool { fi, err := os.Stat(sock); return err == nil && fi.Mode().Type() == os.ModeSocket }); err != nil {
+	if err := testutil.Poll(ctx, "the reverse forward's socket "+sock, func() bool { fi, err := os.Stat(sock); return err == nil && fi.Mode().Type() == os.ModeSocket }); err != nil {
 		t.Fatal(err)
 	}
 	fi, _ := os.Stat(sock)
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		t.Errorf("the guest's door socket is mode %o, want no access for group or others", perm)
+		t.Errorf("the guest's socket is mode %o, want no access for group or others", perm)
 	}
 
 	var wg sync.WaitGroup
@@ -100,10 +100,10 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 			defer wg.Done()
 			name := "client" + strconv.Itoa(i)
 			if got := ask(t, "unix", sock, name); got != "hello "+name {
-				t.Errorf("socket door answered %q, want %q", got, "hello "+name)
+				t.Errorf("socket forward answered %q, want %q", got, "hello "+name)
 			}
 			if got := ask(t, "tcp", "127.0.0.1:"+strconv.Itoa(port), name); got != "hello "+name {
-				t.Errorf("port door answered %q", got)
+				t.Errorf("port forward answered %q", got)
 			}
 		}()
 	}
@@ -118,38 +118,38 @@ func TestDoorsForwardGuestSocketsAndPortsToTheHolder(t *testing.T) {
 	}
 	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 2*time.Second); err == nil {
 		c.Close()
-		t.Errorf("the port door still accepts after a reload closed it")
+		t.Errorf("the port forward still accepts after a reload closed it")
 	}
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
-		t.Errorf("the closed door's socket is still in the guest (%v): a guest program would find it and reach nothing", err)
+		t.Errorf("the closed reverse forward's socket is still in the guest (%v): a guest program would find it and reach nothing", err)
 	}
 }
 
-// A door that cannot open is the reload's error, in words naming it, and
-// the others still open.
-func TestDoorsReloadSaysWhichDoorFailed(t *testing.T) {
+// A reverse forward that cannot open is the reload's error, in words naming it,
+// and the others still open.
+func TestReloadSaysWhichReverseForwardFailed(t *testing.T) {
 	s := guestSSHD(t)
 	var served atomic.Int32
 	port := testutil.FreePort(t)
-	doors := func() ([]Door, error) {
-		return []Door{
+	forwards := func() ([]ReverseForward, error) {
+		return []ReverseForward{
 			{Name: "broken", GuestSocket: "/nonexistent-dir/x.sock", Serve: greeter(&served)},
 			{Name: "port", GuestPort: port, Serve: greeter(&served)},
 		}, nil
 	}
-	f := runHolderWith(t, s, doors)
+	f := runHolderWith(t, s, forwards)
 	err := Reload(context.Background(), f, s.User)
-	if err == nil || !strings.Contains(err.Error(), "opening the broken door at the guest's /nonexistent-dir/x.sock") {
-		t.Fatalf("Reload = %v, want the broken door named", err)
+	if err == nil || !strings.Contains(err.Error(), "opening the broken reverse forward at the guest's /nonexistent-dir/x.sock") {
+		t.Fatalf("Reload = %v, want the broken reverse forward named", err)
 	}
 	if got := ask(t, "tcp", "127.0.0.1:"+strconv.Itoa(port), "x"); got != "hello x" {
-		t.Errorf("the good door answered %q", got)
+		t.Errorf("the good reverse forward answered %q", got)
 	}
 }
 
 // A caller listening on a notices channel hears each line the holder's
-// doors send while it listens; a caller connected directly to the guest
-// cannot open one (the guest's sshd refuses the type).
+// reverse forwards send while it listens; a caller connected directly to
+// the guest cannot open one (the guest's sshd refuses the type).
 func TestNoticesReachTheCallersListening(t *testing.T) {
 	s := guestSSHD(t)
 	notices := NewNotices()

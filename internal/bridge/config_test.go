@@ -15,38 +15,38 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-func TestDoorsFileRoundTripAndNoneRemovesIt(t *testing.T) {
+func TestConfigFileRoundTripAndNoneRemovesIt(t *testing.T) {
 	dir := t.TempDir()
-	if d, err := ReadDoors(dir); err != nil || d.Any() {
-		t.Fatalf("no file: %+v, %v; want no door", d, err)
+	if d, err := ReadConfig(dir); err != nil || d.Any() {
+		t.Fatalf("no file: %+v, %v; want no bridge", d, err)
 	}
-	want := Doors{ChromeBridge: "/tmp/claude-mcp-browser-bridge-me", DevTools: "127.0.0.1:9333", Launched: true, OpenURLs: true, Opener: "/usr/bin/xdg-open"}
-	if err := WriteDoors(dir, want); err != nil {
+	want := Config{ChromeBridge: "/tmp/claude-mcp-browser-bridge-me", DevTools: "127.0.0.1:9333", Launched: true, OpenURLs: true, Opener: "/usr/bin/xdg-open"}
+	if err := WriteConfig(dir, want); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(filepath.Join(dir, DoorsFile))
+	fi, err := os.Stat(filepath.Join(dir, ConfigFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("doors file: %v, %v; want mode 0600", fi, err)
+		t.Fatalf("browser.json: %v, %v; want mode 0600", fi, err)
 	}
-	got, err := ReadDoors(dir)
+	got, err := ReadConfig(dir)
 	if err != nil || got != want {
 		t.Fatalf("read back %+v, %v; want %+v", got, err, want)
 	}
-	if err := WriteDoors(dir, Doors{}); err != nil {
+	if err := WriteConfig(dir, Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, DoorsFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("no door left the file: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, ConfigFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("no bridge left the file: %v", err)
 	}
 }
 
-func TestDoorsFileRefusesANonLoopbackEndpoint(t *testing.T) {
+func TestConfigFileRefusesANonLoopbackEndpoint(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, DoorsFile), []byte(`{"devtools":"10.0.0.5:9222"}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), []byte(`{"devtools":"10.0.0.5:9222"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadDoors(dir); err == nil || !strings.Contains(err.Error(), "only the host's 127.0.0.1") {
-		t.Fatalf("ReadDoors = %v, want the endpoint refused", err)
+	if _, err := ReadConfig(dir); err == nil || !strings.Contains(err.Error(), "only the host's 127.0.0.1") {
+		t.Fatalf("ReadConfig = %v, want the endpoint refused", err)
 	}
 	for _, bad := range []string{"localhost:9222", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:x", "[::1]:9222"} {
 		if CheckDevToolsAddr(bad) == nil {
@@ -58,11 +58,11 @@ func TestDoorsFileRefusesANonLoopbackEndpoint(t *testing.T) {
 	}
 }
 
-func TestDoorsLinesSayWhatIsOpen(t *testing.T) {
-	if l := (Doors{}).Lines(); len(l) != 0 {
-		t.Errorf("no door: %q", l)
+func TestConfigLinesSayWhatIsOpen(t *testing.T) {
+	if l := (Config{}).Lines(); len(l) != 0 {
+		t.Errorf("no bridge: %q", l)
 	}
-	l := Doors{DevTools: "127.0.0.1:9222", OpenURLs: true, Opener: "/usr/bin/xdg-open", Forced: true}.Lines()
+	l := Config{DevTools: "127.0.0.1:9222", OpenURLs: true, Opener: "/usr/bin/xdg-open", Forced: true}.Lines()
 	got := strings.Join(l, "\n")
 	for _, want := range []string{"host Chrome reachable (CDP", "URLs open on the host", "offline VM (--force)"} {
 		if !strings.Contains(got, want) {

@@ -15,16 +15,16 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guest"
 )
 
-// DoorsFile is the file in a VM's run directory that says which browser
-// doors are open; none is open without it.
-const DoorsFile = "browser.json"
+// ConfigFile is the file in a VM's run directory that says which browser
+// bridges are open; none is open without it.
+const ConfigFile = "browser.json"
 
-// Doors are the browser doors a VM has open. They last while the VM runs:
+// Config says which browser bridges a VM has open. They last while the VM runs:
 // a boot starts with none (vm removes the file), a suspend and resume
 // keeps them (the holder of the resumed VM reads the file again).
-type Doors struct {
+type Config struct {
 	// ChromeBridge is the host directory of Claude in Chrome's bridge
-	// sockets (ChromeBridgeDir when the door was opened), whose newest
+	// sockets (ChromeBridgeDir when the bridge was opened), whose newest
 	// socket the guest's guest.ChromeBridgeSocket leads to; "" for none.
 	// It is recorded because the holder, a process started before, finds
 	// the socket at each connection.
@@ -37,22 +37,22 @@ type Doors struct {
 	Launched bool `json:"launched,omitempty"`
 	// OpenURLs lets the guest ask the host to open http and https URLs;
 	// Opener is the host program that opens them (its path, found when
-	// the door was opened), "" when the host has none: the URL is shown
+	// the bridge was opened), "" when the host has none: the URL is shown
 	// and logged, not opened.
 	OpenURLs bool   `json:"open_urls,omitempty"`
 	Opener   string `json:"opener,omitempty"`
-	// Log is the VM's net log, where the URL door logs each URL and the
-	// DevTools door each call it refuses.
+	// Log is the VM's net log, where the URL opener logs each URL and the
+	// DevTools relay each call it refuses.
 	Log string `json:"log,omitempty"`
-	// Forced says the doors were opened for a VM whose network is offline.
+	// Forced says the bridges were opened for a VM whose network is offline.
 	Forced bool `json:"forced,omitempty"`
 }
 
-// Any reports whether a door is open.
-func (d Doors) Any() bool { return d.ChromeBridge != "" || d.DevTools != "" || d.OpenURLs }
+// Any reports whether a bridge is open.
+func (d Config) Any() bool { return d.ChromeBridge != "" || d.DevTools != "" || d.OpenURLs }
 
 // Lines say what is open, one line each, for status and net show.
-func (d Doors) Lines() []string {
+func (d Config) Lines() []string {
 	var out []string
 	if d.ChromeBridge != "" {
 		out = append(out, "host Claude in Chrome reachable (the guest's "+guest.ChromeBridgeSocket+" leads to the newest socket in "+d.ChromeBridge+")")
@@ -92,11 +92,11 @@ func CheckDevToolsAddr(addr string) error {
 	return nil
 }
 
-// ReadDoors reads the doors of the VM with this run directory (none when
+// ReadConfig reads the bridges of the VM with this run directory (none when
 // the file is missing).
-func ReadDoors(runDir string) (Doors, error) {
-	var d Doors
-	b, err := os.ReadFile(filepath.Join(runDir, DoorsFile))
+func ReadConfig(runDir string) (Config, error) {
+	var d Config
+	b, err := os.ReadFile(filepath.Join(runDir, ConfigFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return d, nil
 	}
@@ -104,20 +104,20 @@ func ReadDoors(runDir string) (Doors, error) {
 		return d, err
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
-		return d, fmt.Errorf("reading %s: %w (hint: agent-vm browser BRANCH --off removes it)", filepath.Join(runDir, DoorsFile), err)
+		return d, fmt.Errorf("reading %s: %w (hint: agent-vm browser BRANCH --off removes it)", filepath.Join(runDir, ConfigFile), err)
 	}
 	if d.DevTools != "" {
 		if err := CheckDevToolsAddr(d.DevTools); err != nil {
-			return Doors{}, fmt.Errorf("%s: %w", filepath.Join(runDir, DoorsFile), err)
+			return Config{}, fmt.Errorf("%s: %w", filepath.Join(runDir, ConfigFile), err)
 		}
 	}
 	return d, nil
 }
 
-// WriteDoors records d for the VM with this run directory; no door
+// WriteConfig records d for the VM with this run directory; no bridge
 // removes the file.
-func WriteDoors(runDir string, d Doors) error {
-	p := filepath.Join(runDir, DoorsFile)
+func WriteConfig(runDir string, d Config) error {
+	p := filepath.Join(runDir, ConfigFile)
 	if !d.Any() {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -131,10 +131,10 @@ func WriteDoors(runDir string, d Doors) error {
 	return atomicfile.Write(p, append(b, '\n'), 0o600)
 }
 
-// PrepareSocket is the guest command run before a socket door opens: the
-// socket's directory, the user's own (0700), and no stale socket in the
-// way. A directory there that is not the user's is an error: another
-// user of the guest made it.
+// PrepareSocket is the guest command run before a bridge on a guest socket opens:
+// the socket's directory, the user's own (0700), and no stale socket in the way.
+// A directory there that is not the user's is an error: another user of the guest
+// made it.
 func PrepareSocket(sock string) string {
 	dir := execx.ShellQuote(filepath.Dir(sock))
 	return fmt.Sprintf(`mkdir -p -m 0700 %[1]s && test -O %[1]s && chmod 0700 %[1]s && rm -f %[2]s || { echo "%[1]s is not this user's" >&2; exit 1; }`,
