@@ -16,7 +16,7 @@ func (m *Manager) LaunchBrowser(ctx context.Context, port int) (hostbrowser.Laun
 }
 
 // StopBrowser stops agent-vm's Chromium unless a VM of this state
-// directory other than except has a door to it open (then it names that
+// directory other than except has a browser bridge to it open (then it names that
 // VM and stops nothing).
 func (m *Manager) StopBrowser(ctx context.Context, except string) (usedBy string, stopped bool, err error) {
 	entries, err := m.Root.List()

@@ -18,7 +18,7 @@ import (
 // hands the driver the network below.
 
 // network is the contained network of a start: the proxy's policy written,
-// the doors of the exposed ports, and this agent-vm binary as proxy and
+// the exposed ports, and this agent-vm binary as proxy and
 // relay.
 func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, error) {
 	pins, err := m.Pins()

@@ -352,7 +352,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	if _, err := netpolicy.Allow(ctx, m, "vg", []string{"example.com"}); err != nil {
 		t.Errorf("net allow on a vagrant VM: %v", err)
 	}
-	// The guest's only way out is its egress proxy at the doors' address.
+	// The guest's only way out is its egress proxy at the proxy address.
 	if code, out, errs := run(t, m, "vg", "sh", "-c", "ip -4 route; echo; cat /etc/environment"); code != 0 ||
 		!strings.Contains(out, "10.0.2.100 via ") || strings.Contains(out, "default") || !strings.Contains(out, "http://10.0.2.100:3128") {
 		t.Errorf("the guest's routes and proxy: exit %d\n%s%s", code, out, errs)

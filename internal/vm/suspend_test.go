@@ -25,7 +25,7 @@ import (
 // it on its qemu VM after lifecycle, which saves a boot): a process
 // outside /workspace keeps running with its memory, files written in the
 // workspace before suspend (from the guest) and during it (on the host) are
-// both there, the guest's clock is the host's again, the egress proxy's door
+// both there, the guest's clock is the host's again, the egress proxy's guestfwd rule
 // works again. A process using /workspace makes suspend --save refuse,
 // naming it (without --save suspend pauses such a VM in place:
 // suspendPausesABusyVM); a tampered saved state is refused and stop
