@@ -162,9 +162,9 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	// start gave up (or was started by an older agent-vm) is asked directly.
 	if f, ok := m.foreign(r); ok {
 		info.Foreign, info.Ports, info.MCP = f.Config, state.Ports{}, MCPInfo{}
-		info.Accel, info.AccelReason, info.Share = "", "", "" // the Vagrantfile's, not agent-vm's
+		info.Accel, info.AccelReason, info.Share = "", "", "" // its configuration's, not agent-vm's
 		info.SSH = SSHInfo{Alias: sshconfig.Alias(r.Slug)}
-		info.Agent = guestctl.Health{State: "none", Detail: "the repository's own Vagrantfile runs no agent-mcp"}
+		info.Agent = guestctl.Health{State: "none", Detail: f.Config + ", run as is, runs no agent-mcp"}
 		return info
 	}
 	if live.State == StateRunning && (live.Launch == nil || live.Launch.ReadyAt == nil) && !guestctl.SSHAnswers(ctx, r.Ports.SSH) {
