@@ -26,7 +26,7 @@ func runCommand(stdio IO) *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "agent", Usage: "run agent `NAME`: claude, codex or gemini (its CLI is installed first if the VM lacks it), or any program in the VM (default: the VM's, from create --agent)"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable); a credential is better kept on the host: see agent-vm secret set"},
-		&cli.StringFlag{Name: "session", Usage: "the agent session to start or attach to (default: named after the agent)"},
+		sessionFlag("the agent session to start or attach to (default: named after the agent)"),
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
 		chromeFlag,
 		timeoutFlag(bootTimeout),
@@ -160,18 +160,28 @@ func sessionEnd(res *agent.Result, err error) error {
 	return nil
 }
 
+// sessionFlag is --session NAME, the one way a command names an agent
+// session; usage says what it does there.
+func sessionFlag(usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: "session", Usage: usage}
+}
+
 func attachCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:         "attach",
 		Usage:        "attach the terminal to an agent session (detach: Ctrl-b d)",
-		ArgsUsage:    "[BRANCH] [SESSION]",
-		Flags:        []cli.Flag{chromeFlag},
+		ArgsUsage:    "[BRANCH]",
+		Flags:        []cli.Flag{sessionFlag("the agent session to attach to (default: the only one, else the agent's)"), chromeFlag},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if cliCtx.NArg() > 2 {
-				return usagef("attach takes at most BRANCH and SESSION, got %d arguments", cliCtx.NArg())
+			if cliCtx.NArg() > 2 || cliCtx.NArg() == 2 && cliCtx.IsSet("session") {
+				return usagef("attach takes at most one BRANCH, got %d arguments (hint: name the session with --session NAME)", cliCtx.NArg())
 			}
-			name, sess := cliCtx.Args().Get(0), cliCtx.Args().Get(1)
+			name, sess := cliCtx.Args().Get(0), cliCtx.String("session")
+			if cliCtx.NArg() == 2 {
+				sess = cliCtx.Args().Get(1)
+				fmt.Fprintf(stdio.Err, "agent-vm: attach BRANCH SESSION is deprecated; write attach %s --session %s\n", name, sess)
+			}
 			if name == "" {
 				var err error
 				if name, err = currentBranch(cliCtx, m); err != nil {
@@ -240,13 +250,24 @@ func sessionsCommand(stdio IO) *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:      "rm",
 			Usage:     "remove a session (one whose agent still runs only with --force)",
-			ArgsUsage: "BRANCH SESSION",
-			Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "end a running agent (it gets SIGHUP)"}},
+			ArgsUsage: "[BRANCH] --session NAME",
+			Flags: []cli.Flag{sessionFlag("the agent session to remove (required)"),
+				&cli.BoolFlag{Name: "force", Usage: "end a running agent (it gets SIGHUP)"}},
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-				if cliCtx.NArg() != 2 {
-					return usagef("sessions rm needs BRANCH and SESSION (hint: `agent-vm sessions BRANCH` lists them)")
+				var name, sess string
+				switch {
+				case cliCtx.NArg() == 2 && !cliCtx.IsSet("session"):
+					name, sess = cliCtx.Args().Get(0), cliCtx.Args().Get(1)
+					fmt.Fprintf(stdio.Err, "agent-vm: sessions rm BRANCH SESSION is deprecated; write sessions rm %s --session %s\n", name, sess)
+				case !cliCtx.IsSet("session"):
+					return usagef("sessions rm needs --session NAME (hint: agent-vm sessions [BRANCH] lists them)")
+				default:
+					var err error
+					if name, err = vmName(cliCtx, m); err != nil {
+						return err
+					}
+					sess = cliCtx.String("session")
 				}
-				name, sess := cliCtx.Args().Get(0), cliCtx.Args().Get(1)
 				if err := agent.Remove(cliCtx.Context, m, name, sess, cliCtx.Bool("force")); err != nil {
 					return err
 				}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -65,15 +66,62 @@ func vmName(cliCtx *cli.Context, m *vm.Manager) (string, error) {
 
 // currentBranch is the branch checked out where agent-vm runs.
 func currentBranch(cliCtx *cli.Context, m *vm.Manager) (string, error) {
+	return checkedOut(cliCtx, m, commandPath(cliCtx)+" BRANCH")
+}
+
+// checkedOut is the branch checked out where agent-vm runs; spelling is
+// how the command names a VM, for the hint when there is none.
+func checkedOut(cliCtx *cli.Context, m *vm.Manager, spelling string) (string, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	top, err := m.Git.Toplevel(cliCtx.Context, cwd)
 	if err != nil {
-		return "", usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s BRANCH; `agent-vm list` shows the VMs)", cwd, cliCtx.Command.Name)
+		return "", usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s; agent-vm list shows the VMs)", cwd, spelling)
 	}
 	return m.Git.CurrentBranch(cliCtx.Context, top)
+}
+
+// commandPath is the words that name the running command below agent-vm
+// ("net allow", "status").
+func commandPath(cliCtx *cli.Context) string {
+	var words []string
+	for _, c := range cliCtx.Lineage() {
+		if c.Command != nil && c.Command.Name != "" && c.Command.Name != cliCtx.App.Name {
+			words = append([]string{c.Command.Name}, words...)
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+// The VM a command acts on. A command whose only positional argument is
+// the VM takes it as an optional BRANCH (status [BRANCH]). A command with
+// positional arguments of its own (net allow DOMAIN..., port add
+// GUEST_PORT [HOST_PORT]) takes it as --vm BRANCH instead: an optional
+// BRANCH in front of them could not be told from them (a branch may be
+// called example.com or 8080). Either way, left out, it is the branch
+// checked out where agent-vm runs.
+
+// vmFlag is --vm of a command with positional arguments of its own.
+var vmFlag = &cli.StringFlag{Name: "vm", Usage: "the VM of `BRANCH` (default: the checked-out branch)"}
+
+// vmAndArgs returns the VM a command that takes --vm acts on, and its
+// positional arguments. oldForm (if not nil) says whether args are the
+// spelling that led with BRANCH before --vm existed; it still works, with
+// a deprecation note on stderr.
+func vmAndArgs(cliCtx *cli.Context, stdio IO, m *vm.Manager, oldForm func(args []string) bool) (string, []string, error) {
+	args := cliCtx.Args().Slice()
+	path := commandPath(cliCtx)
+	if cliCtx.IsSet("vm") {
+		return cliCtx.String("vm"), args, nil
+	}
+	if oldForm != nil && len(args) > 0 && oldForm(args) {
+		fmt.Fprintf(stdio.Err, "agent-vm: %s BRANCH ... is deprecated; write %s --vm %s ... (or leave --vm out for the checked-out branch)\n", path, path, args[0])
+		return args[0], args[1:], nil
+	}
+	name, err := checkedOut(cliCtx, m, path+" --vm BRANCH ...")
+	return name, args, err
 }
 
 // writeJSON prints v as indented JSON on stdout.

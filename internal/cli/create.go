@@ -25,7 +25,8 @@ func createCommand(stdio IO) *cli.Command {
 			"which the guest runs once as root at its first boot, from the workspace as it is then\n" +
 			"(output: `agent-vm logs`; a failure fails that start). `agent-vm reset` provisions afresh.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch, as BRANCH is"},
+			// Deprecated: BRANCH is how every verb names the VM.
+			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch, as BRANCH is (deprecated)", Hidden: true},
 			&cli.StringFlag{Name: "agent", Usage: "install agent CLI `NAME` in the VM at its first boot and make it the agent run runs: claude, codex or gemini (qemu and vagrant backends)"},
 		}, createFlags()...),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -33,7 +34,7 @@ func createCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if o.Branch, err = createBranch(cliCtx); err != nil {
+			if o.Branch, err = createBranch(cliCtx, stdio); err != nil {
 				return err
 			}
 			r, err := m.Create(cliCtx.Context, o)
@@ -64,11 +65,14 @@ func createCommand(stdio IO) *cli.Command {
 	}
 }
 
-// createBranch is create's branch: its BRANCH argument, or --branch (the
-// same, as every other verb takes BRANCH); neither is "", which vm.Create
-// takes as the current branch.
-func createBranch(cliCtx *cli.Context) (string, error) {
+// createBranch is create's branch: its BRANCH argument, or the deprecated
+// --branch (the same); neither is "", which vm.Create takes as the current
+// branch.
+func createBranch(cliCtx *cli.Context, stdio IO) (string, error) {
 	flag := cliCtx.String("branch")
+	if cliCtx.IsSet("branch") {
+		fmt.Fprintf(stdio.Err, "agent-vm: --branch is deprecated; write %s %s\n", commandPath(cliCtx), flag)
+	}
 	switch cliCtx.NArg() {
 	case 0:
 		return flag, nil

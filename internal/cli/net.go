@@ -25,14 +25,27 @@ import (
 func netCommand(stdio IO) *cli.Command {
 	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*netpolicy.Change, error)) *cli.Command {
 		return &cli.Command{
-			Name: name, Usage: usage, ArgsUsage: "BRANCH DOMAIN|'METHOD host/path'...", Description: netEditHelp,
+			Name: name, Usage: usage, ArgsUsage: "DOMAIN|'METHOD host/path'...", Description: netEditHelp,
+			Flags: []cli.Flag{vmFlag},
 			Action: func(cliCtx *cli.Context) error {
-				if cliCtx.NArg() < 2 {
-					return usagef("net %s takes BRANCH DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got %d arguments", name, cliCtx.NArg())
+				if cliCtx.NArg() < 1 {
+					return usagef("net %s takes DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got none", name)
 				}
 				return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-					args := cliCtx.Args().Slice()
-					ch, err := apply(cliCtx, m, args[0], args[1:])
+					// The old spelling led with BRANCH: a first word that
+					// names a VM, before at least one DOMAIN.
+					old := func(args []string) bool {
+						if len(args) < 2 {
+							return false
+						}
+						_, err := m.Find(cliCtx.Context, args[0])
+						return err == nil
+					}
+					branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
+					if err != nil {
+						return err
+					}
+					ch, err := apply(cliCtx, m, branch, args)
 					if err != nil {
 						return err
 					}
@@ -60,13 +73,19 @@ func netCommand(stdio IO) *cli.Command {
 				return netpolicy.Deny(c.Context, m, b, d)
 			}),
 			{
-				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "BRANCH MODE",
+				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "MODE",
+				Flags: []cli.Flag{vmFlag},
 				Action: func(cliCtx *cli.Context) error {
-					if cliCtx.NArg() != 2 {
-						return usagef("net mode takes BRANCH MODE (allow, open or offline), got %d arguments", cliCtx.NArg())
+					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
+						return usagef("net mode takes MODE (allow, open or offline), got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						ch, err := netpolicy.SetMode(cliCtx.Context, m, cliCtx.Args().Get(0), cliCtx.Args().Get(1))
+						old := func(args []string) bool { return len(args) == 2 }
+						branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
+						if err != nil {
+							return err
+						}
+						ch, err := netpolicy.SetMode(cliCtx.Context, m, branch, args[0])
 						if err != nil {
 							return err
 						}

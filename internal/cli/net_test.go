@@ -34,15 +34,16 @@ func TestNetCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"create", "--branch", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, offline)`},
-		{[]string{"net", "allow", "x"}, 2, "net allow takes BRANCH DOMAIN..."},
-		{[]string{"net", "deny"}, 2, "net deny takes BRANCH DOMAIN..."},
-		{[]string{"net", "mode", "x"}, 2, "net mode takes BRANCH MODE"},
-		{[]string{"net", "allow", "nope", "example.com"}, 1, "agent-vm list"},
-		{[]string{"expose", "x"}, 2, "expose takes BRANCH HOST_PORT"},
-		{[]string{"expose", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
-		{[]string{"port", "expose", "x"}, 2, "port expose takes BRANCH HOST_PORT"},
-		{[]string{"port", "unexpose", "x", "1", "2"}, 2, "port unexpose takes BRANCH HOST_PORT"},
-		{[]string{"port", "expose", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
+		{[]string{"net", "allow", "--vm", "x"}, 2, "net allow takes DOMAIN..."},
+		{[]string{"net", "deny"}, 2, "net deny takes DOMAIN..."},
+		{[]string{"net", "mode", "--vm", "x"}, 2, "net mode takes MODE"},
+		{[]string{"net", "mode", "--vm", "x", "x", "allow"}, 2, "net mode takes MODE"},
+		{[]string{"net", "allow", "--vm", "nope", "example.com"}, 1, "agent-vm list"},
+		{[]string{"expose", "--vm", "x"}, 2, "expose takes HOST_PORT"},
+		{[]string{"expose", "--vm", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
+		{[]string{"port", "expose", "--vm", "x"}, 2, "port expose takes HOST_PORT"},
+		{[]string{"port", "unexpose", "--vm", "x", "1", "2"}, 2, "port unexpose takes HOST_PORT"},
+		{[]string{"port", "expose", "--vm", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
 		{[]string{"net-relay"}, 2, ""},
 	} {
 		r := agentVM(t, repo, st, c.args...)
@@ -60,21 +61,21 @@ func TestNetCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"net", "allow", "x", "http://example.com"}, `"http://example.com" is not a domain name`},
-		{[]string{"net", "mode", "x", "closed"}, `"closed" is not a network mode`},
-		{[]string{"expose", "x", "3128"}, "the guest reaches the egress proxy"},
-		{[]string{"expose", "x", "70000"}, "not a port number"},
-		{[]string{"expose", "--remove", "x", "4599"}, "does not expose host port 4599"},
-		{[]string{"port", "expose", "x", "3128"}, "the guest reaches the egress proxy"},
-		{[]string{"port", "unexpose", "x", "4599"}, "does not expose host port 4599"},
+		{[]string{"net", "allow", "--vm", "x", "http://example.com"}, `"http://example.com" is not a domain name`},
+		{[]string{"net", "mode", "--vm", "x", "closed"}, `"closed" is not a network mode`},
+		{[]string{"expose", "--vm", "x", "3128"}, "the guest reaches the egress proxy"},
+		{[]string{"expose", "--vm", "x", "70000"}, "not a port number"},
+		{[]string{"expose", "--remove", "--vm", "x", "4599"}, "does not expose host port 4599"},
+		{[]string{"port", "expose", "--vm", "x", "3128"}, "the guest reaches the egress proxy"},
+		{[]string{"port", "unexpose", "--vm", "x", "4599"}, "does not expose host port 4599"},
 	} {
 		if r := agentVM(t, repo, st, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("agent-vm %v: exit %d, want 1 and %q\n%s", c.args, r.code, c.want, r.stderr)
 		}
 	}
-	mustRun(t, repo, st, "net", "allow", "x", "*.Example.com", "203.0.113.7")
-	mustRun(t, repo, st, "net", "deny", "x", "registry.npmjs.org")
-	mustRun(t, repo, st, "port", "expose", "x", "4599")
+	mustRun(t, repo, st, "net", "allow", "--vm", "x", "*.Example.com", "203.0.113.7")
+	mustRun(t, repo, st, "net", "deny", "--vm", "x", "registry.npmjs.org")
+	mustRun(t, repo, st, "port", "expose", "--vm", "x", "4599")
 	r := mustRun(t, repo, st, "net", "show", "--json", "x")
 	var info struct {
 		Mode    string   `json:"mode"`
@@ -110,7 +111,7 @@ func TestNetCommands(t *testing.T) {
 	if s := statusJSON(t, st, "x"); s["net"].(map[string]any)["mode"] != "allow" {
 		t.Errorf("status --json net: %v", s["net"])
 	}
-	mustRun(t, repo, st, "net", "mode", "x", "offline")
+	mustRun(t, repo, st, "net", "mode", "--vm", "x", "offline")
 	if r := mustRun(t, repo, st, "status", "x"); !strings.Contains(r.stdout, "network:    offline; refused") {
 		t.Errorf("status after net mode offline:\n%s", r.stdout)
 	}
@@ -126,7 +127,7 @@ func TestNetCommands(t *testing.T) {
 		t.Errorf("the log of a VM that never ran: %q", r.stdout)
 	}
 	// unexpose closes the port; the old expose [--remove] still works.
-	for _, args := range [][]string{{"port", "unexpose", "x", "4599"}, {"expose", "x", "4600"}, {"expose", "--remove", "x", "4600"}} {
+	for _, args := range [][]string{{"port", "unexpose", "--vm", "x", "4599"}, {"expose", "--vm", "x", "4600"}, {"expose", "--remove", "--vm", "x", "4600"}} {
 		mustRun(t, repo, st, args...)
 	}
 	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "exposed host ports: none") {
@@ -261,16 +262,16 @@ func TestNetRequestRules(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"net", "allow", "x", "FOO api.github.com/x"}, `request rule "FOO api.github.com/x": "FOO" is not an HTTP method`},
-		{[]string{"net", "allow", "x", "GET 1.2.3.4/x"}, "is an IP address"},
-		{[]string{"net", "deny", "x", "POST api.github.com/graphql graphql:x"}, "a deny rule has no graphql condition"},
+		{[]string{"net", "allow", "--vm", "x", "FOO api.github.com/x"}, `request rule "FOO api.github.com/x": "FOO" is not an HTTP method`},
+		{[]string{"net", "allow", "--vm", "x", "GET 1.2.3.4/x"}, "is an IP address"},
+		{[]string{"net", "deny", "--vm", "x", "POST api.github.com/graphql graphql:x"}, "a deny rule has no graphql condition"},
 	} {
 		if r := agentVM(t, repo, st, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("agent-vm %q: exit %d, want 1 and %q\n%s", c.args, r.code, c.want, r.stderr)
 		}
 	}
-	r := mustRun(t, repo, st, "net", "allow", "x", "POST api.github.com/repos/o/r/pulls/*/merge")
-	mustRun(t, repo, st, "net", "deny", "x", "post api.github.com/repos/o/r/issues")
+	r := mustRun(t, repo, st, "net", "allow", "--vm", "x", "POST api.github.com/repos/o/r/pulls/*/merge")
+	mustRun(t, repo, st, "net", "deny", "--vm", "x", "post api.github.com/repos/o/r/issues")
 	if !strings.Contains(r.stdout, "    allow POST api.github.com/repos/o/r/pulls/*/merge\n") {
 		t.Errorf("net allow's output:\n%s", r.stdout)
 	}
@@ -503,5 +504,46 @@ func TestNetLogDevToolsLine(t *testing.T) {
 	if len(lines) != 2 || !strings.HasSuffix(lines[0], "devtools DENIED  Page.navigate file:///etc/passwd  (the host's browser loads http, https and about:blank only)") ||
 		strings.Contains(lines[1], "\x1b") || !strings.Contains(lines[1], "(it closes the host's browser)") {
 		t.Errorf("net log lines:\n%q", lines)
+	}
+}
+
+// The spellings that led with BRANCH before --vm still work, each with a
+// note on stderr naming the new spelling.
+func TestOldVMSpellings(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	if r := agentVM(t, repo, st, "create", "--branch", "x", "--backend", "qemu"); r.code != 0 || !strings.Contains(r.stderr, "--branch is deprecated; write create x") {
+		t.Fatalf("create --branch x: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"net", "allow", "x", "example.com", "example.org"}, "net allow --vm x ..."},
+		{[]string{"net", "deny", "x", "example.net"}, "net deny --vm x ..."},
+		{[]string{"net", "mode", "x", "offline"}, "net mode --vm x ..."},
+		{[]string{"port", "add", "x", "3000"}, "port add --vm x ..."},
+		{[]string{"port", "add", "x", "3001", "39001"}, "port add --vm x ..."},
+		{[]string{"port", "rm", "x", "3001"}, "port rm --vm x ..."},
+		{[]string{"port", "expose", "x", "4599"}, "port expose --vm x ..."},
+		{[]string{"port", "unexpose", "x", "4599"}, "port unexpose --vm x ..."},
+	} {
+		r := agentVM(t, repo, st, c.args...)
+		if r.code != 0 || !strings.Contains(r.stderr, "is deprecated; write "+c.want) {
+			t.Errorf("agent-vm %v: exit %d, want 0 and a note naming %q\n%s%s", c.args, r.code, c.want, r.stdout, r.stderr)
+		}
+	}
+	// A first word that names no VM is a DOMAIN of the checked-out branch's VM.
+	if r := agentVM(t, repo, st, "net", "allow", "example.com", "example.org"); r.code != 1 || !strings.Contains(r.stderr, `no VM for branch "main"`) || strings.Contains(r.stderr, "deprecated") {
+		t.Errorf("net allow example.com example.org (no VM for main): exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r := mustRun(t, repo, st, "net", "show", "x", "--json")
+	for _, w := range []string{"example.com", "example.org", "example.net", "offline"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("net show x lacks %q after the old spellings:\n%s", w, r.stdout)
+		}
+	}
+	if fwds := portList(t, st, "x"); len(fwds) != 1 || fwds[0].Guest != 3000 {
+		t.Errorf("forwards after the old spellings: %v", fwds)
 	}
 }

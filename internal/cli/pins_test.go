@@ -102,7 +102,7 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 	if r := agentVMEnv(t, repo, st, cfg, "create", "--branch", "x", "--backend", "qemu"); r.code != 0 {
 		t.Fatalf("create: %d %s", r.code, r.stderr)
 	}
-	if r := agentVMEnv(t, repo, st, cfg, "net", "allow", "x", "registry.yarnpkg.com"); r.code != 0 ||
+	if r := agentVMEnv(t, repo, st, cfg, "net", "allow", "--vm", "x", "registry.yarnpkg.com"); r.code != 0 ||
 		!strings.Contains(r.stdout, "  pinned:  "+u.Addr.String()+" for registry.npmjs.org (the host's pins, every VM's: `agent-vm setup`)") {
 		t.Errorf("net allow: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

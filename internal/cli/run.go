@@ -223,7 +223,7 @@ func logsCommand(stdio IO) *cli.Command {
 			}
 			if sess := cliCtx.String("session"); sess != "" {
 				if cliCtx.Bool("follow") {
-					return usagef("--follow does not go with --session (hint: `agent-vm attach %s %s` shows the session live)", name, sess)
+					return usagef("--follow does not go with --session (hint: agent-vm attach %s --session %s shows the session live)", name, sess)
 				}
 				return agent.Log(cliCtx.Context, m, name, sess, stdio.Out)
 			}
