@@ -37,9 +37,9 @@ func runCommand(stdio IO) *cli.Command {
 		ArgsUsage: "[BRANCH] [-- ARGS...]",
 		Description: "Attaches your terminal to the agent, which runs as the guest user in /workspace inside a\n" +
 			"session that outlives the connection: detach with Ctrl-b d (or close the terminal), come back\n" +
-			"with `agent-vm attach`. Running it again re-attaches to the same session. Secrets given with\n" +
+			"with agent-vm attach. Running it again re-attaches to the same session. Secrets given with\n" +
 			"--env reach the agent's environment only: never the VM's disk, its record or the logs; but\n" +
-			"the agent can read them, and `agent-vm secret set` keeps a credential on the host instead.\n" +
+			"the agent can read them, and agent-vm secret set keeps a credential on the host instead.\n" +
 			"A branch without a VM gets one, made with the create flags below.",
 		Flags:        append(flags, createFlags()...),
 		BashComplete: vmCompletion(stdio),

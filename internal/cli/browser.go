@@ -14,13 +14,13 @@ import (
 const browserHelp = "Opens a door from a running VM to the host's browser, for the agent in it; each is off until\n" +
 	"asked for, for this VM only, and closes when the VM stops. --chrome-bridge tunnels Claude in Chrome:\n" +
 	"the guest's Claude Code (run with --chrome) drives your Chrome through the Claude in Chrome\n" +
-	"extension, with your logins (run `claude --chrome` on the host first). --cdp makes a host\n" +
+	"extension, with your logins (run claude --chrome on the host first). --cdp makes a host\n" +
 	"Chrome/Chromium's DevTools endpoint (127.0.0.1:9222, or --port) reachable at the guest's\n" +
 	"127.0.0.1:9222 through agent-vm's relay (web pages only: no file: or chrome: page, no download,\n" +
 	"no host file handed to a page; refusals in net log) and registers chrome-devtools-mcp with the\n" +
 	"guest's Claude Code; --launch starts agent-vm's own Chromium there first, with a profile of its\n" +
 	"own that you log in to once, which opens no file: page and saves no download. --open-urls\n" +
-	"lets xdg-open in the guest open http and https URLs on the host (logged in `agent-vm net log`).\n" +
+	"lets xdg-open in the guest open http and https URLs on the host (logged in agent-vm net log).\n" +
 	"A browser with your logins reaches whatever you can: the agent can act as you on every site you\n" +
 	"are logged in to. A VM whose network is offline gets no door without --force. Without a flag,\n" +
 	"browser shows what is open; --off closes everything."

@@ -57,13 +57,16 @@ func TestHelpOfEveryCommand(t *testing.T) {
 				t.Errorf("%s: not the help of %s:\n%s", r.how, name, out)
 			}
 		}
-		for _, l := range strings.Split(flagged.stdout, "\n") {
-			if strings.HasSuffix(l, " ") {
-				t.Errorf("%s --help: a line ends in spaces: %q", name, l)
-			}
-		}
+		checkHelpLines(t, name, flagged.stdout)
 		if asked.stdout != flagged.stdout {
 			t.Errorf("agent-vm help %s and %s --help differ:\n%s\n----\n%s", strings.Join(path, " "), name, asked.stdout, flagged.stdout)
+		}
+		if len(path) > 0 && len(findPath(app, path).Subcommands) > 0 {
+			// A group's help word alone: agent-vm sessions help.
+			within := agentVM(t, "", st, append(append([]string{}, path...), "help")...)
+			if within.code != 0 || within.stdout != flagged.stdout {
+				t.Errorf("agent-vm %s help: exit %d, and it differs from %s --help:\n%s%s", strings.Join(path, " "), within.code, name, within.stdout, within.stderr)
+			}
 		}
 		if n := len(path); n >= 2 {
 			// The group's own help word: agent-vm net help allow.
@@ -85,6 +88,48 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// defaultRE is a default as agent-vm prints it, "(default: VALUE" or
+// "; default: VALUE"; badDefaultRE the others: without the colon, or
+// quoted as urfave quotes a string flag's.
+var (
+	defaultRE    = regexp.MustCompile(`default: [^"]`)
+	badDefaultRE = regexp.MustCompile(`\(default [^:]|default: "`)
+)
+
+// checkHelpLines holds every line of a help to the rules of agent-vm's
+// help: no literal backticks (urfave/cli prints a Description's and a
+// Usage's as they are), no line ending in spaces, one style of default.
+func checkHelpLines(t *testing.T, name, help string) {
+	t.Helper()
+	for _, l := range strings.Split(help, "\n") {
+		switch {
+		case strings.Contains(l, "`"):
+			t.Errorf("%s --help: a line has a literal backtick: %q", name, l)
+		case strings.HasSuffix(l, " "):
+			t.Errorf("%s --help: a line ends in spaces: %q", name, l)
+		case badDefaultRE.MatchString(l):
+			t.Errorf("%s --help: a default not written (default: VALUE): %q", name, l)
+		}
+	}
+}
+
+// findPath is the command path names below app.
+func findPath(app *cli.App, path []string) *cli.Command {
+	var c *cli.Command
+	cmds := app.Commands
+	for _, w := range path {
+		c = findCommand(cmds, w)
+		cmds = c.Subcommands
+	}
+	return c
+}
+
+// sizeFlags are the flags that take a SIZE (internal/size's grammar).
+var sizeFlags = map[string]bool{"memory": true, "disk": true}
+
+// bareUnitRE is how a size flag's usage names the unit of a bare number.
+var bareUnitRE = regexp.MustCompile(`a bare number is in [KMGT]iB\b`)
 
 // listedCommands is the names the COMMANDS section of a help lists.
 func listedCommands(help string) string {
@@ -132,6 +177,12 @@ func checkFlagLines(t *testing.T, name string, flags []cli.Flag, help string) {
 		if line == "" {
 			t.Errorf("%s: no line of its help has %s with its usage as written, %q:\n%s", name, flag, rendered, help)
 			continue
+		}
+		if sizeFlags[f.Names()[0]] && (!bareUnitRE.MatchString(usage) || !strings.Contains(line, flag+" SIZE")) {
+			t.Errorf("%s %s: a size flag's help names its placeholder SIZE and the unit of a bare number (a bare number is in MiB): %q", name, flag, strings.TrimSpace(line))
+		}
+		if strings.Contains(line, "default") && !defaultRE.MatchString(line) && !strings.Contains(usage, "default") {
+			t.Errorf("%s %s: a default not written (default: VALUE): %q", name, flag, strings.TrimSpace(line))
 		}
 		if strings.Count(line, "(default") > 1 || strings.Count(line, "default:") > 1 {
 			t.Errorf("%s %s: two defaults in %q", name, flag, strings.TrimSpace(line))

@@ -63,7 +63,7 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 		Name:      "mcp-config",
 		Usage:     "print the MCP client configuration for a VM's agent-mcp (contains its token)",
 		ArgsUsage: "[BRANCH]",
-		Description: "claude-code:    paste into .mcp.json (or `claude mcp add-json NAME '<the entry>'`)\n" +
+		Description: "claude-code:    paste into .mcp.json (or claude mcp add-json NAME '<the entry>')\n" +
 			"claude-desktop: merge into claude_desktop_config.json (runs mcp-remote through npx)\n" +
 			"json:           name, URL and header for any other client",
 		Flags:        []cli.Flag{&cli.StringFlag{Name: "client", Value: mcpproxy.ClientClaudeCode, Usage: "claude-code, claude-desktop or json"}},

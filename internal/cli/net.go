@@ -58,10 +58,10 @@ func netCommand(stdio IO) *cli.Command {
 		Name:  "net",
 		Usage: "a VM's network: what it may reach (through agent-vm's proxy) and what it connected to",
 		Description: "A VM reaches the network only through its egress proxy, and the host only through the\n" +
-			"ports exposed to it (`agent-vm port expose`). Mode allow (the default) allows the allow-list: agent\n" +
+			"ports exposed to it (agent-vm port expose). Mode allow (the default) allows the allow-list: agent\n" +
 			"APIs, package registries, Debian's mirrors, common git hosts and the repository's git remote\n" +
-			"host, plus what `net allow` adds; open allows every destination; offline none. `net deny`\n" +
-			"refuses a destination in every mode. Request rules ('METHOD host/path', see `net allow --help`)\n" +
+			"host, plus what net allow adds; open allows every destination; offline none. net deny\n" +
+			"refuses a destination in every mode. Request rules ('METHOD host/path', see net allow --help)\n" +
 			"judge the requests the proxy reads, those to a host a secret is bound to; with an upstream on\n" +
 			"github.com the defaults let the agent read GitHub's API and open and comment on the upstream's pull\n" +
 			"requests and issues, and refuse every other write. Changes apply at once, also to a running VM.",
@@ -145,7 +145,7 @@ func netCommand(stdio IO) *cli.Command {
 	}
 }
 
-// netEditHelp is the help of `net allow` and `net deny`.
+// netEditHelp is the help of net allow and net deny.
 const netEditHelp = `A DOMAIN is a host name, *.suffix (its subdomains, not itself) or an IP address: net allow lets
 the VM connect to it, net deny refuses it in every mode.
 
@@ -158,7 +158,7 @@ mutations whose top-level fields are all listed.
 
 The rules are tried in order and the first that matches decides; a request none matches is allowed.
 The rules added here come first, the newest first (one of the same pattern is replaced), then
-agent-vm's defaults; ` + "`agent-vm net show BRANCH`" + ` lists them in that order. With an upstream on
+agent-vm's defaults; agent-vm net show BRANCH lists them in that order. With an upstream on
 github.com, the defaults let the agent read GitHub's API and open and comment on the upstream's pull
 requests and issues (GraphQL: createPullRequest, addComment), and refuse every other write.
 

@@ -21,9 +21,9 @@ func portCommand(stdio IO) *cli.Command {
 		Description: "A forward is live while the VM runs and kept in its record, so every start applies it.\n" +
 			"The server in the guest must listen on 0.0.0.0 (or the guest's address), not 127.0.0.1.\n\n" +
 			"The guest reaches an exposed host port at 10.0.2.100 on the same port number; nothing else of\n" +
-			"the host answers it. `mcp sync` exposes the ports of the host's HTTP MCP servers itself.\n" +
+			"the host answers it. mcp sync exposes the ports of the host's HTTP MCP servers itself.\n" +
 			"A port exposed while the VM runs opens at its next start; unexpose closes it at once.\n" +
-			"`agent-vm net show` lists the exposed ports.",
+			"agent-vm net show lists the exposed ports.",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",

@@ -29,7 +29,12 @@ const bootTimeout = "5m with KVM, 15m with TCG"
 
 // timeoutFlag is the --timeout of the verbs that boot or resume a VM.
 func timeoutFlag(defaultText string) cli.Flag {
-	return &cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp to answer", DefaultText: defaultText}
+	return boundedTimeoutFlag("how long to wait for SSH and agent-mcp to answer", defaultText)
+}
+
+// boundedTimeoutFlag is a --timeout whose usage says what it bounds.
+func boundedTimeoutFlag(usage, defaultText string) cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Usage: usage, DefaultText: defaultText}
 }
 
 // workspaceCacheFlag is create's and start's --workspace-cache.
@@ -105,7 +110,7 @@ func printStarted(stdio IO, res *vm.StartResult) {
 func stopCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:         "stop",
-		Usage:        "shut a VM down cleanly (ACPI, then QEMU quit, then kill)",
+		Usage:        "shut a VM down cleanly: ask the guest to power off, and force it off after a grace period (30s, 90s without KVM)",
 		ArgsUsage:    "[BRANCH]",
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
