@@ -191,7 +191,7 @@ func attachCommand(stdio IO) *cli.Command {
 			notify := func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }
 			if cliCtx.Bool("chrome") {
 				// The session runs already: its agent keeps the flags it
-				// started with; the door is what attach can open.
+				// started with; the bridge to the host's Chrome is what attach can open.
 				if _, err := browser.ForAgent(cliCtx.Context, m, name, stdio.Getenv, notify); err != nil {
 					return err
 				}

@@ -21,7 +21,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
 		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
 		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
-		module + "/internal/bridge":      true, // open-url, the guest's end of the URL door
+		module + "/internal/bridge":      true, // open-url, the guest's end of the URL-opening bridge
 		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
 		module + "/internal/pins":        true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
 		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs

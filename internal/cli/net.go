@@ -198,14 +198,14 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 			fmt.Fprintf(w, "    %-5s %s%s\n", verdict, termsafe.String(pattern), mark)
 		}
 	}
-	var doors []string
+	var exposed []string
 	for _, x := range info.Exposed {
-		doors = append(doors, fmt.Sprintf("%d (%s)", x.Port, termsafe.String(x.By)))
+		exposed = append(exposed, fmt.Sprintf("%d (%s)", x.Port, termsafe.String(x.By)))
 	}
-	if len(doors) == 0 {
-		doors = []string{"none"}
+	if len(exposed) == 0 {
+		exposed = []string{"none"}
 	}
-	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(doors, ", "))
+	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(exposed, ", "))
 	for _, l := range pinLines(info.Pins) {
 		fmt.Fprintf(w, "  pinned:  %s (the host's pins, every VM's: `agent-vm setup`)\n", l)
 	}
@@ -213,10 +213,11 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 	fmt.Fprintf(w, "  log:     %s\n", info.Log)
 }
 
-// printBrowserLines says which browser doors are open (agent-vm browser).
+// printBrowserLines says what of the host's browser the VM may use
+// (agent-vm browser).
 func printBrowserLines(w io.Writer, lines []string) {
 	if len(lines) == 0 {
-		fmt.Fprintln(w, "  browser: none (agent-vm browser opens a door to the host's browser)")
+		fmt.Fprintln(w, "  browser: none (agent-vm browser lets the VM use the host's browser)")
 		return
 	}
 	for _, l := range lines {
@@ -233,7 +234,7 @@ func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 		verdict = "DENIED"
 	}
 	if x.Kind == egress.KindDevTools {
-		// No connection: a DevTools call the browser door refused, the
+		// No connection: a DevTools call the DevTools relay refused, the
 		// URL it would have loaded and the reason.
 		line := fmt.Sprintf("%s  %-8s %-7s %s", x.Time.Local().Format(time.DateTime), x.Kind, verdict, termsafe.String(x.Request))
 		if x.URL != "" {
@@ -278,14 +279,18 @@ func netProxyCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "the VM's network directory (policy and log)"},
 			&cli.StringFlag{Name: "proxy-socket", Usage: "the proxy's unix socket"},
-			&cli.StringFlag{Name: "door-socket", Usage: "the exposed ports' unix socket"},
+			&cli.StringFlag{Name: "exposed-socket", Usage: "the unix socket the guest's connections to exposed host ports arrive on"},
 			&cli.StringFlag{Name: "qemu-pidfile", Usage: "exit once the process of this pid file is gone"},
 			&cli.StringFlag{Name: "run-as", Usage: "UID:GID to drop to before serving (agent-vm run as root)"},
 			&cli.BoolFlag{Name: "secrets-stdin", Usage: "read the VM's CA and secrets from standard input (agent-vm writes them there)"},
 			&cli.StringFlag{Name: "front", Usage: "also serve on TCP at this host address (a guest on a libvirt network of its own), on ports the kernel chooses"},
-			&cli.IntSliceFlag{Name: "front-door", Usage: "an exposed host port served by the TCP front (repeatable)"},
+			&cli.IntSliceFlag{Name: "front-exposed", Usage: "an exposed host port served by the TCP front (repeatable)"},
 			&cli.StringFlag{Name: "front-ports", Usage: "where the TCP front writes the ports it chose"},
-			&cli.StringFlag{Name: "door-dir", Usage: "reach an exposed port at the unix socket DIR/PORT, not 127.0.0.1:PORT (a VM placed on another host)"},
+			&cli.StringFlag{Name: "exposed-dir", Usage: "reach an exposed port at the unix socket DIR/PORT, not 127.0.0.1:PORT (a VM placed on another host)"},
+			// The old names, which drivers may still pass.
+			&cli.StringFlag{Name: "door-socket", Hidden: true, Usage: "the old name of --exposed-socket"},
+			&cli.IntSliceFlag{Name: "front-door", Hidden: true, Usage: "the old name of --front-exposed"},
+			&cli.StringFlag{Name: "door-dir", Hidden: true, Usage: "the old name of --exposed-dir"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -295,20 +300,20 @@ func netProxyCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			need := []string{"dir", "proxy-socket", "door-socket"}
+			need := []string{"dir", "proxy-socket", "exposed-socket"}
 			if front != nil {
 				need = need[:1] // the front may serve alone
 			}
 			for _, f := range need {
-				if cliCtx.String(f) == "" {
+				if renamedString(cliCtx, f) == "" {
 					return usagef("net-proxy needs --%s", f)
 				}
 			}
 			e := newEnv(cliCtx, stdio)
 			o := egress.ServeOptions{Dir: cliCtx.String("dir"),
-				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: cliCtx.String("door-socket"),
+				ProxySocket: cliCtx.String("proxy-socket"), DoorSocket: renamedString(cliCtx, "exposed-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
-				Front: front, DoorDir: cliCtx.String("door-dir"), Log: e.log.Named("net-proxy")}
+				Front: front, DoorDir: renamedString(cliCtx, "exposed-dir"), Log: e.log.Named("net-proxy")}
 			for _, h := range []struct {
 				name string
 				to   *string
@@ -329,12 +334,29 @@ func netProxyCommand(stdio IO) *cli.Command {
 	}
 }
 
+// renamedString is the string flag name, or the hidden flag of its old
+// name (renamedFrom) when name is not given.
+func renamedString(cliCtx *cli.Context, name string) string {
+	if v := cliCtx.String(name); v != "" || renamedFrom[name] == "" {
+		return v
+	}
+	return cliCtx.String(renamedFrom[name])
+}
+
+// renamedFrom maps the hidden commands' renamed flags to their old names,
+// kept as hidden flags for the callers that still pass them.
+var renamedFrom = map[string]string{
+	"exposed-socket":      "door-socket",
+	"exposed-dir":         "door-dir",
+	"return-socket-owner": "door-owner",
+}
+
 // frontOf is net-proxy's TCP front, nil without --front.
 func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 	at := cliCtx.String("front")
 	if at == "" {
-		if cliCtx.IsSet("front-door") || cliCtx.IsSet("front-ports") {
-			return nil, usagef("net-proxy: --front-door and --front-ports need --front")
+		if cliCtx.IsSet("front-exposed") || cliCtx.IsSet("front-door") || cliCtx.IsSet("front-ports") {
+			return nil, usagef("net-proxy: --front-exposed and --front-ports need --front")
 		}
 		return nil, nil
 	}
@@ -345,7 +367,7 @@ func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 	if cliCtx.String("front-ports") == "" {
 		return nil, usagef("net-proxy: --front needs --front-ports")
 	}
-	return &egress.Front{Addr: addr, Doors: cliCtx.IntSlice("front-door"), PortsFile: cliCtx.String("front-ports")}, nil
+	return &egress.Front{Addr: addr, Doors: append(cliCtx.IntSlice("front-exposed"), cliCtx.IntSlice("front-door")...), PortsFile: cliCtx.String("front-ports")}, nil
 }
 
 // netRelayCommand carries one guest connection to the proxy: QEMU runs it
@@ -359,15 +381,15 @@ func netRelayCommand(stdio IO) *cli.Command {
 			if n < 1 || n > 2 {
 				return &exitCodeError{code: ExitUsage}
 			}
-			door := 0
+			exposed := 0 // the exposed host port the guest connects to; 0: the proxy
 			if n == 2 {
 				p, err := strconv.Atoi(cliCtx.Args().Get(1))
 				if err != nil || p < 1 || p > 65535 {
 					return &exitCodeError{code: ExitUsage}
 				}
-				door = p
+				exposed = p
 			}
-			if err := egress.Relay(cliCtx.Context, cliCtx.Args().First(), door, stdio.In, stdio.Out); err != nil {
+			if err := egress.Relay(cliCtx.Context, cliCtx.Args().First(), exposed, stdio.In, stdio.Out); err != nil {
 				return &exitCodeError{code: ExitError}
 			}
 			return nil
@@ -389,8 +411,11 @@ func netForwardCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "via-user", Usage: "the user the link to the host logs in as"},
 			&cli.StringFlag{Name: "via-key", Usage: "agent-vm's private key for the host, read before --run-as drops privileges"},
 			&cli.StringFlag{Name: "via-known-hosts", Usage: "the file pinning the host's key, read before --run-as drops privileges"},
-			&cli.StringSliceFlag{Name: "door", Usage: "SOCKET=PORT: the unix socket SOCKET on the host (through the link) carried back to 127.0.0.1:PORT here (repeatable; needs the --via flags)"},
-			&cli.StringFlag{Name: "door-owner", Usage: "UID:GID on the host to give the door sockets to (the egress proxy's user there)"},
+			&cli.StringSliceFlag{Name: "return-socket", Usage: "SOCKET=PORT: the unix socket SOCKET made on the host (through the link), its connections carried back to 127.0.0.1:PORT here (repeatable; needs the --via flags)"},
+			&cli.StringFlag{Name: "return-socket-owner", Usage: "UID:GID on the host to give the --return-socket sockets to (the egress proxy's user there)"},
+			// The old names, which drivers may still pass.
+			&cli.StringSliceFlag{Name: "door", Hidden: true, Usage: "the old name of --return-socket"},
+			&cli.StringFlag{Name: "door-owner", Hidden: true, Usage: "the old name of --return-socket-owner"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -404,12 +429,12 @@ func netForwardCommand(stdio IO) *cli.Command {
 				}
 				rules = append(rules, r)
 			}
-			doors, err := doorsOf(cliCtx.StringSlice("door"))
+			returns, err := returnSocketsOf(append(cliCtx.StringSlice("return-socket"), cliCtx.StringSlice("door")...))
 			if err != nil {
 				return err
 			}
-			if len(rules) == 0 && len(doors) == 0 {
-				return usagef("net-forward needs at least one --forward PORT=HOST:PORT or --door SOCKET=PORT")
+			if len(rules) == 0 && len(returns) == 0 {
+				return usagef("net-forward needs at least one --forward PORT=HOST:PORT or --return-socket SOCKET=PORT")
 			}
 			uid, gid := -1, -1
 			if ra := cliCtx.String("run-as"); ra != "" {
@@ -421,8 +446,8 @@ func netForwardCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if len(doors) > 0 && via == nil {
-				return usagef("net-forward: --door needs the --via flags (the host the socket is made on)")
+			if len(returns) > 0 && via == nil {
+				return usagef("net-forward: --return-socket needs the --via flags (the host the socket is made on)")
 			}
 			var dial tcpfwd.Dialer // nil: from this host
 			var tun *hostlink.Tunnel
@@ -454,43 +479,44 @@ func netForwardCommand(stdio IO) *cli.Command {
 					return err
 				}
 			}
-			return serveForwards(ctx, f, dial, tun, doors, cliCtx.String("door-owner"), stdio.Out)
+			return serveForwards(ctx, f, dial, tun, returns, renamedString(cliCtx, "return-socket-owner"), stdio.Out)
 		},
 	}
 }
 
-// door is a --door of net-forward: a unix socket on the host carried back
-// to a port of this machine's 127.0.0.1.
-type door struct {
+// returnSocket is a --return-socket of net-forward: a unix socket made on
+// the host whose connections are carried back to a port of this machine's
+// 127.0.0.1.
+type returnSocket struct {
 	socket string
 	port   int
 }
 
-func doorsOf(specs []string) ([]door, error) {
-	var out []door
+func returnSocketsOf(specs []string) ([]returnSocket, error) {
+	var out []returnSocket
 	for _, s := range specs {
 		sock, p, ok := strings.Cut(s, "=")
 		port, err := strconv.Atoi(p)
 		if !ok || !strings.HasPrefix(sock, "/") || err != nil || port < 1 || port > 65535 {
-			return nil, usagef("net-forward: --door %q is not SOCKET=PORT (an absolute path on the host, a port here)", s)
+			return nil, usagef("net-forward: --return-socket %q is not SOCKET=PORT (an absolute path on the host, a port here)", s)
 		}
-		out = append(out, door{socket: sock, port: port})
+		out = append(out, returnSocket{socket: sock, port: port})
 	}
 	return out, nil
 }
 
-// serveForwards serves f's forwards (if any) and the doors until ctx ends
-// or one of them fails.
-// Each door made prints hostlink.DoorReadyLine on out: the driver waits
-// for those lines before the VM's start goes on.
-func serveForwards(ctx context.Context, f *tcpfwd.Forwarder, dial tcpfwd.Dialer, tun *hostlink.Tunnel, doors []door, owner string, out io.Writer) error {
+// serveForwards serves f's forwards (if any) and the return sockets until
+// ctx ends or one of them fails. Each return socket made prints
+// hostlink.DoorReadyLine on out: the driver waits for those lines before
+// the VM's start goes on.
+func serveForwards(ctx context.Context, f *tcpfwd.Forwarder, dial tcpfwd.Dialer, tun *hostlink.Tunnel, returns []returnSocket, owner string, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(doors)+1)
+	errs := make(chan error, len(returns)+1)
 	if f != nil {
 		go func() { errs <- f.Serve(ctx, dial) }()
 	}
-	for _, d := range doors {
+	for _, d := range returns {
 		to := net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port))
 		go func() {
 			errs <- tun.ServeDoor(ctx, d.socket, owner, func(ctx context.Context) (net.Conn, error) {

@@ -162,7 +162,7 @@ func TestNetProxyDropsToTheOwner(t *testing.T) {
 	os.WriteFile(pidFile, []byte(strconv.Itoa(qemu.Process.Pid)+"\n"), 0o600)
 	sock, door := filepath.Join(top, "egress.sock"), filepath.Join(top, "door.sock")
 	var out bytes.Buffer
-	proxy := exec.Command(tu.AgentVMBinary(t), "net-proxy", "--dir", dir, "--proxy-socket", sock, "--door-socket", door,
+	proxy := exec.Command(tu.AgentVMBinary(t), "net-proxy", "--dir", dir, "--proxy-socket", sock, "--exposed-socket", door,
 		"--qemu-pidfile", pidFile, "--run-as", "65534:65534")
 	proxy.Stdout, proxy.Stderr = &out, &out
 	if err := proxy.Start(); err != nil {
@@ -306,7 +306,8 @@ func TestNetRequestRules(t *testing.T) {
 }
 
 // net-proxy's TCP front flags, refused as usage errors (exit 2) naming the
-// flag before anything listens: --front-door or --front-ports without
+// flag before anything listens: --front-exposed (or its old name,
+// --front-door) or --front-ports without
 // --front, --front that is not an address, --front without a ports file,
 // and neither sockets nor a front.
 func TestNetProxyFrontRefusals(t *testing.T) {
@@ -315,8 +316,9 @@ func TestNetProxyFrontRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--front-door", "8080"}, "--front-door and --front-ports need --front"},
-		{[]string{"--front-ports", filepath.Join(dir, "p.json")}, "--front-door and --front-ports need --front"},
+		{[]string{"--front-exposed", "8080"}, "--front-exposed and --front-ports need --front"},
+		{[]string{"--front-door", "8080"}, "--front-exposed and --front-ports need --front"},
+		{[]string{"--front-ports", filepath.Join(dir, "p.json")}, "--front-exposed and --front-ports need --front"},
 		{[]string{"--front", "bridge", "--front-ports", filepath.Join(dir, "p.json")}, `--front "bridge" is not an IP address`},
 		{[]string{"--front", "127.0.0.1"}, "--front needs --front-ports"},
 		{nil, "net-proxy needs --proxy-socket"},
@@ -348,10 +350,10 @@ func TestNetForwardRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT or --door SOCKET=PORT"},
-		{[]string{"--door", "rel/sock=8080"}, 2, `--door "rel/sock=8080" is not SOCKET=PORT`},
-		{[]string{"--door", "/run/x/8080=0"}, 2, `--door "/run/x/8080=0" is not SOCKET=PORT`},
-		{[]string{"--door", "/run/x/8080=8080"}, 2, "--door needs the --via flags"},
+		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT or --return-socket SOCKET=PORT"},
+		{[]string{"--return-socket", "rel/sock=8080"}, 2, `--return-socket "rel/sock=8080" is not SOCKET=PORT`},
+		{[]string{"--door", "/run/x/8080=0"}, 2, `--return-socket "/run/x/8080=0" is not SOCKET=PORT`},
+		{[]string{"--return-socket", "/run/x/8080=8080"}, 2, "--return-socket needs the --via flags"},
 		{[]string{"--forward", "2222"}, 2, `forward "2222" is not PORT=HOST:PORT`},
 		{[]string{"--forward", "2222=10.0.0.2:22", "--run-as", "0:0"}, 2, `--run-as "0:0" is not UID:GID of a user other than root`},
 		{[]string{"--forward", hp + "=10.0.0.2:22"}, 1, "listening on 127.0.0.1:" + hp},

@@ -117,7 +117,7 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 	// The VM's proxy, under the same resolver.
 	netDir := filepath.Join(st, "x", "net")
 	sock := filepath.Join(t.TempDir(), "egress.sock")
-	argv := tu.InHosts(t, hosts, bin, "net-proxy", "--dir", netDir, "--proxy-socket", sock, "--door-socket", sock+".door")
+	argv := tu.InHosts(t, hosts, bin, "net-proxy", "--dir", netDir, "--proxy-socket", sock, "--exposed-socket", sock+".exposed")
 	proxy := exec.Command(argv[0], argv[1:]...)
 	var proxyOut strings.Builder
 	proxy.Stdout, proxy.Stderr = &proxyOut, &proxyOut
