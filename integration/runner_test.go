@@ -183,8 +183,8 @@ func TestFailingScenarioExits1AndShowsTheCommand(t *testing.T) {
 	for _, want := range []string{
 		markFail + " create a VM for a new branch",
 		"create itest/cli", // the failing command line, to run again
-		"exit status 1",             // its exit code
-		"stderr:",                   // and what it said
+		"exit status 1",    // its exit code
+		"stderr:",          // and what it said
 		"is not valid JSON",
 		markSkip + " list shows it", // later steps are shown as not run
 		markPass + " clean up",
