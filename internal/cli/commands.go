@@ -19,7 +19,13 @@ var categories = []string{"VMs", "Agents", "Network", "Images and templates", "H
 // commands lists the verbs. A verb is listed only once it works. --help
 // groups them by category (appHelpTemplate keeps the categories' order);
 // the hidden ones are what agent-vm runs itself, in the guest or beside
-// QEMU.
+// QEMU. A hidden command that agent-vm's own processes run is named
+// __NAME (__hold, __net-proxy); the net- ones keep their old names as
+// aliases, which running VMs' QEMU and the drivers still call. Two keep
+// plain names because configurations outside agent-vm's processes call
+// them and outlive a version: mcp-proxy (an MCP client's configuration,
+// from mcp-config) and open-url (the guest's xdg-open and $BROWSER
+// shims); expose is a user's old spelling of port expose.
 func commands(stdio IO) []*cli.Command {
 	return slices.Concat(
 		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),

@@ -25,7 +25,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
 		module + "/internal/pins":        true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
 		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
-		module + "/internal/egress":      true, // the hidden net-proxy and net-relay, and the net log's entries
+		module + "/internal/egress":      true, // the hidden __net-proxy and __net-relay, and the net log's entries
 		module + "/internal/mcpsync":     true, // `mcp sync`, given the Manager as its VMs
 		module + "/internal/browser":     true, // `browser` and run --chrome, given the Manager as their VMs
 		module + "/internal/template":    true, // the template list's entries
@@ -35,7 +35,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/secret":      true, // `secret set|list|rm`, the Manager's store; run's key from the environment
 		module + "/internal/hosts":       true, // `host add|list|rm`, the Manager's registry, and host doctor's report
 		module + "/internal/tcpfwd":      true, // the hidden net-forward, a libvirt VM's forwards
-		module + "/internal/hostlink":    true, // the hidden __detach (hostlink.Detach), agent-vm's binary on a libvirt host starting a program there; net-forward --via-addr's Tunnel, a remote VM's forwards through the link
+		module + "/internal/hostlink":    true, // the hidden __detach (hostlink.Detach), agent-vm's binary on a libvirt host starting a program there; __net-forward --via-addr's Tunnel, a remote VM's forwards through the link
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

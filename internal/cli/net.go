@@ -275,7 +275,7 @@ func printNetEntry(w io.Writer, x egress.Entry, asJSON bool) error {
 // netProxyCommand is the egress proxy the driver runs for each VM.
 func netProxyCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-proxy", Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)",
+		Name: "__net-proxy", Aliases: []string{"net-proxy"}, Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "the VM's network directory (policy and log)"},
 			&cli.StringFlag{Name: "proxy-socket", Usage: "the proxy's unix socket"},
@@ -375,7 +375,7 @@ func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 // Its stderr is the guest's connection too, so it prints nothing.
 func netRelayCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-relay", Hidden: true, Usage: "carry one guest connection to the egress proxy (QEMU runs it)", ArgsUsage: "SOCKET [PORT]",
+		Name: "__net-relay", Aliases: []string{"net-relay"}, Hidden: true, Usage: "carry one guest connection to the egress proxy (QEMU runs it)", ArgsUsage: "SOCKET [PORT]",
 		Action: func(cliCtx *cli.Context) error {
 			n := cliCtx.NArg()
 			if n < 1 || n > 2 {
@@ -401,7 +401,7 @@ func netRelayCommand(stdio IO) *cli.Command {
 // address of its own (the libvirt driver starts it with the VM).
 func netForwardCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-forward", Hidden: true, Usage: "forward 127.0.0.1 ports to a VM's guest (agent-vm starts it with the VM)",
+		Name: "__net-forward", Aliases: []string{"net-forward"}, Hidden: true, Usage: "forward 127.0.0.1 ports to a VM's guest (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "forward", Usage: "PORT=HOST:PORT: 127.0.0.1:PORT carried to HOST:PORT (repeatable)"},
 			&cli.StringFlag{Name: "pidfile", Usage: "exit once the process of this pid file (the VM's QEMU) is gone"},

@@ -52,7 +52,7 @@ func TestNetCommands(t *testing.T) {
 		}
 	}
 	// The relay prints nothing, ever: its stderr is the guest's connection.
-	if r := agentVM(t, repo, st, "net-relay", filepath.Join(st, "no.sock")); r.code != 1 || r.stdout+r.stderr != "" {
+	if r := agentVM(t, repo, st, "__net-relay", filepath.Join(st, "no.sock")); r.code != 1 || r.stdout+r.stderr != "" {
 		t.Errorf("net-relay without a proxy: exit %d, printed %q %q", r.code, r.stdout, r.stderr)
 	}
 
@@ -162,7 +162,7 @@ func TestNetProxyDropsToTheOwner(t *testing.T) {
 	os.WriteFile(pidFile, []byte(strconv.Itoa(qemu.Process.Pid)+"\n"), 0o600)
 	sock, door := filepath.Join(top, "egress.sock"), filepath.Join(top, "door.sock")
 	var out bytes.Buffer
-	proxy := exec.Command(tu.AgentVMBinary(t), "net-proxy", "--dir", dir, "--proxy-socket", sock, "--exposed-socket", door,
+	proxy := exec.Command(tu.AgentVMBinary(t), "__net-proxy", "--dir", dir, "--proxy-socket", sock, "--exposed-socket", door,
 		"--qemu-pidfile", pidFile, "--run-as", "65534:65534")
 	proxy.Stdout, proxy.Stderr = &out, &out
 	if err := proxy.Start(); err != nil {
