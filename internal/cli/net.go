@@ -163,10 +163,10 @@ github.com, the defaults let the agent read GitHub's API and open and comment on
 requests and issues (GraphQL: createPullRequest, addComment), and refuse every other write.
 
 Examples:
-   agent-vm net allow feat-x pypi.example.org
-   agent-vm net allow feat-x 'PUT api.github.com/repos/o/r/pulls/*/merge'
-   agent-vm net allow feat-x 'POST api.github.com/graphql graphql:mergePullRequest'
-   agent-vm net deny feat-x 'POST api.github.com/repos/o/r/issues'`
+   agent-vm net allow --vm feat-x pypi.example.org
+   agent-vm net allow --vm feat-x 'PUT api.github.com/repos/o/r/pulls/*/merge'
+   agent-vm net allow --vm feat-x 'POST api.github.com/graphql graphql:mergePullRequest'
+   agent-vm net deny --vm feat-x 'POST api.github.com/repos/o/r/issues'`
 
 func printNetChange(w io.Writer, ch *netpolicy.Change) error {
 	printNetInfo(w, ch.Info)

@@ -58,8 +58,8 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 	out := run("setup", "--no-pins")
 	for _, want := range []string{"found: " + npm + "; not pinned: --no-pins)",
 		"found: deb.debian.org → 203.0.113.80 (in 203.0.113.0/24 (documentation, TEST-NET-3)",
-		"not pinned: security.debian.org → 127.0.0.1 (an address of this host: a pin never lets a VM reach this host itself; should security.debian.org's mirror be this host, `agent-vm net allow BRANCH 127.0.0.1` lets one VM reach it there)",
-		"nothing recorded (--no-pins)", "`agent-vm net allow BRANCH ADDRESS`"} {
+		"not pinned: security.debian.org → 127.0.0.1 (an address of this host: a pin never lets a VM reach this host itself; should security.debian.org's mirror be this host, `agent-vm net allow --vm BRANCH 127.0.0.1` lets one VM reach it there)",
+		"nothing recorded (--no-pins)", "`agent-vm net allow --vm BRANCH ADDRESS`"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("setup --no-pins lacks %q:\n%s", want, out)
 		}
