@@ -26,7 +26,7 @@ func runCommand(stdio IO) *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "agent", Usage: "run agent `NAME`: claude, codex or gemini (its CLI is installed first if the VM lacks it), or any program in the VM (default: the VM's, from create --agent)"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable); a credential is better kept on the host: see agent-vm secret set"},
-		sessionFlag("the agent session to start or attach to (default: named after the agent)"),
+		sessionFlag("start or attach to the agent session `NAME` (default: named after the agent)"),
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
 		chromeFlag,
 		timeoutFlag(bootTimeout),
@@ -161,7 +161,8 @@ func sessionEnd(res *agent.Result, err error) error {
 }
 
 // sessionFlag is --session NAME, the one way a command names an agent
-// session; usage says what it does there.
+// session (run, attach, logs, sessions rm); usage says what it does there
+// and holds the placeholder `NAME`.
 func sessionFlag(usage string) *cli.StringFlag {
 	return &cli.StringFlag{Name: "session", Usage: usage}
 }
@@ -171,7 +172,7 @@ func attachCommand(stdio IO) *cli.Command {
 		Name:         "attach",
 		Usage:        "attach the terminal to an agent session (detach: Ctrl-b d)",
 		ArgsUsage:    "[BRANCH]",
-		Flags:        []cli.Flag{sessionFlag("the agent session to attach to (default: the only one, else the agent's)"), chromeFlag},
+		Flags:        []cli.Flag{sessionFlag("attach to the agent session `NAME` (default: the VM's only session)"), chromeFlag},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 2 || cliCtx.NArg() == 2 && cliCtx.IsSet("session") {
@@ -251,7 +252,7 @@ func sessionsCommand(stdio IO) *cli.Command {
 			Name:      "rm",
 			Usage:     "remove a session (one whose agent still runs only with --force)",
 			ArgsUsage: "[BRANCH] --session NAME",
-			Flags: []cli.Flag{sessionFlag("the agent session to remove (required)"),
+			Flags: []cli.Flag{sessionFlag("remove the agent session `NAME` (required)"),
 				&cli.BoolFlag{Name: "force", Usage: "end a running agent (it gets SIGHUP)"}},
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 				var name, sess string

@@ -212,3 +212,42 @@ func TestHelpGroupsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestOneGrammar holds every visible command to one way of naming a VM and
+// a session: a BRANCH argument is optional (left out, the checked-out
+// branch), a command with positional arguments of its own names the VM
+// with --vm BRANCH, and a session is named with --session NAME, never as
+// an argument.
+func TestOneGrammar(t *testing.T) {
+	app := newApp(IO{})
+	for _, path := range commandPaths(app.Commands, nil) {
+		c := findPath(app, path)
+		name := strings.Join(path, " ")
+		if rest := strings.ReplaceAll(c.ArgsUsage, "[BRANCH]", ""); strings.Contains(rest, "BRANCH") {
+			t.Errorf("%s takes %q: a BRANCH argument is optional, [BRANCH], or the flag --vm BRANCH", name, c.ArgsUsage)
+		}
+		if strings.Contains(c.ArgsUsage, "SESSION") {
+			t.Errorf("%s takes %q: a session is named with --session NAME", name, c.ArgsUsage)
+		}
+		for _, f := range c.VisibleFlags() {
+			want := map[string]string{"vm": "BRANCH", "session": "NAME"}[f.Names()[0]]
+			if want == "" {
+				continue
+			}
+			if _, ph := unquoteUsage(f.(cli.DocGenerationFlag).GetUsage()); ph != want {
+				t.Errorf("%s --%s takes %q, want %s", name, f.Names()[0], ph, want)
+			}
+		}
+	}
+}
+
+// unquoteUsage is urfave/cli's reading of a usage: its first backticked
+// word is the placeholder.
+func unquoteUsage(usage string) (string, string) {
+	_, rest, ok := strings.Cut(usage, "`")
+	if !ok {
+		return usage, ""
+	}
+	ph, _, _ := strings.Cut(rest, "`")
+	return strings.ReplaceAll(usage, "`", ""), ph
+}

@@ -215,7 +215,7 @@ func logsCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"},
 			&cli.IntFlag{Name: "lines", Aliases: []string{"n"}, Value: 200, Usage: "lines of each log to show first"},
-			&cli.StringFlag{Name: "session", Usage: "print that agent session's scrollback instead (agent-vm sessions lists them)"},
+			sessionFlag("print the scrollback of the agent session `NAME` instead (agent-vm sessions lists them)"),
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
