@@ -45,6 +45,7 @@ func TestAgentSessionRefusals(t *testing.T) {
 		{"", []string{"sessions", "main", "--json"}, 1, "is stopped"},
 		{"", []string{"sessions", "rm", "main"}, 2, "sessions rm needs --session NAME"},
 		{"", []string{"sessions", "rm", "main", "--session", "s"}, 1, "is stopped"},
+		{"", []string{"sessions", "rm", "main", "x", "--session", "s"}, 2, "sessions rm takes at most one BRANCH"},
 		{"", []string{"sessions", "rm", "main", "s"}, 1, "is stopped"},
 		{"", []string{"logs", "main", "--session", "s", "-f"}, 2, "--follow does not go with --session"},
 		{"", []string{"logs", "main", "--session", "s"}, 1, "is stopped"},

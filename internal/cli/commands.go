@@ -66,7 +66,7 @@ func vmName(cliCtx *cli.Context, m *vm.Manager) (string, error) {
 	case 1:
 		return cliCtx.Args().First(), nil
 	default:
-		return "", usagef("%s takes at most one BRANCH, got %d arguments", cliCtx.Command.Name, cliCtx.NArg())
+		return "", usagef("%s takes at most one BRANCH, got %d arguments", commandPath(cliCtx), cliCtx.NArg())
 	}
 }
 
@@ -110,7 +110,9 @@ func commandPath(cliCtx *cli.Context) string {
 // checked out where agent-vm runs.
 
 // vmFlag is --vm of a command with positional arguments of its own.
-var vmFlag = &cli.StringFlag{Name: "vm", Usage: "the VM of `BRANCH` (default: the checked-out branch)"}
+func vmFlag() cli.Flag {
+	return &cli.StringFlag{Name: "vm", Usage: "the VM of `BRANCH` (default: the checked-out branch)"}
+}
 
 // vmAndArgs returns the VM a command that takes --vm acts on, and its
 // positional arguments. oldForm (if not nil) says whether args are the

@@ -26,7 +26,7 @@ func netCommand(stdio IO) *cli.Command {
 	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*netpolicy.Change, error)) *cli.Command {
 		return &cli.Command{
 			Name: name, Usage: usage, ArgsUsage: "DOMAIN|'METHOD host/path'...", Description: netEditHelp,
-			Flags: []cli.Flag{vmFlag},
+			Flags: []cli.Flag{vmFlag()},
 			Action: func(cliCtx *cli.Context) error {
 				if cliCtx.NArg() < 1 {
 					return usagef("net %s takes DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got none", name)
@@ -74,7 +74,7 @@ func netCommand(stdio IO) *cli.Command {
 			}),
 			{
 				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "MODE",
-				Flags: []cli.Flag{vmFlag},
+				Flags: []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
 						return usagef("net mode takes MODE (allow, open or offline), got %d arguments", n)

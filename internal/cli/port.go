@@ -29,7 +29,7 @@ func portCommand(stdio IO) *cli.Command {
 				Name:      "add",
 				Usage:     "forward GUEST_PORT to 127.0.0.1:HOST_PORT (default: the same number if free, else a free port)",
 				ArgsUsage: "GUEST_PORT [HOST_PORT]",
-				Flags:     []cli.Flag{vmFlag},
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					if n := cliCtx.NArg(); n < 1 || n > 3 || n == 3 && cliCtx.IsSet("vm") {
 						return usagef("port add takes GUEST_PORT [HOST_PORT], got %d arguments", n)
@@ -73,7 +73,7 @@ func portCommand(stdio IO) *cli.Command {
 				Name:      "rm",
 				Usage:     "end the forward of GUEST_PORT",
 				ArgsUsage: "GUEST_PORT",
-				Flags:     []cli.Flag{vmFlag},
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
 						return usagef("port rm takes GUEST_PORT, got %d arguments", n)
@@ -137,7 +137,7 @@ func portCommand(stdio IO) *cli.Command {
 				Name:      "expose",
 				Usage:     "let the VM reach HOST_PORT of the host's 127.0.0.1, at 10.0.2.100:HOST_PORT",
 				ArgsUsage: "HOST_PORT",
-				Flags:     []cli.Flag{vmFlag},
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					return expose(cliCtx, stdio, "port expose", false)
 				},
@@ -146,7 +146,7 @@ func portCommand(stdio IO) *cli.Command {
 				Name:      "unexpose",
 				Usage:     "close HOST_PORT to the VM again",
 				ArgsUsage: "HOST_PORT",
-				Flags:     []cli.Flag{vmFlag},
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					return expose(cliCtx, stdio, "port unexpose", true)
 				},
@@ -163,7 +163,7 @@ func exposeCommand(stdio IO) *cli.Command {
 		Hidden:    true,
 		Usage:     "port expose, or with --remove port unexpose",
 		ArgsUsage: "HOST_PORT",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "remove", Aliases: []string{"rm"}, Usage: "close the port again"}, vmFlag},
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "remove", Aliases: []string{"rm"}, Usage: "close the port again"}, vmFlag()},
 		Action: func(cliCtx *cli.Context) error {
 			return expose(cliCtx, stdio, "expose", cliCtx.Bool("remove"))
 		},
