@@ -21,11 +21,12 @@ var categories = []string{"VMs", "Agents", "Network", "Images and templates", "H
 // the hidden ones are what agent-vm runs itself, in the guest or beside
 // QEMU. A hidden command that agent-vm's own processes run is named
 // __NAME (__hold, __net-proxy); the net- ones keep their old names as
-// aliases, which running VMs' QEMU and the drivers still call. Two keep
-// plain names because configurations outside agent-vm's processes call
-// them and outlive a version: mcp-proxy (an MCP client's configuration,
-// from mcp-config) and open-url (the guest's xdg-open and $BROWSER
-// shims); expose is a user's old spelling of port expose.
+// aliases, which running VMs' QEMU and the drivers still call. Three keep
+// plain names because what calls them outlives a version of agent-vm:
+// mcp-proxy (an MCP client's configuration, from mcp-config), open-url
+// (the guest's xdg-open and $BROWSER shims) and guest-personalize (run in
+// a guest cloned from a template an older agent-vm may have built); expose
+// is a user's old spelling of port expose.
 func commands(stdio IO) []*cli.Command {
 	return slices.Concat(
 		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),

@@ -131,6 +131,23 @@ var sizeFlags = map[string]bool{"memory": true, "disk": true}
 // bareUnitRE is how a size flag's usage names the unit of a bare number.
 var bareUnitRE = regexp.MustCompile(`a bare number is in [KMGT]iB\b`)
 
+// The hidden commands' help keeps the same rules: agent-vm runs them, but a
+// reader debugging it reads their help.
+func TestHelpOfHiddenCommands(t *testing.T) {
+	st := t.TempDir()
+	for _, c := range newApp(IO{}).Commands {
+		if !c.Hidden {
+			continue
+		}
+		r := agentVM(t, "", st, c.Name, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout, "agent-vm "+c.Name) {
+			t.Errorf("agent-vm %s --help: exit %d\n%s%s", c.Name, r.code, r.stdout, r.stderr)
+			continue
+		}
+		checkHelpLines(t, "agent-vm "+c.Name, r.stdout)
+	}
+}
+
 // listedCommands is the names the COMMANDS section of a help lists.
 func listedCommands(help string) string {
 	_, section, _ := strings.Cut(help, "\nCOMMANDS:\n")
