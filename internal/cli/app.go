@@ -208,6 +208,9 @@ func setUsageHandlers(c *cli.Command) {
 			}
 		}
 	}
+	if len(c.Subcommands) == 0 && strings.HasPrefix(c.ArgsUsage, "[BRANCH]") && c.Action != nil {
+		c.Action = helpWord(c.Action)
+	}
 	noBoolDefaults(c.Flags)
 	plainDefaults(c.Flags)
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {

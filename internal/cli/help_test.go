@@ -61,8 +61,10 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		if asked.stdout != flagged.stdout {
 			t.Errorf("agent-vm help %s and %s --help differ:\n%s\n----\n%s", strings.Join(path, " "), name, asked.stdout, flagged.stdout)
 		}
-		if len(path) > 0 && len(findPath(app, path).Subcommands) > 0 {
-			// A group's help word alone: agent-vm sessions help.
+		if c := findPath(app, path); c != nil && (len(c.Subcommands) > 0 || strings.HasPrefix(c.ArgsUsage, "[BRANCH]")) {
+			// A group's help word alone (agent-vm sessions help), and
+			// a command's whose argument is an optional BRANCH
+			// (agent-vm status help).
 			within := agentVM(t, "", st, append(append([]string{}, path...), "help")...)
 			if within.code != 0 || within.stdout != flagged.stdout {
 				t.Errorf("agent-vm %s help: exit %d, and it differs from %s --help:\n%s%s", strings.Join(path, " "), within.code, name, within.stdout, within.stderr)
