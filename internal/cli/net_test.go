@@ -33,7 +33,7 @@ func TestNetCommands(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"create", "--branch", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, offline)`},
+		{[]string{"create", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, offline)`},
 		{[]string{"net", "allow", "--vm", "x"}, 2, "net allow takes DOMAIN..."},
 		{[]string{"net", "deny"}, 2, "net deny takes DOMAIN..."},
 		{[]string{"net", "mode", "--vm", "x"}, 2, "net mode takes MODE"},
@@ -56,7 +56,7 @@ func TestNetCommands(t *testing.T) {
 		t.Errorf("net-relay without a proxy: exit %d, printed %q %q", r.code, r.stdout, r.stderr)
 	}
 
-	mustRun(t, repo, st, "create", "--branch", "x", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "x", "--backend", "qemu")
 	for _, c := range []struct {
 		args []string
 		want string
@@ -119,7 +119,7 @@ func TestNetCommands(t *testing.T) {
 		t.Errorf("net show after net mode offline:\n%s", r.stdout)
 	}
 	// create --net sets the VM's mode.
-	mustRun(t, repo, st, "create", "--branch", "y", "--backend", "qemu", "--net", "offline")
+	mustRun(t, repo, st, "create", "y", "--backend", "qemu", "--net", "offline")
 	if r := mustRun(t, repo, st, "net", "show", "y"); !strings.Contains(r.stdout, "egress mode offline") {
 		t.Errorf("net show of a VM created --net offline:\n%s", r.stdout)
 	}
@@ -257,7 +257,7 @@ func TestNetRequestRules(t *testing.T) {
 	repo := tu.Repo(t, false)
 	tu.Git(t, repo, "remote", "add", "origin", "git@github.com:o/r.git")
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "x", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "x", "--backend", "qemu")
 	for _, c := range []struct {
 		args []string
 		want string

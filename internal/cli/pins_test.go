@@ -99,7 +99,7 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 	// A VM's policy carries the pins; net show lists them.
 	repo := tu.Repo(t, false)
 	cfg := map[string]string{"XDG_CONFIG_HOME": config}
-	if r := agentVMEnv(t, repo, st, cfg, "create", "--branch", "x", "--backend", "qemu"); r.code != 0 {
+	if r := agentVMEnv(t, repo, st, cfg, "create", "x", "--backend", "qemu"); r.code != 0 {
 		t.Fatalf("create: %d %s", r.code, r.stderr)
 	}
 	if r := agentVMEnv(t, repo, st, cfg, "net", "allow", "--vm", "x", "registry.yarnpkg.com"); r.code != 0 ||
