@@ -39,7 +39,7 @@ func boundedTimeoutFlag(usage, defaultText string) cli.Flag {
 
 // workspaceCacheFlag is create's and start's --workspace-cache.
 func workspaceCacheFlag(when string) cli.Flag {
-	return &cli.StringFlag{Name: "workspace-cache", Usage: "how the guest caches the workspace (virtiofs), " + when + ": auto (default: host edits show within about a second), always (faster for many small files; host edits may not show until the guest drops its caches) or none (every access asks the host)"}
+	return &cli.StringFlag{Name: "workspace-cache", Usage: "how the guest caches the workspace (virtiofs), " + when + ": auto (the default; host edits show within about a second), always (faster for many small files; host edits may not show until the guest drops its caches) or none (every access asks the host)"}
 }
 
 func startCommand(stdio IO) *cli.Command {
