@@ -65,7 +65,7 @@ func runP9(ctx context.Context, l *lab, f *Figure) error {
 	if err != nil {
 		return fmt.Errorf("resolving registry.npmjs.org for the template's npm install: %w", err)
 	}
-	if res := l.av.run(ctx, quickTimeout, append([]string{"net", "allow", from.name}, addrs...)...); res.Err != nil {
+	if res := l.av.run(ctx, quickTimeout, append([]string{"net", "allow", "--vm", from.name}, addrs...)...); res.Err != nil {
 		return res.Err
 	}
 	if err := l.buildTemplate(ctx, f, p9Timeout, from.name, "--agents", p9Agent); err != nil {

@@ -28,7 +28,7 @@ type interruptCase struct {
 func TestInterruptCleansUp(t *testing.T) {
 	for _, c := range []interruptCase{
 		// SIGINT while `agent-vm create` runs: forwarded to it, then cleanup.
-		{name: "cli", run: "^cli$", trigger: "$ agent-vm create --branch itest/cli"},
+		{name: "cli", run: "^cli$", trigger: "$ agent-vm create itest/cli"},
 		// SIGINT mid-boot, at the first progress line of the run's
 		// template build (15 s into its cold boot, after agent-vm's
 		// accelerator probe, with QEMU running): agent-vm stops the

@@ -41,8 +41,8 @@ func newNetSetup(ctx context.Context, s *S, branch string) (*netSetup, error) {
 		return nil, err
 	}
 	for _, args := range [][]string{
-		{"port", "expose", branch, strconv.Itoa(n.exposed)},
-		{"net", "allow", branch, netAllowedName, "127.0.0.1"},
+		{"port", "expose", "--vm", branch, strconv.Itoa(n.exposed)},
+		{"net", "allow", "--vm", branch, netAllowedName, "127.0.0.1"},
 	} {
 		if err := want(s.call(ctx, call{args: args}), 0); err != nil {
 			return nil, err
@@ -146,7 +146,7 @@ func netSteps(ctx context.Context, s *S, branch string, n *netSetup) {
 		return nil
 	})
 	s.Step(ctx, "network: in mode offline both names are refused, the exposed port stays open", func() error {
-		if err := want(s.call(ctx, call{args: []string{"net", "mode", branch, "offline"}}), 0); err != nil {
+		if err := want(s.call(ctx, call{args: []string{"net", "mode", "--vm", branch, "offline"}}), 0); err != nil {
 			return err
 		}
 		for _, name := range []string{netAllowedName, netDeniedName} {
@@ -159,7 +159,7 @@ func netSteps(ctx context.Context, s *S, branch string, n *netSetup) {
 		if res.ExitCode != 0 || res.Stdout != "exposed" {
 			return failf(res, "the exposed port in mode offline: exit %d, %q", res.ExitCode, res.Stdout)
 		}
-		return want(s.call(ctx, call{args: []string{"net", "mode", branch, "allow"}}), 0)
+		return want(s.call(ctx, call{args: []string{"net", "mode", "--vm", branch, "allow"}}), 0)
 	})
 }
 

@@ -118,7 +118,7 @@ func checkPortForward(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.ok(ctx, "port", "add", branch, strconv.Itoa(guest))
+	res, err := s.ok(ctx, "port", "add", "--vm", branch, strconv.Itoa(guest))
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func checkPortForward(ctx context.Context, s *S, branch string) error {
 	if len(st.Forwards) != 1 || st.Forwards[0].Guest != guest || st.Forwards[0].Host != guest {
 		return failf(nil, "status --json forwards %+v, want guest %d on host %d", st.Forwards, guest, guest)
 	}
-	if _, err := s.ok(ctx, "port", "rm", branch, strconv.Itoa(guest)); err != nil {
+	if _, err := s.ok(ctx, "port", "rm", "--vm", branch, strconv.Itoa(guest)); err != nil {
 		return err
 	}
 	if answers(guest) {
@@ -157,7 +157,7 @@ func checkPortTaken(ctx context.Context, s *S, branch string) error {
 	}
 	defer ln.Close()
 	busy := ln.Addr().(*net.TCPAddr).Port
-	res := s.agentVM(ctx, "port", "add", branch, "18080", strconv.Itoa(busy))
+	res := s.agentVM(ctx, "port", "add", "--vm", branch, "18080", strconv.Itoa(busy))
 	if err := want(res, 1); err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func addPortStopped(ctx context.Context, s *S, branch string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.ok(ctx, "port", "add", branch, strconv.Itoa(guest))
+	res, err := s.ok(ctx, "port", "add", "--vm", branch, strconv.Itoa(guest))
 	if err != nil {
 		return 0, err
 	}

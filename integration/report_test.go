@@ -78,12 +78,12 @@ func TestCommandDetail(t *testing.T) {
 	for i := 1; i <= 50; i++ {
 		lines = append(lines, fmt.Sprintf("line %d", i))
 	}
-	res := &Result{Bin: "/opt/agent-vm", StateDir: "/tmp/s", Dir: "/tmp/r", Args: []string{"create", "--branch", "it's"},
+	res := &Result{Bin: "/opt/agent-vm", StateDir: "/tmp/s", Dir: "/tmp/r", Args: []string{"create", "it's"},
 		ExitCode: 1, Stdout: strings.Join(lines, "\n") + "\n", Stderr: "agent-vm: bad\n", Elapsed: 300 * time.Millisecond}
 	r.command(res, true)
 	got := buf.String()
 	for _, w := range []string{
-		`$ cd /tmp/r && /opt/agent-vm --state-dir /tmp/s create --branch 'it'\''s'`,
+		`$ cd /tmp/r && /opt/agent-vm --state-dir /tmp/s create 'it'\''s'`,
 		"exit status 1 after 0.30s",
 		"stdout (last 40 of 50 lines):", "| line 11\n", "| line 50\n",
 		"stderr:\n", "| agent-vm: bad\n",

@@ -144,7 +144,7 @@ func requireCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testBins.agentVM, "--state-dir", filepath.Join(dir, "state"), "create", "--branch", "probe")
+	cmd := exec.Command(testBins.agentVM, "--state-dir", filepath.Join(dir, "state"), "create", "probe")
 	cmd.Dir = rp.Dir
 	out, err := cmd.CombinedOutput()
 	if err != nil && bytes.Contains(out, []byte("unknown backend")) {
@@ -182,9 +182,9 @@ func TestFailingScenarioExits1AndShowsTheCommand(t *testing.T) {
 	}
 	for _, want := range []string{
 		markFail + " create a VM for a new branch",
-		"create --branch itest/cli", // the failing command line, to run again
-		"exit status 1",             // its exit code
-		"stderr:",                   // and what it said
+		"create itest/cli", // the failing command line, to run again
+		"exit status 1",    // its exit code
+		"stderr:",          // and what it said
 		"is not valid JSON",
 		markSkip + " list shows it", // later steps are shown as not run
 		markPass + " clean up",

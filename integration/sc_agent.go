@@ -51,7 +51,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 		if rp, err = newRepo(ctx, s.dir, nil); err != nil {
 			return err
 		}
-		res := s.tryCreate(ctx, rp.Dir, "--agent", "clippy", "--branch", agentBranch+"-x")
+		res := s.tryCreate(ctx, rp.Dir, "--agent", "clippy", agentBranch+"-x")
 		if err := want(res, 1); err != nil {
 			return err
 		}
@@ -260,7 +260,7 @@ func checkRefusedInstall(ctx context.Context, s *S, dir string) error {
 	if err != nil {
 		return err
 	}
-	if res := s.call(ctx, call{args: []string{"net", "allow", agentNewBranch, "example.org"}, dir: dir, env: []string{"XDG_CONFIG_HOME=" + empty}}); want(res, 0) != nil {
+	if res := s.call(ctx, call{args: []string{"net", "allow", "--vm", agentNewBranch, "example.org"}, dir: dir, env: []string{"XDG_CONFIG_HOME=" + empty}}); want(res, 0) != nil {
 		return want(res, 0)
 	}
 	kbd, err := newKeyboard()

@@ -114,11 +114,11 @@ func checkBrowserRefusals(ctx context.Context, s *S, branch string) error {
 	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "claude --chrome") {
 		return failf(res, "browser --chrome-bridge with no bridge socket: want a refusal with the guidance (run `claude --chrome` on the host)")
 	}
-	if _, err := s.ok(ctx, "net", "mode", branch, "offline"); err != nil {
+	if _, err := s.ok(ctx, "net", "mode", "--vm", branch, "offline"); err != nil {
 		return err
 	}
 	res = s.call(ctx, call{args: []string{"browser", branch, "--open-urls"}})
-	if _, err := s.ok(ctx, "net", "mode", branch, "allow"); err != nil {
+	if _, err := s.ok(ctx, "net", "mode", "--vm", branch, "allow"); err != nil {
 		return err
 	}
 	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "--force") {

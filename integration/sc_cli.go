@@ -47,7 +47,7 @@ func runCLI(ctx context.Context, s *S) {
 	s.Step(ctx, "status of a stopped VM (text and --json)", func() error { return checkStoppedStatus(ctx, s, st) })
 	s.Step(ctx, "ssh-config names its key and its pinned known_hosts", func() error { return checkSSHConfig(ctx, s, st) })
 	s.Step(ctx, "a second create of the branch says it already exists", func() error {
-		res := s.tryCreate(ctx, rp.Dir, "--branch", cliBranch)
+		res := s.tryCreate(ctx, rp.Dir, cliBranch)
 		if err := want(res, 1); err != nil {
 			return err
 		}

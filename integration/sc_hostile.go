@@ -207,7 +207,7 @@ func checkSlugCollision(ctx context.Context, s *S, rp *repo) error {
 	if err != nil {
 		return err
 	}
-	res := s.tryCreate(ctx, rp.Dir, "--branch", second)
+	res := s.tryCreate(ctx, rp.Dir, second)
 	if err := want(res, 1); err != nil {
 		return err
 	}

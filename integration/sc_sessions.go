@@ -169,14 +169,14 @@ func runSessions(ctx context.Context, s *S) {
 			return failf(s.lastResult(), "sessions: %+v, want one detached, running stand-in-agent", infos)
 		}
 		name = infos[0].Name
-		res := track(s.call(ctx, call{args: []string{"sessions", "rm", sessionsBranch, name}, dir: rp.Dir}))
+		res := track(s.call(ctx, call{args: []string{"sessions", "rm", sessionsBranch, "--session", name}, dir: rp.Dir}))
 		if err := want(res, 1); err != nil {
 			return err
 		}
 		if !strings.Contains(res.Stderr, "still running") {
 			return failf(res, "the refusal does not say the agent still runs")
 		}
-		res = track(s.call(ctx, call{args: []string{"attach", sessionsBranch, "no-such-session"}, dir: rp.Dir}))
+		res = track(s.call(ctx, call{args: []string{"attach", sessionsBranch, "--session", "no-such-session"}, dir: rp.Dir}))
 		if err := want(res, 1); err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func runSessions(ctx context.Context, s *S) {
 		if !strings.Contains(res.Stdout, "ends with status 7") {
 			return failf(res, "attach to an ended session does not show its end")
 		}
-		res = track(s.call(ctx, call{args: []string{"sessions", "rm", sessionsBranch, name}, dir: rp.Dir}))
+		res = track(s.call(ctx, call{args: []string{"sessions", "rm", sessionsBranch, "--session", name}, dir: rp.Dir}))
 		return want(res, 0)
 	})
 

@@ -13,15 +13,15 @@ import (
 	"github.com/agent-vm/agent-vm/blackbox"
 )
 
-// create runs `agent-vm create --branch B` in repoDir (plus --backend when
+// create runs `agent-vm create B` in repoDir (plus --backend when
 // the run has one) and registers the VM for cleanup when it succeeds.
 func (s *S) create(ctx context.Context, repoDir, branch string) (*Result, error) {
-	res := s.tryCreate(ctx, repoDir, "--branch", branch)
+	res := s.tryCreate(ctx, repoDir, branch)
 	return res, want(res, 0)
 }
 
-// tryCreate runs `agent-vm create` with branchArgs (--branch B, or
-// --branch=B) and the run's --backend in repoDir; the caller judges the
+// tryCreate runs `agent-vm create` with branchArgs (flags, then the
+// branch last: B, or the deprecated --branch B or --branch=B) and the run's --backend in repoDir; the caller judges the
 // outcome. A VM it makes is registered for cleanup.
 func (s *S) tryCreate(ctx context.Context, repoDir string, branchArgs ...string) *Result {
 	args := append([]string{"create"}, branchArgs...)
@@ -142,7 +142,7 @@ func (s *S) allowPackageSources(ctx context.Context, branch string) error {
 	if len(addrs) == 0 {
 		return failf(nil, "none of the package sources resolves on the host: %s", strings.Join(unresolved, ", "))
 	}
-	res := s.call(ctx, call{args: append([]string{"net", "allow", branch}, addrs...)})
+	res := s.call(ctx, call{args: append([]string{"net", "allow", "--vm", branch}, addrs...)})
 	return want(res, 0)
 }
 

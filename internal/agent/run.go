@@ -140,7 +140,7 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 		case o.New && o.Session == "":
 			name = freeName(infos, name)
 		case o.New:
-			return nil, fmt.Errorf("a session called %s exists in VM %s already (hint: pick another --session, or `agent-vm attach %s %s`)", name, res.VM, res.VM, name)
+			return nil, fmt.Errorf("a session called %s exists in VM %s already (hint: pick another --session, or `agent-vm attach %s --session %s`)", name, res.VM, res.VM, name)
 		case existing.Exited:
 			notify(fmt.Sprintf("session %s had ended (%s); starting it again", name, ended(existing)))
 			if _, err := guestRun(ctx, c, session.Remove(name), nil); err != nil {

@@ -55,7 +55,7 @@ func Attach(ctx context.Context, vms VMs, o AttachOptions) (*Result, error) {
 		if err := writeScrollback(ctx, c, in.Name, o.Term.Out); err != nil {
 			return nil, err
 		}
-		notify(fmt.Sprintf("session %s has ended (%s); `agent-vm sessions rm %s %s` removes it", in.Name, ended(in), slug, in.Name))
+		notify(fmt.Sprintf("session %s has ended (%s); `agent-vm sessions rm %s --session %s` removes it", in.Name, ended(in), slug, in.Name))
 		return res, nil
 	}
 	return attach(ctx, c, res, in.Name, o.Term, notify)
@@ -86,7 +86,7 @@ func sessionHint(infos []session.Info, vmName string) string {
 	for _, in := range infos {
 		names = append(names, in.Name)
 	}
-	return fmt.Sprintf(" (hint: its sessions are %s: `agent-vm attach %s %s`)", strings.Join(names, ", "), vmName, names[0])
+	return fmt.Sprintf(" (hint: its sessions are %s: `agent-vm attach %s --session %s`)", strings.Join(names, ", "), vmName, names[0])
 }
 
 // attach runs the tmux client on a PTY until the user detaches or the
@@ -133,7 +133,7 @@ func attach(ctx context.Context, c *ssh.Client, res *Result, name string, t Term
 		notify(fmt.Sprintf("the agent in session %s ended (%s); `agent-vm logs %s --session %s` shows its output", name, ended(info), res.VM, name))
 		return res, nil
 	}
-	notify(fmt.Sprintf("detached from session %s; the agent runs on (`agent-vm attach %s %s` re-attaches)", name, res.VM, name))
+	notify(fmt.Sprintf("detached from session %s; the agent runs on (`agent-vm attach %s --session %s` re-attaches)", name, res.VM, name))
 	return res, nil
 }
 
@@ -156,7 +156,7 @@ func Remove(ctx context.Context, vms VMs, name, sess string, force bool) error {
 	}
 	defer c.Close()
 	if !in.Exited && !force {
-		return fmt.Errorf("the agent in session %s of VM %s is still running (hint: attach and end it, `agent-vm attach %s %s`, or remove it anyway with --force)", sess, slug, slug, sess)
+		return fmt.Errorf("the agent in session %s of VM %s is still running (hint: attach and end it, `agent-vm attach %s --session %s`, or remove it anyway with --force)", sess, slug, slug, sess)
 	}
 	_, err = guestRun(ctx, c, session.Remove(sess), nil)
 	return err

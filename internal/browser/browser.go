@@ -144,7 +144,7 @@ func Open(ctx context.Context, vms VMs, o Options) (_ *Info, openErr error) {
 	}
 	offline := r.Net != nil && r.Net.Mode == egress.ModeOffline
 	if offline && !o.Force {
-		return nil, fmt.Errorf("VM %q's network is offline, and a browser bridge is a way out of the VM: a browser with your logins reaches everything it does (hint: --force opens it anyway; `agent-vm net mode %s allow` ends offline)", r.Branch, e.Slug)
+		return nil, fmt.Errorf("VM %q's network is offline, and a browser bridge is a way out of the VM: a browser with your logins reaches everything it does (hint: --force opens it anyway; `agent-vm net mode --vm %s allow` ends offline)", r.Branch, e.Slug)
 	}
 	was, err := bridge.ReadConfig(e.Layout.RunDir())
 	if err != nil {

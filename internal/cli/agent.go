@@ -22,7 +22,7 @@ func runCommand(stdio IO) *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "agent", Usage: "run agent `NAME`: claude, codex or gemini (its CLI is installed first if the VM lacks it), or any program in the VM (default: the VM's, from create --agent)"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "NAME (its value from your environment) or NAME=VALUE, passed to the agent only (repeatable); a credential is better kept on the host: see agent-vm secret set"},
-		&cli.StringFlag{Name: "session", Usage: "the agent session to start or attach to (default: named after the agent)"},
+		sessionFlag("start or attach to the agent session `NAME` (default: named after the agent)"),
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
 		chromeFlag,
 		timeoutFlag(bootTimeout),
@@ -33,9 +33,9 @@ func runCommand(stdio IO) *cli.Command {
 		ArgsUsage: "[BRANCH] [-- ARGS...]",
 		Description: "Attaches your terminal to the agent, which runs as the guest user in /workspace inside a\n" +
 			"session that outlives the connection: detach with Ctrl-b d (or close the terminal), come back\n" +
-			"with `agent-vm attach`. Running it again re-attaches to the same session. Secrets given with\n" +
+			"with agent-vm attach. Running it again re-attaches to the same session. Secrets given with\n" +
 			"--env reach the agent's environment only: never the VM's disk, its record or the logs; but\n" +
-			"the agent can read them, and `agent-vm secret set` keeps a credential on the host instead.\n" +
+			"the agent can read them, and agent-vm secret set keeps a credential on the host instead.\n" +
 			"A branch without a VM gets one, made with the create flags below.",
 		Flags:        append(flags, createFlags()...),
 		BashComplete: vmCompletion(stdio),
@@ -123,18 +123,29 @@ func sessionEnd(res *agent.Result, err error) error {
 	return nil
 }
 
+// sessionFlag is --session NAME, the one way a command names an agent
+// session (run, attach, logs, sessions rm); usage says what it does there
+// and holds the placeholder `NAME`.
+func sessionFlag(usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: "session", Usage: usage}
+}
+
 func attachCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:         "attach",
 		Usage:        "attach the terminal to an agent session (detach: Ctrl-b d)",
-		ArgsUsage:    "[BRANCH] [SESSION]",
-		Flags:        []cli.Flag{chromeFlag},
+		ArgsUsage:    "[BRANCH]",
+		Flags:        []cli.Flag{sessionFlag("attach to the agent session `NAME` (default: the VM's only session)"), chromeFlag},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if cliCtx.NArg() > 2 {
-				return usagef("attach takes at most BRANCH and SESSION, got %d arguments", cliCtx.NArg())
+			if cliCtx.NArg() > 2 || cliCtx.NArg() == 2 && cliCtx.IsSet("session") {
+				return usagef("attach takes at most one BRANCH, got %d arguments (hint: name the session with --session NAME)", cliCtx.NArg())
 			}
-			name, sess := cliCtx.Args().Get(0), cliCtx.Args().Get(1)
+			name, sess := cliCtx.Args().Get(0), cliCtx.String("session")
+			if cliCtx.NArg() == 2 {
+				sess = cliCtx.Args().Get(1)
+				fmt.Fprintf(stdio.Err, "agent-vm: attach BRANCH SESSION is deprecated; write attach %s --session %s\n", name, sess)
+			}
 			if name == "" {
 				var err error
 				if name, err = currentBranch(cliCtx, m); err != nil {
@@ -144,7 +155,7 @@ func attachCommand(stdio IO) *cli.Command {
 			notify := func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }
 			if cliCtx.Bool("chrome") {
 				// The session runs already: its agent keeps the flags it
-				// started with; the door is what attach can open.
+				// started with; the bridge to the host's Chrome is what attach can open.
 				if _, err := browser.ForAgent(cliCtx.Context, m, name, stdio.Getenv, notify); err != nil {
 					return err
 				}
@@ -203,13 +214,24 @@ func sessionsCommand(stdio IO) *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:      "rm",
 			Usage:     "remove a session (one whose agent still runs only with --force)",
-			ArgsUsage: "BRANCH SESSION",
-			Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "end a running agent (it gets SIGHUP)"}},
+			ArgsUsage: "[BRANCH] --session NAME",
+			Flags: []cli.Flag{sessionFlag("remove the agent session `NAME` (required)"),
+				&cli.BoolFlag{Name: "force", Usage: "end a running agent (it gets SIGHUP)"}},
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-				if cliCtx.NArg() != 2 {
-					return usagef("sessions rm needs BRANCH and SESSION (hint: `agent-vm sessions BRANCH` lists them)")
+				var name, sess string
+				switch {
+				case cliCtx.NArg() == 2 && !cliCtx.IsSet("session"):
+					name, sess = cliCtx.Args().Get(0), cliCtx.Args().Get(1)
+					fmt.Fprintf(stdio.Err, "agent-vm: sessions rm BRANCH SESSION is deprecated; write sessions rm %s --session %s\n", name, sess)
+				case !cliCtx.IsSet("session"):
+					return usagef("sessions rm needs --session NAME (hint: agent-vm sessions [BRANCH] lists them)")
+				default:
+					var err error
+					if name, err = vmName(cliCtx, m); err != nil {
+						return err
+					}
+					sess = cliCtx.String("session")
 				}
-				name, sess := cliCtx.Args().Get(0), cliCtx.Args().Get(1)
 				if err := agent.Remove(cliCtx.Context, m, name, sess, cliCtx.Bool("force")); err != nil {
 					return err
 				}

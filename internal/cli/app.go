@@ -178,6 +178,7 @@ func newApp(stdio IO) *cli.App {
 	}
 	app.Commands = commands(stdio)
 	noBoolDefaults(app.Flags)
+	plainDefaults(app.Flags)
 	for _, c := range app.Commands {
 		setUsageHandlers(c)
 	}
@@ -207,7 +208,11 @@ func setUsageHandlers(c *cli.Command) {
 			}
 		}
 	}
+	if len(c.Subcommands) == 0 && strings.HasPrefix(c.ArgsUsage, "[BRANCH]") && c.Action != nil {
+		c.Action = helpWord(c.Action)
+	}
 	noBoolDefaults(c.Flags)
+	plainDefaults(c.Flags)
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 		return usagef("%s: %v", c.Name, err)
 	}
@@ -232,6 +237,16 @@ func noBoolDefaults(flags []cli.Flag) {
 	for _, f := range flags {
 		if b, ok := f.(*cli.BoolFlag); ok && !b.DisableDefaultText {
 			b.DisableDefaultText = true
+		}
+	}
+}
+
+// plainDefaults prints a string flag's default as every other default is
+// printed, "(default: auto)", not urfave's quoted "(default: \"auto\")".
+func plainDefaults(flags []cli.Flag) {
+	for _, f := range flags {
+		if s, ok := f.(*cli.StringFlag); ok && s.Value != "" && s.DefaultText == "" {
+			s.DefaultText = s.Value
 		}
 	}
 }

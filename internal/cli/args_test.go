@@ -20,6 +20,7 @@ func TestInterspersedFlags(t *testing.T) {
 		"agent-vm status --json=true x":           "agent-vm status --json=true x",
 		"agent-vm port list x --json":             "agent-vm port list --json x",
 		"agent-vm port add x 3000":                "agent-vm port add x 3000",
+		"agent-vm port add 3000 4000 --vm x":      "agent-vm port add --vm x 3000 4000",
 		"agent-vm image list --json":              "agent-vm image list --json",
 	}
 	for in, want := range cases {

@@ -11,22 +11,23 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-const browserHelp = "Opens a door from a running VM to the host's browser, for the agent in it; each is off until\n" +
-	"asked for, for this VM only, and closes when the VM stops. --chrome-bridge tunnels Claude in Chrome:\n" +
+const browserHelp = "Lets the agent in a running VM use the host's browser in up to three ways, each off until\n" +
+	"asked for, for this VM only, and closed when the VM stops. --chrome-bridge tunnels Claude in Chrome:\n" +
 	"the guest's Claude Code (run with --chrome) drives your Chrome through the Claude in Chrome\n" +
-	"extension, with your logins (run `claude --chrome` on the host first). --cdp makes a host\n" +
+	"extension, with your logins (run claude --chrome on the host first). --cdp makes a host\n" +
 	"Chrome/Chromium's DevTools endpoint (127.0.0.1:9222, or --port) reachable at the guest's\n" +
 	"127.0.0.1:9222 through agent-vm's relay (web pages only: no file: or chrome: page, no download,\n" +
 	"no host file handed to a page; refusals in net log) and registers chrome-devtools-mcp with the\n" +
 	"guest's Claude Code; --launch starts agent-vm's own Chromium there first, with a profile of its\n" +
 	"own that you log in to once, which opens no file: page and saves no download. --open-urls\n" +
-	"lets xdg-open in the guest open http and https URLs on the host (logged in `agent-vm net log`).\n" +
+	"lets xdg-open in the guest open http and https URLs on the host (logged in agent-vm net log).\n" +
 	"A browser with your logins reaches whatever you can: the agent can act as you on every site you\n" +
-	"are logged in to. A VM whose network is offline gets no door without --force. Without a flag,\n" +
+	"are logged in to. A VM whose network is offline gets none of them without --force. Without a flag,\n" +
 	"browser shows what is open; --off closes everything."
 
-// browserCommand is `browser [BRANCH]`: a running VM's doors to the host's
-// browser.
+// browserCommand is `browser [BRANCH]`: what of the host's browser a
+// running VM may use (the Claude in Chrome bridge, the DevTools relay,
+// URL opening).
 func browserCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name: "browser", Usage: "let the agent in a VM use the host's browser (Claude in Chrome, DevTools, URLs)", ArgsUsage: "[BRANCH]",
@@ -37,8 +38,8 @@ func browserCommand(stdio IO) *cli.Command {
 			&cli.IntFlag{Name: "port", Usage: "the host DevTools endpoint's port on 127.0.0.1", Value: browser.DefaultDevToolsPort},
 			&cli.BoolFlag{Name: "launch", Usage: "start agent-vm's own Chromium (its own profile) with DevTools on 127.0.0.1, then as --cdp"},
 			&cli.BoolFlag{Name: "open-urls", Usage: "let the guest open http and https URLs on the host"},
-			&cli.BoolFlag{Name: "off", Usage: "close every browser door of the VM"},
-			&cli.BoolFlag{Name: "force", Usage: "open a door even though the VM's network is offline"},
+			&cli.BoolFlag{Name: "off", Usage: "close every way of the VM to the host's browser: the bridge, the DevTools relay and URL opening"},
+			&cli.BoolFlag{Name: "force", Usage: "open them even though the VM's network is offline"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		BashComplete: vmCompletion(stdio),
@@ -57,13 +58,13 @@ func browserCommand(stdio IO) *cli.Command {
 			var info *browser.Info
 			switch {
 			case cliCtx.Bool("off") && (opening || o.Force):
-				return usagef("--off closes every door: it takes no door to open")
+				return usagef("--off closes them all: it goes with none of --chrome-bridge, --cdp, --launch, --open-urls and --force")
 			case cliCtx.Bool("off"):
 				info, err = browser.Off(cliCtx.Context, m, name, m.StopBrowser, o.Notify)
 			case opening:
 				info, err = browser.Open(cliCtx.Context, m, o)
 			case o.Force:
-				return usagef("--force goes with a door to open (--chrome-bridge, --cdp, --launch, --open-urls)")
+				return usagef("--force goes with what it opens (--chrome-bridge, --cdp, --launch, --open-urls)")
 			default:
 				info, err = browser.Show(cliCtx.Context, m, name)
 			}
@@ -81,10 +82,10 @@ func browserCommand(stdio IO) *cli.Command {
 
 func printBrowserInfo(w io.Writer, info *browser.Info) {
 	if len(info.Open) == 0 {
-		fmt.Fprintf(w, "VM %s: no browser door open (agent-vm browser %s --chrome-bridge | --cdp | --launch | --open-urls)\n", termsafe.String(info.Branch), info.VM)
+		fmt.Fprintf(w, "VM %s: the host's browser is closed to it (agent-vm browser %s --chrome-bridge | --cdp | --launch | --open-urls)\n", termsafe.String(info.Branch), info.VM)
 		return
 	}
-	fmt.Fprintf(w, "VM %s: browser doors open:\n", termsafe.String(info.Branch))
+	fmt.Fprintf(w, "VM %s: open to the host's browser:\n", termsafe.String(info.Branch))
 	for _, l := range info.Open {
 		fmt.Fprintf(w, "  %s\n", l)
 	}

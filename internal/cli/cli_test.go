@@ -93,7 +93,7 @@ func statusJSON(t *testing.T, stateDir, branch string) map[string]any {
 func TestCreateListStatusSSHConfigDestroy(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	r := mustRun(t, repo, st, "create", "--branch", "feature/x", "--backend", "qemu", "--memory", "1G", "--cpus", "1")
+	r := mustRun(t, repo, st, "create", "feature/x", "--backend", "qemu", "--memory", "1G", "--cpus", "1")
 	if !strings.Contains(r.stdout, "feature-x") || !strings.Contains(r.stdout, "agent-vm start feature-x") {
 		t.Errorf("create output:\n%s", r.stdout)
 	}
@@ -177,7 +177,7 @@ func TestCreateDefaultsToTheCurrentBranchAndSetsRemotes(t *testing.T) {
 func TestKeysPermissionsAndPinnedHostKey(t *testing.T) {
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "k", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "k", "--backend", "qemu")
 	l := state.Layout{Dir: filepath.Join(st, "k")}
 	modes := map[string]os.FileMode{l.Dir: 0o700, l.SSHDir(): 0o700, l.SecretsDir(): 0o700, l.ClientKey(): 0o600,
 		l.HostKey(): 0o600, l.MCPToken(): 0o600, l.Record(): 0o600, l.KnownHosts(): 0o600}
@@ -219,16 +219,16 @@ func TestKeysPermissionsAndPinnedHostKey(t *testing.T) {
 func TestSlugCollisionsAndDuplicatesAreRefused(t *testing.T) {
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "feature/x", "--backend", "qemu")
-	r := agentVM(t, repo, st, "create", "--branch", "feature-x", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "feature/x", "--backend", "qemu")
+	r := agentVM(t, repo, st, "create", "feature-x", "--backend", "qemu")
 	if r.code != 1 || !strings.Contains(r.stderr, `"feature/x"`) || !strings.Contains(r.stderr, "already uses") {
 		t.Errorf("colliding branch: exit %d\n%s", r.code, r.stderr)
 	}
-	r = agentVM(t, repo, st, "create", "--branch", "feature/x", "--backend", "qemu")
+	r = agentVM(t, repo, st, "create", "feature/x", "--backend", "qemu")
 	if r.code != 1 || !strings.Contains(r.stderr, "already exists") {
 		t.Errorf("duplicate: exit %d\n%s", r.code, r.stderr)
 	}
-	r = agentVM(t, repo, st, "create", "--branch", "bad..name", "--backend", "qemu")
+	r = agentVM(t, repo, st, "create", "bad..name", "--backend", "qemu")
 	if r.code != 1 || !strings.Contains(r.stderr, `"bad..name"`) {
 		t.Errorf("invalid branch: exit %d\n%s", r.code, r.stderr)
 	}
@@ -255,7 +255,7 @@ func TestPortsAreUniqueAcross20Creates(t *testing.T) {
 	seen := map[float64]string{}
 	for i := 0; i < 20; i++ {
 		branch := "b" + string(rune('a'+i))
-		mustRun(t, repo, st, "create", "--branch", branch, "--backend", "qemu")
+		mustRun(t, repo, st, "create", branch, "--backend", "qemu")
 		p := statusJSON(t, st, branch)["ports"].(map[string]any)
 		for _, k := range []string{"ssh", "mcp"} {
 			port := p[k].(float64)
@@ -269,18 +269,18 @@ func TestPortsAreUniqueAcross20Creates(t *testing.T) {
 		}
 	}
 	// --port pins the MCP port, and a taken one is refused.
-	mustRun(t, repo, st, "create", "--branch", "pinned", "--backend", "qemu", "--port", "8600")
+	mustRun(t, repo, st, "create", "pinned", "--backend", "qemu", "--port", "8600")
 	if p := statusJSON(t, st, "pinned")["ports"].(map[string]any); p["mcp"] != 8600.0 {
 		t.Errorf("--port 8600 gave %v", p["mcp"])
 	}
-	r := agentVM(t, repo, st, "create", "--branch", "pinned2", "--backend", "qemu", "--port", "8600")
+	r := agentVM(t, repo, st, "create", "pinned2", "--backend", "qemu", "--port", "8600")
 	if r.code != 1 || !strings.Contains(r.stderr, "8600") {
 		t.Errorf("a taken --port: exit %d\n%s", r.code, r.stderr)
 	}
 	// --ssh-port pins the SSH port; a taken one (another VM's, or one a
 	// program listens on) and a bad one are refused, naming the flag.
 	sshPort := tu.FreePort(t)
-	mustRun(t, repo, st, "create", "--branch", "pinned-ssh", "--backend", "qemu", "--ssh-port", strconv.Itoa(sshPort))
+	mustRun(t, repo, st, "create", "pinned-ssh", "--backend", "qemu", "--ssh-port", strconv.Itoa(sshPort))
 	if p := statusJSON(t, st, "pinned-ssh")["ports"].(map[string]any); p["ssh"] != float64(sshPort) {
 		t.Errorf("--ssh-port %d gave %v", sshPort, p["ssh"])
 	}
@@ -299,7 +299,7 @@ func TestPortsAreUniqueAcross20Creates(t *testing.T) {
 		{"80", 2, "--ssh-port 80: must be between 1024 and 65535"},
 		{"8600", 2, "--ssh-port and --port are both 8600"},
 	} {
-		args := []string{"create", "--branch", "pinned-ssh2", "--backend", "qemu", "--ssh-port", tc.port}
+		args := []string{"create", "pinned-ssh2", "--backend", "qemu", "--ssh-port", tc.port}
 		if tc.port == "8600" {
 			args = append(args, "--port", "8600")
 		}
@@ -314,7 +314,7 @@ func TestPortsAreUniqueAcross20Creates(t *testing.T) {
 // "agent's work" in its workspace, which it returns.
 func agentCommitted(t *testing.T, repo, st string) (ws string) {
 	t.Helper()
-	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "w", "--backend", "qemu")
 	ws = filepath.Join(st, "w", "workspace")
 	tu.WriteFile(t, filepath.Join(ws, "agent.txt"), "work\n")
 	tu.Git(t, ws, "add", ".")
@@ -351,8 +351,8 @@ func TestDestroyRefusesUnsavedWorkAndForceOverrides(t *testing.T) {
 func TestCorruptRecordIsAnInvalidRow(t *testing.T) {
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "good", "--backend", "qemu")
-	mustRun(t, repo, st, "create", "--branch", "broken", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "good", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "broken", "--backend", "qemu")
 	os.WriteFile(filepath.Join(st, "broken", "config.json"), []byte("{ this is not json"), 0o600)
 	r := mustRun(t, "", st, "list")
 	if !strings.Contains(r.stdout, "good") || !strings.Contains(r.stdout, "invalid") || !strings.Contains(r.stdout, "not valid JSON") {
@@ -448,7 +448,7 @@ func TestConcurrentCreatesOfOneBranchExactlyOneWins(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			cmd := exec.Command(bin, "--state-dir", st, "create", "--branch", "same", "--backend", "qemu")
+			cmd := exec.Command(bin, "--state-dir", st, "create", "same", "--backend", "qemu")
 			cmd.Dir = repo
 			var errb bytes.Buffer
 			cmd.Stderr = &errb
@@ -520,7 +520,7 @@ func TestKilledCreateLeavesNothing(t *testing.T) {
 	for _, sig := range []os.Signal{os.Interrupt, os.Kill} {
 		t.Run(sig.String(), func(t *testing.T) {
 			st := t.TempDir()
-			cmd := exec.Command(bin, "--state-dir", st, "create", "--branch", "killed", "--backend", "qemu")
+			cmd := exec.Command(bin, "--state-dir", st, "create", "killed", "--backend", "qemu")
 			cmd.Dir = repo
 			pr, pw, _ := os.Pipe()
 			cmd.Stderr = pw
@@ -586,7 +586,7 @@ func TestBashCompletionCompletesCommandsAndBranches(t *testing.T) {
 	bin := tu.AgentVMBinary(t)
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "feature/complete-me", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "feature/complete-me", "--backend", "qemu")
 	script := mustRun(t, "", st, "completion", "bash").stdout
 	run := func(words ...string) string {
 		t.Helper()
@@ -730,7 +730,7 @@ func TestCreateRefusesOriginsStartWouldRefuse(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
 	for _, origin := range []string{`https://a"b`, "https://$(id)", "https://*", "http://a,b", "https://claude.ai/"} {
-		r := agentVM(t, repo, st, "create", "--branch", "o", "--backend", "qemu", "--allow-origin", origin)
+		r := agentVM(t, repo, st, "create", "o", "--backend", "qemu", "--allow-origin", origin)
 		if want := "--allow-origin " + strconv.Quote(origin); r.code == 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "hint:") {
 			t.Errorf("create --allow-origin %s: exit %d, want an error containing %s and a hint\n%s", origin, r.code, want, r.stderr)
 		}
@@ -738,7 +738,7 @@ func TestCreateRefusesOriginsStartWouldRefuse(t *testing.T) {
 	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
 		t.Errorf("refused creates left VMs:\n%s", r.stdout)
 	}
-	mustRun(t, repo, st, "create", "--branch", "o", "--backend", "qemu", "--allow-origin", "http://[::1]:8080", "--allow-origin", "https://claude.ai")
+	mustRun(t, repo, st, "create", "o", "--backend", "qemu", "--allow-origin", "http://[::1]:8080", "--allow-origin", "https://claude.ai")
 	rec, err := state.ReadRecord(state.Layout{Dir: filepath.Join(st, "o")}.Record())
 	if err != nil {
 		t.Fatal(err)
@@ -760,7 +760,7 @@ func TestCreateRefusesDisksItCannotGive(t *testing.T) {
 		"1G":      "--disk 1G is smaller than the 2G minimum (hint: ",
 		"1024M":   "--disk 1G is smaller than the 2G minimum (hint: ",
 	} {
-		r := agentVM(t, repo, st, "create", "--branch", "d", "--backend", "nixos", "--disk", disk)
+		r := agentVM(t, repo, st, "create", "d", "--backend", "nixos", "--disk", disk)
 		if r.code == 0 || !strings.Contains(r.stderr, want) {
 			t.Errorf("create --disk %s: exit %d, want an error containing %q\n%s", disk, r.code, want, r.stderr)
 		}
@@ -875,7 +875,7 @@ func TestListTruncatesLongBranchesInTheTableOnly(t *testing.T) {
 	st := t.TempDir()
 	long, wide := "feature/"+strings.Repeat("very-long-name-", 8), "機能/"+strings.Repeat("長い名前", 10)
 	for _, b := range []string{"x", long, wide} {
-		mustRun(t, repo, st, "create", "--branch", b, "--backend", "qemu")
+		mustRun(t, repo, st, "create", b, "--backend", "qemu")
 	}
 	r := mustRun(t, "", st, "list")
 	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
@@ -955,7 +955,7 @@ func TestStartRefusesFlagsItsBackendIgnores(t *testing.T) {
 func TestDestroyRefusalEscapesWorkspaceStrings(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "w", "--backend", "qemu")
 	ws := filepath.Join(st, "w", "workspace")
 	evil := "notes\nit is safe: agent-vm destroy w --force\x1b]0;pwned\x07"
 	tu.WriteFile(t, filepath.Join(ws, evil), "x\n")
@@ -989,7 +989,7 @@ func TestDestroyRefusalEscapesWorkspaceStrings(t *testing.T) {
 func TestDestroyRefusesForIgnoredFilesAndTaggedCommits(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "w", "--backend", "qemu")
 	ws := filepath.Join(st, "w", "workspace")
 	tu.WriteFile(t, filepath.Join(ws, ".git", "info", "exclude"), ".env\n")
 	tu.WriteFile(t, filepath.Join(ws, ".env"), "TOKEN=1\n")
@@ -1013,7 +1013,7 @@ func TestDestroyRefusesForIgnoredFilesAndTaggedCommits(t *testing.T) {
 func TestLogsEscapesTheConsole(t *testing.T) {
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "w", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "w", "--backend", "qemu")
 	console := statusJSON(t, st, "w")["paths"].(map[string]any)["console_log"].(string)
 	tu.WriteFile(t, console, "[  \x1b[0;32mOK\x1b[0m  ] Started x.\r\nevil \x1b]0;pwned\x07 \u202eline\r\n")
 	r := mustRun(t, "", st, "logs", "w")

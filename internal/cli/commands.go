@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,7 +19,14 @@ var categories = []string{"VMs", "Agents", "Network", "Images and templates", "H
 // commands lists the verbs. A verb is listed only once it works. --help
 // groups them by category (appHelpTemplate keeps the categories' order);
 // the hidden ones are what agent-vm runs itself, in the guest or beside
-// QEMU.
+// QEMU. A hidden command that agent-vm's own processes run is named
+// __NAME (__hold, __net-proxy); the net- ones keep their old names as
+// aliases, which running VMs' QEMU and the drivers still call. Three keep
+// plain names because what calls them outlives a version of agent-vm:
+// mcp-proxy (an MCP client's configuration, from mcp-config), open-url
+// (the guest's xdg-open and $BROWSER shims) and guest-personalize (run in
+// a guest cloned from a template an older agent-vm may have built); expose
+// is a user's old spelling of port expose.
 func commands(stdio IO) []*cli.Command {
 	return slices.Concat(
 		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),
@@ -59,21 +67,70 @@ func vmName(cliCtx *cli.Context, m *vm.Manager) (string, error) {
 	case 1:
 		return cliCtx.Args().First(), nil
 	default:
-		return "", usagef("%s takes at most one BRANCH, got %d arguments", cliCtx.Command.Name, cliCtx.NArg())
+		return "", usagef("%s takes at most one BRANCH, got %d arguments", commandPath(cliCtx), cliCtx.NArg())
 	}
 }
 
 // currentBranch is the branch checked out where agent-vm runs.
 func currentBranch(cliCtx *cli.Context, m *vm.Manager) (string, error) {
+	return checkedOut(cliCtx, m, commandPath(cliCtx)+" BRANCH")
+}
+
+// checkedOut is the branch checked out where agent-vm runs; spelling is
+// how the command names a VM, for the hint when there is none.
+func checkedOut(cliCtx *cli.Context, m *vm.Manager, spelling string) (string, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	top, err := m.Git.Toplevel(cliCtx.Context, cwd)
 	if err != nil {
-		return "", usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s BRANCH; `agent-vm list` shows the VMs)", cwd, cliCtx.Command.Name)
+		return "", usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s; agent-vm list shows the VMs)", cwd, spelling)
 	}
 	return m.Git.CurrentBranch(cliCtx.Context, top)
+}
+
+// commandPath is the words that name the running command below agent-vm
+// ("net allow", "status").
+func commandPath(cliCtx *cli.Context) string {
+	var words []string
+	for _, c := range cliCtx.Lineage() {
+		if c.Command != nil && c.Command.Name != "" && c.Command.Name != cliCtx.App.Name {
+			words = append([]string{c.Command.Name}, words...)
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+// The VM a command acts on. A command whose only positional argument is
+// the VM takes it as an optional BRANCH (status [BRANCH]). A command with
+// positional arguments of its own (net allow DOMAIN..., port add
+// GUEST_PORT [HOST_PORT]) takes it as --vm BRANCH instead: an optional
+// BRANCH in front of them could not be told from them (a branch may be
+// called example.com or 8080). Either way, left out, it is the branch
+// checked out where agent-vm runs.
+
+// vmFlag is --vm of a command with positional arguments of its own.
+func vmFlag() cli.Flag {
+	return &cli.StringFlag{Name: "vm", Usage: "the VM of `BRANCH` (default: the checked-out branch)"}
+}
+
+// vmAndArgs returns the VM a command that takes --vm acts on, and its
+// positional arguments. oldForm (if not nil) says whether args are the
+// spelling that led with BRANCH before --vm existed; it still works, with
+// a deprecation note on stderr.
+func vmAndArgs(cliCtx *cli.Context, stdio IO, m *vm.Manager, oldForm func(args []string) bool) (string, []string, error) {
+	args := cliCtx.Args().Slice()
+	path := commandPath(cliCtx)
+	if cliCtx.IsSet("vm") {
+		return cliCtx.String("vm"), args, nil
+	}
+	if oldForm != nil && len(args) > 0 && oldForm(args) {
+		fmt.Fprintf(stdio.Err, "agent-vm: %s BRANCH ... is deprecated; write %s --vm %s ... (or leave --vm out for the checked-out branch)\n", path, path, args[0])
+		return args[0], args[1:], nil
+	}
+	name, err := checkedOut(cliCtx, m, path+" --vm BRANCH ...")
+	return name, args, err
 }
 
 // writeJSON prints v as indented JSON on stdout.

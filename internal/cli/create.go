@@ -19,13 +19,14 @@ func createCommand(stdio IO) *cli.Command {
 		ArgsUsage: "[BRANCH]",
 		Description: "Clones the repository you are in into the VM's workspace at BRANCH (default: the\n" +
 			"current branch; a new branch starts at --from, default HEAD), makes the VM's SSH keys and\n" +
-			"MCP token, and picks its ports. Nothing runs until `agent-vm start`.\n\n" +
+			"MCP token, and picks its ports. Nothing runs until agent-vm start.\n\n" +
 			"The repository may hold .agent-vm/config.toml (TOML: packages = [\"ripgrep\"], and defaults\n" +
 			"for cpus = 2, memory = \"4G\", agent = \"claude\"; the flags win) and .agent-vm/provision.sh,\n" +
 			"which the guest runs once as root at its first boot, from the workspace as it is then\n" +
-			"(output: `agent-vm logs`; a failure fails that start). `agent-vm reset` provisions afresh.",
+			"(output: agent-vm logs; a failure fails that start). agent-vm reset provisions afresh.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch, as BRANCH is"},
+			// Deprecated: BRANCH is how every verb names the VM.
+			&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Usage: "the branch, as BRANCH is (deprecated)", Hidden: true},
 			&cli.StringFlag{Name: "agent", Usage: "install agent CLI `NAME` in the VM at its first boot and make it the agent run runs: claude, codex or gemini (qemu and vagrant backends)"},
 		}, createFlags()...),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -33,7 +34,7 @@ func createCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if o.Branch, err = createBranch(cliCtx); err != nil {
+			if o.Branch, err = createBranch(cliCtx, stdio); err != nil {
 				return err
 			}
 			r, err := m.Create(cliCtx.Context, o)
@@ -64,11 +65,14 @@ func createCommand(stdio IO) *cli.Command {
 	}
 }
 
-// createBranch is create's branch: its BRANCH argument, or --branch (the
-// same, as every other verb takes BRANCH); neither is "", which vm.Create
-// takes as the current branch.
-func createBranch(cliCtx *cli.Context) (string, error) {
+// createBranch is create's branch: its BRANCH argument, or the deprecated
+// --branch (the same); neither is "", which vm.Create takes as the current
+// branch.
+func createBranch(cliCtx *cli.Context, stdio IO) (string, error) {
 	flag := cliCtx.String("branch")
+	if cliCtx.IsSet("branch") {
+		fmt.Fprintf(stdio.Err, "agent-vm: --branch is deprecated; write %s %s\n", commandPath(cliCtx), flag)
+	}
 	switch cliCtx.NArg() {
 	case 0:
 		return flag, nil
@@ -97,8 +101,8 @@ func createFlags() []cli.Flag {
 		&cli.IntFlag{Name: "port", Usage: "host port for agent-mcp", DefaultText: "the first free from 8000"},
 		&cli.IntFlag{Name: "ssh-port", Usage: "host port for the guest's SSH", DefaultText: "the first free from 2222"},
 		&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs, at most the host's CPU threads", DefaultText: "4"},
-		&cli.StringFlag{Name: "memory", Usage: "memory, e.g. 4G, 1.5G or 2048M (a bare number is MiB)", DefaultText: "4G"},
-		&cli.StringFlag{Name: "disk", Usage: "disk size in whole GiB, e.g. 20G (a bare number is GiB)", DefaultText: "20G"},
+		&cli.StringFlag{Name: "memory", Usage: sizeUsage("memory", "4G, 1.5G or 2048M", "MiB"), DefaultText: "4G"},
+		&cli.StringFlag{Name: "disk", Usage: sizeUsage("disk size", "20G or 1.5T, in whole GiB", "GiB"), DefaultText: "20G"},
 		&cli.StringFlag{Name: "net", Value: "allow", Usage: "egress mode: allow (the allow-list: agent APIs, package registries, the repository's git host), open (any destination) or offline (none); always through agent-vm's proxy, logged, with the host unreachable (agent-vm net changes it later)"},
 		&cli.BoolFlag{Name: "no-host-ca", Usage: "do not make the guest trust the CA certificates this host added (by default it does, so HTTPS through a TLS-inspecting proxy works in the guest)"},
 		&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
@@ -164,6 +168,12 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// sizeUsage is the usage of a size flag (--memory, --disk): one grammar,
+// internal/size's, whose unit for a bare number each flag's help names.
+func sizeUsage(what, examples, bareUnit string) string {
+	return what + ": a `SIZE` such as " + examples + " (K, M, G or T; a bare number is in " + bareUnit + ")"
 }
 
 // parseSize reads --memory or --disk (internal/size's grammar, the one

@@ -89,3 +89,18 @@ func findSubcommand(cmds []*cli.Command, name string) *cli.Command {
 	}
 	return nil
 }
+
+// helpWord is the action of a command whose first argument is an optional
+// BRANCH (status [BRANCH]): help alone prints its help, as a group's help
+// word does (sessions help), rather than looking for a VM called help. A
+// branch called help is still the VM of a checkout of it, with BRANCH left
+// out.
+func helpWord(action cli.ActionFunc) cli.ActionFunc {
+	return func(cliCtx *cli.Context) error {
+		if cliCtx.NArg() == 1 && cliCtx.Args().First() == "help" {
+			cli.HelpPrinter(cliCtx.App.Writer, cli.CommandHelpTemplate, cliCtx.Command)
+			return nil
+		}
+		return action(cliCtx)
+	}
+}

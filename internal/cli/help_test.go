@@ -57,13 +57,18 @@ func TestHelpOfEveryCommand(t *testing.T) {
 				t.Errorf("%s: not the help of %s:\n%s", r.how, name, out)
 			}
 		}
-		for _, l := range strings.Split(flagged.stdout, "\n") {
-			if strings.HasSuffix(l, " ") {
-				t.Errorf("%s --help: a line ends in spaces: %q", name, l)
-			}
-		}
+		checkHelpLines(t, name, flagged.stdout)
 		if asked.stdout != flagged.stdout {
 			t.Errorf("agent-vm help %s and %s --help differ:\n%s\n----\n%s", strings.Join(path, " "), name, asked.stdout, flagged.stdout)
+		}
+		if c := findPath(app, path); c != nil && (len(c.Subcommands) > 0 || strings.HasPrefix(c.ArgsUsage, "[BRANCH]")) {
+			// A group's help word alone (agent-vm sessions help), and
+			// a command's whose argument is an optional BRANCH
+			// (agent-vm status help).
+			within := agentVM(t, "", st, append(append([]string{}, path...), "help")...)
+			if within.code != 0 || within.stdout != flagged.stdout {
+				t.Errorf("agent-vm %s help: exit %d, and it differs from %s --help:\n%s%s", strings.Join(path, " "), within.code, name, within.stdout, within.stderr)
+			}
 		}
 		if n := len(path); n >= 2 {
 			// The group's own help word: agent-vm net help allow.
@@ -83,6 +88,65 @@ func TestHelpOfEveryCommand(t *testing.T) {
 				t.Errorf("%s --help lists the subcommands %q, want %q", name, got, want)
 			}
 		}
+	}
+}
+
+// defaultRE is a default as agent-vm prints it, "(default: VALUE" or
+// "; default: VALUE"; badDefaultRE the others: without the colon, or
+// quoted as urfave quotes a string flag's.
+var (
+	defaultRE    = regexp.MustCompile(`default: [^"]`)
+	badDefaultRE = regexp.MustCompile(`\(default [^:]|default: "`)
+)
+
+// checkHelpLines holds every line of a help to the rules of agent-vm's
+// help: no literal backticks (urfave/cli prints a Description's and a
+// Usage's as they are), no line ending in spaces, one style of default.
+func checkHelpLines(t *testing.T, name, help string) {
+	t.Helper()
+	for _, l := range strings.Split(help, "\n") {
+		switch {
+		case strings.Contains(l, "`"):
+			t.Errorf("%s --help: a line has a literal backtick: %q", name, l)
+		case strings.HasSuffix(l, " "):
+			t.Errorf("%s --help: a line ends in spaces: %q", name, l)
+		case badDefaultRE.MatchString(l):
+			t.Errorf("%s --help: a default not written (default: VALUE): %q", name, l)
+		}
+	}
+}
+
+// findPath is the command path names below app.
+func findPath(app *cli.App, path []string) *cli.Command {
+	var c *cli.Command
+	cmds := app.Commands
+	for _, w := range path {
+		c = findCommand(cmds, w)
+		cmds = c.Subcommands
+	}
+	return c
+}
+
+// sizeFlags are the flags that take a SIZE (internal/size's grammar).
+var sizeFlags = map[string]bool{"memory": true, "disk": true}
+
+// bareUnitRE is how a size flag's usage names the unit of a bare number.
+var bareUnitRE = regexp.MustCompile(`a bare number is in [KMGT]iB\b`)
+
+// The hidden commands' help keeps the same rules: agent-vm runs them, but a
+// reader debugging it reads their help.
+func TestHelpOfHiddenCommands(t *testing.T) {
+	st := t.TempDir()
+	for _, c := range newApp(IO{}).Commands {
+		if !c.Hidden {
+			continue
+		}
+		r := agentVM(t, "", st, c.Name, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout, "agent-vm "+c.Name) {
+			t.Errorf("agent-vm %s --help: exit %d\n%s%s", c.Name, r.code, r.stdout, r.stderr)
+			continue
+		}
+		checkHelpLines(t, "agent-vm "+c.Name, r.stdout)
 	}
 }
 
@@ -133,6 +197,12 @@ func checkFlagLines(t *testing.T, name string, flags []cli.Flag, help string) {
 			t.Errorf("%s: no line of its help has %s with its usage as written, %q:\n%s", name, flag, rendered, help)
 			continue
 		}
+		if sizeFlags[f.Names()[0]] && (!bareUnitRE.MatchString(usage) || !strings.Contains(line, flag+" SIZE")) {
+			t.Errorf("%s %s: a size flag's help names its placeholder SIZE and the unit of a bare number (a bare number is in MiB): %q", name, flag, strings.TrimSpace(line))
+		}
+		if strings.Contains(line, "default") && !defaultRE.MatchString(line) && !strings.Contains(usage, "default") {
+			t.Errorf("%s %s: a default not written (default: VALUE): %q", name, flag, strings.TrimSpace(line))
+		}
 		if strings.Count(line, "(default") > 1 || strings.Count(line, "default:") > 1 {
 			t.Errorf("%s %s: two defaults in %q", name, flag, strings.TrimSpace(line))
 		}
@@ -160,4 +230,43 @@ func TestHelpGroupsInOrder(t *testing.T) {
 			t.Errorf("--help does not list %s", c.Name)
 		}
 	}
+}
+
+// TestOneGrammar holds every visible command to one way of naming a VM and
+// a session: a BRANCH argument is optional (left out, the checked-out
+// branch), a command with positional arguments of its own names the VM
+// with --vm BRANCH, and a session is named with --session NAME, never as
+// an argument.
+func TestOneGrammar(t *testing.T) {
+	app := newApp(IO{})
+	for _, path := range commandPaths(app.Commands, nil) {
+		c := findPath(app, path)
+		name := strings.Join(path, " ")
+		if rest := strings.ReplaceAll(c.ArgsUsage, "[BRANCH]", ""); strings.Contains(rest, "BRANCH") {
+			t.Errorf("%s takes %q: a BRANCH argument is optional, [BRANCH], or the flag --vm BRANCH", name, c.ArgsUsage)
+		}
+		if strings.Contains(c.ArgsUsage, "SESSION") {
+			t.Errorf("%s takes %q: a session is named with --session NAME", name, c.ArgsUsage)
+		}
+		for _, f := range c.VisibleFlags() {
+			want := map[string]string{"vm": "BRANCH", "session": "NAME"}[f.Names()[0]]
+			if want == "" {
+				continue
+			}
+			if _, ph := unquoteUsage(f.(cli.DocGenerationFlag).GetUsage()); ph != want {
+				t.Errorf("%s --%s takes %q, want %s", name, f.Names()[0], ph, want)
+			}
+		}
+	}
+}
+
+// unquoteUsage is urfave/cli's reading of a usage: its first backticked
+// word is the placeholder.
+func unquoteUsage(usage string) (string, string) {
+	_, rest, ok := strings.Cut(usage, "`")
+	if !ok {
+		return usage, ""
+	}
+	ph, _, _ := strings.Cut(rest, "`")
+	return strings.ReplaceAll(usage, "`", ""), ph
 }

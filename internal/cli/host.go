@@ -24,17 +24,17 @@ func hostCommand(stdio IO) *cli.Command {
 		Description: "A host is a short NAME and a libvirt URI: qemu:///system (this machine's libvirtd), or\n" +
 			"qemu+ssh://USER@SERVER/system for another machine that USER can ssh to without a prompt (a key in\n" +
 			"ssh-agent, or keyfile=/path/to/key; the server's host key already in ~/.ssh/known_hosts). They are\n" +
-			"kept in $XDG_CONFIG_HOME/agent-vm/hosts (~/.config/agent-vm/hosts). `host link NAME` sets up\n" +
+			"kept in $XDG_CONFIG_HOME/agent-vm/hosts (~/.config/agent-vm/hosts). host link NAME sets up\n" +
 			"agent-vm's own SSH link to a qemu+ssh host (its host key pinned, a key of agent-vm's), which placing\n" +
-			"VMs there uses; log in as root there. `host doctor NAME` checks what agent-vm needs there.\n" +
-			"`agent-vm create BRANCH --host NAME` then places a VM on it.",
+			"VMs there uses; log in as root there. host doctor NAME checks what agent-vm needs there.\n" +
+			"agent-vm create BRANCH --host NAME then places a VM on it.",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",
 				Usage:     "register a libvirt host under a short name",
 				ArgsUsage: "NAME URI",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "dir", Usage: "agent-vm's directory on a qemu+ssh host, for the files of VMs placed there (default /var/lib/agent-vm)"},
+					&cli.StringFlag{Name: "dir", Usage: "agent-vm's directory on a qemu+ssh host, for the files of VMs placed there", DefaultText: "/var/lib/agent-vm"},
 				},
 				Action: func(cliCtx *cli.Context) error {
 					if cliCtx.NArg() != 2 {
@@ -61,7 +61,7 @@ func hostCommand(stdio IO) *cli.Command {
 					"(--host-key, or a prompt at a terminal; check it on the host with\n" +
 					"ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), then makes a key pair of agent-vm's for the host\n" +
 					"(kept with the host's entry, 0600) and prints its public half, for the host's authorized_keys.\n" +
-					"agent-vm then reaches the host without your ~/.ssh, agent or ssh_config. `host doctor` checks it.",
+					"agent-vm then reaches the host without your ~/.ssh, agent or ssh_config. host doctor checks it.",
 				ArgsUsage: "NAME",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "host-key", Usage: "the host key's fingerprint you checked, SHA256:..."},

@@ -24,11 +24,11 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
 		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
 		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
-		module + "/internal/bridge":      true, // open-url, the guest's end of the URL door
+		module + "/internal/bridge":      true, // open-url, the guest's end of the URL-opening bridge
 		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
 		module + "/internal/pins":        true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
 		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
-		module + "/internal/egress":      true, // the hidden net-proxy and net-relay, and the net log's entries
+		module + "/internal/egress":      true, // the hidden __net-proxy and __net-relay, and the net log's entries
 		module + "/internal/mcpsync":     true, // `mcp sync`, given the Manager as its VMs
 		module + "/internal/browser":     true, // `browser` and run --chrome, given the Manager as their VMs
 		module + "/internal/template":    true, // the template list's entries
@@ -38,7 +38,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/secret":      true, // `secret set|list|rm`, the Manager's store; run's key from the environment
 		module + "/internal/hosts":       true, // `host add|list|rm`, the Manager's registry, and host doctor's report
 		module + "/internal/tcpfwd":      true, // the hidden net-forward, a libvirt VM's forwards
-		module + "/internal/hostlink":    true, // the hidden __detach (hostlink.Detach), agent-vm's binary on a libvirt host starting a program there; net-forward --via-addr's Tunnel, a remote VM's forwards through the link
+		module + "/internal/hostlink":    true, // the hidden __detach (hostlink.Detach), agent-vm's binary on a libvirt host starting a program there; __net-forward --via-addr's Tunnel, a remote VM's forwards through the link
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

@@ -17,7 +17,7 @@ func mcpProxyCommand(stdio IO) *cli.Command {
 		Usage:  "serve stdio MCP servers over HTTP (what agent-mcp runs inside every VM)",
 		Description: "Serves each server of --config (Claude's mcpServers JSON, e.g. a project's .mcp.json) at\n" +
 			"/servers/NAME/mcp (Streamable HTTP) and /servers/NAME/sse (HTTP+SSE); with one server also at\n" +
-			"/mcp and /sse. Every MCP request needs `Authorization: Bearer <token>`; GET /health does not.",
+			"/mcp and /sse. Every MCP request needs the header Authorization: Bearer <token>; GET /health does not.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "MCP servers, Claude's mcpServers JSON (default: none)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address to listen on"},
@@ -63,7 +63,7 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 		Name:      "mcp-config",
 		Usage:     "print the MCP client configuration for a VM's agent-mcp (contains its token)",
 		ArgsUsage: "[BRANCH]",
-		Description: "claude-code:    paste into .mcp.json (or `claude mcp add-json NAME '<the entry>'`)\n" +
+		Description: "claude-code:    paste into .mcp.json (or claude mcp add-json NAME '<the entry>')\n" +
 			"claude-desktop: merge into claude_desktop_config.json (runs mcp-remote through npx)\n" +
 			"json:           name, URL and header for any other client",
 		Flags:        []cli.Flag{&cli.StringFlag{Name: "client", Value: mcpproxy.ClientClaudeCode, Usage: "claude-code, claude-desktop or json"}},

@@ -31,7 +31,7 @@ func mcpSyncCommand(stdio IO) *cli.Command {
 			"local scope of /workspace in the VM's ~/.claude.json. The host's files are never changed.\n" +
 			"stdio servers run in the VM; servers on the host's loopback are reached at the host's address as the\n" +
 			"VM sees it, and their ports are recorded as exposed. Env and header values are not written: the\n" +
-			"guest file references variables that `agent-vm run` passes to the agent session.",
+			"guest file references variables that agent-vm run passes to the agent session.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written (no values) and write nothing"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON (variable names only, never values)"},
@@ -86,7 +86,7 @@ func printMCPSync(stdio IO, res *mcpsync.Result) error {
 		for _, x := range res.Exposed {
 			fmt.Fprintf(&b, "  %s  %s\n", strconv.Itoa(x.Port), termsafe.Line(x.Why))
 		}
-		b.WriteString("  The VM reaches the host's loopback on these ports only (and on those `agent-vm port expose` opened); a VM whose network is not contained (`agent-vm net show` says) reaches all of it.\n")
+		b.WriteString("  The VM reaches the host's loopback on these ports only (and on those agent-vm port expose opened); a VM whose network is not contained (agent-vm net show says) reaches all of it.\n")
 	}
 	if res.Written {
 		fmt.Fprintf(&b, "\nWrote the servers into %s (projects[\"/workspace\"].mcpServers).\n", res.GuestFile)
@@ -94,7 +94,7 @@ func printMCPSync(stdio IO, res *mcpsync.Result) error {
 		fmt.Fprintf(&b, "\nDry run: nothing written. It would merge this into %s:\n%s", res.GuestFile, safeLines(string(res.GuestConfig)))
 	}
 	if len(res.Vars) > 0 {
-		fmt.Fprintf(&b, "`agent-vm run` passes these variables to the agent session (values from the host, never on the VM's disk):\n  %s\n",
+		fmt.Fprintf(&b, "agent-vm run passes these variables to the agent session (values from the host, never on the VM's disk):\n  %s\n",
 			strings.Join(res.Vars, "\n  "))
 	}
 	_, err := fmt.Fprint(stdio.Out, b.String())

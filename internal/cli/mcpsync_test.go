@@ -34,7 +34,7 @@ const hostClaudeJSON = `{
 func TestMCPSyncDryRunWritesNothingAndShowsNoValues(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "m", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "m", "--backend", "qemu")
 	home, sum := hostHome(t, hostClaudeJSON)
 	record := filepath.Join(st, "m", "config.json")
 	before, err := os.ReadFile(record)
@@ -86,7 +86,7 @@ func TestMCPSyncDryRunWritesNothingAndShowsNoValues(t *testing.T) {
 func TestMCPSyncFailures(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "m", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "m", "--backend", "qemu")
 	good, sum := hostHome(t, hostClaudeJSON)
 	bad, _ := hostHome(t, "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"npx\"}\n    \"b\": {}\n  }\n}\n")
 	for _, tc := range []struct {

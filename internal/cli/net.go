@@ -25,14 +25,27 @@ import (
 func netCommand(stdio IO) *cli.Command {
 	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*netpolicy.Change, error)) *cli.Command {
 		return &cli.Command{
-			Name: name, Usage: usage, ArgsUsage: "BRANCH DOMAIN|'METHOD host/path'...", Description: netEditHelp,
+			Name: name, Usage: usage, ArgsUsage: "DOMAIN|'METHOD host/path'...", Description: netEditHelp,
+			Flags: []cli.Flag{vmFlag()},
 			Action: func(cliCtx *cli.Context) error {
-				if cliCtx.NArg() < 2 {
-					return usagef("net %s takes BRANCH DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got %d arguments", name, cliCtx.NArg())
+				if cliCtx.NArg() < 1 {
+					return usagef("net %s takes DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got none", name)
 				}
 				return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-					args := cliCtx.Args().Slice()
-					ch, err := apply(cliCtx, m, args[0], args[1:])
+					// The old spelling led with BRANCH: a first word that
+					// names a VM, before at least one DOMAIN.
+					old := func(args []string) bool {
+						if len(args) < 2 {
+							return false
+						}
+						_, err := m.Find(cliCtx.Context, args[0])
+						return err == nil
+					}
+					branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
+					if err != nil {
+						return err
+					}
+					ch, err := apply(cliCtx, m, branch, args)
 					if err != nil {
 						return err
 					}
@@ -45,10 +58,10 @@ func netCommand(stdio IO) *cli.Command {
 		Name:  "net",
 		Usage: "a VM's network: what it may reach (through agent-vm's proxy) and what it connected to",
 		Description: "A VM reaches the network only through its egress proxy, and the host only through the\n" +
-			"ports exposed to it (`agent-vm port expose`). Mode allow (the default) allows the allow-list: agent\n" +
+			"ports exposed to it (agent-vm port expose). Mode allow (the default) allows the allow-list: agent\n" +
 			"APIs, package registries, Debian's mirrors, common git hosts and the repository's git remote\n" +
-			"host, plus what `net allow` adds; open allows every destination; offline none. `net deny`\n" +
-			"refuses a destination in every mode. Request rules ('METHOD host/path', see `net allow --help`)\n" +
+			"host, plus what net allow adds; open allows every destination; offline none. net deny\n" +
+			"refuses a destination in every mode. Request rules ('METHOD host/path', see net allow --help)\n" +
 			"judge the requests the proxy reads, those to a host a secret is bound to; with an upstream on\n" +
 			"github.com the defaults let the agent read GitHub's API and open and comment on the upstream's pull\n" +
 			"requests and issues, and refuse every other write. Changes apply at once, also to a running VM.",
@@ -60,13 +73,19 @@ func netCommand(stdio IO) *cli.Command {
 				return netpolicy.Deny(c.Context, m, b, d)
 			}),
 			{
-				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "BRANCH MODE",
+				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "MODE",
+				Flags: []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
-					if cliCtx.NArg() != 2 {
-						return usagef("net mode takes BRANCH MODE (allow, open or offline), got %d arguments", cliCtx.NArg())
+					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
+						return usagef("net mode takes MODE (allow, open or offline), got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						ch, err := netpolicy.SetMode(cliCtx.Context, m, cliCtx.Args().Get(0), cliCtx.Args().Get(1))
+						old := func(args []string) bool { return len(args) == 2 }
+						branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
+						if err != nil {
+							return err
+						}
+						ch, err := netpolicy.SetMode(cliCtx.Context, m, branch, args[0])
 						if err != nil {
 							return err
 						}
@@ -126,7 +145,7 @@ func netCommand(stdio IO) *cli.Command {
 	}
 }
 
-// netEditHelp is the help of `net allow` and `net deny`.
+// netEditHelp is the help of net allow and net deny.
 const netEditHelp = `A DOMAIN is a host name, *.suffix (its subdomains, not itself) or an IP address: net allow lets
 the VM connect to it, net deny refuses it in every mode.
 
@@ -139,15 +158,15 @@ mutations whose top-level fields are all listed.
 
 The rules are tried in order and the first that matches decides; a request none matches is allowed.
 The rules added here come first, the newest first (one of the same pattern is replaced), then
-agent-vm's defaults; ` + "`agent-vm net show BRANCH`" + ` lists them in that order. With an upstream on
+agent-vm's defaults; agent-vm net show BRANCH lists them in that order. With an upstream on
 github.com, the defaults let the agent read GitHub's API and open and comment on the upstream's pull
 requests and issues (GraphQL: createPullRequest, addComment), and refuse every other write.
 
 Examples:
-   agent-vm net allow feat-x pypi.example.org
-   agent-vm net allow feat-x 'PUT api.github.com/repos/o/r/pulls/*/merge'
-   agent-vm net allow feat-x 'POST api.github.com/graphql graphql:mergePullRequest'
-   agent-vm net deny feat-x 'POST api.github.com/repos/o/r/issues'`
+   agent-vm net allow --vm feat-x pypi.example.org
+   agent-vm net allow --vm feat-x 'PUT api.github.com/repos/o/r/pulls/*/merge'
+   agent-vm net allow --vm feat-x 'POST api.github.com/graphql graphql:mergePullRequest'
+   agent-vm net deny --vm feat-x 'POST api.github.com/repos/o/r/issues'`
 
 func printNetChange(w io.Writer, ch *netpolicy.Change) error {
 	printNetInfo(w, ch.Info)
@@ -179,14 +198,14 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 			fmt.Fprintf(w, "    %-5s %s%s\n", verdict, termsafe.String(pattern), mark)
 		}
 	}
-	var doors []string
+	var exposed []string
 	for _, x := range info.Exposed {
-		doors = append(doors, fmt.Sprintf("%d (%s)", x.Port, termsafe.String(x.By)))
+		exposed = append(exposed, fmt.Sprintf("%d (%s)", x.Port, termsafe.String(x.By)))
 	}
-	if len(doors) == 0 {
-		doors = []string{"none"}
+	if len(exposed) == 0 {
+		exposed = []string{"none"}
 	}
-	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(doors, ", "))
+	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(exposed, ", "))
 	for _, l := range pinLines(info.Pins) {
 		fmt.Fprintf(w, "  pinned:  %s (the host's pins, every VM's: `agent-vm setup`)\n", l)
 	}
@@ -194,10 +213,11 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 	fmt.Fprintf(w, "  log:     %s\n", info.Log)
 }
 
-// printBrowserLines says which browser doors are open (agent-vm browser).
+// printBrowserLines says what of the host's browser the VM may use
+// (agent-vm browser).
 func printBrowserLines(w io.Writer, lines []string) {
 	if len(lines) == 0 {
-		fmt.Fprintln(w, "  browser: none (agent-vm browser opens a door to the host's browser)")
+		fmt.Fprintln(w, "  browser: none (agent-vm browser lets the VM use the host's browser)")
 		return
 	}
 	for _, l := range lines {
@@ -214,7 +234,7 @@ func printNetEntry(w io.Writer, x egress.LogEntry, asJSON bool) error {
 		verdict = "DENIED"
 	}
 	if x.Kind == egress.KindDevTools {
-		// No connection: a DevTools call the browser door refused, the
+		// No connection: a DevTools call the DevTools relay refused, the
 		// URL it would have loaded and the reason.
 		line := fmt.Sprintf("%s  %-8s %-7s %s", x.Time.Local().Format(time.DateTime), x.Kind, verdict, termsafe.String(x.Request))
 		if x.URL != "" {
@@ -255,18 +275,19 @@ func printNetEntry(w io.Writer, x egress.LogEntry, asJSON bool) error {
 // netProxyCommand is the egress proxy the driver runs for each VM.
 func netProxyCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-proxy", Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)",
+		Name: "__net-proxy", Aliases: []string{"net-proxy"}, Hidden: true, Usage: "serve a VM's egress proxy (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "the VM's network directory (policy and log)"},
 			&cli.StringFlag{Name: "proxy-socket", Usage: "the proxy's unix socket"},
-			&cli.StringFlag{Name: "door-socket", Usage: "the exposed ports' unix socket"},
+			&cli.StringFlag{Name: "exposed-socket", Usage: "the unix socket the guest's connections to exposed host ports arrive on"},
 			&cli.StringFlag{Name: "qemu-pidfile", Usage: "exit once the process of this pid file is gone"},
 			&cli.StringFlag{Name: "run-as", Usage: "UID:GID to drop to before serving (agent-vm run as root)"},
 			&cli.BoolFlag{Name: "secrets-stdin", Usage: "read the VM's CA and secrets from standard input (agent-vm writes them there)"},
 			&cli.StringFlag{Name: "front", Usage: "also serve on TCP at this host address (a guest on a libvirt network of its own), on ports the kernel chooses"},
-			&cli.IntSliceFlag{Name: "front-door", Usage: "an exposed host port served by the TCP front (repeatable)"},
+			&cli.IntSliceFlag{Name: "front-exposed", Usage: "an exposed host port served by the TCP front (repeatable)"},
 			&cli.StringFlag{Name: "front-ports", Usage: "where the TCP front writes the ports it chose"},
-			&cli.StringFlag{Name: "door-dir", Usage: "reach an exposed port at the unix socket DIR/PORT, not 127.0.0.1:PORT (a VM placed on another host)"},
+			&cli.StringFlag{Name: "exposed-dir", Usage: "reach an exposed port at the unix socket DIR/PORT, not 127.0.0.1:PORT (a VM placed on another host)"},
+			// The old names, which drivers may still pass.
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -276,7 +297,7 @@ func netProxyCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			need := []string{"dir", "proxy-socket", "door-socket"}
+			need := []string{"dir", "proxy-socket", "exposed-socket"}
 			if front != nil {
 				need = need[:1] // the front may serve alone
 			}
@@ -287,9 +308,9 @@ func netProxyCommand(stdio IO) *cli.Command {
 			}
 			e := newEnv(cliCtx, stdio)
 			o := egress.ServeOptions{Dir: cliCtx.String("dir"),
-				ProxySocket: cliCtx.String("proxy-socket"), ExposedSocket: cliCtx.String("door-socket"),
+				ProxySocket: cliCtx.String("proxy-socket"), ExposedSocket: cliCtx.String("exposed-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
-				Front: front, ExposedDir: cliCtx.String("door-dir"), Log: e.log.Named("net-proxy")}
+				Front: front, ExposedDir: cliCtx.String("exposed-dir"), Log: e.log.Named("net-proxy")}
 			for _, h := range []struct {
 				name string
 				to   *string
@@ -314,8 +335,8 @@ func netProxyCommand(stdio IO) *cli.Command {
 func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 	at := cliCtx.String("front")
 	if at == "" {
-		if cliCtx.IsSet("front-door") || cliCtx.IsSet("front-ports") {
-			return nil, usagef("net-proxy: --front-door and --front-ports need --front")
+		if cliCtx.IsSet("front-exposed") || cliCtx.IsSet("front-ports") {
+			return nil, usagef("net-proxy: --front-exposed and --front-ports need --front")
 		}
 		return nil, nil
 	}
@@ -326,7 +347,7 @@ func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 	if cliCtx.String("front-ports") == "" {
 		return nil, usagef("net-proxy: --front needs --front-ports")
 	}
-	return &egress.Front{Addr: addr, Exposed: cliCtx.IntSlice("front-door"), PortsFile: cliCtx.String("front-ports")}, nil
+	return &egress.Front{Addr: addr, Exposed: cliCtx.IntSlice("front-exposed"), PortsFile: cliCtx.String("front-ports")}, nil
 }
 
 // netRelayCommand carries one guest connection to the proxy: QEMU runs it
@@ -334,21 +355,21 @@ func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 // Its stderr is the guest's connection too, so it prints nothing.
 func netRelayCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-relay", Hidden: true, Usage: "carry one guest connection to the egress proxy (QEMU runs it)", ArgsUsage: "SOCKET [PORT]",
+		Name: "__net-relay", Aliases: []string{"net-relay"}, Hidden: true, Usage: "carry one guest connection to the egress proxy (QEMU runs it)", ArgsUsage: "SOCKET [PORT]",
 		Action: func(cliCtx *cli.Context) error {
 			n := cliCtx.NArg()
 			if n < 1 || n > 2 {
 				return &exitCodeError{code: ExitUsage}
 			}
-			door := 0
+			exposed := 0 // the exposed host port the guest connects to; 0: the proxy
 			if n == 2 {
 				p, err := strconv.Atoi(cliCtx.Args().Get(1))
 				if err != nil || p < 1 || p > 65535 {
 					return &exitCodeError{code: ExitUsage}
 				}
-				door = p
+				exposed = p
 			}
-			if err := egress.Relay(cliCtx.Context, cliCtx.Args().First(), door, stdio.In, stdio.Out); err != nil {
+			if err := egress.Relay(cliCtx.Context, cliCtx.Args().First(), exposed, stdio.In, stdio.Out); err != nil {
 				return &exitCodeError{code: ExitError}
 			}
 			return nil
@@ -360,7 +381,7 @@ func netRelayCommand(stdio IO) *cli.Command {
 // address of its own (the libvirt driver starts it with the VM).
 func netForwardCommand(stdio IO) *cli.Command {
 	return &cli.Command{
-		Name: "net-forward", Hidden: true, Usage: "forward 127.0.0.1 ports to a VM's guest (agent-vm starts it with the VM)",
+		Name: "__net-forward", Aliases: []string{"net-forward"}, Hidden: true, Usage: "forward 127.0.0.1 ports to a VM's guest (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "forward", Usage: "PORT=HOST:PORT: 127.0.0.1:PORT carried to HOST:PORT (repeatable)"},
 			&cli.StringFlag{Name: "pidfile", Usage: "exit once the process of this pid file (the VM's QEMU) is gone"},
@@ -370,8 +391,9 @@ func netForwardCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "via-user", Usage: "the user the link to the host logs in as"},
 			&cli.StringFlag{Name: "via-key", Usage: "agent-vm's private key for the host, read before --run-as drops privileges"},
 			&cli.StringFlag{Name: "via-known-hosts", Usage: "the file pinning the host's key, read before --run-as drops privileges"},
-			&cli.StringSliceFlag{Name: "door", Usage: "SOCKET=PORT: the unix socket SOCKET on the host (through the link) carried back to 127.0.0.1:PORT here (repeatable; needs the --via flags)"},
-			&cli.StringFlag{Name: "door-owner", Usage: "UID:GID on the host to give the door sockets to (the egress proxy's user there)"},
+			&cli.StringSliceFlag{Name: "return-socket", Usage: "SOCKET=PORT: the unix socket SOCKET made on the host (through the link), its connections carried back to 127.0.0.1:PORT here (repeatable; needs the --via flags)"},
+			&cli.StringFlag{Name: "return-socket-owner", Usage: "UID:GID on the host to give the --return-socket sockets to (the egress proxy's user there)"},
+			// The old names, which drivers may still pass.
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -385,12 +407,12 @@ func netForwardCommand(stdio IO) *cli.Command {
 				}
 				rules = append(rules, r)
 			}
-			doors, err := doorsOf(cliCtx.StringSlice("door"))
+			returns, err := returnSocketsOf(cliCtx.StringSlice("return-socket"))
 			if err != nil {
 				return err
 			}
-			if len(rules) == 0 && len(doors) == 0 {
-				return usagef("net-forward needs at least one --forward PORT=HOST:PORT or --door SOCKET=PORT")
+			if len(rules) == 0 && len(returns) == 0 {
+				return usagef("net-forward needs at least one --forward PORT=HOST:PORT or --return-socket SOCKET=PORT")
 			}
 			uid, gid := -1, -1
 			if ra := cliCtx.String("run-as"); ra != "" {
@@ -402,8 +424,8 @@ func netForwardCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if len(doors) > 0 && via == nil {
-				return usagef("net-forward: --door needs the --via flags (the host the socket is made on)")
+			if len(returns) > 0 && via == nil {
+				return usagef("net-forward: --return-socket needs the --via flags (the host the socket is made on)")
 			}
 			var dial tcpfwd.Dialer // nil: from this host
 			var tun *hostlink.Tunnel
@@ -435,43 +457,44 @@ func netForwardCommand(stdio IO) *cli.Command {
 					return err
 				}
 			}
-			return serveForwards(ctx, f, dial, tun, doors, cliCtx.String("door-owner"), stdio.Out)
+			return serveForwards(ctx, f, dial, tun, returns, cliCtx.String("return-socket-owner"), stdio.Out)
 		},
 	}
 }
 
-// door is a --door of net-forward: a unix socket on the host carried back
-// to a port of this machine's 127.0.0.1.
-type door struct {
+// returnSocket is a --return-socket of net-forward: a unix socket made on
+// the host whose connections are carried back to a port of this machine's
+// 127.0.0.1.
+type returnSocket struct {
 	socket string
 	port   int
 }
 
-func doorsOf(specs []string) ([]door, error) {
-	var out []door
+func returnSocketsOf(specs []string) ([]returnSocket, error) {
+	var out []returnSocket
 	for _, s := range specs {
 		sock, p, ok := strings.Cut(s, "=")
 		port, err := strconv.Atoi(p)
 		if !ok || !strings.HasPrefix(sock, "/") || err != nil || port < 1 || port > 65535 {
-			return nil, usagef("net-forward: --door %q is not SOCKET=PORT (an absolute path on the host, a port here)", s)
+			return nil, usagef("net-forward: --return-socket %q is not SOCKET=PORT (an absolute path on the host, a port here)", s)
 		}
-		out = append(out, door{socket: sock, port: port})
+		out = append(out, returnSocket{socket: sock, port: port})
 	}
 	return out, nil
 }
 
-// serveForwards serves f's forwards (if any) and the doors until ctx ends
-// or one of them fails.
-// Each door made prints hostlink.SocketReadyLine on out: the driver waits
-// for those lines before the VM's start goes on.
-func serveForwards(ctx context.Context, f *tcpfwd.Forwarder, dial tcpfwd.Dialer, tun *hostlink.Tunnel, doors []door, owner string, out io.Writer) error {
+// serveForwards serves f's forwards (if any) and the return sockets until
+// ctx ends or one of them fails. Each return socket made prints
+// hostlink.SocketReadyLine on out: the driver waits for those lines before
+// the VM's start goes on.
+func serveForwards(ctx context.Context, f *tcpfwd.Forwarder, dial tcpfwd.Dialer, tun *hostlink.Tunnel, returns []returnSocket, owner string, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(doors)+1)
+	errs := make(chan error, len(returns)+1)
 	if f != nil {
 		go func() { errs <- f.Serve(ctx, dial) }()
 	}
-	for _, d := range doors {
+	for _, d := range returns {
 		to := net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port))
 		go func() {
 			errs <- tun.ServeSocket(ctx, d.socket, owner, func(ctx context.Context) (net.Conn, error) {

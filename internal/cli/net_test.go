@@ -33,16 +33,17 @@ func TestNetCommands(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"create", "--branch", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, offline)`},
-		{[]string{"net", "allow", "x"}, 2, "net allow takes BRANCH DOMAIN..."},
-		{[]string{"net", "deny"}, 2, "net deny takes BRANCH DOMAIN..."},
-		{[]string{"net", "mode", "x"}, 2, "net mode takes BRANCH MODE"},
-		{[]string{"net", "allow", "nope", "example.com"}, 1, "agent-vm list"},
-		{[]string{"expose", "x"}, 2, "expose takes BRANCH HOST_PORT"},
-		{[]string{"expose", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
-		{[]string{"port", "expose", "x"}, 2, "port expose takes BRANCH HOST_PORT"},
-		{[]string{"port", "unexpose", "x", "1", "2"}, 2, "port unexpose takes BRANCH HOST_PORT"},
-		{[]string{"port", "expose", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
+		{[]string{"create", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, offline)`},
+		{[]string{"net", "allow", "--vm", "x"}, 2, "net allow takes DOMAIN..."},
+		{[]string{"net", "deny"}, 2, "net deny takes DOMAIN..."},
+		{[]string{"net", "mode", "--vm", "x"}, 2, "net mode takes MODE"},
+		{[]string{"net", "mode", "--vm", "x", "x", "allow"}, 2, "net mode takes MODE"},
+		{[]string{"net", "allow", "--vm", "nope", "example.com"}, 1, "agent-vm list"},
+		{[]string{"expose", "--vm", "x"}, 2, "expose takes HOST_PORT"},
+		{[]string{"expose", "--vm", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
+		{[]string{"port", "expose", "--vm", "x"}, 2, "port expose takes HOST_PORT"},
+		{[]string{"port", "unexpose", "--vm", "x", "1", "2"}, 2, "port unexpose takes HOST_PORT"},
+		{[]string{"port", "expose", "--vm", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
 		{[]string{"net-relay"}, 2, ""},
 	} {
 		r := agentVM(t, repo, st, c.args...)
@@ -51,30 +52,30 @@ func TestNetCommands(t *testing.T) {
 		}
 	}
 	// The relay prints nothing, ever: its stderr is the guest's connection.
-	if r := agentVM(t, repo, st, "net-relay", filepath.Join(st, "no.sock")); r.code != 1 || r.stdout+r.stderr != "" {
+	if r := agentVM(t, repo, st, "__net-relay", filepath.Join(st, "no.sock")); r.code != 1 || r.stdout+r.stderr != "" {
 		t.Errorf("net-relay without a proxy: exit %d, printed %q %q", r.code, r.stdout, r.stderr)
 	}
 
-	mustRun(t, repo, st, "create", "--branch", "x", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "x", "--backend", "qemu")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"net", "allow", "x", "http://example.com"}, `"http://example.com" is not a domain name`},
-		{[]string{"net", "mode", "x", "closed"}, `"closed" is not a network mode`},
-		{[]string{"expose", "x", "3128"}, "the guest reaches the egress proxy"},
-		{[]string{"expose", "x", "70000"}, "not a port number"},
-		{[]string{"expose", "--remove", "x", "4599"}, "does not expose host port 4599"},
-		{[]string{"port", "expose", "x", "3128"}, "the guest reaches the egress proxy"},
-		{[]string{"port", "unexpose", "x", "4599"}, "does not expose host port 4599"},
+		{[]string{"net", "allow", "--vm", "x", "http://example.com"}, `"http://example.com" is not a domain name`},
+		{[]string{"net", "mode", "--vm", "x", "closed"}, `"closed" is not a network mode`},
+		{[]string{"expose", "--vm", "x", "3128"}, "the guest reaches the egress proxy"},
+		{[]string{"expose", "--vm", "x", "70000"}, "not a port number"},
+		{[]string{"expose", "--remove", "--vm", "x", "4599"}, "does not expose host port 4599"},
+		{[]string{"port", "expose", "--vm", "x", "3128"}, "the guest reaches the egress proxy"},
+		{[]string{"port", "unexpose", "--vm", "x", "4599"}, "does not expose host port 4599"},
 	} {
 		if r := agentVM(t, repo, st, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("agent-vm %v: exit %d, want 1 and %q\n%s", c.args, r.code, c.want, r.stderr)
 		}
 	}
-	mustRun(t, repo, st, "net", "allow", "x", "*.Example.com", "203.0.113.7")
-	mustRun(t, repo, st, "net", "deny", "x", "registry.npmjs.org")
-	mustRun(t, repo, st, "port", "expose", "x", "4599")
+	mustRun(t, repo, st, "net", "allow", "--vm", "x", "*.Example.com", "203.0.113.7")
+	mustRun(t, repo, st, "net", "deny", "--vm", "x", "registry.npmjs.org")
+	mustRun(t, repo, st, "port", "expose", "--vm", "x", "4599")
 	r := mustRun(t, repo, st, "net", "show", "--json", "x")
 	var info struct {
 		Mode    string   `json:"mode"`
@@ -110,7 +111,7 @@ func TestNetCommands(t *testing.T) {
 	if s := statusJSON(t, st, "x"); s["net"].(map[string]any)["mode"] != "allow" {
 		t.Errorf("status --json net: %v", s["net"])
 	}
-	mustRun(t, repo, st, "net", "mode", "x", "offline")
+	mustRun(t, repo, st, "net", "mode", "--vm", "x", "offline")
 	if r := mustRun(t, repo, st, "status", "x"); !strings.Contains(r.stdout, "network:    offline; refused") {
 		t.Errorf("status after net mode offline:\n%s", r.stdout)
 	}
@@ -118,7 +119,7 @@ func TestNetCommands(t *testing.T) {
 		t.Errorf("net show after net mode offline:\n%s", r.stdout)
 	}
 	// create --net sets the VM's mode.
-	mustRun(t, repo, st, "create", "--branch", "y", "--backend", "qemu", "--net", "offline")
+	mustRun(t, repo, st, "create", "y", "--backend", "qemu", "--net", "offline")
 	if r := mustRun(t, repo, st, "net", "show", "y"); !strings.Contains(r.stdout, "egress mode offline") {
 		t.Errorf("net show of a VM created --net offline:\n%s", r.stdout)
 	}
@@ -126,7 +127,7 @@ func TestNetCommands(t *testing.T) {
 		t.Errorf("the log of a VM that never ran: %q", r.stdout)
 	}
 	// unexpose closes the port; the old expose [--remove] still works.
-	for _, args := range [][]string{{"port", "unexpose", "x", "4599"}, {"expose", "x", "4600"}, {"expose", "--remove", "x", "4600"}} {
+	for _, args := range [][]string{{"port", "unexpose", "--vm", "x", "4599"}, {"expose", "--vm", "x", "4600"}, {"expose", "--remove", "--vm", "x", "4600"}} {
 		mustRun(t, repo, st, args...)
 	}
 	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "exposed host ports: none") {
@@ -159,9 +160,9 @@ func TestNetProxyDropsToTheOwner(t *testing.T) {
 	defer func() { qemu.Process.Kill(); qemu.Wait() }()
 	pidFile := filepath.Join(top, "qemu.pid")
 	os.WriteFile(pidFile, []byte(strconv.Itoa(qemu.Process.Pid)+"\n"), 0o600)
-	sock, door := filepath.Join(top, "egress.sock"), filepath.Join(top, "door.sock")
+	sock, exposed := filepath.Join(top, "egress.sock"), filepath.Join(top, "exposed.sock")
 	var out bytes.Buffer
-	proxy := exec.Command(tu.AgentVMBinary(t), "net-proxy", "--dir", dir, "--proxy-socket", sock, "--door-socket", door,
+	proxy := exec.Command(tu.AgentVMBinary(t), "__net-proxy", "--dir", dir, "--proxy-socket", sock, "--exposed-socket", exposed,
 		"--qemu-pidfile", pidFile, "--run-as", "65534:65534")
 	proxy.Stdout, proxy.Stderr = &out, &out
 	if err := proxy.Start(); err != nil {
@@ -207,7 +208,7 @@ func TestNetProxyDropsToTheOwner(t *testing.T) {
 	}
 	// A root UID or a malformed one is refused.
 	for _, bad := range []string{"0:0", "nobody", "-1:5"} {
-		r := agentVM(t, "", t.TempDir(), "net-proxy", "--dir", dir, "--proxy-socket", sock, "--door-socket", door, "--run-as", bad)
+		r := agentVM(t, "", t.TempDir(), "__net-proxy", "--dir", dir, "--proxy-socket", sock, "--exposed-socket", exposed, "--run-as", bad)
 		if r.code != 1 || !strings.Contains(r.stderr, "is not UID:GID") {
 			t.Errorf("--run-as %q: exit %d %s", bad, r.code, r.stderr)
 		}
@@ -255,21 +256,21 @@ func TestNetRequestRules(t *testing.T) {
 	repo := tu.Repo(t, false)
 	tu.Git(t, repo, "remote", "add", "origin", "git@github.com:o/r.git")
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "x", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "x", "--backend", "qemu")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"net", "allow", "x", "FOO api.github.com/x"}, `request rule "FOO api.github.com/x": "FOO" is not an HTTP method`},
-		{[]string{"net", "allow", "x", "GET 1.2.3.4/x"}, "is an IP address"},
-		{[]string{"net", "deny", "x", "POST api.github.com/graphql graphql:x"}, "a deny rule has no graphql condition"},
+		{[]string{"net", "allow", "--vm", "x", "FOO api.github.com/x"}, `request rule "FOO api.github.com/x": "FOO" is not an HTTP method`},
+		{[]string{"net", "allow", "--vm", "x", "GET 1.2.3.4/x"}, "is an IP address"},
+		{[]string{"net", "deny", "--vm", "x", "POST api.github.com/graphql graphql:x"}, "a deny rule has no graphql condition"},
 	} {
 		if r := agentVM(t, repo, st, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("agent-vm %q: exit %d, want 1 and %q\n%s", c.args, r.code, c.want, r.stderr)
 		}
 	}
-	r := mustRun(t, repo, st, "net", "allow", "x", "POST api.github.com/repos/o/r/pulls/*/merge")
-	mustRun(t, repo, st, "net", "deny", "x", "post api.github.com/repos/o/r/issues")
+	r := mustRun(t, repo, st, "net", "allow", "--vm", "x", "POST api.github.com/repos/o/r/pulls/*/merge")
+	mustRun(t, repo, st, "net", "deny", "--vm", "x", "post api.github.com/repos/o/r/issues")
 	if !strings.Contains(r.stdout, "    allow POST api.github.com/repos/o/r/pulls/*/merge\n") {
 		t.Errorf("net allow's output:\n%s", r.stdout)
 	}
@@ -304,7 +305,8 @@ func TestNetRequestRules(t *testing.T) {
 }
 
 // net-proxy's TCP front flags, refused as usage errors (exit 2) naming the
-// flag before anything listens: --front-door or --front-ports without
+// flag before anything listens: --front-exposed (or its old name,
+// --front-exposed) or --front-ports without
 // --front, --front that is not an address, --front without a ports file,
 // and neither sockets nor a front.
 func TestNetProxyFrontRefusals(t *testing.T) {
@@ -313,8 +315,9 @@ func TestNetProxyFrontRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--front-door", "8080"}, "--front-door and --front-ports need --front"},
-		{[]string{"--front-ports", filepath.Join(dir, "p.json")}, "--front-door and --front-ports need --front"},
+		{[]string{"--front-exposed", "8080"}, "--front-exposed and --front-ports need --front"},
+		{[]string{"--front-exposed", "8080"}, "--front-exposed and --front-ports need --front"},
+		{[]string{"--front-ports", filepath.Join(dir, "p.json")}, "--front-exposed and --front-ports need --front"},
 		{[]string{"--front", "bridge", "--front-ports", filepath.Join(dir, "p.json")}, `--front "bridge" is not an IP address`},
 		{[]string{"--front", "127.0.0.1"}, "--front needs --front-ports"},
 		{nil, "net-proxy needs --proxy-socket"},
@@ -346,10 +349,10 @@ func TestNetForwardRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT or --door SOCKET=PORT"},
-		{[]string{"--door", "rel/sock=8080"}, 2, `--door "rel/sock=8080" is not SOCKET=PORT`},
-		{[]string{"--door", "/run/x/8080=0"}, 2, `--door "/run/x/8080=0" is not SOCKET=PORT`},
-		{[]string{"--door", "/run/x/8080=8080"}, 2, "--door needs the --via flags"},
+		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT or --return-socket SOCKET=PORT"},
+		{[]string{"--return-socket", "rel/sock=8080"}, 2, `--return-socket "rel/sock=8080" is not SOCKET=PORT`},
+		{[]string{"--return-socket", "/run/x/8080=0"}, 2, `--return-socket "/run/x/8080=0" is not SOCKET=PORT`},
+		{[]string{"--return-socket", "/run/x/8080=8080"}, 2, "--return-socket needs the --via flags"},
 		{[]string{"--forward", "2222"}, 2, `forward "2222" is not PORT=HOST:PORT`},
 		{[]string{"--forward", "2222=10.0.0.2:22", "--run-as", "0:0"}, 2, `--run-as "0:0" is not UID:GID of a user other than root`},
 		{[]string{"--forward", hp + "=10.0.0.2:22"}, 1, "listening on 127.0.0.1:" + hp},
@@ -425,7 +428,7 @@ func TestNetForwardViaLink(t *testing.T) {
 		var err error
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if perr := tu.Poll(ctx, "the door to accept", func() bool { c, err = net.Dial("tcp", "127.0.0.1:"+port); return err == nil }); perr != nil {
+		if perr := tu.Poll(ctx, "the exposed port to accept", func() bool { c, err = net.Dial("tcp", "127.0.0.1:"+port); return err == nil }); perr != nil {
 			return fmt.Errorf("%w: %w", perr, err)
 		}
 		defer c.Close()
@@ -473,7 +476,7 @@ func TestShippedBuildHasNoTestHooks(t *testing.T) {
 	}
 	dir := t.TempDir()
 	r := agentVMEnv(t, "", t.TempDir(), map[string]string{egress.TestHostsEnv: "github.com=198.18.0.9", egress.TestRootCAEnv: "/tmp/ca.pem"},
-		"net-proxy", "--dir", dir, "--proxy-socket", filepath.Join(dir, "p.sock"), "--door-socket", filepath.Join(dir, "d.sock"), "--run-as", "0:0")
+		"__net-proxy", "--dir", dir, "--proxy-socket", filepath.Join(dir, "p.sock"), "--exposed-socket", filepath.Join(dir, "d.sock"), "--run-as", "0:0")
 	for _, v := range []string{egress.TestHostsEnv, egress.TestRootCAEnv} {
 		if !strings.Contains(r.stderr, "ignored: this agent-vm is built without the proxy's test hooks") || !strings.Contains(r.stderr, v) {
 			t.Errorf("net-proxy with %s set: stderr %q; want it named as ignored", v, r.stderr)
@@ -488,7 +491,7 @@ func TestShippedBuildHasNoTestHooks(t *testing.T) {
 	}
 }
 
-// A DevTools call the browser door refused is one line: the method, the
+// A DevTools call the DevTools relay refused is one line: the method, the
 // URL it would have loaded (as the log keeps it) and the reason.
 func TestNetLogDevToolsLine(t *testing.T) {
 	var b strings.Builder
@@ -500,5 +503,46 @@ func TestNetLogDevToolsLine(t *testing.T) {
 	if len(lines) != 2 || !strings.HasSuffix(lines[0], "devtools DENIED  Page.navigate file:///etc/passwd  (the host's browser loads http, https and about:blank only)") ||
 		strings.Contains(lines[1], "\x1b") || !strings.Contains(lines[1], "(it closes the host's browser)") {
 		t.Errorf("net log lines:\n%q", lines)
+	}
+}
+
+// The spellings that led with BRANCH before --vm still work, each with a
+// note on stderr naming the new spelling.
+func TestOldVMSpellings(t *testing.T) {
+	repo := tu.Repo(t, false)
+	st := t.TempDir()
+	if r := agentVM(t, repo, st, "create", "--branch", "x", "--backend", "qemu"); r.code != 0 || !strings.Contains(r.stderr, "--branch is deprecated; write create x") {
+		t.Fatalf("create --branch x: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"net", "allow", "x", "example.com", "example.org"}, "net allow --vm x ..."},
+		{[]string{"net", "deny", "x", "example.net"}, "net deny --vm x ..."},
+		{[]string{"net", "mode", "x", "offline"}, "net mode --vm x ..."},
+		{[]string{"port", "add", "x", "3000"}, "port add --vm x ..."},
+		{[]string{"port", "add", "x", "3001", "39001"}, "port add --vm x ..."},
+		{[]string{"port", "rm", "x", "3001"}, "port rm --vm x ..."},
+		{[]string{"port", "expose", "x", "4599"}, "port expose --vm x ..."},
+		{[]string{"port", "unexpose", "x", "4599"}, "port unexpose --vm x ..."},
+	} {
+		r := agentVM(t, repo, st, c.args...)
+		if r.code != 0 || !strings.Contains(r.stderr, "is deprecated; write "+c.want) {
+			t.Errorf("agent-vm %v: exit %d, want 0 and a note naming %q\n%s%s", c.args, r.code, c.want, r.stdout, r.stderr)
+		}
+	}
+	// A first word that names no VM is a DOMAIN of the checked-out branch's VM.
+	if r := agentVM(t, repo, st, "net", "allow", "example.com", "example.org"); r.code != 1 || !strings.Contains(r.stderr, `no VM for branch "main"`) || strings.Contains(r.stderr, "deprecated") {
+		t.Errorf("net allow example.com example.org (no VM for main): exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r := mustRun(t, repo, st, "net", "show", "x", "--json")
+	for _, w := range []string{"example.com", "example.org", "example.net", "offline"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("net show x lacks %q after the old spellings:\n%s", w, r.stdout)
+		}
+	}
+	if fwds := portList(t, st, "x"); len(fwds) != 1 || fwds[0].Guest != 3000 {
+		t.Errorf("forwards after the old spellings: %v", fwds)
 	}
 }

@@ -13,19 +13,19 @@ import (
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
-// openURLTimeout bounds a request to the host's URL door: the host reads
+// openURLTimeout bounds a request to the host's URL-opening bridge: the host reads
 // for at most bridge.ReadTimeout and waits briefly for its opener.
 const openURLTimeout = 30 * time.Second
 
 // openURLCommand runs in the guest, for xdg-open, sensible-browser,
 // x-www-browser, www-browser and $BROWSER (the guest's shims run it with
-// their arguments): it asks the host to open the URL through the VM's URL
-// door (internal/bridge).
+// their arguments): it asks the host to open the URL through the VM's
+// URL-opening bridge (internal/bridge).
 func openURLCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name: "open-url", Hidden: true, Usage: "in a guest: ask the host to open a URL (what xdg-open and $BROWSER run)", ArgsUsage: "URL",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "socket", Usage: "the URL door's socket (default: the guest's, where the host serves it)"},
+			&cli.StringFlag{Name: "socket", Usage: "the URL-opening bridge's socket (default: the guest's, where the host serves it)"},
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if cliCtx.NArg() != 1 {

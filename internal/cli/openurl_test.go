@@ -12,7 +12,7 @@ import (
 )
 
 // open-url's failure paths: no URL (or two) is a usage error, a guest
-// whose door is closed is told how to open it.
+// whose URL opener is closed is told how to open it.
 func TestOpenURLFailures(t *testing.T) {
 	st := t.TempDir()
 	noDoor := filepath.Join(t.TempDir(), "open-url.sock")
@@ -33,11 +33,11 @@ func TestOpenURLFailures(t *testing.T) {
 		}
 	}
 	if r := agentVM(t, "", st, "open-url", "--socket", noDoor, "https://example.test/"); !strings.HasSuffix(r.stderr, " --open-urls\n") {
-		t.Errorf("the closed door's hint:\n%s", r.stderr)
+		t.Errorf("the closed opener's hint:\n%s", r.stderr)
 	}
 }
 
-// open-url against a real door on a unix socket: an opened URL exits 0, a
+// open-url against a real URL opener on a unix socket: an opened URL exits 0, a
 // refused one 1 with the host's reason.
 func TestOpenURLAsksTheDoor(t *testing.T) {
 	// FAKE at the exec boundary: the host's xdg-open.

@@ -47,7 +47,7 @@ func printPinReport(w io.Writer, r hostsetup.PinReport) {
 		case c.Kind == pins.Kept:
 			fmt.Fprintf(w, "kept: %s (%s)\n", p, why)
 		case c.Kind == pins.Refused:
-			fmt.Fprintf(w, "not pinned: %s (%s; should %s's mirror be this host, `agent-vm net allow BRANCH %s` lets one VM reach it there)\n",
+			fmt.Fprintf(w, "not pinned: %s (%s; should %s's mirror be this host, `agent-vm net allow --vm BRANCH %s` lets one VM reach it there)\n",
 				p, why, termsafe.String(c.Pin.Name), c.Pin.Addr)
 		}
 	}
@@ -55,7 +55,7 @@ func printPinReport(w io.Writer, r hostsetup.PinReport) {
 		fmt.Fprintf(w, "pinned already: %d (`agent-vm doctor` lists the pins)\n", unchanged)
 	}
 	if !r.Recorded && slices.ContainsFunc(r.Changes, func(c pins.Change) bool { return c.Kind == pins.Added || c.Kind == pins.Dropped }) {
-		fmt.Fprintf(w, "nothing recorded (--no-pins); the pins in force stay as they are (%s). Without a pin, a VM reaches such an address only with `agent-vm net allow BRANCH ADDRESS`, and then under every name it may reach\n", r.File)
+		fmt.Fprintf(w, "nothing recorded (--no-pins); the pins in force stay as they are (%s). Without a pin, a VM reaches such an address only with `agent-vm net allow --vm BRANCH ADDRESS`, and then under every name it may reach\n", r.File)
 	}
 }
 

@@ -58,8 +58,8 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 	out := run("setup", "--no-pins")
 	for _, want := range []string{"found: " + npm + "; not pinned: --no-pins)",
 		"found: deb.debian.org → 203.0.113.80 (in 203.0.113.0/24 (documentation, TEST-NET-3)",
-		"not pinned: security.debian.org → 127.0.0.1 (an address of this host: a pin never lets a VM reach this host itself; should security.debian.org's mirror be this host, `agent-vm net allow BRANCH 127.0.0.1` lets one VM reach it there)",
-		"nothing recorded (--no-pins)", "`agent-vm net allow BRANCH ADDRESS`"} {
+		"not pinned: security.debian.org → 127.0.0.1 (an address of this host: a pin never lets a VM reach this host itself; should security.debian.org's mirror be this host, `agent-vm net allow --vm BRANCH 127.0.0.1` lets one VM reach it there)",
+		"nothing recorded (--no-pins)", "`agent-vm net allow --vm BRANCH ADDRESS`"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("setup --no-pins lacks %q:\n%s", want, out)
 		}
@@ -99,10 +99,10 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 	// A VM's policy carries the pins; net show lists them.
 	repo := tu.Repo(t, false)
 	cfg := map[string]string{"XDG_CONFIG_HOME": config}
-	if r := agentVMEnv(t, repo, st, cfg, "create", "--branch", "x", "--backend", "qemu"); r.code != 0 {
+	if r := agentVMEnv(t, repo, st, cfg, "create", "x", "--backend", "qemu"); r.code != 0 {
 		t.Fatalf("create: %d %s", r.code, r.stderr)
 	}
-	if r := agentVMEnv(t, repo, st, cfg, "net", "allow", "x", "registry.yarnpkg.com"); r.code != 0 ||
+	if r := agentVMEnv(t, repo, st, cfg, "net", "allow", "--vm", "x", "registry.yarnpkg.com"); r.code != 0 ||
 		!strings.Contains(r.stdout, "  pinned:  "+u.Addr.String()+" for registry.npmjs.org (the host's pins, every VM's: `agent-vm setup`)") {
 		t.Errorf("net allow: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -117,7 +117,7 @@ func TestSetupPinsThePackageSourcesForTheProxy(t *testing.T) {
 	// The VM's proxy, under the same resolver.
 	netDir := filepath.Join(st, "x", "net")
 	sock := filepath.Join(t.TempDir(), "egress.sock")
-	argv := tu.InHosts(t, hosts, bin, "net-proxy", "--dir", netDir, "--proxy-socket", sock, "--door-socket", sock+".door")
+	argv := tu.InHosts(t, hosts, bin, "net-proxy", "--dir", netDir, "--proxy-socket", sock, "--exposed-socket", sock+".exposed")
 	proxy := exec.Command(argv[0], argv[1:]...)
 	var proxyOut strings.Builder
 	proxy.Stdout, proxy.Stderr = &proxyOut, &proxyOut

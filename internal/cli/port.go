@@ -21,30 +21,38 @@ func portCommand(stdio IO) *cli.Command {
 		Description: "A forward is live while the VM runs and kept in its record, so every start applies it.\n" +
 			"The server in the guest must listen on 0.0.0.0 (or the guest's address), not 127.0.0.1.\n\n" +
 			"The guest reaches an exposed host port at 10.0.2.100 on the same port number; nothing else of\n" +
-			"the host answers it. `mcp sync` exposes the ports of the host's HTTP MCP servers itself.\n" +
+			"the host answers it. mcp sync exposes the ports of the host's HTTP MCP servers itself.\n" +
 			"A port exposed while the VM runs opens at its next start; unexpose closes it at once.\n" +
-			"`agent-vm net show` lists the exposed ports.",
+			"agent-vm net show lists the exposed ports.",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",
 				Usage:     "forward GUEST_PORT to 127.0.0.1:HOST_PORT (default: the same number if free, else a free port)",
-				ArgsUsage: "BRANCH GUEST_PORT [HOST_PORT]",
+				ArgsUsage: "GUEST_PORT [HOST_PORT]",
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
-					if n := cliCtx.NArg(); n < 2 || n > 3 {
-						return usagef("port add takes BRANCH GUEST_PORT [HOST_PORT], got %d arguments", n)
-					}
-					guest, err := portArg(cliCtx, 1, "GUEST_PORT")
-					if err != nil {
-						return err
-					}
-					host := 0
-					if cliCtx.NArg() == 3 {
-						if host, err = portArg(cliCtx, 2, "HOST_PORT"); err != nil {
-							return err
-						}
+					if n := cliCtx.NArg(); n < 1 || n > 3 || n == 3 && cliCtx.IsSet("vm") {
+						return usagef("port add takes GUEST_PORT [HOST_PORT], got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						ch, err := forward.Add(cliCtx.Context, m, cliCtx.Args().First(), guest, host, e.log)
+						// The old spelling led with BRANCH: three words, or
+						// two whose first is not a port number.
+						old := func(args []string) bool { return len(args) == 3 || len(args) == 2 && !isNumber(args[0]) }
+						branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
+						if err != nil {
+							return err
+						}
+						guest, err := portArg(args, 0, "GUEST_PORT")
+						if err != nil {
+							return err
+						}
+						host := 0
+						if len(args) == 2 {
+							if host, err = portArg(args, 1, "HOST_PORT"); err != nil {
+								return err
+							}
+						}
+						ch, err := forward.Add(cliCtx.Context, m, branch, guest, host, e.log)
 						if err != nil {
 							return err
 						}
@@ -55,7 +63,7 @@ func portCommand(stdio IO) *cli.Command {
 						case ch.Live:
 							fmt.Fprintf(stdio.Out, "guest port %d of %s is forwarded to 127.0.0.1:%d\n", f.Guest, ch.Slug, f.Host)
 						default:
-							fmt.Fprintf(stdio.Out, "guest port %d of %s will be forwarded to 127.0.0.1:%d: the VM is not running, so the forward applies at its next start (`agent-vm start %s`)\n", f.Guest, ch.Slug, f.Host, ch.Slug)
+							fmt.Fprintf(stdio.Out, "guest port %d of %s will be forwarded to 127.0.0.1:%d: the VM is not running, so the forward applies at its next start (agent-vm start %s)\n", f.Guest, ch.Slug, f.Host, ch.Slug)
 						}
 						return nil
 					})(cliCtx)
@@ -64,17 +72,23 @@ func portCommand(stdio IO) *cli.Command {
 			{
 				Name:      "rm",
 				Usage:     "end the forward of GUEST_PORT",
-				ArgsUsage: "BRANCH GUEST_PORT",
+				ArgsUsage: "GUEST_PORT",
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
-					if n := cliCtx.NArg(); n != 2 {
-						return usagef("port rm takes BRANCH GUEST_PORT, got %d arguments", n)
-					}
-					guest, err := portArg(cliCtx, 1, "GUEST_PORT")
-					if err != nil {
-						return err
+					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
+						return usagef("port rm takes GUEST_PORT, got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						ch, err := forward.Remove(cliCtx.Context, m, cliCtx.Args().First(), guest, e.log)
+						old := func(args []string) bool { return len(args) == 2 }
+						branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
+						if err != nil {
+							return err
+						}
+						guest, err := portArg(args, 0, "GUEST_PORT")
+						if err != nil {
+							return err
+						}
+						ch, err := forward.Remove(cliCtx.Context, m, branch, guest, e.log)
 						if err != nil {
 							return err
 						}
@@ -87,15 +101,15 @@ func portCommand(stdio IO) *cli.Command {
 				Name:         "list",
 				Aliases:      []string{"ls"},
 				Usage:        "list a VM's port forwards",
-				ArgsUsage:    "BRANCH",
+				ArgsUsage:    "[BRANCH]",
 				Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print JSON: [{"guest": G, "host": H}]`}},
 				BashComplete: vmCompletion(stdio),
 				Action: func(cliCtx *cli.Context) error {
-					if n := cliCtx.NArg(); n != 1 {
-						return usagef("port list takes BRANCH, got %d arguments", n)
-					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						name := cliCtx.Args().First()
+						name, err := vmName(cliCtx, m)
+						if err != nil {
+							return err
+						}
 						fwds, running, err := forward.List(cliCtx.Context, m, name)
 						if err != nil {
 							return err
@@ -104,7 +118,7 @@ func portCommand(stdio IO) *cli.Command {
 							return writeJSON(stdio.Out, fwds)
 						}
 						if len(fwds) == 0 {
-							fmt.Fprintf(stdio.Out, "no port forwards (hint: `agent-vm port add %s PORT`)\n", name)
+							fmt.Fprintf(stdio.Out, "no port forwards (hint: agent-vm port add --vm %s PORT)\n", name)
 							return nil
 						}
 						state := "live"
@@ -122,7 +136,8 @@ func portCommand(stdio IO) *cli.Command {
 			{
 				Name:      "expose",
 				Usage:     "let the VM reach HOST_PORT of the host's 127.0.0.1, at 10.0.2.100:HOST_PORT",
-				ArgsUsage: "BRANCH HOST_PORT",
+				ArgsUsage: "HOST_PORT",
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					return expose(cliCtx, stdio, "port expose", false)
 				},
@@ -130,7 +145,8 @@ func portCommand(stdio IO) *cli.Command {
 			{
 				Name:      "unexpose",
 				Usage:     "close HOST_PORT to the VM again",
-				ArgsUsage: "BRANCH HOST_PORT",
+				ArgsUsage: "HOST_PORT",
+				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					return expose(cliCtx, stdio, "port unexpose", true)
 				},
@@ -139,33 +155,38 @@ func portCommand(stdio IO) *cli.Command {
 	}
 }
 
-// exposeCommand is `expose BRANCH HOST_PORT [--remove]`, which port expose
-// and unexpose replaced: hidden, kept for the scripts that call it.
+// exposeCommand is `expose [--vm BRANCH] HOST_PORT [--remove]`, which port
+// expose and unexpose replaced: hidden, kept for the scripts that call it.
 func exposeCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:      "expose",
 		Hidden:    true,
 		Usage:     "port expose, or with --remove port unexpose",
-		ArgsUsage: "BRANCH HOST_PORT",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "remove", Aliases: []string{"rm"}, Usage: "close the port again"}},
+		ArgsUsage: "HOST_PORT",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "remove", Aliases: []string{"rm"}, Usage: "close the port again"}, vmFlag()},
 		Action: func(cliCtx *cli.Context) error {
 			return expose(cliCtx, stdio, "expose", cliCtx.Bool("remove"))
 		},
 	}
 }
 
-// expose is port expose (or with remove, unexpose) BRANCH HOST_PORT;
-// verb names the command in usage errors.
+// expose is port expose (or with remove, unexpose) [--vm BRANCH]
+// HOST_PORT; verb names the command in usage errors.
 func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
-	if cliCtx.NArg() != 2 {
-		return usagef("%s takes BRANCH HOST_PORT, got %d arguments", verb, cliCtx.NArg())
-	}
-	port, err := portArg(cliCtx, 1, "HOST_PORT")
-	if err != nil {
-		return err
+	if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
+		return usagef("%s takes HOST_PORT, got %d arguments", verb, n)
 	}
 	return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-		ch, err := netpolicy.Expose(cliCtx.Context, m, cliCtx.Args().First(), port, remove)
+		old := func(args []string) bool { return len(args) == 2 }
+		name, args, err := vmAndArgs(cliCtx, stdio, m, old)
+		if err != nil {
+			return err
+		}
+		port, err := portArg(args, 0, "HOST_PORT")
+		if err != nil {
+			return err
+		}
+		ch, err := netpolicy.Expose(cliCtx.Context, m, name, port, remove)
 		if err != nil {
 			return err
 		}
@@ -176,7 +197,7 @@ func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
 		case ch.Unchanged:
 			fmt.Fprintf(stdio.Out, "%s already reaches host port %d at %s; nothing changed\n", branch, port, ch.GuestAddr)
 		case ch.Restart:
-			fmt.Fprintf(stdio.Out, "%s will reach host port %d at %s from its next start (the VM runs; `agent-vm restart %s`)\n", branch, port, ch.GuestAddr, branch)
+			fmt.Fprintf(stdio.Out, "%s will reach host port %d at %s from its next start (the VM runs; agent-vm restart %s)\n", branch, port, ch.GuestAddr, branch)
 		default:
 			fmt.Fprintf(stdio.Out, "%s reaches host port %d at %s\n", branch, port, ch.GuestAddr)
 		}
@@ -184,13 +205,18 @@ func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
 	})(cliCtx)
 }
 
-// portArg parses the i-th argument as a port number (the range is the
-// Manager's to check).
-func portArg(cliCtx *cli.Context, i int, what string) (int, error) {
-	s := cliCtx.Args().Get(i)
-	p, err := strconv.Atoi(s)
+// portArg parses args[i] as a port number (the range is the Manager's to
+// check).
+func portArg(args []string, i int, what string) (int, error) {
+	p, err := strconv.Atoi(args[i])
 	if err != nil {
-		return 0, usagef("%s %q is not a port number (hint: e.g. 3000)", what, s)
+		return 0, usagef("%s %q is not a port number (hint: e.g. 3000)", what, args[i])
 	}
 	return p, nil
+}
+
+// isNumber says whether s is a decimal number.
+func isNumber(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
 }

@@ -49,16 +49,16 @@ func TestPortAddListRemoveOnAStoppedVM(t *testing.T) {
 
 	// The same number when it is free.
 	guest := tu.FreePort(t)
-	r := mustRun(t, "", st, "port", "add", "main", strconv.Itoa(guest))
+	r := mustRun(t, "", st, "port", "add", "--vm", "main", strconv.Itoa(guest))
 	if want := fmt.Sprintf("guest port %d of main will be forwarded to 127.0.0.1:%d: the VM is not running, so the forward applies at its next start", guest, guest); !strings.Contains(r.stdout, want) {
 		t.Errorf("port add on a stopped VM says:\n%s\nwant %q", r.stdout, want)
 	}
 	// Again: nothing changes, and it says so.
-	r = mustRun(t, "", st, "port", "add", "main", strconv.Itoa(guest))
+	r = mustRun(t, "", st, "port", "add", "--vm", "main", strconv.Itoa(guest))
 	if !strings.Contains(r.stdout, "already forwarded") || len(portList(t, st, "main")) != 1 {
 		t.Errorf("a second identical add:\n%s\nforwards %v", r.stdout, portList(t, st, "main"))
 	}
-	r = mustRun(t, "", st, "port", "add", "main", strconv.Itoa(guest), strconv.Itoa(guest))
+	r = mustRun(t, "", st, "port", "add", "--vm", "main", strconv.Itoa(guest), strconv.Itoa(guest))
 	if !strings.Contains(r.stdout, "already forwarded") {
 		t.Errorf("an identical add with the host port:\n%s", r.stdout)
 	}
@@ -67,7 +67,7 @@ func TestPortAddListRemoveOnAStoppedVM(t *testing.T) {
 	// gets a free port of the range instead.
 	s := statusJSON(t, st, "main")
 	sshPort := int(s["ports"].(map[string]any)["ssh"].(float64))
-	mustRun(t, "", st, "port", "add", "main", strconv.Itoa(sshPort))
+	mustRun(t, "", st, "port", "add", "--vm", "main", strconv.Itoa(sshPort))
 	fwds := portList(t, st, "main")
 	want0 := listed{guest, guest}
 	if len(fwds) != 2 || fwds[0] != want0 || fwds[1].Guest != sshPort || fwds[1].Host < 8000 || fwds[1].Host > 8999 {
@@ -93,12 +93,12 @@ func TestPortAddListRemoveOnAStoppedVM(t *testing.T) {
 
 	// Another VM cannot take a host port this one's forward holds.
 	mustRun(t, repo, st, "create", "--backend", "qemu", "--branch", "other")
-	r = agentVM(t, "", st, "port", "add", "other", "4000", strconv.Itoa(guest))
+	r = agentVM(t, "", st, "port", "add", "--vm", "other", "4000", strconv.Itoa(guest))
 	if r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf(`port %d is already used by the VM of branch "main" (its forward of guest port %d)`, guest, guest)) {
 		t.Errorf("a host port another VM's forward holds: exit %d\n%s", r.code, r.stderr)
 	}
 
-	r = mustRun(t, "", st, "port", "rm", "main", strconv.Itoa(guest))
+	r = mustRun(t, "", st, "port", "rm", "--vm", "main", strconv.Itoa(guest))
 	if !strings.Contains(r.stdout, fmt.Sprintf("guest port %d of main is no longer forwarded", guest)) {
 		t.Errorf("port rm:\n%s", r.stdout)
 	}
@@ -113,32 +113,33 @@ func TestPortRefusals(t *testing.T) {
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
 	mustRun(t, repo, st, "create", "--backend", "qemu")
-	mustRun(t, "", st, "port", "add", "main", "3000", "38999")
+	mustRun(t, "", st, "port", "add", "--vm", "main", "3000", "38999")
 	busy := busyPort(t)
 	cases := []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"port", "add", "main"}, 2, "port add takes BRANCH GUEST_PORT [HOST_PORT], got 1 arguments"},
-		{[]string{"port", "add", "main", "1", "2", "3"}, 2, "got 4 arguments"},
-		{[]string{"port", "add", "main", "http"}, 2, `GUEST_PORT "http" is not a port number`},
-		{[]string{"port", "add", "main", "3001", "x"}, 2, `HOST_PORT "x" is not a port number`},
-		{[]string{"port", "rm", "main"}, 2, "port rm takes BRANCH GUEST_PORT"},
-		{[]string{"port", "list"}, 2, "port list takes BRANCH"},
-		{[]string{"port", "add", "main", "0"}, 1, "GUEST_PORT 0 is not a port number (hint: use 1 to 65535)"},
-		{[]string{"port", "add", "main", "65536"}, 1, "GUEST_PORT 65536 is not a port number"},
-		{[]string{"port", "add", "main", "3001", "70000"}, 1, "HOST_PORT 70000 is not a port number"},
-		{[]string{"port", "add", "main", "3001", "80"}, 1, "port 80 is out of range (hint: use a port between 1024 and 65535)"},
-		{[]string{"port", "add", "main", "22"}, 1, "guest port 22 is SSH's, which \"main\" forwards already"},
-		{[]string{"port", "add", "main", "8000"}, 1, "guest port 8000 is agent-mcp's, which \"main\" forwards already"},
-		{[]string{"port", "rm", "main", "22"}, 1, "guest port 22 is SSH's"},
-		{[]string{"port", "add", "main", "3000", "39000"}, 1, "guest port 3000 of \"main\" is already forwarded to host port 38999 (hint: `agent-vm port rm main 3000` first"},
-		{[]string{"port", "add", "main", "3001", strconv.Itoa(busy)}, 1, fmt.Sprintf("port %d is already in use on 127.0.0.1 by another program (hint: stop it, or choose another HOST_PORT)", busy)},
-		{[]string{"port", "add", "main", "3001", "38999"}, 1, `port 38999 is already used by the VM of branch "main" (its forward of guest port 3000) (hint: choose another HOST_PORT`},
-		{[]string{"port", "rm", "main", "3001"}, 1, "\"main\" has no forward of guest port 3001 (hint: `agent-vm port list main` shows its forwards)"},
-		{[]string{"port", "add", "nope", "3001"}, 1, "agent-vm list"},
-		{[]string{"port", "rm", "nope", "3000"}, 1, "agent-vm list"},
+		{[]string{"port", "add", "--vm", "main"}, 2, "port add takes GUEST_PORT [HOST_PORT], got 0 arguments"},
+		{[]string{"port", "add", "--vm", "main", "1", "2", "3"}, 2, "got 3 arguments"},
+		{[]string{"port", "add", "--vm", "main", "http"}, 2, `GUEST_PORT "http" is not a port number`},
+		{[]string{"port", "add", "--vm", "main", "3001", "x"}, 2, `HOST_PORT "x" is not a port number`},
+		{[]string{"port", "rm", "--vm", "main"}, 2, "port rm takes GUEST_PORT"},
+		{[]string{"port", "list"}, 2, "is not in a git checkout (hint: agent-vm port list BRANCH"},
+		{[]string{"port", "add", "3000"}, 2, "is not in a git checkout (hint: agent-vm port add --vm BRANCH"},
+		{[]string{"port", "add", "--vm", "main", "0"}, 1, "GUEST_PORT 0 is not a port number (hint: use 1 to 65535)"},
+		{[]string{"port", "add", "--vm", "main", "65536"}, 1, "GUEST_PORT 65536 is not a port number"},
+		{[]string{"port", "add", "--vm", "main", "3001", "70000"}, 1, "HOST_PORT 70000 is not a port number"},
+		{[]string{"port", "add", "--vm", "main", "3001", "80"}, 1, "port 80 is out of range (hint: use a port between 1024 and 65535)"},
+		{[]string{"port", "add", "--vm", "main", "22"}, 1, "guest port 22 is SSH's, which \"main\" forwards already"},
+		{[]string{"port", "add", "--vm", "main", "8000"}, 1, "guest port 8000 is agent-mcp's, which \"main\" forwards already"},
+		{[]string{"port", "rm", "--vm", "main", "22"}, 1, "guest port 22 is SSH's"},
+		{[]string{"port", "add", "--vm", "main", "3000", "39000"}, 1, "guest port 3000 of \"main\" is already forwarded to host port 38999 (hint: `agent-vm port rm --vm main 3000` first"},
+		{[]string{"port", "add", "--vm", "main", "3001", strconv.Itoa(busy)}, 1, fmt.Sprintf("port %d is already in use on 127.0.0.1 by another program (hint: stop it, or choose another HOST_PORT)", busy)},
+		{[]string{"port", "add", "--vm", "main", "3001", "38999"}, 1, `port 38999 is already used by the VM of branch "main" (its forward of guest port 3000) (hint: choose another HOST_PORT`},
+		{[]string{"port", "rm", "--vm", "main", "3001"}, 1, "\"main\" has no forward of guest port 3001 (hint: `agent-vm port list main` shows its forwards)"},
+		{[]string{"port", "add", "--vm", "nope", "3001"}, 1, "agent-vm list"},
+		{[]string{"port", "rm", "--vm", "nope", "3000"}, 1, "agent-vm list"},
 		{[]string{"port", "list", "nope"}, 1, "agent-vm list"},
 	}
 	for _, c := range cases {
@@ -152,7 +153,7 @@ func TestPortRefusals(t *testing.T) {
 		t.Errorf("forwards after the refusals: %v", fwds)
 	}
 	// A guest port whose own number is busy on the host gets another.
-	mustRun(t, "", st, "port", "add", "main", strconv.Itoa(busy))
+	mustRun(t, "", st, "port", "add", "--vm", "main", strconv.Itoa(busy))
 	if fwds := portList(t, st, "main"); len(fwds) != 2 || fwds[1].Guest != busy || fwds[1].Host == busy {
 		t.Errorf("guest port %d, busy on the host: forwards %v", busy, fwds)
 	}

@@ -14,7 +14,7 @@ import (
 func TestCreatePackages(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "a", "--backend", "qemu", "--packages", "ripgrep,jq", "--packages", "hello")
+	mustRun(t, repo, st, "create", "a", "--backend", "qemu", "--packages", "ripgrep,jq", "--packages", "hello")
 	if rec := readRecord(t, st, "a"); !strings.Contains(rec, `"packages": [
     "ripgrep",
     "jq",
@@ -31,7 +31,7 @@ func TestCreatePackages(t *testing.T) {
 		{[]string{"--packages", "ripgrep,Bad"}, 1, `package name "Bad" is not a Debian package name`},
 		{[]string{"--packages", "--force-yes"}, 1, `"--force-yes" is not a Debian package name`},
 	} {
-		r := agentVM(t, repo, st, append([]string{"create", "--branch", "b", "--backend", "qemu"}, tc.args...)...)
+		r := agentVM(t, repo, st, append([]string{"create", "b", "--backend", "qemu"}, tc.args...)...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("create %q: exit %d, want %d with %q\n%s", tc.args, r.code, tc.code, tc.want, r.stderr)
 		}
@@ -44,7 +44,7 @@ func TestCreateNamesTheBadConfigLine(t *testing.T) {
 	tu.WriteFile(t, filepath.Join(repo, ".agent-vm", "config.toml"), "packages = [\"jq\"]\ncpus = \"many\"\n")
 	tu.Git(t, repo, "add", ".")
 	tu.Git(t, repo, "commit", "--quiet", "-m", "settings")
-	r := agentVM(t, repo, t.TempDir(), "create", "--branch", "b", "--backend", "qemu")
+	r := agentVM(t, repo, t.TempDir(), "create", "b", "--backend", "qemu")
 	if r.code != 1 || !strings.Contains(r.stderr, "b:.agent-vm/config.toml:2: cpus: incompatible types") {
 		t.Errorf("exit %d\n%s", r.code, r.stderr)
 	}

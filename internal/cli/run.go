@@ -29,12 +29,17 @@ const bootTimeout = "5m with KVM, 15m with TCG"
 
 // timeoutFlag is the --timeout of the verbs that boot or resume a VM.
 func timeoutFlag(defaultText string) cli.Flag {
-	return &cli.DurationFlag{Name: "timeout", Usage: "how long to wait for SSH and agent-mcp to answer", DefaultText: defaultText}
+	return boundedTimeoutFlag("how long to wait for SSH and agent-mcp to answer", defaultText)
+}
+
+// boundedTimeoutFlag is a --timeout whose usage says what it bounds.
+func boundedTimeoutFlag(usage, defaultText string) cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Usage: usage, DefaultText: defaultText}
 }
 
 // workspaceCacheFlag is create's and start's --workspace-cache.
 func workspaceCacheFlag(when string) cli.Flag {
-	return &cli.StringFlag{Name: "workspace-cache", Usage: "how the guest caches the workspace (virtiofs), " + when + ": auto (default: host edits show within about a second), always (faster for many small files; host edits may not show until the guest drops its caches) or none (every access asks the host)"}
+	return &cli.StringFlag{Name: "workspace-cache", Usage: "how the guest caches the workspace (virtiofs), " + when + ": auto (the default; host edits show within about a second), always (faster for many small files; host edits may not show until the guest drops its caches) or none (every access asks the host)"}
 }
 
 func startCommand(stdio IO) *cli.Command {
@@ -105,7 +110,7 @@ func printStarted(stdio IO, res *vm.StartResult) {
 func stopCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name:         "stop",
-		Usage:        "shut a VM down cleanly (ACPI, then QEMU quit, then kill)",
+		Usage:        "shut a VM down cleanly: ask the guest to power off, and force it off after a grace period (30s, 90s without KVM)",
 		ArgsUsage:    "[BRANCH]",
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -210,7 +215,7 @@ func logsCommand(stdio IO) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"},
 			&cli.IntFlag{Name: "lines", Aliases: []string{"n"}, Value: 200, Usage: "lines of each log to show first"},
-			&cli.StringFlag{Name: "session", Usage: "print that agent session's scrollback instead (agent-vm sessions lists them)"},
+			sessionFlag("print the scrollback of the agent session `NAME` instead (agent-vm sessions lists them)"),
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -223,7 +228,7 @@ func logsCommand(stdio IO) *cli.Command {
 			}
 			if sess := cliCtx.String("session"); sess != "" {
 				if cliCtx.Bool("follow") {
-					return usagef("--follow does not go with --session (hint: `agent-vm attach %s %s` shows the session live)", name, sess)
+					return usagef("--follow does not go with --session (hint: agent-vm attach %s --session %s shows the session live)", name, sess)
 				}
 				return agent.Log(cliCtx.Context, m, name, sess, stdio.Out)
 			}

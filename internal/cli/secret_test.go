@@ -139,7 +139,7 @@ func TestSecretSetListRemove(t *testing.T) {
 	}
 
 	repo := tu.Repo(t, false)
-	h.mustRun(t, repo, "", "create", "--branch", "feat", "--backend", "qemu")
+	h.mustRun(t, repo, "", "create", "feat", "--backend", "qemu")
 	rec, err := state.ReadRecord(state.Layout{Dir: filepath.Join(h.st, "feat")}.Record())
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestSecretRefusals(t *testing.T) {
 func TestSecretForUncontainedVM(t *testing.T) {
 	h := newSecretHome(t)
 	repo := tu.Repo(t, false)
-	h.mustRun(t, repo, "", "create", "--branch", "box", "--backend", "qemu")
+	h.mustRun(t, repo, "", "create", "box", "--backend", "qemu")
 	l := state.Layout{Dir: filepath.Join(h.st, "box")}
 	rec, err := state.ReadRecord(l.Record())
 	if err != nil {

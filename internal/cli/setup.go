@@ -26,7 +26,8 @@ func setupCommand(stdio IO) *cli.Command {
 			"On NixOS it installs nothing and points to the flake. Running it again changes nothing, but the pins\n" +
 			"of names that now resolve otherwise.",
 		Flags: []cli.Flag{
-			timeoutFlag(bootTimeout),
+			// setup boots a VM only for --template.
+			boundedTimeoutFlag("with --template: how long the template's boot waits for SSH and agent-mcp to answer", bootTimeout),
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do it without asking"},
 			&cli.BoolFlag{Name: "tests", Usage: "also what the test suite needs (nix, sshd, xorriso, shellcheck, ...)"},
 			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "also install what this backend needs (vagrant: vagrant, vagrant-libvirt and libvirt)"},

@@ -13,7 +13,7 @@ func sshConfigCommand(stdio IO) *cli.Command {
 		Name:      "ssh-config",
 		Usage:     "print OpenSSH Host blocks for the VMs (all, or one BRANCH)",
 		ArgsUsage: "[BRANCH]",
-		Description: "Append the output to ~/.ssh/config, then `ssh agent-vm-<slug>` and editors'\n" +
+		Description: "Append the output to ~/.ssh/config, then ssh agent-vm-<slug> and editors'\n" +
 			"Remote-SSH reach a running VM, checking its pinned host key.",
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {

@@ -156,7 +156,7 @@ func netLine(i vm.Info) string {
 // forwardsLine lists the VM's own port forwards for status.
 func forwardsLine(i vm.Info) string {
 	if len(i.Forwards) == 0 {
-		return fmt.Sprintf("none (`agent-vm port add %s PORT` forwards a guest port)", i.Slug)
+		return fmt.Sprintf("none (agent-vm port add --vm %s PORT forwards a guest port)", i.Slug)
 	}
 	var out []string
 	for _, f := range i.Forwards {

@@ -15,7 +15,7 @@ import (
 func TestSuspendResumeRefusals(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
-	mustRun(t, repo, st, "create", "--branch", "sus", "--backend", "qemu", "--memory", "1G", "--cpus", "1")
+	mustRun(t, repo, st, "create", "sus", "--backend", "qemu", "--memory", "1G", "--cpus", "1")
 	for _, tc := range []struct {
 		args []string
 		want []string

@@ -25,7 +25,7 @@ func templateCommand(stdio IO) *cli.Command {
 			Usage: "boot and save the template of the default machine, or of BRANCH's VM's machine, with agent CLIs installed " +
 				"(a cold boot and the installs: a few minutes under KVM, 5-10 under TCG)",
 			ArgsUsage: "[BRANCH]",
-			Description: "Without BRANCH: the machine `create` and `run` make with no size flags. With BRANCH:\n" +
+			Description: "Without BRANCH: the machine create and run make with no size flags. With BRANCH:\n" +
 				"the machine of that VM (its size, image, owner and network policy).\n" +
 				"The template holds the agent CLIs --agents names, at the versions agent-vm pins\n" +
 				"(" + vm.PinnedAgents() + ") unless NAME@VERSION says otherwise;\n" +

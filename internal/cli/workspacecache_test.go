@@ -14,12 +14,12 @@ import (
 func TestWorkspaceCacheFlag(t *testing.T) {
 	repo := tu.Repo(t, false)
 	st := t.TempDir()
-	r := agentVM(t, repo, st, "create", "--branch", "x", "--backend", "qemu", "--workspace-cache", "loose")
+	r := agentVM(t, repo, st, "create", "x", "--backend", "qemu", "--workspace-cache", "loose")
 	if r.code != 1 || !strings.Contains(r.stderr, `workspace cache mode "loose" is not one of none, auto, always (hint:`) {
 		t.Errorf("create --workspace-cache loose: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	mustRun(t, repo, st, "create", "--branch", "x", "--backend", "qemu", "--workspace-cache", "always")
-	mustRun(t, repo, st, "create", "--branch", "y", "--backend", "qemu")
+	mustRun(t, repo, st, "create", "x", "--backend", "qemu", "--workspace-cache", "always")
+	mustRun(t, repo, st, "create", "y", "--backend", "qemu")
 	for branch, want := range map[string]string{"x": "always", "y": ""} {
 		rec, err := state.ReadRecord(filepath.Join(st, branch, "config.json"))
 		if err != nil || rec.WorkspaceCache != want {

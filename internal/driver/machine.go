@@ -60,7 +60,7 @@ type Network struct {
 	// at the same port number.
 	Exposed []int
 	// Proxy is the egress proxy's command line; the driver appends
-	// "--proxy-socket PATH --door-socket PATH --qemu-pidfile PATH" (it
+	// "--proxy-socket PATH --exposed-socket PATH --qemu-pidfile PATH" (it
 	// exits when the process of that pid file is gone), and "--run-as
 	// UID:GID" when the machine runs as another user than agent-vm (the
 	// proxy drops to it before serving), runs it for the machine's life

@@ -275,7 +275,7 @@ func requestDenial(what string, d RequestDecision, branch string) string {
 	}
 	fmt.Fprintf(&b, "The VM's proxy reads its requests to the hosts a secret is bound to, and judges each by its request rules (`agent-vm net show %s`).\n", branch)
 	if d.Fix != "" {
-		fmt.Fprintf(&b, "The user can allow it on the host with: agent-vm net allow %s '%s'\n", branch, d.Fix)
+		fmt.Fprintf(&b, "The user can allow it on the host with: agent-vm net allow --vm %s '%s'\n", branch, d.Fix)
 	}
 	return b.String()
 }

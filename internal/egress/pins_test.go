@@ -36,7 +36,7 @@ func TestPinIsForItsNameAlone(t *testing.T) {
 	}
 	code, body := f.get("http://registry.yarnpkg.com:" + p + "/")
 	why := "registry.yarnpkg.com resolves to 127.0.0.1, in 127.0.0.0/8 (loopback), which is not globally reachable"
-	if code != http.StatusForbidden || !strings.Contains(body, why) || !strings.Contains(body, "agent-vm net allow feat 127.0.0.1") || strings.Contains(body, "agent-vm setup") {
+	if code != http.StatusForbidden || !strings.Contains(body, why) || !strings.Contains(body, "agent-vm net allow --vm feat 127.0.0.1") || strings.Contains(body, "agent-vm setup") {
 		t.Errorf("another name at the pinned address: %d %q; want 403 saying %q, with net allow as the fix (it is no package source)", code, body, why)
 	}
 	// An allowed request is logged once its answer is passed back: the
@@ -72,7 +72,7 @@ func TestRefusedPackageSourceNamesSetup(t *testing.T) {
 	resp.Body.Close()
 	want := "agent-vm: connection to registry.npmjs.org:80 refused by this VM's network policy: the name is allowed, but registry.npmjs.org resolves to 203.0.113.80, in 203.0.113.0/24 (documentation, TEST-NET-3), which is not globally reachable."
 	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(string(b), want+"\n") || resp.Header.Get("X-Agent-VM-Denied") != want ||
-		!strings.Contains(string(b), "on the host with: agent-vm setup (it pins registry.npmjs.org to the address this host's resolver gives it, for every VM and for that name alone), or agent-vm net allow feat 203.0.113.80") {
+		!strings.Contains(string(b), "on the host with: agent-vm setup (it pins registry.npmjs.org to the address this host's resolver gives it, for every VM and for that name alone), or agent-vm net allow --vm feat 203.0.113.80") {
 		t.Errorf("%d %q (header %q); want 403 starting %q, setup then net allow as fixes", resp.StatusCode, b, resp.Header.Get("X-Agent-VM-Denied"), want)
 	}
 }

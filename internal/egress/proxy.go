@@ -472,14 +472,14 @@ func RefusedAddrs(e LogEntry) string {
 // the name's address on this network) and `net allow` of the addresses
 // (which lets the VM reach them under any allowed name).
 func Fix(e LogEntry, branch string) string {
-	fix := fmt.Sprintf("agent-vm net allow %s %s", branch, e.Host)
+	fix := fmt.Sprintf("agent-vm net allow --vm %s %s", branch, e.Host)
 	switch {
 	case e.Rule == RuleAddresses:
 		return addressFix(e, branch)
 	case e.Rule == ruleOffline:
-		fix = fmt.Sprintf("agent-vm net mode %s allow (this VM is offline), and %s if the name is not on the default allow-list", branch, fix)
+		fix = fmt.Sprintf("agent-vm net mode --vm %s allow (this VM is offline), and %s if the name is not on the default allow-list", branch, fix)
 	case strings.HasPrefix(e.Rule, ruleDeny):
-		fix = fmt.Sprintf("agent-vm net allow %s %s (the refusal that matched)", branch, strings.TrimPrefix(e.Rule, ruleDeny))
+		fix = fmt.Sprintf("agent-vm net allow --vm %s %s (the refusal that matched)", branch, strings.TrimPrefix(e.Rule, ruleDeny))
 	}
 	return fix
 }
@@ -501,10 +501,10 @@ func addressFix(e LogEntry, branch string) string {
 		if slices.Contains(PackageSources, e.Host) {
 			fixes = append(fixes, fmt.Sprintf("agent-vm setup (it pins %s to the address this host's resolver gives it, for every VM and for that name alone)", e.Host))
 		}
-		fixes = append(fixes, fmt.Sprintf("agent-vm net allow %s %s (this VM then reaches that address under any name it may reach)", branch, strings.Join(other, " ")))
+		fixes = append(fixes, fmt.Sprintf("agent-vm net allow --vm %s %s (this VM then reaches that address under any name it may reach)", branch, strings.Join(other, " ")))
 	}
 	if len(own) > 0 {
-		fixes = append(fixes, fmt.Sprintf("agent-vm net allow %s %s (an address of this host: the VM then reaches the host's own services there)", branch, strings.Join(own, " ")))
+		fixes = append(fixes, fmt.Sprintf("agent-vm net allow --vm %s %s (an address of this host: the VM then reaches the host's own services there)", branch, strings.Join(own, " ")))
 	}
 	return strings.Join(fixes, ", or ")
 }

@@ -190,7 +190,7 @@ func TestDeniedCarriesTheHint(t *testing.T) {
 	resp.Body.Close()
 	want := "rule: not on the allow-list"
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), want) ||
-		!strings.Contains(string(body), "agent-vm net allow feat-x denied.test") {
+		!strings.Contains(string(body), "agent-vm net allow --vm feat-x denied.test") {
 		t.Fatalf("got %d %q; want 403 naming the rule and the command", resp.StatusCode, body)
 	}
 	if h := resp.Header.Get("X-Agent-VM-Denied"); !strings.Contains(h, want) {
@@ -206,8 +206,8 @@ func TestDeniedCarriesTheHint(t *testing.T) {
 func TestDenialHintFitsTheRule(t *testing.T) {
 	p := Policy{Mode: ModeAllow, Allow: []string{"allowed.test"}, Deny: []string{"*.npmjs.org"}}
 	for host, fix := range map[string]string{
-		"other.test":         "agent-vm net allow b other.test\n",
-		"registry.npmjs.org": "agent-vm net allow b *.npmjs.org (the refusal that matched)\n",
+		"other.test":         "agent-vm net allow --vm b other.test\n",
+		"registry.npmjs.org": "agent-vm net allow --vm b *.npmjs.org (the refusal that matched)\n",
 	} {
 		d := p.Decide(host)
 		if msg := DenialMessage(LogEntry{Host: host, Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.HasSuffix(msg, "on the host with: "+fix) {
@@ -216,7 +216,7 @@ func TestDenialHintFitsTheRule(t *testing.T) {
 	}
 	p.Mode = ModeOffline
 	d := p.Decide("allowed.test")
-	if msg := DenialMessage(LogEntry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode b allow (this VM is offline)") {
+	if msg := DenialMessage(LogEntry{Host: "allowed.test", Port: 443, Rule: d.Rule}, "b"); d.Allowed || !strings.Contains(msg, "agent-vm net mode --vm b allow (this VM is offline)") {
 		t.Errorf("offline: %+v %q", d, msg)
 	}
 }

@@ -61,13 +61,13 @@ func TestRequestRulesThroughTheProxy(t *testing.T) {
 		{"POST", "/repos/o/r/pulls", `{"title": "t", "head": "feat", "base": "main"}`, 200, nil},
 		{"PUT", "/repos/o/r/pulls/1/merge", `{"merge_method": "squash"}`, 403, []string{
 			"agent-vm: PUT allowed.test/repos/o/r/pulls/1/merge refused by this VM's request rules (rule: deny * allowed.test/**)",
-			"agent-vm net allow feat 'PUT allowed.test/repos/o/r/pulls/1/merge'"}},
+			"agent-vm net allow --vm feat 'PUT allowed.test/repos/o/r/pulls/1/merge'"}},
 		{"GET", "/after-a-refusal", "", 200, nil},
 		{"POST", "/graphql", createPR, 200, nil},
 		{"POST", "/graphql", merge, 403, []string{
 			"(rule: deny * allowed.test/graphql)",
 			"Before it, allow POST allowed.test/graphql graphql:createPullRequest did not match: the GraphQL mutation mergePullRequest is not on its list.",
-			"agent-vm net allow feat 'POST allowed.test/graphql graphql:mergePullRequest'"}},
+			"agent-vm net allow --vm feat 'POST allowed.test/graphql graphql:mergePullRequest'"}},
 	} {
 		code, body := do(tc.method, tc.path, tc.body)
 		if code != tc.code {

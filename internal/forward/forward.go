@@ -78,7 +78,7 @@ func Add(ctx context.Context, vms VMs, name string, guestPort, hostPort int, log
 	if i := forwardOf(r, guestPort); i >= 0 {
 		f := r.Forwards[i]
 		if hostPort != 0 && hostPort != f.Host {
-			return nil, fmt.Errorf("guest port %d of %q is already forwarded to host port %d (hint: `agent-vm port rm %s %d` first to forward it to another port)", guestPort, r.Branch, f.Host, r.Slug, guestPort)
+			return nil, fmt.Errorf("guest port %d of %q is already forwarded to host port %d (hint: `agent-vm port rm --vm %s %d` first to forward it to another port)", guestPort, r.Branch, f.Host, r.Slug, guestPort)
 		}
 		ch.Forward, ch.Unchanged = f, true
 		return ch, nil

@@ -130,7 +130,7 @@ the host is protected from what happens here.
   %[6]d), agent-mcp (host port %[7]d, guest port %[8]d) and those the user
   forwards. For the user to reach a server you start here (listening on
   0.0.0.0, not 127.0.0.1), ask them to run
-  `+"`agent-vm port add %[9]s PORT`"+`: it then answers on 127.0.0.1 on
+  `+"`agent-vm port add --vm %[9]s PORT`"+`: it then answers on 127.0.0.1 on
   the host, on PORT or the port that command prints.
 - The network is reached only through agent-vm's proxy (already set:
   http_proxy, https_proxy, apt, npm, git, pip), which allows the agents'

@@ -140,9 +140,9 @@ func egressCheck(answers []pins.Answer, pinned []egress.Pin, err error) Check {
 		own = own || m.Kind == pins.Refused
 	}
 	c.Detail = strings.Join(found, "; ") + ": every VM's egress proxy refuses such an address, even for an allowed name"
-	c.Hint = "if it is your network's gateway or mirror, `agent-vm setup` pins it for every VM (for that name alone); for one VM, `agent-vm net allow BRANCH ADDRESS` (before its first boot when that installs packages)"
+	c.Hint = "if it is your network's gateway or mirror, `agent-vm setup` pins it for every VM (for that name alone); for one VM, `agent-vm net allow --vm BRANCH ADDRESS` (before its first boot when that installs packages)"
 	if own {
-		c.Hint += "; an address of this host is never pinned: `agent-vm net allow BRANCH ADDRESS` lets that VM reach this host there"
+		c.Hint += "; an address of this host is never pinned: `agent-vm net allow --vm BRANCH ADDRESS` lets that VM reach this host there"
 	}
 	return c
 }

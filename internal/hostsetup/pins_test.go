@@ -219,7 +219,7 @@ func TestEgressCheck(t *testing.T) {
 	}{
 		{"public", &resolver{all: []string{"151.101.2.132", "2a04:4e42::644"}}, nil, nil, true, []string{"resolve to addresses the egress proxy reaches"}},
 		{"a gateway in TEST-NET-3", &resolver{all: []string{"203.0.113.80"}}, []egress.Pin{npm}, nil, false,
-			[]string{"deb.debian.org resolves to 203.0.113.80 here, in 203.0.113.0/24", "`agent-vm setup` pins it for every VM", "`agent-vm net allow BRANCH ADDRESS`"}},
+			[]string{"deb.debian.org resolves to 203.0.113.80 here, in 203.0.113.0/24", "`agent-vm setup` pins it for every VM", "`agent-vm net allow --vm BRANCH ADDRESS`"}},
 		{"pinned", &resolver{all: []string{"203.0.113.80"}}, []egress.Pin{npm, deb}, nil, true, []string{"2 of them through the pins below"}},
 		{"split DNS to a private proxy", &resolver{all: []string{"10.20.30.40"}}, []egress.Pin{npm, deb}, nil, false, []string{"10.20.30.40 here, in 10.0.0.0/8 (private-use)"}},
 		{"this host", &resolver{all: []string{"192.168.1.5"}}, nil, nil, false, []string{"an address of this host", "an address of this host is never pinned"}},

@@ -21,17 +21,18 @@ import (
 )
 
 // A VM's guest has an address of its own on its network, which the host
-// reaches; its forwards are `agent-vm net-forward` processes, one per
+// reaches; its forwards are `agent-vm __net-forward` processes, one per
 // host port, listening on 127.0.0.1 only, dropping to the workspace's
 // owner once listening and ending with the VM's QEMU. One process per port
 // lets `port add` and `port rm` start and end one forward without
 // touching the others (the held SSH connection rides the SSH forward).
 
-// isForwarderFor matches m's net-forward of host port (any, for 0): its
+// isForwarderFor matches m's __net-forward of host port (any, for 0): its
 // --tag is m's run directory, its --forward starts with the port.
 func isForwarderFor(m driver.Machine, port int) proc.Match {
 	return func(args []string) bool {
-		if !slices.Contains(args, "net-forward") {
+		// (net-forward: the name an older agent-vm started it by.)
+		if !slices.Contains(args, "__net-forward") && !slices.Contains(args, "net-forward") {
 			return false
 		}
 		if i := slices.Index(args, "--tag"); i < 0 || i+1 >= len(args) || args[i+1] != m.RunDir {
@@ -49,7 +50,7 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 	if err != nil {
 		return err
 	}
-	args := []string{"net-forward", "--tag", m.RunDir,
+	args := []string{"__net-forward", "--tag", m.RunDir,
 		"--forward", strconv.Itoa(f.Host) + "=" + netip.AddrPortFrom(guest, uint16(f.Guest)).String()}
 	if r := m.Remote; r != nil {
 		// The guest is on the host's network: reached through the link
@@ -87,7 +88,7 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 	}
 }
 
-// startExposedSockets starts the net-forward that makes, on m's host, the socket
+// startExposedSockets starts the __net-forward that makes, on m's host, the socket
 // of each port m exposes in exposedDir (given to the workspace's owner, the
 // proxy's user there) and carries its connections back to this machine's
 // 127.0.0.1, and returns once every socket is made.
@@ -97,17 +98,17 @@ func (d *Driver) startExposedSockets(m driver.Machine, exposedDir string) error 
 		return err
 	}
 	r := m.Remote
-	args := []string{"net-forward", "--tag", m.RunDir,
+	args := []string{"__net-forward", "--tag", m.RunDir,
 		"--via-addr", r.Addr, "--via-user", r.User, "--via-key", r.KeyFile, "--via-known-hosts", r.KnownHosts}
 	var want []string
 	for _, p := range m.Network.Exposed {
 		sock := path.Join(exposedDir, strconv.Itoa(p))
-		args = append(args, "--door", sock+"="+strconv.Itoa(p))
+		args = append(args, "--return-socket", sock+"="+strconv.Itoa(p))
 		want = append(want, hostlink.SocketReadyLine(sock))
 	}
 	if m.Share.UID > 0 {
 		owner := strconv.Itoa(m.Share.UID) + ":" + strconv.Itoa(m.Share.GID)
-		args = append(args, "--door-owner", owner, "--run-as", owner)
+		args = append(args, "--return-socket-owner", owner, "--run-as", owner)
 	}
 	log := filepath.Join(m.LogsDir, "exposed.log")
 	_ = os.Remove(log)

@@ -108,10 +108,10 @@ func (c Containment) startProxy(ctx context.Context, m driver.Machine, host neti
 	_ = os.Remove(ports)
 	argv := append(slices.Clone(n.Proxy), "--front", host.String(), "--front-ports", ports)
 	for _, p := range n.Exposed {
-		argv = append(argv, "--front-door", strconv.Itoa(p))
+		argv = append(argv, "--front-exposed", strconv.Itoa(p))
 	}
 	if n.ExposedDir != "" {
-		argv = append(argv, "--door-dir", n.ExposedDir)
+		argv = append(argv, "--exposed-dir", n.ExposedDir)
 	}
 	if c.euid() == 0 && m.Share.UID > 0 {
 		if err := egress.GiveDir(n.Dir, m.Share.UID, m.Share.GID); err != nil {

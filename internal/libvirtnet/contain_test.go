@@ -76,7 +76,7 @@ func TestContainLifecycle(t *testing.T) {
 			}
 			p := r.host.Proxies[0]
 			args := strings.Join(p.Args, " ")
-			if !strings.HasPrefix(args, "net-proxy --dir "+r.m.Network.Dir+" --front "+net.Host.String()+" --front-ports "+filepath.Join(r.m.RunDir, FrontPorts)+" --front-door 8080") ||
+			if !strings.HasPrefix(args, "__net-proxy --dir "+r.m.Network.Dir+" --front "+net.Host.String()+" --front-ports "+filepath.Join(r.m.RunDir, FrontPorts)+" --front-exposed 8080") ||
 				strings.HasSuffix(args, " --run-as 65534:65534") != tc.runAs {
 				t.Errorf("the proxy ran as %q", args)
 			}

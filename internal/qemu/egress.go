@@ -29,7 +29,7 @@ const (
 	ProxySock   = "egress.sock"
 	ExposedSock = "exposed.sock"
 	egressFlag  = "--proxy-socket"
-	exposedFlag = "--door-socket"
+	exposedFlag = "--exposed-socket"
 	restrictOpt = "restrict=on"
 )
 

@@ -159,14 +159,14 @@ func (m *Manager) Find(ctx context.Context, name string) (state.Entry, error) {
 		if len(broken) == 1 {
 			return broken[0], nil
 		}
-		return state.Entry{}, state.NotFound(fmt.Sprintf("no VM for branch %q in the repository at %s (hint: `agent-vm list` shows the VMs; `agent-vm create --branch %s` makes one)", name, h.top, name))
+		return state.Entry{}, state.NotFound(fmt.Sprintf("no VM for branch %q in the repository at %s (hint: `agent-vm list` shows the VMs; `agent-vm create %s` makes one)", name, h.top, name))
 	}
 	all := append(others, broken...)
 	switch len(all) {
 	case 1:
 		return all[0], nil
 	case 0:
-		return state.Entry{}, state.NotFound(fmt.Sprintf("no VM for branch %q in %s (hint: `agent-vm list` shows the VMs; `agent-vm create --branch %s` makes one)", name, m.Root.Dir, name))
+		return state.Entry{}, state.NotFound(fmt.Sprintf("no VM for branch %q in %s (hint: `agent-vm list` shows the VMs; `agent-vm create %s` makes one)", name, m.Root.Dir, name))
 	}
 	return state.Entry{}, fmt.Errorf("%q names more than one VM, and agent-vm is not running in a git repository that would choose:\n%s\n(hint: run agent-vm in the repository of the VM you mean, e.g. `cd %s`)", name, candidates(all), sourceOf(all))
 }

@@ -38,8 +38,8 @@ func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, err
 	}
 	dir := netpolicy.DirOf(l)
 	return &driver.Network{Addr: guest.HostAddr, ProxyPort: guest.ProxyPort, Exposed: netpolicy.Policy(r, pins).Exposed, Dir: dir,
-		Proxy: []string{self, "net-proxy", "--dir", dir},
-		Relay: []string{self, "net-relay"}}, nil
+		Proxy: []string{self, "__net-proxy", "--dir", dir},
+		Relay: []string{self, "__net-relay"}}, nil
 }
 
 // Pins implements netpolicy.PinSource: the host's pins (internal/pins),

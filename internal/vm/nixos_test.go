@@ -236,7 +236,7 @@ func fakeEgress(fake *execxtest.Fake, m *vm.Manager, exe string) {
 	m.Executable = func() (string, error) { return exe, nil }
 	fake.On(filepath.Base(exe), func(c execxtest.Call) execxtest.Reply {
 		for i, a := range c.Args {
-			if (a == "--proxy-socket" || a == "--door-socket") && i+1 < len(c.Args) {
+			if (a == "--proxy-socket" || a == "--exposed-socket") && i+1 < len(c.Args) {
 				os.WriteFile(c.Args[i+1], nil, 0o600)
 			}
 		}

@@ -93,5 +93,5 @@ func after(args []string, flag string) string {
 // `agent-vm net-proxy` over dir with "the bundle" on its standard input.
 func Network(dir string) *driver.Network {
 	return &driver.Network{Addr: "10.0.2.100", ProxyPort: 3128, Exposed: []int{8080}, Dir: dir,
-		Proxy: []string{"/fake/agent-vm", "net-proxy", "--dir", dir}, ProxyInput: driver.Sealed("the bundle")}
+		Proxy: []string{"/fake/agent-vm", "__net-proxy", "--dir", dir}, ProxyInput: driver.Sealed("the bundle")}
 }
