@@ -21,7 +21,8 @@ var categories = []string{"VMs", "Agents", "Network", "Images and templates", "H
 // the hidden ones are what agent-vm runs itself, in the guest or beside
 // QEMU. A hidden command that agent-vm's own processes run is named
 // __NAME (__hold, __net-proxy); the net- ones keep their old names as
-// aliases, which running VMs' QEMU and the drivers still call. Three keep
+// aliases: a VM started by an older agent-vm has QEMU run net-relay, and
+// its forwarder runs as net-forward. Three keep
 // plain names because what calls them outlives a version of agent-vm:
 // mcp-proxy (an MCP client's configuration, from mcp-config), open-url
 // (the guest's xdg-open and $BROWSER shims) and guest-personalize (run in

@@ -287,7 +287,6 @@ func netProxyCommand(stdio IO) *cli.Command {
 			&cli.IntSliceFlag{Name: "front-exposed", Usage: "an exposed host port served by the TCP front (repeatable)"},
 			&cli.StringFlag{Name: "front-ports", Usage: "where the TCP front writes the ports it chose"},
 			&cli.StringFlag{Name: "exposed-dir", Usage: "reach an exposed port at the unix socket DIR/PORT, not 127.0.0.1:PORT (a VM placed on another host)"},
-			// The old names, which drivers may still pass.
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {
@@ -393,7 +392,6 @@ func netForwardCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "via-known-hosts", Usage: "the file pinning the host's key, read before --run-as drops privileges"},
 			&cli.StringSliceFlag{Name: "return-socket", Usage: "SOCKET=PORT: the unix socket SOCKET made on the host (through the link), its connections carried back to 127.0.0.1:PORT here (repeatable; needs the --via flags)"},
 			&cli.StringFlag{Name: "return-socket-owner", Usage: "UID:GID on the host to give the --return-socket sockets to (the egress proxy's user there)"},
-			// The old names, which drivers may still pass.
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if err := noArgs(cliCtx); err != nil {

@@ -61,8 +61,8 @@ func TestWithRefusals(t *testing.T) {
 		"npm exited with status 1\nthe VM's egress proxy refused meanwhile:",
 		"registry.npmjs.org:443: the name is allowed, but registry.npmjs.org resolves to 203.0.113.80, in 203.0.113.0/24 (documentation, TEST-NET-3), which is not globally reachable",
 		"hint: agent-vm setup (it pins registry.npmjs.org",
-		"or agent-vm net allow feat 203.0.113.80",
-		`evil.example:443: denied by the rule "not on the allow-list" (hint: agent-vm net allow feat evil.example)`,
+		"or agent-vm net allow --vm feat 203.0.113.80",
+		`evil.example:443: denied by the rule "not on the allow-list" (hint: agent-vm net allow --vm feat evil.example)`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the error lacks %q:\n%s", want, msg)

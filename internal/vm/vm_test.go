@@ -251,7 +251,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	// Through the proxy, a name not allowed is refused with the rule and
 	// the command that allows it.
 	if code, out, _ := run(t, m, "life", "curl", "-sS", "--max-time", "20", "http://not-allowed.test/"); code != 0 ||
-		!strings.Contains(out, "rule: not on the allow-list") || !strings.Contains(out, "agent-vm net allow life not-allowed.test") {
+		!strings.Contains(out, "rule: not on the allow-list") || !strings.Contains(out, "agent-vm net allow --vm life not-allowed.test") {
 		t.Errorf("a denied name through the proxy: exit %d, %q", code, out)
 	}
 	// An allowed name that leads to the host's own address does not reach
@@ -283,7 +283,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 		for _, de := range des {
 			b, _ := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
 			args := strings.Split(string(b), "\x00")
-			if len(args) > 2 && args[1] == "net-proxy" && slices.Contains(args, netDir) {
+			if len(args) > 2 && args[1] == "__net-proxy" && slices.Contains(args, netDir) {
 				proxy, _ = strconv.Atoi(de.Name())
 			}
 			if len(args) > 2 && args[1] == sharejail.Command && strings.Contains(string(b), e.Layout.Dir) {
