@@ -36,7 +36,7 @@ func TestTheCapabilitiesTellTheTruth(t *testing.T) {
 	impls := 0
 	for _, p := range pkgs {
 		for contract, core := range map[string]string{"driver": "Driver", "backend": "Backend"} {
-			checked := compileChecks(t, p, contract)
+			checked := tu.CompileChecks(t, p, contract)
 			if !checked[core] {
 				continue
 			}
@@ -155,36 +155,6 @@ func interfaces(t *testing.T, dir string, core ...string) map[string]bool {
 				ts := s.(*ast.TypeSpec)
 				if _, ok := ts.Type.(*ast.InterfaceType); ok && ts.Name.IsExported() && !slices.Contains(core, ts.Name.Name) {
 					out[ts.Name.Name] = true
-				}
-			}
-		}
-	}
-	return out
-}
-
-// compileChecks are the interfaces of the package named contract that p
-// checks at compile time: var _ contract.X = ...
-func compileChecks(t *testing.T, p tu.Package, contract string) map[string]bool {
-	t.Helper()
-	out := map[string]bool{}
-	for _, f := range p.GoFiles {
-		parsed, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range parsed.Decls {
-			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.VAR {
-				continue
-			}
-			for _, s := range g.Specs {
-				v := s.(*ast.ValueSpec)
-				sel, ok := v.Type.(*ast.SelectorExpr)
-				if !ok || len(v.Names) != 1 || v.Names[0].Name != "_" {
-					continue
-				}
-				if x, ok := sel.X.(*ast.Ident); ok && x.Name == contract {
-					out[sel.Sel.Name] = true
 				}
 			}
 		}

@@ -134,6 +134,21 @@ func vmAndArgs(cliCtx *cli.Context, stdio IO, m *vm.Manager, oldForm func(args [
 	return name, args, err
 }
 
+// twoWords is the old spelling of a command that takes one argument of its
+// own: BRANCH and that argument.
+func twoWords(args []string) bool { return len(args) == 2 }
+
+// vmAndPort is vmAndArgs for a command whose one argument is a port,
+// named what in errors (GUEST_PORT, HOST_PORT).
+func vmAndPort(cliCtx *cli.Context, stdio IO, m *vm.Manager, what string) (string, int, error) {
+	name, args, err := vmAndArgs(cliCtx, stdio, m, twoWords)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := portArg(args, 0, what)
+	return name, port, err
+}
+
 // writeJSON prints v as indented JSON on stdout.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -80,8 +80,7 @@ func netCommand(stdio IO) *cli.Command {
 						return usagef("net mode takes MODE (allow, open or offline), got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						old := func(args []string) bool { return len(args) == 2 }
-						branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
+						branch, args, err := vmAndArgs(cliCtx, stdio, m, twoWords)
 						if err != nil {
 							return err
 						}

@@ -79,12 +79,7 @@ func portCommand(stdio IO) *cli.Command {
 						return usagef("port rm takes GUEST_PORT, got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						old := func(args []string) bool { return len(args) == 2 }
-						branch, args, err := vmAndArgs(cliCtx, stdio, m, old)
-						if err != nil {
-							return err
-						}
-						guest, err := portArg(args, 0, "GUEST_PORT")
+						branch, guest, err := vmAndPort(cliCtx, stdio, m, "GUEST_PORT")
 						if err != nil {
 							return err
 						}
@@ -177,12 +172,7 @@ func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
 		return usagef("%s takes HOST_PORT, got %d arguments", verb, n)
 	}
 	return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-		old := func(args []string) bool { return len(args) == 2 }
-		name, args, err := vmAndArgs(cliCtx, stdio, m, old)
-		if err != nil {
-			return err
-		}
-		port, err := portArg(args, 0, "HOST_PORT")
+		name, port, err := vmAndPort(cliCtx, stdio, m, "HOST_PORT")
 		if err != nil {
 			return err
 		}

@@ -61,38 +61,41 @@ func Implementing(t testing.TB, pkgs []Package, pkg, iface string) map[string]bo
 	t.Helper()
 	out := map[string]bool{}
 	for _, p := range pkgs {
-		for _, f := range p.GoFiles {
-			parsed, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if checks(parsed, pkg, iface) {
-				out[p.ImportPath] = true
-			}
+		if CompileChecks(t, p, pkg)[iface] {
+			out[p.ImportPath] = true
 		}
 	}
 	return out
 }
 
-// checks reports whether f declares var _ pkg.iface = ...
-func checks(f *ast.File, pkg, iface string) bool {
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.VAR {
-			continue
+// CompileChecks are the interfaces of the package named pkg that p checks
+// at compile time that it implements: var _ pkg.X = ...
+func CompileChecks(t testing.TB, p Package, pkg string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, f := range p.GoFiles {
+		parsed, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, s := range g.Specs {
-			v := s.(*ast.ValueSpec)
-			sel, ok := v.Type.(*ast.SelectorExpr)
-			if !ok || len(v.Names) != 1 || v.Names[0].Name != "_" {
+		for _, d := range parsed.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
 				continue
 			}
-			if x, ok := sel.X.(*ast.Ident); ok && x.Name == pkg && sel.Sel.Name == iface {
-				return true
+			for _, s := range g.Specs {
+				v := s.(*ast.ValueSpec)
+				sel, ok := v.Type.(*ast.SelectorExpr)
+				if !ok || len(v.Names) != 1 || v.Names[0].Name != "_" {
+					continue
+				}
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == pkg {
+					out[sel.Sel.Name] = true
+				}
 			}
 		}
 	}
-	return false
+	return out
 }
 
 // Apart checks that no package implementing pkg.iface (see Implementing)
