@@ -159,7 +159,10 @@ func Reload(ctx context.Context, f Files, user string) error {
 	}
 	if !ok {
 		if len(msg) == 0 {
-			return errors.New("the holder refused to open the reverse forwards (its log says why)")
+			// What a holder says to a request it does not know: one an
+			// older agent-vm started, which took this request by another
+			// name.
+			return errors.New("the holder refused to open the reverse forwards: it says why in its log, or it was started by an older agent-vm, which asked for them by another name (hint: a new start of the VM starts a new holder)")
 		}
 		return errors.New(string(msg))
 	}
