@@ -34,6 +34,14 @@ func TestFindKillWait(t *testing.T) {
 	go cmd.Wait() // reap it, so that it does not linger as a zombie
 	match := func(args []string) bool { return slices.Contains(args, marker) }
 	pid := cmd.Process.Pid
+	// Start returns once the child is forked, maybe before it has exec'd
+	// sh (its command line is then still empty, or the test's own): wait
+	// for the exec, not a time.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tu.Poll(ctx, "sh to run with the marker", func() bool { return slices.Contains(Args(pid), marker) }); err != nil {
+		t.Fatalf("%v (args %q)", err, Args(pid))
+	}
 	if got := Find(match); got != pid {
 		t.Fatalf("Find: got %d, want %d (args %q)", got, pid, Args(pid))
 	}
