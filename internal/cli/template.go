@@ -116,7 +116,7 @@ func templateCommand(stdio IO) *cli.Command {
 // buildTemplate builds the template of BRANCH's VM's machine (the default
 // machine for "") with agents, and says what it made.
 func buildTemplate(cliCtx *cli.Context, stdio IO, m *vm.Manager, branch, agents string, timeout time.Duration) error {
-	if err := m.PrepareHost(cliCtx.Context); err != nil {
+	if err := m.Host.Prepare(cliCtx.Context); err != nil {
 		return err
 	}
 	p := newProgress(stdio.Err)

@@ -158,7 +158,7 @@ func (m *Manager) defaultMachine(ctx context.Context) (*state.Record, error) {
 	r := m.newRecord(CreateOptions{}, "default", "default", be.Name())
 	r.Guest.UID, r.Guest.GID = os.Geteuid(), os.Getegid()
 	if r.Guest.UID == 0 { // as create hands a root-owned workspace over
-		if r.Guest.UID, r.Guest.GID, err = m.account(ctx); err != nil {
+		if r.Guest.UID, r.Guest.GID, err = m.Host.Account(ctx); err != nil {
 			return nil, err
 		}
 	}
