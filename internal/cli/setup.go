@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -44,7 +45,7 @@ func setupCommand(stdio IO) *cli.Command {
 			if cliCtx.IsSet("agents") && !cliCtx.Bool("template") {
 				return usagef("--agents says what the template holds; it goes with --template (hint: agent-vm setup --template --agents %s)", cliCtx.String("agents"))
 			}
-			if err := vm.CheckAgents(cliCtx.String("agents")); err != nil {
+			if err := template.CheckAgents(cliCtx.String("agents")); err != nil {
 				return err
 			}
 			if cliCtx.Bool("check") {
