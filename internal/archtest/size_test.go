@@ -2,8 +2,10 @@ package archtest
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,13 +19,17 @@ const maxLines = 4000
 
 // over are the packages still past their room's size, each held where it
 // is now so it can only shrink: lower a limit when a package shrinks, and
-// remove its line once it is within maxLines (vm's own goal is 3,000:
-// the VM's life and nothing else).
+// remove its line once it is within maxLines.
 var over = map[string]int{
-	"internal/vm":  4050, // the goal: 3,000; next out: the boot path (start, wait, clone, resume), the templates' commands
-	"internal/cli": 4700, // the goal: 4,000
+	"internal/cli": 4700, // the goal: 4,000; next out: the hidden commands
 	"integration":  6250, // the end-to-end scenarios: the harness and the scenarios apart
 }
+
+// vmLines is vm's own limit, lower than every other room's: vm is the VM's
+// life and nothing else, and a feature that would push it past this finds
+// a room of its own. Its goal is 3,000; next out: the boot path (start,
+// wait, clone, resume) and the templates' commands. Lower it as they go.
+const vmLines = 3850
 
 // TestRoomsStaySmall fails when a package outgrows its room.
 func TestRoomsStaySmall(t *testing.T) {
@@ -42,7 +48,10 @@ func TestRoomsStaySmall(t *testing.T) {
 		rel := strings.TrimPrefix(p.ImportPath, mod+"/")
 		counted[rel] = n
 		limit, held := over[rel]
-		if !held {
+		switch {
+		case rel == "internal/vm":
+			limit = vmLines
+		case !held:
 			limit = maxLines
 		}
 		if n > limit {
@@ -52,7 +61,7 @@ func TestRoomsStaySmall(t *testing.T) {
 			t.Errorf("%s has %d non-test lines, within %d: remove its line from over", rel, n, maxLines)
 		}
 	}
-	for rel := range over {
+	for _, rel := range append(slices.Collect(maps.Keys(over)), "internal/vm") {
 		if counted[rel] < 1000 {
 			t.Errorf("%s was not counted, or has %d lines: the check proves nothing for it", rel, counted[rel])
 		}

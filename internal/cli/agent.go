@@ -59,7 +59,7 @@ func runCommand(stdio IO) *cli.Command {
 				return err
 			}
 			co.Agent = "" // run's --agent is what runs; agent.Run installs a known one
-			if err := m.PrepareHost(cliCtx.Context); err != nil {
+			if err := m.Host.Prepare(cliCtx.Context); err != nil {
 				return err
 			}
 			p := newProgress(stdio.Err)

@@ -19,7 +19,7 @@ func doctorCommand(stdio IO) *cli.Command {
 			if err := noArgs(cliCtx); err != nil {
 				return err
 			}
-			r := m.Doctor(cliCtx.Context)
+			r := m.Host.Doctor(cliCtx.Context)
 			if cliCtx.Bool("json") {
 				return writeJSON(stdio.Out, r)
 			}

@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
-	"golang.org/x/crypto/ssh"
 )
 
 // host add, list (table and JSON) and rm through the command line, with a

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -17,15 +18,15 @@ func imageCommand(stdio IO) *cli.Command {
 				Name:  "build",
 				Usage: "build the Debian base image with mmdebstrap (root; about 2 minutes)",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "release", Value: vm.DefaultImageRelease, Usage: "Debian release (codename)"},
-					&cli.StringFlag{Name: "mirror", Value: vm.DefaultImageMirror, Usage: "Debian mirror URL"},
+					&cli.StringFlag{Name: "release", Value: hostsetup.DefaultImageRelease, Usage: "Debian release (codename)"},
+					&cli.StringFlag{Name: "mirror", Value: hostsetup.DefaultImageMirror, Usage: "Debian mirror URL"},
 					&cli.BoolFlag{Name: "force", Usage: "build a new version even if a current one is cached (VMs keep the version they were made on)"},
 				},
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 					if err := noArgs(cliCtx); err != nil {
 						return err
 					}
-					img, err := m.BuildImage(cliCtx.Context, vm.ImageBuildOptions{
+					img, err := m.Host.BuildImage(cliCtx.Context, hostsetup.ImageBuildOptions{
 						Release: cliCtx.String("release"), Mirror: cliCtx.String("mirror"), Force: cliCtx.Bool("force")})
 					if err != nil {
 						return err
@@ -44,10 +45,10 @@ func imageCommand(stdio IO) *cli.Command {
 				},
 				Action: func(cliCtx *cli.Context) error {
 					if cliCtx.NArg() != 1 {
-						return usagef("image pull needs one image name: %v", vm.PullableImages())
+						return usagef("image pull needs one image name: %v", hostsetup.PullableImages())
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-						img, err := m.PullImage(cliCtx.Context, vm.ImagePullOptions{
+						img, err := m.Host.PullImage(cliCtx.Context, hostsetup.ImagePullOptions{
 							Name: cliCtx.Args().First(), BaseURL: cliCtx.String("base-url"), Force: cliCtx.Bool("force")})
 						if err != nil {
 							return err
@@ -64,7 +65,7 @@ func imageCommand(stdio IO) *cli.Command {
 					if err := noArgs(cliCtx); err != nil {
 						return err
 					}
-					removed, err := m.PruneImages(cliCtx.Context)
+					removed, err := m.Host.PruneImages(cliCtx.Context)
 					for _, r := range removed {
 						fmt.Fprintf(stdio.Out, "removed %s\n", r)
 					}
@@ -82,7 +83,7 @@ func imageCommand(stdio IO) *cli.Command {
 					if err := noArgs(cliCtx); err != nil {
 						return err
 					}
-					imgs, err := m.Images()
+					imgs, err := m.Host.Images()
 					if err != nil {
 						return err
 					}

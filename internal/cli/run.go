@@ -63,7 +63,7 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 			if err != nil {
 				return err
 			}
-			if err := m.PrepareHost(cliCtx.Context); err != nil {
+			if err := m.Host.Prepare(cliCtx.Context); err != nil {
 				return err
 			}
 			p := newProgress(stdio.Err)

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
-	"golang.org/x/sys/unix"
 )
 
 // secretHome is a temporary tree for the secret commands: HOME, the

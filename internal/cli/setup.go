@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -44,7 +45,7 @@ func setupCommand(stdio IO) *cli.Command {
 			if cliCtx.IsSet("agents") && !cliCtx.Bool("template") {
 				return usagef("--agents says what the template holds; it goes with --template (hint: agent-vm setup --template --agents %s)", cliCtx.String("agents"))
 			}
-			if err := vm.CheckAgents(cliCtx.String("agents")); err != nil {
+			if err := template.CheckAgents(cliCtx.String("agents")); err != nil {
 				return err
 			}
 			if cliCtx.Bool("check") {
@@ -57,7 +58,7 @@ func setupCommand(stdio IO) *cli.Command {
 			if cliCtx.Bool("yes") {
 				consent = func([]string) (bool, error) { return true, nil }
 			}
-			rep, err := m.SetupHost(cliCtx.Context, tests, cliCtx.String("backend"), consent)
+			rep, err := m.Host.Setup(cliCtx.Context, tests, cliCtx.String("backend"), consent)
 			if len(rep.Installed) > 0 {
 				fmt.Fprintf(stdio.Out, "installed: %s\n", strings.Join(rep.Installed, " "))
 			}
@@ -84,7 +85,7 @@ func setupCommand(stdio IO) *cli.Command {
 				}
 			}
 			fmt.Fprintln(stdio.Out)
-			printDoctor(stdio, m.Doctor(cliCtx.Context))
+			printDoctor(stdio, m.Host.Doctor(cliCtx.Context))
 			return nil
 		}),
 	}
@@ -114,7 +115,7 @@ func askConsent(stdio IO) func([]string) (bool, error) {
 // suite) runs and fails when any is missing (CI's check that the installer
 // installs what the tests run).
 func checkPrograms(stdio IO, m *vm.Manager, tests bool, backend string) error {
-	checks, err := m.CheckPrograms(tests, backend)
+	checks, err := m.Host.CheckPrograms(tests, backend)
 	for _, c := range checks {
 		if c.Path != "" {
 			fmt.Fprintf(stdio.Out, "ok  %-20s %s\n", c.Name, c.Path)

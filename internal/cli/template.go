@@ -28,7 +28,7 @@ func templateCommand(stdio IO) *cli.Command {
 			Description: "Without BRANCH: the machine create and run make with no size flags. With BRANCH:\n" +
 				"the machine of that VM (its size, image, owner and network policy).\n" +
 				"The template holds the agent CLIs --agents names, at the versions agent-vm pins\n" +
-				"(" + vm.PinnedAgents() + ") unless NAME@VERSION says otherwise;\n" +
+				"(" + template.PinnedAgents() + ") unless NAME@VERSION says otherwise;\n" +
 				"a VM started from it with one of them runs it at once, with no install.\n" +
 				"Building again replaces the template of that machine; VMs started from the old one\n" +
 				"keep working (its disk stays while they use it).",
@@ -41,7 +41,7 @@ func templateCommand(stdio IO) *cli.Command {
 				if cliCtx.NArg() > 1 {
 					return usagef("template build takes at most one BRANCH, got %d arguments", cliCtx.NArg())
 				}
-				if err := vm.CheckAgents(cliCtx.String("agents")); err != nil {
+				if err := template.CheckAgents(cliCtx.String("agents")); err != nil {
 					return err
 				}
 				return buildTemplate(cliCtx, stdio, m, cliCtx.Args().First(), cliCtx.String("agents"), cliCtx.Duration("timeout"))
@@ -116,7 +116,7 @@ func templateCommand(stdio IO) *cli.Command {
 // buildTemplate builds the template of BRANCH's VM's machine (the default
 // machine for "") with agents, and says what it made.
 func buildTemplate(cliCtx *cli.Context, stdio IO, m *vm.Manager, branch, agents string, timeout time.Duration) error {
-	if err := m.PrepareHost(cliCtx.Context); err != nil {
+	if err := m.Host.Prepare(cliCtx.Context); err != nil {
 		return err
 	}
 	p := newProgress(stdio.Err)

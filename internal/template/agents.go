@@ -116,3 +116,38 @@ func AgentsText(agents map[string]string) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// PinnedAgents are the agent CLIs agent-vm knows, each with the version
+// it installs ("claude 2.1.332, ..."), for help texts.
+func PinnedAgents() string {
+	var pins []string
+	for _, a := range guest.Agents {
+		pins = append(pins, a.Name+" "+a.Version)
+	}
+	return strings.Join(pins, ", ")
+}
+
+// CheckAgents checks a list of agent CLIs for a build (see
+// guest.ParseAgentPins), before anything is made.
+func CheckAgents(list string) error {
+	_, err := guest.ParseAgentPins(list)
+	return err
+}
+
+// CurrentOf is the newest of ts that is ready, of the key whose prefix is
+// prefix, not older than a build now would be (Info.Stale empty), and
+// holds agents at the versions asked for: its slug, or "".
+func CurrentOf(ts []Info, prefix string, agents []guest.AgentPin) string {
+	for _, t := range slices.Backward(ts) { // newest last
+		if !t.Ready || !strings.HasPrefix(t.Slug, prefix) || len(t.Stale) > 0 {
+			continue
+		}
+		for _, a := range agents {
+			if v, ok := t.Agents[a.Name]; !ok || (v != a.At && a.At == a.Version) {
+				return ""
+			}
+		}
+		return t.Slug
+	}
+	return ""
+}

@@ -141,3 +141,25 @@ func TestStale(t *testing.T) {
 		t.Errorf("doctor's line: %+v", c)
 	}
 }
+
+// CurrentOf picks the newest ready, fresh template of the key that holds
+// the agents asked for, and none when the newest such one lacks one.
+func TestCurrentOf(t *testing.T) {
+	claude := guest.AgentPin{Agent: guest.Agent{Name: "claude", Version: "2.0.0"}, At: "2.0.0"}
+	ts := []Info{
+		{Slug: "k-1", Ready: true, Agents: map[string]string{"claude": "2.0.0"}},
+		{Slug: "other-2", Ready: true, Agents: map[string]string{"claude": "2.0.0"}},
+		{Slug: "k-3", Ready: false, Agents: map[string]string{"claude": "2.0.0"}},
+		{Slug: "k-4", Ready: true, Agents: map[string]string{"claude": "2.0.0"}, Stale: []string{"agent-vm changed"}},
+	}
+	if got := CurrentOf(ts, "k-", []guest.AgentPin{claude}); got != "k-1" {
+		t.Errorf("got %q, want k-1 (k-3 is not ready, k-4 is stale, other-2 is another key's)", got)
+	}
+	ts = append(ts, Info{Slug: "k-5", Ready: true, Agents: map[string]string{"codex": "1.0.0"}})
+	if got := CurrentOf(ts, "k-", []guest.AgentPin{claude}); got != "" {
+		t.Errorf("got %q, want none: the newest current template lacks claude", got)
+	}
+	if got := CurrentOf(nil, "k-", nil); got != "" {
+		t.Errorf("no templates: got %q", got)
+	}
+}

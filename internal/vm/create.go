@@ -89,7 +89,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCreateFlags(o, m.Host()); err != nil {
+	if err := checkCreateFlags(o, m.Size()); err != nil {
 		return nil, err
 	}
 	if o.Net != "" {
@@ -156,7 +156,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		return nil, err
 	}
 	rec.Git.OriginURL, rec.Git.UpstreamURL = remotes.Origin, remotes.Upstream
-	if rec.Guest.UID, rec.Guest.GID, err = gitws.Ownership(l.Workspace(), func() (int, int, error) { return m.account(ctx) }); err != nil {
+	if rec.Guest.UID, rec.Guest.GID, err = gitws.Ownership(l.Workspace(), func() (int, int, error) { return m.Host.Account(ctx) }); err != nil {
 		return nil, err
 	}
 	if err := m.applyRepoConfig(o, l, rec, be); err != nil {

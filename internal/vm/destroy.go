@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
@@ -171,7 +173,7 @@ func (m *Manager) backendsOf(e state.Entry) []backend.Backend {
 		}
 	}
 	var all []backend.Backend
-	for _, name := range m.backendNames("") {
+	for _, name := range slices.Sorted(maps.Keys(m.Backends)) {
 		all = append(all, m.Backends[name])
 	}
 	return all

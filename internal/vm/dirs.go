@@ -13,14 +13,6 @@ func DefaultStateDir(getenv func(string) string) string {
 	return hostdir.XDG(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vms")
 }
 
-// ImageDir is where base images are cached ("" in a Manager New made).
-func (m *Manager) ImageDir() string {
-	if m.Dirs.Images == nil {
-		return ""
-	}
-	return m.Dirs.Images.Path
-}
-
 // ProbeAccel decides between KVM and TCG once per host boot (cached), by
 // running the QEMU binary qemuBin: the accelerator is a QEMU matter, which
 // is why the composition root (internal/wire) names the binary.

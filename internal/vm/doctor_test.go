@@ -48,7 +48,7 @@ func TestDoctorOnANixOSHost(t *testing.T) {
 	m.IsNixOS = func() bool { return true }
 	m.Accel = func(context.Context) accel.Result { return accel.Result{Accel: accel.TCG, Reason: "test"} }
 
-	r := m.Doctor(context.Background())
+	r := m.Host.Doctor(context.Background())
 	if !r.VMReady || r.Backend != "nixos" || !slices.Equal(r.Backends, []string{"nixos"}) {
 		t.Errorf("doctor on NixOS with nix and no image: ready %v, backend %q, backends %v; want ready with nixos\n%+v", r.VMReady, r.Backend, r.Backends, r.Checks)
 	}

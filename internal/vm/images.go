@@ -3,76 +3,19 @@ package vm
 import (
 	"context"
 	"fmt"
-
-	"github.com/agent-vm/agent-vm/internal/hostpkgs"
-	"github.com/agent-vm/agent-vm/internal/image"
 )
 
-// The base images VMs boot: `agent-vm image build|pull|list|prune`.
+// The base images VMs boot are the host's (hostsetup.Host: `agent-vm
+// image build|pull|list|prune`); the Manager says which its VMs and
+// templates use.
 
-// Image defaults, for the CLI's flags and messages.
-const (
-	DefaultImageRelease = image.DefaultRelease
-	DefaultImageMirror  = image.DefaultMirror
-)
+// ImageDir is where base images are cached ("" in a Manager New made).
+func (m *Manager) ImageDir() string { return m.Host.ImageDir() }
 
-// PullableImages are the names `image pull` knows.
-func PullableImages() []string { return image.PullNames() }
-
-// ImageBuildOptions are `image build`'s flags.
-type ImageBuildOptions struct {
-	Release string // "" = DefaultImageRelease
-	Mirror  string // "" = DefaultImageMirror
-	Force   bool   // build a new version even if a current one is cached
-}
-
-// BuildImage builds the Debian base image into the image cache.
-func (m *Manager) BuildImage(ctx context.Context, o ImageBuildOptions) (image.Info, error) {
-	img, err := m.buildImage(ctx, o)
-	if err != nil {
-		return image.Info{}, err
-	}
-	return img.Info(), nil
-}
-
-func (m *Manager) buildImage(ctx context.Context, o ImageBuildOptions) (*image.Image, error) {
-	return image.Build(ctx, image.BuildOptions{Release: o.Release, Mirror: o.Mirror, Force: o.Force,
-		Cache: m.Dirs.Images, Runner: m.Run, Progress: m.Progress, Logger: m.Log.Named("image")})
-}
-
-// FirstImage builds the base image on a host that has none, as the first
-// start there does: the packages the build needs first (hostsetup.First).
-func (m *Manager) FirstImage(ctx context.Context) (*image.Image, error) {
-	if err := m.setupFirst(ctx, hostpkgs.Image); err != nil {
-		return nil, err
-	}
-	return m.buildImage(ctx, ImageBuildOptions{})
-}
-
-// ImagePullOptions are `image pull`'s arguments.
-type ImagePullOptions struct {
-	Name    string // see PullableImages
-	BaseURL string // "" = the distribution's site
-	Force   bool
-}
-
-// PullImage downloads an official cloud image and checks its checksum.
-func (m *Manager) PullImage(ctx context.Context, o ImagePullOptions) (image.Info, error) {
-	img, err := image.Pull(ctx, image.PullOptions{Name: o.Name, BaseURL: o.BaseURL, Force: o.Force,
-		Cache: m.Dirs.Images, Runner: m.Run, Progress: m.Progress, Logger: m.Log.Named("image")})
-	if err != nil {
-		return image.Info{}, err
-	}
-	return img.Info(), nil
-}
-
-// Images lists the cached images.
-func (m *Manager) Images() ([]image.Info, error) { return image.Infos(m.ImageDir()) }
-
-// PruneImages removes cached image versions that were replaced and that no
-// VM's disk is based on, and returns what it removed. A VM whose record is
-// unreadable might use any version, so then nothing is removed.
-func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
+// imagesInUse are the images VMs' and templates' disks are made on, which
+// image prune keeps (hostsetup.Host.InUse). A VM whose record is
+// unreadable might use any version: an error, and nothing is removed.
+func (m *Manager) imagesInUse(ctx context.Context) (map[string]bool, error) {
 	entries, err := m.List(ctx)
 	if err != nil {
 		return nil, err
@@ -93,5 +36,5 @@ func (m *Manager) PruneImages(ctx context.Context) ([]string, error) {
 	for img := range m.templateImages() {
 		used[img] = true
 	}
-	return image.Prune(ctx, m.Dirs.Images, func(disk string) bool { return used[disk] })
+	return used, nil
 }

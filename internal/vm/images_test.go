@@ -62,7 +62,7 @@ func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	removed, err := m.PruneImages(context.Background())
+	removed, err := m.Host.PruneImages(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestPruneImagesKeepsWhatBackendsUse(t *testing.T) {
 	}
 
 	vmDir("v", "vmware")
-	if _, err := m.PruneImages(context.Background()); err == nil || !strings.Contains(err.Error(), "vmware backend") {
+	if _, err := m.Host.PruneImages(context.Background()); err == nil || !strings.Contains(err.Error(), "vmware backend") {
 		t.Errorf("prune with a VM of an unknown backend: %v, want a refusal naming it", err)
 	}
 }

@@ -34,7 +34,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostca"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hosts"
-	"github.com/agent-vm/agent-vm/internal/pins"
+	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -64,9 +64,9 @@ type Manager struct {
 	// ports are taken too (see state.Registry); nil: only Root's.
 	Registry *state.Registry
 	Now      func() time.Time
-	// Host reports the host's RAM and CPU threads (create checks sizes
+	// Size reports the host's RAM and CPU threads (create checks sizes
 	// against it).
-	Host func() HostSize
+	Size func() HostSize
 	// IsNixOS reports whether this host runs NixOS (backend "auto").
 	IsNixOS func() bool
 	// Drivers run the VMs, by name; each backend names its own (see
@@ -98,9 +98,11 @@ type Manager struct {
 	// none.
 	Hosts *hosts.Registry
 
-	// PinFile is the host's pins (internal/pins), which every VM's policy
-	// carries; nil for none.
-	PinFile *pins.File
+	// Host is this machine as agent-vm sets it up (hostsetup.Host): its
+	// packages, agent-vm's account, the base images, the pins every VM's
+	// policy carries, doctor. New makes it over the Manager's backends and
+	// drivers; wire.Open gives it the image cache, the pins and progress.
+	Host *hostsetup.Host
 
 	// templates: this Manager drives templates (forTemplates), whose
 	// guests get no proxy CA and no secret (their clones get their own).
@@ -120,9 +122,12 @@ type Manager struct {
 // New returns a Manager with the real probes.
 func New(root *state.Root, run execx.Runner, log hclog.Logger, drivers []driver.Driver, backends ...backend.Backend) *Manager {
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
-		Drivers: map[string]driver.Driver{}, PortFree: ports.Listenable, Now: time.Now, Host: hostSize, IsNixOS: isNixOS,
+		Drivers: map[string]driver.Driver{}, PortFree: ports.Listenable, Now: time.Now, Size: hostSize, IsNixOS: isNixOS,
 		Progress: io.Discard, Getenv: os.Getenv}
 	m.HostCAs = m.hostCAs
+	m.Host = &hostsetup.Host{Run: run, Log: log, Progress: io.Discard, Backends: m.Backends, Drivers: m.Drivers,
+		Default: m.defaultBackend, Accel: func(ctx context.Context) accel.Result { return m.Accel(ctx) },
+		InUse: m.imagesInUse, Extra: func(ctx context.Context) []hostsetup.Check { return []hostsetup.Check{m.templateCheck(ctx)} }}
 	for _, d := range drivers {
 		m.Drivers[d.Name()] = d
 	}
@@ -165,6 +170,15 @@ func (m *Manager) backendOf(r *state.Record, verb string) (backend.Backend, erro
 func isNixOS() bool {
 	_, err := os.Stat("/etc/NIXOS")
 	return err == nil
+}
+
+// defaultBackend is the backend create picks without --backend ("" when
+// this build lacks it).
+func (m *Manager) defaultBackend() string {
+	if b, err := m.resolveBackend(BackendAuto); err == nil {
+		return b.Name()
+	}
+	return ""
 }
 
 // resolveBackend turns --backend into a backend this build has.

@@ -44,13 +44,13 @@ func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, err
 
 // Pins implements netpolicy.PinSource: the host's pins (internal/pins),
 // which every VM's policy carries.
-func (m *Manager) Pins() ([]egress.Pin, error) { return m.PinFile.Read() }
+func (m *Manager) Pins() ([]egress.Pin, error) { return m.Host.Pins.Read() }
 
 // PinSources is setup's pins step (hostsetup.Pin, record: not --no-pins);
 // when the pins change, the running VMs' proxies get them at once
 // (netpolicy.Refresh), and refreshed names those VMs.
 func (m *Manager) PinSources(ctx context.Context, record bool) (rep hostsetup.PinReport, refreshed []string, err error) {
-	rep, err = hostsetup.Pin(ctx, hostsetup.PinOptions{File: m.PinFile, ImageDir: m.ImageDir(), Record: record})
+	rep, err = m.Host.Pin(ctx, record)
 	if err != nil || !rep.Changed() {
 		return rep, nil, err
 	}

@@ -68,7 +68,7 @@ func TestNewHost(t *testing.T) {
 	ctx := tu.Context(t, "a new host's setup and its qemu VM")
 
 	began := time.Now()
-	rep, err := m.SetupHost(ctx, true, "", func([]string) (bool, error) { return true, nil })
+	rep, err := m.Host.Setup(ctx, true, "", func([]string) (bool, error) { return true, nil })
 	if err != nil {
 		t.Fatalf("setup --yes --tests: %v", err)
 	}

@@ -45,7 +45,7 @@ func (m *Manager) applyRepoConfig(o CreateOptions, l state.Layout, rec *state.Re
 			d.Agent = c.Agent
 		}
 	}
-	if err := checkCreateFlags(d, m.Host()); err != nil {
+	if err := checkCreateFlags(d, m.Size()); err != nil {
 		return fmt.Errorf("%s sets a default that does not fit: %w", c.Path, err)
 	}
 	if d.CPUs != 0 {

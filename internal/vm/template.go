@@ -158,7 +158,7 @@ func (m *Manager) defaultMachine(ctx context.Context) (*state.Record, error) {
 	r := m.newRecord(CreateOptions{}, "default", "default", be.Name())
 	r.Guest.UID, r.Guest.GID = os.Geteuid(), os.Getegid()
 	if r.Guest.UID == 0 { // as create hands a root-owned workspace over
-		if r.Guest.UID, r.Guest.GID, err = m.account(ctx); err != nil {
+		if r.Guest.UID, r.Guest.GID, err = m.Host.Account(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -351,23 +351,6 @@ func (m *Manager) findBootID(ctx context.Context, e state.Entry) (*template.Boot
 	return template.ParseBootIDProbe(out)
 }
 
-// PinnedAgents are the agent CLIs agent-vm knows, each with the version
-// it installs ("claude 2.1.332, ..."), for help texts.
-func PinnedAgents() string {
-	var pins []string
-	for _, a := range guest.Agents {
-		pins = append(pins, a.Name+" "+a.Version)
-	}
-	return strings.Join(pins, ", ")
-}
-
-// CheckAgents checks a list of agent CLIs for BuildTemplate (see
-// guest.ParseAgentPins), before anything is made.
-func CheckAgents(list string) error {
-	_, err := guest.ParseAgentPins(list)
-	return err
-}
-
 // CurrentTemplate is the default machine's template when one holds the
 // agent CLIs agentList names at the versions asked for and is not older
 // than a build now would be: its slug, or "" (setup --template then
@@ -393,16 +376,5 @@ func (m *Manager) CurrentTemplate(ctx context.Context, agentList string) string 
 	if err != nil {
 		return ""
 	}
-	for _, t := range slices.Backward(ts) { // newest last
-		if !t.Ready || !strings.HasPrefix(t.Slug, k.Prefix()) || len(t.Stale) > 0 {
-			continue
-		}
-		for _, a := range agents {
-			if v, ok := t.Agents[a.Name]; !ok || (v != a.At && a.At == a.Version) {
-				return ""
-			}
-		}
-		return t.Slug
-	}
-	return ""
+	return template.CurrentOf(ts, k.Prefix(), agents)
 }

@@ -99,7 +99,7 @@ func Open(c Config) (*vm.Manager, error) {
 	m.TemplateDir = dirs.Templates
 	m.Secrets = &secret.Store{Dir: dirs.Secrets}
 	m.Hosts = &hosts.Registry{Dir: dirs.Hosts}
-	m.PinFile = &pins.File{Dir: dirs.Config}
+	m.Host.Cache, m.Host.Pins, m.Host.Progress = dirs.Images, &pins.File{Dir: dirs.Config}, c.Progress
 	m.Progress, m.Getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	// The accelerator is a QEMU matter: the probe runs the launcher's binary.
 	m.Accel = func(ctx context.Context) accel.Result { return m.ProbeAccel(ctx, launcher.Arch.Binary) }
@@ -115,7 +115,7 @@ func backends(c Config, m *vm.Manager) []backend.Backend {
 	if os.Geteuid() == 0 {
 		// "It works first time": the first start on a host builds the base
 		// image (mmdebstrap's root mode needs root).
-		q.BuildImage = m.FirstImage
+		q.BuildImage = m.Host.FirstImage
 	}
 	return []backend.Backend{
 		q,

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
@@ -96,9 +97,9 @@ func TestHostDirsComeOutAsTheTableSaysInAnyOrder(t *testing.T) {
 				case pull:
 					cancelled, cancel := context.WithCancel(ctx)
 					cancel() // the store is opened; nothing is fetched
-					_, _ = m.PullImage(cancelled, vm.ImagePullOptions{Name: "debian-12", BaseURL: "http://127.0.0.1:1/"})
+					_, _ = m.Host.PullImage(cancelled, hostsetup.ImagePullOptions{Name: "debian-12", BaseURL: "http://127.0.0.1:1/"})
 				case prune:
-					_, err = m.PruneImages(ctx)
+					_, err = m.Host.PruneImages(ctx)
 				case handoff:
 					err = dirs.Handoff.Make()
 				case home:
