@@ -19,8 +19,10 @@ import (
 // SSH goes through the driver's endpoint (driver.ForeignReacher), which `agent-vm
 // ssh-config` prints for OpenSSH.
 
-// foreign describes r's guest when it is foreign (ok).
-func (m *Manager) foreign(r *state.Record) (backend.Foreign, bool) {
+// Foreign describes the guest of the VM whose record is r when it is
+// foreign (ok): what create tells the user it lacks, and what every verb
+// that would act on agent-vm's own guest asks.
+func (m *Manager) Foreign(r *state.Record) (backend.Foreign, bool) {
 	if r == nil {
 		return backend.Foreign{}, false
 	}
@@ -31,14 +33,10 @@ func (m *Manager) foreign(r *state.Record) (backend.Foreign, bool) {
 	return f.Foreign(r)
 }
 
-// Foreign describes the guest of the VM whose record is r when it is
-// foreign (ok), for create to tell the user what it lacks.
-func (m *Manager) Foreign(r *state.Record) (backend.Foreign, bool) { return m.foreign(r) }
-
 // checkForeignFlags refuses create's flags that a foreign guest would
 // ignore: its size, forwards and agent-mcp are its configuration's.
 func (m *Manager) checkForeignFlags(o CreateOptions, r *state.Record) error {
-	f, ok := m.foreign(r)
+	f, ok := m.Foreign(r)
 	if !ok {
 		return nil
 	}
@@ -75,7 +73,7 @@ func (m *Manager) foreignReady(ctx context.Context, e state.Entry, d driver.Driv
 // what it needs, when r's guest is foreign: what it lacks, and how to
 // reach it instead.
 func (m *Manager) ownGuest(r *state.Record, lacks string) error {
-	f, ok := m.foreign(r)
+	f, ok := m.Foreign(r)
 	if !ok {
 		return nil
 	}

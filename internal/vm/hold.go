@@ -42,7 +42,7 @@ func (m *Manager) runRoot(ctx context.Context, e state.Entry, script func() stri
 // startHolder starts the VM's holder, unless its guest is foreign (nothing
 // to hold it with, see foreign.go).
 func (m *Manager) startHolder(e state.Entry) {
-	if _, foreign := m.foreign(e.Record); foreign {
+	if _, foreign := m.Foreign(e.Record); foreign {
 		return
 	}
 	exe := m.Executable

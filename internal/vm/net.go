@@ -78,7 +78,7 @@ func (m *Manager) Contains(r *state.Record) bool {
 // contains: d contains the network of r's VM.
 func (m *Manager) contains(d driver.Driver, r *state.Record) bool {
 	_, ok := d.(driver.NetworkContainer)
-	_, foreign := m.foreign(r)
+	_, foreign := m.Foreign(r)
 	return ok && !foreign
 }
 

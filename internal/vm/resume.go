@@ -94,7 +94,7 @@ type resumed struct {
 func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions, rs resumed) (*StartResult, error) {
 	r, l := e.Record, e.Layout
 	res := &StartResult{Resumed: true}
-	if _, foreign := m.foreign(r); foreign {
+	if _, foreign := m.Foreign(r); foreign {
 		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
 	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, resumeBase, d, mach, rs.launch)

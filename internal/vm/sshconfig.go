@@ -19,7 +19,7 @@ func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error)
 		}
 		var b strings.Builder
 		for _, e := range all {
-			if _, foreign := m.foreign(e.Record); !foreign {
+			if _, foreign := m.Foreign(e.Record); !foreign {
 				b.WriteString(sshconfig.Blocks([]state.Entry{e}))
 				continue
 			}
@@ -35,7 +35,7 @@ func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if _, foreign := m.foreign(e.Record); foreign {
+	if _, foreign := m.Foreign(e.Record); foreign {
 		return m.foreignSSHConfig(ctx, e)
 	}
 	return sshconfig.Blocks([]state.Entry{e}), nil

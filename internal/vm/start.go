@@ -69,7 +69,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	r, l := e.Record, e.Layout
 	if live.Alive() {
 		info := m.Status(ctx, e, true)
-		if _, foreign := m.foreign(r); info.State == StateRunning && !foreign {
+		if _, foreign := m.Foreign(r); info.State == StateRunning && !foreign {
 			// Its holder may have ended with a guest reboot, or an older
 			// agent-vm started it.
 			m.startHolder(e)
@@ -103,7 +103,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if mach.Remote == nil {
 		acc = m.Accel(ctx)
 	} // else the host probes its own KVM at the start (the libvirt driver)
-	f, foreign := m.foreign(r)
+	f, foreign := m.Foreign(r)
 	switch {
 	case acc.Accel == accel.TCG && foreign:
 		// The guest's own configuration, not agent-vm, chooses the

@@ -160,7 +160,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) In
 	}
 	// Booting until the start that launched it saw SSH answer; a VM whose
 	// start gave up (or was started by an older agent-vm) is asked directly.
-	if f, ok := m.foreign(r); ok {
+	if f, ok := m.Foreign(r); ok {
 		info.Foreign, info.Ports, info.MCP = f.Config, state.Ports{}, MCPInfo{}
 		info.Accel, info.AccelReason, info.Share = "", "", "" // its configuration's, not agent-vm's
 		info.SSH = SSHInfo{Alias: sshconfig.Alias(r.Slug)}
