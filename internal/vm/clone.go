@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
-	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
-	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/template"
 )
@@ -88,33 +86,34 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	}
 	log := m.Log.With("vm", r.Branch)
 	log.Debug("restored the template's machine", "after", time.Since(began))
-	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, cloneBase, d, mach, launch)
-	defer done()
+	bm := m.bootOf(e, d, mach, launch, o)
+	bm.Began = began
+	w := bm.Begin(ctx, boot.Clone)
+	defer w.Done()
 	res := &StartResult{FromTemplate: true}
 	fail := func(phase string, err error) (*StartResult, error) {
-		logs := d.Logs(mach)
+		var be *boot.Error
+		if !errors.As(err, &be) {
+			be = w.Fail(phase, err)
+		}
+		be.Err, be.Stopped = fmt.Errorf("%w (`agent-vm reset --force %s` then `agent-vm start --no-template %s` boots it cold)", be.Err, e.Slug, e.Slug), true
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = d.Stop(sctx, mach, 0) // a half-made identity must not be left running
-		return nil, &BootError{VM: r.Branch, Phase: phase, Err: fmt.Errorf("%w (the VM was stopped; `agent-vm reset --force %s` then `agent-vm start --no-template %s` boots it cold)", err, e.Slug, e.Slug),
-			ConsoleLog: logs.Console, Tail: driver.TailFile(logs.Console, 15)}
+		return nil, be
 	}
 	// The guest is the template's until Personalize: its host key and
 	// client key.
-	if phase, err := template.Personalize(wctx, t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize, began, log); err != nil {
+	if phase, err := template.Personalize(w.Context(), t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize, began, log); err != nil {
 		return fail(phase, err)
 	}
 	log.Debug("the guest has its identity", "after", time.Since(began))
-	c, err := sshx.WaitReady(wctx, m.guestOf(r, l).Target(), nil)
+	c, ready, err := w.SSH("waiting for SSH with the VM's own keys")
 	if err != nil {
 		return fail("waiting for SSH with the VM's own keys", err)
 	}
 	defer c.Close()
-	res.SSHReady = time.Since(began)
-	m.Log.Debug("ssh ready", "after", res.SSHReady) // as start and resume log it (bench reads it)
-	if err := d.MarkReady(mach, time.Now()); err != nil {
-		m.Log.Warn("could not record that the VM is up", "error", err)
-	}
+	res.SSHReady = ready
 	// The start's guest setup (the VM's CA, its secrets' placeholders,
 	// as after a cold boot), the workspace (plugged in by the restore) and
 	// the first run go over the connection that just answered, as root
@@ -122,30 +121,23 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	asRoot := func(ctx context.Context, script func() string) (int, string, string, error) {
 		return guestconn.RootOn(ctx, c, script())
 	}
-	m.guestSetupWith(wctx, e, asRoot, plan.Setup)
+	m.guestSetupWith(w.Context(), e, asRoot, plan.Setup)
 	m.startHolder(e) // after the setup: its login sees the placeholders
-	if err := guestctl.Attach(wctx, asRoot, m.clock(true)); err != nil {
+	if err := guestctl.Attach(w.Context(), asRoot, m.clock(true)); err != nil {
 		return fail("mounting the workspace", err)
 	}
 	log.Debug("the workspace is mounted", "after", time.Since(began))
-	o.Report.Report("finishing the guest's setup", time.Since(began), "")
-	// The agent CLI, packages and provisioning take as long as they take on
-	// a busy host: no deadline, as long as the guest works (guestctl.Settle).
-	err = guestctl.Settle(ctx, c, guestctl.Settling{Command: guestconn.RootCommand, Input: plan.Clone.FirstRun, Log: guest.ProvisionLog,
-		Stall: settleStall, Every: 10 * time.Second, Report: func(last string) { o.Report.Report("finishing the guest's setup", time.Since(began), last) }})
-	if err != nil {
-		m.Log.Warn("the VM's first-boot setup (agent CLI, provisioning) did not finish", "vm", r.Branch, "error", execx.TailLines(strings.TrimSpace(err.Error()), 5))
-	}
-	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
-		m.Log.Warn("the VM started from its template, but agent-mcp does not answer yet", "vm", r.Branch)
-		res.Info = m.Status(ctx, e, true)
-		return res, nil
-	}
-	res.HealthReady = time.Since(began)
-	if err := m.checkProvision(ctx, e, began); err != nil {
+	err = w.Settle(ctx, c, guestctl.Settling{Command: guestconn.RootCommand, Input: plan.Clone.FirstRun, Log: guest.ProvisionLog})
+	m.settled(ctx, r, err, "")
+	if err := m.restoredHealth(ctx, w, e, res, "started from its template"); err != nil {
 		return nil, err
 	}
-	m.waitHolder(ctx, e, 10*time.Second)
+	if res.HealthReady > 0 {
+		if err := m.checkProvision(ctx, e, began); err != nil {
+			return nil, err
+		}
+		m.waitHolder(ctx, e, 10*time.Second)
+	}
 	res.Info = m.Status(ctx, e, true)
 	return res, nil
 }

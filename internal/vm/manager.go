@@ -8,7 +8,7 @@
 // images and host set-up only through a Manager.
 //
 // What has a vocabulary of its own lives in a room of its own, which vm
-// calls with plain data, a connection or a small interface (template,
+// calls with plain data, a connection or a small interface (boot, template,
 // hostsetup, guestconn, guestctl, netpolicy, portbook, sshconfig, logtail,
 // image); the rooms that act on VMs themselves (agent, mcpsync, netpolicy,
 // forward) declare the few Manager methods they need (access.go) and cli

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
-	"github.com/agent-vm/agent-vm/internal/guestctl"
-	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -63,7 +62,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 	o.Report.Report("resuming from the saved state", 0, "")
 	began := time.Now()
 	launch, err := sus.Resume(ctx, mach, plan.Boot, driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: true,
-		BootTimeout: toolBootTimeout(o.Timeout, bootBaseFor(acc.Accel))})
+		BootTimeout: boot.ToolTimeout(o.Timeout, boot.ColdFor(acc.Accel))})
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
 			return nil, fmt.Errorf("VM %q: %w", r.Branch, err)
@@ -92,44 +91,29 @@ type resumed struct {
 // resumed waits for the guest that resume brought back: SSH, the guest's
 // set-up, a new holder, rs.attach (the clock, the workspace), agent-mcp.
 func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions, rs resumed) (*StartResult, error) {
-	r, l := e.Record, e.Layout
+	r := e.Record
 	res := &StartResult{Resumed: true}
 	if _, foreign := m.Foreign(r); foreign {
 		return m.foreignReady(ctx, e, d, mach, res), nil
 	}
-	wctx, done := m.restoredWait(ctx, r.Slug, o.Timeout, resumeBase, d, mach, rs.launch)
-	defer done()
-	client, err := sshx.WaitReady(wctx, m.guestOf(r, l).Target(), nil)
+	b := m.bootOf(e, d, mach, rs.launch, o)
+	b.Began = rs.began
+	w := b.Begin(ctx, boot.Resume)
+	defer w.Done()
+	c, ready, err := w.SSH("waiting for SSH after resume")
 	if err != nil {
-		logs := d.Logs(mach)
-		return nil, &BootError{VM: r.Branch, Phase: "waiting for SSH after resume", Err: err, ConsoleLog: logs.Console, Tail: tailHere(mach, logs.Console, 15)}
+		return nil, err
 	}
-	client.Close()
-	res.SSHReady = time.Since(rs.began)
-	m.Log.Debug("ssh ready", "after", res.SSHReady)
-	if err := d.MarkReady(mach, time.Now()); err != nil {
-		m.Log.Warn("could not record that the VM is up", "error", err)
-	}
-	m.guestSetup(wctx, e, rs.setup)
+	c.Close()
+	res.SSHReady = ready
+	m.guestSetup(w.Context(), e, rs.setup)
 	m.startHolder(e) // the held connection ended with the suspend
-	if err := rs.attach(wctx, e, true); err != nil {
+	if err := rs.attach(w.Context(), e, true); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
-	if !guestctl.WaitHealthy(wctx, r.Ports.MCP) {
-		m.Log.Warn("the VM resumed, but agent-mcp does not answer yet", "vm", r.Branch)
-		res.Info = m.Status(ctx, e, true)
-		return res, nil
+	if err := m.restoredHealth(ctx, w, e, res, "resumed"); err != nil {
+		return nil, err
 	}
-	res.HealthReady = time.Since(rs.began)
 	res.Info = m.Status(ctx, e, true)
 	return res, nil
-}
-
-// restoredWait bounds the wait for a guest restored from a saved state
-// (the user's timeout, else base stretched by the host's load: bootWait)
-// and ends it when its QEMU exits; done releases it.
-func (m *Manager) restoredWait(ctx context.Context, slug string, timeout, base time.Duration, d driver.Driver, mach driver.Machine, launch *driver.Launch) (wctx context.Context, done func()) {
-	wctx, cancel := m.bootWait(ctx, slug, timeout, base)
-	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
-	return wctx, func() { stopWatch(); cancel() }
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -133,7 +134,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 		return nil, err
 	}
 	so := driver.StartOptions{Accel: acc.Accel, AccelReason: acc.Reason, Share: share, FixedShare: plan.FixedShare,
-		BootTimeout: toolBootTimeout(o.Timeout, bootBaseFor(acc.Accel))}
+		BootTimeout: boot.ToolTimeout(o.Timeout, boot.ColdFor(acc.Accel))}
 	if plan.Clone != nil {
 		res, err := m.startClone(ctx, e, d, mach, plan, tmpl, so, o)
 		var refused *templateRefused

@@ -5,136 +5,82 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
-	"github.com/agent-vm/agent-vm/internal/hostload"
-	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
-	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
-// Waiting for a booting guest: SSH with the pinned key, agent-mcp's
-// health, the backend's settle command; a QEMU that exits ends the wait.
+// The wait for a launched guest is package boot's; what a start does to
+// the guest on the way (its setup script, the holder, the workspace) is
+// here.
 
-// BootError is a boot that did not reach SSH or agent-mcp in time. The VM
-// is left running so it can be inspected.
-type BootError struct {
-	VM         string
-	Phase      string
-	Err        error
-	ConsoleLog string
-	Tail       string
+// bootOf is the machine a start, clone or resume of e launched, as boot
+// waits for it.
+func (m *Manager) bootOf(e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions) boot.Machine {
+	r := e.Record
+	return boot.Machine{VM: r.Branch, Slug: r.Slug, Driver: d, Machine: mach, Launch: launch, Target: m.guestOf(r, e.Layout).Target(),
+		MCPPort: r.Ports.MCP, Timeout: o.Timeout, Report: o.Report, Log: m.Log,
+		Booting: func(ctx context.Context) int { return m.bootingOthers(ctx, r.Slug) }}
 }
 
-func (e *BootError) Error() string {
-	return fmt.Sprintf("%s: %s: %v\nlast lines of the serial console (%s):\n%s\n(hint: the VM is still running: `agent-vm logs %s` shows more, `agent-vm stop %s` stops it)",
-		e.VM, e.Phase, e.Err, e.ConsoleLog, termsafe.Indent(e.Tail), e.VM, e.VM)
-}
-
-func (e *BootError) Unwrap() error { return e.Err }
-
-// waitReady waits for SSH with the pinned key, then for agent-mcp's health,
-// then runs the backend's settle command.
+// waitReady waits for a cold boot's guest: SSH with the pinned key (then
+// the backend's setup script and the holder), agent-mcp's health, the
+// backend's settle command.
 func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, plan *backend.Plan, res *StartResult) error {
-	r, l := e.Record, e.Layout
-	wctx, cancel := m.bootWait(ctx, r.Slug, o.Timeout, bootBaseFor(launch.Accel))
-	defer cancel()
-	wctx, stopWatch := m.watchQEMU(wctx, d, mach, launch)
-	defer stopWatch()
-	began := time.Now()
-	logs := d.Logs(mach)
-	bootErr := func(phase string, err error) error {
-		var late *hostload.TimeoutError
-		switch cause := context.Cause(wctx); {
-		case errors.Is(cause, errQEMUGone):
-			phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, logs.Driver, tailHere(mach, logs.Driver, 3))
-		case errors.As(cause, &late):
-			err = fmt.Errorf("%w: %v (hint: start fewer VMs at once, or give start a longer --timeout)", err, late)
-		case errors.Is(cause, context.DeadlineExceeded):
-			err = fmt.Errorf("%w: --timeout %s ran out (the host: %s)", err, o.Timeout, m.hostLoad(ctx, r.Slug))
-		}
-		return &BootError{VM: r.Branch, Phase: phase, Err: err, ConsoleLog: logs.Console, Tail: tailHere(mach, logs.Console, 15)}
-	}
-	target := m.guestOf(r, l).Target()
-	progress := func(elapsed time.Duration, _ error) {
-		o.Report.Report("waiting for SSH", elapsed, lastConsoleLine(tailHere(mach, logs.Console, 1)))
-	}
-	client, err := sshx.WaitReady(wctx, target, progress)
+	w := m.bootOf(e, d, mach, launch, o).Begin(ctx, boot.ColdFor(launch.Accel))
+	defer w.Done()
+	c, ready, err := w.SSH("waiting for SSH")
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, sshx.ErrHostKeyMismatch) {
-			// Not this VM's sshd: its SSH port is held by something else
-			// (another VM's forward, say) that answered instead.
-			err = fmt.Errorf("the VM's SSH port %d is held by another program (it answered with a host key other than %s's), so agent-vm did not connect (hint: stop that program, which `ss -ltnp 'sport = :%d'` shows, then `agent-vm stop %s` and `agent-vm start %s`): %w",
-				r.Ports.SSH, r.Slug, r.Ports.SSH, r.Slug, r.Slug, err)
-		}
-		return bootErr("waiting for SSH", err)
+		return err
 	}
-	client.Close()
-	res.SSHReady = time.Since(began)
-	m.guestSetup(wctx, e, plan.Setup)
+	c.Close()
+	res.SSHReady = ready
+	m.guestSetup(w.Context(), e, plan.Setup)
 	m.startHolder(e)
-	if err := d.MarkReady(mach, time.Now()); err != nil {
-		m.Log.Warn("could not record that the VM is up", "error", err)
+	if res.HealthReady, err = w.Health(); err != nil {
+		return err
 	}
-	m.Log.Debug("ssh ready", "after", res.SSHReady)
-
-	b := 250 * time.Millisecond
-	for {
-		h := guestctl.CheckHealth(wctx, r.Ports.MCP)
-		if h.State == "healthy" {
-			res.HealthReady = time.Since(began)
-			// The guest's own setup has no deadline: it goes on while the
-			// guest makes progress (guestctl.Settle).
-			m.settle(ctx, r, l, plan, func(last string) { o.Report.Report("finishing the guest's setup", time.Since(began), last) })
-			return ctx.Err() // interrupted while settling: the caller stops the VM
+	if plan.Settle != "" {
+		c, err := m.dialGuest(ctx, e.Record, e.Layout)
+		if err == nil {
+			err = w.Settle(ctx, c, guestctl.Settling{Command: plan.Settle, Log: plan.SetupLog})
+			c.Close()
 		}
-		o.Report.Report("waiting for agent-mcp", time.Since(began), h.Detail)
-		select {
-		case <-wctx.Done():
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return bootErr("waiting for agent-mcp /health", fmt.Errorf("%s after %s (hint: `agent-vm logs %s` shows agent-mcp's journal)", termsafe.String(h.Detail), time.Since(began).Truncate(time.Second), r.Slug))
-		case <-time.After(b):
-		}
-		if b < 2*time.Second {
-			b *= 2
-		}
+		m.settled(ctx, e.Record, err, "; wait for the setup with `agent-vm exec "+e.Record.Branch+" -- cloud-init status --wait`")
 	}
+	return ctx.Err() // interrupted while settling: the caller stops the VM
 }
 
-// settleStall is how long the guest's first-boot setup may make no
-// progress before start stops waiting for it.
-const settleStall = 10 * time.Minute
-
-// settle waits for the guest's own setup (backend.Plan.Settle) while it
-// makes progress, reporting its log's last line. A failure is a warning,
-// not a failed start: the VM is up and healthy.
-func (m *Manager) settle(ctx context.Context, r *state.Record, l state.Layout, plan *backend.Plan, report func(last string)) {
-	if plan.Settle == "" {
-		return
-	}
-	report("")
-	c, err := m.dialGuest(ctx, r, l)
-	if err == nil {
-		err = guestctl.Settle(ctx, c, guestctl.Settling{Command: plan.Settle, Log: plan.SetupLog, Stall: settleStall, Every: 10 * time.Second, Report: report})
-		c.Close()
-	}
+// settled warns of a first-boot setup that did not finish (boot's
+// Settle): not a failed start, since the VM is up and healthy; more
+// names another way to wait for it.
+func (m *Manager) settled(ctx context.Context, r *state.Record, err error, more string) {
 	var stall *guestctl.StallError
 	switch {
 	case err == nil, ctx.Err() != nil:
 	case errors.As(err, &stall):
-		m.Log.Warn("the VM is up, but its first-boot setup (cloud-init: packages, agent CLI, provisioning) stopped making progress; it may go on in the guest, and if the VM is stopped before it ends, its next boot may set it up again (hint: `agent-vm logs "+r.Branch+"` shows the guest's log; wait for the setup with `agent-vm exec "+r.Branch+" -- cloud-init status --wait`)", "error", err)
+		m.Log.Warn("the VM is up, but its first-boot setup (packages, agent CLI, provisioning) stopped making progress; it may go on in the guest, and if the VM is stopped before it ends, its next boot may set it up again (hint: `agent-vm logs "+r.Branch+"` shows the guest's log"+more+")", "error", err)
 	default:
-		m.Log.Warn("the VM is up, but waiting for its setup to finish failed; if the VM is killed soon, its next boot may set it up again", "command", plan.Settle, "error", err)
+		m.Log.Warn("the VM is up, but its first-boot setup (packages, agent CLI, provisioning) did not finish; if the VM is stopped soon, its next boot may set it up again", "vm", r.Branch, "error", execx.TailLines(strings.TrimSpace(err.Error()), 5))
 	}
+}
+
+// restoredHealth waits for agent-mcp in a guest restored from a saved
+// state (a resume, a clone), whose start does not fail for it: the guest
+// came back, and agent-mcp may follow (res.HealthReady stays 0).
+func (m *Manager) restoredHealth(ctx context.Context, w *boot.Wait, e state.Entry, res *StartResult, how string) error {
+	var err error
+	if res.HealthReady, err = w.Health(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		m.Log.Warn("the VM "+how+", but agent-mcp does not answer yet", "vm", e.Record.Branch, "error", err)
+	}
+	return nil
 }
 
 // guestSetup runs the backend's setup script (backend.Plan.Setup) before
@@ -158,50 +104,26 @@ func (m *Manager) guestSetupWith(ctx context.Context, e state.Entry, root guestc
 	}
 }
 
-var errQEMUGone = errors.New("QEMU exited during boot")
-
-// watchQEMU returns a context that is cancelled with errQEMUGone when the
-// VM's QEMU exits (the driver's Running), so a boot that dies ends the wait
-// at once instead of at the timeout.
-func (m *Manager) watchQEMU(ctx context.Context, d driver.Driver, mach driver.Machine, launch *driver.Launch) (context.Context, func()) {
-	wctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-wctx.Done():
-				return
-			case <-t.C:
-				if !d.Running(mach, launch) {
-					cancel(errQEMUGone)
-					return
-				}
-			}
+// bootingOthers counts this state directory's VMs, other than self, whose
+// machine runs and whose start has not seen SSH answer yet.
+func (m *Manager) bootingOthers(ctx context.Context, self string) int {
+	entries, err := m.Root.List()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if e.Record == nil || e.Slug == self {
+			continue
 		}
-	}()
-	return wctx, func() { close(done); cancel(nil) }
-}
-
-// lastConsoleLine is the guest's latest console line (last), for progress
-// lines: escaped, without colours, at most 120 characters.
-func lastConsoleLine(last string) string {
-	line := []rune(strings.TrimSpace(termsafe.Line(last)))
-	if len(line) > 120 {
-		return string(line[:120]) + "…"
+		d, err := m.driverOf(e.Record)
+		if err != nil {
+			continue
+		}
+		live, err := d.Inspect(ctx, m.machine(e.Record, e.Layout))
+		if err == nil && live.State == driver.StateRunning && live.Launch != nil && live.Launch.ReadyAt == nil {
+			n++
+		}
 	}
-	return string(line)
-}
-
-// tailHere is the last n lines of a log of mach's that lies on this
-// machine; "" for a machine placed on another host, whose logs are there
-// (`agent-vm logs` reads them over the link).
-func tailHere(mach driver.Machine, path string, n int) string {
-	if mach.Remote != nil {
-		return ""
-	}
-	return driver.TailFile(path, n)
+	return n
 }

@@ -1,0 +1,293 @@
+// Package boot waits for a machine its driver has launched (a cold boot,
+// a clone of a template, a resume) to be ready: the guest's SSH answering
+// with the VM's pinned host key, then agent-mcp's health, then the
+// guest's own setup for as long as it makes progress.
+//
+// A wait's deadline is the user's --timeout, else a base for the kind of
+// start stretched by the host's load (package hostload: clamp((load1 +
+// other VMs booting) / cores, 1, 4), re-read every loadEvery), and the
+// machine's QEMU exiting ends it at once. A wait that fails is an *Error
+// with the guest's console's last lines and what cut the wait short.
+//
+// What a start does to the guest once SSH answers (the backend's setup
+// script, the holder, the workspace) is vm's: boot knows the machine, its
+// driver and the guest's ports, not the VM's record.
+package boot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
+	"github.com/agent-vm/agent-vm/internal/hostload"
+	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+)
+
+// The waits' bases on an idle host (see the package doc): a cold boot's
+// to agent-mcp healthy under KVM and under TCG, a resume's from the saved
+// state to SSH, a clone's from the template's state to agent-mcp healthy
+// (restore, then the VM's identity and workspace).
+const (
+	Cold        = 5 * time.Minute
+	ColdTCG     = 15 * time.Minute
+	Resume      = 2 * time.Minute
+	Clone       = 5 * time.Minute
+	loadEvery   = 20 * time.Second
+	SettleStall = 10 * time.Minute
+)
+
+// ColdFor is a cold boot's base under accelerator acc.
+func ColdFor(acc string) time.Duration {
+	if acc == accel.TCG {
+		return ColdTCG
+	}
+	return Cold
+}
+
+// ToolTimeout is the wait given to a driver whose own tool waits for the
+// guest (vagrant up's boot_timeout): the user's timeout, else base
+// stretched by the host's load average now, since the tool cannot re-read
+// it. Every start computes it, so it reads only /proc/loadavg: counting
+// the VMs still booting would ask every VM's driver (a vagrant status
+// each).
+func ToolTimeout(timeout, base time.Duration) time.Duration {
+	if timeout > 0 {
+		return timeout
+	}
+	return hostload.Read(0).Scale(base)
+}
+
+// Machine is a launched machine whose guest a start waits for.
+type Machine struct {
+	VM      string // the branch, as messages name the VM
+	Slug    string // as hints name it
+	Driver  driver.Driver
+	Machine driver.Machine
+	Launch  *driver.Launch
+	// Target is the guest's SSH with the VM's pinned keys.
+	Target  sshx.Target
+	MCPPort int
+	// Timeout is the user's --timeout; 0 stretches the base by the
+	// host's load.
+	Timeout time.Duration
+	// Booting counts the other VMs on this host whose start has not seen
+	// SSH answer yet (their vCPUs are about to add to the load).
+	Booting func(ctx context.Context) int
+	Report  backend.Reporter
+	Log     hclog.Logger
+	// Began is when the start began to bring the machine up (the
+	// driver's restore, say), which the wait's times count from; zero:
+	// when the wait begins.
+	Began time.Time
+}
+
+// Wait is a wait under way (Machine.Begin).
+type Wait struct {
+	m      Machine
+	ctx    context.Context
+	outer  context.Context
+	began  time.Time
+	logs   driver.Logs
+	cancel func()
+}
+
+var errQEMUGone = errors.New("QEMU exited during boot")
+
+// Begin starts the wait for m's guest with base as its deadline's base
+// (see the package doc); ctx is the caller's, whose end interrupts it.
+// Done releases it.
+func (m Machine) Begin(ctx context.Context, base time.Duration) *Wait {
+	var wctx context.Context
+	var cancelWait context.CancelFunc
+	if m.Timeout > 0 {
+		wctx, cancelWait = context.WithTimeout(ctx, m.Timeout)
+	} else {
+		wctx, cancelWait = hostload.Stretch(ctx, base, loadEvery, func() hostload.Load { return m.load(ctx) })
+	}
+	wctx, gone := context.WithCancelCause(wctx)
+	done := make(chan struct{})
+	go func() { // a QEMU that exits ends the wait at once, not at the deadline
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				if !m.Driver.Running(m.Machine, m.Launch) {
+					gone(errQEMUGone)
+					return
+				}
+			}
+		}
+	}()
+	began := m.Began
+	if began.IsZero() {
+		began = time.Now()
+	}
+	return &Wait{m: m, ctx: wctx, outer: ctx, began: began, logs: m.Driver.Logs(m.Machine),
+		cancel: func() { close(done); gone(nil); cancelWait() }}
+}
+
+// load is the host's load, counting the other VMs still booting.
+func (m Machine) load(ctx context.Context) hostload.Load {
+	n := 0
+	if m.Booting != nil {
+		n = m.Booting(ctx)
+	}
+	return hostload.Read(n)
+}
+
+// Context is the wait's: it ends at the deadline, when QEMU exits, or
+// with the caller's.
+func (w *Wait) Context() context.Context { return w.ctx }
+
+// Since is how long the wait has run.
+func (w *Wait) Since() time.Duration { return time.Since(w.began) }
+
+// Done releases the wait.
+func (w *Wait) Done() { w.cancel() }
+
+// Reporter reports phase with the wait's elapsed time.
+func (w *Wait) Reporter(phase string) func(last string) {
+	return func(last string) { w.m.Report.Report(phase, w.Since(), last) }
+}
+
+// SSH waits for the guest's SSH to answer with the VM's pinned keys,
+// reporting the console's last line meanwhile, and records that the
+// machine is up (the driver's MarkReady: status stops calling it
+// starting, and other starts stop counting it as booting). The client is
+// the caller's to close. The caller's ctx ending returns its error as is:
+// the caller undoes the start.
+func (w *Wait) SSH(phase string) (*ssh.Client, time.Duration, error) {
+	m := w.m
+	progress := func(elapsed time.Duration, _ error) {
+		m.Report.Report("waiting for SSH", elapsed, lastLine(w.tail(1)))
+	}
+	c, err := sshx.WaitReady(w.ctx, m.Target, progress)
+	if err != nil {
+		if w.outer.Err() != nil {
+			return nil, 0, w.outer.Err()
+		}
+		if errors.Is(err, sshx.ErrHostKeyMismatch) {
+			// Not this VM's sshd: its SSH port is held by something else
+			// (another VM's forward, say) that answered instead.
+			_, port, _ := net.SplitHostPort(m.Target.Addr)
+			err = fmt.Errorf("the VM's SSH port %s is held by another program (it answered with a host key other than %s's), so agent-vm did not connect (hint: stop that program, which `ss -ltnp 'sport = :%s'` shows, then `agent-vm stop %s` and `agent-vm start %s`): %w",
+				port, m.Slug, port, m.Slug, m.Slug, err)
+		}
+		return nil, 0, w.Fail(phase, err)
+	}
+	ready := w.Since()
+	if err := m.Driver.MarkReady(m.Machine, time.Now()); err != nil {
+		m.Log.Warn("could not record that the VM is up", "error", err)
+	}
+	m.Log.Debug("ssh ready", "after", ready) // bench reads it
+	return c, ready, nil
+}
+
+// Health waits for agent-mcp's /health to answer 200, reporting its
+// answer meanwhile; it returns how long the wait had run then.
+func (w *Wait) Health() (time.Duration, error) {
+	m := w.m
+	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
+		h := guestctl.CheckHealth(w.ctx, m.MCPPort)
+		if h.State == "healthy" {
+			return w.Since(), nil
+		}
+		m.Report.Report("waiting for agent-mcp", w.Since(), h.Detail)
+		select {
+		case <-w.ctx.Done():
+			if err := w.outer.Err(); err != nil {
+				return 0, err
+			}
+			return 0, w.Fail("waiting for agent-mcp /health", fmt.Errorf("%s after %s (hint: `agent-vm logs %s` shows agent-mcp's journal)", termsafe.String(h.Detail), w.Since().Truncate(time.Second), m.Slug))
+		case <-time.After(b):
+		}
+	}
+}
+
+// Fail is the wait's failure in phase: err with what cut the wait short
+// (QEMU's exit, the load-stretched deadline, --timeout) and the console's
+// last lines.
+func (w *Wait) Fail(phase string, err error) *Error {
+	m := w.m
+	var late *hostload.TimeoutError
+	switch cause := context.Cause(w.ctx); {
+	case errors.Is(cause, errQEMUGone):
+		phase, err = "booting", fmt.Errorf("%w; QEMU's log %s says: %s", errQEMUGone, w.logs.Driver, w.tailOf(w.logs.Driver, 3))
+	case errors.As(cause, &late):
+		err = fmt.Errorf("%w: %v (hint: start fewer VMs at once, or give start a longer --timeout)", err, late)
+	case errors.Is(cause, context.DeadlineExceeded):
+		err = fmt.Errorf("%w: --timeout %s ran out (the host: %s)", err, m.Timeout, m.load(w.outer))
+	}
+	return &Error{VM: m.VM, Phase: phase, Err: err, ConsoleLog: w.logs.Console, Tail: w.tail(15)}
+}
+
+// Settle waits for the guest's own setup (guestctl.Settle over c) while
+// it makes progress, reporting its log's last line; it stalls after
+// SettleStall without. It has no deadline: on a busy host the packages,
+// the agent CLI and provisioning take as long as they take.
+func (w *Wait) Settle(ctx context.Context, c *ssh.Client, s guestctl.Settling) error {
+	s.Stall, s.Every, s.Report = SettleStall, 10*time.Second, w.Reporter("finishing the guest's setup")
+	s.Report("")
+	return guestctl.Settle(ctx, c, s)
+}
+
+// tail is the console's last n lines.
+func (w *Wait) tail(n int) string { return w.tailOf(w.logs.Console, n) }
+
+// tailOf is the last n lines of the machine's log at path when it lies on
+// this machine; "" for a machine placed on another host, whose logs are
+// there (`agent-vm logs` reads them over the link).
+func (w *Wait) tailOf(path string, n int) string {
+	if w.m.Machine.Remote != nil {
+		return ""
+	}
+	return driver.TailFile(path, n)
+}
+
+// lastLine is the console's latest line, for progress lines: escaped,
+// without colours, at most 120 characters.
+func lastLine(last string) string {
+	line := []rune(strings.TrimSpace(termsafe.Line(last)))
+	if len(line) > 120 {
+		return string(line[:120]) + "…"
+	}
+	return string(line)
+}
+
+// Error is a guest that did not become ready. The VM is left running so
+// it can be inspected, unless Stopped.
+type Error struct {
+	VM         string
+	Phase      string
+	Err        error
+	ConsoleLog string
+	Tail       string
+	Stopped    bool
+}
+
+func (e *Error) Error() string {
+	hint := fmt.Sprintf("the VM is still running: `agent-vm logs %s` shows more, `agent-vm stop %s` stops it", e.VM, e.VM)
+	if e.Stopped {
+		hint = fmt.Sprintf("the VM was stopped; `agent-vm logs %s` shows more", e.VM)
+	}
+	return fmt.Sprintf("%s: %s: %v\nlast lines of the serial console (%s):\n%s\n(hint: %s)",
+		e.VM, e.Phase, e.Err, e.ConsoleLog, termsafe.Indent(e.Tail), hint)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
