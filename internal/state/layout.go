@@ -1,6 +1,6 @@
 // Package state owns agent-vm's state directory: where each VM's files live
 // (Layout), the versioned VM record (config.json), branch -> slug mapping,
-// locks, atomic creation and removal.
+// locks, atomic creation and removal, and which VM a name means (Find).
 //
 // The directory looks like this:
 //
