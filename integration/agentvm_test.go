@@ -17,7 +17,7 @@ import (
 // TestShellQuote: what Reproduce prints, a real sh reads back as the same
 // arguments, and shellSplit (which reads agent-vm's hints) agrees.
 func TestShellQuote(t *testing.T) {
-	args := append(hostileBranches(), "", "plain", "a=b", "--state-dir", "/tmp/x y")
+	args := []string{`it's`, `say"hi"`, "$(touch pwned)", "`touch pwned`", "tab\there", "new\nline", `back\slash`, `glob*?[x]`, "${HOME}", "ünï", "", "plain", "a=b", "--state-dir", "/tmp/x y"}
 	line := shellJoin(args)
 	out, err := exec.Command("sh", "-c", `for a in "$@"; do printf '%s\0' "$a"; done`, "sh", "ARGS").Output()
 	if err != nil || string(out) != "ARGS\x00" {

@@ -61,29 +61,17 @@ func TestParseFlags(t *testing.T) {
 
 func TestSelectScenarios(t *testing.T) {
 	cfg, _ := ParseFlags([]string{"--run", "c"}, &bytes.Buffer{}, &bytes.Buffer{})
-	got := strings.Join(names(selectScenarios(Scenarios(), cfg.Run)), ",")
+	all := suite().Scenarios
+	got := strings.Join(names(selectScenarios(all, cfg.Run)), ",")
 	if got != "cli,lifecycle,mcp,agent-cli" {
 		t.Errorf("--run c selects %s", got)
 	}
-	if n := len(selectScenarios(Scenarios(), nil)); n != len(Scenarios()) {
-		t.Errorf("no filter selects %d of %d", n, len(Scenarios()))
+	if n := len(selectScenarios(all, nil)); n != len(all) {
+		t.Errorf("no filter selects %d of %d", n, len(all))
 	}
 }
 
-func TestNamesBranchAndWithin(t *testing.T) {
-	for _, c := range []struct {
-		msg, name string
-		want      bool
-	}{
-		{`invalid branch name "it's"`, "it's", true},
-		{`invalid branch name "new\nline"`, "new\nline", true},
-		{`invalid branch name "say\"hi\""`, `say"hi"`, true},
-		{`invalid branch name`, "x y", false},
-	} {
-		if got := namesBranch(c.msg, c.name); got != c.want {
-			t.Errorf("namesBranch(%q, %q) = %v", c.msg, c.name, got)
-		}
-	}
+func TestWithin(t *testing.T) {
 	for _, c := range []struct {
 		dir, p string
 		want   bool

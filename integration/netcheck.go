@@ -29,7 +29,7 @@ type netSetup struct {
 }
 
 func newNetSetup(ctx context.Context, s *S, branch string) (*netSetup, error) {
-	if !s.testHooks {
+	if !s.TestHooks() {
 		return nil, failf(nil, "this agent-vm's egress proxy has no test hooks, which the network's steps lead their test names with (hint: build it with `go build -tags agentvm_testhooks -o agent-vm ./cmd/agent-vm`; `agent-vm version` then ends in +testhooks)")
 	}
 	n := &netSetup{env: []string{fmt.Sprintf("AGENT_VM_TEST_EGRESS_HOSTS=%s=127.0.0.1,%s=127.0.0.1", netAllowedName, netDeniedName)}}

@@ -36,7 +36,7 @@ func serveInGuest(ctx context.Context, s *S, branch string, port int) (string, e
 // fetchServed gets served.txt from 127.0.0.1:port on the host until it
 // answers with want (the guest's server may still be starting); it fails
 // with the last error when nothing moves for the run's --stall limit.
-func (s *S) fetchServed(ctx context.Context, port int, want string) error {
+func fetchServed(ctx context.Context, s *S, port int, want string) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/served.txt", port)
 	return s.until(ctx, "the guest's server at "+url, func() (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -61,7 +61,7 @@ type portForward struct {
 	Host  int `json:"host"`
 }
 
-func (s *S) portList(ctx context.Context, branch string) ([]portForward, error) {
+func portList(ctx context.Context, s *S, branch string) ([]portForward, error) {
 	res, err := s.ok(ctx, "port", "list", branch, "--json")
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func checkPortForward(ctx context.Context, s *S, branch string) error {
 	if want := fmt.Sprintf("forwarded to 127.0.0.1:%d\n", guest); !strings.HasSuffix(res.Stdout, want) {
 		return failf(res, "port add on a running VM does not say the guest port is %q", want)
 	}
-	if err := s.fetchServed(ctx, guest, content); err != nil {
+	if err := fetchServed(ctx, s, guest, content); err != nil {
 		return err
 	}
 	st, _, err := s.status(ctx, branch, nil)
@@ -141,7 +141,7 @@ func checkPortForward(ctx context.Context, s *S, branch string) error {
 	if answers(guest) {
 		return failf(nil, "127.0.0.1:%d still answers after `port rm`", guest)
 	}
-	if fwds, err := s.portList(ctx, branch); err != nil || len(fwds) != 0 {
+	if fwds, err := portList(ctx, s, branch); err != nil || len(fwds) != 0 {
 		return failf(nil, "after port rm: forwards %v (%v), want none", fwds, err)
 	}
 	s.notef("guest port %d answered on 127.0.0.1:%d, and stopped after port rm", guest, guest)
@@ -164,7 +164,7 @@ func checkPortTaken(ctx context.Context, s *S, branch string) error {
 	if !strings.Contains(res.Stderr, fmt.Sprintf("port %d is already in use on 127.0.0.1", busy)) {
 		return failf(res, "the refusal does not say that port %d is in use", busy)
 	}
-	if fwds, err := s.portList(ctx, branch); err != nil || len(fwds) != 0 {
+	if fwds, err := portList(ctx, s, branch); err != nil || len(fwds) != 0 {
 		return failf(nil, "after the refusal: forwards %v (%v), want none", fwds, err)
 	}
 	return nil
@@ -190,7 +190,7 @@ func addPortStopped(ctx context.Context, s *S, branch string) (int, error) {
 // checkPortAfterBoot: the forward recorded while the VM was stopped works
 // once it is up.
 func checkPortAfterBoot(ctx context.Context, s *S, branch string, guest int) error {
-	fwds, err := s.portList(ctx, branch)
+	fwds, err := portList(ctx, s, branch)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func checkPortAfterBoot(ctx context.Context, s *S, branch string, guest int) err
 	if err != nil {
 		return err
 	}
-	if err := s.fetchServed(ctx, host, content); err != nil {
+	if err := fetchServed(ctx, s, host, content); err != nil {
 		return err
 	}
 	s.notef("guest port %d answered on 127.0.0.1:%d after the start", guest, host)

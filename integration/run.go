@@ -19,19 +19,19 @@ import (
 // stops and destroys the VMs it started and removes its temporary
 // directories before it returns, except what --keep keeps of a failed
 // scenario.
-func Run(ctx context.Context, cfg Config) int {
+func Run(ctx context.Context, cfg Config, suite Suite) int {
 	cfg = withDefaults(cfg)
 	rep := &reporter{w: cfg.Stdout, color: colorOn(cfg),
 		live: cfg.IsTerminal, width: cfg.TermWidth, verbose: cfg.Verbose, now: time.Now}
 
-	selected := selectScenarios(Scenarios(), cfg.Run)
+	selected := selectScenarios(suite.Scenarios, cfg.Run)
 	if cfg.List {
-		listScenarios(rep, Scenarios())
+		listScenarios(rep, suite.Scenarios)
 		return ExitPassed
 	}
 	if len(selected) == 0 {
 		fmt.Fprintf(cfg.Stderr, "integration-test: no scenario matches --run %q (the scenarios: %s; `integration-test --list` describes them)\n",
-			cfg.Run.String(), strings.Join(names(Scenarios()), ", "))
+			cfg.Run.String(), strings.Join(names(suite.Scenarios), ", "))
 		return ExitUsage
 	}
 	bin, err := findAgentVM(cfg)
@@ -44,8 +44,16 @@ func Run(ctx context.Context, cfg Config) int {
 		fmt.Fprintf(cfg.Stderr, "integration-test: making a temporary directory: %v\n", err)
 		return ExitFailed
 	}
-	r := &run{cfg: cfg, rep: rep, root: root, ctx: ctx}
+	r := &run{cfg: cfg, rep: rep, root: root, ctx: ctx, template: suite.Template}
 	return r.main(selected, bin)
+}
+
+// Suite is what the binary runs: the scenarios, in the order they run,
+// and the scenario that builds the run's template (template.go) with the
+// agents asked for ("none", or an agent CLI's name).
+type Suite struct {
+	Scenarios []Scenario
+	Template  func(agents string) Scenario
 }
 
 // run is one invocation's state.
@@ -58,6 +66,7 @@ type run struct {
 	host     host
 	ownState bool // the state directory is the run's own, inside root
 	kept     bool // a failed scenario's files are kept (--keep)
+	template func(agents string) Scenario
 
 	passed, failed, skipped int
 }
@@ -91,11 +100,11 @@ func (r *run) main(selected []Scenario, bin string) int {
 	var err error
 	// The run's template may join the selection once the host is known
 	// (withTemplate): its commands are asked about too.
-	r.host, err = probeHost(runCtx, r.av, verbsOf(append(slices.Clone(selected), templateScenario("none"))))
+	r.host, err = probeHost(runCtx, r.av, verbsOf(append(slices.Clone(selected), r.template("none"))))
 	if err != nil {
 		return r.abort(err, len(selected))
 	}
-	selected = withTemplate(selected, r.backend())
+	selected = withTemplate(selected, r.backend(), r.template)
 	r.header(bin, selected)
 	for _, sc := range selected {
 		r.scenario(runCtx, sc)

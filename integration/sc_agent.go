@@ -48,7 +48,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 		return s.call(ctx, call{args: args, dir: rp.Dir})
 	}
 	s.Step(ctx, "make a git repo and create a VM; bad agent names are refused before anything is made", func() (err error) {
-		if rp, err = newRepo(ctx, s.dir, nil); err != nil {
+		if rp, err = newRepo(ctx, s.Dir(), nil); err != nil {
 			return err
 		}
 		res := s.tryCreate(ctx, rp.Dir, "--agent", "clippy", agentBranch+"-x")
@@ -75,7 +75,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 	})
 	// The VM was made by create with no flags: the default machine.
 	s.Step(ctx, "the VM's first start is from the run's template", func() error {
-		ts, err := s.templates(ctx)
+		ts, err := templates(ctx, s)
 		if err != nil {
 			return err
 		}
@@ -172,7 +172,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 		if m == nil || !strings.Contains(res.Stdout, "it replaces template "+old) {
 			return failf(res, "template build did not say it replaces %s", old)
 		}
-		ts, err := s.templates(ctx)
+		ts, err := templates(ctx, s)
 		if err != nil {
 			return err
 		}
@@ -209,7 +209,7 @@ func runAgentCLI(ctx context.Context, s *S) {
 		if err := want(tcall("template", "rm", "all"), 0); err != nil {
 			return err
 		}
-		ts, err := s.templates(ctx)
+		ts, err := templates(ctx, s)
 		if err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ type templateInfo struct {
 }
 
 // templates is `template list --json` (the run's templates).
-func (s *S) templates(ctx context.Context) ([]templateInfo, error) {
+func templates(ctx context.Context, s *S) ([]templateInfo, error) {
 	res := s.call(ctx, call{args: []string{"template", "list", "--json"}})
 	if err := want(res, 0); err != nil {
 		return nil, err
@@ -251,7 +251,7 @@ func (s *S) templates(ctx context.Context) ([]templateInfo, error) {
 // an address the proxy reaches there is nothing to refuse: the step says
 // so and checks nothing. The host's pins stay as they are.
 func checkRefusedInstall(ctx context.Context, s *S, dir string) error {
-	d, err := s.doctorJSON(ctx, nil)
+	d, err := doctorJSON(ctx, s, nil)
 	if err != nil || !d.pinned("registry.npmjs.org") {
 		s.notef("npm's registry resolves here to an address the proxy reaches: nothing to refuse")
 		return err

@@ -69,7 +69,7 @@ type browserInfo struct {
 	} `json:"bridges"`
 }
 
-func (s *S) browser(ctx context.Context, branch string, env []string, args ...string) (*browserInfo, *Result, error) {
+func browser(ctx context.Context, s *S, branch string, env []string, args ...string) (*browserInfo, *Result, error) {
 	res := s.call(ctx, call{args: append([]string{"browser", branch, "--json"}, args...), env: env})
 	if err := want(res, 0); err != nil {
 		return nil, res, err
@@ -82,7 +82,7 @@ func (s *S) browser(ctx context.Context, branch string, env []string, args ...st
 }
 
 func checkNoBridges(ctx context.Context, s *S, branch string) error {
-	info, res, err := s.browser(ctx, branch, nil)
+	info, res, err := browser(ctx, s, branch, nil)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func checkChromeBridge(ctx context.Context, s *S, branch string) error {
 	if err != nil {
 		return err
 	}
-	info, res, err := s.browser(ctx, branch, []string{"AGENT_VM_CHROME_BRIDGE_DIR=" + dir}, "--chrome-bridge")
+	info, res, err := browser(ctx, s, branch, []string{"AGENT_VM_CHROME_BRIDGE_DIR=" + dir}, "--chrome-bridge")
 	if err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ func checkDevTools(ctx context.Context, s *S, branch string) error {
 	if err := s.allowPackageSources(ctx, branch); err != nil {
 		return err
 	}
-	info, res, err := s.browser(ctx, branch, nil, "--launch", "--port", strconv.Itoa(port))
+	info, res, err := browser(ctx, s, branch, nil, "--launch", "--port", strconv.Itoa(port))
 	if err != nil {
 		return err
 	}
@@ -336,7 +336,7 @@ func checkOpenURLs(ctx context.Context, s *S, branch string) error {
 		return err
 	}
 	env := []string{"PATH=" + dir + ":" + os.Getenv("PATH")}
-	info, res, err := s.browser(ctx, branch, env, "--open-urls")
+	info, res, err := browser(ctx, s, branch, env, "--open-urls")
 	if err != nil {
 		return err
 	}

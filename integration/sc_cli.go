@@ -30,7 +30,7 @@ func runCLI(ctx context.Context, s *S) {
 	var rp *repo
 	var st *blackbox.Status
 	s.Step(ctx, "make a git repo with a bare remote", func() (err error) {
-		rp, err = newRepo(ctx, s.dir, nil)
+		rp, err = newRepo(ctx, s.Dir(), nil)
 		return err
 	})
 	s.Step(ctx, "create a VM for a new branch", func() (err error) {
@@ -76,8 +76,8 @@ func runCLI(ctx context.Context, s *S) {
 // branch, origin is the source repository and upstream the source's origin.
 func checkWorkspace(ctx context.Context, s *S, st *blackbox.Status, rp *repo, branch string) error {
 	ws := st.Paths.Workspace
-	if !within(s.av.stateDir, st.Paths.Dir) || !within(st.Paths.Dir, ws) {
-		return failf(nil, "the VM's directory %s and workspace %s should lie inside the state directory %s", st.Paths.Dir, ws, s.av.stateDir)
+	if !within(s.StateDir(), st.Paths.Dir) || !within(st.Paths.Dir, ws) {
+		return failf(nil, "the VM's directory %s and workspace %s should lie inside the state directory %s", st.Paths.Dir, ws, s.StateDir())
 	}
 	head, err := git(ctx, ws, "rev-parse", "--abbrev-ref", "HEAD")
 	if err != nil {
@@ -276,7 +276,7 @@ func checkSSHConfig(ctx context.Context, s *S, st *blackbox.Status) error {
 		s.notef("ssh not installed: OpenSSH's parser not asked")
 		return nil
 	}
-	cfgFile := filepath.Join(s.dir, "ssh_config")
+	cfgFile := filepath.Join(s.Dir(), "ssh_config")
 	if err := os.WriteFile(cfgFile, []byte(res.Stdout), 0o600); err != nil {
 		return err
 	}

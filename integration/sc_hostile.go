@@ -69,7 +69,7 @@ func checkHostileNames(ctx context.Context, s *S, rp *repo) error {
 			return ctx.Err()
 		}
 	}
-	for _, d := range []string{rp.Dir, s.dir, s.av.stateDir, s.av.dir} {
+	for _, d := range []string{rp.Dir, s.Dir(), s.StateDir(), s.WorkDir()} {
 		if _, err := os.Lstat(filepath.Join(d, "pwned")); err == nil {
 			problems = append(problems, fmt.Errorf("a branch name ran a shell command: %s appeared", filepath.Join(d, "pwned")))
 		}
@@ -84,7 +84,7 @@ func checkHostileNames(ctx context.Context, s *S, rp *repo) error {
 // tryHostile creates a VM for name and checks the outcome; accepted says
 // whether agent-vm took the name.
 func tryHostile(ctx context.Context, s *S, rp *repo, name string) (accepted bool, err error) {
-	before, err := stateEntries(s.av.stateDir)
+	before, err := stateEntries(s.StateDir())
 	if err != nil {
 		return false, err
 	}
@@ -102,7 +102,7 @@ func tryHostile(ctx context.Context, s *S, rp *repo, name string) (accepted bool
 	if strings.Contains(res.Stderr, "goroutine ") {
 		return false, fmt.Errorf("agent-vm crashed: %s", lastLine(res.Stderr))
 	}
-	after, err := stateEntries(s.av.stateDir)
+	after, err := stateEntries(s.StateDir())
 	if err != nil {
 		return false, err
 	}
@@ -123,8 +123,8 @@ func checkAccepted(ctx context.Context, s *S, name string) error {
 	if !safeSlug.MatchString(st.Slug) {
 		return fmt.Errorf("its slug %q is not safe for paths, Nix, QEMU and hostnames", st.Slug)
 	}
-	if !samePath(filepath.Dir(st.Paths.Dir), s.av.stateDir) {
-		return fmt.Errorf("its directory %s is not directly inside the state directory %s", st.Paths.Dir, s.av.stateDir)
+	if !samePath(filepath.Dir(st.Paths.Dir), s.StateDir()) {
+		return fmt.Errorf("its directory %s is not directly inside the state directory %s", st.Paths.Dir, s.StateDir())
 	}
 	head, err := git(ctx, st.Paths.Workspace, "rev-parse", "--abbrev-ref", "HEAD")
 	if err != nil {
@@ -203,7 +203,7 @@ func checkSlugCollision(ctx context.Context, s *S, rp *repo) error {
 	if second == first {
 		return failf(nil, "the slug of %q is %q, the branch itself; want '/' replaced", first, st.Slug)
 	}
-	before, err := stateEntries(s.av.stateDir)
+	before, err := stateEntries(s.StateDir())
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func checkSlugCollision(ctx context.Context, s *S, rp *repo) error {
 	if !namesBranch(res.Stderr, second) && !namesBranch(res.Stderr, first) {
 		return failf(res, "the error names neither %q nor %q", second, first)
 	}
-	after, err := stateEntries(s.av.stateDir)
+	after, err := stateEntries(s.StateDir())
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func runLifecycle(ctx context.Context, s *S) {
 	})
 	var canary string
 	s.Step(ctx, "the share is not an escape: the guest's root makes no setuid, root-owned or special file on the host; its symlinks are not followed", func() (err error) {
-		if canary, err = writeCanary(s.dir); err != nil {
+		if canary, err = writeCanary(s.Dir()); err != nil {
 			return err
 		}
 		return checkShareNotAnEscape(ctx, s, l.st, canary)
@@ -80,8 +80,8 @@ func runLifecycle(ctx context.Context, s *S) {
 	// The QEMU of a VM on another host is the host's: this test kills
 	// processes of this machine's.
 	crashSkip := ""
-	if s.host != "" {
-		crashSkip = "the VM's QEMU runs on host " + s.host + ", not here, where the test kills it"
+	if s.Host() != "" {
+		crashSkip = "the VM's QEMU runs on host " + s.Host() + ", not here, where the test kills it"
 	}
 	s.StepUnless(ctx, "SIGKILL its QEMU: status says crashed", crashSkip, func() error { return l.crash(ctx) })
 	s.StepUnless(ctx, "restart recovers it, with a healthy agent", crashSkip, func() error { return l.restart(ctx) })
@@ -286,7 +286,7 @@ func (l *lifecycle) crash(ctx context.Context) error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return failf(nil, "kill -9 %d: %v", pid, err)
 	}
-	if err := l.s.waitGone(ctx, pid, "QEMU"); err != nil {
+	if err := waitGone(ctx, l.s, pid, "QEMU"); err != nil {
 		return err
 	}
 	now, err := l.s.waitState(ctx, l.branch, "crashed")

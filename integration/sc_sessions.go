@@ -68,15 +68,15 @@ func runSessions(ctx context.Context, s *S) {
 	var calls []*Result // every call, searched for the canary at the end
 	track := func(r *Result) *Result { calls = append(calls, r); return r }
 	agentArgs := []string{"--agent", "./stand-in-agent", "--env", "AGENT_VM_CANARY"}
-	if s.backend != "" {
-		agentArgs = append(agentArgs, "--backend", s.backend)
+	if s.Backend() != "" {
+		agentArgs = append(agentArgs, "--backend", s.Backend())
 	}
-	if s.host != "" {
-		agentArgs = append(agentArgs, "--host", s.host)
+	if s.Host() != "" {
+		agentArgs = append(agentArgs, "--host", s.Host())
 	}
 
 	s.Step(ctx, "refusals: an unset --env, an --agent with spaces, attach to a VM that does not exist", func() (err error) {
-		if rp, err = newRepo(ctx, s.dir, map[string]string{"stand-in-agent": standInAgent}); err != nil {
+		if rp, err = newRepo(ctx, s.Dir(), map[string]string{"stand-in-agent": standInAgent}); err != nil {
 			return err
 		}
 		if err := os.Chmod(filepath.Join(rp.Dir, "stand-in-agent"), 0o755); err != nil {
@@ -120,12 +120,12 @@ func runSessions(ctx context.Context, s *S) {
 	s.Step(ctx, "run creates and boots the VM, attaches to the agent, and Ctrl-b d detaches", func() error {
 		args := append([]string{"run", sessionsBranch}, agentArgs...)
 		args = append(args, "--", "first", "second arg")
-		kbd, done, err := s.typing(ctx, call{args: args, dir: rp.Dir, env: canaryEnv})
+		kbd, done, err := typing(ctx, s, call{args: args, dir: rp.Dir, env: canaryEnv})
 		if err != nil {
 			return err
 		}
 		s.register(sessionsBranch, rp.Dir)
-		ready, err := s.waitAgentReady(ctx, rp.Dir, &workspace, done)
+		ready, err := waitAgentReady(ctx, s, rp.Dir, &workspace, done)
 		if err != nil {
 			kbd.Close()
 			return err
@@ -161,7 +161,7 @@ func runSessions(ctx context.Context, s *S) {
 
 	var name string
 	s.Step(ctx, "sessions lists the detached agent; a running session is not removed without --force", func() error {
-		infos, err := s.sessions(ctx, ref)
+		infos, err := sessions(ctx, s, ref)
 		if err != nil {
 			return err
 		}
@@ -191,13 +191,13 @@ func runSessions(ctx context.Context, s *S) {
 	})
 
 	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
-		kbd, done, err := s.typing(ctx, call{args: append([]string{"run", sessionsBranch}, agentArgs...), dir: rp.Dir, env: canaryEnv})
+		kbd, done, err := typing(ctx, s, call{args: append([]string{"run", sessionsBranch}, agentArgs...), dir: rp.Dir, env: canaryEnv})
 		if err != nil {
 			return err
 		}
 		// The agent waits for a line: give it one once the client is
 		// attached (the session shows an attached client).
-		if err := s.waitAttached(ctx, ref, done); err != nil {
+		if err := waitAttached(ctx, s, ref, done); err != nil {
 			kbd.Close()
 			return err
 		}
@@ -217,7 +217,7 @@ func runSessions(ctx context.Context, s *S) {
 	})
 
 	s.Step(ctx, "sessions shows the exit status, logs --session the scrollback, attach the end", func() error {
-		infos, err := s.sessions(ctx, ref)
+		infos, err := sessions(ctx, s, ref)
 		if err != nil {
 			return err
 		}
@@ -258,7 +258,7 @@ func runSessions(ctx context.Context, s *S) {
 				return failf(r, "the canary is in the output of `%s`", r.Short())
 			}
 		}
-		hits, scanned, err := grepTree(s.av.stateDir, []byte(canary))
+		hits, scanned, err := grepTree(s.StateDir(), []byte(canary))
 		if err != nil {
 			return err
 		}
@@ -302,7 +302,7 @@ func suspendAtWork(ctx context.Context, s *S, ref vmRef, name string, track func
 	if err := want(track(s.call(ctx, ref.call("resume"))), 0); err != nil {
 		return err
 	}
-	infos, err := s.sessions(ctx, ref)
+	infos, err := sessions(ctx, s, ref)
 	if err != nil {
 		return err
 	}
@@ -313,7 +313,7 @@ func suspendAtWork(ctx context.Context, s *S, ref vmRef, name string, track func
 }
 
 // typing starts c with a keyboard for its stdin; its result arrives on done.
-func (s *S) typing(ctx context.Context, c call) (*keyboard, chan *Result, error) {
+func typing(ctx context.Context, s *S, c call) (*keyboard, chan *Result, error) {
 	kbd, err := newKeyboard()
 	if err != nil {
 		return nil, nil, err
@@ -327,13 +327,13 @@ func (s *S) typing(ctx context.Context, c call) (*keyboard, chan *Result, error)
 // waitAgentReady waits until the stand-in agent has written its ready file
 // in the VM's workspace (on the host) and returns what it wrote; a run that
 // ends first is a failure.
-func (s *S) waitAgentReady(ctx context.Context, dir string, workspace *string, done chan *Result) (string, error) {
+func waitAgentReady(ctx context.Context, s *S, dir string, workspace *string, done chan *Result) (string, error) {
 	var ready string
 	err := s.until(ctx, "the stand-in agent's ready file", func() (bool, error) {
 		select {
 		case res := <-done:
 			done <- res
-			return false, giveUp{failf(res, "run ended before the agent was ready: %s", res.Outcome())}
+			return false, GiveUp(failf(res, "run ended before the agent was ready: %s", res.Outcome()))
 		default:
 		}
 		if *workspace == "" {
@@ -359,15 +359,15 @@ func (s *S) waitAgentReady(ctx context.Context, dir string, workspace *string, d
 }
 
 // waitAttached waits until the session has an attached client.
-func (s *S) waitAttached(ctx context.Context, ref vmRef, done chan *Result) error {
+func waitAttached(ctx context.Context, s *S, ref vmRef, done chan *Result) error {
 	return s.until(ctx, "run to attach to the session", func() (bool, error) {
 		select {
 		case res := <-done:
 			done <- res
-			return false, giveUp{failf(res, "run ended before it attached: %s", res.Outcome())}
+			return false, GiveUp(failf(res, "run ended before it attached: %s", res.Outcome()))
 		default:
 		}
-		infos, err := s.sessions(ctx, ref)
+		infos, err := sessions(ctx, s, ref)
 		if err != nil {
 			return false, err
 		}
@@ -375,7 +375,7 @@ func (s *S) waitAttached(ctx context.Context, ref vmRef, done chan *Result) erro
 	})
 }
 
-func (s *S) sessions(ctx context.Context, ref vmRef) ([]sessionInfo, error) {
+func sessions(ctx context.Context, s *S, ref vmRef) ([]sessionInfo, error) {
 	res := s.call(ctx, ref.call("sessions", "--json"))
 	if err := want(res, 0); err != nil {
 		return nil, err

@@ -3,25 +3,11 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
-	"slices"
 	"strings"
 )
 
-// The run's template. A user's VMs start from a template after `agent-vm
-// setup --template`: in seconds, with the agent CLIs installed. The run
-// does the same for the scenarios whose checks are not about a VM's first
-// boot from the base image (Scenario.Template): it builds one template of
-// the default machine first, in a directory of its own that every
-// agent-vm call of the run is given (AGENT_VM_TEMPLATE_DIR), so no
-// template of the user's is used and none is left. Only the qemu backend's
-// VMs start from templates; other runs build none. A cold first boot is
-// still tested: the template's own build, agent-cli's builds, lifecycle's
-// second boot and reset, and every vagrant and --host run.
-
-// templateDirEnv names the directory agent-vm keeps its templates in.
-const templateDirEnv = "AGENT_VM_TEMPLATE_DIR"
-
+// templateScenario builds the run's template (the harness's template.go
+// says when and why) with agents: Suite.Template.
 func templateScenario(agents string) Scenario {
 	return Scenario{
 		Name: "template",
@@ -44,7 +30,7 @@ func templateScenario(agents string) Scenario {
 func runTemplate(ctx context.Context, s *S, agents string) {
 	var slug string
 	s.Step(ctx, "doctor says the egress proxy reaches the package sources (pinned by setup where this host's resolver needs it)", func() error {
-		d, err := s.doctorJSON(ctx, nil)
+		d, err := doctorJSON(ctx, s, nil)
 		if err != nil {
 			return err
 		}
@@ -59,9 +45,7 @@ func runTemplate(ctx context.Context, s *S, agents string) {
 		return nil
 	})
 	s.Step(ctx, "template build --agents "+agents+" saves the default machine", func() error {
-		t := s.rep.begin("building the run's template")
-		defer s.rep.end(t)
-		res := s.call(ctx, call{args: []string{"template", "build", "--agents", agents}, onLine: func(l string) { s.rep.update(t, l) }})
+		res := s.callShowing(ctx, "building the run's template", call{args: []string{"template", "build", "--agents", agents}})
 		if err := want(res, 0); err != nil {
 			return err
 		}
@@ -99,31 +83,6 @@ func runTemplate(ctx context.Context, s *S, agents string) {
 	})
 }
 
-// withTemplate puts the run's template first among the selected
-// scenarios when one of them asks for it and the run's VMs can start from
-// one (backend is what create picks in this run); agents is the most any
-// of them asks for.
-func withTemplate(selected []Scenario, backend string) []Scenario {
-	if backend != "qemu" || slices.ContainsFunc(selected, func(sc Scenario) bool { return sc.Name == "template" }) {
-		return selected
-	}
-	agents := ""
-	for _, sc := range selected {
-		switch {
-		case sc.Template == "":
-		case agents == "" || agents == "none":
-			agents = sc.Template
-		}
-	}
-	if agents == "" {
-		return selected
-	}
-	return append([]Scenario{templateScenario(agents)}, selected...)
-}
-
-// templateDir is the run's own template directory.
-func templateDir(root string) string { return filepath.Join(root, "templates") }
-
 // doctorPins is what the scenarios read of `agent-vm doctor --json`: its
 // checks and the host's pins.
 type doctorPins struct {
@@ -146,7 +105,7 @@ func (d doctorPins) pinned(name string) bool {
 
 // doctorJSON runs `agent-vm doctor --json` with env added and reads it
 // (doctor exits 1 when a check fails; its JSON still says what).
-func (s *S) doctorJSON(ctx context.Context, env []string) (doctorPins, error) {
+func doctorJSON(ctx context.Context, s *S, env []string) (doctorPins, error) {
 	res := s.call(ctx, call{args: []string{"doctor", "--json"}, env: env})
 	var d doctorPins
 	if err := json.Unmarshal([]byte(res.Stdout), &d); err != nil {

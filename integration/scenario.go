@@ -29,20 +29,6 @@ type Scenario struct {
 	run      func(ctx context.Context, s *S)
 }
 
-// Scenarios lists the scenarios in the order they run.
-func Scenarios() []Scenario {
-	return []Scenario{
-		templateScenario("claude"),
-		cliScenario(),
-		lifecycleScenario(),
-		severalScenario(),
-		mcpScenario(),
-		sessionsScenario(),
-		// Last of those that start from the run's template: it rebuilds it.
-		agentCLIScenario(),
-	}
-}
-
 // S is a scenario while it runs: its agent-vm, its own temporary directory,
 // the VMs it made, and how its steps went.
 type S struct {
@@ -232,6 +218,27 @@ func (s *S) made() []vmRef {
 	defer s.mu.Unlock()
 	return append([]vmRef(nil), s.vms...)
 }
+
+// Dir is the scenario's own directory, for its files (git repositories).
+func (s *S) Dir() string { return s.dir }
+
+// StateDir is agent-vm's state directory in this run.
+func (s *S) StateDir() string { return s.av.stateDir }
+
+// WorkDir is where agent-vm runs unless a call says otherwise: the run's
+// temporary directory, which is no git checkout.
+func (s *S) WorkDir() string { return s.av.dir }
+
+// Backend is what create is given as --backend in this run; "" for
+// agent-vm's default.
+func (s *S) Backend() string { return s.backend }
+
+// Host is what create is given as --host in this run; "" for this machine.
+func (s *S) Host() string { return s.host }
+
+// TestHooks reports whether agent-vm's egress proxy reads its test hooks
+// (`agent-vm version` ends in +testhooks).
+func (s *S) TestHooks() bool { return s.testHooks }
 
 // tempDir makes a fresh directory inside the scenario's own.
 func (s *S) tempDir(pattern string) (string, error) {

@@ -164,7 +164,7 @@ func owner(path string) (uid, gid uint32, err error) {
 }
 
 // waitGone waits until pid (what names it) has exited.
-func (s *S) waitGone(ctx context.Context, pid int, what string) error {
+func waitGone(ctx context.Context, s *S, pid int, what string) error {
 	return s.until(ctx, fmt.Sprintf("%s (pid %d) to exit", what, pid), func() (bool, error) {
 		return !blackbox.Alive(pid), nil
 	})

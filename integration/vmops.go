@@ -70,14 +70,18 @@ func (s *S) start(ctx context.Context, branch string) (*Result, error) {
 // load); env is added to agent-vm's environment (and so to the VM's egress
 // proxy's).
 func (s *S) boot(ctx context.Context, verb, branch string, env ...string) (*Result, error) {
-	t := s.rep.begin("booting " + branch)
-	defer s.rep.end(t)
-	res := s.call(ctx, call{
-		args:   []string{verb, branch},
-		onLine: func(l string) { s.rep.update(t, l) },
-		env:    env,
-	})
+	res := s.callShowing(ctx, "booting "+branch, call{args: []string{verb, branch}, env: env})
 	return res, want(res, 0)
+}
+
+// callShowing runs agent-vm with a progress line labelled label, fed by
+// the lines it writes to stderr as they come (a boot's or a template
+// build's progress).
+func (s *S) callShowing(ctx context.Context, label string, c call) *Result {
+	t := s.rep.begin(label)
+	defer s.rep.end(t)
+	c.onLine = func(l string) { s.rep.update(t, l) }
+	return s.call(ctx, c)
 }
 
 // startAll starts the branches at the same time and waits for all.
@@ -231,6 +235,9 @@ func (s *S) until(ctx context.Context, what string, done func() (bool, error)) e
 
 // giveUp is an answer of until's done that ends the wait with its error.
 type giveUp struct{ error }
+
+// GiveUp is the answer of Until's done that ends the wait with err.
+func GiveUp(err error) error { return giveUp{err} }
 
 // serialTails prints the tail of each VM's serial console: what the guest
 // said, for a failed VM scenario.

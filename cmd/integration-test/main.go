@@ -21,5 +21,5 @@ func main() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop) // after the first signal, a second one ends the run at once
-	os.Exit(integration.Run(ctx, cfg))
+	os.Exit(integration.Run(ctx, cfg, integration.Binary()))
 }

@@ -6,13 +6,29 @@ import (
 	"testing"
 )
 
+// suite is a stand-in for the binary's scenarios: their names, in their
+// order, and the templates they may start from.
+func suite() Suite {
+	template := func(agents string) Scenario {
+		return Scenario{Name: "template", Summary: "template build --agents " + agents + " "}
+	}
+	return Suite{
+		Scenarios: []Scenario{
+			template("claude"), {Name: "cli"}, {Name: "lifecycle", Template: "none"}, {Name: "several", Template: "none"},
+			{Name: "mcp", Template: "none"}, {Name: "sessions", Template: "none"}, {Name: "agent-cli", Template: "claude"},
+		},
+		Template: template,
+	}
+}
+
 // The run's template comes first when a selected scenario may start from
 // it, holding the most any of them asks for, and only where VMs start from
 // templates (the qemu backend).
 func TestWithTemplate(t *testing.T) {
+	su := suite()
 	byName := func(ns ...string) []Scenario {
 		var out []Scenario
-		for _, sc := range Scenarios() {
+		for _, sc := range su.Scenarios {
 			if slices.Contains(ns, sc.Name) {
 				out = append(out, sc)
 			}
@@ -32,7 +48,7 @@ func TestWithTemplate(t *testing.T) {
 		{[]string{"lifecycle"}, "libvirt", []string{"lifecycle"}, ""},
 		{[]string{"template", "cli"}, "qemu", []string{"template", "cli"}, "--agents claude "},
 	} {
-		got := withTemplate(byName(c.names...), c.backend)
+		got := withTemplate(byName(c.names...), c.backend, su.Template)
 		if n := names(got); !slices.Equal(n, c.want) {
 			t.Errorf("%v with %s: got %v, want %v", c.names, c.backend, n, c.want)
 			continue
