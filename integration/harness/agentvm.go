@@ -32,16 +32,16 @@ type agentVM struct {
 	rep   *reporter
 }
 
-// call is one agent-vm invocation.
+// Call is one agent-vm invocation.
 type Call struct {
 	Args []string
-	Dir  string // "" = agentVM.dir
+	Dir  string // "" = agentVM.dir (S.WorkDir)
 	// onLine receives each line agent-vm writes to stderr, as it comes
 	// (start's progress lines).
 	onLine func(string)
-	// quiet calls are not shown in verbose mode (probes of the build).
+	// Quiet calls are not shown in verbose mode (probes of the build).
 	Quiet bool
-	// stdin is what agent-vm reads (nil: nothing); env is added to its
+	// Stdin is what agent-vm reads (nil: nothing); Env is added to its
 	// environment for this call only.
 	Stdin io.Reader
 	Env   []string

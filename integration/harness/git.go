@@ -10,14 +10,14 @@ import (
 	"strings"
 )
 
-// repo is a scenario's test data: a git repository with a bare remote, made
+// Repo is a scenario's test data: a git repository with a bare remote, made
 // with the real git, as a user's project would be.
 type Repo struct {
 	Dir    string // the working repository VMs are created from
 	Remote string // its origin, a bare repository
 }
 
-// newRepo makes parent/remote.git and parent/src, commits files (path ->
+// NewRepo makes parent/remote.git and parent/src, commits files (path ->
 // content) plus a README on main, and pushes main to the remote.
 func NewRepo(ctx context.Context, parent string, files map[string]string) (*Repo, error) {
 	r := &Repo{Dir: filepath.Join(parent, "src"), Remote: filepath.Join(parent, "remote.git")}
@@ -53,7 +53,7 @@ func NewRepo(ctx context.Context, parent string, files map[string]string) (*Repo
 	return r, nil
 }
 
-// git runs the real git in dir, isolated from the user's and the system's
+// Git runs the real git in dir, isolated from the user's and the system's
 // git configuration, with a fixed identity. Its error carries git's stderr.
 func Git(ctx context.Context, dir string, args ...string) (string, error) {
 	argv := append([]string{"-c", "safe.directory=*", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"}, args...)

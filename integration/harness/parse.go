@@ -9,18 +9,18 @@ import (
 	"github.com/agent-vm/agent-vm/blackbox"
 )
 
-// statusKeys are the fields every status object has, running or not.
+// StatusKeys are the fields every status object has, running or not.
 func StatusKeys() []string {
 	return []string{"branch", "slug", "backend", "state", "created_at", "ports", "resources",
 		"agent", "ssh", "mcp", "paths", "git"}
 }
 
-// runningKeys are the fields a running VM's status has besides statusKeys.
+// RunningKeys are the fields a running VM's status has besides StatusKeys.
 func RunningKeys() []string {
 	return append(StatusKeys(), "pid", "started_at", "uptime_seconds", "accel", "share")
 }
 
-// parseStatus reads one status object and checks that it has the keys.
+// ParseStatus reads one status object and checks that it has the keys.
 func ParseStatus(data []byte, keys []string) (*blackbox.Status, error) {
 	var st blackbox.Status
 	if err := json.Unmarshal(data, &st); err != nil {
@@ -42,7 +42,7 @@ func ParseStatus(data []byte, keys []string) (*blackbox.Status, error) {
 	return &st, nil
 }
 
-// parseList reads `list --json`: an array of status objects.
+// ParseList reads `list --json`: an array of status objects.
 func ParseList(data []byte) ([]blackbox.Status, []map[string]json.RawMessage, error) {
 	var list []blackbox.Status
 	if err := json.Unmarshal(data, &list); err != nil {
@@ -55,7 +55,7 @@ func ParseList(data []byte) ([]blackbox.Status, []map[string]json.RawMessage, er
 	return list, raw, nil
 }
 
-// parseTable reads a table whose first line names the columns, aligned as
+// ParseTable reads a table whose first line names the columns, aligned as
 // text/tabwriter aligns them: each cell starts where its header starts
 // (counted in runes). The last column runs to the end of the line.
 func ParseTable(out string) (header []string, rows []map[string]string, err error) {
@@ -94,14 +94,14 @@ func ParseTable(out string) (header []string, rows []map[string]string, err erro
 	return header, rows, nil
 }
 
-// sshHost is one `Host` block of an OpenSSH config.
+// SSHHost is one `Host` block of an OpenSSH config.
 type SSHHost struct {
 	Name string
 	// Options maps lowercased keywords to their values.
 	Options map[string]string
 }
 
-// parseSSHConfig reads Host blocks: "Host NAME" then "Keyword value"
+// ParseSSHConfig reads Host blocks: "Host NAME" then "Keyword value"
 // lines (comments and blank lines skipped).
 func ParseSSHConfig(out string) ([]SSHHost, error) {
 	var hosts []SSHHost

@@ -6,7 +6,7 @@ import (
 	"github.com/agent-vm/agent-vm/blackbox"
 )
 
-// processesMentioning lists the live processes whose command line contains
+// ProcessesMentioning lists the live processes whose command line contains
 // s (a VM's directory: its QEMU and virtiofsd name sockets and files there).
 // It returns nothing where there is no /proc.
 func ProcessesMentioning(s string) []blackbox.Process {
@@ -19,10 +19,10 @@ func ProcessesMentioning(s string) []blackbox.Process {
 	return out
 }
 
-// cmdline is a process's command line, "" if it is gone.
+// Cmdline is a process's command line, "" if it is gone.
 func Cmdline(pid int) string { return strings.Join(blackbox.Cmdline(pid), " ") }
 
-// isQEMU reports whether pid is a QEMU process.
+// IsQEMU reports whether pid is a QEMU process.
 func IsQEMU(pid int) bool {
 	return strings.Contains(Cmdline(pid), "qemu-system")
 }

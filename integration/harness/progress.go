@@ -66,7 +66,7 @@ func (p *progress) due(now time.Time) bool {
 	return now.Sub(last) >= progressEvery
 }
 
-// truncate cuts s to at most n runes, marking the cut with "…".
+// Truncate cuts s to at most n runes, marking the cut with "…".
 func Truncate(s string, n int) string {
 	if n < 1 || utf8.RuneCountInString(s) <= n {
 		return s

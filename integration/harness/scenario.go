@@ -63,7 +63,7 @@ type stepError struct {
 
 func (e *stepError) Error() string { return e.msg }
 
-// failf fails a step about res (nil: about the step's latest call).
+// Failf fails a step about res (nil: about the step's latest call).
 func Failf(res *Result, format string, args ...any) error {
 	return &stepError{msg: fmt.Sprintf(format, args...), res: res}
 }
@@ -132,7 +132,7 @@ const (
 	FeatureBrowser = "browser" // the browser bridges
 )
 
-// lacks says why this run's backend cannot do feature, "" when it can:
+// Lacks says why this run's backend cannot do feature, "" when it can:
 // the vagrant backend forwards the SSH and MCP ports only; the vagrant
 // and libvirt runs leave the browser bridges to the qemu runs.
 func (s *S) Lacks(feature string) string {
@@ -145,11 +145,11 @@ func (s *S) Lacks(feature string) string {
 	return ""
 }
 
-// onLibvirt: this run's VMs are libvirt's domains, each on a libvirt
+// OnLibvirt: this run's VMs are libvirt's domains, each on a libvirt
 // network of its own (the vagrant and libvirt backends).
 func (s *S) OnLibvirt() bool { return s.backend == "vagrant" || s.backend == "libvirt" }
 
-// notef sets the note printed on the running step's line when it passes.
+// Notef sets the note printed on the running step's line when it passes.
 func (s *S) Notef(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -162,12 +162,12 @@ func (s *S) LastResult() *Result {
 	return s.last
 }
 
-// agentVM runs agent-vm in the run's neutral directory.
+// AgentVM runs agent-vm in the run's neutral directory.
 func (s *S) AgentVM(ctx context.Context, args ...string) *Result {
 	return s.Call(ctx, Call{Args: args})
 }
 
-// call runs agent-vm and remembers the call as the step's latest.
+// Call runs agent-vm and remembers the call as the step's latest.
 func (s *S) Call(ctx context.Context, c Call) *Result {
 	res := s.av.run(ctx, c)
 	s.mu.Lock()
@@ -176,7 +176,7 @@ func (s *S) Call(ctx context.Context, c Call) *Result {
 	return res
 }
 
-// want checks a call's exit code.
+// Want checks a call's exit code.
 func Want(res *Result, code int) error {
 	if res.ExitCode == code && res.Err == nil {
 		return nil
@@ -184,13 +184,13 @@ func Want(res *Result, code int) error {
 	return Failf(res, "`%s`: %s, want exit status %d", res.Short(), res.Outcome(), code)
 }
 
-// ok runs agent-vm and requires exit status 0.
+// OK runs agent-vm and requires exit status 0.
 func (s *S) OK(ctx context.Context, args ...string) (*Result, error) {
 	res := s.AgentVM(ctx, args...)
 	return res, Want(res, 0)
 }
 
-// vmRef names a VM as a user would: its branch, from the repository it
+// VMRef names a VM as a user would: its branch, from the repository it
 // belongs to (agent-vm resolves branch names within the repository it runs
 // in; "" runs it outside any repository).
 type VMRef struct {
@@ -198,10 +198,10 @@ type VMRef struct {
 	Dir    string
 }
 
-// call is a call about this VM, from its repository.
+// Call is a call about this VM, from its repository.
 func (v VMRef) Call(args ...string) Call { return Call{Args: append(args, v.Branch), Dir: v.Dir} }
 
-// register records a VM the scenario made, for cleanup.
+// Register records a VM the scenario made, for cleanup.
 func (s *S) Register(branch, dir string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -240,7 +240,7 @@ func (s *S) Host() string { return s.host }
 // (`agent-vm version` ends in +testhooks).
 func (s *S) TestHooks() bool { return s.testHooks }
 
-// tempDir makes a fresh directory inside the scenario's own.
+// TempDir makes a fresh directory inside the scenario's own.
 func (s *S) TempDir(pattern string) (string, error) {
 	return os.MkdirTemp(s.dir, pattern)
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// shellSplit splits a command line the way a POSIX shell would, for the
+// ShellSplit splits a command line the way a POSIX shell would, for the
 // quoting agent-vm prints: single and double quotes, backslashes.
 func ShellSplit(line string) ([]string, error) {
 	var out []string
@@ -58,19 +58,19 @@ func ShellSplit(line string) ([]string, error) {
 	return out, nil
 }
 
-// isDir reports whether p is a directory.
+// IsDir reports whether p is a directory.
 func IsDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
 }
 
-// within reports whether p lies inside dir (not dir itself).
+// Within reports whether p lies inside dir (not dir itself).
 func Within(dir, p string) bool {
 	rel, err := filepath.Rel(canonical(dir), canonical(p))
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
 }
 
-// samePath reports whether a and b name the same place.
+// SamePath reports whether a and b name the same place.
 func SamePath(a, b string) bool { return canonical(a) == canonical(b) }
 
 // canonical is p, absolute, cleaned, with the symlinks of its existing
@@ -86,7 +86,7 @@ func canonical(p string) string {
 	return p
 }
 
-// unquote strips the double quotes OpenSSH allows around a value.
+// Unquote strips the double quotes OpenSSH allows around a value.
 func Unquote(s string) string {
 	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
 		return s[1 : len(s)-1]

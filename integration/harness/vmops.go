@@ -13,14 +13,14 @@ import (
 	"github.com/agent-vm/agent-vm/blackbox"
 )
 
-// create runs `agent-vm create B` in repoDir (plus --backend when
+// Create runs `agent-vm create B` in repoDir (plus --backend when
 // the run has one) and registers the VM for cleanup when it succeeds.
 func (s *S) Create(ctx context.Context, repoDir, branch string) (*Result, error) {
 	res := s.TryCreate(ctx, repoDir, branch)
 	return res, Want(res, 0)
 }
 
-// tryCreate runs `agent-vm create` with branchArgs (flags, then the
+// TryCreate runs `agent-vm create` with branchArgs (flags, then the
 // branch last: B, or the deprecated --branch B or --branch=B) and the run's --backend in repoDir; the caller judges the
 // outcome. A VM it makes is registered for cleanup.
 func (s *S) TryCreate(ctx context.Context, repoDir string, branchArgs ...string) *Result {
@@ -42,7 +42,7 @@ func (s *S) TryCreate(ctx context.Context, repoDir string, branchArgs ...string)
 	return res
 }
 
-// status runs `status B --json` and parses it, checking the documented
+// Status runs `status B --json` and parses it, checking the documented
 // fields (keys) are there.
 func (s *S) Status(ctx context.Context, branch string, keys []string) (*blackbox.Status, *Result, error) {
 	res := s.AgentVM(ctx, "status", "--json", branch)
@@ -59,13 +59,13 @@ func (s *S) Status(ctx context.Context, branch string, keys []string) (*blackbox
 	return st, res, nil
 }
 
-// start runs `agent-vm start B` with a progress line fed by agent-vm's own
+// Start runs `agent-vm start B` with a progress line fed by agent-vm's own
 // progress output.
 func (s *S) Start(ctx context.Context, branch string) (*Result, error) {
 	return s.Boot(ctx, "start", branch)
 }
 
-// boot runs a verb that boots a VM (start, restart) and waits for it, with
+// Boot runs a verb that boots a VM (start, restart) and waits for it, with
 // agent-vm's own wait (its default --timeout, which grows with the host's
 // load); env is added to agent-vm's environment (and so to the VM's egress
 // proxy's).
@@ -74,7 +74,7 @@ func (s *S) Boot(ctx context.Context, verb, branch string, env ...string) (*Resu
 	return res, Want(res, 0)
 }
 
-// callShowing runs agent-vm with a progress line labelled label, fed by
+// CallShowing runs agent-vm with a progress line labelled label, fed by
 // the lines it writes to stderr as they come (a boot's or a template
 // build's progress).
 func (s *S) CallShowing(ctx context.Context, label string, c Call) *Result {
@@ -84,7 +84,7 @@ func (s *S) CallShowing(ctx context.Context, label string, c Call) *Result {
 	return s.Call(ctx, c)
 }
 
-// startAll starts the branches at the same time and waits for all.
+// StartAll starts the branches at the same time and waits for all.
 func (s *S) StartAll(ctx context.Context, branches ...string) error {
 	errs := make([]error, len(branches))
 	var wg sync.WaitGroup
@@ -104,7 +104,7 @@ func (s *S) StartAll(ctx context.Context, branches ...string) error {
 	return nil
 }
 
-// prepare makes the scenario's git repo (with files) and a VM for branch.
+// Prepare makes the scenario's git repo (with files) and a VM for branch.
 func (s *S) Prepare(ctx context.Context, branch string, files map[string]string) (*Repo, error) {
 	rp, err := NewRepo(ctx, s.dir, files)
 	if err != nil {
@@ -114,7 +114,7 @@ func (s *S) Prepare(ctx context.Context, branch string, files map[string]string)
 	return rp, err
 }
 
-// allowPackageSources lets branch's egress proxy reach the addresses this
+// AllowPackageSources lets branch's egress proxy reach the addresses this
 // host resolves the package sources to (apt's mirror for provisioning,
 // npm's registry for an agent CLI, ...: as `agent-vm doctor --json` names
 // them), as a user behind the same network would with `net allow`: the
@@ -150,26 +150,26 @@ func (s *S) AllowPackageSources(ctx context.Context, branch string) error {
 	return Want(res, 0)
 }
 
-// stop runs `agent-vm stop B`.
+// Stop runs `agent-vm stop B`.
 func (s *S) Stop(ctx context.Context, branch string) (*Result, error) {
 	res := s.Call(ctx, Call{Args: []string{"stop", branch}})
 	return res, Want(res, 0)
 }
 
-// exec runs `agent-vm exec B -- argv...` and returns the call; the caller
+// Exec runs `agent-vm exec B -- argv...` and returns the call; the caller
 // judges the exit code.
 func (s *S) Exec(ctx context.Context, branch string, argv ...string) *Result {
 	args := append([]string{"exec", branch, "--"}, argv...)
 	return s.Call(ctx, Call{Args: args})
 }
 
-// execOK runs a command in the guest and requires exit status 0.
+// ExecOK runs a command in the guest and requires exit status 0.
 func (s *S) ExecOK(ctx context.Context, branch string, argv ...string) (*Result, error) {
 	res := s.Exec(ctx, branch, argv...)
 	return res, Want(res, 0)
 }
 
-// healthy requires the VM to be running with agent-mcp healthy.
+// Healthy requires the VM to be running with agent-mcp healthy.
 func (s *S) Healthy(ctx context.Context, branch string) (*blackbox.Status, error) {
 	st, res, err := s.Status(ctx, branch, RunningKeys())
 	if err != nil {
@@ -184,7 +184,7 @@ func (s *S) Healthy(ctx context.Context, branch string) (*blackbox.Status, error
 	return st, nil
 }
 
-// waitState polls `status --json` until the VM's state is want.
+// WaitState polls `status --json` until the VM's state is want.
 func (s *S) WaitState(ctx context.Context, branch, want string) (*blackbox.Status, error) {
 	var st *blackbox.Status
 	err := s.Until(ctx, fmt.Sprintf("%s to be %s", branch, want), func() (bool, error) {
@@ -198,8 +198,8 @@ func (s *S) WaitState(ctx context.Context, branch, want string) (*blackbox.Statu
 	return st, err
 }
 
-// until polls done, with backoff, until it says true. It gives up when
-// done's error is a giveUp (returning it), when the run is interrupted, or
+// Until polls done, with backoff, until it says true. It gives up when
+// done's error is GiveUp's (returning it), when the run is interrupted, or
 // when nothing has moved for the run's --stall limit (then the error says
 // what it waited for and done's last answer): a slow machine is no reason
 // to fail. done's other errors say why it is not done yet.
@@ -233,7 +233,7 @@ func (s *S) Until(ctx context.Context, what string, done func() (bool, error)) e
 	}
 }
 
-// giveUp is an answer of until's done that ends the wait with its error.
+// giveUp is an answer of Until's done that ends the wait with its error.
 type giveUp struct{ error }
 
 // GiveUp is the answer of Until's done that ends the wait with err.

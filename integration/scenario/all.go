@@ -2,7 +2,7 @@ package scenario
 
 import "github.com/agent-vm/agent-vm/integration/harness"
 
-// Scenarios lists the scenarios in the order they run.
+// All lists the scenarios in the order they run.
 func All() []harness.Scenario {
 	return []harness.Scenario{
 		Template("claude"),

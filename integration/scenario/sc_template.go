@@ -8,7 +8,7 @@ import (
 	"github.com/agent-vm/agent-vm/integration/harness"
 )
 
-// templateScenario builds the run's template (the harness's template.go
+// Template builds the run's template (the harness's template.go
 // says when and why) with agents: Suite.Template.
 func Template(agents string) harness.Scenario {
 	return harness.Scenario{
