@@ -1,0 +1,224 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/integration/harness"
+)
+
+// Test names the VM's egress proxy leads to the host's loopback
+// (AGENT_VM_TEST_EGRESS_HOSTS): the network here reaches nothing else. The
+// proxy checks their address as any name's, so the allowed one is reached
+// only because 127.0.0.1 itself is allowed too.
+const (
+	netAllowedName = "itest-allowed.test"
+	netDeniedName  = "itest-denied.test"
+)
+
+// netSetup exposes one host port and allows one test name on branch's VM before
+// its first start, so that the start opens the exposed port (an exposed port
+// opens at a start) and the egress proxy it starts leads the test names to the
+// host's loopback: no second boot for the network steps.
+type netSetup struct {
+	exposed, other int      // host ports on 127.0.0.1: exposed, and not
+	env            []string // the start's environment (the test names' addresses)
+}
+
+func newNetSetup(ctx context.Context, s *harness.S, branch string) (*netSetup, error) {
+	if !s.TestHooks() {
+		return nil, harness.Failf(nil, "this agent-vm's egress proxy has no test hooks, which the network's steps lead their test names with (hint: build it with `go build -tags agentvm_testhooks -o agent-vm ./cmd/agent-vm`; `agent-vm version` then ends in +testhooks)")
+	}
+	n := &netSetup{env: []string{fmt.Sprintf("AGENT_VM_TEST_EGRESS_HOSTS=%s=127.0.0.1,%s=127.0.0.1", netAllowedName, netDeniedName)}}
+	var err error
+	if n.exposed, err = hostServer(ctx, "exposed"); err != nil {
+		return nil, err
+	}
+	if n.other, err = hostServer(ctx, "not exposed"); err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{
+		{"port", "expose", "--vm", branch, strconv.Itoa(n.exposed)},
+		{"net", "allow", "--vm", branch, netAllowedName, "127.0.0.1"},
+	} {
+		if err := harness.Want(s.Call(ctx, harness.Call{Args: args}), 0); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// netSteps check the network's containment from inside branch's VM,
+// started with n set up, as root where the claim is about the guest's
+// reach: the host's loopback is unreachable at the gateway; exactly the
+// exposed port answers at the proxy address; an allowed name is reached
+// through the proxy and a denied one is refused with the rule and the
+// command that allows it; `net log --json` lists them; mode offline
+// refuses both.
+func netSteps(ctx context.Context, s *harness.S, branch string, n *netSetup) {
+	if n == nil { // the setup failed, and so the steps are skipped
+		n = &netSetup{}
+	}
+	exposed, other := n.exposed, n.other
+	s.Step(ctx, "network: from the guest, as root, the host answers only on the exposed port", func() error {
+		direct := func(url string) *harness.Result {
+			return s.Exec(ctx, branch, "sudo", "curl", "-sS", "--noproxy", "*", "--max-time", "15", url)
+		}
+		urls := []string{
+			fmt.Sprintf("http://10.0.2.2:%d/", exposed), // the gateway: nothing
+			fmt.Sprintf("http://10.0.2.2:%d/", other),
+			fmt.Sprintf("http://10.0.2.100:%d/", other), // the proxy address: only exposed ports
+		}
+		// A server on all of the host's addresses, reached at none of them.
+		wide, err := hostServerOn(ctx, "0.0.0.0", "every address")
+		if err != nil {
+			return err
+		}
+		addrs, err := hostAddrs()
+		if err != nil {
+			return err
+		}
+		for _, a := range append(addrs, "10.0.2.2") {
+			urls = append(urls, fmt.Sprintf("http://%s/", net.JoinHostPort(a, strconv.Itoa(wide))))
+		}
+		for _, url := range urls {
+			if res := direct(url); res.ExitCode == 0 {
+				return harness.Failf(res, "the guest reached %s", url)
+			}
+		}
+		res := direct(fmt.Sprintf("http://10.0.2.100:%d/", exposed))
+		if res.ExitCode != 0 || res.Stdout != "exposed" {
+			return harness.Failf(res, "the exposed host port %d at 10.0.2.100: exit %d, %q; want its answer", exposed, res.ExitCode, res.Stdout)
+		}
+		return nil
+	})
+	s.Step(ctx, "network: an allowed name is reached through the proxy, a denied one refused with the rule", func() error {
+		res := s.Exec(ctx, branch, "curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/", netAllowedName, other))
+		if res.ExitCode != 0 || res.Stdout != "not exposed" {
+			return harness.Failf(res, "the allowed name through the proxy: exit %d, %q", res.ExitCode, res.Stdout)
+		}
+		res = s.Exec(ctx, branch, "curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/", netDeniedName, other))
+		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "rule: not on the allow-list") ||
+			!strings.Contains(res.Stdout, "agent-vm net allow") || !strings.Contains(res.Stdout, netDeniedName) {
+			return harness.Failf(res, "the denied name: exit %d, %q; want the proxy's refusal naming the rule", res.ExitCode, res.Stdout)
+		}
+		// HTTPS goes through CONNECT, refused alike (curl reports the 403).
+		res = s.Exec(ctx, branch, "curl", "-sS", "--max-time", "30", "https://"+netDeniedName+"/")
+		if res.ExitCode == 0 || !strings.Contains(res.Stderr, "403") {
+			return harness.Failf(res, "a denied CONNECT: exit %d, want curl's report of the 403", res.ExitCode)
+		}
+		return nil
+	})
+	s.Step(ctx, "network: net log --json lists the connections with their rules", func() error {
+		res := s.Call(ctx, harness.Call{Args: []string{"net", "log", "--json", branch}})
+		if err := harness.Want(res, 0); err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		dec := json.NewDecoder(strings.NewReader(res.Stdout))
+		for dec.More() {
+			var e struct {
+				Kind    string `json:"kind"`
+				Host    string `json:"host"`
+				Port    int    `json:"port"`
+				Allowed bool   `json:"allowed"`
+				Rule    string `json:"rule"`
+				In      int64  `json:"bytes_in"`
+			}
+			if err := dec.Decode(&e); err != nil {
+				return harness.Failf(res, "net log --json: %v", err)
+			}
+			switch {
+			case e.Host == netAllowedName && e.Allowed && e.Rule == "allow "+netAllowedName && e.In > 0:
+				seen["allowed"] = true
+			case e.Host == netDeniedName && !e.Allowed && e.Rule == "not on the allow-list":
+				seen["denied"] = true
+			case e.Kind == "exposed-port" && e.Port == exposed && e.Allowed:
+				seen["exposed port"] = true
+			}
+		}
+		if len(seen) != 3 {
+			return harness.Failf(res, "net log --json has %v; want the allowed name, the denied one and the exposed port", seen)
+		}
+		return nil
+	})
+	s.Step(ctx, "network: in mode offline both names are refused, the exposed port stays open", func() error {
+		if err := harness.Want(s.Call(ctx, harness.Call{Args: []string{"net", "mode", "--vm", branch, "offline"}}), 0); err != nil {
+			return err
+		}
+		for _, name := range []string{netAllowedName, netDeniedName} {
+			res := s.Exec(ctx, branch, "curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/", name, other))
+			if res.ExitCode != 0 || !strings.Contains(res.Stdout, "rule: mode offline") {
+				return harness.Failf(res, "%s in mode offline: exit %d, %q; want the proxy's refusal naming the mode", name, res.ExitCode, res.Stdout)
+			}
+		}
+		res := s.Exec(ctx, branch, "curl", "-sS", "--noproxy", "*", "--max-time", "15", fmt.Sprintf("http://10.0.2.100:%d/", exposed))
+		if res.ExitCode != 0 || res.Stdout != "exposed" {
+			return harness.Failf(res, "the exposed port in mode offline: exit %d, %q", res.ExitCode, res.Stdout)
+		}
+		return harness.Want(s.Call(ctx, harness.Call{Args: []string{"net", "mode", "--vm", branch, "allow"}}), 0)
+	})
+}
+
+// hostServer serves body on a free port of the host's 127.0.0.1 until ctx
+// ends (or the test program does).
+func hostServer(ctx context.Context, body string) (int, error) {
+	return hostServerOn(ctx, "127.0.0.1", body)
+}
+
+// hostServerOn is hostServer on addr (0.0.0.0: all of the host's
+// addresses, only for as long as the step needs it).
+func hostServerOn(ctx context.Context, addr, body string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) })}
+	go srv.Serve(ln)
+	go func() { <-ctx.Done(); srv.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// hostAddrs are the host's own IPv4 addresses other than loopback (the
+// LAN's, Docker's bridges', ...).
+func hostAddrs() ([]string, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			out = append(out, n.IP.String())
+		}
+	}
+	return out, nil
+}
+
+// unreachable checks, as root in branch's guest, that no TCP connection
+// to host port p opens at the gateway or at the proxy address (QEMU's
+// user network), nor, for a VM on a libvirt network (the vagrant and
+// libvirt backends), at any of the host's own addresses, the VMs' libvirt
+// bridges among them.
+func unreachable(ctx context.Context, s *harness.S, branch string, p int) error {
+	addrs := []string{"10.0.2.2", "10.0.2.100"}
+	if s.OnLibvirt() {
+		own, err := hostAddrs()
+		if err != nil {
+			return err
+		}
+		addrs = append(addrs, own...)
+	}
+	for _, a := range addrs {
+		res := s.Exec(ctx, branch, "sudo", "timeout", "15", "bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", a, p))
+		if res.ExitCode == 0 {
+			return harness.Failf(res, "the guest of %s opened a connection to the host's port %d at %s", branch, p, a)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,487 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/integration/harness"
+)
+
+func sessionsScenario() harness.Scenario {
+	return harness.Scenario{
+		Name:    "sessions",
+		Summary: "run makes, boots and attaches to a stand-in agent; detach, sessions, suspend at work (paused in place) and resume, attach with scrollback, exit status, a secret that reaches only the agent",
+		NeedsVM: true,
+		// Its VMs' first boot is not what it checks.
+		Template: "none",
+		Verbs:    []string{"run", "attach", "sessions", "suspend", "resume", "logs", "status", "stop", "destroy"},
+		Run:      runSessions,
+	}
+}
+
+const sessionsBranch = "itest/sessions"
+
+// standInAgent is the agent the scenario runs: it proves it got the secret
+// by writing its hash (never the value) to the workspace, which the host
+// sees, then waits for a line and exits with it as its status.
+const standInAgent = `#!/bin/sh
+# A stand-in for a coding agent (agent-vm's integration test).
+sum=$(printf %s "$AGENT_VM_CANARY" | sha256sum | cut -d' ' -f1)
+echo "stand-in agent: args [$*], canary sha256 $sum"
+printf '%s\n' "$sum" > .agent-ready
+echo "waiting for an exit status"
+read -r status
+echo "stand-in agent ends with status $status"
+exit "$status"
+`
+
+// sessionInfo is one entry of `sessions --json`.
+type sessionInfo struct {
+	Name     string `json:"name"`
+	Command  string `json:"command"`
+	Attached int    `json:"attached"`
+	Exited   bool   `json:"exited"`
+	Status   int    `json:"status"`
+}
+
+// detachKeys are tmux's Ctrl-b d.
+const detachKeys = "\x02d"
+
+// runSessions drives `run` as a user at a terminal would, with a pipe for
+// the keyboard: agent-vm gives the guest side a PTY either way.
+func runSessions(ctx context.Context, s *harness.S) {
+	canary := "agent-vm-canary-" + harness.RandHex(12)
+	canaryEnv := []string{"AGENT_VM_CANARY=" + canary}
+	sum := sha256.Sum256([]byte(canary))
+	wantSum := hex.EncodeToString(sum[:])
+	var rp *harness.Repo
+	var ref harness.VMRef
+	var workspace string
+	var calls []*harness.Result // every call, searched for the canary at the end
+	track := func(r *harness.Result) *harness.Result { calls = append(calls, r); return r }
+	agentArgs := []string{"--agent", "./stand-in-agent", "--env", "AGENT_VM_CANARY"}
+	if s.Backend() != "" {
+		agentArgs = append(agentArgs, "--backend", s.Backend())
+	}
+	if s.Host() != "" {
+		agentArgs = append(agentArgs, "--host", s.Host())
+	}
+
+	s.Step(ctx, "refusals: an unset --env, an --agent with spaces, attach to a VM that does not exist", func() (err error) {
+		if rp, err = harness.NewRepo(ctx, s.Dir(), map[string]string{"stand-in-agent": standInAgent}); err != nil {
+			return err
+		}
+		if err := os.Chmod(filepath.Join(rp.Dir, "stand-in-agent"), 0o755); err != nil {
+			return err
+		}
+		if _, err := harness.Git(ctx, rp.Dir, "add", "stand-in-agent"); err != nil {
+			return err
+		}
+		if _, err := harness.Git(ctx, rp.Dir, "commit", "-qm", "the stand-in agent is executable"); err != nil {
+			return err
+		}
+		ref = harness.VMRef{Branch: sessionsBranch, Dir: rp.Dir}
+		for _, tc := range []struct {
+			args []string
+			code int
+			want string
+		}{
+			{[]string{"run", sessionsBranch, "--agent", "./stand-in-agent", "--env", "AGENT_VM_NOT_SET_ANYWHERE"}, 1, "AGENT_VM_NOT_SET_ANYWHERE is not set"},
+			{[]string{"run", sessionsBranch, "--agent", "claude --yolo"}, 1, "give one program"},
+			{[]string{"run", sessionsBranch, "extra", "--agent", "./stand-in-agent"}, 2, "the agent's arguments go after --"},
+			{[]string{"attach", sessionsBranch}, 1, "no VM for branch"},
+		} {
+			res := track(s.Call(ctx, harness.Call{Args: tc.args, Dir: rp.Dir}))
+			if err := harness.Want(res, tc.code); err != nil {
+				return err
+			}
+			if !strings.Contains(res.Stderr, tc.want) {
+				return harness.Failf(res, "the refusal does not say %q", tc.want)
+			}
+		}
+		// Nothing was made by the refusals.
+		res := track(s.Call(ctx, harness.Call{Args: []string{"list", "--json"}}))
+		if strings.Contains(res.Stdout, sessionsBranch) {
+			return harness.Failf(res, "a refused run left a VM behind")
+		}
+		return nil
+	})
+
+	// The first run creates and boots the VM, starts the agent and attaches;
+	// the keyboard detaches once the agent is ready.
+	s.Step(ctx, "run creates and boots the VM, attaches to the agent, and Ctrl-b d detaches", func() error {
+		args := append([]string{"run", sessionsBranch}, agentArgs...)
+		args = append(args, "--", "first", "second arg")
+		kbd, done, err := typing(ctx, s, harness.Call{Args: args, Dir: rp.Dir, Env: canaryEnv})
+		if err != nil {
+			return err
+		}
+		s.Register(sessionsBranch, rp.Dir)
+		ready, err := waitAgentReady(ctx, s, rp.Dir, &workspace, done)
+		if err != nil {
+			kbd.Close()
+			return err
+		}
+		if ready != wantSum {
+			kbd.Close()
+			return harness.Failf(nil, "the agent saw a different canary: sha256 %q, want %q", ready, wantSum)
+		}
+		// The guest's process list does not show the value.
+		ps := track(s.Call(ctx, harness.Call{Args: []string{"exec", sessionsBranch, "--", "ps", "-eo", "args"}, Dir: rp.Dir}))
+		if err := harness.Want(ps, 0); err != nil {
+			kbd.Close()
+			return err
+		}
+		psLeak := strings.Contains(ps.Stdout, canary)
+		kbd.Type(detachKeys)
+		res := track(<-done)
+		kbd.Close()
+		if err := harness.Want(res, 0); err != nil {
+			return err
+		}
+		if psLeak {
+			return harness.Failf(ps, "the canary is in the guest's process list")
+		}
+		if !strings.Contains(res.Stderr, "creating one") || !strings.Contains(res.Stderr, "detached from session") {
+			return harness.Failf(res, "run did not say it created the VM and that the user detached")
+		}
+		if !strings.Contains(res.Stdout, "args [first second arg]") {
+			return harness.Failf(res, "the terminal did not show the agent's output with its arguments")
+		}
+		return nil
+	})
+
+	var name string
+	s.Step(ctx, "sessions lists the detached agent; a running session is not removed without --force", func() error {
+		infos, err := sessions(ctx, s, ref)
+		if err != nil {
+			return err
+		}
+		if len(infos) != 1 || infos[0].Exited || infos[0].Attached != 0 || !strings.Contains(infos[0].Command, "stand-in-agent") {
+			return harness.Failf(s.LastResult(), "sessions: %+v, want one detached, running stand-in-agent", infos)
+		}
+		name = infos[0].Name
+		res := track(s.Call(ctx, harness.Call{Args: []string{"sessions", "rm", sessionsBranch, "--session", name}, Dir: rp.Dir}))
+		if err := harness.Want(res, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, "still running") {
+			return harness.Failf(res, "the refusal does not say the agent still runs")
+		}
+		res = track(s.Call(ctx, harness.Call{Args: []string{"attach", sessionsBranch, "--session", "no-such-session"}, Dir: rp.Dir}))
+		if err := harness.Want(res, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, name) {
+			return harness.Failf(res, "attach to an unknown session does not list the sessions there are")
+		}
+		return nil
+	})
+
+	s.Step(ctx, "suspend with the agent at work pauses the VM in place; resume brings back the same session", func() error {
+		return suspendAtWork(ctx, s, ref, name, track)
+	})
+
+	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
+		kbd, done, err := typing(ctx, s, harness.Call{Args: append([]string{"run", sessionsBranch}, agentArgs...), Dir: rp.Dir, Env: canaryEnv})
+		if err != nil {
+			return err
+		}
+		// The agent waits for a line: give it one once the client is
+		// attached (the session shows an attached client).
+		if err := waitAttached(ctx, s, ref, done); err != nil {
+			kbd.Close()
+			return err
+		}
+		kbd.Type("7\r")
+		res := track(<-done)
+		kbd.Close()
+		if err := harness.Want(res, 7); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout, "waiting for an exit status") {
+			return harness.Failf(res, "re-attaching did not show the agent's earlier output")
+		}
+		if !strings.Contains(res.Stderr, "ended (exit status 7)") {
+			return harness.Failf(res, "run does not say the agent ended with status 7")
+		}
+		return nil
+	})
+
+	s.Step(ctx, "sessions shows the exit status, logs --session the scrollback, attach the end", func() error {
+		infos, err := sessions(ctx, s, ref)
+		if err != nil {
+			return err
+		}
+		if len(infos) != 1 || !infos[0].Exited || infos[0].Status != 7 {
+			return harness.Failf(s.LastResult(), "sessions: %+v, want one session that exited with 7 (and no second one)", infos)
+		}
+		res := track(s.Call(ctx, harness.Call{Args: []string{"logs", sessionsBranch, "--session", name}, Dir: rp.Dir}))
+		if err := harness.Want(res, 0); err != nil {
+			return err
+		}
+		for _, w := range []string{"args [first second arg]", "stand-in agent ends with status 7"} {
+			if !strings.Contains(res.Stdout, w) {
+				return harness.Failf(res, "logs --session lacks %q", w)
+			}
+		}
+		res = track(s.Call(ctx, harness.Call{Args: []string{"attach", sessionsBranch}, Dir: rp.Dir}))
+		if err := harness.Want(res, 7); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stdout, "ends with status 7") {
+			return harness.Failf(res, "attach to an ended session does not show its end")
+		}
+		res = track(s.Call(ctx, harness.Call{Args: []string{"sessions", "rm", sessionsBranch, "--session", name}, Dir: rp.Dir}))
+		return harness.Want(res, 0)
+	})
+
+	s.Step(ctx, "the secret is nowhere: not in status, logs, the state directory or the guest's disk after stop", func() error {
+		res := track(s.Call(ctx, ref.Call("status", "--json")))
+		if err := harness.Want(res, 0); err != nil {
+			return err
+		}
+		track(s.Call(ctx, ref.Call("logs", "-n", "5000")))
+		if _, err := s.Stop(ctx, sessionsBranch); err != nil {
+			return err
+		}
+		for _, r := range calls {
+			if strings.Contains(r.Stdout, canary) || strings.Contains(r.Stderr, canary) {
+				return harness.Failf(r, "the canary is in the output of `%s`", r.Short())
+			}
+		}
+		hits, scanned, err := grepTree(s.StateDir(), []byte(canary))
+		if err != nil {
+			return err
+		}
+		if len(hits) > 0 {
+			return harness.Failf(nil, "the canary is in %s", strings.Join(hits, ", "))
+		}
+		s.Notef("canary absent from %d files (%s) of the state directory, incl. the guest disk", scanned.files, humanBytes(scanned.bytes))
+		return nil
+	})
+
+	s.Step(ctx, "destroy removes the VM", func() error {
+		res := s.Call(ctx, ref.Call("destroy", "--force"))
+		return harness.Want(res, 0)
+	})
+}
+
+// suspendAtWork suspends the VM while its agent session runs in
+// /workspace: suspend pauses it in place (it cannot be saved with the
+// workspace in use) and says so, status says suspended (paused), and after
+// resume the session is there, still running (the next step attaches to
+// it and finds its earlier screen).
+func suspendAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name string, track func(*harness.Result) *harness.Result) error {
+	res := track(s.Call(ctx, ref.Call("suspend")))
+	if err := harness.Want(res, 0); err != nil {
+		return err
+	}
+	if !strings.Contains(res.Stdout, "in place") {
+		return harness.Failf(res, "suspend with an agent at work in /workspace does not say it paused the VM in place")
+	}
+	res = track(s.Call(ctx, ref.Call("status", "--json")))
+	if err := harness.Want(res, 0); err != nil {
+		return err
+	}
+	st, err := harness.ParseStatus([]byte(res.Stdout), harness.StatusKeys())
+	if err != nil {
+		return harness.Failf(res, "%v", err)
+	}
+	if st.State != "suspended" || st.Suspend != "paused" || st.Agent.State == "unhealthy" {
+		return harness.Failf(res, "after suspend: state %q, suspend %q, agent %q; want suspended, paused, and no unhealthy agent", st.State, st.Suspend, st.Agent.State)
+	}
+	if err := harness.Want(track(s.Call(ctx, ref.Call("resume"))), 0); err != nil {
+		return err
+	}
+	infos, err := sessions(ctx, s, ref)
+	if err != nil {
+		return err
+	}
+	if len(infos) != 1 || infos[0].Name != name || infos[0].Exited {
+		return harness.Failf(s.LastResult(), "sessions after resume: %+v, want %s, still running", infos, name)
+	}
+	return nil
+}
+
+// typing starts c with a keyboard for its stdin; its result arrives on done.
+func typing(ctx context.Context, s *harness.S, c harness.Call) (*keyboard, chan *harness.Result, error) {
+	kbd, err := newKeyboard()
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Stdin = kbd.File
+	done := make(chan *harness.Result, 1)
+	go func() { done <- s.Call(ctx, c) }()
+	return kbd, done, nil
+}
+
+// waitAgentReady waits until the stand-in agent has written its ready file
+// in the VM's workspace (on the host) and returns what it wrote; a run that
+// ends first is a failure.
+func waitAgentReady(ctx context.Context, s *harness.S, dir string, workspace *string, done chan *harness.Result) (string, error) {
+	var ready string
+	err := s.Until(ctx, "the stand-in agent's ready file", func() (bool, error) {
+		select {
+		case res := <-done:
+			done <- res
+			return false, harness.GiveUp(harness.Failf(res, "run ended before the agent was ready: %s", res.Outcome()))
+		default:
+		}
+		if *workspace == "" {
+			res := s.Call(ctx, harness.Call{Args: []string{"status", "--json", sessionsBranch}, Dir: dir, Quiet: true})
+			var st struct {
+				Paths struct {
+					Workspace string `json:"workspace"`
+				} `json:"paths"`
+			}
+			if res.ExitCode != 0 || json.Unmarshal([]byte(res.Stdout), &st) != nil || st.Paths.Workspace == "" {
+				return false, errors.New("status --json names no workspace yet")
+			}
+			*workspace = st.Paths.Workspace
+		}
+		b, err := os.ReadFile(filepath.Join(*workspace, ".agent-ready"))
+		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
+			return false, errors.New("no ready file in the workspace yet")
+		}
+		ready = strings.TrimSpace(string(b))
+		return true, nil
+	})
+	return ready, err
+}
+
+// waitAttached waits until the session has an attached client.
+func waitAttached(ctx context.Context, s *harness.S, ref harness.VMRef, done chan *harness.Result) error {
+	return s.Until(ctx, "run to attach to the session", func() (bool, error) {
+		select {
+		case res := <-done:
+			done <- res
+			return false, harness.GiveUp(harness.Failf(res, "run ended before it attached: %s", res.Outcome()))
+		default:
+		}
+		infos, err := sessions(ctx, s, ref)
+		if err != nil {
+			return false, err
+		}
+		return len(infos) == 1 && infos[0].Attached > 0, fmt.Errorf("sessions: %+v", infos)
+	})
+}
+
+func sessions(ctx context.Context, s *harness.S, ref harness.VMRef) ([]sessionInfo, error) {
+	res := s.Call(ctx, ref.Call("sessions", "--json"))
+	if err := harness.Want(res, 0); err != nil {
+		return nil, err
+	}
+	var infos []sessionInfo
+	if err := json.Unmarshal([]byte(res.Stdout), &infos); err != nil {
+		return nil, harness.Failf(res, "sessions --json: %v", err)
+	}
+	return infos, nil
+}
+
+// keyboard is agent-vm's stdin: what the test types, when it types it. It
+// is an OS pipe, so agent-vm gets it as its stdin directly (with any other
+// reader, waiting for agent-vm would also wait for the next key), and it
+// stays open until closed (an end of input would end the SSH session).
+type keyboard struct {
+	*os.File // the read end, agent-vm's stdin
+	w        *os.File
+}
+
+func newKeyboard() (*keyboard, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	return &keyboard{File: r, w: w}, nil
+}
+
+// Type sends keys (a pipe holds far more than a test types).
+func (k *keyboard) Type(keys string) { k.w.Write([]byte(keys)) }
+
+func (k *keyboard) Close() {
+	k.w.Close()
+	k.File.Close()
+}
+
+type scanned struct {
+	files int
+	bytes int64
+}
+
+// grepTree lists the files under root that contain needle.
+func grepTree(root string, needle []byte) ([]string, scanned, error) {
+	var hits []string
+	var sc scanned
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		found, n, err := fileContains(p, needle)
+		if err != nil {
+			return err
+		}
+		sc.files++
+		sc.bytes += n
+		if found {
+			hits = append(hits, p)
+		}
+		return nil
+	})
+	return hits, sc, err
+}
+
+// fileContains reads the file in chunks that overlap by len(needle)-1.
+func fileContains(path string, needle []byte) (bool, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return false, 0, nil
+		}
+		return false, 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<20)
+	keep := len(needle) - 1
+	var total int64
+	have := 0
+	for {
+		n, err := f.Read(buf[have:])
+		total += int64(n)
+		if bytes.Contains(buf[:have+n], needle) {
+			return true, total, nil
+		}
+		if err == io.EOF {
+			return false, total, nil
+		}
+		if err != nil {
+			return false, total, err
+		}
+		if have+n > keep {
+			copy(buf, buf[have+n-keep:have+n])
+			have = keep
+		} else {
+			have += n
+		}
+	}
+}
+
+func humanBytes(n int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
