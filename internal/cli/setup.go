@@ -10,6 +10,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 func setupCommand(stdio IO) *cli.Command {
@@ -78,7 +79,7 @@ func setupCommand(stdio IO) *cli.Command {
 				fmt.Fprintln(stdio.Out, "nothing to install: this host has what agent-vm needs")
 			}
 			if cliCtx.Bool("template") {
-				if slug := m.CurrentTemplate(cliCtx.Context, cliCtx.String("agents")); slug != "" {
+				if slug := wire.Templates(m).Current(cliCtx.Context, cliCtx.String("agents")); slug != "" {
 					fmt.Fprintf(stdio.Out, "the default machine's template %s is current (`agent-vm template list`)\n", slug)
 				} else if err := buildTemplate(cliCtx, stdio, m, "", cliCtx.String("agents"), cliCtx.Duration("timeout")); err != nil {
 					return err

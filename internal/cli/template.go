@@ -9,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 // templateCommand manages the saved machines new VMs start from.
@@ -51,7 +52,7 @@ func templateCommand(stdio IO) *cli.Command {
 			Usage: "list the templates",
 			Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-				ts, err := m.Templates(cliCtx.Context)
+				ts, err := wire.Templates(m).List(cliCtx.Context)
 				if err != nil {
 					return err
 				}
@@ -103,7 +104,7 @@ func templateCommand(stdio IO) *cli.Command {
 				if cliCtx.NArg() != 1 {
 					return fmt.Errorf("template rm takes one template name, or all (hint: `agent-vm template list` lists them)")
 				}
-				if err := m.RemoveTemplate(cliCtx.Context, cliCtx.Args().First()); err != nil {
+				if err := wire.Templates(m).Remove(cliCtx.Context, cliCtx.Args().First()); err != nil {
 					return err
 				}
 				fmt.Fprintf(stdio.Out, "removed template %s\n", cliCtx.Args().First())
@@ -120,7 +121,7 @@ func buildTemplate(cliCtx *cli.Context, stdio IO, m *vm.Manager, branch, agents 
 		return err
 	}
 	p := newProgress(stdio.Err)
-	res, err := m.BuildTemplate(cliCtx.Context, branch, agents, vm.StartOptions{Timeout: timeout, Report: p.reporter()})
+	res, err := wire.Templates(m).Build(cliCtx.Context, branch, agents, template.Boot{Timeout: timeout, Report: p.reporter()})
 	p.done()
 	if err != nil {
 		return err

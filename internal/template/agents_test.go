@@ -136,7 +136,7 @@ func TestStale(t *testing.T) {
 	if got := now.Stale(Info{Key: &other}, ""); len(got) != 0 {
 		t.Errorf("a template that trusts no host CA is stale for the host's CAs: %q", got)
 	}
-	c := Check("/t", []Info{{Slug: "t-1", Ready: true, Stale: []string{"claude 2.0.9 is older"}}}, nil)
+	c := check("/t", []Info{{Slug: "t-1", Ready: true, Stale: []string{"claude 2.0.9 is older"}}}, nil)
 	if !c.OK || !strings.Contains(c.Detail, "t-1: claude 2.0.9 is older") || !strings.Contains(c.Hint, "template build") {
 		t.Errorf("doctor's line: %+v", c)
 	}

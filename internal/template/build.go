@@ -17,7 +17,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/guest"
-	"github.com/agent-vm/agent-vm/internal/portbook"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -58,29 +58,31 @@ func NewVMRecord(from *state.Record, slug string, now time.Time) *state.Record {
 // them: vm's Manager over that directory.
 type Builder interface {
 	// Start boots the template's VM, slug, cold (with its template seed)
-	// until it is ready.
-	Start(ctx context.Context, slug string) error
-	// BootID asks its running guest where its kernel keeps its boot id.
-	BootID(ctx context.Context, slug string) (*BootIDSite, error)
-	// Agents checks, in its running guest, that the agent CLIs pins are
-	// installed and run, and returns the version of each (AgentProbe).
-	Agents(ctx context.Context, slug string, pins []guest.AgentPin) (map[string]string, error)
+	// until it is ready, and finds it.
+	Start(ctx context.Context, slug string) (state.Entry, error)
+	// Root runs script as root in e's running guest.
+	Root(ctx context.Context, e state.Entry, script string) (code int, stdout, stderr string, err error)
+	// PullLog brings e's connection log here, for a failed install's
+	// refusals (netpolicy.WithRefusals).
+	netpolicy.LogPuller
 	// Suspend saves its machine; Stop ends it (a failed build's).
 	Suspend(ctx context.Context, slug string) error
 	Stop(ctx context.Context, slug string)
 }
 
-// New is what a build makes a template from.
+// New is what a build makes a template from: the templates' directory,
+// the VM the template is for and what it holds.
 type New struct {
-	Root *state.Root // the templates' state directory
-	VMs  *state.Root // the VMs' state directory (their ports are taken too)
-	Book *portbook.Book
+	Site
 	// From is the record of the VM the template is for; Section is its
 	// backend's section of the template's record
 	// (backend.Templater.TemplateSection).
 	From    *state.Record
 	Section func() (any, error)
-	Now     func() time.Time
+	// Branch is the VM the template is for, whose policy its first boot
+	// has: the fixes of the proxy's refusals name it.
+	Branch string
+	Now    func() time.Time
 	// Agents are the agent CLIs the template is to hold.
 	Agents []guest.AgentPin
 	// Used are the disks VMs' disks are made on (an older template's stay).
@@ -98,16 +100,16 @@ type BuildResult struct {
 	Replaced []string
 }
 
-// Build makes the template of key k for the VM n.From, in n.Root, its VM
-// made (create) and driven by b: booted cold (its agent CLIs installed),
+// build makes the template of key k for the VM n.From, in n.Root, its VM
+// made (create) and driven by n.Builder: booted cold (its agent CLIs installed),
 // its agents checked, asked where its kernel keeps its boot id,
 // suspended; then its disks are frozen and its template.json written. A
 // build that fails keeps nothing of it, and the templates there were stay
 // as they were; once it is made, an older template of k is retired
-// (Remove: its disk stays while VMs' disks are made on it), so a rebuild
+// (remove: its disk stays while VMs' disks are made on it), so a rebuild
 // replaces a template without breaking the VMs started from it.
-func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*BuildResult, error) {
-	root, from, now := n.Root, n.From, n.Now
+func build(ctx context.Context, n New, k Key, log hclog.Logger) (*BuildResult, error) {
+	b, root, from, now := n.Builder, n.Root, n.From, n.Now
 	if err := CheckSpace(root.Dir, from); err != nil {
 		return nil, err
 	}
@@ -129,14 +131,15 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 		}
 		return nil, fmt.Errorf("building the template: %w (nothing of it was kept)", err)
 	}
-	if err := b.Start(ctx, slug); err != nil {
+	e, err := b.Start(ctx, slug)
+	if err != nil {
 		return fail(err)
 	}
-	agents, err := b.Agents(ctx, slug, n.Agents)
+	agents, err := probeAgents(ctx, b, e, n.Agents, n.Branch, log)
 	if err != nil {
 		return fail(fmt.Errorf("its agent CLIs: %w", err))
 	}
-	site, err := b.BootID(ctx, slug)
+	site, err := probeBootID(ctx, b, e)
 	if err != nil {
 		log.Warn("the template's clones will share its kernel boot id", "reason", err)
 	}
@@ -152,7 +155,7 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 	}
 	res := &BuildResult{Slug: slug, Dir: l.Dir, Took: time.Since(began), Agents: agents}
 	used := n.Used()
-	ts, err := List(root.Dir, used)
+	ts, err := list(root.Dir, used)
 	if err != nil {
 		log.Warn("the new template is made, but the templates it may replace could not be listed", "error", err)
 	}
@@ -160,7 +163,7 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 		if !t.Ready || t.Slug == slug || !strings.HasPrefix(t.Slug, k.Prefix()) || !samePackages(t.Packages, packages) {
 			continue // another machine's, or one with other packages (another repository's)
 		}
-		if err := Remove(ctx, root, []Info{t}, false, used, b.Stop); err != nil {
+		if err := remove(ctx, root, []Info{t}, false, used, b.Stop); err != nil {
 			log.Warn("the new template is made, but the one it replaces could not be removed", "template", t.Slug, "error", err, "hint", "agent-vm template rm "+t.Slug)
 			continue
 		}
@@ -169,9 +172,9 @@ func Build(ctx context.Context, b Builder, n New, k Key, log hclog.Logger) (*Bui
 	return res, nil
 }
 
-// Pick is the templates of ts that slug names: the one of that slug, or
+// pick is the templates of ts that slug names: the one of that slug, or
 // every one for "all".
-func Pick(ts []Info, slug string) []Info {
+func pick(ts []Info, slug string) []Info {
 	var picked []Info
 	for _, t := range ts {
 		if slug == "all" || t.Slug == slug {
@@ -181,12 +184,12 @@ func Pick(ts []Info, slug string) []Info {
 	return picked
 }
 
-// Remove removes the picked templates of root (Pick's; all: the user said
+// remove removes the picked templates of root (pick's; all: the user said
 // "all", which leaves a removed template's disk that VMs use alone): each
 // one's VM ended by stop (a build that was cut short may run; stopping
 // discards a saved state), then, under its lock, retired (Retire: its
 // disks in used stay).
-func Remove(ctx context.Context, root *state.Root, picked []Info, all bool, used map[string]int, stop func(ctx context.Context, slug string)) error {
+func remove(ctx context.Context, root *state.Root, picked []Info, all bool, used map[string]int, stop func(ctx context.Context, slug string)) error {
 	for _, t := range picked {
 		if !t.Ready && t.UsedBy > 0 && all {
 			continue // a removed template's disk that VMs still use

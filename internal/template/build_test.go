@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
@@ -21,14 +20,14 @@ import (
 // boot: any call fails the test.
 type refusingBuilder struct{ t *testing.T }
 
-func (b refusingBuilder) Start(context.Context, string) error {
+func (b refusingBuilder) Start(context.Context, string) (state.Entry, error) {
 	b.t.Error("the build booted a VM")
-	return os.ErrInvalid
+	return state.Entry{}, os.ErrInvalid
 }
-func (b refusingBuilder) BootID(context.Context, string) (*BootIDSite, error) {
-	return nil, os.ErrInvalid
+func (b refusingBuilder) Root(context.Context, state.Entry, string) (int, string, string, error) {
+	return -1, "", "", os.ErrInvalid
 }
-func (b refusingBuilder) Agents(context.Context, string, []guest.AgentPin) (map[string]string, error) {
+func (b refusingBuilder) PullLog(context.Context, state.Entry, bool) (func(), error) {
 	return nil, os.ErrInvalid
 }
 func (b refusingBuilder) Suspend(context.Context, string) error { return os.ErrInvalid }
@@ -60,8 +59,8 @@ func TestBuildRefusesAFullDisk(t *testing.T) {
 	}
 	before, _ := os.ReadFile(filepath.Join(old, File))
 	from := &state.Record{Branch: "feat", Resources: state.Resources{CPUs: 2, MemoryMiB: 4096, DiskGiB: 16}}
-	n := New{Root: root, From: from, Now: time.Now, Used: func() map[string]int { return nil }}
-	_, err = Build(context.Background(), refusingBuilder{t}, n, Key{Contract: Contract}, hclog.NewNullLogger())
+	n := New{Site: Site{Root: root, Builder: refusingBuilder{t}}, From: from, Now: time.Now, Used: func() map[string]int { return nil }}
+	_, err = build(context.Background(), n, Key{Contract: Contract}, hclog.NewNullLogger())
 	if err == nil || !strings.Contains(err.Error(), "needs about 6144 MiB free in "+dir) || !strings.Contains(err.Error(), "template rm all") {
 		t.Fatalf("got %v, want a refusal naming the space needed", err)
 	}
@@ -133,7 +132,7 @@ func TestListCountsTheVMsOnATemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	used := map[string]int{disk: 2, "/elsewhere/base.qcow2": 5}
-	ts, err := List(dir, used)
+	ts, err := list(dir, used)
 	if err != nil || len(ts) != 1 || ts[0].UsedBy != 2 || !ts[0].Ready {
 		t.Fatalf("List: %+v %v, want one ready template used by 2 VMs", ts, err)
 	}
@@ -143,7 +142,7 @@ func TestListCountsTheVMsOnATemplate(t *testing.T) {
 	if _, err := os.Stat(disk); err != nil {
 		t.Errorf("the retired template's disk, which VMs use, is gone: %v", err)
 	}
-	if ts, err := List(dir, used); err != nil || len(ts) != 1 || ts[0].Ready || ts[0].UsedBy != 2 {
+	if ts, err := list(dir, used); err != nil || len(ts) != 1 || ts[0].Ready || ts[0].UsedBy != 2 {
 		t.Errorf("after Retire: %+v %v, want its disk alone, used by 2 VMs", ts, err)
 	}
 }

@@ -77,10 +77,14 @@
 // replaces a disk in use.
 //
 // This package is the templates' vocabulary: keys and names, template.json,
-// listing, retiring and freezing, and the boot id's place and edit. It
-// drives no VM: vm builds a template (a VM in the templates' state
-// directory, booted and suspended as any VM) and starts clones, calling
-// it.
+// listing, retiring and freezing, and the boot id's place and edit; vm
+// calls it to start clones. It holds the templates' commands too
+// (Templates: `template build|list|rm`, `setup --template`, doctor's
+// line), which act on VMs as the command rooms do: through the few
+// methods of vm's Manager they need (VMs), cli passing the Manager in. A
+// build drives a VM of the templates' state directory, booted and
+// suspended as any VM, through the Manager over that directory (Builder).
+// It imports no vm.
 package template
 
 import (
@@ -253,9 +257,9 @@ func Freeze(dir string) error {
 	return nil
 }
 
-// List lists the templates in dir, with how many of the disks in used
+// list lists the templates in dir, with how many of the disks in used
 // (the disks VMs' disks are made on) each one's disks back.
-func List(dir string, used map[string]int) ([]Info, error) {
+func list(dir string, used map[string]int) ([]Info, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -312,9 +316,9 @@ func Retire(root *state.Root, t Info, used map[string]int) error {
 	return nil
 }
 
-// Check is doctor's line about the templates in dir (ts, or err when
+// check is doctor's line about the templates in dir (ts, or err when
 // they could not be listed): informational, new VMs boot without one.
-func Check(dir string, ts []Info, err error) backend.Check {
+func check(dir string, ts []Info, err error) backend.Check {
 	c := backend.Check{Name: "templates", OK: true}
 	ready := 0
 	for _, t := range ts {

@@ -6,11 +6,17 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/template"
 )
 
 // What the rooms that act on a VM themselves (the network policy, MCP
-// sync, agent sessions) ask of the Manager, each through a small interface
-// of its own that the Manager satisfies.
+// sync, agent sessions, the templates' commands) ask of the Manager, each
+// through a small interface of its own that the Manager satisfies.
+
+var (
+	_ template.VMs     = (*Manager)(nil)
+	_ template.Builder = templateVMs{}
+)
 
 // Recorded finds the VM name means (see Find); a VM directory whose record
 // is unreadable is its error.

@@ -18,6 +18,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/template"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
@@ -120,7 +121,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 		t.Errorf("port rm: %v", err)
 	}
 	// Neither the vagrant backend nor its driver makes templates.
-	if _, err := m.BuildTemplate(ctx, "feat", "none", vm.StartOptions{}); err == nil || !strings.Contains(err.Error(), "only Debian (qemu backend) VMs start from templates") {
+	if _, err := templates(m).Build(ctx, "feat", "none", template.Boot{}); err == nil || !strings.Contains(err.Error(), "only Debian (qemu backend) VMs start from templates") {
 		t.Errorf("template build: %v", err)
 	}
 	if _, err := m.Suspend(ctx, "feat", vm.SuspendOptions{}); err != nil {

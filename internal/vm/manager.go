@@ -8,12 +8,13 @@
 // images and host set-up only through a Manager.
 //
 // What has a vocabulary of its own lives in a room of its own, which vm
-// calls with plain data, a connection or a small interface (boot, template,
-// hostsetup, guestconn, guestctl, netpolicy, portbook, sshconfig, logtail,
-// image); the rooms that act on VMs themselves (agent, mcpsync, netpolicy,
-// forward) declare the few Manager methods they need (access.go) and cli
-// passes the Manager in. None of them imports vm. docs/ARCHITECTURE.md
-// draws the layers and lists every package.
+// calls with plain data, a connection or a small interface (boot,
+// template, hostsetup, guestconn, guestctl, netpolicy, portbook,
+// sshconfig, logtail, placement); the rooms that act on VMs themselves
+// (agent, mcpsync, netpolicy, forward, browser, and template's commands)
+// declare the few Manager methods they need (access.go) and cli passes
+// the Manager in. None of them imports vm. docs/ARCHITECTURE.md draws the
+// layers and lists every package.
 package vm
 
 import (
@@ -127,7 +128,7 @@ func New(root *state.Root, run execx.Runner, log hclog.Logger, drivers []driver.
 	m.HostCAs = m.hostCAs
 	m.Host = &hostsetup.Host{Run: run, Log: log, Progress: io.Discard, Backends: m.Backends, Drivers: m.Drivers,
 		Default: m.defaultBackend, Accel: func(ctx context.Context) accel.Result { return m.Accel(ctx) },
-		InUse: m.imagesInUse, Extra: func(ctx context.Context) []hostsetup.Check { return []hostsetup.Check{m.templateCheck(ctx)} }}
+		InUse: m.imagesInUse}
 	for _, d := range drivers {
 		m.Drivers[d.Name()] = d
 	}

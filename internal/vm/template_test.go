@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/template"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -44,12 +45,12 @@ func TestTemplate(t *testing.T) {
 	ctx := context.Background()
 
 	a := create(t, m, "tmpl-a")
-	build, err := m.BuildTemplate(ctx, "tmpl-a", "none", vm.StartOptions{})
+	build, err := templates(m).Build(ctx, "tmpl-a", "none", template.Boot{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("template built in %s (%s), load %s", build.Took, build.Dir, loadavg())
-	t.Cleanup(func() { _ = m.RemoveTemplate(context.Background(), "all") })
+	t.Cleanup(func() { _ = templates(m).Remove(context.Background(), "all") })
 	if fi, err := os.Stat(filepath.Join(build.Dir, "disk.qcow2")); err != nil || fi.Mode().Perm() != 0o400 {
 		t.Errorf("the template's disk: %v %v, want it read-only (0400)", err, fi)
 	}
@@ -194,6 +195,12 @@ func TestTemplate(t *testing.T) {
 
 	// tmpl-a runs, booted cold from its own disk: a VM as any other.
 	t.Run("pause", func(t *testing.T) { suspendPausesABusyVM(t, m, a) })
+}
+
+// templates are the templates' commands over m, as cli runs them
+// (wire.Templates).
+func templates(m *vm.Manager) template.Templates {
+	return template.Templates{VMs: m, Dir: m.TemplateDir, Log: m.Log, Now: m.Now}
 }
 
 func loadavg() string {

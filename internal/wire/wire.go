@@ -28,6 +28,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -106,7 +107,15 @@ func Open(c Config) (*vm.Manager, error) {
 	for _, b := range backends(c, m) {
 		m.Backends[b.Name()] = b
 	}
+	// Doctor's line about the templates is the template room's.
+	m.Host.Extra = func(ctx context.Context) []backend.Check { return []backend.Check{Templates(m).Check(ctx)} }
 	return m, nil
+}
+
+// Templates are the templates' commands over m's VMs and templates'
+// directory (cli's `template` and `setup --template`, doctor's line).
+func Templates(m *vm.Manager) template.Templates {
+	return template.Templates{VMs: m, Dir: m.TemplateDir, Log: m.Log, Now: m.Now}
 }
 
 // backends are the VM flavours this build has.
