@@ -10,7 +10,9 @@
 //
 // A number without a unit is in the caller's unit (memory: M, disk: G).
 // The size must come to a whole number of MiB, from 1M to 1024T. Human
-// writes a size for people.
+// writes a size for people. A new VM's defaults, and Check of its CPUs,
+// memory and disk against their ranges and the host's (ReadHost), are
+// here too.
 package size
 
 import (

@@ -2,10 +2,7 @@ package vm
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"runtime"
-	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -204,7 +201,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 // checkCreateFlags checks what every backend shares, resources against the
 // host that will run them; each backend checks its own flags
 // (backend.CheckCreate).
-func checkCreateFlags(o CreateOptions, host HostSize) error {
+func checkCreateFlags(o CreateOptions, host size.Host) error {
 	if o.Agent != "" {
 		if _, err := guest.LookupAgent(o.Agent); err != nil {
 			return err
@@ -215,38 +212,7 @@ func checkCreateFlags(o CreateOptions, host HostSize) error {
 			return err
 		}
 	}
-	switch {
-	case o.CPUs < 0 || o.CPUs > 64:
-		return fmt.Errorf("--cpus %d is out of range (hint: use 1 to 64)", o.CPUs)
-	case o.MemoryMiB != 0 && o.MemoryMiB < 256:
-		return fmt.Errorf("--memory %d MiB is too small for a Linux guest (hint: use at least 512M; 4G is the default)", o.MemoryMiB)
-	case o.DiskGiB < 0 || o.DiskGiB > maxDiskGiB:
-		return fmt.Errorf("--disk %dG is out of range (hint: use %dG to %dG)", o.DiskGiB, minDiskGiB, maxDiskGiB)
-	case o.DiskGiB != 0 && o.DiskGiB < minDiskGiB:
-		return fmt.Errorf("--disk %dG is smaller than the %dG minimum (hint: use at least --disk %dG; %dG is the default)", o.DiskGiB, minDiskGiB, minDiskGiB, defaultDiskGiB)
-	case o.Overcommit:
-	case host.MemoryMiB > 0 && o.MemoryMiB > host.MemoryMiB:
-		return fmt.Errorf("--memory %s is more than this host's %s of RAM (hint: give at most --memory %dM, or pass --overcommit if you mean it)", size.Human(o.MemoryMiB), size.Human(host.MemoryMiB), host.MemoryMiB)
-	case host.Threads > 0 && o.CPUs > host.Threads:
-		return fmt.Errorf("--cpus %d is more than this host's %d CPU threads (hint: give at most --cpus %d, or pass --overcommit if you mean it)", o.CPUs, host.Threads, host.Threads)
-	}
-	return nil
-}
-
-// HostSize is what the host has to give its VMs.
-type HostSize struct {
-	MemoryMiB int // physical RAM; 0 = unknown
-	Threads   int // CPU threads
-}
-
-// hostSize reads this host's RAM and CPU threads.
-func hostSize() HostSize {
-	h := HostSize{Threads: runtime.NumCPU()}
-	var si syscall.Sysinfo_t
-	if syscall.Sysinfo(&si) == nil {
-		h.MemoryMiB = int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
-	}
-	return h
+	return size.Check(o.CPUs, o.MemoryMiB, o.DiskGiB, host, o.Overcommit)
 }
 
 func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *state.Record {
@@ -261,13 +227,13 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		r.Net = &state.Net{Mode: o.Net}
 	}
 	if r.Resources.CPUs == 0 {
-		r.Resources.CPUs = defaultCPUs()
+		r.Resources.CPUs = size.DefaultCPUs()
 	}
 	if r.Resources.MemoryMiB == 0 {
-		r.Resources.MemoryMiB = defaultMemoryMiB
+		r.Resources.MemoryMiB = size.DefaultMemoryMiB
 	}
 	if r.Resources.DiskGiB == 0 {
-		r.Resources.DiskGiB = defaultDiskGiB
+		r.Resources.DiskGiB = size.DefaultDiskGiB
 	}
 	return r
 }

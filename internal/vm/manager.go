@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +37,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/secret"
+	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -67,7 +67,7 @@ type Manager struct {
 	Now      func() time.Time
 	// Size reports the host's RAM and CPU threads (create checks sizes
 	// against it).
-	Size func() HostSize
+	Size func() size.Host
 	// IsNixOS reports whether this host runs NixOS (backend "auto").
 	IsNixOS func() bool
 	// Drivers run the VMs, by name; each backend names its own (see
@@ -123,7 +123,7 @@ type Manager struct {
 // New returns a Manager with the real probes.
 func New(root *state.Root, run execx.Runner, log hclog.Logger, drivers []driver.Driver, backends ...backend.Backend) *Manager {
 	m := &Manager{Root: root, Git: gitws.New(run), Run: run, Log: log, Backends: map[string]backend.Backend{},
-		Drivers: map[string]driver.Driver{}, PortFree: ports.Listenable, Now: time.Now, Size: hostSize, IsNixOS: isNixOS,
+		Drivers: map[string]driver.Driver{}, PortFree: ports.Listenable, Now: time.Now, Size: size.ReadHost, IsNixOS: isNixOS,
 		Progress: io.Discard, Getenv: os.Getenv}
 	m.HostCAs = m.hostCAs
 	m.Host = &hostsetup.Host{Run: run, Log: log, Progress: io.Discard, Backends: m.Backends, Drivers: m.Drivers,
@@ -197,24 +197,6 @@ func (m *Manager) resolveBackend(name string) (backend.Backend, error) {
 	}
 	return b, nil
 }
-
-// Defaults for a new VM's size (seed 002: 4096 MiB, 4 cores, 20 GiB), with
-// the CPU count capped at the host's.
-func defaultCPUs() int {
-	if n := runtime.NumCPU(); n < 4 {
-		return n
-	}
-	return 4
-}
-
-const (
-	defaultMemoryMiB = 4096
-	defaultDiskGiB   = 20
-	// A disk's size range: a Debian or NixOS root with room to work (the
-	// qemu backend's base image may need more; it checks at create).
-	minDiskGiB = 2
-	maxDiskGiB = 4096
-)
 
 // hostCAs finds the host's added CA certificates (hostca.Load).
 func (m *Manager) hostCAs() ([]string, error) { return hostca.Load(m.Getenv, m.Log) }
