@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"os"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -45,11 +44,7 @@ func (m *Manager) startHolder(e state.Entry) {
 	if _, foreign := m.Foreign(e.Record); foreign {
 		return
 	}
-	exe := m.Executable
-	if exe == nil {
-		exe = os.Executable
-	}
-	m.guestOf(e.Record, e.Layout).StartHolder(m.Run, exe)
+	m.guestOf(e.Record, e.Layout).StartHolder(m.Run, m.executable)
 }
 
 // waitHolder and stopHolder: see guestconn.Guest's WaitHolder and

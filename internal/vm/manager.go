@@ -200,3 +200,11 @@ func (m *Manager) resolveBackend(name string) (backend.Backend, error) {
 
 // hostCAs finds the host's added CA certificates (hostca.Load).
 func (m *Manager) hostCAs() ([]string, error) { return hostca.Load(m.Getenv, m.Log) }
+
+// executable is the agent-vm binary (Manager.Executable, else this one).
+func (m *Manager) executable() (string, error) {
+	if m.Executable != nil {
+		return m.Executable()
+	}
+	return os.Executable()
+}

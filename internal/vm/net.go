@@ -28,11 +28,7 @@ func (m *Manager) network(r *state.Record, l state.Layout) (*driver.Network, err
 	if err := netpolicy.Write(l, r, pins); err != nil {
 		return nil, err
 	}
-	exe := m.Executable
-	if exe == nil {
-		exe = os.Executable
-	}
-	self, err := exe()
+	self, err := m.executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the agent-vm binary for the egress proxy: %w", err)
 	}

@@ -86,14 +86,6 @@ func (m *Manager) guestBinary() ([]byte, error) {
 	return b, nil
 }
 
-// executable is the agent-vm binary (Manager.Executable, else this one).
-func (m *Manager) executable() (string, error) {
-	if m.Executable != nil {
-		return m.Executable()
-	}
-	return os.Executable()
-}
-
 // DefaultMachine is the record of the default machine: the VM `create`
 // makes with no flags on this host (the default backend, size and image;
 // the current user owns the workspace), which no directory holds; what
