@@ -2,33 +2,25 @@
 // file per verb, parses flags into option structs and calls one function per
 // command: a vm.Manager method, or a command room's function with the
 // Manager as its VMs (agent, mcpsync, netpolicy, forward). wire.Open wires
-// everything else; a test keeps cli from importing backends or drivers. It maps errors to exit codes
-// (0 ok, 1 error, 2 usage, 130 interrupted) and prints them with their hints.
-// No business logic lives here.
+// everything else; a test keeps cli from importing backends or drivers.
+// cmdline.Report maps its errors to exit codes (0 ok, 1 error, 2 usage,
+// 130 interrupted) and prints them with their hints. No business logic
+// lives here.
 package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/vm"
-)
-
-// Exit codes.
-const (
-	ExitOK          = 0
-	ExitError       = 1
-	ExitUsage       = 2
-	ExitInterrupted = 130
 )
 
 // Version is set at build time (-ldflags -X).
@@ -47,25 +39,8 @@ func versionLine() string {
 	return "agent-vm " + Version + "\n"
 }
 
-// usageError is a mistake in how the command was called.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
-
-// exitCodeError carries a command's own exit status (exec, shell).
-type exitCodeError struct{ code int }
-
-func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
 // IO is where a command reads and writes.
-type IO struct {
-	In     *os.File
-	Out    io.Writer
-	Err    io.Writer
-	Getenv func(string) string
-}
+type IO = cmdline.IO
 
 // Main runs agent-vm with args (including the program name) and returns
 // the process exit code. ctx is cancelled on SIGINT/SIGTERM.
@@ -77,37 +52,7 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	args = interspersed(app, args)
 	app.Metadata = map[string]any{rawArgsKey: args}
 	err := app.RunContext(ctx, args)
-	return report(ctx, stdio, err)
-}
-
-// report prints err (if any) and returns the exit code for it.
-func report(ctx context.Context, stdio IO, err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	var code *exitCodeError
-	if errors.As(err, &code) {
-		return code.code
-	}
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stdio.Err, "agent-vm: interrupted: %v\n", err)
-		return ExitInterrupted
-	}
-	var u *usageError
-	if errors.As(err, &u) {
-		fmt.Fprintf(stdio.Err, "agent-vm: %v\n(run `agent-vm --help` for usage)\n", err)
-		return ExitUsage
-	}
-	fmt.Fprintf(stdio.Err, "agent-vm: %v\n", err)
-	return ExitError
-}
-
-// globals are the parsed global flags.
-type globals struct {
-	stateDir  string
-	verbose   bool
-	logFormat string
-	noColor   bool
+	return cmdline.Report(ctx, stdio, err)
 }
 
 // appHelpTemplate is urfave's help with the command categories in the
@@ -142,28 +87,20 @@ func newApp(stdio IO) *cli.App {
 		DisableSliceFlagSeparator: true,
 		ExitErrHandler:            func(*cli.Context, error) {}, // we map errors ourselves
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usagef("%v", err)
+			return cmdline.Usagef("%v", err)
 		},
-		Flags: []cli.Flag{
-			// AGENT_VM_STATE_DIR is read in parseGlobals (through stdio.Getenv,
-			// and empty as unset), so IsSet means the command line.
+		// AGENT_VM_STATE_DIR is read in stateDir (through stdio.Getenv, and
+		// empty as unset), so IsSet means the command line. urfave adds
+		// --help only to an App without a command named help, and agent-vm
+		// has its own (help.go).
+		Flags: slices.Concat([]cli.Flag{
 			&cli.StringFlag{Name: "state-dir", Usage: "where VM records and workspaces live (default: $AGENT_VM_STATE_DIR, else $XDG_DATA_HOME/agent-vms)"},
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debug details"},
-			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format on stderr: text or json"},
-			&cli.BoolFlag{Name: "no-color", Usage: "no colour in logs (also: NO_COLOR)"},
-			&cli.BoolFlag{Name: "version", Usage: "print the version"},
-			// urfave adds --help only to an App without a command named
-			// help, and agent-vm has its own (help.go).
-			cli.HelpFlag,
-		},
+		}, cmdline.LogFlags(), []cli.Flag{&cli.BoolFlag{Name: "version", Usage: "print the version"}, cli.HelpFlag}),
 		Before: func(cliCtx *cli.Context) error {
 			if err := refuseEmpty(cliCtx, cliCtx.App.Flags); err != nil {
 				return err
 			}
-			if f := cliCtx.String("log-format"); f != "text" && f != "json" {
-				return usagef("--log-format %q: must be text or json", f)
-			}
-			return nil
+			return cmdline.CheckLogFormat(cliCtx)
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if cliCtx.Bool("version") {
@@ -214,7 +151,7 @@ func setUsageHandlers(c *cli.Command) {
 	noBoolDefaults(c.Flags)
 	plainDefaults(c.Flags)
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-		return usagef("%s: %v", c.Name, err)
+		return cmdline.Usagef("%s: %v", c.Name, err)
 	}
 	before := c.Before
 	c.Before = func(cliCtx *cli.Context) error {
@@ -261,44 +198,22 @@ func refuseEmpty(cliCtx *cli.Context, flags []cli.Flag) error {
 		}
 		name := f.Names()[0]
 		if cliCtx.IsSet(name) && cliCtx.String(name) == "" {
-			return usagef("--%s is empty (hint: give it a value, or leave the flag out for its default)", name)
+			return cmdline.Usagef("--%s is empty (hint: give it a value, or leave the flag out for its default)", name)
 		}
 	}
 	return nil
 }
 
-// parseGlobals reads the global flags (from any command's context).
-func parseGlobals(cliCtx *cli.Context, stdio IO) globals {
-	g := globals{
-		stateDir:  cliCtx.String("state-dir"),
-		verbose:   cliCtx.Bool("verbose"),
-		logFormat: cliCtx.String("log-format"),
-		noColor:   cliCtx.Bool("no-color") || stdio.Getenv("NO_COLOR") != "",
+// stateDir is the state directory the global flags and the environment
+// name (from any command's context).
+func stateDir(cliCtx *cli.Context, stdio IO) string {
+	if d := cliCtx.String("state-dir"); d != "" {
+		return d
 	}
-	if g.stateDir == "" {
-		g.stateDir = stdio.Getenv("AGENT_VM_STATE_DIR")
+	if d := stdio.Getenv("AGENT_VM_STATE_DIR"); d != "" {
+		return d
 	}
-	if g.stateDir == "" {
-		g.stateDir = vm.DefaultStateDir(stdio.Getenv)
-	}
-	return g
-}
-
-// newLogger makes the CLI's logger: stderr, no timestamps (a CLI's lines are
-// read as they happen), text or JSON.
-func newLogger(g globals, w io.Writer) hclog.Logger {
-	level := hclog.Info
-	if g.verbose {
-		level = hclog.Debug
-	}
-	color := hclog.AutoColor
-	if g.noColor {
-		color = hclog.ColorOff
-	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name: "agent-vm", Level: level, Output: w, JSONFormat: g.logFormat == "json",
-		DisableTime: g.logFormat != "json", Color: color,
-	})
+	return vm.DefaultStateDir(stdio.Getenv)
 }
 
 // unknownCommand says a command (a subcommand of parent, when given) does
@@ -316,9 +231,9 @@ func unknownCommand(cmds []*cli.Command, parent, name string) error {
 		prefix = parent + " "
 	}
 	if best := nearest(name, names); best != "" {
-		return usagef("unknown command %q (did you mean %q?)", prefix+name, prefix+best)
+		return cmdline.Usagef("unknown command %q (did you mean %q?)", prefix+name, prefix+best)
 	}
-	return usagef("unknown command %q; commands: %s", prefix+name, prefix+strings.Join(names, ", "+prefix))
+	return cmdline.Usagef("unknown command %q; commands: %s", prefix+name, prefix+strings.Join(names, ", "+prefix))
 }
 
 // nearest returns the candidate closest to s by edit distance, if close.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -68,7 +69,7 @@ func vmName(cliCtx *cli.Context, m *vm.Manager) (string, error) {
 	case 1:
 		return cliCtx.Args().First(), nil
 	default:
-		return "", usagef("%s takes at most one BRANCH, got %d arguments", commandPath(cliCtx), cliCtx.NArg())
+		return "", cmdline.Usagef("%s takes at most one BRANCH, got %d arguments", commandPath(cliCtx), cliCtx.NArg())
 	}
 }
 
@@ -86,7 +87,7 @@ func checkedOut(cliCtx *cli.Context, m *vm.Manager, spelling string) (string, er
 	}
 	top, err := m.Git.Toplevel(cliCtx.Context, cwd)
 	if err != nil {
-		return "", usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s; agent-vm list shows the VMs)", cwd, spelling)
+		return "", cmdline.Usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s; agent-vm list shows the VMs)", cwd, spelling)
 	}
 	return m.Git.CurrentBranch(cliCtx.Context, top)
 }
@@ -154,14 +155,6 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// noArgs refuses positional arguments.
-func noArgs(cliCtx *cli.Context) error {
-	if cliCtx.NArg() > 0 {
-		return usagef("%s takes no arguments, got %q", cliCtx.Command.Name, cliCtx.Args().Slice())
-	}
-	return nil
 }
 
 // withManager wraps an action that needs the environment and a Manager.

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/urfave/cli/v2"
 )
 
@@ -55,7 +56,7 @@ func completionCommand(stdio IO) *cli.Command {
 			"fish: agent-vm completion fish > ~/.config/fish/completions/agent-vm.fish",
 		Action: func(cliCtx *cli.Context) error {
 			if cliCtx.NArg() != 1 {
-				return usagef("completion needs one shell: bash, zsh or fish")
+				return cmdline.Usagef("completion needs one shell: bash, zsh or fish")
 			}
 			switch sh := cliCtx.Args().First(); sh {
 			case "bash":
@@ -72,7 +73,7 @@ func completionCommand(stdio IO) *cli.Command {
 				_, err = fmt.Fprint(stdio.Out, script)
 				return err
 			default:
-				return usagef("completion: unknown shell %q (hint: bash, zsh or fish)", sh)
+				return cmdline.Usagef("completion: unknown shell %q (hint: bash, zsh or fish)", sh)
 			}
 		},
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -15,11 +16,11 @@ func holdCommand(stdio IO) *cli.Command {
 		Name: vm.HoldCommand, Hidden: true, Usage: "hold a connection to a VM's guest for the commands that reach it (agent-vm starts it with the VM)",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "vm-dir", Usage: "the VM's directory in the state directory"}},
 		Action: func(cliCtx *cli.Context) error {
-			if err := noArgs(cliCtx); err != nil {
+			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
 			}
 			if cliCtx.String("vm-dir") == "" {
-				return usagef("%s needs --vm-dir", vm.HoldCommand)
+				return cmdline.Usagef("%s needs --vm-dir", vm.HoldCommand)
 			}
 			e := newEnv(cliCtx, stdio)
 			return guestconn.ServeDir(cliCtx.Context, cliCtx.String("vm-dir"), e.log.Named("hold"))

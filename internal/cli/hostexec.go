@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 )
 
@@ -33,18 +34,18 @@ func hostExecCommand(stdio IO) *cli.Command {
 		Action: func(cliCtx *cli.Context) error {
 			for _, f := range flags {
 				if cliCtx.String(f.name) == "" {
-					return usagef("%s needs --%s", hostlink.ExecCommand, f.name)
+					return cmdline.Usagef("%s needs --%s", hostlink.ExecCommand, f.name)
 				}
 			}
 			t := hostlink.Target{Addr: cliCtx.String("addr"), User: cliCtx.String("user"), KeyFile: cliCtx.String("key"), KnownHosts: cliCtx.String("known-hosts")}
 			code, err := hostlink.Exec(cliCtx.Context, t, cliCtx.Args().Slice(), stdio.In, stdio.Out, stdio.Err)
 			switch {
 			case errors.Is(err, hostlink.ErrNoCommand):
-				return usagef("%s: %v", hostlink.ExecCommand, err)
+				return cmdline.Usagef("%s: %v", hostlink.ExecCommand, err)
 			case err != nil:
 				return err
 			case code != 0:
-				return &exitCodeError{code: code}
+				return cmdline.ExitStatus(code)
 			}
 			return nil
 		},

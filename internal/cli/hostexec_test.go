@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
@@ -41,11 +42,11 @@ func TestHostExec(t *testing.T) {
 		code int
 		want string
 	}{
-		{argv[:len(argv)-1], ExitUsage, "no command to run on the host"},
-		{append(append([]string{}, argv...), "agent-vm-host", ""), ExitUsage, "no command to run on the host"},
-		{[]string{hostlink.ExecCommand, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, ExitUsage, "needs --addr"},
-		{[]string{hostlink.ExecCommand, "--addr", srv.Addr, "--user", "root", "--key", srv.KeyFile, "--", "h", "true"}, ExitUsage, "needs --known-hosts"},
-		{[]string{hostlink.ExecCommand, "--addr", unreachable, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, ExitError, "reaching " + unreachable + " over SSH"},
+		{argv[:len(argv)-1], cmdline.ExitUsage, "no command to run on the host"},
+		{append(append([]string{}, argv...), "agent-vm-host", ""), cmdline.ExitUsage, "no command to run on the host"},
+		{[]string{hostlink.ExecCommand, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, cmdline.ExitUsage, "needs --addr"},
+		{[]string{hostlink.ExecCommand, "--addr", srv.Addr, "--user", "root", "--key", srv.KeyFile, "--", "h", "true"}, cmdline.ExitUsage, "needs --known-hosts"},
+		{[]string{hostlink.ExecCommand, "--addr", unreachable, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, cmdline.ExitError, "reaching " + unreachable + " over SSH"},
 	} {
 		r := agentVM(t, "", st, c.args...)
 		if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/mcpproxy"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -28,11 +29,11 @@ func mcpProxyCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "health-path", Value: "/health", Usage: "path of the unauthenticated health check"},
 		},
 		Action: func(cliCtx *cli.Context) error {
-			if err := noArgs(cliCtx); err != nil {
+			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
 			}
 			if !cliCtx.IsSet("token-file") {
-				return usagef("mcp-proxy needs --token-file (hint: --token-file FILE, a file holding the bearer token, mode 0600)")
+				return cmdline.Usagef("mcp-proxy needs --token-file (hint: --token-file FILE, a file holding the bearer token, mode 0600)")
 			}
 			e := newEnv(cliCtx, stdio)
 			var cfg mcpproxy.Config
@@ -91,7 +92,7 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 			switch client {
 			case mcpproxy.ClientClaudeCode, mcpproxy.ClientClaudeDesktop, mcpproxy.ClientJSON:
 			default:
-				return usagef("--client %q: must be claude-code, claude-desktop or json", client)
+				return cmdline.Usagef("--client %q: must be claude-code, claude-desktop or json", client)
 			}
 			out, err := mcpproxy.ClientConfig(client, info.SSH.Alias, info.MCP.URL, info.MCP.Token)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
@@ -29,7 +30,7 @@ func netCommand(stdio IO) *cli.Command {
 			Flags: []cli.Flag{vmFlag()},
 			Action: func(cliCtx *cli.Context) error {
 				if cliCtx.NArg() < 1 {
-					return usagef("net %s takes DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got none", name)
+					return cmdline.Usagef("net %s takes DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got none", name)
 				}
 				return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 					// The old spelling led with BRANCH: a first word that
@@ -77,7 +78,7 @@ func netCommand(stdio IO) *cli.Command {
 				Flags: []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
-						return usagef("net mode takes MODE (allow, open or offline), got %d arguments", n)
+						return cmdline.Usagef("net mode takes MODE (allow, open or offline), got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 						branch, args, err := vmAndArgs(cliCtx, stdio, m, twoWords)
@@ -288,7 +289,7 @@ func netProxyCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "exposed-dir", Usage: "reach an exposed port at the unix socket DIR/PORT, not 127.0.0.1:PORT (a VM placed on another host)"},
 		},
 		Action: func(cliCtx *cli.Context) error {
-			if err := noArgs(cliCtx); err != nil {
+			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
 			}
 			front, err := frontOf(cliCtx)
@@ -301,7 +302,7 @@ func netProxyCommand(stdio IO) *cli.Command {
 			}
 			for _, f := range need {
 				if cliCtx.String(f) == "" {
-					return usagef("net-proxy needs --%s", f)
+					return cmdline.Usagef("net-proxy needs --%s", f)
 				}
 			}
 			e := newEnv(cliCtx, stdio)
@@ -334,16 +335,16 @@ func frontOf(cliCtx *cli.Context) (*egress.Front, error) {
 	at := cliCtx.String("front")
 	if at == "" {
 		if cliCtx.IsSet("front-exposed") || cliCtx.IsSet("front-ports") {
-			return nil, usagef("net-proxy: --front-exposed and --front-ports need --front")
+			return nil, cmdline.Usagef("net-proxy: --front-exposed and --front-ports need --front")
 		}
 		return nil, nil
 	}
 	addr, err := netip.ParseAddr(at)
 	if err != nil {
-		return nil, usagef("net-proxy: --front %q is not an IP address", at)
+		return nil, cmdline.Usagef("net-proxy: --front %q is not an IP address", at)
 	}
 	if cliCtx.String("front-ports") == "" {
-		return nil, usagef("net-proxy: --front needs --front-ports")
+		return nil, cmdline.Usagef("net-proxy: --front needs --front-ports")
 	}
 	return &egress.Front{Addr: addr, Exposed: cliCtx.IntSlice("front-exposed"), PortsFile: cliCtx.String("front-ports")}, nil
 }
@@ -357,18 +358,18 @@ func netRelayCommand(stdio IO) *cli.Command {
 		Action: func(cliCtx *cli.Context) error {
 			n := cliCtx.NArg()
 			if n < 1 || n > 2 {
-				return &exitCodeError{code: ExitUsage}
+				return cmdline.ExitStatus(cmdline.ExitUsage)
 			}
 			exposed := 0 // the exposed host port the guest connects to; 0: the proxy
 			if n == 2 {
 				p, err := strconv.Atoi(cliCtx.Args().Get(1))
 				if err != nil || p < 1 || p > 65535 {
-					return &exitCodeError{code: ExitUsage}
+					return cmdline.ExitStatus(cmdline.ExitUsage)
 				}
 				exposed = p
 			}
 			if err := egress.Relay(cliCtx.Context, cliCtx.Args().First(), exposed, stdio.In, stdio.Out); err != nil {
-				return &exitCodeError{code: ExitError}
+				return cmdline.ExitStatus(cmdline.ExitError)
 			}
 			return nil
 		},
@@ -393,14 +394,14 @@ func netForwardCommand(stdio IO) *cli.Command {
 			&cli.StringFlag{Name: "return-socket-owner", Usage: "UID:GID on the host to give the --return-socket sockets to (the egress proxy's user there)"},
 		},
 		Action: func(cliCtx *cli.Context) error {
-			if err := noArgs(cliCtx); err != nil {
+			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
 			}
 			var rules []tcpfwd.Rule
 			for _, s := range cliCtx.StringSlice("forward") {
 				r, err := tcpfwd.ParseRule(s)
 				if err != nil {
-					return usagef("net-forward: %v", err)
+					return cmdline.Usagef("net-forward: %v", err)
 				}
 				rules = append(rules, r)
 			}
@@ -409,12 +410,12 @@ func netForwardCommand(stdio IO) *cli.Command {
 				return err
 			}
 			if len(rules) == 0 && len(returns) == 0 {
-				return usagef("net-forward needs at least one --forward PORT=HOST:PORT or --return-socket SOCKET=PORT")
+				return cmdline.Usagef("net-forward needs at least one --forward PORT=HOST:PORT or --return-socket SOCKET=PORT")
 			}
 			uid, gid := -1, -1
 			if ra := cliCtx.String("run-as"); ra != "" {
 				if _, err := fmt.Sscanf(ra, "%d:%d", &uid, &gid); err != nil || uid <= 0 || gid < 0 {
-					return usagef("net-forward: --run-as %q is not UID:GID of a user other than root", ra)
+					return cmdline.Usagef("net-forward: --run-as %q is not UID:GID of a user other than root", ra)
 				}
 			}
 			via, err := viaOf(cliCtx)
@@ -422,7 +423,7 @@ func netForwardCommand(stdio IO) *cli.Command {
 				return err
 			}
 			if len(returns) > 0 && via == nil {
-				return usagef("net-forward: --return-socket needs the --via flags (the host the socket is made on)")
+				return cmdline.Usagef("net-forward: --return-socket needs the --via flags (the host the socket is made on)")
 			}
 			var dial tcpfwd.Dialer // nil: from this host
 			var tun *hostlink.Tunnel
@@ -473,7 +474,7 @@ func returnSocketsOf(specs []string) ([]returnSocket, error) {
 		sock, p, ok := strings.Cut(s, "=")
 		port, err := strconv.Atoi(p)
 		if !ok || !strings.HasPrefix(sock, "/") || err != nil || port < 1 || port > 65535 {
-			return nil, usagef("net-forward: --return-socket %q is not SOCKET=PORT (an absolute path on the host, a port here)", s)
+			return nil, cmdline.Usagef("net-forward: --return-socket %q is not SOCKET=PORT (an absolute path on the host, a port here)", s)
 		}
 		out = append(out, returnSocket{socket: sock, port: port})
 	}
@@ -518,11 +519,11 @@ func viaOf(cliCtx *cli.Context) (*hostlink.Target, error) {
 		return nil, nil
 	}
 	if len(missing) > 0 {
-		return nil, usagef("net-forward: %s needs %s too (the link to a host is all four --via flags, or none)", strings.Join(set, ", "), strings.Join(missing, ", "))
+		return nil, cmdline.Usagef("net-forward: %s needs %s too (the link to a host is all four --via flags, or none)", strings.Join(set, ", "), strings.Join(missing, ", "))
 	}
 	addr := cliCtx.String("via-addr")
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return nil, usagef("net-forward: --via-addr %q is not HOST:PORT (the host's sshd)", addr)
+		return nil, cmdline.Usagef("net-forward: --via-addr %q is not HOST:PORT (the host's sshd)", addr)
 	}
 	return &hostlink.Target{Addr: addr, User: cliCtx.String("via-user"),
 		KeyFile: cliCtx.String("via-key"), KnownHosts: cliCtx.String("via-known-hosts")}, nil

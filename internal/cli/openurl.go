@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
@@ -29,7 +30,7 @@ func openURLCommand(stdio IO) *cli.Command {
 		},
 		Action: func(cliCtx *cli.Context) error {
 			if cliCtx.NArg() != 1 {
-				return usagef("open-url takes one URL, got %d arguments (hint: agent-vm open-url https://...)", cliCtx.NArg())
+				return cmdline.Usagef("open-url takes one URL, got %d arguments (hint: agent-vm open-url https://...)", cliCtx.NArg())
 			}
 			ctx, cancel := context.WithTimeout(cliCtx.Context, openURLTimeout)
 			defer cancel()

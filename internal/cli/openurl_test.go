@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 )
 
@@ -21,9 +22,9 @@ func TestOpenURLFailures(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"open-url"}, ExitUsage, "open-url takes one URL, got 0 arguments"},
-		{[]string{"open-url", "https://a.test/", "https://b.test/"}, ExitUsage, "open-url takes one URL, got 2 arguments"},
-		{[]string{"open-url", "--socket", noDoor, "https://example.test/"}, ExitError,
+		{[]string{"open-url"}, cmdline.ExitUsage, "open-url takes one URL, got 0 arguments"},
+		{[]string{"open-url", "https://a.test/", "https://b.test/"}, cmdline.ExitUsage, "open-url takes one URL, got 2 arguments"},
+		{[]string{"open-url", "--socket", noDoor, "https://example.test/"}, cmdline.ExitError,
 			"agent-vm: opening URLs on the host is off for this VM; on the host, run: agent-vm browser "},
 	}
 	for _, c := range cases {
@@ -67,7 +68,7 @@ func TestOpenURLAsksTheDoor(t *testing.T) {
 		t.Errorf("the host ran %+v", calls)
 	}
 	r = agentVM(t, "", st, "open-url", "--socket", sock, "file:///etc/passwd")
-	if r.code != ExitError || !strings.Contains(r.stderr, "agent-vm: the host refused the URL: file: URLs are not opened") {
+	if r.code != cmdline.ExitError || !strings.Contains(r.stderr, "agent-vm: the host refused the URL: file: URLs are not opened") {
 		t.Errorf("a refused URL: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }

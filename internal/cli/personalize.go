@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/personalize"
 )
 
@@ -13,7 +14,7 @@ func personalizeCommand(stdio IO) *cli.Command {
 	return &cli.Command{
 		Name: personalize.Command, Hidden: true, Usage: "in a guest restored from a template: become one VM (agent-vm start runs it over SSH, as root)",
 		Action: func(cliCtx *cli.Context) error {
-			if err := noArgs(cliCtx); err != nil {
+			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
 			}
 			return personalize.ApplyHere(cliCtx.Context, stdio.In)
