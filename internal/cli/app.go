@@ -26,11 +26,6 @@ import (
 // Version is set at build time (-ldflags -X).
 var Version = "dev"
 
-// TestHooksTag is the build tag of a binary for the tests, whose egress
-// proxy reads its test hooks (egress.TestHooks); `agent-vm version` says
-// so after the version ("+testhooks"), which integration-test checks.
-const TestHooksTag = "agentvm_testhooks"
-
 // versionLine is what `agent-vm version` prints.
 func versionLine() string {
 	if egress.TestHooks {

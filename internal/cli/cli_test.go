@@ -402,8 +402,6 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"exec", "x"}, 2, "exec needs a command"},
 		{[]string{"logs", "x", "-n", "-1"}, 2, "--lines -1 must be at least 1 (hint: "},
 		{[]string{"logs", "-n", "0", "x"}, 2, "--lines 0 must be at least 1 (hint: "},
-		{[]string{"mcp-proxy"}, 2, "mcp-proxy needs --token-file (hint: "},
-		{[]string{"mcp-proxy", "--listen", "127.0.0.1:0"}, 2, "mcp-proxy needs --token-file (hint: "},
 		{[]string{"host", "bogus"}, 2, `unknown command "host bogus"`},
 		{[]string{"host", "add"}, 2, "host add takes NAME URI, got 0 arguments"},
 		{[]string{"host", "add", "big"}, 2, "host add takes NAME URI, got 1 arguments"},

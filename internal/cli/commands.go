@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/cmdline"
+	"github.com/agent-vm/agent-vm/internal/selfcmd"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -18,17 +19,9 @@ import (
 var categories = []string{"VMs", "Agents", "Network", "Images and templates", "Host"}
 
 // commands lists the verbs. A verb is listed only once it works. --help
-// groups them by category (appHelpTemplate keeps the categories' order);
-// the hidden ones are what agent-vm runs itself, in the guest or beside
-// QEMU. A hidden command that agent-vm's own processes run is named
-// __NAME (__hold, __net-proxy); the net- ones keep their old names as
-// aliases: a VM started by an older agent-vm has QEMU run net-relay, and
-// its forwarder runs as net-forward. Three keep
-// plain names because what calls them outlives a version of agent-vm:
-// mcp-proxy (an MCP client's configuration, from mcp-config), open-url
-// (the guest's xdg-open and $BROWSER shims) and guest-personalize (run in
-// a guest cloned from a template an older agent-vm may have built); expose
-// is a user's old spelling of port expose.
+// groups them by category (appHelpTemplate keeps the categories' order).
+// The hidden ones are what agent-vm runs of itself (selfcmd), and expose,
+// a user's old spelling of port expose.
 func commands(stdio IO) []*cli.Command {
 	return slices.Concat(
 		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),
@@ -44,8 +37,7 @@ func commands(stdio IO) []*cli.Command {
 				Name: "version", Usage: "print the version",
 				Action: func(*cli.Context) error { _, err := fmt.Fprint(stdio.Out, versionLine()); return err },
 			}),
-		[]*cli.Command{mcpProxyCommand(stdio), netProxyCommand(stdio), netRelayCommand(stdio), netForwardCommand(stdio), detachCommand(stdio), hostVerbCommand(stdio), hostExecCommand(stdio), workspaceCheckCommand(stdio), workspaceConfigCommand(stdio),
-			holdCommand(stdio), personalizeCommand(stdio), openURLCommand(stdio)},
+		selfcmd.Commands(stdio),
 	)
 }
 

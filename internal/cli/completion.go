@@ -3,8 +3,9 @@ package cli
 import (
 	"fmt"
 
-	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 )
 
 // The shell scripts ask agent-vm itself for candidates: urfave/cli answers

@@ -1,4 +1,4 @@
-package cli
+package selfcmd
 
 import (
 	"fmt"
@@ -22,7 +22,6 @@ import (
 func TestHostExec(t *testing.T) {
 	srv := sshdtest.New(t)
 	srv.Start()
-	st := t.TempDir()
 	argv := hostlink.ExecArgv("agent-vm", hostlink.Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts})[1:]
 	in := filepath.Join(t.TempDir(), "in")
 	tu.WriteFile(t, in, "over the link\n")
@@ -31,7 +30,7 @@ func TestHostExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r := agentVMIn(t, "", st, f, nil, append(argv, "-o", "SendEnv=GIT_PROTOCOL", "agent-vm-host", `cat; echo "to stderr" >&2; exit 3`)...)
+	r := run(t, f, nil, append(argv, "-o", "SendEnv=GIT_PROTOCOL", "agent-vm-host", `cat; echo "to stderr" >&2; exit 3`)...)
 	if r.code != 3 || r.stdout != "over the link\n" || r.stderr != "to stderr\n" {
 		t.Errorf("a command on the host: exit %d, stdout %q, stderr %q; want 3, its stdin, its stderr", r.code, r.stdout, r.stderr)
 	}
@@ -48,7 +47,7 @@ func TestHostExec(t *testing.T) {
 		{[]string{hostlink.ExecCommand, "--addr", srv.Addr, "--user", "root", "--key", srv.KeyFile, "--", "h", "true"}, cmdline.ExitUsage, "needs --known-hosts"},
 		{[]string{hostlink.ExecCommand, "--addr", unreachable, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, cmdline.ExitError, "reaching " + unreachable + " over SSH"},
 	} {
-		r := agentVM(t, "", st, c.args...)
+		r := run(t, nil, nil, c.args...)
 		if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, r.code, r.stdout, r.stderr, c.code, c.want)
 		}
