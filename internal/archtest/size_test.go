@@ -21,8 +21,7 @@ const maxLines = 4000
 // is now so it can only shrink: lower a limit when a package shrinks, and
 // remove its line once it is within maxLines.
 var over = map[string]int{
-	"internal/cli": 4700, // the goal: 4,000; next out: the hidden commands
-	"integration":  6250, // the end-to-end scenarios: the harness and the scenarios apart
+	"integration": 6250, // the end-to-end scenarios: the harness and the scenarios apart
 }
 
 // vmLines is vm's own limit, lower than every other room's: vm is the VM's

@@ -82,15 +82,12 @@ func runCommand(stdio IO) *cli.Command {
 	}
 }
 
-// rawArgsKey holds, in the app's metadata, the command line as parsed.
-const rawArgsKey = "args"
-
 // splitDashes splits a command's positional arguments at the "--" the user
 // typed: urfave/cli drops a "--" that directly follows the flags but keeps
 // one after a positional argument, so the raw command line decides.
 func splitDashes(cliCtx *cli.Context) (before, after []string) {
 	args := cliCtx.Args().Slice()
-	raw, _ := cliCtx.App.Metadata[rawArgsKey].([]string)
+	raw := cmdline.RawArgs(cliCtx)
 	for j, a := range raw {
 		if a != "--" {
 			continue

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -43,11 +42,7 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	if stdio.Getenv == nil {
 		stdio.Getenv = os.Getenv
 	}
-	app := newApp(stdio)
-	args = interspersed(app, args)
-	app.Metadata = map[string]any{rawArgsKey: args}
-	err := app.RunContext(ctx, args)
-	return cmdline.Report(ctx, stdio, err)
+	return cmdline.Run(ctx, newApp(stdio), args, stdio)
 }
 
 // appHelpTemplate is urfave's help with the command categories in the
@@ -77,126 +72,28 @@ func newApp(stdio IO) *cli.App {
 		HideHelpCommand:       true,
 		HideVersion:           true, // its -v alias would clash with --verbose; see the version command
 		CustomAppHelpTemplate: appHelpTemplate(),
-		// A repeatable flag takes one value per use: a comma is part of the
-		// value (and reaches its validator), not a separator.
-		DisableSliceFlagSeparator: true,
-		ExitErrHandler:            func(*cli.Context, error) {}, // we map errors ourselves
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cmdline.Usagef("%v", err)
-		},
 		// AGENT_VM_STATE_DIR is read in stateDir (through stdio.Getenv, and
 		// empty as unset), so IsSet means the command line. urfave adds
 		// --help only to an App without a command named help, and agent-vm
-		// has its own (help.go).
+		// has its own (cmdline.HelpCommand).
 		Flags: slices.Concat([]cli.Flag{
 			&cli.StringFlag{Name: "state-dir", Usage: "where VM records and workspaces live (default: $AGENT_VM_STATE_DIR, else $XDG_DATA_HOME/agent-vms)"},
 		}, cmdline.LogFlags(), []cli.Flag{&cli.BoolFlag{Name: "version", Usage: "print the version"}, cli.HelpFlag}),
-		Before: func(cliCtx *cli.Context) error {
-			if err := refuseEmpty(cliCtx, cliCtx.App.Flags); err != nil {
-				return err
-			}
-			return cmdline.CheckLogFormat(cliCtx)
-		},
+		Before: cmdline.CheckLogFormat,
 		Action: func(cliCtx *cli.Context) error {
 			if cliCtx.Bool("version") {
 				_, err := fmt.Fprint(stdio.Out, versionLine())
 				return err
 			}
 			if cliCtx.Args().Present() {
-				return unknownCommand(cliCtx.App.Commands, "", cliCtx.Args().First())
+				return cmdline.UnknownCommand(cliCtx.App.Commands, "", cliCtx.Args().First())
 			}
 			return cli.ShowAppHelp(cliCtx)
 		},
 	}
 	app.Commands = commands(stdio)
-	noBoolDefaults(app.Flags)
-	plainDefaults(app.Flags)
-	for _, c := range app.Commands {
-		setUsageHandlers(c)
-	}
-	app.CommandNotFound = func(cliCtx *cli.Context, name string) {
-		// Only reached for unknown subcommands of a command; report it.
-		fmt.Fprintln(stdio.Err, unknownCommand(cliCtx.App.Commands, "", name))
-	}
+	cmdline.Shape(app)
 	return app
-}
-
-func setUsageHandlers(c *cli.Command) {
-	if len(c.Subcommands) > 0 {
-		// A group's help lists its own subcommands, not urfave's `help`
-		// (`agent-vm help GROUP SUB` is the top-level help command's).
-		c.HideHelpCommand = true
-		if act := c.Action; act == nil {
-			c.Action = groupAction(c)
-		} else {
-			// A group that does something itself (sessions [BRANCH])
-			// still takes help as its first word, as every group does.
-			help := groupAction(c)
-			c.Action = func(cliCtx *cli.Context) error {
-				if cliCtx.Args().First() == "help" {
-					return help(cliCtx)
-				}
-				return act(cliCtx)
-			}
-		}
-	}
-	if len(c.Subcommands) == 0 && strings.HasPrefix(c.ArgsUsage, "[BRANCH]") && c.Action != nil {
-		c.Action = helpWord(c.Action)
-	}
-	noBoolDefaults(c.Flags)
-	plainDefaults(c.Flags)
-	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-		return cmdline.Usagef("%s: %v", c.Name, err)
-	}
-	before := c.Before
-	c.Before = func(cliCtx *cli.Context) error {
-		if err := refuseEmpty(cliCtx, c.Flags); err != nil {
-			return err
-		}
-		if before != nil {
-			return before(cliCtx)
-		}
-		return nil
-	}
-	for _, sub := range c.Subcommands {
-		setUsageHandlers(sub)
-	}
-}
-
-// noBoolDefaults drops urfave's "(default: false)" from the help of
-// boolean flags: a switch is off unless given.
-func noBoolDefaults(flags []cli.Flag) {
-	for _, f := range flags {
-		if b, ok := f.(*cli.BoolFlag); ok && !b.DisableDefaultText {
-			b.DisableDefaultText = true
-		}
-	}
-}
-
-// plainDefaults prints a string flag's default as every other default is
-// printed, "(default: auto)", not urfave's quoted "(default: \"auto\")".
-func plainDefaults(flags []cli.Flag) {
-	for _, f := range flags {
-		if s, ok := f.(*cli.StringFlag); ok && s.Value != "" && s.DefaultText == "" {
-			s.DefaultText = s.Value
-		}
-	}
-}
-
-// refuseEmpty is a usage error for a string flag given an empty value on
-// the command line (--branch ""), which would otherwise silently mean the
-// flag's default.
-func refuseEmpty(cliCtx *cli.Context, flags []cli.Flag) error {
-	for _, f := range flags {
-		if _, ok := f.(*cli.StringFlag); !ok {
-			continue
-		}
-		name := f.Names()[0]
-		if cliCtx.IsSet(name) && cliCtx.String(name) == "" {
-			return cmdline.Usagef("--%s is empty (hint: give it a value, or leave the flag out for its default)", name)
-		}
-	}
-	return nil
 }
 
 // stateDir is the state directory the global flags and the environment
@@ -209,62 +106,4 @@ func stateDir(cliCtx *cli.Context, stdio IO) string {
 		return d
 	}
 	return vm.DefaultStateDir(stdio.Getenv)
-}
-
-// unknownCommand says a command (a subcommand of parent, when given) does
-// not exist among cmds, suggesting the nearest.
-func unknownCommand(cmds []*cli.Command, parent, name string) error {
-	var names []string
-	for _, c := range cmds {
-		if !c.Hidden {
-			names = append(names, c.Name)
-		}
-	}
-	sort.Strings(names)
-	prefix := ""
-	if parent != "" {
-		prefix = parent + " "
-	}
-	if best := nearest(name, names); best != "" {
-		return cmdline.Usagef("unknown command %q (did you mean %q?)", prefix+name, prefix+best)
-	}
-	return cmdline.Usagef("unknown command %q; commands: %s", prefix+name, prefix+strings.Join(names, ", "+prefix))
-}
-
-// nearest returns the candidate closest to s by edit distance, if close.
-func nearest(s string, candidates []string) string {
-	best, bestD := "", 1<<30
-	for _, c := range candidates {
-		d := editDistance(s, c)
-		if strings.HasPrefix(c, s) && len(s) >= 2 {
-			d = 1
-		}
-		if d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if bestD <= max(2, len(s)/3) {
-		return best
-	}
-	return ""
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

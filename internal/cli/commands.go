@@ -32,7 +32,7 @@ func commands(stdio IO) []*cli.Command {
 			mcpCommand(stdio), mcpConfigCommand(stdio), secretCommand(stdio)),
 		category("Network", netCommand(stdio), portCommand(stdio), exposeCommand(stdio), browserCommand(stdio)),
 		category("Images and templates", imageCommand(stdio), templateCommand(stdio)),
-		category("Host", setupCommand(stdio), doctorCommand(stdio), hostCommand(stdio), completionCommand(stdio), helpCommand(stdio),
+		category("Host", setupCommand(stdio), doctorCommand(stdio), hostCommand(stdio), completionCommand(stdio), cmdline.HelpCommand(stdio),
 			&cli.Command{
 				Name: "version", Usage: "print the version",
 				Action: func(*cli.Context) error { _, err := fmt.Fprint(stdio.Out, versionLine()); return err },

@@ -146,7 +146,7 @@ func execCommand(stdio IO) *cli.Command {
 		// exec has no flags of its own: everything after BRANCH belongs to
 		// the command, and "--" must be seen to tell BRANCH from COMMAND.
 		SkipFlagParsing: true,
-		Action: helpFirst(stdio, withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+		Action: cmdline.HelpFirst(stdio, withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, argv, err := splitExecArgs(cliCtx.Args().Slice())
 			if err != nil {
 				return err

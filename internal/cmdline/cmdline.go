@@ -1,9 +1,12 @@
 // Package cmdline is what every command of agent-vm's binary keeps, the
 // verbs people type (internal/cli) and the commands agent-vm runs of
-// itself (internal/selfcmd) alike: where a command reads and writes (IO);
-// how its end becomes the process's exit code (a usage error 2, a
-// command's own status as it is, an interruption 130; Report); the logger
-// the global flags ask for.
+// itself (internal/selfcmd) alike: how its command line is read (the
+// grammar Shape holds an App to: flags after the arguments, usage errors,
+// empty values refused, unknown commands named with the nearest, help as a
+// word at every depth); where it reads and writes (IO); how its end
+// becomes the process's exit code (a usage error 2, a command's own status
+// as it is, an interruption 130; Report); the logger the global flags ask
+// for.
 package cmdline
 
 import (
