@@ -10,6 +10,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/agent"
 	"github.com/agent-vm/agent-vm/internal/browser"
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -42,7 +43,7 @@ func runCommand(stdio IO) *cli.Command {
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			before, args := splitDashes(cliCtx)
 			if len(before) > 1 {
-				return usagef("run takes one BRANCH, got %q (hint: the agent's arguments go after --: agent-vm run %s -- %s)", before, before[0], strings.Join(before[1:], " "))
+				return cmdline.Usagef("run takes one BRANCH, got %q (hint: the agent's arguments go after --: agent-vm run %s -- %s)", before, before[0], strings.Join(before[1:], " "))
 			}
 			name := ""
 			if len(before) == 1 {
@@ -81,15 +82,12 @@ func runCommand(stdio IO) *cli.Command {
 	}
 }
 
-// rawArgsKey holds, in the app's metadata, the command line as parsed.
-const rawArgsKey = "args"
-
 // splitDashes splits a command's positional arguments at the "--" the user
 // typed: urfave/cli drops a "--" that directly follows the flags but keeps
 // one after a positional argument, so the raw command line decides.
 func splitDashes(cliCtx *cli.Context) (before, after []string) {
 	args := cliCtx.Args().Slice()
-	raw, _ := cliCtx.App.Metadata[rawArgsKey].([]string)
+	raw := cmdline.RawArgs(cliCtx)
 	for j, a := range raw {
 		if a != "--" {
 			continue
@@ -118,7 +116,7 @@ func sessionEnd(res *agent.Result, err error) error {
 		if code < 0 {
 			code = 1
 		}
-		return &exitCodeError{code: code}
+		return cmdline.ExitStatus(code)
 	}
 	return nil
 }
@@ -139,7 +137,7 @@ func attachCommand(stdio IO) *cli.Command {
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 2 || cliCtx.NArg() == 2 && cliCtx.IsSet("session") {
-				return usagef("attach takes at most one BRANCH, got %d arguments (hint: name the session with --session NAME)", cliCtx.NArg())
+				return cmdline.Usagef("attach takes at most one BRANCH, got %d arguments (hint: name the session with --session NAME)", cliCtx.NArg())
 			}
 			name, sess := cliCtx.Args().Get(0), cliCtx.String("session")
 			if cliCtx.NArg() == 2 {
@@ -224,7 +222,7 @@ func sessionsCommand(stdio IO) *cli.Command {
 					name, sess = cliCtx.Args().Get(0), cliCtx.Args().Get(1)
 					fmt.Fprintf(stdio.Err, "agent-vm: sessions rm BRANCH SESSION is deprecated; write sessions rm %s --session %s\n", name, sess)
 				case !cliCtx.IsSet("session"):
-					return usagef("sessions rm needs --session NAME (hint: agent-vm sessions [BRANCH] lists them)")
+					return cmdline.Usagef("sessions rm needs --session NAME (hint: agent-vm sessions [BRANCH] lists them)")
 				default:
 					var err error
 					if name, err = vmName(cliCtx, m); err != nil {

@@ -3,6 +3,8 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 )
 
 func TestInterspersedFlags(t *testing.T) {
@@ -24,7 +26,7 @@ func TestInterspersedFlags(t *testing.T) {
 		"agent-vm image list --json":              "agent-vm image list --json",
 	}
 	for in, want := range cases {
-		if got := strings.Join(interspersed(app, strings.Fields(in)), " "); got != want {
+		if got := strings.Join(cmdline.Interspersed(app, strings.Fields(in)), " "); got != want {
 			t.Errorf("%s\n got %s\nwant %s", in, got, want)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/browser"
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -53,18 +54,18 @@ func browserCommand(stdio IO) *cli.Command {
 				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }, Getenv: stdio.Getenv, Launcher: m.LaunchBrowser, Stop: m.StopBrowser}
 			opening := o.ChromeBridge || o.CDP || o.Launch || o.OpenURLs
 			if cliCtx.IsSet("port") && !o.CDP && !o.Launch {
-				return usagef("--port is the DevTools endpoint's: it goes with --cdp or --launch")
+				return cmdline.Usagef("--port is the DevTools endpoint's: it goes with --cdp or --launch")
 			}
 			var info *browser.Info
 			switch {
 			case cliCtx.Bool("off") && (opening || o.Force):
-				return usagef("--off closes them all: it goes with none of --chrome-bridge, --cdp, --launch, --open-urls and --force")
+				return cmdline.Usagef("--off closes them all: it goes with none of --chrome-bridge, --cdp, --launch, --open-urls and --force")
 			case cliCtx.Bool("off"):
 				info, err = browser.Off(cliCtx.Context, m, name, m.StopBrowser, o.Notify)
 			case opening:
 				info, err = browser.Open(cliCtx.Context, m, o)
 			case o.Force:
-				return usagef("--force goes with what it opens (--chrome-bridge, --cdp, --launch, --open-urls)")
+				return cmdline.Usagef("--force goes with what it opens (--chrome-bridge, --cdp, --launch, --open-urls)")
 			default:
 				info, err = browser.Show(cliCtx.Context, m, name)
 			}

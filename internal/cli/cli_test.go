@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
@@ -401,8 +402,6 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"exec", "x"}, 2, "exec needs a command"},
 		{[]string{"logs", "x", "-n", "-1"}, 2, "--lines -1 must be at least 1 (hint: "},
 		{[]string{"logs", "-n", "0", "x"}, 2, "--lines 0 must be at least 1 (hint: "},
-		{[]string{"mcp-proxy"}, 2, "mcp-proxy needs --token-file (hint: "},
-		{[]string{"mcp-proxy", "--listen", "127.0.0.1:0"}, 2, "mcp-proxy needs --token-file (hint: "},
 		{[]string{"host", "bogus"}, 2, `unknown command "host bogus"`},
 		{[]string{"host", "add"}, 2, "host add takes NAME URI, got 0 arguments"},
 		{[]string{"host", "add", "big"}, 2, "host add takes NAME URI, got 1 arguments"},
@@ -423,7 +422,7 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		if r.code != c.code || !strings.Contains(r.stderr+r.stdout, c.want) {
 			t.Errorf("agent-vm %v: exit %d (want %d)\n%s%s", c.args, r.code, c.code, r.stdout, r.stderr)
 		}
-		if c.code == ExitUsage && (r.stdout != "" || !strings.HasPrefix(r.stderr, "agent-vm: ") || strings.Count(r.stderr, "\n") > 2) {
+		if c.code == cmdline.ExitUsage && (r.stdout != "" || !strings.HasPrefix(r.stderr, "agent-vm: ") || strings.Count(r.stderr, "\n") > 2) {
 			t.Errorf("agent-vm %v: want a short usage error on stderr, got stdout:\n%s\nstderr:\n%s", c.args, r.stdout, r.stderr)
 		}
 	}
@@ -792,8 +791,8 @@ func TestEmptyValuesAreRefusedNotDefaulted(t *testing.T) {
 			}
 		}
 		r := agentVM(t, repo, st, args...)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "hint:") {
-			t.Errorf("agent-vm %s: exit %d, want %d and %q with a hint\n%s", c.args, r.code, ExitUsage, c.want, r.stderr)
+		if r.code != cmdline.ExitUsage || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "hint:") {
+			t.Errorf("agent-vm %s: exit %d, want %d and %q with a hint\n%s", c.args, r.code, cmdline.ExitUsage, c.want, r.stderr)
 		}
 	}
 	if r := mustRun(t, "", st, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {

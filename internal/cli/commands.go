@@ -10,6 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
+	"github.com/agent-vm/agent-vm/internal/selfcmd"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -17,17 +19,9 @@ import (
 var categories = []string{"VMs", "Agents", "Network", "Images and templates", "Host"}
 
 // commands lists the verbs. A verb is listed only once it works. --help
-// groups them by category (appHelpTemplate keeps the categories' order);
-// the hidden ones are what agent-vm runs itself, in the guest or beside
-// QEMU. A hidden command that agent-vm's own processes run is named
-// __NAME (__hold, __net-proxy); the net- ones keep their old names as
-// aliases: a VM started by an older agent-vm has QEMU run net-relay, and
-// its forwarder runs as net-forward. Three keep
-// plain names because what calls them outlives a version of agent-vm:
-// mcp-proxy (an MCP client's configuration, from mcp-config), open-url
-// (the guest's xdg-open and $BROWSER shims) and guest-personalize (run in
-// a guest cloned from a template an older agent-vm may have built); expose
-// is a user's old spelling of port expose.
+// groups them by category (appHelpTemplate keeps the categories' order).
+// The hidden ones are what agent-vm runs of itself (selfcmd), and expose,
+// a user's old spelling of port expose.
 func commands(stdio IO) []*cli.Command {
 	return slices.Concat(
 		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),
@@ -38,13 +32,12 @@ func commands(stdio IO) []*cli.Command {
 			mcpCommand(stdio), mcpConfigCommand(stdio), secretCommand(stdio)),
 		category("Network", netCommand(stdio), portCommand(stdio), exposeCommand(stdio), browserCommand(stdio)),
 		category("Images and templates", imageCommand(stdio), templateCommand(stdio)),
-		category("Host", setupCommand(stdio), doctorCommand(stdio), hostCommand(stdio), completionCommand(stdio), helpCommand(stdio),
+		category("Host", setupCommand(stdio), doctorCommand(stdio), hostCommand(stdio), completionCommand(stdio), cmdline.HelpCommand(stdio),
 			&cli.Command{
 				Name: "version", Usage: "print the version",
 				Action: func(*cli.Context) error { _, err := fmt.Fprint(stdio.Out, versionLine()); return err },
 			}),
-		[]*cli.Command{mcpProxyCommand(stdio), netProxyCommand(stdio), netRelayCommand(stdio), netForwardCommand(stdio), detachCommand(stdio), hostVerbCommand(stdio), hostExecCommand(stdio), workspaceCheckCommand(stdio), workspaceConfigCommand(stdio),
-			holdCommand(stdio), personalizeCommand(stdio), openURLCommand(stdio)},
+		selfcmd.Commands(stdio),
 	)
 }
 
@@ -68,7 +61,7 @@ func vmName(cliCtx *cli.Context, m *vm.Manager) (string, error) {
 	case 1:
 		return cliCtx.Args().First(), nil
 	default:
-		return "", usagef("%s takes at most one BRANCH, got %d arguments", commandPath(cliCtx), cliCtx.NArg())
+		return "", cmdline.Usagef("%s takes at most one BRANCH, got %d arguments", commandPath(cliCtx), cliCtx.NArg())
 	}
 }
 
@@ -86,7 +79,7 @@ func checkedOut(cliCtx *cli.Context, m *vm.Manager, spelling string) (string, er
 	}
 	top, err := m.Git.Toplevel(cliCtx.Context, cwd)
 	if err != nil {
-		return "", usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s; agent-vm list shows the VMs)", cwd, spelling)
+		return "", cmdline.Usagef("no BRANCH given and %s is not in a git checkout (hint: agent-vm %s; agent-vm list shows the VMs)", cwd, spelling)
 	}
 	return m.Git.CurrentBranch(cliCtx.Context, top)
 }
@@ -154,14 +147,6 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// noArgs refuses positional arguments.
-func noArgs(cliCtx *cli.Context) error {
-	if cliCtx.NArg() > 0 {
-		return usagef("%s takes no arguments, got %q", cliCtx.Command.Name, cliCtx.Args().Slice())
-	}
-	return nil
 }
 
 // withManager wraps an action that needs the environment and a Manager.

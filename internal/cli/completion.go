@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 )
 
 // The shell scripts ask agent-vm itself for candidates: urfave/cli answers
@@ -55,7 +57,7 @@ func completionCommand(stdio IO) *cli.Command {
 			"fish: agent-vm completion fish > ~/.config/fish/completions/agent-vm.fish",
 		Action: func(cliCtx *cli.Context) error {
 			if cliCtx.NArg() != 1 {
-				return usagef("completion needs one shell: bash, zsh or fish")
+				return cmdline.Usagef("completion needs one shell: bash, zsh or fish")
 			}
 			switch sh := cliCtx.Args().First(); sh {
 			case "bash":
@@ -72,7 +74,7 @@ func completionCommand(stdio IO) *cli.Command {
 				_, err = fmt.Fprint(stdio.Out, script)
 				return err
 			default:
-				return usagef("completion: unknown shell %q (hint: bash, zsh or fish)", sh)
+				return cmdline.Usagef("completion: unknown shell %q (hint: bash, zsh or fish)", sh)
 			}
 		},
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -80,13 +81,13 @@ func createBranch(cliCtx *cli.Context, stdio IO) (string, error) {
 		arg := cliCtx.Args().First()
 		switch {
 		case arg == "":
-			return "", usagef("create: BRANCH is empty (hint: leave it out for the current branch)")
+			return "", cmdline.Usagef("create: BRANCH is empty (hint: leave it out for the current branch)")
 		case cliCtx.IsSet("branch") && arg != flag:
-			return "", usagef("create got BRANCH %q and --branch %q (hint: give the branch once, as BRANCH)", arg, flag)
+			return "", cmdline.Usagef("create got BRANCH %q and --branch %q (hint: give the branch once, as BRANCH)", arg, flag)
 		}
 		return arg, nil
 	default:
-		return "", usagef("create takes at most one BRANCH, got %d arguments (hint: agent-vm create BRANCH [flags])", cliCtx.NArg())
+		return "", cmdline.Usagef("create takes at most one BRANCH, got %d arguments (hint: agent-vm create BRANCH [flags])", cliCtx.NArg())
 	}
 }
 
@@ -129,19 +130,19 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 	switch o.Backend {
 	case vm.BackendAuto, vm.BackendQEMU, vm.BackendNixOS, vm.BackendVagrant, vm.BackendLibvirt:
 	default:
-		return o, usagef("--backend %q: must be auto, qemu, nixos, vagrant or libvirt", o.Backend)
+		return o, cmdline.Usagef("--backend %q: must be auto, qemu, nixos, vagrant or libvirt", o.Backend)
 	}
 	if cliCtx.IsSet("port") && (o.MCPPort < 1024 || o.MCPPort > 65535) {
-		return o, usagef("--port %d: must be between 1024 and 65535", o.MCPPort)
+		return o, cmdline.Usagef("--port %d: must be between 1024 and 65535", o.MCPPort)
 	}
 	if cliCtx.IsSet("ssh-port") && (o.SSHPort < 1024 || o.SSHPort > 65535) {
-		return o, usagef("--ssh-port %d: must be between 1024 and 65535", o.SSHPort)
+		return o, cmdline.Usagef("--ssh-port %d: must be between 1024 and 65535", o.SSHPort)
 	}
 	if o.SSHPort != 0 && o.SSHPort == o.MCPPort {
-		return o, usagef("--ssh-port and --port are both %d: the VM needs two ports", o.SSHPort)
+		return o, cmdline.Usagef("--ssh-port and --port are both %d: the VM needs two ports", o.SSHPort)
 	}
 	if cliCtx.IsSet("cpus") && o.CPUs < 1 {
-		return o, usagef("--cpus %d: must be at least 1", o.CPUs)
+		return o, cmdline.Usagef("--cpus %d: must be at least 1", o.CPUs)
 	}
 	var err error
 	if o.Packages, err = packagesFlag(cliCtx); err != nil {
@@ -158,7 +159,7 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 			return o, err
 		}
 		if mib%1024 != 0 {
-			return o, usagef("--disk %q is not a whole number of GiB (hint: disks are sized in GiB, e.g. --disk %dG)", s, (mib+1023)/1024)
+			return o, cmdline.Usagef("--disk %q is not a whole number of GiB (hint: disks are sized in GiB, e.g. --disk %dG)", s, (mib+1023)/1024)
 		}
 		o.DiskGiB = mib / 1024 // at least 1: parseSize refuses 0; vm.Create checks the range
 	}
@@ -181,7 +182,7 @@ func sizeUsage(what, examples, bareUnit string) string {
 func parseSize(flag, s, defaultUnit string) (int, error) {
 	mib, err := size.ParseMiB(s, defaultUnit)
 	if err != nil {
-		return 0, usagef("--%s %q is %v (hint: e.g. --%s 4G or 4096M)", flag, s, err, flag)
+		return 0, cmdline.Usagef("--%s %q is %v (hint: e.g. --%s 4G or 4096M)", flag, s, err, flag)
 	}
 	return mib, nil
 }

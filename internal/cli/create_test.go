@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -34,8 +35,8 @@ func TestCreateTakesBRANCH(t *testing.T) {
 		{[]string{"create", ""}, "create: BRANCH is empty"},
 	} {
 		r := agentVM(t, repo, st, append(c.args, "--backend", "qemu")...)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("agent-vm %q: exit %d, want %d and %q\n%s", c.args, r.code, ExitUsage, c.want, r.stderr)
+		if r.code != cmdline.ExitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("agent-vm %q: exit %d, want %d and %q\n%s", c.args, r.code, cmdline.ExitUsage, c.want, r.stderr)
 		}
 	}
 }

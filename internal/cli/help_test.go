@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 )
 
 // commandPaths lists the words that name every visible command and
@@ -79,7 +81,7 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		}
 		flags, cmds := app.VisibleFlags(), app.Commands
 		for _, w := range path {
-			c := findCommand(cmds, w)
+			c := cmdline.FindCommand(cmds, w)
 			flags, cmds = c.VisibleFlags(), c.Subcommands
 		}
 		checkFlagLines(t, name, flags, flagged.stdout)
@@ -121,7 +123,7 @@ func findPath(app *cli.App, path []string) *cli.Command {
 	var c *cli.Command
 	cmds := app.Commands
 	for _, w := range path {
-		c = findCommand(cmds, w)
+		c = cmdline.FindCommand(cmds, w)
 		cmds = c.Subcommands
 	}
 	return c

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -38,7 +39,7 @@ func hostCommand(stdio IO) *cli.Command {
 				},
 				Action: func(cliCtx *cli.Context) error {
 					if cliCtx.NArg() != 2 {
-						return usagef("host add takes NAME URI, got %d arguments (hint: `agent-vm host add big qemu+ssh://you@server/system`)", cliCtx.NArg())
+						return cmdline.Usagef("host add takes NAME URI, got %d arguments (hint: `agent-vm host add big qemu+ssh://you@server/system`)", cliCtx.NArg())
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 						h, err := m.Hosts.AddWith(cliCtx.Context, cliCtx.Args().Get(0), cliCtx.Args().Get(1), hosts.AddOptions{Dir: cliCtx.String("dir")})
@@ -92,7 +93,7 @@ func hostCommand(stdio IO) *cli.Command {
 				Usage:   "list the hosts: name, URI, when added",
 				Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print JSON: [{"name", "uri", "added"}]`}},
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-					if err := noArgs(cliCtx); err != nil {
+					if err := cmdline.NoArgs(cliCtx); err != nil {
 						return err
 					}
 					return hostList(cliCtx, stdio, m)
@@ -156,7 +157,7 @@ func askHostKey(stdio IO) func(addr, fingerprint string) (bool, error) {
 func withHostName(stdio IO, f func(cliCtx *cli.Context, m *vm.Manager, name string) error) cli.ActionFunc {
 	return func(cliCtx *cli.Context) error {
 		if cliCtx.NArg() != 1 {
-			return usagef("host %s takes one NAME, got %d arguments (hint: `agent-vm host list` shows the hosts)", cliCtx.Command.Name, cliCtx.NArg())
+			return cmdline.Usagef("host %s takes one NAME, got %d arguments (hint: `agent-vm host list` shows the hosts)", cliCtx.Command.Name, cliCtx.NArg())
 		}
 		return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			return f(cliCtx, m, cliCtx.Args().First())

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -23,7 +24,7 @@ func imageCommand(stdio IO) *cli.Command {
 					&cli.BoolFlag{Name: "force", Usage: "build a new version even if a current one is cached (VMs keep the version they were made on)"},
 				},
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-					if err := noArgs(cliCtx); err != nil {
+					if err := cmdline.NoArgs(cliCtx); err != nil {
 						return err
 					}
 					img, err := m.Host.BuildImage(cliCtx.Context, hostsetup.ImageBuildOptions{
@@ -45,7 +46,7 @@ func imageCommand(stdio IO) *cli.Command {
 				},
 				Action: func(cliCtx *cli.Context) error {
 					if cliCtx.NArg() != 1 {
-						return usagef("image pull needs one image name: %v", hostsetup.PullableImages())
+						return cmdline.Usagef("image pull needs one image name: %v", hostsetup.PullableImages())
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 						img, err := m.Host.PullImage(cliCtx.Context, hostsetup.ImagePullOptions{
@@ -62,7 +63,7 @@ func imageCommand(stdio IO) *cli.Command {
 				Name:  "prune",
 				Usage: "remove cached image versions that were replaced and that no VM's disk is based on",
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-					if err := noArgs(cliCtx); err != nil {
+					if err := cmdline.NoArgs(cliCtx); err != nil {
 						return err
 					}
 					removed, err := m.Host.PruneImages(cliCtx.Context)
@@ -80,7 +81,7 @@ func imageCommand(stdio IO) *cli.Command {
 				Usage: "list the cached images",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-					if err := noArgs(cliCtx); err != nil {
+					if err := cmdline.NoArgs(cliCtx); err != nil {
 						return err
 					}
 					imgs, err := m.Host.Images()

@@ -16,29 +16,25 @@ import (
 func TestCLIKnowsNoBackend(t *testing.T) {
 	const module = "github.com/agent-vm/agent-vm"
 	allowed := map[string]bool{
-		module + "/internal/vm":          true, // the orchestration
-		module + "/internal/wire":        true, // the composition root, which opens the Manager
-		module + "/internal/guestconn":   true, // the hidden __hold, a VM's holder (guestconn.ServeDir)
-		module + "/internal/placement":   true, // the hidden verbs a VM's host runs for the machine that placed it (the workspace's unsaved work and settings)
-		module + "/internal/mcpproxy":    true, // agent-mcp, which `mcp-proxy` runs in the guest
-		module + "/internal/termsafe":    true, // a UI helper: escaping untrusted text for the terminal
-		module + "/internal/size":        true, // the size grammar --memory, --disk and config.toml's memory share
-		module + "/internal/personalize": true, // guest-personalize, which runs in a restored guest
-		module + "/internal/bridge":      true, // open-url, the guest's end of the URL-opening bridge
-		module + "/internal/hostsetup":   true, // setup's and doctor's reports, which the CLI prints
-		module + "/internal/pins":        true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
-		module + "/internal/netpolicy":   true, // `net` and `port expose`, given the Manager as their VMs
-		module + "/internal/egress":      true, // the hidden __net-proxy and __net-relay, and the net log's entries
-		module + "/internal/mcpsync":     true, // `mcp sync`, given the Manager as its VMs
-		module + "/internal/browser":     true, // `browser` and run --chrome, given the Manager as their VMs
-		module + "/internal/template":    true, // the template list's entries
-		module + "/internal/agent":       true, // run, attach, sessions, logs --session, given the Manager as their VMs
-		module + "/internal/session":     true, // the sessions list's entries
-		module + "/internal/forward":     true, // `port add|rm|list`, given the Manager as their VMs
-		module + "/internal/secret":      true, // `secret set|list|rm`, the Manager's store; run's key from the environment
-		module + "/internal/hosts":       true, // `host add|list|rm`, the Manager's registry, and host doctor's report
-		module + "/internal/tcpfwd":      true, // the hidden net-forward, a libvirt VM's forwards
-		module + "/internal/hostlink":    true, // the hidden __detach (hostlink.Detach), agent-vm's binary on a libvirt host starting a program there; __net-forward --via-addr's Tunnel, a remote VM's forwards through the link
+		module + "/internal/vm":        true, // the orchestration
+		module + "/internal/wire":      true, // the composition root, which opens the Manager
+		module + "/internal/selfcmd":   true, // the hidden commands agent-vm runs of itself, added to the App
+		module + "/internal/cmdline":   true, // what every command keeps: IO, exit codes, usage errors, the logger
+		module + "/internal/mcpproxy":  true, // mcp-config's client entries for a VM's agent-mcp
+		module + "/internal/termsafe":  true, // a UI helper: escaping untrusted text for the terminal
+		module + "/internal/size":      true, // the size grammar --memory, --disk and config.toml's memory share
+		module + "/internal/hostsetup": true, // setup's and doctor's reports, which the CLI prints
+		module + "/internal/pins":      true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
+		module + "/internal/netpolicy": true, // `net` and `port expose`, given the Manager as their VMs
+		module + "/internal/egress":    true, // the net log's entries, the pins' and modes' types, and whether the build has the proxy's test hooks
+		module + "/internal/mcpsync":   true, // `mcp sync`, given the Manager as its VMs
+		module + "/internal/browser":   true, // `browser` and run --chrome, given the Manager as their VMs
+		module + "/internal/template":  true, // the template list's entries
+		module + "/internal/agent":     true, // run, attach, sessions, logs --session, given the Manager as their VMs
+		module + "/internal/session":   true, // the sessions list's entries
+		module + "/internal/forward":   true, // `port add|rm|list`, given the Manager as their VMs
+		module + "/internal/secret":    true, // `secret set|list|rm`, the Manager's store; run's key from the environment
+		module + "/internal/hosts":     true, // `host add|list|rm`, the Manager's registry, and host doctor's report
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -27,7 +28,7 @@ func listCommand(stdio IO) *cli.Command {
 		Usage:   "list the VMs",
 		Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (the fields of status --json, without the token)"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if err := noArgs(cliCtx); err != nil {
+			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
 			}
 			entries, err := m.List(cliCtx.Context)

@@ -5,57 +5,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/mcpproxy"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
-
-// mcpProxyCommand is the MCP proxy the guests' agent-mcp unit runs.
-func mcpProxyCommand(stdio IO) *cli.Command {
-	return &cli.Command{
-		Name:   "mcp-proxy",
-		Hidden: true, // what agent-mcp runs in the guest
-		Usage:  "serve stdio MCP servers over HTTP (what agent-mcp runs inside every VM)",
-		Description: "Serves each server of --config (Claude's mcpServers JSON, e.g. a project's .mcp.json) at\n" +
-			"/servers/NAME/mcp (Streamable HTTP) and /servers/NAME/sse (HTTP+SSE); with one server also at\n" +
-			"/mcp and /sse. Every MCP request needs the header Authorization: Bearer <token>; GET /health does not.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Usage: "MCP servers, Claude's mcpServers JSON (default: none)"},
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address to listen on"},
-			// Required, but checked in Action: urfave's own check prints the
-			// whole help and exits 1.
-			&cli.StringFlag{Name: "token-file", Usage: "file holding the bearer token, mode 0600 or stricter (required)"},
-			&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser origin allowed to call the proxy (repeatable)"},
-			&cli.StringFlag{Name: "health-path", Value: "/health", Usage: "path of the unauthenticated health check"},
-		},
-		Action: func(cliCtx *cli.Context) error {
-			if err := noArgs(cliCtx); err != nil {
-				return err
-			}
-			if !cliCtx.IsSet("token-file") {
-				return usagef("mcp-proxy needs --token-file (hint: --token-file FILE, a file holding the bearer token, mode 0600)")
-			}
-			e := newEnv(cliCtx, stdio)
-			var cfg mcpproxy.Config
-			if path := cliCtx.String("config"); path != "" {
-				var err error
-				if cfg, err = mcpproxy.LoadConfig(path); err != nil {
-					return err
-				}
-			}
-			token, err := mcpproxy.ReadToken(cliCtx.String("token-file"))
-			if err != nil {
-				return err
-			}
-			// Run returns nil after a graceful shutdown on SIGTERM, so
-			// systemd sees a clean stop.
-			return mcpproxy.Run(cliCtx.Context, mcpproxy.Options{
-				Config: cfg, Token: token, Addr: cliCtx.String("listen"),
-				AllowedOrigins: cliCtx.StringSlice("allow-origin"), HealthPath: cliCtx.String("health-path"),
-				Logger: e.log.Named("mcp-proxy"),
-			})
-		},
-	}
-}
 
 // mcpConfigCommand prints the client entry for a VM's agent-mcp.
 func mcpConfigCommand(stdio IO) *cli.Command {
@@ -91,7 +44,7 @@ func mcpConfigCommand(stdio IO) *cli.Command {
 			switch client {
 			case mcpproxy.ClientClaudeCode, mcpproxy.ClientClaudeDesktop, mcpproxy.ClientJSON:
 			default:
-				return usagef("--client %q: must be claude-code, claude-desktop or json", client)
+				return cmdline.Usagef("--client %q: must be claude-code, claude-desktop or json", client)
 			}
 			out, err := mcpproxy.ClientConfig(client, info.SSH.Alias, info.MCP.URL, info.MCP.Token)
 			if err != nil {

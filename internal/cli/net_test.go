@@ -1,24 +1,15 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/egress"
-	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
@@ -44,16 +35,11 @@ func TestNetCommands(t *testing.T) {
 		{[]string{"port", "expose", "--vm", "x"}, 2, "port expose takes HOST_PORT"},
 		{[]string{"port", "unexpose", "--vm", "x", "1", "2"}, 2, "port unexpose takes HOST_PORT"},
 		{[]string{"port", "expose", "--vm", "x", "http"}, 2, `HOST_PORT "http" is not a port number`},
-		{[]string{"net-relay"}, 2, ""},
 	} {
 		r := agentVM(t, repo, st, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("agent-vm %v: exit %d (want %d)\n%s%s", c.args, r.code, c.code, r.stdout, r.stderr)
 		}
-	}
-	// The relay prints nothing, ever: its stderr is the guest's connection.
-	if r := agentVM(t, repo, st, "__net-relay", filepath.Join(st, "no.sock")); r.code != 1 || r.stdout+r.stderr != "" {
-		t.Errorf("net-relay without a proxy: exit %d, printed %q %q", r.code, r.stdout, r.stderr)
 	}
 
 	mustRun(t, repo, st, "create", "x", "--backend", "qemu")
@@ -132,86 +118,6 @@ func TestNetCommands(t *testing.T) {
 	}
 	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "exposed host ports: none") {
 		t.Errorf("net show after unexpose:\n%s", r.stdout)
-	}
-}
-
-// Started by a root agent-vm for a VM whose QEMU runs as the workspace's
-// owner, the proxy drops to that owner before it serves, and still reads
-// its policy and writes its log in the network directory, which the owner
-// could not reach by path (a 0700 directory of root's above it). It exits
-// once its QEMU is gone.
-func TestNetProxyDropsToTheOwner(t *testing.T) {
-	tu.Need(t, os.Geteuid() == 0, "dropping privileges needs root")
-	top := t.TempDir() // root's, 0700: the owner cannot walk through it
-	dir := filepath.Join(top, "net")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	if err := egress.WritePolicy(dir, egress.Policy{Branch: "x", Mode: egress.ModeAllow}); err != nil {
-		t.Fatal(err)
-	}
-	qemu := exec.Command("sleep", "60") // stands for the VM's QEMU
-	if err := qemu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { qemu.Process.Kill(); qemu.Wait() }()
-	pidFile := filepath.Join(top, "qemu.pid")
-	os.WriteFile(pidFile, []byte(strconv.Itoa(qemu.Process.Pid)+"\n"), 0o600)
-	sock, exposed := filepath.Join(top, "egress.sock"), filepath.Join(top, "exposed.sock")
-	var out bytes.Buffer
-	proxy := exec.Command(tu.AgentVMBinary(t), "__net-proxy", "--dir", dir, "--proxy-socket", sock, "--exposed-socket", exposed,
-		"--qemu-pidfile", pidFile, "--run-as", "65534:65534")
-	proxy.Stdout, proxy.Stderr = &out, &out
-	if err := proxy.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- proxy.Wait() }()
-	defer proxy.Process.Kill()
-
-	// A denied request through the socket (root may connect to it).
-	var resp strings.Builder
-	req := strings.NewReader("GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n")
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer wcancel()
-	var err error
-	if perr := tu.Poll(wctx, "the proxy to serve", func() bool {
-		resp.Reset()
-		err = egress.Relay(context.Background(), sock, 0, req, &resp)
-		return err == nil
-	}); perr != nil {
-		t.Fatalf("%v: %v\n%s", perr, err, out.String())
-	}
-	if !strings.Contains(resp.String(), "rule: not on the allow-list") {
-		t.Errorf("the proxy's answer: %q", resp.String())
-	}
-	status, _ := os.ReadFile("/proc/" + strconv.Itoa(proxy.Process.Pid) + "/status")
-	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(string(status), "\nGid:\t65534\t65534\t65534\t65534\n") ||
-		!regexp.MustCompile(`\nGroups:\s*\n`).Match(status) {
-		t.Errorf("the proxy is not the owner, without groups:\n%s", status)
-	}
-	logFile := filepath.Join(dir, egress.LogFile)
-	es, err := egress.ReadLog(logFile)
-	fi, _ := os.Stat(logFile)
-	if err != nil || len(es) != 1 || es[0].Host != "denied.test" || fi == nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
-		t.Errorf("the log: %+v %v %v", es, err, fi)
-	}
-	// Its QEMU gone, the proxy ends.
-	qemu.Process.Kill()
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the proxy outlived its QEMU")
-	}
-	// A root UID or a malformed one is refused.
-	for _, bad := range []string{"0:0", "nobody", "-1:5"} {
-		r := agentVM(t, "", t.TempDir(), "__net-proxy", "--dir", dir, "--proxy-socket", sock, "--exposed-socket", exposed, "--run-as", bad)
-		if r.code != 1 || !strings.Contains(r.stderr, "is not UID:GID") {
-			t.Errorf("--run-as %q: exit %d %s", bad, r.code, r.stderr)
-		}
 	}
 }
 
@@ -304,183 +210,14 @@ func TestNetRequestRules(t *testing.T) {
 	}
 }
 
-// net-proxy's TCP front flags, refused as usage errors (exit 2) naming the
-// flag before anything listens: --front-exposed (or its old name,
-// --front-exposed) or --front-ports without
-// --front, --front that is not an address, --front without a ports file,
-// and neither sockets nor a front.
-func TestNetProxyFrontRefusals(t *testing.T) {
-	st, dir := t.TempDir(), t.TempDir()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--front-exposed", "8080"}, "--front-exposed and --front-ports need --front"},
-		{[]string{"--front-exposed", "8080"}, "--front-exposed and --front-ports need --front"},
-		{[]string{"--front-ports", filepath.Join(dir, "p.json")}, "--front-exposed and --front-ports need --front"},
-		{[]string{"--front", "bridge", "--front-ports", filepath.Join(dir, "p.json")}, `--front "bridge" is not an IP address`},
-		{[]string{"--front", "127.0.0.1"}, "--front needs --front-ports"},
-		{nil, "net-proxy needs --proxy-socket"},
-	} {
-		r := agentVM(t, "", st, append([]string{"net-proxy", "--dir", dir}, tc.args...)...)
-		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("net-proxy %q: exit %d\n%s\nwant %q", tc.args, r.code, r.stderr, tc.want)
-		}
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Errorf("the refusals left %v", ents)
-	}
-}
-
-// net-forward's refusals are usage errors (exit 2) naming what is wrong,
-// before anything listens (a partial set of --via flags names the ones
-// missing); a port another program holds, and a link whose key cannot be
-// read, are errors naming them.
-func TestNetForwardRefusals(t *testing.T) {
-	st := t.TempDir()
-	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	hp := strconv.Itoa(held.Addr().(*net.TCPAddr).Port)
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{nil, 2, "net-forward needs at least one --forward PORT=HOST:PORT or --return-socket SOCKET=PORT"},
-		{[]string{"--return-socket", "rel/sock=8080"}, 2, `--return-socket "rel/sock=8080" is not SOCKET=PORT`},
-		{[]string{"--return-socket", "/run/x/8080=0"}, 2, `--return-socket "/run/x/8080=0" is not SOCKET=PORT`},
-		{[]string{"--return-socket", "/run/x/8080=8080"}, 2, "--return-socket needs the --via flags"},
-		{[]string{"--forward", "2222"}, 2, `forward "2222" is not PORT=HOST:PORT`},
-		{[]string{"--forward", "2222=10.0.0.2:22", "--run-as", "0:0"}, 2, `--run-as "0:0" is not UID:GID of a user other than root`},
-		{[]string{"--forward", hp + "=10.0.0.2:22"}, 1, "listening on 127.0.0.1:" + hp},
-		{[]string{"--forward", "2222=10.0.0.2:22", "--via-addr", "big:22"}, 2,
-			"--via-addr needs --via-user, --via-key, --via-known-hosts too"},
-		{[]string{"--forward", "2222=10.0.0.2:22", "--via-key", "k", "--via-known-hosts", "kh"}, 2,
-			"--via-key, --via-known-hosts needs --via-addr, --via-user too"},
-		{[]string{"--forward", "2222=10.0.0.2:22", "--via-addr", "big", "--via-user", "u", "--via-key", "k", "--via-known-hosts", "kh"}, 2,
-			`--via-addr "big" is not HOST:PORT`},
-		{[]string{"--forward", hp + "=10.0.0.2:22", "--via-addr", "big:22", "--via-user", "u", "--via-key", filepath.Join(st, "no.key"), "--via-known-hosts", "kh"}, 1,
-			"preparing the link to big:22: reading key " + filepath.Join(st, "no.key")},
-	} {
-		r := agentVM(t, "", st, append([]string{"net-forward"}, tc.args...)...)
-		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("net-forward %q: exit %d\n%s\nwant %d, %q", tc.args, r.code, r.stderr, tc.code, tc.want)
-		}
-	}
-}
-
-// net-forward --via-addr for real: started as root with agent-vm's key for
-// the host in a directory only root reaches, it listens, drops to another
-// user, and carries a connection to 127.0.0.1:PORT through the SSH link
-// to what the host reaches (an echo server), which it cannot reach while
-// the host's sshd is stopped; once the sshd is back it makes the link
-// again, reading no file.
-func TestNetForwardViaLink(t *testing.T) {
-	tu.Need(t, os.Geteuid() == 0, "dropping privileges needs root")
-	srv := sshdtest.New(t)
-	srv.Start()
-	echoL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echoL.Close()
-	go func() {
-		for {
-			c, err := echoL.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	top := t.TempDir() // root's, 0700
-	key, pin := filepath.Join(top, "host.key"), filepath.Join(top, "known_hosts")
-	for from, to := range map[string]string{srv.KeyFile: key, srv.KnownHosts: pin} {
-		b, err := os.ReadFile(from)
-		if err == nil {
-			err = os.WriteFile(to, b, 0o600)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(free.Addr().(*net.TCPAddr).Port)
-	free.Close()
-	var out bytes.Buffer
-	fwd := exec.Command(tu.AgentVMBinary(t), "net-forward", "--forward", port+"="+echoL.Addr().String(),
-		"--via-addr", srv.Addr, "--via-user", srv.User, "--via-key", key, "--via-known-hosts", pin,
-		"--run-as", "65534:65534", "--tag", "via-test")
-	fwd.Stdout, fwd.Stderr = &out, &out
-	if err := fwd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { fwd.Process.Kill(); fwd.Wait() }()
-
-	echo := func(line string) error {
-		var c net.Conn
-		var err error
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if perr := tu.Poll(ctx, "the exposed port to accept", func() bool { c, err = net.Dial("tcp", "127.0.0.1:"+port); return err == nil }); perr != nil {
-			return fmt.Errorf("%w: %w", perr, err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		if _, err := io.WriteString(c, line); err != nil {
-			return err
-		}
-		got := make([]byte, len(line))
-		if _, err := io.ReadFull(c, got); err != nil {
-			return err
-		}
-		if string(got) != line {
-			return fmt.Errorf("echoed %q, want %q", got, line)
-		}
-		return nil
-	}
-	if err := echo("through the link"); err != nil {
-		t.Fatalf("a connection through net-forward --via-addr: %v\n%s", err, out.String())
-	}
-	status, _ := os.ReadFile("/proc/" + strconv.Itoa(fwd.Process.Pid) + "/status")
-	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") {
-		t.Errorf("net-forward did not drop to 65534:\n%s", status)
-	}
-	// With the host's sshd gone the destination is out of reach (it is
-	// reached through the link, not from here), and back with it.
-	srv.Stop()
-	if err := echo("no link"); err == nil {
-		t.Errorf("a connection was carried with the host's sshd stopped: not through the link")
-	}
-	srv.Start()
-	if err := echo("through the link made again"); err != nil {
-		t.Errorf("after the host's sshd restarted: %v\n%s", err, out.String())
-	}
-}
-
 // The shipped build (no agentvm_testhooks tag, as `go test` builds this
-// package) has no proxy test hooks: net-proxy ignores their variables,
-// saying so, and `version` does not claim them. The tests' own agent-vm
-// (tu.AgentVMBinary) has them and says so.
-func TestShippedBuildHasNoTestHooks(t *testing.T) {
+// package) does not claim the proxy's test hooks in its version line; the
+// tests' own agent-vm (tu.AgentVMBinary) has them and says so.
+func TestShippedBuildClaimsNoTestHooks(t *testing.T) {
 	if egress.TestHooks {
 		// Skip, not SkipOrFail: nothing is missing here; the build this
 		// test is about is the other one.
 		t.Skip("built with -tags agentvm_testhooks: this test is about the build without")
-	}
-	dir := t.TempDir()
-	r := agentVMEnv(t, "", t.TempDir(), map[string]string{egress.TestHostsEnv: "github.com=198.18.0.9", egress.TestRootCAEnv: "/tmp/ca.pem"},
-		"__net-proxy", "--dir", dir, "--proxy-socket", filepath.Join(dir, "p.sock"), "--exposed-socket", filepath.Join(dir, "d.sock"), "--run-as", "0:0")
-	for _, v := range []string{egress.TestHostsEnv, egress.TestRootCAEnv} {
-		if !strings.Contains(r.stderr, "ignored: this agent-vm is built without the proxy's test hooks") || !strings.Contains(r.stderr, v) {
-			t.Errorf("net-proxy with %s set: stderr %q; want it named as ignored", v, r.stderr)
-		}
 	}
 	if r := mustRun(t, "", t.TempDir(), "version"); strings.Contains(r.stdout, "testhooks") {
 		t.Errorf("version %q claims the test hooks", r.stdout)

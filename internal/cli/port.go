@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/forward"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -32,7 +33,7 @@ func portCommand(stdio IO) *cli.Command {
 				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					if n := cliCtx.NArg(); n < 1 || n > 3 || n == 3 && cliCtx.IsSet("vm") {
-						return usagef("port add takes GUEST_PORT [HOST_PORT], got %d arguments", n)
+						return cmdline.Usagef("port add takes GUEST_PORT [HOST_PORT], got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 						// The old spelling led with BRANCH: three words, or
@@ -76,7 +77,7 @@ func portCommand(stdio IO) *cli.Command {
 				Flags:     []cli.Flag{vmFlag()},
 				Action: func(cliCtx *cli.Context) error {
 					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
-						return usagef("port rm takes GUEST_PORT, got %d arguments", n)
+						return cmdline.Usagef("port rm takes GUEST_PORT, got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 						branch, guest, err := vmAndPort(cliCtx, stdio, m, "GUEST_PORT")
@@ -169,7 +170,7 @@ func exposeCommand(stdio IO) *cli.Command {
 // HOST_PORT; verb names the command in usage errors.
 func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
 	if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
-		return usagef("%s takes HOST_PORT, got %d arguments", verb, n)
+		return cmdline.Usagef("%s takes HOST_PORT, got %d arguments", verb, n)
 	}
 	return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 		name, port, err := vmAndPort(cliCtx, stdio, m, "HOST_PORT")
@@ -200,7 +201,7 @@ func expose(cliCtx *cli.Context, stdio IO, verb string, remove bool) error {
 func portArg(args []string, i int, what string) (int, error) {
 	p, err := strconv.Atoi(args[i])
 	if err != nil {
-		return 0, usagef("%s %q is not a port number (hint: e.g. 3000)", what, args[i])
+		return 0, cmdline.Usagef("%s %q is not a port number (hint: e.g. 3000)", what, args[i])
 	}
 	return p, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -53,7 +54,7 @@ func packagesFlag(cliCtx *cli.Context) ([]string, error) {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)
 			if p == "" {
-				return nil, usagef("--packages %q has an empty name (hint: --packages ripgrep,jq)", v)
+				return nil, cmdline.Usagef("--packages %q has an empty name (hint: --packages ripgrep,jq)", v)
 			}
 			out = append(out, p)
 		}

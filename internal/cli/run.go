@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/agent"
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -145,7 +146,7 @@ func execCommand(stdio IO) *cli.Command {
 		// exec has no flags of its own: everything after BRANCH belongs to
 		// the command, and "--" must be seen to tell BRANCH from COMMAND.
 		SkipFlagParsing: true,
-		Action: helpFirst(stdio, withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+		Action: cmdline.HelpFirst(stdio, withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, argv, err := splitExecArgs(cliCtx.Args().Slice())
 			if err != nil {
 				return err
@@ -160,7 +161,7 @@ func execCommand(stdio IO) *cli.Command {
 				return err
 			}
 			if code != 0 {
-				return &exitCodeError{code: code}
+				return cmdline.ExitStatus(code)
 			}
 			return nil
 		})),
@@ -179,7 +180,7 @@ func splitExecArgs(args []string) (name string, argv []string, err error) {
 		name, argv = args[0], args[1:]
 	}
 	if len(argv) == 0 {
-		return "", nil, usagef("exec needs a command (hint: agent-vm exec BRANCH -- COMMAND [ARGS...])")
+		return "", nil, cmdline.Usagef("exec needs a command (hint: agent-vm exec BRANCH -- COMMAND [ARGS...])")
 	}
 	return name, argv, nil
 }
@@ -200,7 +201,7 @@ func shellCommand(stdio IO) *cli.Command {
 				return err
 			}
 			if code != 0 {
-				return &exitCodeError{code: code}
+				return cmdline.ExitStatus(code)
 			}
 			return nil
 		}),
@@ -220,7 +221,7 @@ func logsCommand(stdio IO) *cli.Command {
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if n := cliCtx.Int("lines"); n < 1 {
-				return usagef("--lines %d must be at least 1 (hint: -n 50 shows the last 50 lines of each log)", n)
+				return cmdline.Usagef("--lines %d must be at least 1 (hint: -n 50 shows the last 50 lines of each log)", n)
 			}
 			name, err := vmName(cliCtx, m)
 			if err != nil {
@@ -228,7 +229,7 @@ func logsCommand(stdio IO) *cli.Command {
 			}
 			if sess := cliCtx.String("session"); sess != "" {
 				if cliCtx.Bool("follow") {
-					return usagef("--follow does not go with --session (hint: agent-vm attach %s --session %s shows the session live)", name, sess)
+					return cmdline.Usagef("--follow does not go with --session (hint: agent-vm attach %s --session %s shows the session live)", name, sess)
 				}
 				return agent.Log(cliCtx.Context, m, name, sess, stdio.Out)
 			}

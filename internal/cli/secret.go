@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -88,7 +89,7 @@ func secretSet(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 	for _, h := range cliCtx.StringSlice("header") {
 		c, err := secret.CheckHeader(h)
 		if err != nil {
-			return usagef("secret set %s --header: %v", name, err)
+			return cmdline.Usagef("secret set %s --header: %v", name, err)
 		}
 		if !slices.Contains(sec.Headers, c) {
 			sec.Headers = append(sec.Headers, c)
@@ -128,11 +129,11 @@ func secretName(cliCtx *cli.Context) (string, error) {
 		hint, fix = "the value comes on standard input, e.g. `printenv NAME | agent-vm secret set NAME`", "`printenv %s | agent-vm secret set %[1]s`, or type the value at the prompt"
 	}
 	if cliCtx.NArg() != 1 {
-		return "", usagef("secret %s takes one NAME, got %d arguments (hint: %s)", verb, cliCtx.NArg(), hint)
+		return "", cmdline.Usagef("secret %s takes one NAME, got %d arguments (hint: %s)", verb, cliCtx.NArg(), hint)
 	}
 	name := cliCtx.Args().First()
 	if before, _, ok := strings.Cut(name, "="); ok {
-		return "", usagef("secret %s takes NAME alone, never a value (hint: %s)", verb, fmt.Sprintf(fix, termsafe.String(before)))
+		return "", cmdline.Usagef("secret %s takes NAME alone, never a value (hint: %s)", verb, fmt.Sprintf(fix, termsafe.String(before)))
 	}
 	return name, nil
 }
@@ -155,7 +156,7 @@ func secretHosts(name string, given []string) ([]string, error) {
 		hosts = secret.DefaultHosts(name)
 	}
 	if len(hosts) == 0 {
-		return nil, usagef("secret %s needs the hosts its value is sent to: agent-vm knows none for that name (hint: `agent-vm secret set %s --host HOST`, e.g. --host api.example.com; repeat --host for more)", name, name)
+		return nil, cmdline.Usagef("secret %s needs the hosts its value is sent to: agent-vm knows none for that name (hint: `agent-vm secret set %s --host HOST`, e.g. --host api.example.com; repeat --host for more)", name, name)
 	}
 	return hosts, nil
 }
@@ -226,7 +227,7 @@ type secretRow struct {
 // secretList is `secret list [--json]`. A damaged secret file is an
 // error after the others are listed.
 func secretList(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
-	if err := noArgs(cliCtx); err != nil {
+	if err := cmdline.NoArgs(cliCtx); err != nil {
 		return err
 	}
 	all, listErr := m.Secrets.List()

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vm"
 	"github.com/agent-vm/agent-vm/internal/wire"
@@ -39,12 +40,12 @@ func setupCommand(stdio IO) *cli.Command {
 			&cli.BoolFlag{Name: "no-pins", Usage: "record no pins, and keep those recorded before: only say which package sources resolve here to addresses the egress proxies refuse"},
 		},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
-			if err := noArgs(cliCtx); err != nil {
+			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
 			}
 			tests := cliCtx.Bool("tests")
 			if cliCtx.IsSet("agents") && !cliCtx.Bool("template") {
-				return usagef("--agents says what the template holds; it goes with --template (hint: agent-vm setup --template --agents %s)", cliCtx.String("agents"))
+				return cmdline.Usagef("--agents says what the template holds; it goes with --template (hint: agent-vm setup --template --agents %s)", cliCtx.String("agents"))
 			}
 			if err := template.CheckAgents(cliCtx.String("agents")); err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
@@ -18,7 +19,7 @@ func sshConfigCommand(stdio IO) *cli.Command {
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 1 {
-				return usagef("ssh-config takes at most one BRANCH")
+				return cmdline.Usagef("ssh-config takes at most one BRANCH")
 			}
 			out, err := m.SSHConfigFor(cliCtx.Context, cliCtx.Args().First())
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/template"
 	"github.com/agent-vm/agent-vm/internal/vm"
 	"github.com/agent-vm/agent-vm/internal/wire"
@@ -40,7 +41,7 @@ func templateCommand(stdio IO) *cli.Command {
 			BashComplete: vmCompletion(stdio),
 			Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 				if cliCtx.NArg() > 1 {
-					return usagef("template build takes at most one BRANCH, got %d arguments", cliCtx.NArg())
+					return cmdline.Usagef("template build takes at most one BRANCH, got %d arguments", cliCtx.NArg())
 				}
 				if err := template.CheckAgents(cliCtx.String("agents")); err != nil {
 					return err

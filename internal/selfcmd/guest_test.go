@@ -1,4 +1,4 @@
-package cli
+package selfcmd
 
 import (
 	"context"
@@ -8,31 +8,42 @@ import (
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 )
+
+// mcp-proxy without --token-file is a short usage error, exit 2, with
+// the hint of what the file is.
+func TestMCPProxyNeedsAToken(t *testing.T) {
+	for _, args := range [][]string{{"mcp-proxy"}, {"mcp-proxy", "--listen", "127.0.0.1:0"}} {
+		r := run(t, nil, nil, args...)
+		if r.code != cmdline.ExitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, "agent-vm: mcp-proxy needs --token-file (hint: ") || strings.Count(r.stderr, "\n") > 2 {
+			t.Errorf("agent-vm %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
 
 // open-url's failure paths: no URL (or two) is a usage error, a guest
 // whose URL opener is closed is told how to open it.
 func TestOpenURLFailures(t *testing.T) {
-	st := t.TempDir()
 	noDoor := filepath.Join(t.TempDir(), "open-url.sock")
 	cases := []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"open-url"}, ExitUsage, "open-url takes one URL, got 0 arguments"},
-		{[]string{"open-url", "https://a.test/", "https://b.test/"}, ExitUsage, "open-url takes one URL, got 2 arguments"},
-		{[]string{"open-url", "--socket", noDoor, "https://example.test/"}, ExitError,
+		{[]string{"open-url"}, cmdline.ExitUsage, "open-url takes one URL, got 0 arguments"},
+		{[]string{"open-url", "https://a.test/", "https://b.test/"}, cmdline.ExitUsage, "open-url takes one URL, got 2 arguments"},
+		{[]string{"open-url", "--socket", noDoor, "https://example.test/"}, cmdline.ExitError,
 			"agent-vm: opening URLs on the host is off for this VM; on the host, run: agent-vm browser "},
 	}
 	for _, c := range cases {
-		r := agentVM(t, "", st, c.args...)
+		r := run(t, nil, nil, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
 			t.Errorf("agent-vm %q: exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", c.args, r.code, c.code, r.stdout, r.stderr)
 		}
 	}
-	if r := agentVM(t, "", st, "open-url", "--socket", noDoor, "https://example.test/"); !strings.HasSuffix(r.stderr, " --open-urls\n") {
+	if r := run(t, nil, nil, "open-url", "--socket", noDoor, "https://example.test/"); !strings.HasSuffix(r.stderr, " --open-urls\n") {
 		t.Errorf("the closed opener's hint:\n%s", r.stderr)
 	}
 }
@@ -41,8 +52,8 @@ func TestOpenURLFailures(t *testing.T) {
 // refused one 1 with the host's reason.
 func TestOpenURLAsksTheDoor(t *testing.T) {
 	// FAKE at the exec boundary: the host's xdg-open.
-	run := execxtest.New(t).On(bridge.Opener, func(execxtest.Call) execxtest.Reply { return execxtest.Reply{} })
-	d := &bridge.URLOpener{VM: "x", Open: true, Run: run}
+	xdgOpen := execxtest.New(t).On(bridge.Opener, func(execxtest.Call) execxtest.Reply { return execxtest.Reply{} })
+	d := &bridge.URLOpener{VM: "x", Open: true, Run: xdgOpen}
 	sock := filepath.Join(t.TempDir(), "open-url.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -58,16 +69,15 @@ func TestOpenURLAsksTheDoor(t *testing.T) {
 			go d.Serve(context.Background(), c)
 		}
 	}()
-	st := t.TempDir()
-	r := agentVM(t, "", st, "open-url", "--socket", sock, "https://example.test/x")
+	r := run(t, nil, nil, "open-url", "--socket", sock, "https://example.test/x")
 	if r.code != 0 || r.stderr != "agent-vm: opened in the host's browser\n" || r.stdout != "" {
 		t.Errorf("an opened URL: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	if calls := run.Calls(); len(calls) != 1 || calls[0].Args[0] != "https://example.test/x" {
+	if calls := xdgOpen.Calls(); len(calls) != 1 || calls[0].Args[0] != "https://example.test/x" {
 		t.Errorf("the host ran %+v", calls)
 	}
-	r = agentVM(t, "", st, "open-url", "--socket", sock, "file:///etc/passwd")
-	if r.code != ExitError || !strings.Contains(r.stderr, "agent-vm: the host refused the URL: file: URLs are not opened") {
+	r = run(t, nil, nil, "open-url", "--socket", sock, "file:///etc/passwd")
+	if r.code != cmdline.ExitError || !strings.Contains(r.stderr, "agent-vm: the host refused the URL: file: URLs are not opened") {
 		t.Errorf("a refused URL: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -1,19 +1,39 @@
-package cli
+package cmdline
 
 import (
+	"context"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 )
 
-// interspersed moves a command's flags in front of its positional
+// rawArgsKey holds, in the App's metadata, the command line as parsed.
+const rawArgsKey = "args"
+
+// Run runs app with args (including the program name) and returns the
+// process's exit code: its flags read where they stand (Interspersed), its
+// end reported (Report).
+func Run(ctx context.Context, app *cli.App, args []string, stdio IO) int {
+	args = Interspersed(app, args)
+	app.Metadata = map[string]any{rawArgsKey: args}
+	return Report(ctx, stdio, app.RunContext(ctx, args))
+}
+
+// RawArgs is the command line Run parsed, after Interspersed: what a
+// command reads to see where the user typed "--".
+func RawArgs(cliCtx *cli.Context) []string {
+	raw, _ := cliCtx.App.Metadata[rawArgsKey].([]string)
+	return raw
+}
+
+// Interspersed moves a command's flags in front of its positional
 // arguments, so `agent-vm destroy feature-x --force` means what it says.
 // urfave/cli v2 (like Go's flag package) stops reading flags at the first
 // positional argument. Flags are recognised by the command's own flag
 // definitions, so a flag's value is never mistaken for an argument; "--"
 // ends the reordering, and commands that skip flag parsing are left alone.
 // Subcommands (`image`, `port`, `sessions rm`) count as commands.
-func interspersed(app *cli.App, args []string) []string {
+func Interspersed(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
 	}

@@ -1,4 +1,4 @@
-package cli
+package selfcmd
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
@@ -21,7 +22,6 @@ import (
 func TestHostExec(t *testing.T) {
 	srv := sshdtest.New(t)
 	srv.Start()
-	st := t.TempDir()
 	argv := hostlink.ExecArgv("agent-vm", hostlink.Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts})[1:]
 	in := filepath.Join(t.TempDir(), "in")
 	tu.WriteFile(t, in, "over the link\n")
@@ -30,7 +30,7 @@ func TestHostExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r := agentVMIn(t, "", st, f, nil, append(argv, "-o", "SendEnv=GIT_PROTOCOL", "agent-vm-host", `cat; echo "to stderr" >&2; exit 3`)...)
+	r := run(t, f, nil, append(argv, "-o", "SendEnv=GIT_PROTOCOL", "agent-vm-host", `cat; echo "to stderr" >&2; exit 3`)...)
 	if r.code != 3 || r.stdout != "over the link\n" || r.stderr != "to stderr\n" {
 		t.Errorf("a command on the host: exit %d, stdout %q, stderr %q; want 3, its stdin, its stderr", r.code, r.stdout, r.stderr)
 	}
@@ -41,13 +41,13 @@ func TestHostExec(t *testing.T) {
 		code int
 		want string
 	}{
-		{argv[:len(argv)-1], ExitUsage, "no command to run on the host"},
-		{append(append([]string{}, argv...), "agent-vm-host", ""), ExitUsage, "no command to run on the host"},
-		{[]string{hostlink.ExecCommand, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, ExitUsage, "needs --addr"},
-		{[]string{hostlink.ExecCommand, "--addr", srv.Addr, "--user", "root", "--key", srv.KeyFile, "--", "h", "true"}, ExitUsage, "needs --known-hosts"},
-		{[]string{hostlink.ExecCommand, "--addr", unreachable, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, ExitError, "reaching " + unreachable + " over SSH"},
+		{argv[:len(argv)-1], cmdline.ExitUsage, "no command to run on the host"},
+		{append(append([]string{}, argv...), "agent-vm-host", ""), cmdline.ExitUsage, "no command to run on the host"},
+		{[]string{hostlink.ExecCommand, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, cmdline.ExitUsage, "needs --addr"},
+		{[]string{hostlink.ExecCommand, "--addr", srv.Addr, "--user", "root", "--key", srv.KeyFile, "--", "h", "true"}, cmdline.ExitUsage, "needs --known-hosts"},
+		{[]string{hostlink.ExecCommand, "--addr", unreachable, "--user", "root", "--key", srv.KeyFile, "--known-hosts", srv.KnownHosts, "--", "h", "true"}, cmdline.ExitError, "reaching " + unreachable + " over SSH"},
 	} {
-		r := agentVM(t, "", st, c.args...)
+		r := run(t, nil, nil, c.args...)
 		if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, r.code, r.stdout, r.stderr, c.code, c.want)
 		}
