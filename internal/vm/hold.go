@@ -7,13 +7,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/agent-vm/agent-vm/internal/guestconn"
-	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
-
-// HoldCommand is the hidden command that runs a VM's holder: the held
-// connection every command reaches the guest through (internal/hold).
-const HoldCommand = hold.Command
 
 // guestOf is how the VM of r and l is reached (internal/guestconn).
 func (m *Manager) guestOf(r *state.Record, l state.Layout) guestconn.Guest {
