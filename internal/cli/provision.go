@@ -9,6 +9,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/browser"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 // runProvisioner is run's agent.Provisioner: the Manager's Create and
@@ -50,7 +51,7 @@ func (r *runProvisioner) Start(ctx context.Context, name string, keys map[string
 	if err != nil {
 		return agent.VM{}, false, err
 	}
-	if hint := r.m.TemplateHint(sr); hint != "" {
+	if hint := wire.Templates(r.m).Hint(sr.NoTemplateYet, sr.SSHReady); hint != "" {
 		r.notify(hint)
 	}
 	i := sr.Info // its status: the record's backend, secrets and network

@@ -11,6 +11,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/agent"
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 func startFlags() []cli.Flag {
@@ -74,7 +75,7 @@ func bootCommand(stdio IO, name, usage string, boot func(*vm.Manager, context.Co
 				return err
 			}
 			printStarted(stdio, res)
-			if hint := m.TemplateHint(res); hint != "" {
+			if hint := wire.Templates(m).Hint(res.NoTemplateYet, res.SSHReady); hint != "" {
 				fmt.Fprintf(stdio.Err, "agent-vm: %s\n", hint)
 			}
 			return nil

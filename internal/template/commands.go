@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
@@ -260,4 +263,29 @@ func probeBootID(ctx context.Context, b Builder, e state.Entry) (*BootIDSite, er
 		return nil, fmt.Errorf("asking the guest where its kernel keeps its boot id: %w", err)
 	}
 	return ParseBootIDProbe(out)
+}
+
+// hintFile marks, in the templates' directory, that Hint has been given.
+const hintFile = ".template-hint-given"
+
+// Hint is the advice to build a template, for a start that booted a new
+// VM cold for want of one (noneYet: vm.StartResult.NoTemplateYet), its SSH
+// up after sshReady, once per host: "" after the first time.
+func (t Templates) Hint(noneYet bool, sshReady time.Duration) string {
+	if !noneYet || t.Dir == nil {
+		return ""
+	}
+	if _, err := state.Open(t.Dir); err != nil { // made on first use
+		return ""
+	}
+	mark := filepath.Join(t.Dir.Path, hintFile)
+	if _, err := os.Stat(mark); err == nil {
+		return ""
+	}
+	if err := atomicfile.Write(mark, nil, 0o600); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("this new VM booted cold: SSH after %s, and its agent CLI, if any, comes from npm (minutes without KVM). "+
+		"A new VM started from a template is up in seconds with the agent CLIs installed: `agent-vm template build` makes one "+
+		"for the default machine once (a cold boot and the installs), and every later branch starts from it (this is said once)", sshReady.Round(time.Second))
 }

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -148,7 +145,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 // logged in one line.
 //
 // noneYet: the VM could have started from a template, and there is none
-// for its machine (the user may want one: see TemplateHint).
+// for its machine (the user may want one: see template.Templates.Hint).
 func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions) (t *usable, noneYet bool) {
 	be, err := m.backendOf(e.Record, "start")
 	if err != nil || be.ImagesInUse(e.Layout) != nil || m.TemplateDir == nil {
@@ -169,32 +166,6 @@ func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions
 		}
 	}
 	return t, false
-}
-
-// hintFile marks, in the templates' directory, that TemplateHint has
-// been given.
-const hintFile = ".template-hint-given"
-
-// TemplateHint is the advice to build a template, for a start that
-// booted a new VM cold for want of one (StartResult.NoTemplateYet), once
-// per host: "" after the first time.
-func (m *Manager) TemplateHint(res *StartResult) string {
-	if res == nil || !res.NoTemplateYet || m.TemplateDir == nil {
-		return ""
-	}
-	if _, err := m.templateRoot(); err != nil { // made on first use
-		return ""
-	}
-	mark := filepath.Join(m.TemplateDir.Path, hintFile)
-	if _, err := os.Stat(mark); err == nil {
-		return ""
-	}
-	if err := atomicfile.Write(mark, nil, 0o600); err != nil {
-		return ""
-	}
-	return fmt.Sprintf("this new VM booted cold: SSH after %s, and its agent CLI, if any, comes from npm (minutes without KVM). "+
-		"A new VM started from a template is up in seconds with the agent CLIs installed: `agent-vm template build` makes one "+
-		"for the default machine once (a cold boot and the installs), and every later branch starts from it (this is said once)", res.SSHReady.Round(time.Second))
 }
 
 // unclone undoes a start's disk made on a template the driver refused
