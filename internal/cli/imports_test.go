@@ -17,6 +17,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 	const module = "github.com/agent-vm/agent-vm"
 	allowed := map[string]bool{
 		module + "/internal/vm":        true, // the orchestration
+		module + "/internal/vminfo":    true, // what status and list print of a VM, and its states
 		module + "/internal/wire":      true, // the composition root, which opens the Manager
 		module + "/internal/selfcmd":   true, // the hidden commands agent-vm runs of itself, added to the App
 		module + "/internal/cmdline":   true, // what every command keeps: IO, exit codes, usage errors, the logger

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // maxBranchColumn bounds the BRANCH column of the list table (in terminal
@@ -35,7 +36,7 @@ func listCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			infos := make([]vm.Info, 0, len(entries))
+			infos := make([]vminfo.Info, 0, len(entries))
 			for _, en := range entries {
 				info := m.Status(cliCtx.Context, en, false)
 				info.MCP.Token = ""
@@ -50,12 +51,12 @@ func listCommand(stdio IO) *cli.Command {
 			}
 			rows := [][]string{{"BRANCH", "REPO", "NAME", "BACKEND", "STATE", "SSH", "MCP", "CREATED", ""}}
 			for _, i := range infos {
-				if i.State == vm.StateInvalid && i.Branch == "" {
+				if i.State == vminfo.StateInvalid && i.Branch == "" {
 					rows = append(rows, []string{"-", "-", i.Slug, "-", i.State, "-", "-", "-", i.Error})
 					continue
 				}
 				note := ""
-				if i.State == vm.StateCrashed || i.State == vm.StateInvalid {
+				if i.State == vminfo.StateCrashed || i.State == vminfo.StateInvalid {
 					note = i.Detail
 				}
 				backend, sshPort, mcpPort := i.Backend, strconv.Itoa(i.Ports.SSH), strconv.Itoa(i.Ports.MCP)

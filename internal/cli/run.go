@@ -11,6 +11,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/agent"
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
@@ -125,11 +126,11 @@ func stopCommand(stdio IO) *cli.Command {
 				return err
 			}
 			switch res.Was {
-			case vm.StateStopped:
+			case vminfo.StateStopped:
 				fmt.Fprintf(stdio.Out, "VM of branch %s is not running\n", res.Branch)
-			case vm.StateCrashed:
+			case vminfo.StateCrashed:
 				fmt.Fprintf(stdio.Out, "VM of branch %s had crashed; cleaned up what it left\n", res.Branch)
-			case vm.StateSuspended:
+			case vminfo.StateSuspended:
 				fmt.Fprintln(stdio.Out, stoppedSuspended(res))
 			default:
 				fmt.Fprintf(stdio.Out, "stopped the VM of branch %s\n", res.Branch)

@@ -13,6 +13,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 func statusCommand(stdio IO) *cli.Command {
@@ -41,7 +42,7 @@ func statusCommand(stdio IO) *cli.Command {
 	}
 }
 
-func printStatus(w io.Writer, i vm.Info) {
+func printStatus(w io.Writer, i vminfo.Info) {
 	if i.Branch == "" {
 		fmt.Fprintf(w, "vm:         %s\nstate:      %s\nreason:     %s\n", i.Slug, i.State, i.Error)
 		return
@@ -116,15 +117,15 @@ func printStatus(w io.Writer, i vm.Info) {
 
 // stateWord is a VM's state for people: a suspended VM's says how it
 // keeps its memory ("suspended (paused)", "suspended (saved)").
-func stateWord(i vm.Info) string {
-	if i.State == vm.StateSuspended && i.Suspend != "" {
+func stateWord(i vminfo.Info) string {
+	if i.State == vminfo.StateSuspended && i.Suspend != "" {
 		return i.State + " (" + i.Suspend + ")"
 	}
 	return i.State
 }
 
 // netLine sums up the VM's egress policy and exposed host ports for status.
-func netLine(i vm.Info) string {
+func netLine(i vminfo.Info) string {
 	n := i.Net
 	if n.Uncontained != "" {
 		return termsafe.String(n.Uncontained)
@@ -154,7 +155,7 @@ func netLine(i vm.Info) string {
 }
 
 // forwardsLine lists the VM's own port forwards for status.
-func forwardsLine(i vm.Info) string {
+func forwardsLine(i vminfo.Info) string {
 	if len(i.Forwards) == 0 {
 		return fmt.Sprintf("none (agent-vm port add --vm %s PORT forwards a guest port)", i.Slug)
 	}

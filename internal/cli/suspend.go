@@ -10,6 +10,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 func suspendCommand(stdio IO) *cli.Command {
@@ -74,7 +75,7 @@ func suspendMessage(res *vm.SuspendResult) string {
 
 // stoppedSuspended says what stop did to a suspended VM.
 func stoppedSuspended(res *vm.StopResult) string {
-	if res.Suspend == vm.SuspendPaused {
+	if res.Suspend == vminfo.SuspendPaused {
 		return fmt.Sprintf("VM of branch %s was paused in place: shut it down (the processes it held are gone; the next start boots it afresh)", res.Branch)
 	}
 	return fmt.Sprintf("VM of branch %s was suspended: discarded its saved state (the processes it held are gone; its disk is as the guest left it at suspend, and the next start boots it afresh)", res.Branch)

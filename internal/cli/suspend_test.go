@@ -7,6 +7,7 @@ import (
 
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // suspend and resume refuse what they cannot do, naming the VM and the
@@ -69,10 +70,10 @@ func TestSuspendMessages(t *testing.T) {
 			}
 		}
 	}
-	if got := stoppedSuspended(&vm.StopResult{Branch: "feat", Was: vm.StateSuspended, Suspend: vm.SuspendPaused}); !strings.Contains(got, "was paused in place: shut it down") {
+	if got := stoppedSuspended(&vm.StopResult{Branch: "feat", Was: vminfo.StateSuspended, Suspend: vminfo.SuspendPaused}); !strings.Contains(got, "was paused in place: shut it down") {
 		t.Errorf("stop of a paused VM says %q", got)
 	}
-	if got := stoppedSuspended(&vm.StopResult{Branch: "feat", Was: vm.StateSuspended, Suspend: vm.SuspendSaved}); !strings.Contains(got, "discarded its saved state") {
+	if got := stoppedSuspended(&vm.StopResult{Branch: "feat", Was: vminfo.StateSuspended, Suspend: vminfo.SuspendSaved}); !strings.Contains(got, "discarded its saved state") {
 		t.Errorf("stop of a saved VM says %q", got)
 	}
 }

@@ -41,7 +41,7 @@ func (m *Manager) LockVM(ctx context.Context, slug string) (*state.Lock, error) 
 	return m.Root.LockVM(ctx, slug)
 }
 
-// State is the VM's state as status shows it (StateRunning ...), without
+// State is the VM's state as status shows it (vminfo.StateRunning ...), without
 // asking agent-mcp.
 func (m *Manager) State(ctx context.Context, e state.Entry) string {
 	return m.Status(ctx, e, false).State

@@ -19,6 +19,7 @@ import (
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/virtiofsd"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // These tests run a FAKE QEMU and virtiofsd (qemutest: this test binary,
@@ -152,7 +153,7 @@ func TestDestroyForceWithAnUnreadableLaunchFile(t *testing.T) {
 	os.WriteFile(v.Entry.Layout.Run(qemu.LaunchFile), nil, 0o600)
 
 	info := m.Status(context.Background(), v.Entry, false)
-	if info.State != vm.StateStarting && info.State != vm.StateRunning || info.Pid != v.Launch.QEMUPid || !strings.Contains(info.Detail, qemu.LaunchFile) {
+	if info.State != vminfo.StateStarting && info.State != vminfo.StateRunning || info.Pid != v.Launch.QEMUPid || !strings.Contains(info.Detail, qemu.LaunchFile) {
 		t.Errorf("status: state %q, pid %d, detail %q; want the running QEMU (pid %d) and the unreadable file named", info.State, info.Pid, info.Detail, v.Launch.QEMUPid)
 	}
 	if _, err := m.Destroy(context.Background(), "feature/y", true); err != nil {

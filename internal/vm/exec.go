@@ -11,6 +11,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // connect opens an SSH connection to a running VM (dialGuest). The VM's
@@ -56,11 +57,11 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 // it runs).
 func runningErr(e state.Entry, st string) error {
 	switch st {
-	case StateRunning:
+	case vminfo.StateRunning:
 		return nil
-	case StateStarting:
+	case vminfo.StateStarting:
 		return fmt.Errorf("VM %q is still booting (hint: `agent-vm start %s` waits until it is ready)", e.Record.Branch, e.Slug)
-	case StateSuspended:
+	case vminfo.StateSuspended:
 		return fmt.Errorf("VM %q is suspended (hint: `agent-vm resume %s` brings it back)", e.Record.Branch, e.Slug)
 	default:
 		return fmt.Errorf("VM %q is %s (hint: `agent-vm start %s` starts it)", e.Record.Branch, st, e.Slug)

@@ -23,6 +23,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbackend"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // TestForeignGuestLifecycle runs the real orchestration, the real vagrant
@@ -90,7 +91,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Info.State != vm.StateRunning || res.Info.Foreign != vf || res.Info.Agent.State != "none" || res.Info.Ports.SSH != 0 || res.Info.Share != "" {
+	if res.Info.State != vminfo.StateRunning || res.Info.Foreign != vf || res.Info.Agent.State != "none" || res.Info.Ports.SSH != 0 || res.Info.Share != "" {
 		t.Errorf("after start: state %s, foreign %q, agent %s, ports %+v", res.Info.State, res.Info.Foreign, res.Info.Agent.State, res.Info.Ports)
 	}
 	cfg, err := m.SSHConfigFor(ctx, "feat")
@@ -127,7 +128,7 @@ func TestForeignGuestLifecycle(t *testing.T) {
 	if _, err := m.Suspend(ctx, "feat", vm.SuspendOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if res, err = m.Resume(ctx, "feat", vm.StartOptions{}); err != nil || !res.Resumed || res.Info.State != vm.StateRunning {
+	if res, err = m.Resume(ctx, "feat", vm.StartOptions{}); err != nil || !res.Resumed || res.Info.State != vminfo.StateRunning {
 		t.Fatalf("resume: %+v, %v", res, err)
 	}
 	if _, err := m.Stop(ctx, "feat"); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/logtail"
 	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // LogsOptions are logs' inputs.
@@ -35,7 +36,7 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	if site != nil {
 		s.ConsoleWhere, s.ConsoleHost = "host "+site.Host(), site.Run
 	}
-	if m.Status(ctx, e, false).State == StateRunning {
+	if m.Status(ctx, e, false).State == vminfo.StateRunning {
 		s.Guest = func(ctx context.Context, cmd string, w io.Writer) error {
 			c, _, err := m.connect(ctx, name)
 			if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 	"github.com/agent-vm/agent-vm/internal/vagrantbox"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
@@ -78,7 +79,7 @@ func TestNewHost(t *testing.T) {
 	t.Logf("setup (base image %s) in %s", map[bool]string{true: "built", false: "this machine's, found"}[rep.Image != ""], time.Since(began).Round(time.Second))
 
 	t.Run("qemu", func(t *testing.T) {
-		e := lifecycle(t, m, vm.CreateOptions{SSHPort: quietPort(t, 0), MCPPort: quietPort(t, 1)}, func(e state.Entry, info vm.Info) {
+		e := lifecycle(t, m, vm.CreateOptions{SSHPort: quietPort(t, 0), MCPPort: quietPort(t, 1)}, func(e state.Entry, info vminfo.Info) {
 			h.checkEgress(t, info)
 		})
 		// The same VM (each check its own boot cost a minute of CI's):
@@ -181,7 +182,7 @@ func (h *hostRoot) open(t *testing.T) *vm.Manager {
 // workspace's owner: guestfwd's relays run as it, and the egress proxy
 // drops to it) must reach: the egress directory and the VM's own in it,
 // each root's and 0711, its sockets, and the relay program.
-func (h *hostRoot) checkEgress(t *testing.T, info vm.Info) {
+func (h *hostRoot) checkEgress(t *testing.T, info vminfo.Info) {
 	t.Helper()
 	owner := procCred(t, info.Pid)
 	if owner.Uid == 0 {
@@ -332,7 +333,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	}
 	step("start (box add, vagrant up, SSH, agent-mcp, cloud-init)")
 	h.checkHandoff(t)
-	status := func() vm.Info { t.Helper(); return m.Status(ctx, e, false) }
+	status := func() vminfo.Info { t.Helper(); return m.Status(ctx, e, false) }
 	held := func(after string) {
 		t.Helper()
 		if s := status(); s.SSH.Held == "" {
@@ -375,7 +376,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 		t.Errorf("suspend does not say the paused VM holds its memory: %q", sus.Detail)
 	}
 	step("suspend")
-	if s := status(); s.State != vm.StateSuspended || !strings.Contains(s.Detail, "still holds its memory") {
+	if s := status(); s.State != vminfo.StateSuspended || !strings.Contains(s.Detail, "still holds its memory") {
 		t.Errorf("after suspend: %s (%s); want suspended, saying it holds its memory", s.State, s.Detail)
 	}
 	if _, err := m.Resume(ctx, "vg", vm.StartOptions{}); err != nil {
@@ -392,9 +393,9 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var s vm.Info
+	var s vminfo.Info
 	// status answers from a 15 s cache: wait it out.
-	tu.WaitFor(t, "status to say crashed", func() bool { s = status(); return s.State == vm.StateCrashed })
+	tu.WaitFor(t, "status to say crashed", func() bool { s = status(); return s.State == vminfo.StateCrashed })
 	if !strings.Contains(s.Detail, "agent-vm start vg") {
 		t.Errorf("after its QEMU was killed: %s (%s); want crashed with the next step", s.State, s.Detail)
 	}
@@ -410,7 +411,7 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 		t.Fatalf("stop: %v", err)
 	}
 	step("stop")
-	if s := status(); s.State != vm.StateStopped {
+	if s := status(); s.State != vminfo.StateStopped {
 		t.Errorf("after stop: %s (%s)", s.State, s.Detail)
 	}
 	// The contained network goes with the machine: its libvirt network

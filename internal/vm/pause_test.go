@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // pauseAgent is the agent of suspendPausesABusyVM's session: it runs
@@ -65,7 +66,7 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 	if !errors.As(err, &be) || !strings.Contains(be.Processes, agent+" ") || !strings.Contains(err.Error(), "`agent-vm suspend "+b+"` without --save pauses") {
 		t.Fatalf("suspend --save with an agent in /workspace: got %v, want a refusal naming pid %s and the pause", err, agent)
 	}
-	if st := m.Status(ctx, e, false).State; st != vm.StateRunning {
+	if st := m.Status(ctx, e, false).State; st != vminfo.StateRunning {
 		t.Fatalf("after the refused suspend --save: %s", st)
 	}
 
@@ -84,7 +85,7 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 		t.Errorf("QEMU's status after the pause: %q, want paused", got)
 	}
 	info := m.Status(ctx, e, true)
-	if info.State != vm.StateSuspended || info.Suspend != vm.SuspendPaused || info.Pid != qemuPid || info.Agent.State == "unhealthy" || info.SSH.Held != "" {
+	if info.State != vminfo.StateSuspended || info.Suspend != vminfo.SuspendPaused || info.Pid != qemuPid || info.Agent.State == "unhealthy" || info.SSH.Held != "" {
 		t.Errorf("status of the paused VM: state %s (%q), pid %d (QEMU's is %d), agent %+v, held %q", info.State, info.Suspend, info.Pid, qemuPid, info.Agent, info.SSH.Held)
 	}
 	// CPU time, not wall time: the host's load does not count. An idle
@@ -106,7 +107,7 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 		t.Fatalf("resume of a paused VM: %v", err)
 	}
 	t.Logf("resume: SSH after %s, agent-mcp after %s", rres.SSHReady, rres.HealthReady)
-	if !rres.Resumed || rres.Info.State != vm.StateRunning || rres.Info.Pid != qemuPid || rres.Info.Agent.State != "healthy" {
+	if !rres.Resumed || rres.Info.State != vminfo.StateRunning || rres.Info.Pid != qemuPid || rres.Info.Agent.State != "healthy" {
 		t.Errorf("resume of a paused VM: resumed %v, state %s, pid %d (was %d), agent %+v", rres.Resumed, rres.Info.State, rres.Info.Pid, qemuPid, rres.Info.Agent)
 	}
 	tu.WaitFor(t, "a holder after resume", func() bool { return m.Status(context.Background(), e, false).SSH.Held != "" })
@@ -140,11 +141,11 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 	}
 	stopped := time.Now()
 	sres, err := m.Stop(ctx, b)
-	if err != nil || sres.Was != vm.StateSuspended || sres.Suspend != vm.SuspendPaused {
+	if err != nil || sres.Was != vminfo.StateSuspended || sres.Suspend != vminfo.SuspendPaused {
 		t.Fatalf("stop of a paused VM: %+v, %v", sres, err)
 	}
 	t.Logf("stop of the paused VM took %s", time.Since(stopped))
-	if info := m.Status(ctx, e, false); info.State != vm.StateStopped || info.Pid != 0 {
+	if info := m.Status(ctx, e, false); info.State != vminfo.StateStopped || info.Pid != 0 {
 		t.Errorf("after stop: %s, pid %d", info.State, info.Pid)
 	}
 	if tail := driver.TailFile(e.Layout.Log(qemu.ConsoleLog), 5); !strings.Contains(tail, driver.PowerOffMarker) {

@@ -9,6 +9,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // Resume resumes a suspended VM; a VM that is not suspended is refused
@@ -20,7 +21,7 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 	}
 	defer h.lock.Release()
 	e, live := h.e, h.live
-	if live.State != StateSuspended {
+	if live.State != vminfo.StateSuspended {
 		hint := "`agent-vm start " + e.Slug + "` starts it"
 		if live.Alive() {
 			hint = "it runs already"

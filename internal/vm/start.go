@@ -15,6 +15,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // Reporter receives progress while a long step runs (see backend.Reporter).
@@ -48,7 +49,7 @@ type StartOptions struct {
 
 // StartResult is what start did.
 type StartResult struct {
-	Info           Info
+	Info           vminfo.Info
 	AlreadyRunning bool
 	Resumed        bool          // from a saved state (suspend), not booted
 	FromTemplate   bool          // a new VM started from a template's saved state
@@ -70,7 +71,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	r, l := e.Record, e.Layout
 	if live.Alive() {
 		info := m.Status(ctx, e, true)
-		if _, foreign := m.Foreign(r); info.State == StateRunning && !foreign {
+		if _, foreign := m.Foreign(r); info.State == vminfo.StateRunning && !foreign {
 			// Its holder may have ended with a guest reboot, or an older
 			// agent-vm started it.
 			m.startHolder(e)
@@ -85,7 +86,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err := m.setWorkspaceCache(e, &mach, o.WorkspaceCache); err != nil {
 		return nil, err
 	}
-	if live.State == StateSuspended {
+	if live.State == vminfo.StateSuspended {
 		if !o.Cold {
 			if o.Reprovision {
 				return nil, fmt.Errorf("VM %q is suspended, and --reprovision needs a cold boot (hint: `agent-vm start --cold --reprovision %s` discards the saved state)", r.Branch, e.Slug)

@@ -15,7 +15,7 @@ type StopResult struct {
 	Branch string
 	Was    string // the state before stopping
 	// Suspend is how the VM kept its memory when it Was suspended
-	// (SuspendPaused, SuspendSaved).
+	// (vminfo.SuspendPaused, vminfo.SuspendSaved).
 	Suspend string
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // SuspendOptions choose how suspend keeps a VM's memory. Neither set: a
@@ -67,7 +68,7 @@ func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*
 	e, d, mach, live := h.e, h.d, h.mach, h.live
 	r := e.Record
 	switch {
-	case live.State == StateSuspended:
+	case live.State == vminfo.StateSuspended:
 		return nil, fmt.Errorf("VM %q is suspended already (hint: `agent-vm resume %s` resumes it)", r.Branch, e.Slug)
 	case !live.Alive():
 		return nil, fmt.Errorf("VM %q is %s, so there is nothing to suspend (hint: `agent-vm start %s` starts it): %w", r.Branch, live.State, e.Slug, driver.ErrNotRunning)

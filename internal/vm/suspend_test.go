@@ -19,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // suspendResume suspends e's running VM and resumes it (TestNewHost runs
@@ -71,7 +72,7 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	}
 	t.Logf("suspend took %s", res.Took)
 	info := m.Status(ctx, e, false)
-	if info.State != vm.StateSuspended || info.Suspend != vm.SuspendSaved || info.Pid != 0 {
+	if info.State != vminfo.StateSuspended || info.Suspend != vminfo.SuspendSaved || info.Pid != 0 {
 		t.Errorf("after suspend: state %s (%q), pid %d; want suspended, saved, no pid", info.State, info.Suspend, info.Pid)
 	}
 	// QEMU has exited; this test process, its parent, reaps it a moment
@@ -96,7 +97,7 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	if err != nil {
 		t.Fatalf("start of a suspended VM: %v", err)
 	}
-	if !rres.Resumed || rres.Info.State != vm.StateRunning {
+	if !rres.Resumed || rres.Info.State != vminfo.StateRunning {
 		t.Errorf("start of a suspended VM: resumed %v, state %s", rres.Resumed, rres.Info.State)
 	}
 	t.Logf("resume: SSH after %s, agent-mcp after %s", rres.SSHReady, rres.HealthReady)
@@ -160,17 +161,17 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	if !errors.Is(err, driver.ErrStaleState) || !strings.Contains(err.Error(), "QEMU 1.0.0") || !strings.Contains(err.Error(), "agent-vm start --cold") {
 		t.Errorf("start with a tampered state: got %v, want a refusal naming the version and the way out", err)
 	}
-	if st := m.Status(ctx, e, false).State; st != vm.StateSuspended {
+	if st := m.Status(ctx, e, false).State; st != vminfo.StateSuspended {
 		t.Errorf("after the refused resume: %s, want suspended", st)
 	}
 	sres, err := m.Stop(ctx, susp)
-	if err != nil || sres.Was != vm.StateSuspended {
+	if err != nil || sres.Was != vminfo.StateSuspended {
 		t.Fatalf("stop of a suspended VM: %+v, %v", sres, err)
 	}
 	if _, err := os.Stat(filepath.Join(e.Layout.RunDir(), qemu.StateFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stop kept the state file: %v", err)
 	}
-	if st := m.Status(ctx, e, false).State; st != vm.StateStopped {
+	if st := m.Status(ctx, e, false).State; st != vminfo.StateStopped {
 		t.Errorf("after stop: %s, want stopped", st)
 	}
 }

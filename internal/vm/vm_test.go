@@ -47,6 +47,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
 // These tests boot real VMs (Debian, cloud-init, QEMU under TCG here) from
@@ -199,7 +200,7 @@ const (
 // exec, shell, logs, the workspace, the pinned host key, a crash. started is called once the first start returned, with
 // the VM running; o gives the VM's ports (0: allocate). It returns the VM,
 // running again after the crash.
-func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(state.Entry, vm.Info)) state.Entry {
+func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(state.Entry, vminfo.Info)) state.Entry {
 	// The host "added" a CA (as a TLS-inspecting proxy's is here); an HTTPS
 	// server on the host's loopback presents a certificate it signed.
 	caPEM, tlsServer := hostCAAndServer(t)
@@ -218,7 +219,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	}
 	res := start(t, m, "life")
 	info := res.Info
-	if info.State != vm.StateRunning || info.Agent.State != "healthy" || info.Share == "" {
+	if info.State != vminfo.StateRunning || info.Agent.State != "healthy" || info.Share == "" {
 		t.Fatalf("after start: state %s, agent %+v, share %q", info.State, info.Agent, info.Share)
 	}
 	started(e, info)
@@ -416,7 +417,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	// SIGKILL to QEMU reads as crashed; restart recovers.
 	st := m.Status(context.Background(), e, false)
 	syscall.Kill(st.Pid, syscall.SIGKILL)
-	tu.WaitFor(t, "state crashed", func() bool { return m.Status(context.Background(), e, false).State == vm.StateCrashed })
+	tu.WaitFor(t, "state crashed", func() bool { return m.Status(context.Background(), e, false).State == vminfo.StateCrashed })
 	if procs := processesMentioning(e.Layout.Dir); len(procs) > 0 {
 		// virtiofsd exits when its QEMU goes.
 		tu.WaitFor(t, "virtiofsd to exit after the crash", func() bool { return len(processesMentioning(e.Layout.Dir)) == 0 })
@@ -426,7 +427,7 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Info.State != vm.StateRunning || res.Info.Agent.State != "healthy" {
+	if res.Info.State != vminfo.StateRunning || res.Info.Agent.State != "healthy" {
 		t.Errorf("after restart: %+v", res.Info)
 	}
 	return e
@@ -555,7 +556,7 @@ func hostCAAndServer(t *testing.T) (caPEM, port string) {
 
 // heldCheck: the VM's holder serves a 0600 socket; killed, commands still
 // work (dialing the guest directly); start brings it back.
-func heldCheck(t *testing.T, m *vm.Manager, e state.Entry, info vm.Info) {
+func heldCheck(t *testing.T, m *vm.Manager, e state.Entry, info vminfo.Info) {
 	t.Helper()
 	if info.SSH.Held == "" {
 		t.Fatalf("after start no holder serves the VM; its log %s:\n%s", e.Layout.Log(hold.LogName), driver.TailFile(e.Layout.Log(hold.LogName), 10))
