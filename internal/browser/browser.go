@@ -75,8 +75,8 @@ type Options struct {
 	// are); nil is os.Getenv.
 	Getenv func(string) string
 	// Launcher starts agent-vm's Chromium with DevTools on the host's
-	// 127.0.0.1:port, or finds it running (cli wires vm's
-	// Manager.LaunchBrowser); needed for Launch.
+	// 127.0.0.1:port, or finds it running (Host.Launch); needed for
+	// Launch.
 	Launcher func(ctx context.Context, port int) (hostbrowser.Launched, error)
 	// Stop stops the Chromium Launcher started when the bridge does not
 	// open after all (nil: it is left running).
@@ -84,7 +84,7 @@ type Options struct {
 }
 
 // Stopper stops agent-vm's Chromium unless a VM other than except has a
-// bridge to it (usedBy names it): vm's Manager.StopBrowser.
+// bridge to it (usedBy names it): Host.Stop.
 type Stopper func(ctx context.Context, except string) (usedBy string, stopped bool, err error)
 
 // DefaultDevToolsPort is a DevTools endpoint's usual port, on the host's

@@ -49,9 +49,10 @@ func browserCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
+			host := browser.Host{Run: m.Run, Dir: m.Dirs.Browser, Entries: m.Root.List}
 			o := browser.Options{Name: name, ChromeBridge: cliCtx.Bool("chrome-bridge"), CDP: cliCtx.Bool("cdp"),
 				Port: cliCtx.Int("port"), Launch: cliCtx.Bool("launch"), OpenURLs: cliCtx.Bool("open-urls"), Force: cliCtx.Bool("force"),
-				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }, Getenv: stdio.Getenv, Launcher: m.LaunchBrowser, Stop: m.StopBrowser}
+				Notify: func(s string) { fmt.Fprintf(stdio.Err, "agent-vm: %s\n", s) }, Getenv: stdio.Getenv, Launcher: host.Launch, Stop: host.Stop}
 			opening := o.ChromeBridge || o.CDP || o.Launch || o.OpenURLs
 			if cliCtx.IsSet("port") && !o.CDP && !o.Launch {
 				return cmdline.Usagef("--port is the DevTools endpoint's: it goes with --cdp or --launch")
@@ -61,7 +62,7 @@ func browserCommand(stdio IO) *cli.Command {
 			case cliCtx.Bool("off") && (opening || o.Force):
 				return cmdline.Usagef("--off closes them all: it goes with none of --chrome-bridge, --cdp, --launch, --open-urls and --force")
 			case cliCtx.Bool("off"):
-				info, err = browser.Off(cliCtx.Context, m, name, m.StopBrowser, o.Notify)
+				info, err = browser.Off(cliCtx.Context, m, name, host.Stop, o.Notify)
 			case opening:
 				info, err = browser.Open(cliCtx.Context, m, o)
 			case o.Force:
