@@ -19,7 +19,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/egress"
-	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
 )
 
 // Version is set at build time (-ldflags -X).
@@ -105,5 +105,5 @@ func stateDir(cliCtx *cli.Context, stdio IO) string {
 	if d := stdio.Getenv("AGENT_VM_STATE_DIR"); d != "" {
 		return d
 	}
-	return vm.DefaultStateDir(stdio.Getenv)
+	return wire.DefaultStateDir(stdio.Getenv)
 }

@@ -170,7 +170,7 @@ func (h *hostRoot) open(t *testing.T) *vm.Manager {
 	t.Helper()
 	exe := tu.AgentVMBinary(t)
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: testWriter{t}})
-	m, err := wire.Open(wire.Config{StateDir: vm.DefaultStateDir(h.getenv), Getenv: h.getenv, Log: log, Progress: testWriter{t},
+	m, err := wire.Open(wire.Config{StateDir: wire.DefaultStateDir(h.getenv), Getenv: h.getenv, Log: log, Progress: testWriter{t},
 		Executable: func() (string, error) { return exe, nil }, Roots: h.roots})
 	if err != nil {
 		t.Fatal(err)

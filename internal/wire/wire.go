@@ -11,6 +11,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -103,7 +104,7 @@ func Open(c Config) (*vm.Manager, error) {
 	m.Host.Cache, m.Host.Pins, m.Host.Progress = dirs.Images, &pins.File{Dir: dirs.Config}, c.Progress
 	m.Progress, m.Getenv, m.Executable = c.Progress, c.Getenv, c.Executable
 	// The accelerator is a QEMU matter: the probe runs the launcher's binary.
-	m.Accel = func(ctx context.Context) accel.Result { return m.ProbeAccel(ctx, launcher.Arch.Binary) }
+	m.Accel = func(ctx context.Context) accel.Result { return Prober(m, launcher.Arch.Binary).Probe(ctx) }
 	for _, b := range backends(c, m) {
 		m.Backends[b.Name()] = b
 	}
@@ -142,4 +143,24 @@ const HostCommand = libvirt.HostCommand
 // ServeHost serves that request: read from in, answered on out.
 func ServeHost(ctx context.Context, in io.Reader, out io.Writer, log hclog.Logger) error {
 	return libvirt.ServeHost(ctx, in, out, log)
+}
+
+// Prober is the accelerator probe of the QEMU binary qemuBin (a cached
+// real probe, once per host boot), with its cache in agent-vm's host
+// cache: the accelerator is a QEMU matter, so the probe runs the
+// launcher's binary.
+func Prober(m *vm.Manager, qemuBin string) *accel.Prober {
+	qemuPath, err := m.Run.LookPath(qemuBin)
+	if err != nil {
+		qemuPath = qemuBin
+	}
+	kernels, _ := filepath.Glob(filepath.Join(m.ImageDir(), "*", "vmlinuz*"))
+	kernels = append(kernels, "/run/current-system/kernel")
+	return &accel.Prober{Run: m.Run, QEMU: qemuPath, Kernels: kernels, CacheDir: m.Dirs.Cache, Override: m.Getenv("AGENT_VM_ACCEL")}
+}
+
+// DefaultStateDir is the state directory without --state-dir:
+// $XDG_DATA_HOME/agent-vms, i.e. ~/.local/share/agent-vms.
+func DefaultStateDir(getenv func(string) string) string {
+	return hostdir.XDG(getenv, "XDG_DATA_HOME", filepath.Join(".local", "share"), "agent-vms")
 }

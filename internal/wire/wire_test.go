@@ -84,7 +84,7 @@ func TestHostDirsComeOutAsTheTableSaysInAnyOrder(t *testing.T) {
 						checkWiring(t, m, dirs)
 					}
 				case probe:
-					p := m.Prober("qemu-system-x86_64")
+					p := Prober(m, "qemu-system-x86_64")
 					p.Device = filepath.Join(base, "kvm") // a device that opens; no kernel: no QEMU runs, the result is cached
 					p.Kernels = nil
 					if err := os.WriteFile(p.Device, nil, 0o600); err != nil {
