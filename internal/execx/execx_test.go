@@ -1,4 +1,4 @@
-package execx
+package execx_test
 
 import (
 	"context"
@@ -12,11 +12,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/execx"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 func TestRunKeepsStdoutAndStderrTail(t *testing.T) {
-	res, err := OS{}.Run(context.Background(), Cmd{Path: "sh", Args: []string{"-c", "echo out; echo oops >&2; exit 3"}})
-	var e *Error
+	res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "sh", Args: []string{"-c", "echo out; echo oops >&2; exit 3"}})
+	var e *execx.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("got %v, want *Error", err)
 	}
@@ -31,6 +34,32 @@ func TestRunKeepsStdoutAndStderrTail(t *testing.T) {
 	}
 }
 
+// pidIn waits for a process to write its pid to file.
+func pidIn(t *testing.T, file string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var pid int
+	if err := tu.Poll(ctx, "the child's pid in "+file, func() bool {
+		b, _ := os.ReadFile(file)
+		_, _ = fmt.Sscan(strings.TrimSpace(string(b)), &pid)
+		return pid != 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// gone waits for process pid to end: no longer in /proc, or a zombie.
+func gone(pid int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return tu.Poll(ctx, "the end of process "+strconv.Itoa(pid), func() bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		return err != nil || strings.Contains(string(b), ") Z ")
+	}) == nil
+}
+
 func TestRunCancelKillsProcessGroup(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "child.pid")
@@ -38,41 +67,25 @@ func TestRunCancelKillsProcessGroup(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		// The grandchild records its pid and sleeps; cancelling must kill it too.
-		_, err := OS{}.Run(ctx, Cmd{Path: "sh", Args: []string{"-c", "sleep 60 & echo $! > " + pidFile + "; wait"}})
+		_, err := execx.OS{}.Run(ctx, execx.Cmd{Path: "sh", Args: []string{"-c", "sleep 60 & echo $! > " + pidFile + "; wait"}})
 		done <- err
 	}()
-	var pid int
-	for i := 0; i < 200 && pid == 0; i++ {
-		time.Sleep(10 * time.Millisecond)
-		b, _ := os.ReadFile(pidFile)
-		_, _ = fmt.Sscan(strings.TrimSpace(string(b)), &pid)
-	}
-	if pid == 0 {
-		t.Fatal("child never wrote its pid")
-	}
+	pid := pidIn(t, pidFile)
 	cancel()
 	err := <-done
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want context.Canceled", err)
 	}
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); err != nil {
-			return
-		}
-		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-		if strings.Contains(string(b), ") Z ") {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !gone(pid) {
+		t.Errorf("grandchild %d still alive after cancel", pid)
 	}
-	t.Errorf("grandchild %d still alive after cancel", pid)
 }
 
 // A program Run started dies with us even when we are SIGKILLed and get no
 // chance to cancel it. The test binary re-runs itself as the parent.
 func TestRunChildDiesWithSIGKILLedParent(t *testing.T) {
 	if pidFile := os.Getenv("EXECX_TEST_PARENT"); pidFile != "" {
-		_, _ = OS{}.Run(context.Background(), Cmd{Path: "sh", Args: []string{"-c", "echo $$ > " + pidFile + "; exec sleep 60"}})
+		_, _ = execx.OS{}.Run(context.Background(), execx.Cmd{Path: "sh", Args: []string{"-c", "echo $$ > " + pidFile + "; exec sleep 60"}})
 		os.Exit(0)
 	}
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
@@ -81,32 +94,19 @@ func TestRunChildDiesWithSIGKILLedParent(t *testing.T) {
 	if err := parent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	for i := 0; i < 500 && pid == 0; i++ {
-		time.Sleep(10 * time.Millisecond)
-		b, _ := os.ReadFile(pidFile)
-		_, _ = fmt.Sscan(strings.TrimSpace(string(b)), &pid)
-	}
-	if pid == 0 {
-		parent.Process.Kill()
-		t.Fatal("child never wrote its pid")
-	}
+	t.Cleanup(func() { _ = parent.Process.Kill() })
+	pid := pidIn(t, pidFile)
 	parent.Process.Kill()
 	parent.Wait()
-	for i := 0; i < 500; i++ {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-		if err != nil || strings.Contains(string(b), ") Z ") {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !gone(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("child %d outlived its SIGKILLed parent", pid)
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	t.Errorf("child %d outlived its SIGKILLed parent", pid)
 }
 
 func TestStartDetachedWritesLogAndReportsExit(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "out.log")
-	p, err := OS{}.Start(Detached{Path: "sh", Args: []string{"-c", "echo hello; echo err >&2; exit 4"}, StdoutPath: log})
+	p, err := execx.OS{}.Start(execx.Detached{Path: "sh", Args: []string{"-c", "echo hello; echo err >&2; exit 4"}, StdoutPath: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestStartDetachedStdin(t *testing.T) {
 		want  string
 	}{{[]byte("secret bundle\n"), "[secret bundle]"}, {nil, "[]"}} {
 		log := filepath.Join(t.TempDir(), "out.log")
-		p, err := OS{}.Start(Detached{Path: "sh", Args: []string{"-c", `printf '[%s]' "$(cat)"`}, StdoutPath: log, Stdin: c.stdin})
+		p, err := execx.OS{}.Start(execx.Detached{Path: "sh", Args: []string{"-c", `printf '[%s]' "$(cat)"`}, StdoutPath: log, Stdin: c.stdin})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestShellQuote(t *testing.T) {
 		"it's":         `'it'\''s'`,
 		"$(x)":         "'$(x)'",
 	} {
-		if got := ShellQuote(in); got != want {
+		if got := execx.ShellQuote(in); got != want {
 			t.Errorf("ShellQuote(%q): got %q, want %q", in, got, want)
 		}
 	}
@@ -167,10 +167,10 @@ func TestShellQuote(t *testing.T) {
 
 func TestTail(t *testing.T) {
 	in := []byte(strings.Repeat("x", 50) + "\n" + "last line")
-	if got := Tail(in, 20); got != "last line" {
+	if got := execx.Tail(in, 20); got != "last line" {
 		t.Errorf("got %q", got)
 	}
-	if got := TailLines("a\nb\nc\n", 2); got != "b\nc" {
+	if got := execx.TailLines("a\nb\nc\n", 2); got != "b\nc" {
 		t.Errorf("got %q", got)
 	}
 }
