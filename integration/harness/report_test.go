@@ -164,12 +164,10 @@ func TestLiveProgress(t *testing.T) {
 	r := &reporter{w: &buf, live: true, width: 80, now: time.Now}
 	tk := r.begin("booting itest/a")
 	r.update(tk, "  [INFO] starting qemu  ")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(buf.String(), clearLine+"    … booting itest/a") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress line drawn: %q", buf.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := blackbox.Poll(ctx, "the progress line", func() bool { return strings.Contains(buf.String(), clearLine+"    … booting itest/a") }); err != nil {
+		t.Fatalf("%v: %q", err, buf.String())
 	}
 	r.print("a step line\n")
 	r.end(tk)

@@ -121,12 +121,10 @@ func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 	st.MCP.URL = fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 	st.MCP.HealthURL = fmt.Sprintf("http://127.0.0.1:%d/health", port)
 	st.MCP.Token = token
-	deadline := time.Now().Add(30 * time.Second)
-	for checkMCPHealth(ctx, st) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy's /health did not answer 200 within 30s: %v\nproxy stderr:\n%s", checkMCPHealth(ctx, st), stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := blackbox.Poll(wctx, "the proxy's /health answering 200", func() bool { return checkMCPHealth(ctx, st) == nil }); err != nil {
+		t.Fatalf("%v: %v\nproxy stderr:\n%s", err, checkMCPHealth(ctx, st), stderr.String())
 	}
 	for name, check := range map[string]func(context.Context, *blackbox.Status) error{
 		"initialize": checkInitialize, "auth": checkMCPAuth, "origin": checkMCPOrigin,

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agent-vm/agent-vm/blackbox"
 	"github.com/agent-vm/agent-vm/integration/harness"
 )
 
@@ -357,12 +358,12 @@ func checkOpenURLs(ctx context.Context, s *harness.S, branch string) error {
 	}
 	// The opener runs detached from the URL opener's answer: wait for it.
 	var opened []byte
-	for range 50 {
-		if opened, err = os.ReadFile(filepath.Join(dir, "opened")); err == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_ = blackbox.Poll(wctx, "the host's opener", func() bool {
+		opened, err = os.ReadFile(filepath.Join(dir, "opened"))
+		return err == nil
+	})
+	cancel()
 	if string(opened) != url+"\n" {
 		return harness.Failf(nil, "the host's opener was asked to open %q, want exactly %q", opened, url+"\n")
 	}

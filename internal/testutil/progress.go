@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"context"
-	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -44,19 +43,8 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// Poll is the tests' one wait for a condition: it calls cond with backoff
-// (from a millisecond, doubling, up to a quarter of a second) until it
-// holds, and returns nil; when ctx ends first it returns an error that
-// names what it waited for and why ctx ended. A test that waits on a
-// process of its own gives ctx a deadline; one that waits on a VM uses
-// WaitFor.
-func Poll(ctx context.Context, what string, cond func() bool) error {
-	for delay := time.Millisecond; !cond(); delay = min(2*delay, 250*time.Millisecond) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, context.Cause(ctx))
-		case <-time.After(delay):
-		}
-	}
-	return nil
-}
+// Poll is the tests' one wait for a condition (blackbox.Poll, shared
+// with the black-box code): cond with backoff until it holds, or an error
+// naming what it waited for once ctx ends. A test that waits on a process
+// of its own gives ctx a deadline; one that waits on a VM uses WaitFor.
+var Poll = blackbox.Poll
