@@ -121,8 +121,9 @@ func TestMCPChecksAgainstTheRealProxy(t *testing.T) {
 	st.MCP.URL = fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 	st.MCP.HealthURL = fmt.Sprintf("http://127.0.0.1:%d/health", port)
 	st.MCP.Token = token
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	// Its own cancel: the deferred one above must end the proxy.
+	wctx, stopWaiting := context.WithTimeout(ctx, 30*time.Second)
+	defer stopWaiting()
 	if err := blackbox.Poll(wctx, "the proxy's /health answering 200", func() bool { return checkMCPHealth(ctx, st) == nil }); err != nil {
 		t.Fatalf("%v: %v\nproxy stderr:\n%s", err, checkMCPHealth(ctx, st), stderr.String())
 	}
