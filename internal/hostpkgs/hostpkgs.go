@@ -116,6 +116,9 @@ func programs(arch string) []Program {
 		// and the base image's cloud-init stage server.
 		{Name: "python3", Debian: []string{"python3"}, Fedora: []string{"python3"}, Need: Test},
 		{Name: "qemu-img", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Run | Image | Test},
+		// Tests write and read patterns in disk images with it (a disk copy's
+		// content and divergence).
+		{Name: "qemu-io", Debian: []string{"qemu-utils"}, Fedora: []string{"qemu-img"}, Need: Test},
 		{Name: "ruby", Debian: []string{"ruby"}, Fedora: []string{"ruby"}, Need: Test},
 		{Name: "script", Debian: []string{"bsdutils"}, Fedora: []string{"util-linux-script"}, Need: Test},
 		{Name: "sh", Debian: []string{"dash"}, Fedora: []string{"bash"}, Need: Test},

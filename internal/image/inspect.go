@@ -37,12 +37,13 @@ type qemuInfo struct {
 	Encrypted     bool
 }
 
-// qemuImgInfo runs qemu-img info on an absolute path.
-func qemuImgInfo(ctx context.Context, r execx.Runner, path string) (*qemuInfo, error) {
+// qemuImgInfo runs qemu-img info on an absolute path, with flags (-U: read
+// an image a running QEMU holds) before it.
+func qemuImgInfo(ctx context.Context, r execx.Runner, path string, flags ...string) (*qemuInfo, error) {
 	if _, err := r.LookPath("qemu-img"); err != nil {
 		return nil, errors.New("qemu-img not found in PATH (hint: apt-get install qemu-utils)")
 	}
-	res, err := r.Run(ctx, execx.Cmd{Path: "qemu-img", Args: []string{"info", "--output=json", path}})
+	res, err := r.Run(ctx, execx.Cmd{Path: "qemu-img", Args: append(append([]string{"info", "--output=json"}, flags...), path)})
 	if err != nil {
 		var xe *execx.Error
 		if errors.As(err, &xe) && strings.Contains(xe.Stderr, "lock") {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/execx"
@@ -88,4 +91,95 @@ func CreateOverlay(ctx context.Context, r execx.Runner, base, baseFormat, overla
 		return fmt.Errorf("creating overlay %s: %w", ov, err)
 	}
 	return atomicfile.SyncDir(filepath.Dir(ov))
+}
+
+// CopyOverlay copies the qcow2 overlay from (a VM's disk, which no one
+// writes meanwhile: its VM stopped or its CPUs paused, QEMU having flushed
+// it) to to, which must not exist: the same bytes on the same backing file,
+// a disk of its own from here (its holes stay holes, nothing is linked to
+// from's blocks). It is made under a temporary name, checked with qemu-img,
+// synced and linked into place (0600), so a failure (a full disk, an
+// interrupt) leaves nothing at to. It returns the bytes copied.
+func CopyOverlay(ctx context.Context, r execx.Runner, from, to string) (int64, error) {
+	if _, err := os.Lstat(to); err == nil {
+		return 0, fmt.Errorf("disk %s already exists; refusing to overwrite it", to)
+	}
+	want, err := qemuImgInfo(ctx, r, from, "-U")
+	if err != nil {
+		return 0, fmt.Errorf("reading the disk %s: %w", from, err)
+	}
+	if want.Format != "qcow2" {
+		return 0, fmt.Errorf("the disk %s is %s, not a qcow2 overlay", from, want.Format)
+	}
+	tmp := filepath.Join(filepath.Dir(to), "."+filepath.Base(to)+".tmp-"+randomHex(4))
+	defer os.Remove(tmp) // after a successful link it only drops the temporary name
+	n, err := copySparse(ctx, from, tmp)
+	if err != nil {
+		return 0, fmt.Errorf("copying the disk %s to %s: %w", from, to, err)
+	}
+	got, err := qemuImgInfo(ctx, r, tmp)
+	if err != nil {
+		return 0, fmt.Errorf("checking the copy of %s: %w", from, err)
+	}
+	if got.Format != want.Format || got.VirtualSize != want.VirtualSize || got.Backing != want.Backing {
+		return 0, fmt.Errorf("the copy of %s reads as %s of %d bytes on %q, not %s of %d bytes on %q", from,
+			got.Format, got.VirtualSize, got.Backing, want.Format, want.VirtualSize, want.Backing)
+	}
+	if err := os.Link(tmp, to); err != nil {
+		return 0, fmt.Errorf("copying the disk %s to %s: %w", from, to, err)
+	}
+	return n, atomicfile.SyncDir(filepath.Dir(to))
+}
+
+// copySparse copies the regular file from to to (made 0600, O_EXCL) range
+// by range of data, so that holes are not written, and syncs it; it
+// returns the data bytes copied.
+func copySparse(ctx context.Context, from, to string) (int64, error) {
+	in, err := os.Open(from)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return 0, err
+	}
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	var copied int64
+	size := fi.Size()
+	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return 0, err
+		}
+		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return 0, err
+		}
+		// At most 64 MiB at a time, so an interrupt is heard.
+		end := min(hole, data+64<<20)
+		w, err := io.Copy(io.NewOffsetWriter(out, data), io.NewSectionReader(in, data, end-data))
+		if err != nil {
+			return 0, err
+		}
+		copied += w
+		off = end
+	}
+	if err := out.Truncate(size); err != nil {
+		return 0, err
+	}
+	if err := out.Sync(); err != nil {
+		return 0, err
+	}
+	return copied, out.Close()
 }

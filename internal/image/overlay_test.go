@@ -175,3 +175,71 @@ func TestCreateOverlayFailureLeavesNothing(t *testing.T) {
 		t.Errorf("qemu-img args: got %q, want %q + temp path + size 2097152", create.Args, wantArgs)
 	}
 }
+
+func TestCopyOverlay(t *testing.T) {
+	testutil.Program(t, "qemu-img")
+	testutil.Program(t, "qemu-io")
+	ctx := context.Background()
+	dir := t.TempDir()
+	base := makeQcow2(t, dir, "base.qcow2", 64<<20)
+	from := filepath.Join(dir, "from.qcow2")
+	if err := CreateOverlay(ctx, execx.OS{}, base, "qcow2", from, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	// Data at both ends of the disk, a hole between.
+	run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0xab 0 1M", "-c", "write -P 0xcd 1020M 1M", from)
+
+	to := filepath.Join(dir, "to.qcow2")
+	n, err := CopyOverlay(ctx, execx.OS{}, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n <= 2<<20 || n > 16<<20 {
+		t.Errorf("copied %d bytes; the overlay holds 2 MiB of data and its tables", n)
+	}
+	if got := qemuInfoJSON(t, to).Get("backing-filename").String(); got != base {
+		t.Errorf("the copy's backing file: %q, want %q", got, base)
+	}
+	run(t, "qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", from, to) // exits 1 when they differ
+	if fi, err := os.Stat(to); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the copy: %v, %v; want mode 0600", fi, err)
+	}
+	// The two diverge from here.
+	run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0xee 0 1M", to)
+	if out := run(t, "qemu-io", "-f", "qcow2", "-c", "read -P 0xab 0 1M", from); strings.Contains(out, "Pattern verification failed") {
+		t.Errorf("a write to the copy changed the source: %s", out)
+	}
+	if left := tempLeftovers(t, dir); len(left) > 0 {
+		t.Errorf("temporary files left: %q", left)
+	}
+
+	t.Run("refuses an existing destination", func(t *testing.T) {
+		if _, err := CopyOverlay(ctx, execx.OS{}, from, to); err == nil || !strings.Contains(err.Error(), "already exists") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("refuses a disk that is no overlay, leaving nothing", func(t *testing.T) {
+		raw := writeFile(t, filepath.Join(dir, "disk.raw"), 1<<20, map[int]string{510: "\x55\xaa"})
+		dst := filepath.Join(dir, "raw-copy.qcow2")
+		if _, err := CopyOverlay(ctx, execx.OS{}, raw, dst); err == nil || !strings.Contains(err.Error(), "not a qcow2 overlay") {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+			t.Errorf("%s was made: %v", dst, err)
+		}
+	})
+	t.Run("an interrupt leaves nothing", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		dst := filepath.Join(dir, "cancelled.qcow2")
+		if _, err := CopyOverlay(cctx, execx.OS{}, from, dst); err == nil {
+			t.Fatal("a cancelled copy succeeded")
+		}
+		if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+			t.Errorf("%s was made: %v", dst, err)
+		}
+		if left := tempLeftovers(t, dir); len(left) > 0 {
+			t.Errorf("temporary files left: %q", left)
+		}
+	})
+}
