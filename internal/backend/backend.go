@@ -78,6 +78,26 @@ type Templater interface {
 	TemplateStale(ctx context.Context, l state.Layout, r *state.Record) string
 }
 
+// Forker is a backend whose VMs can be forked (`agent-vm fork`): a new VM
+// made from another's root disk as it is at that moment, which boots it as
+// a new machine of its own (its first boot gives the guest the new VM's
+// identity, as after a reset, but on the source's disk).
+type Forker interface {
+	// ForkDisk gives the VM being made in to (its record nr, complete but
+	// for the backend's section) a root disk of its own with the content
+	// of from's (record r), which is stopped, saved or paused and stays
+	// so meanwhile, and sets nr's section. A source that has never booted
+	// has no disk: the fork then makes its own at its first start, as any
+	// new VM. A failure leaves nothing of the fork's disk in to.
+	ForkDisk(ctx context.Context, from state.Layout, r *state.Record, to state.Layout, nr *state.Record) (DiskFork, error)
+}
+
+// DiskFork says what ForkDisk copied.
+type DiskFork struct {
+	// Bytes is the size of the disk copied (0: the source had none).
+	Bytes int64
+}
+
 // Foreigner is a backend whose VMs may run a guest made from the user's
 // own configuration, run as is (the vagrant backend: the repository's own
 // Vagrantfile). Such a guest has none of agent-vm's guest side: no

@@ -154,6 +154,37 @@ func TestCreateListStatusSSHConfigDestroy(t *testing.T) {
 	}
 }
 
+// fork, from the checked-out branch's VM or --vm's, prints what it made
+// (the table and the JSON) and the next step; the forks are VMs like any.
+func TestForkPrintsWhatItMade(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--backend", "qemu", "--memory", "1G", "--cpus", "1") // main's VM
+	r := mustRun(t, repo, st, "fork", "try-a")
+	for _, want := range []string{"forked main (stopped) into:", "try-a  branch try-a at ", "its disk is made at its first start", "next: agent-vm start try-a"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("fork's output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, "", st, "fork", "--vm", "main", "--json", "try-b", "try-c")
+	var out struct {
+		Source, State string
+		Forks         []struct {
+			Branch, Slug, Commit string
+			Ports                struct{ SSH, MCP int }
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("fork --json: %v\n%s", err, r.stdout)
+	}
+	if out.Source != "main" || out.State != "stopped" || len(out.Forks) != 2 || out.Forks[1].Branch != "try-c" || out.Forks[1].Ports.SSH == 0 || len(out.Forks[1].Commit) != 40 {
+		t.Errorf("fork --json: %+v", out)
+	}
+	if r := mustRun(t, "", st, "list"); strings.Count(r.stdout, "stopped") != 4 {
+		t.Errorf("list after the forks:\n%s", r.stdout)
+	}
+}
+
 func TestCreateDefaultsToTheCurrentBranchAndSetsRemotes(t *testing.T) {
 	repo := tu.Repo(t, true)
 	tu.Git(t, repo, "checkout", "--quiet", "-b", "topic")
@@ -415,6 +446,8 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"host", "doctor"}, 2, "host doctor takes one NAME"},
 		{[]string{"host", "doctor", "nope"}, 1, "host nope: no such host; the hosts are big"},
 		{[]string{"host", "list", "extra"}, 2, "list takes no arguments"},
+		{[]string{"fork"}, 2, "fork takes at least one NEW branch name"},
+		{[]string{"fork", "--vm", "nope", "x"}, 1, "agent-vm list"},
 		{[]string{"version"}, 0, ""},
 	}
 	for _, c := range cases {

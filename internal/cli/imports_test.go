@@ -34,6 +34,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/agent":     true, // run, attach, sessions, logs --session, given the Manager as their VMs
 		module + "/internal/session":   true, // the sessions list's entries
 		module + "/internal/forward":   true, // `port add|rm|list`, given the Manager as their VMs
+		module + "/internal/fork":      true, // what `fork` made, printed
 		module + "/internal/secret":    true, // `secret set|list|rm`, the Manager's store; run's key from the environment
 		module + "/internal/hosts":     true, // `host add|list|rm`, the Manager's registry, and host doctor's report
 	}

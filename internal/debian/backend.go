@@ -95,6 +95,11 @@ type Settings struct {
 	// Template: the VM is a template (see internal/template),
 	// provisioned with the guest contract but nothing of one VM's.
 	Template bool `json:"template,omitempty"`
+	// Forked: the VM's disk is a copy of another VM's (ForkDisk), whose
+	// guest switched cloud-init off after its first boot; the next start
+	// provisions it again as start --reprovision does, so that the guest
+	// takes this VM's identity, and clears this.
+	Forked bool `json:"forked,omitempty"`
 }
 
 // Doctor implements backend.Backend: VMs boot from the base image, which
@@ -231,9 +236,20 @@ func (b *Backend) CheckStart(r *state.Record, f backend.StartFlags) error {
 // start), a fresh seed ISO, and a direct-kernel boot when the base has a
 // kernel.
 func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, o backend.PrepareOptions) (*backend.Plan, error) {
-	s, err := seed.ForStart(r, o.Reprovision, func(s *Settings) *int { return &s.Provision })
+	forked, err := state.SectionOf[Settings](r)
 	if err != nil {
 		return nil, err
+	}
+	reprovision := o.Reprovision || forked.Forked
+	s, err := seed.ForStart(r, reprovision, func(s *Settings) *int { return &s.Provision })
+	if err != nil {
+		return nil, err
+	}
+	if s.Forked {
+		s.Forked = false
+		if err := r.SetSection(s); err != nil {
+			return nil, err
+		}
 	}
 	disk, err := b.disk(ctx, l, r, s, o)
 	if err != nil {
@@ -258,7 +274,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		Kernel: disk.Kernel, Initrd: disk.Initrd, Append: disk.Cmdline,
 		MAC: cloudinit.DefaultMACAddress, // the network config matches the NIC by it
 	}
-	if o.Reprovision && d.Kernel != "" {
+	if reprovision && d.Kernel != "" {
 		d.Append = strings.TrimSpace(d.Append + " " + cloudinit.ReprovisionKernelArg)
 	}
 	setup, err := cloudinit.Setup(cloudinit.SetupConfig{CACerts: o.CACerts, Placeholders: o.Placeholders, GitCredentials: o.GitCredentials})

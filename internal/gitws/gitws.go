@@ -260,6 +260,12 @@ func (g *Git) setRemotes(ctx context.Context, o CloneOptions) (Remotes, error) {
 	return r, nil
 }
 
+// HasBranch reports whether the repository repo (the user's, trusted) has
+// a local branch called branch.
+func (g *Git) HasBranch(ctx context.Context, repo, branch string) bool {
+	return g.refExists(ctx, repo, "refs/heads/"+branch)
+}
+
 func (g *Git) refExists(ctx context.Context, repo, ref string) bool {
 	_, err := g.git(ctx, repo, "rev-parse", "--verify", "--quiet", ref)
 	return err == nil

@@ -92,6 +92,33 @@ type Record struct {
 	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
+// MachineName is the driver's name of the machine of the VM named slug
+// (Record.MachineName).
+func MachineName(slug string) string { return "agent-vm-" + slug }
+
+// ForkAs is the record of a fork of r's VM (agent-vm fork) on branch,
+// named slug: what r's guest and network were given (size, agent,
+// packages, network policy, the secrets' placeholders and hosts, exposed
+// host ports, browser origins, the MCP servers synced in, the source
+// repository) under an identity of its own: a new id, branch, name and
+// time, and no ports, forwards or paths yet (host ports are each VM's own;
+// the caller assigns them). The backend's section is left for the
+// backend to set.
+func (r *Record) ForkAs(branch, slug string, now time.Time) (*Record, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	f := &Record{}
+	if err := json.Unmarshal(b, f); err != nil { // a deep copy
+		return nil, err
+	}
+	f.ID, f.Branch, f.Slug, f.MachineName = NewID(), branch, slug, MachineName(slug)
+	f.CreatedAt = now.UTC().Truncate(time.Second)
+	f.Ports, f.Forwards, f.Paths, f.Settings = Ports{}, nil, Paths{}, nil
+	return f, nil
+}
+
 // ForwardList is the record's forwards (the user's own, `agent-vm
 // port`), never nil: JSON prints [].
 func (r *Record) ForwardList() []Forward {

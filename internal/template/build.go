@@ -47,7 +47,7 @@ func NewKey(r *state.Record, accel string, cas []string, binary []byte, base str
 // caller's (backend.Templater's TemplateSection).
 func NewVMRecord(from *state.Record, slug string, now time.Time) *state.Record {
 	return &state.Record{
-		Version: state.RecordVersion, ID: state.NewID(), Branch: slug, Slug: slug, MachineName: "agent-vm-" + slug,
+		Version: state.RecordVersion, ID: state.NewID(), Branch: slug, Slug: slug, MachineName: state.MachineName(slug),
 		Backend: from.Backend, CreatedAt: now.UTC().Truncate(time.Second), Resources: from.Resources,
 		Guest: state.Guest{User: guest.User, UID: from.Guest.UID, GID: from.Guest.GID, Proxy: true}, NoHostCA: from.NoHostCA,
 		Net: from.Net, Packages: from.AllPackages(),

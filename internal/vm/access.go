@@ -5,6 +5,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/fork"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/template"
 )
@@ -14,6 +17,7 @@ import (
 // through a small interface of its own that the Manager satisfies.
 
 var (
+	_ fork.VMs         = (*Manager)(nil)
 	_ template.VMs     = (*Manager)(nil)
 	_ template.Builder = templateVMs{}
 )
@@ -51,4 +55,21 @@ func (m *Manager) State(ctx context.Context, e state.Entry) string {
 // returns its slug; the caller closes the connection.
 func (m *Manager) Connect(ctx context.Context, name string) (*ssh.Client, string, error) {
 	return m.connect(ctx, name)
+}
+
+// Inspect is the VM's driver, machine and live state, as its driver reads
+// it from the host.
+func (m *Manager) Inspect(ctx context.Context, e state.Entry) (driver.Driver, driver.Machine, driver.Live, error) {
+	d, err := m.driverOf(e.Record)
+	if err != nil {
+		return nil, driver.Machine{}, driver.Live{}, err
+	}
+	mach := m.machine(e.Record, e.Layout)
+	live, err := d.Inspect(ctx, mach)
+	return d, mach, live, err
+}
+
+// Backend is the backend of r's VM, or why this agent-vm cannot verb it.
+func (m *Manager) Backend(r *state.Record, verb string) (backend.Backend, error) {
+	return m.backendOf(r, verb)
 }

@@ -218,7 +218,7 @@ func checkCreateFlags(o CreateOptions, host size.Host) error {
 func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *state.Record {
 	r := &state.Record{
 		Version: state.RecordVersion, ID: state.NewID(), Branch: branch, Slug: slug,
-		MachineName: "agent-vm-" + slug, Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
+		MachineName: state.MachineName(slug), Backend: backend, CreatedAt: m.Now().UTC().Truncate(1e9),
 		Resources: state.Resources{CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskGiB: o.DiskGiB},
 		Guest:     state.Guest{User: guest.User, Proxy: true}, AllowOrigins: o.AllowOrigins, NoHostCA: o.NoHostCA, Agent: o.Agent,
 		Packages: o.Packages, WorkspaceCache: o.WorkspaceCache,

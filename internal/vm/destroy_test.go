@@ -62,7 +62,14 @@ func vmDir(t *testing.T, m *vm.Manager, branch string, git state.Git, fill func(
 // workspace) and starts the fake QEMU for it, with a fake virtiofsd.
 func startFakeVM(t *testing.T, m *vm.Manager, branch string, stubborn bool) fakeVM {
 	t.Helper()
-	rec, l := vmDir(t, m, branch, state.Git{}, func(ws string) { os.Mkdir(ws, 0o755) })
+	return startFakeVMWith(t, m, branch, state.Git{}, func(ws string) { os.Mkdir(ws, 0o755) }, stubborn)
+}
+
+// startFakeVMWith is startFakeVM with the record's git and the workspace
+// fill makes.
+func startFakeVMWith(t *testing.T, m *vm.Manager, branch string, git state.Git, fill func(ws string), stubborn bool) fakeVM {
+	t.Helper()
+	rec, l := vmDir(t, m, branch, git, fill)
 	// What Manager.machine makes of the record, less the forwards and
 	// credentials, which the fake does not use.
 	mach := qemu.Machine{Machine: driver.Machine{Name: rec.MachineName, UUID: rec.ID, CPUs: 1, MemoryMiB: 256, RunDir: l.RunDir(), LogsDir: l.LogsDir(),

@@ -20,12 +20,7 @@ func (m *Manager) Book() *portbook.Book {
 // Live is the VM's driver and machine, and whether its machine's process
 // runs (also paused in place: its network, and so its forwards, run on).
 func (m *Manager) Live(ctx context.Context, e state.Entry) (driver.Driver, driver.Machine, bool, error) {
-	d, err := m.driverOf(e.Record)
-	if err != nil {
-		return nil, driver.Machine{}, false, err
-	}
-	mach := m.machine(e.Record, e.Layout)
-	live, err := d.Inspect(ctx, mach)
+	d, mach, live, err := m.Inspect(ctx, e)
 	if err != nil {
 		return nil, driver.Machine{}, false, err
 	}

@@ -50,7 +50,7 @@ func (m *Manager) remoteOf(name string) *driver.Remote {
 // it.
 func unrecordedMachine(e state.Entry) driver.Machine {
 	l := e.Layout
-	return driver.Machine{Name: "agent-vm-" + e.Slug, RunDir: l.RunDir(), LogsDir: l.LogsDir(),
+	return driver.Machine{Name: state.MachineName(e.Slug), RunDir: l.RunDir(), LogsDir: l.LogsDir(),
 		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/fork"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/hosts"
 	"github.com/agent-vm/agent-vm/internal/libvirt"
@@ -117,6 +118,11 @@ func Open(c Config) (*vm.Manager, error) {
 // directory (cli's `template` and `setup --template`, doctor's line).
 func Templates(m *vm.Manager) template.Templates {
 	return template.Templates{VMs: m, Dir: m.TemplateDir, Log: m.Log, Now: m.Now}
+}
+
+// Forks makes forks of m's VMs (cli's `fork`).
+func Forks(m *vm.Manager) fork.Forks {
+	return fork.Forks{VMs: m, Root: m.Root, Git: m.Git, Log: m.Log.Named("fork"), Now: m.Now}
 }
 
 // backends are the VM flavours this build has.

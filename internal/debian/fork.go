@@ -1,0 +1,68 @@
+package debian
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+var _ backend.Forker = (*Backend)(nil)
+
+// ForkDisk implements backend.Forker: the fork's overlay is a copy of the
+// source's, on the same base (and template disk, if any), and its
+// disk.json the source's. The fork's first start then provisions that disk
+// again (Settings.Forked: as start --reprovision) under the fork's own
+// instance-id (its record's id), so cloud-init gives the guest the fork's
+// host key, login key, hostname and token; the guest's setup runs again on
+// the disk as it was.
+func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Record, to state.Layout, nr *state.Record) (backend.DiskFork, error) {
+	s, err := state.SectionOf[Settings](r)
+	if err != nil {
+		return backend.DiskFork{}, err
+	}
+	if s.Template {
+		return backend.DiskFork{}, fmt.Errorf("%q is a template's VM, which is not forked (hint: fork a VM started from it)", r.Branch)
+	}
+	raw, err := os.ReadFile(filepath.Join(from.Dir, DiskInfoFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return backend.DiskFork{}, nr.SetSection(s) // never started: the fork makes its own disk at its first start
+	}
+	if err != nil {
+		return backend.DiskFork{}, err
+	}
+	var info DiskInfo
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return backend.DiskFork{}, fmt.Errorf("%s: %w", filepath.Join(from.Dir, DiskInfoFile), err)
+	}
+	for _, f := range []string{info.Base, info.Template} {
+		if _, err := os.Stat(f); f != "" && err != nil {
+			return backend.DiskFork{}, fmt.Errorf("the disk %s that %q's disk is made on is gone (was it pruned or moved?), so its disk cannot be read (hint: put it back)", f, r.Branch)
+		}
+	}
+	overlay := filepath.Join(to.Dir, DiskFile)
+	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), overlay)
+	if err != nil {
+		return backend.DiskFork{}, err
+	}
+	// The base keeps the fork's disk as a user where the fork will live
+	// (nr.Paths.Dir), not in the staging directory it is made in.
+	if err := image.MarkUsed(info.Base, filepath.Join(nr.Paths.Dir, DiskFile)); err != nil {
+		os.Remove(overlay)
+		return backend.DiskFork{}, err
+	}
+	if err := atomicfile.Write(filepath.Join(to.Dir, DiskInfoFile), raw, 0o600); err != nil {
+		os.Remove(overlay)
+		return backend.DiskFork{}, err
+	}
+	s.Forked = true
+	return backend.DiskFork{Bytes: n}, nr.SetSection(s)
+}

@@ -1,0 +1,354 @@
+// Package fork makes new VMs from a VM as it is (`agent-vm fork --vm SRC
+// NEW...`): each a VM of its own on a new branch that starts at
+// SRC's HEAD, with a copy of SRC's workspace as it is at that moment
+// (uncommitted changes, untracked and ignored files; gitws.Fork) and a copy
+// of SRC's root disk (its backend's backend.Forker), and with what must be
+// its own: its record's id and name, host ports, SSH keys and pinned host
+// key, MCP token and egress CA. The rest of SRC's record comes along (size,
+// agent, packages, network policy, secrets' placeholders and bindings).
+//
+// This is a cold fork: the forks are made stopped, and their first start
+// boots SRC's disk as a new machine (the backend gives the guest the fork's
+// identity then). A running SRC is paused for the copy (its guest's
+// writes synced first, so the copies hold them) and continued after; one
+// suspended or paused in place stays so. What SRC's processes hold in
+// memory does not come along: forking the memory needs QEMU to migrate
+// the workspace's virtiofs device, which QEMU 7.2 refuses (docs/design.md,
+// "Fork").
+//
+// Nothing is half made: every fork is built in a staging directory, and
+// they are put in place together at the end; a failure, a full disk or an
+// interrupt before that removes them all. SRC runs on whatever happened.
+// SRC's lock is held throughout, so a second fork of it (or a start, a
+// stop) waits for this one.
+//
+// Its tests are internal/vm's fork_test.go, which runs it over the real
+// Manager, state directory, git and disks.
+package fork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/portbook"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// VMs is what a fork needs of agent-vm's VMs (internal/vm's Manager).
+type VMs interface {
+	// Locked finds the VM name means and takes its lock.
+	Locked(ctx context.Context, name string) (state.Entry, *state.Lock, error)
+	// List is every VM of the state directory.
+	List(ctx context.Context) ([]state.Entry, error)
+	// Inspect is the VM's driver, machine and live state.
+	Inspect(ctx context.Context, e state.Entry) (driver.Driver, driver.Machine, driver.Live, error)
+	// Backend is the backend of r's VM, or why this agent-vm cannot verb
+	// it.
+	Backend(r *state.Record, verb string) (backend.Backend, error)
+	// Foreign says whether r's guest is the user's own (not agent-vm's).
+	Foreign(r *state.Record) (backend.Foreign, bool)
+	// Contains says whether r's VM runs behind its egress proxy (so it
+	// needs a CA of its own).
+	Contains(r *state.Record) bool
+	// Connect opens an SSH connection to the running VM name means.
+	Connect(ctx context.Context, name string) (*ssh.Client, string, error)
+	// Book is the book of host ports.
+	Book() *portbook.Book
+}
+
+// Forks makes forks of the VMs of Root.
+type Forks struct {
+	VMs  VMs
+	Root *state.Root
+	Git  *gitws.Git
+	Log  hclog.Logger
+	Now  func() time.Time
+}
+
+// Result says what a fork did.
+type Result struct {
+	// Source is SRC's branch and State its state when it was copied.
+	Source, State string
+	// Paused is how long SRC's CPUs were stopped for the copy (0: it was
+	// not running).
+	Paused time.Duration
+	// Unsynced says why SRC's guest could not be asked to write its files
+	// out first ("" when it was, or did not run): its last writes may be
+	// missing from the copies.
+	Unsynced string
+	Forks    []Made
+}
+
+// Made is one fork (fork --json prints it).
+type Made struct {
+	Branch string      `json:"branch"`
+	Slug   string      `json:"slug"`
+	Ports  state.Ports `json:"ports"`
+	// Commit is where the new branch starts: SRC's HEAD.
+	Commit string `json:"commit"`
+	// Files and Bytes are the workspace's regular files copied; Skipped
+	// are the entries a copy cannot carry (sockets, FIFOs, devices).
+	Files   int      `json:"files"`
+	Bytes   int64    `json:"bytes"`
+	Skipped []string `json:"skipped,omitempty"`
+	// DiskBytes is the size of the root disk copied (0: SRC never booted,
+	// so the fork makes its own disk at its first start).
+	DiskBytes int64 `json:"disk_bytes"`
+}
+
+// guestSyncTimeout bounds the guest's sync before the pause: a guest that
+// does not answer is copied as it is.
+const guestSyncTimeout = 30 * time.Second
+
+// Fork makes a fork of the VM src on each of branches (see the package
+// doc).
+func (f Forks) Fork(ctx context.Context, src string, branches []string) (*Result, error) {
+	if len(branches) == 0 {
+		return nil, errors.New("no branch to fork into (hint: agent-vm fork --vm SRC NEW [NEW...])")
+	}
+	e, lock, err := f.VMs.Locked(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	r := e.Record
+	forker, err := f.check(r)
+	if err != nil {
+		return nil, err
+	}
+	d, mach, live, err := f.VMs.Inspect(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	var pauser driver.Pauser
+	switch live.State {
+	case driver.StateStopped, driver.StateCrashed, driver.StateSuspended, driver.StatePaused:
+	case driver.StateRunning:
+		p, ok := d.(driver.Pauser)
+		if !ok {
+			return nil, fmt.Errorf("VM %q runs, and its %s driver cannot pause it for the copy (hint: `agent-vm stop %s`, then fork it)", r.Branch, d.Name(), r.Slug)
+		}
+		pauser = p
+	default:
+		return nil, fmt.Errorf("VM %q is %s; agent-vm forks a VM that runs, is stopped or suspended (hint: wait for it, or `agent-vm stop %s`)", r.Branch, live.State, r.Slug)
+	}
+	if err := f.checkBranches(ctx, r, branches); err != nil {
+		return nil, err
+	}
+	stages, err := f.claim(ctx, r, branches)
+	defer func() {
+		for _, s := range stages {
+			s.abort()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+
+	res := &Result{Source: r.Branch, State: live.State}
+	if pauser != nil {
+		res.Unsynced = f.syncGuest(ctx, r)
+		began := time.Now()
+		if err := pauser.Pause(ctx, mach); err != nil {
+			return nil, fmt.Errorf("pausing VM %q for the copy: %w", r.Branch, err)
+		}
+		f.Log.Info("paused for the fork", "vm", r.Slug)
+		continued := false
+		cont := func() error {
+			if continued {
+				return nil
+			}
+			continued = true
+			// An interrupt must not leave SRC paused.
+			_, err := pauser.Continue(context.WithoutCancel(ctx), mach)
+			res.Paused = time.Since(began)
+			if err != nil {
+				return fmt.Errorf("VM %q stays paused after the fork: %w (hint: `agent-vm resume %s`)", r.Branch, err, r.Slug)
+			}
+			f.Log.Info("continued after the fork", "vm", r.Slug, "paused", res.Paused)
+			return nil
+		}
+		defer func() { _ = cont() }()
+		if err := f.copyAll(ctx, e, forker, stages, res); err != nil {
+			return nil, err
+		}
+		if err := cont(); err != nil {
+			return nil, err
+		}
+	} else if err := f.copyAll(ctx, e, forker, stages, res); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i, s := range stages {
+		if _, err := s.staging.Commit(); err != nil {
+			return nil, fmt.Errorf("putting the fork %q in place: %w", s.branch, err)
+		}
+		s.lock.Release()
+		stages[i] = nil
+		f.Log.Info("forked", "vm", s.rec.Slug, "from", r.Slug, "ssh_port", s.rec.Ports.SSH, "mcp_port", s.rec.Ports.MCP)
+	}
+	return res, nil
+}
+
+// check refuses a source VM whose kind cannot be forked, with the reason.
+func (f Forks) check(r *state.Record) (backend.Forker, error) {
+	if fr, foreign := f.VMs.Foreign(r); foreign {
+		return nil, fmt.Errorf("VM %q runs a guest made from %s as it is, which agent-vm cannot give a copy of an identity of its own (keys, name, ports), so it does not fork it", r.Branch, fr.Config)
+	}
+	if r.Host != "" {
+		return nil, fmt.Errorf("VM %q is placed on host %s, where its disk and workspace are; agent-vm forks only VMs of this machine yet (hint: `agent-vm create NEW --from %s --host %s` makes a VM there on a new branch from the commits)", r.Branch, r.Host, r.Branch, r.Host)
+	}
+	be, err := f.VMs.Backend(r, "fork")
+	if err != nil {
+		return nil, err
+	}
+	forker, ok := be.(backend.Forker)
+	if !ok {
+		return nil, fmt.Errorf("VM %q uses the %s backend, whose VMs agent-vm cannot fork yet: only the qemu backend's disk is a file of the VM's own that it can copy (hint: `agent-vm create NEW --from %s` makes a VM on a new branch from the commits)", r.Branch, r.Backend, r.Branch)
+	}
+	return forker, nil
+}
+
+// checkBranches refuses, before anything is made, a new branch that is not
+// a valid name, is SRC's own, is given twice, or is a branch the source
+// repository has already (`sync` brings a fork's commits home to its
+// branch there, which must be new).
+func (f Forks) checkBranches(ctx context.Context, r *state.Record, branches []string) error {
+	for i, b := range branches {
+		if err := f.Git.CheckBranchName(ctx, b); err != nil {
+			return err
+		}
+		switch {
+		case b == r.Branch:
+			return fmt.Errorf("cannot fork %q into itself: a fork is a new branch (hint: agent-vm fork --vm %s NEW)", b, r.Slug)
+		case slices.Contains(branches[:i], b):
+			return fmt.Errorf("branch %q is given twice; each fork is a branch of its own", b)
+		case f.Git.HasBranch(ctx, r.Git.Source, b):
+			return fmt.Errorf("the repository %s has a branch %q already; a fork starts a new branch (hint: another name, or `agent-vm create %s` for a VM on that branch)", r.Git.Source, b, b)
+		}
+	}
+	return nil
+}
+
+// stage is one fork being made.
+type stage struct {
+	branch  string
+	lock    *state.Lock
+	staging *state.Staging
+	rec     *state.Record
+}
+
+func (s *stage) abort() {
+	if s == nil {
+		return
+	}
+	if s.staging != nil {
+		s.staging.Abort()
+	}
+	s.lock.Release()
+}
+
+// claim takes each new branch's VM name and staging directory, with its
+// ports, keys and record, before SRC is paused: a branch that has a VM
+// already is refused here.
+func (f Forks) claim(ctx context.Context, r *state.Record, branches []string) ([]*stage, error) {
+	var stages []*stage
+	for _, b := range branches {
+		entries, err := f.VMs.List(ctx)
+		if err != nil {
+			return stages, err
+		}
+		slug, lock, err := f.Root.Claim(ctx, b, r.Git.Repo, entries, func(state.Entry) {})
+		if err != nil {
+			return stages, err
+		}
+		s := &stage{branch: b, lock: lock}
+		stages = append(stages, s)
+		if s.staging, err = f.Root.BeginCreate(slug); err != nil {
+			return stages, err
+		}
+		if s.rec, err = r.ForkAs(b, slug, f.Now()); err != nil {
+			return stages, err
+		}
+		s.rec.Paths = f.Root.Layout(slug).Paths()
+		l := s.staging.Layout
+		if err := l.MakeDirs(); err != nil {
+			return stages, err
+		}
+		if err := f.VMs.Book().Assign(ctx, 0, 0, s.rec, l); err != nil {
+			return stages, err
+		}
+		if err := state.WriteSecrets(l, s.rec); err != nil {
+			return stages, err
+		}
+		if f.VMs.Contains(s.rec) {
+			if _, _, err := egress.CAFiles(l.ProxyCA(), l.ProxyCAKey(), slug); err != nil {
+				return stages, err
+			}
+		}
+	}
+	return stages, nil
+}
+
+// copyAll copies SRC's workspace and disk into each stage and writes its
+// record; SRC is still meanwhile.
+func (f Forks) copyAll(ctx context.Context, e state.Entry, forker backend.Forker, stages []*stage, res *Result) error {
+	for _, s := range stages {
+		l := s.staging.Layout
+		ws, err := f.Git.Fork(ctx, e.Layout.Workspace(), l.Workspace(), s.branch)
+		if err != nil {
+			return err
+		}
+		disk, err := forker.ForkDisk(ctx, e.Layout, e.Record, l, s.rec)
+		if err != nil {
+			return fmt.Errorf("copying the disk of %q: %w", e.Record.Branch, err)
+		}
+		if err := state.WriteRecord(l.Record(), s.rec); err != nil {
+			return err
+		}
+		res.Forks = append(res.Forks, Made{Branch: s.branch, Slug: s.rec.Slug, Ports: s.rec.Ports, Commit: ws.Commit,
+			Files: ws.Files, Bytes: ws.Bytes, Skipped: ws.Skipped, DiskBytes: disk.Bytes})
+	}
+	return nil
+}
+
+// syncGuest asks the running guest to write its files out (to its disk and
+// to the workspace share), so that the copies hold them; it returns why it
+// could not, "" when it did.
+func (f Forks) syncGuest(ctx context.Context, r *state.Record) string {
+	ctx, cancel := context.WithTimeout(ctx, guestSyncTimeout)
+	defer cancel()
+	c, _, err := f.VMs.Connect(ctx, r.Slug)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	s, err := c.NewSession()
+	if err != nil {
+		return err.Error()
+	}
+	defer s.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Run("sync") }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return "sync in the guest: " + err.Error()
+		}
+		return ""
+	case <-ctx.Done():
+		return fmt.Sprintf("the guest did not finish a sync within %s", guestSyncTimeout)
+	}
+}

@@ -1,0 +1,353 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/debian"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/fork"
+	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/nixos"
+	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/state"
+	tu "github.com/agent-vm/agent-vm/internal/testutil"
+	"github.com/agent-vm/agent-vm/internal/vm"
+)
+
+// A fork's tests run the real fork over real VM directories: real git
+// workspaces, real qcow2 disks (qemu-img, qemu-io), the real state
+// directory; a running source is the labelled fake QEMU (qemutest), which
+// answers QMP's stop and cont. Nothing boots: a fork's first boot is a
+// cold boot of its disk (internal/debian's ForkDisk says how the guest
+// becomes the fork's), which integration-test's scenarios boot.
+
+func forks(m *vm.Manager) fork.Forks {
+	return fork.Forks{VMs: m, Root: m.Root, Git: m.Git, Log: m.Log, Now: time.Now}
+}
+
+// forkWork is the workspace's state a fork must carry: a commit the source
+// repository lacks, a change not committed, an untracked and an ignored
+// file.
+func forkWork(t *testing.T, ws string) (head string) {
+	t.Helper()
+	tu.WriteFile(t, filepath.Join(ws, "done.txt"), "committed in the VM\n")
+	tu.Git(t, ws, "add", "done.txt")
+	tu.Git(t, ws, "commit", "--quiet", "-m", "agent work")
+	tu.WriteFile(t, filepath.Join(ws, "README.md"), "changed, not committed\n")
+	tu.WriteFile(t, filepath.Join(ws, "notes.txt"), "untracked\n")
+	tu.WriteFile(t, filepath.Join(ws, ".git", "info", "exclude"), "build/\n")
+	tu.WriteFile(t, filepath.Join(ws, "build", "out.bin"), "ignored\n")
+	return tu.Git(t, ws, "rev-parse", "HEAD")
+}
+
+// forkDisk gives the VM in l a root disk as the qemu backend makes one: a
+// qcow2 overlay on a base (here a small qcow2 of the test's own) and its
+// disk.json, with a pattern written in it.
+func forkDisk(t *testing.T, l state.Layout) (base string) {
+	t.Helper()
+	tu.Program(t, "qemu-img")
+	tu.Program(t, "qemu-io")
+	base = filepath.Join(t.TempDir(), "base.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", base, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create: %v\n%s", err, out)
+	}
+	disk := filepath.Join(l.Dir, debian.DiskFile)
+	if err := image.CreateOverlay(context.Background(), execx.OS{}, base, "qcow2", disk, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("qemu-io", "-f", "qcow2", "-c", "write -P 0x5a 0 4M", disk).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-io: %v\n%s", err, out)
+	}
+	info, _ := json.Marshal(debian.DiskInfo{Base: base, BaseFormat: "qcow2"})
+	tu.WriteFile(t, filepath.Join(l.Dir, debian.DiskInfoFile), string(info))
+	return base
+}
+
+// sameDisk fails the test unless the two disks read the same.
+func sameDisk(t *testing.T, a, b string) {
+	t.Helper()
+	if out, err := exec.Command("qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", a, b).CombinedOutput(); err != nil {
+		t.Errorf("%s and %s differ: %v\n%s", a, b, err, out)
+	}
+}
+
+// nothingStaged fails the test when a fork left a directory being made.
+func nothingStaged(t *testing.T, m *vm.Manager) {
+	t.Helper()
+	left, _ := filepath.Glob(filepath.Join(m.Root.Dir, ".tmp", "*"))
+	if len(left) > 0 {
+		t.Errorf("left in the staging directory: %q", left)
+	}
+}
+
+// A stopped VM forks into two: each a VM of its own on its new branch at
+// the source's HEAD, with the workspace as it was (the uncommitted change,
+// the untracked and the ignored file), the source's disk's content in a
+// file of its own, new keys, token and ports, the source's policy. sync
+// brings a fork's commits home; destroying the source, then a fork, leaves
+// the other whole.
+func TestForkAStoppedVM(t *testing.T) {
+	m := debianManager(t)
+	ctx := context.Background()
+	src, ws := stoppedVM(t, m, "feat")
+	e, err := m.Find(ctx, "feat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := forkWork(t, ws)
+	forkDisk(t, e.Layout)
+	e.Record.Net = &state.Net{Mode: "allow", Allow: []string{"example.com"}}
+	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := forks(m).Fork(ctx, "feat", []string{"try/a", "try/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Source != "feat" || res.State != driver.StateStopped || res.Paused != 0 || len(res.Forks) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	ports := map[int]string{e.Record.Ports.SSH: "feat", e.Record.Ports.MCP: "feat"}
+	for i, b := range []string{"try/a", "try/b"} {
+		made := res.Forks[i]
+		f, err := m.Find(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, l := f.Record, f.Layout
+		if made.Branch != b || made.Slug != r.Slug || made.Commit != head || made.Files == 0 || made.DiskBytes == 0 {
+			t.Errorf("%s: made %+v", b, made)
+		}
+		if r.ID == e.Record.ID || r.Backend != debian.Name || r.Git != e.Record.Git || r.Net == nil || r.Net.Allow[0] != "example.com" {
+			t.Errorf("%s: record %+v", b, r)
+		}
+		if s, err := state.SectionOf[debian.Settings](r); err != nil || !s.Forked {
+			t.Errorf("%s: settings %+v (%v); want it marked forked, so its first start provisions the copied disk as the fork", b, s, err)
+		}
+		for _, p := range []int{r.Ports.SSH, r.Ports.MCP} {
+			if other, taken := ports[p]; taken {
+				t.Errorf("%s has port %d, which %s has", b, p, other)
+			}
+			ports[p] = b
+		}
+		for _, file := range []func(state.Layout) string{state.Layout.ClientKey, state.Layout.HostKey, state.Layout.MCPToken} {
+			mine, _ := os.ReadFile(file(l))
+			theirs, _ := os.ReadFile(file(e.Layout))
+			if len(mine) == 0 || bytes.Equal(mine, theirs) {
+				t.Errorf("%s: %s is empty or the source's", b, file(l))
+			}
+		}
+		fws := l.Workspace()
+		if got := tu.Git(t, fws, "branch", "--show-current"); got != b {
+			t.Errorf("%s: the workspace is on %q", b, got)
+		}
+		if got := tu.Git(t, fws, "rev-parse", "HEAD"); got != head {
+			t.Errorf("%s: HEAD %s, want the source's %s", b, got, head)
+		}
+		for name, want := range map[string]string{"README.md": "changed, not committed\n", "notes.txt": "untracked\n", "build/out.bin": "ignored\n"} {
+			if got, err := os.ReadFile(filepath.Join(fws, name)); string(got) != want {
+				t.Errorf("%s: %s is %q (%v), want %q", b, name, got, err, want)
+			}
+		}
+		if st := tu.Git(t, fws, "status", "--porcelain"); !strings.Contains(st, "M README.md") || !strings.Contains(st, "?? notes.txt") {
+			t.Errorf("%s: git status\n%s\nwant README.md changed and notes.txt untracked", b, st)
+		}
+		sameDisk(t, filepath.Join(e.Layout.Dir, debian.DiskFile), filepath.Join(l.Dir, debian.DiskFile))
+	}
+	nothingStaged(t, m)
+
+	s, err := m.Sync(ctx, "try/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Ref != "refs/remotes/agent-vm/try/a" || s.New != head {
+		t.Errorf("sync of the fork: %+v, want %s at %s", *s, "refs/remotes/agent-vm/try/a", head)
+	}
+	if tu.Git(t, src, "rev-parse", "refs/remotes/agent-vm/try/a") != head {
+		t.Error("the fork's commit is not in the source repository after sync")
+	}
+
+	// Each is whole without the other.
+	if _, err := m.Destroy(ctx, "feat", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Destroy(ctx, "try/b", true); err != nil {
+		t.Fatal(err)
+	}
+	a, err := m.Find(ctx, "try/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("qemu-img", "check", "-q", filepath.Join(a.Layout.Dir, debian.DiskFile)).CombinedOutput(); err != nil {
+		t.Errorf("try/a's disk after the others went: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(a.Layout.Workspace(), "notes.txt")); string(got) != "untracked\n" {
+		t.Errorf("try/a's workspace after the others went: notes.txt %q", got)
+	}
+}
+
+// A running source is paused for the copy and continued after; its guest
+// is asked to sync first (the fake has no sshd, so the result says the copy
+// may miss its last writes). Labelled fake: QEMU is qemutest's, which
+// answers QMP.
+func TestForkARunningVMPausesItForTheCopy(t *testing.T) {
+	m := debianManager(t)
+	ctx := context.Background()
+	src := tu.Repo(t, true)
+	id, err := m.Git.RepoID(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := startFakeVMWith(t, m, "feat", state.Git{Source: src, Repo: id}, func(ws string) {
+		if _, err := m.Git.Clone(ctx, gitws.CloneOptions{Source: src, Dest: ws, Branch: "feat"}); err != nil {
+			t.Fatal(err)
+		}
+	}, false)
+	forkWork(t, fake.Entry.Layout.Workspace())
+	forkDisk(t, fake.Entry.Layout)
+
+	res, err := forks(m).Fork(ctx, "feat", []string{"try"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != driver.StateRunning || res.Paused <= 0 || res.Unsynced == "" || len(res.Forks) != 1 {
+		t.Errorf("result %+v: want the running source paused for a while, and why its guest did not sync", res)
+	}
+	_, _, live, err := m.Inspect(ctx, fake.Entry)
+	if err != nil || live.State != driver.StateRunning {
+		t.Errorf("the source after the fork: %+v, %v; want it running again", live, err)
+	}
+	if _, err := os.Stat(filepath.Join(fake.Entry.Layout.RunDir(), qemu.PauseFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the pause mark is left: %v", err)
+	}
+	f, err := m.Find(ctx, "try")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameDisk(t, filepath.Join(fake.Entry.Layout.Dir, debian.DiskFile), filepath.Join(f.Layout.Dir, debian.DiskFile))
+}
+
+// What fork refuses, each before anything is made and with the reason.
+func TestForkRefuses(t *testing.T) {
+	m := debianManager(t)
+	m.Backends[nixos.Name] = &nixos.Backend{Run: execx.OS{}, Log: m.Log}
+	ctx := context.Background()
+	src, _ := stoppedVM(t, m, "feat")
+	feat, err := m.Find(ctx, "feat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmDir(t, m, "other", feat.Record.Git, func(ws string) { os.Mkdir(ws, 0o755) }) // the same repository's
+	_, nl := vmDir(t, m, "nix", state.Git{Source: src}, func(ws string) { os.Mkdir(ws, 0o755) })
+	setBackend(t, nl, nixos.Name, "")
+	_, pl := vmDir(t, m, "placed", state.Git{Source: src}, func(ws string) { os.Mkdir(ws, 0o755) })
+	setBackend(t, pl, debian.Name, "far")
+	tu.Git(t, src, "branch", "taken")
+	before, _ := m.List(ctx)
+
+	for _, tc := range []struct {
+		name, src string
+		branches  []string
+		want      string
+	}{
+		{"no new branch", "feat", nil, "no branch to fork into"},
+		{"into itself", "feat", []string{"feat"}, "into itself"},
+		{"a branch twice", "feat", []string{"a", "a"}, "given twice"},
+		{"an invalid name", "feat", []string{"bad..name"}, "bad..name"},
+		{"a branch the repository has", "feat", []string{"taken"}, `has a branch "taken" already`},
+		{"a branch with a VM", "feat", []string{"x", "other"}, "already exists"},
+		{"no such VM", "nothing-here", []string{"x"}, "nothing-here"},
+		{"a backend that cannot fork", "nix", []string{"x"}, "cannot fork yet"},
+		{"a VM on another host", "placed", []string{"x"}, "placed on host far"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := forks(m).Fork(ctx, tc.src, tc.branches)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+			if after, _ := m.List(ctx); len(after) != len(before) {
+				t.Errorf("%d VMs after the refusal, %d before", len(after), len(before))
+			}
+			nothingStaged(t, m)
+		})
+	}
+}
+
+// setBackend rewrites the record in l with backend and host.
+func setBackend(t *testing.T, l state.Layout, backend, host string) {
+	t.Helper()
+	r, err := state.ReadRecord(l.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Backend, r.Host = backend, host
+	if err := state.WriteRecord(l.Record(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A fork that fails part way (the disk's base pruned; the disk full, on a
+// small tmpfs under the staging directory) leaves nothing of any fork,
+// and the source as it was.
+func TestForkLeavesNothingWhenItFails(t *testing.T) {
+	t.Run("the base image is gone", func(t *testing.T) {
+		m := debianManager(t)
+		ctx := context.Background()
+		_, ws := stoppedVM(t, m, "feat")
+		forkWork(t, ws)
+		e, _ := m.Find(ctx, "feat")
+		base := forkDisk(t, e.Layout)
+		os.Remove(base)
+		_, err := forks(m).Fork(ctx, "feat", []string{"a", "b"})
+		if err == nil || !strings.Contains(err.Error(), "is gone") {
+			t.Fatalf("got %v, want the base named as gone", err)
+		}
+		noForks(t, m, "a", "b")
+	})
+	t.Run("the disk fills", func(t *testing.T) {
+		tu.Need(t, os.Geteuid() == 0, "mounts a tmpfs: needs root")
+		m := debianManager(t)
+		ctx := context.Background()
+		_, ws := stoppedVM(t, m, "feat")
+		forkWork(t, ws)
+		e, _ := m.Find(ctx, "feat")
+		forkDisk(t, e.Layout)
+		staging := filepath.Join(m.Root.Dir, ".tmp")
+		os.MkdirAll(staging, 0o700)
+		// Room for the workspace's copy, not for the disk's 4 MiB.
+		if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=2m,mode=0700"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Unmount(staging, syscall.MNT_DETACH) })
+		_, err := forks(m).Fork(ctx, "feat", []string{"a"})
+		if err == nil || !strings.Contains(err.Error(), "no space left") {
+			t.Fatalf("got %v, want the full disk named", err)
+		}
+		noForks(t, m, "a")
+	})
+}
+
+// noForks fails the test if a VM of any of branches exists, or anything
+// is left being made.
+func noForks(t *testing.T, m *vm.Manager, branches ...string) {
+	t.Helper()
+	for _, b := range branches {
+		if _, err := m.Find(context.Background(), b); !errors.Is(err, state.ErrNotFound) {
+			t.Errorf("%s: %v, want no VM", b, err)
+		}
+	}
+	nothingStaged(t, m)
+}
