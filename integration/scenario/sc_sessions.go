@@ -24,7 +24,7 @@ func sessionsScenario() harness.Scenario {
 		NeedsVM: true,
 		// Its VMs' first boot is not what it checks.
 		Template: "none",
-		Verbs:    []string{"run", "attach", "sessions", "suspend", "resume", "logs", "status", "stop", "destroy"},
+		Verbs:    []string{"run", "attach", "sessions", "fork", "suspend", "resume", "logs", "status", "stop", "destroy"},
 		Run:      runSessions,
 	}
 }
@@ -188,6 +188,14 @@ func runSessions(ctx context.Context, s *harness.S) {
 		return nil
 	})
 
+	forkSkip := ""
+	if s.Backend() != "" && s.Backend() != "qemu" || s.Host() != "" {
+		forkSkip = "fork copies the qemu backend's VMs of this machine"
+	}
+	s.StepUnless(ctx, "fork with the agent at work: the VM pauses for the copy and the session runs on; the fork is stopped, on its branch, with the agent's file", forkSkip, func() error {
+		return forkAtWork(ctx, s, ref, name, wantSum, track)
+	})
+
 	s.Step(ctx, "suspend with the agent at work pauses the VM in place; resume brings back the same session", func() error {
 		return suspendAtWork(ctx, s, ref, name, track)
 	})
@@ -312,6 +320,55 @@ func suspendAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name st
 		return harness.Failf(s.LastResult(), "sessions after resume: %+v, want %s, still running", infos, name)
 	}
 	return nil
+}
+
+// forkAtWork forks the VM while its agent runs in a session (its working
+// directory /workspace), checks the source and the fork, and destroys the
+// fork, leaving the source running.
+func forkAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name, wantSum string, track func(*harness.Result) *harness.Result) error {
+	const branch = sessionsBranch + "-fork"
+	s.Register(branch, ref.Dir)
+	res := track(s.Call(ctx, harness.Call{Args: []string{"fork", "--vm", sessionsBranch, "--json", branch}, Dir: ref.Dir}))
+	if err := harness.Want(res, 0); err != nil {
+		return err
+	}
+	var out struct {
+		State    string `json:"state"`
+		PausedMS int64  `json:"paused_ms"`
+		Forks    []struct {
+			Slug string `json:"slug"`
+		} `json:"forks"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil || out.State != "running" || out.PausedMS <= 0 || len(out.Forks) != 1 {
+		return harness.Failf(res, "fork --json: %+v (%v); want the running VM paused for the copy, one fork", out, err)
+	}
+	s.Notef("paused %d ms", out.PausedMS)
+	infos, err := sessions(ctx, s, ref)
+	if err != nil {
+		return err
+	}
+	if len(infos) != 1 || infos[0].Name != name || infos[0].Exited {
+		return harness.Failf(s.LastResult(), "sessions after the fork: %+v, want %s, still running", infos, name)
+	}
+	st, res, err := s.Status(ctx, branch, harness.StatusKeys())
+	if err != nil {
+		return err
+	}
+	if st.State != "stopped" {
+		return harness.Failf(res, "the fork is %s, want stopped", st.State)
+	}
+	ready, err := os.ReadFile(filepath.Join(st.Paths.Workspace, ".agent-ready"))
+	if err != nil || strings.TrimSpace(string(ready)) != wantSum {
+		return harness.Failf(res, "the fork's workspace lacks the agent's untracked .agent-ready (%q, %v)", ready, err)
+	}
+	if got, err := harness.Git(ctx, st.Paths.Workspace, "branch", "--show-current"); err != nil || strings.TrimSpace(got) != branch {
+		return harness.Failf(res, "the fork's workspace is on %q (%v), want %s", got, err, branch)
+	}
+	if err := harness.Want(track(s.Call(ctx, harness.Call{Args: []string{"destroy", "--force", branch}, Dir: ref.Dir})), 0); err != nil {
+		return err
+	}
+	_, err = s.Healthy(ctx, sessionsBranch)
+	return err
 }
 
 // typing starts c with a keyboard for its stdin; its result arrives on done.

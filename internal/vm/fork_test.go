@@ -351,3 +351,34 @@ func noForks(t *testing.T, m *vm.Manager, branches ...string) {
 	}
 	nothingStaged(t, m)
 }
+
+// Two forks of one VM at once: the second waits for the first (the source's
+// lock), and both are made, each whole.
+func TestTwoForksOfOneVMAtOnce(t *testing.T) {
+	m := debianManager(t)
+	ctx := context.Background()
+	_, ws := stoppedVM(t, m, "feat")
+	forkWork(t, ws)
+	e, _ := m.Find(ctx, "feat")
+	forkDisk(t, e.Layout)
+	errs := make(chan error, 2)
+	for _, b := range []string{"one", "two"} {
+		go func() {
+			_, err := forks(m).Fork(ctx, "feat", []string{b})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, b := range []string{"one", "two"} {
+		f, err := m.Find(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDisk(t, filepath.Join(e.Layout.Dir, debian.DiskFile), filepath.Join(f.Layout.Dir, debian.DiskFile))
+	}
+	nothingStaged(t, m)
+}
