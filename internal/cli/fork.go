@@ -22,11 +22,12 @@ func forkCommand(stdio IO) *cli.Command {
 		Description: "Each NEW is a new branch that starts at the VM's HEAD with a copy of its workspace as it is\n" +
 			"(uncommitted changes, untracked and ignored files) and a copy of its root disk (what was\n" +
 			"installed in the guest), a VM of its own with its own SSH keys, ports and MCP token. The\n" +
-			"VM's size, agent, packages, network policy and secrets' bindings come along. A running VM\n" +
-			"is paused for the copy and runs on afterwards. The forks are made stopped: their first\n" +
-			"start boots the copied disk afresh, so the VM's processes (agent sessions, servers) are not\n" +
-			"carried over. agent-vm sync NEW brings a fork's commits home; destroying either leaves the\n" +
-			"other whole. The qemu backend's VMs of this machine can be forked.",
+			"VM's size, agent, packages and network policy come along; secrets set for it alone\n" +
+			"(secret set --vm) do not. A running VM is paused for the copy and runs on afterwards.\n" +
+			"The forks are made stopped: their first start boots the copied disk afresh, so the VM's\n" +
+			"processes (agent sessions, servers) are not carried over. agent-vm sync NEW brings a\n" +
+			"fork's commits home; destroying either leaves the other whole. The qemu backend's VMs of\n" +
+			"this machine can be forked.",
 		Flags: []cli.Flag{vmFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: source, state, paused_ms, unsynced, forks [{branch, slug, ports, commit, files, bytes, skipped, disk_bytes}]"}},
 		BashComplete: vmCompletion(stdio),

@@ -5,7 +5,8 @@
 // of SRC's root disk (its backend's backend.Forker), and with what must be
 // its own: its record's id and name, host ports, SSH keys and pinned host
 // key, MCP token and egress CA. The rest of SRC's record comes along (size,
-// agent, packages, network policy, secrets' placeholders and bindings).
+// agent, packages, network policy, secrets' placeholders; the secrets
+// scoped to SRC alone are not the fork's: they are kept by VM id).
 //
 // This is a cold fork: the forks are made stopped, and their first start
 // boots SRC's disk as a new machine (the backend gives the guest the fork's
