@@ -81,7 +81,9 @@ type Templater interface {
 // Forker is a backend whose VMs can be forked (`agent-vm fork`): a new VM
 // made from another's root disk as it is at that moment, which boots it as
 // a new machine of its own (its first boot gives the guest the new VM's
-// identity, as after a reset, but on the source's disk).
+// identity, as after a reset, but on the source's disk); and whose disks
+// can be kept in a checkpoint and put back (`agent-vm checkpoint`,
+// `rollback`).
 type Forker interface {
 	// ForkDisk gives the VM being made in to (its record nr, complete but
 	// for the backend's section) a root disk of its own with the content
@@ -90,6 +92,11 @@ type Forker interface {
 	// has no disk: the fork then makes its own at its first start, as any
 	// new VM. A failure leaves nothing of the fork's disk in to.
 	ForkDisk(ctx context.Context, from state.Layout, r *state.Record, to state.Layout, nr *state.Record) (DiskFork, error)
+	// RestoreDisk gives the stopped VM in to (its record r) a copy of the
+	// disk ForkDisk copied into from (a checkpoint of that VM) in place of
+	// its own, or no disk when from has none (the next start makes one).
+	// The VM's own disk is replaced at once or not at all.
+	RestoreDisk(ctx context.Context, from state.Layout, r *state.Record, to state.Layout) (DiskFork, error)
 }
 
 // DiskFork says what ForkDisk copied.

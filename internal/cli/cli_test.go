@@ -185,6 +185,34 @@ func TestForkPrintsWhatItMade(t *testing.T) {
 	}
 }
 
+// checkpoint, checkpoint list, rollback and checkpoint rm, as a user types
+// them: what each prints.
+func TestCheckpointCommands(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--backend", "qemu", "--memory", "1G", "--cpus", "1")
+	r := mustRun(t, repo, st, "checkpoint", "one")
+	for _, want := range []string{"checkpoint one of main: workspace ", "no disk yet", "agent-vm rollback --vm main one"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("checkpoint's output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, repo, st, "checkpoint", "list")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "one ") {
+		t.Errorf("checkpoint list:\n%s", r.stdout)
+	}
+	r = mustRun(t, repo, st, "rollback", "one")
+	if !strings.Contains(r.stdout, "rolled main back to checkpoint one") || !strings.Contains(r.stdout, "agent-vm rollback --vm main before-rollback-") {
+		t.Errorf("rollback's output:\n%s", r.stdout)
+	}
+	mustRun(t, repo, st, "checkpoint", "rm", "one")
+	r = mustRun(t, "", st, "checkpoint", "list", "main", "--json")
+	var cs []struct{ Name, Replaced string }
+	if err := json.Unmarshal([]byte(r.stdout), &cs); err != nil || len(cs) != 1 || cs[0].Replaced != "one" {
+		t.Errorf("checkpoint list --json after rm: %v\n%s", err, r.stdout)
+	}
+}
+
 func TestCreateDefaultsToTheCurrentBranchAndSetsRemotes(t *testing.T) {
 	repo := tu.Repo(t, true)
 	tu.Git(t, repo, "checkout", "--quiet", "-b", "topic")
@@ -448,6 +476,10 @@ func TestUsageErrorsAndExitCodes(t *testing.T) {
 		{[]string{"host", "list", "extra"}, 2, "list takes no arguments"},
 		{[]string{"fork"}, 2, "fork takes at least one NEW branch name"},
 		{[]string{"fork", "--vm", "nope", "x"}, 1, "agent-vm list"},
+		{[]string{"checkpoint", "a", "b"}, 2, "checkpoint takes at most one NAME"},
+		{[]string{"checkpoint", "rm"}, 2, "checkpoint rm takes one NAME"},
+		{[]string{"rollback"}, 2, "rollback takes one checkpoint NAME"},
+		{[]string{"rollback", "--vm", "nope", "x"}, 1, "agent-vm list"},
 		{[]string{"version"}, 0, ""},
 	}
 	for _, c := range cases {

@@ -32,21 +32,12 @@ func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Reco
 	if s.Template {
 		return backend.DiskFork{}, fmt.Errorf("%q is a template's VM, which is not forked (hint: fork a VM started from it)", r.Branch)
 	}
-	raw, err := os.ReadFile(filepath.Join(from.Dir, DiskInfoFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return backend.DiskFork{}, nr.SetSection(s) // never started: the fork makes its own disk at its first start
-	}
+	raw, info, err := diskOf(from, fmt.Sprintf("%q's disk", r.Branch), "so its disk cannot be read (hint: put it back)")
 	if err != nil {
 		return backend.DiskFork{}, err
 	}
-	var info DiskInfo
-	if err := json.Unmarshal(raw, &info); err != nil {
-		return backend.DiskFork{}, fmt.Errorf("%s: %w", filepath.Join(from.Dir, DiskInfoFile), err)
-	}
-	for _, f := range []string{info.Base, info.Template} {
-		if _, err := os.Stat(f); f != "" && err != nil {
-			return backend.DiskFork{}, fmt.Errorf("the disk %s that %q's disk is made on is gone (was it pruned or moved?), so its disk cannot be read (hint: put it back)", f, r.Branch)
-		}
+	if info == nil {
+		return backend.DiskFork{}, nr.SetSection(s) // never started: the fork makes its own disk at its first start
 	}
 	overlay := filepath.Join(to.Dir, DiskFile)
 	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), overlay)
@@ -65,4 +56,62 @@ func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Reco
 	}
 	s.Forked = true
 	return backend.DiskFork{Bytes: n}, nr.SetSection(s)
+}
+
+// RestoreDisk implements backend.Forker: the checkpoint's overlay is copied
+// beside the VM's and renamed over it, then its disk.json; a checkpoint of a
+// VM that had never booted removes the VM's disk, which its next start
+// makes afresh.
+func (b *Backend) RestoreDisk(ctx context.Context, from state.Layout, r *state.Record, to state.Layout) (backend.DiskFork, error) {
+	raw, info, err := diskOf(from, "the checkpoint's disk", fmt.Sprintf("so the checkpoint cannot be put back (hint: put it back; VM %q is unchanged)", r.Branch))
+	if err != nil {
+		return backend.DiskFork{}, err
+	}
+	if info == nil {
+		for _, f := range []string{DiskInfoFile, DiskFile} {
+			if err := os.Remove(filepath.Join(to.Dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return backend.DiskFork{}, fmt.Errorf("removing the VM's disk: %w", err)
+			}
+		}
+		return backend.DiskFork{}, nil
+	}
+	overlay := filepath.Join(to.Dir, DiskFile)
+	staged := overlay + ".restore"
+	os.Remove(staged) // a rollback interrupted before
+	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), staged)
+	if err != nil {
+		return backend.DiskFork{}, err
+	}
+	if err := image.MarkUsed(info.Base, overlay); err != nil {
+		os.Remove(staged)
+		return backend.DiskFork{}, err
+	}
+	if err := os.Rename(staged, overlay); err != nil {
+		os.Remove(staged)
+		return backend.DiskFork{}, err
+	}
+	return backend.DiskFork{Bytes: n}, atomicfile.Write(filepath.Join(to.Dir, DiskInfoFile), raw, 0o600)
+}
+
+// diskOf reads the disk.json in l (raw and decoded; nil, nil when there is
+// none: no disk made yet) and checks that the disks it is made on are
+// there; what names the disk and then says what follows for the error.
+func diskOf(l state.Layout, what, then string) ([]byte, *DiskInfo, error) {
+	raw, err := os.ReadFile(filepath.Join(l.Dir, DiskInfoFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var info DiskInfo
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(l.Dir, DiskInfoFile), err)
+	}
+	for _, f := range []string{info.Base, info.Template} {
+		if _, err := os.Stat(f); f != "" && err != nil {
+			return nil, nil, fmt.Errorf("the disk %s that %s is made on is gone (was it pruned or moved?), %s", f, what, then)
+		}
+	}
+	return raw, &info, nil
 }

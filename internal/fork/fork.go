@@ -127,21 +127,9 @@ func (f Forks) Fork(ctx context.Context, src string, branches []string) (*Result
 	if err != nil {
 		return nil, err
 	}
-	d, mach, live, err := f.VMs.Inspect(ctx, e)
+	st, err := f.still(ctx, e, "fork")
 	if err != nil {
 		return nil, err
-	}
-	var pauser driver.Pauser
-	switch live.State {
-	case driver.StateStopped, driver.StateCrashed, driver.StateSuspended, driver.StatePaused:
-	case driver.StateRunning:
-		p, ok := d.(driver.Pauser)
-		if !ok {
-			return nil, fmt.Errorf("VM %q runs, and its %s driver cannot pause it for the copy (hint: `agent-vm stop %s`, then fork it)", r.Branch, d.Name(), r.Slug)
-		}
-		pauser = p
-	default:
-		return nil, fmt.Errorf("VM %q is %s; agent-vm forks a VM that runs, is stopped or suspended (hint: wait for it, or `agent-vm stop %s`)", r.Branch, live.State, r.Slug)
 	}
 	if err := f.checkBranches(ctx, r, branches); err != nil {
 		return nil, err
@@ -156,37 +144,10 @@ func (f Forks) Fork(ctx context.Context, src string, branches []string) (*Result
 		return nil, err
 	}
 
-	res := &Result{Source: r.Branch, State: live.State}
-	if pauser != nil {
-		res.Unsynced = f.syncGuest(ctx, r)
-		began := time.Now()
-		if err := pauser.Pause(ctx, mach); err != nil {
-			return nil, fmt.Errorf("pausing VM %q for the copy: %w", r.Branch, err)
-		}
-		f.Log.Info("paused for the fork", "vm", r.Slug)
-		continued := false
-		cont := func() error {
-			if continued {
-				return nil
-			}
-			continued = true
-			// An interrupt must not leave SRC paused.
-			_, err := pauser.Continue(context.WithoutCancel(ctx), mach)
-			res.Paused = time.Since(began)
-			if err != nil {
-				return fmt.Errorf("VM %q stays paused after the fork: %w (hint: `agent-vm resume %s`)", r.Branch, err, r.Slug)
-			}
-			f.Log.Info("continued after the fork", "vm", r.Slug, "paused", res.Paused)
-			return nil
-		}
-		defer func() { _ = cont() }()
-		if err := f.copyAll(ctx, e, forker, stages, res); err != nil {
-			return nil, err
-		}
-		if err := cont(); err != nil {
-			return nil, err
-		}
-	} else if err := f.copyAll(ctx, e, forker, stages, res); err != nil {
+	res := &Result{Source: r.Branch, State: st.state}
+	err = st.during(ctx, func() error { return f.copyAll(ctx, e, forker, stages, res) })
+	res.Paused, res.Unsynced = st.paused, st.unsynced
+	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -201,6 +162,71 @@ func (f Forks) Fork(ctx context.Context, src string, branches []string) (*Result
 		f.Log.Info("forked", "vm", s.rec.Slug, "from", r.Slug, "ssh_port", s.rec.Ports.SSH, "mcp_port", s.rec.Ports.MCP)
 	}
 	return res, nil
+}
+
+// stillness is how a VM is kept still while it is copied: a running one
+// paused (its guest synced first), any other left as it is.
+type stillness struct {
+	f      Forks
+	r      *state.Record
+	mach   driver.Machine
+	state  string        // the VM's state when it was looked at
+	pauser driver.Pauser // set when it runs and is to be paused
+	// What during did: how long the VM was paused, and why its guest
+	// could not sync first ("" when it did, or did not run).
+	paused   time.Duration
+	unsynced string
+}
+
+// still looks at the VM of e (whose lock the caller holds) and says how it
+// will be kept still for verb, or refuses a state it cannot be copied in.
+func (f Forks) still(ctx context.Context, e state.Entry, verb string) (*stillness, error) {
+	r := e.Record
+	d, mach, live, err := f.VMs.Inspect(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	st := &stillness{f: f, r: r, mach: mach, state: live.State}
+	switch live.State {
+	case driver.StateStopped, driver.StateCrashed, driver.StateSuspended, driver.StatePaused:
+	case driver.StateRunning:
+		p, ok := d.(driver.Pauser)
+		if !ok {
+			return nil, fmt.Errorf("VM %q runs, and its %s driver cannot pause it for the copy (hint: `agent-vm stop %s` first)", r.Branch, d.Name(), r.Slug)
+		}
+		st.pauser = p
+	default:
+		return nil, fmt.Errorf("VM %q is %s; agent-vm can %s a VM that runs, is stopped or suspended (hint: wait for it, or `agent-vm stop %s`)", r.Branch, live.State, verb, r.Slug)
+	}
+	return st, nil
+}
+
+// during runs copy with the VM still: a running VM's guest is asked to
+// sync, the VM paused, and continued afterwards on every way out (an
+// interrupt included, which must not leave it paused).
+func (st *stillness) during(ctx context.Context, copy func() error) (err error) {
+	if st.pauser == nil {
+		return copy()
+	}
+	r := st.r
+	st.unsynced = st.f.syncGuest(ctx, r)
+	began := time.Now()
+	if err := st.pauser.Pause(ctx, st.mach); err != nil {
+		return fmt.Errorf("pausing VM %q for the copy: %w", r.Branch, err)
+	}
+	st.f.Log.Info("paused for the copy", "vm", r.Slug)
+	defer func() {
+		_, cerr := st.pauser.Continue(context.WithoutCancel(ctx), st.mach)
+		st.paused = time.Since(began)
+		if cerr != nil {
+			cerr = fmt.Errorf("VM %q stays paused after the copy: %w (hint: `agent-vm resume %s`)", r.Branch, cerr, r.Slug)
+			st.f.Log.Error(cerr.Error())
+			err = errors.Join(err, cerr)
+			return
+		}
+		st.f.Log.Info("continued after the copy", "vm", r.Slug, "paused", st.paused)
+	}()
+	return copy()
 }
 
 // check refuses a source VM whose kind cannot be forked, with the reason.

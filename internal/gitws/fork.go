@@ -28,37 +28,26 @@ type ForkResult struct {
 }
 
 // Fork copies the workspace ws into dest, which must not exist, as it is at
-// this moment (uncommitted changes, untracked and ignored files, the git
-// directory, modes, owners and times; every file a copy of its own, never
-// a hard link to ws's, so the two diverge from here), and puts the copy on
-// a new branch at ws's HEAD without touching its work tree: the copy's
-// changes stay changes. The caller keeps ws still meanwhile (the VM
-// paused). Nothing of the workspace runs: symbolic links are copied as
-// links, never followed, and git runs in the copy hardened as everywhere
-// here. A failure removes what was copied.
+// this moment (Copy), and puts the copy on a new branch at ws's HEAD
+// without touching its work tree: the copy's changes stay changes. The
+// caller keeps ws still meanwhile (the VM paused). Nothing of the
+// workspace runs: git runs in the copy hardened as everywhere here. A
+// failure removes what was copied.
 func (g *Git) Fork(ctx context.Context, ws, dest, branch string) (res *ForkResult, err error) {
 	if err := g.CheckBranchName(ctx, branch); err != nil {
 		return nil, err
 	}
-	root, err := realWorkspace(ws)
-	if err != nil {
+	if res, err = g.Copy(ctx, ws, dest); err != nil {
 		return nil, err
-	}
-	if _, err := os.Lstat(dest); err == nil {
-		return nil, fmt.Errorf("%s exists already; a fork's workspace is made afresh", dest)
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(dest)
 		}
 	}()
-	res = &ForkResult{}
-	if err := copyTree(ctx, root, dest, res); err != nil {
-		return nil, fmt.Errorf("copying the workspace %s to %s: %w", ws, dest, err)
-	}
 	r := repo{work: dest, gitDir: filepath.Join(dest, ".git")}
-	if res.Commit, err = g.untrusted(ctx, r, "rev-parse", "--verify", "--quiet", "HEAD^{commit}"); err != nil {
-		return nil, fmt.Errorf("the workspace %s has no commit at HEAD to fork from: %s", ws, termsafe.String(err.Error()))
+	if res.Commit == "" {
+		return nil, fmt.Errorf("the workspace %s has no commit at HEAD to fork from", ws)
 	}
 	if g.refExistsIn(ctx, r, "refs/heads/"+branch) {
 		return nil, fmt.Errorf("the workspace %s has a branch %q already (hint: fork into a branch name it does not have)", ws, branch)
@@ -71,6 +60,34 @@ func (g *Git) Fork(ctx context.Context, ws, dest, branch string) (res *ForkResul
 	if _, err := g.untrusted(ctx, r, "symbolic-ref", "HEAD", "refs/heads/"+branch); err != nil {
 		return nil, fmt.Errorf("putting the fork on branch %q: %s", branch, termsafe.String(err.Error()))
 	}
+	return res, nil
+}
+
+// Copy copies the workspace ws into dest, which must not exist, exactly as
+// it is (uncommitted changes, untracked and ignored files, the git
+// directory, modes, owners and times; every file a copy of its own, never
+// a hard link to ws's, so the two diverge from here; symbolic links as
+// links, never followed). Res.Commit is ws's HEAD ("" on an unborn
+// branch). A failure removes what was copied.
+func (g *Git) Copy(ctx context.Context, ws, dest string) (res *ForkResult, err error) {
+	root, err := realWorkspace(ws)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(dest); err == nil {
+		return nil, fmt.Errorf("%s exists already; a workspace's copy is made afresh", dest)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dest)
+		}
+	}()
+	res = &ForkResult{}
+	if err := copyTree(ctx, root, dest, res); err != nil {
+		return nil, fmt.Errorf("copying the workspace %s to %s: %w", ws, dest, err)
+	}
+	r := repo{work: dest, gitDir: filepath.Join(dest, ".git")}
+	res.Commit, _ = g.untrusted(ctx, r, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
 	return res, nil
 }
 

@@ -137,3 +137,37 @@ func TestForkRefuses(t *testing.T) {
 		t.Errorf("a refused fork removed the existing %s: %v", taken, err)
 	}
 }
+
+// Copy copies a workspace exactly, its branch and changes as they are,
+// and says its HEAD; a workspace on an unborn branch copies too, without
+// one.
+func TestCopyKeepsTheWorkspaceAsItIs(t *testing.T) {
+	ctx := context.Background()
+	src := tu.Repo(t, false)
+	ws, _, err := clone(t, src, "feature", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu.WriteFile(t, filepath.Join(ws, "notes.txt"), "untracked\n")
+	dest := filepath.Join(t.TempDir(), "copy")
+	res, err := New(execx.OS{}).Copy(ctx, ws, dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tu.Git(t, dest, "branch", "--show-current"); got != "feature" || res.Commit != tu.Git(t, ws, "rev-parse", "HEAD") {
+		t.Errorf("the copy is on %q at %s; want feature at the workspace's HEAD", got, res.Commit)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dest, "notes.txt")); string(got) != "untracked\n" {
+		t.Errorf("notes.txt in the copy: %q", got)
+	}
+	if _, err := New(execx.OS{}).Copy(ctx, ws, dest); err == nil || !strings.Contains(err.Error(), "exists already") {
+		t.Errorf("a copy onto an existing directory: %v", err)
+	}
+
+	empty := filepath.Join(t.TempDir(), "empty")
+	tu.Git(t, filepath.Dir(empty), "init", "--quiet", empty)
+	res, err = New(execx.OS{}).Copy(ctx, empty, filepath.Join(t.TempDir(), "copy"))
+	if err != nil || res.Commit != "" {
+		t.Errorf("the copy of an unborn branch: %+v, %v; want it copied, without a commit", res, err)
+	}
+}

@@ -206,16 +206,7 @@ func TestForkAStoppedVM(t *testing.T) {
 func TestForkARunningVMPausesItForTheCopy(t *testing.T) {
 	m := debianManager(t)
 	ctx := context.Background()
-	src := tu.Repo(t, true)
-	id, err := m.Git.RepoID(ctx, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := startFakeVMWith(t, m, "feat", state.Git{Source: src, Repo: id}, func(ws string) {
-		if _, err := m.Git.Clone(ctx, gitws.CloneOptions{Source: src, Dest: ws, Branch: "feat"}); err != nil {
-			t.Fatal(err)
-		}
-	}, false)
+	fake := runningClone(t, m, "feat")
 	forkWork(t, fake.Entry.Layout.Workspace())
 	forkDisk(t, fake.Entry.Layout)
 
@@ -238,6 +229,23 @@ func TestForkARunningVMPausesItForTheCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameDisk(t, filepath.Join(fake.Entry.Layout.Dir, debian.DiskFile), filepath.Join(f.Layout.Dir, debian.DiskFile))
+}
+
+// runningClone starts the fake QEMU (qemutest, labelled) for a VM of branch
+// whose workspace is a real clone of a new repository.
+func runningClone(t *testing.T, m *vm.Manager, branch string) fakeVM {
+	t.Helper()
+	ctx := context.Background()
+	src := tu.Repo(t, true)
+	id, err := m.Git.RepoID(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startFakeVMWith(t, m, branch, state.Git{Source: src, Repo: id}, func(ws string) {
+		if _, err := m.Git.Clone(ctx, gitws.CloneOptions{Source: src, Dest: ws, Branch: branch}); err != nil {
+			t.Fatal(err)
+		}
+	}, false)
 }
 
 // What fork refuses, each before anything is made and with the reason.

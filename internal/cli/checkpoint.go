@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/agent-vm/agent-vm/internal/cmdline"
+	"github.com/agent-vm/agent-vm/internal/fork"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"github.com/agent-vm/agent-vm/internal/vm"
+	"github.com/agent-vm/agent-vm/internal/wire"
+)
+
+func checkpointCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "checkpoint",
+		Usage:     "keep the VM's workspace and disk as they are now, to roll back to (list, rm)",
+		ArgsUsage: "[NAME]",
+		Description: "A checkpoint is a copy of the VM's workspace as it is (commits, uncommitted changes,\n" +
+			"untracked and ignored files) and of its root disk, kept in the VM's directory under NAME\n" +
+			"(default: the time). A running VM is paused for the copy and runs on afterwards.\n" +
+			"agent-vm rollback NAME puts it back into the stopped VM. The VM's memory is not kept: after\n" +
+			"a rollback it boots afresh. Each checkpoint costs the disk space of its copies\n" +
+			"(checkpoint list shows them); destroy removes them with the VM. The qemu backend's VMs\n" +
+			"of this machine have checkpoints.",
+		Flags:        []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each"}},
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if cliCtx.NArg() > 1 {
+				return cmdline.Usagef("checkpoint takes at most one NAME, got %d arguments", cliCtx.NArg())
+			}
+			name, args, err := vmAndArgs(cliCtx, stdio, m, nil)
+			if err != nil {
+				return err
+			}
+			c, err := wire.Forks(m).Checkpoint(cliCtx.Context, name, strings.Join(args, ""))
+			if err != nil {
+				return err
+			}
+			if cliCtx.Bool("json") {
+				return writeJSON(stdio.Out, c)
+			}
+			fmt.Fprintf(stdio.Out, "checkpoint %s of %s: workspace %d files (%s) at %s, %s\n", c.Name, termsafe.String(name),
+				c.Files, humanBytes(c.Bytes), shortOr(c.Commit), diskText(c.DiskBytes))
+			if c.Paused > 0 {
+				fmt.Fprintf(stdio.Out, "  the VM was paused %.1f s for the copy\n", c.Paused.Seconds())
+			}
+			if c.Unsynced != "" {
+				fmt.Fprintf(stdio.Out, "warning: the guest's last writes may be missing from the checkpoint: %s\n", termsafe.String(c.Unsynced))
+			}
+			fmt.Fprintf(stdio.Out, "back to it: agent-vm stop %s, then agent-vm rollback --vm %s %s\n", name, name, c.Name)
+			return nil
+		}),
+		Subcommands: []*cli.Command{
+			{
+				Name:         "list",
+				Usage:        "the VM's checkpoints, oldest first",
+				ArgsUsage:    "[BRANCH]",
+				Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print JSON: [{"name", "created_at", "state", "commit", "files", "bytes", "disk_bytes", "skipped", "replaced"}]`}},
+				BashComplete: vmCompletion(stdio),
+				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					name, err := vmName(cliCtx, m)
+					if err != nil {
+						return err
+					}
+					cs, err := wire.Forks(m).Checkpoints(cliCtx.Context, name)
+					if err != nil {
+						return err
+					}
+					if cliCtx.Bool("json") {
+						return writeJSON(stdio.Out, cs)
+					}
+					printCheckpoints(stdio.Out, name, cs)
+					return nil
+				}),
+			},
+			{
+				Name:      "rm",
+				Usage:     "remove a checkpoint",
+				ArgsUsage: "NAME",
+				Flags:     []cli.Flag{vmFlag()},
+				Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+					if cliCtx.NArg() != 1 {
+						return cmdline.Usagef("checkpoint rm takes one NAME, got %d arguments", cliCtx.NArg())
+					}
+					name, args, err := vmAndArgs(cliCtx, stdio, m, nil)
+					if err != nil {
+						return err
+					}
+					if err := wire.Forks(m).RemoveCheckpoint(cliCtx.Context, name, args[0]); err != nil {
+						return err
+					}
+					fmt.Fprintf(stdio.Out, "removed checkpoint %s of %s\n", termsafe.String(args[0]), termsafe.String(name))
+					return nil
+				}),
+			},
+		},
+	}
+}
+
+func rollbackCommand(stdio IO) *cli.Command {
+	return &cli.Command{
+		Name:      "rollback",
+		Usage:     "put a checkpoint back into the stopped VM: its workspace and disk as they were",
+		ArgsUsage: "NAME",
+		Description: "The workspace becomes the checkpoint's exactly (files made since are gone, deleted ones\n" +
+			"are back, HEAD and the index as they were) and so does the root disk. What the VM had\n" +
+			"until then is kept first as a checkpoint of its own (before-rollback-TIME), so a rollback\n" +
+			"is undone by another. The VM must be stopped; its next start boots the disk afresh.",
+		Flags:        []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: branch, slug, to, saved (each a checkpoint)"}},
+		BashComplete: vmCompletion(stdio),
+		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
+			if cliCtx.NArg() != 1 {
+				return cmdline.Usagef("rollback takes one checkpoint NAME, got %d arguments (hint: agent-vm checkpoint list)", cliCtx.NArg())
+			}
+			name, args, err := vmAndArgs(cliCtx, stdio, m, nil)
+			if err != nil {
+				return err
+			}
+			res, err := wire.Forks(m).Rollback(cliCtx.Context, name, args[0])
+			if err != nil {
+				return err
+			}
+			if cliCtx.Bool("json") {
+				return writeJSON(stdio.Out, struct {
+					Branch string          `json:"branch"`
+					Slug   string          `json:"slug"`
+					To     fork.Checkpoint `json:"to"`
+					Saved  fork.Checkpoint `json:"saved"`
+				}{res.Branch, res.Slug, res.To, res.Saved})
+			}
+			fmt.Fprintf(stdio.Out, "rolled %s back to checkpoint %s (taken %s, at %s)\n", termsafe.String(res.Branch), res.To.Name,
+				res.To.CreatedAt.Local().Format("2006-01-02 15:04:05"), shortOr(res.To.Commit))
+			fmt.Fprintf(stdio.Out, "  what it had is checkpoint %s: agent-vm rollback --vm %s %s undoes this\n", res.Saved.Name, res.Slug, res.Saved.Name)
+			fmt.Fprintf(stdio.Out, "next: agent-vm start %s\n", res.Slug)
+			return nil
+		}),
+	}
+}
+
+// printCheckpoints is checkpoint list's table.
+func printCheckpoints(w io.Writer, vmName string, cs []fork.Checkpoint) {
+	if len(cs) == 0 {
+		fmt.Fprintf(w, "%s has no checkpoints (agent-vm checkpoint --vm %s NAME takes one)\n", termsafe.String(vmName), termsafe.String(vmName))
+		return
+	}
+	rows := [][]string{{"NAME", "CREATED", "STATE", "COMMIT", "WORKSPACE", "DISK"}}
+	var total int64
+	for _, c := range cs {
+		rows = append(rows, []string{c.Name, c.CreatedAt.Local().Format("2006-01-02 15:04"), c.State, shortOr(c.Commit), humanBytes(c.Bytes), diskText(c.DiskBytes)})
+		total += c.Bytes + c.DiskBytes
+	}
+	_ = writeTable(w, rows)
+	fmt.Fprintf(w, "%d checkpoints, %s in all\n", len(cs), humanBytes(total))
+}
+
+func shortOr(commit string) string {
+	if commit == "" {
+		return "no commit"
+	}
+	return short(commit)
+}
+
+func diskText(n int64) string {
+	if n == 0 {
+		return "no disk yet"
+	}
+	return "disk " + humanBytes(n)
+}

@@ -1,0 +1,338 @@
+package fork
+
+// Checkpoints: points of a VM to come back to (`agent-vm checkpoint`,
+// `checkpoint list|rm`, `rollback`). A checkpoint is what a fork copies,
+// kept in the VM's own directory instead of made a VM: the workspace's
+// exact tree (gitws.Copy: its commits, index, uncommitted, untracked and
+// ignored files) and the root disk (backend.Forker), in
+// checkpoints/NAME/ with a checkpoint.json that describes it. The VM is
+// kept still for the copy as for a fork (a running one paused).
+//
+// A rollback puts a checkpoint back into the stopped VM: the disk and the
+// workspace as they were, files made since gone. What it replaces becomes
+// a checkpoint of its own first (before-rollback-TIME), so nothing is lost
+// and a rollback is undone by another. Like forks, checkpoints are cold:
+// the VM's memory is not in them, and it boots afresh after a rollback.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// Files of the checkpoints in a VM's directory.
+const (
+	CheckpointsDir = "checkpoints"     // one directory per checkpoint, by name
+	CheckpointFile = "checkpoint.json" // in each: the Checkpoint
+)
+
+// Checkpoint describes one checkpoint (checkpoint.json; checkpoint list
+// --json prints them).
+type Checkpoint struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	// State is the VM's when the checkpoint was taken.
+	State string `json:"state"`
+	// Commit is the workspace's HEAD then ("" on an unborn branch).
+	Commit string `json:"commit"`
+	// Files and Bytes are the workspace's regular files; DiskBytes the
+	// root disk's copy (0: the VM had not booted).
+	Files     int   `json:"files"`
+	Bytes     int64 `json:"bytes"`
+	DiskBytes int64 `json:"disk_bytes"`
+	// Skipped are the workspace's entries a copy cannot carry (sockets,
+	// FIFOs, devices).
+	Skipped []string `json:"skipped,omitempty"`
+	// Replaced names the checkpoint whose rollback this one was made by,
+	// from what the VM had then ("" for one taken with checkpoint).
+	Replaced string `json:"replaced,omitempty"`
+	// Paused is how long a running VM was paused for the copy, and
+	// Unsynced why its guest could not sync first (output only).
+	Paused   time.Duration `json:"-"`
+	Unsynced string        `json:"-"`
+}
+
+// nameRE is a checkpoint's name: a directory name, short, without a dot
+// first.
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// reserved are the names `checkpoint` reads as its subcommands.
+var reserved = []string{"list", "rm", "help"}
+
+// CheckName refuses a name that is no checkpoint name.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) || slices.Contains(reserved, name) {
+		return fmt.Errorf("checkpoint name %q: use lower-case letters, digits, '.', '_' and '-', up to 63, starting with a letter or digit, and not %s (hint: before-refactor)", name, strings.Join(reserved, ", "))
+	}
+	return nil
+}
+
+// Checkpoint takes a checkpoint of the VM vm called name ("" for one
+// named by the time).
+func (f Forks) Checkpoint(ctx context.Context, vm, name string) (*Checkpoint, error) {
+	if name != "" {
+		if err := CheckName(name); err != nil {
+			return nil, err
+		}
+	}
+	e, lock, err := f.VMs.Locked(ctx, vm)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	forker, err := f.check(e.Record)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.still(ctx, e, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	var c *Checkpoint
+	err = st.during(ctx, func() (err error) {
+		c, err = f.keep(ctx, e, forker, name, st.state, "")
+		return err
+	})
+	if c != nil {
+		c.Paused, c.Unsynced = st.paused, st.unsynced
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// keep copies the still VM of e, in state vmState, into a new checkpoint,
+// made under a temporary name and renamed into place.
+func (f Forks) keep(ctx context.Context, e state.Entry, forker backend.Forker, name, vmState, replaced string) (c *Checkpoint, err error) {
+	dir := filepath.Join(e.Layout.Dir, CheckpointsDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	now := f.Now().UTC() // whole, so that checkpoints of one second keep their order
+	if name == "" {
+		name = uniqueName(dir, now.Format("20060102-150405"))
+	}
+	final := filepath.Join(dir, name)
+	if _, err := os.Lstat(final); err == nil {
+		return nil, fmt.Errorf("VM %q has a checkpoint %q already (hint: another name, or `agent-vm checkpoint rm --vm %s %s` first)", e.Record.Branch, name, e.Record.Slug, name)
+	}
+	tmp, err := os.MkdirTemp(dir, "."+name+".tmp-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	ws, err := f.Git.Copy(ctx, e.Layout.Workspace(), filepath.Join(tmp, state.WorkspaceDir))
+	if err != nil {
+		return nil, err
+	}
+	// ForkDisk sets the section of a record for a new VM; a checkpoint
+	// keeps none, so it gets a copy whose paths say where the disk will lie.
+	scratch := *e.Record
+	scratch.Paths = state.Layout{Dir: final}.Paths()
+	disk, err := forker.ForkDisk(ctx, e.Layout, e.Record, state.Layout{Dir: tmp}, &scratch)
+	if err != nil {
+		return nil, fmt.Errorf("copying the disk of %q: %w", e.Record.Branch, err)
+	}
+	c = &Checkpoint{Name: name, CreatedAt: now, State: vmState, Commit: ws.Commit, Files: ws.Files, Bytes: ws.Bytes,
+		DiskBytes: disk.Bytes, Skipped: ws.Skipped, Replaced: replaced}
+	raw, _ := json.MarshalIndent(c, "", "  ")
+	if err := atomicfile.Write(filepath.Join(tmp, CheckpointFile), append(raw, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return nil, err
+	}
+	f.Log.Info("checkpoint taken", "vm", e.Record.Slug, "name", name, "disk_bytes", disk.Bytes)
+	return c, atomicfile.SyncDir(dir)
+}
+
+// uniqueName is base, or base-2, base-3 ... when dir has it already.
+func uniqueName(dir, base string) string {
+	name := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(filepath.Join(dir, name)); errors.Is(err, fs.ErrNotExist) {
+			return name
+		}
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+}
+
+// Checkpoints lists the checkpoints of the VM vm, oldest first.
+func (f Forks) Checkpoints(ctx context.Context, vm string) ([]Checkpoint, error) {
+	e, lock, err := f.VMs.Locked(ctx, vm)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	return list(e)
+}
+
+func list(e state.Entry) ([]Checkpoint, error) {
+	dir := filepath.Join(e.Layout.Dir, CheckpointsDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Checkpoint{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []Checkpoint{}
+	for _, d := range entries {
+		if !d.IsDir() || strings.HasPrefix(d.Name(), ".") {
+			continue // one being made, or left by an interrupt
+		}
+		c, err := readCheckpoint(filepath.Join(dir, d.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *c)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+func readCheckpoint(dir string) (*Checkpoint, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+	if err != nil {
+		return nil, fmt.Errorf("the checkpoint in %s: %w", dir, err)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("the checkpoint in %s: %w", dir, err)
+	}
+	return &c, nil
+}
+
+// find is the checkpoint called name of e, or an error that lists those
+// there are.
+func find(e state.Entry, name string) (string, *Checkpoint, error) {
+	dir := filepath.Join(e.Layout.Dir, CheckpointsDir, name)
+	if CheckName(name) == nil {
+		if c, err := readCheckpoint(dir); err == nil {
+			return dir, c, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", nil, err
+		}
+	}
+	all, err := list(e)
+	if err != nil {
+		return "", nil, err
+	}
+	var names []string
+	for _, c := range all {
+		names = append(names, c.Name)
+	}
+	there := "it has none"
+	if len(names) > 0 {
+		there = "it has " + strings.Join(names, ", ")
+	}
+	return "", nil, fmt.Errorf("VM %q has no checkpoint %q: %s (hint: `agent-vm checkpoint list %s`)", e.Record.Branch, name, there, e.Record.Slug)
+}
+
+// RemoveCheckpoint removes the checkpoint called name of the VM vm.
+func (f Forks) RemoveCheckpoint(ctx context.Context, vm, name string) error {
+	e, lock, err := f.VMs.Locked(ctx, vm)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	dir, _, err := find(e, name)
+	if err != nil {
+		return err
+	}
+	// Renamed out of the list first, so an interrupted removal leaves no
+	// half checkpoint behind.
+	gone := filepath.Join(filepath.Dir(dir), "."+name+".rm-"+f.Now().UTC().Format("20060102T150405.000000000"))
+	if err := os.Rename(dir, gone); err != nil {
+		return err
+	}
+	f.Log.Info("checkpoint removed", "vm", e.Record.Slug, "name", name)
+	return os.RemoveAll(gone)
+}
+
+// Rollback says what a rollback did.
+type Rollback struct {
+	Branch, Slug string
+	// To is the checkpoint put back; Saved the one made from what the VM
+	// had before (`rollback` to it undoes this one).
+	To    Checkpoint
+	Saved Checkpoint
+}
+
+// Rollback puts the checkpoint called name back into the stopped VM vm
+// (see the top of this file).
+func (f Forks) Rollback(ctx context.Context, vm, name string) (*Rollback, error) {
+	e, lock, err := f.VMs.Locked(ctx, vm)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	r, l := e.Record, e.Layout
+	forker, err := f.check(r)
+	if err != nil {
+		return nil, err
+	}
+	dir, to, err := find(e, name)
+	if err != nil {
+		return nil, err
+	}
+	_, _, live, err := f.VMs.Inspect(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	if live.State != driver.StateStopped && live.State != driver.StateCrashed {
+		return nil, fmt.Errorf("VM %q is %s; a rollback replaces the disk and workspace it uses (hint: `agent-vm stop %s`, then roll back; what it has then is kept as a checkpoint)", r.Branch, live.State, r.Slug)
+	}
+	// The checkpoint's workspace, copied beside the VM's first: a failure
+	// up to the disk's restore changes nothing.
+	staged := filepath.Join(l.Dir, "."+state.WorkspaceDir+".rollback")
+	_ = os.RemoveAll(staged) // an interrupted rollback's
+	if _, err := f.Git.Copy(ctx, filepath.Join(dir, state.WorkspaceDir), staged); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(staged)
+	saved, err := f.keep(ctx, e, forker, uniqueName(filepath.Join(l.Dir, CheckpointsDir), "before-rollback-"+f.Now().UTC().Format("20060102-150405")), live.State, name)
+	if err != nil {
+		return nil, fmt.Errorf("keeping what VM %q has before the rollback: %w", r.Branch, err)
+	}
+	if _, err := forker.RestoreDisk(ctx, state.Layout{Dir: dir}, r, l); err != nil {
+		// Nothing was replaced: the VM keeps what it has, so the copy of
+		// it goes.
+		_ = os.RemoveAll(filepath.Join(l.Dir, CheckpointsDir, saved.Name))
+		return nil, err
+	}
+	old := filepath.Join(l.Dir, "."+state.WorkspaceDir+".replaced")
+	_ = os.RemoveAll(old)
+	if err := os.Rename(l.Workspace(), old); err != nil {
+		return nil, fmt.Errorf("the disk of %q is checkpoint %s's, but its workspace could not be replaced: %w (hint: `agent-vm rollback --vm %s %s` again)", r.Branch, name, err, r.Slug, name)
+	}
+	if err := os.Rename(staged, l.Workspace()); err != nil {
+		_ = os.Rename(old, l.Workspace())
+		return nil, fmt.Errorf("the disk of %q is checkpoint %s's, but its workspace could not be replaced: %w (hint: `agent-vm rollback --vm %s %s` again)", r.Branch, name, err, r.Slug, name)
+	}
+	_ = os.RemoveAll(old) // kept in the checkpoint saved
+	f.Log.Info("rolled back", "vm", r.Slug, "to", name, "saved", saved.Name)
+	return &Rollback{Branch: r.Branch, Slug: r.Slug, To: *to, Saved: *saved}, nil
+}
