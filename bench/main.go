@@ -86,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.N, "n", 15, "samples per side for fast figures (P3, P4, P5)")
 	fs.IntVar(&c.Rounds, "rounds", 2, "rounds for boots (P1) and workspace I/O (P6); each P1 round boots 4 times")
 	fs.IntVar(&c.Records, "records", 100, "VM records for P5's list")
-	fs.StringVar(&only, "only", "", "run only the figures whose id matches this regexp, e.g. 'P4|P5' or MCP")
+	fs.StringVar(&only, "only", "", "run only the figures whose id matches this regexp, with its number whole (P1 is not P10), e.g. 'P4|P5' or MCP")
 	fs.BoolVar(&c.NoBoot, "no-boot", false, "skip everything that boots a VM")
 	fs.StringVar(&c.AgentVM, "agent-vm", "", "an agent-vm binary to measure (default: built from the checkout with CGO_ENABLED=0)")
 	fs.StringVar(&c.Tree, "tree", "", "the source tree for the workspaces and P6 (default: GOROOT/src/cmd)")
@@ -233,11 +233,22 @@ func measure(ctx context.Context, cfg config, log *logger, began time.Time) (*Re
 func selected(only *regexp.Regexp) []figureSpec {
 	var specs []figureSpec
 	for _, spec := range figureSpecs() {
-		if only == nil || only.MatchString(spec.ID) {
+		if only == nil || matchesID(only, spec.ID) {
 			specs = append(specs, spec)
 		}
 	}
 	return specs
+}
+
+// matchesID says whether only matches the figure id with its number whole:
+// P1 selects P1 and P1' but not P10.
+func matchesID(only *regexp.Regexp, id string) bool {
+	for _, m := range only.FindAllStringIndex(id, -1) {
+		if end := m[1]; end == len(id) || id[end] < '0' || id[end] > '9' {
+			return true
+		}
+	}
+	return false
 }
 
 // bootable says why VMs cannot boot here ("" when they can).

@@ -17,6 +17,8 @@ func TestSelected(t *testing.T) {
 		"P1'|P2|P3":      "P1' P2 P3",
 		"^(P4|P5|P1)$":   "P5 P1 P4",
 		"P9":             "P9",
+		"P10|P11":        "P10 P11",
+		"P1.":            "P1' P10 P11",
 	} {
 		var ids []string
 		for _, s := range selected(regexp.MustCompile(only)) {

@@ -29,6 +29,8 @@ func figureSpecs() []figureSpec {
 		{ID: "P4", Title: "status --json", Run: runP4},
 		{ID: "P6", Title: "workspace throughput (virtiofs, 9p) against the guest's own disk", Boots: true, Run: runP6},
 		{ID: "P7", Title: "several VMs starting together", Boots: true, Run: runP7},
+		{ID: "P10", Title: "fork of a running VM into a new branch, and the fork's first start (cold)", Boots: true, Run: runP10},
+		{ID: "P11", Title: "checkpoint of a running VM, then rollback and the start after (cold)", Boots: true, Run: runP11},
 		{ID: "P9", Title: "a new branch's agent: `run --agent claude -- --version` with a template holding claude, against the same CLI run by exec in the same VM", Boots: true, Run: runP9},
 	}
 }

@@ -26,7 +26,7 @@ func checkpointCommand(stdio IO) *cli.Command {
 			"a rollback it boots afresh. Each checkpoint costs the disk space of its copies\n" +
 			"(checkpoint list shows them); destroy removes them with the VM. The qemu backend's VMs\n" +
 			"of this machine have checkpoints.",
-		Flags:        []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each"}},
+		Flags:        []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each, with paused_ms and unsynced"}},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 1 {
@@ -41,7 +41,11 @@ func checkpointCommand(stdio IO) *cli.Command {
 				return err
 			}
 			if cliCtx.Bool("json") {
-				return writeJSON(stdio.Out, c)
+				return writeJSON(stdio.Out, struct {
+					*fork.Checkpoint
+					PausedMS int64  `json:"paused_ms"`
+					Unsynced string `json:"unsynced,omitempty"`
+				}{c, c.Paused.Milliseconds(), c.Unsynced})
 			}
 			fmt.Fprintf(stdio.Out, "checkpoint %s of %s: workspace %d files (%s) at %s, %s\n", c.Name, termsafe.String(name),
 				c.Files, humanBytes(c.Bytes), shortOr(c.Commit), diskText(c.DiskBytes))
