@@ -26,8 +26,7 @@ func checkpointCommand(stdio IO) *cli.Command {
 			"a rollback it boots afresh. Each checkpoint costs the disk space of its copies\n" +
 			"(checkpoint list shows them); destroy removes them with the VM. The qemu backend's VMs\n" +
 			"of this machine have checkpoints.",
-		Flags:        []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each, with paused_ms and unsynced"}},
-		BashComplete: vmCompletion(stdio),
+		Flags: []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each, with paused_ms and unsynced"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 1 {
 				return cmdline.Usagef("checkpoint takes at most one NAME, got %d arguments", cliCtx.NArg())
@@ -114,8 +113,7 @@ func rollbackCommand(stdio IO) *cli.Command {
 			"are back, HEAD and the index as they were) and so does the root disk. What the VM had\n" +
 			"until then is kept first as a checkpoint of its own (before-rollback-TIME), so a rollback\n" +
 			"is undone by another. The VM must be stopped; its next start boots the disk afresh.",
-		Flags:        []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: branch, slug, to, saved (each a checkpoint)"}},
-		BashComplete: vmCompletion(stdio),
+		Flags: []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: branch, slug, to, saved (each a checkpoint)"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() != 1 {
 				return cmdline.Usagef("rollback takes one checkpoint NAME, got %d arguments (hint: agent-vm checkpoint list)", cliCtx.NArg())

@@ -30,7 +30,6 @@ func forkCommand(stdio IO) *cli.Command {
 			"this machine can be forked.",
 		Flags: []cli.Flag{vmFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: source, state, paused_ms, unsynced, forks [{branch, slug, ports, commit, files, bytes, skipped, disk_bytes}]"}},
-		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() == 0 {
 				return cmdline.Usagef("fork takes at least one NEW branch name (hint: agent-vm fork --vm main try-a try-b)")
