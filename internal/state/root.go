@@ -339,3 +339,30 @@ func NewID() string {
 	h := hex.EncodeToString(b)
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
+
+// MigrateRepo fills in the repository of e's record, written before VMs
+// had one, from its source checkout (repoID: gitws's RepoID), and saves it
+// when nobody else holds the VM (busy: the next command saves it). A
+// source that is gone leaves it empty: that VM then matches no repository
+// and is found from outside any repository only. The error is the save's.
+func (r *Root) MigrateRepo(e Entry, repoID func(source string) (string, error)) error {
+	if e.Record.Git.Source == "" {
+		return nil
+	}
+	id, err := repoID(e.Record.Git.Source)
+	if err != nil {
+		return nil
+	}
+	e.Record.Git.Repo = id
+	lock, ok, err := r.TryLockVM(e.Slug)
+	if err != nil || !ok {
+		return nil
+	}
+	defer lock.Release()
+	rec, err := ReadRecord(e.Layout.Record())
+	if err != nil || rec.Git.Repo != "" {
+		return nil
+	}
+	rec.Git.Repo = id
+	return WriteRecord(e.Layout.Record(), rec)
+}

@@ -29,29 +29,9 @@ func (m *Manager) List(ctx context.Context) ([]state.Entry, error) {
 	return entries, nil
 }
 
-// migrateRepo fills in an old record's repository from its source checkout.
-// A source that is gone leaves it empty: that VM then matches no repository
-// and is found from outside any repository only.
+// migrateRepo fills in an old record's repository (state.Root.MigrateRepo).
 func (m *Manager) migrateRepo(ctx context.Context, e state.Entry) {
-	if e.Record.Git.Source == "" {
-		return
-	}
-	id, err := m.Git.RepoID(ctx, e.Record.Git.Source)
-	if err != nil {
-		return
-	}
-	e.Record.Git.Repo = id
-	lock, ok, err := m.Root.TryLockVM(e.Slug)
-	if err != nil || !ok {
-		return // busy: the next command saves it
-	}
-	defer lock.Release()
-	rec, err := state.ReadRecord(e.Layout.Record())
-	if err != nil || rec.Git.Repo != "" {
-		return
-	}
-	rec.Git.Repo = id
-	if err := state.WriteRecord(e.Layout.Record(), rec); err != nil {
+	if err := m.Root.MigrateRepo(e, func(source string) (string, error) { return m.Git.RepoID(ctx, source) }); err != nil {
 		m.Log.Debug("saving the repository of an old record", "vm", e.Slug, "error", err)
 	}
 }
