@@ -9,13 +9,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/bench/report"
 	"github.com/agent-vm/agent-vm/blackbox"
 )
 
 // machineInfo describes the host. Missing pieces stay empty: a results
 // file from a host without QEMU is still worth having for P4/P5.
-func machineInfo(ctx context.Context, av *agentVM) Machine {
-	m := Machine{
+func machineInfo(ctx context.Context, av *agentVM) report.Machine {
+	m := report.Machine{
 		OS:        osRelease(),
 		Kernel:    readTrim("/proc/sys/kernel/osrelease"),
 		CPUModel:  cpuModel(),
@@ -44,7 +45,7 @@ func machineInfo(ctx context.Context, av *agentVM) Machine {
 
 // imageInfo is the base image and what a bare QEMU needs to boot it.
 type imageInfo struct {
-	Image
+	report.Image
 	Kernel string
 }
 
@@ -55,7 +56,7 @@ func baseImage(ctx context.Context, av *agentVM) (*imageInfo, error) {
 		return nil, res.Err
 	}
 	var list []struct {
-		Image
+		report.Image
 		Kernel string `json:"kernel"`
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {

@@ -51,6 +51,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 func main() {
@@ -74,7 +76,7 @@ type config struct {
 	Timeout  time.Duration
 	Root     string // the agent-vm checkout
 	Command  string // how the harness was run, for the results
-	Settings Settings
+	Settings report.Settings
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -109,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.Only = re
 	}
 	c.Command = shellJoin(append([]string{"go", "run", "./bench"}, args...))
-	c.Settings = Settings{N: c.N, Rounds: c.Rounds, Records: c.Records, Only: only, NoBoot: c.NoBoot}
+	c.Settings = report.Settings{N: c.N, Rounds: c.Rounds, Records: c.Records, Only: only, NoBoot: c.NoBoot}
 	return c, nil
 }
 
@@ -152,7 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	jsonPath, mdPath, err := res.write(cfg.Out)
+	jsonPath, mdPath, err := res.Write(cfg.Out)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
@@ -169,8 +171,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // measure builds agent-vm, runs the selected figures in a lab and cleans
 // the lab up, whatever happened.
-func measure(ctx context.Context, cfg config, log *logger, began time.Time) (*Result, error) {
-	res := &Result{Schema: schemaVersion, Date: began.UTC(), Command: cfg.Command}
+func measure(ctx context.Context, cfg config, log *logger, began time.Time) (*report.Result, error) {
+	res := &report.Result{Schema: report.SchemaVersion, Date: began.UTC(), Command: cfg.Command}
 	var err error
 	if res.Commit, res.CommitShort, res.Dirty, err = commitInfo(ctx, cfg.Root); err != nil {
 		return nil, err
@@ -202,7 +204,7 @@ func measure(ctx context.Context, cfg config, log *logger, began time.Time) (*Re
 	l.canBoot = bootable(ctx, cfg, l)
 	canBoot := l.canBoot
 	for _, spec := range selected(cfg.Only) {
-		f := &Figure{ID: spec.ID, Title: spec.Title}
+		f := &report.Figure{ID: spec.ID, Title: spec.Title}
 		res.Figures = append(res.Figures, f)
 		if spec.Boots && canBoot != "" {
 			f.Skipped = canBoot

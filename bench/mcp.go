@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // The MCP proxy's figures come from its Go benchmarks
@@ -101,7 +103,7 @@ func runMCPBenchmarks(ctx context.Context, l *lab) (mcpSamples, map[string]strin
 }
 
 // runMCP runs the proxy benchmarks and makes rows of them.
-func runMCP(ctx context.Context, l *lab, f *Figure) error {
+func runMCP(ctx context.Context, l *lab, f *report.Figure) error {
 	samples, skipped, err := runMCPBenchmarks(ctx, l)
 	if err != nil {
 		return err
@@ -120,19 +122,19 @@ func runMCP(ctx context.Context, l *lab, f *Figure) error {
 			f.Notes = append(f.Notes, fmt.Sprintf("server %s not measured: %s", srv, orDefault(firstNonEmpty(skipped[proxy], skipped[direct]), "no results")))
 			continue
 		}
-		f.Rows = append(f.Rows, newRow("MCP."+srv+".request", "a request through the proxy (Streamable HTTP, one session), server "+srv, "µs",
-			series("through agent-vm mcp-proxy", us(proxy)), ref("stdio to the server directly", us(direct)), true))
+		f.Rows = append(f.Rows, report.NewRow("MCP."+srv+".request", "a request through the proxy (Streamable HTTP, one session), server "+srv, "µs",
+			report.NewSeries("through agent-vm mcp-proxy", us(proxy)), report.Ref("stdio to the server directly", us(direct)), true))
 		if samples[fifty] != nil {
 			f.Rows = append(f.Rows,
-				newRow("MCP."+srv+".50-sessions", "a request with 50 sessions busy at once (wall time / requests), server "+srv, "µs",
-					series("50 sessions", us(fifty)), ref("one session", us(proxy)), true),
-				newRow("MCP."+srv+".open-50", "opening 50 sessions at once (50 initialize requests, each starting a server), server "+srv, "ms",
-					series("open 50 sessions", samples[fifty]["open-50-sessions-ms"]), nil, false))
+				report.NewRow("MCP."+srv+".50-sessions", "a request with 50 sessions busy at once (wall time / requests), server "+srv, "µs",
+					report.NewSeries("50 sessions", us(fifty)), report.Ref("one session", us(proxy)), true),
+				report.NewRow("MCP."+srv+".open-50", "opening 50 sessions at once (50 initialize requests, each starting a server), server "+srv, "ms",
+					report.NewSeries("open 50 sessions", samples[fifty]["open-50-sessions-ms"]), nil, false))
 		}
 	}
 	if p, h := samples["BenchmarkProxyStreamable/testserver"], samples["BenchmarkHTTPBaseline"]; p != nil && h != nil {
-		f.Rows = append(f.Rows, newRow("MCP.http", "a request through the proxy, server testserver", "µs",
-			series("through agent-vm mcp-proxy", us("BenchmarkProxyStreamable/testserver")), ref("a bare net/http handler on loopback, same client", us("BenchmarkHTTPBaseline")), true))
+		f.Rows = append(f.Rows, report.NewRow("MCP.http", "a request through the proxy, server testserver", "µs",
+			report.NewSeries("through agent-vm mcp-proxy", us("BenchmarkProxyStreamable/testserver")), report.Ref("a bare net/http handler on loopback, same client", us("BenchmarkHTTPBaseline")), true))
 	}
 	f.Notes = append(f.Notes, fmt.Sprintf("From `go test ./internal/mcpproxy -run '^$' -bench . -benchtime 2000x`, run %d times alternately (the test binary, built once, runs every benchmark once per run). The difference column of the request rows is the latency the proxy adds per request. open-50 has no reference: it is the time from 50 initialize requests to 50 running servers.", l.cfg.MCPRuns))
 	if len(f.Rows) == 0 {

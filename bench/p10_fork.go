@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // P10 and P11 are what a user waits for when they copy a working VM:
@@ -18,7 +20,7 @@ import (
 
 // runP10 forks the running, settled VM into a new branch per round, starts
 // the fork and destroys it again.
-func runP10(ctx context.Context, l *lab, f *Figure) error {
+func runP10(ctx context.Context, l *lab, f *report.Figure) error {
 	v, err := l.running(ctx)
 	if err != nil {
 		return err
@@ -51,20 +53,20 @@ func runP10(ctx context.Context, l *lab, f *Figure) error {
 			return res.Err
 		}
 	}
-	p := newRow("P10.pause", "the running source paused for the copy (its workspace and disk)", "s", series("fork's pause", pause), ref("`agent-vm fork` until it returns", call), true)
+	p := report.NewRow("P10.pause", "the running source paused for the copy (its workspace and disk)", "s", report.NewSeries("fork's pause", pause), report.Ref("`agent-vm fork` until it returns", call), true)
 	p.Note = "goal: 2 s or less"
-	s := newRow("P10.ssh", "the fork's first start -> SSH-ready (a cold boot of the copied disk, provisioned as the fork)", "s", series("agent-vm start FORK", ssh), ref("the same start until agent-mcp is healthy", ready), true)
+	s := report.NewRow("P10.ssh", "the fork's first start -> SSH-ready (a cold boot of the copied disk, provisioned as the fork)", "s", report.NewSeries("agent-vm start FORK", ssh), report.Ref("the same start until agent-mcp is healthy", ready), true)
 	s.Note = "goal (a fork that continues the source's memory): 5 s; not met: forks boot cold"
-	m := newRow("P10.pss", "the fork's QEMU, settled: PSS (shared pages divided among their users)", "MiB", series("fork", pss), ref("the source's QEMU, measured right after", srcPSS), true)
+	m := report.NewRow("P10.pss", "the fork's QEMU, settled: PSS (shared pages divided among their users)", "MiB", report.NewSeries("fork", pss), report.Ref("the source's QEMU, measured right after", srcPSS), true)
 	m.Note = "QEMU's TCG translation cache is part of both: /proc gives it no line of its own"
-	f.Rows = []*Row{p, s, m}
+	f.Rows = []*report.Row{p, s, m}
 	f.Notes = append(f.Notes, "Per round: `fork --vm SRC NEW` of the running, settled VM (its guest syncs, it is paused, its workspace and disk are copied, it continues), `start NEW`, `systemctl is-system-running --wait` in the fork, the two QEMUs' PSS, `destroy --force NEW`.")
 	return nil
 }
 
 // runP11 takes a checkpoint of the running, settled VM per round, stops
 // it, rolls it back and starts it again.
-func runP11(ctx context.Context, l *lab, f *Figure) error {
+func runP11(ctx context.Context, l *lab, f *report.Figure) error {
 	v, err := l.running(ctx)
 	if err != nil {
 		return err
@@ -102,11 +104,11 @@ func runP11(ctx context.Context, l *lab, f *Figure) error {
 		}
 		l.removeCheckpoints(ctx, v.name)
 	}
-	c := newRow("P11.checkpoint", "`checkpoint` of the running VM, until it returns", "s", series("agent-vm checkpoint", cp), ref("the VM's pause within it", pause), true)
+	c := report.NewRow("P11.checkpoint", "`checkpoint` of the running VM, until it returns", "s", report.NewSeries("agent-vm checkpoint", cp), report.Ref("the VM's pause within it", pause), true)
 	c.Note = "the pause's goal, as a fork's: 2 s or less"
-	rb := newRow("P11.rollback", "`rollback` of the stopped VM, then `start` to SSH-ready", "s", series("rollback + start -> SSH", back), ref("the start alone", stopped), true)
+	rb := report.NewRow("P11.rollback", "`rollback` of the stopped VM, then `start` to SSH-ready", "s", report.NewSeries("rollback + start -> SSH", back), report.Ref("the start alone", stopped), true)
 	rb.Note = "goal (a rollback of the running VM with its memory): 5 s; not met: the VM boots its restored disk"
-	f.Rows = []*Row{c, rb, newRow("P11.files", "`rollback` alone: the workspace and disk put back, what they were kept as a checkpoint", "s", series("agent-vm rollback", rollback), nil, false)}
+	f.Rows = []*report.Row{c, rb, report.NewRow("P11.files", "`rollback` alone: the workspace and disk put back, what they were kept as a checkpoint", "s", report.NewSeries("agent-vm rollback", rollback), nil, false)}
 	f.Notes = append(f.Notes, "Per round: `checkpoint --vm VM NAME` of the running, settled VM, `stop`, `rollback --vm VM NAME`, `start`, `systemctl is-system-running --wait`, then the round's checkpoints removed.")
 	return nil
 }

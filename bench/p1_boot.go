@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // figureSpec is one figure the harness can measure.
@@ -12,7 +14,7 @@ type figureSpec struct {
 	ID    string
 	Title string
 	Boots bool // needs VMs that boot
-	Run   func(ctx context.Context, l *lab, f *Figure) error
+	Run   func(ctx context.Context, l *lab, f *report.Figure) error
 }
 
 // figureSpecs lists the figures in the order they run: those needing no VM
@@ -47,15 +49,15 @@ func (s *p1Samples) add(t bootTimes, bare float64) {
 	s.bare = append(s.bare, bare)
 }
 
-func (s *p1Samples) rows(kind string) []*Row {
+func (s *p1Samples) rows(kind string) []*report.Row {
 	bare := "bare QEMU, " + kind + " boot, to SSH-ready"
-	return []*Row{
-		newRow("P1."+kind+".ssh", "start -> SSH-ready, "+kind+" boot (from running `start`)", "s",
-			series("agent-vm start", s.sshWall), ref(bare, s.bare), true),
-		newRow("P1."+kind+".ssh-launch", "start -> SSH-ready, "+kind+" boot (start's own figure, from QEMU's launch)", "s",
-			series("agent-vm start", s.sshLaunch), ref(bare, s.bare), true),
-		newRow("P1."+kind+".health", "start -> agent-mcp healthy, "+kind+" boot (start returns)", "s",
-			series("agent-vm start", s.wall), ref(bare, s.bare), true),
+	return []*report.Row{
+		report.NewRow("P1."+kind+".ssh", "start -> SSH-ready, "+kind+" boot (from running `start`)", "s",
+			report.NewSeries("agent-vm start", s.sshWall), report.Ref(bare, s.bare), true),
+		report.NewRow("P1."+kind+".ssh-launch", "start -> SSH-ready, "+kind+" boot (start's own figure, from QEMU's launch)", "s",
+			report.NewSeries("agent-vm start", s.sshLaunch), report.Ref(bare, s.bare), true),
+		report.NewRow("P1."+kind+".health", "start -> agent-mcp healthy, "+kind+" boot (start returns)", "s",
+			report.NewSeries("agent-vm start", s.wall), report.Ref(bare, s.bare), true),
 	}
 }
 
@@ -64,7 +66,7 @@ func (s *p1Samples) rows(kind string) []*Row {
 // seed agent-vm writes at start, so A goes first; the later boots run in
 // the opposite order, so drift over the round hits both alike. Each
 // round's first boot is also a sample of P1' (l.newBranches).
-func runP1(ctx context.Context, l *lab, f *Figure) error {
+func runP1(ctx context.Context, l *lab, f *report.Figure) error {
 	if err := l.stopAll(ctx); err != nil {
 		return err
 	}
@@ -110,7 +112,7 @@ type newBranch struct {
 // P1 and of P1'. It returns the bare VM for the round's later boot. A
 // failed bare boot is a NaN sample and an error of the figure; a failed
 // agent-vm step ends it.
-func newBranchRound(ctx context.Context, l *lab, f *Figure, prefix string, r int) (newBranch, *bareVM, error) {
+func newBranchRound(ctx context.Context, l *lab, f *report.Figure, prefix string, r int) (newBranch, *bareVM, error) {
 	step := func(what string) { l.log.Printf("%s round %d/%d: %s", f.ID, r, l.cfg.Rounds, what) }
 	var nb newBranch
 	v, err := l.newVM(ctx, prefix)
@@ -141,7 +143,7 @@ func newBranchRound(ctx context.Context, l *lab, f *Figure, prefix string, r int
 
 // p1Later is a round's later boots: the bare guest again (B), then the
 // VM (A).
-func p1Later(ctx context.Context, l *lab, f *Figure, v *labVM, b *bareVM, r int) (bare float64, a bootTimes, err error) {
+func p1Later(ctx context.Context, l *lab, f *report.Figure, v *labVM, b *bareVM, r int) (bare float64, a bootTimes, err error) {
 	l.log.Printf("P1 round %d/%d: bare QEMU (later boot)", r, l.cfg.Rounds)
 	bare = l.bareBoot(ctx, f, b, fmt.Sprintf("round %d, bare later boot", r))
 	l.log.Printf("P1 round %d/%d: agent-vm start %s (later boot)", r, l.cfg.Rounds, v.name)
@@ -151,7 +153,7 @@ func p1Later(ctx context.Context, l *lab, f *Figure, v *labVM, b *bareVM, r int)
 
 // bareBoot boots b to SSH-ready and shuts it down; a failure is a NaN
 // sample and an error of f.
-func (l *lab) bareBoot(ctx context.Context, f *Figure, b *bareVM, what string) float64 {
+func (l *lab) bareBoot(ctx context.Context, f *report.Figure, b *bareVM, what string) float64 {
 	t, err1 := l.bootBare(ctx, b)
 	err2 := l.shutdown(ctx, b)
 	if err := firstErr(err1, err2); err != nil {

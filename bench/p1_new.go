@@ -8,13 +8,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // runP1New is P1': how long a new branch waits for its VM,
 // `create` + `start` to SSH-ready, against the same guest's first boot by
 // QEMU alone. It reads P1's rounds when P1 ran in this run (each began
 // with a new branch); else it makes its own, as P1's first half.
-func runP1New(ctx context.Context, l *lab, f *Figure) error {
+func runP1New(ctx context.Context, l *lab, f *report.Figure) error {
 	if len(l.newBranches) > 0 {
 		f.Notes = append(f.Notes, "Measured in P1's rounds (their first boots): each began with `create` of a new branch.")
 	} else {
@@ -37,12 +39,12 @@ func runP1New(ctx context.Context, l *lab, f *Figure) error {
 		f.Notes = append(f.Notes, fmt.Sprintf("%s: create %.1f s; start said: %q", nb.vm.name, nb.create, nb.start.Said))
 	}
 	path := strings.Join(slices.Sorted(maps.Keys(paths)), " or ")
-	bareRef := ref("bare QEMU, first boot of the same guest, to SSH-ready", bare)
-	f.Rows = []*Row{
-		newRow("P1'.ssh", "new branch: `create` + `start` -> SSH-ready ("+path+")", "s",
-			series("agent-vm create + start", ssh), bareRef, true),
-		newRow("P1'.health", "new branch: `create` + `start` -> agent-mcp healthy ("+path+")", "s",
-			series("agent-vm create + start", health), bareRef, true),
+	bareRef := report.Ref("bare QEMU, first boot of the same guest, to SSH-ready", bare)
+	f.Rows = []*report.Row{
+		report.NewRow("P1'.ssh", "new branch: `create` + `start` -> SSH-ready ("+path+")", "s",
+			report.NewSeries("agent-vm create + start", ssh), bareRef, true),
+		report.NewRow("P1'.health", "new branch: `create` + `start` -> agent-mcp healthy ("+path+")", "s",
+			report.NewSeries("agent-vm create + start", health), bareRef, true),
 	}
 	f.Rows[0].Note = "goal: 5 s or less"
 	rows, err := p1FromTemplate(ctx, l, f, bareRef)
@@ -60,7 +62,7 @@ func runP1New(ctx context.Context, l *lab, f *Figure) error {
 // same bare first boot as the cold rows' (not paired: other VMs, other
 // moments). The template is removed at the
 // lab's cleanup.
-func p1FromTemplate(ctx context.Context, l *lab, f *Figure, bareRef *Series) ([]*Row, error) {
+func p1FromTemplate(ctx context.Context, l *lab, f *report.Figure, bareRef *report.Series) ([]*report.Row, error) {
 	if len(l.newBranches) == 0 {
 		return nil, nil
 	}
@@ -101,11 +103,11 @@ func p1FromTemplate(ctx context.Context, l *lab, f *Figure, bareRef *Series) ([]
 			return nil, err
 		}
 	}
-	rows := []*Row{
-		newRow("P1'T.ssh", "new branch: `create` + `start` -> SSH-ready (from the saved template)", "s",
-			series("agent-vm create + start", ssh), bareRef, false),
-		newRow("P1'T.health", "new branch: `create` + `start` -> agent-mcp healthy (from the saved template)", "s",
-			series("agent-vm create + start", health), bareRef, false),
+	rows := []*report.Row{
+		report.NewRow("P1'T.ssh", "new branch: `create` + `start` -> SSH-ready (from the saved template)", "s",
+			report.NewSeries("agent-vm create + start", ssh), bareRef, false),
+		report.NewRow("P1'T.health", "new branch: `create` + `start` -> agent-mcp healthy (from the saved template)", "s",
+			report.NewSeries("agent-vm create + start", health), bareRef, false),
 	}
 	rows[0].Note = "goal: 5 s or less"
 	rows[1].Note = "goal: 6 s or less"
@@ -115,7 +117,7 @@ func p1FromTemplate(ctx context.Context, l *lab, f *Figure, bareRef *Series) ([]
 // buildTemplate runs `agent-vm template build FROM FLAGS...` (not timed:
 // a build is a cold boot, done once per machine shape), keeps the
 // template's name for the lab's cleanup, and notes the build in f.
-func (l *lab) buildTemplate(ctx context.Context, f *Figure, timeout time.Duration, from string, flags ...string) error {
+func (l *lab) buildTemplate(ctx context.Context, f *report.Figure, timeout time.Duration, from string, flags ...string) error {
 	l.log.Printf("%s: agent-vm template build %s (a cold boot, not timed)", f.ID, strings.Join(append([]string{from}, flags...), " "))
 	res := l.av.run(ctx, timeout, append([]string{"template", "build", from}, flags...)...)
 	if res.Err != nil {

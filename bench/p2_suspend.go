@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // stateFile is where a suspended VM's memory is, in its directory
@@ -17,7 +19,7 @@ func stateFile(vmDir string) string { return filepath.Join(vmDir, "run", "suspen
 // boot of the same VM alternate. It also times suspend against stop (the
 // other way to free the VM's CPU and memory) and weighs the saved state
 // against the guest's memory.
-func runP2(ctx context.Context, l *lab, f *Figure) error {
+func runP2(ctx context.Context, l *lab, f *report.Figure) error {
 	v, st, err := l.runningStatus(ctx)
 	if err != nil {
 		return err
@@ -41,15 +43,15 @@ type p2Samples struct {
 	resumeSSH, resumeHealth, coldSSH, suspend, stop, state, memory []float64
 }
 
-func (p *p2Samples) rows() []*Row {
-	cold := ref("cold boot of the same VM (`start` after `stop`), to SSH-ready", p.coldSSH)
-	return []*Row{
-		newRow("P2.ssh", "`resume` -> SSH-ready", "s", series("agent-vm resume", p.resumeSSH), cold, true),
-		newRow("P2.health", "`resume` -> agent-mcp healthy (resume returns)", "s", series("agent-vm resume", p.resumeHealth), cold, true),
-		newRow("P2.suspend", "`suspend` of a running VM, until it returns", "s",
-			series("agent-vm suspend", p.suspend), ref("`agent-vm stop` of the same VM (ACPI shutdown)", p.stop), true),
-		newRow("P2.state", "saved state on disk (the suspended VM's cost)", "MiB",
-			series("state file", p.state), ref("guest memory (-m)", p.memory), true),
+func (p *p2Samples) rows() []*report.Row {
+	cold := report.Ref("cold boot of the same VM (`start` after `stop`), to SSH-ready", p.coldSSH)
+	return []*report.Row{
+		report.NewRow("P2.ssh", "`resume` -> SSH-ready", "s", report.NewSeries("agent-vm resume", p.resumeSSH), cold, true),
+		report.NewRow("P2.health", "`resume` -> agent-mcp healthy (resume returns)", "s", report.NewSeries("agent-vm resume", p.resumeHealth), cold, true),
+		report.NewRow("P2.suspend", "`suspend` of a running VM, until it returns", "s",
+			report.NewSeries("agent-vm suspend", p.suspend), report.Ref("`agent-vm stop` of the same VM (ACPI shutdown)", p.stop), true),
+		report.NewRow("P2.state", "saved state on disk (the suspended VM's cost)", "MiB",
+			report.NewSeries("state file", p.state), report.Ref("guest memory (-m)", p.memory), true),
 	}
 }
 

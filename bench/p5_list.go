@@ -6,13 +6,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // runP5 creates -records VM records in a state directory of their own,
 // each create alternating with a `git clone` of the same repository (what
 // create does at least), then times `list` there against `list` with a
 // single record and against `agent-vm version`, in turn.
-func runP5(ctx context.Context, l *lab, f *Figure) error {
+func runP5(ctx context.Context, l *lab, f *report.Figure) error {
 	tiny := filepath.Join(l.dir, "tiny")
 	if err := os.MkdirAll(tiny, 0o755); err != nil {
 		return err
@@ -54,10 +56,10 @@ func runP5(ctx context.Context, l *lab, f *Figure) error {
 		func() cmdResult { return many.run(ctx, quickTimeout, "version") },
 	)
 	records := fmt.Sprintf("%d records", l.cfg.Records)
-	f.Rows = []*Row{
-		newRow("P5.list", "`list` with "+records, "ms", series("agent-vm list", out[0]), ref("`agent-vm list` with 1 record", out[1]), true),
-		newRow("P5.list-floor", "`list` with "+records, "ms", series("agent-vm list", out[0]), ref("`agent-vm version`", out[2]), true),
-		newRow("P5.create", "`create` (clone, keys, token, ports) of a one-file repository", "ms", series("agent-vm create", creates), ref("`git clone --no-hardlinks` of the same repository", clones), true),
+	f.Rows = []*report.Row{
+		report.NewRow("P5.list", "`list` with "+records, "ms", report.NewSeries("agent-vm list", out[0]), report.Ref("`agent-vm list` with 1 record", out[1]), true),
+		report.NewRow("P5.list-floor", "`list` with "+records, "ms", report.NewSeries("agent-vm list", out[0]), report.Ref("`agent-vm version`", out[2]), true),
+		report.NewRow("P5.create", "`create` (clone, keys, token, ports) of a one-file repository", "ms", report.NewSeries("agent-vm create", creates), report.Ref("`git clone --no-hardlinks` of the same repository", clones), true),
 	}
 	f.Notes = append(f.Notes, "The records were never started, so `list` finds every VM stopped: it reads each record and checks for a QEMU pid. P5.list against 1 record is the cost of the extra records; against `version` it is list's whole cost over starting the binary.")
 	return err

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // P6 times file operations in the guest, on the shared workspace and on
@@ -138,7 +140,7 @@ func parseP6(out string, into map[string]map[string][]float64) error {
 
 // p6Measure runs the rounds on v, whose workspace is over fstype, and
 // returns its rows, named P6.<label>.<op>.
-func p6Measure(ctx context.Context, l *lab, v *labVM, fstype, label string) ([]*Row, error) {
+func p6Measure(ctx context.Context, l *lab, v *labVM, fstype, label string) ([]*report.Row, error) {
 	st, err := l.av.status(ctx, v.name)
 	if err != nil {
 		return nil, err
@@ -170,10 +172,10 @@ func p6Measure(ctx context.Context, l *lab, v *labVM, fstype, label string) ([]*
 			return nil, res.Err
 		}
 	}
-	var rows []*Row
+	var rows []*report.Row
 	for _, o := range p6Ops() {
-		row := newRow("P6."+label+"."+o.op, o.what, "s",
-			series("/workspace over "+label, times[o.op]["ws"]), ref("guest disk ("+fs[2]+")", times[o.op]["disk"]), true)
+		row := report.NewRow("P6."+label+"."+o.op, o.what, "s",
+			report.NewSeries("/workspace over "+label, times[o.op]["ws"]), report.Ref("guest disk ("+fs[2]+")", times[o.op]["disk"]), true)
 		if row.ID == "P6.virtiofs.untar" {
 			row.Note = "goal: 1.5x or less"
 		}
@@ -264,7 +266,7 @@ func parseP6Modes(s string) ([]p6Mode, error) {
 
 // runP6 measures each mode on one VM, restarting it between modes; 9p
 // comes from the same VM started where agent-vm finds no virtiofsd.
-func runP6(ctx context.Context, l *lab, f *Figure) error {
+func runP6(ctx context.Context, l *lab, f *report.Figure) error {
 	modes, err := parseP6Modes(os.Getenv(p6ModesEnv))
 	if err != nil {
 		return err
@@ -316,7 +318,7 @@ func runP6(ctx context.Context, l *lab, f *Figure) error {
 
 // p6Restart starts the stopped v in mode m. skip: m cannot be measured
 // here, and a note in f says why.
-func p6Restart(ctx context.Context, l *lab, v *labVM, m p6Mode, wrapDir string, f *Figure) (skip bool, err error) {
+func p6Restart(ctx context.Context, l *lab, v *labVM, m p6Mode, wrapDir string, f *report.Figure) (skip bool, err error) {
 	var prefix, flags []string
 	want := "virtiofs"
 	switch {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // p7Groups are how many VMs start at once, in order: one alone before and
@@ -39,7 +41,7 @@ const p7Goal = 6
 // cloud-init's first-boot work is not in it) and times until all are
 // healthy, i.e. until the slowest `start` returns. A group of which some
 // do not become healthy is measured too: its rows say how many did.
-func runP7(ctx context.Context, l *lab, f *Figure) error {
+func runP7(ctx context.Context, l *lab, f *report.Figure) error {
 	groups, err := p7Groups()
 	if err != nil {
 		return err
@@ -50,7 +52,7 @@ func runP7(ctx context.Context, l *lab, f *Figure) error {
 		return err
 	}
 	all, healthy := map[int][]float64{}, map[int][]float64{}
-	var memory []*Row
+	var memory []*report.Row
 	for _, k := range groups {
 		l.log.Printf("P7: starting %d VM(s) at once", k)
 		up, slowest := p7Start(ctx, l, f, vms[:k])
@@ -74,16 +76,16 @@ func runP7(ctx context.Context, l *lab, f *Figure) error {
 // p7Rows are the rows of the groups measured: for each size but 1, the
 // time until all were healthy (NaN: not all became healthy) against the
 // VM alone, and how many became healthy of those started.
-func p7Rows(groups []int, all, healthy map[int][]float64) []*Row {
-	var rows []*Row
+func p7Rows(groups []int, all, healthy map[int][]float64) []*report.Row {
+	var rows []*report.Row
 	done := map[int]bool{1: true}
 	for _, k := range groups {
 		if done[k] || len(all[k]) == 0 {
 			continue
 		}
 		done[k] = true
-		row := newRow(fmt.Sprintf("P7.%d", k), fmt.Sprintf("%d VMs started at once: until all are healthy (later boots)", k), "s",
-			series(fmt.Sprintf("%d at once", k), all[k]), ref("1 VM alone", all[1]), false)
+		row := report.NewRow(fmt.Sprintf("P7.%d", k), fmt.Sprintf("%d VMs started at once: until all are healthy (later boots)", k), "s",
+			report.NewSeries(fmt.Sprintf("%d at once", k), all[k]), report.Ref("1 VM alone", all[1]), false)
 		if row.Ratio.N > 0 {
 			row.Note = fmt.Sprintf("%.2f VMs per single-boot time; ideal on %d cores with 1-vCPU guests: %.0f", float64(k)/row.Ratio.Median, runtime.NumCPU(), math.Min(float64(k), float64(runtime.NumCPU())))
 		}
@@ -91,8 +93,8 @@ func p7Rows(groups []int, all, healthy map[int][]float64) []*Row {
 		for i := range started {
 			started[i] = float64(k)
 		}
-		ok := newRow(fmt.Sprintf("P7.%d.healthy", k), fmt.Sprintf("%d VMs started at once: how many became healthy", k), "VMs",
-			series("healthy", healthy[k]), ref("started", started), true)
+		ok := report.NewRow(fmt.Sprintf("P7.%d.healthy", k), fmt.Sprintf("%d VMs started at once: how many became healthy", k), "VMs",
+			report.NewSeries("healthy", healthy[k]), report.Ref("started", started), true)
 		if k == p7Goal {
 			ok.Note = fmt.Sprintf("goal: all %d", p7Goal)
 		}
@@ -105,7 +107,7 @@ func p7Rows(groups []int, all, healthy map[int][]float64) []*Row {
 // and the time until all had (NaN when some did not). A VM that fails is
 // a note, not an error: how many of a group become healthy is part of
 // the figure.
-func p7Start(ctx context.Context, l *lab, f *Figure, group []*labVM) (up []*labVM, slowest float64) {
+func p7Start(ctx context.Context, l *lab, f *report.Figure, group []*labVM) (up []*labVM, slowest float64) {
 	times, errs := l.startTogether(ctx, group)
 	var each, failed []string
 	for i, v := range group {
@@ -130,7 +132,7 @@ func p7Start(ctx context.Context, l *lab, f *Figure, group []*labVM) (up []*labV
 // p7Memory is the rows of QEMU's resident memory per VM with the healthy
 // VMs of the largest group running, before and after each guest dropped
 // its page cache.
-func p7Memory(ctx context.Context, l *lab, f *Figure, up []*labVM) []*Row {
+func p7Memory(ctx context.Context, l *lab, f *report.Figure, up []*labVM) []*report.Row {
 	var rss, guestMiB, dropped []float64
 	var parts []string
 	pids := map[*labVM]int{}
@@ -152,13 +154,13 @@ func p7Memory(ctx context.Context, l *lab, f *Figure, up []*labVM) []*Row {
 		}
 		dropped = append(dropped, rssMiB(pid))
 	}
-	row := newRow("P7.rss", fmt.Sprintf("QEMU resident memory per VM with %d running", len(up)), "MiB",
-		series("QEMU RSS", rss), ref("guest memory (-m)", guestMiB), true)
+	row := report.NewRow("P7.rss", fmt.Sprintf("QEMU resident memory per VM with %d running", len(up)), "MiB",
+		report.NewSeries("QEMU RSS", rss), report.Ref("guest memory (-m)", guestMiB), true)
 	row.Note = "goal: 300 MiB or less"
-	rows := []*Row{row}
+	rows := []*report.Row{row}
 	if len(dropped) == len(rss) {
-		rows = append(rows, newRow("P7.rss.dropped", "QEMU resident memory per VM after each guest dropped its page cache (10 s later)", "MiB",
-			series("QEMU RSS", dropped), ref("guest memory (-m)", guestMiB), true))
+		rows = append(rows, report.NewRow("P7.rss.dropped", "QEMU resident memory per VM after each guest dropped its page cache (10 s later)", "MiB",
+			report.NewSeries("QEMU RSS", dropped), report.Ref("guest memory (-m)", guestMiB), true))
 	}
 	if len(parts) > 0 {
 		f.Notes = append(f.Notes, fmt.Sprintf("QEMU RSS of the %d VMs (QEMU's own anonymous memory, mostly TCG's translation cache; guest RAM it has touched, the shared memfd): %s.", len(up), strings.Join(parts, "; ")))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // runP8 compares the overlays of the lab's VMs, measured right after their
 // first boot and stop (P1's VMs, or one booted for this), with the base
 // image.
-func runP8(ctx context.Context, l *lab, f *Figure) error {
+func runP8(ctx context.Context, l *lab, f *report.Figure) error {
 	var booted []*labVM
 	for _, v := range l.vms {
 		if v.overlay != nil {
@@ -52,11 +54,11 @@ func runP8(ctx context.Context, l *lab, f *Figure) error {
 		baseAlloc = append(baseAlloc, float64(base.Allocated)/mib)
 		baseFile = append(baseFile, float64(base.File)/mib)
 	}
-	f.Rows = []*Row{
-		newRow("P8.allocated", "VM overlay after its first boot, allocated on disk (qemu-img actual-size)", "MiB",
-			series("overlay", alloc), ref("base image "+img.Name, baseAlloc), true),
-		newRow("P8.file", "VM overlay after its first boot, file size", "MiB",
-			series("overlay", file), ref("base image "+img.Name, baseFile), true),
+	f.Rows = []*report.Row{
+		report.NewRow("P8.allocated", "VM overlay after its first boot, allocated on disk (qemu-img actual-size)", "MiB",
+			report.NewSeries("overlay", alloc), report.Ref("base image "+img.Name, baseAlloc), true),
+		report.NewRow("P8.file", "VM overlay after its first boot, file size", "MiB",
+			report.NewSeries("overlay", file), report.Ref("base image "+img.Name, baseFile), true),
 	}
 	f.Notes = append(f.Notes, "N is the number of VMs measured (each right after its first boot and stop); the base image is the same file every time. A new branch's VM costs the overlay, not another base image.")
 	return nil
@@ -66,7 +68,7 @@ func runP8(ctx context.Context, l *lab, f *Figure) error {
 // with the VM's key and pinned host key, and against the floor: a session
 // on an SSH connection already open to the guest, running `true`. The
 // three alternate.
-func runP3(ctx context.Context, l *lab, f *Figure) error {
+func runP3(ctx context.Context, l *lab, f *report.Figure) error {
 	v, st, err := l.runningStatus(ctx)
 	if err != nil {
 		return err
@@ -84,13 +86,13 @@ func runP3(ctx context.Context, l *lab, f *Figure) error {
 	a, b, floor := out[0], out[1], out[2]
 	openssh := "OpenSSH `ssh -i KEY -p PORT dev@127.0.0.1 true`, pinned known_hosts"
 	floorLabel := "a session on an open Go SSH connection, `true`"
-	f.Rows = []*Row{
-		newRow("P3.exec", "`agent-vm exec VM -- true` round trip on a running VM", "ms",
-			series("agent-vm exec", a), ref(openssh, b), true),
-		newRow("P3.floor", "the floor: what the guest costs (a session running `true` on an open connection)", "ms",
-			series(floorLabel, floor), ref(openssh, b), true),
-		newRow("P3.over-floor", "`agent-vm exec VM -- true` against the floor", "ms",
-			series("agent-vm exec", a), ref(floorLabel, floor), true),
+	f.Rows = []*report.Row{
+		report.NewRow("P3.exec", "`agent-vm exec VM -- true` round trip on a running VM", "ms",
+			report.NewSeries("agent-vm exec", a), report.Ref(openssh, b), true),
+		report.NewRow("P3.floor", "the floor: what the guest costs (a session running `true` on an open connection)", "ms",
+			report.NewSeries(floorLabel, floor), report.Ref(openssh, b), true),
+		report.NewRow("P3.over-floor", "`agent-vm exec VM -- true` against the floor", "ms",
+			report.NewSeries("agent-vm exec", a), report.Ref(floorLabel, floor), true),
 	}
 	f.Rows[0].Note = "goal: 0.1 or less"
 	f.Notes = append(f.Notes,
@@ -102,7 +104,7 @@ func runP3(ctx context.Context, l *lab, f *Figure) error {
 // runP4 times `status --json` of a running VM (when VMs can boot) and of a
 // stopped one, against `agent-vm version`: the cost of starting the binary,
 // which every command pays.
-func runP4(ctx context.Context, l *lab, f *Figure) error {
+func runP4(ctx context.Context, l *lab, f *report.Figure) error {
 	version := func() cmdResult { return l.av.run(ctx, quickTimeout, "version") }
 	stopped, err := l.newVM(ctx, "p4")
 	if err != nil {
@@ -112,8 +114,8 @@ func runP4(ctx context.Context, l *lab, f *Figure) error {
 	if err != nil {
 		return err
 	}
-	f.Rows = append(f.Rows, newRow("P4.stopped", "`status --json` of a stopped VM", "ms",
-		series("agent-vm status --json", a), ref("`agent-vm version`", b), true))
+	f.Rows = append(f.Rows, report.NewRow("P4.stopped", "`status --json` of a stopped VM", "ms",
+		report.NewSeries("agent-vm status --json", a), report.Ref("`agent-vm version`", b), true))
 	if l.canBoot != "" {
 		f.Notes = append(f.Notes, "status of a running VM not measured: "+l.canBoot)
 		return nil
@@ -123,8 +125,8 @@ func runP4(ctx context.Context, l *lab, f *Figure) error {
 		return err
 	}
 	a, b, err = alternate(l.cfg.N, func() cmdResult { return l.av.run(ctx, quickTimeout, "status", "--json", v.name) }, version)
-	f.Rows = append(f.Rows, newRow("P4.running", "`status --json` of a running VM (QMP query and agent-mcp /health included)", "ms",
-		series("agent-vm status --json", a), ref("`agent-vm version`", b), true))
+	f.Rows = append(f.Rows, report.NewRow("P4.running", "`status --json` of a running VM (QMP query and agent-mcp /health included)", "ms",
+		report.NewSeries("agent-vm status --json", a), report.Ref("`agent-vm version`", b), true))
 	return err
 }
 

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agent-vm/agent-vm/bench/report"
 )
 
 // P9 is what a user waits for when they run an agent on a new branch:
@@ -34,7 +36,7 @@ const (
 // `exec VM -- claude --version` in the same VM right after (the agent's
 // own time on this machine, plus an exec), so the difference is what
 // run adds. Each round's VM is stopped before the next one starts.
-func runP9(ctx context.Context, l *lab, f *Figure) error {
+func runP9(ctx context.Context, l *lab, f *report.Figure) error {
 	agents, err := templateAgents(ctx, l.av)
 	if err != nil {
 		return err
@@ -83,10 +85,10 @@ func runP9(ctx context.Context, l *lab, f *Figure) error {
 			return err
 		}
 	}
-	row := newRow("P9", "new branch: `run BRANCH --agent claude -- --version` until it has printed the version and exited (template with claude)", "s",
-		series("agent-vm run", runs), ref("`exec VM -- claude --version` in the same VM, right after", refs), true)
+	row := report.NewRow("P9", "new branch: `run BRANCH --agent claude -- --version` until it has printed the version and exited (template with claude)", "s",
+		report.NewSeries("agent-vm run", runs), report.Ref("`exec VM -- claude --version` in the same VM, right after", refs), true)
 	row.Note = "goal: 10 s or less"
-	f.Rows = []*Row{row}
+	f.Rows = []*report.Row{row}
 	f.Notes = append(f.Notes,
 		"Subject: `agent-vm run NEWBRANCH --agent claude -- --version` (with the lab's create flags: its repository, size and MCP port) from its start to its exit, its output holding the version; stdin is a pipe kept open, as the integration tests drive run (agent-vm gives the guest's side a PTY either way). Per round: create (from the \"creating one\" notice to create's log line), the path start took, and when run's phases began, from run's start.",
 		"The reference is the agent's own floor under this accelerator: the same CLI started by `exec` in the same, running VM; difference = what run adds (create, start, the tmux session and the attached terminal).")
@@ -94,7 +96,7 @@ func runP9(ctx context.Context, l *lab, f *Figure) error {
 }
 
 // p9Round is one round: a run on a new branch and the reference in its VM.
-func p9Round(ctx context.Context, l *lab, f *Figure, r int) (run, ref float64, err error) {
+func p9Round(ctx context.Context, l *lab, f *report.Figure, r int) (run, ref float64, err error) {
 	v, flags, err := l.vmFlags(ctx, "p9")
 	if err != nil {
 		return 0, 0, err

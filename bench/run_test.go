@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-vm/agent-vm/bench/report"
 	"github.com/agent-vm/agent-vm/blackbox"
 )
 
@@ -19,7 +20,7 @@ import (
 // with its temp files under a directory of the test's, and returns the
 // result it wrote. It checks the run left nothing behind: no temp
 // directory, no process naming one.
-func runHarness(t *testing.T, args ...string) *Result {
+func runHarness(t *testing.T, args ...string) *report.Result {
 	t.Helper()
 	for _, p := range []string{"go", "git"} {
 		_, err := exec.LookPath(p)
@@ -40,7 +41,7 @@ func runHarness(t *testing.T, args ...string) *Result {
 	if md := strings.TrimSuffix(files[0], ".json") + ".md"; !fileExists(md) {
 		t.Errorf("no markdown next to %s", files[0])
 	}
-	res, err := readResult(files[0])
+	res, err := report.Read(files[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func runHarness(t *testing.T, args ...string) *Result {
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // figure finds a figure of a result.
-func figure(t *testing.T, r *Result, id string) *Figure {
+func figure(t *testing.T, r *report.Result, id string) *report.Figure {
 	t.Helper()
 	for _, f := range r.Figures {
 		if f.ID == id {
@@ -71,7 +72,7 @@ func figure(t *testing.T, r *Result, id string) *Figure {
 }
 
 // checkRow checks a row has n samples on both sides and a positive ratio.
-func checkRow(t *testing.T, f *Figure, id string, n int) {
+func checkRow(t *testing.T, f *report.Figure, id string, n int) {
 	t.Helper()
 	for _, r := range f.Rows {
 		if r.ID != id {

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"encoding/json"
@@ -13,14 +13,14 @@ import (
 func sampleResult() *Result {
 	nan := math.NaN()
 	return &Result{
-		Schema: schemaVersion, Date: time.Date(2026, 11, 22, 3, 4, 5, 0, time.UTC),
+		Schema: SchemaVersion, Date: time.Date(2026, 11, 22, 3, 4, 5, 0, time.UTC),
 		Commit: "abc1234def", CommitShort: "abc1234", Command: "go run ./bench -only P3",
 		Settings: Settings{N: 3, Rounds: 1, Records: 100},
 		Machine:  Machine{CPUModel: "Test CPU", Cores: 2, MemoryMiB: 24000, Accel: "tcg", AccelWhy: "no KVM", OtherVMs: []string{"agent-vm-x"}},
 		Figures: []*Figure{
 			{ID: "P3", Title: "exec round trip", Rows: []*Row{
-				newRow("P3.exec", "exec -- true", "ms", series("agent-vm exec", []float64{200, nan, 220}), ref("ssh true", []float64{100, 110, 110}), true),
-				newRow("P3.alone", "no reference", "ms", series("x", []float64{5}), nil, false),
+				NewRow("P3.exec", "exec -- true", "ms", NewSeries("agent-vm exec", []float64{200, nan, 220}), Ref("ssh true", []float64{100, 110, 110}), true),
+				NewRow("P3.alone", "no reference", "ms", NewSeries("x", []float64{5}), nil, false),
 			}, Notes: []string{"a note"}},
 			{ID: "P7", Title: "together", Skipped: "-no-boot"},
 			{ID: "P8", Title: "overlay", Errors: []string{"qemu-img failed\nsecond line"}},
@@ -31,7 +31,7 @@ func sampleResult() *Result {
 func TestResultFilesShape(t *testing.T) {
 	dir := t.TempDir()
 	r := sampleResult()
-	jsonPath, mdPath, err := r.write(dir)
+	jsonPath, mdPath, err := r.Write(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestResultFilesShape(t *testing.T) {
 	}
 
 	// It reads back as it was written, failed samples included.
-	back, err := readResult(jsonPath)
+	back, err := Read(jsonPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestResultFilesShape(t *testing.T) {
 
 func TestMarkdownShape(t *testing.T) {
 	var b strings.Builder
-	writeMarkdown(&b, sampleResult())
+	WriteMarkdown(&b, sampleResult())
 	md := b.String()
 	for _, want := range []string{
 		"# agent-vm benchmarks, 2026-11-22 03:04 UTC, commit abc1234\n",
@@ -137,7 +137,7 @@ func TestReadResultRefusesNewerSchema(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"schema": 99}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readResult(path); err == nil || !strings.Contains(err.Error(), "newer") {
+	if _, err := Read(path); err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Errorf("readResult of schema 99: %v, want a refusal naming the newer schema", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"math"
@@ -100,14 +100,14 @@ func TestCompare(t *testing.T) {
 }
 
 func TestNewRowRoundsAndSummarizes(t *testing.T) {
-	r := newRow("X.1", "something", "s", series("a", []float64{1.23456789, 2.0}), ref("b", []float64{1, 1}), true)
+	r := NewRow("X.1", "something", "s", NewSeries("a", []float64{1.23456789, 2.0}), Ref("b", []float64{1, 1}), true)
 	if r.Subject.Samples[0] != 1.2346 {
 		t.Errorf("sample kept as %v, want 1.2346 (four decimals)", r.Subject.Samples[0])
 	}
 	if r.Ratio.N != 2 || r.Ratio.Max != 2 || r.Reference.Summary.Median != 1 {
 		t.Errorf("row summaries = ratio %+v, reference %+v", r.Ratio, r.Reference.Summary)
 	}
-	if none := newRow("X.2", "no reference", "ms", series("a", []float64{5}), nil, false); none.Ratio.N != 0 || none.Reference != nil {
+	if none := NewRow("X.2", "no reference", "ms", NewSeries("a", []float64{5}), nil, false); none.Ratio.N != 0 || none.Reference != nil {
 		t.Errorf("a row without reference got a ratio: %+v", none)
 	}
 }

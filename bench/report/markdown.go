@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"fmt"
@@ -23,8 +23,8 @@ raw sample and the quartiles. "difference" is agent-vm minus the reference,
 in the row's unit. Load on the machine during the run is recorded under
 "machine": other VMs running at the start, and the load average.`
 
-// writeMarkdown renders a result as a markdown report.
-func writeMarkdown(w io.Writer, r *Result) {
+// WriteMarkdown renders a result as a markdown report.
+func WriteMarkdown(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "# agent-vm benchmarks, %s, commit %s", r.Date.UTC().Format("2006-01-02 15:04 UTC"), r.CommitShort)
 	if r.Dirty {
 		fmt.Fprint(w, " (with uncommitted changes)")

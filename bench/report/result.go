@@ -1,4 +1,7 @@
-package main
+// Package report is what a bench run produces: the results (Result, its
+// figures and rows, each a subject against its reference), their
+// statistics, the JSON file and the markdown report written from them.
+package report
 
 import (
 	"bytes"
@@ -12,9 +15,9 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 )
 
-// schemaVersion is the version of the results file's shape; readers refuse
+// SchemaVersion is the version of the results file's shape; readers refuse
 // a newer one.
-const schemaVersion = 1
+const SchemaVersion = 1
 
 // Result is one run of the harness: what was measured, where and when.
 type Result struct {
@@ -118,7 +121,7 @@ type Series struct {
 
 // newRow builds a row with its summaries. A nil reference makes a row with
 // no ratio (a figure the run has nothing to compare with).
-func newRow(id, what, unit string, subject Series, reference *Series, paired bool) *Row {
+func NewRow(id, what, unit string, subject Series, reference *Series, paired bool) *Row {
 	r := &Row{ID: id, What: what, Unit: unit, Subject: subject, Reference: reference, Paired: paired}
 	r.Subject.Summary = summarize(subject.Samples).rounded()
 	if reference != nil {
@@ -138,7 +141,7 @@ func (s Summary) rounded() Summary {
 
 // series is a labelled set of samples, rounded to four decimals (0.1 ms
 // for seconds): the rest is noise.
-func series(label string, samples []float64) Series {
+func NewSeries(label string, samples []float64) Series {
 	rounded := make([]float64, len(samples))
 	for i, v := range samples {
 		rounded[i] = math.Round(v*1e4) / 1e4
@@ -147,8 +150,8 @@ func series(label string, samples []float64) Series {
 }
 
 // ref is a labelled reference.
-func ref(label string, samples []float64) *Series {
-	s := series(label, samples)
+func Ref(label string, samples []float64) *Series {
+	s := NewSeries(label, samples)
 	return &s
 }
 
@@ -201,7 +204,7 @@ func (r *Result) baseName() string {
 // write stores the result as JSON and markdown in dir and returns the two
 // paths. Each file is written to a temporary name and renamed, so a
 // reader never sees half a file.
-func (r *Result) write(dir string) (jsonPath, mdPath string, err error) {
+func (r *Result) Write(dir string) (jsonPath, mdPath string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("creating the results directory: %w", err)
 	}
@@ -210,7 +213,7 @@ func (r *Result) write(dir string) (jsonPath, mdPath string, err error) {
 		return "", "", fmt.Errorf("encoding the results: %w", err)
 	}
 	var md bytes.Buffer
-	writeMarkdown(&md, r)
+	WriteMarkdown(&md, r)
 	jsonPath = filepath.Join(dir, r.baseName()+".json")
 	mdPath = filepath.Join(dir, r.baseName()+".md")
 	if err := atomicfile.Write(jsonPath, append(data, '\n'), 0o644); err != nil {
@@ -223,7 +226,7 @@ func (r *Result) write(dir string) (jsonPath, mdPath string, err error) {
 }
 
 // readResult reads a results file, refusing a newer schema.
-func readResult(path string) (*Result, error) {
+func Read(path string) (*Result, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -232,8 +235,8 @@ func readResult(path string) (*Result, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	if r.Schema > schemaVersion {
-		return nil, fmt.Errorf("%s has results schema %d, newer than this harness reads (%d) (hint: update the checkout)", path, r.Schema, schemaVersion)
+	if r.Schema > SchemaVersion {
+		return nil, fmt.Errorf("%s has results schema %d, newer than this harness reads (%d) (hint: update the checkout)", path, r.Schema, SchemaVersion)
 	}
 	return &r, nil
 }
