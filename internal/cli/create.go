@@ -106,6 +106,7 @@ func createFlags() []cli.Flag {
 		&cli.StringFlag{Name: "disk", Usage: sizeUsage("disk size", "20G or 1.5T, in whole GiB", "GiB"), DefaultText: "20G"},
 		&cli.StringFlag{Name: "net", Value: "allow", Usage: "egress mode: allow (the allow-list: agent APIs, package registries, the repository's git host), open (any destination) or offline (none); always through agent-vm's proxy, logged, with the host unreachable (agent-vm net changes it later)"},
 		&cli.BoolFlag{Name: "no-host-ca", Usage: "do not make the guest trust the CA certificates this host added (by default it does, so HTTPS through a TLS-inspecting proxy works in the guest)"},
+		&cli.BoolFlag{Name: "ignore-repo-policy", Usage: "do not read the repository's network policy, .agent-vm/policy.toml (by default its allow, deny and request rules join the VM's, read from the commit the VM starts at)"},
 		&cli.BoolFlag{Name: "overcommit", Usage: "allow more --memory than this host's RAM or more --cpus than its CPU threads"},
 		&cli.StringFlag{Name: "config", Usage: "an extra NixOS module for the VM (nixos backend)"},
 		&cli.StringFlag{Name: "nixpkgs", Usage: "the nixpkgs to build the VM from, a PATH or FLAKEREF (nixos backend; default: the nixpkgs agent-vm was built with, else NIX_PATH)"},
@@ -124,7 +125,7 @@ func createOptions(cliCtx *cli.Context) (vm.CreateOptions, error) {
 		Backend: cliCtx.String("backend"), Host: cliCtx.String("host"), MCPPort: cliCtx.Int("port"), SSHPort: cliCtx.Int("ssh-port"), CPUs: cliCtx.Int("cpus"),
 		Config: cliCtx.String("config"), Image: cliCtx.String("image"), Box: cliCtx.String("box"), Vagrantfile: cliCtx.String("vagrantfile"), Nixpkgs: cliCtx.String("nixpkgs"),
 		AllowOrigins: cliCtx.StringSlice("allow-origin"), Overcommit: cliCtx.Bool("overcommit"),
-		NoHostCA: cliCtx.Bool("no-host-ca"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),
+		NoHostCA: cliCtx.Bool("no-host-ca"), IgnoreRepoPolicy: cliCtx.Bool("ignore-repo-policy"), Agent: cliCtx.String("agent"), Net: cliCtx.String("net"),
 		WorkspaceCache: cliCtx.String("workspace-cache"),
 	}
 	switch o.Backend {

@@ -181,13 +181,29 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 	if len(info.Deny) > 0 {
 		fmt.Fprintf(w, "  deny:    %s\n", strings.Join(info.Deny, " "))
 	}
+	if rp := info.Repository; rp != nil {
+		fmt.Fprintf(w, "  from the repository's %s, as the VM was made:", termsafe.String(rp.File))
+		if len(rp.Allow) > 0 {
+			fmt.Fprintf(w, " allow %s;", strings.Join(rp.Allow, " "))
+		}
+		if len(rp.Deny) > 0 {
+			fmt.Fprintf(w, " deny %s;", strings.Join(rp.Deny, " "))
+		}
+		fmt.Fprintf(w, " %d request rules\n", len(rp.Requests))
+	}
+	if len(info.Added) > 0 {
+		fmt.Fprintf(w, "  added with net allow: %s\n", strings.Join(info.Added, " "))
+	}
 	if len(info.Requests) > 0 {
 		fmt.Fprintln(w, "  request rules (the first that matches decides; for the hosts a secret is bound to):")
 		for _, r := range info.Requests {
 			verdict, pattern, _ := strings.Cut(r.Rule, " ")
 			mark := ""
-			if r.Default {
+			switch {
+			case r.Default:
 				mark = "  (default)"
+			case r.Repository:
+				mark = "  (repository)"
 			}
 			fmt.Fprintf(w, "    %-5s %s%s\n", verdict, termsafe.String(pattern), mark)
 		}

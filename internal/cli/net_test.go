@@ -283,3 +283,30 @@ func TestOldVMSpellings(t *testing.T) {
 		t.Errorf("forwards after the old spellings: %v", fwds)
 	}
 }
+
+// A repository's policy file, as net show prints it: its part of the
+// policy said, its request rules marked; the JSON carries it.
+func TestNetShowSaysWhatTheRepositoryPolicySets(t *testing.T) {
+	repo := tu.Repo(t, false)
+	tu.WriteFile(t, filepath.Join(repo, ".agent-vm", "policy.toml"), "allow = [\"pypi.org\"]\nrequests = [\"deny POST api.example.com/x\"]\n")
+	tu.Git(t, repo, "add", ".")
+	tu.Git(t, repo, "commit", "--quiet", "-m", "policy")
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "feat", "--backend", "qemu", "--memory", "1G", "--cpus", "1")
+	r := mustRun(t, repo, st, "net", "show", "feat")
+	for _, want := range []string{"from the repository's feat:.agent-vm/policy.toml, as the VM was made: allow pypi.org; 1 request rules", "deny  POST api.example.com/x  (repository)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("net show lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, repo, st, "net", "show", "feat", "--json")
+	var info struct {
+		Repository struct {
+			File  string
+			Allow []string
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || info.Repository.File != "feat:.agent-vm/policy.toml" || len(info.Repository.Allow) != 1 {
+		t.Errorf("net show --json: %+v, %v\n%s", info, err, r.stdout)
+	}
+}

@@ -21,7 +21,7 @@ func syncCommand(stdio IO) *cli.Command {
 			"workspace runs only git's upload-pack, with the workspace's hooks, fsmonitor and\n" +
 			"filters turned off, so nothing the agent wrote runs on this host. The VM may be\n" +
 			"running or stopped. destroy then counts those commits as saved.",
-		Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON: branch, ref, old, new, commits, forced"}},
+		Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON: branch, ref, old, new, commits, forced, warnings"}},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			name, err := vmName(cliCtx, m)
@@ -36,6 +36,9 @@ func syncCommand(stdio IO) *cli.Command {
 				return writeJSON(stdio.Out, res)
 			}
 			printSync(stdio.Out, res)
+			for _, w := range res.Warnings {
+				fmt.Fprintf(stdio.Err, "agent-vm: warning: %s\n", termsafe.String(w))
+			}
 			return nil
 		}),
 	}

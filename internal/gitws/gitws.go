@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
@@ -258,6 +259,25 @@ func (g *Git) setRemotes(ctx context.Context, o CloneOptions) (Remotes, error) {
 		return Remotes{}, fmt.Errorf("adding the workspace's upstream remote: %w", err)
 	}
 	return r, nil
+}
+
+// ReadAt reads path in commit rev of the user's repository repo (git
+// reads the object; nothing is checked out or run): found is false when
+// the commit has no such file. A blob over limit bytes is an error.
+func (g *Git) ReadAt(ctx context.Context, repo, rev, path string, limit int64) (raw []byte, found bool, err error) {
+	obj := rev + ":" + path
+	size, err := g.git(ctx, repo, "cat-file", "-s", obj)
+	if err != nil {
+		return nil, false, nil // no such file in that commit
+	}
+	if n, err := strconv.ParseInt(size, 10, 64); err != nil || n > limit {
+		return nil, true, fmt.Errorf("%s in %s: %s bytes, more than %d", path, rev, size, limit)
+	}
+	res, err := g.run.Run(ctx, execx.Cmd{Path: "git", Args: []string{"-C", repo, "cat-file", "blob", obj}, Env: baseEnv()})
+	if err != nil {
+		return nil, true, err
+	}
+	return res.Stdout, true, nil
 }
 
 // HasBranch reports whether the repository repo (the user's, trusted) has

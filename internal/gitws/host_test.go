@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"syscall"
@@ -229,7 +230,7 @@ func TestSyncFromHost(t *testing.T) {
 	commit(t, ws, "a.txt", "agent one")
 	tip := tu.Git(t, ws, "rev-parse", "HEAD")
 	want := SyncResult{Branch: "feature/x", Ref: SyncRefs + "feature/x", New: tip, Commits: 1}
-	if res := syncFromHost(t, h, ws, src, "feature/x"); *res != want {
+	if res := syncFromHost(t, h, ws, src, "feature/x"); !reflect.DeepEqual(*res, want) {
 		t.Errorf("first sync: got %+v, want %+v", *res, want)
 	}
 	if got := tu.Git(t, src, "tag", "--list"); got != "" {
@@ -238,7 +239,7 @@ func TestSyncFromHost(t *testing.T) {
 	tu.Git(t, ws, "commit", "--quiet", "--amend", "-m", "agent one, amended")
 	amended := tu.Git(t, ws, "rev-parse", "HEAD")
 	want = SyncResult{Branch: "feature/x", Ref: want.Ref, Old: tip, New: amended, Commits: 1, Forced: true}
-	if res := syncFromHost(t, h, ws, src, "feature/x"); *res != want {
+	if res := syncFromHost(t, h, ws, src, "feature/x"); !reflect.DeepEqual(*res, want) {
 		t.Errorf("after an amend: got %+v, want %+v", *res, want)
 	}
 	if res := syncFromHost(t, h, ws, src, "feature/x"); res.Old != amended || res.New != amended || res.Commits != 0 || res.Forced {

@@ -25,6 +25,9 @@ type SyncResult struct {
 	Commits int `json:"commits"`
 	// Forced: Old is not an ancestor of New (the agent rewrote its branch).
 	Forced bool `json:"forced"`
+	// Warnings are what the caller found the user should know of the
+	// synced branch (a changed network policy file).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Sync fetches branch from the workspace ws into the source repository as

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestSyncFetchesTheBranchAndForceUpdatesIt(t *testing.T) {
 	tip := tu.Git(t, ws, "rev-parse", "HEAD")
 	res := sync(t, ws, src, "feature/x")
 	want := SyncResult{Branch: "feature/x", Ref: "refs/remotes/agent-vm/feature/x", New: tip, Commits: 2}
-	if *res != want {
+	if !reflect.DeepEqual(*res, want) {
 		t.Errorf("first sync: got %+v, want %+v", *res, want)
 	}
 	if got := tu.Git(t, src, "rev-parse", "refs/remotes/agent-vm/feature/x"); got != tip {
@@ -54,7 +55,7 @@ func TestSyncFetchesTheBranchAndForceUpdatesIt(t *testing.T) {
 	tu.Git(t, ws, "commit", "--quiet", "--amend", "-m", "agent two, amended")
 	amended := tu.Git(t, ws, "rev-parse", "HEAD")
 	want = SyncResult{Branch: "feature/x", Ref: want.Ref, Old: tip, New: amended, Commits: 1, Forced: true}
-	if res := sync(t, ws, src, "feature/x"); *res != want {
+	if res := sync(t, ws, src, "feature/x"); !reflect.DeepEqual(*res, want) {
 		t.Errorf("after an amend: got %+v, want %+v", *res, want)
 	}
 

@@ -54,7 +54,10 @@ type Info struct {
 	Mode   string   `json:"mode"`
 	Allow  []string `json:"allow"`
 	Added  []string `json:"added,omitempty"` // the user's own part of Allow
-	Deny   []string `json:"deny,omitempty"`
+	// Repository is the repository's policy file as the VM was made with
+	// it (its part of Allow, Deny and Requests); nil for none.
+	Repository *state.RepoNet `json:"repository,omitempty"`
+	Deny       []string       `json:"deny,omitempty"`
 	// Requests are the request rules in force, in the order they are
 	// tried: the user's, then the defaults.
 	Requests []RequestRule   `json:"requests,omitempty"`
@@ -114,7 +117,7 @@ func InfoOf(e state.Entry, contained bool, pins []egress.Pin) *Info {
 	info := &Info{Branch: r.Branch, Mode: p.Mode, Allow: p.Allow, Deny: p.Deny, Requests: requestInfo(r), Exposed: r.Exposed,
 		Proxy: guest.ProxyURL, Log: LogPath(e.Layout), Pins: p.Pins}
 	if r.Net != nil {
-		info.Added = r.Net.Allow
+		info.Added, info.Repository = r.Net.Allow, r.Net.Repo
 	}
 	info.Uncontained = uncontained(r, contained)
 	if d, err := bridge.ReadConfig(e.Layout.RunDir()); err != nil {

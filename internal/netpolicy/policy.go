@@ -42,8 +42,10 @@ func ModeOf(r *state.Record) string {
 }
 
 // Policy is the proxy's policy for r: the default allow-list, the repository's
-// git remote host, the hosts of its secrets, the user's own additions and
-// refusals, the exposed ports, the request rules (the user's, then the defaults:
+// git remote host, the hosts of its secrets, the repository's policy file's
+// allows and refusals (state.Net.Repo), the user's own additions and
+// refusals (a user's allow lifts the file's refusal), the exposed ports, the
+// request rules (the user's, then the file's, then the defaults:
 // defaultRequests) and the host's pins (internal/pins), which are every VM's.
 func Policy(r *state.Record, pins []egress.Pin) egress.Policy {
 	p := egress.Policy{Branch: r.Slug, Mode: ModeOf(r), Allow: slices.Clone(egress.DefaultAllow), Pins: slices.Clone(pins)}
@@ -58,12 +60,27 @@ func Policy(r *state.Record, pins []egress.Pin) egress.Policy {
 		}
 	}
 	if r.Net != nil {
+		if rp := r.Net.Repo; rp != nil {
+			for _, a := range rp.Allow {
+				if !slices.Contains(p.Allow, a) {
+					p.Allow = append(p.Allow, a)
+				}
+			}
+		}
 		for _, a := range r.Net.Allow {
 			if !slices.Contains(p.Allow, a) {
 				p.Allow = append(p.Allow, a)
 			}
 		}
 		p.Deny = slices.Clone(r.Net.Deny)
+		// The repository's refusals, but those the user allowed since.
+		if rp := r.Net.Repo; rp != nil {
+			for _, d := range rp.Deny {
+				if !slices.Contains(r.Net.Allow, d) && !slices.Contains(p.Deny, d) {
+					p.Deny = append(p.Deny, d)
+				}
+			}
+		}
 	}
 	for _, x := range r.Exposed {
 		if !slices.Contains(p.Exposed, x.Port) {
@@ -71,7 +88,7 @@ func Policy(r *state.Record, pins []egress.Pin) egress.Policy {
 		}
 	}
 	slices.Sort(p.Exposed)
-	p.Requests = append(userRequests(r), defaultRequests(r)...)
+	p.Requests = append(append(userRequests(r), repoRequests(r)...), defaultRequests(r)...)
 	return p
 }
 

@@ -157,6 +157,21 @@ func userRequests(r *state.Record) []egress.RequestRule {
 	return out
 }
 
+// repoRequests are r's repository's request rules (state.Net.Repo), in
+// the file's order.
+func repoRequests(r *state.Record) []egress.RequestRule {
+	if r.Net == nil || r.Net.Repo == nil {
+		return nil
+	}
+	var out []egress.RequestRule
+	for _, s := range r.Net.Repo.Requests {
+		if rule, err := egress.ParseRequestRule(s); err == nil {
+			out = append(out, rule)
+		}
+	}
+	return out
+}
+
 // addRequests puts rules before the user's others (the newest are tried
 // first), in their order; a rule of the same pattern is replaced.
 func addRequests(n *state.Net, rules []egress.RequestRule) {
@@ -184,6 +199,8 @@ type RequestRule struct {
 	// Default: one of agent-vm's rules (the upstream is on GitHub), not
 	// one the user added.
 	Default bool `json:"default,omitempty"`
+	// Repository: from the repository's policy file.
+	Repository bool `json:"repository,omitempty"`
 }
 
 // requestInfo lists r's request rules in force, in order.
@@ -191,6 +208,9 @@ func requestInfo(r *state.Record) []RequestRule {
 	var out []RequestRule
 	for _, rule := range userRequests(r) {
 		out = append(out, RequestRule{Rule: rule.String()})
+	}
+	for _, rule := range repoRequests(r) {
+		out = append(out, RequestRule{Rule: rule.String(), Repository: true})
 	}
 	for _, rule := range defaultRequests(r) {
 		out = append(out, RequestRule{Rule: rule.String(), Default: true})

@@ -99,23 +99,35 @@ const maxConfigSize = 1 << 20
 // Parse decodes a config.toml; path is only used in messages.
 func Parse(path string, raw []byte) (*Config, error) {
 	c := &Config{Path: path, src: string(raw)}
-	md, err := toml.Decode(c.src, c)
+	if err := c.decode(c, "see `agent-vm create --help` for the keys agent-vm reads",
+		"packages is a list of strings, cpus a number, memory and agent strings", "packages, cpus, memory and agent"); err != nil {
+		return nil, err
+	}
+	return c, c.check()
+}
+
+// decode decodes c's source into v strictly: a syntax error, a wrong type
+// and an unknown key are errors naming c's file and line, with the hints
+// for each (what the file's keys are, what their types are, which keys
+// agent-vm reads).
+func (c *Config) decode(v any, syntaxHint, typeHint, keys string) error {
+	md, err := toml.Decode(c.src, v)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%s:%d: %s (hint: see `agent-vm create --help` for the keys agent-vm reads)", path, pe.Position.Line, pe.Message)
+			return fmt.Errorf("%s:%d: %s (hint: %s)", c.Path, pe.Position.Line, pe.Message, syntaxHint)
 		}
 		// A type mismatch is not a ParseError; its text has the line.
 		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
-			return nil, fmt.Errorf("%s:%s: %s: %s (hint: packages is a list of strings, cpus a number, memory and agent strings)", path, m[1], m[2], m[3])
+			return fmt.Errorf("%s:%s: %s: %s (hint: %s)", c.Path, m[1], m[2], m[3], typeHint)
 		}
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", c.Path, err)
 	}
 	if un := md.Undecoded(); len(un) > 0 {
 		key := un[0].String()
-		return nil, c.errorf(key, "", "unknown key %q (hint: agent-vm reads packages, cpus, memory and agent)", key)
+		return c.errorf(key, "", "unknown key %q (hint: agent-vm reads %s)", key, keys)
 	}
-	return c, c.check()
+	return nil
 }
 
 var (

@@ -199,6 +199,21 @@ type Net struct {
 	// 'METHOD host/path'`, newest first, each "allow ..." or "deny ..."
 	// (internal/egress's request rules).
 	Requests []string `json:"requests,omitempty"`
+	// Repo is the repository's own policy (its .agent-vm/policy.toml) as
+	// it was read when the VM was made, from the commit the VM started at;
+	// nil when it had none. The workspace's copy is never read again: the
+	// agent can write it.
+	Repo *RepoNet `json:"repo,omitempty"`
+}
+
+// RepoNet is a repository's network policy kept in a VM's record, each
+// entry as `net allow|deny` would keep it.
+type RepoNet struct {
+	File     string   `json:"file"`   // as read: BRANCH:.agent-vm/policy.toml
+	Sum      string   `json:"sha256"` // of the file's content
+	Allow    []string `json:"allow,omitempty"`
+	Deny     []string `json:"deny,omitempty"`
+	Requests []string `json:"requests,omitempty"`
 }
 
 // ExposedByMCPSync marks the ports `mcp sync` exposes: each sync replaces

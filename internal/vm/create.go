@@ -53,6 +53,8 @@ type CreateOptions struct {
 	// WorkspaceCache is how the guest caches the workspace
 	// (driver.ShareCache*); "" is the default.
 	WorkspaceCache string
+	// IgnoreRepoPolicy leaves the repository's network policy file unread.
+	IgnoreRepoPolicy bool
 }
 
 // ErrExists means a VM for that branch already exists (state.Root.Claim).
@@ -135,7 +137,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 	if err := l.MakeDirs(); err != nil {
 		return nil, err
 	}
-	if err := m.allocatePorts(ctx, o.MCPPort, o.SSHPort, rec, l); err != nil {
+	if err := m.Book().Assign(ctx, o.MCPPort, o.SSHPort, rec, l); err != nil { // its SSH and MCP ports
 		return nil, err
 	}
 	if err := state.WriteSecrets(l, rec); err != nil {
@@ -236,9 +238,4 @@ func (m *Manager) newRecord(o CreateOptions, branch, slug, backend string) *stat
 		r.Resources.DiskGiB = size.DefaultDiskGiB
 	}
 	return r
-}
-
-// allocatePorts picks the VM's SSH and MCP ports (portbook.Book.Assign).
-func (m *Manager) allocatePorts(ctx context.Context, mcp, ssh int, rec *state.Record, l state.Layout) error {
-	return m.Book().Assign(ctx, mcp, ssh, rec, l)
 }

@@ -13,11 +13,16 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// applyRepoConfig reads the repository's .agent-vm/config.toml from the
-// new workspace l (the branch's commit): its packages join the record, and its defaults fill the
-// create flags the user left unset, each checked as the flag would be, with
-// errors naming the file (and, for packages, the line).
+// applyRepoConfig reads the repository's .agent-vm/policy.toml
+// (netpolicy.FromRepository) and .agent-vm/config.toml from the new
+// workspace l (the branch's commit): the policy and the packages join the
+// record, and the config's defaults fill the create flags the user left
+// unset, each checked as the flag would be, with errors naming the file
+// (and, for packages and the policy, the line).
 func (m *Manager) applyRepoConfig(o CreateOptions, l state.Layout, rec *state.Record, be backend.Backend) error {
+	if err := netpolicy.FromRepository(l.Workspace(), rec, o.IgnoreRepoPolicy); err != nil {
+		return err
+	}
 	// The workspace is still in the staging directory: name the file as
 	// git does, branch:path.
 	c, err := repoconfig.Load(l.Workspace(), rec.Branch+":"+guest.ConfigFile)

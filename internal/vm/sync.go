@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/agent-vm/agent-vm/internal/gitws"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
+	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
@@ -26,7 +28,8 @@ func (m *Manager) Sync(ctx context.Context, name string) (*SyncResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws, src, branch := e.Layout.Workspace(), e.Record.Git.Source, e.Record.Branch
+	r := e.Record
+	ws, src, branch := e.Layout.Workspace(), r.Git.Source, r.Branch
 	if s, err := m.siteOf(e); err != nil {
 		return nil, err
 	} else if s != nil {
@@ -37,7 +40,7 @@ func (m *Manager) Sync(ctx context.Context, name string) (*SyncResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("syncing VM %q from host %s: %w", branch, s.Host(), err)
 		}
-		return res, nil
+		return m.policyDrift(ctx, e.Record, res), nil
 	}
 	if _, err := os.Lstat(ws); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("VM %q has no workspace any more (%s is gone), so there is nothing to sync (hint: `agent-vm destroy %s` removes the VM)", branch, ws, e.Slug)
@@ -52,5 +55,14 @@ func (m *Manager) Sync(ctx context.Context, name string) (*SyncResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("syncing VM %q: %w", branch, err)
 	}
-	return res, nil
+	return m.policyDrift(ctx, r, res), nil
+}
+
+// policyDrift adds to res a warning when the synced branch has another
+// network policy file than r was made with (netpolicy.PolicyDrift).
+func (m *Manager) policyDrift(ctx context.Context, r *state.Record, res *SyncResult) *SyncResult {
+	if w := netpolicy.PolicyDrift(ctx, m.Git, r, r.Git.Source, res.New); w != "" {
+		res.Warnings = append(res.Warnings, w)
+	}
+	return res
 }
