@@ -26,7 +26,9 @@ func checkpointCommand(stdio IO) *cli.Command {
 			"a rollback it boots afresh. Each checkpoint costs the disk space of its copies\n" +
 			"(checkpoint list shows them); destroy removes them with the VM. The qemu backend's VMs\n" +
 			"of this machine have checkpoints.",
-		Flags: []cli.Flag{vmFlag(), &cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each, with paused_ms and unsynced"}},
+		Flags: []cli.Flag{vmFlag(),
+			&cli.IntFlag{Name: "keep", Usage: "then remove the VM's oldest checkpoints until `N` are left (0: keep them all)"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each, with paused_ms, unsynced and pruned"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 1 {
 				return cmdline.Usagef("checkpoint takes at most one NAME, got %d arguments", cliCtx.NArg())
@@ -35,21 +37,28 @@ func checkpointCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			c, err := wire.Forks(m).Checkpoint(cliCtx.Context, name, strings.Join(args, ""))
+			if cliCtx.Int("keep") < 0 {
+				return cmdline.Usagef("--keep %d: give the number of checkpoints to keep, or 0 for all", cliCtx.Int("keep"))
+			}
+			c, err := wire.Forks(m).Checkpoint(cliCtx.Context, name, strings.Join(args, ""), cliCtx.Int("keep"))
 			if err != nil {
 				return err
 			}
 			if cliCtx.Bool("json") {
 				return writeJSON(stdio.Out, struct {
 					*fork.Checkpoint
-					PausedMS int64  `json:"paused_ms"`
-					Unsynced string `json:"unsynced,omitempty"`
-				}{c, c.Paused.Milliseconds(), c.Unsynced})
+					PausedMS int64    `json:"paused_ms"`
+					Unsynced string   `json:"unsynced,omitempty"`
+					Pruned   []string `json:"pruned,omitempty"`
+				}{c, c.Paused.Milliseconds(), c.Unsynced, c.Pruned})
 			}
 			fmt.Fprintf(stdio.Out, "checkpoint %s of %s: workspace %d files (%s) at %s, %s\n", c.Name, termsafe.String(name),
 				c.Files, humanBytes(c.Bytes), shortOr(c.Commit), diskText(c.DiskBytes))
 			if c.Paused > 0 {
 				fmt.Fprintf(stdio.Out, "  the VM was paused %.1f s for the copy\n", c.Paused.Seconds())
+			}
+			if len(c.Pruned) > 0 {
+				fmt.Fprintf(stdio.Out, "  removed the older checkpoints %s\n", strings.Join(c.Pruned, ", "))
 			}
 			if c.Unsynced != "" {
 				fmt.Fprintf(stdio.Out, "warning: the guest's last writes may be missing from the checkpoint: %s\n", termsafe.String(c.Unsynced))

@@ -60,10 +60,12 @@ type Checkpoint struct {
 	// Replaced names the checkpoint whose rollback this one was made by,
 	// from what the VM had then ("" for one taken with checkpoint).
 	Replaced string `json:"replaced,omitempty"`
-	// Paused is how long a running VM was paused for the copy, and
-	// Unsynced why its guest could not sync first (output only).
+	// Paused is how long a running VM was paused for the copy, Unsynced
+	// why its guest could not sync first, and Pruned the older checkpoints
+	// removed to keep the number asked for (output only).
 	Paused   time.Duration `json:"-"`
 	Unsynced string        `json:"-"`
+	Pruned   []string      `json:"-"`
 }
 
 // nameRE is a checkpoint's name: a directory name, short, without a dot
@@ -82,8 +84,10 @@ func CheckName(name string) error {
 }
 
 // Checkpoint takes a checkpoint of the VM vm called name ("" for one
-// named by the time).
-func (f Forks) Checkpoint(ctx context.Context, vm, name string) (*Checkpoint, error) {
+// named by the time). keep > 0 then removes the oldest of the VM's
+// checkpoints until keep are left (Pruned names them), so that taking them
+// as the agent works uses a bounded disk.
+func (f Forks) Checkpoint(ctx context.Context, vm, name string, keep int) (*Checkpoint, error) {
 	if name != "" {
 		if err := CheckName(name); err != nil {
 			return nil, err
@@ -112,6 +116,18 @@ func (f Forks) Checkpoint(ctx context.Context, vm, name string) (*Checkpoint, er
 	}
 	if err != nil {
 		return nil, err
+	}
+	if keep > 0 {
+		all, err := list(e)
+		if err != nil {
+			return c, err
+		}
+		for _, old := range all[:max(0, len(all)-keep)] {
+			if err := f.remove(e, old.Name); err != nil {
+				return c, err
+			}
+			c.Pruned = append(c.Pruned, old.Name)
+		}
 	}
 	return c, nil
 }
@@ -258,6 +274,11 @@ func (f Forks) RemoveCheckpoint(ctx context.Context, vm, name string) error {
 		return err
 	}
 	defer lock.Release()
+	return f.remove(e, name)
+}
+
+// remove removes e's checkpoint called name; the caller holds e's lock.
+func (f Forks) remove(e state.Entry, name string) error {
 	dir, _, err := find(e, name)
 	if err != nil {
 		return err

@@ -51,7 +51,7 @@ func TestCheckpointAndRollback(t *testing.T) {
 	forkDisk(t, e.Layout)
 	disk := filepath.Join(e.Layout.Dir, debian.DiskFile)
 
-	c, err := forks(m).Checkpoint(ctx, "feat", "one")
+	c, err := forks(m).Checkpoint(ctx, "feat", "one", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestCheckpointOfARunningVM(t *testing.T) {
 	ctx := context.Background()
 	fake := runningClone(t, m, "feat")
 	forkDisk(t, fake.Entry.Layout)
-	c, err := forks(m).Checkpoint(ctx, "feat", "")
+	c, err := forks(m).Checkpoint(ctx, "feat", "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestCheckpointRefuses(t *testing.T) {
 	forkWork(t, ws)
 	e, _ := m.Find(ctx, "feat")
 	base := forkDisk(t, e.Layout)
-	if _, err := forks(m).Checkpoint(ctx, "feat", "one"); err != nil {
+	if _, err := forks(m).Checkpoint(ctx, "feat", "one", 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -149,9 +149,9 @@ func TestCheckpointRefuses(t *testing.T) {
 		do   func() error
 		want string
 	}{
-		{"a bad name", func() error { _, err := forks(m).Checkpoint(ctx, "feat", "Bad Name"); return err }, `checkpoint name "Bad Name"`},
-		{"a reserved name", func() error { _, err := forks(m).Checkpoint(ctx, "feat", "list"); return err }, `checkpoint name "list"`},
-		{"a name taken", func() error { _, err := forks(m).Checkpoint(ctx, "feat", "one"); return err }, `has a checkpoint "one" already`},
+		{"a bad name", func() error { _, err := forks(m).Checkpoint(ctx, "feat", "Bad Name", 0); return err }, `checkpoint name "Bad Name"`},
+		{"a reserved name", func() error { _, err := forks(m).Checkpoint(ctx, "feat", "list", 0); return err }, `checkpoint name "list"`},
+		{"a name taken", func() error { _, err := forks(m).Checkpoint(ctx, "feat", "one", 0); return err }, `has a checkpoint "one" already`},
 		{"rollback to none", func() error { _, err := forks(m).Rollback(ctx, "feat", "two"); return err }, `no checkpoint "two": it has one`},
 		{"rm of none", func() error { return forks(m).RemoveCheckpoint(ctx, "feat", "two") }, `no checkpoint "two"`},
 		{"the checkpoint's base image gone, the VM's there", func() error {
@@ -194,10 +194,30 @@ func TestCheckpointLeavesNothingWhenTheDiskFills(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	if _, err := forks(m).Checkpoint(ctx, "feat", "big"); err == nil || !strings.Contains(err.Error(), "no space left") {
+	if _, err := forks(m).Checkpoint(ctx, "feat", "big", 0); err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("got %v, want the full disk named", err)
 	}
 	if left, _ := os.ReadDir(dir); len(left) > 0 {
 		t.Errorf("left in %s: %v", dir, left)
+	}
+}
+
+// checkpoint --keep N removes the oldest beyond N, naming them.
+func TestCheckpointKeepsTheNewest(t *testing.T) {
+	m := debianManager(t)
+	ctx := context.Background()
+	_, ws := stoppedVM(t, m, "feat")
+	forkWork(t, ws)
+	var pruned []string
+	for _, name := range []string{"a", "b", "c", "d"} {
+		c, err := forks(m).Checkpoint(ctx, "feat", name, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pruned = append(pruned, c.Pruned...)
+	}
+	cs, err := forks(m).Checkpoints(ctx, "feat")
+	if err != nil || len(cs) != 2 || cs[0].Name != "c" || cs[1].Name != "d" || strings.Join(pruned, ",") != "a,b" {
+		t.Errorf("checkpoints %+v (%v), pruned %q; want c and d kept, a and b removed", cs, err, pruned)
 	}
 }
