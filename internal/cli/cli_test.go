@@ -160,8 +160,10 @@ func TestForkPrintsWhatItMade(t *testing.T) {
 	repo := tu.Repo(t, true)
 	st := t.TempDir()
 	mustRun(t, repo, st, "create", "--backend", "qemu", "--memory", "1G", "--cpus", "1") // main's VM
+	mustRun(t, repo, st, "port", "add", "--vm", "main", "3000", "3999")
 	r := mustRun(t, repo, st, "fork", "try-a")
-	for _, want := range []string{"forked main (stopped) into:", "try-a  branch try-a at ", "its disk is made at its first start", "next: agent-vm start try-a"} {
+	for _, want := range []string{"forked main (stopped) into:", "try-a  branch try-a at ", "its disk is made at its first start",
+		"forwards (guest->host, as the source's, on ports of its own): 3000->3000", "next: agent-vm start try-a"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("fork's output lacks %q:\n%s", want, r.stdout)
 		}

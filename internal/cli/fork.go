@@ -9,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/fork"
+	"github.com/agent-vm/agent-vm/internal/forward"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 	"github.com/agent-vm/agent-vm/internal/wire"
@@ -29,7 +30,7 @@ func forkCommand(stdio IO) *cli.Command {
 			"fork's commits home; destroying either leaves the other whole. The qemu backend's VMs of\n" +
 			"this machine can be forked.",
 		Flags: []cli.Flag{vmFlag(),
-			&cli.BoolFlag{Name: "json", Usage: "print JSON: source, state, paused_ms, unsynced, forks [{branch, slug, ports, commit, files, bytes, skipped, disk_bytes}]"}},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON: source, state, paused_ms, unsynced, forks [{branch, slug, ports, commit, files, bytes, skipped, disk_bytes}], forwards {NAME: [{guest, host}]}"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() == 0 {
 				return cmdline.Usagef("fork takes at least one NEW branch name (hint: agent-vm fork --vm main try-a try-b)")
@@ -42,17 +43,30 @@ func forkCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if cliCtx.Bool("json") {
-				return writeJSON(stdio.Out, forkJSON(res))
+			// The source's forwards, each fork's on host ports of its own.
+			ports := map[string][]portPair{}
+			for _, f := range res.Forks {
+				for _, fw := range res.Forwards {
+					ch, err := forward.Add(cliCtx.Context, m, f.Slug, fw.Guest, 0, e.log)
+					if err != nil {
+						fmt.Fprintf(stdio.Err, "agent-vm: warning: %s: the source's forward of guest port %d: %v\n", f.Slug, fw.Guest, err)
+						continue
+					}
+					ports[f.Slug] = append(ports[f.Slug], portPair{ch.Forward.Guest, ch.Forward.Host})
+				}
 			}
-			printFork(stdio.Out, res)
+			if cliCtx.Bool("json") {
+				return writeJSON(stdio.Out, forkJSON(res, ports))
+			}
+			printFork(stdio.Out, res, ports)
 			return nil
 		}),
 	}
 }
 
-// printFork says what fork made, a line a fork, and what to do next.
-func printFork(w io.Writer, r *fork.Result) {
+// printFork says what fork made, a line a fork (ports: its forwards,
+// guest->host), and what to do next.
+func printFork(w io.Writer, r *fork.Result, ports map[string][]portPair) {
 	how := "stopped"
 	switch {
 	case r.Paused > 0:
@@ -68,6 +82,13 @@ func printFork(w io.Writer, r *fork.Result) {
 		}
 		fmt.Fprintf(w, "  %s  branch %s at %s  ssh %d  mcp %d  workspace %d files (%s)  %s\n",
 			f.Slug, termsafe.String(f.Branch), short(f.Commit), f.Ports.SSH, f.Ports.MCP, f.Files, humanBytes(f.Bytes), disk)
+		if p := ports[f.Slug]; len(p) > 0 {
+			var s []string
+			for _, x := range p {
+				s = append(s, fmt.Sprintf("%d->%d", x.Guest, x.Host))
+			}
+			fmt.Fprintf(w, "    forwards (guest->host, as the source's, on ports of its own): %s\n", strings.Join(s, " "))
+		}
 		if len(f.Skipped) > 0 {
 			fmt.Fprintf(w, "    not copied (sockets, FIFOs, devices): %s\n", termsafe.String(strings.Join(f.Skipped, ", ")))
 		}
@@ -78,15 +99,22 @@ func printFork(w io.Writer, r *fork.Result) {
 	fmt.Fprintf(w, "next: agent-vm start %s (or agent-vm run %s): a fork's first start boots its copy of the disk afresh\n", r.Forks[0].Slug, r.Forks[0].Slug)
 }
 
-// forkJSONResult is fork --json's output.
-type forkJSONResult struct {
-	Source   string      `json:"source"`
-	State    string      `json:"state"`
-	PausedMS int64       `json:"paused_ms"`
-	Unsynced string      `json:"unsynced,omitempty"`
-	Forks    []fork.Made `json:"forks"`
+// portPair is a fork's forward of a guest port to a host port.
+type portPair struct {
+	Guest int `json:"guest"`
+	Host  int `json:"host"`
 }
 
-func forkJSON(r *fork.Result) forkJSONResult {
-	return forkJSONResult{Source: r.Source, State: r.State, PausedMS: r.Paused.Milliseconds(), Unsynced: r.Unsynced, Forks: r.Forks}
+// forkJSONResult is fork --json's output.
+type forkJSONResult struct {
+	Source   string                `json:"source"`
+	State    string                `json:"state"`
+	PausedMS int64                 `json:"paused_ms"`
+	Unsynced string                `json:"unsynced,omitempty"`
+	Forks    []fork.Made           `json:"forks"`
+	Forwards map[string][]portPair `json:"forwards,omitempty"` // by fork's name
+}
+
+func forkJSON(r *fork.Result, ports map[string][]portPair) forkJSONResult {
+	return forkJSONResult{Source: r.Source, State: r.State, PausedMS: r.Paused.Milliseconds(), Unsynced: r.Unsynced, Forks: r.Forks, Forwards: ports}
 }

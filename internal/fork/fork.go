@@ -88,6 +88,10 @@ type Result struct {
 	// missing from the copies.
 	Unsynced string
 	Forks    []Made
+	// Forwards are SRC's own port forwards (`port add`), which the forks
+	// do not get as they are (host ports are each VM's own): the caller
+	// gives each fork the same guest ports on host ports of its own.
+	Forwards []state.Forward
 }
 
 // Made is one fork (fork --json prints it).
@@ -144,7 +148,7 @@ func (f Forks) Fork(ctx context.Context, src string, branches []string) (*Result
 		return nil, err
 	}
 
-	res := &Result{Source: r.Branch, State: st.state}
+	res := &Result{Source: r.Branch, State: st.state, Forwards: r.Forwards}
 	err = st.during(ctx, func() error { return f.copyAll(ctx, e, forker, stages, res) })
 	res.Paused, res.Unsynced = st.paused, st.unsynced
 	if err != nil {
