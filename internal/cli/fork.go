@@ -30,7 +30,7 @@ func forkCommand(stdio IO) *cli.Command {
 			"fork's commits home; destroying either leaves the other whole. The qemu backend's VMs of\n" +
 			"this machine can be forked.",
 		Flags: []cli.Flag{vmFlag(),
-			&cli.BoolFlag{Name: "json", Usage: "print JSON: source, state, paused_ms, unsynced, forks [{branch, slug, ports, commit, files, bytes, skipped, disk_bytes}], forwards {NAME: [{guest, host}]}"}},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON: source, state, paused_ms, unsynced, forks [{branch, slug, ports, commit, files, bytes, skipped, disk_bytes, forwards}]"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() == 0 {
 				return cmdline.Usagef("fork takes at least one NEW branch name (hint: agent-vm fork --vm main try-a try-b)")
@@ -43,22 +43,17 @@ func forkCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			// The source's forwards, each fork's on host ports of its own.
-			ports := map[string][]portPair{}
-			for _, f := range res.Forks {
-				for _, fw := range res.Forwards {
-					ch, err := forward.Add(cliCtx.Context, m, f.Slug, fw.Guest, 0, e.log)
-					if err != nil {
-						fmt.Fprintf(stdio.Err, "agent-vm: warning: %s: the source's forward of guest port %d: %v\n", f.Slug, fw.Guest, err)
-						continue
-					}
-					ports[f.Slug] = append(ports[f.Slug], portPair{ch.Forward.Guest, ch.Forward.Host})
+			for i, f := range res.Forks { // the source's forwards, on host ports of each fork's own
+				var errs []error
+				res.Forks[i].Forwards, errs = forward.Copy(cliCtx.Context, m, f.Slug, res.Forwards, e.log)
+				for _, err := range errs {
+					fmt.Fprintf(stdio.Err, "agent-vm: warning: %s: %v\n", f.Slug, err)
 				}
 			}
 			if cliCtx.Bool("json") {
-				return writeJSON(stdio.Out, forkJSON(res, ports))
+				return writeJSON(stdio.Out, forkJSON(res))
 			}
-			printFork(stdio.Out, res, ports)
+			printFork(stdio.Out, res)
 			return nil
 		}),
 	}
@@ -66,7 +61,7 @@ func forkCommand(stdio IO) *cli.Command {
 
 // printFork says what fork made, a line a fork (ports: its forwards,
 // guest->host), and what to do next.
-func printFork(w io.Writer, r *fork.Result, ports map[string][]portPair) {
+func printFork(w io.Writer, r *fork.Result) {
 	how := "stopped"
 	switch {
 	case r.Paused > 0:
@@ -82,9 +77,9 @@ func printFork(w io.Writer, r *fork.Result, ports map[string][]portPair) {
 		}
 		fmt.Fprintf(w, "  %s  branch %s at %s  ssh %d  mcp %d  workspace %d files (%s)  %s\n",
 			f.Slug, termsafe.String(f.Branch), short(f.Commit), f.Ports.SSH, f.Ports.MCP, f.Files, humanBytes(f.Bytes), disk)
-		if p := ports[f.Slug]; len(p) > 0 {
+		if len(f.Forwards) > 0 {
 			var s []string
-			for _, x := range p {
+			for _, x := range f.Forwards {
 				s = append(s, fmt.Sprintf("%d->%d", x.Guest, x.Host))
 			}
 			fmt.Fprintf(w, "    forwards (guest->host, as the source's, on ports of its own): %s\n", strings.Join(s, " "))
@@ -99,22 +94,15 @@ func printFork(w io.Writer, r *fork.Result, ports map[string][]portPair) {
 	fmt.Fprintf(w, "next: agent-vm start %s (or agent-vm run %s): a fork's first start boots its copy of the disk afresh\n", r.Forks[0].Slug, r.Forks[0].Slug)
 }
 
-// portPair is a fork's forward of a guest port to a host port.
-type portPair struct {
-	Guest int `json:"guest"`
-	Host  int `json:"host"`
-}
-
 // forkJSONResult is fork --json's output.
 type forkJSONResult struct {
-	Source   string                `json:"source"`
-	State    string                `json:"state"`
-	PausedMS int64                 `json:"paused_ms"`
-	Unsynced string                `json:"unsynced,omitempty"`
-	Forks    []fork.Made           `json:"forks"`
-	Forwards map[string][]portPair `json:"forwards,omitempty"` // by fork's name
+	Source   string      `json:"source"`
+	State    string      `json:"state"`
+	PausedMS int64       `json:"paused_ms"`
+	Unsynced string      `json:"unsynced,omitempty"`
+	Forks    []fork.Made `json:"forks"`
 }
 
-func forkJSON(r *fork.Result, ports map[string][]portPair) forkJSONResult {
-	return forkJSONResult{Source: r.Source, State: r.State, PausedMS: r.Paused.Milliseconds(), Unsynced: r.Unsynced, Forks: r.Forks, Forwards: ports}
+func forkJSON(r *fork.Result) forkJSONResult {
+	return forkJSONResult{Source: r.Source, State: r.State, PausedMS: r.Paused.Milliseconds(), Unsynced: r.Unsynced, Forks: r.Forks}
 }

@@ -109,6 +109,9 @@ type Made struct {
 	// DiskBytes is the size of the root disk copied (0: SRC never booted,
 	// so the fork makes its own disk at its first start).
 	DiskBytes int64 `json:"disk_bytes"`
+	// Forwards are the fork's own forwards of SRC's guest ports, which
+	// the caller adds (Result.Forwards).
+	Forwards []state.Forward `json:"forwards,omitempty"`
 }
 
 // guestSyncTimeout bounds the guest's sync before the pause: a guest that

@@ -48,6 +48,21 @@ type Change struct {
 	Unchanged bool
 }
 
+// Copy gives the VM name (a new fork) forwards of the guest ports of from
+// (its source's), each on a host port of its own as Add picks one. A port
+// that cannot be had is left out, with its error; the others are made.
+func Copy(ctx context.Context, vms VMs, name string, from []state.Forward, log hclog.Logger) (made []state.Forward, errs []error) {
+	for _, f := range from {
+		ch, err := Add(ctx, vms, name, f.Guest, 0, log)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("the forward of guest port %d: %w", f.Guest, err))
+			continue
+		}
+		made = append(made, ch.Forward)
+	}
+	return made, errs
+}
+
 // Add forwards guestPort of the VM name means to 127.0.0.1:hostPort on
 // the host, at once when the VM runs, and keeps the forward in the record
 // so every start applies it. hostPort 0 picks one: the guest port's own
