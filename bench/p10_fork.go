@@ -29,17 +29,11 @@ func runP10(ctx context.Context, l *lab, f *report.Figure) error {
 	for r := 1; r <= l.cfg.Rounds; r++ {
 		branch := fmt.Sprintf("%s-fork-%d", v.name, r)
 		l.log.Printf("P10 round %d/%d: fork %s into %s", r, l.cfg.Rounds, v.name, branch)
-		res := l.av.run(ctx, quickTimeout, "fork", "--vm", v.name, "--json", branch)
-		if res.Err != nil {
-			return res.Err
+		p, c, err := l.pausedCopy(ctx, "fork", "--vm", v.name, "--json", branch)
+		if err != nil {
+			return err
 		}
-		var out struct {
-			PausedMS float64 `json:"paused_ms"`
-		}
-		if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
-			return fmt.Errorf("reading `%s`: %w", res.Line, err)
-		}
-		pause, call = append(pause, out.PausedMS/1000), append(call, res.Seconds())
+		pause, call = append(pause, p), append(call, c)
 		t, err := l.av.start(ctx, branch, nil)
 		if err != nil {
 			return err
@@ -75,21 +69,15 @@ func runP11(ctx context.Context, l *lab, f *report.Figure) error {
 	for r := 1; r <= l.cfg.Rounds; r++ {
 		name := "p11-" + strconv.Itoa(r)
 		l.log.Printf("P11 round %d/%d: checkpoint %s of %s, stop, rollback, start", r, l.cfg.Rounds, name, v.name)
-		res := l.av.run(ctx, quickTimeout, "checkpoint", "--vm", v.name, "--json", name)
-		if res.Err != nil {
-			return res.Err
+		p, c, err := l.pausedCopy(ctx, "checkpoint", "--vm", v.name, "--json", name)
+		if err != nil {
+			return err
 		}
-		var out struct {
-			PausedMS float64 `json:"paused_ms"`
-		}
-		if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
-			return fmt.Errorf("reading `%s`: %w", res.Line, err)
-		}
-		cp, pause = append(cp, res.Seconds()), append(pause, out.PausedMS/1000)
+		cp, pause = append(cp, c), append(pause, p)
 		if err := l.stop(ctx, v); err != nil {
 			return err
 		}
-		res = l.av.run(ctx, quickTimeout, "rollback", "--vm", v.name, name)
+		res := l.av.run(ctx, quickTimeout, "rollback", "--vm", v.name, name)
 		if res.Err != nil {
 			return res.Err
 		}
@@ -111,6 +99,23 @@ func runP11(ctx context.Context, l *lab, f *report.Figure) error {
 	f.Rows = []*report.Row{c, rb, report.NewRow("P11.files", "`rollback` alone: the workspace and disk put back, what they were kept as a checkpoint", "s", report.NewSeries("agent-vm rollback", rollback), nil, false)}
 	f.Notes = append(f.Notes, "Per round: `checkpoint --vm VM NAME` of the running, settled VM, `stop`, `rollback --vm VM NAME`, `start`, `systemctl is-system-running --wait`, then the round's checkpoints removed.")
 	return nil
+}
+
+// pausedCopy runs a copy of a VM (fork or checkpoint, args with --json)
+// and returns how long the VM was paused for it (its paused_ms) and the
+// whole call, in seconds.
+func (l *lab) pausedCopy(ctx context.Context, args ...string) (pause, call float64, err error) {
+	res := l.av.run(ctx, quickTimeout, args...)
+	if res.Err != nil {
+		return 0, 0, res.Err
+	}
+	var out struct {
+		PausedMS float64 `json:"paused_ms"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
+		return 0, 0, fmt.Errorf("reading `%s`: %w", res.Line, err)
+	}
+	return out.PausedMS / 1000, res.Seconds(), nil
 }
 
 // pssMiB is the PSS of the QEMU of VM name, in MiB (NaN when unreadable).
