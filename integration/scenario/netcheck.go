@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/integration/harness"
 )
@@ -36,10 +36,10 @@ func newNetSetup(ctx context.Context, s *harness.S, branch string) (*netSetup, e
 	}
 	n := &netSetup{env: []string{fmt.Sprintf("AGENT_VM_TEST_EGRESS_HOSTS=%s=127.0.0.1,%s=127.0.0.1", netAllowedName, netDeniedName)}}
 	var err error
-	if n.exposed, err = hostServer(ctx, "exposed"); err != nil {
+	if n.exposed, err = harness.HostServer(ctx, "exposed"); err != nil {
 		return nil, err
 	}
-	if n.other, err = hostServer(ctx, "not exposed"); err != nil {
+	if n.other, err = harness.HostServer(ctx, "not exposed"); err != nil {
 		return nil, err
 	}
 	for _, args := range [][]string{
@@ -75,11 +75,11 @@ func netSteps(ctx context.Context, s *harness.S, branch string, n *netSetup) {
 			fmt.Sprintf("http://10.0.2.100:%d/", other), // the proxy address: only exposed ports
 		}
 		// A server on all of the host's addresses, reached at none of them.
-		wide, err := hostServerOn(ctx, "0.0.0.0", "every address")
+		wide, err := harness.HostServerOn(ctx, "0.0.0.0", "every address")
 		if err != nil {
 			return err
 		}
-		addrs, err := hostAddrs()
+		addrs, err := harness.HostAddrs()
 		if err != nil {
 			return err
 		}
@@ -163,62 +163,72 @@ func netSteps(ctx context.Context, s *harness.S, branch string, n *netSetup) {
 		}
 		return harness.Want(s.Call(ctx, harness.Call{Args: []string{"net", "mode", "--vm", branch, "allow"}}), 0)
 	})
+	s.Step(ctx, "network: in mode ask a name off the list waits while curl does, listed by net pending; net approve lets it through, net deny ID refuses it", func() error {
+		return askSteps(ctx, s, branch, other)
+	})
 }
 
-// hostServer serves body on a free port of the host's 127.0.0.1 until ctx
-// ends (or the test program does).
-func hostServer(ctx context.Context, body string) (int, error) {
-	return hostServerOn(ctx, "127.0.0.1", body)
-}
-
-// hostServerOn is hostServer on addr (0.0.0.0: all of the host's
-// addresses, only for as long as the step needs it).
-func hostServerOn(ctx context.Context, addr, body string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		return 0, err
+// askSteps sets branch's VM to mode ask and, twice, has curl in the guest
+// ask for the denied name while the test answers it from the host: approve
+// (curl gets the answer), then deny (curl gets the refusal naming the
+// user). The VM is back in mode allow after.
+func askSteps(ctx context.Context, s *harness.S, branch string, port int) error {
+	if err := harness.Want(s.Call(ctx, harness.Call{Args: []string{"net", "mode", "--vm", branch, "ask", "--wait", "120s"}}), 0); err != nil {
+		return err
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) })}
-	go srv.Serve(ln)
-	go func() { <-ctx.Done(); srv.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// hostAddrs are the host's own IPv4 addresses other than loopback (the
-// LAN's, Docker's bridges', ...).
-func hostAddrs() ([]string, error) {
-	as, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, a := range as {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			out = append(out, n.IP.String())
-		}
-	}
-	return out, nil
-}
-
-// unreachable checks, as root in branch's guest, that no TCP connection
-// to host port p opens at the gateway or at the proxy address (QEMU's
-// user network), nor, for a VM on a libvirt network (the vagrant and
-// libvirt backends), at any of the host's own addresses, the VMs' libvirt
-// bridges among them.
-func unreachable(ctx context.Context, s *harness.S, branch string, p int) error {
-	addrs := []string{"10.0.2.2", "10.0.2.100"}
-	if s.OnLibvirt() {
-		own, err := hostAddrs()
+	defer s.Call(ctx, harness.Call{Args: []string{"net", "mode", "--vm", branch, "allow"}})
+	ask := func(verb string) (*harness.Result, error) {
+		got := make(chan *harness.Result, 1)
+		go func() {
+			got <- s.Exec(ctx, branch, "curl", "-sS", "--max-time", "100", fmt.Sprintf("http://%s:%d/%s", netDeniedName, port, verb))
+		}()
+		wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		id := 0
+		err := s.Until(wctx, "curl's request in net pending", func() (bool, error) {
+			select {
+			case res := <-got:
+				return false, harness.GiveUp(harness.Failf(res, "curl ended before an answer: %s", res.Outcome()))
+			default:
+			}
+			res := s.Call(ctx, harness.Call{Args: []string{"net", "pending", "--json", branch}})
+			var p struct {
+				Asks []struct {
+					ID         int
+					Host, Path string
+				}
+			}
+			if err := json.Unmarshal([]byte(res.Stdout), &p); err != nil || res.ExitCode != 0 {
+				return false, harness.Failf(res, "net pending --json: %v", err)
+			}
+			for _, a := range p.Asks {
+				if a.Host == netDeniedName && a.Path == "/"+verb {
+					id = a.ID
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("pending: %s", res.Stdout)
+		})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		addrs = append(addrs, own...)
+		if err := harness.Want(s.Call(ctx, harness.Call{Args: []string{"net", verb, "--vm", branch, strconv.Itoa(id)}}), 0); err != nil {
+			return nil, err
+		}
+		return <-got, nil
 	}
-	for _, a := range addrs {
-		res := s.Exec(ctx, branch, "sudo", "timeout", "15", "bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", a, p))
-		if res.ExitCode == 0 {
-			return harness.Failf(res, "the guest of %s opened a connection to the host's port %d at %s", branch, p, a)
-		}
+	res, err := ask("approve")
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || res.Stdout != "not exposed" {
+		return harness.Failf(res, "the approved request: exit %d, %q; want the server's answer", res.ExitCode, res.Stdout)
+	}
+	if res, err = ask("deny"); err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "refused by the user (ask ") {
+		return harness.Failf(res, "the refused request: exit %d, %q; want the proxy's refusal naming the user", res.ExitCode, res.Stdout)
 	}
 	return nil
 }

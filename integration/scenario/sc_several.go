@@ -76,7 +76,7 @@ func runSeveral(ctx context.Context, s *harness.S) {
 		for i, st := range sts {
 			other := sts[1-i]
 			for _, p := range []int{other.Ports.SSH, other.Ports.MCP} {
-				if err := unreachable(ctx, s, st.Branch, p); err != nil {
+				if err := s.Unreachable(ctx, st.Branch, p); err != nil {
 					return err
 				}
 			}

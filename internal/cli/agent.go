@@ -204,7 +204,7 @@ func sessionsCommand(stdio IO) *cli.Command {
 				case in.Attached > 1:
 					state = fmt.Sprintf("running, %d attached", in.Attached)
 				}
-				rows = append(rows, []string{in.Name, truncateWidth(termsafe.String(in.Command), 50),
+				rows = append(rows, []string{in.Name, termsafe.Truncate(termsafe.String(in.Command), 50),
 					in.Started.Local().Format(time.DateTime), state})
 			}
 			return writeTable(stdio.Out, rows)

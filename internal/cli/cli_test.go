@@ -23,6 +23,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -953,7 +954,7 @@ func TestListTruncatesLongBranchesInTheTableOnly(t *testing.T) {
 		if i < 0 {
 			t.Fatalf("no %q in %q", word, line)
 		}
-		return displayWidth(line[:i])
+		return termsafe.Width(line[:i])
 	}
 	if repoCol := backendAt(lines[0], "REPO"); repoCol > maxBranchColumn+2 {
 		t.Errorf("the BRANCH column is %d columns wide, more than %d:\n%s", repoCol-2, maxBranchColumn, r.stdout)
@@ -992,9 +993,9 @@ func TestTruncateWidth(t *testing.T) {
 		{"日本語ブランチ", 6, "日本…"},
 		{"e\u0301e\u0301e\u0301e\u0301", 3, "e\u0301e\u0301…"},
 	} {
-		got := truncateWidth(c.in, c.n)
-		if got != c.want || displayWidth(got) > c.n {
-			t.Errorf("truncateWidth(%q, %d) = %q (%d columns), want %q", c.in, c.n, got, displayWidth(got), c.want)
+		got := termsafe.Truncate(c.in, c.n)
+		if got != c.want || termsafe.Width(got) > c.n {
+			t.Errorf("termsafe.Truncate(%q, %d) = %q (%d columns), want %q", c.in, c.n, got, termsafe.Width(got), c.want)
 		}
 	}
 }

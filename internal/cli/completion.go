@@ -1,6 +1,7 @@
 package cli
 
 import (
+	_ "embed"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -11,41 +12,12 @@ import (
 // The shell scripts ask agent-vm itself for candidates: urfave/cli answers
 // `agent-vm <words so far> --generate-bash-completion` with commands, flags
 // or, for BRANCH arguments, the VMs' branches.
-const bashCompletion = `# agent-vm bash completion: source it, or save it as
-# /etc/bash_completion.d/agent-vm (or ~/.local/share/bash-completion/completions/agent-vm).
-_agent_vm_complete() {
-    local cur words
-    cur="${COMP_WORDS[COMP_CWORD]}"
-    if [[ "$cur" == -* ]]; then
-        words=$("${COMP_WORDS[@]:0:$COMP_CWORD}" "$cur" --generate-bash-completion 2>/dev/null)
-    else
-        words=$("${COMP_WORDS[@]:0:$COMP_CWORD}" --generate-bash-completion 2>/dev/null)
-    fi
-    local IFS=$'\n'
-    COMPREPLY=($(compgen -W "$words" -- "$cur"))
-}
-complete -o bashdefault -o default -F _agent_vm_complete agent-vm
-`
-
-const zshCompletion = `#compdef agent-vm
-# agent-vm zsh completion: save as _agent-vm in a directory on $fpath.
-_agent_vm() {
-    local -a candidates
-    local cur=${words[CURRENT]}
-    local -a prev=("${(@)words[1,CURRENT-1]}")
-    if [[ "$cur" == -* ]]; then
-        candidates=("${(@f)$(_CLI_ZSH_AUTOCOMPLETE_HACK=1 ${prev[@]} $cur --generate-bash-completion 2>/dev/null)}")
-    else
-        candidates=("${(@f)$(_CLI_ZSH_AUTOCOMPLETE_HACK=1 ${prev[@]} --generate-bash-completion 2>/dev/null)}")
-    fi
-    if [[ -n "${candidates[1]}" ]]; then
-        _describe 'agent-vm' candidates
-    else
-        _files
-    fi
-}
-compdef _agent_vm agent-vm
-`
+var (
+	//go:embed completion.bash
+	bashCompletion string
+	//go:embed completion.zsh
+	zshCompletion string
+)
 
 func completionCommand(stdio IO) *cli.Command {
 	return &cli.Command{

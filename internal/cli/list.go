@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/cmdline"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/vm"
 	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
@@ -66,7 +67,7 @@ func listCommand(stdio IO) *cli.Command {
 				if i.Host != "" {
 					backend += " on " + i.Host
 				}
-				rows = append(rows, []string{truncateWidth(i.Branch, maxBranchColumn), truncateStart(homeRel(i.Git.Source), maxRepoColumn),
+				rows = append(rows, []string{termsafe.Truncate(i.Branch, maxBranchColumn), termsafe.TruncateStart(homeRel(i.Git.Source), maxRepoColumn),
 					i.Slug, backend, stateWord(i), sshPort, mcpPort,
 					i.CreatedAt.Local().Format("2006-01-02 15:04"), note})
 			}

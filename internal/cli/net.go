@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,9 +18,13 @@ import (
 // its connection log.
 func netCommand(stdio IO) *cli.Command {
 	edit := func(name, usage string, apply func(*cli.Context, *vm.Manager, string, []string) (*netpolicy.Change, error)) *cli.Command {
+		flags := []cli.Flag{vmFlag()}
+		if name == "deny" {
+			flags = append(flags, alwaysFlag("and refuse their names from now on, as net deny DOMAIN does"))
+		}
 		return &cli.Command{
 			Name: name, Usage: usage, ArgsUsage: "DOMAIN|'METHOD host/path'...", Description: netEditHelp,
-			Flags: []cli.Flag{vmFlag()},
+			Flags: flags,
 			Action: func(cliCtx *cli.Context) error {
 				if cliCtx.NArg() < 1 {
 					return cmdline.Usagef("net %s takes DOMAIN... (e.g. example.com, *.example.com, 203.0.113.7, or a request rule such as 'POST api.github.com/repos/o/r/pulls'), got none", name)
@@ -40,6 +43,12 @@ func netCommand(stdio IO) *cli.Command {
 					if err != nil {
 						return err
 					}
+					if ids, ok := askIDs(args); ok && name == "deny" {
+						return answerAsks(cliCtx, stdio, m, branch, ids, false)
+					}
+					if cliCtx.Bool("always") {
+						return cmdline.Usagef("net deny --always is for ask IDs (see net pending); net deny DOMAIN refuses it from now on already")
+					}
 					ch, err := apply(cliCtx, m, branch, args)
 					if err != nil {
 						return err
@@ -55,31 +64,35 @@ func netCommand(stdio IO) *cli.Command {
 		Description: "A VM reaches the network only through its egress proxy, and the host only through the\n" +
 			"ports exposed to it (agent-vm port expose). Mode allow (the default) allows the allow-list: agent\n" +
 			"APIs, package registries, Debian's mirrors, common git hosts and the repository's git remote\n" +
-			"host, plus what net allow adds; open allows every destination; offline none. net deny\n" +
-			"refuses a destination in every mode. Request rules ('METHOD host/path', see net allow --help)\n" +
-			"judge the requests the proxy reads, those to a host a secret is bound to; with an upstream on\n" +
-			"github.com the defaults let the agent read GitHub's API and open and comment on the upstream's pull\n" +
-			"requests and issues, and refuse every other write. Changes apply at once, also to a running VM.",
+			"host, plus what net allow adds; ask allows the same and holds a connection to any other name\n" +
+			"while you are asked (net pending, net approve, net deny ID); open allows every destination;\n" +
+			"offline none. net deny refuses a destination in every mode. Request rules ('METHOD host/path',\n" +
+			"see net allow --help) judge the requests the proxy reads, those to a host a secret is bound to;\n" +
+			"with an upstream on github.com the defaults let the agent read GitHub's API and open and comment\n" +
+			"on the upstream's pull requests and issues, and refuse every other write. Changes apply at once,\n" +
+			"also to a running VM.",
 		Subcommands: []*cli.Command{
 			edit("allow", "allow DOMAINs (a name, *.suffix, or an IP address) or requests ('METHOD host/path')", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
 				return netpolicy.Allow(c.Context, m, b, d)
 			}),
-			edit("deny", "refuse DOMAINs in every mode, or requests ('METHOD host/path')", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
+			edit("deny", "refuse DOMAINs in every mode, or requests ('METHOD host/path'); or refuse pending asks: ID... (see net pending)", func(c *cli.Context, m *vm.Manager, b string, d []string) (*netpolicy.Change, error) {
 				return netpolicy.Deny(c.Context, m, b, d)
 			}),
+			askCommand(stdio),
+			pendingCommand(stdio),
 			{
-				Name: "mode", Usage: "set the egress mode: allow, open or offline", ArgsUsage: "MODE",
-				Flags: []cli.Flag{vmFlag()},
+				Name: "mode", Usage: "set the egress mode: allow, ask, open or offline", ArgsUsage: "MODE",
+				Flags: []cli.Flag{vmFlag(), &cli.DurationFlag{Name: "wait", Usage: "with ask: how long a connection waits for your answer before it is refused", DefaultText: "60s"}},
 				Action: func(cliCtx *cli.Context) error {
 					if n := cliCtx.NArg(); n != 1 && !(n == 2 && !cliCtx.IsSet("vm")) {
-						return cmdline.Usagef("net mode takes MODE (allow, open or offline), got %d arguments", n)
+						return cmdline.Usagef("net mode takes MODE (allow, ask, open or offline), got %d arguments", n)
 					}
 					return withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 						branch, args, err := vmAndArgs(cliCtx, stdio, m, twoWords)
 						if err != nil {
 							return err
 						}
-						ch, err := netpolicy.SetMode(cliCtx.Context, m, branch, args[0])
+						ch, err := netpolicy.SetMode(cliCtx.Context, m, branch, args[0], cliCtx.Duration("wait"))
 						if err != nil {
 							return err
 						}
@@ -177,6 +190,9 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 		return
 	}
 	fmt.Fprintf(w, "VM %s: egress mode %s, through the proxy at %s\n", termsafe.String(info.Branch), info.Mode, info.Proxy)
+	if info.Mode == egress.ModeAsk {
+		fmt.Fprintf(w, "  ask:     a name off the allow-list waits up to %d s for your answer; %d waiting now (agent-vm net pending %s)\n", info.AskWait, info.Pending, termsafe.String(info.Branch))
+	}
 	fmt.Fprintf(w, "  allow:   %s\n", strings.Join(info.Allow, " "))
 	if len(info.Deny) > 0 {
 		fmt.Fprintf(w, "  deny:    %s\n", strings.Join(info.Deny, " "))
@@ -239,45 +255,6 @@ func printNetEntry(w io.Writer, x egress.LogEntry, asJSON bool) error {
 	if asJSON {
 		return writeJSON(w, x)
 	}
-	verdict := "allowed"
-	if !x.Allowed {
-		verdict = "DENIED"
-	}
-	if x.Kind == egress.KindDevTools {
-		// No connection: a DevTools call the DevTools relay refused, the
-		// URL it would have loaded and the reason.
-		line := fmt.Sprintf("%s  %-8s %-7s %s", x.Time.Local().Format(time.DateTime), x.Kind, verdict, termsafe.String(x.Request))
-		if x.URL != "" {
-			line += " " + termsafe.String(x.URL)
-		}
-		_, err := fmt.Fprintf(w, "%s  (%s)\n", line, termsafe.String(x.Rule))
-		return err
-	}
-	if x.Kind == egress.KindOpenURL {
-		// No connection: the URL the guest asked the host to open (of a
-		// refused one, what was kept of it) and the verdict.
-		url := x.URL
-		if url == "" {
-			url = "-"
-		}
-		_, err := fmt.Fprintf(w, "%s  %-7s %-7s %s  (%s)\n", x.Time.Local().Format(time.DateTime), x.Kind, verdict,
-			termsafe.String(url), termsafe.String(x.Rule))
-		return err
-	}
-	line := fmt.Sprintf("%s  %-7s %-7s %s:%d  (%s)  out %d B, in %d B", x.Time.Local().Format(time.DateTime), x.Kind, verdict,
-		termsafe.String(x.Host), x.Port, termsafe.String(x.Rule), x.BytesOut, x.BytesIn)
-	if x.Request != "" {
-		line += "  " + termsafe.String(x.Request)
-	}
-	if len(x.Secrets) > 0 {
-		line += "  secrets: " + termsafe.String(strings.Join(x.Secrets, ", "))
-	}
-	if len(x.Scrubbed) > 0 {
-		line += "  scrubbed from the answer: " + termsafe.String(strings.Join(x.Scrubbed, ", "))
-	}
-	if x.Error != "" {
-		line += "  error: " + termsafe.String(x.Error)
-	}
-	_, err := fmt.Fprintln(w, line)
+	_, err := fmt.Fprintln(w, x.Line())
 	return err
 }

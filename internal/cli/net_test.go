@@ -24,7 +24,11 @@ func TestNetCommands(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"create", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, offline)`},
+		{[]string{"create", "x", "--backend", "qemu", "--net", "closed"}, 1, `--net "closed" is not a network mode (hint: one of open, allow, ask, offline)`},
+		{[]string{"net", "approve", "--vm", "x"}, 2, "net approve takes ID..."},
+		{[]string{"net", "approve", "--vm", "x", "example.com"}, 2, `net approve takes ask IDs, numbers as agent-vm net pending lists them, got ["example.com"]`},
+		{[]string{"net", "deny", "--vm", "x", "--always", "example.com"}, 2, "net deny --always is for ask IDs"},
+		{[]string{"net", "pending", "x", "y"}, 2, "takes at most one BRANCH"},
 		{[]string{"net", "allow", "--vm", "x"}, 2, "net allow takes DOMAIN..."},
 		{[]string{"net", "deny"}, 2, "net deny takes DOMAIN..."},
 		{[]string{"net", "mode", "--vm", "x"}, 2, "net mode takes MODE"},
@@ -49,6 +53,10 @@ func TestNetCommands(t *testing.T) {
 	}{
 		{[]string{"net", "allow", "--vm", "x", "http://example.com"}, `"http://example.com" is not a domain name`},
 		{[]string{"net", "mode", "--vm", "x", "closed"}, `"closed" is not a network mode`},
+		{[]string{"net", "mode", "--vm", "x", "allow", "--wait", "1m"}, "--wait is how long mode ask holds a connection; mode allow holds none"},
+		{[]string{"net", "mode", "--vm", "x", "ask", "--wait", "1ms"}, "--wait 1ms is not whole seconds from 1s to 600s"},
+		{[]string{"net", "approve", "--vm", "x", "1"}, "VM x does not run, so no ask is pending"},
+		{[]string{"net", "deny", "--vm", "x", "1", "2"}, "VM x does not run, so no ask is pending"},
 		{[]string{"expose", "--vm", "x", "3128"}, "the guest reaches the egress proxy"},
 		{[]string{"expose", "--vm", "x", "70000"}, "not a port number"},
 		{[]string{"expose", "--remove", "--vm", "x", "4599"}, "does not expose host port 4599"},
@@ -104,6 +112,24 @@ func TestNetCommands(t *testing.T) {
 	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "egress mode offline") {
 		t.Errorf("net show after net mode offline:\n%s", r.stdout)
 	}
+	// Mode ask: its wait in net show, status and JSON; nothing pending while stopped.
+	mustRun(t, repo, st, "net", "mode", "--vm", "x", "ask", "--wait", "90s")
+	if r := mustRun(t, repo, st, "net", "show", "x"); !strings.Contains(r.stdout, "ask:     a name off the allow-list waits up to 90 s for your answer; 0 waiting now (agent-vm net pending x)") {
+		t.Errorf("net show after net mode ask:\n%s", r.stdout)
+	}
+	if r := mustRun(t, repo, st, "status", "x"); !strings.Contains(r.stdout, "network:    allow-list (the default and *.example.com, 203.0.113.7), other names asked about (0 pending)") {
+		t.Errorf("status in mode ask:\n%s", r.stdout)
+	}
+	if n := statusJSON(t, st, "x")["net"].(map[string]any); n["mode"] != "ask" || n["ask_wait_s"] != 90.0 {
+		t.Errorf("status --json net in mode ask: %v", n)
+	}
+	if r := mustRun(t, repo, st, "net", "pending", "x"); r.stdout != "VM x: no connection waits for an answer\n" {
+		t.Errorf("net pending of a stopped VM: %q", r.stdout)
+	}
+	if r := mustRun(t, repo, st, "net", "pending", "--json", "x"); !strings.Contains(r.stdout, `"asks": []`) {
+		t.Errorf("net pending --json of a stopped VM: %q", r.stdout)
+	}
+	mustRun(t, repo, st, "net", "mode", "--vm", "x", "offline")
 	// create --net sets the VM's mode.
 	mustRun(t, repo, st, "create", "y", "--backend", "qemu", "--net", "offline")
 	if r := mustRun(t, repo, st, "net", "show", "y"); !strings.Contains(r.stdout, "egress mode offline") {

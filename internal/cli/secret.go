@@ -81,9 +81,12 @@ func secretSet(cliCtx *cli.Context, stdio IO, m *vm.Manager) error {
 	if err := secret.CheckName(name); err != nil {
 		return err
 	}
-	hosts, err := secretHosts(name, cliCtx.StringSlice("host"))
+	hosts, err := secret.Hosts(name, cliCtx.StringSlice("host"))
 	if err != nil {
-		return err
+		return fmt.Errorf("--host: %w", err)
+	}
+	if len(hosts) == 0 {
+		return cmdline.Usagef("secret %s needs the hosts its value is sent to: agent-vm knows none for that name (hint: `agent-vm secret set %s --host HOST`, e.g. --host api.example.com; repeat --host for more)", name, name)
 	}
 	sec := secret.Secret{Name: name, Hosts: hosts}
 	for _, h := range cliCtx.StringSlice("header") {
@@ -136,29 +139,6 @@ func secretName(cliCtx *cli.Context) (string, error) {
 		return "", cmdline.Usagef("secret %s takes NAME alone, never a value (hint: %s)", verb, fmt.Sprintf(fix, termsafe.String(before)))
 	}
 	return name, nil
-}
-
-// secretHosts are the hosts the value of the secret called name is sent
-// to: the --host values, checked and in canonical form, else the name's
-// default hosts.
-func secretHosts(name string, given []string) ([]string, error) {
-	var hosts []string
-	for _, h := range given {
-		c, err := secret.CheckHost(h)
-		if err != nil {
-			return nil, fmt.Errorf("--host: %w", err)
-		}
-		if !slices.Contains(hosts, c) {
-			hosts = append(hosts, c)
-		}
-	}
-	if len(hosts) == 0 {
-		hosts = secret.DefaultHosts(name)
-	}
-	if len(hosts) == 0 {
-		return nil, cmdline.Usagef("secret %s needs the hosts its value is sent to: agent-vm knows none for that name (hint: `agent-vm secret set %s --host HOST`, e.g. --host api.example.com; repeat --host for more)", name, name)
-	}
-	return hosts, nil
 }
 
 // containedVM is the record id and branch of the VM branch names, which

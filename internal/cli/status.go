@@ -131,11 +131,15 @@ func netLine(i vminfo.Info) string {
 		return termsafe.String(n.Uncontained)
 	}
 	var parts []string
-	switch {
-	case n.Mode == egress.ModeAllow && len(n.Added) > 0:
-		parts = append(parts, fmt.Sprintf("allow-list (the default and %s)", strings.Join(n.Added, ", ")))
-	case n.Mode == egress.ModeAllow:
-		parts = append(parts, "allow-list (the default)")
+	list := "allow-list (the default)"
+	if len(n.Added) > 0 {
+		list = fmt.Sprintf("allow-list (the default and %s)", strings.Join(n.Added, ", "))
+	}
+	switch n.Mode {
+	case egress.ModeAllow:
+		parts = append(parts, list)
+	case egress.ModeAsk:
+		parts = append(parts, fmt.Sprintf("%s, other names asked about (%d pending)", list, n.Pending))
 	default:
 		parts = append(parts, n.Mode)
 	}

@@ -3,14 +3,19 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // LogEntry is one connection in the log.
@@ -51,6 +56,48 @@ type LogEntry struct {
 	// name or password, no query and no fragment, which carry login
 	// codes and tokens (as Request keeps no query).
 	URL string `json:"url,omitempty"`
+	// Ask is the ID of the ask that held the connection for the user's
+	// answer (mode ask); Rule says how it ended.
+	Ask int `json:"ask,omitempty"`
+}
+
+// Line is the entry as `net log` prints it, one line escaped for a
+// terminal (termsafe: hosts, URLs and requests come from the guest): the
+// local time, the kind, the verdict, the destination, the rule and bytes
+// each way, and what the entry has besides.
+func (x LogEntry) Line() string {
+	verdict := "allowed"
+	if !x.Allowed {
+		verdict = "DENIED"
+	}
+	when := x.Time.Local().Format(time.DateTime)
+	switch x.Kind {
+	case KindDevTools:
+		// No connection: a DevTools call the DevTools relay refused, the
+		// URL it would have loaded and the reason.
+		line := fmt.Sprintf("%s  %-8s %-7s %s", when, x.Kind, verdict, termsafe.String(x.Request))
+		if x.URL != "" {
+			line += " " + termsafe.String(x.URL)
+		}
+		return fmt.Sprintf("%s  (%s)", line, termsafe.String(x.Rule))
+	case KindOpenURL:
+		// No connection: the URL the guest asked the host to open (of a
+		// refused one, what was kept of it) and the verdict.
+		return fmt.Sprintf("%s  %-7s %-7s %s  (%s)", when, x.Kind, verdict, termsafe.String(cmp.Or(x.URL, "-")), termsafe.String(x.Rule))
+	}
+	line := fmt.Sprintf("%s  %-7s %-7s %s:%d  (%s)  out %d B, in %d B", when, x.Kind, verdict,
+		termsafe.String(x.Host), x.Port, termsafe.String(x.Rule), x.BytesOut, x.BytesIn)
+	for _, part := range []struct{ label, text string }{
+		{"", x.Request},
+		{"secrets: ", strings.Join(x.Secrets, ", ")},
+		{"scrubbed from the answer: ", strings.Join(x.Scrubbed, ", ")},
+		{"error: ", x.Error},
+	} {
+		if part.text != "" {
+			line += "  " + part.label + termsafe.String(part.text)
+		}
+	}
+	return line
 }
 
 // KindOpenURL is the Kind of a URL the guest asked the host to open

@@ -71,10 +71,14 @@ const (
 	ModeAllow = "allow"
 	// ModeOffline allows no destination; exposed host ports stay open.
 	ModeOffline = "offline"
+	// ModeAsk allows the allow-list and holds a connection to any other
+	// destination while the user is asked (ask.go); unanswered, it is
+	// refused after the policy's AskWait.
+	ModeAsk = "ask"
 )
 
 // Modes lists the modes, for messages.
-var Modes = []string{ModeOpen, ModeAllow, ModeOffline}
+var Modes = []string{ModeOpen, ModeAllow, ModeAsk, ModeOffline}
 
 // The groups of DefaultAllow. Each is agent-vm's own list; the ones a
 // VM needs for its own software are PackageSources too.
@@ -138,6 +142,9 @@ type Policy struct {
 	// Pins are the host's pins (Pin): each lets one address that is not
 	// globally reachable through for one name.
 	Pins []Pin `json:"pins,omitempty"`
+	// AskWait is how long, in seconds, mode ask holds a connection for the
+	// user's answer; 0 is DefaultAskWait.
+	AskWait int `json:"ask_wait_s,omitempty"`
 }
 
 // Pin is a name and an address of it that the proxy connects to although
@@ -165,6 +172,9 @@ func (p Policy) pinned(host string, a netip.Addr) bool {
 type Decision struct {
 	Allowed bool
 	Rule    string
+	// Ask: refused only for not being on the allow-list, in mode ask, so
+	// the user is asked.
+	Ask bool
 }
 
 // Rules that refuse, which the denial's hint answers (Fix).
@@ -193,10 +203,11 @@ func (p Policy) Decide(host string) Decision {
 	if pat, ok := match(p.Allow, h); ok {
 		return Decision{Allowed: true, Rule: "allow " + pat}
 	}
+	ask := p.Mode == ModeAsk
 	if _, err := netip.ParseAddr(h); err == nil {
-		return Decision{Rule: "IP address not on the allow-list"}
+		return Decision{Rule: "IP address not on the allow-list", Ask: ask}
 	}
-	return Decision{Rule: "not on the allow-list"}
+	return Decision{Rule: "not on the allow-list", Ask: ask}
 }
 
 // Exposes reports whether host port is exposed to the guest.
@@ -277,7 +288,13 @@ const (
 // dir's owner, who the proxy runs as (a root agent-vm writes it for a
 // proxy that dropped to the workspace's owner).
 func WritePolicy(dir string, p Policy) error {
-	b, err := json.MarshalIndent(p, "", "  ")
+	return writeOwned(dir, PolicyFile, p)
+}
+
+// writeOwned replaces the file name of the network directory dir with v as
+// JSON, atomically, 0600 and dir owner's.
+func writeOwned(dir, name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -285,7 +302,7 @@ func WritePolicy(dir string, p Policy) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFrom(filepath.Join(dir, PolicyFile), 0o600, func(w io.Writer) error {
+	return atomicfile.WriteFrom(filepath.Join(dir, name), 0o600, func(w io.Writer) error {
 		if f, ok := w.(*os.File); ok && owner != nil && os.Geteuid() == 0 {
 			if err := f.Chown(int(owner.Uid), int(owner.Gid)); err != nil {
 				return err

@@ -53,6 +53,8 @@ type Proxy struct {
 	// net.Dialer (tests: a guard that fails a dial off this machine).
 	dialContext func(ctx context.Context, network, address string) (net.Conn, error)
 
+	asks asker // mode ask's pending asks (ask.go)
+
 	mu     sync.Mutex
 	policy Policy
 	stamp  time.Time
@@ -139,7 +141,7 @@ func (p *Proxy) handleProxy(c net.Conn) {
 		p.connect(c, br, req)
 		return
 	}
-	p.forward(c, req)
+	p.forward(c, br, req)
 }
 
 // target splits the destination of a request: CONNECT's authority, or an
@@ -170,19 +172,19 @@ func target(req *http.Request) (host string, port int, err error) {
 
 // begin reads the request's destination, decides on it and dials it. When
 // it cannot it answers the guest (and logs a decision) and returns false.
-func (p *Proxy) begin(c net.Conn, req *http.Request, kind string) (LogEntry, net.Conn, bool) {
+func (p *Proxy) begin(c net.Conn, br *bufio.Reader, req *http.Request, kind string) (LogEntry, net.Conn, bool) {
 	host, port, err := target(req)
 	if err != nil {
 		writeStatus(c, http.StatusBadRequest, "agent-vm: "+err.Error()+"\n")
 		return LogEntry{}, nil, false
 	}
 	e := LogEntry{Time: time.Now().UTC(), Kind: kind, Host: host, Port: port}
-	up, ok := p.open(c, &e)
+	up, ok := p.open(c, br, req, &e)
 	return e, up, ok
 }
 
 func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
-	e, up, ok := p.begin(c, req, "connect")
+	e, up, ok := p.begin(c, br, req, "connect")
 	if !ok {
 		return
 	}
@@ -201,8 +203,8 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	p.record(e)
 }
 
-func (p *Proxy) forward(c net.Conn, req *http.Request) {
-	e, up, ok := p.begin(c, req, "http")
+func (p *Proxy) forward(c net.Conn, br *bufio.Reader, req *http.Request) {
+	e, up, ok := p.begin(c, br, req, "http")
 	if !ok {
 		return
 	}
@@ -224,13 +226,16 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) {
 	p.record(e)
 }
 
-// open decides on the entry's destination and dials it. When it cannot
-// it answers the guest, logs the entry and returns false: a refusal by
-// the policy (the name, or every address it resolves to) is a 403 that
-// says why and what lifts it, which clients do not retry; a destination
-// that could not be reached is a 502.
-func (p *Proxy) open(c net.Conn, e *LogEntry) (net.Conn, bool) {
+// open decides on the entry's destination, asking the user in mode ask,
+// and dials it. When it cannot it answers the guest, logs the entry and
+// returns false: a refusal by the policy (the name, or every address it
+// resolves to) is a 403 that says why and what lifts it, which clients do
+// not retry; a destination that could not be reached is a 502.
+func (p *Proxy) open(c net.Conn, br *bufio.Reader, req *http.Request, e *LogEntry) (net.Conn, bool) {
 	d, pol := p.decide(e.Host)
+	if d.Ask {
+		d = p.ask(c, br, req, e, pol)
+	}
 	e.Allowed, e.Rule = d.Allowed, d.Rule
 	if !d.Allowed {
 		p.record(*e)

@@ -50,7 +50,7 @@ func newFixture(t testing.TB, pol Policy) *fixture {
 	f := &fixture{t: t, dir: dir, policy: pol}
 	root := openRoot(t, dir)
 	f.p = &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile},
-		Hosts: map[string]netip.Addr{"allowed.test": loopback, "denied.test": loopback, "sub.wild.test": loopback},
+		Hosts: map[string]netip.Addr{"allowed.test": loopback, "denied.test": loopback, "sub.wild.test": loopback, "asked.test": loopback},
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			if host == "evil.test" { // a public name pointed at the host's loopback
 				return []netip.Addr{loopback}, nil

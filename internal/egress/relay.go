@@ -87,7 +87,12 @@ func (p *Proxy) Serve(ctx context.Context, ls []net.Listener) error {
 
 // serve is Serve with the TCP front f too (nil: none).
 func (p *Proxy) serve(ctx context.Context, ls []net.Listener, f *front) error {
+	// An earlier proxy's asks ended with it: none is pending now, and
+	// answers to them are moot.
+	p.writeAsks()
+	_ = p.Dir.Remove(AnswersFile)
 	defer func() {
+		_ = p.Dir.Remove(AsksFile) // the held connections end with the proxy
 		for _, l := range ls {
 			l.Close()
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -39,6 +40,9 @@ type VMs interface {
 	// copied here, and with follow its growth appended until stop is
 	// called.
 	PullLog(ctx context.Context, e state.Entry, follow bool) (stop func(), err error)
+	// WorkspacePath says where r's workspace lies; host is the registered
+	// host the VM is placed on, "" for this machine.
+	WorkspacePath(r *state.Record, l state.Layout) (path, host string)
 }
 
 func running(ctx context.Context, vms interface {
@@ -74,6 +78,10 @@ type Info struct {
 	// Pins are the host's pins (`agent-vm setup`), every VM's: each lets
 	// one address that is not globally reachable through for its name.
 	Pins []egress.Pin `json:"pins,omitempty"`
+	// AskWait is how long, in seconds, mode ask holds a connection for the
+	// user's answer, and Pending how many it holds now (net pending).
+	AskWait int `json:"ask_wait_s,omitempty"`
+	Pending int `json:"pending,omitempty"`
 }
 
 // uncontained says why r's network is not contained, or "" when its
@@ -120,6 +128,11 @@ func InfoOf(e state.Entry, contained bool, pins []egress.Pin) *Info {
 		info.Added, info.Repository = r.Net.Allow, r.Net.Repo
 	}
 	info.Uncontained = uncontained(r, contained)
+	if p.Mode == egress.ModeAsk {
+		info.AskWait = int(p.AskTimeout().Seconds())
+		asks, _ := egress.ReadAsks(DirOf(e.Layout)) // none while the proxy does not run
+		info.Pending = len(asks)
+	}
 	if d, err := bridge.ReadConfig(e.Layout.RunDir()); err != nil {
 		info.Browser = []string{"unknown: " + err.Error()}
 	} else {
@@ -150,12 +163,38 @@ func Deny(ctx context.Context, vms VMs, name string, patterns []string) (*Change
 	return edit(ctx, vms, name, patterns, false)
 }
 
-// SetMode changes a VM's egress mode.
-func SetMode(ctx context.Context, vms VMs, name, mode string) (*Change, error) {
+// SetMode changes a VM's egress mode; wait, for mode ask only, is how
+// long a connection is held for the user's answer (0: as it was).
+func SetMode(ctx context.Context, vms VMs, name, mode string, wait time.Duration) (*Change, error) {
 	if err := egress.CheckMode(mode); err != nil {
 		return nil, err
 	}
-	return update(ctx, vms, name, func(r *state.Record) { netOf(r).Mode = mode })
+	var secs int
+	if wait != 0 {
+		var err error
+		if mode != egress.ModeAsk {
+			return nil, fmt.Errorf("--wait is how long mode ask holds a connection; mode %s holds none (hint: leave --wait out)", mode)
+		}
+		if secs, err = CheckAskWait(wait); err != nil {
+			return nil, err
+		}
+	}
+	if mode == egress.ModeAsk {
+		e, err := vms.Recorded(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if err := askable(vms, e); err != nil {
+			return nil, err
+		}
+	}
+	return update(ctx, vms, name, func(r *state.Record) {
+		n := netOf(r)
+		n.Mode = mode
+		if secs != 0 {
+			n.AskWait = secs
+		}
+	})
 }
 
 func netOf(r *state.Record) *state.Net {

@@ -72,7 +72,7 @@ func Policy(r *state.Record, pins []egress.Pin) egress.Policy {
 				p.Allow = append(p.Allow, a)
 			}
 		}
-		p.Deny = slices.Clone(r.Net.Deny)
+		p.Deny, p.AskWait = slices.Clone(r.Net.Deny), r.Net.AskWait
 		// The repository's refusals, but those the user allowed since.
 		if rp := r.Net.Repo; rp != nil {
 			for _, d := range rp.Deny {

@@ -89,7 +89,8 @@ type fakeVMs struct {
 	e         state.Entry
 	running   bool
 	pins      []egress.Pin
-	published int // Publish's calls
+	published int    // Publish's calls
+	placedOn  string // the registered host the VM is placed on, "" for this machine
 }
 
 func newFakeVMs(t *testing.T, r *state.Record) *fakeVMs {
@@ -146,6 +147,9 @@ func (f *fakeVMs) Pins() ([]egress.Pin, error) { return f.pins, nil }
 func (f *fakeVMs) Publish(context.Context, state.Entry) error { f.published++; return nil }
 func (f *fakeVMs) PullLog(context.Context, state.Entry, bool) (func(), error) {
 	return func() {}, nil
+}
+func (f *fakeVMs) WorkspacePath(r *state.Record, l state.Layout) (string, string) {
+	return l.Workspace(), f.placedOn
 }
 
 // net allow|deny with a request rule: checked, kept in the record as its

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hostlink"
 	"github.com/agent-vm/agent-vm/internal/hosts"
@@ -44,8 +45,9 @@ func Doctor(ctx context.Context, reg *hosts.Registry, run execx.Runner, name str
 
 // CheckHost checks that a VM can be placed on the registered host called
 // name: the host's system libvirtd runs it (a session daemon is refused),
-// and another machine must have agent-vm's link set up (`host link`).
-func CheckHost(reg *hosts.Registry, name string) error {
+// and another machine must have agent-vm's link set up (`host link`) and
+// a VM whose egress mode (netMode) is not ask, whose proxy runs here.
+func CheckHost(reg *hosts.Registry, name, netMode string) error {
 	if reg == nil {
 		return errNoRegistry
 	}
@@ -62,6 +64,9 @@ func CheckHost(reg *hosts.Registry, name string) error {
 	}
 	if u.Remote() && h.Link == nil {
 		return fmt.Errorf("host %s (%s) is another machine, which agent-vm reaches only over its own SSH link, not set up yet (hint: `agent-vm host link %s`, then `agent-vm host doctor %s`)", h.Name, h.URI, h.Name, h.Name)
+	}
+	if u.Remote() && netMode == egress.ModeAsk {
+		return fmt.Errorf("--net ask holds a connection while you are asked, by the VM's proxy, which for a VM on host %s runs there: mode ask is for VMs on this machine (hint: --net allow, and `agent-vm net allow --vm BRANCH DOMAIN` for a name the VM needs)", h.Name)
 	}
 	return nil
 }

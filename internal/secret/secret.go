@@ -98,6 +98,26 @@ var defaultHosts = map[string][]string{
 // no host is given; nil for other names.
 func DefaultHosts(name string) []string { return slices.Clone(defaultHosts[name]) }
 
+// Hosts are the hosts the value of the secret called name is sent to:
+// those given, checked (CheckHost) and in canonical form, else the name's
+// DefaultHosts; none when neither names any.
+func Hosts(name string, given []string) ([]string, error) {
+	var hosts []string
+	for _, h := range given {
+		c, err := CheckHost(h)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(hosts, c) {
+			hosts = append(hosts, c)
+		}
+	}
+	if len(hosts) == 0 {
+		hosts = DefaultHosts(name)
+	}
+	return hosts, nil
+}
+
 // defaultHeaders are the headers, besides Authorization, in which the
 // APIs of well-known names take their keys: Anthropic's x-api-key (Claude
 // Code sends ANTHROPIC_API_KEY there), Google's x-goog-api-key.

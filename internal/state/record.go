@@ -192,7 +192,7 @@ type Exposed struct {
 // Net is a VM's egress policy as the user set it; the proxy's policy adds
 // the defaults (internal/egress, netpolicy.Policy).
 type Net struct {
-	Mode  string   `json:"mode"`            // open, allow, offline
+	Mode  string   `json:"mode"`            // open, allow, ask, offline
 	Allow []string `json:"allow,omitempty"` // added with `net allow`
 	Deny  []string `json:"deny,omitempty"`  // added with `net deny`
 	// Requests are the request rules added with `net allow|deny BRANCH
@@ -204,6 +204,9 @@ type Net struct {
 	// nil when it had none. The workspace's copy is never read again: the
 	// agent can write it.
 	Repo *RepoNet `json:"repo,omitempty"`
+	// AskWait is how long, in seconds, mode ask holds a connection for the
+	// user's answer (`net mode ask --wait`); 0 is the proxy's default.
+	AskWait int `json:"ask_wait_s,omitempty"`
 }
 
 // RepoNet is a repository's network policy kept in a VM's record, each

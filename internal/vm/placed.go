@@ -64,7 +64,7 @@ func (m *Manager) checkPlacement(o *CreateOptions) error {
 	default:
 		return fmt.Errorf("--host %s places the VM through libvirt, which the %s backend does not use (hint: drop --backend, or pass --backend libvirt)", o.Host, o.Backend)
 	}
-	return placement.CheckHost(m.Hosts, o.Host)
+	return placement.CheckHost(m.Hosts, o.Host, o.Net)
 }
 
 // HostDoctor runs `host doctor` on the registered host called name.
