@@ -33,11 +33,14 @@ const sessionsBranch = "itest/sessions"
 
 // standInAgent is the agent the scenario runs: it proves it got the secret
 // by writing its hash (never the value) to the workspace, which the host
-// sees, then waits for a line and exits with it as its status.
+// sees, says it waits for the user as an agent's hook would, then waits for
+// a line and exits with it as its status.
 const standInAgent = `#!/bin/sh
 # A stand-in for a coding agent (agent-vm's integration test).
 sum=$(printf %s "$AGENT_VM_CANARY" | sha256sum | cut -d' ' -f1)
 echo "stand-in agent: args [$*], canary sha256 $sum"
+# What Claude Code's Notification hook does: agent-vm agent-state reads its payload.
+echo '{"hook_event_name":"Notification","message":"stand-in asks: an exit status?"}' | agent-vm agent-state
 printf '%s\n' "$sum" > .agent-ready
 echo "waiting for an exit status"
 read -r status
@@ -52,6 +55,9 @@ type sessionInfo struct {
 	Attached int    `json:"attached"`
 	Exited   bool   `json:"exited"`
 	Status   int    `json:"status"`
+	State    string `json:"state"`
+	From     string `json:"state_from"`
+	Message  string `json:"message"`
 }
 
 // detachKeys are tmux's Ctrl-b d.
@@ -162,13 +168,16 @@ func runSessions(ctx context.Context, s *harness.S) {
 	})
 
 	var name string
-	s.Step(ctx, "sessions lists the detached agent; a running session is not removed without --force", func() error {
+	s.Step(ctx, "sessions lists the detached agent, waiting as its hook said; a running session is not removed without --force", func() error {
 		infos, err := sessions(ctx, s, ref)
 		if err != nil {
 			return err
 		}
 		if len(infos) != 1 || infos[0].Exited || infos[0].Attached != 0 || !strings.Contains(infos[0].Command, "stand-in-agent") {
 			return harness.Failf(s.LastResult(), "sessions: %+v, want one detached, running stand-in-agent", infos)
+		}
+		if in := infos[0]; in.State != "waiting" || in.From != "hooks" || in.Message != "stand-in asks: an exit status?" {
+			return harness.Failf(s.LastResult(), "sessions: the agent's state %q from %q, message %q; want waiting from its hook", in.State, in.From, in.Message)
 		}
 		name = infos[0].Name
 		res := track(s.Call(ctx, harness.Call{Args: []string{"sessions", "rm", sessionsBranch, "--session", name}, Dir: rp.Dir}))

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/agentstate"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
@@ -161,7 +163,7 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 		argv = append([]string{argv[0], "--chrome"}, argv[1:]...)
 	}
 	w, h := sshx.TermSize(o.Term.In)
-	cmd, stdin, err := session.Start(session.Spec{Name: name, Argv: argv, Env: vars, Width: w, Height: h, Heading: res.Branch})
+	cmd, stdin, err := session.Start(session.Spec{Name: name, Argv: argv, Hooks: hooks(filepath.Base(argv[0])), Env: vars, Width: w, Height: h, Heading: res.Branch})
 	if err != nil {
 		return nil, err
 	}
@@ -350,6 +352,19 @@ func ended(in session.Info) string {
 		return "killed by a signal"
 	}
 	return "exit status " + strconv.Itoa(in.Status)
+}
+
+// hooks are the arguments that give the agent agent-vm's hooks, which
+// report its state (internal/agentstate): Claude Code's and Codex's; other
+// agents are judged by their output.
+func hooks(program string) []string {
+	switch program {
+	case "claude":
+		return agentstate.ClaudeArgs()
+	case "codex":
+		return agentstate.CodexArgs()
+	}
+	return nil
 }
 
 // checkChrome refuses --chrome for an agent other than Claude Code, whose

@@ -212,7 +212,7 @@ func listSessions(ctx context.Context, c *ssh.Client) ([]session.Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	return session.Parse(out)
+	return session.Parse(out, time.Now())
 }
 
 // guestRun runs a command line in the guest and returns its stdout; a

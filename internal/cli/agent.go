@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -191,21 +190,10 @@ func sessionsCommand(stdio IO) *cli.Command {
 				fmt.Fprintf(stdio.Out, "no agent sessions (agent-vm run %s starts one)\n", name)
 				return nil
 			}
-			rows := [][]string{{"SESSION", "COMMAND", "STARTED", "STATE"}}
+			rows := [][]string{{"SESSION", "COMMAND", "STARTED", "STATE", "AGENT"}}
 			for _, in := range infos {
-				state := "running, detached"
-				switch {
-				case in.Exited && in.Status >= 0:
-					state = "exited " + strconv.Itoa(in.Status)
-				case in.Exited:
-					state = "killed"
-				case in.Attached == 1:
-					state = "running, attached"
-				case in.Attached > 1:
-					state = fmt.Sprintf("running, %d attached", in.Attached)
-				}
 				rows = append(rows, []string{in.Name, termsafe.Truncate(termsafe.String(in.Command), 50),
-					in.Started.Local().Format(time.DateTime), state})
+					in.Started.Local().Format(time.DateTime), in.Running(), termsafe.Truncate(termsafe.String(in.Doing(time.Now())), 70)})
 			}
 			return writeTable(stdio.Out, rows)
 		}),

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/agentstate"
 	"github.com/agent-vm/agent-vm/internal/bridge"
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/mcpproxy"
@@ -123,4 +125,32 @@ func thisVM() string {
 		return "BRANCH"
 	}
 	return termsafe.String(name)
+}
+
+// agentStateCommand runs in the guest as the agents' hook (Claude Code's
+// hooks, Codex's notify): it reads the hook's payload, Codex's last
+// argument or else standard input, and keeps the state it reports as the
+// agent's session's (internal/agentstate). It always exits 0, so that no
+// hook of agent-vm's ever stops or blocks the agent: what goes wrong is
+// said on standard error, which the agent may show.
+func agentStateCommand(stdio cmdline.IO) *cli.Command {
+	return &cli.Command{
+		Name: agentstate.Command, Hidden: true, Usage: "in a guest: an agent's hook: keep the state it reports as its session's", ArgsUsage: "[PAYLOAD]",
+		Action: func(cliCtx *cli.Context) error {
+			var b []byte
+			var err error
+			if cliCtx.NArg() > 0 {
+				b = []byte(cliCtx.Args().Get(cliCtx.NArg() - 1))
+			} else if stdio.In != nil {
+				b, err = io.ReadAll(io.LimitReader(stdio.In, agentstate.MaxPayload+1))
+			}
+			if err == nil {
+				err = agentstate.Hook(cliCtx.Context, b, stdio.Getenv("TMUX_PANE"), time.Now())
+			}
+			if err != nil {
+				fmt.Fprintf(stdio.Err, "agent-vm agent-state: %s\n", termsafe.String(err.Error()))
+			}
+			return nil
+		},
+	}
 }

@@ -3,6 +3,7 @@ package selfcmd
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,5 +80,41 @@ func TestOpenURLAsksTheDoor(t *testing.T) {
 	r = run(t, nil, nil, "open-url", "--socket", sock, "file:///etc/passwd")
 	if r.code != cmdline.ExitError || !strings.Contains(r.stderr, "agent-vm: the host refused the URL: file: URLs are not opened") {
 		t.Errorf("a refused URL: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// agent-state never fails the agent's hook (exit 0, whatever it is given)
+// and says on stderr why it kept nothing: a payload it cannot read, one
+// over the bound, no session pane.
+func TestAgentStateNeverFailsTheHook(t *testing.T) {
+	payload := func(s string) *os.File {
+		f, err := os.CreateTemp(t.TempDir(), "payload")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Seek(0, 0); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	huge := `{"hook_event_name":"Stop","x":"` + strings.Repeat("x", 1<<20) + `"}`
+	for _, c := range []struct {
+		in   string
+		args []string
+		want string
+	}{
+		{"not json", nil, "the hook's payload is not JSON"},
+		{huge, nil, "is over 65536 bytes: ignored"},
+		{`{"hook_event_name":"Stop"}`, nil, "$TMUX_PANE is empty"},
+		{"", []string{`{"type":"agent-turn-complete"}`}, "$TMUX_PANE is empty"}, // Codex: the payload is the argument
+		{"", []string{`{"type":"x"}`}, "says nothing agent-vm reads"},
+	} {
+		r := run(t, payload(c.in), nil, append([]string{"agent-state"}, c.args...)...)
+		if r.code != 0 || r.stdout != "" || !strings.HasPrefix(r.stderr, "agent-vm agent-state: ") || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("agent-state %.40q %q: exit %d\nstdout:\n%s\nstderr:\n%s", c.in, c.args, r.code, r.stdout, r.stderr)
+		}
 	}
 }

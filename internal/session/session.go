@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/agentstate"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 )
@@ -104,10 +105,14 @@ func CheckEnvName(name string) error {
 
 // Spec is a session to start.
 type Spec struct {
-	Name    string
-	Argv    []string // the agent: program and arguments
-	Env     []Var    // passed only through the agent's environment
-	Width   int      // the initial window size (0: 80x24)
+	Name string
+	Argv []string // the agent: program and arguments
+	// Hooks are arguments put right after the program, which the session's
+	// command as `sessions` shows it leaves out: the agent's hooks
+	// (agentstate.ClaudeArgs).
+	Hooks   []string
+	Env     []Var // passed only through the agent's environment
+	Width   int   // the initial window size (0: 80x24)
 	Height  int
 	Heading string // the status line's left part, e.g. the branch
 	Dir     string // where the agent starts (default: the workspace)
@@ -211,7 +216,7 @@ func Start(s Spec) (cmd string, stdin []byte, err error) {
 	args = append(args,
 		"new-session", "-d", "-s", s.Name, "-n", s.Name, "-x", strconv.Itoa(w), "-y", strconv.Itoa(h), "-c", dir,
 		"--", "/bin/sh", "-c", wrapper, "agent-vm-session", "__ENVFILE__", s.Name)
-	args = append(args, s.Argv...)
+	args = append(append(append(args, s.Argv[0]), s.Hooks...), s.Argv[1:]...)
 	args = append(args, ";", "set-option", "-t", pane(s.Name), commandOption, display(s.Argv))
 	if s.Heading != "" {
 		args = append(args, ";", "set-option", "-t", pane(s.Name), "status-left", "["+s.Heading+" "+s.Name+"] ")
@@ -283,10 +288,29 @@ type Info struct {
 	// signal, or unknown).
 	Status  int        `json:"status"`
 	EndedAt *time.Time `json:"ended_at,omitempty"`
+	// State is what the agent is doing (agentstate's Working, Waiting or
+	// Done, or Exited) and StateFrom how that is known: "hooks" (the
+	// agent's own, StateAt when it last said so, Message what it said
+	// with it), or "output" for an agent without hooks (Waiting once it
+	// has printed nothing for QuietAfter).
+	State     string     `json:"state"`
+	StateFrom string     `json:"state_from"`
+	StateAt   *time.Time `json:"state_at,omitempty"`
+	Message   string     `json:"message,omitempty"`
+	// Activity is when the session last printed output.
+	Activity time.Time `json:"activity"`
 }
 
+// Exited is the State of a session whose agent ended.
+const Exited = "exited"
+
+// QuietAfter is how long an agent without hooks prints nothing before it
+// is taken to wait for the user.
+const QuietAfter = 30 * time.Second
+
 const listFormat = "#{session_name}\t#{session_created}\t#{session_attached}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_time}\t#{" +
-	statusOption + "}\t#{" + endedOption + "}\t#{" + commandOption + "}"
+	statusOption + "}\t#{" + endedOption + "}\t#{window_activity}\t#{" + agentstate.StateOption + "}\t#{" + agentstate.AtOption + "}\t#{" +
+	agentstate.MessageOption + "}\t#{" + commandOption + "}"
 
 // List is the command line that lists the sessions (no output, exit 0,
 // when there are none or tmux is not installed). A server whose last
@@ -300,24 +324,27 @@ esac
 printf '%%s\n' "$out"`, tmux("list-sessions", "-F", listFormat))
 }
 
-// Parse reads List's output. Sessions of agent-vm's server that agent-vm
-// did not start (no command option) are listed too, with an empty command.
-func Parse(out string) ([]Info, error) {
+// Parse reads List's output, as it was at now. Sessions of agent-vm's
+// server that agent-vm did not start (no command option) are listed too,
+// with an empty command.
+func Parse(out string, now time.Time) ([]Info, error) {
 	var infos []Info
 	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 		if line == "" {
 			continue
 		}
-		f := strings.SplitN(line, "\t", 9)
-		if len(f) != 9 {
+		f := strings.SplitN(line, "\t", 13)
+		if len(f) != 13 {
 			return nil, fmt.Errorf("unexpected line from tmux list-sessions: %q", line)
 		}
 		created, err1 := strconv.ParseInt(f[1], 10, 64)
 		attached, err2 := strconv.Atoi(f[2])
-		if err := errors.Join(err1, err2); err != nil {
+		activity, err3 := strconv.ParseInt(f[8], 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, fmt.Errorf("unexpected line from tmux list-sessions: %q: %w", line, err)
 		}
-		in := Info{Name: f[0], Command: f[8], Started: time.Unix(created, 0).UTC(), Attached: attached, Status: -1}
+		in := Info{Name: f[0], Command: f[12], Started: time.Unix(created, 0).UTC(), Attached: attached, Status: -1,
+			Activity: time.Unix(activity, 0).UTC()}
 		status, ended := f[6], f[7]
 		if status == "" && f[3] == "1" && f[5] != "" {
 			// No status from the wrapper, but tmux reaped the pane's
@@ -332,9 +359,60 @@ func Parse(out string) ([]Info, error) {
 				in.Status = st
 			}
 		}
+		in.agentState(f[9], f[10], f[11], now)
 		infos = append(infos, in)
 	}
 	return infos, nil
+}
+
+// agentState sets the session's State from what the agent's hooks kept
+// (state, at, message: agentstate.Record's options), else from its output.
+func (in *Info) agentState(state, at, message string, now time.Time) {
+	switch {
+	case in.Exited:
+		in.State, in.StateFrom = Exited, "tmux"
+	case state == agentstate.Working || state == agentstate.Waiting || state == agentstate.Done:
+		in.State, in.StateFrom, in.Message = state, "hooks", message
+		if t, err := strconv.ParseInt(at, 10, 64); err == nil && t > 0 {
+			when := time.Unix(t, 0).UTC()
+			in.StateAt = &when
+		}
+	case now.Sub(in.Activity) >= QuietAfter:
+		in.State, in.StateFrom = agentstate.Waiting, "output"
+	default:
+		in.State, in.StateFrom = agentstate.Working, "output"
+	}
+}
+
+// Running says whether the session's agent runs and who is attached, or
+// how it ended, in a word or two ("running, detached", "exited 1").
+func (in Info) Running() string {
+	switch {
+	case in.Exited && in.Status >= 0:
+		return "exited " + strconv.Itoa(in.Status)
+	case in.Exited:
+		return "killed"
+	case in.Attached == 1:
+		return "running, attached"
+	case in.Attached > 1:
+		return fmt.Sprintf("running, %d attached", in.Attached)
+	}
+	return "running, detached"
+}
+
+// Doing says what the agent is doing, at now: its state and what it said
+// with it, or how long an agent without hooks has been quiet ("-" once it
+// ended). The message is the guest's: escape it to print it.
+func (in Info) Doing(now time.Time) string {
+	switch {
+	case in.State == Exited:
+		return "-"
+	case in.StateFrom == "output" && in.State == agentstate.Waiting:
+		return fmt.Sprintf("quiet for %s", now.Sub(in.Activity).Round(time.Second))
+	case in.Message != "":
+		return in.State + ": " + in.Message
+	}
+	return in.State
 }
 
 // Find picks the session called name from infos.

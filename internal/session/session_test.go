@@ -72,7 +72,7 @@ func (h *host) list() []Info {
 	if code != 0 {
 		h.t.Fatalf("list: exit %d: %s", code, errOut)
 	}
-	infos, err := Parse(out)
+	infos, err := Parse(out, time.Now())
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -223,17 +223,30 @@ func TestStartErrorsSayWhatToDo(t *testing.T) {
 }
 
 func TestParseRefusesWhatItDoesNotKnow(t *testing.T) {
-	if _, err := Parse("one\ttwo\n"); err == nil {
+	now := time.Unix(1795436800, 0)
+	if _, err := Parse("one\ttwo\n", now); err == nil {
 		t.Error("a short line was accepted")
 	}
-	// Dead but not yet reaped: still running; reaped without a status: a signal.
-	got, err := Parse("a\t1795436762\t1\t1\t\t\t\t\tcmd\twith tab\n" +
-		"b\t1795436762\t0\t1\t\t1795436770\t\t\t\n" +
-		"c\t1795436762\t0\t1\t\t\t4\t1795436771\tx\n")
-	if err != nil || len(got) != 3 || got[0].Exited || got[0].Command != "cmd\twith tab" || got[0].Attached != 1 ||
+	// Dead but not yet reaped: still running; reaped without a status: a
+	// signal. The state: the hooks' when they said one (d), else by the
+	// output (a printed 10 s ago, e 40 s ago; an unknown state is ignored).
+	got, err := Parse("a\t1795436762\t1\t1\t\t\t\t\t1795436790\t\t\t\tcmd\twith tab\n"+
+		"b\t1795436762\t0\t1\t\t1795436770\t\t\t1795436770\t\t\t\t\n"+
+		"c\t1795436762\t0\t1\t\t\t4\t1795436771\t1795436771\tworking\t\t\tx\n"+
+		"d\t1795436762\t0\t0\t\t\t\t\t1795436700\twaiting\t1795436799\tMay I run make?\tclaude\n"+
+		"e\t1795436762\t0\t0\t\t\t\t\t1795436760\tbored\t\t\tsh\n", now)
+	if err != nil || len(got) != 5 || got[0].Exited || got[0].Command != "cmd\twith tab" || got[0].Attached != 1 ||
 		!got[1].Exited || got[1].Status != -1 || got[1].EndedAt == nil ||
 		!got[2].Exited || got[2].Status != 4 || got[2].EndedAt.Unix() != 1795436771 {
-		t.Errorf("got %+v, %v", got, err)
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	for i, want := range []string{"working output", "exited tmux", "exited tmux", "waiting hooks", "waiting output"} {
+		if s := got[i].State + " " + got[i].StateFrom; s != want {
+			t.Errorf("%s: state %q, want %q", got[i].Name, s, want)
+		}
+	}
+	if d := got[3]; d.Message != "May I run make?" || d.StateAt == nil || d.StateAt.Unix() != 1795436799 {
+		t.Errorf("d: %+v", d)
 	}
 }
 

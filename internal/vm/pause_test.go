@@ -120,7 +120,7 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 	if g := time.Unix(guestNow, 0); g.Before(asked.Add(-3*time.Second)) || g.After(time.Now().Add(3*time.Second)) {
 		t.Errorf("the guest's clock reads %s after resume; the host's was %s", g.UTC().Format(time.RFC3339), asked.UTC().Format(time.RFC3339))
 	}
-	sessions, err := session.Parse(sh(session.List()))
+	sessions, err := session.Parse(sh(session.List()), time.Now())
 	if s, ok := session.Find(sessions, "agent"); err != nil || !ok || s.Exited {
 		t.Errorf("the agent's session after resume: %+v (%v)", sessions, err)
 	}
