@@ -75,7 +75,10 @@ func runSessions(ctx context.Context, s *harness.S) {
 	var workspace string
 	var calls []*harness.Result // every call, searched for the canary at the end
 	track := func(r *harness.Result) *harness.Result { calls = append(calls, r); return r }
-	agentArgs := []string{"--agent", "./stand-in-agent", "--env", "AGENT_VM_CANARY"}
+	// --on-wait's command writes what it was told where the test reads it.
+	onWaitOut := filepath.Join(s.Dir(), "on-wait.out")
+	agentArgs := []string{"--agent", "./stand-in-agent", "--env", "AGENT_VM_CANARY",
+		"--on-wait", `printf '%s|%s|%s\n' "$AGENT_VM_SESSION" "$AGENT_VM_STATE" "$AGENT_VM_MESSAGE" >> '` + onWaitOut + `'`}
 	if s.Backend() != "" {
 		agentArgs = append(agentArgs, "--backend", s.Backend())
 	}
@@ -178,6 +181,14 @@ func runSessions(ctx context.Context, s *harness.S) {
 		}
 		if in := infos[0]; in.State != "waiting" || in.From != "hooks" || in.Message != "stand-in asks: an exit status?" {
 			return harness.Failf(s.LastResult(), "sessions: the agent's state %q from %q, message %q; want waiting from its hook", in.State, in.From, in.Message)
+		}
+		// The VM's holder saw it turn waiting and ran run --on-wait's command here.
+		want := infos[0].Name + "|waiting|stand-in asks: an exit status?\n"
+		if err := s.Until(ctx, "run --on-wait's command", func() (bool, error) {
+			b, err := os.ReadFile(onWaitOut)
+			return string(b) == want, fmt.Errorf("%s has %q, %v; want %q", onWaitOut, b, err, want)
+		}); err != nil {
+			return err
 		}
 		name = infos[0].Name
 		res := track(s.Call(ctx, harness.Call{Args: []string{"sessions", "rm", sessionsBranch, "--session", name}, Dir: rp.Dir}))

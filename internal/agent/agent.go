@@ -92,6 +92,9 @@ type RunOptions struct {
 	// Chrome is --chrome: the Provisioner's OpenBrowser before the
 	// session. Only Claude Code has it.
 	Chrome bool
+	// OnWait is --on-wait: the command the VM's holder runs when an agent
+	// of it starts waiting, until the VM stops (internal/notify).
+	OnWait string
 }
 
 // Result is how an attached session ended for the user.

@@ -18,6 +18,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
+	tellwait "github.com/agent-vm/agent-vm/internal/notify"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -118,6 +119,15 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 	}
 	res.Started = booted
 	res.VM, res.Branch = up.Slug, up.Branch
+	if o.OnWait != "" {
+		e, err := vms.Find(ctx, res.VM)
+		if err == nil {
+			err = tellwait.SetOnWait(e.Layout.RunDir(), o.OnWait)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--on-wait: %w", err)
+		}
+	}
 	c, _, err := vms.Connect(ctx, res.VM)
 	if err != nil {
 		return nil, err

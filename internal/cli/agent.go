@@ -25,6 +25,7 @@ func runCommand(stdio IO) *cli.Command {
 		sessionFlag("start or attach to the agent session `NAME` (default: named after the agent)"),
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
 		chromeFlag,
+		&cli.StringFlag{Name: "on-wait", Usage: "run shell command `CMD` on this host whenever an agent of the VM starts waiting for you, until the VM stops (default: on_wait in ~/.config/agent-vm/config.toml); it gets AGENT_VM_BRANCH, AGENT_VM_SESSION, AGENT_VM_STATE and AGENT_VM_MESSAGE"},
 		timeoutFlag(bootTimeout),
 	}
 	return &cli.Command{
@@ -72,6 +73,7 @@ func runCommand(stdio IO) *cli.Command {
 				Name: name, Agent: cliCtx.String("agent"), Args: args, Env: cliCtx.StringSlice("env"),
 				Session: cliCtx.String("session"), New: cliCtx.Bool("new"), Getenv: stdio.Getenv,
 				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err}, Notify: notify, Chrome: cliCtx.Bool("chrome"),
+				OnWait: cliCtx.String("on-wait"),
 			}
 			prov := &runProvisioner{m: m, create: co, start: so, getenv: stdio.Getenv, notify: notify}
 			res, err := agent.Run(cliCtx.Context, m, prov, o)

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -24,8 +26,11 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
+	"github.com/agent-vm/agent-vm/internal/notify"
+	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/userconfig"
 )
 
 // Guest is one VM's guest as agent-vm reaches it.
@@ -174,5 +179,36 @@ func (g Guest) Serve(ctx context.Context) error {
 		Dial: func(ctx context.Context) (*ssh.Client, error) { return sshx.Dial(ctx, target, 30*time.Second) }}
 	h.Notices = hold.NewNotices()
 	h.ReverseForwards = func() ([]hold.ReverseForward, error) { return g.reverseForwards(h.Log, h.Notices) }
+	h.Watch = g.watchAgents(h.Log)
+	// run --on-wait's command is the VM's until it stops, which ends this.
+	defer os.Remove(filepath.Join(g.Layout.RunDir(), notify.OnWaitFile))
 	return h.Run(ctx)
+}
+
+// watchAgents is the holder's watch of the VM's agent sessions: the user
+// is told when one starts waiting (internal/notify).
+func (g Guest) watchAgents(log hclog.Logger) func(ctx context.Context, c *ssh.Client) {
+	config := func() (string, error) {
+		c, err := userconfig.Load(userconfig.Path(os.Getenv))
+		if err != nil {
+			return "", err
+		}
+		return c.OnWait, nil
+	}
+	return func(ctx context.Context, c *ssh.Client) {
+		w := &notify.Watcher{Branch: g.Record.Branch, VM: g.Record.Slug, Run: execx.OS{}, Getenv: os.Getenv, Log: log.Named("notify"),
+			List: func(ctx context.Context) ([]session.Info, error) {
+				var out, errOut bytes.Buffer
+				code, err := sshx.Run(ctx, c, session.List(), nil, &out, &errOut)
+				if err == nil && code != 0 {
+					err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(errOut.String()))
+				}
+				if err != nil {
+					return nil, err
+				}
+				return session.Parse(out.String(), time.Now())
+			},
+			OnWait: func() (string, error) { return notify.OnWait(g.Layout.RunDir(), config) }}
+		w.Watch(ctx)
+	}
 }

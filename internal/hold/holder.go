@@ -43,6 +43,9 @@ type Holder struct {
 	// Notices, when set, passes the reverse forwards' lines for the user to the
 	// callers listening on a NoticesChannel.
 	Notices *Notices
+	// Watch, when set, runs beside the held connection c for as long as it
+	// lasts (the agents' states: internal/notify).
+	Watch func(ctx context.Context, c *ssh.Client)
 }
 
 // Run dials the guest, makes the key pairs, serves the socket and returns
@@ -78,6 +81,9 @@ func (h *Holder) Run(ctx context.Context) error {
 		cancel(fmt.Errorf("the connection to the guest ended: %v", first.Wait()))
 	}()
 	go h.keepalive(ctx, first, cancel)
+	if h.Watch != nil {
+		go h.Watch(ctx, first)
+	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	ds := &reverseForwards{log: h.Log}

@@ -65,7 +65,7 @@ func ParsePolicy(path string, raw []byte) (*Policy, error) {
 	p.Sum = hex.EncodeToString(sum[:])
 	c := &Config{Path: path, src: string(raw)} // for its decoding and line finding
 	hint := "allow, deny and requests are lists of strings"
-	if err := c.decode(p, hint, hint, "allow, deny and requests"); err != nil {
+	if err := c.doc().Decode(p, hint, hint, "allow, deny and requests"); err != nil {
 		return nil, err
 	}
 	lists := []struct {
@@ -74,14 +74,14 @@ func ParsePolicy(path string, raw []byte) (*Policy, error) {
 	}{{"allow", &p.Allow}, {"deny", &p.Deny}, {"requests", &p.Requests}}
 	for _, l := range lists {
 		if len(*l.list) > MaxPolicyEntries {
-			return nil, c.errorf(l.key, "", "%d entries are more than %d", len(*l.list), MaxPolicyEntries)
+			return nil, c.doc().Errorf(l.key, "", "%d entries are more than %d", len(*l.list), MaxPolicyEntries)
 		}
 	}
 	for _, l := range lists[:2] {
 		for i, s := range *l.list {
 			n, err := egress.CheckPattern(s)
 			if err != nil {
-				return nil, c.errorf(l.key, s, "%v (hint: a host name, *.example.com or an IP address, as `agent-vm net %s` takes)", err, l.key)
+				return nil, c.doc().Errorf(l.key, s, "%v (hint: a host name, *.example.com or an IP address, as `agent-vm net %s` takes)", err, l.key)
 			}
 			(*l.list)[i] = n
 		}
@@ -89,7 +89,7 @@ func ParsePolicy(path string, raw []byte) (*Policy, error) {
 	for i, s := range p.Requests {
 		rule, err := egress.ParseRequestRule(s)
 		if err != nil {
-			return nil, c.errorf("requests", s, "%v (hint: \"allow METHOD host/path\" or \"deny METHOD host/path\")", err)
+			return nil, c.doc().Errorf("requests", s, "%v (hint: \"allow METHOD host/path\" or \"deny METHOD host/path\")", err)
 		}
 		p.Requests[i] = rule.String()
 	}

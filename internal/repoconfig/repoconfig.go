@@ -22,12 +22,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
-
-	"github.com/BurntSushi/toml"
 
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/size"
+	"github.com/agent-vm/agent-vm/internal/tomlfile"
 	"github.com/agent-vm/agent-vm/internal/wsfile"
 )
 
@@ -99,97 +97,47 @@ const maxConfigSize = 1 << 20
 // Parse decodes a config.toml; path is only used in messages.
 func Parse(path string, raw []byte) (*Config, error) {
 	c := &Config{Path: path, src: string(raw)}
-	if err := c.decode(c, "see `agent-vm create --help` for the keys agent-vm reads",
+	if err := c.doc().Decode(c, "see `agent-vm create --help` for the keys agent-vm reads",
 		"packages is a list of strings, cpus a number, memory and agent strings", "packages, cpus, memory and agent"); err != nil {
 		return nil, err
 	}
 	return c, c.check()
 }
 
-// decode decodes c's source into v strictly: a syntax error, a wrong type
-// and an unknown key are errors naming c's file and line, with the hints
-// for each (what the file's keys are, what their types are, which keys
-// agent-vm reads).
-func (c *Config) decode(v any, syntaxHint, typeHint, keys string) error {
-	md, err := toml.Decode(c.src, v)
-	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return fmt.Errorf("%s:%d: %s (hint: %s)", c.Path, pe.Position.Line, pe.Message, syntaxHint)
-		}
-		// A type mismatch is not a ParseError; its text has the line.
-		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
-			return fmt.Errorf("%s:%s: %s: %s (hint: %s)", c.Path, m[1], m[2], m[3], typeHint)
-		}
-		return fmt.Errorf("%s: %w", c.Path, err)
-	}
-	if un := md.Undecoded(); len(un) > 0 {
-		key := un[0].String()
-		return c.errorf(key, "", "unknown key %q (hint: agent-vm reads %s)", key, keys)
-	}
-	return nil
-}
+// doc is c's source for tomlfile's strict decoding and its messages.
+func (c *Config) doc() tomlfile.Doc { return tomlfile.Doc{Path: c.Path, Src: c.src} }
 
-var (
-	// nameRE admits the names of both backends' grammars (Debian's
-	// lowercase, '+' and '.'; nixpkgs' capitals, '_' and '\''); each
-	// backend then checks its own.
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_+.'-]*$`)
-	// typeErrRE reads BurntSushi/toml's "incompatible types" error.
-	typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
-)
+// Line finds where key is set in c's file (tomlfile.Doc.Line).
+func (c *Config) Line(key, value string) int { return c.doc().Line(key, value) }
+
+// nameRE admits the names of both backends' grammars (Debian's
+// lowercase, '+' and '.'; nixpkgs' capitals, '_' and '\”); each
+// backend then checks its own.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_+.'-]*$`)
 
 func (c *Config) check() error {
 	if len(c.Packages) > MaxPackages {
-		return c.errorf("packages", "", "%d packages are more than %d", len(c.Packages), MaxPackages)
+		return c.doc().Errorf("packages", "", "%d packages are more than %d", len(c.Packages), MaxPackages)
 	}
 	for _, p := range c.Packages {
 		if len(p) > 128 || !nameRE.MatchString(p) {
-			return c.errorf("packages", p, "package name %q is not a package name (hint: e.g. \"ripgrep\": letters, digits, '+', '-', '.', '_')", p)
+			return c.doc().Errorf("packages", p, "package name %q is not a package name (hint: e.g. \"ripgrep\": letters, digits, '+', '-', '.', '_')", p)
 		}
 	}
 	if c.CPUs < 0 || c.CPUs > 64 {
-		return c.errorf("cpus", "", "cpus = %d is out of range (hint: use 1 to 64)", c.CPUs)
+		return c.doc().Errorf("cpus", "", "cpus = %d is out of range (hint: use 1 to 64)", c.CPUs)
 	}
 	if c.Memory != "" {
 		mib, err := size.ParseMiB(c.Memory, "M")
 		if err != nil {
-			return c.errorf("memory", "", "memory = %q is %v (hint: e.g. \"4G\", \"1.5G\" or \"2048M\", as create --memory takes)", c.Memory, err)
+			return c.doc().Errorf("memory", "", "memory = %q is %v (hint: e.g. \"4G\", \"1.5G\" or \"2048M\", as create --memory takes)", c.Memory, err)
 		}
 		c.MemoryMiB = mib
 	}
 	if c.Agent != "" {
 		if _, err := guest.LookupAgent(c.Agent); err != nil {
-			return c.errorf("agent", "", "%v", err)
+			return c.doc().Errorf("agent", "", "%v", err)
 		}
 	}
 	return nil
-}
-
-// errorf is an error about key (and, when given, the quoted value inside
-// it) at the line where it stands.
-func (c *Config) errorf(key, value, format string, args ...any) error {
-	return fmt.Errorf("%s:%d: %s", c.Path, c.Line(key, value), fmt.Sprintf(format, args...))
-}
-
-// Line finds where key is set: the line of value within it when given
-// (a multi-line array), else the key's own line; 1 when neither is found.
-func (c *Config) Line(key, value string) int {
-	keyRE := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(key) + `"?\s*=`)
-	lines := strings.Split(c.src, "\n")
-	for i, l := range lines {
-		if !keyRE.MatchString(l) {
-			continue
-		}
-		if value == "" {
-			return i + 1
-		}
-		for j := i; j < len(lines); j++ {
-			if strings.Contains(lines[j], `"`+value+`"`) || strings.Contains(lines[j], `'`+value+`'`) {
-				return j + 1
-			}
-		}
-		return i + 1
-	}
-	return 1
 }
