@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,6 +169,9 @@ func runSessions(ctx context.Context, s *harness.S) {
 	})
 
 	var name string
+	s.Step(ctx, "top shows the VM with its agent waiting, in 80x24 and in --json; q quits", func() error {
+		return topSteps(ctx, s, ref)
+	})
 	s.Step(ctx, "sessions lists the detached agent, waiting as its hook said; a running session is not removed without --force", func() error {
 		infos, err := sessions(ctx, s, ref)
 		if err != nil {
@@ -288,14 +289,14 @@ func runSessions(ctx context.Context, s *harness.S) {
 				return harness.Failf(r, "the canary is in the output of `%s`", r.Short())
 			}
 		}
-		hits, scanned, err := grepTree(s.StateDir(), []byte(canary))
+		hits, scanned, err := harness.GrepTree(s.StateDir(), []byte(canary))
 		if err != nil {
 			return err
 		}
 		if len(hits) > 0 {
 			return harness.Failf(nil, "the canary is in %s", strings.Join(hits, ", "))
 		}
-		s.Notef("canary absent from %d files (%s) of the state directory, incl. the guest disk", scanned.files, humanBytes(scanned.bytes))
+		s.Notef("canary absent from %d files (%s) of the state directory, incl. the guest disk", scanned.Files, humanBytes(scanned.Bytes))
 		return nil
 	})
 
@@ -466,6 +467,71 @@ func sessions(ctx context.Context, s *harness.S, ref harness.VMRef) ([]sessionIn
 	return infos, nil
 }
 
+// topSteps runs `agent-vm top` in a terminal of 80x24 on this host, as a
+// user would, while the stand-in agent waits: the screen shows the VM's
+// branch with its agent waiting and what it asked; q quits. top --json
+// says the same.
+func topSteps(ctx context.Context, s *harness.S, ref harness.VMRef) error {
+	t, err := s.StartTerm(ctx, 80, 24, []string{"NO_COLOR=1"}, s.Argv("top", "--every", "1s")...)
+	if err != nil {
+		return err
+	}
+	defer t.Close(ctx)
+	// Keys typed before the screen is up are lost, as a user's would be.
+	if err := s.Until(ctx, "top's first screen", func() (bool, error) {
+		return strings.Contains(t.Screen(ctx), "agent-vm top"), errors.New("no screen yet")
+	}); err != nil {
+		return err
+	}
+	// Other scenarios' VMs may be on the screen: the filter keeps this one,
+	// which is then the selected VM, whose detail shows what its agent asked.
+	if err := t.Keys(ctx, "/"); err != nil {
+		return err
+	}
+	if err := t.Keys(ctx, "-l", sessionsBranch); err != nil {
+		return err
+	}
+	if err := t.Keys(ctx, "Enter"); err != nil {
+		return err
+	}
+	var screen string
+	err = s.Until(ctx, "top's screen", func() (bool, error) {
+		screen = t.Screen(ctx)
+		return strings.Contains(screen, sessionsBranch) && strings.Contains(screen, "waiting") &&
+			strings.Contains(screen, "stand-in asks: an exit status?"), fmt.Errorf("the screen:\n%s", screen)
+	})
+	if err != nil {
+		return err
+	}
+	s.Notef("top's screen:\n%s", strings.TrimRight(screen, "\n"))
+	if err := t.Keys(ctx, "q"); err != nil {
+		return err
+	}
+	if err := s.Until(ctx, "top to quit on q", func() (bool, error) { return !t.Running(ctx), errors.New("top still runs") }); err != nil {
+		return err
+	}
+	res := s.Call(ctx, harness.Call{Args: []string{"top", "--json"}})
+	var snap struct {
+		VMs []struct {
+			Branch string `json:"branch"`
+			Agent  string `json:"agent_state"`
+			PSS    int64  `json:"pss_bytes"`
+		} `json:"vms"`
+	}
+	if err := harness.Want(res, 0); err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &snap); err != nil {
+		return harness.Failf(res, "top --json: %v", err)
+	}
+	for _, v := range snap.VMs {
+		if v.Branch == sessionsBranch && v.Agent == "waiting" && v.PSS > 0 {
+			return nil
+		}
+	}
+	return harness.Failf(res, "top --json has no %s with its agent waiting and a PSS", sessionsBranch)
+}
+
 // keyboard is agent-vm's stdin: what the test types, when it types it. It
 // is an OS pipe, so agent-vm gets it as its stdin directly (with any other
 // reader, waiting for agent-vm would also wait for the next key), and it
@@ -489,74 +555,6 @@ func (k *keyboard) Type(keys string) { k.w.Write([]byte(keys)) }
 func (k *keyboard) Close() {
 	k.w.Close()
 	k.File.Close()
-}
-
-type scanned struct {
-	files int
-	bytes int64
-}
-
-// grepTree lists the files under root that contain needle.
-func grepTree(root string, needle []byte) ([]string, scanned, error) {
-	var hits []string
-	var sc scanned
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		found, n, err := fileContains(p, needle)
-		if err != nil {
-			return err
-		}
-		sc.files++
-		sc.bytes += n
-		if found {
-			hits = append(hits, p)
-		}
-		return nil
-	})
-	return hits, sc, err
-}
-
-// fileContains reads the file in chunks that overlap by len(needle)-1.
-func fileContains(path string, needle []byte) (bool, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-			return false, 0, nil
-		}
-		return false, 0, err
-	}
-	defer f.Close()
-	buf := make([]byte, 4<<20)
-	keep := len(needle) - 1
-	var total int64
-	have := 0
-	for {
-		n, err := f.Read(buf[have:])
-		total += int64(n)
-		if bytes.Contains(buf[:have+n], needle) {
-			return true, total, nil
-		}
-		if err == io.EOF {
-			return false, total, nil
-		}
-		if err != nil {
-			return false, total, err
-		}
-		if have+n > keep {
-			copy(buf, buf[have+n-keep:have+n])
-			have = keep
-		} else {
-			have += n
-		}
-	}
 }
 
 func humanBytes(n int64) string {

@@ -25,7 +25,7 @@ var categories = []string{"VMs", "Agents", "Network", "Images and templates", "H
 func commands(stdio IO) []*cli.Command {
 	return slices.Concat(
 		category("VMs", createCommand(stdio), startCommand(stdio), stopCommand(stdio), restartCommand(stdio),
-			destroyCommand(stdio), forkCommand(stdio), checkpointCommand(stdio), rollbackCommand(stdio), syncCommand(stdio), statusCommand(stdio), listCommand(stdio), suspendCommand(stdio),
+			destroyCommand(stdio), forkCommand(stdio), checkpointCommand(stdio), rollbackCommand(stdio), syncCommand(stdio), statusCommand(stdio), listCommand(stdio), topCommand(stdio), suspendCommand(stdio),
 			resumeCommand(stdio), resetCommand(stdio), logsCommand(stdio), sshConfigCommand(stdio),
 			shellCommand(stdio), execCommand(stdio)),
 		category("Agents", runCommand(stdio), attachCommand(stdio), sessionsCommand(stdio),

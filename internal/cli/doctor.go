@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/cmdline"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/hostsetup"
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
@@ -36,7 +37,7 @@ func printDoctor(stdio IO, r hostsetup.DoctorReport) {
 	printChecks(stdio, r.Checks)
 	if len(r.Pins) > 0 {
 		fmt.Fprintf(stdio.Out, "\npins (%s, by `agent-vm setup`): every VM's egress proxy connects to each address for its names alone\n", r.PinsFile)
-		for _, l := range pinLines(r.Pins) {
+		for _, l := range egress.PinLines(r.Pins) {
 			fmt.Fprintf(stdio.Out, "    %s\n", l)
 		}
 	}

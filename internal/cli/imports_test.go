@@ -37,6 +37,7 @@ func TestCLIKnowsNoBackend(t *testing.T) {
 		module + "/internal/fork":      true, // what `fork` made, printed
 		module + "/internal/secret":    true, // `secret set|list|rm`, the Manager's store; run's key from the environment
 		module + "/internal/hosts":     true, // `host add|list|rm`, the Manager's registry, and host doctor's report
+		module + "/internal/top":       true, // `top`, given the Manager as its VMs
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {

@@ -232,7 +232,7 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 		exposed = []string{"none"}
 	}
 	fmt.Fprintf(w, "  exposed host ports: %s\n", strings.Join(exposed, ", "))
-	for _, l := range pinLines(info.Pins) {
+	for _, l := range egress.PinLines(info.Pins) {
 		fmt.Fprintf(w, "  pinned:  %s (the host's pins, every VM's: `agent-vm setup`)\n", l)
 	}
 	printBrowserLines(w, info.Browser)

@@ -60,6 +60,7 @@ import (
 	"syscall"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // Modes of a VM's egress policy.
@@ -357,3 +358,22 @@ func readPolicyIn(dir *os.Root) (Policy, error) {
 
 // errNoPolicy is what the proxy decides on when its policy is unreadable.
 var errNoPolicy = errors.New("the VM's network policy is unreadable")
+
+// PinLines are pins as doctor and net show print them: one line an
+// address, with the names it is pinned for (escaped for a terminal).
+func PinLines(ps []Pin) []string {
+	var addrs []netip.Addr
+	names := map[netip.Addr][]string{}
+	for _, p := range ps {
+		if _, ok := names[p.Addr]; !ok {
+			addrs = append(addrs, p.Addr)
+		}
+		names[p.Addr] = append(names[p.Addr], termsafe.String(p.Name))
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, fmt.Sprintf("%s for %s", a, strings.Join(names[a], ", ")))
+	}
+	return out
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/pins"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
 // Sources are the names setup pins and doctor's egress check resolves:
@@ -145,4 +146,39 @@ func egressCheck(answers []pins.Answer, pinned []egress.Pin, err error) Check {
 		c.Hint += "; an address of this host is never pinned: `agent-vm net allow --vm BRANCH ADDRESS` lets that VM reach this host there"
 	}
 	return c
+}
+
+// Lines say what setup's pins step found and did, one line a pin, escaped
+// for a terminal.
+func (r PinReport) Lines() []string {
+	var out []string
+	say := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	unchanged := 0
+	for _, c := range r.Changes {
+		p, why := termsafe.String(c.Pin.String()), termsafe.String(c.Why)
+		switch {
+		case c.Kind == pins.Unchanged:
+			unchanged++
+		case c.Kind == pins.Added && r.Recorded:
+			say("pinned: %s (%s: taken as this network's gateway or mirror; every VM's egress proxy now connects there for that name alone)", p, why)
+		case c.Kind == pins.Added:
+			say("found: %s (%s; not pinned: --no-pins)", p, why)
+		case c.Kind == pins.Dropped && r.Recorded:
+			say("unpinned: %s (%s)", p, why)
+		case c.Kind == pins.Dropped:
+			say("pinned still: %s, though %s (--no-pins)", p, why)
+		case c.Kind == pins.Kept:
+			say("kept: %s (%s)", p, why)
+		case c.Kind == pins.Refused:
+			say("not pinned: %s (%s; should %s's mirror be this host, `agent-vm net allow --vm BRANCH %s` lets one VM reach it there)",
+				p, why, termsafe.String(c.Pin.Name), c.Pin.Addr)
+		}
+	}
+	if unchanged > 0 {
+		say("pinned already: %d (`agent-vm doctor` lists the pins)", unchanged)
+	}
+	if !r.Recorded && slices.ContainsFunc(r.Changes, func(c pins.Change) bool { return c.Kind == pins.Added || c.Kind == pins.Dropped }) {
+		say("nothing recorded (--no-pins); the pins in force stay as they are (%s). Without a pin, a VM reaches such an address only with `agent-vm net allow --vm BRANCH ADDRESS`, and then under every name it may reach", r.File)
+	}
+	return out
 }

@@ -273,6 +273,18 @@ func Scrollback(name string) string {
 	return tmux("capture-pane", "-p", "-J", "-S", "-", "-E", "-", "-t", pane(name))
 }
 
+// Screen is the command line that prints what the session's screen shows
+// now, joined lines whole (top shows its last line: LastLine).
+func Screen(name string) string {
+	return tmux("capture-pane", "-p", "-J", "-t", pane(name))
+}
+
+// LastLine is the last line of a screen that is not blank.
+func LastLine(screen string) string {
+	lines := strings.Split(strings.TrimRight(screen, " \n\t"), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
 // pane targets a session's (only) pane, for the commands whose target is a
 // pane; "=" asks for exactly that name, not a prefix.
 func pane(name string) string { return "=" + name + ":" }
