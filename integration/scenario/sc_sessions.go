@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/integration/harness"
@@ -510,26 +511,31 @@ func topSteps(ctx context.Context, s *harness.S, ref harness.VMRef) error {
 	if err := s.Until(ctx, "top to quit on q", func() (bool, error) { return !t.Running(ctx), errors.New("top still runs") }); err != nil {
 		return err
 	}
-	res := s.Call(ctx, harness.Call{Args: []string{"top", "--json"}})
-	var snap struct {
-		VMs []struct {
-			Branch string `json:"branch"`
-			Agent  string `json:"agent_state"`
-			PSS    int64  `json:"pss_bytes"`
-		} `json:"vms"`
+	// top --json and list --json say it too: the VM's agent waits, its QEMU has a PSS.
+	type live struct {
+		Branch string `json:"branch"`
+		Agent  string `json:"agent_state"`
+		PSS    int64  `json:"pss_bytes"`
 	}
-	if err := harness.Want(res, 0); err != nil {
-		return err
-	}
-	if err := json.Unmarshal([]byte(res.Stdout), &snap); err != nil {
-		return harness.Failf(res, "top --json: %v", err)
-	}
-	for _, v := range snap.VMs {
-		if v.Branch == sessionsBranch && v.Agent == "waiting" && v.PSS > 0 {
-			return nil
+	var snap struct{ VMs []live }
+	var listed []live
+	for _, c := range []struct {
+		args []string
+		into any
+		vms  func() []live
+	}{{[]string{"top", "--json"}, &snap, func() []live { return snap.VMs }}, {[]string{"list", "--json"}, &listed, func() []live { return listed }}} {
+		res := s.Call(ctx, harness.Call{Args: c.args})
+		if err := harness.Want(res, 0); err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(res.Stdout), c.into); err != nil {
+			return harness.Failf(res, "%v: %v", c.args, err)
+		}
+		if !slices.ContainsFunc(c.vms(), func(v live) bool { return v.Branch == sessionsBranch && v.Agent == "waiting" && v.PSS > 0 }) {
+			return harness.Failf(res, "%v has no %s with its agent waiting and a PSS", c.args, sessionsBranch)
 		}
 	}
-	return harness.Failf(res, "top --json has no %s with its agent waiting and a PSS", sessionsBranch)
+	return nil
 }
 
 // keyboard is agent-vm's stdin: what the test types, when it types it. It

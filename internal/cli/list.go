@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"github.com/agent-vm/agent-vm/internal/top"
 	"github.com/agent-vm/agent-vm/internal/vm"
 	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
@@ -28,7 +29,7 @@ func listCommand(stdio IO) *cli.Command {
 		Name:    "list",
 		Aliases: []string{"ls"},
 		Usage:   "list the VMs",
-		Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (the fields of status --json, without the token)"}},
+		Flags:   []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON: the fields of status --json, without the token, and what top shows of each VM (sessions, agent_state, last_line, pss_bytes, connections_1m, refused_1m, asks)"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if err := cmdline.NoArgs(cliCtx); err != nil {
 				return err
@@ -44,7 +45,18 @@ func listCommand(stdio IO) *cli.Command {
 				infos = append(infos, info)
 			}
 			if cliCtx.Bool("json") {
-				return writeJSON(stdio.Out, infos)
+				// Each VM's status and what it is doing (top's).
+				type listed struct {
+					vminfo.Info
+					top.Live
+					LiveError string `json:"live_error,omitempty"`
+				}
+				out := make([]listed, 0, len(infos))
+				for k, en := range entries {
+					l, err := (&top.Gatherer{VMs: m}).Live(cliCtx.Context, en, infos[k])
+					out = append(out, listed{Info: infos[k], Live: l, LiveError: errText(err)})
+				}
+				return writeJSON(stdio.Out, out)
 			}
 			if len(infos) == 0 {
 				fmt.Fprintf(stdio.Out, "no VMs in %s (hint: `agent-vm create` makes one for the current branch)\n", m.Root.Dir)
@@ -74,6 +86,13 @@ func listCommand(stdio IO) *cli.Command {
 			return writeTable(stdio.Out, rows)
 		}),
 	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // homeRel shortens a path under the home directory to ~/...

@@ -51,6 +51,14 @@ type Row struct {
 	State   string `json:"state"`
 	// Suspend says how a suspended VM keeps its memory (vminfo.Info's).
 	Suspend string `json:"suspend,omitempty"`
+	Live
+	// Err is what could not be read of it.
+	Err string `json:"error,omitempty"`
+}
+
+// Live is what a VM is doing, beside its status: what top shows and
+// `list --json` adds to each VM's status.
+type Live struct {
 	// Sessions are its agent sessions (running VMs on this machine), Agent
 	// the most pressing of their states (waiting, done, working, exited)
 	// and Last the last line on the screen of the session that has it.
@@ -68,8 +76,6 @@ type Row struct {
 	Refused int `json:"refused_1m"`
 	// Asks are the connections mode ask holds for an answer, oldest first.
 	Asks []egress.Ask `json:"asks"`
-	// Err is what could not be read of it.
-	Err string `json:"error,omitempty"`
 }
 
 // Snapshot is every VM at one moment.
@@ -115,9 +121,25 @@ func (g *Gatherer) Gather(ctx context.Context) (Snapshot, error) {
 
 func (g *Gatherer) row(ctx context.Context, e state.Entry, now time.Time, cpu map[int]sample) Row {
 	i := g.VMs.Status(ctx, e, false)
-	r := Row{VM: i.Slug, Branch: i.Branch, Repo: i.Git.Source, Backend: i.Backend, State: i.State, Suspend: i.Suspend, CPU: -1, PSS: -1, Err: i.Error}
+	r := Row{VM: i.Slug, Branch: i.Branch, Repo: i.Git.Source, Backend: i.Backend, State: i.State, Suspend: i.Suspend, Err: i.Error}
+	var err error
+	r.Live, err = g.live(ctx, e, i, now, cpu)
+	if err != nil {
+		r.Err = err.Error()
+	}
+	return r
+}
+
+// Live reads what the VM of e, whose status is i, is doing now: a
+// Gatherer's first reading, without the processor use (`list --json`).
+func (g *Gatherer) Live(ctx context.Context, e state.Entry, i vminfo.Info) (Live, error) {
+	return g.live(ctx, e, i, time.Now(), map[int]sample{})
+}
+
+func (g *Gatherer) live(ctx context.Context, e state.Entry, i vminfo.Info, now time.Time, cpu map[int]sample) (Live, error) {
+	r := Live{CPU: -1, PSS: -1}
 	if e.Record == nil {
-		return r
+		return r, nil
 	}
 	if i.Pid > 0 {
 		if used, err := proc.CPUTime(i.Pid); err == nil {
@@ -135,18 +157,16 @@ func (g *Gatherer) row(ctx context.Context, e state.Entry, now time.Time, cpu ma
 		r.Asks, _ = egress.ReadAsks(netpolicy.DirOf(e.Layout))
 	}
 	if i.State == vminfo.StateRunning && i.Foreign == "" {
-		if err := g.sessions(ctx, guestconn.Guest{Record: e.Record, Layout: e.Layout, Log: hclog.NewNullLogger()}, &r); err != nil {
-			r.Err = err.Error()
-		}
+		return r, g.sessions(ctx, guestconn.Guest{Record: e.Record, Layout: e.Layout, Log: hclog.NewNullLogger()}, &r)
 	}
-	return r
+	return r, nil
 }
 
 // sessions reads the running VM's sessions and the screen of the one
 // whose agent is the most pressing. The guest is reached from its record
 // (through its holder): a VM's name resolves within the repository a
 // command runs in, and top shows every repository's.
-func (g *Gatherer) sessions(ctx context.Context, guest guestconn.Guest, r *Row) error {
+func (g *Gatherer) sessions(ctx context.Context, guest guestconn.Guest, r *Live) error {
 	c, err := guest.Dial(ctx)
 	if err != nil {
 		return err

@@ -319,7 +319,7 @@ func (m *model) render() string {
 	if m.err != nil {
 		line(&b, "  "+termsafe.String(m.err.Error()), m.width)
 	}
-	space := m.height - 7 // heading, columns, detail (2), message, keys, margin
+	space := m.height - 8 // heading, columns, blank, detail (3), message, keys
 	first := max(0, m.sel-space+1)
 	for k := first; k < len(rows) && k < first+space; k++ {
 		r := rows[k]
@@ -339,9 +339,14 @@ func (m *model) render() string {
 	}
 	b.WriteString("\n")
 	if r, ok := m.selected(); ok {
-		line(&b, fmt.Sprintf("%s  %s  %s", r.VM, termsafe.String(r.Repo), detail(r)), m.width)
+		// The repository's path keeps its end; what the agent said and
+		// its screen's last line get lines of their own.
+		line(&b, r.VM+"  "+termsafe.TruncateStart(termsafe.String(r.Repo), max(10, m.width-termsafe.Width(r.VM)-2)), m.width)
+		if d := detail(r); d != "" {
+			line(&b, "  "+d, m.width)
+		}
 		if r.Last != "" {
-			line(&b, "  "+termsafe.String(r.Last), m.width)
+			line(&b, "  | "+termsafe.String(r.Last), m.width)
 		}
 	}
 	switch {

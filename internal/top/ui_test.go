@@ -17,11 +17,11 @@ import (
 
 func snapshot() Snapshot {
 	return Snapshot{Taken: time.Date(2026, 11, 30, 1, 2, 3, 0, time.Local), Rows: []Row{
-		{VM: "feat-a", Branch: "feat/a", Repo: "/home/u/alpha", State: "running", Agent: agentstate.Waiting, CPU: 12.4, PSS: 650 << 20, Conns: 9, Refused: 2,
-			Sessions: []session.Info{{Name: "claude", State: agentstate.Waiting, Message: "May I run \x1b[2Jmake?"}}, Last: "> Bash(make test)"},
-		{VM: "feat-b", Branch: "feat/b-日本語-a-long-branch-name", Repo: "/home/u/beta", State: "running", CPU: -1, PSS: -1,
-			Asks: []egress.Ask{{ID: 3, Host: "pypi.example.org", Port: 443, Method: "CONNECT"}}},
-		{VM: "main", Branch: "main", Repo: "/home/u/alpha", State: "suspended", Suspend: "saved", CPU: -1, PSS: -1},
+		{VM: "feat-a", Branch: "feat/a", Repo: "/home/u/alpha", State: "running", Live: Live{Agent: agentstate.Waiting, CPU: 12.4, PSS: 650 << 20, Conns: 9, Refused: 2,
+			Sessions: []session.Info{{Name: "claude", State: agentstate.Waiting, Message: "May I run \x1b[2Jmake?"}}, Last: "> Bash(make test)"}},
+		{VM: "feat-b", Branch: "feat/b-日本語-a-long-branch-name", Repo: "/home/u/beta", State: "running", Live: Live{CPU: -1, PSS: -1,
+			Asks: []egress.Ask{{ID: 3, Host: "pypi.example.org", Port: 443, Method: "CONNECT"}}}},
+		{VM: "main", Branch: "main", Repo: "/home/u/alpha", State: "suspended", Suspend: "saved", Live: Live{CPU: -1, PSS: -1}},
 	}}
 }
 
