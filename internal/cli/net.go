@@ -207,6 +207,9 @@ func printNetInfo(w io.Writer, info *netpolicy.Info) {
 		}
 		fmt.Fprintf(w, " %d request rules\n", len(rp.Requests))
 	}
+	for _, l := range info.Narrowed {
+		fmt.Fprintf(w, "  narrowed by the repository: %s\n", termsafe.String(l))
+	}
 	if len(info.Added) > 0 {
 		fmt.Fprintf(w, "  added with net allow: %s\n", strings.Join(info.Added, " "))
 	}

@@ -50,6 +50,9 @@ type Options struct {
 	HostAddr string
 	// Programs are the programs the guest's image has, by name.
 	Programs []string
+	// Only, when set, names the servers to bring in (the repository's
+	// policy file's mcp): the others are skipped, saying why.
+	Only *[]string
 }
 
 // Report says what became of one host server.
@@ -90,6 +93,11 @@ func Convert(h Host, o Options) Plan {
 	c := converter{o: o, files: h.Files, used: map[string]bool{}, exposed: map[int][]string{}}
 	p := Plan{Servers: map[string]Server{}}
 	for _, e := range h.Servers {
+		if o.Only != nil && !slices.Contains(*o.Only, e.Name) {
+			p.Reports = append(p.Reports, Report{Name: e.Name, Scope: e.Scope, File: e.File, Transport: transport(e.Server),
+				Action: ActionSkipped, Detail: "the repository's policy (mcp in .agent-vm/policy.toml) does not list it"})
+			continue
+		}
 		srv, rep, ok := c.server(e)
 		if ok {
 			p.Servers[e.Name] = srv

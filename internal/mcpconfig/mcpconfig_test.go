@@ -212,3 +212,32 @@ func TestExpand(t *testing.T) {
 		}
 	}
 }
+
+// Only (the repository's policy's mcp) keeps the servers it names and
+// skips the others, saying why; it brings in none the host lacks.
+func TestOnlyTheRepositorysServers(t *testing.T) {
+	o := options()
+	only := []string{"a-b", "not-on-the-host"}
+	o.Only = &only
+	p := mcpconfig.Convert(load(t, fixture()), o)
+	if len(p.Servers) != 1 || p.Servers["a-b"].Command == "" && p.Servers["a-b"].URL == "" {
+		t.Errorf("servers: %v", p.Servers)
+	}
+	skipped := 0
+	for _, r := range p.Reports {
+		if r.Name != "a-b" && r.Action == mcpconfig.ActionSkipped && strings.Contains(r.Detail, "policy") {
+			skipped++
+		}
+		if r.Name == "not-on-the-host" {
+			t.Errorf("a server the host lacks is reported: %+v", r)
+		}
+	}
+	if skipped == 0 {
+		t.Errorf("no server skipped for the policy: %+v", p.Reports)
+	}
+	none := []string{}
+	o.Only = &none
+	if p := mcpconfig.Convert(load(t, fixture()), o); len(p.Servers) != 0 || len(p.Env) != 0 {
+		t.Errorf("mcp = [] brought in %v", p.Servers)
+	}
+}

@@ -138,6 +138,7 @@ func Sync(ctx context.Context, vms VMs, name string, o Options) (*Result, error)
 	plan := mcpconfig.Convert(host, mcpconfig.Options{
 		Lookup: func(k string) (string, bool) { v := getenv(k); return v, v != "" },
 		Home:   home, Workspace: guest.Workspace, HostAddr: guest.HostAddr, Programs: vms.GuestPrograms(r.Backend),
+		Only: netpolicy.RepoMCP(r),
 	})
 	res := &Result{Branch: r.Branch, GuestFile: path.Join("/home", r.Guest.User, guest.ClaudeConfig),
 		Servers: plan.Reports, Env: plan.Env, AgentMCPState: "unknown"}

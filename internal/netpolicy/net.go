@@ -1,12 +1,15 @@
 package netpolicy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/bridge"
@@ -82,6 +85,10 @@ type Info struct {
 	// user's answer, and Pending how many it holds now (net pending).
 	AskWait int `json:"ask_wait_s,omitempty"`
 	Pending int `json:"pending,omitempty"`
+	// Narrowed says, a line each, what the repository's policy file
+	// narrows: where the user's secrets it names may go, which host MCP
+	// servers mcp sync brings in.
+	Narrowed []string `json:"narrowed,omitempty"`
 }
 
 // uncontained says why r's network is not contained, or "" when its
@@ -126,6 +133,14 @@ func InfoOf(e state.Entry, contained bool, pins []egress.Pin) *Info {
 		Proxy: guest.ProxyURL, Log: LogPath(e.Layout), Pins: p.Pins}
 	if r.Net != nil {
 		info.Added, info.Repository = r.Net.Allow, r.Net.Repo
+	}
+	if rp := info.Repository; rp != nil {
+		for _, name := range slices.Sorted(maps.Keys(rp.Secrets)) {
+			info.Narrowed = append(info.Narrowed, fmt.Sprintf("secret %s: only to %s, of the hosts you bound it to", name, cmp.Or(strings.Join(rp.Secrets[name], ", "), "no host")))
+		}
+		if rp.MCP != nil {
+			info.Narrowed = append(info.Narrowed, "mcp sync: only the host's MCP servers "+cmp.Or(strings.Join(*rp.MCP, ", "), "(none)"))
+		}
 	}
 	info.Uncontained = uncontained(r, contained)
 	if p.Mode == egress.ModeAsk {

@@ -29,8 +29,26 @@ func FromRepository(workspace string, r *state.Record, ignore bool) error {
 	if r.Net == nil {
 		r.Net = &state.Net{}
 	}
-	r.Net.Repo = &state.RepoNet{File: p.Path, Sum: p.Sum, Allow: p.Allow, Deny: p.Deny, Requests: p.Requests}
+	r.Net.Repo = &state.RepoNet{File: p.Path, Sum: p.Sum, Allow: p.Allow, Deny: p.Deny, Requests: p.Requests, Secrets: p.Secrets, MCP: p.MCP}
 	return nil
+}
+
+// RepoSecrets is how the repository's policy file narrows the hosts of the
+// user's secrets for r's VM (secret.VM.Narrow); nil when it does not.
+func RepoSecrets(r *state.Record) map[string][]string {
+	if r.Net == nil || r.Net.Repo == nil {
+		return nil
+	}
+	return r.Net.Repo.Secrets
+}
+
+// RepoMCP names the host MCP servers the repository's policy file lets mcp
+// sync bring into r's VM; nil when it says nothing (all of them).
+func RepoMCP(r *state.Record) *[]string {
+	if r.Net == nil || r.Net.Repo == nil {
+		return nil
+	}
+	return r.Net.Repo.MCP
 }
 
 // FileReader reads a file of a commit of the user's repository (gitws's

@@ -52,6 +52,15 @@ func TestPolicyWithTheRepositorysFile(t *testing.T) {
 	if _, err := egress.ParseRequestRule(info[1].Rule); err != nil {
 		t.Error(err)
 	}
+	// [secrets] and mcp: what net show says of them.
+	mcp := []string{"github"}
+	r.Net.Repo.Secrets, r.Net.Repo.MCP = map[string][]string{"NPM_TOKEN": {}, "GH_TOKEN": {"api.github.com"}}, &mcp
+	if n := InfoOf(state.Entry{Record: r}, true, nil).Narrowed; !slices.Equal(n, []string{
+		"secret GH_TOKEN: only to api.github.com, of the hosts you bound it to",
+		"secret NPM_TOKEN: only to no host, of the hosts you bound it to",
+		"mcp sync: only the host's MCP servers github"}) || RepoMCP(r) != &mcp || RepoSecrets(r)["GH_TOKEN"][0] != "api.github.com" {
+		t.Errorf("narrowed: %q", n)
+	}
 }
 
 // A broken file refuses the VM naming its line, unless it is ignored; no

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 
 	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/wsfile"
 )
 
@@ -21,6 +23,17 @@ import (
 //	  "allow PUT api.github.com/repos/o/r/pulls/*/merge",
 //	  "deny POST api.github.com/repos/o/r/issues",
 //	]
+//	mcp = ["github", "linear"]                      # the host's MCP servers mcp sync brings in
+//
+//	[secrets]                                       # where the user's secrets may go, narrowed
+//	GH_TOKEN = ["api.github.com"]
+//
+// The file comes from whoever can push to the repository, so it only ever
+// narrows what the user gave: a secret it names is sent to those of the
+// hosts the user bound it to that the file lists (none, if it lists none
+// of them), never to a host the user did not bind it to; mcp keeps the
+// host's MCP servers it names and drops the others, and brings in none the
+// host lacks.
 //
 // It is read when a VM is made, from the new clone of the commit the VM
 // starts at (nothing of the agent's is in it yet), and kept in the VM's
@@ -40,6 +53,10 @@ type Policy struct {
 	Allow    []string `toml:"allow"`
 	Deny     []string `toml:"deny"`
 	Requests []string `toml:"requests"`
+	// Secrets narrows the hosts of the user's secrets it names; MCP, when
+	// the file has it, names the host MCP servers mcp sync brings in.
+	Secrets map[string][]string `toml:"secrets"`
+	MCP     *[]string           `toml:"mcp"`
 }
 
 // LoadPolicy reads workspace's policy file, named name in messages; a
@@ -64,8 +81,11 @@ func ParsePolicy(path string, raw []byte) (*Policy, error) {
 	sum := sha256.Sum256(raw)
 	p.Sum = hex.EncodeToString(sum[:])
 	c := &Config{Path: path, src: string(raw)} // for its decoding and line finding
-	hint := "allow, deny and requests are lists of strings"
-	if err := c.doc().Decode(p, hint, hint, "allow, deny and requests"); err != nil {
+	hint := "allow, deny, requests and mcp are lists of strings, [secrets] a table of lists of host names"
+	if err := c.doc().Decode(p, hint, hint, "allow, deny, requests, mcp and [secrets]"); err != nil {
+		return nil, err
+	}
+	if err := p.checkNarrowing(c); err != nil {
 		return nil, err
 	}
 	lists := []struct {
@@ -94,4 +114,39 @@ func ParsePolicy(path string, raw []byte) (*Policy, error) {
 		p.Requests[i] = rule.String()
 	}
 	return p, nil
+}
+
+// mcpNameRE is what an MCP server's name in mcp may be.
+var mcpNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$`)
+
+// checkNarrowing checks [secrets] (secret names and host names, as `secret
+// set` takes them) and mcp (server names), and puts the hosts in their
+// canonical form.
+func (p *Policy) checkNarrowing(c *Config) error {
+	if len(p.Secrets) > MaxPolicyEntries {
+		return c.doc().Errorf("secrets", "", "%d secrets are more than %d", len(p.Secrets), MaxPolicyEntries)
+	}
+	for name, hosts := range p.Secrets {
+		if err := secret.CheckName(name); err != nil {
+			return c.doc().Errorf(name, "", "[secrets] %v", err)
+		}
+		for i, h := range hosts {
+			n, err := secret.CheckHost(h)
+			if err != nil {
+				return c.doc().Errorf(name, h, "[secrets] %s: %v", name, err)
+			}
+			hosts[i] = n
+		}
+	}
+	if p.MCP != nil {
+		if len(*p.MCP) > MaxPolicyEntries {
+			return c.doc().Errorf("mcp", "", "%d entries are more than %d", len(*p.MCP), MaxPolicyEntries)
+		}
+		for _, n := range *p.MCP {
+			if !mcpNameRE.MatchString(n) {
+				return c.doc().Errorf("mcp", n, "%q is not an MCP server's name (hint: the name a server has in the host's Claude Code configuration, e.g. \"github\")", n)
+			}
+		}
+	}
+	return nil
 }

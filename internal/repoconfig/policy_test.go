@@ -26,6 +26,18 @@ func TestParsePolicy(t *testing.T) {
 	if len(p.Sum) != 64 || p.Path != "main:.agent-vm/policy.toml" {
 		t.Errorf("sum %q, path %q", p.Sum, p.Path)
 	}
+	if p.Secrets != nil || p.MCP != nil {
+		t.Errorf("a file without [secrets] or mcp: %v, %v", p.Secrets, p.MCP)
+	}
+	// [secrets] and mcp: host names in their canonical form; an empty mcp
+	// list is a list (bring in none), not its absence.
+	p, err = ParsePolicy("p.toml", []byte("mcp = []\n[secrets]\nGH_TOKEN = [\"API.GitHub.com.\"]\nNPM_TOKEN = []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MCP == nil || len(*p.MCP) != 0 || !slices.Equal(p.Secrets["GH_TOKEN"], []string{"api.github.com"}) || p.Secrets["NPM_TOKEN"] == nil && len(p.Secrets) != 2 {
+		t.Errorf("mcp %v, secrets %v", p.MCP, p.Secrets)
+	}
 }
 
 // Bad input is refused with the file, the line and what is wrong.
@@ -40,6 +52,10 @@ func TestParsePolicyRefusesBadInput(t *testing.T) {
 		{"bad rule", "\n\nrequests = [\"allow FETCH a.example/x\"]\n", `p.toml:3: request rule "FETCH a.example/x"`},
 		{"rule without a verdict", "requests = [\"GET a.example/x\"]\n", `p.toml:1: "GET a.example/x" is not a request rule`},
 		{"too many", many, "entries are more than 200"},
+		{"bad secret name", "[secrets]\n\"GH-TOKEN\" = [\"api.github.com\"]\n", `p.toml:2: [secrets] secret name "GH-TOKEN" is not an environment variable name`},
+		{"secret host a pattern", "[secrets]\nGH_TOKEN = [\n  \"api.github.com\",\n  \"*.github.com\",\n]\n", `p.toml:4: [secrets] GH_TOKEN: secret host "*.github.com" is not a DNS name`},
+		{"secret hosts a string", "[secrets]\nGH_TOKEN = \"api.github.com\"\n", "p.toml:2: "},
+		{"bad mcp name", "mcp = [\"github\", \"a b\"]\n", `p.toml:1: "a b" is not an MCP server's name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParsePolicy("p.toml", []byte(tc.src))

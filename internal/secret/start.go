@@ -25,6 +25,11 @@ type VM struct {
 	// Branch is the VM's branch, and Upstream its workspace's upstream
 	// URL: a push may update that branch of that repository alone.
 	Branch, Upstream string
+	// Narrow is the repository's policy file's [secrets]: a secret it
+	// names is bound to those of its hosts it lists, and to none when it
+	// lists none of them. It never adds a host: the file is whoever pushed
+	// it's, the binding the user's.
+	Narrow map[string][]string
 }
 
 // Start is what a start of a contained VM hands its guest and its proxy.
@@ -58,6 +63,9 @@ func ForStart(v VM, scope, extra []Secret) (*Start, error) {
 	out := &Start{CACert: string(v.CACert), Placeholders: map[string]string{}}
 	var bound []credswap.Secret
 	for _, s := range scope {
+		if only, ok := v.Narrow[s.Name]; ok {
+			s.Hosts = slices.DeleteFunc(slices.Clone(s.Hosts), func(h string) bool { return !slices.Contains(only, h) })
+		}
 		p := v.Kept[s.Name]
 		if p == "" {
 			p = Placeholder()

@@ -217,6 +217,11 @@ type RepoNet struct {
 	Allow    []string `json:"allow,omitempty"`
 	Deny     []string `json:"deny,omitempty"`
 	Requests []string `json:"requests,omitempty"`
+	// Secrets narrows the hosts of the user's secrets it names (only those
+	// of the user's hosts it lists); MCP, when the file has it, names the
+	// host MCP servers mcp sync brings in.
+	Secrets map[string][]string `json:"secrets,omitempty"`
+	MCP     *[]string           `json:"mcp,omitempty"`
 }
 
 // ExposedByMCPSync marks the ports `mcp sync` exposes: each sync replaces

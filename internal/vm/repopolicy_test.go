@@ -28,13 +28,16 @@ func repoWithPolicy(t *testing.T, policy string) string {
 func TestCreateKeepsTheRepositoryPolicy(t *testing.T) {
 	m := debianManager(t)
 	ctx := context.Background()
-	repo := repoWithPolicy(t, "allow = [\"pypi.org\"]\n")
+	repo := repoWithPolicy(t, "allow = [\"pypi.org\"]\nmcp = [\"github\"]\n[secrets]\nGH_TOKEN = [\"api.github.com\"]\n")
 	r, err := m.Create(ctx, vm.CreateOptions{Repo: repo, Branch: "feat", Backend: vm.BackendQEMU, MemoryMiB: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Net == nil || r.Net.Repo == nil || !slices.Equal(r.Net.Repo.Allow, []string{"pypi.org"}) || r.Net.Repo.File != "feat:"+repoconfig.PolicyFile {
 		t.Fatalf("record's net: %+v", r.Net)
+	}
+	if rp := r.Net.Repo; rp.MCP == nil || !slices.Equal(*rp.MCP, []string{"github"}) || !slices.Equal(rp.Secrets["GH_TOKEN"], []string{"api.github.com"}) {
+		t.Errorf("the file's mcp and [secrets] in the record: %+v", rp)
 	}
 	e, _ := m.Find(ctx, "feat")
 	ws := e.Layout.Workspace()

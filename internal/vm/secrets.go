@@ -2,6 +2,7 @@ package vm
 
 import (
 	"github.com/agent-vm/agent-vm/internal/egress"
+	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -25,7 +26,8 @@ func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*secret.Star
 		}
 		scope = secret.For(all, r.ID)
 	}
-	s, err := secret.ForStart(secret.VM{Kept: r.Placeholders, CACert: cert, CAKey: key, Branch: r.Branch, Upstream: r.Git.UpstreamURL}, scope, extra)
+	s, err := secret.ForStart(secret.VM{Kept: r.Placeholders, CACert: cert, CAKey: key, Branch: r.Branch, Upstream: r.Git.UpstreamURL,
+		Narrow: netpolicy.RepoSecrets(r)}, scope, extra)
 	if err != nil {
 		return nil, err
 	}
