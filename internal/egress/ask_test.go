@@ -185,25 +185,13 @@ func TestAskOnlyForUnlisted(t *testing.T) {
 // What the guest sends after CONNECT while the ask holds it is the
 // tunnel's first bytes, once approved.
 func TestAskKeepsEarlyBytes(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		c, err := echo.Accept()
-		if err == nil {
-			io.Copy(c, c)
-			c.Close()
-		}
-	}()
+	p := echoServer(t)
 	f := newFixture(t, askPolicy(0))
 	c, err := net.Dial("tcp", f.url.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, p, _ := net.SplitHostPort(echo.Addr().String())
 	fmt.Fprintf(c, "CONNECT asked.test:%s HTTP/1.1\r\nHost: asked.test:%s\r\n\r\n", p, p)
 	a := f.pendingAsks(1)[0]
 	io.WriteString(c, "early")

@@ -415,13 +415,14 @@ func TestFollow(t *testing.T) {
 	}
 }
 
-// A CONNECT request's bytes that arrive with the request are not lost.
-func TestConnectKeepsEarlyBytes(t *testing.T) {
+// echoServer serves one connection on the loopback, echoing it; it returns
+// the port.
+func echoServer(t *testing.T) string {
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer echo.Close()
+	t.Cleanup(func() { echo.Close() })
 	go func() {
 		c, err := echo.Accept()
 		if err == nil {
@@ -429,13 +430,19 @@ func TestConnectKeepsEarlyBytes(t *testing.T) {
 			c.Close()
 		}
 	}()
+	_, p, _ := net.SplitHostPort(echo.Addr().String())
+	return p
+}
+
+// A CONNECT request's bytes that arrive with the request are not lost.
+func TestConnectKeepsEarlyBytes(t *testing.T) {
+	p := echoServer(t)
 	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
 	c, err := net.Dial("tcp", f.url.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, p, _ := net.SplitHostPort(echo.Addr().String())
 	fmt.Fprintf(c, "CONNECT allowed.test:%s HTTP/1.1\r\nHost: allowed.test:%s\r\n\r\nearly", p, p)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
