@@ -50,8 +50,9 @@ func (t *Term) Running(ctx context.Context) bool {
 	return err == nil && strings.TrimSpace(out) == "0"
 }
 
-// Close ends the terminal and what runs in it.
-func (t *Term) Close(ctx context.Context) { t.tmux(ctx, "kill-server") }
+// Close ends the terminal and what runs in it, also once ctx has ended (an
+// interrupted run).
+func (t *Term) Close(ctx context.Context) { t.tmux(context.WithoutCancel(ctx), "kill-server") }
 
 // Argv is the command line of agent-vm with args, on the run's state
 // directory, for a program the scenario runs itself (StartTerm).
