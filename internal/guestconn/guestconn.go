@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/notify"
@@ -208,6 +209,7 @@ func (g Guest) watchAgents(log hclog.Logger) func(ctx context.Context, c *ssh.Cl
 				}
 				return session.Parse(out.String(), time.Now())
 			},
+			Asks:   func() ([]egress.Ask, error) { return egress.ReadAsks(g.Layout.NetDir()) },
 			OnWait: func() (string, error) { return notify.OnWait(g.Layout.RunDir(), config) }}
 		w.Watch(ctx)
 	}

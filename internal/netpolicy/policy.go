@@ -23,12 +23,13 @@ import (
 )
 
 // Dir is a VM's network directory, in the VM directory: the policy the
-// proxy reads and its connection log (egress.PolicyFile, egress.LogFile),
-// both 0600 and, with the directory, the user the proxy runs as.
-const Dir = "net"
+// proxy reads, its connection log and mode ask's asks and answers
+// (egress.PolicyFile, egress.LogFile, egress.AsksFile, egress.AnswersFile),
+// each 0600 and, with the directory, the user the proxy runs as.
+const Dir = state.NetDir
 
 // DirOf is the network directory of the VM laid out as l.
-func DirOf(l state.Layout) string { return filepath.Join(l.Dir, Dir) }
+func DirOf(l state.Layout) string { return l.NetDir() }
 
 // LogPath is the VM's connection log.
 func LogPath(l state.Layout) string { return filepath.Join(DirOf(l), egress.LogFile) }

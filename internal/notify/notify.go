@@ -1,6 +1,8 @@
 // Package notify tells the user when an agent in a VM starts waiting for
 // them: its session's state (internal/session, as the agent's hooks or its
-// output say it) turns waiting or done. The VM's holder watches its
+// output say it) turns waiting or done, or the VM's egress proxy holds a
+// connection for their answer (mode ask; AGENT_VM_STATE=ask, the session
+// "net"). The VM's holder watches its
 // sessions over the connection it holds (Watcher, every few seconds) and
 // then shows a desktop notification where this host has a session bus
 // (notify-send) and runs the user's own command: `run --on-wait CMD` for
@@ -27,6 +29,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/agentstate"
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -58,6 +61,9 @@ type Watcher struct {
 	Branch, VM string
 	// List lists the VM's sessions as they are now.
 	List func(ctx context.Context) ([]session.Info, error)
+	// Asks lists the connections its proxy holds for the user's answer
+	// (mode ask); nil: none are watched.
+	Asks func() ([]egress.Ask, error)
 	// OnWait is the user's command, read at each notification ("" none).
 	OnWait func() (string, error)
 	Run    execx.Runner
@@ -83,8 +89,10 @@ func (w *Watcher) Watch(ctx context.Context) {
 		now = time.Now
 	}
 	last := map[string]seen{}
+	asked := map[string]bool{} // the asks told about, by token
 	first := true
 	for {
+		w.newAsks(ctx, asked)
 		lctx, cancel := context.WithTimeout(ctx, 2*every)
 		infos, err := w.List(lctx)
 		cancel()
@@ -114,15 +122,63 @@ func (w *Watcher) Watch(ctx context.Context) {
 
 func waits(state string) bool { return state == agentstate.Waiting || state == agentstate.Done }
 
+// newAsks tells the user of the asks not told about yet, once a poll
+// however many came (a guest opening many connections makes one
+// notification): the VM's proxy holds a connection for their answer.
+// Those ended are forgotten.
+func (w *Watcher) newAsks(ctx context.Context, told map[string]bool) {
+	if w.Asks == nil {
+		return
+	}
+	asks, err := w.Asks()
+	if err != nil {
+		w.Log.Debug("reading the pending asks", "error", err)
+		return
+	}
+	pending := map[string]bool{}
+	var fresh []egress.Ask
+	for _, a := range asks {
+		pending[a.Token] = true
+		if !told[a.Token] {
+			told[a.Token] = true
+			fresh = append(fresh, a)
+		}
+	}
+	for tok := range told {
+		if !pending[tok] {
+			delete(told, tok)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	a := fresh[0]
+	msg := fmt.Sprintf("asks to reach %s:%d (%s): agent-vm net approve --vm %s %d, or net deny", a.Host, a.Port, a.Method, w.VM, a.ID)
+	if len(fresh) > 1 {
+		msg += fmt.Sprintf(" (and %d more: agent-vm net pending %s)", len(fresh)-1, w.VM)
+	}
+	w.notify(ctx, session.Info{Name: "net", State: AskState, Message: msg})
+}
+
+// AskState is AGENT_VM_STATE when the VM's proxy holds a connection for
+// the user's answer (the session is "net").
+const AskState = "ask"
+
 // notify tells the user that in's agent waits: a desktop notification,
 // and the user's command.
 func (w *Watcher) notify(ctx context.Context, in session.Info) {
 	msg := termsafe.String(in.Message)
 	what := "waits for you"
-	if in.State == agentstate.Done {
+	switch in.State {
+	case agentstate.Done:
 		what = "is done"
+	case AskState:
+		what = "asks before it connects"
 	}
 	title := fmt.Sprintf("agent-vm: %s, session %s %s", termsafe.String(w.Branch), in.Name, what)
+	if in.State == AskState {
+		title = fmt.Sprintf("agent-vm: %s %s", termsafe.String(w.Branch), what)
+	}
 	body := msg
 	if body == "" {
 		body = fmt.Sprintf("agent-vm attach %s --session %s", w.VM, in.Name)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/session"
@@ -131,5 +132,45 @@ func TestOnWaitRuns(t *testing.T) {
 	w.notify(context.Background(), session.Info{Name: "claude", State: "waiting", Message: "May I? $(touch /tmp/pwned)"})
 	if b, err := os.ReadFile(out); err != nil || string(b) != "claude|waiting|May I? $(touch /tmp/pwned)" {
 		t.Errorf("the command wrote %q, %v", b, err)
+	}
+}
+
+// A new ask is told once, however many come in one poll; an ask that ended
+// is forgotten.
+func TestWatcherTellsOfAsks(t *testing.T) {
+	fake := execxtest.New(t).On("sh", func(execxtest.Call) execxtest.Reply { return execxtest.Reply{} })
+	var polls = [][]egress.Ask{
+		nil,
+		{{ID: 1, Token: "a", Host: "pypi.example.org", Port: 443, Method: "CONNECT"}, {ID: 2, Token: "b"}, {ID: 3, Token: "c"}},
+		{{ID: 1, Token: "a"}},
+		{{ID: 4, Token: "d", Host: "x.example", Port: 80, Method: "GET"}},
+	}
+	w := &Watcher{Branch: "b", VM: "b", Run: fake, Getenv: func(string) string { return "" }, Log: hclog.NewNullLogger(),
+		OnWait: func() (string, error) { return "true", nil }}
+	told := map[string]bool{}
+	for _, p := range polls {
+		w.Asks = func() ([]egress.Ask, error) { return p, nil }
+		w.newAsks(context.Background(), told)
+	}
+	var msgs []string
+	for _, c := range fake.Calls() {
+		if !slices.Contains(c.Env, "AGENT_VM_STATE=ask") || !slices.Contains(c.Env, "AGENT_VM_SESSION=net") {
+			t.Errorf("an ask's command environment: %q", c.Env)
+		}
+		for _, e := range c.Env {
+			if m, ok := strings.CutPrefix(e, "AGENT_VM_MESSAGE="); ok {
+				msgs = append(msgs, m)
+			}
+		}
+	}
+	want := []string{
+		"asks to reach pypi.example.org:443 (CONNECT): agent-vm net approve --vm b 1, or net deny (and 2 more: agent-vm net pending b)",
+		"asks to reach x.example:80 (GET): agent-vm net approve --vm b 4, or net deny",
+	}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("told:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+	if !told["d"] || told["b"] {
+		t.Errorf("told = %v: want the pending one, not the ended", told)
 	}
 }

@@ -31,6 +31,7 @@ const (
 	ProxyCAKeyFile = "proxy-ca-key.pem" // and its key
 	RunDir         = "run"
 	LogsDir        = "logs"
+	NetDir         = "net" // the egress proxy's policy, log and asks (internal/netpolicy)
 )
 
 // Layout names the files of one VM directory.
@@ -49,6 +50,7 @@ func (l Layout) MCPToken() string       { return filepath.Join(l.Dir, SecretsDir
 func (l Layout) ProxyCA() string        { return filepath.Join(l.Dir, SecretsDir, ProxyCAFile) }
 func (l Layout) ProxyCAKey() string     { return filepath.Join(l.Dir, SecretsDir, ProxyCAKeyFile) }
 func (l Layout) RunDir() string         { return filepath.Join(l.Dir, RunDir) }
+func (l Layout) NetDir() string         { return filepath.Join(l.Dir, NetDir) }
 func (l Layout) LogsDir() string        { return filepath.Join(l.Dir, LogsDir) }
 func (l Layout) Run(name string) string { return filepath.Join(l.Dir, RunDir, name) }
 func (l Layout) Log(name string) string { return filepath.Join(l.Dir, LogsDir, name) }
