@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -176,7 +175,7 @@ func checkInitialize(ctx context.Context, st *blackbox.Status) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("POST %s (initialize, with the token): HTTP %d, want 200: %s", st.MCP.URL, resp.StatusCode, body)
 	}
-	msg, err := readJSONRPC(resp)
+	msg, err := harness.ReadJSONRPC(resp)
 	if err != nil {
 		return fmt.Errorf("POST %s (initialize): %w", st.MCP.URL, err)
 	}
@@ -204,42 +203,6 @@ func checkInitialize(ctx context.Context, st *blackbox.Status) error {
 		return fmt.Errorf("the answer comes from server %q, want the workspace's %q (/workspace/.mcp.json): %s", answer.Result.ServerInfo.Name, mcpServerName, msg)
 	}
 	return nil
-}
-
-// readJSONRPC reads the first JSON-RPC response from a Streamable HTTP
-// answer: a JSON body, or the data of the first SSE event that carries a
-// result or an error.
-func readJSONRPC(resp *http.Response) ([]byte, error) {
-	ct := resp.Header.Get("Content-Type")
-	if strings.HasPrefix(ct, "application/json") {
-		return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	}
-	if !strings.HasPrefix(ct, "text/event-stream") {
-		return nil, fmt.Errorf("Content-Type %q, want application/json or text/event-stream", ct)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	var data []string
-	for sc.Scan() {
-		line := sc.Text()
-		if d, ok := strings.CutPrefix(line, "data:"); ok {
-			data = append(data, strings.TrimPrefix(d, " "))
-			continue
-		}
-		if line != "" || len(data) == 0 {
-			continue
-		}
-		ev := []byte(strings.Join(data, "\n"))
-		data = nil
-		var probe map[string]json.RawMessage
-		if json.Unmarshal(ev, &probe) == nil && (probe["result"] != nil || probe["error"] != nil) {
-			return ev, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("the event stream ended without a response")
 }
 
 // mcpPost posts initialize with the given headers and returns the status.
