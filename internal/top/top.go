@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -89,6 +90,7 @@ type Snapshot struct {
 type Gatherer struct {
 	VMs VMs
 	Now func() time.Time // nil: time.Now
+	mu  sync.Mutex       // one snapshot at a time: the screen asks on a tick and after a key's command
 	cpu map[int]sample
 }
 
@@ -99,6 +101,8 @@ type sample struct {
 
 // Gather takes a snapshot.
 func (g *Gatherer) Gather(ctx context.Context) (Snapshot, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	now := time.Now
 	if g.Now != nil {
 		now = g.Now
