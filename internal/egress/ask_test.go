@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -197,16 +196,7 @@ func TestAskKeepsEarlyBytes(t *testing.T) {
 	io.WriteString(c, "early")
 	time.Sleep(2 * askPoll) // the bytes reach the proxy while it holds them
 	f.answer(Answer{ID: a.ID, Token: a.Token, Allow: true, Always: true})
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
-	buf := make([]byte, 5)
-	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "early" {
-		t.Fatalf("echo of early bytes: %q %v", buf, err)
-	}
-	c.Close()
+	wantEarlyEcho(t, c)
 	if es := f.entries(1); len(es) != 1 || es[0].BytesOut != 5 || es[0].Rule != "approved by the user, and allowed from now on (ask 1)" {
 		t.Fatalf("log = %+v", es)
 	}

@@ -434,16 +434,10 @@ func echoServer(t *testing.T) string {
 	return p
 }
 
-// A CONNECT request's bytes that arrive with the request are not lost.
-func TestConnectKeepsEarlyBytes(t *testing.T) {
-	p := echoServer(t)
-	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
-	c, err := net.Dial("tcp", f.url.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "CONNECT allowed.test:%s HTTP/1.1\r\nHost: allowed.test:%s\r\n\r\nearly", p, p)
+// wantEarlyEcho reads the proxy's 200 for a CONNECT on c, then the echo
+// server's "early" through the tunnel, and closes c.
+func wantEarlyEcho(t *testing.T, c net.Conn) {
+	t.Helper()
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 200 {
@@ -454,6 +448,19 @@ func TestConnectKeepsEarlyBytes(t *testing.T) {
 		t.Fatalf("echo of early bytes: %q %v", buf, err)
 	}
 	c.Close()
+}
+
+// A CONNECT request's bytes that arrive with the request are not lost.
+func TestConnectKeepsEarlyBytes(t *testing.T) {
+	p := echoServer(t)
+	f := newFixture(t, Policy{Branch: "feat", Mode: ModeAllow, Allow: []string{"allowed.test", "127.0.0.1"}})
+	c, err := net.Dial("tcp", f.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT allowed.test:%s HTTP/1.1\r\nHost: allowed.test:%s\r\n\r\nearly", p, p)
+	wantEarlyEcho(t, c)
 	if es := f.entries(1); len(es) != 1 || es[0].BytesOut != 5 || es[0].BytesIn != 5 {
 		t.Fatalf("log = %+v, want 5 bytes each way", es)
 	}

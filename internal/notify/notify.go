@@ -22,7 +22,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,6 +32,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
+	"github.com/agent-vm/agent-vm/internal/userconfig"
 )
 
 // OnWaitFile is `run --on-wait`'s command, in the VM's run directory.
@@ -50,8 +50,8 @@ func SetOnWait(runDir, cmd string) error {
 	if cmd == "" {
 		return nil
 	}
-	if strings.ContainsRune(cmd, 0) || len(cmd) > 4096 {
-		return errors.New("--on-wait is not a command line (hint: at most 4096 characters, no NUL)")
+	if err := userconfig.CheckCommand(cmd); err != nil {
+		return fmt.Errorf("--on-wait %w", err)
 	}
 	return atomicfile.Write(filepath.Join(runDir, OnWaitFile), []byte(cmd), 0o600)
 }

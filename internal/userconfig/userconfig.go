@@ -70,8 +70,17 @@ func Parse(path string, raw []byte) (*Config, error) {
 	if err := doc.Decode(c, "see docs/configuration.md's \"Your settings\"", "on_wait is a string", "on_wait"); err != nil {
 		return nil, err
 	}
-	if strings.ContainsRune(c.OnWait, 0) || len(c.OnWait) > 4096 {
-		return nil, doc.Errorf("on_wait", "", "on_wait is not a command line (hint: at most 4096 characters, no NUL)")
+	if err := CheckCommand(c.OnWait); err != nil {
+		return nil, doc.Errorf("on_wait", "", "on_wait %v", err)
 	}
 	return c, nil
+}
+
+// CheckCommand checks a command the host runs for the user (on_wait, run
+// --on-wait): one sh -c command line.
+func CheckCommand(cmd string) error {
+	if strings.ContainsRune(cmd, 0) || len(cmd) > 4096 {
+		return errors.New("is not a command line (hint: at most 4096 characters, no NUL)")
+	}
+	return nil
 }
