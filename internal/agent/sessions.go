@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
@@ -208,11 +209,7 @@ func writeScrollback(ctx context.Context, c *ssh.Client, sess string, out io.Wri
 }
 
 func listSessions(ctx context.Context, c *ssh.Client) ([]session.Info, error) {
-	out, err := guestRun(ctx, c, session.List(), nil)
-	if err != nil {
-		return nil, err
-	}
-	return session.Parse(out, time.Now())
+	return guestconn.Sessions(ctx, c)
 }
 
 // guestRun runs a command line in the guest and returns its stdout; a

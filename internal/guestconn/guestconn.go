@@ -31,6 +31,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/termsafe"
 	"github.com/agent-vm/agent-vm/internal/userconfig"
 )
 
@@ -198,19 +199,23 @@ func (g Guest) watchAgents(log hclog.Logger) func(ctx context.Context, c *ssh.Cl
 	}
 	return func(ctx context.Context, c *ssh.Client) {
 		w := &notify.Watcher{Branch: g.Record.Branch, VM: g.Record.Slug, Run: execx.OS{}, Getenv: os.Getenv, Log: log.Named("notify"),
-			List: func(ctx context.Context) ([]session.Info, error) {
-				var out, errOut bytes.Buffer
-				code, err := sshx.Run(ctx, c, session.List(), nil, &out, &errOut)
-				if err == nil && code != 0 {
-					err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(errOut.String()))
-				}
-				if err != nil {
-					return nil, err
-				}
-				return session.Parse(out.String(), time.Now())
-			},
+			List:   func(ctx context.Context) ([]session.Info, error) { return Sessions(ctx, c) },
 			Asks:   func() ([]egress.Ask, error) { return egress.ReadAsks(g.Layout.NetDir()) },
 			OnWait: func() (string, error) { return notify.OnWait(g.Layout.RunDir(), config) }}
 		w.Watch(ctx)
 	}
+}
+
+// Sessions lists the agent sessions of the guest c is connected to, as
+// they are now (session.List, read by session.Parse).
+func Sessions(ctx context.Context, c *ssh.Client) ([]session.Info, error) {
+	var out, errOut bytes.Buffer
+	code, err := sshx.Run(ctx, c, session.List(), nil, &out, &errOut)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("in the guest: exit status %d: %s", code, termsafe.String(strings.TrimSpace(errOut.String())))
+	}
+	return session.Parse(out.String(), time.Now())
 }

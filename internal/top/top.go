@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -176,11 +177,7 @@ func (g *Gatherer) sessions(ctx context.Context, guest guestconn.Guest, r *Live)
 		return err
 	}
 	defer c.Close()
-	var out, errOut bytes.Buffer
-	if _, err := sshx.Run(ctx, c, session.List(), nil, &out, &errOut); err != nil {
-		return err
-	}
-	infos, err := session.Parse(out.String(), time.Now())
+	infos, err := guestconn.Sessions(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -195,8 +192,8 @@ func (g *Gatherer) sessions(ctx context.Context, guest guestconn.Guest, r *Live)
 		return nil
 	}
 	r.Agent = infos[first].State
-	out.Reset()
-	if _, err := sshx.Run(ctx, c, session.Screen(infos[first].Name), nil, &out, &errOut); err == nil {
+	var out bytes.Buffer
+	if _, err := sshx.Run(ctx, c, session.Screen(infos[first].Name), nil, &out, io.Discard); err == nil {
 		r.Last = session.LastLine(out.String())
 	}
 	return nil
