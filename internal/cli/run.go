@@ -99,7 +99,7 @@ func printStarted(stdio IO, res *vm.StartResult) {
 		fmt.Fprintf(stdio.Out, "started VM %s (branch %s) from its template: SSH after %s, agent-mcp after %s (%s, workspace over %s)\n",
 			i.Slug, i.Branch, res.SSHReady.Round(100*time.Millisecond), res.HealthReady.Round(100*time.Millisecond), i.Accel, i.Share)
 	case res.Resumed:
-		fmt.Fprintf(stdio.Out, "resumed VM %s (branch %s) from its saved state: SSH after %s, agent-mcp after %s (workspace over %s)\n",
+		fmt.Fprintf(stdio.Out, "resumed VM %s (branch %s): SSH after %s, agent-mcp after %s (workspace over %s)\n",
 			i.Slug, i.Branch, res.SSHReady.Round(100*time.Millisecond), res.HealthReady.Round(100*time.Millisecond), i.Share)
 	default:
 		fmt.Fprintf(stdio.Out, "started VM %s (branch %s): SSH after %s, agent-mcp after %s (%s, workspace over %s)\n",

@@ -22,11 +22,13 @@ func suspendCommand(stdio IO) *cli.Command {
 			"mounted again on resume. While processes use /workspace (an agent session, a\n" +
 			"shell there), the VM is paused in place instead: its CPUs stop, its QEMU keeps\n" +
 			"holding its memory (host RAM) and the workspace stays mounted, so they go on at\n" +
-			"resume. suspend says which it did. A vagrant VM is always paused.",
+			"resume. suspend says which it did. A vagrant VM is always paused. --hibernate\n" +
+			"pauses it with its memory moved to disk; using the VM wakes it (docs/usage.md).",
 		ArgsUsage: "[BRANCH]",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "save", Usage: "save to disk or refuse: refuses while processes use /workspace, naming them"},
 			&cli.BoolFlag{Name: "pause", Usage: "pause in place even when the VM could be saved to disk"},
+			&cli.BoolFlag{Name: "hibernate", Usage: "pause in place with the memory moved to disk; using the VM wakes it"},
 		},
 		BashComplete: vmCompletion(stdio),
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
@@ -34,7 +36,7 @@ func suspendCommand(stdio IO) *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := m.Suspend(cliCtx.Context, name, vm.SuspendOptions{Save: cliCtx.Bool("save"), Pause: cliCtx.Bool("pause")})
+			res, err := m.Suspend(cliCtx.Context, name, vm.SuspendOptions{Save: cliCtx.Bool("save"), Pause: cliCtx.Bool("pause"), Hibernate: cliCtx.Bool("hibernate")})
 			if err != nil {
 				return err
 			}
@@ -48,7 +50,7 @@ func suspendCommand(stdio IO) *cli.Command {
 // and why, with the host RAM the paused QEMU holds.
 func suspendMessage(res *vm.SuspendResult) string {
 	took := res.Took.Round(100 * time.Millisecond)
-	if !res.Paused {
+	if !res.Paused || res.Suspend == vminfo.SuspendHibernated {
 		detail := ""
 		if res.Detail != "" {
 			detail = ": " + res.Detail
@@ -75,7 +77,7 @@ func suspendMessage(res *vm.SuspendResult) string {
 
 // stoppedSuspended says what stop did to a suspended VM.
 func stoppedSuspended(res *vm.StopResult) string {
-	if res.Suspend == vminfo.SuspendPaused {
+	if res.Suspend == vminfo.SuspendPaused || res.Suspend == vminfo.SuspendHibernated {
 		return fmt.Sprintf("VM of branch %s was paused in place: shut it down (the processes it held are gone; the next start boots it afresh)", res.Branch)
 	}
 	return fmt.Sprintf("VM of branch %s was suspended: discarded its saved state (the processes it held are gone; its disk is as the guest left it at suspend, and the next start boots it afresh)", res.Branch)

@@ -27,7 +27,8 @@ func TestSuspendResumeRefusals(t *testing.T) {
 		{[]string{"resume", "no-such-branch"}, []string{"no-such-branch"}},
 		{[]string{"suspend", "a", "b"}, []string{"at most one BRANCH"}},
 		{[]string{"suspend", "--save", "sus"}, []string{`VM "sus" is stopped`, "nothing to suspend"}},
-		{[]string{"suspend", "--save", "--pause", "sus"}, []string{"--save and --pause", "give one"}},
+		{[]string{"suspend", "--save", "--pause", "sus"}, []string{"--save, --pause and --hibernate are ways of suspending", "give one"}},
+		{[]string{"suspend", "--pause", "--hibernate", "sus"}, []string{"ways of suspending", "give one"}},
 	} {
 		r := agentVM(t, repo, st, tc.args...)
 		if r.code == 0 {

@@ -11,7 +11,7 @@
 // Every driver implements the core, Driver. What only some drivers can do
 // is an interface of its own, which the caller finds by a type assertion
 // and does without, with its own refusal, when a driver lacks it:
-// Suspender, Pauser, Cloner, Forwarder, Adopter and NetworkContainer. A driver
+// Suspender, Pauser, Hibernator, Cloner, Forwarder, Adopter and NetworkContainer. A driver
 // keeps a compile-time check for each one it implements (var _
 // driver.Cloner = (*Driver)(nil)). A capability a driver has may still be
 // refused for one machine, with ErrUnsupported (the QEMU driver suspends
@@ -65,6 +65,11 @@
 //     a saved one. The QEMU driver, whose Suspend saves to disk, pauses
 //     too, for a guest whose workspace is in use (see internal/vm); the
 //     vagrant driver's Suspend always pauses, so it needs no Pauser.
+//   - Hibernator: Hibernate pauses a running machine in place as Pause
+//     does and moves the guest's memory to a file on disk, so that its
+//     process holds its devices and its own memory only; Inspect says
+//     SuspendHibernated, and Continue brings the memory back before the
+//     CPUs run. A failed Hibernate leaves the machine running.
 //   - Cloner: Clone starts a machine that never ran from another one's
 //     saved state (a template), with edits in its memory.
 //   - Forwarder: AddForward and RemoveForward change a running machine's
@@ -153,6 +158,16 @@ type Pauser interface {
 	// its launch (as its start recorded it): ErrNotRunning when m is not
 	// paused by Pause.
 	Continue(ctx context.Context, m Machine) (*Launch, error)
+}
+
+// Hibernator is a Pauser that can also move a paused machine's memory to
+// disk (see the package comment).
+type Hibernator interface {
+	Pauser
+	// Hibernate pauses the running machine m and moves its memory to disk:
+	// ErrNotRunning when it does not run, ErrUnsupported when its memory
+	// is not one the driver can move (the machine runs on then).
+	Hibernate(ctx context.Context, m Machine) error
 }
 
 // Cloner is a driver that can start a machine from a template's saved

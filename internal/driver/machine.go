@@ -182,6 +182,11 @@ const (
 	// SuspendSaved: memory and devices are saved to disk; no process of
 	// the machine is left.
 	SuspendSaved = "saved"
+	// SuspendHibernated: paused in place as SuspendPaused, with the
+	// guest's memory moved to a file on disk (Hibernator): its process
+	// keeps every device and only its own memory. Continue brings the
+	// memory back first.
+	SuspendHibernated = "hibernated"
 )
 
 // PowerOffMarker is what Linux prints on the serial console as its last
@@ -193,7 +198,8 @@ type Live struct {
 	State  string
 	Detail string // e.g. "guest powered itself off", "QMP did not answer"
 	// Suspend says how a suspended machine keeps its memory
-	// (SuspendPaused, SuspendSaved); "" in every other state.
+	// (SuspendPaused, SuspendHibernated, SuspendSaved); "" in every other
+	// state.
 	Suspend string
 	Pid     int // the machine's process; also of one paused in place
 	// Resident is the host RAM (bytes) the machine's process holds, where
@@ -210,10 +216,16 @@ type Live struct {
 func (lv Live) Alive() bool { return lv.State == StateRunning || lv.State == StatePaused }
 
 // HasProcess reports whether the machine's process exists: it is Alive,
-// or suspended in place (SuspendPaused), its process holding its memory.
-// What must not happen under a machine's process (its disk replaced) asks
-// this, not Alive.
-func (lv Live) HasProcess() bool { return lv.Alive() || lv.Suspend == SuspendPaused }
+// or suspended in place (InPlace). What must not happen under a machine's
+// process (its disk replaced) asks this, not Alive.
+func (lv Live) HasProcess() bool { return lv.Alive() || lv.InPlace() }
+
+// InPlace reports whether the machine is suspended in place: its process
+// paused, its memory held (SuspendPaused) or on disk (SuspendHibernated);
+// Continue runs it again.
+func (lv Live) InPlace() bool {
+	return lv.Suspend == SuspendPaused || lv.Suspend == SuspendHibernated
+}
 
 // Uptime is how long the machine has been running.
 func (lv Live) Uptime(now time.Time) time.Duration {

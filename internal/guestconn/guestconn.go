@@ -27,7 +27,10 @@ import (
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
+	"github.com/agent-vm/agent-vm/internal/idle"
 	"github.com/agent-vm/agent-vm/internal/notify"
+	"github.com/agent-vm/agent-vm/internal/proc"
+	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -181,29 +184,76 @@ func (g Guest) Serve(ctx context.Context) error {
 		Dial: func(ctx context.Context) (*ssh.Client, error) { return sshx.Dial(ctx, target, 30*time.Second) }}
 	h.Notices = hold.NewNotices()
 	h.ReverseForwards = func() ([]hold.ReverseForward, error) { return g.reverseForwards(h.Log, h.Notices) }
-	h.Watch = g.watchAgents(h.Log)
+	h.Asleep = func() bool { return qemu.Hibernated(g.Layout.RunDir()) }
+	h.Watch = g.watch(h)
 	// run --on-wait's command is the VM's until it stops, which ends this.
 	defer os.Remove(filepath.Join(g.Layout.RunDir(), notify.OnWaitFile))
 	return h.Run(ctx)
 }
 
-// watchAgents is the holder's watch of the VM's agent sessions: the user
-// is told when one starts waiting (internal/notify).
-func (g Guest) watchAgents(log hclog.Logger) func(ctx context.Context, c *ssh.Client) {
-	config := func() (string, error) {
+// watch is the holder's watch of the VM over its held connection c: the
+// user is told when an agent starts waiting (internal/notify), and the VM
+// hibernates when idle for the user's idle_suspend (internal/idle).
+func (g Guest) watch(h *hold.Holder) func(ctx context.Context, c *ssh.Client) {
+	config := func() *userconfig.Config {
 		c, err := userconfig.Load(userconfig.Path(os.Getenv))
 		if err != nil {
-			return "", err
+			h.Log.Debug("reading the user's config", "error", err)
+			return &userconfig.Config{}
 		}
-		return c.OnWait, nil
+		return c
 	}
 	return func(ctx context.Context, c *ssh.Client) {
-		w := &notify.Watcher{Branch: g.Record.Branch, VM: g.Record.Slug, Run: execx.OS{}, Getenv: os.Getenv, Log: log.Named("notify"),
-			List:   func(ctx context.Context) ([]session.Info, error) { return Sessions(ctx, c) },
-			Asks:   func() ([]egress.Ask, error) { return egress.ReadAsks(g.Layout.NetDir()) },
-			OnWait: func() (string, error) { return notify.OnWait(g.Layout.RunDir(), config) }}
+		list := func(ctx context.Context) ([]session.Info, error) {
+			if h.Asleep() { // asking would wait for the guest to run again
+				return nil, errors.New("the VM is hibernated")
+			}
+			return Sessions(ctx, c)
+		}
+		w := &notify.Watcher{Branch: g.Record.Branch, VM: g.Record.Slug, Run: execx.OS{}, Getenv: os.Getenv, Log: h.Log.Named("notify"), List: list,
+			Asks: func() ([]egress.Ask, error) { return egress.ReadAsks(g.Layout.NetDir()) },
+			OnWait: func() (string, error) {
+				return notify.OnWait(g.Layout.RunDir(), func() (string, error) { return config().OnWait, nil })
+			}}
+		go g.idleWatch(h, list, func() time.Duration { return config().IdleAfter }).Run(ctx)
 		w.Watch(ctx)
 	}
+}
+
+// idleWatch is the VM's idle.Watch: its CPU is its QEMU's (the QEMU
+// driver's pid file; a VM of another driver never hibernates), its
+// commands agent-vm's, detached: the suspend must not end with the holder.
+func (g Guest) idleWatch(h *hold.Holder, list func(context.Context) ([]session.Info, error), after func() time.Duration) *idle.Watch {
+	command := func(ctx context.Context, verb ...string) error {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		p, err := execx.OS{}.Start(execx.Detached{Path: exe, Args: idle.Args(g.Layout, verb...), Dir: "/", StdoutPath: g.Layout.Log(idle.SuspendLog)})
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.Exited():
+		}
+		if p.ExitCode() != 0 {
+			return fmt.Errorf("agent-vm %s: exit status %d (see %s)", strings.Join(verb, " "), p.ExitCode(), g.Layout.Log(idle.SuspendLog))
+		}
+		return nil
+	}
+	return &idle.Watch{After: after, Ports: idle.Ports(g.Record), Sessions: list, Log: h.Log.Named("idle"),
+		Held: func() (int, int) { return h.InUse(idle.Every / 3) }, Asleep: h.Asleep,
+		CPU: func() (time.Duration, error) {
+			pid, err := proc.ReadPid(g.Layout.Run(qemu.PidFile))
+			if err != nil {
+				return 0, err
+			}
+			return proc.CPUTime(pid)
+		},
+		Hibernate: func(ctx context.Context) error { return command(ctx, "suspend", "--hibernate") },
+		Wake:      func(ctx context.Context) error { return command(ctx, "resume") }}
 }
 
 // Sessions lists the agent sessions of the guest c is connected to, as

@@ -118,7 +118,11 @@ func Detach(ctx context.Context, root Root, branch, slug string) error {
 	case err != nil:
 		return fmt.Errorf("readying the guest of %q for suspend: %w", branch, err)
 	case code == 3:
-		return &BusyError{Branch: branch, Slug: slug, Processes: termsafe.String(strings.TrimSpace(out))}
+		lines := strings.Split(strings.TrimSpace(out), "\n") // one process a line, each made safe
+		for i, l := range lines {
+			lines[i] = termsafe.Line(l)
+		}
+		return &BusyError{Branch: branch, Slug: slug, Processes: strings.Join(lines, "\n")}
 	case code != 0:
 		return fmt.Errorf("readying the guest of %q for suspend: exit %d: %s", branch, code, termsafe.String(strings.TrimSpace(errOut)))
 	}

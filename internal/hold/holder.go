@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,6 +37,10 @@ type Holder struct {
 	// Keepalive is how often the guest must answer (0: 15 s); after three
 	// unanswered, the holder ends.
 	Keepalive time.Duration
+	// Asleep, when set, says that the guest is paused on purpose (a
+	// hibernated VM): no keepalive is asked of it then, and the held
+	// connection waits for it to run again.
+	Asleep func() bool
 	// ReverseForwards says which reverse forwards to keep open on the held
 	// connection (nil: none): read when the holder starts and at each
 	// ReloadRequest.
@@ -44,8 +49,43 @@ type Holder struct {
 	// callers listening on a NoticesChannel.
 	Notices *Notices
 	// Watch, when set, runs beside the held connection c for as long as it
-	// lasts (the agents' states: internal/notify).
+	// lasts (the agents' states: internal/notify; idleness: internal/idle).
 	Watch func(ctx context.Context, c *ssh.Client)
+
+	conns    atomic.Int64 // connections to the guest held now
+	mu       sync.Mutex
+	channels map[*int]time.Time // callers' channels relayed now, from when
+}
+
+// InUse is how many callers' channels the holder has relayed for at least
+// age now (an attach, a shell, a long command; not a quick look at the
+// sessions), and how many connections to the guest it holds (the held
+// one, and more when the guest caps the sessions of one).
+func (h *Holder) InUse(age time.Duration) (channels, conns int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range h.channels {
+		if time.Since(t) >= age {
+			channels++
+		}
+	}
+	return channels, int(h.conns.Load())
+}
+
+// relaying notes a caller's channel until the returned func is called.
+func (h *Holder) relaying() func() {
+	id := new(int)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.channels == nil {
+		h.channels = map[*int]time.Time{}
+	}
+	h.channels[id] = time.Now()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.channels, id)
+	}
 }
 
 // Run dials the guest, makes the key pairs, serves the socket and returns
@@ -57,7 +97,8 @@ func (h *Holder) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the guest: %w", err)
 	}
-	g := &guests{conns: []*ssh.Client{first}, dial: h.Dial, log: h.Log}
+	g := &guests{conns: []*ssh.Client{first}, dial: h.Dial, log: h.Log, count: &h.conns}
+	h.conns.Store(1)
 	defer g.closeAll()
 	// The socket first: a live holder there is left alone, keys and all.
 	// A caller that reads the keys before they are new fails its
@@ -218,6 +259,7 @@ func (h *Holder) serve(ctx context.Context, conn *net.UnixConn, cfg *ssh.ServerC
 				h.Notices.listen(nc)
 				return
 			}
+			defer h.relaying()()
 			proxyChannel(nc, g.open)
 		}()
 	}
@@ -251,7 +293,7 @@ func (h *Holder) keepalive(ctx context.Context, c *ssh.Client, cancel context.Ca
 	if every == 0 {
 		every = 15 * time.Second
 	}
-	if err := sshx.Keepalive(ctx, c, every, 3); err != nil {
+	if err := sshx.Keepalive(ctx, c, every, 3, h.Asleep); err != nil {
 		cancel(fmt.Errorf("the guest connection: %w", err))
 	}
 }
@@ -264,6 +306,7 @@ type guests struct {
 	conns  []*ssh.Client
 	dial   func(ctx context.Context) (*ssh.Client, error)
 	log    hclog.Logger
+	count  *atomic.Int64 // len(conns), for Holder.InUse
 }
 
 // open opens a channel on the first connection that takes it. When all
@@ -314,12 +357,14 @@ func (g *guests) more(seen int) error {
 	g.log.Debug("the guest capped the sessions of its connections; opened another", "connections", n+1)
 	g.mu.Lock()
 	g.conns = append(g.conns, c)
+	g.count.Store(int64(len(g.conns)))
 	g.mu.Unlock()
 	go func() {
 		_ = c.Wait()
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.conns = slices.DeleteFunc(g.conns, func(x *ssh.Client) bool { return x == c })
+		g.count.Store(int64(len(g.conns)))
 	}()
 	return nil
 }

@@ -167,7 +167,7 @@ func keepalive(c *ssh.Client, dead <-chan struct{}, every time.Duration) {
 		<-dead
 		cancel()
 	}()
-	if err := sshx.Keepalive(ctx, c, every, KeepaliveMissed); err != nil {
+	if err := sshx.Keepalive(ctx, c, every, KeepaliveMissed, nil); err != nil {
 		c.Close()
 	}
 }

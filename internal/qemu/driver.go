@@ -32,6 +32,7 @@ var (
 	_ driver.Driver           = (*Driver)(nil)
 	_ driver.Suspender        = (*Driver)(nil)
 	_ driver.Pauser           = (*Driver)(nil)
+	_ driver.Hibernator       = (*Driver)(nil)
 	_ driver.Cloner           = (*Driver)(nil)
 	_ driver.Forwarder        = (*Driver)(nil)
 	_ driver.Adopter          = (*Driver)(nil)
@@ -174,7 +175,13 @@ func (d *Driver) Pause(ctx context.Context, m driver.Machine) error {
 	return d.Launcher.Pause(ctx, d.machine(m))
 }
 
-// Continue runs a VM Pause paused again (Launcher.Continue).
+// Hibernate pauses the running VM and moves its memory to disk
+// (Launcher.Hibernate).
+func (d *Driver) Hibernate(ctx context.Context, m driver.Machine) error {
+	return d.Launcher.Hibernate(ctx, d.machine(m))
+}
+
+// Continue runs a VM Pause or Hibernate paused again (Launcher.Continue).
 func (d *Driver) Continue(ctx context.Context, m driver.Machine) (*driver.Launch, error) {
 	launch, err := d.Launcher.Continue(ctx, d.machine(m))
 	if err != nil {

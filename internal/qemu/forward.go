@@ -62,7 +62,7 @@ func (l *Launcher) monitor(ctx context.Context, m Machine, cmd, arg string) (str
 	if err != nil {
 		return "", err
 	}
-	if !live.Alive() && live.Suspend != driver.SuspendPaused { // a paused QEMU's network runs on
+	if !live.Alive() && !live.InPlace() { // a paused QEMU's network runs on
 		return "", fmt.Errorf("%s is %s: %w", m.Name, live.State, driver.ErrNotRunning)
 	}
 	if live.Launch == nil || live.Launch.Netdev == "" {

@@ -18,7 +18,7 @@ import (
 type Live struct {
 	State     string
 	Detail    string // e.g. "guest powered itself off", "QMP did not answer"
-	Suspend   string // driver.SuspendPaused or SuspendSaved when suspended
+	Suspend   string // driver.SuspendPaused, SuspendHibernated or SuspendSaved when suspended
 	Resident  int64  // host RAM its QEMU holds (bytes): read when paused in place
 	Pid       int
 	Launch    *Launch // what the last start recorded; nil if never started
@@ -30,6 +30,11 @@ type Live struct {
 
 // Alive reports whether a QEMU process of this VM exists.
 func (lv Live) Alive() bool { return lv.State == driver.StateRunning || lv.State == driver.StatePaused }
+
+// InPlace reports whether the VM is suspended in place (Pause, Hibernate).
+func (lv Live) InPlace() bool {
+	return lv.Suspend == driver.SuspendPaused || lv.Suspend == driver.SuspendHibernated
+}
 
 // Uptime is how long the VM has been running.
 func (lv Live) Uptime(now time.Time) time.Duration {
@@ -168,9 +173,17 @@ func (l *Launcher) Stop(ctx context.Context, m Machine, grace time.Duration) err
 		vfs = proc.Find(virtiofsd.Serving(m.sockFile(VirtiofsdSock)))
 	}
 	switch {
-	case live.Suspend == driver.SuspendPaused:
+	case live.InPlace():
 		// Paused in place: its guest can power off once its CPUs run
-		// again. If they do not, quit and SIGKILL below end it.
+		// again (a hibernated one's memory back first). If they do not,
+		// quit and SIGKILL below end it.
+		if p := readPause(m); p != nil && p.Memory {
+			if err := l.restoreMemory(m, p); err != nil {
+				l.Log.Warn("stopping a hibernated VM without its guest's shutdown", "vm", m.Name, "error", err)
+				grace = 0
+				break
+			}
+		}
 		if !l.qmpCommand(ctx, m, "cont") {
 			grace = 0
 		}
@@ -234,6 +247,7 @@ func (l *Launcher) cleanup(m Machine) {
 	_ = os.Remove(m.QMPPath())
 	_ = os.Remove(m.sockFile(VirtiofsdSock))
 	_ = os.Remove(m.runFile(PauseFile))
+	_ = os.Remove(m.runFile(MemoryFile))
 	l.stopEgress(m)
 	if dir := m.socketDir(); dir != m.RunDir {
 		_ = os.Remove(dir)

@@ -140,7 +140,7 @@ func (l *Launcher) start(ctx context.Context, m Machine, b Boot, o StartOptions)
 	if h.Sandbox == nil {
 		l.Log.Warn("QEMU runs without its seccomp sandbox (AGENT_VM_QEMU_SANDBOX=off)")
 	}
-	if live, err := l.Inspect(ctx, m); err == nil && live.Suspend == driver.SuspendPaused {
+	if live, err := l.Inspect(ctx, m); err == nil && live.InPlace() {
 		return nil, fmt.Errorf("%s is paused in place (pid %d) (hint: resume it, or stop it): %w", m.Name, live.Pid, driver.ErrSuspended)
 	} else if err == nil && live.Alive() {
 		return nil, fmt.Errorf("%s is %s (pid %d): %w", m.Name, live.State, live.Pid, driver.ErrRunning)
@@ -296,7 +296,7 @@ func prepareDirs(m Machine, resume bool) error {
 	if err := ensureSocketDir(m); err != nil {
 		return err
 	}
-	for _, f := range []string{m.runFile(PidFile), m.runFile(VirtiofsdPid), m.runFile(LaunchFile), m.runFile(CleanMarker), m.runFile(PauseFile), m.QMPPath(), m.sockFile(VirtiofsdSock)} {
+	for _, f := range []string{m.runFile(PidFile), m.runFile(VirtiofsdPid), m.runFile(LaunchFile), m.runFile(CleanMarker), m.runFile(PauseFile), m.runFile(MemoryFile), m.QMPPath(), m.sockFile(VirtiofsdSock)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

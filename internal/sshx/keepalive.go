@@ -14,7 +14,9 @@ import (
 // until ctx ends, then returns nil. A request that fails, or missed
 // intervals in a row without an answer, end it with an error saying
 // which: the connection is then as good as gone, and the caller closes it.
-func Keepalive(ctx context.Context, c *ssh.Client, every time.Duration, missed int) error {
+// While paused (nil: never) says the server is paused on purpose (a
+// hibernated guest), nothing is sent and no interval counts as missed.
+func Keepalive(ctx context.Context, c *ssh.Client, every time.Duration, missed int, paused func() bool) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	unanswered := 0
@@ -23,6 +25,10 @@ func Keepalive(ctx context.Context, c *ssh.Client, every time.Duration, missed i
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if paused != nil && paused() {
+			unanswered = 0
+			continue
 		}
 		answered := make(chan error, 1)
 		go func() {
@@ -38,6 +44,9 @@ func Keepalive(ctx context.Context, c *ssh.Client, every time.Duration, missed i
 			}
 			unanswered = 0
 		case <-time.After(every):
+			if paused != nil && paused() {
+				continue
+			}
 			if unanswered++; unanswered >= missed {
 				return fmt.Errorf("%d keepalives in a row were left unanswered", unanswered)
 			}

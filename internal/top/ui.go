@@ -379,6 +379,8 @@ func detail(r Row) string {
 		return "suspended: its memory saved to disk (r resumes it)"
 	case vminfo.SuspendPaused:
 		return "suspended: paused in place, its memory held (r resumes it)"
+	case vminfo.SuspendHibernated:
+		return "hibernated: its memory on disk; attach, r or a connection wakes it"
 	}
 	if len(r.Asks) > 0 {
 		a := r.Asks[0]

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/tomlfile"
@@ -35,10 +36,26 @@ type Config struct {
 	// starts waiting for the user (internal/notify), with the VM, the
 	// session, the state and what the agent said in its environment.
 	OnWait string `toml:"on_wait"`
+	// IdleSuspend, when set, hibernates a VM that has been idle this long
+	// (internal/idle): "30m". Idle is read from it (IdleAfter).
+	IdleSuspend string `toml:"idle_suspend"`
+	// IdleAfter is IdleSuspend read; 0 when it is not set.
+	IdleAfter time.Duration `toml:"-"`
 }
 
-// Path is the user's config.toml, under $XDG_CONFIG_HOME (else ~/.config).
+// MinIdle is the least idle_suspend: shorter would hibernate a VM between
+// two of its user's commands.
+const MinIdle = 10 * time.Second
+
+// PathEnv names another file to read in place of the default one.
+const PathEnv = "AGENT_VM_CONFIG"
+
+// Path is the user's config.toml: $AGENT_VM_CONFIG, else under
+// $XDG_CONFIG_HOME (else ~/.config).
 func Path(getenv func(string) string) string {
+	if p := getenv(PathEnv); p != "" {
+		return p
+	}
 	return filepath.Join(hostdir.XDG(getenv, "XDG_CONFIG_HOME", ".config", "agent-vm"), File)
 }
 
@@ -67,8 +84,15 @@ func Load(path string) (*Config, error) {
 func Parse(path string, raw []byte) (*Config, error) {
 	c := &Config{Path: path}
 	doc := tomlfile.Doc{Path: path, Src: string(raw)}
-	if err := doc.Decode(c, "see docs/configuration.md's \"Your settings\"", "on_wait is a string", "on_wait"); err != nil {
+	if err := doc.Decode(c, "see docs/configuration.md's \"Your settings\"", "on_wait and idle_suspend are strings", "on_wait, idle_suspend"); err != nil {
 		return nil, err
+	}
+	if c.IdleSuspend != "" {
+		d, err := time.ParseDuration(c.IdleSuspend)
+		if err != nil || d < MinIdle {
+			return nil, doc.Errorf("idle_suspend", "", "idle_suspend %q is not a duration of %s or more (hint: idle_suspend = \"30m\")", c.IdleSuspend, MinIdle)
+		}
+		c.IdleAfter = d
 	}
 	if err := CheckCommand(c.OnWait); err != nil {
 		return nil, doc.Errorf("on_wait", "", "on_wait %v", err)

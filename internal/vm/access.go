@@ -3,9 +3,6 @@ package vm
 import (
 	"context"
 
-	"golang.org/x/crypto/ssh"
-
-	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/fork"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -21,18 +18,6 @@ var (
 	_ template.VMs     = (*Manager)(nil)
 	_ template.Builder = templateVMs{}
 )
-
-// Recorded finds the VM name means (see Find); a VM directory whose record
-// is unreadable is its error.
-func (m *Manager) Recorded(ctx context.Context, name string) (state.Entry, error) {
-	return m.findRecorded(ctx, name)
-}
-
-// Locked finds the VM name means, as Recorded, and takes its lock; the
-// caller releases it.
-func (m *Manager) Locked(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
-	return m.lockedEntry(ctx, name)
-}
 
 // TryLockVM takes the lock of the VM called slug unless another process
 // holds it (ok false); the caller releases it.
@@ -51,12 +36,6 @@ func (m *Manager) State(ctx context.Context, e state.Entry) string {
 	return m.Status(ctx, e, false).State
 }
 
-// Connect opens an SSH connection to the running VM name means, and
-// returns its slug; the caller closes the connection.
-func (m *Manager) Connect(ctx context.Context, name string) (*ssh.Client, string, error) {
-	return m.connect(ctx, name)
-}
-
 // Inspect is the VM's driver, machine and live state, as its driver reads
 // it from the host.
 func (m *Manager) Inspect(ctx context.Context, e state.Entry) (driver.Driver, driver.Machine, driver.Live, error) {
@@ -67,9 +46,4 @@ func (m *Manager) Inspect(ctx context.Context, e state.Entry) (driver.Driver, dr
 	mach := m.machine(e.Record, e.Layout)
 	live, err := d.Inspect(ctx, mach)
 	return d, mach, live, err
-}
-
-// Backend is the backend of r's VM, or why this agent-vm cannot verb it.
-func (m *Manager) Backend(r *state.Record, verb string) (backend.Backend, error) {
-	return m.backendOf(r, verb)
 }

@@ -118,9 +118,9 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	asRoot := func(ctx context.Context, script func() string) (int, string, string, error) {
 		return guestconn.RootOn(ctx, c, script())
 	}
-	m.guestSetupWith(w.Context(), e, asRoot, plan.Setup)
+	m.guestSetup(w.Context(), e, asRoot, plan.Setup)
 	m.startHolder(e) // after the setup: its login sees the placeholders
-	if err := guestctl.Attach(w.Context(), asRoot, m.clock(true)); err != nil {
+	if err := guestctl.Attach(w.Context(), asRoot, m.Now); err != nil {
 		return fail("mounting the workspace", err)
 	}
 	log.Debug("the workspace is mounted", "after", time.Since(began))
@@ -147,7 +147,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 // noneYet: the VM could have started from a template, and there is none
 // for its machine (the user may want one: see template.Templates.Hint).
 func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions) (t *usable, noneYet bool) {
-	be, err := m.backendOf(e.Record, "start")
+	be, err := m.Backend(e.Record, "start")
 	if err != nil || be.ImagesInUse(e.Layout) != nil || m.TemplateDir == nil {
 		return nil, false
 	}
@@ -172,7 +172,7 @@ func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions
 // (the backend's Reset: a VM that never ran loses nothing) and prepares
 // a cold boot instead.
 func (m *Manager) unclone(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine) (*backend.Plan, error) {
-	be, err := m.backendOf(e.Record, "start")
+	be, err := m.Backend(e.Record, "start")
 	if err != nil {
 		return nil, err
 	}

@@ -14,13 +14,15 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
 
-// connect opens an SSH connection to a running VM (dialGuest). The VM's
+// Connect opens an SSH connection to the running VM name means (as
+// dialGuest), and returns its slug; the caller closes the connection. The VM's
 // state (its record, pid and QMP) and the holder's handshake do not
 // depend on each other, so they run at once; the connection is used only
 // if the state says running (a paused VM's holder can still answer).
 // Without a holder, the guest is dialed directly once the state is known.
-func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string, error) {
-	e, err := m.findRecorded(ctx, name)
+// A hibernated VM is resumed first: it wakes when used.
+func (m *Manager) Connect(ctx context.Context, name string) (*ssh.Client, string, error) {
+	e, err := m.Recorded(ctx, name)
 	if err != nil {
 		return nil, "", err
 	}
@@ -38,6 +40,15 @@ func (m *Manager) connect(ctx context.Context, name string) (*ssh.Client, string
 	}()
 	info := m.Status(ctx, e, false)
 	h := <-held
+	if info.Suspend == vminfo.SuspendHibernated { // woken by its use
+		if h.c != nil {
+			h.c.Close()
+		}
+		if _, err := m.Resume(ctx, e.Slug, StartOptions{Wake: true}); err != nil {
+			return nil, "", fmt.Errorf("waking hibernated VM %q: %w", e.Record.Branch, err)
+		}
+		return m.Connect(ctx, name)
+	}
 	if err := runningErr(e, info.State); err != nil {
 		if h.c != nil {
 			h.c.Close()
@@ -74,7 +85,7 @@ func (m *Manager) Exec(ctx context.Context, name string, argv []string, stdin io
 	if len(argv) == 0 {
 		return -1, fmt.Errorf("no command given (hint: agent-vm exec %s -- COMMAND [ARGS...])", name)
 	}
-	c, _, err := m.connect(ctx, name)
+	c, _, err := m.Connect(ctx, name)
 	if err != nil {
 		return -1, err
 	}
@@ -84,7 +95,7 @@ func (m *Manager) Exec(ctx context.Context, name string, argv []string, stdin io
 
 // Shell opens an interactive login shell in the VM's /workspace.
 func (m *Manager) Shell(ctx context.Context, name string, in *os.File, out, errOut io.Writer) (int, error) {
-	c, _, err := m.connect(ctx, name)
+	c, _, err := m.Connect(ctx, name)
 	if err != nil {
 		return -1, err
 	}

@@ -70,9 +70,9 @@ func within(dir, root string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-// findRecorded is Find for the verbs that need the VM's record: a VM
-// directory whose record is unreadable is its error.
-func (m *Manager) findRecorded(ctx context.Context, name string) (state.Entry, error) {
+// Recorded finds the VM name means (see Find), for the verbs that need
+// its record: a VM directory whose record is unreadable is its error.
+func (m *Manager) Recorded(ctx context.Context, name string) (state.Entry, error) {
 	e, err := m.Find(ctx, name)
 	if err != nil {
 		return state.Entry{}, err
@@ -106,7 +106,7 @@ type locked struct {
 // lockedLook finds a VM with a readable record, takes its lock and inspects it.
 // The caller releases h.lock.
 func (m *Manager) lockedLook(ctx context.Context, name string) (*locked, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	e, lock, err := m.Locked(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +121,10 @@ func (m *Manager) lockedLook(ctx context.Context, name string) (*locked, error) 
 	return h, nil
 }
 
-// lockedEntry finds a VM with a readable record and takes its lock.
-func (m *Manager) lockedEntry(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
-	e, err := m.findRecorded(ctx, name)
+// Locked finds the VM name means, as Recorded, and takes its lock; the
+// caller releases it.
+func (m *Manager) Locked(ctx context.Context, name string) (state.Entry, *state.Lock, error) {
+	e, err := m.Recorded(ctx, name)
 	if err != nil {
 		return state.Entry{}, nil, err
 	}

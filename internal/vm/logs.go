@@ -19,7 +19,7 @@ type LogsOptions struct {
 // provisioning log and agent-mcp's journal (logtail.Show); with Follow it
 // keeps writing them as they grow, until ctx ends.
 func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.Writer) error {
-	e, err := m.findRecorded(ctx, name)
+	e, err := m.Recorded(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func (m *Manager) Logs(ctx context.Context, name string, o LogsOptions, out io.W
 	}
 	if m.Status(ctx, e, false).State == vminfo.StateRunning {
 		s.Guest = func(ctx context.Context, cmd string, w io.Writer) error {
-			c, _, err := m.connect(ctx, name)
+			c, _, err := m.Connect(ctx, name)
 			if err != nil {
 				return err
 			}

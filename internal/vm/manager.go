@@ -158,9 +158,9 @@ func (m *Manager) driverOf(r *state.Record) (driver.Driver, error) {
 	return d, nil
 }
 
-// backendOf returns the backend of the VM whose record is r, or an error
+// Backend returns the backend of the VM whose record is r, or an error
 // saying that this build cannot verb it.
-func (m *Manager) backendOf(r *state.Record, verb string) (backend.Backend, error) {
+func (m *Manager) Backend(r *state.Record, verb string) (backend.Backend, error) {
 	be, ok := m.Backends[r.Backend]
 	if !ok {
 		return nil, fmt.Errorf("VM %q uses the %s backend, which this agent-vm cannot %s (hint: use an agent-vm build with that backend, or recreate the VM with --backend qemu)", r.Branch, r.Backend, verb)

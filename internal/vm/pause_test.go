@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,7 +14,10 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
+	"github.com/agent-vm/agent-vm/internal/idle"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/qmp"
 	"github.com/agent-vm/agent-vm/internal/session"
@@ -135,6 +140,8 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 	}
 	checkAgentGoesOn(t, sh, agent, bootID, before)
 
+	hibernateAndWake(t, m, e, sh, agent, bootID, qemuPid)
+
 	// Stop continues the paused guest, which powers off cleanly.
 	if _, err := m.Suspend(ctx, b, vm.SuspendOptions{}); err != nil {
 		t.Fatal(err)
@@ -154,6 +161,56 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 	if _, err := os.Stat(filepath.Join(e.Layout.RunDir(), qemu.PauseFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stop left the pause mark: %v", err)
 	}
+}
+
+// hibernateAndWake hibernates the VM whose agent works in /workspace: its
+// QEMU gives the guest's memory back (its PSS drops) and its holder stays;
+// exec wakes it, and so does a connection to its MCP port (through the
+// holder's watch, which runs `agent-vm resume`); the agent goes on each
+// time.
+func hibernateAndWake(t *testing.T, m *vm.Manager, e state.Entry, sh func(string) string, agent, bootID string, qemuPid int) {
+	ctx := context.Background()
+	b := e.Record.Branch
+	pss, _ := proc.PSS(qemuPid)
+	before := sh("cat /tmp/agent-count")
+	res, err := m.Suspend(ctx, b, vm.SuspendOptions{Hibernate: true})
+	if err != nil || res.Suspend != vminfo.SuspendHibernated || !res.Paused {
+		t.Fatalf("suspend --hibernate: %+v, %v", res, err)
+	}
+	asleep, _ := proc.PSS(qemuPid)
+	t.Logf("hibernated in %s: QEMU's PSS %d MiB before, %d MiB after (%s)", res.Took, pss>>20, asleep>>20, res.Detail)
+	if asleep > pss-100<<20 {
+		t.Errorf("the hibernated QEMU's PSS is %d MiB, was %d MiB: the guest's memory stayed", asleep>>20, pss>>20)
+	}
+	info := m.Status(ctx, e, false)
+	if info.State != vminfo.StateSuspended || info.Suspend != vminfo.SuspendHibernated || info.Pid != qemuPid || info.SSH.Held == "" {
+		t.Errorf("status of the hibernated VM: %s (%q), pid %d (was %d), held %q", info.State, info.Suspend, info.Pid, qemuPid, info.SSH.Held)
+	}
+	woke := time.Now()
+	var out, errs bytes.Buffer
+	if code, err := m.Exec(ctx, b, []string{"cat", "/tmp/agent-count"}, nil, &out, &errs); err != nil || code != 0 {
+		t.Fatalf("exec on a hibernated VM: exit %d, %v: %s", code, err, errs.String())
+	}
+	t.Logf("exec woke the VM and ran in %s", time.Since(woke))
+	if info := m.Status(ctx, e, false); info.State != vminfo.StateRunning || info.Pid != qemuPid {
+		t.Errorf("after exec woke it: %s, pid %d", info.State, info.Pid)
+	}
+	checkAgentGoesOn(t, sh, agent, bootID, before)
+
+	before = sh("cat /tmp/agent-count")
+	if _, err := m.Suspend(ctx, b, vm.SuspendOptions{Hibernate: true}); err != nil {
+		t.Fatal(err)
+	}
+	woke = time.Now()
+	c := http.Client{Timeout: time.Minute}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", e.Record.Ports.MCP, guest.HealthPath))
+	if err != nil {
+		t.Fatalf("a request to the hibernated VM's MCP port: %v (its log: %s)", err, driver.TailFile(e.Layout.Log(idle.SuspendLog), 5))
+	}
+	resp.Body.Close()
+	t.Logf("a request to its MCP port woke the VM and was answered (%s) in %s", resp.Status, time.Since(woke))
+	tu.WaitFor(t, "the VM running after the request", func() bool { return m.Status(ctx, e, false).State == vminfo.StateRunning })
+	checkAgentGoesOn(t, sh, agent, bootID, before)
 }
 
 // checkAgentGoesOn checks that the agent's process is the one from before

@@ -29,13 +29,13 @@ type ResetResult struct {
 // keys (so the pinned host key), the ports and the rest of the record stay.
 // A running VM is refused unless o.Force, which stops it first.
 func (m *Manager) Reset(ctx context.Context, name string, o ResetOptions) (*ResetResult, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	e, lock, err := m.Locked(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Release()
 	r, l := e.Record, e.Layout
-	be, err := m.backendOf(r, "reset")
+	be, err := m.Backend(r, "reset")
 	if err != nil {
 		return nil, err
 	}

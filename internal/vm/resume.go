@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vminfo"
 )
@@ -38,8 +40,8 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 // guest's clock, mounts the workspace where the suspend unmounted it and
 // waits for agent-mcp.
 func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, live driver.Live, o StartOptions) (*StartResult, error) {
-	if p, ok := d.(driver.Pauser); ok && live.Suspend == driver.SuspendPaused {
-		o.Report.Report("continuing the VM paused in place", 0, "")
+	if p, ok := d.(driver.Pauser); ok && live.InPlace() {
+		o.Report.Report("continuing the VM "+live.Suspend, 0, "")
 		began := time.Now()
 		launch, err := p.Continue(ctx, mach)
 		if err != nil {
@@ -47,7 +49,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		}
 		// The workspace stayed mounted and agent-mcp ran on; nothing of
 		// the guest's set-up changed.
-		return m.resumed(ctx, e, d, mach, o, resumed{launch: launch, began: began, attach: m.setGuestClock})
+		return m.resumed(ctx, e, d, mach, o, resumed{launch: launch, began: began, attach: guestctl.SetClock})
 	}
 	r := e.Record
 	sus, ok := d.(driver.Suspender)
@@ -70,9 +72,9 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		}
 		return nil, err
 	}
-	rs := resumed{launch: launch, began: began, setup: plan.Setup, attach: m.attachGuest}
+	rs := resumed{launch: launch, began: began, setup: plan.Setup, attach: guestctl.Attach}
 	if sus.SuspendKeepsShare() {
-		rs.attach = m.setGuestClock // the share stayed mounted, agent-mcp running
+		rs.attach = guestctl.SetClock // the share stayed mounted, agent-mcp running
 	}
 	return m.resumed(ctx, e, d, mach, o, rs)
 }
@@ -84,9 +86,9 @@ type resumed struct {
 	began  time.Time
 	// setup is the backend's guest set-up of this start ("" for none).
 	setup string
-	// attach readies the guest once SSH answers, setting its clock
-	// (attachGuest or setGuestClock).
-	attach func(ctx context.Context, e state.Entry, fixClock bool) error
+	// attach readies the guest once SSH answers, setting its clock to
+	// now's (guestctl.Attach, which mounts the workspace too, or SetClock).
+	attach func(ctx context.Context, root guestctl.Root, now func() time.Time) error
 }
 
 // resumed waits for the guest that resume brought back: SSH, the guest's
@@ -101,16 +103,24 @@ func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, m
 	b.Began = rs.began
 	w := b.Begin(ctx, boot.Resume)
 	defer w.Done()
-	c, ready, err := w.SSH("waiting for SSH after resume")
-	if err != nil {
-		return nil, err
+	// A hibernated VM's holder stayed: setting the clock over its held
+	// connection shows the guest runs, sooner than a new SSH handshake.
+	if m.guestOf(r, e.Layout).Held() == "" {
+		c, ready, err := w.SSH("waiting for SSH after resume")
+		if err != nil {
+			return nil, err
+		}
+		c.Close()
+		res.SSHReady = ready
+		m.guestSetup(w.Context(), e, nil, rs.setup)
+		m.startHolder(e) // the held connection ended with the suspend
 	}
-	c.Close()
-	res.SSHReady = ready
-	m.guestSetup(w.Context(), e, rs.setup)
-	m.startHolder(e) // the held connection ended with the suspend
-	if err := rs.attach(w.Context(), e, true); err != nil {
+	if err := rs.attach(w.Context(), m.rootOf(e), m.Now); err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
+	}
+	res.SSHReady = cmp.Or(res.SSHReady, time.Since(rs.began))
+	if o.Wake {
+		return res, nil
 	}
 	if err := m.restoredHealth(ctx, w, e, res, "resumed"); err != nil {
 		return nil, err

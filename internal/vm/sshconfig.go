@@ -31,7 +31,7 @@ func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error)
 		}
 		return b.String(), nil
 	}
-	e, err := m.findRecorded(ctx, name)
+	e, err := m.Recorded(ctx, name)
 	if err != nil {
 		return "", err
 	}

@@ -34,6 +34,9 @@ type StartOptions struct {
 	// Cold boots a suspended VM afresh, discarding its saved state,
 	// instead of resuming it.
 	Cold bool
+	// Wake: a resume for a command that uses the VM (a hibernated VM
+	// woken), which waits for SSH, not for agent-mcp.
+	Wake bool
 	// NoTemplate boots a new VM cold even when a template fits it
 	// (internal/template).
 	NoTemplate bool
@@ -183,7 +186,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 // that contains it, the VM's network.
 func (m *Manager) prepare(ctx context.Context, e state.Entry, d driver.Driver, o StartOptions, share driver.ShareMode, mach *driver.Machine, verb string, t *usable) (*backend.Plan, error) {
 	r, l := e.Record, e.Layout
-	be, err := m.backendOf(r, verb)
+	be, err := m.Backend(r, verb)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ type StopResult struct {
 
 // Stop shuts a VM down cleanly (see driver.Driver's Stop).
 func (m *Manager) Stop(ctx context.Context, name string) (*StopResult, error) {
-	e, lock, err := m.lockedEntry(ctx, name)
+	e, lock, err := m.Locked(ctx, name)
 	if err != nil {
 		return nil, err
 	}

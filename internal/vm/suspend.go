@@ -21,6 +21,9 @@ type SuspendOptions struct {
 	Save bool
 	// Pause pauses the VM in place even when it could be saved.
 	Pause bool
+	// Hibernate pauses it in place with its memory moved to disk
+	// (driver.Hibernator); using it wakes it (internal/idle).
+	Hibernate bool
 }
 
 // SuspendResult says what suspend did.
@@ -35,6 +38,8 @@ type SuspendResult struct {
 	// the driver does not say); else it is saved to disk.
 	Paused  bool
 	HostRAM int64
+	// Suspend is how the VM keeps its memory (vminfo.SuspendPaused ...).
+	Suspend string
 	// Why the VM was paused rather than saved, when suspend chose to: the
 	// guest's processes that use /workspace (Busy, as guestctl.BusyError
 	// lists them), or why its machine cannot be saved (CannotSave).
@@ -57,8 +62,8 @@ type SuspendResult struct {
 // or the machine cannot be saved (a NixOS VM); o.Save and o.Pause insist
 // on one way. A VM whose driver has neither way is refused.
 func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*SuspendResult, error) {
-	if o.Save && o.Pause {
-		return nil, errors.New("--save and --pause ask for two ways of suspending: give one, or neither to let suspend choose (hint: `agent-vm suspend --help`)")
+	if o.Save && o.Pause || o.Hibernate && (o.Save || o.Pause) {
+		return nil, errors.New("--save, --pause and --hibernate are ways of suspending: give one, or none to let suspend choose (hint: `agent-vm suspend --help`)")
 	}
 	h, err := m.lockedLook(ctx, name)
 	if err != nil {
@@ -77,15 +82,19 @@ func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*
 	}
 	sus, _ := d.(driver.Suspender)
 	p, _ := d.(driver.Pauser)
-	if err := checkSuspendWay(r.Branch, e.Slug, d.Name(), sus, p, o); err != nil {
+	hib, _ := d.(driver.Hibernator)
+	if err := checkSuspendWay(r.Branch, e.Slug, d.Name(), sus, p, hib, o); err != nil {
 		return nil, err
 	}
 	began := time.Now()
 	res := &SuspendResult{Branch: r.Branch}
-	if o.Pause && p != nil {
+	switch {
+	case o.Hibernate:
+		err = hib.Hibernate(ctx, mach)
+	case o.Pause && p != nil:
 		res.Paused = true
 		err = p.Pause(ctx, mach)
-	} else {
+	default:
 		err = m.save(ctx, e, sus, mach, o.Save && p != nil)
 		if !o.Save && p != nil && pauseInstead(err, res) {
 			m.Log.Debug("pausing in place instead of saving", "vm", r.Branch, "why", err)
@@ -97,25 +106,31 @@ func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*
 		return nil, err
 	}
 	res.Took = time.Since(began)
+	if lv, err := d.Inspect(ctx, mach); err == nil { // the driver's word: a vagrant VM's suspend pauses
+		res.Detail, res.Paused, res.HostRAM, res.Suspend = lv.Detail, lv.InPlace(), lv.Resident, lv.Suspend
+	}
 	// The holder ends by itself once QEMU is gone; do not wait for its
 	// keepalives. A paused guest cannot answer them either, and resume
-	// holds a new connection.
-	m.stopHolder(ctx, e)
-	if lv, err := d.Inspect(ctx, mach); err == nil { // the driver's word: a vagrant VM's suspend pauses
-		res.Detail, res.Paused, res.HostRAM = lv.Detail, lv.Suspend == driver.SuspendPaused, lv.Resident
+	// holds a new connection. A hibernated VM's holder stays: it asks
+	// nothing of the guest then, wakes it on a connection (internal/idle)
+	// and serves its commands at once after.
+	if res.Suspend != driver.SuspendHibernated {
+		m.stopHolder(ctx, e)
 	}
 	return res, nil
 }
 
 // checkSuspendWay refuses a suspend the VM's driver cannot do the way o
-// asks (sus and p are its capabilities, nil when it lacks them).
-func checkSuspendWay(branch, slug, driverName string, sus driver.Suspender, p driver.Pauser, o SuspendOptions) error {
+// asks (sus, p and hib are its capabilities, nil when it lacks them).
+func checkSuspendWay(branch, slug, driverName string, sus driver.Suspender, p driver.Pauser, hib driver.Hibernator, o SuspendOptions) error {
 	pauses := sus != nil && sus.SuspendKeepsShare() // its suspend is a pause
 	switch {
 	case sus == nil && p == nil:
 		return fmt.Errorf("VM %q cannot be suspended: the %s driver that runs it does not suspend machines (hint: `agent-vm stop %s` shuts it down instead): %w", branch, driverName, slug, driver.ErrUnsupported)
 	case o.Save && (sus == nil || pauses):
 		return fmt.Errorf("VM %q cannot be saved to disk: the %s driver that runs it only pauses machines in place (hint: `agent-vm suspend %s` without --save pauses it): %w", branch, driverName, slug, driver.ErrUnsupported)
+	case o.Hibernate && hib == nil:
+		return fmt.Errorf("VM %q cannot hibernate: the %s driver that runs it cannot move its memory to disk (hint: `agent-vm suspend %s` without --hibernate): %w", branch, driverName, slug, driver.ErrUnsupported)
 	case o.Pause && p == nil && !pauses:
 		return fmt.Errorf("VM %q cannot be paused in place: the %s driver that runs it does not pause machines (hint: `agent-vm suspend %s` without --pause): %w", branch, driverName, slug, driver.ErrUnsupported)
 	}
@@ -134,7 +149,7 @@ func (m *Manager) save(ctx context.Context, e state.Entry, sus driver.Suspender,
 	}
 	hooks := driver.GuestHooks{
 		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, instead) },
-		Attach: func(ctx context.Context) error { return m.attachGuest(ctx, e, false) },
+		Attach: func(ctx context.Context) error { return guestctl.Attach(ctx, m.rootOf(e), nil) },
 	}
 	return sus.Suspend(ctx, mach, hooks)
 }
@@ -166,24 +181,6 @@ func (m *Manager) detachGuest(ctx context.Context, e state.Entry, instead string
 		busy.Instead = instead
 	}
 	return err
-}
-
-// attachGuest mounts the workspace again (guestctl.Attach), setting the
-// clock when fixClock; setGuestClock only sets it (guestctl.SetClock).
-func (m *Manager) attachGuest(ctx context.Context, e state.Entry, fixClock bool) error {
-	return guestctl.Attach(ctx, m.rootOf(e), m.clock(fixClock))
-}
-
-func (m *Manager) setGuestClock(ctx context.Context, e state.Entry, fixClock bool) error {
-	return guestctl.SetClock(ctx, m.rootOf(e), m.clock(fixClock))
-}
-
-// clock is the host's time to set a guest's clock to, or nil for none.
-func (m *Manager) clock(fix bool) func() time.Time {
-	if !fix {
-		return nil
-	}
-	return m.Now
 }
 
 // rootOf runs scripts as root in e's guest (runRoot).

@@ -35,7 +35,7 @@ func TestCheckSuspendWay(t *testing.T) {
 		{"a pauser only, --save", nil, q, SuspendOptions{Save: true}, "only pauses machines in place"},
 		{"a saver only, --pause", saverOnly{q}, nil, SuspendOptions{Pause: true}, "cannot be paused in place: the x driver that runs it does not pause machines (hint: `agent-vm suspend feat` without --pause)"},
 	} {
-		err := checkSuspendWay("feat", "feat", "x", tc.sus, tc.p, tc.o)
+		err := checkSuspendWay("feat", "feat", "x", tc.sus, tc.p, nil, tc.o)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: refused: %v", tc.name, err)

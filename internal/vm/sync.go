@@ -24,7 +24,7 @@ type SyncResult = gitws.SyncResult
 // lock: a fetch is one ref update in the user's repository, and an agent
 // committing meanwhile is fetched now or next time.
 func (m *Manager) Sync(ctx context.Context, name string) (*SyncResult, error) {
-	e, err := m.findRecorded(ctx, name)
+	e, err := m.Recorded(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -167,7 +167,7 @@ func (t templateVMs) Start(ctx context.Context, slug string) (state.Entry, error
 	if _, err := t.m.Start(ctx, slug, t.o); err != nil {
 		return state.Entry{}, err
 	}
-	return t.m.findRecorded(ctx, slug)
+	return t.m.Recorded(ctx, slug)
 }
 
 func (t templateVMs) Root(ctx context.Context, e state.Entry, script string) (int, string, string, error) {

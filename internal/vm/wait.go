@@ -39,7 +39,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	}
 	c.Close()
 	res.SSHReady = ready
-	m.guestSetup(w.Context(), e, plan.Setup)
+	m.guestSetup(w.Context(), e, nil, plan.Setup)
 	m.startHolder(e)
 	if res.HealthReady, err = w.Health(); err != nil {
 		return err
@@ -83,17 +83,16 @@ func (m *Manager) restoredHealth(ctx context.Context, w *boot.Wait, e state.Entr
 	return nil
 }
 
-// guestSetup runs the backend's setup script (backend.Plan.Setup) before
-// the held connection and any session begin, so that they see its
-// placeholders. A failure is a warning: the VM works, its secrets do not.
-func (m *Manager) guestSetup(ctx context.Context, e state.Entry, script string) {
-	m.guestSetupWith(ctx, e, m.rootOf(e), script)
-}
-
-// guestSetupWith is guestSetup through root (a connection already open).
-func (m *Manager) guestSetupWith(ctx context.Context, e state.Entry, root guestctl.Root, script string) {
+// guestSetup runs the backend's setup script (backend.Plan.Setup) as root
+// (through root, or a new connection when nil) before the held connection
+// and any session begin, so that they see its placeholders. A failure is
+// a warning: the VM works, its secrets do not.
+func (m *Manager) guestSetup(ctx context.Context, e state.Entry, root guestctl.Root, script string) {
 	if script == "" {
 		return
+	}
+	if root == nil {
+		root = m.rootOf(e)
 	}
 	code, _, stderr, err := root(ctx, func() string { return script })
 	if err == nil && code != 0 {

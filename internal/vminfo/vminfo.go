@@ -32,6 +32,9 @@ const (
 const (
 	SuspendPaused = driver.SuspendPaused
 	SuspendSaved  = driver.SuspendSaved
+	// SuspendHibernated: paused in place, its memory on disk; a connection
+	// to it wakes it.
+	SuspendHibernated = driver.SuspendHibernated
 )
 
 // Info is what `status --json` prints for one VM. Field names are part of

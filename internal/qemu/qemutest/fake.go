@@ -13,8 +13,10 @@
 // chardev-add and chardev-remove (which closes the virtiofsd connection),
 // migrate to "fd:NAME" (writes StateMagic and the VM's uuid), migrate-incoming
 // from one (reads them back; another VM's state fails the load) and
-// query-migrate; with FailEnv=migrate its migrate fails. Asked --version it
-// prints Version. Given
+// query-migrate; with FailEnv=migrate its migrate fails. Given a
+// memory-backend-memfd object it holds a memfd of that name and size, as
+// QEMU's guest memory, with MemoryPattern written at its start and its
+// end. Asked --version it prints Version. Given
 // --socket-path it is a virtiofsd instead: it listens on that socket until a
 // signal ends it. Tests that use it say so.
 package qemutest
@@ -32,6 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-vm/agent-vm/internal/sharejail"
 )
 
@@ -47,6 +51,10 @@ const Version = "8.2.0"
 
 // StateMagic starts the fake's saved state.
 const StateMagic = "FAKE-QEMU-STATE "
+
+// MemoryPattern is what the fake writes at the start and the end of its
+// guest memory.
+const MemoryPattern = "FAKE-GUEST-MEMORY"
 
 // lifetime bounds a fake a test forgot to end.
 const lifetime = 5 * time.Minute
@@ -118,6 +126,12 @@ func fakeQEMU(args []string, stubborn bool) int {
 		return 1
 	}
 	vm := &machine{uuid: argAfter(args, "-uuid"), status: "running", fds: map[string]*os.File{}}
+	if mem, err := guestMemory(args); err != nil {
+		fmt.Println("fake qemu:", err)
+		return 1
+	} else if mem != nil {
+		defer mem.Close()
+	}
 	if argAfter(args, "-incoming") != "" {
 		vm.status = "inmigrate"
 	}
@@ -143,6 +157,40 @@ func fakeQEMU(args []string, stubborn bool) int {
 			return 0
 		}
 	}
+}
+
+// guestMemory makes the memfd of a memory-backend-memfd on the command
+// line (nil when there is none).
+func guestMemory(args []string) (*os.File, error) {
+	obj := ""
+	for i, a := range args {
+		if a == "-object" && i+1 < len(args) && strings.HasPrefix(args[i+1], "memory-backend-memfd,") {
+			obj = args[i+1]
+		}
+	}
+	if obj == "" {
+		return nil, nil
+	}
+	_, sz, _ := strings.Cut(obj, "size=")
+	sz, _, _ = strings.Cut(sz, ",")
+	mib, err := strconv.Atoi(strings.TrimSuffix(sz, "M"))
+	if err != nil {
+		return nil, fmt.Errorf("memory size %q", sz)
+	}
+	fd, err := unix.MemfdCreate("memory-backend-memfd", 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "memory-backend-memfd")
+	n := int64(mib) << 20
+	if err := f.Truncate(n); err != nil {
+		return nil, err
+	}
+	if _, err := f.WriteAt([]byte(MemoryPattern), 0); err != nil {
+		return nil, err
+	}
+	_, err = f.WriteAt([]byte(MemoryPattern), n-int64(len(MemoryPattern)))
+	return f, err
 }
 
 // machine is the fake's state across QMP connections.

@@ -1,0 +1,171 @@
+// Package idle hibernates a VM that nobody uses and wakes it when someone
+// does.
+//
+// With idle_suspend set in the user's config.toml (userconfig), the VM's
+// holder watches it (Watch): the VM is idle while no agent session works
+// (each is waiting, done or exited, as internal/session reads it) and none
+// has a client attached, nothing but the holder is connected to any of its
+// host ports (SSH, agent-mcp, its forwards: Connections) or relays a
+// caller's command through the holder, and its QEMU uses less than
+// MaxCPU of one host core. Idle for idle_suspend on end, the VM is
+// hibernated (`agent-vm suspend --hibernate`: paused, its memory moved to
+// disk; internal/guestram) and its holder ends with that.
+//
+// A hibernated VM wakes when it is used. agent-vm's own commands that
+// reach the guest (attach, exec, shell, run, sessions, mcp sync) resume it
+// first (internal/vm). Everything else reaches the guest through the host
+// ports QEMU listens on, which stay open while it is hibernated: a
+// client's connection is taken and waits, with its bytes, while the
+// guest's CPUs are stopped. The holder stays through the hibernation
+// (asking nothing of the guest), and its Watch looks at the host's socket
+// table every 100 ms: a new connection to one of those ports resumes the
+// VM (`agent-vm resume`), and the connection goes through. A connection
+// that was open when the VM hibernated does not wake it.
+package idle
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/agentstate"
+	"github.com/agent-vm/agent-vm/internal/session"
+)
+
+// MaxCPU is the share of one host core under which a VM's QEMU counts as
+// idle. A TCG guest that does nothing costs QEMU several per cent; a
+// build, a test run or an agent at work costs most of a core.
+const MaxCPU = 0.25
+
+// Every is how often Watch looks whether the VM is idle; tick, how often
+// whether it is hibernated.
+const (
+	Every = 15 * time.Second
+	tick  = 250 * time.Millisecond
+)
+
+// Watch hibernates one VM when idle and wakes it when used.
+type Watch struct {
+	// After is how long the VM must stay idle (idle_suspend); read at each
+	// look, so a change of the user's config takes effect: 0 is off.
+	After func() time.Duration
+	// Ports are the VM's host ports (Ports).
+	Ports []int
+	// Sessions lists the VM's agent sessions now.
+	Sessions func(ctx context.Context) ([]session.Info, error)
+	// Held is what the holder relays (hold.Holder.InUse): callers'
+	// channels open for a while, and its own connections to the guest.
+	Held func() (channels, conns int)
+	// CPU is the VM's QEMU's CPU time so far.
+	CPU func() (time.Duration, error)
+	// Asleep says whether the VM is hibernated now.
+	Asleep func() bool
+	// Hibernate and Wake run agent-vm's suspend --hibernate and resume.
+	Hibernate, Wake func(ctx context.Context) error
+	Log             hclog.Logger
+	Every           time.Duration // 0: Every
+	Tick            time.Duration // 0: 250 ms
+	Now             func() time.Time
+}
+
+// Run watches until ctx ends. It looks at the VM's state every tick: while
+// it runs, the connections to its ports are noted, so that once it is
+// hibernated any connection not among the last noted wakes it (one that
+// came in the last tick before the hibernation wakes it too: waking once
+// too often is better than a client left waiting); every Every, whether
+// it is idle.
+func (w *Watch) Run(ctx context.Context) {
+	every, now := cmp.Or(w.Every, Every), w.Now
+	if now == nil {
+		now = time.Now
+	}
+	if w.Tick == 0 {
+		w.Tick = tick
+	}
+	var since time.Time // idle since; zero while in use
+	lastCPU, lastAt, next := time.Duration(-1), now(), now().Add(every)
+	var known map[string]int // the connections while it ran
+	for {
+		if w.Asleep() {
+			known = w.wakeOnConnection(ctx, known)
+			since, lastCPU = time.Time{}, -1
+		} else if c, err := Connections(w.Ports); err == nil {
+			known = c
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w.Tick):
+		}
+		t := now()
+		if t.Before(next) {
+			continue
+		}
+		next = t.Add(every)
+		after := w.After()
+		if after <= 0 || w.Asleep() {
+			since, lastCPU = time.Time{}, -1
+			continue
+		}
+		cpu, err := w.CPU()
+		if err != nil {
+			cpu = -1
+		}
+		why := w.inUse(ctx, cpu, lastCPU, t.Sub(lastAt))
+		lastCPU, lastAt = cpu, t
+		switch {
+		case why != "":
+			if !since.IsZero() {
+				w.Log.Debug("in use", "why", why)
+			}
+			since = time.Time{}
+		case since.IsZero():
+			since = t
+		case t.Sub(since) >= after:
+			w.Log.Info("idle; hibernating", "idle_for", t.Sub(since).Round(time.Second))
+			if err := w.Hibernate(ctx); err != nil {
+				w.Log.Warn("the idle VM did not hibernate", "error", err)
+			}
+			since = time.Time{}
+		}
+	}
+}
+
+// Clients is how many connections to the VM's host ports and callers'
+// commands there are besides the holder's own connections.
+func (w *Watch) Clients() (int, error) {
+	conns, err := Connections(w.Ports)
+	channels, held := w.Held()
+	return len(conns) - held + channels, err
+}
+
+// inUse says why the VM is in use ("" when idle): cpu and last are QEMU's
+// CPU time now and a span ago (-1 when unknown: in use).
+func (w *Watch) inUse(ctx context.Context, cpu, last, span time.Duration) string {
+	switch {
+	case cpu < 0 || last < 0 || span <= 0:
+		return "its CPU use is not known yet"
+	case float64(cpu-last) > MaxCPU*float64(span):
+		return "its CPU is busy"
+	}
+	if n, err := w.Clients(); err != nil || n > 0 {
+		return "a client is connected"
+	}
+	lctx, cancel := context.WithTimeout(ctx, Every)
+	defer cancel()
+	infos, err := w.Sessions(lctx)
+	if err != nil {
+		return "its sessions cannot be read"
+	}
+	for _, in := range infos {
+		if in.Attached > 0 {
+			return "a client is attached to session " + in.Name
+		}
+		if !in.Exited && in.State != agentstate.Waiting && in.State != agentstate.Done {
+			return "session " + in.Name + " works"
+		}
+	}
+	return ""
+}

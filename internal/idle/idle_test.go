@@ -1,0 +1,223 @@
+package idle
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agent-vm/agent-vm/internal/agentstate"
+	"github.com/agent-vm/agent-vm/internal/session"
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// listen serves on 127.0.0.1 (accepting and holding every connection, as
+// QEMU's forwards do) and returns its port.
+func listen(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func dial(t *testing.T, port int) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitFor polls cond for a few seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// Connections reads the host's real TCP table: the listener's side of a
+// connection counts, the client's own end does not, nor another port's.
+func TestConnections(t *testing.T) {
+	a, b := listen(t), listen(t)
+	if got, err := Connections([]int{a}); err != nil || len(got) != 0 {
+		t.Fatalf("before any connection: %v, %v", got, err)
+	}
+	dial(t, a)
+	dial(t, a)
+	dial(t, b)
+	waitFor(t, "two connections to a", func() bool {
+		got, _ := Connections([]int{a})
+		return len(got) == 2
+	})
+	got, _ := Connections([]int{a, b, 0})
+	n := map[int]int{}
+	for _, p := range got {
+		n[p]++
+	}
+	if n[a] != 2 || n[b] != 1 || len(got) != 3 {
+		t.Errorf("connections to a and b: %v", got)
+	}
+}
+
+func TestPortsAndArgs(t *testing.T) {
+	r := &state.Record{Ports: state.Ports{SSH: 2222, MCP: 8000}, Forwards: []state.Forward{{Guest: 3000, Host: 3001}}}
+	if got := Ports(r); len(got) != 3 || got[0] != 2222 || got[1] != 8000 || got[2] != 3001 {
+		t.Errorf("Ports: %v", got)
+	}
+	l := state.Layout{Dir: "/s/agent-vms/feat-x"}
+	want := []string{"--state-dir", "/s/agent-vms", "suspend", "--hibernate", "feat-x"}
+	if got := Args(l, "suspend", "--hibernate"); len(got) != len(want) || got[2] != "suspend" || got[1] != want[1] || got[4] != want[4] {
+		t.Errorf("Args: %q", got)
+	}
+}
+
+// vm is a VM as a Watch sees it: its sessions, clients, CPU and sleep,
+// with what the Watch asked of it.
+type vm struct {
+	mu         sync.Mutex
+	sessions   []session.Info
+	channels   int
+	cpu        time.Duration
+	busy       bool // CPU time grows by a core's worth between looks
+	asleep     atomic.Bool
+	after      time.Duration
+	hibernates atomic.Int32
+	wakes      atomic.Int32
+	listed     atomic.Int32
+}
+
+func (v *vm) watch(ports ...int) *Watch {
+	return &Watch{
+		After: func() time.Duration { v.mu.Lock(); defer v.mu.Unlock(); return v.after },
+		Ports: ports,
+		Sessions: func(context.Context) ([]session.Info, error) {
+			v.listed.Add(1)
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			return v.sessions, nil
+		},
+		Held: func() (int, int) { v.mu.Lock(); defer v.mu.Unlock(); return v.channels, 0 },
+		CPU: func() (time.Duration, error) {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if v.busy {
+				v.cpu += time.Second
+			}
+			return v.cpu, nil
+		},
+		Asleep:    v.asleep.Load,
+		Hibernate: func(context.Context) error { v.hibernates.Add(1); v.asleep.Store(true); return nil },
+		Wake:      func(context.Context) error { v.wakes.Add(1); v.asleep.Store(false); return nil },
+		Log:       hclog.NewNullLogger(),
+		Every:     20 * time.Millisecond,
+		Tick:      5 * time.Millisecond,
+	}
+}
+
+func run(t *testing.T, w *Watch) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// An idle VM hibernates after its idle time, and a new connection to its
+// port wakes it; one that was there before does not.
+func TestIdleHibernatesAndAConnectionWakes(t *testing.T) {
+	port := listen(t)
+	old := dial(t, port)
+	_ = old
+	v := &vm{after: 60 * time.Millisecond, sessions: []session.Info{{Name: "claude", State: agentstate.Waiting}, {Name: "old", Exited: true}}}
+	w := v.watch(port)
+	w.Held = func() (int, int) { return 0, 1 } // the connection there is the holder's
+	run(t, w)
+	waitFor(t, "the hibernation", func() bool { return v.hibernates.Load() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if v.wakes.Load() != 0 {
+		t.Fatal("woken with no new connection")
+	}
+	dial(t, port)
+	waitFor(t, "the wake", func() bool { return v.wakes.Load() == 1 })
+}
+
+// What keeps a VM from hibernating: a session at work or attached, a
+// client on its ports or through the holder, a busy CPU, idle_suspend off.
+func TestInUseNeverHibernates(t *testing.T) {
+	for name, set := range map[string]func(v *vm, port int, t *testing.T){
+		"working":  func(v *vm, _ int, _ *testing.T) { v.sessions = []session.Info{{Name: "a", State: agentstate.Working}} },
+		"attached": func(v *vm, _ int, _ *testing.T) { v.sessions = []session.Info{{Name: "a", State: agentstate.Done, Attached: 1}} },
+		"client":   func(_ *vm, port int, t *testing.T) { dial(t, port) },
+		"channel":  func(v *vm, _ int, _ *testing.T) { v.channels = 1 },
+		"busy CPU": func(v *vm, _ int, _ *testing.T) { v.busy = true },
+		"off":      func(v *vm, _ int, _ *testing.T) { v.after = 0 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			port := listen(t)
+			v := &vm{after: 40 * time.Millisecond}
+			set(v, port, t)
+			run(t, v.watch(port))
+			time.Sleep(300 * time.Millisecond)
+			if n := v.hibernates.Load(); n != 0 {
+				t.Errorf("hibernated %d times", n)
+			}
+			if name == "off" && v.listed.Load() != 0 {
+				t.Error("with idle_suspend off, the sessions were read")
+			}
+		})
+	}
+}
+
+// A wake that fails is tried again only for another new connection.
+func TestAFailedWake(t *testing.T) {
+	port := listen(t)
+	v := &vm{}
+	v.asleep.Store(true)
+	w := v.watch(port)
+	var tries atomic.Int32
+	w.Wake = func(context.Context) error { tries.Add(1); return errors.New("no") }
+	run(t, w)
+	time.Sleep(30 * time.Millisecond)
+	dial(t, port)
+	waitFor(t, "a first try", func() bool { return tries.Load() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if n := tries.Load(); n != 1 {
+		t.Fatalf("tried %d times for one connection", n)
+	}
+	dial(t, port)
+	waitFor(t, "a second try", func() bool { return tries.Load() == 2 })
+}

@@ -1,0 +1,63 @@
+package idle
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"github.com/agent-vm/agent-vm/internal/state"
+)
+
+// SuspendLog is the log of the commands Watch runs (suspend --hibernate,
+// resume), in the VM's logs directory.
+const SuspendLog = "idle.log"
+
+// wakeOnConnection waits, while the VM is asleep, for a connection to its
+// ports that is not among known, and then wakes it. It returns the
+// connections it saw last: after a wake that failed, only another new one
+// tries again.
+func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]int) map[string]int {
+	for w.Asleep() {
+		now, err := Connections(w.Ports)
+		if err != nil {
+			w.Log.Warn("a connection to the hibernated VM will not wake it; `agent-vm resume` does", "error", err)
+			break
+		}
+		for k, port := range now {
+			if _, old := known[k]; !old {
+				w.Log.Info("a connection to the hibernated VM; waking it", "port", port)
+				if err := w.Wake(ctx); err != nil {
+					w.Log.Warn("the VM did not wake", "error", err)
+				}
+				return now
+			}
+		}
+		known = now // those that closed are forgotten
+		select {
+		case <-ctx.Done():
+			return known
+		case <-time.After(w.Tick / 2):
+		}
+	}
+	// Looked at no more: the VM wakes when resumed by other means.
+	for w.Asleep() && ctx.Err() == nil {
+		time.Sleep(time.Second)
+	}
+	return known
+}
+
+// Ports are the host ports of r's VM: SSH, agent-mcp and its forwards.
+func Ports(r *state.Record) []int {
+	out := []int{r.Ports.SSH, r.Ports.MCP}
+	for _, f := range r.Forwards {
+		out = append(out, f.Host)
+	}
+	return out
+}
+
+// Args are the arguments of an agent-vm command (verb and its flags) for
+// the VM of l: by its name, from outside any repository (the command runs
+// in "/"), in the state directory that holds l.
+func Args(l state.Layout, verb ...string) []string {
+	return append(append([]string{"--state-dir", filepath.Dir(l.Dir)}, verb...), filepath.Base(l.Dir))
+}
