@@ -11,7 +11,8 @@ type Status struct {
 	Slug    string `json:"slug"`
 	Backend string `json:"backend"`
 	State   string `json:"state"`
-	// Suspend is how a suspended VM keeps its memory: "paused", "saved".
+	// Suspend is how a suspended VM keeps its memory: "paused",
+	// "hibernated", "saved".
 	Suspend   string    `json:"suspend"`
 	Detail    string    `json:"detail"`
 	CreatedAt time.Time `json:"created_at"`

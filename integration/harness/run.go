@@ -183,7 +183,11 @@ func (r *run) scenario(ctx context.Context, sc Scenario) {
 		r.skipped++
 		return
 	}
-	s := &S{name: sc.Name, av: r.av, rep: r.rep, dir: filepath.Join(r.root, sc.Name), backend: r.cfg.Backend, host: r.cfg.Host,
+	// Each scenario's agent-vm reads a settings file of its own (none
+	// until the scenario writes it: UserConfig), never the user's.
+	av, dir := *r.av, filepath.Join(r.root, sc.Name)
+	av.env = append(slices.Clone(av.env), userConfigEnv+"="+filepath.Join(dir, "config.toml"))
+	s := &S{name: sc.Name, av: &av, rep: r.rep, dir: dir, backend: r.cfg.Backend, host: r.cfg.Host,
 		vm: sc.NeedsVM, interrupted: r.interrupted, testHooks: strings.HasSuffix(r.host.version, " +testhooks")}
 	if r.host.doctor != nil {
 		s.sources = r.host.doctor.PackageSources

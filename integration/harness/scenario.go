@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -221,6 +222,26 @@ func (s *S) made() []VMRef {
 
 // Dir is the scenario's own directory, for its files (git repositories).
 func (s *S) Dir() string { return s.dir }
+
+// userConfigEnv names the settings file agent-vm reads in place of the
+// user's ~/.config/agent-vm/config.toml (userconfig.PathEnv: the harness
+// drives agent-vm as a user would, through its command line and
+// environment, and imports none of its packages).
+const userConfigEnv = "AGENT_VM_CONFIG"
+
+// UserConfig writes the scenario's settings file (what a user keeps in
+// ~/.config/agent-vm/config.toml), which every agent-vm the scenario runs
+// reads, and its VMs' holders at each look: "" removes it.
+func (s *S) UserConfig(toml string) error {
+	path := filepath.Join(s.dir, "config.toml")
+	if toml == "" {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		return nil
+	}
+	return os.WriteFile(path, []byte(toml), 0o600)
+}
 
 // StateDir is agent-vm's state directory in this run.
 func (s *S) StateDir() string { return s.av.stateDir }

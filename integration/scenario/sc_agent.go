@@ -97,7 +97,7 @@ func runAgentCLI(ctx context.Context, s *harness.S) {
 	// The run's template (sc_template.go) holds Claude Code: built by
 	// `template build --agents claude` once for the run.
 	s.Step(ctx, "run NEWBRANCH --agent claude -- --version starts from the template and prints the version, with no request to npm", func() error {
-		kbd, err := newKeyboard() // run attaches; the agent ends by itself
+		kbd, err := harness.NewKeyboard() // run attaches; the agent ends by itself
 		if err != nil {
 			return err
 		}
@@ -265,7 +265,7 @@ func checkRefusedInstall(ctx context.Context, s *harness.S, dir string) error {
 	if res := s.Call(ctx, harness.Call{Args: []string{"net", "allow", "--vm", agentNewBranch, "example.org"}, Dir: dir, Env: []string{"XDG_CONFIG_HOME=" + empty}}); harness.Want(res, 0) != nil {
 		return harness.Want(res, 0)
 	}
-	kbd, err := newKeyboard()
+	kbd, err := harness.NewKeyboard()
 	if err != nil {
 		return err
 	}

@@ -391,7 +391,7 @@ func checkRunChrome(ctx context.Context, s *harness.S, dir string) error {
 	if r := s.Call(ctx, harness.Call{Args: []string{"exec", agentNewBranch, "--", node, "--version"}, Dir: dir}); r.ExitCode != 0 || !strings.HasPrefix(strings.TrimSpace(r.Stdout), "v22.") {
 		return harness.Failf(r, "the VM started from the template with Claude Code has no chrome-devtools-mcp Node.js at %s", node)
 	}
-	kbd, err := newKeyboard()
+	kbd, err := harness.NewKeyboard()
 	if err != nil {
 		return err
 	}

@@ -8,11 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/agent-vm/agent-vm/blackbox"
 	"github.com/agent-vm/agent-vm/integration/harness"
 )
 
@@ -222,6 +225,11 @@ func runSessions(ctx context.Context, s *harness.S) {
 		return suspendAtWork(ctx, s, ref, name, track)
 	})
 
+	hibernateSkip := strings.Replace(forkSkip, "fork copies", "hibernation moves the memory of", 1)
+	s.StepUnless(ctx, "idle_suspend: the VM, its agent waiting, hibernates by itself; a request to its MCP port wakes it, exec wakes it from suspend --hibernate; the session runs on", hibernateSkip, func() error {
+		return hibernateIdle(ctx, s, ref, name, track)
+	})
+
 	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
 		kbd, done, err := typing(ctx, s, harness.Call{Args: append([]string{"run", sessionsBranch}, agentArgs...), Dir: rp.Dir, Env: canaryEnv})
 		if err != nil {
@@ -344,6 +352,49 @@ func suspendAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name st
 	return nil
 }
 
+// hibernateIdle sets a short idle_suspend in the scenario's settings: the
+// VM, whose agent waits with nobody attached, hibernates by itself; a
+// request to agent-mcp's port wakes it (the holder sees the connection and
+// runs resume) and is answered; the agent's session runs on. Then suspend
+// --hibernate, and exec wakes it.
+func hibernateIdle(ctx context.Context, s *harness.S, ref harness.VMRef, name string, track func(*harness.Result) *harness.Result) error {
+	if err := s.UserConfig("idle_suspend = \"10s\"\n"); err != nil {
+		return err
+	}
+	defer s.UserConfig("")
+	var st *blackbox.Status
+	if err := s.Until(ctx, "the idle VM to hibernate", func() (bool, error) {
+		var err error
+		st, _, err = s.Status(ctx, ref.Branch, harness.StatusKeys())
+		return err == nil && st.Suspend == "hibernated", fmt.Errorf("status: %+v, %v", st, err)
+	}); err != nil {
+		return err
+	}
+	if err := s.UserConfig(""); err != nil { // once is enough
+		return err
+	}
+	began := time.Now()
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Get(fmt.Sprintf("http://127.0.0.1:%d/health", st.Ports.MCP))
+	if err != nil {
+		return fmt.Errorf("a request to the hibernated VM's MCP port: %w", err)
+	}
+	resp.Body.Close()
+	s.Notef("a request to agent-mcp woke the hibernated VM and was answered (%s) in %s", resp.Status, time.Since(began).Round(time.Millisecond))
+	if infos, err := sessions(ctx, s, ref); err != nil || len(infos) != 1 || infos[0].Name != name || infos[0].Exited {
+		return harness.Failf(s.LastResult(), "sessions after the wake: %+v, %v; want %s, running", infos, err, name)
+	}
+	if err := harness.Want(track(s.Call(ctx, ref.Call("suspend", "--hibernate"))), 0); err != nil {
+		return err
+	}
+	began = time.Now()
+	if _, err := s.ExecOK(ctx, ref.Branch, "true"); err != nil {
+		return err
+	}
+	s.Notef("exec woke it in %s", time.Since(began).Round(time.Millisecond))
+	_, err = s.Healthy(ctx, ref.Branch)
+	return err
+}
+
 // forkAtWork forks the VM while its agent runs in a session (its working
 // directory /workspace), checks the source and the fork, and destroys the
 // fork, leaving the source running.
@@ -394,8 +445,8 @@ func forkAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name, want
 }
 
 // typing starts c with a keyboard for its stdin; its result arrives on done.
-func typing(ctx context.Context, s *harness.S, c harness.Call) (*keyboard, chan *harness.Result, error) {
-	kbd, err := newKeyboard()
+func typing(ctx context.Context, s *harness.S, c harness.Call) (*harness.Keyboard, chan *harness.Result, error) {
+	kbd, err := harness.NewKeyboard()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -536,31 +587,6 @@ func topSteps(ctx context.Context, s *harness.S, ref harness.VMRef) error {
 		}
 	}
 	return nil
-}
-
-// keyboard is agent-vm's stdin: what the test types, when it types it. It
-// is an OS pipe, so agent-vm gets it as its stdin directly (with any other
-// reader, waiting for agent-vm would also wait for the next key), and it
-// stays open until closed (an end of input would end the SSH session).
-type keyboard struct {
-	*os.File // the read end, agent-vm's stdin
-	w        *os.File
-}
-
-func newKeyboard() (*keyboard, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	return &keyboard{File: r, w: w}, nil
-}
-
-// Type sends keys (a pipe holds far more than a test types).
-func (k *keyboard) Type(keys string) { k.w.Write([]byte(keys)) }
-
-func (k *keyboard) Close() {
-	k.w.Close()
-	k.File.Close()
 }
 
 func humanBytes(n int64) string {
