@@ -73,6 +73,7 @@ type config struct {
 	AgentVM  string
 	Tree     string
 	MCPRuns  int
+	Fleet    int
 	Timeout  time.Duration
 	Root     string // the agent-vm checkout
 	Command  string // how the harness was run, for the results
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.NoBoot, "no-boot", false, "skip everything that boots a VM")
 	fs.StringVar(&c.AgentVM, "agent-vm", "", "an agent-vm binary to measure (default: built from the checkout with CGO_ENABLED=0)")
 	fs.StringVar(&c.Tree, "tree", "", "the source tree for the workspaces and P6 (default: GOROOT/src/cmd)")
+	fs.IntVar(&c.Fleet, "fleet", 20, "VMs P12 starts and hibernates (each a template start; 0: none)")
 	fs.IntVar(&c.MCPRuns, "mcp-runs", 3, "runs of the MCP proxy benchmarks (each runs every benchmark once, 2000 iterations)")
 	fs.DurationVar(&c.Timeout, "timeout", 90*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {

@@ -18,7 +18,8 @@ func TestSelected(t *testing.T) {
 		"^(P4|P5|P1)$":   "P5 P1 P4",
 		"P9":             "P9",
 		"P10|P11":        "P10 P11",
-		"P1.":            "P1' P10 P11",
+		"P1.":            "P1' P10 P11 P12",
+		"P12":            "P12",
 	} {
 		var ids []string
 		for _, s := range selected(regexp.MustCompile(only)) {

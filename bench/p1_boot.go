@@ -33,6 +33,7 @@ func figureSpecs() []figureSpec {
 		{ID: "P7", Title: "several VMs starting together", Boots: true, Run: runP7},
 		{ID: "P10", Title: "fork of a running VM into a new branch, and the fork's first start (cold)", Boots: true, Run: runP10},
 		{ID: "P11", Title: "checkpoint of a running VM, then rollback and the start after (cold)", Boots: true, Run: runP11},
+		{ID: "P12", Title: "idle VMs hibernated: hibernate, wake by exec and by a request, and a fleet of 20 with 3 running", Boots: true, Run: runP12},
 		{ID: "P9", Title: "a new branch's agent: `run --agent claude -- --version` with a template holding claude, against the same CLI run by exec in the same VM", Boots: true, Run: runP9},
 	}
 }
