@@ -52,7 +52,7 @@ func runP12(ctx context.Context, l *lab, f *report.Figure) error {
 			return err
 		}
 		began := time.Now()
-		resp, err := (&http.Client{Timeout: quickTimeout}).Get(fmt.Sprintf("http://127.0.0.1:%d/health", st.Ports.MCP))
+		resp, err := (&http.Client{Timeout: quickTimeout, Transport: &http.Transport{}}).Get(fmt.Sprintf("http://127.0.0.1:%d/health", st.Ports.MCP))
 		if err != nil {
 			return fmt.Errorf("a request to the hibernated VM's MCP port: %w", err)
 		}

@@ -374,7 +374,8 @@ func hibernateIdle(ctx context.Context, s *harness.S, ref harness.VMRef, name st
 		return err
 	}
 	began := time.Now()
-	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Get(fmt.Sprintf("http://127.0.0.1:%d/health", st.Ports.MCP))
+	// A new connection: one kept alive from before would not wake it.
+	resp, err := (&http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}).Get(fmt.Sprintf("http://127.0.0.1:%d/health", st.Ports.MCP))
 	if err != nil {
 		return fmt.Errorf("a request to the hibernated VM's MCP port: %w", err)
 	}

@@ -9,7 +9,7 @@
 // caller's command through the holder, and its QEMU uses less than
 // MaxCPU of one host core. Idle for idle_suspend on end, the VM is
 // hibernated (`agent-vm suspend --hibernate`: paused, its memory moved to
-// disk; internal/guestram) and its holder ends with that.
+// disk; internal/guestram).
 //
 // A hibernated VM wakes when it is used. agent-vm's own commands that
 // reach the guest (attach, exec, shell, run, sessions, mcp sync) resume it
@@ -17,10 +17,12 @@
 // ports QEMU listens on, which stay open while it is hibernated: a
 // client's connection is taken and waits, with its bytes, while the
 // guest's CPUs are stopped. The holder stays through the hibernation
-// (asking nothing of the guest), and its Watch looks at the host's socket
-// table every 100 ms: a new connection to one of those ports resumes the
-// VM (`agent-vm resume`), and the connection goes through. A connection
-// that was open when the VM hibernated does not wake it.
+// (asking nothing of the guest), and its Watch reads the host's socket
+// table: every 250 ms while the VM runs (the connections it knows), every
+// 125 ms while it is hibernated, when a connection to one of those ports
+// that it did not know resumes the VM (`agent-vm resume`), and the
+// connection goes through. A connection that was open when the VM
+// hibernated does not wake it.
 package idle
 
 import (
@@ -104,17 +106,20 @@ func (w *Watch) Run(ctx context.Context) {
 			continue
 		}
 		next = t.Add(every)
-		after := w.After()
-		if after <= 0 || w.Asleep() {
-			since, lastCPU = time.Time{}, -1
-			continue
-		}
+		// The CPU is read at every look, so that the first look after
+		// idle_suspend is set can tell an idle VM already.
 		cpu, err := w.CPU()
 		if err != nil {
 			cpu = -1
 		}
-		why := w.inUse(ctx, cpu, lastCPU, t.Sub(lastAt))
+		prevCPU, prevAt := lastCPU, lastAt
 		lastCPU, lastAt = cpu, t
+		after := w.After()
+		if after <= 0 || w.Asleep() {
+			since = time.Time{}
+			continue
+		}
+		why := w.inUse(ctx, cpu, prevCPU, t.Sub(prevAt))
 		switch {
 		case why != "":
 			if !since.IsZero() {

@@ -17,6 +17,7 @@ const SuspendLog = "idle.log"
 // connections it saw last: after a wake that failed, only another new one
 // tries again.
 func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]int) map[string]int {
+	w.Log.Info("hibernated: a new connection to its ports wakes it", "ports", w.Ports, "known", len(known))
 	for w.Asleep() {
 		now, err := Connections(w.Ports)
 		if err != nil {

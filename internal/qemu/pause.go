@@ -150,7 +150,7 @@ func (l *Launcher) moveMemory(m Machine) error {
 
 // Hibernated reports whether the VM whose run directory is runDir is
 // hibernated: its mark says its memory is on disk and the QEMU it names
-// still runs (the hidden __wake command asks, see internal/idle).
+// still runs (a VM's holder asks, see internal/idle).
 func Hibernated(runDir string) bool {
 	p := readPause(Machine{Machine: driver.Machine{RunDir: runDir}})
 	return p != nil && p.Memory && proc.Args(p.QEMUPid) != nil

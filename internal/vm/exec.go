@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -40,16 +41,11 @@ func (m *Manager) Connect(ctx context.Context, name string) (*ssh.Client, string
 	}()
 	info := m.Status(ctx, e, false)
 	h := <-held
-	if info.Suspend == vminfo.SuspendHibernated { // woken by its use
-		if h.c != nil {
-			h.c.Close()
-		}
-		if _, err := m.Resume(ctx, e.Slug, StartOptions{Wake: true}); err != nil {
-			return nil, "", fmt.Errorf("waking hibernated VM %q: %w", e.Record.Branch, err)
-		}
-		return m.Connect(ctx, name)
+	if info.Suspend == vminfo.SuspendHibernated { // it wakes when used
+		_, err = m.Resume(ctx, e.Slug, StartOptions{Wake: true})
+		info.State = vminfo.StateRunning
 	}
-	if err := runningErr(e, info.State); err != nil {
+	if err := cmp.Or(err, runningErr(e, info.State)); err != nil {
 		if h.c != nil {
 			h.c.Close()
 		}

@@ -34,8 +34,8 @@ type StartOptions struct {
 	// Cold boots a suspended VM afresh, discarding its saved state,
 	// instead of resuming it.
 	Cold bool
-	// Wake: a resume for a command that uses the VM (a hibernated VM
-	// woken), which waits for SSH, not for agent-mcp.
+	// Wake: a resume of a hibernated VM by a command that uses it, which
+	// does not wait for agent-mcp.
 	Wake bool
 	// NoTemplate boots a new VM cold even when a template fits it
 	// (internal/template).

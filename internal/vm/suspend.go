@@ -90,6 +90,9 @@ func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*
 	res := &SuspendResult{Branch: r.Branch}
 	switch {
 	case o.Hibernate:
+		// Its holder wakes it on a connection: it must hold one first.
+		m.startHolder(e)
+		m.waitHolder(ctx, e, time.Minute)
 		err = hib.Hibernate(ctx, mach)
 	case o.Pause && p != nil:
 		res.Paused = true
@@ -109,11 +112,9 @@ func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*
 	if lv, err := d.Inspect(ctx, mach); err == nil { // the driver's word: a vagrant VM's suspend pauses
 		res.Detail, res.Paused, res.HostRAM, res.Suspend = lv.Detail, lv.InPlace(), lv.Resident, lv.Suspend
 	}
-	// The holder ends by itself once QEMU is gone; do not wait for its
-	// keepalives. A paused guest cannot answer them either, and resume
-	// holds a new connection. A hibernated VM's holder stays: it asks
-	// nothing of the guest then, wakes it on a connection (internal/idle)
-	// and serves its commands at once after.
+	// The holder ends by itself once QEMU is gone, and a paused guest
+	// cannot answer its keepalives. A hibernated VM's stays (internal/idle):
+	// it asks nothing of the guest, and wakes it on a connection.
 	if res.Suspend != driver.SuspendHibernated {
 		m.stopHolder(ctx, e)
 	}
