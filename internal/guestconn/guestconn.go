@@ -11,6 +11,7 @@ package guestconn
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -215,7 +216,9 @@ func (g Guest) watch(h *hold.Holder) func(ctx context.Context, c *ssh.Client) {
 			OnWait: func() (string, error) {
 				return notify.OnWait(g.Layout.RunDir(), func() (string, error) { return config().OnWait, nil })
 			}}
-		go g.idleWatch(h, list, func() time.Duration { return config().IdleAfter }).Run(ctx)
+		// The repository's idle_suspend (checked at create) wins over the user's.
+		repo, _ := userconfig.ParseIdle(g.Record.IdleSuspend)
+		go g.idleWatch(h, list, func() time.Duration { return cmp.Or(repo, config().IdleAfter) }).Run(ctx)
 		w.Watch(ctx)
 	}
 }

@@ -179,8 +179,10 @@ func TestIdleHibernatesAndAConnectionWakes(t *testing.T) {
 // client on its ports or through the holder, a busy CPU, idle_suspend off.
 func TestInUseNeverHibernates(t *testing.T) {
 	for name, set := range map[string]func(v *vm, port int, t *testing.T){
-		"working":  func(v *vm, _ int, _ *testing.T) { v.sessions = []session.Info{{Name: "a", State: agentstate.Working}} },
-		"attached": func(v *vm, _ int, _ *testing.T) { v.sessions = []session.Info{{Name: "a", State: agentstate.Done, Attached: 1}} },
+		"working": func(v *vm, _ int, _ *testing.T) { v.sessions = []session.Info{{Name: "a", State: agentstate.Working}} },
+		"attached": func(v *vm, _ int, _ *testing.T) {
+			v.sessions = []session.Info{{Name: "a", State: agentstate.Done, Attached: 1}}
+		},
 		"client":   func(_ *vm, port int, t *testing.T) { dial(t, port) },
 		"channel":  func(v *vm, _ int, _ *testing.T) { v.channels = 1 },
 		"busy CPU": func(v *vm, _ int, _ *testing.T) { v.busy = true },

@@ -26,6 +26,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/size"
 	"github.com/agent-vm/agent-vm/internal/tomlfile"
+	"github.com/agent-vm/agent-vm/internal/userconfig"
 	"github.com/agent-vm/agent-vm/internal/wsfile"
 )
 
@@ -46,6 +47,10 @@ type Config struct {
 	CPUs   int    `toml:"cpus"`
 	Memory string `toml:"memory"`
 	Agent  string `toml:"agent"`
+	// IdleSuspend hibernates the repository's VMs idle this long (as the
+	// user's idle_suspend, which it wins over: internal/idle); kept in the
+	// record at create.
+	IdleSuspend string `toml:"idle_suspend"`
 
 	// MemoryMiB is Memory in MiB.
 	MemoryMiB int `toml:"-"`
@@ -98,7 +103,7 @@ const maxConfigSize = 1 << 20
 func Parse(path string, raw []byte) (*Config, error) {
 	c := &Config{Path: path, src: string(raw)}
 	if err := c.doc().Decode(c, "see `agent-vm create --help` for the keys agent-vm reads",
-		"packages is a list of strings, cpus a number, memory and agent strings", "packages, cpus, memory and agent"); err != nil {
+		"packages is a list of strings, cpus a number, memory, agent and idle_suspend strings", "packages, cpus, memory, agent and idle_suspend"); err != nil {
 		return nil, err
 	}
 	return c, c.check()
@@ -138,6 +143,9 @@ func (c *Config) check() error {
 		if _, err := guest.LookupAgent(c.Agent); err != nil {
 			return c.doc().Errorf("agent", "", "%v", err)
 		}
+	}
+	if _, err := userconfig.ParseIdle(c.IdleSuspend); err != nil {
+		return c.doc().Errorf("idle_suspend", "", "%v", err)
 	}
 	return nil
 }

@@ -9,12 +9,12 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	src := "# settings\npackages = [\n  \"ripgrep\",\n  'jq',\n]\ncpus = 2\nmemory = \"3G\"\nagent = \"claude\"\n"
+	src := "# settings\npackages = [\n  \"ripgrep\",\n  'jq',\n]\ncpus = 2\nmemory = \"3G\"\nagent = \"claude\"\nidle_suspend = \"30m\"\n"
 	c, err := Parse("cfg.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Packages, []string{"ripgrep", "jq"}) || c.CPUs != 2 || c.MemoryMiB != 3072 || c.Agent != "claude" {
+	if !slices.Equal(c.Packages, []string{"ripgrep", "jq"}) || c.CPUs != 2 || c.MemoryMiB != 3072 || c.Agent != "claude" || c.IdleSuspend != "30m" {
 		t.Errorf("got %+v", c)
 	}
 	if c, err = Parse("cfg.toml", []byte("memory = \"512M\"\n")); err != nil || c.MemoryMiB != 512 {
@@ -41,6 +41,8 @@ func TestParseRefusesBadInput(t *testing.T) {
 		{"memory", "memory = \"lots\"\n", `cfg.toml:1: memory = "lots" is not a size`},
 		{"agent", "agent = \"clippy\"\n", `cfg.toml:1: --agent "clippy"`},
 		{"table", "[qemu]\npackages = [\"jq\"]\n", `unknown key "qemu`},
+		{"idle_suspend", "\nidle_suspend = \"1s\"\n", `cfg.toml:2: idle_suspend "1s" is not a duration of 10s or more`},
+		{"idle_suspend's type", "idle_suspend = 30\n", "cfg.toml:1: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("cfg.toml", []byte(tc.src))

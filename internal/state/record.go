@@ -60,6 +60,9 @@ type Record struct {
 	// RepoPackages are the packages the repository's .agent-vm/config.toml
 	// listed when the VM was created or last reset, installed likewise.
 	RepoPackages []string `json:"repo_packages,omitempty"`
+	// IdleSuspend is the repository's idle_suspend when the VM was created
+	// (its .agent-vm/config.toml): idle that long, the VM hibernates.
+	IdleSuspend string `json:"idle_suspend,omitempty"`
 	// NoHostCA: the guest does not trust the CA certificates the host added
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`

@@ -20,7 +20,7 @@ func TestForkAs(t *testing.T) {
 		Git:       Git{Source: "/src/repo", Repo: "repo-id", OriginURL: "https://git.example/repo.git"},
 		Paths:     Paths{Dir: "/state/feature-a"}, AllowOrigins: []string{"https://claude.ai"},
 		Agent: "claude", Agents: []string{"claude@1"}, Forwards: []Forward{{Guest: 3000, Host: 3000}},
-		Packages: []string{"jq"}, RepoPackages: []string{"ripgrep"}, NoHostCA: true,
+		Packages: []string{"jq"}, RepoPackages: []string{"ripgrep"}, IdleSuspend: "30m", NoHostCA: true,
 		Exposed:   []Exposed{{Port: 9000, Why: "x", By: ExposedByMCPSync}},
 		Net:       &Net{Mode: "allow", Allow: []string{"example.com"}},
 		MCPSynced: []string{"fs"}, WorkspaceCache: "auto",

@@ -47,6 +47,19 @@ type Config struct {
 // two of its user's commands.
 const MinIdle = 10 * time.Second
 
+// ParseIdle reads an idle_suspend ("30m"); "" is 0, off. The repository's
+// config.toml takes the same.
+func ParseIdle(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < MinIdle {
+		return 0, fmt.Errorf("idle_suspend %q is not a duration of %s or more (hint: idle_suspend = \"30m\")", s, MinIdle)
+	}
+	return d, nil
+}
+
 // PathEnv names another file to read in place of the default one.
 const PathEnv = "AGENT_VM_CONFIG"
 
@@ -87,13 +100,11 @@ func Parse(path string, raw []byte) (*Config, error) {
 	if err := doc.Decode(c, "see docs/configuration.md's \"Your settings\"", "on_wait and idle_suspend are strings", "on_wait, idle_suspend"); err != nil {
 		return nil, err
 	}
-	if c.IdleSuspend != "" {
-		d, err := time.ParseDuration(c.IdleSuspend)
-		if err != nil || d < MinIdle {
-			return nil, doc.Errorf("idle_suspend", "", "idle_suspend %q is not a duration of %s or more (hint: idle_suspend = \"30m\")", c.IdleSuspend, MinIdle)
-		}
-		c.IdleAfter = d
+	d, err := ParseIdle(c.IdleSuspend)
+	if err != nil {
+		return nil, doc.Errorf("idle_suspend", "", "%v", err)
 	}
+	c.IdleAfter = d
 	if err := CheckCommand(c.OnWait); err != nil {
 		return nil, doc.Errorf("on_wait", "", "on_wait %v", err)
 	}

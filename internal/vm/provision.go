@@ -35,7 +35,7 @@ func (m *Manager) applyRepoConfig(o CreateOptions, l state.Layout, rec *state.Re
 	if err := checkRepoPackages(c, be); err != nil {
 		return err
 	}
-	rec.RepoPackages = c.Packages
+	rec.RepoPackages, rec.IdleSuspend = c.Packages, c.IdleSuspend
 	d := o
 	if d.CPUs == 0 {
 		d.CPUs = c.CPUs

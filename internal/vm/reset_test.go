@@ -39,7 +39,7 @@ func repoWithConfig(t *testing.T, config string) string {
 // beside --packages, its defaults fill the flags left out.
 func TestCreateReadsTheRepositoryConfig(t *testing.T) {
 	m := debianManager(t)
-	repo := repoWithConfig(t, "packages = [\"hello\", \"jq\"]\ncpus = 1\nmemory = \"512M\"\n")
+	repo := repoWithConfig(t, "packages = [\"hello\", \"jq\"]\ncpus = 1\nmemory = \"512M\"\nidle_suspend = \"45m\"\n")
 	r, err := m.Create(context.Background(), vm.CreateOptions{Repo: repo, Branch: "feat", Backend: vm.BackendQEMU, Packages: []string{"ripgrep", "jq"}, MemoryMiB: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +50,9 @@ func TestCreateReadsTheRepositoryConfig(t *testing.T) {
 	}
 	if r.Resources.CPUs != 1 || r.Resources.MemoryMiB != 1024 {
 		t.Errorf("resources %+v: want cpus 1 from the config, memory 1024 from the flag", r.Resources)
+	}
+	if r.IdleSuspend != "45m" {
+		t.Errorf("idle_suspend %q, want the config's 45m", r.IdleSuspend)
 	}
 }
 
