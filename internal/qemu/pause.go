@@ -157,7 +157,7 @@ func Hibernated(runDir string) bool {
 }
 
 // restoreMemory writes a hibernated VM's memory back into its QEMU; the
-// file stays until the VM runs (dropMemory).
+// file stays until the VM runs again (Continue removes it).
 func (l *Launcher) restoreMemory(m Machine, p *pauseMark) error {
 	mem, err := guestram.Open(p.QEMUPid, int64(m.MemoryMiB)<<20)
 	if err == nil {
@@ -165,7 +165,7 @@ func (l *Launcher) restoreMemory(m Machine, p *pauseMark) error {
 		mem.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("bringing back the memory of hibernated %s: %w (its CPUs stay stopped; hint: `agent-vm stop --force %s` ends it, losing what ran in it)", m.Name, err, strings.TrimPrefix(m.Name, "agent-vm-"))
+		return fmt.Errorf("bringing back the memory of hibernated %s: %w (its CPUs stay stopped; hint: `agent-vm stop %s` ends its QEMU without running it, losing what ran in it)", m.Name, err, strings.TrimPrefix(m.Name, "agent-vm-"))
 	}
 	return nil
 }
