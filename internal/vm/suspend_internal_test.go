@@ -12,30 +12,35 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vagrant"
 )
 
-// Which ways of suspending each driver allows: QEMU's saves and pauses;
-// vagrant's suspend is a pause, so --save is refused with the way that
-// works; a driver with neither is refused whatever the options.
+// Which ways of suspending each driver allows: QEMU's saves, pauses and
+// hibernates; vagrant's suspend is a pause, so --save is refused with the
+// way that works, as --hibernate is; a driver with neither is refused
+// whatever the options.
 func TestCheckSuspendWay(t *testing.T) {
 	q, v := &qemu.Driver{}, &vagrant.Driver{}
 	for _, tc := range []struct {
 		name string
 		sus  driver.Suspender
 		p    driver.Pauser
+		hib  driver.Hibernator
 		o    SuspendOptions
 		want string // in the refusal; "" for none
 	}{
-		{"qemu", q, q, SuspendOptions{}, ""},
-		{"qemu --save", q, q, SuspendOptions{Save: true}, ""},
-		{"qemu --pause", q, q, SuspendOptions{Pause: true}, ""},
-		{"vagrant", v, nil, SuspendOptions{}, ""},
-		{"vagrant --pause", v, nil, SuspendOptions{Pause: true}, ""},
-		{"vagrant --save", v, nil, SuspendOptions{Save: true}, "cannot be saved to disk: the x driver that runs it only pauses machines in place (hint: `agent-vm suspend feat` without --save pauses it)"},
-		{"neither", nil, nil, SuspendOptions{}, "does not suspend machines (hint: `agent-vm stop feat`"},
-		{"neither --pause", nil, nil, SuspendOptions{Pause: true}, "does not suspend machines"},
-		{"a pauser only, --save", nil, q, SuspendOptions{Save: true}, "only pauses machines in place"},
-		{"a saver only, --pause", saverOnly{q}, nil, SuspendOptions{Pause: true}, "cannot be paused in place: the x driver that runs it does not pause machines (hint: `agent-vm suspend feat` without --pause)"},
+		{"qemu", q, q, q, SuspendOptions{}, ""},
+		{"qemu --save", q, q, q, SuspendOptions{Save: true}, ""},
+		{"qemu --pause", q, q, q, SuspendOptions{Pause: true}, ""},
+		{"qemu --hibernate", q, q, q, SuspendOptions{Hibernate: true}, ""},
+		{"vagrant", v, nil, nil, SuspendOptions{}, ""},
+		{"vagrant --pause", v, nil, nil, SuspendOptions{Pause: true}, ""},
+		{"vagrant --save", v, nil, nil, SuspendOptions{Save: true}, "cannot be saved to disk: the x driver that runs it only pauses machines in place (hint: `agent-vm suspend feat` without --save pauses it)"},
+		{"vagrant --hibernate", v, nil, nil, SuspendOptions{Hibernate: true}, "cannot hibernate: the x driver that runs it cannot move its memory to disk (hint: `agent-vm suspend feat` without --hibernate)"},
+		{"neither", nil, nil, nil, SuspendOptions{}, "does not suspend machines (hint: `agent-vm stop feat`"},
+		{"neither --pause", nil, nil, nil, SuspendOptions{Pause: true}, "does not suspend machines"},
+		{"a pauser only, --save", nil, q, nil, SuspendOptions{Save: true}, "only pauses machines in place"},
+		{"a pauser only, --hibernate", nil, q, nil, SuspendOptions{Hibernate: true}, "cannot hibernate"},
+		{"a saver only, --pause", saverOnly{q}, nil, nil, SuspendOptions{Pause: true}, "cannot be paused in place: the x driver that runs it does not pause machines (hint: `agent-vm suspend feat` without --pause)"},
 	} {
-		err := checkSuspendWay("feat", "feat", "x", tc.sus, tc.p, nil, tc.o)
+		err := checkSuspendWay("feat", "feat", "x", tc.sus, tc.p, tc.hib, tc.o)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: refused: %v", tc.name, err)
