@@ -17,12 +17,13 @@
 // ports QEMU listens on, which stay open while it is hibernated: a
 // client's connection is taken and waits, with its bytes, while the
 // guest's CPUs are stopped. The holder stays through the hibernation
-// (asking nothing of the guest), and its Watch reads the host's socket
-// table: every 250 ms while the VM runs (the connections it knows), every
-// 125 ms while it is hibernated, when a connection to one of those ports
-// that it did not know resumes the VM (`agent-vm resume`), and the
-// connection goes through. A connection that was open when the VM
-// hibernated does not wake it.
+// (asking nothing of the guest), and its Watch reads the host's sockets
+// (Connections): every 250 ms while the VM runs (the connections it knows,
+// with the bytes each received), every 125 ms while it is hibernated, when
+// a connection to one of those ports that it did not know, or bytes
+// received on one it knew (a client's request on its kept-alive
+// connection), resumes the VM (`agent-vm resume`), and the request goes
+// through.
 package idle
 
 import (
@@ -88,7 +89,7 @@ func (w *Watch) Run(ctx context.Context) {
 	}
 	var since time.Time // idle since; zero while in use
 	lastCPU, lastAt, next := time.Duration(-1), now(), now().Add(every)
-	var known map[string]int // the connections while it ran
+	var known map[string]Conn // the connections while it ran
 	for {
 		if w.Asleep() {
 			known = w.wakeOnConnection(ctx, known)

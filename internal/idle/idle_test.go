@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -70,14 +71,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-// Connections reads the host's real TCP table: the listener's side of a
-// connection counts, the client's own end does not, nor another port's.
+// Connections reads the host's real sockets: the listener's side of a
+// connection counts, the client's own end does not, nor another port's;
+// what a client sends shows in the bytes its connection received. The
+// /proc tables, read where sock_diag is not there, find the same
+// connections.
 func TestConnections(t *testing.T) {
 	a, b := listen(t), listen(t)
 	if got, err := Connections([]int{a}); err != nil || len(got) != 0 {
 		t.Fatalf("before any connection: %v, %v", got, err)
 	}
-	dial(t, a)
+	c := dial(t, a)
 	dial(t, a)
 	dial(t, b)
 	waitFor(t, "two connections to a", func() bool {
@@ -87,10 +91,31 @@ func TestConnections(t *testing.T) {
 	got, _ := Connections([]int{a, b, 0})
 	n := map[int]int{}
 	for _, p := range got {
-		n[p]++
+		n[p.Port]++
 	}
 	if n[a] != 2 || n[b] != 1 || len(got) != 3 {
 		t.Errorf("connections to a and b: %v", got)
+	}
+	if _, err := c.Write([]byte("GET /health HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request's bytes on a's connection", func() bool {
+		now, _ := Connections([]int{a})
+		for k, conn := range now {
+			if conn.Received == 24 && got[k].Received == 0 {
+				return true
+			}
+		}
+		return false
+	})
+	proc := map[string]Conn{}
+	for _, table := range tcpTables {
+		if err := readTable(table, map[int]bool{a: true, b: true}, proc); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if len(proc) != 3 {
+		t.Errorf("the /proc tables: %v, want the 3 connections", proc)
 	}
 }
 
@@ -202,6 +227,27 @@ func TestInUseNeverHibernates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A request on a connection that was open before the hibernation (an HTTP
+// client's kept-alive one) wakes the VM too; the connection open and quiet
+// does not.
+func TestARequestOnAKeptConnectionWakes(t *testing.T) {
+	port := listen(t)
+	kept := dial(t, port)
+	v := &vm{after: 40 * time.Millisecond}
+	w := v.watch(port)
+	w.Held = func() (int, int) { return 0, 1 } // the kept one counts as the holder's
+	run(t, w)
+	waitFor(t, "the hibernation", func() bool { return v.hibernates.Load() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if v.wakes.Load() != 0 {
+		t.Fatal("woken by a quiet connection")
+	}
+	if _, err := kept.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the wake", func() bool { return v.wakes.Load() == 1 })
 }
 
 // A wake that fails is tried again only for another new connection.

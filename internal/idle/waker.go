@@ -13,10 +13,11 @@ import (
 const SuspendLog = "idle.log"
 
 // wakeOnConnection waits, while the VM is asleep, for a connection to its
-// ports that is not among known, and then wakes it. It returns the
+// ports that is not among known, or bytes received on one that is, and
+// then wakes it. It returns the
 // connections it saw last: after a wake that failed, only another new one
 // tries again.
-func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]int) map[string]int {
+func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]Conn) map[string]Conn {
 	w.Log.Info("hibernated: a new connection to its ports wakes it", "ports", w.Ports, "known", len(known))
 	for w.Asleep() {
 		now, err := Connections(w.Ports)
@@ -24,9 +25,9 @@ func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]int) map[
 			w.Log.Warn("a connection to the hibernated VM will not wake it; `agent-vm resume` does", "error", err)
 			break
 		}
-		for k, port := range now {
-			if _, old := known[k]; !old {
-				w.Log.Info("a connection to the hibernated VM; waking it", "port", port)
+		for k, c := range now {
+			if old, ok := known[k]; !ok || c.Received > old.Received {
+				w.Log.Info("a connection to the hibernated VM, or a request on one; waking it", "port", c.Port)
 				if err := w.Wake(ctx); err != nil {
 					w.Log.Warn("the VM did not wake", "error", err)
 				}

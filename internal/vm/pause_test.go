@@ -166,9 +166,9 @@ func suspendPausesABusyVM(t *testing.T, m *vm.Manager, e state.Entry) {
 
 // hibernateAndWake hibernates the VM whose agent works in /workspace: its
 // QEMU gives the guest's memory back (its PSS drops) and its holder stays;
-// exec wakes it, and so does a connection to its MCP port (through the
-// holder's watch, which runs `agent-vm resume`); the agent goes on each
-// time.
+// exec wakes it, and so does a request to its MCP port on a connection
+// kept from before (through the holder's watch, which runs `agent-vm
+// resume`); the agent goes on each time.
 func hibernateAndWake(t *testing.T, m *vm.Manager, e state.Entry, sh func(string) string, agent, bootID string, qemuPid int) {
 	ctx := context.Background()
 	b := e.Record.Branch
@@ -198,20 +198,27 @@ func hibernateAndWake(t *testing.T, m *vm.Manager, e state.Entry, sh func(string
 	}
 	checkAgentGoesOn(t, sh, agent, bootID, before)
 
+	// A request on a connection made before the hibernation (an HTTP
+	// client's kept-alive one, as an MCP client's) wakes it, as one on a new
+	// connection does; the integration's sessions scenario makes the new one.
+	c := http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", e.Record.Ports.MCP, guest.HealthPath)
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	before = sh("cat /tmp/agent-count")
 	if _, err := m.Suspend(ctx, b, vm.SuspendOptions{Hibernate: true}); err != nil {
 		t.Fatal(err)
 	}
 	woke = time.Now()
-	// A connection of its own: one kept alive from before the hibernation
-	// (status's health check) carries a request without waking the VM.
-	c := http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
-	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", e.Record.Ports.MCP, guest.HealthPath))
+	resp, err = c.Get(url)
 	if err != nil {
 		t.Fatalf("a request to the hibernated VM's MCP port: %v\nthe holder's log:\n%s\nthe resume's:\n%s", err, driver.TailFile(e.Layout.Log(hold.LogName), 10), driver.TailFile(e.Layout.Log(idle.SuspendLog), 5))
 	}
 	resp.Body.Close()
-	t.Logf("a request to its MCP port woke the VM and was answered (%s) in %s", resp.Status, time.Since(woke))
+	t.Logf("a request on a kept connection to its MCP port woke the VM and was answered (%s) in %s", resp.Status, time.Since(woke))
 	tu.WaitFor(t, "the VM running after the request", func() bool { return m.Status(ctx, e, false).State == vminfo.StateRunning })
 	checkAgentGoesOn(t, sh, agent, bootID, before)
 }
