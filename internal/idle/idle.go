@@ -18,7 +18,7 @@
 // client's connection is taken and waits, with its bytes, while the
 // guest's CPUs are stopped. The holder stays through the hibernation
 // (asking nothing of the guest), and its Watch reads the host's sockets
-// (Connections): every 250 ms while the VM runs (the connections it knows,
+// (Connections): every second while the VM runs (the connections it knows,
 // with the bytes each received), every 125 ms while it is hibernated, when
 // a connection to one of those ports that it did not know, or bytes
 // received on one it knew (a client's request on its kept-alive
@@ -43,10 +43,12 @@ import (
 const MaxCPU = 0.25
 
 // Every is how often Watch looks whether the VM is idle; tick, how often
-// whether it is hibernated.
+// whether it is hibernated; every noteEvery ticks it notes the connections
+// of the running VM.
 const (
-	Every = 15 * time.Second
-	tick  = 250 * time.Millisecond
+	Every     = 15 * time.Second
+	tick      = 250 * time.Millisecond
+	noteEvery = 4
 )
 
 // Watch hibernates one VM when idle and wakes it when used.
@@ -73,12 +75,12 @@ type Watch struct {
 	Now             func() time.Time
 }
 
-// Run watches until ctx ends. It looks at the VM's state every tick: while
-// it runs, the connections to its ports are noted, so that once it is
-// hibernated any connection not among the last noted wakes it (one that
-// came in the last tick before the hibernation wakes it too: waking once
-// too often is better than a client left waiting); every Every, whether
-// it is idle.
+// Run watches until ctx ends. It looks at the VM's state every tick; while
+// it runs, the connections to its ports are noted every noteEvery ticks,
+// so that once it is hibernated any connection not among the last noted,
+// or one that received bytes since, wakes it (one that came in the last
+// second before the hibernation wakes it too: waking once too often is
+// better than a client left waiting); every Every, whether it is idle.
 func (w *Watch) Run(ctx context.Context) {
 	every, now := cmp.Or(w.Every, Every), w.Now
 	if now == nil {
@@ -90,12 +92,14 @@ func (w *Watch) Run(ctx context.Context) {
 	var since time.Time // idle since; zero while in use
 	lastCPU, lastAt, next := time.Duration(-1), now(), now().Add(every)
 	var known map[string]Conn // the connections while it ran
-	for {
+	for n := 0; ; n++ {
 		if w.Asleep() {
 			known = w.wakeOnConnection(ctx, known)
 			since, lastCPU = time.Time{}, -1
-		} else if c, err := Connections(w.Ports); err == nil {
-			known = c
+		} else if n%noteEvery == 0 {
+			if c, err := Connections(w.Ports); err == nil {
+				known = c
+			}
 		}
 		select {
 		case <-ctx.Done():
