@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,5 +119,39 @@ func TestDialConfigNeedsNoFile(t *testing.T) {
 	}
 	if _, err := (Target{KeyFile: s.KeyFile}).Config(time.Second); err == nil || !strings.Contains(err.Error(), s.KeyFile) {
 		t.Errorf("a missing key file: %v, want an error naming it", err)
+	}
+}
+
+// While paused says the server is paused on purpose (a hibernated guest),
+// its silence is no missed keepalive and nothing is asked of it; once it
+// does not, the silence ends Keepalive with an error.
+func TestKeepaliveWhilePaused(t *testing.T) {
+	s := newSSHD(t)
+	s.Start()
+	ctx := context.Background()
+	c, err := WaitReady(ctx, s.target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var paused atomic.Bool
+	paused.Store(true)
+	s.Freeze(true)
+	defer s.Freeze(false)
+	done := make(chan error, 1)
+	go func() { done <- Keepalive(ctx, c, 50*time.Millisecond, 2, paused.Load) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Keepalive ended while the server was paused on purpose: %v", err)
+	case <-time.After(time.Second): // ten intervals: long enough to have missed two
+	}
+	paused.Store(false)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "unanswered") {
+			t.Errorf("Keepalive of a silent server: %v, want unanswered keepalives", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a silent server's keepalives were never missed")
 	}
 }

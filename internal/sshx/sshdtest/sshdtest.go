@@ -229,6 +229,25 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
+// Freeze stops (true) or continues (false) the server and every process
+// it started: its connections stay open and answer nothing, as a paused
+// VM's guest.
+func (s *Server) Freeze(frozen bool) {
+	sig := syscall.SIGCONT
+	if frozen {
+		sig = syscall.SIGSTOP
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	pid := s.cmd.Process.Pid
+	for _, p := range append([]int{pid}, descendants(pid)...) {
+		syscall.Kill(p, sig)
+	}
+}
+
 // descendants lists the processes below pid, read from /proc.
 func descendants(pid int) []int {
 	children := map[int][]int{}
