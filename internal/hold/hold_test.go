@@ -353,3 +353,22 @@ func TestOnlyTheOwnerWithTheKeyGetsIn(t *testing.T) {
 		t.Error("the guest's client key was accepted by the holder")
 	}
 }
+
+// InUse counts the callers' channels relayed for at least the age asked
+// (a quick look at the sessions is not a client), and the connections held.
+func TestInUse(t *testing.T) {
+	h := &Holder{}
+	h.conns.Store(2)
+	done1, done2 := h.relaying(), h.relaying()
+	if ch, conns := h.InUse(0); ch != 2 || conns != 2 {
+		t.Errorf("InUse(0) = %d channels, %d connections; want 2, 2", ch, conns)
+	}
+	if ch, _ := h.InUse(time.Hour); ch != 0 {
+		t.Errorf("InUse(1h) = %d channels, want none open that long", ch)
+	}
+	done1()
+	done2()
+	if ch, _ := h.InUse(0); ch != 0 {
+		t.Errorf("after both ended: %d channels", ch)
+	}
+}
