@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -124,7 +125,7 @@ func (l *lab) p12Fleet(ctx context.Context, f *report.Figure, v *labVM) error {
 	var runPSS, hibPSS, hibTCG, runTCG []float64
 	for _, w := range fleet {
 		pss, tcg := l.pssParts(ctx, w.name)
-		if slicesContains(running, w) {
+		if slices.Contains(running, w) {
 			runPSS, runTCG = append(runPSS, pss), append(runTCG, tcg)
 		} else {
 			hibPSS, hibTCG = append(hibPSS, pss), append(hibTCG, tcg)
@@ -208,13 +209,4 @@ func usedMiB() float64 {
 		return n
 	}
 	return (kb("MemTotal") - kb("MemAvailable")) / 1024
-}
-
-func slicesContains(vs []*labVM, v *labVM) bool {
-	for _, o := range vs {
-		if o == v {
-			return true
-		}
-	}
-	return false
 }

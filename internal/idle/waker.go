@@ -14,9 +14,8 @@ const SuspendLog = "idle.log"
 
 // wakeOnConnection waits, while the VM is asleep, for a connection to its
 // ports that is not among known, or bytes received on one that is, and
-// then wakes it. It returns the
-// connections it saw last: after a wake that failed, only another new one
-// tries again.
+// then wakes it. It returns the connections it saw last: after a wake that
+// failed, only another new one tries again.
 func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]Conn) map[string]Conn {
 	w.Log.Info("hibernated: a new connection to its ports wakes it", "ports", w.Ports, "known", len(known))
 	for w.Asleep() {
