@@ -101,7 +101,7 @@ if %[1]s; then
 fi
 mkdir -p %[4]s
 %[5]s
-if ! %[1]s; then
+if ! { %[1]s; }; then
 	echo "installed the DevTools MCP server in %[4]s, but it does not answer as %[2]s on Node.js %[3]s" >&2
 	exit 1
 fi

@@ -1,7 +1,9 @@
 package guest
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -62,5 +64,32 @@ func TestDevToolsMCPInstallScriptIsSound(t *testing.T) {
 	cmd.Stdin = strings.NewReader(d.Install())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("shellcheck: %v\n%s\n%s", err, out, d.Install())
+	}
+}
+
+// TestDevToolsMCPInstallFailsWhenTheServerIsNotThere: an npm run that
+// leaves no server behind (here a FAKE npm, the exec boundary, which
+// records its call and installs nothing) fails the install with what it
+// wanted, rather than passing it as done.
+func TestDevToolsMCPInstallFailsWhenTheServerIsNotThere(t *testing.T) {
+	sh := testutil.Program(t, "sh")
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls")
+	npm := "#!/bin/sh\n# FAKE npm for TestDevToolsMCPInstallFailsWhenTheServerIsNotThere: installs nothing\necho \"npm $*\" >> " + log + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "npm"), []byte(npm), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDevToolsMCP(filepath.Join(dir, "prefix"), "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sh, "-c", d.Install())
+	cmd.Env = append(os.Environ(), "PATH="+dir+":/usr/bin:/bin")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "does not answer as chrome-devtools-mcp 1.11.0 on Node.js 22.23.3") {
+		t.Errorf("the install whose npm installed nothing: %v\n%s; want it to fail, saying the server does not answer", err, out)
+	}
+	if b, err := os.ReadFile(log); err != nil || !strings.HasPrefix(string(b), "npm install --global --prefix "+dir+"/prefix ") {
+		t.Errorf("npm was not asked to install (%v): %s", err, b)
 	}
 }
