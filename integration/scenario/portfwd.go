@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -41,19 +40,11 @@ func serveInGuest(ctx context.Context, s *harness.S, branch string, port int) (s
 func fetchServed(ctx context.Context, s *harness.S, port int, want string) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/served.txt", port)
 	return s.Until(ctx, "the guest's server at "+url, func() (bool, error) {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err
+		r, err := harness.HTTP(ctx, &http.Client{Timeout: 5 * time.Second}, http.MethodGet, url, nil, nil)
+		if err == nil && (r.Status != http.StatusOK || r.Body != want) {
+			err = fmt.Errorf("HTTP %d: %q, want %q", r.Status, r.Body, want)
 		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if got := strings.TrimSpace(string(body)); resp.StatusCode != http.StatusOK || got != want {
-			return false, fmt.Errorf("HTTP %d: %q, want %q", resp.StatusCode, got, want)
-		}
-		return true, nil
+		return err == nil, err
 	})
 }
 

@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -107,14 +106,11 @@ func runMCP(ctx context.Context, s *harness.S) {
 
 // checkMCPHealth: /health answers 200 to anyone (no token).
 func checkMCPHealth(ctx context.Context, st *blackbox.Status) error {
-	code, body, err := httpDo(ctx, http.MethodGet, st.MCP.HealthURL, nil, nil)
-	if err != nil {
-		return err
+	r, err := harness.HTTP(ctx, nil, http.MethodGet, st.MCP.HealthURL, nil, nil)
+	if err == nil && r.Status != http.StatusOK {
+		err = fmt.Errorf("GET %s: HTTP %d, want 200: %s", st.MCP.HealthURL, r.Status, r.Body)
 	}
-	if code != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d, want 200: %s", st.MCP.HealthURL, code, body)
-	}
-	return nil
+	return err
 }
 
 // checkMCPAuth: the MCP endpoint refuses a request without the bearer
@@ -211,28 +207,8 @@ func mcpPost(ctx context.Context, url string, headers map[string]string) (int, s
 	for k, v := range headers {
 		h[k] = v
 	}
-	return httpDo(ctx, http.MethodPost, url, []byte(initializeRequest), h)
-}
-
-// httpDo makes one request and returns the status and the start of the
-// body.
-func httpDo(ctx context.Context, method, url string, body []byte, headers map[string]string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, "", err
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, "", fmt.Errorf("%s %s: %w", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+	r, err := harness.HTTP(ctx, nil, http.MethodPost, url, []byte(initializeRequest), h)
+	return r.Status, r.Body, err
 }
 
 // redact hides the token in a header value shown in a failure.

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agent-vm/agent-vm/blackbox"
 	"github.com/agent-vm/agent-vm/integration/harness"
 )
 
@@ -353,18 +352,27 @@ func suspendAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name st
 }
 
 // hibernateIdle sets a short idle_suspend in the scenario's settings: the
-// VM, whose agent waits with nobody attached, hibernates by itself; a
-// request to agent-mcp's port wakes it (the holder sees the connection and
-// runs resume) and is answered; the agent's session runs on. Then suspend
-// --hibernate, and exec wakes it.
+// VM, whose agent waits with nobody attached and an HTTP client's
+// connection kept open and quiet, hibernates by itself; a request to
+// agent-mcp's port on a new connection wakes it (the holder sees the
+// connection and runs resume) and is answered, and the kept connection is
+// still there; the agent's session runs on. Then suspend --hibernate, and
+// exec wakes it.
 func hibernateIdle(ctx context.Context, s *harness.S, ref harness.VMRef, name string, track func(*harness.Result) *harness.Result) error {
+	st, _, err := s.Status(ctx, ref.Branch, harness.StatusKeys())
+	if err != nil {
+		return err
+	}
+	health := fmt.Sprintf("http://127.0.0.1:%d/health", st.Ports.MCP)
+	kept := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}
+	if _, err := harness.HTTP(ctx, kept, http.MethodGet, health, nil, nil); err != nil {
+		return err
+	}
 	if err := s.UserConfig("idle_suspend = \"10s\"\n"); err != nil {
 		return err
 	}
 	defer s.UserConfig("")
-	var st *blackbox.Status
 	if err := s.Until(ctx, "the idle VM to hibernate", func() (bool, error) {
-		var err error
 		st, _, err = s.Status(ctx, ref.Branch, harness.StatusKeys())
 		return err == nil && st.Suspend == "hibernated", fmt.Errorf("status: %+v, %v", st, err)
 	}); err != nil {
@@ -373,14 +381,14 @@ func hibernateIdle(ctx context.Context, s *harness.S, ref harness.VMRef, name st
 	if err := s.UserConfig(""); err != nil { // once is enough
 		return err
 	}
-	began := time.Now()
-	// A new connection: one kept alive from before would not wake it.
-	resp, err := (&http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}).Get(fmt.Sprintf("http://127.0.0.1:%d/health", st.Ports.MCP))
-	if err != nil {
-		return fmt.Errorf("a request to the hibernated VM's MCP port: %w", err)
+	began := time.Now() // a new connection wakes it; the kept one stays quiet
+	if r, err := harness.HTTP(ctx, &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}, http.MethodGet, health, nil, nil); err != nil || r.Status != http.StatusOK {
+		return fmt.Errorf("a request to the hibernated VM's MCP port: %+v, %v", r, err)
 	}
-	resp.Body.Close()
-	s.Notef("a request to agent-mcp woke the hibernated VM and was answered (%s) in %s", resp.Status, time.Since(began).Round(time.Millisecond))
+	s.Notef("a request to agent-mcp woke the hibernated VM and was answered in %s", time.Since(began).Round(time.Millisecond))
+	if r, err := harness.HTTP(ctx, kept, http.MethodGet, health, nil, nil); err != nil || !r.Reused {
+		return fmt.Errorf("the HTTP connection kept through the hibernation: %+v, %v; want it reused, open throughout", r, err)
+	}
 	if infos, err := sessions(ctx, s, ref); err != nil || len(infos) != 1 || infos[0].Name != name || infos[0].Exited {
 		return harness.Failf(s.LastResult(), "sessions after the wake: %+v, %v; want %s, running", infos, err, name)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,12 @@ func runHolder(t *testing.T, s *sshdtest.Server) Files {
 // runHolderWith is runHolder with the holder's reverse forwards.
 func runHolderWith(t *testing.T, s *sshdtest.Server, forwards func() ([]ReverseForward, error)) Files {
 	t.Helper()
+	return startHolder(t, s, forwards).Files
+}
+
+// startHolder is runHolderWith's holder.
+func startHolder(t *testing.T, s *sshdtest.Server, forwards func() ([]ReverseForward, error)) *Holder {
+	t.Helper()
 	dir := t.TempDir()
 	h := &Holder{Files: FilesFor(dir, testUUID), RunDir: dir, Log: testLogger(t), ReverseForwards: forwards,
 		Dial: func(ctx context.Context) (*ssh.Client, error) {
@@ -82,7 +89,7 @@ func runHolderWith(t *testing.T, s *sshdtest.Server, forwards func() ([]ReverseF
 		}
 	})
 	waitServing(t, h.Files, s.User, ended)
-	return h.Files
+	return h
 }
 
 // waitServing waits until a caller gets through to the holder of f.
@@ -355,13 +362,14 @@ func TestOnlyTheOwnerWithTheKeyGetsIn(t *testing.T) {
 }
 
 // InUse counts the callers' channels relayed for at least the age asked
-// (a quick look at the sessions is not a client), and the connections held.
+// (a quick look at the sessions is not a client), and names the local
+// ends of the connections held.
 func TestInUse(t *testing.T) {
 	h := &Holder{}
-	h.conns.Store(2)
+	h.own.Store(&[]string{"127.0.0.1:40001", "127.0.0.1:40002"})
 	done1, done2 := h.relaying(), h.relaying()
-	if ch, conns := h.InUse(0); ch != 2 || conns != 2 {
-		t.Errorf("InUse(0) = %d channels, %d connections; want 2, 2", ch, conns)
+	if ch, own := h.InUse(0); ch != 2 || len(own) != 2 || own[1] != "127.0.0.1:40002" {
+		t.Errorf("InUse(0) = %d channels, connections from %q; want 2, the two held", ch, own)
 	}
 	if ch, _ := h.InUse(time.Hour); ch != 0 {
 		t.Errorf("InUse(1h) = %d channels, want none open that long", ch)
@@ -370,5 +378,36 @@ func TestInUse(t *testing.T) {
 	done2()
 	if ch, _ := h.InUse(0); ch != 0 {
 		t.Errorf("after both ended: %d channels", ch)
+	}
+}
+
+// A running holder's own ends are those of its real connection to the
+// guest's sshd: the kernel's table has an established connection from
+// there to the sshd's address.
+func TestInUseNamesTheHeldConnection(t *testing.T) {
+	s := guestSSHD(t)
+	h := startHolder(t, s, nil)
+	_, own := h.InUse(0)
+	if len(own) != 1 {
+		t.Fatalf("the holder's own ends: %q, want the held connection's", own)
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skipf("no /proc/net/tcp to check against: %v", err)
+	}
+	hexEnd := func(addr string) string {
+		ap := netip.MustParseAddrPort(addr)
+		ip := ap.Addr().As4()
+		return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ap.Port())
+	}
+	want := hexEnd(own[0]) + " " + hexEnd(s.Addr) + " 01"
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && strings.Join(f[1:4], " ") == want {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no established connection %s -> %s in /proc/net/tcp", own[0], s.Addr)
 	}
 }

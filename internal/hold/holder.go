@@ -52,16 +52,18 @@ type Holder struct {
 	// lasts (the agents' states: internal/notify; idleness: internal/idle).
 	Watch func(ctx context.Context, c *ssh.Client)
 
-	conns    atomic.Int64 // connections to the guest held now
+	own      atomic.Pointer[[]string] // its connections' local ends now (guests.note)
 	mu       sync.Mutex
 	channels map[*int]time.Time // callers' channels relayed now, from when
 }
 
 // InUse is how many callers' channels the holder has relayed for at least
 // age now (an attach, a shell, a long command; not a quick look at the
-// sessions), and how many connections to the guest it holds (the held
-// one, and more when the guest caps the sessions of one).
-func (h *Holder) InUse(age time.Duration) (channels, conns int) {
+// sessions), and the local ends ("IP:PORT") of the connections to the
+// guest it holds (the held one, and more when the guest caps the sessions
+// of one): a watch of the guest's ports tells its own from clients' by
+// them.
+func (h *Holder) InUse(age time.Duration) (channels int, own []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, t := range h.channels {
@@ -69,7 +71,10 @@ func (h *Holder) InUse(age time.Duration) (channels, conns int) {
 			channels++
 		}
 	}
-	return channels, int(h.conns.Load())
+	if p := h.own.Load(); p != nil {
+		own = *p
+	}
+	return channels, own
 }
 
 // relaying notes a caller's channel until the returned func is called.
@@ -97,8 +102,8 @@ func (h *Holder) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the guest: %w", err)
 	}
-	g := &guests{conns: []*ssh.Client{first}, dial: h.Dial, log: h.Log, count: &h.conns}
-	h.conns.Store(1)
+	g := &guests{conns: []*ssh.Client{first}, dial: h.Dial, log: h.Log, own: &h.own}
+	g.note()
 	defer g.closeAll()
 	// The socket first: a live holder there is left alone, keys and all.
 	// A caller that reads the keys before they are new fails its
@@ -306,7 +311,16 @@ type guests struct {
 	conns  []*ssh.Client
 	dial   func(ctx context.Context) (*ssh.Client, error)
 	log    hclog.Logger
-	count  *atomic.Int64 // len(conns), for Holder.InUse
+	own    *atomic.Pointer[[]string] // conns' local ends, for Holder.InUse
+}
+
+// note keeps the local ends of conns (g.mu held, or before any sharing).
+func (g *guests) note() {
+	ends := make([]string, 0, len(g.conns))
+	for _, c := range g.conns {
+		ends = append(ends, c.LocalAddr().String())
+	}
+	g.own.Store(&ends)
 }
 
 // open opens a channel on the first connection that takes it. When all
@@ -357,14 +371,14 @@ func (g *guests) more(seen int) error {
 	g.log.Debug("the guest capped the sessions of its connections; opened another", "connections", n+1)
 	g.mu.Lock()
 	g.conns = append(g.conns, c)
-	g.count.Store(int64(len(g.conns)))
+	g.note()
 	g.mu.Unlock()
 	go func() {
 		_ = c.Wait()
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.conns = slices.DeleteFunc(g.conns, func(x *ssh.Client) bool { return x == c })
-		g.count.Store(int64(len(g.conns)))
+		g.note()
 	}()
 	return nil
 }

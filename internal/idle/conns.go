@@ -3,10 +3,12 @@ package idle
 import (
 	"bufio"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -22,9 +24,11 @@ type Conn struct {
 	Port int
 	// Received is how many bytes that side has received on it (tcp_info's
 	// bytes_received): it grows when a client sends a request on a
-	// connection it kept open. 0 where the kernel was not asked (the
-	// /proc tables).
-	Received uint64
+	// connection it kept open. Sent is how many it has sent that the
+	// client acknowledged (bytes_acked). Both are 0, and Counted false,
+	// where the kernel was not asked (the /proc tables).
+	Received, Sent uint64
+	Counted        bool
 }
 
 // Connections are the TCP connections on this host whose local port is
@@ -70,8 +74,12 @@ const (
 	inetDiagInfo   = 2
 )
 
-// receivedAt is where tcp_info holds bytes_received.
-var receivedAt = int(unsafe.Offsetof(unix.TCPInfo{}.Bytes_received))
+// receivedAt and ackedAt are where tcp_info holds bytes_received and
+// bytes_acked.
+var (
+	receivedAt = int(unsafe.Offsetof(unix.TCPInfo{}.Bytes_received))
+	ackedAt    = int(unsafe.Offsetof(unix.TCPInfo{}.Bytes_acked))
+)
 
 // diagConnections dumps the host's TCP connections in the states above,
 // IPv4 and IPv6, with their tcp_info, and keeps those whose local port is
@@ -152,8 +160,9 @@ func addConn(d []byte, want map[int]bool, out map[string]Conn) {
 		if l < unix.SizeofRtAttr || l > len(a) {
 			break
 		}
-		if binary.NativeEndian.Uint16(a[2:4]) == inetDiagInfo && l >= unix.SizeofRtAttr+receivedAt+8 {
-			c.Received = binary.NativeEndian.Uint64(a[unix.SizeofRtAttr+receivedAt:])
+		if binary.NativeEndian.Uint16(a[2:4]) == inetDiagInfo && l >= unix.SizeofRtAttr+max(receivedAt, ackedAt)+8 {
+			info := a[unix.SizeofRtAttr:]
+			c.Received, c.Sent, c.Counted = binary.NativeEndian.Uint64(info[receivedAt:]), binary.NativeEndian.Uint64(info[ackedAt:]), true
 		}
 		a = a[min(len(a), (l+3)&^3):]
 	}
@@ -178,12 +187,29 @@ func readTable(path string, want map[int]bool, out map[string]Conn) error {
 		if len(fs) < 4 || (fs[3] != "01" && fs[3] != "03") {
 			continue
 		}
-		i := strings.LastIndexByte(fs[1], ':')
-		port, err := strconv.ParseUint(fs[1][i+1:], 16, 16)
-		if i < 0 || err != nil || !want[int(port)] {
+		local, lok := tableEnd(fs[1])
+		remote, rok := tableEnd(fs[2])
+		if !lok || !rok || !want[int(local.Port())] {
 			continue
 		}
-		out[fs[1]+" "+fs[2]] = Conn{Port: int(port)}
+		out[local.String()+" "+remote.String()] = Conn{Port: int(local.Port())}
 	}
 	return sc.Err()
+}
+
+// tableEnd reads an end of a connection in a /proc table: the address in
+// hex, as the kernel holds it (32-bit words in the host's byte order),
+// then the port in hex.
+func tableEnd(s string) (netip.AddrPort, bool) {
+	a, p, ok := strings.Cut(s, ":")
+	port, err := strconv.ParseUint(p, 16, 16)
+	raw, herr := hex.DecodeString(a)
+	if !ok || err != nil || herr != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.AddrPort{}, false
+	}
+	for w := 0; w < len(raw); w += 4 {
+		binary.BigEndian.PutUint32(raw[w:], binary.NativeEndian.Uint32(raw[w:]))
+	}
+	ip, _ := netip.AddrFromSlice(raw)
+	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
 }

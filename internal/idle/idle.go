@@ -4,10 +4,11 @@
 // With idle_suspend set in the user's config.toml (userconfig), the VM's
 // holder watches it (Watch): the VM is idle while no agent session works
 // (each is waiting, done or exited, as internal/session reads it) and none
-// has a client attached, nothing but the holder is connected to any of its
-// host ports (SSH, agent-mcp, its forwards: Connections) or relays a
-// caller's command through the holder, and its QEMU uses less than
-// MaxCPU of one host core. Idle for idle_suspend on end, the VM is
+// has a client attached, no connection to any of its host ports (SSH,
+// agent-mcp, its forwards: Connections) but the holder's own is in use (new,
+// bytes received, more than quietSent sent: one a client keeps open and
+// quiet is not), the holder relays no caller's command, and its QEMU uses
+// less than MaxCPU of one host core. Idle for idle_suspend on end, the VM is
 // hibernated (`agent-vm suspend --hibernate`: paused, its memory moved to
 // disk; internal/guestram).
 //
@@ -29,6 +30,8 @@ package idle
 import (
 	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -61,8 +64,9 @@ type Watch struct {
 	// Sessions lists the VM's agent sessions now.
 	Sessions func(ctx context.Context) ([]session.Info, error)
 	// Held is what the holder relays (hold.Holder.InUse): callers'
-	// channels open for a while, and its own connections to the guest.
-	Held func() (channels, conns int)
+	// channels open for a while, and the local ends of its own
+	// connections to the guest, which are not clients.
+	Held func() (channels int, own []string)
 	// CPU is the VM's QEMU's CPU time so far.
 	CPU func() (time.Duration, error)
 	// Asleep says whether the VM is hibernated now.
@@ -73,7 +77,24 @@ type Watch struct {
 	Every           time.Duration // 0: Every
 	Tick            time.Duration // 0: 250 ms
 	Now             func() time.Time
+
+	used    map[string]used // the connections to its ports, as last in use
+	noteErr error           // why the last note of them failed
 }
+
+// used is a connection to one of the VM's ports as it was when last in
+// use: its counters then, and when.
+type used struct {
+	Conn
+	at time.Time
+}
+
+// quietSent is how much the VM's side may send on a connection within a
+// look for it to stay quiet: agent-mcp's SSE keep-alive comments on an
+// MCP client's open stream are a few bytes every 25 s, sshd's replies to
+// a client's keep-alive a few dozen; a download or a terminal's output is
+// more.
+const quietSent = 16 << 10
 
 // Run watches until ctx ends. It looks at the VM's state every tick; while
 // it runs, the connections to its ports are noted every noteEvery ticks,
@@ -97,9 +118,12 @@ func (w *Watch) Run(ctx context.Context) {
 			known = w.wakeOnConnection(ctx, known)
 			since, lastCPU = time.Time{}, -1
 		} else if n%noteEvery == 0 {
-			if c, err := Connections(w.Ports); err == nil {
+			c, err := Connections(w.Ports)
+			if err == nil {
 				known = c
+				w.note(c, now())
 			}
+			w.noteErr = err
 		}
 		select {
 		case <-ctx.Done():
@@ -124,7 +148,9 @@ func (w *Watch) Run(ctx context.Context) {
 			since = time.Time{}
 			continue
 		}
-		why := w.inUse(ctx, cpu, prevCPU, t.Sub(prevAt))
+		// In use since the look before (the connections are noted every
+		// noteEvery ticks, so from a note before it).
+		why := w.inUse(ctx, cpu, prevCPU, t.Sub(prevAt), prevAt.Add(-noteEvery*w.Tick))
 		switch {
 		case why != "":
 			if !since.IsZero() {
@@ -143,24 +169,51 @@ func (w *Watch) Run(ctx context.Context) {
 	}
 }
 
-// Clients is how many connections to the VM's host ports and callers'
-// commands there are besides the holder's own connections.
-func (w *Watch) Clients() (int, error) {
-	conns, err := Connections(w.Ports)
-	channels, held := w.Held()
-	return len(conns) - held + channels, err
+// note records the connections to the VM's ports seen at t: one is in
+// use at t when it is new, received bytes, sent more than quietSent since
+// it last was, or its counters are not known.
+func (w *Watch) note(conns map[string]Conn, t time.Time) {
+	next := make(map[string]used, len(conns))
+	for k, c := range conns {
+		u, ok := w.used[k]
+		if !ok || !c.Counted || c.Received > u.Received || c.Sent >= u.Sent+quietSent {
+			u = used{Conn: c, at: t}
+		}
+		next[k] = u
+	}
+	w.used = next
+}
+
+// Clients is how many connections to the VM's host ports, besides the
+// holder's own, were in use (note) since, and how many callers' commands
+// the holder relays. A client that keeps a connection open and quiet (an
+// MCP client's stream, an idle ssh session) is not counted: a request
+// on it wakes the VM (wakeOnConnection).
+func (w *Watch) Clients(since time.Time) (int, error) {
+	if w.noteErr != nil {
+		return 0, w.noteErr
+	}
+	channels, own := w.Held()
+	n := channels
+	for k, u := range w.used {
+		_, remote, _ := strings.Cut(k, " ")
+		if !slices.Contains(own, remote) && !u.at.Before(since) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // inUse says why the VM is in use ("" when idle): cpu and last are QEMU's
 // CPU time now and a span ago (-1 when unknown: in use).
-func (w *Watch) inUse(ctx context.Context, cpu, last, span time.Duration) string {
+func (w *Watch) inUse(ctx context.Context, cpu, last, span time.Duration, since time.Time) string {
 	switch {
 	case cpu < 0 || last < 0 || span <= 0:
 		return "its CPU use is not known yet"
 	case float64(cpu-last) > MaxCPU*float64(span):
 		return "its CPU is busy"
 	}
-	if n, err := w.Clients(); err != nil || n > 0 {
+	if n, err := w.Clients(since); err != nil || n > 0 {
 		return "a client is connected"
 	}
 	lctx, cancel := context.WithTimeout(ctx, Every)

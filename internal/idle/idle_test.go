@@ -3,6 +3,7 @@ package idle
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -117,6 +118,23 @@ func TestConnections(t *testing.T) {
 	if len(proc) != 3 {
 		t.Errorf("the /proc tables: %v, want the 3 connections", proc)
 	}
+	for k, c := range proc {
+		if _, ok := got[k]; !ok || c.Counted {
+			t.Errorf("the /proc tables have %q (%+v), which sock_diag named otherwise: %v", k, c, got)
+		}
+	}
+	// What the listener's side sends shows once the client acknowledged it.
+	s := sending(t, make([]byte, 4096))
+	drain(t, dial(t, s))
+	waitFor(t, "the bytes a's side sent", func() bool {
+		now, _ := Connections([]int{s})
+		for _, conn := range now {
+			if conn.Counted && conn.Sent >= 8192 && conn.Received == 0 {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func TestPortsAndArgs(t *testing.T) {
@@ -156,7 +174,7 @@ func (v *vm) watch(ports ...int) *Watch {
 			defer v.mu.Unlock()
 			return v.sessions, nil
 		},
-		Held: func() (int, int) { v.mu.Lock(); defer v.mu.Unlock(); return v.channels, 0 },
+		Held: func() (int, []string) { v.mu.Lock(); defer v.mu.Unlock(); return v.channels, nil },
 		CPU: func() (time.Duration, error) {
 			v.mu.Lock()
 			defer v.mu.Unlock()
@@ -189,7 +207,7 @@ func TestIdleHibernatesAndAConnectionWakes(t *testing.T) {
 	_ = old
 	v := &vm{after: 60 * time.Millisecond, sessions: []session.Info{{Name: "claude", State: agentstate.Waiting}, {Name: "old", Exited: true}}}
 	w := v.watch(port)
-	w.Held = func() (int, int) { return 0, 1 } // the connection there is the holder's
+	w.Held = func() (int, []string) { return 0, []string{old.LocalAddr().String()} } // the connection there is the holder's
 	run(t, w)
 	waitFor(t, "the hibernation", func() bool { return v.hibernates.Load() == 1 })
 	time.Sleep(100 * time.Millisecond)
@@ -201,23 +219,35 @@ func TestIdleHibernatesAndAConnectionWakes(t *testing.T) {
 }
 
 // What keeps a VM from hibernating: a session at work or attached, a
-// client on its ports or through the holder, a busy CPU, idle_suspend off.
+// client sending on its ports, a download from them, a command through
+// the holder, a busy CPU, idle_suspend off.
 func TestInUseNeverHibernates(t *testing.T) {
-	for name, set := range map[string]func(v *vm, port int, t *testing.T){
-		"working": func(v *vm, _ int, _ *testing.T) { v.sessions = []session.Info{{Name: "a", State: agentstate.Working}} },
-		"attached": func(v *vm, _ int, _ *testing.T) {
-			v.sessions = []session.Info{{Name: "a", State: agentstate.Done, Attached: 1}}
+	for name, set := range map[string]func(v *vm, t *testing.T) (port int){
+		"working": func(v *vm, t *testing.T) int {
+			v.sessions = []session.Info{{Name: "a", State: agentstate.Working}}
+			return listen(t)
 		},
-		"client":   func(_ *vm, port int, t *testing.T) { dial(t, port) },
-		"channel":  func(v *vm, _ int, _ *testing.T) { v.channels = 1 },
-		"busy CPU": func(v *vm, _ int, _ *testing.T) { v.busy = true },
-		"off":      func(v *vm, _ int, _ *testing.T) { v.after = 0 },
+		"attached": func(v *vm, t *testing.T) int {
+			v.sessions = []session.Info{{Name: "a", State: agentstate.Done, Attached: 1}}
+			return listen(t)
+		},
+		"client": func(_ *vm, t *testing.T) int {
+			port := listen(t)
+			chatty(t, dial(t, port), []byte("x"))
+			return port
+		},
+		"download": func(_ *vm, t *testing.T) int {
+			port := sending(t, make([]byte, 32<<10))
+			drain(t, dial(t, port))
+			return port
+		},
+		"channel":  func(v *vm, t *testing.T) int { v.channels = 1; return listen(t) },
+		"busy CPU": func(v *vm, t *testing.T) int { v.busy = true; return listen(t) },
+		"off":      func(v *vm, t *testing.T) int { v.after = 0; return listen(t) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			port := listen(t)
 			v := &vm{after: 40 * time.Millisecond}
-			set(v, port, t)
-			run(t, v.watch(port))
+			run(t, v.watch(set(v, t)))
 			time.Sleep(300 * time.Millisecond)
 			if n := v.hibernates.Load(); n != 0 {
 				t.Errorf("hibernated %d times", n)
@@ -229,6 +259,89 @@ func TestInUseNeverHibernates(t *testing.T) {
 	}
 }
 
+// Connections open and quiet do not keep a VM awake: a client's kept one,
+// one on which the VM's side sends keep-alives (agent-mcp's SSE comments),
+// and the holder's own however busy.
+func TestQuietConnectionsLetItHibernate(t *testing.T) {
+	port := listen(t)
+	dial(t, port)
+	holders := dial(t, port)
+	chatty(t, holders, []byte("x"))
+	keepalive := sending(t, []byte(": \n\n"))
+	drain(t, dial(t, keepalive))
+	v := &vm{after: 60 * time.Millisecond}
+	w := v.watch(port, keepalive)
+	w.Held = func() (int, []string) { return 0, []string{holders.LocalAddr().String()} }
+	run(t, w)
+	waitFor(t, "the hibernation", func() bool { return v.hibernates.Load() == 1 })
+}
+
+// chatty writes b on c every 5 ms until the test ends.
+func chatty(t *testing.T, c net.Conn, b []byte) {
+	t.Helper()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+				if _, err := c.Write(b); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
+}
+
+// sending serves on 127.0.0.1, writing b every 5 ms on each connection it
+// takes, and returns its port.
+func sending(t *testing.T, b []byte) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(5 * time.Millisecond):
+						if _, err := c.Write(b); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// drain reads c until it ends.
+func drain(t *testing.T, c net.Conn) {
+	t.Helper()
+	go func() { _, _ = io.Copy(io.Discard, c) }()
+}
+
 // A request on a connection that was open before the hibernation (an HTTP
 // client's kept-alive one) wakes the VM too; the connection open and quiet
 // does not.
@@ -237,7 +350,6 @@ func TestARequestOnAKeptConnectionWakes(t *testing.T) {
 	kept := dial(t, port)
 	v := &vm{after: 40 * time.Millisecond}
 	w := v.watch(port)
-	w.Held = func() (int, int) { return 0, 1 } // the kept one counts as the holder's
 	run(t, w)
 	waitFor(t, "the hibernation", func() bool { return v.hibernates.Load() == 1 })
 	time.Sleep(100 * time.Millisecond)
