@@ -281,20 +281,22 @@ func chatty(t *testing.T, c net.Conn, b []byte) {
 	t.Helper()
 	done := make(chan struct{})
 	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-done:
+	go func() { defer close(stopped); writeEvery(c, b, done) }()
+	t.Cleanup(func() { close(done); <-stopped })
+}
+
+// writeEvery writes b on c every 5 ms until done or a write fails.
+func writeEvery(c net.Conn, b []byte, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(5 * time.Millisecond):
+			if _, err := c.Write(b); err != nil {
 				return
-			case <-time.After(5 * time.Millisecond):
-				if _, err := c.Write(b); err != nil {
-					return
-				}
 			}
 		}
-	}()
-	t.Cleanup(func() { close(done); <-stopped })
+	}
 }
 
 // sending serves on 127.0.0.1, writing b every 5 ms on each connection it
@@ -320,16 +322,7 @@ func sending(t *testing.T, b []byte) int {
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				for {
-					select {
-					case <-done:
-						return
-					case <-time.After(5 * time.Millisecond):
-						if _, err := c.Write(b); err != nil {
-							return
-						}
-					}
-				}
+				writeEvery(c, b, done)
 			}()
 		}
 	}()
