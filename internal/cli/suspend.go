@@ -46,16 +46,16 @@ func suspendCommand(stdio IO) *cli.Command {
 	}
 }
 
-// suspendMessage says what suspend did: saved to disk, or paused in place
-// and why, with the host RAM the paused QEMU holds.
+// suspendMessage says what suspend did: saved to disk, hibernated (whose
+// detail says how it wakes), or paused in place and why, with its host RAM.
 func suspendMessage(res *vm.SuspendResult) string {
 	took := res.Took.Round(100 * time.Millisecond)
 	if !res.Paused || res.Suspend == vminfo.SuspendHibernated {
-		detail := ""
-		if res.Detail != "" {
-			detail = ": " + res.Detail
+		msg := strings.TrimSuffix(fmt.Sprintf("suspended the VM of branch %s in %s: %s", res.Branch, took, res.Detail), ": ")
+		if res.Suspend != vminfo.SuspendHibernated {
+			msg += " (agent-vm resume " + res.Branch + " brings it back)"
 		}
-		return fmt.Sprintf("suspended the VM of branch %s in %s%s (agent-vm resume %s brings it back)\n", res.Branch, took, detail, res.Branch)
+		return msg + "\n"
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "paused the VM of branch %s in place in %s", res.Branch, took)

@@ -61,6 +61,9 @@ func TestSuspendMessages(t *testing.T) {
 				"the VM's memory stays in its QEMU (812 MiB of host RAM), and the workspace stays mounted. `agent-vm resume feat` continues it"}},
 		{"cannot save", vm.SuspendResult{Branch: "nix", Paused: true, CannotSave: "no hot-pluggable slot"},
 			[]string{"paused the VM of branch nix in place in 0s, as it cannot be saved to disk: no hot-pluggable slot\n", "stays in its QEMU, and"}},
+		{"hibernated", vm.SuspendResult{Branch: "feat", Took: time.Second, Paused: true, Suspend: vminfo.SuspendHibernated, Detail: "hibernated (...; a connection to the VM wakes it) since ...; `agent-vm resume feat` continues it"},
+			[]string{"suspended the VM of branch feat in 1s: hibernated (...; a connection to the VM wakes it) since ...; `agent-vm resume feat` continues it\n"}},
+		{"saved, no detail", vm.SuspendResult{Branch: "feat"}, []string{"suspended the VM of branch feat in 0s (agent-vm resume feat brings it back)\n"}},
 		{"asked, RAM unknown (vagrant)", vm.SuspendResult{Branch: "vg", Paused: true},
 			[]string{"paused the VM of branch vg in place in 0s\nNo guest code runs; the VM's memory stays in its QEMU, and"}},
 	} {
@@ -69,6 +72,9 @@ func TestSuspendMessages(t *testing.T) {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: %q lacks %q", tc.name, got, w)
 			}
+		}
+		if n := strings.Count(got, "agent-vm resume"); n > 1 {
+			t.Errorf("%s: %q names resume %d times", tc.name, got, n)
 		}
 	}
 	if got := stoppedSuspended(&vm.StopResult{Branch: "feat", Was: vminfo.StateSuspended, Suspend: vminfo.SuspendPaused}); !strings.Contains(got, "was paused in place: shut it down") {
