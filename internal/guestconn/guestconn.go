@@ -256,7 +256,15 @@ func (g Guest) idleWatch(h *hold.Holder, list func(context.Context) ([]session.I
 			return proc.CPUTime(pid)
 		},
 		Hibernate: func(ctx context.Context) error { return command(ctx, "suspend", "--hibernate") },
-		Wake:      func(ctx context.Context) error { return command(ctx, "resume") }}
+		Wake: func(ctx context.Context) error {
+			// The connection that asked waits on: tell the user, who can act.
+			err := command(ctx, "resume")
+			if err != nil {
+				notify.Desktop(ctx, execx.OS{}, os.Getenv, h.Log, "agent-vm: "+termsafe.String(g.Record.Branch)+" did not wake",
+					fmt.Sprintf("A connection to it waits. `agent-vm resume %s` says why (%s).", g.Record.Slug, g.Layout.Log(idle.SuspendLog)))
+			}
+			return err
+		}}
 }
 
 // Sessions lists the agent sessions of the guest c is connected to, as

@@ -184,16 +184,7 @@ func (w *Watcher) notify(ctx context.Context, in session.Info) {
 		body = fmt.Sprintf("agent-vm attach %s --session %s", w.VM, in.Name)
 	}
 	w.Log.Info("the agent "+what, "session", in.Name, "state", in.State, "from", in.StateFrom)
-	if w.Getenv("DBUS_SESSION_BUS_ADDRESS") != "" {
-		if _, err := w.Run.LookPath("notify-send"); err == nil {
-			cctx, cancel := context.WithTimeout(ctx, commandTimeout)
-			_, err := w.Run.Run(cctx, execx.Cmd{Path: "notify-send", Args: []string{"--app-name=agent-vm", "--", title, body}})
-			cancel()
-			if err != nil {
-				w.Log.Warn("notify-send failed", "error", err)
-			}
-		}
-	}
+	Desktop(ctx, w.Run, w.Getenv, w.Log, title, body)
 	cmd, err := w.OnWait()
 	if err != nil {
 		w.Log.Warn("reading on_wait", "error", err)
@@ -210,6 +201,23 @@ func (w *Watcher) notify(ctx context.Context, in session.Info) {
 	}})
 	if err != nil {
 		w.Log.Warn("the on_wait command failed", "error", err)
+	}
+}
+
+// Desktop shows a desktop notification (notify-send) where the user has a
+// session bus (getenv's DBUS_SESSION_BUS_ADDRESS) and notify-send is
+// installed; elsewhere it does nothing. A failure is logged.
+func Desktop(ctx context.Context, run execx.Runner, getenv func(string) string, log hclog.Logger, title, body string) {
+	if getenv("DBUS_SESSION_BUS_ADDRESS") == "" {
+		return
+	}
+	if _, err := run.LookPath("notify-send"); err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	if _, err := run.Run(cctx, execx.Cmd{Path: "notify-send", Args: []string{"--app-name=agent-vm", "--", title, body}}); err != nil {
+		log.Warn("notify-send failed", "error", err)
 	}
 }
 

@@ -174,3 +174,47 @@ func TestWatcherTellsOfAsks(t *testing.T) {
 		t.Errorf("told = %v: want the pending one, not the ended", told)
 	}
 }
+
+// Desktop shows one notification where there is a session bus and
+// notify-send, and nothing elsewhere; a failing notify-send is only
+// logged. The runner is a FAKE at the exec boundary (calls recorded).
+func TestDesktop(t *testing.T) {
+	bus := func(k string) string {
+		if k == "DBUS_SESSION_BUS_ADDRESS" {
+			return "unix:path=/run/user/1000/bus"
+		}
+		return ""
+	}
+	none := func(string) string { return "" }
+	for _, tc := range []struct {
+		name      string
+		getenv    func(string) string
+		installed bool
+		fails     bool
+		calls     int
+	}{
+		{"bus and notify-send", bus, true, false, 1},
+		{"no session bus", none, true, false, 0},
+		{"no notify-send", bus, false, false, 0},
+		{"notify-send fails", bus, true, true, 1},
+	} {
+		fake := execxtest.New(t).On("notify-send", func(execxtest.Call) execxtest.Reply {
+			if tc.fails {
+				return execxtest.Reply{ExitCode: 1, Stderr: "no server"}
+			}
+			return execxtest.Reply{}
+		})
+		if !tc.installed {
+			fake = fake.Installed("notify-send", "") // not on PATH
+		}
+		Desktop(context.Background(), fake, tc.getenv, hclog.NewNullLogger(), "agent-vm: feat/x did not wake", "`agent-vm resume feat-x` says why")
+		calls := fake.Calls()
+		if len(calls) != tc.calls {
+			t.Errorf("%s: calls %+v, want %d", tc.name, calls, tc.calls)
+			continue
+		}
+		if tc.calls == 1 && !slices.Equal(calls[0].Args, []string{"--app-name=agent-vm", "--", "agent-vm: feat/x did not wake", "`agent-vm resume feat-x` says why"}) {
+			t.Errorf("%s: notify-send %q", tc.name, calls[0].Args)
+		}
+	}
+}
