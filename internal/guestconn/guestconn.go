@@ -246,7 +246,7 @@ func (g Guest) idleWatch(h *hold.Holder, list func(context.Context) ([]session.I
 		}
 		return nil
 	}
-	return &idle.Watch{After: after, Ports: idle.Ports(g.Record), Sessions: list, Log: h.Log.Named("idle"),
+	return &idle.Watch{After: after, Ports: idle.RecordPorts(g.Layout, g.Record), Sessions: list, Log: h.Log.Named("idle"),
 		Held: func() (int, []string) { return h.InUse(idle.Every / 3) }, Asleep: h.Asleep,
 		CPU: func() (time.Duration, error) {
 			pid, err := proc.ReadPid(g.Layout.Run(qemu.PidFile))

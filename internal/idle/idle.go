@@ -59,8 +59,9 @@ type Watch struct {
 	// After is how long the VM must stay idle (idle_suspend); read at each
 	// look, so a change of the user's config takes effect: 0 is off.
 	After func() time.Duration
-	// Ports are the VM's host ports (Ports).
-	Ports []int
+	// Ports are the VM's host ports now (RecordPorts): a forward added
+	// while the holder runs counts from then on.
+	Ports func() []int
 	// Sessions lists the VM's agent sessions now.
 	Sessions func(ctx context.Context) ([]session.Info, error)
 	// Held is what the holder relays (hold.Holder.InUse): callers'
@@ -118,7 +119,7 @@ func (w *Watch) Run(ctx context.Context) {
 			known = w.wakeOnConnection(ctx, known)
 			since, lastCPU = time.Time{}, -1
 		} else if n%noteEvery == 0 {
-			c, err := Connections(w.Ports)
+			c, err := Connections(w.Ports())
 			if err == nil {
 				known = c
 				w.note(c, now())

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,34 @@ func TestPortsAndArgs(t *testing.T) {
 	}
 }
 
+// RecordPorts follows the record: a forward added while the VM runs is
+// among the ports at the next call; a record that cannot be read leaves
+// the ports last read.
+func TestRecordPorts(t *testing.T) {
+	l := state.Layout{Dir: t.TempDir()}
+	r := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: "feat", Slug: "feat", Ports: state.Ports{SSH: 2222, MCP: 8000}}
+	if err := state.WriteRecord(l.Record(), r); err != nil {
+		t.Fatal(err)
+	}
+	ports := RecordPorts(l, r)
+	if got := ports(); !slices.Equal(got, []int{2222, 8000}) {
+		t.Fatalf("ports %v", got)
+	}
+	r.Forwards = append(r.Forwards, state.Forward{Guest: 3000, Host: 3001})
+	if err := state.WriteRecord(l.Record(), r); err != nil {
+		t.Fatal(err)
+	}
+	if got := ports(); !slices.Equal(got, []int{2222, 8000, 3001}) {
+		t.Errorf("after port add: %v", got)
+	}
+	if err := os.WriteFile(l.Record(), []byte("{torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := ports(); !slices.Equal(got, []int{2222, 8000, 3001}) {
+		t.Errorf("with a torn record: %v, want the ports last read", got)
+	}
+}
+
 // vm is a VM as a Watch sees it: its sessions, clients, CPU and sleep,
 // with what the Watch asked of it.
 type vm struct {
@@ -167,7 +196,7 @@ type vm struct {
 func (v *vm) watch(ports ...int) *Watch {
 	return &Watch{
 		After: func() time.Duration { v.mu.Lock(); defer v.mu.Unlock(); return v.after },
-		Ports: ports,
+		Ports: func() []int { return ports },
 		Sessions: func(context.Context) ([]session.Info, error) {
 			v.listed.Add(1)
 			v.mu.Lock()

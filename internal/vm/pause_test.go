@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/forward"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/hold"
@@ -221,6 +222,33 @@ func hibernateAndWake(t *testing.T, m *vm.Manager, e state.Entry, sh func(string
 	t.Logf("a request on a kept connection to its MCP port woke the VM and was answered (%s) in %s", resp.Status, time.Since(woke))
 	tu.WaitFor(t, "the VM running after the request", func() bool { return m.Status(ctx, e, false).State == vminfo.StateRunning })
 	checkAgentGoesOn(t, sh, agent, bootID, before)
+
+	// A forward added while the VM runs (its holder started long before)
+	// wakes it too: a request to a server in the guest on it.
+	sh("setsid python3 -m http.server 8123 --bind 0.0.0.0 --directory /tmp >/dev/null 2>&1 < /dev/null &")
+	ch, err := forward.Add(ctx, m, b, 8123, 0, m.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := fmt.Sprintf("http://127.0.0.1:%d/agent-count", ch.Forward.Host)
+	tu.WaitFor(t, "the guest's server on the new forward", func() bool {
+		resp, err := c.Get(served)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	if _, err := m.Suspend(ctx, b, vm.SuspendOptions{Hibernate: true}); err != nil {
+		t.Fatal(err)
+	}
+	woke = time.Now()
+	resp, err = (&http.Client{Timeout: time.Minute, Transport: &http.Transport{}}).Get(served)
+	if err != nil {
+		t.Fatalf("a request to the hibernated VM's new forward: %v\nthe holder's log:\n%s", err, driver.TailFile(e.Layout.Log(hold.LogName), 10))
+	}
+	resp.Body.Close()
+	t.Logf("a request to a forward added while it ran woke the VM and was answered (%s) in %s", resp.Status, time.Since(woke))
+	tu.WaitFor(t, "the VM running after the request", func() bool { return m.Status(ctx, e, false).State == vminfo.StateRunning })
 }
 
 // checkAgentGoesOn checks that the agent's process is the one from before
