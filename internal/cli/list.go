@@ -80,7 +80,7 @@ func listCommand(stdio IO) *cli.Command {
 					backend += " on " + i.Host
 				}
 				rows = append(rows, []string{termsafe.Truncate(i.Branch, maxBranchColumn), termsafe.TruncateStart(homeRel(i.Git.Source), maxRepoColumn),
-					i.Slug, backend, stateWord(i), sshPort, mcpPort,
+					i.Slug, backend, i.StateText(), sshPort, mcpPort,
 					i.CreatedAt.Local().Format("2006-01-02 15:04"), note})
 			}
 			return writeTable(stdio.Out, rows)
