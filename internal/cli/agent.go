@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/agent-vm/agent-vm/internal/agent"
+	"github.com/agent-vm/agent-vm/internal/autocheckpoint"
 	"github.com/agent-vm/agent-vm/internal/browser"
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/session"
@@ -26,6 +27,8 @@ func runCommand(stdio IO) *cli.Command {
 		&cli.BoolFlag{Name: "new", Usage: "start another session even if one runs"},
 		chromeFlag,
 		&cli.StringFlag{Name: "on-wait", Usage: "run shell command `CMD` on this host whenever an agent of the VM starts waiting for you, until the VM stops (default: on_wait in ~/.config/agent-vm/config.toml); it gets AGENT_VM_BRANCH, AGENT_VM_SESSION, AGENT_VM_STATE and AGENT_VM_MESSAGE"},
+		&cli.StringFlag{Name: "checkpoint-every", Usage: "take a checkpoint of the VM every `DURATION` (10m, 1h) while its agent works, kept in the VM's record (0 stops them; see agent-vm checkpoint --every)"},
+		&cli.IntFlag{Name: "checkpoint-keep", Value: autocheckpoint.DefaultKeep, Usage: "with --checkpoint-every: keep the newest `N` automatic checkpoints"},
 		timeoutFlag(bootTimeout),
 	}
 	return &cli.Command{
@@ -76,6 +79,9 @@ func runCommand(stdio IO) *cli.Command {
 				OnWait: cliCtx.String("on-wait"),
 			}
 			prov := &runProvisioner{m: m, create: co, start: so, getenv: stdio.Getenv, notify: notify}
+			if prov.schedule, err = scheduleOf(cliCtx, m, "checkpoint-every", "checkpoint-keep"); err != nil {
+				return err
+			}
 			res, err := agent.Run(cliCtx.Context, m, prov, o)
 			p.done()
 			return sessionEnd(res, err)

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/agent-vm/agent-vm/internal/autocheckpoint"
 	"github.com/agent-vm/agent-vm/internal/cmdline"
 	"github.com/agent-vm/agent-vm/internal/fork"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -27,7 +29,9 @@ func checkpointCommand(stdio IO) *cli.Command {
 			"(checkpoint list shows them); destroy removes them with the VM. The qemu backend's VMs\n" +
 			"of this machine have checkpoints.",
 		Flags: []cli.Flag{vmFlag(),
-			&cli.IntFlag{Name: "keep", Usage: "then remove the VM's oldest checkpoints until `N` are left (0: keep them all)"},
+			&cli.IntFlag{Name: "keep", Usage: "then remove the VM's oldest checkpoints until `N` are left (0: keep them all); with --every, how many automatic ones to keep (0 there: 5)"},
+			&cli.StringFlag{Name: "every", Usage: "take none now: from now on the VM's holder takes one every `DURATION` (10m, 1h) while its agent works, named auto-TIME, the newest --keep of them kept (0 stops them)"},
+			&cli.BoolFlag{Name: "auto", Usage: "take an automatic checkpoint (auto-TIME), keeping the newest automatic ones as --every set (what the holder runs)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the checkpoint, as checkpoint list --json prints each, with paused_ms, unsynced and pruned"}},
 		Action: withManager(stdio, func(cliCtx *cli.Context, e *env, m *vm.Manager) error {
 			if cliCtx.NArg() > 1 {
@@ -40,7 +44,18 @@ func checkpointCommand(stdio IO) *cli.Command {
 			if cliCtx.Int("keep") < 0 {
 				return cmdline.Usagef("--keep %d: give the number of checkpoints to keep, or 0 for all", cliCtx.Int("keep"))
 			}
-			c, err := wire.Forks(m).Checkpoint(cliCtx.Context, name, strings.Join(args, ""), cliCtx.Int("keep"))
+			if (cliCtx.IsSet("every") || cliCtx.Bool("auto")) && len(args) > 0 || cliCtx.IsSet("every") && cliCtx.Bool("auto") {
+				return cmdline.Usagef("--every and --auto name no checkpoint and go without each other (hint: agent-vm checkpoint --every 10m)")
+			}
+			if cliCtx.IsSet("every") {
+				return setSchedule(cliCtx, stdio, m, name)
+			}
+			var c *fork.Checkpoint
+			if cliCtx.Bool("auto") {
+				c, err = wire.Forks(m).AutoCheckpoint(cliCtx.Context, name)
+			} else {
+				c, err = wire.Forks(m).Checkpoint(cliCtx.Context, name, strings.Join(args, ""), cliCtx.Int("keep"))
+			}
 			if err != nil {
 				return err
 			}
@@ -153,6 +168,41 @@ func rollbackCommand(stdio IO) *cli.Command {
 }
 
 // printCheckpoints is checkpoint list's table.
+// scheduleOf reads the flags every and keep: nil when every is not given,
+// else what sets a VM's automatic checkpoints to what they say.
+func scheduleOf(cliCtx *cli.Context, m *vm.Manager, every, keep string) (func(ctx context.Context, name string) error, error) {
+	if !cliCtx.IsSet(every) {
+		return nil, nil
+	}
+	a, err := autocheckpoint.Parse(cliCtx.String(every), cliCtx.Int(keep))
+	if err != nil {
+		return nil, cmdline.Usagef("--%s: %v", every, err)
+	}
+	return func(ctx context.Context, name string) error {
+		_, err := wire.Forks(m).Schedule(ctx, name, a)
+		return err
+	}, nil
+}
+
+// setSchedule is checkpoint --every: the VM's schedule set, and said.
+func setSchedule(cliCtx *cli.Context, stdio IO, m *vm.Manager, name string) error {
+	a, err := autocheckpoint.Parse(cliCtx.String("every"), cliCtx.Int("keep"))
+	if err != nil {
+		return cmdline.Usagef("--every: %v", err)
+	}
+	r, err := wire.Forks(m).Schedule(cliCtx.Context, name, a)
+	if err != nil {
+		return err
+	}
+	if a != nil {
+		fmt.Fprintf(stdio.Out, "VM %s takes a checkpoint every %s while its agent works (while it runs and is not hibernated), keeping the newest %d (auto-TIME; agent-vm checkpoint list %s shows them; --every 0 stops them)\n",
+			termsafe.String(r.Branch), autocheckpoint.Every(a), a.Keep, r.Slug)
+	} else {
+		fmt.Fprintf(stdio.Out, "VM %s takes no automatic checkpoints; those it took stay until checkpoint rm\n", termsafe.String(r.Branch))
+	}
+	return nil
+}
+
 func printCheckpoints(w io.Writer, vmName string, cs []fork.Checkpoint) {
 	if len(cs) == 0 {
 		fmt.Fprintf(w, "%s has no checkpoints (agent-vm checkpoint --vm %s NAME takes one)\n", termsafe.String(vmName), termsafe.String(vmName))

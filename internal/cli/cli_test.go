@@ -216,6 +216,53 @@ func TestCheckpointCommands(t *testing.T) {
 	}
 }
 
+// checkpoint --every sets the VM's automatic checkpoints and says so, 0
+// stops them; what it cannot take is refused before anything changes.
+func TestCheckpointEvery(t *testing.T) {
+	repo := tu.Repo(t, true)
+	st := t.TempDir()
+	mustRun(t, repo, st, "create", "--backend", "qemu", "--memory", "1G", "--cpus", "1")
+	r := mustRun(t, repo, st, "checkpoint", "--every", "15m", "--keep", "3")
+	if !strings.Contains(r.stdout, "VM main takes a checkpoint every 15m0s while its agent works") || !strings.Contains(r.stdout, "keeping the newest 3") {
+		t.Errorf("checkpoint --every said:\n%s", r.stdout)
+	}
+	if s := statusJSON(t, st, "main"); s["state"] != "stopped" {
+		t.Errorf("status after --every: %v", s["state"])
+	}
+	rec, err := state.ReadRecord(state.Layout{Dir: filepath.Join(st, "main")}.Record())
+	if err != nil || rec.AutoCheckpoint == nil || rec.AutoCheckpoint.Every != "15m0s" || rec.AutoCheckpoint.Keep != 3 {
+		t.Fatalf("the record's schedule: %+v, %v", rec, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"checkpoint", "--every", "5s"}, `checkpoint interval "5s": give a duration of 10s or more`},
+		{[]string{"checkpoint", "--every", "soon"}, `checkpoint interval "soon"`},
+		{[]string{"checkpoint", "--every", "10m", "name"}, "--every and --auto name no checkpoint"},
+		{[]string{"checkpoint", "--every", "10m", "--auto"}, "--every and --auto name no checkpoint"},
+		{[]string{"checkpoint", "auto-mine"}, "which is the automatic checkpoints'"},
+	} {
+		if r := agentVM(t, repo, st, tc.args...); r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("agent-vm %s: exit %d, %q; want a refusal saying %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
+		}
+	}
+	if rec, _ := state.ReadRecord(state.Layout{Dir: filepath.Join(st, "main")}.Record()); rec.AutoCheckpoint == nil || rec.AutoCheckpoint.Every != "15m0s" {
+		t.Errorf("a refusal changed the schedule: %+v", rec.AutoCheckpoint)
+	}
+	r = mustRun(t, repo, st, "checkpoint", "--every", "0")
+	if !strings.Contains(r.stdout, "VM main takes no automatic checkpoints") {
+		t.Errorf("checkpoint --every 0 said:\n%s", r.stdout)
+	}
+	r = mustRun(t, repo, st, "checkpoint", "--auto")
+	if !strings.Contains(r.stdout, "checkpoint auto-") {
+		t.Errorf("checkpoint --auto said:\n%s", r.stdout)
+	}
+	if r := agentVM(t, repo, st, "run", "--checkpoint-every", "1s"); r.code == 0 || !strings.Contains(r.stderr, "--checkpoint-every: checkpoint interval \"1s\"") {
+		t.Errorf("run --checkpoint-every 1s: exit %d, %q", r.code, r.stderr)
+	}
+}
+
 func TestCreateDefaultsToTheCurrentBranchAndSetsRemotes(t *testing.T) {
 	repo := tu.Repo(t, true)
 	tu.Git(t, repo, "checkout", "--quiet", "-b", "topic")

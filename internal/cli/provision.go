@@ -23,6 +23,9 @@ type runProvisioner struct {
 	// notify tells the user a line (the template hint after a start, what
 	// ForAgent says).
 	notify func(string)
+	// schedule, when set, sets run --checkpoint-every's schedule once the
+	// VM runs.
+	schedule func(ctx context.Context, vm string) error
 }
 
 var _ agent.Provisioner = (*runProvisioner)(nil)
@@ -53,6 +56,11 @@ func (r *runProvisioner) Start(ctx context.Context, name string, keys map[string
 	}
 	if hint := wire.Templates(r.m).Hint(sr.NoTemplateYet, sr.SSHReady); hint != "" {
 		r.notify(hint)
+	}
+	if r.schedule != nil {
+		if err := r.schedule(ctx, name); err != nil {
+			return agent.VM{}, false, err
+		}
 	}
 	i := sr.Info // its status: the record's backend, secrets and network
 	return agent.VM{Slug: i.Slug, Branch: i.Branch, Backend: i.Backend, Contained: i.Net != nil && i.Net.Uncontained == "",

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
+	"github.com/agent-vm/agent-vm/internal/autocheckpoint"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -75,10 +76,14 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 // reserved are the names `checkpoint` reads as its subcommands.
 var reserved = []string{"list", "rm", "help"}
 
-// CheckName refuses a name that is no checkpoint name.
+// AutoPrefix begins the names of the checkpoints the VM's holder takes
+// (AutoCheckpoint), which no other checkpoint's may.
+const AutoPrefix = "auto-"
+
+// CheckName refuses a name that is no name for a new checkpoint.
 func CheckName(name string) error {
-	if !nameRE.MatchString(name) || slices.Contains(reserved, name) {
-		return fmt.Errorf("checkpoint name %q: use lower-case letters, digits, '.', '_' and '-', up to 63, starting with a letter or digit, and not %s (hint: before-refactor)", name, strings.Join(reserved, ", "))
+	if !named(name) || strings.HasPrefix(name, AutoPrefix) {
+		return fmt.Errorf("checkpoint name %q: use lower-case letters, digits, '.', '_' and '-', up to 63, starting with a letter or digit, not %s, and not beginning with %s, which is the automatic checkpoints' (hint: before-refactor)", name, strings.Join(reserved, ", "), AutoPrefix)
 	}
 	return nil
 }
@@ -93,6 +98,34 @@ func (f Forks) Checkpoint(ctx context.Context, vm, name string, keep int) (*Chec
 			return nil, err
 		}
 	}
+	return f.take(ctx, vm, name, keep, false)
+}
+
+// AutoCheckpoint takes an automatic checkpoint of the VM vm (named
+// auto-TIME), and removes the oldest automatic ones beyond the number its
+// schedule keeps (autocheckpoint.DefaultKeep without one); the others
+// stay.
+func (f Forks) AutoCheckpoint(ctx context.Context, vm string) (*Checkpoint, error) {
+	return f.take(ctx, vm, "", 0, true)
+}
+
+// Schedule sets the VM vm's automatic checkpoints (nil: none), which its
+// holder takes from the record.
+func (f Forks) Schedule(ctx context.Context, vm string, a *state.AutoCheckpoint) (*state.Record, error) {
+	e, lock, err := f.VMs.Locked(ctx, vm)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	if _, err := f.check(e.Record); err != nil {
+		return nil, err
+	}
+	e.Record.AutoCheckpoint = a
+	return e.Record, state.WriteRecord(e.Layout.Record(), e.Record)
+}
+
+// take is Checkpoint, and AutoCheckpoint when auto.
+func (f Forks) take(ctx context.Context, vm, name string, keep int, auto bool) (*Checkpoint, error) {
 	e, lock, err := f.VMs.Locked(ctx, vm)
 	if err != nil {
 		return nil, err
@@ -101,6 +134,13 @@ func (f Forks) Checkpoint(ctx context.Context, vm, name string, keep int) (*Chec
 	forker, err := f.check(e.Record)
 	if err != nil {
 		return nil, err
+	}
+	if auto {
+		name = uniqueName(filepath.Join(e.Layout.Dir, CheckpointsDir), AutoPrefix+f.Now().UTC().Format("20060102-150405"))
+		keep = autocheckpoint.DefaultKeep
+		if a := e.Record.AutoCheckpoint; a != nil && a.Keep > 0 {
+			keep = a.Keep
+		}
 	}
 	st, err := f.still(ctx, e, "checkpoint")
 	if err != nil {
@@ -121,6 +161,9 @@ func (f Forks) Checkpoint(ctx context.Context, vm, name string, keep int) (*Chec
 		all, err := list(e)
 		if err != nil {
 			return c, err
+		}
+		if auto {
+			all = slices.DeleteFunc(all, func(c Checkpoint) bool { return !strings.HasPrefix(c.Name, AutoPrefix) })
 		}
 		for _, old := range all[:max(0, len(all)-keep)] {
 			if err := f.remove(e, old.Name); err != nil {
@@ -241,11 +284,15 @@ func readCheckpoint(dir string) (*Checkpoint, error) {
 	return &c, nil
 }
 
+// named says whether name is a checkpoint's, a new one's or an automatic
+// one's: a plain directory name.
+func named(name string) bool { return nameRE.MatchString(name) && !slices.Contains(reserved, name) }
+
 // find is the checkpoint called name of e, or an error that lists those
 // there are.
 func find(e state.Entry, name string) (string, *Checkpoint, error) {
 	dir := filepath.Join(e.Layout.Dir, CheckpointsDir, name)
-	if CheckName(name) == nil {
+	if named(name) {
 		if c, err := readCheckpoint(dir); err == nil {
 			return dir, c, nil
 		} else if !errors.Is(err, fs.ErrNotExist) {

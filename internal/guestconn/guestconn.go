@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/agent-vm/agent-vm/internal/autocheckpoint"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/hold"
@@ -216,37 +217,50 @@ func (g Guest) watch(h *hold.Holder) func(ctx context.Context, c *ssh.Client) {
 			OnWait: func() (string, error) {
 				return notify.OnWait(g.Layout.RunDir(), func() (string, error) { return config().OnWait, nil })
 			}}
+		record := state.Follow(g.Layout, g.Record)
 		// The repository's idle_suspend (checked at create) wins over the user's.
 		repo, _ := userconfig.ParseIdle(g.Record.IdleSuspend)
-		go g.idleWatch(h, list, func() time.Duration { return cmp.Or(repo, config().IdleAfter) }).Run(ctx)
+		go g.idleWatch(h, list, record, func() time.Duration { return cmp.Or(repo, config().IdleAfter) }).Run(ctx)
+		go (&autocheckpoint.Watch{Schedule: func() *state.AutoCheckpoint { return record().AutoCheckpoint }, Sessions: list, Asleep: h.Asleep,
+			Log: h.Log.Named("checkpoint"),
+			Take: func(ctx context.Context) error {
+				return g.agentVM(ctx, autocheckpoint.LogName, "--state-dir", filepath.Dir(g.Layout.Dir), "checkpoint", "--auto", "--vm", g.Record.Slug)
+			}}).Run(ctx)
 		w.Watch(ctx)
 	}
 }
 
-// idleWatch is the VM's idle.Watch: its CPU is its QEMU's (the QEMU
-// driver's pid file; a VM of another driver never hibernates), its
-// commands agent-vm's, detached: the suspend must not end with the holder.
-func (g Guest) idleWatch(h *hold.Holder, list func(context.Context) ([]session.Info, error), after func() time.Duration) *idle.Watch {
-	command := func(ctx context.Context, verb ...string) error {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		p, err := execx.OS{}.Start(execx.Detached{Path: exe, Args: idle.Args(g.Layout, verb...), Dir: "/", StdoutPath: g.Layout.Log(idle.SuspendLog)})
-		if err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.Exited():
-		}
-		if p.ExitCode() != 0 {
-			return fmt.Errorf("agent-vm %s: exit status %d (see %s)", strings.Join(verb, " "), p.ExitCode(), g.Layout.Log(idle.SuspendLog))
-		}
-		return nil
+// agentVM runs agent-vm with args, detached (what it does must not end
+// with the holder), its output in the VM's log of that name, and waits for
+// it.
+func (g Guest) agentVM(ctx context.Context, log string, args ...string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
 	}
-	return &idle.Watch{After: after, Ports: idle.RecordPorts(g.Layout, g.Record), Sessions: list, Log: h.Log.Named("idle"),
+	p, err := execx.OS{}.Start(execx.Detached{Path: exe, Args: args, Dir: "/", StdoutPath: g.Layout.Log(log)})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-p.Exited():
+	}
+	if p.ExitCode() != 0 {
+		return fmt.Errorf("agent-vm %s: exit status %d (see %s)", strings.Join(args, " "), p.ExitCode(), g.Layout.Log(log))
+	}
+	return nil
+}
+
+// idleWatch is the VM's idle.Watch: its CPU is its QEMU's (the QEMU
+// driver's pid file; a VM of another driver never hibernates), its ports
+// those of its record as it is now, its commands agent-vm's.
+func (g Guest) idleWatch(h *hold.Holder, list func(context.Context) ([]session.Info, error), record func() *state.Record, after func() time.Duration) *idle.Watch {
+	command := func(ctx context.Context, verb ...string) error {
+		return g.agentVM(ctx, idle.SuspendLog, idle.Args(g.Layout, verb...)...)
+	}
+	return &idle.Watch{After: after, Ports: func() []int { return idle.Ports(record()) }, Sessions: list, Log: h.Log.Named("idle"),
 		Held: func() (int, []string) { return h.InUse(idle.Every / 3) }, Asleep: h.Asleep,
 		CPU: func() (time.Duration, error) {
 			pid, err := proc.ReadPid(g.Layout.Run(qemu.PidFile))

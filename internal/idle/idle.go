@@ -59,8 +59,9 @@ type Watch struct {
 	// After is how long the VM must stay idle (idle_suspend); read at each
 	// look, so a change of the user's config takes effect: 0 is off.
 	After func() time.Duration
-	// Ports are the VM's host ports now (RecordPorts): a forward added
-	// while the holder runs counts from then on.
+	// Ports are the VM's host ports now (Ports of its record as
+	// state.Follow reads it): a forward added while the holder runs counts
+	// from then on.
 	Ports func() []int
 	// Sessions lists the VM's agent sessions now.
 	Sessions func(ctx context.Context) ([]session.Info, error)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -147,34 +146,6 @@ func TestPortsAndArgs(t *testing.T) {
 	want := []string{"--state-dir", "/s/agent-vms", "suspend", "--hibernate", "feat-x"}
 	if got := Args(l, "suspend", "--hibernate"); len(got) != len(want) || got[2] != "suspend" || got[1] != want[1] || got[4] != want[4] {
 		t.Errorf("Args: %q", got)
-	}
-}
-
-// RecordPorts follows the record: a forward added while the VM runs is
-// among the ports at the next call; a record that cannot be read leaves
-// the ports last read.
-func TestRecordPorts(t *testing.T) {
-	l := state.Layout{Dir: t.TempDir()}
-	r := &state.Record{Version: state.RecordVersion, ID: state.NewID(), Branch: "feat", Slug: "feat", Ports: state.Ports{SSH: 2222, MCP: 8000}}
-	if err := state.WriteRecord(l.Record(), r); err != nil {
-		t.Fatal(err)
-	}
-	ports := RecordPorts(l, r)
-	if got := ports(); !slices.Equal(got, []int{2222, 8000}) {
-		t.Fatalf("ports %v", got)
-	}
-	r.Forwards = append(r.Forwards, state.Forward{Guest: 3000, Host: 3001})
-	if err := state.WriteRecord(l.Record(), r); err != nil {
-		t.Fatal(err)
-	}
-	if got := ports(); !slices.Equal(got, []int{2222, 8000, 3001}) {
-		t.Errorf("after port add: %v", got)
-	}
-	if err := os.WriteFile(l.Record(), []byte("{torn"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if got := ports(); !slices.Equal(got, []int{2222, 8000, 3001}) {
-		t.Errorf("with a torn record: %v, want the ports last read", got)
 	}
 }
 

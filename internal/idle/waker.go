@@ -2,7 +2,6 @@ package idle
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -55,30 +54,6 @@ func Ports(r *state.Record) []int {
 		out = append(out, f.Host)
 	}
 	return out
-}
-
-// RecordPorts is Ports of the VM of l as its record says now: the record
-// is read again when its file changed (port add and rm write it while the
-// VM runs), and the last ports read are kept while it cannot be read.
-func RecordPorts(l state.Layout, r *state.Record) func() []int {
-	ports, last := Ports(r), [2]int64{-1} // read at the first call
-	return func() []int {
-		if st := fileStamp(l.Record()); st != last {
-			if nr, err := state.ReadRecord(l.Record()); err == nil {
-				ports, last = Ports(nr), st
-			}
-		}
-		return ports
-	}
-}
-
-// fileStamp is what tells a file's change: its modification time and size.
-func fileStamp(path string) [2]int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return [2]int64{}
-	}
-	return [2]int64{fi.ModTime().UnixNano(), fi.Size()}
 }
 
 // Args are the arguments of an agent-vm command (verb and its flags) for

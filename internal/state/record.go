@@ -63,6 +63,9 @@ type Record struct {
 	// IdleSuspend is the repository's idle_suspend when the VM was created
 	// (its .agent-vm/config.toml): idle that long, the VM hibernates.
 	IdleSuspend string `json:"idle_suspend,omitempty"`
+	// AutoCheckpoint takes checkpoints of the VM while its agent works
+	// (run --checkpoint-every, checkpoint --every); nil: none.
+	AutoCheckpoint *AutoCheckpoint `json:"auto_checkpoint,omitempty"`
 	// NoHostCA: the guest does not trust the CA certificates the host added
 	// (create --no-host-ca); by default it does (see internal/hostca).
 	NoHostCA bool `json:"no_host_ca,omitempty"`
@@ -284,6 +287,32 @@ type notFoundError string
 func (e notFoundError) Error() string        { return string(e) }
 func (e notFoundError) Is(target error) bool { return target == ErrNotFound }
 
+// Follow returns the record of the VM of l as it is now: read again when
+// its file changed (commands write it while the VM runs: port add, net,
+// checkpoint --every), else as last read; r, the record as the caller read
+// it, while none can be read. For long-lived watchers of a running VM
+// (its holder).
+func Follow(l Layout, r *Record) func() *Record {
+	last := [2]int64{-1} // read at the first call
+	return func() *Record {
+		if st := fileStamp(l.Record()); st != last {
+			if nr, err := ReadRecord(l.Record()); err == nil {
+				r, last = nr, st
+			}
+		}
+		return r
+	}
+}
+
+// fileStamp is what tells a file's change: its modification time and size.
+func fileStamp(path string) [2]int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return [2]int64{}
+	}
+	return [2]int64{fi.ModTime().UnixNano(), fi.Size()}
+}
+
 // ReadRecord reads and checks a config.json.
 func ReadRecord(path string) (*Record, error) {
 	b, err := os.ReadFile(path)
@@ -400,4 +429,12 @@ func WriteRecord(path string, r *Record) error {
 		return fmt.Errorf("encoding record: %w", err)
 	}
 	return atomicfile.Write(path, b, 0o600)
+}
+
+// AutoCheckpoint is how the VM's holder takes checkpoints as its agent
+// works: one Every (a Go duration) while an agent session worked since the
+// last, the newest Keep of them kept.
+type AutoCheckpoint struct {
+	Every string `json:"every"`
+	Keep  int    `json:"keep"`
 }

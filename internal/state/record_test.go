@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -21,9 +22,10 @@ func TestForkAs(t *testing.T) {
 		Paths:     Paths{Dir: "/state/feature-a"}, AllowOrigins: []string{"https://claude.ai"},
 		Agent: "claude", Agents: []string{"claude@1"}, Forwards: []Forward{{Guest: 3000, Host: 3000}},
 		Packages: []string{"jq"}, RepoPackages: []string{"ripgrep"}, IdleSuspend: "30m", NoHostCA: true,
-		Exposed:   []Exposed{{Port: 9000, Why: "x", By: ExposedByMCPSync}},
-		Net:       &Net{Mode: "allow", Allow: []string{"example.com"}},
-		MCPSynced: []string{"fs"}, WorkspaceCache: "auto",
+		AutoCheckpoint: &AutoCheckpoint{Every: "10m0s", Keep: 5},
+		Exposed:        []Exposed{{Port: 9000, Why: "x", By: ExposedByMCPSync}},
+		Net:            &Net{Mode: "allow", Allow: []string{"example.com"}},
+		MCPSynced:      []string{"fs"}, WorkspaceCache: "auto",
 		Placeholders: map[string]string{"TOKEN": "agent-vm-placeholder-1"}, SecretHosts: []string{"api.example.com"},
 		Settings: json.RawMessage(`{"provision":1}`),
 	}
@@ -62,5 +64,34 @@ func TestForkAs(t *testing.T) {
 	f.Net.Allow[0], f.Placeholders["TOKEN"] = "changed", "changed"
 	if r.Net.Allow[0] != "example.com" || r.Placeholders["TOKEN"] != "agent-vm-placeholder-1" {
 		t.Errorf("the fork shares memory with its source: %v %v", r.Net.Allow, r.Placeholders)
+	}
+}
+
+// Follow reads the record again when its file changed (a forward added
+// while the VM runs), and keeps the last one read while the file cannot be
+// read.
+func TestFollow(t *testing.T) {
+	l := Layout{Dir: t.TempDir()}
+	r := &Record{Version: RecordVersion, ID: NewID(), Branch: "feat", Slug: "feat", Ports: Ports{SSH: 2222, MCP: 8000}}
+	if err := WriteRecord(l.Record(), r); err != nil {
+		t.Fatal(err)
+	}
+	follow := Follow(l, r)
+	if got := follow(); len(got.Forwards) != 0 || got.Ports.SSH != 2222 {
+		t.Fatalf("first: %+v", got)
+	}
+	r2 := *r
+	r2.Forwards = []Forward{{Guest: 3000, Host: 3001}}
+	if err := WriteRecord(l.Record(), &r2); err != nil {
+		t.Fatal(err)
+	}
+	if got := follow(); len(got.Forwards) != 1 {
+		t.Errorf("after the file changed: %+v", got.Forwards)
+	}
+	if err := os.WriteFile(l.Record(), []byte("{torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := follow(); len(got.Forwards) != 1 {
+		t.Errorf("with a torn file: %+v, want the record last read", got.Forwards)
 	}
 }

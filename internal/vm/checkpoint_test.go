@@ -13,6 +13,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/fork"
+	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
 
@@ -219,5 +220,46 @@ func TestCheckpointKeepsTheNewest(t *testing.T) {
 	cs, err := forks(m).Checkpoints(ctx, "feat")
 	if err != nil || len(cs) != 2 || cs[0].Name != "c" || cs[1].Name != "d" || strings.Join(pruned, ",") != "a,b" {
 		t.Errorf("checkpoints %+v (%v), pruned %q; want c and d kept, a and b removed", cs, err, pruned)
+	}
+}
+
+// Automatic checkpoints (auto-TIME) keep as many of their own as the VM's
+// schedule says, and leave the others alone; no other checkpoint may take
+// their prefix. Schedule keeps the schedule in the record.
+func TestAutoCheckpointsKeepTheirOwn(t *testing.T) {
+	m := debianManager(t)
+	ctx := context.Background()
+	_, ws := stoppedVM(t, m, "feat")
+	forkWork(t, ws)
+	if _, err := forks(m).Checkpoint(ctx, "feat", "mine", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := forks(m).Checkpoint(ctx, "feat", "auto-x", 0); err == nil || !strings.Contains(err.Error(), "automatic checkpoints'") {
+		t.Errorf("a checkpoint named auto-x: %v, want a refusal", err)
+	}
+	r, err := forks(m).Schedule(ctx, "feat", &state.AutoCheckpoint{Every: "10m0s", Keep: 2})
+	if err != nil || r.AutoCheckpoint == nil || r.AutoCheckpoint.Keep != 2 {
+		t.Fatalf("Schedule: %+v, %v", r, err)
+	}
+	if e, _ := m.Find(ctx, "feat"); e.Record.AutoCheckpoint == nil || e.Record.AutoCheckpoint.Every != "10m0s" {
+		t.Errorf("the record's schedule: %+v", e.Record.AutoCheckpoint)
+	}
+	var pruned []string
+	for range 4 {
+		c, err := forks(m).AutoCheckpoint(ctx, "feat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(c.Name, fork.AutoPrefix) {
+			t.Errorf("an automatic checkpoint named %q", c.Name)
+		}
+		pruned = append(pruned, c.Pruned...)
+	}
+	cs, err := forks(m).Checkpoints(ctx, "feat")
+	if err != nil || len(cs) != 3 || cs[0].Name != "mine" || len(pruned) != 2 {
+		t.Errorf("checkpoints %+v (%v), pruned %q; want mine and the two newest automatic ones", cs, err, pruned)
+	}
+	if r, err := forks(m).Schedule(ctx, "feat", nil); err != nil || r.AutoCheckpoint != nil {
+		t.Errorf("Schedule(nil): %+v, %v", r, err)
 	}
 }
