@@ -78,7 +78,7 @@ func Settle(ctx context.Context, c *ssh.Client, s Settling) error {
 		done <- err
 	}()
 	var last settleProbe
-	moved := time.Now()
+	moved, quiet := time.Now(), 0 // quiet: the probes since that saw nothing move
 	t := time.NewTicker(s.Every)
 	defer t.Stop()
 	for {
@@ -95,10 +95,14 @@ func Settle(ctx context.Context, c *ssh.Client, s Settling) error {
 			s.Report(p.last)
 		}
 		if last.ok && (p.logSize > last.logSize || p.busy-last.busy >= uint64(settleShare*clockTicks*s.Every.Seconds())) {
-			moved = time.Now()
+			moved, quiet = time.Now(), 0
+		} else {
+			quiet++
 		}
 		last = p
-		if time.Since(moved) >= s.Stall {
+		// Two probes at least must have seen nothing move: one probe late
+		// or failing on a busy host is no stall.
+		if quiet >= 2 && time.Since(moved) >= s.Stall {
 			// The command's session is closed; it returns when the caller
 			// closes the connection, if the guest's sshd takes no signal.
 			return &StallError{Stall: s.Stall, Log: s.Log, Last: p.last}

@@ -246,12 +246,26 @@ func Stop(pid int, socket string, wait time.Duration) {
 		return
 	}
 	match := Serving(socket)
-	if proc.WaitGone(pid, match, wait) {
-		return
+	if !proc.WaitGone(pid, match, wait) {
+		end(pid, match)
 	}
+	// The namespace sandbox's child serves the same socket and ends when
+	// its parent does (a parent-death signal), unhurried on a busy host:
+	// it is waited for too, and ended if it lingers.
+	for _, child := range proc.FindAll(match) {
+		if !proc.WaitGone(child, match, 2*time.Second) {
+			end(child, match)
+		}
+	}
+}
+
+// end stops one process: SIGTERM, then SIGKILL after 2 s, and waits until
+// it is gone.
+func end(pid int, match proc.Match) {
 	proc.Signal(pid, match, syscall.SIGTERM)
 	if !proc.WaitGone(pid, match, 2*time.Second) {
 		proc.Kill(pid, match)
+		proc.WaitGone(pid, match, 2*time.Second)
 	}
 }
 
