@@ -194,6 +194,7 @@ func TestTemplate(t *testing.T) {
 	}
 
 	// tmpl-a runs, booted cold from its own disk: a VM as any other.
+	t.Run("checkpoints", func(t *testing.T) { checkpointsAsTheAgentWorks(t, m, a) })
 	t.Run("pause", func(t *testing.T) { suspendPausesABusyVM(t, m, a) })
 }
 
