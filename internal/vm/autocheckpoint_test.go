@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/agentstate"
-	"github.com/agent-vm/agent-vm/internal/autocheckpoint"
 	"github.com/agent-vm/agent-vm/internal/fork"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -16,10 +15,11 @@ import (
 	"github.com/agent-vm/agent-vm/internal/vm"
 )
 
-// checkpointsAsTheAgentWorks: with a schedule of 10 s, keeping 2, the
+// checkpointsAsTheAgentWorks: with a schedule of 10 s, keeping 1, the
 // running VM's holder takes automatic checkpoints while an agent session
-// prints (works), and keeps the newest 2 of them beside one the user
-// named; with the schedule off, no more come. It runs on a running VM of
+// prints (works), and keeps the newest of them beside one the user named.
+// (That none come with the schedule off, or while the agent waits, is
+// internal/autocheckpoint's test.) It runs on a running VM of
 // TestTemplate's.
 func checkpointsAsTheAgentWorks(t *testing.T, m *vm.Manager, e state.Entry) {
 	ctx := context.Background()
@@ -42,13 +42,13 @@ func checkpointsAsTheAgentWorks(t *testing.T, m *vm.Manager, e state.Entry) {
 	if _, err := forks(m).Checkpoint(ctx, b, "mine", 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := forks(m).Schedule(ctx, b, &state.AutoCheckpoint{Every: "10s", Keep: 2}); err != nil {
+	if _, err := forks(m).Schedule(ctx, b, &state.AutoCheckpoint{Every: "10s", Keep: 1}); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
 	seen := map[string]bool{}
 	var autos []string
-	tu.WaitFor(t, "three automatic checkpoints", func() bool {
+	tu.WaitFor(t, "two automatic checkpoints", func() bool {
 		cs, err := forks(m).Checkpoints(ctx, b)
 		if err != nil {
 			return false
@@ -60,25 +60,17 @@ func checkpointsAsTheAgentWorks(t *testing.T, m *vm.Manager, e state.Entry) {
 				autos = append(autos, c.Name)
 			}
 		}
-		if len(autos) > 2 {
-			t.Errorf("%d automatic checkpoints kept, want at most 2: %v", len(autos), autos)
+		if len(autos) > 1 {
+			t.Errorf("%d automatic checkpoints kept, want at most 1: %v", len(autos), autos)
 		}
-		return len(seen) >= 3
+		return len(seen) >= 2
 	})
-	t.Logf("three automatic checkpoints in %s: the newest kept %v", time.Since(began).Round(time.Second), autos)
+	t.Logf("two automatic checkpoints in %s: the newest kept %v", time.Since(began).Round(time.Second), autos)
 	cs, _ := forks(m).Checkpoints(ctx, b)
 	if len(cs) == 0 || cs[0].Name != "mine" {
 		t.Errorf("checkpoints %+v: want the named one kept", cs)
 	}
 	if _, err := forks(m).Schedule(ctx, b, nil); err != nil {
 		t.Fatal(err)
-	}
-	time.Sleep(10 * time.Second) // one under way ends
-	before, _ := forks(m).Checkpoints(ctx, b)
-	time.Sleep(autocheckpoint.Look + 10*time.Second) // a look and an interval
-
-	after, _ := forks(m).Checkpoints(ctx, b)
-	if len(after) != len(before) || after[len(after)-1].Name != before[len(before)-1].Name {
-		t.Errorf("with the schedule off, checkpoints went on: %d then %d", len(before), len(after))
 	}
 }
