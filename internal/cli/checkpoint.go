@@ -167,7 +167,6 @@ func rollbackCommand(stdio IO) *cli.Command {
 	}
 }
 
-// printCheckpoints is checkpoint list's table.
 // scheduleOf reads the flags every and keep: nil when every is not given,
 // else what sets a VM's automatic checkpoints to what they say.
 func scheduleOf(cliCtx *cli.Context, m *vm.Manager, every, keep string) (func(ctx context.Context, name string) error, error) {
@@ -203,6 +202,7 @@ func setSchedule(cliCtx *cli.Context, stdio IO, m *vm.Manager, name string) erro
 	return nil
 }
 
+// printCheckpoints is checkpoint list's table.
 func printCheckpoints(w io.Writer, vmName string, cs []fork.Checkpoint) {
 	if len(cs) == 0 {
 		fmt.Fprintf(w, "%s has no checkpoints (agent-vm checkpoint --vm %s NAME takes one)\n", termsafe.String(vmName), termsafe.String(vmName))
