@@ -194,8 +194,10 @@ func (g Guest) Serve(ctx context.Context) error {
 }
 
 // watch is the holder's watch of the VM over its held connection c: the
-// user is told when an agent starts waiting (internal/notify), and the VM
-// hibernates when idle for the user's idle_suspend (internal/idle).
+// user is told when an agent starts waiting (internal/notify), the VM
+// hibernates when idle for the user's idle_suspend (internal/idle), and
+// checkpoints are taken as its agent works when its record says so
+// (internal/autocheckpoint).
 func (g Guest) watch(h *hold.Holder) func(ctx context.Context, c *ssh.Client) {
 	config := func() *userconfig.Config {
 		c, err := userconfig.Load(userconfig.Path(os.Getenv))
