@@ -16,28 +16,29 @@ import (
 func TestCLIKnowsNoBackend(t *testing.T) {
 	const module = "github.com/agent-vm/agent-vm"
 	allowed := map[string]bool{
-		module + "/internal/vm":        true, // the orchestration
-		module + "/internal/vminfo":    true, // what status and list print of a VM, and its states
-		module + "/internal/wire":      true, // the composition root, which opens the Manager
-		module + "/internal/selfcmd":   true, // the hidden commands agent-vm runs of itself, added to the App
-		module + "/internal/cmdline":   true, // what every command keeps: IO, exit codes, usage errors, the logger
-		module + "/internal/mcpproxy":  true, // mcp-config's client entries for a VM's agent-mcp
-		module + "/internal/termsafe":  true, // a UI helper: escaping untrusted text for the terminal
-		module + "/internal/size":      true, // the size grammar --memory, --disk and config.toml's memory share
-		module + "/internal/hostsetup": true, // setup's and doctor's reports, which the CLI prints
-		module + "/internal/pins":      true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
-		module + "/internal/netpolicy": true, // `net` and `port expose`, given the Manager as their VMs
-		module + "/internal/egress":    true, // the net log's entries, the pins' and modes' types, and whether the build has the proxy's test hooks
-		module + "/internal/mcpsync":   true, // `mcp sync`, given the Manager as its VMs
-		module + "/internal/browser":   true, // `browser` and run --chrome, given the Manager as their VMs
-		module + "/internal/template":  true, // the template list's entries
-		module + "/internal/agent":     true, // run, attach, sessions, logs --session, given the Manager as their VMs
-		module + "/internal/session":   true, // the sessions list's entries
-		module + "/internal/forward":   true, // `port add|rm|list`, given the Manager as their VMs
-		module + "/internal/fork":      true, // what `fork` made, printed
-		module + "/internal/secret":    true, // `secret set|list|rm`, the Manager's store; run's key from the environment
-		module + "/internal/hosts":     true, // `host add|list|rm`, the Manager's registry, and host doctor's report
-		module + "/internal/top":       true, // `top`, given the Manager as its VMs
+		module + "/internal/vm":             true, // the orchestration
+		module + "/internal/vminfo":         true, // what status and list print of a VM, and its states
+		module + "/internal/wire":           true, // the composition root, which opens the Manager
+		module + "/internal/selfcmd":        true, // the hidden commands agent-vm runs of itself, added to the App
+		module + "/internal/cmdline":        true, // what every command keeps: IO, exit codes, usage errors, the logger
+		module + "/internal/mcpproxy":       true, // mcp-config's client entries for a VM's agent-mcp
+		module + "/internal/termsafe":       true, // a UI helper: escaping untrusted text for the terminal
+		module + "/internal/size":           true, // the size grammar --memory, --disk and config.toml's memory share
+		module + "/internal/autocheckpoint": true, // the checkpoint schedule's grammar (checkpoint --every, run --checkpoint-every)
+		module + "/internal/hostsetup":      true, // setup's and doctor's reports, which the CLI prints
+		module + "/internal/pins":           true, // what setup's pins step did to each pin (pins.Kind), which the CLI prints
+		module + "/internal/netpolicy":      true, // `net` and `port expose`, given the Manager as their VMs
+		module + "/internal/egress":         true, // the net log's entries, the pins' and modes' types, and whether the build has the proxy's test hooks
+		module + "/internal/mcpsync":        true, // `mcp sync`, given the Manager as its VMs
+		module + "/internal/browser":        true, // `browser` and run --chrome, given the Manager as their VMs
+		module + "/internal/template":       true, // the template list's entries
+		module + "/internal/agent":          true, // run, attach, sessions, logs --session, given the Manager as their VMs
+		module + "/internal/session":        true, // the sessions list's entries
+		module + "/internal/forward":        true, // `port add|rm|list`, given the Manager as their VMs
+		module + "/internal/fork":           true, // what `fork` made, printed
+		module + "/internal/secret":         true, // `secret set|list|rm`, the Manager's store; run's key from the environment
+		module + "/internal/hosts":          true, // `host add|list|rm`, the Manager's registry, and host doctor's report
+		module + "/internal/top":            true, // `top`, given the Manager as its VMs
 	}
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/internal/cli").CombinedOutput()
 	if err != nil {
