@@ -54,6 +54,7 @@ type vm struct {
 	taken    atomic.Int32
 	tries    atomic.Int32
 	listed   atomic.Int32
+	looks    atomic.Int32
 }
 
 func (v *vm) set(f func()) { v.mu.Lock(); defer v.mu.Unlock(); f() }
@@ -62,7 +63,7 @@ func (v *vm) run(t *testing.T) {
 	clock := time.Unix(1795436800, 0)
 	var cmu sync.Mutex
 	w := &Watch{
-		Schedule: func() *state.AutoCheckpoint { v.mu.Lock(); defer v.mu.Unlock(); return v.schedule },
+		Schedule: func() *state.AutoCheckpoint { v.looks.Add(1); v.mu.Lock(); defer v.mu.Unlock(); return v.schedule },
 		Sessions: func(context.Context) ([]session.Info, error) {
 			v.listed.Add(1)
 			v.mu.Lock()
@@ -98,25 +99,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
+// afterLooks waits until the watch has looked n more times.
+func (v *vm) afterLooks(t *testing.T, n int32) {
+	t.Helper()
+	from := v.looks.Load()
+	waitFor(t, "the watch's looks", func() bool { return v.looks.Load() >= from+n })
+}
+
 // While its agent works, a checkpoint every Every; none while it waits,
 // while the VM is hibernated, or with no schedule (then the sessions are
-// not even read); a failed one is tried again.
+// not even read); a failed one is tried again. The test goes by the
+// watch's looks, not by time.
 func TestWatch(t *testing.T) {
 	v := &vm{schedule: &state.AutoCheckpoint{Every: "10m", Keep: 2}, state: agentstate.Working}
 	v.run(t)
 	waitFor(t, "two checkpoints", func() bool { return v.taken.Load() >= 2 })
 
 	v.set(func() { v.state = agentstate.Waiting })
-	time.Sleep(30 * time.Millisecond) // the one it owed may still come
+	v.afterLooks(t, 30) // the one it owed, seen working before, comes within
 	n := v.taken.Load()
-	time.Sleep(50 * time.Millisecond)
+	v.afterLooks(t, 50)
 	if v.taken.Load() != n {
 		t.Errorf("checkpoints taken while the agent waited: %d -> %d", n, v.taken.Load())
 	}
 
 	v.asleep.Store(true)
 	v.set(func() { v.state = agentstate.Working })
-	time.Sleep(50 * time.Millisecond)
+	v.afterLooks(t, 50)
 	if v.taken.Load() != n {
 		t.Errorf("checkpoints taken while hibernated: %d -> %d", n, v.taken.Load())
 	}
@@ -129,9 +138,9 @@ func TestWatch(t *testing.T) {
 	v.fail.Store(false)
 
 	v.set(func() { v.schedule = nil })
-	time.Sleep(10 * time.Millisecond)
+	v.afterLooks(t, 2)
 	listed, taken := v.listed.Load(), v.taken.Load()
-	time.Sleep(50 * time.Millisecond)
+	v.afterLooks(t, 50)
 	if v.listed.Load() != listed || v.taken.Load() != taken {
 		t.Errorf("with no schedule: sessions read %d more times, %d more checkpoints", v.listed.Load()-listed, v.taken.Load()-taken)
 	}
