@@ -275,6 +275,9 @@ func (g Guest) idleWatch(h *hold.Holder, list func(context.Context) ([]session.I
 		Wake: func(ctx context.Context) error {
 			// The connection that asked waits on: tell the user, who can act.
 			err := command(ctx, "resume")
+			if err != nil && !h.Asleep() {
+				err = nil // woken meanwhile by a command that uses it (vm.Connect)
+			}
 			if err != nil {
 				notify.Desktop(ctx, execx.OS{}, os.Getenv, h.Log, "agent-vm: "+termsafe.String(g.Record.Branch)+" did not wake",
 					fmt.Sprintf("A connection to it waits. `agent-vm resume %s` says why (%s).", g.Record.Slug, g.Layout.Log(idle.SuspendLog)))

@@ -249,6 +249,11 @@ func hibernateAndWake(t *testing.T, m *vm.Manager, e state.Entry, sh func(string
 	resp.Body.Close()
 	t.Logf("a request to a forward added while it ran woke the VM and was answered (%s) in %s", resp.Status, time.Since(woke))
 	tu.WaitFor(t, "the VM running after the request", func() bool { return m.Status(ctx, e, false).State == vminfo.StateRunning })
+	// A command's wake that finds it woken meanwhile (by its holder, for a
+	// connection) goes on; a plain resume is refused.
+	if res, err := m.Resume(ctx, b, vm.StartOptions{Wake: true}); err != nil || !res.AlreadyRunning {
+		t.Errorf("a wake of the VM woken meanwhile: %+v, %v; want it running already, no error", res, err)
+	}
 }
 
 // checkAgentGoesOn checks that the agent's process is the one from before

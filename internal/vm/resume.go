@@ -15,7 +15,7 @@ import (
 )
 
 // Resume resumes a suspended VM; a VM that is not suspended is refused
-// (start boots a stopped one).
+// (start boots a stopped one), but for a wake, which wants it running.
 func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*StartResult, error) {
 	h, err := m.lockedLook(ctx, name)
 	if err != nil {
@@ -23,6 +23,9 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 	}
 	defer h.lock.Release()
 	e, live := h.e, h.live
+	if o.Wake && live.State == vminfo.StateRunning { // woken meanwhile: its holder saw a connection
+		return &StartResult{AlreadyRunning: true}, nil
+	}
 	if live.State != vminfo.StateSuspended {
 		hint := "`agent-vm start " + e.Slug + "` starts it"
 		if live.Alive() {
