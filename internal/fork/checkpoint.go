@@ -6,7 +6,9 @@ package fork
 // exact tree (gitws.Copy: its commits, index, uncommitted, untracked and
 // ignored files) and the root disk (backend.Forker), in
 // checkpoints/NAME/ with a checkpoint.json that describes it. The VM is
-// kept still for the copy as for a fork (a running one paused).
+// kept still for the copy as for a fork (a running one paused). The VM's
+// holder takes automatic ones (auto-TIME) on the schedule its record keeps
+// (internal/autocheckpoint), keeping only the newest few of those.
 //
 // A rollback puts a checkpoint back into the stopped VM: the disk and the
 // workspace as they were, files made since gone. What it replaces becomes
@@ -163,7 +165,7 @@ func (f Forks) take(ctx context.Context, vm, name string, keep int, auto bool) (
 			return c, err
 		}
 		if auto {
-			all = slices.DeleteFunc(all, func(c Checkpoint) bool { return !strings.HasPrefix(c.Name, AutoPrefix) })
+			all = slices.DeleteFunc(all, func(x Checkpoint) bool { return !strings.HasPrefix(x.Name, AutoPrefix) })
 		}
 		for _, old := range all[:max(0, len(all)-keep)] {
 			if err := f.remove(e, old.Name); err != nil {
