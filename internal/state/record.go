@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
@@ -293,7 +294,7 @@ func (e notFoundError) Is(target error) bool { return target == ErrNotFound }
 // it, while none can be read. For long-lived watchers of a running VM
 // (its holder).
 func Follow(l Layout, r *Record) func() *Record {
-	last := [2]int64{-1} // read at the first call
+	last := [3]int64{-1} // read at the first call
 	return func() *Record {
 		if st := fileStamp(l.Record()); st != last {
 			if nr, err := ReadRecord(l.Record()); err == nil {
@@ -304,13 +305,20 @@ func Follow(l Layout, r *Record) func() *Record {
 	}
 }
 
-// fileStamp is what tells a file's change: its modification time and size.
-func fileStamp(path string) [2]int64 {
+// fileStamp is what tells a file's change: its modification time, size
+// and inode. Records are written by a rename (WriteRecord), so a new one
+// is a new inode even when it has the size and, within the kernel's
+// timestamp tick, the modification time of the one before.
+func fileStamp(path string) [3]int64 {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return [2]int64{}
+		return [3]int64{}
 	}
-	return [2]int64{fi.ModTime().UnixNano(), fi.Size()}
+	var ino int64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = int64(st.Ino)
+	}
+	return [3]int64{fi.ModTime().UnixNano(), fi.Size(), ino}
 }
 
 // ReadRecord reads and checks a config.json.

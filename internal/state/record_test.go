@@ -88,6 +88,25 @@ func TestFollow(t *testing.T) {
 	if got := follow(); len(got.Forwards) != 1 {
 		t.Errorf("after the file changed: %+v", got.Forwards)
 	}
+	// Rewritten at once with the same size and modification time (within
+	// the kernel's timestamp tick, as the time is set here): still read.
+	fi, err := os.Stat(l.Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Forwards = []Forward{{Guest: 3000, Host: 3002}}
+	if err := WriteRecord(l.Record(), &r2); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(l.Record(), fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if fi2, _ := os.Stat(l.Record()); fi2.Size() != fi.Size() {
+		t.Fatalf("the rewrite changed the size (%d -> %d): not the case under test", fi.Size(), fi2.Size())
+	}
+	if got := follow(); len(got.Forwards) != 1 || got.Forwards[0].Host != 3002 {
+		t.Errorf("after a rewrite of the same size and time: %+v", got.Forwards)
+	}
 	if err := os.WriteFile(l.Record(), []byte("{torn"), 0o600); err != nil {
 		t.Fatal(err)
 	}
