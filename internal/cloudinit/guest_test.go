@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"maps"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/testutil"
@@ -182,9 +184,11 @@ func TestGuestFilesAgreeWithTheGo(t *testing.T) {
 
 // TestEnsurePackages runs guest/ensure-packages inside the cloud-init root
 // filesystem. With every package present it must not touch apt at all; with
-// one missing it must run apt-get update and install only that one. apt-get
-// is replaced by a recording FAKE (a shell script first on PATH), since a
-// real install is not what is under test.
+// one missing it installs only that one: from the image's package lists
+// while their stamp is younger than a day (and when that install fails,
+// after an update), else after an update. apt-get is replaced by a
+// recording FAKE (a shell script first on PATH, whose install fails while
+// a file says so), since a real install is not what is under test.
 func TestEnsurePackages(t *testing.T) {
 	rootfs := cloudInitRootfs(t)
 	dir, err := os.MkdirTemp(filepath.Join(rootfs, "tmp"), "ensure-packages-")
@@ -200,29 +204,90 @@ func TestEnsurePackages(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "ensure-packages"), script, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fake := "#!/bin/sh\n# FAKE apt-get: records its arguments.\necho \"$*\" >>" + inside + "/apt-calls\n"
+	fake := "#!/bin/sh\n# FAKE apt-get: records its arguments; its install fails once for each line of fail-install.\n" +
+		"echo \"$*\" >>" + inside + "/apt-calls\n" +
+		"if [ \"$1\" = install ] && [ -s " + inside + "/fail-install ]; then sed -i 1d " + inside + "/fail-install; exit 100; fi\n"
 	if err := os.WriteFile(filepath.Join(dir, "apt-get"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run := func(pkgs ...string) string {
+	// The stamp of the image's package lists, as the test sets it; the
+	// root filesystem's own (a copy of the base image's) is put back.
+	stamp := filepath.Join(rootfs, "var", "lib", "agent-vm", "package-lists")
+	if old, err := os.Stat(stamp); err == nil {
+		t.Cleanup(func() { _ = os.WriteFile(stamp, nil, 0o644); _ = os.Chtimes(stamp, old.ModTime(), old.ModTime()) })
+	} else {
+		t.Cleanup(func() { _ = os.Remove(stamp) })
+	}
+	setStamp := func(age time.Duration) {
+		t.Helper()
+		if age < 0 {
+			if err := os.Remove(stamp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if err := os.MkdirAll(filepath.Dir(stamp), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(stamp, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-age)
+		if err := os.Chtimes(stamp, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(failInstalls int, pkgs ...string) (calls, out string) {
+		t.Helper()
+		_ = os.Remove(filepath.Join(dir, "apt-calls"))
+		if err := os.WriteFile(filepath.Join(dir, "fail-install"), []byte(strings.Repeat("x\n", failInstalls)), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		args := append([]string{rootfs, "env", "PATH=" + inside + ":/usr/sbin:/usr/bin:/sbin:/bin", inside + "/ensure-packages"}, pkgs...)
 		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: "chroot", Args: args})
+		out = string(res.Stdout) + string(res.Stderr)
 		if err != nil {
-			t.Fatalf("ensure-packages %v: %v", pkgs, err)
+			t.Fatalf("ensure-packages %v: %v\n%s", pkgs, err, out)
 		}
-		return string(res.Stdout) + string(res.Stderr)
+		c, _ := os.ReadFile(filepath.Join(dir, "apt-calls"))
+		return string(c), out
 	}
-	if out := run("cloud-init", "systemd"); out != "" {
-		t.Errorf("with everything installed it printed %q", out)
+	setStamp(time.Hour)
+	if calls, out := run(0, "cloud-init", "systemd"); out != "" || calls != "" {
+		t.Errorf("with everything installed it printed %q and ran apt-get: %q", out, calls)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "apt-calls")); err == nil {
-		t.Error("with everything installed it ran apt-get")
+	const update, install = "update -q\n", "install -y -q --no-install-recommends agent-vm-no-such-package\n"
+	for _, c := range []struct {
+		name  string
+		age   time.Duration // of the stamp; < 0: none
+		fails int
+		want  string
+	}{
+		{"no stamp (another image)", -1, 0, update + install},
+		{"lists of two days ago", 48 * time.Hour, 0, update + install},
+		{"lists of an hour ago", time.Hour, 0, install},
+		{"lists of an hour ago that fail the install", time.Hour, 1, install + update + install},
+	} {
+		setStamp(c.age)
+		calls, out := run(c.fails, "cloud-init", "agent-vm-no-such-package")
+		if calls != c.want {
+			t.Errorf("%s: apt-get calls:\n%s\nwant:\n%s(output %q)", c.name, calls, c.want, out)
+		}
 	}
-	out := run("cloud-init", "agent-vm-no-such-package")
-	calls, _ := os.ReadFile(filepath.Join(dir, "apt-calls"))
-	want := "update -q\ninstall -y -q --no-install-recommends agent-vm-no-such-package\n"
-	if string(calls) != want {
-		t.Errorf("apt-get calls:\n%s\nwant:\n%s(output %q)", calls, want, out)
+	// After an update the stamp is new: the next install uses the lists.
+	setStamp(48 * time.Hour)
+	run(0, "agent-vm-no-such-package")
+	if calls, _ := run(0, "agent-vm-no-such-package"); calls != install {
+		t.Errorf("after an update, apt-get calls:\n%s\nwant:\n%s", calls, install)
+	}
+	// An install that fails after the update fails the script.
+	setStamp(-1)
+	args := []string{rootfs, "env", "PATH=" + inside + ":/usr/sbin:/usr/bin:/sbin:/bin", inside + "/ensure-packages", "agent-vm-no-such-package"}
+	if err := os.WriteFile(filepath.Join(dir, "fail-install"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (execx.OS{}).Run(context.Background(), execx.Cmd{Path: "chroot", Args: args}); err == nil {
+		t.Error("an install that failed after the update did not fail ensure-packages")
 	}
 }
 

@@ -41,7 +41,7 @@ import (
 // BuilderVersion identifies the recipe Build uses. It is bumped whenever the
 // guest contents or layout change, so a cached image built by an older recipe
 // is rebuilt rather than reused.
-const BuilderVersion = "5"
+const BuilderVersion = "6"
 
 // manifestSchema is the version of the manifest's JSON layout.
 const manifestSchema = 1

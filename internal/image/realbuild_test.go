@@ -3,6 +3,7 @@ package image
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -152,6 +153,26 @@ func checkRealDisk(t *testing.T, img *Image) {
 	}
 	if mode := ls("/usr/bin")["sudo"]; mode != "104755 uid=0" {
 		t.Errorf("/usr/bin/sudo: got mode %q, want setuid root (104755 uid=0): mkfs.ext4 -d must keep it", mode)
+	}
+	// The package lists of the build stay, with their stamp
+	// (ensure-packages installs from them), and apt's package cache; the
+	// downloaded packages do not.
+	lists := ls("/var/lib/apt/lists")
+	if !slices.ContainsFunc(slices.Collect(maps.Keys(lists)), func(n string) bool {
+		return strings.HasSuffix(n, "_binary-amd64_Packages") || strings.HasSuffix(n, "_binary-arm64_Packages")
+	}) {
+		t.Errorf("the image keeps no package lists: /var/lib/apt/lists has %v", slices.Sorted(maps.Keys(lists)))
+	}
+	if _, ok := ls("/var/cache/apt")["pkgcache.bin"]; !ok {
+		t.Error("the image has no apt package cache (/var/cache/apt/pkgcache.bin)")
+	}
+	if _, ok := ls("/var/lib/agent-vm")["package-lists"]; !ok {
+		t.Error("the image has no stamp of its package lists (/var/lib/agent-vm/package-lists)")
+	}
+	for name := range ls("/var/cache/apt/archives") {
+		if strings.HasSuffix(name, ".deb") {
+			t.Errorf("the image keeps a downloaded package: /var/cache/apt/archives/%s", name)
+		}
 	}
 	for name := range ls("/etc/ssh") {
 		if strings.HasPrefix(name, "ssh_host_") {

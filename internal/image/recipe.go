@@ -90,6 +90,9 @@ func mmdebstrapArgs(o BuildOptions, a debianArch, hooksDir, rootfs string) []str
 	}
 	args := []string{
 		"--mode=root", "--variant=apt", "--format=directory",
+		// The package lists and apt's cache stay (customize.sh removes
+		// the downloaded packages): first boots install without an update.
+		"--skip=cleanup/apt",
 		"--architectures=" + a.deb,
 		"--include=" + strings.Join(guestPackages(a), ","),
 		`--aptopt=APT::Install-Recommends "false"`,

@@ -80,6 +80,21 @@ echo qemu_fw_cfg > "$root/etc/modules-load.d/agent-vm.conf"
 # under them (and cost CPU under TCG).
 chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer
 
+# The image keeps the package lists of its build (mmdebstrap runs with
+# --skip=cleanup/apt): a first boot that installs a package (the
+# repository's packages, create --packages) then needs no apt-get update,
+# which is over a minute under TCG (16 MB of lists through the VM's proxy,
+# then apt's cache built from them). ensure-packages uses them while they
+# are younger than a day (by the stamp written here), as apt's daily update
+# would. Kept: the lists and the package cache, made here in
+# the guest's own paths (mmdebstrap's apt ran outside, with the build
+# directory's); not kept: the downloaded packages and the source cache.
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/archives/partial/* "$root"/var/cache/apt/*.bin
+chroot "$root" apt-cache gencaches
+rm -f "$root"/var/cache/apt/srcpkgcache.bin
+mkdir -p "$root/var/lib/agent-vm"
+touch "$root/var/lib/agent-vm/package-lists"
+
 # Every VM gets its own host key (cloud-init installs the pinned one); the
 # image carries none.
 rm -f "$root"/etc/ssh/ssh_host_*
