@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/proc"
@@ -81,15 +82,45 @@ func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateF
 		return fmt.Errorf("opening the saved state: %w", err)
 	}
 	defer f.Close()
-	if err := c.SendFD(ctx, "agentvm-state", f); err != nil {
-		return err
-	}
-	if _, err := c.Execute(ctx, "migrate-incoming", map[string]string{"uri": "fd:agentvm-state"}); err != nil {
+	// QEMU reads the state through a pipe, less the guest RAM's zero
+	// pages (copyWithoutZeroPages says why).
+	pr, pw, err := os.Pipe()
+	if err != nil {
 		return fmt.Errorf("loading the saved state: %w", err)
 	}
-	if err := waitMigration(ctx, c); err != nil {
+	err = c.SendFD(ctx, "agentvm-state", pr)
+	pr.Close()
+	if err != nil {
+		pw.Close()
+		return err
+	}
+	began := time.Now()
+	type copied struct {
+		dropped int64
+		err     error
+	}
+	done := make(chan copied, 1)
+	go func() {
+		n, err := copyWithoutZeroPages(pw, f, guestRAM)
+		pw.Close()
+		done <- copied{n, err}
+	}()
+	// QEMU's end of the pipe may close before the copy ends (a failed
+	// load): closing ours ends a write that waits on it.
+	finish := func() copied { pw.Close(); return <-done }
+	if _, err := c.Execute(ctx, "migrate-incoming", map[string]string{"uri": "fd:agentvm-state"}); err != nil {
+		finish()
+		return fmt.Errorf("loading the saved state: %w", err)
+	}
+	err = waitMigration(ctx, c)
+	res := finish()
+	if err != nil {
+		if res.err != nil {
+			err = fmt.Errorf("%w (reading %s: %w)", err, stateFile, res.err)
+		}
 		return fmt.Errorf("loading the saved state: %w; QEMU's log %s says: %s", err, m.QEMULogPath(), orNothing(driver.TailFile(m.QEMULogPath(), 3)))
 	}
+	l.Log.Debug("loaded the saved state", "vm", m.Name, "took", time.Since(began), "zero_pages_left_out", res.dropped)
 	if len(edits) > 0 {
 		if err := editMemory(ctx, c, edits); err != nil {
 			return fmt.Errorf("%w: %w", err, driver.ErrStaleState)
@@ -102,10 +133,12 @@ func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateF
 	if s.Share != driver.ShareVirtiofs {
 		return nil
 	}
+	began = time.Now()
 	pid, err := l.plugVirtiofs(ctx, c, m, v)
 	if err != nil {
 		return err
 	}
+	l.Log.Debug("plugged the share in", "vm", m.Name, "took", time.Since(began))
 	launch.VirtiofsdPid = pid
 	return l.recordVirtiofsd(m, pid)
 }
