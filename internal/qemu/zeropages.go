@@ -170,7 +170,7 @@ func (z *zeroFilter) records() error {
 	for {
 		var a [8]byte
 		if _, err := io.ReadFull(z.r, a[:]); err != nil {
-			return fmt.Errorf("reading the saved state: %w", err)
+			return readErr(err)
 		}
 		v := binary.BigEndian.Uint64(a[:])
 		flags, addr := v&(pageSize-1), v&^uint64(pageSize-1)
@@ -181,23 +181,23 @@ func (z *zeroFilter) records() error {
 				return err
 			}
 			for left := addr; left > 0; {
-				n, err := z.r.ReadByte()
+				name, err := z.name()
 				if err != nil {
-					return fmt.Errorf("reading the saved state: %w", err)
-				}
-				buf := make([]byte, int(n)+8)
-				if _, err := io.ReadFull(z.r, buf); err != nil {
-					return fmt.Errorf("reading the saved state: %w", err)
-				}
-				l := binary.BigEndian.Uint64(buf[n:])
-				if l > left {
-					return fmt.Errorf("the saved state's RAM blocks add up to more than it says (%d)", addr)
-				}
-				left -= l
-				if err := z.w.WriteByte(n); err != nil {
 					return err
 				}
-				if _, err := z.w.Write(buf); err != nil {
+				var l [8]byte
+				if _, err := io.ReadFull(z.r, l[:]); err != nil {
+					return readErr(err)
+				}
+				n := binary.BigEndian.Uint64(l[:])
+				if n > left {
+					return fmt.Errorf("the saved state's RAM blocks add up to more than it says (%d)", addr)
+				}
+				left -= n
+				if err := z.writeName(name); err != nil {
+					return err
+				}
+				if _, err := z.w.Write(l[:]); err != nil {
 					return err
 				}
 			}
@@ -214,30 +214,25 @@ func (z *zeroFilter) records() error {
 			}
 			return errVerbatim
 		}
-		named := flags&ramContinue == 0
-		if named {
-			n, err := z.r.ReadByte()
+		if flags&ramContinue == 0 {
+			name, err := z.name()
 			if err != nil {
-				return fmt.Errorf("reading the saved state: %w", err)
+				return err
 			}
-			name := make([]byte, n)
-			if _, err := io.ReadFull(z.r, name); err != nil {
-				return fmt.Errorf("reading the saved state: %w", err)
-			}
-			z.cur = string(name)
+			z.cur = name
 		}
 		var fill byte
 		var data []byte
 		if flags&ramZero != 0 {
 			c, err := z.r.ReadByte()
 			if err != nil {
-				return fmt.Errorf("reading the saved state: %w", err)
+				return readErr(err)
 			}
 			fill = c
 		} else {
 			d, err := z.r.Peek(pageSize)
 			if err != nil {
-				return fmt.Errorf("reading the saved state: %w", err)
+				return readErr(err)
 			}
 			data = d
 		}
@@ -260,10 +255,7 @@ func (z *zeroFilter) records() error {
 			return err
 		}
 		if out&ramContinue == 0 {
-			if err := z.w.WriteByte(byte(len(z.cur))); err != nil {
-				return err
-			}
-			if _, err := z.w.WriteString(z.cur); err != nil {
+			if err := z.writeName(z.cur); err != nil {
 				return err
 			}
 		}
@@ -280,6 +272,32 @@ func (z *zeroFilter) records() error {
 		}
 	}
 }
+
+// name reads a RAM block's name as the stream has it: its length in a
+// byte, then its bytes.
+func (z *zeroFilter) name() (string, error) {
+	n, err := z.r.ReadByte()
+	if err != nil {
+		return "", readErr(err)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(z.r, b); err != nil {
+		return "", readErr(err)
+	}
+	return string(b), nil
+}
+
+// writeName writes a RAM block's name as name reads it.
+func (z *zeroFilter) writeName(name string) error {
+	if err := z.w.WriteByte(byte(len(name))); err != nil {
+		return err
+	}
+	_, err := z.w.WriteString(name)
+	return err
+}
+
+// readErr is a read of the saved state that failed (it ended early).
+func readErr(err error) error { return fmt.Errorf("reading the saved state: %w", err) }
 
 // copyN copies n bytes as they are.
 func (z *zeroFilter) copyN(n int) error {
