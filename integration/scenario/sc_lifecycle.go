@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,7 +14,7 @@ import (
 func lifecycleScenario() harness.Scenario {
 	return harness.Scenario{
 		Name:    "lifecycle",
-		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, stop, boot again, QEMU killed (status says crashed, restart recovers), reset, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, stop, boot again, QEMU killed (status says crashed, no process of the VM left; restart recovers), reset, destroy",
 		NeedsVM: true,
 		// Its VMs' first boot is not what it checks.
 		Template: "none",
@@ -84,7 +85,7 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 	if s.Host() != "" {
 		crashSkip = "the VM's QEMU runs on host " + s.Host() + ", not here, where the test kills it"
 	}
-	s.StepUnless(ctx, "SIGKILL its QEMU: status says crashed", crashSkip, func() error { return l.crash(ctx) })
+	s.StepUnless(ctx, "SIGKILL its QEMU: status says crashed, and its processes go with it", crashSkip, func() error { return l.crash(ctx) })
 	s.StepUnless(ctx, "restart recovers it, with a healthy agent", crashSkip, func() error { return l.restart(ctx) })
 	s.Step(ctx, "reset refuses a running VM, naming stop and --force", func() error { return resetRefusesRunning(ctx, s, l.branch) })
 	var knownHosts string
@@ -297,7 +298,18 @@ func (l *lifecycle) crash(ctx context.Context) error {
 	if now.Detail != "" {
 		l.s.Notef("%s", harness.Truncate(now.Detail, 60))
 	}
-	return nil
+	if l.s.Backend() != "qemu" {
+		return nil
+	}
+	// The qemu backend's virtiofsd, egress proxy, relays and forwards
+	// watch their QEMU and go with it: none is left to hold the VM's
+	// files or ports.
+	return l.s.Until(ctx, "the VM's processes to exit after its QEMU", func() (bool, error) {
+		if ps := harness.ProcessesMentioning(l.st.Paths.Dir); len(ps) > 0 {
+			return false, fmt.Errorf("pid %d (%s) still uses the VM's directory", ps[0].Pid, harness.Truncate(ps[0].CommandLine(), 120))
+		}
+		return true, nil
+	})
 }
 
 // restart brings the crashed VM back: a new QEMU, a healthy agent, the
