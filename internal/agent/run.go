@@ -247,7 +247,7 @@ func ensureAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program st
 		return fmt.Errorf("installing %s in VM %s: %w", agent.Name, vmName, err)
 	}
 	if code != 0 {
-		err := fmt.Errorf("installing %s in VM %s: npm exited with status %d (see its output above; hint: the guest needs to reach registry.npmjs.org, and `agent-vm run %s --agent %s` tries again)",
+		err := fmt.Errorf("installing %s in VM %s: the install exited with status %d (see its output above; hint: the guest needs to reach registry.npmjs.org, and `agent-vm run %s --agent %s` tries again)",
 			agent.Name, vmName, code, vmName, agent.Name)
 		if e, ferr := vms.Find(ctx, vmName); ferr == nil && e.Record != nil {
 			err = netpolicy.WithRefusals(ctx, vms, e, vmName, began, err)

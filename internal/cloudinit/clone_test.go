@@ -96,7 +96,7 @@ func TestTemplateSeedLeavesVMWorkOut(t *testing.T) {
 	if strings.Contains(string(runcmd), libDir+"/provision") {
 		t.Errorf("the template seed's runcmd provisions a repository: %s", runcmd)
 	}
-	if !strings.Contains(string(runcmd), `"--","@anthropic-ai/claude-code"]`) {
+	if !strings.Contains(string(runcmd), `__npm-install`) || !strings.Contains(string(runcmd), `"sh","@anthropic-ai/claude-code"]`) {
 		t.Errorf("the template seed's runcmd does not install its agent CLI: %s", runcmd)
 	}
 	if !strings.Contains(string(runcmd), `"`+libDir+`/ensure-packages","ripgrep"]`) {

@@ -93,17 +93,17 @@ func (d DevToolsMCP) Check() string {
 // reachable: through the egress proxy in a guest) that installs the pinned
 // versions unless they are there; run again, it does nothing.
 func (d DevToolsMCP) Install() string {
-	npm := append([]string{"npm", "install", "--global", "--prefix", d.prefix, "--no-fund", "--no-audit", "--no-update-notifier", "--"}, d.Packages()...)
 	return fmt.Sprintf(`set -eu
 if %[1]s; then
 	echo "the DevTools MCP server (%[2]s, Node.js %[3]s) is installed in %[4]s"
 	exit 0
 fi
 mkdir -p %[4]s
-%[5]s
+set -- %[5]s
+%[6]s
 if ! { %[1]s; }; then
 	echo "installed the DevTools MCP server in %[4]s, but it does not answer as %[2]s on Node.js %[3]s" >&2
 	exit 1
 fi
-`, d.Check(), DevToolsMCPPackage+" "+DevToolsMCPVersion, DevToolsNodeVersion, d.prefix, strings.Join(npm, " "))
+`, d.Check(), DevToolsMCPPackage+" "+DevToolsMCPVersion, DevToolsNodeVersion, d.prefix, strings.Join(d.Packages(), " "), NPMInstallScript(d.prefix))
 }

@@ -158,9 +158,10 @@ func TestSpecsTakeTheProgramPackageAlone(t *testing.T) {
 }
 
 // NPMInstallPrograms' script, run with stand-ins (labelled: they record
-// their arguments, at the exec boundary) for npm and ln: it installs the
-// specs and links each program as its agent's command; a failed install
-// links nothing.
+// their arguments, at the exec boundary) for agent-vm, npm and ln: it
+// installs the specs with the guest's agent-vm where it has
+// __npm-install, else with npm, and links each program as its agent's
+// command; a failed install links nothing.
 func TestNPMInstallProgramsLinksTheCommand(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"npm", "ln"} {
@@ -169,23 +170,34 @@ func TestNPMInstallProgramsLinksTheCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// agent-vm: one that knows __npm-install (its --help answers), or an
+	// older one (it does not).
+	newer := "#!/bin/sh\n[ \"$2\" = --help ] && exit 0\necho agent-vm \"$@\" >>" + dir + "/calls\nexit ${FAIL_NPM:-0}\n"
+	older := "#!/bin/sh\necho 'No help topic for '\"$1\" >&2\nexit 3\n"
 	argv := NPMInstallPrograms("@anthropic-ai/claude-code-linux-x64@2.1.332")
-	run := func(env ...string) (string, error) {
+	run := func(agentVM string, env ...string) (string, error) {
 		os.Remove(dir + "/calls")
+		if err := os.WriteFile(dir+"/agent-vm", []byte(agentVM), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append([]string{"PATH=" + dir + ":/usr/bin:/bin"}, env...)
 		err := cmd.Run()
 		b, _ := os.ReadFile(dir + "/calls")
 		return string(b), err
 	}
-	calls, err := run()
-	want := "npm install --global --no-fund --no-audit --no-update-notifier -- @anthropic-ai/claude-code-linux-x64@2.1.332\n" +
-		"ln -sfn /usr/local/lib/node_modules/@anthropic-ai/claude-code-linux-x64/claude /usr/local/bin/claude\n"
-	if err != nil || calls != want {
-		t.Errorf("the script ran %q (%v), want %q", calls, err, want)
-	}
-	calls, err = run("FAIL_NPM=1")
-	if err == nil || strings.Contains(calls, "ln ") {
-		t.Errorf("after a failed npm install: %v, ran %q; want a failure and no link", err, calls)
+	link := "ln -sfn /usr/local/lib/node_modules/@anthropic-ai/claude-code-linux-x64/claude /usr/local/bin/claude\n"
+	for _, c := range []struct{ agentVM, install string }{
+		{newer, "agent-vm __npm-install -- @anthropic-ai/claude-code-linux-x64@2.1.332\n"},
+		{older, "npm install --global --no-fund --no-audit --no-update-notifier -- @anthropic-ai/claude-code-linux-x64@2.1.332\n"},
+	} {
+		calls, err := run(c.agentVM)
+		if err != nil || calls != c.install+link {
+			t.Errorf("the script ran %q (%v), want %q", calls, err, c.install+link)
+		}
+		calls, err = run(c.agentVM, "FAIL_NPM=1")
+		if err == nil || strings.Contains(calls, "ln ") {
+			t.Errorf("after a failed install: %v, ran %q; want a failure and no link", err, calls)
+		}
 	}
 }

@@ -4,7 +4,7 @@
 // program, the libvirt driver's host verb, a workspace's check and
 // settings, git's ssh), and in the guest (the MCP proxy, personalization
 // of a guest restored from a template, the URL opener's client, the
-// agents' hook). They are hidden from --help; each parses its flags and
+// agents' hook, the npm installs of agent CLIs). They are hidden from --help; each parses its flags and
 // calls one function of the package that owns the work. internal/cli adds them to its App, and they
 // end as its verbs do (cmdline).
 //
@@ -29,5 +29,5 @@ import (
 func Commands(stdio cmdline.IO) []*cli.Command {
 	return []*cli.Command{mcpProxyCommand(stdio), netProxyCommand(stdio), netRelayCommand(stdio), netForwardCommand(stdio),
 		detachCommand(stdio), hostVerbCommand(stdio), hostExecCommand(stdio), workspaceCheckCommand(stdio), workspaceConfigCommand(stdio),
-		holdCommand(stdio), personalizeCommand(stdio), openURLCommand(stdio), agentStateCommand(stdio)}
+		holdCommand(stdio), personalizeCommand(stdio), openURLCommand(stdio), agentStateCommand(stdio), npmInstallCommand(stdio)}
 }
