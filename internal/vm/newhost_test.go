@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -359,6 +361,8 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 		t.Errorf("the guest's routes and proxy: exit %d\n%s%s", code, out, errs)
 	}
 	step("exec both ways, status, net")
+	vagrantForwards(t, status())
+	step("agent-mcp through vagrant's forwarded ports")
 	shareNotAnEscape(t, e.Layout.Workspace(), func(script string) string {
 		code, out, errs := run(t, m, "vg", "sh", "-c", script)
 		if code != 0 {
@@ -436,6 +440,39 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	}
 	if len(handoffs) > 0 {
 		t.Errorf("destroy left the machine's files for libvirt's QEMU: %v", handoffs)
+	}
+}
+
+// vagrantForwards checks the ports vagrant forwards to a VM (its
+// Vagrantfile's): agent-mcp answers /health on the MCP port without a
+// token and refuses its endpoint without one, and both the MCP and SSH
+// ports listen on 127.0.0.1 only (vagrant forwards on every address
+// unless told otherwise).
+func vagrantForwards(t *testing.T, info vminfo.Info) {
+	t.Helper()
+	resp, err := http.Get(info.MCP.Health)
+	if err != nil {
+		t.Fatalf("agent-mcp's /health through vagrant's forward: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: HTTP %d, want 200", info.MCP.Health, resp.StatusCode)
+	}
+	resp, err = http.Post(info.MCP.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	if err != nil {
+		t.Fatalf("agent-mcp through vagrant's forward: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("POST %s without the token: HTTP %d, want 401", info.MCP.URL, resp.StatusCode)
+	}
+	for _, addr := range nonLoopbackAddrs(t) {
+		for _, port := range []int{info.Ports.SSH, info.Ports.MCP} {
+			if c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(port)), time.Second); err == nil {
+				c.Close()
+				t.Errorf("vagrant's forward of port %d answers on %s, not only on 127.0.0.1", port, addr)
+			}
+		}
 	}
 }
 
