@@ -155,6 +155,7 @@ func untar(r io.Reader, dir string, bins map[string]string) error {
 		programs[p] = true
 	}
 	tr := tar.NewReader(bufio.NewReaderSize(inflated, 1<<20))
+	made := dirs{root: dir, made: map[string]bool{}}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -174,7 +175,7 @@ func untar(r io.Reader, dir string, bins map[string]string) error {
 		target := filepath.Join(dir, filepath.FromSlash(clean))
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := mkdirs(dir, target); err != nil {
+			if err := made.ensure(target); err != nil {
 				return err
 			}
 		case tar.TypeReg, tar.TypeRegA:
@@ -182,7 +183,10 @@ func untar(r io.Reader, dir string, bins map[string]string) error {
 			if programs[clean] {
 				mode |= 0o111
 			}
-			if err := writeFile(dir, target, tr, mode); err != nil {
+			if err := made.ensure(filepath.Dir(target)); err != nil {
+				return err
+			}
+			if err := writeFile(target, tr, mode); err != nil {
 				return err
 			}
 		}
@@ -190,23 +194,32 @@ func untar(r io.Reader, dir string, bins map[string]string) error {
 	return nil
 }
 
-// mkdirs makes target, under root, and its parents, 0755.
-func mkdirs(root, target string) error {
+// dirs makes directories under root, 0755, each once: an entry's
+// parents are made before it, and a package's thousands of files share a
+// few directories.
+type dirs struct {
+	root string
+	made map[string]bool
+}
+
+// ensure makes target and its parents under root.
+func (d dirs) ensure(target string) error {
+	if d.made[target] {
+		return nil
+	}
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return err
 	}
-	for d := target; d != root && strings.HasPrefix(d, root); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
+	for p := target; p != d.root && strings.HasPrefix(p, d.root) && !d.made[p]; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
 			return err
 		}
+		d.made[p] = true
 	}
 	return nil
 }
 
-func writeFile(root, target string, r io.Reader, mode fs.FileMode) error {
-	if err := mkdirs(root, filepath.Dir(target)); err != nil {
-		return err
-	}
+func writeFile(target string, r io.Reader, mode fs.FileMode) error {
 	f, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
 	if err != nil {
 		return err
