@@ -324,7 +324,8 @@ func marshal(v any) ([]byte, error) {
 }
 
 // caCertsCommand is the bootcmd entry that makes the guest trust pems (none
-// without any): guest/ca-certs, with each certificate as an argument.
+// without any): guest/ca-certs, with each certificate's subject hash
+// (subjectHash) and the certificate as arguments.
 // bootcmd runs in the init stage, before anything goes online.
 //
 // Not cloud-init's ca_certs module: it runs update-ca-certificates, which
@@ -346,7 +347,11 @@ func caCertsCommand(pems []string) ([][]string, error) {
 	}
 	cmd := []string{"sh", "-c", string(script), "agent-vm-ca-certs"}
 	for _, p := range pems {
-		cmd = append(cmd, strings.TrimSpace(p))
+		h, err := subjectHash(p)
+		if err != nil {
+			h = "-" // the guest's openssl names it
+		}
+		cmd = append(cmd, h, strings.TrimSpace(p))
 	}
 	return [][]string{cmd}, nil
 }
