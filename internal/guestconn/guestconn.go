@@ -110,18 +110,21 @@ func (g Guest) Root(ctx context.Context, script func() string) (code int, stdout
 		return -1, "", "", err
 	}
 	defer c.Close()
-	return RootOn(ctx, c, script())
+	return RootOn(c)(ctx, script)
 }
 
 // RootCommand is the guest command that runs, as root, the shell script
 // it reads on its input (the guest's user has passwordless sudo).
 const RootCommand = "sudo -n sh -s"
 
-// RootOn runs a shell script as root on the open connection c.
-func RootOn(ctx context.Context, c *ssh.Client, script string) (code int, stdout, stderr string, err error) {
-	var out, errOut bytes.Buffer
-	code, err = sshx.Run(ctx, c, RootCommand, strings.NewReader(script), &out, &errOut)
-	return code, out.String(), errOut.String(), err
+// RootOn runs shell scripts as root on the open connection c, as Root does
+// on a connection of its own (guestctl's Root).
+func RootOn(c *ssh.Client) func(ctx context.Context, script func() string) (code int, stdout, stderr string, err error) {
+	return func(ctx context.Context, script func() string) (int, string, string, error) {
+		var out, errOut bytes.Buffer
+		code, err := sshx.Run(ctx, c, RootCommand, strings.NewReader(script()), &out, &errOut)
+		return code, out.String(), errOut.String(), err
+	}
 }
 
 // StartHolder starts the VM's holder, detached, unless one runs: the

@@ -1,7 +1,7 @@
 // Package guestctl is what agent-vm asks of a running guest of its own:
-// readying it for a suspend and back (Detach, Attach, SetClock: the
+// readying it for a suspend and back (Detach, Ready: the
 // workspace unmounted and mounted again, agent-mcp stopped and started,
-// the clock set), how the repository's provisioning went
+// the clock set, the start's setup), how the repository's provisioning went
 // (CheckProvision), and whether its sshd and agent-mcp answer on their
 // forwarded ports (SSHAnswers, CheckHealth, WaitHealthy). It knows no VM:
 // the caller hands it a way to run a script as root in the guest, an SSH
@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
@@ -82,27 +83,30 @@ fi
 `
 
 // clockScript steps the guest's clock (as root) by $1 seconds (with
-// nanoseconds; negative: back) when $1 is set: a restored guest keeps the
-// time it was saved at, a paused one the time it was paused at. A step,
-// not the host's time: the script starts seconds after it was written on
-// a busy host under TCG (the session, sudo, the shell), and a time set
-// then would be behind by as much. Run alone, its exit status is date's;
-// in attachScript a failed date does not keep the share from being
-// mounted.
-const clockScript = `set -u
-if [ -n "${1:-}" ]; then date -u -s "@$(awk -v t="$(date +%s.%N)" -v d="$1" 'BEGIN { printf "%.9f", t + d }')" >/dev/null; fi
+// nanoseconds; negative: back): a restored guest keeps the time it was
+// saved at, a paused one the time it was paused at. A step, not the host's
+// time: the script starts seconds after it was written on a busy host
+// under TCG (the session, sudo, the shell), and a time set then would be
+// behind by as much. When it is all Ready does, the script's exit status
+// is date's; a failed date does not keep the setup or the share from
+// coming after it.
+const clockScript = `date -u -s "@$(awk -v t="$(date +%s.%N)" -v d="$1" 'BEGIN { printf "%.9f", t + d }')" >/dev/null
 `
 
-// attachScript sets the clock (clockScript), mounts the share again once
-// its device is back (as root) and starts agent-mcp.
-const attachScript = clockScript + `for _ in $(seq 1 120); do
-	for d in /sys/bus/virtio/devices/*; do
-		case $(cat "$d/device" 2>/dev/null) in 0x001a|0x0009) break 2;; esac
+// attachScript mounts the share again once its device is back (as root)
+// and starts agent-mcp without waiting for it (the caller waits for its
+// health; its start, the unit's sandbox set up under TCG, is half a
+// second the rest of the start need not wait for). The devices' ids are
+// read by the shell, not by a process each.
+const attachScript = `for _ in $(seq 1 120); do
+	for d in /sys/bus/virtio/devices/*/device; do
+		read -r id <"$d" 2>/dev/null || continue
+		case $id in 0x001a|0x0009) break 2;; esac
 	done
 	sleep 0.5
 done
 /usr/local/lib/agent-vm/mount-workspace >/dev/null || exit 1
-systemctl start agent-mcp.service
+systemctl start --no-block agent-mcp.service
 `
 
 // Root runs a shell script as root in a guest (its user has passwordless
@@ -129,43 +133,95 @@ func Detach(ctx context.Context, root Root, branch, slug string) error {
 	return nil
 }
 
-// Attach mounts the workspace again and starts agent-mcp (attachScript),
-// setting the guest's clock to now() first when now is not nil.
-func Attach(ctx context.Context, root Root, now func() time.Time) error {
-	if err := runClocked(ctx, root, attachScript, now); err != nil {
-		return fmt.Errorf("mounting the workspace in the guest again: %w", err)
-	}
-	return nil
+// Readying is what Ready does in a restored guest, in this order.
+type Readying struct {
+	// Clock, when not nil, is how far the guest's clock is behind the
+	// host's (OffsetOf); else, when Now is not nil, it is measured first
+	// against Now, in a session of its own (clockOffset). The clock is
+	// stepped by it (clockScript).
+	Clock *time.Duration
+	Now   func() time.Time
+	// Setup is the start's guest setup (backend.Plan.Setup), "" for none.
+	Setup string
+	// Mount mounts the workspace again once its device is back and starts
+	// agent-mcp (attachScript): not when the share stayed mounted
+	// (driver.Suspender's SuspendKeepsShare, a pause in place).
+	Mount bool
 }
 
-// SetClock sets the guest's clock to now() when now is not nil
-// (clockScript): what a resume needs of the guest when its driver kept the
-// share mounted (driver.Suspender's SuspendKeepsShare). It has Attach's
-// signature so that resume can pick either.
-func SetClock(ctx context.Context, root Root, now func() time.Time) error {
-	if err := runClocked(ctx, root, clockScript, now); err != nil {
-		return fmt.Errorf("setting the guest's clock: %w", err)
-	}
-	return nil
-}
-
-// runClocked runs script as root with $1 how far the guest's clock is
-// behind the host's (clockOffset) when now is set; a non-zero exit is an
-// error quoting its stderr.
-func runClocked(ctx context.Context, root Root, script string, now func() time.Time) error {
-	args := "set --\n"
-	if now != nil {
-		off, err := clockOffset(ctx, root, now)
+// Ready readies a restored guest (a template's clone, a resumed VM) as r
+// says, in one root session: under TCG the sudo and shell of a session on
+// a guest QEMU has just restored take a second or two each. The setup
+// failing is setupErr, which does not keep the rest from running; err is
+// the rest's failure.
+func Ready(ctx context.Context, root Root, r Readying) (setupErr, err error) {
+	if r.Clock == nil && r.Now != nil {
+		off, err := clockOffset(ctx, root, r.Now)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("setting the guest's clock: %w", err)
 		}
-		args = fmt.Sprintf("set -- %.9f\n", off.Seconds())
+		r.Clock = &off
 	}
-	code, _, errOut, err := root(ctx, func() string { return args + script })
+	var b strings.Builder
+	b.WriteString("set -u\n")
+	if r.Clock != nil {
+		fmt.Fprintf(&b, "set -- %.9f\n%s", r.Clock.Seconds(), clockScript)
+	}
+	if r.Setup != "" {
+		if strings.Contains("\n"+r.Setup+"\n", "\n"+setupEnd+"\n") {
+			return nil, fmt.Errorf("internal error: the guest setup holds the line %s that ends it", setupEnd)
+		}
+		// Its output is left out, its errors kept; a failure is told on
+		// stdout, which the rest of the script leaves to it.
+		fmt.Fprintf(&b, "setup_err=$(sh -s 2>&1 >/dev/null <<'%[1]s'\n%[2]s\n%[1]s\n) || printf '%[3]s %%s\n%%s\n' \"$?\" \"$setup_err\"\n",
+			setupEnd, strings.TrimSuffix(r.Setup, "\n"), setupFailed)
+	}
+	if r.Mount {
+		b.WriteString(attachScript)
+	}
+	code, out, errOut, err := root(ctx, func() string { return b.String() })
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
 	}
-	return err
+	if _, said, failed := strings.Cut(out, setupFailed+" "); failed {
+		status, said, _ := strings.Cut(said, "\n")
+		setupErr = fmt.Errorf("exit status %s: %s", strings.TrimSpace(status), termsafe.String(execx.TailLines(strings.TrimSpace(said), 3)))
+	}
+	switch {
+	case err == nil:
+		return setupErr, nil
+	case r.Mount:
+		return setupErr, fmt.Errorf("mounting the workspace in the guest again: %w", err)
+	case r.Clock != nil:
+		return setupErr, fmt.Errorf("setting the guest's clock: %w", err)
+	}
+	return setupErr, fmt.Errorf("running the guest's setup: %w", err)
+}
+
+// setupEnd ends the guest setup's here-document in Ready's script;
+// setupFailed begins the line that tells its failure.
+const (
+	setupEnd    = "AGENT_VM_SETUP_END"
+	setupFailed = "agent-vm-setup-failed"
+)
+
+// ReadClock ends a root script whose output OffsetOf reads: the guest's
+// time, read just before the script ends.
+const ReadClock = "date +%s.%N\n"
+
+// OffsetOf is how far the guest's clock is behind the host's, from the
+// output of a script that ended with ReadClock, all of it in at back (the
+// host's time then).
+func OffsetOf(out string, back time.Time) (time.Duration, error) {
+	out = strings.TrimSpace(out)
+	if i := strings.LastIndexByte(out, '\n'); i >= 0 {
+		out = out[i+1:]
+	}
+	g, err := parseEpoch(out)
+	if err != nil {
+		return 0, fmt.Errorf("reading the guest's clock: %w", err)
+	}
+	return back.Sub(g), nil
 }
 
 // clockOffset is how far the guest's clock is behind now(): the guest's
@@ -174,7 +230,7 @@ func runClocked(ctx context.Context, root Root, script string, now func() time.T
 // answering, after the session's seconds of start-up on a busy host, so
 // the answer's way back (milliseconds) is all the error.
 func clockOffset(ctx context.Context, root Root, now func() time.Time) (time.Duration, error) {
-	code, out, errOut, err := root(ctx, func() string { return "date +%s.%N\n" })
+	code, out, errOut, err := root(ctx, func() string { return ReadClock })
 	back := now()
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
@@ -182,11 +238,7 @@ func clockOffset(ctx context.Context, root Root, now func() time.Time) (time.Dur
 	if err != nil {
 		return 0, fmt.Errorf("reading the guest's clock: %w", err)
 	}
-	g, err := parseEpoch(strings.TrimSpace(out))
-	if err != nil {
-		return 0, fmt.Errorf("reading the guest's clock: %w", err)
-	}
-	return back.Sub(g), nil
+	return OffsetOf(out, back)
 }
 
 // parseEpoch reads `date +%s.%N`.

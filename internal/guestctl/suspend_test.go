@@ -127,24 +127,84 @@ func (g fakeGuest) lag(t *testing.T) time.Duration {
 // A guest restored a minute behind is set to the host's time, however
 // long its scripts take to start: the clock is stepped by the offset read
 // just before, not set to a time taken when the script was written.
-func TestSetClockStepsByTheOffset(t *testing.T) {
+func TestReadySetsTheClockByTheOffset(t *testing.T) {
+	ctx := context.Background()
 	g := newFakeGuest(t, time.Minute, time.Second)
-	if err := SetClock(context.Background(), g.root, g.now); err != nil {
+	if _, err := Ready(ctx, g.root, Readying{Now: g.now}); err != nil {
 		t.Fatal(err)
 	}
 	// Set to the host's time written into the script, the guest would lag
 	// by the script's second of start-up. (Within a microsecond: awk's
 	// floating point.)
 	if lag := g.lag(t); lag < -time.Microsecond || lag > time.Microsecond {
-		t.Errorf("after SetClock the guest lags the host by %s, want 0 (its scripts start a second late)", lag)
+		t.Errorf("after Ready the guest lags the host by %s, want 0 (its scripts start a second late)", lag)
 	}
 	// Without a clock to set, nothing is stepped.
 	g = newFakeGuest(t, time.Minute, 0)
-	if err := SetClock(context.Background(), g.root, nil); err != nil {
+	if _, err := Ready(ctx, g.root, Readying{}); err != nil {
 		t.Fatal(err)
 	}
 	if lag := g.lag(t); lag != time.Minute {
-		t.Errorf("SetClock without a time moved the guest's clock: lag %s", lag)
+		t.Errorf("Ready without a clock moved the guest's clock: lag %s", lag)
+	}
+}
+
+// A clone's clock is read at the end of the script that gives it its
+// identity (ReadClock), in the same session: OffsetOf reads the last line.
+func TestOffsetOfReadsTheLastLine(t *testing.T) {
+	g := newFakeGuest(t, 90*time.Second, 0)
+	code, out, _, err := g.root(context.Background(), func() string { return "echo personalized\n" + ReadClock })
+	if err != nil || code != 0 {
+		t.Fatal(code, err)
+	}
+	off, err := OffsetOf(out, g.now())
+	if err != nil || off != 90*time.Second {
+		t.Errorf("OffsetOf(%q) = %s, %v; want 1m30s", out, off, err)
+	}
+	for _, bad := range []string{"", "personalized\n", "1795908545.1\nnot a time\n"} {
+		if _, err := OffsetOf(bad, g.now()); err == nil {
+			t.Errorf("OffsetOf(%q) read a time", bad)
+		}
+	}
+}
+
+// The start's setup runs in Ready's one session, in a shell of its own:
+// its output stays out of Ready's, and its failure is setupErr, which
+// neither stops the clock nor becomes Ready's error.
+func TestReadyRunsTheSetupInTheSameSession(t *testing.T) {
+	ctx := context.Background()
+	g := newFakeGuest(t, time.Minute, 0)
+	mark := filepath.Join(g.dir, "setup-ran")
+	// A here-document, quotes, $ and an exit of its own, as a rendered
+	// setup may have.
+	setup := "set -eu\necho noise\ncat >" + mark + " <<'EOF'\n$HOME 'quoted' \"double\"\nEOF\nexit 0\n"
+	off := 30 * time.Second
+	setupErr, err := Ready(ctx, g.root, Readying{Clock: &off, Setup: setup})
+	if err != nil || setupErr != nil {
+		t.Fatalf("Ready = %v, %v", setupErr, err)
+	}
+	if b, err := os.ReadFile(mark); err != nil || string(b) != "$HOME 'quoted' \"double\"\n" {
+		t.Errorf("the setup's file: %q, %v", b, err)
+	}
+	if lag := g.lag(t); lag < 30*time.Second-time.Microsecond || lag > 30*time.Second+time.Microsecond {
+		t.Errorf("the clock was not stepped by 30s: lag %s", lag)
+	}
+
+	g = newFakeGuest(t, time.Minute, 0)
+	failing := "echo one >&2\necho two >&2\necho three >&2\necho four >&2\nexit 4\n"
+	setupErr, err = Ready(ctx, g.root, Readying{Clock: &off, Setup: failing})
+	if err != nil {
+		t.Fatalf("a failed setup failed Ready: %v", err)
+	}
+	if setupErr == nil || setupErr.Error() != `exit status 4: two\nthree\nfour` { // made safe for a terminal: one line
+		t.Errorf("setupErr = %v; want exit status 4 and its last three lines", setupErr)
+	}
+	if lag := g.lag(t); lag > 30*time.Second+time.Microsecond {
+		t.Errorf("a failed setup kept the clock from being set: lag %s", lag)
+	}
+
+	if _, err := Ready(ctx, g.root, Readying{Setup: "echo\n" + setupEnd + "\n"}); err == nil || !strings.Contains(err.Error(), setupEnd) {
+		t.Errorf("a setup holding the line that ends it: %v", err)
 	}
 }
 

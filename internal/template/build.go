@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -295,37 +294,37 @@ func None(slug string) string {
 // template's, so it logs in as the template (the template's client key,
 // and its host key pinned for the clone's SSH port in the file
 // knownHosts, removed after) and runs script (the backend's Personalize)
-// as root. target is the clone's own endpoint; tl the template's
-// directory. A failure says which step failed (phase).
-func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port int, knownHosts, script string, began time.Time, log hclog.Logger) (phase string, err error) {
+// as root, returning what it printed. target is the clone's own endpoint;
+// tl the template's directory. A failure says which step failed (phase).
+func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port int, knownHosts, script string, began time.Time, log hclog.Logger) (out, phase string, err error) {
 	pub, err := os.ReadFile(tl.HostPubKey())
 	if err != nil {
-		return "reading the template's host key", err
+		return "", "reading the template's host key", err
 	}
 	hk, _, _, _, err := ssh.ParseAuthorizedKey(pub)
 	if err != nil {
-		return "reading the template's host key", err
+		return "", "reading the template's host key", err
 	}
 	if err := atomicfile.Write(knownHosts, []byte(sshkeys.KnownHostsLine(port, hk)), 0o600); err != nil {
-		return "writing the template's host key", err
+		return "", "writing the template's host key", err
 	}
 	defer os.Remove(knownHosts)
 	target.KeyFile, target.KnownHosts = tl.ClientKey(), knownHosts
 	c, err := sshx.WaitReady(ctx, target, nil)
 	if err != nil {
-		return "waiting for SSH after the restore", err
+		return "", "waiting for SSH after the restore", err
 	}
+	defer c.Close()
 	log.Debug("ssh answers with the template's key", "after", time.Since(began))
-	var errOut strings.Builder
-	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), io.Discard, &errOut)
-	c.Close()
+	var stdout, errOut strings.Builder
+	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &stdout, &errOut)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(errOut.String()))
 	}
 	if err != nil {
-		return "giving the guest its identity", err
+		return "", "giving the guest its identity", err
 	}
-	return "", nil
+	return stdout.String(), "", nil
 }
 
 // diskHeadroomMiB is what a template's disk grows by over its base:

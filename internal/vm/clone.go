@@ -100,27 +100,30 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 		return nil, be
 	}
 	// The guest is the template's until Personalize: its host key and
-	// client key.
-	if phase, err := template.Personalize(w.Context(), t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize, began, log); err != nil {
+	// client key. Its clock is the template's too, read at the end of the
+	// same session.
+	out, phase, err := template.Personalize(w.Context(), t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize+guestctl.ReadClock, began, log)
+	if err != nil {
 		return fail(phase, err)
 	}
-	log.Debug("the guest has its identity", "after", time.Since(began))
+	off, err := guestctl.OffsetOf(out, m.Now())
+	if err != nil {
+		return fail("giving the guest its identity", err)
+	}
+	log.Debug("the guest has its identity", "after", time.Since(began), "clock_behind", off)
 	c, ready, err := w.SSH("waiting for SSH with the VM's own keys")
 	if err != nil {
 		return fail("waiting for SSH with the VM's own keys", err)
 	}
 	defer c.Close()
 	res.SSHReady = ready
-	// The start's guest setup (the VM's CA, its secrets' placeholders,
-	// as after a cold boot), the workspace (plugged in by the restore) and
-	// the first run go over the connection that just answered, as root
-	// sessions of their own: no other login on the way to the agent.
-	asRoot := func(ctx context.Context, script func() string) (int, string, string, error) {
-		return guestconn.RootOn(ctx, c, script())
-	}
-	m.guestSetup(w.Context(), e, asRoot, plan.Setup)
+	// The clock, the start's setup (as after a cold boot) and the workspace
+	// (plugged in by the restore) in one root session, then the first run,
+	// over the connection that answered: no other login on the way.
+	setupErr, err := guestctl.Ready(w.Context(), guestconn.RootOn(c), guestctl.Readying{Clock: &off, Setup: plan.Setup, Mount: true})
+	m.setupFailed(e, setupErr)
 	m.startHolder(e) // after the setup: its login sees the placeholders
-	if err := guestctl.Attach(w.Context(), asRoot, m.Now); err != nil {
+	if err != nil {
 		return fail("mounting the workspace", err)
 	}
 	log.Debug("the workspace is mounted", "after", time.Since(began))

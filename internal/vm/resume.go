@@ -9,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vminfo"
@@ -52,7 +53,7 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		}
 		// The workspace stayed mounted and agent-mcp ran on; nothing of
 		// the guest's set-up changed.
-		return m.resumed(ctx, e, d, mach, o, resumed{launch: launch, began: began, attach: guestctl.SetClock})
+		return m.resumed(ctx, e, d, mach, o, resumed{launch: launch, began: began, keptShare: true})
 	}
 	r := e.Record
 	sus, ok := d.(driver.Suspender)
@@ -75,11 +76,8 @@ func (m *Manager) resume(ctx context.Context, e state.Entry, d driver.Driver, ma
 		}
 		return nil, err
 	}
-	rs := resumed{launch: launch, began: began, setup: plan.Setup, attach: guestctl.Attach}
-	if sus.SuspendKeepsShare() {
-		rs.attach = guestctl.SetClock // the share stayed mounted, agent-mcp running
-	}
-	return m.resumed(ctx, e, d, mach, o, rs)
+	// A driver's suspend that kept the share mounted kept agent-mcp running.
+	return m.resumed(ctx, e, d, mach, o, resumed{launch: launch, began: began, setup: plan.Setup, keptShare: sus.SuspendKeepsShare()})
 }
 
 // resumed is what resume's wait needs to know of the machine it brought
@@ -89,13 +87,12 @@ type resumed struct {
 	began  time.Time
 	// setup is the backend's guest set-up of this start ("" for none).
 	setup string
-	// attach readies the guest once SSH answers, setting its clock to
-	// now's (guestctl.Attach, which mounts the workspace too, or SetClock).
-	attach func(ctx context.Context, root guestctl.Root, now func() time.Time) error
+	// keptShare: the workspace stayed mounted and agent-mcp running.
+	keptShare bool
 }
 
-// resumed waits for the guest that resume brought back: SSH, the guest's
-// set-up, a new holder, rs.attach (the clock, the workspace), agent-mcp.
+// resumed waits for the guest that resume brought back: SSH, then its
+// clock, set-up and workspace (guestctl.Ready), a new holder, agent-mcp.
 func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, o StartOptions, rs resumed) (*StartResult, error) {
 	r := e.Record
 	res := &StartResult{Resumed: true}
@@ -108,17 +105,22 @@ func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, m
 	defer w.Done()
 	// A hibernated VM's holder stayed: setting the clock over its held
 	// connection shows the guest runs, sooner than a new SSH handshake.
+	// Else the connection that answered readies the guest, and the holder
+	// starts after the set-up (its login sees the placeholders).
+	root, setup := m.rootOf(e), ""
 	if m.guestOf(r, e.Layout).Held() == "" {
 		c, ready, err := w.SSH("waiting for SSH after resume")
 		if err != nil {
 			return nil, err
 		}
-		c.Close()
+		defer c.Close()
 		res.SSHReady = ready
-		m.guestSetup(w.Context(), e, nil, rs.setup)
-		m.startHolder(e) // the held connection ended with the suspend
+		root, setup = guestconn.RootOn(c), rs.setup
 	}
-	if err := rs.attach(w.Context(), m.rootOf(e), m.Now); err != nil {
+	setupErr, err := guestctl.Ready(w.Context(), root, guestctl.Readying{Now: m.Now, Setup: setup, Mount: !rs.keptShare})
+	m.setupFailed(e, setupErr)
+	m.startHolder(e) // a hibernated VM's holder runs on (nothing is started); else it ended with the suspend
+	if err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)
 	}
 	res.SSHReady = cmp.Or(res.SSHReady, time.Since(rs.began))

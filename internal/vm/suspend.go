@@ -150,7 +150,9 @@ func (m *Manager) save(ctx context.Context, e state.Entry, sus driver.Suspender,
 	}
 	hooks := driver.GuestHooks{
 		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, instead) },
-		Attach: func(ctx context.Context) error { return guestctl.Attach(ctx, m.rootOf(e), nil) },
+		Attach: func(ctx context.Context) error {
+			return errors.Join(guestctl.Ready(ctx, m.rootOf(e), guestctl.Readying{Mount: true}))
+		}, // no setup: the mount's error
 	}
 	return sus.Suspend(ctx, mach, hooks)
 }

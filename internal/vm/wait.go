@@ -3,13 +3,13 @@ package vm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
@@ -37,9 +37,10 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	if err != nil {
 		return err
 	}
-	c.Close()
 	res.SSHReady = ready
-	m.guestSetup(w.Context(), e, nil, plan.Setup)
+	// The setup on the connection that answered: no other handshake.
+	m.setupFailed(e, errors.Join(guestctl.Ready(w.Context(), guestconn.RootOn(c), guestctl.Readying{Setup: plan.Setup})))
+	c.Close()
 	m.startHolder(e)
 	if res.HealthReady, err = w.Health(); err != nil {
 		return err
@@ -83,21 +84,11 @@ func (m *Manager) restoredHealth(ctx context.Context, w *boot.Wait, e state.Entr
 	return nil
 }
 
-// guestSetup runs the backend's setup script (backend.Plan.Setup) as root
-// (through root, or a new connection when nil) before the held connection
-// and any session begin, so that they see its placeholders. A failure is
-// a warning: the VM works, its secrets do not.
-func (m *Manager) guestSetup(ctx context.Context, e state.Entry, root guestctl.Root, script string) {
-	if script == "" {
-		return
-	}
-	if root == nil {
-		root = m.rootOf(e)
-	}
-	code, _, stderr, err := root(ctx, func() string { return script })
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit status %d: %s", code, execx.TailLines(strings.TrimSpace(stderr), 3))
-	}
+// setupFailed warns that the start's guest setup (backend.Plan.Setup,
+// run by guestctl.Ready before the held connection and any session
+// begin, so that they see its placeholders) failed, when err is not nil:
+// the VM works, its secrets do not.
+func (m *Manager) setupFailed(e state.Entry, err error) {
 	if err != nil {
 		m.Log.Warn("the guest did not take the VM's CA and the placeholders of its secrets, so requests that need them fail (hint: `agent-vm stop "+e.Slug+"`, then start it again)", "vm", e.Record.Branch, "error", err)
 	}
