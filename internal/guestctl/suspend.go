@@ -97,7 +97,10 @@ const clockScript = `date -u -s "@$(awk -v t="$(date +%s.%N)" -v d="$1" 'BEGIN {
 // and starts agent-mcp without waiting for it (the caller waits for its
 // health; its start, the unit's sandbox set up under TCG, is half a
 // second the rest of the start need not wait for). The devices' ids are
-// read by the shell, not by a process each.
+// read by the shell, not by a process each. The unit's start limit (3
+// starts a minute, against a crash loop) is reset first: each suspend
+// stops agent-mcp and each resume starts it, so a fourth resume within a
+// minute would otherwise leave it down.
 const attachScript = `for _ in $(seq 1 120); do
 	for d in /sys/bus/virtio/devices/*/device; do
 		read -r id <"$d" 2>/dev/null || continue
@@ -106,6 +109,7 @@ const attachScript = `for _ in $(seq 1 120); do
 	sleep 0.5
 done
 /usr/local/lib/agent-vm/mount-workspace >/dev/null || exit 1
+systemctl reset-failed agent-mcp.service 2>/dev/null
 systemctl start --no-block agent-mcp.service
 `
 
