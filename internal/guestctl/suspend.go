@@ -157,8 +157,12 @@ type Readying struct {
 // says, in one root session: under TCG the sudo and shell of a session on
 // a guest QEMU has just restored take a second or two each. The setup
 // failing is setupErr, which does not keep the rest from running; err is
-// the rest's failure.
+// the rest's failure. Nothing to do (a start whose backend has no setup)
+// is no session.
 func Ready(ctx context.Context, root Root, r Readying) (setupErr, err error) {
+	if r.Clock == nil && r.Now == nil && r.Setup == "" && !r.Mount {
+		return nil, nil
+	}
 	if r.Clock == nil && r.Now != nil {
 		off, err := clockOffset(ctx, root, r.Now)
 		if err != nil {

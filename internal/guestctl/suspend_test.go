@@ -149,6 +149,20 @@ func TestReadySetsTheClockByTheOffset(t *testing.T) {
 	}
 }
 
+// A start with nothing to ready (its backend has no setup, no clock to
+// set, no share to mount) opens no session: the cold start's setup went
+// through Ready, where an empty setup had been no session before.
+func TestReadyWithNothingToDoRunsNothing(t *testing.T) {
+	called := false
+	root := func(context.Context, func() string) (int, string, string, error) {
+		called = true
+		return 0, "", "", nil
+	}
+	if setupErr, err := Ready(context.Background(), root, Readying{}); setupErr != nil || err != nil || called {
+		t.Errorf("Ready(nothing) = %v, %v, session opened: %v", setupErr, err, called)
+	}
+}
+
 // A clone's clock is read at the end of the script that gives it its
 // identity (ReadClock), in the same session: OffsetOf reads the last line.
 func TestOffsetOfReadsTheLastLine(t *testing.T) {
