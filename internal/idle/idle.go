@@ -30,8 +30,6 @@ package idle
 import (
 	"cmp"
 	"context"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -198,8 +196,7 @@ func (w *Watch) Clients(since time.Time) (int, error) {
 	channels, own := w.Held()
 	n := channels
 	for k, u := range w.used {
-		_, remote, _ := strings.Cut(k, " ")
-		if !slices.Contains(own, remote) && !u.at.Before(since) {
+		if !holders(k, own) && !u.at.Before(since) {
 			n++
 		}
 	}

@@ -218,6 +218,37 @@ func TestIdleHibernatesAndAConnectionWakes(t *testing.T) {
 	waitFor(t, "the wake", func() bool { return v.wakes.Load() == 1 })
 }
 
+// The holder's own connection does not wake the VM: the look at the
+// sessions that decides on the hibernation is a request on it, sent after
+// the connections were last noted, and a keepalive or a relayed command
+// may follow while it sleeps. Counted, the VM woke at once after every
+// hibernation (seen on real boots: hibernated, woken by the SSH port).
+func TestTheHoldersOwnRequestsDoNotWake(t *testing.T) {
+	port := listen(t)
+	own := dial(t, port)
+	v := &vm{after: 60 * time.Millisecond, sessions: []session.Info{{Name: "claude", State: agentstate.Waiting}}}
+	w := v.watch(port)
+	w.Held = func() (int, []string) { return 0, []string{own.LocalAddr().String()} }
+	list := w.Sessions
+	w.Sessions = func(ctx context.Context) ([]session.Info, error) {
+		if _, err := own.Write([]byte("a look at the sessions")); err != nil {
+			return nil, err
+		}
+		return list(ctx)
+	}
+	run(t, w)
+	waitFor(t, "the hibernation", func() bool { return v.hibernates.Load() == 1 })
+	if _, err := own.Write([]byte("a keepalive while it sleeps")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := v.wakes.Load(); n != 0 {
+		t.Fatalf("woken %d times by the holder's own connection", n)
+	}
+	dial(t, port)
+	waitFor(t, "the wake", func() bool { return v.wakes.Load() == 1 })
+}
+
 // What keeps a VM from hibernating: a session at work or attached, a
 // client sending on its ports, a download from them, a command through
 // the holder, a busy CPU, idle_suspend off.

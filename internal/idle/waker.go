@@ -3,6 +3,8 @@ package idle
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -14,7 +16,9 @@ const SuspendLog = "idle.log"
 
 // wakeOnConnection waits, while the VM is asleep, for a connection to its
 // ports that is not among known, or bytes received on one that is, and
-// then wakes it. It returns the connections it saw last: after a wake that
+// then wakes it; the holder's own connections to the guest do not count
+// (what it sent after the last note, such as the look at the sessions
+// just before the hibernation, would wake the VM at once). It returns the connections it saw last: after a wake that
 // failed, only another new one tries again.
 func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]Conn) map[string]Conn {
 	w.Log.Info("hibernated: a new connection to its ports wakes it", "ports", w.Ports(), "known", len(known))
@@ -24,7 +28,11 @@ func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]Conn) map
 			w.Log.Warn("a connection to the hibernated VM will not wake it; `agent-vm resume` does", "error", err)
 			break
 		}
+		_, own := w.Held()
 		for k, c := range now {
+			if holders(k, own) {
+				continue // the holder's own requests (its look at the sessions, keepalives) are no client's
+			}
 			if old, ok := known[k]; !ok || c.Received > old.Received {
 				w.Log.Info("a connection to the hibernated VM, or a request on one; waking it", "port", c.Port)
 				if err := w.Wake(ctx); err != nil {
@@ -61,4 +69,12 @@ func Ports(r *state.Record) []int {
 // in "/"), in the state directory that holds l.
 func Args(l state.Layout, verb ...string) []string {
 	return append(append([]string{"--state-dir", filepath.Dir(l.Dir)}, verb...), filepath.Base(l.Dir))
+}
+
+// holders says whether the connection keyed k (Connections: the listener's
+// end, then the client's) is one of the holder's own, whose local ends are
+// own.
+func holders(k string, own []string) bool {
+	_, client, _ := strings.Cut(k, " ")
+	return slices.Contains(own, client)
 }
