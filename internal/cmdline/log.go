@@ -27,6 +27,17 @@ func CheckLogFormat(cliCtx *cli.Context) error {
 // stderr, no timestamps in text (a command's lines are read as they
 // happen), JSON with them.
 func Logger(cliCtx *cli.Context, stdio IO) hclog.Logger {
+	return logger(cliCtx, stdio, false)
+}
+
+// ServiceLogger is Logger for a process that runs on by itself (a VM's
+// holder, its egress proxy), whose stderr is a log file read later, when
+// something went wrong: each line says when it happened.
+func ServiceLogger(cliCtx *cli.Context, stdio IO) hclog.Logger {
+	return logger(cliCtx, stdio, true)
+}
+
+func logger(cliCtx *cli.Context, stdio IO, timed bool) hclog.Logger {
 	level := hclog.Info
 	if cliCtx.Bool("verbose") {
 		level = hclog.Debug
@@ -38,6 +49,6 @@ func Logger(cliCtx *cli.Context, stdio IO) hclog.Logger {
 	json := cliCtx.String("log-format") == "json"
 	return hclog.New(&hclog.LoggerOptions{
 		Name: "agent-vm", Level: level, Output: stdio.Err, JSONFormat: json,
-		DisableTime: !json, Color: color,
+		DisableTime: !json && !timed, Color: color,
 	})
 }

@@ -51,7 +51,7 @@ func netProxyCommand(stdio cmdline.IO) *cli.Command {
 			o := egress.ServeOptions{Dir: cliCtx.String("dir"),
 				ProxySocket: cliCtx.String("proxy-socket"), ExposedSocket: cliCtx.String("exposed-socket"),
 				QEMUPidFile: cliCtx.String("qemu-pidfile"), RunAs: cliCtx.String("run-as"),
-				Front: front, ExposedDir: cliCtx.String("exposed-dir"), Log: cmdline.Logger(cliCtx, stdio).Named("net-proxy")}
+				Front: front, ExposedDir: cliCtx.String("exposed-dir"), Log: cmdline.ServiceLogger(cliCtx, stdio).Named("net-proxy")}
 			for _, h := range []struct {
 				name string
 				to   *string

@@ -22,7 +22,7 @@ func holdCommand(stdio cmdline.IO) *cli.Command {
 			if cliCtx.String("vm-dir") == "" {
 				return cmdline.Usagef("%s needs --vm-dir", hold.Command)
 			}
-			return guestconn.ServeDir(cliCtx.Context, cliCtx.String("vm-dir"), cmdline.Logger(cliCtx, stdio).Named("hold"))
+			return guestconn.ServeDir(cliCtx.Context, cliCtx.String("vm-dir"), cmdline.ServiceLogger(cliCtx, stdio).Named("hold"))
 		},
 	}
 }
