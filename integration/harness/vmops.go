@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -239,8 +240,8 @@ type giveUp struct{ error }
 // GiveUp is the answer of Until's done that ends the wait with err.
 func GiveUp(err error) error { return giveUp{err} }
 
-// serialTails prints the tail of each VM's serial console: what the guest
-// said, for a failed VM scenario.
+// serialTails prints the tail of each VM's serial console (what the guest
+// said) and of its holder's logs, for a failed VM scenario.
 func (s *S) serialTails(ctx context.Context) {
 	for _, v := range s.made() {
 		b := v.Branch
@@ -260,6 +261,15 @@ func (s *S) serialTails(ctx context.Context) {
 		}
 		var sb strings.Builder
 		writeTail(&sb, fmt.Sprintf("serial console of %s (%s)", b, st.Paths.ConsoleLog), string(data))
+		// agent-vm's logs of the VM's holder: its connection to the guest
+		// and what its idle watch saw (hold.log), and the suspend and
+		// resume that watch ran (idle.log).
+		for _, name := range []string{"hold.log", "idle.log"} {
+			p := filepath.Join(st.Paths.Dir, "logs", name)
+			if data, err := os.ReadFile(p); st.Paths.Dir != "" && err == nil {
+				writeTail(&sb, fmt.Sprintf("%s of %s (%s)", name, b, p), string(data))
+			}
+		}
 		s.rep.detail(sb.String())
 	}
 }

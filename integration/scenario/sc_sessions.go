@@ -372,7 +372,16 @@ func hibernateIdle(ctx context.Context, s *harness.S, ref harness.VMRef, name st
 		return err
 	}
 	defer s.UserConfig("")
+	// status asks agent-mcp for its health, a connection to its port
+	// that counts as use when the holder notes it (every second), and
+	// list --json runs commands in the guest (its CPU): the VM is asked at
+	// most every 5 s, so that the test's own questions leave it idle.
+	var asked time.Time
 	if err := s.Until(ctx, "the idle VM to hibernate", func() (bool, error) {
+		if time.Since(asked) < 5*time.Second {
+			return false, fmt.Errorf("status: %+v", st)
+		}
+		asked = time.Now()
 		st, _, err = s.Status(ctx, ref.Branch, harness.StatusKeys())
 		return err == nil && st.Suspend == "hibernated", fmt.Errorf("status: %+v, %v", st, err)
 	}); err != nil {
