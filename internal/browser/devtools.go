@@ -36,7 +36,7 @@ func devToolsMCP(ctx context.Context, vms VMs, e state.Entry, notify func(string
 		guest.DevToolsMCPPackage, guest.DevToolsMCPVersion, guest.DevToolsNodeVersion))
 	var out, errOut strings.Builder
 	began := time.Now()
-	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(d.Install()), &out, &errOut)
+	code, err := sshx.Run(ctx, c, guest.RootShell, strings.NewReader(d.Install()), &out, &errOut)
 	if err != nil {
 		return fmt.Errorf("installing %s in VM %q: %w", guest.DevToolsMCPPackage, e.Record.Branch, err)
 	}

@@ -15,6 +15,9 @@ import (
 const (
 	// User is the guest's login user; it runs the agent and agent-mcp.
 	User = "dev"
+	// RootShell is the guest command that runs, as root, the shell script
+	// it reads on its input: User has passwordless sudo.
+	RootShell = "sudo -n sh -s"
 	// Workspace is where the guest mounts the workspace.
 	Workspace = "/workspace"
 	// ShareTag is the virtiofs tag and the 9p mount tag of the workspace.

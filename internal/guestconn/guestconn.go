@@ -28,6 +28,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/autocheckpoint"
 	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hold"
 	"github.com/agent-vm/agent-vm/internal/idle"
 	"github.com/agent-vm/agent-vm/internal/notify"
@@ -113,16 +114,12 @@ func (g Guest) Root(ctx context.Context, script func() string) (code int, stdout
 	return RootOn(c)(ctx, script)
 }
 
-// RootCommand is the guest command that runs, as root, the shell script
-// it reads on its input (the guest's user has passwordless sudo).
-const RootCommand = "sudo -n sh -s"
-
 // RootOn runs shell scripts as root on the open connection c, as Root does
 // on a connection of its own (guestctl's Root).
 func RootOn(c *ssh.Client) func(ctx context.Context, script func() string) (code int, stdout, stderr string, err error) {
 	return func(ctx context.Context, script func() string) (int, string, string, error) {
 		var out, errOut bytes.Buffer
-		code, err := sshx.Run(ctx, c, RootCommand, strings.NewReader(script()), &out, &errOut)
+		code, err := sshx.Run(ctx, c, guest.RootShell, strings.NewReader(script()), &out, &errOut)
 		return code, out.String(), errOut.String(), err
 	}
 }

@@ -317,7 +317,7 @@ func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port 
 	defer c.Close()
 	log.Debug("ssh answers with the template's key", "after", time.Since(began))
 	var stdout, errOut strings.Builder
-	code, err := sshx.Run(ctx, c, "sudo -n sh -s", strings.NewReader(script), &stdout, &errOut)
+	code, err := sshx.Run(ctx, c, guest.RootShell, strings.NewReader(script), &stdout, &errOut)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(errOut.String()))
 	}

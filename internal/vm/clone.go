@@ -127,7 +127,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 		return fail("mounting the workspace", err)
 	}
 	log.Debug("the workspace is mounted", "after", time.Since(began))
-	err = w.Settle(ctx, c, guestctl.Settling{Command: guestconn.RootCommand, Input: plan.Clone.FirstRun, Log: guest.ProvisionLog})
+	err = w.Settle(ctx, c, guestctl.Settling{Command: guest.RootShell, Input: plan.Clone.FirstRun, Log: guest.ProvisionLog})
 	m.settled(ctx, r, err, "")
 	if err := m.restoredHealth(ctx, w, e, res, "started from its template"); err != nil {
 		return nil, err
