@@ -18,8 +18,10 @@ const SuspendLog = "idle.log"
 // ports that is not among known, or bytes received on one that is, and
 // then wakes it; the holder's own connections to the guest do not count
 // (what it sent after the last note, such as the look at the sessions
-// just before the hibernation, would wake the VM at once). It returns the connections it saw last: after a wake that
-// failed, only another new one tries again.
+// just before the hibernation, would wake the VM at once; agent-vm's
+// commands that it relays resume the VM themselves). It returns the
+// connections it saw last: after a wake that failed, only another new one
+// tries again.
 func (w *Watch) wakeOnConnection(ctx context.Context, known map[string]Conn) map[string]Conn {
 	w.Log.Info("hibernated: a new connection to its ports wakes it", "ports", w.Ports(), "known", len(known))
 	for w.Asleep() {
