@@ -111,6 +111,7 @@ func (w *Watch) Run(ctx context.Context) {
 		w.Tick = tick
 	}
 	var since time.Time // idle since; zero while in use
+	told := ""          // the reason it is in use the log said last
 	lastCPU, lastAt, next := time.Duration(-1), now(), now().Add(every)
 	var known map[string]Conn // the connections while it ran
 	for n := 0; ; n++ {
@@ -153,14 +154,19 @@ func (w *Watch) Run(ctx context.Context) {
 		why := w.inUse(ctx, cpu, prevCPU, t.Sub(prevAt), prevAt.Add(-noteEvery*w.Tick))
 		switch {
 		case why != "":
-			if !since.IsZero() {
-				w.Log.Debug("in use", "why", why)
+			// Told once for each new reason: the log says why a VM
+			// does not hibernate without a line a look (the first
+			// look's unknown CPU use says nothing).
+			if why != told && why != cpuUnknown {
+				w.Log.Info("kept awake", "why", why, "idle_suspend", after)
+				told = why
 			}
 			since = time.Time{}
 		case since.IsZero():
 			since = t
 		case t.Sub(since) >= after:
 			w.Log.Info("idle; hibernating", "idle_for", t.Sub(since).Round(time.Second))
+			told = ""
 			if err := w.Hibernate(ctx); err != nil {
 				w.Log.Warn("the idle VM did not hibernate", "error", err)
 			}
@@ -203,12 +209,15 @@ func (w *Watch) Clients(since time.Time) (int, error) {
 	return n, nil
 }
 
+// cpuUnknown is inUse's answer before two readings of the CPU time.
+const cpuUnknown = "its CPU use is not known yet"
+
 // inUse says why the VM is in use ("" when idle): cpu and last are QEMU's
 // CPU time now and a span ago (-1 when unknown: in use).
 func (w *Watch) inUse(ctx context.Context, cpu, last, span time.Duration, since time.Time) string {
 	switch {
 	case cpu < 0 || last < 0 || span <= 0:
-		return "its CPU use is not known yet"
+		return cpuUnknown
 	case float64(cpu-last) > MaxCPU*float64(span):
 		return "its CPU is busy"
 	}

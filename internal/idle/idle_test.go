@@ -1,12 +1,14 @@
 package idle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -216,6 +218,40 @@ func TestIdleHibernatesAndAConnectionWakes(t *testing.T) {
 	}
 	dial(t, port)
 	waitFor(t, "the wake", func() bool { return v.wakes.Load() == 1 })
+}
+
+// Why a VM stays awake is in the holder's log, once for each new reason
+// (not a line every look).
+func TestWhyItStaysAwakeIsLoggedOnce(t *testing.T) {
+	v := &vm{after: 20 * time.Millisecond, busy: true}
+	w := v.watch()
+	var buf syncBuffer
+	w.Log = hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	run(t, w)
+	waitFor(t, "a few looks", func() bool { return strings.Count(buf.String(), "\n") > 0 })
+	time.Sleep(200 * time.Millisecond) // ten looks more
+	if got := buf.String(); strings.Count(got, "kept awake") != 1 || !strings.Contains(got, "why=\"its CPU is busy\"") {
+		t.Errorf("the log of a busy VM's looks:\n%s\nwant one line saying its CPU is busy", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the Watch's goroutine writes while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // The holder's own connection does not wake the VM: the look at the
