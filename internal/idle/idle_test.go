@@ -1,7 +1,6 @@
 package idle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/agentstate"
 	"github.com/agent-vm/agent-vm/internal/session"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // listen serves on 127.0.0.1 (accepting and holding every connection, as
@@ -225,7 +225,7 @@ func TestIdleHibernatesAndAConnectionWakes(t *testing.T) {
 func TestWhyItStaysAwakeIsLoggedOnce(t *testing.T) {
 	v := &vm{after: 20 * time.Millisecond, busy: true}
 	w := v.watch()
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	w.Log = hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
 	run(t, w)
 	waitFor(t, "a few looks", func() bool { return strings.Count(buf.String(), "\n") > 0 })
@@ -233,25 +233,6 @@ func TestWhyItStaysAwakeIsLoggedOnce(t *testing.T) {
 	if got := buf.String(); strings.Count(got, "kept awake") != 1 || !strings.Contains(got, "why=\"its CPU is busy\"") {
 		t.Errorf("the log of a busy VM's looks:\n%s\nwant one line saying its CPU is busy", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer the Watch's goroutine writes while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The holder's own connection does not wake the VM: the look at the
