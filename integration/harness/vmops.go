@@ -265,8 +265,11 @@ func (s *S) serialTails(ctx context.Context) {
 		// and what its idle watch saw (hold.log), and the suspend and
 		// resume that watch ran (idle.log).
 		for _, name := range []string{"hold.log", "idle.log"} {
+			if st.Paths.Dir == "" {
+				break
+			}
 			p := filepath.Join(st.Paths.Dir, "logs", name)
-			if data, err := os.ReadFile(p); st.Paths.Dir != "" && err == nil {
+			if data, err := os.ReadFile(p); err == nil {
 				writeTail(&sb, fmt.Sprintf("%s of %s (%s)", name, b, p), string(data))
 			}
 		}
