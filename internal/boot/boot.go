@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,11 +28,15 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/hostload"
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
+	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
 )
 
@@ -166,6 +172,59 @@ func (w *Wait) Reporter(phase string) func(last string) {
 	return func(last string) { w.m.Report.Report(phase, w.Since(), last) }
 }
 
+// As waits for the guest's SSH to answer with another VM's keys (other:
+// that VM's directory, or one laid out as it with its client key and host
+// public key) and runs script as root, returning what it printed: a guest
+// that is still that VM (a template's clone, restored; a fork's first boot
+// of a copy of that VM's disk) is made this one by script. known is a
+// known_hosts file written for the wait and removed after. A guest that
+// answers with a host key other than that VM's fails with
+// sshx.ErrHostKeyMismatch at once: it is not that VM (or something else
+// holds the port).
+func (w *Wait) As(other state.Layout, known, script string) (string, error) {
+	m := w.m
+	const phase = "giving the guest its identity"
+	pub, err := os.ReadFile(other.HostPubKey())
+	if err != nil {
+		return "", w.Fail(phase, err)
+	}
+	hk, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	if err != nil {
+		return "", w.Fail(phase, fmt.Errorf("%s: %w", other.HostPubKey(), err))
+	}
+	_, port, _ := net.SplitHostPort(m.Target.Addr)
+	p, _ := strconv.Atoi(port)
+	if err := atomicfile.Write(known, []byte(sshkeys.KnownHostsLine(p, hk)), 0o600); err != nil {
+		return "", w.Fail(phase, err)
+	}
+	defer os.Remove(known)
+	t := m.Target
+	t.KeyFile, t.KnownHosts = other.ClientKey(), known
+	c, err := sshx.WaitReady(w.ctx, t, w.progress)
+	if err != nil {
+		if w.outer.Err() != nil {
+			return "", w.outer.Err()
+		}
+		return "", w.Fail("waiting for SSH as the VM it was made from", err)
+	}
+	defer c.Close()
+	m.Log.Debug("ssh answers as the VM it was made from", "after", w.Since())
+	var stdout, stderr strings.Builder
+	code, err := sshx.Run(w.ctx, c, guest.RootShell, strings.NewReader(script), &stdout, &stderr)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		return "", w.Fail(phase, err)
+	}
+	return stdout.String(), nil
+}
+
+// progress reports the wait for SSH with the console's last line.
+func (w *Wait) progress(elapsed time.Duration, _ error) {
+	w.m.Report.Report("waiting for SSH", elapsed, lastLine(w.tail(1)))
+}
+
 // SSH waits for the guest's SSH to answer with the VM's pinned keys,
 // reporting the console's last line meanwhile, and records that the
 // machine is up (the driver's MarkReady: status stops calling it
@@ -174,10 +233,7 @@ func (w *Wait) Reporter(phase string) func(last string) {
 // the caller undoes the start.
 func (w *Wait) SSH(phase string) (*ssh.Client, time.Duration, error) {
 	m := w.m
-	progress := func(elapsed time.Duration, _ error) {
-		m.Report.Report("waiting for SSH", elapsed, lastLine(w.tail(1)))
-	}
-	c, err := sshx.WaitReady(w.ctx, m.Target, progress)
+	c, err := sshx.WaitReady(w.ctx, m.Target, w.progress)
 	if err != nil {
 		if w.outer.Err() != nil {
 			return nil, 0, w.outer.Err()

@@ -15,8 +15,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
+	"github.com/agent-vm/agent-vm/internal/state"
 )
 
 // processDriver is a FAKE driver standing at the driver contract for the
@@ -176,5 +178,68 @@ func TestColdForTCGWaitsLonger(t *testing.T) {
 	}
 	if got := ToolTimeout(42*time.Second, Cold); got != 42*time.Second {
 		t.Errorf("the user's --timeout is kept as it is: got %s", got)
+	}
+}
+
+// As logs in with another VM's keys (a directory laid out as that VM's:
+// the real sshd's authorized client key and its host key), runs the script
+// as root and returns its output; the known_hosts file it pinned that host
+// key in is gone after. A guest with another host key is refused at once
+// with sshx.ErrHostKeyMismatch; so is a missing key, with its file named.
+// The sshd is real; sudo, which the guest's root shell runs, is a FAKE
+// (labelled) on the session's PATH that runs its command as the user the
+// test logs in as, root (this host has no sudo).
+func TestAsLogsInAsTheOtherVM(t *testing.T) {
+	s := sshdtest.New(t)
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "sudo"), []byte("#!/bin/sh\n# FAKE sudo: drops -n, runs the rest\n[ \"$1\" = -n ] && shift\nexec \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.SetEnv = "PATH=" + bin + ":/usr/bin:/bin"
+	s.Start()
+	other := state.Layout{Dir: t.TempDir()}
+	key, _ := os.ReadFile(s.KeyFile)
+	for path, b := range map[string][]byte{other.ClientKey(): key, other.HostPubKey(): s.HostKey.AuthorizedKey} {
+		os.MkdirAll(filepath.Dir(path), 0o700)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := newProcessDriver(t)
+	// The VM's own keys are not the sshd's: only the other VM's log in.
+	m := machineOf(d, sshx.Target{Addr: s.Addr, User: s.User, KeyFile: "/nonexistent", KnownHosts: "/nonexistent"})
+	m.Report = func(string, time.Duration, string) {}
+	w := m.Begin(context.Background(), time.Minute)
+	defer w.Done()
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	out, err := w.As(other, known, "id -u; cat\n")
+	if err != nil || out != "0\n" {
+		t.Fatalf("As: %q, %v; want the script's output as root", out, err)
+	}
+	if _, err := os.Stat(known); !os.IsNotExist(err) {
+		t.Errorf("the known_hosts file As wrote is left: %v", err)
+	}
+	if len(d.ready) != 0 {
+		t.Error("As marked the machine ready: only SSH with the VM's own keys does")
+	}
+
+	// Another host key: not that VM.
+	stranger, _ := sshkeys.Generate("another VM's host")
+	if err := os.WriteFile(other.HostPubKey(), stranger.AuthorizedKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err = w.As(other, known, "true\n")
+	var be *Error
+	if !errors.Is(err, sshx.ErrHostKeyMismatch) || !errors.As(err, &be) || be.Phase != "waiting for SSH as the VM it was made from" {
+		t.Errorf("As against another host key: %v; want a boot.Error in the SSH phase, a host key mismatch", err)
+	}
+	if time.Since(began) > 20*time.Second {
+		t.Errorf("As retried a host key mismatch for %s", time.Since(began))
+	}
+
+	os.Remove(other.HostPubKey())
+	if _, err := w.As(other, known, "true\n"); err == nil || !strings.Contains(err.Error(), other.HostPubKey()) {
+		t.Errorf("As without the other VM's host key: %v; want the file named", err)
 	}
 }

@@ -103,18 +103,23 @@ func bootIDBytes(id string) ([]byte, error) {
 	return b, nil
 }
 
-// BootIDEdit is the edit that gives a clone of a template with site its
-// own boot id (a random version 4 UUID, as the kernel makes one), and
-// that id.
-func BootIDEdit(site *BootIDSite) (driver.MemoryEdit, string, error) {
+// CloneEdits are the edits of a clone's memory for a template whose boot
+// id is at site: the one that gives the clone its own boot id (a random
+// version 4 UUID, as the kernel makes one), and that id. A template that
+// does not say where its kernel keeps it (site nil) has none: its clones
+// share its boot id until they reboot.
+func CloneEdits(site *BootIDSite) ([]driver.MemoryEdit, string, error) {
+	if site == nil {
+		return nil, "", nil
+	}
 	old, err := bootIDBytes(site.ID)
 	if err != nil {
-		return driver.MemoryEdit{}, "", err
+		return nil, "", fmt.Errorf("the template's boot id: %w", err)
 	}
 	id := state.NewID()
 	b, err := bootIDBytes(id)
 	if err != nil {
-		return driver.MemoryEdit{}, "", err
+		return nil, "", err
 	}
-	return driver.MemoryEdit{What: "the kernel's boot id", Addr: site.Addr, Old: old, New: b}, id, nil
+	return []driver.MemoryEdit{{What: "the kernel's boot id", Addr: site.Addr, Old: old, New: b}}, id, nil
 }

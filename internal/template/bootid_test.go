@@ -46,13 +46,14 @@ func TestParseBootIDProbe(t *testing.T) {
 	}
 }
 
-func TestBootIDEdit(t *testing.T) {
+func TestCloneEdits(t *testing.T) {
 	site := &BootIDSite{Addr: 0x1000, ID: "26d8ddb9-6d31-437a-a461-0f4e34b06a5a"}
-	e1, id1, err := BootIDEdit(site)
-	if err != nil {
-		t.Fatal(err)
+	edits1, id1, err := CloneEdits(site)
+	if err != nil || len(edits1) != 1 {
+		t.Fatalf("edits %+v, %v; want one", edits1, err)
 	}
-	e2, id2, _ := BootIDEdit(site)
+	edits2, id2, _ := CloneEdits(site)
+	e1, e2 := edits1[0], edits2[0]
 	if id1 == id2 || string(e1.New) == string(e2.New) {
 		t.Fatal("two clones got the same boot id")
 	}
@@ -62,7 +63,10 @@ func TestBootIDEdit(t *testing.T) {
 	if b, _ := bootIDBytes(id1); string(b) != string(e1.New) || e1.New[6]>>4 != 4 || e1.New[8]>>6 != 2 {
 		t.Fatalf("the new id %s is not the bytes written (%x) or not a version 4 UUID", id1, e1.New)
 	}
-	if _, _, err := BootIDEdit(&BootIDSite{ID: "x"}); err == nil {
+	if _, _, err := CloneEdits(&BootIDSite{ID: "x"}); err == nil {
 		t.Fatal("a template with a broken id: no error")
+	}
+	if edits, id, err := CloneEdits(nil); edits != nil || id != "" || err != nil {
+		t.Fatalf("a template without a boot id's site: %+v, %q, %v; want no edit", edits, id, err)
 	}
 }

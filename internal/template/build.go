@@ -12,13 +12,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/crypto/ssh"
 
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
-	"github.com/agent-vm/agent-vm/internal/sshkeys"
-	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -288,43 +284,6 @@ func samePackages(a, b []string) bool { return hasAll(a, b) && hasAll(b, a) }
 // None says that the VM called slug has no template yet.
 func None(slug string) string {
 	return fmt.Sprintf("no template for this VM's machine yet (hint: `agent-vm template build %s` makes one)", slug)
-}
-
-// Personalize gives a clone its identity: restored, its guest is still the
-// template's, so it logs in as the template (the template's client key,
-// and its host key pinned for the clone's SSH port in the file
-// knownHosts, removed after) and runs script (the backend's Personalize)
-// as root, returning what it printed. target is the clone's own endpoint;
-// tl the template's directory. A failure says which step failed (phase).
-func Personalize(ctx context.Context, tl state.Layout, target sshx.Target, port int, knownHosts, script string, began time.Time, log hclog.Logger) (out, phase string, err error) {
-	pub, err := os.ReadFile(tl.HostPubKey())
-	if err != nil {
-		return "", "reading the template's host key", err
-	}
-	hk, _, _, _, err := ssh.ParseAuthorizedKey(pub)
-	if err != nil {
-		return "", "reading the template's host key", err
-	}
-	if err := atomicfile.Write(knownHosts, []byte(sshkeys.KnownHostsLine(port, hk)), 0o600); err != nil {
-		return "", "writing the template's host key", err
-	}
-	defer os.Remove(knownHosts)
-	target.KeyFile, target.KnownHosts = tl.ClientKey(), knownHosts
-	c, err := sshx.WaitReady(ctx, target, nil)
-	if err != nil {
-		return "", "waiting for SSH after the restore", err
-	}
-	defer c.Close()
-	log.Debug("ssh answers with the template's key", "after", time.Since(began))
-	var stdout, errOut strings.Builder
-	code, err := sshx.Run(ctx, c, guest.RootShell, strings.NewReader(script), &stdout, &errOut)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(errOut.String()))
-	}
-	if err != nil {
-		return "", "giving the guest its identity", err
-	}
-	return stdout.String(), "", nil
 }
 
 // diskHeadroomMiB is what a template's disk grows by over its base:

@@ -63,17 +63,11 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	}
 	o.Report.Report("starting from the template", 0, "")
 	began := time.Now()
-	var edits []driver.MemoryEdit
-	if t.rec.BootID != nil {
-		edit, id, err := template.BootIDEdit(t.rec.BootID)
-		if err != nil {
-			return nil, &templateRefused{fmt.Errorf("the template's boot id: %w", err)}
-		}
-		edits = append(edits, edit)
-		m.Log.Debug("the clone's kernel boot id", "vm", r.Branch, "boot_id", id)
-	} else {
-		m.Log.Info("this VM shares its template's kernel boot id until it reboots: the template does not say where its kernel keeps it", "vm", r.Branch)
+	edits, id, err := template.CloneEdits(t.rec.BootID)
+	if err != nil {
+		return nil, &templateRefused{err}
 	}
+	m.Log.Debug("the clone's kernel boot id (none: its template's until it reboots)", "vm", r.Branch, "boot_id", id)
 	launch, err := cloner.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
@@ -102,9 +96,9 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	// The guest is the template's until Personalize: its host key and
 	// client key. Its clock is the template's too, read at the end of the
 	// same session.
-	out, phase, err := template.Personalize(w.Context(), t.e.Layout, m.guestOf(r, l).Target(), r.Ports.SSH, l.Run("template_known_hosts"), plan.Clone.Personalize+guestctl.ReadClock, began, log)
+	out, err := w.As(t.e.Layout, l.Run("template_known_hosts"), plan.Clone.Personalize+guestctl.ReadClock)
 	if err != nil {
-		return fail(phase, err)
+		return fail("giving the guest its identity", err)
 	}
 	off, err := guestctl.OffsetOf(out, m.Now())
 	if err != nil {

@@ -36,6 +36,9 @@ type Server struct {
 	HostKey    sshkeys.Pair
 	// AcceptEnv is passed on as sshd's AcceptEnv (set before Start).
 	AcceptEnv string
+	// SetEnv is passed on as sshd's SetEnv (set before Start): each
+	// session's environment, PATH included.
+	SetEnv string
 
 	t    testing.TB
 	dir  string
@@ -149,6 +152,9 @@ func (s *Server) Start() {
 		"-o", "PasswordAuthentication=no"}
 	if s.AcceptEnv != "" {
 		args = append(args, "-o", "AcceptEnv="+s.AcceptEnv)
+	}
+	if s.SetEnv != "" {
+		args = append(args, "-o", "SetEnv="+s.SetEnv)
 	}
 	cmd := exec.Command("/usr/sbin/sshd", args...)
 	if rc := s.bashrc(); rc != "" {
