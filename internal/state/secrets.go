@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
@@ -46,4 +47,13 @@ func WriteSecrets(l Layout, rec *Record) error {
 		return fmt.Errorf("generating the MCP token: %w", err)
 	}
 	return atomicfile.Write(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
+}
+
+// ReadToken reads the VM's MCP bearer token (WriteSecrets made it).
+func (l Layout) ReadToken() (string, error) {
+	b, err := os.ReadFile(l.MCPToken())
+	if err != nil {
+		return "", fmt.Errorf("reading the MCP token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

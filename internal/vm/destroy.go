@@ -86,7 +86,7 @@ func (m *Manager) Destroy(ctx context.Context, name string, force bool) (*Destro
 	case err != nil:
 		return nil, destroyStopError(e, live, err)
 	}
-	m.stopHolder(ctx, e)
+	m.guestOf(e.Record, e.Layout).StopHolder(ctx)
 	res.Stopped = live.HasProcess()
 	if !force && res.Stopped {
 		if err := m.checkUnsaved(ctx, e); err != nil {

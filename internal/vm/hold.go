@@ -42,12 +42,7 @@ func (m *Manager) startHolder(e state.Entry) {
 	m.guestOf(e.Record, e.Layout).StartHolder(m.Run, m.executable)
 }
 
-// waitHolder and stopHolder: see guestconn.Guest's WaitHolder and
-// StopHolder.
+// waitHolder: see guestconn.Guest's WaitHolder.
 func (m *Manager) waitHolder(ctx context.Context, e state.Entry, limit time.Duration) {
 	m.guestOf(e.Record, e.Layout).WaitHolder(ctx, limit)
-}
-
-func (m *Manager) stopHolder(ctx context.Context, e state.Entry) {
-	m.guestOf(e.Record, e.Layout).StopHolder(ctx)
 }

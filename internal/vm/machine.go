@@ -1,10 +1,6 @@
 package vm
 
 import (
-	"fmt"
-	"os"
-	"strings"
-
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
@@ -52,13 +48,4 @@ func unrecordedMachine(e state.Entry) driver.Machine {
 	l := e.Layout
 	return driver.Machine{Name: state.MachineName(e.Slug), RunDir: l.RunDir(), LogsDir: l.LogsDir(),
 		Share: driver.Share{Source: l.Workspace(), Tag: guest.ShareTag}}
-}
-
-// readToken reads the VM's MCP bearer token.
-func readToken(l state.Layout) (string, error) {
-	b, err := os.ReadFile(l.MCPToken())
-	if err != nil {
-		return "", fmt.Errorf("reading the MCP token: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }

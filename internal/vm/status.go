@@ -33,7 +33,7 @@ func (m *Manager) Status(ctx context.Context, e state.Entry, withHealth bool) vm
 		// The host's pins are every VM's: net show and doctor list them.
 		Net: netpolicy.InfoOf(e, m.Contains(e.Record), nil),
 	}
-	if tok, err := readToken(l); err == nil {
+	if tok, err := l.ReadToken(); err == nil {
 		info.MCP.Token = tok
 	}
 	d, err := m.driverOf(r)

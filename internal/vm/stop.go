@@ -41,7 +41,7 @@ func (m *Manager) stopLocked(ctx context.Context, e state.Entry) (driver.Live, e
 		return driver.Live{}, err
 	}
 	live, err := m.stopMachine(ctx, d, m.machine(e.Record, e.Layout))
-	m.stopHolder(ctx, e)
+	m.guestOf(e.Record, e.Layout).StopHolder(ctx)
 	m.closeBridges(e)
 	return live, err
 }

@@ -116,7 +116,7 @@ func (m *Manager) Suspend(ctx context.Context, name string, o SuspendOptions) (*
 	// cannot answer its keepalives. A hibernated VM's stays (internal/idle):
 	// it asks nothing of the guest, and wakes it on a connection.
 	if res.Suspend != driver.SuspendHibernated {
-		m.stopHolder(ctx, e)
+		m.guestOf(e.Record, e.Layout).StopHolder(ctx)
 	}
 	return res, nil
 }
