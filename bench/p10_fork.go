@@ -49,7 +49,7 @@ func runP10(ctx context.Context, l *lab, f *report.Figure) error {
 	}
 	p := report.NewRow("P10.pause", "the running source paused for the copy (its workspace and disk)", "s", report.NewSeries("fork's pause", pause), report.Ref("`agent-vm fork` until it returns", call), true)
 	p.Note = "goal: 2 s or less"
-	s := report.NewRow("P10.ssh", "the fork's first start -> SSH-ready (a cold boot of the copied disk, provisioned as the fork)", "s", report.NewSeries("agent-vm start FORK", ssh), report.Ref("the same start until agent-mcp is healthy", ready), true)
+	s := report.NewRow("P10.ssh", "the fork's first start -> SSH-ready (a cold boot of the copied disk, given the fork's identity over SSH)", "s", report.NewSeries("agent-vm start FORK", ssh), report.Ref("the same start until agent-mcp is healthy", ready), true)
 	s.Note = "goal (a fork that continues the source's memory): 5 s; not met: forks boot cold"
 	m := report.NewRow("P10.pss", "the fork's QEMU, settled: PSS (shared pages divided among their users)", "MiB", report.NewSeries("fork", pss), report.Ref("the source's QEMU, measured right after", srcPSS), true)
 	m.Note = "QEMU's TCG translation cache is part of both: /proc gives it no line of its own"

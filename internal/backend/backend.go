@@ -80,8 +80,8 @@ type Templater interface {
 
 // Forker is a backend whose VMs can be forked (`agent-vm fork`): a new VM
 // made from another's root disk as it is at that moment, which boots it as
-// a new machine of its own (its first boot gives the guest the new VM's
-// identity, as after a reset, but on the source's disk); and whose disks
+// a new machine of its own (its first start gives the guest the new VM's
+// identity: Plan.Adopt); and whose disks
 // can be kept in a checkpoint and put back (`agent-vm checkpoint`,
 // `rollback`).
 type Forker interface {
@@ -191,6 +191,22 @@ type Plan struct {
 	// (PrepareOptions.Template): the VM is to start from the template's
 	// saved state (driver.Cloner), then become itself by these scripts.
 	Clone *Clone
+	// Adopt is set when the VM's disk is a copy of another VM's (a
+	// fork's first start): its guest boots as that VM, then becomes
+	// this one by a script run over SSH with that VM's keys.
+	Adopt *Adopt
+}
+
+// Adopt is what makes a guest booted from a copy of another VM's disk
+// this VM. Personalize holds secrets (the host key): never log it.
+type Adopt struct {
+	// Keys is a directory laid out as a VM's (state.Layout) with the
+	// other VM's client key and host public key, the start's to remove
+	// once used.
+	Keys string
+	// Personalize runs as root, logged in with those keys; afterwards
+	// only the VM's own keys work.
+	Personalize string
 }
 
 // Clone is what makes a guest restored from a template one VM, as root

@@ -39,6 +39,7 @@ const (
 	DiskInfoFile = "disk.json"    // what the overlay was made from
 	SeedFile     = seed.File      // the NoCloud seed, rewritten at every start
 	MCPConfig    = seed.MCPConfig // the VM's own MCP servers (optional)
+	AdoptDir     = "adopt"        // a fork's: the keys of the VM its disk was copied from (Settings.Adopt)
 )
 
 // Backend boots cloud-init guests with the shared QEMU launcher.
@@ -95,10 +96,15 @@ type Settings struct {
 	// Template: the VM is a template (see internal/template),
 	// provisioned with the guest contract but nothing of one VM's.
 	Template bool `json:"template,omitempty"`
-	// Forked: the VM's disk is a copy of another VM's (ForkDisk), whose
-	// guest switched cloud-init off after its first boot; the next start
-	// provisions it again as start --reprovision does, so that the guest
-	// takes this VM's identity, and clears this.
+	// Adopt, set on a fork until its first start, is the cloud-init
+	// instance-id of the VM whose disk the fork's is a copy of (ForkDisk):
+	// the guest boots as that VM, whose keys are kept in AdoptDir, and
+	// the start gives it this VM's identity (backend.Plan.Adopt), then
+	// clears this.
+	Adopt string `json:"adopt,omitempty"`
+	// Forked is Adopt as older agent-vms recorded it (no keys kept): the
+	// next start provisions the disk again as start --reprovision does,
+	// and clears it.
 	Forked bool `json:"forked,omitempty"`
 }
 
@@ -245,11 +251,16 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if err != nil {
 		return nil, err
 	}
-	if s.Forked {
-		s.Forked = false
+	adopt := s.Adopt
+	if s.Forked || s.Adopt != "" {
+		s.Forked, s.Adopt = false, ""
 		if err := r.SetSection(s); err != nil {
 			return nil, err
 		}
+	}
+	if reprovision && adopt != "" {
+		adopt = "" // provisioned afresh: the other VM's keys are not needed
+		os.RemoveAll(filepath.Join(l.Dir, AdoptDir))
 	}
 	disk, err := b.disk(ctx, l, r, s, o)
 	if err != nil {
@@ -263,7 +274,14 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 	if o.Template != "" {
 		c.NPMPackages, c.NPMPrograms = seed.AgentPackages(r, o.TemplateAgents)
 	}
-	if err := seed.Write(ctx, l, r, c, b.Executable); err != nil {
+	sc := c
+	if adopt != "" {
+		// The seed says the guest is the instance it was copied from, so
+		// that its boot does not provision it again (the guest's setup
+		// would reboot into cloud-init): the start makes it this VM.
+		sc.InstanceID = adopt
+	}
+	if err := seed.Write(ctx, l, r, sc, b.Executable); err != nil {
 		return nil, err
 	}
 	d := &qemu.Direct{
@@ -282,7 +300,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		return nil, err
 	}
 	plan := &backend.Plan{Boot: qemu.Boot{Direct: d}, Settle: cloudinit.SettleCommand, SetupLog: guest.FirstBootLog, Setup: setup}
-	if disk.made && disk.Template != "" {
+	if (disk.made && disk.Template != "") || adopt != "" {
 		entropy := make([]byte, 64)
 		if _, err := rand.Read(entropy); err != nil {
 			return nil, err
@@ -291,7 +309,11 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		if err != nil {
 			return nil, err
 		}
-		plan.Clone = &backend.Clone{Personalize: p, FirstRun: cloudinit.FirstRun(c)}
+		if adopt != "" {
+			plan.Adopt = &backend.Adopt{Keys: filepath.Join(l.Dir, AdoptDir), Personalize: p}
+		} else {
+			plan.Clone = &backend.Clone{Personalize: p, FirstRun: cloudinit.FirstRun(c)}
+		}
 	}
 	return plan, nil
 }

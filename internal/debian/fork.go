@@ -12,6 +12,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/image"
+	"github.com/agent-vm/agent-vm/internal/seed"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -19,11 +20,13 @@ var _ backend.Forker = (*Backend)(nil)
 
 // ForkDisk implements backend.Forker: the fork's overlay is a copy of the
 // source's, on the same base (and template disk, if any), and its
-// disk.json the source's. The fork's first start then provisions that disk
-// again (Settings.Forked: as start --reprovision) under the fork's own
-// instance-id (its record's id), so cloud-init gives the guest the fork's
-// host key, login key, hostname and token; the guest's setup runs again on
-// the disk as it was.
+// disk.json the source's. Its guest is the source's until the fork's first
+// start: that start boots it as the source's instance (Settings.Adopt),
+// logs in with the source's keys, which the fork keeps until then in
+// AdoptDir (the source may be gone by that time), and gives it the fork's
+// host key, login key, hostname, machine-id and token (Prepare's
+// Plan.Adopt). A copy for a checkpoint of the same VM (nr has r's id)
+// keeps no keys: it is that VM already.
 func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Record, to state.Layout, nr *state.Record) (backend.DiskFork, error) {
 	s, err := state.SectionOf[Settings](r)
 	if err != nil {
@@ -38,6 +41,11 @@ func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Reco
 	}
 	if info == nil {
 		return backend.DiskFork{}, nr.SetSection(s) // never started: the fork makes its own disk at its first start
+	}
+	if nr.ID != r.ID && !s.Forked {
+		if err := adoptKeys(from, r, &s, to); err != nil {
+			return backend.DiskFork{}, err
+		}
 	}
 	overlay := filepath.Join(to.Dir, DiskFile)
 	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), overlay)
@@ -54,8 +62,35 @@ func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Reco
 		os.Remove(overlay)
 		return backend.DiskFork{}, err
 	}
-	s.Forked = true
 	return backend.DiskFork{Bytes: n}, nr.SetSection(s)
+}
+
+// adoptKeys keeps in to's AdoptDir the keys the fork's first start logs in
+// with: the source's client key and host public key, or, when the source
+// is itself a fork that has not started since (s.Adopt set), the keys it
+// keeps, whose VM its disk still is. s (r's section) becomes the fork's.
+// What it wrote is in to, which the caller removes on a failure.
+func adoptKeys(from state.Layout, r *state.Record, s *Settings, to state.Layout) error {
+	keys := from
+	if s.Adopt != "" {
+		keys = state.Layout{Dir: filepath.Join(from.Dir, AdoptDir)}
+	} else {
+		s.Adopt = seed.InstanceID(r, s.Provision)
+	}
+	mine := state.Layout{Dir: filepath.Join(to.Dir, AdoptDir)}
+	for src, dst := range map[string]string{keys.ClientKey(): mine.ClientKey(), keys.HostPubKey(): mine.HostPubKey()} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("reading the key the fork logs in with at its first start: %w", err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		if err := atomicfile.Write(dst, b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RestoreDisk implements backend.Forker: the checkpoint's overlay is copied

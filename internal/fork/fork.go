@@ -4,9 +4,10 @@
 // (uncommitted changes, untracked and ignored files; gitws.Fork) and a copy
 // of SRC's root disk (its backend's backend.Forker), and with what must be
 // its own: its record's id and name, host ports, SSH keys and pinned host
-// key, MCP token and egress CA. The rest of SRC's record comes along (size,
-// agent, packages, network policy, secrets' placeholders; the secrets
-// scoped to SRC alone are not the fork's: they are kept by VM id).
+// key, MCP token. SRC's egress CA comes along (its guest trusts it), and
+// the rest of SRC's record (size, agent, packages, network policy,
+// secrets' placeholders; the secrets scoped to SRC alone are not the
+// fork's: they are kept by VM id).
 //
 // This is a cold fork: the forks are made stopped, and their first start
 // boots SRC's disk as a new machine (the backend gives the guest the fork's
@@ -31,12 +32,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/egress"
@@ -328,12 +331,32 @@ func (f Forks) claim(ctx context.Context, r *state.Record, branches []string) ([
 			return stages, err
 		}
 		if f.VMs.Contains(s.rec) {
+			if err := shareCA(f.Root.Layout(r.Slug), l); err != nil {
+				return stages, err
+			}
 			if _, _, err := egress.CAFiles(l.ProxyCA(), l.ProxyCAKey(), slug); err != nil {
 				return stages, err
 			}
 		}
 	}
 	return stages, nil
+}
+
+// shareCA gives the fork in to SRC's egress CA (from), when SRC has one:
+// the copy of SRC's disk trusts it, and a CA new to the guest would have
+// its first start rebuild the guest's whole trust store (a minute under
+// TCG). The key stays on the host, in each VM's directory, and only the
+// VMs' proxies sign with it; a guest trusts it as it did.
+func shareCA(from, to state.Layout) error {
+	cert, cerr := os.ReadFile(from.ProxyCA())
+	key, kerr := os.ReadFile(from.ProxyCAKey())
+	if cerr != nil || kerr != nil {
+		return nil // none (SRC ran uncontained): the fork makes its own
+	}
+	if err := atomicfile.Write(to.ProxyCAKey(), key, 0o600); err != nil {
+		return err
+	}
+	return atomicfile.Write(to.ProxyCA(), cert, 0o600)
 }
 
 // copyAll copies SRC's workspace and disk into each stage and writes its

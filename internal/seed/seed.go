@@ -50,7 +50,7 @@ func Config(l state.Layout, r *state.Record, provision int, caCerts []string) (c
 	}
 	npm, npmPrograms := AgentPackages(r, nil)
 	return cloudinit.Config{
-		InstanceID:     fmt.Sprintf("%s-%d", r.ID, provision),
+		InstanceID:     InstanceID(r, provision),
 		Hostname:       r.Slug,
 		UID:            r.Guest.UID,
 		GID:            r.Guest.GID,
@@ -64,6 +64,12 @@ func Config(l state.Layout, r *state.Record, provision int, caCerts []string) (c
 		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
 	}, nil
+}
+
+// InstanceID is the cloud-init instance-id of r's guest at its
+// provision'th provisioning.
+func InstanceID(r *state.Record, provision int) string {
+	return fmt.Sprintf("%s-%d", r.ID, provision)
 }
 
 // Write writes the VM's cloud-init seed with the agent-vm binary the

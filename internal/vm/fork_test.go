@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,12 +17,15 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/egress"
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/fork"
 	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/seed"
+	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/vm"
@@ -29,9 +34,10 @@ import (
 // A fork's tests run the real fork over real VM directories: real git
 // workspaces, real qcow2 disks (qemu-img, qemu-io), the real state
 // directory; a running source is the labelled fake QEMU (qemutest), which
-// answers QMP's stop and cont. Nothing boots: a fork's first boot is a
-// cold boot of its disk (internal/debian's ForkDisk says how the guest
-// becomes the fork's), which integration-test's scenarios boot.
+// answers QMP's stop and cont. Nothing boots here but in forkStartsAsItself,
+// which TestTemplate runs on its real VM: a fork's first start boots its
+// copy of the disk as the source and makes the guest the fork's
+// (internal/debian's ForkDisk).
 
 func forks(m *vm.Manager) fork.Forks {
 	return fork.Forks{VMs: m, Root: m.Root, Git: m.Git, Log: m.Log, Now: time.Now}
@@ -72,6 +78,19 @@ func forkDisk(t *testing.T, l state.Layout) (base string) {
 	}
 	info, _ := json.Marshal(debian.DiskInfo{Base: base, BaseFormat: "qcow2"})
 	tu.WriteFile(t, filepath.Join(l.Dir, debian.DiskInfoFile), string(info))
+	// A VM whose disk has booted has its keys, which a fork of it keeps for
+	// its first start.
+	for _, d := range []string{l.SSHDir(), l.SecretsDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(l.ClientKey()); err == nil {
+		return base // a second disk for the VM
+	}
+	if err := state.WriteSecrets(l, &state.Record{Slug: filepath.Base(l.Dir)}); err != nil {
+		t.Fatal(err)
+	}
 	return base
 }
 
@@ -108,6 +127,10 @@ func TestForkAStoppedVM(t *testing.T) {
 	}
 	head := forkWork(t, ws)
 	forkDisk(t, e.Layout)
+	srcCA, _, err := egress.CAFiles(e.Layout.ProxyCA(), e.Layout.ProxyCAKey(), e.Slug)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.Record.Net = &state.Net{Mode: "allow", Allow: []string{"example.com"}}
 	if err := state.WriteRecord(e.Layout.Record(), e.Record); err != nil {
 		t.Fatal(err)
@@ -134,8 +157,22 @@ func TestForkAStoppedVM(t *testing.T) {
 		if r.ID == e.Record.ID || r.Backend != debian.Name || r.Git != e.Record.Git || r.Net == nil || r.Net.Allow[0] != "example.com" {
 			t.Errorf("%s: record %+v", b, r)
 		}
-		if s, err := state.SectionOf[debian.Settings](r); err != nil || !s.Forked {
-			t.Errorf("%s: settings %+v (%v); want it marked forked, so its first start provisions the copied disk as the fork", b, s, err)
+		if s, err := state.SectionOf[debian.Settings](r); err != nil || s.Adopt != seed.InstanceID(e.Record, 0) || s.Forked {
+			t.Errorf("%s: settings %+v (%v); want it to boot as the source's instance %s at its first start", b, s, err, seed.InstanceID(e.Record, 0))
+		}
+		// The keys that first start logs in with: the source's, the
+		// private one readable by the user alone.
+		kept := state.Layout{Dir: filepath.Join(l.Dir, debian.AdoptDir)}
+		for mine, theirs := range map[string]string{kept.ClientKey(): e.Layout.ClientKey(), kept.HostPubKey(): e.Layout.HostPubKey()} {
+			got, err := os.ReadFile(mine)
+			want, _ := os.ReadFile(theirs)
+			if fi, serr := os.Stat(mine); err != nil || serr != nil || !bytes.Equal(got, want) || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s: %s is not a copy of the source's %s readable by the user alone (%v)", b, mine, theirs, err)
+			}
+		}
+		// The source's egress CA, which the copy of its disk trusts.
+		if ca, err := os.ReadFile(l.ProxyCA()); !m.Contains(r) || err != nil || !bytes.Equal(ca, srcCA) {
+			t.Errorf("%s: its egress CA is not the source's (contained %v): %v", b, m.Contains(r), err)
 		}
 		for _, p := range []int{r.Ports.SSH, r.Ports.MCP} {
 			if other, taken := ports[p]; taken {
@@ -168,6 +205,23 @@ func TestForkAStoppedVM(t *testing.T) {
 		sameDisk(t, filepath.Join(e.Layout.Dir, debian.DiskFile), filepath.Join(l.Dir, debian.DiskFile))
 	}
 	nothingStaged(t, m)
+
+	// A fork of a fork that has not started yet: its disk is still the
+	// source's guest, so it keeps the source's instance and keys.
+	if _, err := forks(m).Fork(ctx, "try/b", []string{"try/c"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Find(ctx, "try/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := state.SectionOf[debian.Settings](c.Record); err != nil || s.Adopt != seed.InstanceID(e.Record, 0) {
+		t.Errorf("try/c: settings %+v (%v); want the first source's instance %s", s, err, seed.InstanceID(e.Record, 0))
+	}
+	got, _ := os.ReadFile(state.Layout{Dir: filepath.Join(c.Layout.Dir, debian.AdoptDir)}.ClientKey())
+	if want, _ := os.ReadFile(e.Layout.ClientKey()); len(got) == 0 || !bytes.Equal(got, want) {
+		t.Error("try/c does not keep the first source's client key")
+	}
 
 	s, err := m.Sync(ctx, "try/a")
 	if err != nil {
@@ -389,4 +443,87 @@ func TestTwoForksOfOneVMAtOnce(t *testing.T) {
 		sameDisk(t, filepath.Join(e.Layout.Dir, debian.DiskFile), filepath.Join(f.Layout.Dir, debian.DiskFile))
 	}
 	nothingStaged(t, m)
+}
+
+// forkStartsAsItself forks the running VM e (booted from its own disk, its
+// workspace written to by the test before) and starts the fork: its first
+// boot is the source's disk booted as the source, which the start makes
+// the fork's over SSH with the source's keys, with no provisioning. The
+// source runs on; tmpl-b is stopped first, so that two VMs run.
+func forkStartsAsItself(t *testing.T, m *vm.Manager, e state.Entry, logs *tu.SyncBuffer) {
+	ctx := context.Background()
+	src := e.Record.Branch
+	sh := guestSh(t, m, src)
+	sh("echo made-in-the-source > ~/on-the-disk")
+	srcMachineID := sh("cat /etc/machine-id")
+	const branch, failing = "tmpl-a-fork", "tmpl-a-fork-2"
+	if _, err := forks(m).Fork(ctx, src, []string{branch, failing}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Find(ctx, branch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serial console of %s:\n%s", branch, driver.TailFile(f.Layout.Log(qemu.ConsoleLog), 40))
+		}
+		m.Destroy(context.Background(), branch, true)
+		m.Destroy(context.Background(), failing, true)
+	})
+	if _, err := m.Stop(ctx, "tmpl-b"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A first start that cannot log in as the source (a 1 s --timeout)
+	// says what its next start does, and keeps neither the mark nor the
+	// source's keys: that start's seed names the fork's own instance, so
+	// the guest provisions itself as the fork.
+	_, err = m.Start(ctx, failing, vm.StartOptions{Timeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "waiting for SSH as the VM it was made from") || !strings.Contains(err.Error(), "its next start, after a stop, provisions the copied disk as this VM") {
+		t.Errorf("%s's first start with a 1 s timeout: %v; want it to fail logging in as the source, saying what follows", failing, err)
+	}
+	ff, _ := m.Find(ctx, failing)
+	if pid := m.Status(ctx, ff, false).Pid; pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL) // no guest to shut down yet
+	}
+	if s, err := state.SectionOf[debian.Settings](ff.Record); err != nil || s.Adopt != "" {
+		t.Errorf("%s after its failed first start: settings %+v (%v), want no adoption left", failing, s, err)
+	}
+	if _, err := os.Stat(filepath.Join(ff.Layout.Dir, debian.AdoptDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s keeps the source's keys after its failed first start: %v", failing, err)
+	}
+
+	res := start(t, m, branch)
+	if res.FromTemplate || res.HealthReady == 0 {
+		t.Errorf("the fork's start: %+v, want a boot of its own disk with agent-mcp healthy", res)
+	}
+	if !strings.Contains(logs.String(), "ssh answers as the VM it was made from") {
+		t.Error("the fork's start did not log in as the source: its guest was provisioned anew, or took its identity some other way")
+	}
+	fsh := guestSh(t, m, branch)
+	pub, _ := os.ReadFile(f.Layout.HostPubKey())
+	token, _ := os.ReadFile(f.Layout.MCPToken())
+	got := fsh("cat ~/on-the-disk; hostname; cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; cat /var/lib/cloud/data/instance-id; " +
+		"cat /var/lib/agent-vm/reprovision-tried 2>/dev/null; cat /workspace/from-host; git -C /workspace branch --show-current; sudo -n cat /run/agent-vm/mcp-token")
+	want := strings.Join([]string{"made-in-the-source", f.Slug, strings.Fields(string(pub))[1], seed.InstanceID(f.Record, 0), src, branch, strings.TrimSpace(string(token))}, "\n")
+	if got != want {
+		t.Errorf("the fork's guest (the source's file on its disk; its hostname, host key, instance-id; no re-provisioning; the workspace's copy and branch; its MCP token):\n%s\nwant\n%s", got, want)
+	}
+	if id := fsh("cat /etc/machine-id"); id == srcMachineID {
+		t.Errorf("the fork has the source's machine-id %s", id)
+	}
+	// The source's client key does not log in to the fork, and the fork
+	// keeps no copy of it.
+	target := sshx.Target{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(f.Record.Ports.SSH)), User: f.Record.Guest.User,
+		KeyFile: e.Layout.ClientKey(), KnownHosts: f.Layout.KnownHosts()}
+	if c, err := sshx.Dial(ctx, target, 20*time.Second); err == nil {
+		c.Close()
+		t.Error("the source's client key logs in to the fork")
+	} else if !strings.Contains(err.Error(), "unable to authenticate") {
+		t.Errorf("the source's key on the fork: got %v, want an authentication failure", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.Layout.Dir, debian.AdoptDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the fork keeps the source's keys after its first start: %v", err)
+	}
 }

@@ -35,7 +35,8 @@ import (
 // clone's into its memory before it runs; internal/template/bootid.go).
 //
 // A third VM starts from it for secretsStayOnTheHost. Then, on the first
-// clone (booted cold by then), suspendPausesABusyVM.
+// clone (booted cold by then), checkpointsAsTheAgentWorks,
+// forkStartsAsItself and suspendPausesABusyVM.
 func TestTemplate(t *testing.T) {
 	m := newManager(t)
 	var logs tu.SyncBuffer
@@ -195,6 +196,7 @@ func TestTemplate(t *testing.T) {
 
 	// tmpl-a runs, booted cold from its own disk: a VM as any other.
 	t.Run("checkpoints", func(t *testing.T) { checkpointsAsTheAgentWorks(t, m, a) })
+	t.Run("fork", func(t *testing.T) { forkStartsAsItself(t, m, a, &logs) })
 	t.Run("pause", func(t *testing.T) { suspendPausesABusyVM(t, m, a) })
 }
 

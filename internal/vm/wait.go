@@ -3,6 +3,8 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/backend"
@@ -11,6 +13,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/guestconn"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
+	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -27,12 +30,23 @@ func (m *Manager) bootOf(e state.Entry, d driver.Driver, mach driver.Machine, la
 		Booting: func(ctx context.Context) int { return m.bootingOthers(ctx, r.Slug) }}
 }
 
-// waitReady waits for a cold boot's guest: SSH with the pinned key (then
-// the backend's setup script and the holder), agent-mcp's health, the
-// backend's settle command.
+// waitReady waits for a cold boot's guest: SSH with the pinned key (on a
+// fork's first start, the keys of the VM its disk was copied from first:
+// backend.Plan.Adopt), then the backend's setup script and the holder,
+// agent-mcp's health, the backend's settle command.
 func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver, mach driver.Machine, launch *driver.Launch, o StartOptions, plan *backend.Plan, res *StartResult) error {
 	w := m.bootOf(e, d, mach, launch, o).Begin(ctx, boot.ColdFor(launch.Accel))
 	defer w.Done()
+	if a := plan.Adopt; a != nil { // a guest with a key of its own is not the source's: provisioned as this VM, say
+		_, err := w.As(state.Layout{Dir: a.Keys}, e.Layout.Run("adopt_known_hosts"), a.Personalize)
+		var be *boot.Error
+		if os.RemoveAll(a.Keys); errors.As(err, &be) && !errors.Is(err, sshx.ErrHostKeyMismatch) {
+			be.Err = fmt.Errorf("%w (its next start, after a stop, provisions the copied disk as this VM)", be.Err)
+		}
+		if err != nil && !errors.Is(err, sshx.ErrHostKeyMismatch) {
+			return err
+		}
+	}
 	c, ready, err := w.SSH("waiting for SSH")
 	if err != nil {
 		return err
