@@ -34,7 +34,7 @@
 // VM), the driver starts QEMU from the template's state with the VM's own
 // ports, forwards, fw_cfg token and virtiofsd and writes the clone's own
 // kernel boot id into its memory (bootid.go), then vm's start logs in with the
-// template's key and runs the backend's Personalize script, which hands
+// template's key (boot.Wait.As) and runs the backend's Personalize script, which hands
 // the guest's agent-vm a plan (internal/personalize): the VM's host key
 // and client key, the template's removed; a new machine-id; hostname;
 // the instance-id, so that the VM's later cold boots with its own seed do
