@@ -258,8 +258,12 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 			return nil, err
 		}
 	}
-	if reprovision && adopt != "" {
-		adopt = "" // provisioned afresh: the other VM's keys are not needed
+	if reprovision {
+		adopt = "" // provisioned afresh
+	}
+	if adopt == "" {
+		// The other VM's keys, when a start that was to use them ended
+		// before it did: nothing will log in with them.
 		os.RemoveAll(filepath.Join(l.Dir, AdoptDir))
 	}
 	disk, err := b.disk(ctx, l, r, s, o)
