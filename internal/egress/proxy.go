@@ -383,6 +383,7 @@ func (p *Proxy) relayExposed(c net.Conn, br *bufio.Reader, port int) {
 	}
 	if !e.Allowed {
 		p.record(e)
+		hangUp(c)
 		return
 	}
 	network, addr := "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -393,11 +394,27 @@ func (p *Proxy) relayExposed(c net.Conn, br *bufio.Reader, port int) {
 	if err != nil {
 		e.Error = err.Error()
 		p.record(e)
+		hangUp(c)
 		return
 	}
 	defer up.Close()
 	e.BytesOut, e.BytesIn = splice(c, io.MultiReader(io.LimitReader(br, int64(br.Buffered())), c), up)
 	p.record(e)
+}
+
+// hangUp ends a connection the proxy will not relay so that the guest
+// reads its end, not an error: the guest sees its end at once (the write
+// side shut), and what it sent meanwhile is read and dropped, for at most
+// a second, before the caller closes it. A socket closed with data it has
+// not read resets the connection, and the guest's read then fails
+// ("connection reset by peer") rather than ends, depending on whether its
+// request came in before the refusal.
+func hangUp(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.Copy(io.Discard, c)
 }
 
 func (p *Proxy) record(e LogEntry) {

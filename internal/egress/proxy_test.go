@@ -304,6 +304,43 @@ func TestOfflineAndUnreadablePolicy(t *testing.T) {
 	}
 }
 
+// A connection to a port the policy does not expose ends, for the guest,
+// with its end, never a reset: here the guest's request comes after its
+// preamble, in a write of its own (as Relay sends them) and, in some
+// rounds, after the proxy has read the preamble and before it hangs up,
+// where a close with that request unread resets the connection.
+func TestARefusedPortEndsWithoutAReset(t *testing.T) {
+	dir := t.TempDir()
+	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline}); err != nil {
+		t.Fatal(err)
+	}
+	root := openRoot(t, dir)
+	p := &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	proxySock, exposedSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, ExposedSocket)
+	go p.Run(ctx, proxySock, exposedSock)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := tu.Poll(wctx, "the exposed ports' socket", func() bool { _, err := os.Stat(exposedSock); return err == nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		c, err := net.Dial("unix", exposedSock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "40000\n")
+		time.Sleep(time.Duration(i%50) * 10 * time.Microsecond)
+		c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		_, err = io.Copy(io.Discard, c)
+		c.Close()
+		if err != nil {
+			t.Fatalf("round %d: the refused connection ended with %v, want its end", i, err)
+		}
+	}
+}
+
 func TestExposedPortsAndRelay(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "mcp") }))
 	defer srv.Close()
