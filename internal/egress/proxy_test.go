@@ -304,27 +304,36 @@ func TestOfflineAndUnreadablePolicy(t *testing.T) {
 	}
 }
 
-// A connection to a port the policy does not expose ends, for the guest,
-// with its end, never a reset: here the guest's request comes after its
-// preamble, in a write of its own (as Relay sends them) and, in some
-// rounds, after the proxy has read the preamble and before it hangs up,
-// where a close with that request unread resets the connection.
-func TestARefusedPortEndsWithoutAReset(t *testing.T) {
-	dir := t.TempDir()
-	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline}); err != nil {
+// runSockets runs a proxy with policy pol on its two unix sockets (the
+// proxy's and the exposed ports') in a directory of the test's, until the
+// test ends, and returns the directory and the sockets once they are there.
+func runSockets(t *testing.T, pol Policy) (dir, proxySock, exposedSock string) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := WritePolicy(dir, pol); err != nil {
 		t.Fatal(err)
 	}
 	root := openRoot(t, dir)
 	p := &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile}}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	proxySock, exposedSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, ExposedSocket)
+	t.Cleanup(cancel)
+	proxySock, exposedSock = filepath.Join(dir, ProxySocket), filepath.Join(dir, ExposedSocket)
 	go p.Run(ctx, proxySock, exposedSock)
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	if err := tu.Poll(wctx, "the exposed ports' socket", func() bool { _, err := os.Stat(exposedSock); return err == nil }); err != nil {
 		t.Fatal(err)
 	}
+	return dir, proxySock, exposedSock
+}
+
+// A connection to a port the policy does not expose ends, for the guest,
+// with its end, never a reset: here the guest's request comes after its
+// preamble, in a write of its own (as Relay sends them) and, in some
+// rounds, after the proxy has read the preamble and before it hangs up,
+// where a close with that request unread resets the connection.
+func TestARefusedPortEndsWithoutAReset(t *testing.T) {
+	_, _, exposedSock := runSockets(t, Policy{Branch: "feat", Mode: ModeOffline})
 	for i := range 500 {
 		c, err := net.Dial("unix", exposedSock)
 		if err != nil {
@@ -346,21 +355,8 @@ func TestExposedPortsAndRelay(t *testing.T) {
 	defer srv.Close()
 	var exposed int
 	fmt.Sscan(port(t, srv.URL), &exposed)
-	dir := t.TempDir()
-	if err := WritePolicy(dir, Policy{Branch: "feat", Mode: ModeOffline, Exposed: []int{exposed}}); err != nil {
-		t.Fatal(err)
-	}
-	root := openRoot(t, dir)
-	p := &Proxy{Dir: root, Log: &Log{Dir: root, Name: LogFile}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	proxySock, exposedSock := filepath.Join(dir, ProxySocket), filepath.Join(dir, ExposedSocket)
-	go p.Run(ctx, proxySock, exposedSock)
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if err := tu.Poll(wctx, "the exposed ports' socket", func() bool { _, err := os.Stat(exposedSock); return err == nil }); err != nil {
-		t.Fatal(err)
-	}
+	dir, proxySock, exposedSock := runSockets(t, Policy{Branch: "feat", Mode: ModeOffline, Exposed: []int{exposed}})
+	ctx := context.Background()
 	for _, port := range []int{exposed, exposed + 1} {
 		var out strings.Builder
 		in := strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
