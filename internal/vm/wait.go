@@ -39,11 +39,10 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	defer w.Done()
 	if a := plan.Adopt; a != nil { // a guest with a key of its own is not the source's: provisioned as this VM, say
 		_, err := w.As(state.Layout{Dir: a.Keys}, e.Layout.Run("adopt_known_hosts"), a.Personalize)
-		var be *boot.Error
-		if os.RemoveAll(a.Keys); errors.As(err, &be) && !errors.Is(err, sshx.ErrHostKeyMismatch) {
-			be.Err = fmt.Errorf("%w (its next start, after a stop, provisions the copied disk as this VM)", be.Err)
-		}
-		if err != nil && !errors.Is(err, sshx.ErrHostKeyMismatch) {
+		if os.RemoveAll(a.Keys); err != nil && !errors.Is(err, sshx.ErrHostKeyMismatch) {
+			if be := (*boot.Error)(nil); errors.As(err, &be) {
+				be.Err = fmt.Errorf("%w (its next start, after a stop, provisions the copied disk as this VM)", be.Err)
+			}
 			return err
 		}
 	}
