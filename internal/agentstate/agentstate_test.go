@@ -100,7 +100,10 @@ func TestRecord(t *testing.T) {
 
 // A real Claude Code, not logged in, given ClaudeArgs in a tmux pane: its
 // UserPromptSubmit hook runs the real `agent-vm agent-state`, which marks
-// the session working.
+// the session working. The agent-vm on the pane's PATH is a labelled
+// recorder around the real one: after each hook it notes the state the
+// session was left in, the hook's event and its exit status, so the first hook's
+// state is read even where a later hook (or none) follows it.
 func TestRealClaudeCodeHooks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds agent-vm and runs Claude Code")
@@ -112,28 +115,44 @@ func TestRealClaudeCodeHooks(t *testing.T) {
 	}
 	_, err = os.Stat(claude)
 	tu.Need(t, err == nil, "no Claude Code for the test (hint: npm ci --prefix internal/agentstate/testdata/node)")
-	bin := t.TempDir()
-	if err := os.Symlink(tu.AgentVMBinary(t), filepath.Join(bin, "agent-vm")); err != nil {
+	bin, notes := t.TempDir(), filepath.Join(t.TempDir(), "hooks")
+	recorder := fmt.Sprintf(`#!/bin/sh
+# Test recorder (agentstate_test.go): the real agent-vm, then what it left.
+payload=$(cat)
+printf '%%s' "$payload" | %s "$@"
+rc=$?
+event=$(printf '%%s' "$payload" | sed -n 's/.*"hook_event_name": *"\([^"]*\)".*/\1/p')
+printf '%%s after %%s, exit %%s\n' "$(tmux display-message -p -t "$TMUX_PANE" '#{%s}')" "$event" $rc >>%s
+exit $rc
+`, execx.ShellQuote(tu.AgentVMBinary(t)), StateOption, execx.ShellQuote(notes))
+	if err := os.WriteFile(filepath.Join(bin, "agent-vm"), []byte(recorder), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(t.TempDir(), "tmux.sock")
 	args := ClaudeArgs()
-	script := fmt.Sprintf("PATH=%s:$PATH HOME=%s %s -p hello %s %s; sleep 60",
-		bin, t.TempDir(), claude, args[0], execx.ShellQuote(args[1]))
+	exited := filepath.Join(t.TempDir(), "exited")
+	script := fmt.Sprintf("PATH=%s:$PATH HOME=%s %s -p hello %s %s; echo claude exited $? | tee %s; sleep 60",
+		bin, t.TempDir(), claude, args[0], execx.ShellQuote(args[1]), exited)
 	if out, err := exec.Command("tmux", "-S", sock, "-f", "/dev/null", "new-session", "-d", "-s", "agent", script).CombinedOutput(); err != nil {
 		t.Fatalf("tmux: %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("tmux", "-S", sock, "kill-server").Run() })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var got string
-	err = tu.Poll(ctx, "the hook's state in the session", func() bool {
-		out, _ := exec.Command("tmux", "-S", sock, "display-message", "-p", "-t", "agent", "#{"+StateOption+"}").Output()
-		got = strings.TrimSpace(string(out))
-		return got != ""
+	var first string
+	err = tu.Poll(ctx, "a hook to run", func() bool {
+		b, _ := os.ReadFile(notes)
+		first, _, _ = strings.Cut(string(b), "\n")
+		return first != ""
 	})
-	if err != nil || got != Working {
+	if err != nil || first != Working+" after UserPromptSubmit, exit 0" {
+		hooks, _ := os.ReadFile(notes)
 		screen, _ := exec.Command("tmux", "-S", sock, "capture-pane", "-p", "-t", "agent").Output()
-		t.Fatalf("state %q, %v; want %s. The pane:\n%s", got, err, Working, screen)
+		t.Fatalf("the first hook: %q, %v; want the UserPromptSubmit hook to leave the session %s.\nThe hooks:\n%s\nThe pane:\n%s", first, err, Working, hooks, screen)
+	}
+	// Claude Code writes in its HOME, a directory of this test's, until
+	// it exits: it must have before the test ends and removes it.
+	if err := tu.Poll(ctx, "Claude Code to exit", func() bool { _, err := os.Stat(exited); return err == nil }); err != nil {
+		t.Fatal(err)
 	}
 }
