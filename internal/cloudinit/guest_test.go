@@ -182,6 +182,99 @@ func TestGuestFilesAgreeWithTheGo(t *testing.T) {
 	}
 }
 
+// TestInstallAgent runs guest/setup's install_agent (taken out of the
+// script, with its variables pointed into a temporary directory) under a
+// real sh: the binary is read from the seed only when the digest the guest
+// kept is not the seed's, and the digest kept is always that of the binary
+// installed.
+func TestInstallAgent(t *testing.T) {
+	sh := testutil.Program(t, "sh")
+	script := guestScripts(t)["setup"]
+	start := strings.Index(script, "\ninstall_agent() {\n")
+	end := strings.Index(script[start+1:], "\n}\n")
+	if start < 0 || end < 0 {
+		t.Fatal("guest/setup has no install_agent() { ... } function")
+	}
+	fn := script[start+1 : start+1+end+3]
+	dir := t.TempDir()
+	seed, agent, kept := filepath.Join(dir, "seed"), filepath.Join(dir, "bin", "agent-vm"), filepath.Join(dir, "state", "agent-vm.sha256")
+	if err := os.Mkdir(seed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "(none)"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	install := func() string {
+		t.Helper()
+		res, err := execx.OS{}.Run(context.Background(), execx.Cmd{Path: sh, Args: []string{"-euc", `
+status=0
+log() { echo "log: $*"; }
+error() { echo "error: $*"; status=1; }
+` + fn + `
+install_agent
+exit "$status"`, "install-agent"}, Env: []string{"seed_dir=" + seed, "agent=" + agent, "agent_digest=" + kept, "PATH=" + os.Getenv("PATH")}})
+		out := strings.TrimSpace(string(res.Stdout) + string(res.Stderr))
+		if err != nil {
+			t.Fatalf("install_agent: %v\n%s", err, out)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name                       string
+		seedBin, seedDigest        string // "" for none on the seed
+		installed, keptDigest      string // "" for none in the guest
+		wantOut, wantBin, wantKept string
+	}{
+		{"first boot", "v1", "d1\n", "", "", "log: installed " + agent + " from the seed", "v1", "d1\n"},
+		{"same digest: the seed's binary is not read", "v2", "d1\n", "v1", "d1\n", "", "v1", "d1\n"},
+		{"new digest", "v2", "d2\n", "v1", "d1\n", "log: installed " + agent + " from the seed", "v2", "d2\n"},
+		{"new digest, same binary: only the digest kept", "v1", "d2\n", "v1", "d1\n", "", "v1", "d2\n"},
+		{"kept digest but no binary", "v1", "d1\n", "", "d1\n", "log: installed " + agent + " from the seed", "v1", "d1\n"},
+		{"a seed without a digest is compared, and no digest kept", "v2", "", "v1", "d1\n", "log: installed " + agent + " from the seed", "v2", "(none)"},
+		{"a seed without a digest, the same binary", "v1", "", "v1", "d1\n", "", "v1", "(none)"},
+		{"no binary on the seed", "", "d1\n", "v1", "d1\n", "log: the seed carries no agent-vm; keeping " + agent + " as it is", "v1", "d1\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, f := range []struct{ path, text string }{
+				{filepath.Join(seed, AgentBinaryName), c.seedBin}, {filepath.Join(seed, AgentDigestName), c.seedDigest},
+				{agent, c.installed}, {kept, c.keptDigest},
+			} {
+				if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					t.Fatal(err)
+				}
+				if f.text != "" {
+					write(f.path, f.text)
+				}
+			}
+			if out := install(); out != c.wantOut {
+				t.Errorf("said %q, want %q", out, c.wantOut)
+			}
+			if got := read(agent); got != c.wantBin {
+				t.Errorf("installed binary %q, want %q", got, c.wantBin)
+			}
+			if got := read(kept); got != c.wantKept {
+				t.Errorf("kept digest %q, want %q", got, c.wantKept)
+			}
+		})
+	}
+}
+
 // TestEnsurePackages runs guest/ensure-packages inside the cloud-init root
 // filesystem. With every package present it must not touch apt at all; with
 // one missing it installs only that one: from the image's package lists

@@ -2,9 +2,13 @@ package cloudinit
 
 import (
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/iso9660"
@@ -27,7 +31,7 @@ type SeedOptions struct {
 	// VM's creation time) so the same Config always gives the same bytes.
 	ModTime time.Time
 	// Extra files for the seed's root; their names must not be user-data,
-	// meta-data, network-config or agent-vm.
+	// meta-data, network-config, agent-vm or agent-vm.sha256.
 	Extra []iso9660.File
 }
 
@@ -42,15 +46,20 @@ func WriteSeed(ctx context.Context, path string, c Config, o SeedOptions) error 
 	if err := checkAgentBinary(o.AgentBinary); err != nil {
 		return err
 	}
+	digest, err := fileSHA256(o.AgentBinary)
+	if err != nil {
+		return fmt.Errorf("agent-vm binary for the guest: %w", err)
+	}
 	files := []iso9660.File{
 		{Name: userDataName, Data: seed.UserData, Mode: 0o600},
 		{Name: metaDataName, Data: seed.MetaData, Mode: 0o644},
 		{Name: networkConfigName, Data: seed.NetworkConfig, Mode: 0o644},
 		{Name: AgentBinaryName, SourcePath: o.AgentBinary, Mode: 0o755},
+		{Name: AgentDigestName, Data: []byte(digest + "\n"), Mode: 0o644},
 	}
 	for _, f := range o.Extra {
 		switch f.Name {
-		case userDataName, metaDataName, networkConfigName, AgentBinaryName:
+		case userDataName, metaDataName, networkConfigName, AgentBinaryName, AgentDigestName:
 			return fmt.Errorf("extra seed file %q would replace agent-vm's own", f.Name)
 		}
 		files = append(files, f)
@@ -60,6 +69,20 @@ func WriteSeed(ctx context.Context, path string, c Config, o SeedOptions) error 
 		return fmt.Errorf("writing the cloud-init seed: %w", err)
 	}
 	return nil
+}
+
+// fileSHA256 is the SHA-256 of the file at path, in hex.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // checkAgentBinary makes sure the guest gets something it can run: an

@@ -3,6 +3,8 @@ package cloudinit
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +40,7 @@ func TestWriteSeedReadsBackWithRealTools(t *testing.T) {
 	listing, _ := runTool(t, xorriso, "-indev", path, "-find", "/", "-type", "f", "-exec", "lsdl")
 	wantModes := map[string]string{
 		"user-data": "-rw-------", "meta-data": "-rw-r--r--", "network-config": "-rw-r--r--",
-		"agent-vm": "-rwxr-xr-x", "vendor-data": "-rw-r--r--",
+		"agent-vm": "-rwxr-xr-x", "agent-vm.sha256": "-rw-r--r--", "vendor-data": "-rw-r--r--",
 	}
 	lines := strings.Split(strings.TrimSpace(listing), "\n")
 	if len(lines) != len(wantModes) {
@@ -67,9 +69,10 @@ func TestWriteSeedReadsBackWithRealTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	digest := sha256.Sum256(binBytes)
 	for name, want := range map[string][]byte{
 		"user-data": seed.UserData, "meta-data": seed.MetaData, "network-config": seed.NetworkConfig,
-		"agent-vm": binBytes, "vendor-data": extra.Data,
+		"agent-vm": binBytes, "agent-vm.sha256": []byte(hex.EncodeToString(digest[:]) + "\n"), "vendor-data": extra.Data,
 	} {
 		dst := filepath.Join(t.TempDir(), name)
 		runTool(t, xorriso, "-osirrox", "on", "-indev", path, "-extract", "/"+name, dst)
@@ -124,6 +127,8 @@ func TestWriteSeedRefuses(t *testing.T) {
 		{"no time", testConfig(t), SeedOptions{AgentBinary: bin}, "time is not set"},
 		{"extra shadows user-data", testConfig(t), SeedOptions{AgentBinary: bin, ModTime: seedTime,
 			Extra: []iso9660.File{{Name: "user-data", Data: []byte("x")}}}, `"user-data" would replace`},
+		{"extra shadows the digest", testConfig(t), SeedOptions{AgentBinary: bin, ModTime: seedTime,
+			Extra: []iso9660.File{{Name: AgentDigestName, Data: []byte("x")}}}, `"agent-vm.sha256" would replace`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
