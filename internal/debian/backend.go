@@ -393,9 +393,15 @@ func fitsTemplate(ctx context.Context, run execx.Runner, disk, base string, size
 }
 
 // base picks the base image: --image, else the default built image, built
-// now if the host can.
+// now if the host can. An --image that is the disk of one of agent-vm's
+// images (a version directory of the image cache, say an older build kept
+// on purpose) boots as that image does, with the kernel beside it: its disk
+// has no boot loader.
 func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions) (*DiskInfo, error) {
 	if s.Image != "" {
+		if img := ownImage(s.Image); img != nil {
+			return diskInfoOf(img), nil
+		}
 		d, err := image.Inspect(ctx, b.Run, s.Image)
 		if err != nil {
 			return nil, err
@@ -413,7 +419,26 @@ func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions
 	if err != nil {
 		return nil, err
 	}
-	return &DiskInfo{Base: img.Disk, BaseFormat: img.Format, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}, nil
+	return diskInfoOf(img), nil
+}
+
+func diskInfoOf(img *image.Image) *DiskInfo {
+	return &DiskInfo{Base: img.Disk, BaseFormat: img.Format, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}
+}
+
+// ownImage is the agent-vm image whose disk path is (through symlinks,
+// which are resolved: the image's current-version link moves, and pruning
+// goes by the version's own path), or nil when path is not one.
+func ownImage(path string) *image.Image {
+	disk, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil
+	}
+	img, err := image.Open(filepath.Dir(disk))
+	if err != nil || img.Disk != disk {
+		return nil
+	}
+	return img
 }
 
 // Release implements backend.Backend: a Debian VM has nothing outside its

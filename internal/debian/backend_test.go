@@ -9,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 )
@@ -112,5 +113,47 @@ func TestCheckCreateRefusesAnAgentTheGuestCannotRun(t *testing.T) {
 		if err := b.CheckCreate(backend.CreateFlags{Agent: a}); err != nil {
 			t.Errorf("--agent %q: %v", a, err)
 		}
+	}
+}
+
+// An --image that is the disk of one of agent-vm's own images (here named
+// through a link, as the cache's current-version link names it) boots
+// with that image's kernel, initrd and command line, by the version's own
+// paths; any other disk boots by its own boot loader.
+func TestBaseOfAnAgentVMImageHasItsKernel(t *testing.T) {
+	testutil.Program(t, "qemu-img")
+	cache := t.TempDir()
+	version := filepath.Join(cache, ".store", "debian-bookworm", "20261201T000000Z")
+	if err := os.MkdirAll(version, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := `{"schema":1,"name":"debian-bookworm","kind":"built","disk":"disk.qcow2","format":"qcow2","kernel":"vmlinuz","initrd":"initrd.img","cmdline":"root=/dev/vda rw"}`
+	for name, content := range map[string]string{image.ManifestFile: manifest, "disk.qcow2": "", "vmlinuz": "", "initrd.img": ""} {
+		if err := os.WriteFile(filepath.Join(version, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(cache, "debian-bookworm")
+	if err := os.Symlink(filepath.Join(".store", "debian-bookworm", "20261201T000000Z"), link); err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{Run: execx.OS{}, ImageDir: t.TempDir()}
+	got, err := b.base(context.Background(), Settings{Image: filepath.Join(link, "disk.qcow2")}, backend.PrepareOptions{})
+	want := DiskInfo{Base: filepath.Join(version, "disk.qcow2"), BaseFormat: "qcow2", Kernel: filepath.Join(version, "vmlinuz"),
+		Initrd: filepath.Join(version, "initrd.img"), Cmdline: "root=/dev/vda rw"}
+	if err != nil || *got != want {
+		t.Errorf("base of an agent-vm image's disk: %+v, %v; want %+v", got, err, want)
+	}
+
+	// A disk of another's (a raw disk with an MBR) has no kernel beside it.
+	mbr := make([]byte, 1<<20)
+	mbr[510], mbr[511] = 0x55, 0xaa
+	other := filepath.Join(t.TempDir(), "base.raw")
+	if err := os.WriteFile(other, mbr, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err = b.base(context.Background(), Settings{Image: other}, backend.PrepareOptions{})
+	if err != nil || *got != (DiskInfo{Base: other, BaseFormat: "raw"}) {
+		t.Errorf("base of another disk: %+v, %v; want it alone, raw", got, err)
 	}
 }

@@ -185,8 +185,6 @@ func List(cacheDir string) ([]*Image, error) {
 	return imgs, errors.Join(errs...)
 }
 
-// load reads the version directory dir and checks that the files its manifest
-// names are there.
 // Open reads the image version in dir (an Image's Dir), which a VM's disk
 // was made on, whether or not it is still the image's current version.
 func Open(dir string) (*Image, error) {
@@ -196,6 +194,8 @@ func Open(dir string) (*Image, error) {
 	return load(filepath.Base(filepath.Dir(dir)), dir)
 }
 
+// load reads the version directory dir and checks that the files its manifest
+// names are there.
 func load(name, dir string) (*Image, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
