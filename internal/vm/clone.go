@@ -67,7 +67,9 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	if err != nil {
 		return nil, &templateRefused{err}
 	}
-	m.Log.Debug("the clone's kernel boot id (none: its template's until it reboots)", "vm", r.Branch, "boot_id", id)
+	if id == "" {
+		m.Log.Info("this VM shares its template's kernel boot id until it reboots: the template does not say where its kernel keeps it", "vm", r.Branch)
+	}
 	launch, err := cloner.Clone(ctx, mach, plan.Boot, so, t.mach, edits)
 	if err != nil {
 		if errors.Is(err, driver.ErrStaleState) {
@@ -157,10 +159,8 @@ func (m *Manager) templateFor(ctx context.Context, e state.Entry, o StartOptions
 		m.Log.Info("booting cold, not from a template: "+why, "vm", e.Record.Branch)
 		return nil, why == template.None(e.Record.Slug)
 	}
-	if a := e.Record.Agent; a != "" {
-		if _, has := t.rec.Agents[a]; !has {
-			m.Log.Info("the template has no "+a+": this VM installs it from npm (minutes without KVM); `agent-vm template build --agents` with it makes new VMs start with it", "vm", e.Record.Branch)
-		}
+	if _, has := t.rec.Agents[e.Record.Agent]; e.Record.Agent != "" && !has {
+		m.Log.Info("the template has no "+e.Record.Agent+": this VM installs it from npm (minutes without KVM); `agent-vm template build --agents` with it makes new VMs start with it", "vm", e.Record.Branch)
 	}
 	return t, false
 }
