@@ -58,7 +58,12 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	started := stat()
 	bootID := sh("cat /proc/sys/kernel/random/boot_id")
 	sh("echo before >/workspace/from-guest && sync")
-	count := func() int { n, _ := strconv.Atoi(sh("cat /tmp/count 2>/dev/null || true")); return n }
+	// The counter's shell truncates the file before it writes the next
+	// count: a read between the two finds it empty, and reads again.
+	count := func() int {
+		n, _ := strconv.Atoi(sh(`c=$(cat /tmp/count 2>/dev/null); while [ -z "$c" ]; do sleep 0.05; c=$(cat /tmp/count 2>/dev/null); done; echo "$c"`))
+		return n
+	}
 	var before int
 	tu.WaitFor(t, "the counter to count", func() bool { before = count(); return before > 1 })
 	qemuPid := m.Status(ctx, e, false).Pid
