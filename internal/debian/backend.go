@@ -399,8 +399,12 @@ func fitsTemplate(ctx context.Context, run execx.Runner, disk, base string, size
 // has no boot loader.
 func (b *Backend) base(ctx context.Context, s Settings, o backend.PrepareOptions) (*DiskInfo, error) {
 	if s.Image != "" {
-		if img := ownImage(s.Image); img != nil {
-			return diskInfoOf(img), nil
+		own, err := ownImage(s.Image)
+		if err != nil {
+			return nil, err
+		}
+		if own != nil {
+			return diskInfoOf(own), nil
 		}
 		d, err := image.Inspect(ctx, b.Run, s.Image)
 		if err != nil {
@@ -428,17 +432,26 @@ func diskInfoOf(img *image.Image) *DiskInfo {
 
 // ownImage is the agent-vm image whose disk path is (through symlinks,
 // which are resolved: the image's current-version link moves, and pruning
-// goes by the version's own path), or nil when path is not one.
-func ownImage(path string) *image.Image {
+// goes by the version's own path), or nil when path is not one. A version
+// directory whose manifest or files are damaged is an error: its disk
+// would boot without the kernel it needs.
+func ownImage(path string) (*image.Image, error) {
 	disk, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return nil
+		return nil, nil // image.Inspect says what is wrong with it
 	}
-	img, err := image.Open(filepath.Dir(disk))
-	if err != nil || img.Disk != disk {
-		return nil
+	dir := filepath.Dir(disk)
+	if _, err := os.Stat(filepath.Join(dir, image.ManifestFile)); err != nil {
+		return nil, nil
 	}
-	return img
+	img, err := image.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--image %s: %w", path, err)
+	}
+	if img.Disk != disk {
+		return nil, nil
+	}
+	return img, nil
 }
 
 // Release implements backend.Backend: a Debian VM has nothing outside its

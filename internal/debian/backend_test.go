@@ -145,6 +145,14 @@ func TestBaseOfAnAgentVMImageHasItsKernel(t *testing.T) {
 		t.Errorf("base of an agent-vm image's disk: %+v, %v; want %+v", got, err, want)
 	}
 
+	// A version whose kernel is gone is refused, named, not booted without it.
+	if err := os.Remove(filepath.Join(version, "vmlinuz")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.base(context.Background(), Settings{Image: filepath.Join(link, "disk.qcow2")}, backend.PrepareOptions{}); err == nil || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "vmlinuz") {
+		t.Errorf("base of an image version without its kernel: %+v, %v; want it refused as damaged, naming the kernel", got, err)
+	}
+
 	// A disk of another's (a raw disk with an MBR) has no kernel beside it.
 	mbr := make([]byte, 1<<20)
 	mbr[510], mbr[511] = 0x55, 0xaa
