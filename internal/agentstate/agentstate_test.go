@@ -102,8 +102,8 @@ func TestRecord(t *testing.T) {
 // UserPromptSubmit hook runs the real `agent-vm agent-state`, which marks
 // the session working. The agent-vm on the pane's PATH is a labelled
 // recorder around the real one: after each hook it notes the state the
-// session was left in, the hook's event and its exit status, so the first hook's
-// state is read even where a later hook (or none) follows it.
+// session was left in, the hook's event and its exit status, so the
+// first hook's state is read even where a later hook (or none) follows.
 func TestRealClaudeCodeHooks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds agent-vm and runs Claude Code")
