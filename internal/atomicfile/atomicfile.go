@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Write replaces path with b (mode perm).
@@ -86,6 +88,21 @@ func SyncDir(dir string) error {
 	defer d.Close()
 	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
 		return err
+	}
+	return nil
+}
+
+// SyncFS writes out everything written to the filesystem that holds path
+// (syncfs(2)): one call for a tree of files written without a sync each,
+// made durable before the tree is renamed into place.
+func SyncFS(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("writing out the files under %s: %w", path, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -47,5 +48,21 @@ func TestWriteFromFailureKeepsTheOldFile(t *testing.T) {
 	}
 	if des, _ := os.ReadDir(dir); len(des) != 1 {
 		t.Errorf("the failed write left %v", des)
+	}
+}
+
+// SyncFS writes out the filesystem of a path that is there, and names a
+// path that is not.
+func TestSyncFS(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncFS(dir); err != nil {
+		t.Errorf("SyncFS of %s: %v", dir, err)
+	}
+	missing := filepath.Join(dir, "missing")
+	if err := SyncFS(missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("SyncFS of a missing path: %v, want an error naming it", err)
 	}
 }
