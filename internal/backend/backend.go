@@ -90,7 +90,9 @@ type Forker interface {
 	// of from's (record r), which is stopped, saved or paused and stays
 	// so meanwhile, and sets nr's section. A source that has never booted
 	// has no disk: the fork then makes its own at its first start, as any
-	// new VM. A failure leaves nothing of the fork's disk in to.
+	// new VM. A failure leaves nothing of the fork's disk in to. The copy
+	// is written, not synced (the source is held still the shorter): the
+	// caller syncs to's filesystem before it puts the fork in place.
 	ForkDisk(ctx context.Context, from state.Layout, r *state.Record, to state.Layout, nr *state.Record) (DiskFork, error)
 	// RestoreDisk gives the stopped VM in to (its record r) a copy of the
 	// disk ForkDisk copied into from (a checkpoint of that VM) in place of

@@ -48,7 +48,7 @@ func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Reco
 		}
 	}
 	overlay := filepath.Join(to.Dir, DiskFile)
-	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), overlay)
+	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), overlay, false)
 	if err != nil {
 		return backend.DiskFork{}, err
 	}
@@ -113,7 +113,7 @@ func (b *Backend) RestoreDisk(ctx context.Context, from state.Layout, r *state.R
 	overlay := filepath.Join(to.Dir, DiskFile)
 	staged := overlay + ".restore"
 	os.Remove(staged) // a rollback interrupted before
-	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), staged)
+	n, err := image.CopyOverlay(ctx, b.Run, filepath.Join(from.Dir, DiskFile), staged, true)
 	if err != nil {
 		return backend.DiskFork{}, err
 	}

@@ -3,7 +3,7 @@ package fork
 // Checkpoints: points of a VM to come back to (`agent-vm checkpoint`,
 // `checkpoint list|rm`, `rollback`). A checkpoint is what a fork copies,
 // kept in the VM's own directory instead of made a VM: the workspace's
-// exact tree (gitws.Copy: its commits, index, uncommitted, untracked and
+// exact tree (gitws.Copying: its commits, index, uncommitted, untracked and
 // ignored files) and the root disk (backend.Forker), in
 // checkpoints/NAME/ with a checkpoint.json that describes it. The VM is
 // kept still for the copy as for a fork (a running one paused). The VM's
@@ -34,6 +34,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/autocheckpoint"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/gitws"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -148,17 +149,20 @@ func (f Forks) take(ctx context.Context, vm, name string, keep int, auto bool) (
 	if err != nil {
 		return nil, err
 	}
-	var c *Checkpoint
-	err = st.during(ctx, func() (err error) {
-		c, err = f.keep(ctx, e, forker, name, st.state, "")
-		return err
-	})
-	if c != nil {
-		c.Paused, c.Unsynced = st.paused, st.unsynced
-	}
+	k, err := f.begin(ctx, e, name, st.runs())
 	if err != nil {
 		return nil, err
 	}
+	err = st.during(ctx, func() error { return k.copy(ctx, forker) })
+	var c *Checkpoint
+	if err == nil {
+		c, err = k.seal(ctx, st.state, "")
+	}
+	if err != nil {
+		k.abort()
+		return nil, err
+	}
+	c.Paused, c.Unsynced = st.paused, st.unsynced
 	if keep > 0 {
 		all, err := list(e)
 		if err != nil {
@@ -177,56 +181,127 @@ func (f Forks) take(ctx context.Context, vm, name string, keep int, auto bool) (
 	return c, nil
 }
 
-// keep copies the still VM of e, in state vmState, into a new checkpoint,
-// made under a temporary name and renamed into place.
-func (f Forks) keep(ctx context.Context, e state.Entry, forker backend.Forker, name, vmState, replaced string) (c *Checkpoint, err error) {
+// keep copies the still VM of e, in state vmState, into a new checkpoint.
+func (f Forks) keep(ctx context.Context, e state.Entry, forker backend.Forker, name, vmState, replaced string) (*Checkpoint, error) {
+	k, err := f.begin(ctx, e, name, false)
+	if err != nil {
+		return nil, err
+	}
+	c, err := func() (*Checkpoint, error) {
+		if err := k.copy(ctx, forker); err != nil {
+			return nil, err
+		}
+		return k.seal(ctx, vmState, replaced)
+	}()
+	if err != nil {
+		k.abort()
+	}
+	return c, err
+}
+
+// keeping is a checkpoint being made, under a hidden temporary name in
+// the VM's checkpoints directory until seal renames it into place.
+type keeping struct {
+	f         Forks
+	e         state.Entry
+	name, tmp string
+	at        time.Time
+	ws        *gitws.Copying
+	files     *gitws.ForkResult
+	disk      backend.DiskFork
+}
+
+// begin makes the checkpoint's temporary directory and, when the VM runs
+// on until it is paused (precopy), copies its workspace a first time.
+func (f Forks) begin(ctx context.Context, e state.Entry, name string, precopy bool) (k *keeping, err error) {
 	dir := filepath.Join(e.Layout.Dir, CheckpointsDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	now := f.Now().UTC() // whole, so that checkpoints of one second keep their order
+	k = &keeping{f: f, e: e, at: f.Now().UTC()} // whole, so that checkpoints of one second keep their order
 	if name == "" {
-		name = uniqueName(dir, now.Format("20060102-150405"))
+		name = uniqueName(dir, k.at.Format("20060102-150405"))
 	}
-	final := filepath.Join(dir, name)
-	if _, err := os.Lstat(final); err == nil {
+	k.name = name
+	if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
 		return nil, fmt.Errorf("VM %q has a checkpoint %q already (hint: another name, or `agent-vm checkpoint rm --vm %s %s` first)", e.Record.Branch, name, e.Record.Slug, name)
 	}
-	tmp, err := os.MkdirTemp(dir, "."+name+".tmp-")
-	if err != nil {
+	if k.tmp, err = os.MkdirTemp(dir, "."+name+".tmp-"); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(tmp)
+			k.abort()
 		}
 	}()
-	ws, err := f.Git.Copy(ctx, e.Layout.Workspace(), filepath.Join(tmp, state.WorkspaceDir))
-	if err != nil {
+	if k.ws, err = f.Git.NewCopying(e.Layout.Workspace(), filepath.Join(k.tmp, state.WorkspaceDir)); err != nil {
 		return nil, err
 	}
+	if precopy {
+		began := time.Now()
+		if err := k.ws.Precopy(ctx); err != nil {
+			return nil, err
+		}
+		f.Log.Debug("workspace copied before the pause", "vm", e.Record.Slug, "took", time.Since(began))
+	}
+	return k, nil
+}
+
+// copy copies the still VM's workspace (again what changed since begin's
+// copy) and disk.
+func (k *keeping) copy(ctx context.Context, forker backend.Forker) (err error) {
+	began := time.Now()
+	if k.files, err = k.ws.Finish(ctx); err != nil {
+		return err
+	}
+	k.f.Log.Debug("workspace copied", "vm", k.e.Record.Slug, "files", k.files.Files, "copied", k.files.Copied, "took", time.Since(began))
 	// ForkDisk sets the section of a record for a new VM; a checkpoint
 	// keeps none, so it gets a copy whose paths say where the disk will lie.
-	scratch := *e.Record
-	scratch.Paths = state.Layout{Dir: final}.Paths()
-	disk, err := forker.ForkDisk(ctx, e.Layout, e.Record, state.Layout{Dir: tmp}, &scratch)
-	if err != nil {
-		return nil, fmt.Errorf("copying the disk of %q: %w", e.Record.Branch, err)
+	scratch := *k.e.Record
+	scratch.Paths = state.Layout{Dir: k.final()}.Paths()
+	began = time.Now()
+	if k.disk, err = forker.ForkDisk(ctx, k.e.Layout, k.e.Record, state.Layout{Dir: k.tmp}, &scratch); err != nil {
+		return fmt.Errorf("copying the disk of %q: %w", k.e.Record.Branch, err)
 	}
-	c = &Checkpoint{Name: name, CreatedAt: now, State: vmState, Commit: ws.Commit, Files: ws.Files, Bytes: ws.Bytes,
-		DiskBytes: disk.Bytes, Skipped: ws.Skipped, Replaced: replaced}
+	k.f.Log.Debug("disk copied", "vm", k.e.Record.Slug, "bytes", k.disk.Bytes, "took", time.Since(began))
+	return nil
+}
+
+// seal describes the copy in its checkpoint.json, has its files written
+// out to the disk, and renames it into place.
+func (k *keeping) seal(ctx context.Context, vmState, replaced string) (*Checkpoint, error) {
+	c := &Checkpoint{Name: k.name, CreatedAt: k.at, State: vmState, Commit: k.f.Git.Head(ctx, filepath.Join(k.tmp, state.WorkspaceDir)),
+		Files: k.files.Files, Bytes: k.files.Bytes, DiskBytes: k.disk.Bytes, Skipped: k.files.Skipped, Replaced: replaced}
 	raw, _ := json.MarshalIndent(c, "", "  ")
-	if err := atomicfile.Write(filepath.Join(tmp, CheckpointFile), append(raw, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(k.tmp, CheckpointFile), append(raw, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	// The workspace's copies were written without a sync each: one of
+	// the filesystem, before the checkpoint is in place, so that a crash
+	// cannot leave one whose files are empty.
+	if err := atomicfile.SyncFS(k.tmp); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(tmp, final); err != nil {
+	if err := os.Rename(k.tmp, k.final()); err != nil {
 		return nil, err
 	}
-	f.Log.Info("checkpoint taken", "vm", e.Record.Slug, "name", name, "disk_bytes", disk.Bytes)
-	return c, atomicfile.SyncDir(dir)
+	k.tmp = ""
+	k.f.Log.Info("checkpoint taken", "vm", k.e.Record.Slug, "name", k.name, "disk_bytes", k.disk.Bytes)
+	return c, atomicfile.SyncDir(filepath.Dir(k.final()))
+}
+
+func (k *keeping) final() string {
+	return filepath.Join(k.e.Layout.Dir, CheckpointsDir, k.name)
+}
+
+// abort removes what was copied (nothing once sealed).
+func (k *keeping) abort() {
+	if k.tmp != "" {
+		_ = os.RemoveAll(k.tmp)
+	}
 }
 
 // uniqueName is base, or base-2, base-3 ... when dir has it already.
@@ -383,6 +458,11 @@ func (f Forks) Rollback(ctx context.Context, vm, name string) (*Rollback, error)
 		return nil, err
 	}
 	defer os.RemoveAll(staged)
+	// Its files are written out before it can replace the VM's: a crash
+	// must not leave a workspace of empty files.
+	if err := atomicfile.SyncFS(staged); err != nil {
+		return nil, err
+	}
 	saved, err := f.keep(ctx, e, forker, uniqueName(filepath.Join(l.Dir, CheckpointsDir), "before-rollback-"+f.Now().UTC().Format("20060102-150405")), live.State, name)
 	if err != nil {
 		return nil, fmt.Errorf("keeping what VM %q has before the rollback: %w", r.Branch, err)

@@ -1,7 +1,7 @@
 // Package fork makes new VMs from a VM as it is (`agent-vm fork --vm SRC
 // NEW...`): each a VM of its own on a new branch that starts at
 // SRC's HEAD, with a copy of SRC's workspace as it is at that moment
-// (uncommitted changes, untracked and ignored files; gitws.Fork) and a copy
+// (uncommitted changes, untracked and ignored files; gitws.Copying) and a copy
 // of SRC's root disk (its backend's backend.Forker), and with what must be
 // its own: its record's id and name, host ports, SSH keys and pinned host
 // key, MCP token. SRC's egress CA comes along (its guest trusts it), and
@@ -13,7 +13,9 @@
 // boots SRC's disk as a new machine (the backend gives the guest the fork's
 // identity then). A running SRC is paused for the copy (its guest's
 // writes synced first, so the copies hold them) and continued after; one
-// suspended or paused in place stays so. What SRC's processes hold in
+// suspended or paused in place stays so. Its workspace is copied once
+// before the pause, and in the pause only what changed since is copied
+// again, so the pause is a walk of the tree rather than the whole copy. What SRC's processes hold in
 // memory does not come along: forking the memory needs QEMU to migrate
 // the workspace's virtiofs device, which QEMU 7.2 refuses (docs/design.md,
 // "Fork").
@@ -155,9 +157,23 @@ func (f Forks) Fork(ctx context.Context, src string, branches []string) (*Result
 	}
 
 	res := &Result{Source: r.Branch, State: st.state, Forwards: r.Forwards}
+	if err := f.precopy(ctx, e, stages, st.runs()); err != nil {
+		return nil, err
+	}
 	err = st.during(ctx, func() error { return f.copyAll(ctx, e, forker, stages, res) })
 	res.Paused, res.Unsynced = st.paused, st.unsynced
 	if err != nil {
+		return nil, err
+	}
+	for i, s := range stages {
+		if res.Forks[i].Commit, err = f.Git.Branch(ctx, s.staging.Layout.Workspace(), s.branch); err != nil {
+			return nil, err
+		}
+	}
+	// The workspaces' copies were written without a sync each: one of the
+	// filesystem, before the forks are in place, so that a crash cannot
+	// leave one whose files are empty.
+	if err := atomicfile.SyncFS(f.Root.Dir); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -210,6 +226,9 @@ func (f Forks) still(ctx context.Context, e state.Entry, verb string) (*stillnes
 	}
 	return st, nil
 }
+
+// runs reports whether the VM runs until during pauses it.
+func (st *stillness) runs() bool { return st.pauser != nil }
 
 // during runs copy with the VM still: a running VM's guest is asked to
 // sync, the VM paused, and continued afterwards on every way out (an
@@ -285,6 +304,7 @@ type stage struct {
 	lock    *state.Lock
 	staging *state.Staging
 	rec     *state.Record
+	ws      *gitws.Copying // the copy of SRC's workspace, in staging
 }
 
 func (s *stage) abort() {
@@ -359,15 +379,37 @@ func shareCA(from, to state.Layout) error {
 	return atomicfile.Write(to.ProxyCA(), cert, 0o600)
 }
 
-// copyAll copies SRC's workspace and disk into each stage and writes its
-// record; SRC is still meanwhile.
-func (f Forks) copyAll(ctx context.Context, e state.Entry, forker backend.Forker, stages []*stage, res *Result) error {
+// precopy makes each stage's copy of SRC's workspace and, when SRC runs
+// on until it is paused (first), copies it a first time.
+func (f Forks) precopy(ctx context.Context, e state.Entry, stages []*stage, first bool) error {
 	for _, s := range stages {
-		l := s.staging.Layout
-		ws, err := f.Git.Fork(ctx, e.Layout.Workspace(), l.Workspace(), s.branch)
+		c, err := f.Git.NewCopying(e.Layout.Workspace(), s.staging.Layout.Workspace())
 		if err != nil {
 			return err
 		}
+		s.ws = c
+		if first {
+			began := time.Now()
+			if err := c.Precopy(ctx); err != nil {
+				return err
+			}
+			f.Log.Debug("workspace copied before the pause", "vm", s.rec.Slug, "took", time.Since(began))
+		}
+	}
+	return nil
+}
+
+// copyAll copies SRC's workspace (again what changed since precopy) and
+// disk into each stage and writes its record; SRC is still meanwhile.
+func (f Forks) copyAll(ctx context.Context, e state.Entry, forker backend.Forker, stages []*stage, res *Result) error {
+	for _, s := range stages {
+		l := s.staging.Layout
+		began := time.Now()
+		ws, err := s.ws.Finish(ctx)
+		if err != nil {
+			return err
+		}
+		f.Log.Debug("workspace copied", "vm", s.rec.Slug, "files", ws.Files, "copied", ws.Copied, "took", time.Since(began))
 		disk, err := forker.ForkDisk(ctx, e.Layout, e.Record, l, s.rec)
 		if err != nil {
 			return fmt.Errorf("copying the disk of %q: %w", e.Record.Branch, err)
@@ -375,7 +417,7 @@ func (f Forks) copyAll(ctx context.Context, e state.Entry, forker backend.Forker
 		if err := state.WriteRecord(l.Record(), s.rec); err != nil {
 			return err
 		}
-		res.Forks = append(res.Forks, Made{Branch: s.branch, Slug: s.rec.Slug, Ports: s.rec.Ports, Commit: ws.Commit,
+		res.Forks = append(res.Forks, Made{Branch: s.branch, Slug: s.rec.Slug, Ports: s.rec.Ports,
 			Files: ws.Files, Bytes: ws.Bytes, Skipped: ws.Skipped, DiskBytes: disk.Bytes})
 	}
 	return nil

@@ -49,12 +49,17 @@ func TestForkCopiesTheWorkspaceAsItIs(t *testing.T) {
 	}
 
 	dest := filepath.Join(t.TempDir(), "fork")
-	res, err := New(execx.OS{}).Fork(ctx, ws, dest, "feature-b")
+	g := New(execx.OS{})
+	res, err := g.Copy(ctx, ws, dest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Commit != head {
-		t.Errorf("the fork starts at %s, want the source's HEAD %s", res.Commit, head)
+	start, err := g.Branch(ctx, dest, "feature-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start != head || res.Commit != head {
+		t.Errorf("the fork starts at %s (copied at %s), want the source's HEAD %s", start, res.Commit, head)
 	}
 	if got := tu.Git(t, dest, "branch", "--show-current"); got != "feature-b" {
 		t.Errorf("the fork is on %q, want feature-b", got)
@@ -123,13 +128,16 @@ func TestForkRefuses(t *testing.T) {
 		{"a destination that exists", ws, taken, "other", "exists already"},
 		{"a workspace that is no repository", t.TempDir(), filepath.Join(t.TempDir(), "c"), "other", "no .git directory of its own"},
 	} {
-		_, err := g.Fork(ctx, c.ws, c.dest, c.branch)
+		_, err := g.Copy(ctx, c.ws, c.dest)
+		if err == nil {
+			_, err = g.Branch(ctx, c.dest, c.branch)
+		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
-		if c.dest != taken {
+		if strings.Contains(c.name, "no repository") {
 			if _, serr := os.Lstat(c.dest); serr == nil {
-				t.Errorf("%s: the refused fork left %s behind", c.name, c.dest)
+				t.Errorf("%s: the refused copy left %s behind", c.name, c.dest)
 			}
 		}
 	}

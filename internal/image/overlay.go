@@ -98,9 +98,12 @@ func CreateOverlay(ctx context.Context, r execx.Runner, base, baseFormat, overla
 // it) to to, which must not exist: the same bytes on the same backing file,
 // a disk of its own from here (its holes stay holes, nothing is linked to
 // from's blocks). It is made under a temporary name, checked with qemu-img,
-// synced and linked into place (0600), so a failure (a full disk, an
-// interrupt) leaves nothing at to. It returns the bytes copied.
-func CopyOverlay(ctx context.Context, r execx.Runner, from, to string) (int64, error) {
+// synced (when sync) and linked into place (0600), so a failure (a full
+// disk, an interrupt) leaves nothing at to. A caller that copies more
+// than the disk, and writes it all out at once before it counts on it
+// (atomicfile.SyncFS), does not sync: a sync here would hold the source
+// still the longer. It returns the bytes copied.
+func CopyOverlay(ctx context.Context, r execx.Runner, from, to string, sync bool) (int64, error) {
 	if _, err := os.Lstat(to); err == nil {
 		return 0, fmt.Errorf("disk %s already exists; refusing to overwrite it", to)
 	}
@@ -113,7 +116,7 @@ func CopyOverlay(ctx context.Context, r execx.Runner, from, to string) (int64, e
 	}
 	tmp := filepath.Join(filepath.Dir(to), "."+filepath.Base(to)+".tmp-"+randomHex(4))
 	defer os.Remove(tmp) // after a successful link it only drops the temporary name
-	n, err := copySparse(ctx, from, tmp)
+	n, err := copySparse(ctx, from, tmp, sync)
 	if err != nil {
 		return 0, fmt.Errorf("copying the disk %s to %s: %w", from, to, err)
 	}
@@ -128,13 +131,16 @@ func CopyOverlay(ctx context.Context, r execx.Runner, from, to string) (int64, e
 	if err := os.Link(tmp, to); err != nil {
 		return 0, fmt.Errorf("copying the disk %s to %s: %w", from, to, err)
 	}
+	if !sync {
+		return n, nil
+	}
 	return n, atomicfile.SyncDir(filepath.Dir(to))
 }
 
 // copySparse copies the regular file from to to (made 0600, O_EXCL) range
-// by range of data, so that holes are not written, and syncs it; it
-// returns the data bytes copied.
-func copySparse(ctx context.Context, from, to string) (int64, error) {
+// by range of data, so that holes are not written, and syncs it (when
+// sync); it returns the data bytes copied.
+func copySparse(ctx context.Context, from, to string, sync bool) (int64, error) {
 	in, err := os.Open(from)
 	if err != nil {
 		return 0, err
@@ -178,8 +184,10 @@ func copySparse(ctx context.Context, from, to string) (int64, error) {
 	if err := out.Truncate(size); err != nil {
 		return 0, err
 	}
-	if err := out.Sync(); err != nil {
-		return 0, err
+	if sync {
+		if err := out.Sync(); err != nil {
+			return 0, err
+		}
 	}
 	return copied, out.Close()
 }

@@ -190,7 +190,7 @@ func TestCopyOverlay(t *testing.T) {
 	run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0xab 0 1M", "-c", "write -P 0xcd 1020M 1M", from)
 
 	to := filepath.Join(dir, "to.qcow2")
-	n, err := CopyOverlay(ctx, execx.OS{}, from, to)
+	n, err := CopyOverlay(ctx, execx.OS{}, from, to, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,14 +214,14 @@ func TestCopyOverlay(t *testing.T) {
 	}
 
 	t.Run("refuses an existing destination", func(t *testing.T) {
-		if _, err := CopyOverlay(ctx, execx.OS{}, from, to); err == nil || !strings.Contains(err.Error(), "already exists") {
+		if _, err := CopyOverlay(ctx, execx.OS{}, from, to, true); err == nil || !strings.Contains(err.Error(), "already exists") {
 			t.Fatalf("got %v", err)
 		}
 	})
 	t.Run("refuses a disk that is no overlay, leaving nothing", func(t *testing.T) {
 		raw := writeFile(t, filepath.Join(dir, "disk.raw"), 1<<20, map[int]string{510: "\x55\xaa"})
 		dst := filepath.Join(dir, "raw-copy.qcow2")
-		if _, err := CopyOverlay(ctx, execx.OS{}, raw, dst); err == nil || !strings.Contains(err.Error(), "not a qcow2 overlay") {
+		if _, err := CopyOverlay(ctx, execx.OS{}, raw, dst, true); err == nil || !strings.Contains(err.Error(), "not a qcow2 overlay") {
 			t.Fatalf("got %v", err)
 		}
 		if _, err := os.Lstat(dst); !os.IsNotExist(err) {
@@ -232,7 +232,7 @@ func TestCopyOverlay(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		dst := filepath.Join(dir, "cancelled.qcow2")
-		if _, err := CopyOverlay(cctx, execx.OS{}, from, dst); err == nil {
+		if _, err := CopyOverlay(cctx, execx.OS{}, from, dst, true); err == nil {
 			t.Fatal("a cancelled copy succeeded")
 		}
 		if _, err := os.Lstat(dst); !os.IsNotExist(err) {

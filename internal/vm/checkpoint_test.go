@@ -116,12 +116,15 @@ func TestCheckpointAndRollback(t *testing.T) {
 func TestCheckpointOfARunningVM(t *testing.T) {
 	m := debianManager(t)
 	ctx := context.Background()
+	writeFirst := stopWrites(t, m, "feat")
 	fake := runningClone(t, m, "feat")
 	forkDisk(t, fake.Entry.Layout)
+	writeFirst()
 	c, err := forks(m).Checkpoint(ctx, "feat", "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lastWritten(t, filepath.Join(fake.Entry.Layout.Dir, fork.CheckpointsDir, c.Name, state.WorkspaceDir))
 	if c.State != driver.StateRunning || c.Paused <= 0 || c.Name == "" {
 		t.Errorf("checkpoint %+v: want the running VM paused for it, named by the time", c)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/nixos"
 	"github.com/agent-vm/agent-vm/internal/qemu"
+	"github.com/agent-vm/agent-vm/internal/qemu/qemutest"
 	"github.com/agent-vm/agent-vm/internal/seed"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -260,9 +261,11 @@ func TestForkAStoppedVM(t *testing.T) {
 func TestForkARunningVMPausesItForTheCopy(t *testing.T) {
 	m := debianManager(t)
 	ctx := context.Background()
+	writeFirst := stopWrites(t, m, "feat")
 	fake := runningClone(t, m, "feat")
 	forkWork(t, fake.Entry.Layout.Workspace())
 	forkDisk(t, fake.Entry.Layout)
+	writeFirst()
 
 	res, err := forks(m).Fork(ctx, "feat", []string{"try"})
 	if err != nil {
@@ -283,6 +286,31 @@ func TestForkARunningVMPausesItForTheCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameDisk(t, filepath.Join(fake.Entry.Layout.Dir, debian.DiskFile), filepath.Join(f.Layout.Dir, debian.DiskFile))
+	lastWritten(t, f.Layout.Workspace())
+}
+
+// lastWrite is a file of the workspace that the fake QEMU (labelled) is
+// told to write as it is paused (qemutest.StopWriteEnv, set before it
+// starts), after the copy's first pass copied the file's older content
+// of the same size (stopWrites).
+const lastWrite = "last-write"
+
+// stopWrites sets the fake QEMU of VM slug, started after it, to write
+// lastWrite in its workspace as it is paused; writeFirst, called once the
+// workspace is there, writes the older content.
+func stopWrites(t *testing.T, m *vm.Manager, slug string) (writeFirst func()) {
+	p := filepath.Join(m.Root.Layout(slug).Workspace(), lastWrite)
+	t.Setenv(qemutest.StopWriteEnv, p)
+	return func() { tu.WriteFile(t, p, strings.ToUpper(qemutest.StopWriteContent)) }
+}
+
+// lastWritten checks that the workspace's copy at dest has what the guest
+// wrote as the pause began.
+func lastWritten(t *testing.T, dest string) {
+	t.Helper()
+	if got, err := os.ReadFile(filepath.Join(dest, lastWrite)); err != nil || string(got) != qemutest.StopWriteContent {
+		t.Errorf("the copy's %s: %q, %v; want what the guest wrote as the pause began, %q", lastWrite, got, err, qemutest.StopWriteContent)
+	}
 }
 
 // runningClone starts the fake QEMU (qemutest, labelled) for a VM of branch

@@ -13,7 +13,9 @@
 // chardev-add and chardev-remove (which closes the virtiofsd connection),
 // migrate to "fd:NAME" (writes StateMagic and the VM's uuid), migrate-incoming
 // from one (reads them back; another VM's state fails the load) and
-// query-migrate; with FailEnv=migrate its migrate fails. Given a
+// query-migrate; with FailEnv=migrate its migrate fails. With StopWriteEnv
+// set, a stop first writes StopWriteContent to the file it names: the
+// guest's last write before the pause. Given a
 // memory-backend-memfd object it holds a memfd of that name and size, as
 // QEMU's guest memory, with MemoryPattern written at its start and its
 // end. Asked --version it prints Version. Given
@@ -48,6 +50,15 @@ const FailEnv = "AGENT_VM_FAKE_QEMU_FAIL"
 
 // Version is the fake's QEMU version (--version and the QMP greeting).
 const Version = "8.2.0"
+
+// StopWriteEnv names a file the fake writes StopWriteContent to when it
+// is stopped, before it answers.
+const StopWriteEnv = "AGENT_VM_FAKE_QEMU_STOP_WRITE"
+
+// StopWriteContent is what a stop writes (its length is the test's
+// choice: a file of another content but the same size is a change only
+// its times tell).
+const StopWriteContent = "written as the pause began\n"
 
 // StateMagic starts the fake's saved state.
 const StateMagic = "FAKE-QEMU-STATE "
@@ -100,7 +111,11 @@ func Script(stubborn bool) (path string, env []string, err error) {
 	if stubborn {
 		mode = "stubborn"
 	}
-	return exe, []string{FakeEnv + "=" + mode}, nil
+	env = []string{FakeEnv + "=" + mode}
+	if p := os.Getenv(StopWriteEnv); p != "" {
+		env = append(env, StopWriteEnv+"="+p)
+	}
+	return exe, env, nil
 }
 
 func fakeQEMU(args []string, stubborn bool) int {
@@ -256,6 +271,12 @@ func serveQMP(conn *net.UnixConn, vm *machine, stubborn bool) bool {
 		case "query-status":
 			reply["return"] = map[string]any{"status": vm.status, "running": vm.status == "running"}
 		case "stop":
+			if p := os.Getenv(StopWriteEnv); p != "" {
+				if err := os.WriteFile(p, []byte(StopWriteContent), 0o644); err != nil {
+					reply = errorReply(req.ID, "GenericError", "fake qemu: "+err.Error())
+					break
+				}
+			}
 			vm.status = "paused"
 		case "cont":
 			vm.status = "running"
