@@ -430,6 +430,54 @@ func TestForkLeavesNothingWhenItFails(t *testing.T) {
 	})
 }
 
+// A running source whose fork fills the disk runs on: when the
+// workspace's first copy fills it, before the source is paused at all;
+// when the disk's copy does, in the pause, after which it is continued.
+// Labelled fake: QEMU is qemutest's, which logs the QMP commands it gets.
+func TestForkOfARunningVMThatFillsTheDisk(t *testing.T) {
+	tu.Need(t, os.Geteuid() == 0, "mounts a tmpfs: needs root")
+	for _, c := range []struct {
+		name      string
+		workspace int // bytes of an extra file in the workspace
+		paused    bool
+	}{
+		{"before the pause", 3 << 20, false},
+		{"in the pause", 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := debianManager(t)
+			ctx := context.Background()
+			fake := runningClone(t, m, "feat")
+			forkWork(t, fake.Entry.Layout.Workspace())
+			forkDisk(t, fake.Entry.Layout)
+			if c.workspace > 0 {
+				tu.WriteFile(t, filepath.Join(fake.Entry.Layout.Workspace(), "big.bin"), strings.Repeat("x", c.workspace))
+			}
+			staging := filepath.Join(m.Root.Dir, ".tmp")
+			os.MkdirAll(staging, 0o700)
+			// Room for the workspace's copy (without big.bin), not for the
+			// disk's 4 MiB.
+			if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=2m,mode=0700"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Unmount(staging, syscall.MNT_DETACH) })
+			_, err := forks(m).Fork(ctx, "feat", []string{"a"})
+			if err == nil || !strings.Contains(err.Error(), "no space left") {
+				t.Fatalf("got %v, want the full disk named", err)
+			}
+			noForks(t, m, "a")
+			if _, _, live, err := m.Inspect(ctx, fake.Entry); err != nil || live.State != driver.StateRunning {
+				t.Errorf("the source after the failed fork: %+v, %v; want it running", live, err)
+			}
+			log, _ := os.ReadFile(fake.Entry.Layout.Log(qemu.QEMULog))
+			stopped, continued := strings.Contains(string(log), "qmp: stop"), strings.Contains(string(log), "qmp: cont")
+			if stopped != c.paused || continued != c.paused {
+				t.Errorf("QMP stop %v, cont %v; want both %v:\n%s", stopped, continued, c.paused, log)
+			}
+		})
+	}
+}
+
 // noForks fails the test if a VM of any of branches exists, or anything
 // is left being made.
 func noForks(t *testing.T, m *vm.Manager, branches ...string) {
