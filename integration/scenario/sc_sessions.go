@@ -21,11 +21,11 @@ import (
 func sessionsScenario() harness.Scenario {
 	return harness.Scenario{
 		Name:    "sessions",
-		Summary: "run makes, boots and attaches to a stand-in agent; detach, sessions, suspend at work (paused in place) and resume, attach with scrollback, exit status, a secret that reaches only the agent",
+		Summary: "run makes, boots and attaches to a stand-in agent; detach, sessions, fork and checkpoint at work, suspend at work (paused in place) and resume, attach with scrollback, exit status, a secret that reaches only the agent, rollback to the checkpoint",
 		NeedsVM: true,
 		// Its VMs' first boot is not what it checks.
 		Template: "none",
-		Verbs:    []string{"run", "attach", "sessions", "fork", "suspend", "resume", "logs", "status", "stop", "destroy"},
+		Verbs:    []string{"run", "attach", "sessions", "fork", "checkpoint", "rollback", "suspend", "resume", "logs", "status", "stop", "destroy"},
 		Run:      runSessions,
 	}
 }
@@ -220,6 +220,10 @@ func runSessions(ctx context.Context, s *harness.S) {
 		return forkAtWork(ctx, s, ref, name, wantSum, track)
 	})
 
+	s.StepUnless(ctx, "checkpoint with the agent at work: the VM pauses for the copy and the session runs on; files and the disk change after it", forkSkip, func() error {
+		return checkpointAtWork(ctx, s, ref, name, track)
+	})
+
 	s.Step(ctx, "suspend with the agent at work pauses the VM in place; resume brings back the same session", func() error {
 		return suspendAtWork(ctx, s, ref, name, track)
 	})
@@ -306,6 +310,10 @@ func runSessions(ctx context.Context, s *harness.S) {
 		}
 		s.Notef("canary absent from %d files (%s) of the state directory, incl. the guest disk", scanned.Files, humanBytes(scanned.Bytes))
 		return nil
+	})
+
+	s.StepUnless(ctx, "rollback of the stopped VM to the checkpoint, and the start after: the file deleted since is back, those made since are gone, on the disk too", forkSkip, func() error {
+		return rollbackToIt(ctx, s, ref, track)
 	})
 
 	s.Step(ctx, "destroy removes the VM", func() error {
@@ -460,6 +468,66 @@ func forkAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name, want
 	}
 	_, err = s.Healthy(ctx, sessionsBranch)
 	return err
+}
+
+// atWork is the checkpoint checkpointAtWork takes and rollbackToIt rolls
+// back to.
+const atWork = "at-work"
+
+// checkpointAtWork has the guest write a file to the workspace, takes a
+// checkpoint of the running VM while its agent's session runs, which
+// runs on, then deletes that file and makes one in the workspace and one
+// on the guest's disk.
+func checkpointAtWork(ctx context.Context, s *harness.S, ref harness.VMRef, name string, track func(*harness.Result) *harness.Result) error {
+	if _, err := s.ExecOK(ctx, ref.Branch, "sh", "-c", "echo kept > checkpointed.txt"); err != nil {
+		return err
+	}
+	res := track(s.Call(ctx, harness.Call{Args: []string{"checkpoint", "--vm", ref.Branch, "--json", atWork}, Dir: ref.Dir}))
+	if err := harness.Want(res, 0); err != nil {
+		return err
+	}
+	var out struct {
+		Name     string `json:"name"`
+		State    string `json:"state"`
+		PausedMS int64  `json:"paused_ms"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil || out.Name != atWork || out.State != "running" || out.PausedMS <= 0 {
+		return harness.Failf(res, "checkpoint --json: %+v (%v); want %s of the running VM, paused for the copy", out, err, atWork)
+	}
+	s.Notef("paused %d ms", out.PausedMS)
+	infos, err := sessions(ctx, s, ref)
+	if err != nil {
+		return err
+	}
+	if len(infos) != 1 || infos[0].Name != name || infos[0].Exited {
+		return harness.Failf(s.LastResult(), "sessions after the checkpoint: %+v, want %s, still running", infos, name)
+	}
+	_, err = s.ExecOK(ctx, ref.Branch, "sh", "-c", "rm checkpointed.txt && echo new > made-after.txt && echo new > ~/made-after && sync")
+	return err
+}
+
+// rollbackToIt rolls the stopped VM back to checkpointAtWork's checkpoint,
+// starts it and looks: the workspace and the guest's disk are as they were
+// then, and what the VM had is kept as a checkpoint of its own.
+func rollbackToIt(ctx context.Context, s *harness.S, ref harness.VMRef, track func(*harness.Result) *harness.Result) error {
+	res := track(s.Call(ctx, harness.Call{Args: []string{"rollback", "--vm", ref.Branch, atWork}, Dir: ref.Dir}))
+	if err := harness.Want(res, 0); err != nil {
+		return err
+	}
+	if !strings.Contains(res.Stdout, "before-rollback-") {
+		return harness.Failf(res, "rollback does not name the checkpoint it kept of what the VM had")
+	}
+	if _, err := s.Start(ctx, ref.Branch); err != nil {
+		return err
+	}
+	res, err := s.ExecOK(ctx, ref.Branch, "sh", "-c", `cat checkpointed.txt; for f in made-after.txt ~/made-after; do test ! -e "$f" || echo "$f is there"; done; git branch --show-current`)
+	if err != nil {
+		return err
+	}
+	if got, want := strings.Fields(res.Stdout), []string{"kept", sessionsBranch}; !slices.Equal(got, want) {
+		return harness.Failf(res, "after the rollback: %q; want checkpointed.txt back (kept), neither made-after file, on %s", got, sessionsBranch)
+	}
+	return nil
 }
 
 // typing starts c with a keyboard for its stdin; its result arrives on done.
