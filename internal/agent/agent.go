@@ -14,6 +14,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 )
@@ -95,6 +97,9 @@ type RunOptions struct {
 	// OnWait is --on-wait: the command the VM's holder runs when an agent
 	// of it starts waiting, until the VM stops (internal/notify).
 	OnWait string
+	// Log gets run's steps at debug level, each with its time since run
+	// began (nil: none).
+	Log hclog.Logger
 }
 
 // Result is how an attached session ended for the user.

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/crypto/ssh"
+
 	"github.com/agent-vm/agent-vm/internal/agentstate"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/mcpsync"
@@ -23,7 +26,6 @@ import (
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
-	"golang.org/x/crypto/ssh"
 )
 
 // Run makes sure the branch has a running VM and attaches the terminal to
@@ -43,6 +45,12 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 			return nil, fmt.Errorf("--session: %w", err)
 		}
 	}
+	log := o.Log
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	began := time.Now()
+	step := func(what string) { log.Debug("run: "+what, "after", time.Since(began)) }
 	res := &Result{}
 	e, err := vms.Find(ctx, o.Name)
 	create := errors.Is(err, state.ErrNotFound) && e.Record == nil
@@ -119,6 +127,7 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 	}
 	res.Started = booted
 	res.VM, res.Branch = up.Slug, up.Branch
+	step("the VM is up")
 	if o.OnWait != "" {
 		e, err := vms.Find(ctx, res.VM)
 		if err == nil {
@@ -143,6 +152,7 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 	if err != nil {
 		return nil, err
 	}
+	step("the sessions listed")
 	name := o.Session
 	if name == "" {
 		name = session.NameFor(argv[0])
@@ -168,7 +178,9 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 	if err := ensureAgent(ctx, vms, c, res.VM, argv[0], o.Term.Err, notify); err != nil {
 		return nil, err
 	}
+	step("the agent's program is there")
 	vars = append(syncMCP(ctx, vms, res.VM, getenv, notify), vars...)
+	step("the host's MCP servers synced")
 	if chrome {
 		argv = append([]string{argv[0], "--chrome"}, argv[1:]...)
 	}
@@ -189,6 +201,7 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 		}
 		return nil, fmt.Errorf("starting session %s in VM %s: %w", name, res.VM, err)
 	}
+	step("the session started")
 	notify(fmt.Sprintf("started session %s in VM %s: %s", name, res.VM, strings.Join(argv, " ")))
 	return attach(ctx, c, res, name, o.Term, notify)
 }

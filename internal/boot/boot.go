@@ -255,11 +255,18 @@ func (w *Wait) SSH(phase string) (*ssh.Client, time.Duration, error) {
 	return c, ready, nil
 }
 
+// healthPolls are the waits between two looks at agent-mcp's /health:
+// short, since a look is cheap (a refused connection while agent-mcp is
+// not listening yet) and a start waits on it, growing to at most half a
+// second for a long wait. agent-mcp listens a few seconds after the
+// workspace is mounted; steps growing to 2 s found it up to 2 s late.
+const healthPollFirst, healthPollMax = 100 * time.Millisecond, 500 * time.Millisecond
+
 // Health waits for agent-mcp's /health to answer 200, reporting its
 // answer meanwhile; it returns how long the wait had run then.
 func (w *Wait) Health() (time.Duration, error) {
 	m := w.m
-	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
+	for b := healthPollFirst; ; b = min(b*3/2, healthPollMax) {
 		h := guestctl.CheckHealth(w.ctx, m.MCPPort)
 		if h.State == "healthy" {
 			return w.Since(), nil

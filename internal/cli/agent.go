@@ -76,7 +76,7 @@ func runCommand(stdio IO) *cli.Command {
 				Name: name, Agent: cliCtx.String("agent"), Args: args, Env: cliCtx.StringSlice("env"),
 				Session: cliCtx.String("session"), New: cliCtx.Bool("new"), Getenv: stdio.Getenv,
 				Term: agent.Terminal{In: stdio.In, Out: stdio.Out, Err: stdio.Err}, Notify: notify, Chrome: cliCtx.Bool("chrome"),
-				OnWait: cliCtx.String("on-wait"),
+				OnWait: cliCtx.String("on-wait"), Log: m.Log,
 			}
 			prov := &runProvisioner{m: m, create: co, start: so, getenv: stdio.Getenv, notify: notify}
 			if prov.schedule, err = scheduleOf(cliCtx, m, "checkpoint-every", "checkpoint-keep"); err != nil {

@@ -88,9 +88,12 @@ func printMCPSync(stdio IO, res *mcpsync.Result) error {
 		}
 		b.WriteString("  The VM reaches the host's loopback on these ports only (and on those agent-vm port expose opened); a VM whose network is not contained (agent-vm net show says) reaches all of it.\n")
 	}
-	if res.Written {
+	switch {
+	case res.Written:
 		fmt.Fprintf(&b, "\nWrote the servers into %s (projects[\"/workspace\"].mcpServers).\n", res.GuestFile)
-	} else {
+	case res.Unchanged:
+		fmt.Fprintf(&b, "\nNothing to write: no server to bring into %s, and none an earlier sync brought there.\n", res.GuestFile)
+	default:
 		fmt.Fprintf(&b, "\nDry run: nothing written. It would merge this into %s:\n%s", res.GuestFile, safeLines(string(res.GuestConfig)))
 	}
 	if len(res.Vars) > 0 {

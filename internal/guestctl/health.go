@@ -52,18 +52,3 @@ func CheckHealth(ctx context.Context, port int) Health {
 	}
 	return Health{State: "unhealthy", Detail: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))}
 }
-
-// WaitHealthy waits for agent-mcp's /health on port to answer 200, until
-// ctx ends (false).
-func WaitHealthy(ctx context.Context, port int) bool {
-	for b := 250 * time.Millisecond; ; b = min(2*b, 2*time.Second) {
-		if h := CheckHealth(ctx, port); h.State == "healthy" {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(b):
-		}
-	}
-}

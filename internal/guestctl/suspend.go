@@ -3,7 +3,7 @@
 // workspace unmounted and mounted again, agent-mcp stopped and started,
 // the clock set, the start's setup), how the repository's provisioning went
 // (CheckProvision), and whether its sshd and agent-mcp answer on their
-// forwarded ports (SSHAnswers, CheckHealth, WaitHealthy). It knows no VM:
+// forwarded ports (SSHAnswers, CheckHealth). It knows no VM:
 // the caller hands it a way to run a script as root in the guest, an SSH
 // connection, or a port.
 package guestctl

@@ -93,6 +93,10 @@ type Result struct {
 	GuestConfig json.RawMessage `json:"guest_config"`
 	// Written is true when the guest's file and the record were updated.
 	Written bool `json:"written"`
+	// Unchanged is true when there was nothing to write: no server to
+	// bring into the guest, none an earlier sync brought there to take
+	// out, so the guest's file was left as it was.
+	Unchanged bool `json:"unchanged,omitempty"`
 }
 
 // AgentMCPServer is one server of a VM's agent-mcp, as the host reaches it.
@@ -165,6 +169,13 @@ func Sync(ctx context.Context, vms VMs, name string, o Options) (*Result, error)
 	}
 	if st != driver.StateRunning {
 		return nil, fmt.Errorf("VM %q is %s: mcp sync writes into the running guest (hint: `agent-vm start %s` first; `agent-vm mcp sync --dry-run %[3]s` shows what it would write)", r.Branch, st, e.Slug)
+	}
+	if len(plan.Servers) == 0 && len(r.MCPSynced) == 0 && !slices.ContainsFunc(r.Exposed, func(x state.Exposed) bool { return x.By == state.ExposedByMCPSync }) {
+		// Nothing to merge in or take out: the guest is not reached at all
+		// (a read and a write of its file are two SSH sessions, which
+		// every `run` would wait for before its agent starts).
+		res.Unchanged = true
+		return res, nil
 	}
 	c, _, err := vms.Connect(ctx, name)
 	if err != nil {
