@@ -234,15 +234,8 @@ func (f Forks) begin(ctx context.Context, e state.Entry, name string, precopy bo
 			k.abort()
 		}
 	}()
-	if k.ws, err = f.Git.NewCopying(e.Layout.Workspace(), filepath.Join(k.tmp, state.WorkspaceDir)); err != nil {
+	if k.ws, err = f.copying(ctx, e.Layout.Workspace(), filepath.Join(k.tmp, state.WorkspaceDir), e.Record.Slug, precopy); err != nil {
 		return nil, err
-	}
-	if precopy {
-		began := time.Now()
-		if err := k.ws.Precopy(ctx); err != nil {
-			return nil, err
-		}
-		f.Log.Debug("workspace copied before the pause", "vm", e.Record.Slug, "took", time.Since(began))
 	}
 	return k, nil
 }
@@ -250,16 +243,14 @@ func (f Forks) begin(ctx context.Context, e state.Entry, name string, precopy bo
 // copy copies the still VM's workspace (again what changed since begin's
 // copy) and disk.
 func (k *keeping) copy(ctx context.Context, forker backend.Forker) (err error) {
-	began := time.Now()
-	if k.files, err = k.ws.Finish(ctx); err != nil {
+	if k.files, err = k.f.finish(ctx, k.ws, k.e.Record.Slug); err != nil {
 		return err
 	}
-	k.f.Log.Debug("workspace copied", "vm", k.e.Record.Slug, "files", k.files.Files, "copied", k.files.Copied, "took", time.Since(began))
 	// ForkDisk sets the section of a record for a new VM; a checkpoint
 	// keeps none, so it gets a copy whose paths say where the disk will lie.
 	scratch := *k.e.Record
 	scratch.Paths = state.Layout{Dir: k.final()}.Paths()
-	began = time.Now()
+	began := time.Now()
 	if k.disk, err = forker.ForkDisk(ctx, k.e.Layout, k.e.Record, state.Layout{Dir: k.tmp}, &scratch); err != nil {
 		return fmt.Errorf("copying the disk of %q: %w", k.e.Record.Branch, err)
 	}

@@ -15,10 +15,10 @@
 // writes synced first, so the copies hold them) and continued after; one
 // suspended or paused in place stays so. Its workspace is copied once
 // before the pause, and in the pause only what changed since is copied
-// again, so the pause is a walk of the tree rather than the whole copy. What SRC's processes hold in
-// memory does not come along: forking the memory needs QEMU to migrate
-// the workspace's virtiofs device, which QEMU 7.2 refuses (docs/design.md,
-// "Fork").
+// again, so the pause is a walk of the tree rather than the whole copy.
+// What SRC's processes hold in memory does not come along: forking the
+// memory needs QEMU to migrate the workspace's virtiofs device, which QEMU
+// 7.2 refuses (docs/design.md, "Fork").
 //
 // Nothing is half made: every fork is built in a staging directory, and
 // they are put in place together at the end; a failure, a full disk or an
@@ -381,22 +381,39 @@ func shareCA(from, to state.Layout) error {
 
 // precopy makes each stage's copy of SRC's workspace and, when SRC runs
 // on until it is paused (first), copies it a first time.
-func (f Forks) precopy(ctx context.Context, e state.Entry, stages []*stage, first bool) error {
+func (f Forks) precopy(ctx context.Context, e state.Entry, stages []*stage, first bool) (err error) {
 	for _, s := range stages {
-		c, err := f.Git.NewCopying(e.Layout.Workspace(), s.staging.Layout.Workspace())
-		if err != nil {
+		if s.ws, err = f.copying(ctx, e.Layout.Workspace(), s.staging.Layout.Workspace(), s.rec.Slug, first); err != nil {
 			return err
-		}
-		s.ws = c
-		if first {
-			began := time.Now()
-			if err := c.Precopy(ctx); err != nil {
-				return err
-			}
-			f.Log.Debug("workspace copied before the pause", "vm", s.rec.Slug, "took", time.Since(began))
 		}
 	}
 	return nil
+}
+
+// copying begins the copy of the workspace ws into dest, for the VM slug
+// (in logs) and, when first (the VM runs until it is paused), copies it a
+// first time.
+func (f Forks) copying(ctx context.Context, ws, dest, slug string, first bool) (*gitws.Copying, error) {
+	c, err := f.Git.NewCopying(ws, dest)
+	if err != nil || !first {
+		return c, err
+	}
+	began := time.Now()
+	if err := c.Precopy(ctx); err != nil {
+		return nil, err
+	}
+	f.Log.Debug("workspace copied before the pause", "vm", slug, "took", time.Since(began))
+	return c, nil
+}
+
+// finish finishes the copy c with the VM slug still.
+func (f Forks) finish(ctx context.Context, c *gitws.Copying, slug string) (*gitws.ForkResult, error) {
+	began := time.Now()
+	res, err := c.Finish(ctx)
+	if err == nil {
+		f.Log.Debug("workspace copied", "vm", slug, "files", res.Files, "copied_again", res.Copied, "took", time.Since(began))
+	}
+	return res, err
 }
 
 // copyAll copies SRC's workspace (again what changed since precopy) and
@@ -404,12 +421,10 @@ func (f Forks) precopy(ctx context.Context, e state.Entry, stages []*stage, firs
 func (f Forks) copyAll(ctx context.Context, e state.Entry, forker backend.Forker, stages []*stage, res *Result) error {
 	for _, s := range stages {
 		l := s.staging.Layout
-		began := time.Now()
-		ws, err := s.ws.Finish(ctx)
+		ws, err := f.finish(ctx, s.ws, s.rec.Slug)
 		if err != nil {
 			return err
 		}
-		f.Log.Debug("workspace copied", "vm", s.rec.Slug, "files", ws.Files, "copied", ws.Copied, "took", time.Since(began))
 		disk, err := forker.ForkDisk(ctx, e.Layout, e.Record, l, s.rec)
 		if err != nil {
 			return fmt.Errorf("copying the disk of %q: %w", e.Record.Branch, err)
