@@ -95,22 +95,28 @@ const clockScript = `date -u -s "@$(awk -v t="$(date +%s.%N)" -v d="$1" 'BEGIN {
 
 // attachScript mounts the share again once its device is back (as root)
 // and starts agent-mcp without waiting for it (the caller waits for its
-// health; its start, the unit's sandbox set up under TCG, is half a
-// second the rest of the start need not wait for). The devices' ids are
-// read by the shell, not by a process each. The unit's start limit (3
-// starts a minute, against a crash loop) is reset first: each suspend
-// stops agent-mcp and each resume starts it, so a fourth resume within a
-// minute would otherwise leave it down.
-const attachScript = `for _ in $(seq 1 120); do
+// health; its start, the unit's sandbox set up under TCG and agent-vm's
+// own, takes about two seconds, which the rest of the session, the
+// start's setup, runs beside). A mount that fails sets mount_failed, so
+// that the setup still runs. The devices' ids are read by the shell, not
+// by a process each. The unit's start limit (3 starts a minute, against
+// a crash loop) is reset first: each suspend stops agent-mcp and each
+// resume starts it, so a fourth resume within a minute would otherwise
+// leave it down.
+const attachScript = `mount_failed=
+for _ in $(seq 1 120); do
 	for d in /sys/bus/virtio/devices/*/device; do
 		read -r id <"$d" 2>/dev/null || continue
 		case $id in 0x001a|0x0009) break 2;; esac
 	done
 	sleep 0.5
 done
-/usr/local/lib/agent-vm/mount-workspace >/dev/null || exit 1
-systemctl reset-failed agent-mcp.service 2>/dev/null
-systemctl start --no-block agent-mcp.service
+if /usr/local/lib/agent-vm/mount-workspace >/dev/null; then
+	systemctl reset-failed agent-mcp.service 2>/dev/null
+	systemctl start --no-block agent-mcp.service
+else
+	mount_failed=1
+fi
 `
 
 // Root runs a shell script as root in a guest (its user has passwordless
@@ -145,12 +151,13 @@ type Readying struct {
 	// stepped by it (clockScript).
 	Clock *time.Duration
 	Now   func() time.Time
-	// Setup is the start's guest setup (backend.Plan.Setup), "" for none.
-	Setup string
 	// Mount mounts the workspace again once its device is back and starts
 	// agent-mcp (attachScript): not when the share stayed mounted
-	// (driver.Suspender's SuspendKeepsShare, a pause in place).
+	// (driver.Suspender's SuspendKeepsShare, a pause in place). A failed
+	// mount fails Ready, after the setup.
 	Mount bool
+	// Setup is the start's guest setup (backend.Plan.Setup), "" for none.
+	Setup string
 }
 
 // Ready readies a restored guest (a template's clone, a resumed VM) as r
@@ -175,6 +182,12 @@ func Ready(ctx context.Context, root Root, r Readying) (setupErr, err error) {
 	if r.Clock != nil {
 		fmt.Fprintf(&b, "set -- %.9f\n%s", r.Clock.Seconds(), clockScript)
 	}
+	// The workspace and agent-mcp before the setup: agent-mcp's start
+	// then runs beside it (agent-mcp does not need it: its servers start
+	// when a client comes, after the start returns).
+	if r.Mount {
+		b.WriteString(attachScript)
+	}
 	if r.Setup != "" {
 		if strings.Contains("\n"+r.Setup+"\n", "\n"+setupEnd+"\n") {
 			return nil, fmt.Errorf("internal error: the guest setup holds the line %s that ends it", setupEnd)
@@ -185,7 +198,7 @@ func Ready(ctx context.Context, root Root, r Readying) (setupErr, err error) {
 			setupEnd, strings.TrimSuffix(r.Setup, "\n"), setupFailed)
 	}
 	if r.Mount {
-		b.WriteString(attachScript)
+		b.WriteString("[ -z \"$mount_failed\" ] || exit 1\n")
 	}
 	code, out, errOut, err := root(ctx, func() string { return b.String() })
 	if err == nil && code != 0 {
