@@ -415,19 +415,25 @@ func TestForkLeavesNothingWhenItFails(t *testing.T) {
 		forkWork(t, ws)
 		e, _ := m.Find(ctx, "feat")
 		forkDisk(t, e.Layout)
-		staging := filepath.Join(m.Root.Dir, ".tmp")
-		os.MkdirAll(staging, 0o700)
-		// Room for the workspace's copy, not for the disk's 4 MiB.
-		if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=2m,mode=0700"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { syscall.Unmount(staging, syscall.MNT_DETACH) })
+		smallStaging(t, m)
 		_, err := forks(m).Fork(ctx, "feat", []string{"a"})
 		if err == nil || !strings.Contains(err.Error(), "no space left") {
 			t.Fatalf("got %v, want the full disk named", err)
 		}
 		noForks(t, m, "a")
 	})
+}
+
+// smallStaging mounts a tmpfs of 2 MiB where forks are staged: room for
+// forkWork's workspace, not for forkDisk's 4 MiB.
+func smallStaging(t *testing.T, m *vm.Manager) {
+	t.Helper()
+	staging := filepath.Join(m.Root.Dir, ".tmp")
+	os.MkdirAll(staging, 0o700)
+	if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=2m,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(staging, syscall.MNT_DETACH) })
 }
 
 // A running source whose fork fills the disk runs on: when the
@@ -453,14 +459,7 @@ func TestForkOfARunningVMThatFillsTheDisk(t *testing.T) {
 			if c.workspace > 0 {
 				tu.WriteFile(t, filepath.Join(fake.Entry.Layout.Workspace(), "big.bin"), strings.Repeat("x", c.workspace))
 			}
-			staging := filepath.Join(m.Root.Dir, ".tmp")
-			os.MkdirAll(staging, 0o700)
-			// Room for the workspace's copy (without big.bin), not for the
-			// disk's 4 MiB.
-			if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=2m,mode=0700"); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { syscall.Unmount(staging, syscall.MNT_DETACH) })
+			smallStaging(t, m) // big.bin does not fit
 			_, err := forks(m).Fork(ctx, "feat", []string{"a"})
 			if err == nil || !strings.Contains(err.Error(), "no space left") {
 				t.Fatalf("got %v, want the full disk named", err)
