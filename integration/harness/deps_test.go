@@ -12,7 +12,7 @@ import (
 // bench/), may depend, even indirectly, on agent-vm's internal packages.
 func TestNoInternalImports(t *testing.T) {
 	const module = "github.com/agent-vm/agent-vm"
-	pkgs := []string{module + "/integration/harness", module + "/integration/scenario", module + "/cmd/integration-test", module + "/blackbox"}
+	pkgs := []string{module + "/integration/harness", module + "/integration/scenario", module + "/integration/portcheck", module + "/cmd/integration-test", module + "/blackbox"}
 	out, err := exec.Command("go", append([]string{"list", "-deps", "-test"}, pkgs...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)

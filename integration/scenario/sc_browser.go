@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/blackbox"
 	"github.com/agent-vm/agent-vm/integration/harness"
+	"github.com/agent-vm/agent-vm/integration/portcheck"
 )
 
 // The browser bridges, told through `agent-vm browser` on the mcp scenario's
@@ -278,7 +279,7 @@ func checkDevTools(ctx context.Context, s *harness.S, branch string) error {
 	if err != nil {
 		return err
 	}
-	port, err := freeHostPort(9300)
+	port, err := portcheck.FreeHostPort(9300)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/blackbox"
 	"github.com/agent-vm/agent-vm/integration/harness"
+	"github.com/agent-vm/agent-vm/integration/portcheck"
 )
 
 func lifecycleScenario() harness.Scenario {
@@ -60,10 +61,10 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 	s.Step(ctx, "exec: exit codes propagate, stdout and stderr stay apart", func() error { return checkExec(ctx, s, l.st) })
 	s.Step(ctx, "sync brings a commit made in the guest into the repository as refs/remotes/agent-vm/BRANCH", func() error { return l.sync(ctx) })
 	s.StepUnless(ctx, "port add: a guest HTTP server answers on the host; port rm ends it", s.Lacks(harness.FeaturePorts), func() error {
-		return checkPortForward(ctx, s, l.branch)
+		return portcheck.CheckForward(ctx, s, l.branch)
 	})
 	s.StepUnless(ctx, "port add refuses a host port another program holds, naming it", s.Lacks(harness.FeaturePorts), func() error {
-		return checkPortTaken(ctx, s, l.branch)
+		return portcheck.CheckTaken(ctx, s, l.branch)
 	})
 	s.Step(ctx, "suspend: status says suspended", func() error { return l.suspend(ctx) })
 	s.Step(ctx, "resume: the same boot goes on, the workspace and exec work", func() error { return l.resume(ctx) })
@@ -72,12 +73,12 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 	var keptPort int
 	s.StepUnless(ctx, "port add on the stopped VM is kept for the next start", s.Lacks(harness.FeaturePorts), func() error {
 		var err error
-		keptPort, err = addPortStopped(ctx, s, l.branch)
+		keptPort, err = portcheck.AddStopped(ctx, s, l.branch)
 		return err
 	})
 	s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx) })
 	s.StepUnless(ctx, "the forward kept while stopped answers after the boot", s.Lacks(harness.FeaturePorts), func() error {
-		return checkPortAfterBoot(ctx, s, l.branch, keptPort)
+		return portcheck.CheckAfterBoot(ctx, s, l.branch, keptPort)
 	})
 	// The QEMU of a VM on another host is the host's: this test kills
 	// processes of this machine's.

@@ -1,4 +1,9 @@
-package scenario
+// Package portcheck is the host's ports as the integration scenarios see
+// them: whether one Answers, one that is free, and the lifecycle
+// scenario's checks of `agent-vm port` (a guest server reached from the
+// host, a forward ended, a taken port refused, a forward recorded while
+// the VM is stopped applied at its next start).
+package portcheck
 
 import (
 	"context"
@@ -12,10 +17,6 @@ import (
 
 	"github.com/agent-vm/agent-vm/integration/harness"
 )
-
-// The lifecycle scenario's checks of `agent-vm port`: a guest HTTP server
-// reached from the host, the forward ended, a taken host port refused, and
-// a forward recorded while the VM is stopped applied by the next start.
 
 // serveInGuest starts `python3 -m http.server port` in the guest, detached
 // from the exec session, serving a directory outside the workspace with one
@@ -35,7 +36,7 @@ func serveInGuest(ctx context.Context, s *harness.S, branch string, port int) (s
 }
 
 // fetchServed gets served.txt from 127.0.0.1:port on the host until it
-// answers with want (the guest's server may still be starting); it fails
+// Answers with want (the guest's server may still be starting); it fails
 // with the last error when nothing moves for the run's --stall limit.
 func fetchServed(ctx context.Context, s *harness.S, port int, want string) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/served.txt", port)
@@ -76,9 +77,9 @@ func hostPortOf(fwds []portForward, guestPort int) int {
 	return 0
 }
 
-// freeHostPort is a port nothing listens on at 127.0.0.1 right now, in a
+// FreeHostPort is a port nothing listens on at 127.0.0.1 right now, in a
 // range agent-vm does not allocate from (so the forward keeps its number).
-func freeHostPort(lo int) (int, error) {
+func FreeHostPort(lo int) (int, error) {
 	for p := lo; p < lo+1000; p++ {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err == nil {
@@ -89,8 +90,8 @@ func freeHostPort(lo int) (int, error) {
 	return 0, fmt.Errorf("no free port on 127.0.0.1 in %d-%d", lo, lo+999)
 }
 
-// answers reports whether something accepts a connection on 127.0.0.1:port.
-func answers(port int) bool {
+// Answers reports whether something accepts a connection on 127.0.0.1:port.
+func Answers(port int) bool {
 	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 2*time.Second)
 	if err != nil {
 		return false
@@ -99,11 +100,11 @@ func answers(port int) bool {
 	return true
 }
 
-// checkPortForward: the guest serves HTTP, `port add` forwards its port
+// CheckForward: the guest serves HTTP, `port add` forwards its port
 // (to the same number, which is free), the host fetches the guest's file;
-// `port rm` ends it and the host port no longer answers.
-func checkPortForward(ctx context.Context, s *harness.S, branch string) error {
-	guest, err := freeHostPort(18000)
+// `port rm` ends it and the host port no longer Answers.
+func CheckForward(ctx context.Context, s *harness.S, branch string) error {
+	guest, err := FreeHostPort(18000)
 	if err != nil {
 		return err
 	}
@@ -131,8 +132,8 @@ func checkPortForward(ctx context.Context, s *harness.S, branch string) error {
 	if _, err := s.OK(ctx, "port", "rm", "--vm", branch, strconv.Itoa(guest)); err != nil {
 		return err
 	}
-	if answers(guest) {
-		return harness.Failf(nil, "127.0.0.1:%d still answers after `port rm`", guest)
+	if Answers(guest) {
+		return harness.Failf(nil, "127.0.0.1:%d still Answers after `port rm`", guest)
 	}
 	if fwds, err := portList(ctx, s, branch); err != nil || len(fwds) != 0 {
 		return harness.Failf(nil, "after port rm: forwards %v (%v), want none", fwds, err)
@@ -141,9 +142,9 @@ func checkPortForward(ctx context.Context, s *harness.S, branch string) error {
 	return nil
 }
 
-// checkPortTaken: a host port another program listens on is refused,
+// CheckTaken: a host port another program listens on is refused,
 // naming it, and nothing is recorded.
-func checkPortTaken(ctx context.Context, s *harness.S, branch string) error {
+func CheckTaken(ctx context.Context, s *harness.S, branch string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -163,10 +164,10 @@ func checkPortTaken(ctx context.Context, s *harness.S, branch string) error {
 	return nil
 }
 
-// addPortStopped: `port add` on a stopped VM records the forward and says
+// AddStopped: `port add` on a stopped VM records the forward and says
 // it applies at the next start. It returns the guest port.
-func addPortStopped(ctx context.Context, s *harness.S, branch string) (int, error) {
-	guest, err := freeHostPort(19000)
+func AddStopped(ctx context.Context, s *harness.S, branch string) (int, error) {
+	guest, err := FreeHostPort(19000)
 	if err != nil {
 		return 0, err
 	}
@@ -180,9 +181,9 @@ func addPortStopped(ctx context.Context, s *harness.S, branch string) (int, erro
 	return guest, nil
 }
 
-// checkPortAfterBoot: the forward recorded while the VM was stopped works
+// CheckAfterBoot: the forward recorded while the VM was stopped works
 // once it is up.
-func checkPortAfterBoot(ctx context.Context, s *harness.S, branch string, guest int) error {
+func CheckAfterBoot(ctx context.Context, s *harness.S, branch string, guest int) error {
 	fwds, err := portList(ctx, s, branch)
 	if err != nil {
 		return err
