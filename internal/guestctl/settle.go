@@ -48,23 +48,34 @@ type StallError struct {
 	Stall time.Duration
 	Log   string // the setup log's path in the guest
 	Last  string // its last line
+	// Probe is why the last look at the guest failed, nil if it answered.
+	Probe error
 }
 
 func (e *StallError) Error() string {
 	s := fmt.Sprintf("the guest's setup made no progress for %s (its CPUs idle", e.Stall)
-	if e.Log == "" {
-		return s + ")"
+	if e.Log != "" {
+		s += ", nothing added to " + e.Log
 	}
-	s += ", nothing added to " + e.Log + ")"
+	s += ")"
 	if e.Last != "" {
 		s += "; its last line: " + termsafe.Line(e.Last)
+	}
+	if e.Probe != nil {
+		s += "; the last look at the guest failed: " + termsafe.Line(e.Probe.Error())
 	}
 	return s
 }
 
 // Settle runs s.Command over c until it ends, probing the guest every
 // s.Every over the same connection; it returns the command's failure, a
-// *StallError, or ctx's error.
+// *StallError, or ctx's error. A probe that fails or does not answer
+// within settleProbeWait counts as a look that saw nothing move. The
+// connection is kept alive as ssh's ServerAliveInterval would: one whose
+// far end stops answering (a guest hung, a forward or a link to another
+// host gone silent with its TCP connection open) is closed after
+// settleMissed probes' time, which ends the wait with that said, where it
+// would otherwise wait for ever on a command that can no longer end.
 func Settle(ctx context.Context, c *ssh.Client, s Settling) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -77,38 +88,68 @@ func Settle(ctx context.Context, c *ssh.Client, s Settling) error {
 		}
 		done <- err
 	}()
+	lost := make(chan error, 1)
+	go func() {
+		if err := sshx.Keepalive(cctx, c, s.Every, settleMissed, nil); err != nil {
+			lost <- err
+			c.Close()
+		}
+	}()
 	var last settleProbe
+	var probeErr error
 	moved, quiet := time.Now(), 0 // quiet: the probes since that saw nothing move
 	t := time.NewTicker(s.Every)
 	defer t.Stop()
 	for {
 		select {
 		case err := <-done:
+			select {
+			case why := <-lost:
+				return fmt.Errorf("the guest's SSH stopped answering while its setup ran (%v), so agent-vm closed the connection: %w", why, err)
+			default:
+			}
 			return err
 		case <-t.C:
 		}
-		p, err := probeSettle(cctx, c, s.Log, s.procStat)
-		if err != nil {
-			continue // the next probe may answer; the command's end decides
-		}
-		if s.Report != nil && p.last != "" {
-			s.Report(p.last)
-		}
-		if last.ok && (p.logSize > last.logSize || p.busy-last.busy >= uint64(settleShare*clockTicks*s.Every.Seconds())) {
-			moved, quiet = time.Now(), 0
-		} else {
+		pctx, pcancel := context.WithTimeout(cctx, max(settleProbeWait, 2*s.Every))
+		p, err := probeSettle(pctx, c, s.Log, s.procStat)
+		pcancel()
+		switch {
+		case err != nil:
+			// The next probe may answer: the command's end, or the stall
+			// limit, decides.
+			probeErr = err
 			quiet++
+		default:
+			probeErr = nil
+			if s.Report != nil && p.last != "" {
+				s.Report(p.last)
+			}
+			if last.ok && (p.logSize > last.logSize || p.busy-last.busy >= uint64(settleShare*clockTicks*s.Every.Seconds())) {
+				moved, quiet = time.Now(), 0
+			} else {
+				quiet++
+			}
+			last = p
 		}
-		last = p
 		// Two probes at least must have seen nothing move: one probe late
 		// or failing on a busy host is no stall.
 		if quiet >= 2 && time.Since(moved) >= s.Stall {
 			// The command's session is closed; it returns when the caller
 			// closes the connection, if the guest's sshd takes no signal.
-			return &StallError{Stall: s.Stall, Log: s.Log, Last: p.last}
+			return &StallError{Stall: s.Stall, Log: s.Log, Last: last.last, Probe: probeErr}
 		}
 	}
 }
+
+// settleMissed is how many probe intervals in a row a keepalive may go
+// unanswered before Settle closes the connection (two minutes at start's
+// ten seconds: a guest busy installing packages under TCG answers within
+// seconds); settleProbeWait is how long one probe may take.
+const (
+	settleMissed    = 12
+	settleProbeWait = 30 * time.Second
+)
 
 // settleShare is the part of one CPU the guest must use over a probe's
 // interval for it to count as progress.

@@ -129,3 +129,51 @@ func TestSettleStopsOnlyWhenNothingMoves(t *testing.T) {
 		t.Errorf("settle gave up %s after the guest stopped moving, before the stall limit %s", waited, stall)
 	}
 }
+
+// A guest whose SSH stops answering with its connection open (a hung
+// guest, a forward gone silent) ends the wait, saying so, instead of
+// leaving it waiting for ever on a command that cannot end.
+func TestSettleEndsWhenTheGuestStopsAnswering(t *testing.T) {
+	srv := sshdtest.New(t)
+	srv.Start()
+	c, err := sshx.Dial(context.Background(), sshx.Target{Addr: srv.Addr, User: srv.User, KeyFile: srv.KeyFile, KnownHosts: srv.KnownHosts}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := settleRig{c: c, log: filepath.Join(t.TempDir(), "setup.log"), stat: filepath.Join(t.TempDir(), "stat")}
+	r.write(t, r.stat, "cpu  100 0 100 5000 0 0 0 0 0 0\n")
+	r.write(t, r.log, "Cloud-init v. 22.4.2 running 'modules:final'\n")
+	var once sync.Once
+	defer srv.Freeze(false)
+	done := make(chan error, 1)
+	go func() {
+		done <- Settle(context.Background(), c, Settling{Command: "sleep 600", Log: r.log, Stall: time.Hour, Every: 50 * time.Millisecond, procStat: r.stat,
+			Report: func(string) { once.Do(func() { srv.Freeze(true) }) }})
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "stopped answering") || !strings.Contains(err.Error(), "unanswered") {
+			t.Errorf("got %v, want an error saying the guest's SSH stopped answering", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Settle went on waiting on a guest that no longer answers")
+	}
+}
+
+// Looks at the guest that fail count as seeing nothing move: a wait whose
+// probes all fail ends at the stall limit, saying why they failed, rather
+// than going on for ever.
+func TestSettleStallsWhenEveryLookFails(t *testing.T) {
+	r := newSettleRig(t)
+	if err := os.Remove(r.stat); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := Settle(ctx, r.c, Settling{Command: "sleep 600", Log: r.log, Stall: 300 * time.Millisecond, Every: 50 * time.Millisecond, procStat: r.stat})
+	var se *StallError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "the last look at the guest failed: not a /proc/stat cpu line") {
+		t.Errorf("got %v, want a StallError saying the looks failed", err)
+	}
+}

@@ -155,7 +155,7 @@ func describe(err error) string {
 // Run runs cmd (a shell command line) and returns its exit code. Only a
 // failure to run it at all is an error; a non-zero exit is a code.
 func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	s, err := c.NewSession()
+	s, err := newSession(ctx, c)
 	if err != nil {
 		return -1, fmt.Errorf("opening an SSH session: %w", err)
 	}
@@ -172,6 +172,33 @@ func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout
 		return -1, errors.New("the remote command ended without an exit status (the connection dropped or it was killed by a signal)")
 	}
 	return code, err
+}
+
+// newSession opens a session on c, or gives up when ctx ends: on a
+// connection whose far end has stopped answering with its TCP connection
+// open, opening a channel waits for ever. A session opened after that is
+// closed.
+func newSession(ctx context.Context, c *ssh.Client) (*ssh.Session, error) {
+	type opened struct {
+		s   *ssh.Session
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		s, err := c.NewSession()
+		ch <- opened{s, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.s, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.s != nil {
+				o.s.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // exitStatus turns a session's end into the remote exit code. Only a

@@ -155,3 +155,33 @@ func TestKeepaliveWhilePaused(t *testing.T) {
 		t.Fatal("a silent server's keepalives were never missed")
 	}
 }
+
+// Run on a connection whose server has stopped answering (its TCP
+// connection open) gives up when its context ends, opening the session
+// included, rather than waiting for ever.
+func TestRunGivesUpOnASilentServer(t *testing.T) {
+	s := newSSHD(t)
+	s.Start()
+	c, err := WaitReady(context.Background(), s.target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s.Freeze(true)
+	defer s.Freeze(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, c, "true", nil, io.Discard, io.Discard)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "opening an SSH session") {
+			t.Errorf("Run on a silent server: %v, want its context's end while opening the session", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run on a silent server did not return when its context ended")
+	}
+}
