@@ -255,6 +255,16 @@ func (w *Wait) SSH(phase string) (*ssh.Client, time.Duration, error) {
 	return c, ready, nil
 }
 
+// Ready readies the guest as r says (guestctl.Ready) within the wait's
+// deadline. Its one root session reports nothing while it runs, so its
+// phase is told as it begins: a start that hangs in it says where.
+func (w *Wait) Ready(root guestctl.Root, r guestctl.Readying) (setupErr, err error) {
+	if r.Setup != "" || r.Mount || r.Clock != nil || r.Now != nil {
+		w.Reporter("setting up the guest for this start")("")
+	}
+	return guestctl.Ready(w.ctx, root, r)
+}
+
 // healthPolls are the waits between two looks at agent-mcp's /health:
 // short, since a look is cheap (a refused connection while agent-mcp is
 // not listening yet) and a start waits on it, growing to at most half a

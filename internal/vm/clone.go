@@ -116,7 +116,7 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	// The clock, the start's setup (as after a cold boot) and the workspace
 	// (plugged in by the restore) in one root session, then the first run,
 	// over the connection that answered: no other login on the way.
-	setupErr, err := guestctl.Ready(w.Context(), guestconn.RootOn(c), guestctl.Readying{Clock: &off, Setup: plan.Setup, Mount: true})
+	setupErr, err := w.Ready(guestconn.RootOn(c), guestctl.Readying{Clock: &off, Setup: plan.Setup, Mount: true})
 	m.setupFailed(e, setupErr)
 	m.startHolder(e) // after the setup: its login sees the placeholders
 	if err != nil {

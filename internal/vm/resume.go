@@ -117,7 +117,7 @@ func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, m
 		res.SSHReady = ready
 		root, setup = guestconn.RootOn(c), rs.setup
 	}
-	setupErr, err := guestctl.Ready(w.Context(), root, guestctl.Readying{Now: m.Now, Setup: setup, Mount: !rs.keptShare})
+	setupErr, err := w.Ready(root, guestctl.Readying{Now: m.Now, Setup: setup, Mount: !rs.keptShare})
 	m.setupFailed(e, setupErr)
 	m.startHolder(e) // a hibernated VM's holder runs on (nothing is started); else it ended with the suspend
 	if err != nil {

@@ -51,12 +51,8 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 		return err
 	}
 	res.SSHReady = ready
-	// The setup on the connection that answered: no other handshake. It
-	// reports nothing while it runs: its phase is told as it begins.
-	if plan.Setup != "" {
-		w.Reporter("setting up the guest for this start")("")
-	}
-	m.setupFailed(e, errors.Join(guestctl.Ready(w.Context(), guestconn.RootOn(c), guestctl.Readying{Setup: plan.Setup})))
+	// The setup on the connection that answered: no other handshake.
+	m.setupFailed(e, errors.Join(w.Ready(guestconn.RootOn(c), guestctl.Readying{Setup: plan.Setup})))
 	c.Close()
 	m.startHolder(e)
 	if res.HealthReady, err = w.Health(); err != nil {
