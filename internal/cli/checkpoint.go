@@ -68,7 +68,7 @@ func checkpointCommand(stdio IO) *cli.Command {
 				}{c, c.Paused.Milliseconds(), c.Unsynced, c.Pruned})
 			}
 			fmt.Fprintf(stdio.Out, "checkpoint %s of %s: workspace %d files (%s) at %s, %s\n", c.Name, termsafe.String(name),
-				c.Files, humanBytes(c.Bytes), shortOr(c.Commit), diskText(c.DiskBytes))
+				c.Files, workspaceText(*c), shortOr(c.Commit), diskText(c.DiskBytes))
 			if c.Paused > 0 {
 				fmt.Fprintf(stdio.Out, "  the VM was paused %.1f s for the copy\n", c.Paused.Seconds())
 			}
@@ -211,8 +211,8 @@ func printCheckpoints(w io.Writer, vmName string, cs []fork.Checkpoint) {
 	rows := [][]string{{"NAME", "CREATED", "STATE", "COMMIT", "WORKSPACE", "DISK"}}
 	var total int64
 	for _, c := range cs {
-		rows = append(rows, []string{c.Name, c.CreatedAt.Local().Format("2006-01-02 15:04"), c.State, shortOr(c.Commit), humanBytes(c.Bytes), diskText(c.DiskBytes)})
-		total += c.Bytes + c.DiskBytes
+		rows = append(rows, []string{c.Name, c.CreatedAt.Local().Format("2006-01-02 15:04"), c.State, shortOr(c.Commit), workspaceText(c), diskText(c.DiskBytes)})
+		total += c.Space + c.DiskBytes
 	}
 	_ = writeTable(w, rows)
 	fmt.Fprintf(w, "%d checkpoints, %s in all\n", len(cs), humanBytes(total))
@@ -223,6 +223,15 @@ func shortOr(commit string) string {
 		return "no commit"
 	}
 	return short(commit)
+}
+
+// workspaceText is the size of a checkpoint's workspace, with how much
+// of it is in files other checkpoints share.
+func workspaceText(c fork.Checkpoint) string {
+	if c.Shared == 0 {
+		return humanBytes(c.Bytes)
+	}
+	return humanBytes(c.Bytes) + ", " + humanBytes(c.Shared) + " shared"
 }
 
 func diskText(n int64) string {

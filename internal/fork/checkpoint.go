@@ -28,6 +28,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
@@ -42,6 +43,10 @@ import (
 const (
 	CheckpointsDir = "checkpoints"     // one directory per checkpoint, by name
 	CheckpointFile = "checkpoint.json" // in each: the Checkpoint
+	// StampsFile is, in each, what the workspace's copy saw of its files
+	// (gitws.Copying's WriteStamps): the next checkpoint links the files
+	// unchanged since to this one's rather than copying them again.
+	StampsFile = "workspace.stamps"
 )
 
 // Checkpoint describes one checkpoint (checkpoint.json; checkpoint list
@@ -58,6 +63,15 @@ type Checkpoint struct {
 	Files     int   `json:"files"`
 	Bytes     int64 `json:"bytes"`
 	DiskBytes int64 `json:"disk_bytes"`
+	// Shared is how much of Bytes is in files the workspace's copy shares
+	// with other checkpoints' (a file unchanged from one checkpoint to the
+	// next is one file on the host's disk, linked from both); Space is
+	// this checkpoint's part of the space the checkpoints' workspaces
+	// take (a shared file counted in equal parts), so that the Spaces and
+	// DiskBytes of a VM's checkpoints add up to what they take. Both as
+	// the checkpoints are now: checkpoint list reads them from the files.
+	Shared int64 `json:"shared_bytes"`
+	Space  int64 `json:"space_bytes"`
 	// Skipped are the workspace's entries a copy cannot carry (sockets,
 	// FIFOs, devices).
 	Skipped []string `json:"skipped,omitempty"`
@@ -234,7 +248,7 @@ func (f Forks) begin(ctx context.Context, e state.Entry, name string, precopy bo
 			k.abort()
 		}
 	}()
-	if k.ws, err = f.copying(ctx, e.Layout.Workspace(), filepath.Join(k.tmp, state.WorkspaceDir), e.Record.Slug, precopy); err != nil {
+	if k.ws, err = f.copying(ctx, e.Layout.Workspace(), filepath.Join(k.tmp, state.WorkspaceDir), e.Record.Slug, precopy, lastStamped(e)); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -262,9 +276,13 @@ func (k *keeping) copy(ctx context.Context, forker backend.Forker) (err error) {
 // out to the disk, and renames it into place.
 func (k *keeping) seal(ctx context.Context, vmState, replaced string) (*Checkpoint, error) {
 	c := &Checkpoint{Name: k.name, CreatedAt: k.at, State: vmState, Commit: k.f.Git.Head(ctx, filepath.Join(k.tmp, state.WorkspaceDir)),
-		Files: k.files.Files, Bytes: k.files.Bytes, DiskBytes: k.disk.Bytes, Skipped: k.files.Skipped, Replaced: replaced}
+		Files: k.files.Files, Bytes: k.files.Bytes, DiskBytes: k.disk.Bytes, Skipped: k.files.Skipped, Replaced: replaced,
+		Shared: k.files.LinkedBytes, Space: k.files.Bytes - k.files.LinkedBytes}
 	raw, _ := json.MarshalIndent(c, "", "  ")
 	if err := atomicfile.Write(filepath.Join(k.tmp, CheckpointFile), append(raw, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	if err := k.ws.WriteStamps(filepath.Join(k.tmp, StampsFile)); err != nil {
 		return nil, err
 	}
 	// The workspace's copies were written without a sync each: one of
@@ -306,14 +324,65 @@ func uniqueName(dir, base string) string {
 	}
 }
 
-// Checkpoints lists the checkpoints of the VM vm, oldest first.
+// Checkpoints lists the checkpoints of the VM vm, oldest first, with
+// the space their workspaces take as it is now (Shared, Space).
 func (f Forks) Checkpoints(ctx context.Context, vm string) ([]Checkpoint, error) {
 	e, lock, err := f.VMs.Locked(ctx, vm)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Release()
-	return list(e)
+	cs, err := list(e)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cs {
+		if cs[i].Shared, cs[i].Space, err = spaceOf(filepath.Join(e.Layout.Dir, CheckpointsDir, cs[i].Name, state.WorkspaceDir)); err != nil {
+			return nil, err
+		}
+	}
+	return cs, nil
+}
+
+// spaceOf is how much of the regular files under dir is in files with
+// more than one link (shared: only checkpoints link to one another's
+// files) and dir's part of their space, each file's size divided among
+// its links.
+func spaceOf(dir string) (shared, space int64, err error) {
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n := int64(1)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			n = int64(st.Nlink)
+			shared += fi.Size()
+		}
+		space += fi.Size() / n
+		return nil
+	})
+	return shared, space, err
+}
+
+// lastStamped is the directory of e's newest checkpoint that kept its
+// workspace's stamps (StampsFile), "" for none: a new checkpoint's copy
+// links the files unchanged since to that one's.
+func lastStamped(e state.Entry) string {
+	cs, err := list(e)
+	if err != nil {
+		return ""
+	}
+	for i := len(cs) - 1; i >= 0; i-- {
+		dir := filepath.Join(e.Layout.Dir, CheckpointsDir, cs[i].Name)
+		if _, err := os.Stat(filepath.Join(dir, StampsFile)); err == nil {
+			return dir
+		}
+	}
+	return ""
 }
 
 func list(e state.Entry) ([]Checkpoint, error) {

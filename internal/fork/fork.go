@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -383,7 +384,9 @@ func shareCA(from, to state.Layout) error {
 // on until it is paused (first), copies it a first time.
 func (f Forks) precopy(ctx context.Context, e state.Entry, stages []*stage, first bool) (err error) {
 	for _, s := range stages {
-		if s.ws, err = f.copying(ctx, e.Layout.Workspace(), s.staging.Layout.Workspace(), s.rec.Slug, first); err != nil {
+		// A fork's copy is its own: nothing linked, to SRC's checkpoints
+		// or anything else.
+		if s.ws, err = f.copying(ctx, e.Layout.Workspace(), s.staging.Layout.Workspace(), s.rec.Slug, first, ""); err != nil {
 			return err
 		}
 	}
@@ -391,12 +394,21 @@ func (f Forks) precopy(ctx context.Context, e state.Entry, stages []*stage, firs
 }
 
 // copying begins the copy of the workspace ws into dest, for the VM slug
-// (in logs) and, when first (the VM runs until it is paused), copies it a
-// first time.
-func (f Forks) copying(ctx context.Context, ws, dest, slug string, first bool) (*gitws.Copying, error) {
+// (in logs), reusing the checkpoint at reuse ("" for none: Copying.Reuse)
+// and, when first (the VM runs until it is paused), copies it a first
+// time.
+func (f Forks) copying(ctx context.Context, ws, dest, slug string, first bool, reuse string) (*gitws.Copying, error) {
 	c, err := f.Git.NewCopying(ws, dest)
-	if err != nil || !first {
-		return c, err
+	if err != nil {
+		return nil, err
+	}
+	if reuse != "" {
+		if err := c.Reuse(filepath.Join(reuse, state.WorkspaceDir), filepath.Join(reuse, StampsFile)); err != nil {
+			f.Log.Warn("the checkpoint before is not reused: the workspace is copied whole", "vm", slug, "error", err)
+		}
+	}
+	if !first {
+		return c, nil
 	}
 	began := time.Now()
 	if err := c.Precopy(ctx); err != nil {

@@ -1,7 +1,9 @@
 package gitws
 
 import (
+	"bytes"
 	"context"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +24,13 @@ import (
 // whole copy. Finish alone is a copy in one pass.
 //
 // What the copy carries: directories, regular files (each copied,
-// io.Copy's copy_file_range sharing extents where the filesystem can,
-// never a hard link), symbolic links as links, never followed; modes,
-// owners (when this process may set them) and times as they were. Other
-// entries (sockets, FIFOs, devices) are named in ForkResult.Skipped.
+// io.Copy's copy_file_range sharing extents where the filesystem can),
+// symbolic links as links, never followed; modes, owners (when this
+// process may set them) and times as they were. Other entries (sockets,
+// FIFOs, devices) are named in ForkResult.Skipped. A copy never shares a
+// file with the workspace. Given an earlier copy of the same workspace
+// that nothing writes to (a checkpoint's: Reuse), a file unchanged since
+// that copy was made is a hard link to that copy's file, not a copy.
 type Copying struct {
 	src, dst string
 	// began is when Precopy began; seen is what it saw of each regular
@@ -35,13 +40,35 @@ type Copying struct {
 	// made is what the copy holds, by path relative to it: nothing but
 	// these passes writes there, so Finish reads this, not the copy.
 	made map[string]madeEntry
+	// base is the earlier copy Reuse gave (nil: none); finished is what
+	// Finish saw of each regular file as it looked, from when it began,
+	// which WriteStamps keeps for the next copy's Reuse.
+	base     *baseCopy
+	finished Stamps
+}
+
+// Stamps is what a copy's last pass saw of the workspace's regular files
+// (by path relative to it) and when that pass began: a file whose stamp
+// is the same later, and whose last change was before the pass began, has
+// the content the copy holds.
+type Stamps struct {
+	Began time.Time
+	Files map[string]fileStamp
+}
+
+// baseCopy is an earlier copy of the workspace, at dir, and its Stamps.
+type baseCopy struct {
+	dir    string
+	stamps Stamps
 }
 
 // madeEntry is an entry of the copy: its kind (fs.ModeDir, fs.ModeSymlink,
-// 0 for a regular file) and a link's target.
+// 0 for a regular file), a link's target, and whether a regular file is
+// linked to an earlier copy's.
 type madeEntry struct {
 	kind   fs.FileMode
 	target string
+	linked bool
 }
 
 // stampSlack is how long before Precopy began a file's last change must
@@ -54,12 +81,13 @@ var stampSlack = 3 * time.Second
 
 // fileStamp is what identifies a file's content and attributes without
 // reading it: a change to either changes its change time (ctime).
+// Its fields are exported for encoding/gob (WriteStamps).
 type fileStamp struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime syscall.Timespec
-	mode         uint32
-	uid, gid     uint32
+	Dev, Ino     uint64
+	Size         int64
+	Mtime, Ctime syscall.Timespec
+	Mode         uint32
+	UID, GID     uint32
 }
 
 func stampOf(fi fs.FileInfo) (fileStamp, bool) {
@@ -67,8 +95,14 @@ func stampOf(fi fs.FileInfo) (fileStamp, bool) {
 	if !ok {
 		return fileStamp{}, false
 	}
-	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim,
-		mode: st.Mode, uid: st.Uid, gid: st.Gid}, true
+	return fileStamp{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mtime: st.Mtim, Ctime: st.Ctim,
+		Mode: st.Mode, UID: st.Uid, GID: st.Gid}, true
+}
+
+// olderThan reports whether the file's last change is more than
+// stampSlack before t: a change after t would have given it a later one.
+func (s fileStamp) olderThan(t time.Time) bool {
+	return time.Unix(s.Ctime.Unix()).Before(t.Add(-stampSlack))
 }
 
 // NewCopying checks that ws is a workspace and that dest does not exist;
@@ -82,6 +116,39 @@ func (g *Git) NewCopying(ws, dest string) (*Copying, error) {
 		return nil, fmt.Errorf("%s exists already; a workspace's copy is made afresh", dest)
 	}
 	return &Copying{src: root, dst: dest, made: map[string]madeEntry{}}, nil
+}
+
+// Reuse gives c an earlier copy of the same workspace, at dir, with the
+// stamps WriteStamps kept of it at stamps: each file the workspace still
+// has unchanged since is linked to that copy's, which must never be
+// written to (a checkpoint's). A missing stamps file is no earlier copy;
+// one that cannot be read is an error, and c copies everything.
+func (c *Copying) Reuse(dir, stamps string) error {
+	f, err := os.Open(stamps)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var st Stamps
+	if err := gob.NewDecoder(f).Decode(&st); err != nil {
+		return fmt.Errorf("reading %s: %w", stamps, err)
+	}
+	c.base = &baseCopy{dir: dir, stamps: st}
+	return nil
+}
+
+// WriteStamps keeps, at path (0600), what Finish saw of the workspace, for
+// a later copy's Reuse of this one. It is written as the copy is, plainly:
+// the caller puts both in place together, synced.
+func (c *Copying) WriteStamps(path string) error {
+	var b bytes.Buffer
+	if err := gob.NewEncoder(&b).Encode(c.finished); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o600)
 }
 
 // Abort removes what was copied.
@@ -109,6 +176,7 @@ func (c *Copying) Precopy(ctx context.Context) error {
 // caller (Head). On an error it removes what it copied.
 func (c *Copying) Finish(ctx context.Context) (*ForkResult, error) {
 	res := &ForkResult{}
+	c.finished = Stamps{Began: time.Now(), Files: map[string]fileStamp{}}
 	if err := c.walk(ctx, false, res); err != nil {
 		c.Abort()
 		return nil, fmt.Errorf("copying the workspace %s to %s: %w", c.src, c.dst, err)
@@ -166,13 +234,28 @@ func (c *Copying) walk(ctx context.Context, first bool, res *ForkResult) error {
 			}
 		case mode.IsRegular():
 			stamp, _ := stampOf(fi)
+			if !first {
+				c.finished.Files[rel] = stamp
+			}
 			if !first && exists && have.kind == 0 && c.unchanged(rel, stamp) {
 				res.Files++
 				res.Bytes += fi.Size()
+				if have.linked {
+					res.Linked++
+					res.LinkedBytes += fi.Size()
+				}
 				return nil
 			}
 			var n int64
-			err := c.replace(rel, exists, madeEntry{}, func() (err error) { n, err = copyFile(path, to, mode.Perm()); return err })
+			linked := false
+			err := c.replace(rel, exists, madeEntry{}, func() (err error) {
+				if linked = c.link(rel, to, stamp); linked {
+					n = fi.Size()
+					return nil
+				}
+				n, err = copyFile(path, to, mode.Perm())
+				return err
+			})
 			if err != nil {
 				if gone(err) {
 					c.remove(rel)
@@ -186,6 +269,15 @@ func (c *Copying) walk(ctx context.Context, first bool, res *ForkResult) error {
 			res.Files++
 			res.Bytes += n
 			res.Copied++
+			if linked {
+				// The earlier copy's file has the workspace file's
+				// mode, owner and times (its stamp says so), and is
+				// not to be touched.
+				c.made[rel] = madeEntry{linked: true}
+				res.Linked++
+				res.LinkedBytes += n
+				return nil
+			}
 		case mode&fs.ModeSymlink != 0:
 			target, err := os.Readlink(path)
 			if err != nil {
@@ -271,11 +363,28 @@ func (c *Copying) remove(rel string) error {
 // stampSlack.
 func (c *Copying) unchanged(rel string, now fileStamp) bool {
 	was, ok := c.seen[rel]
-	if !ok || was != now {
+	return ok && was == now && now.olderThan(c.began)
+}
+
+// link makes the copy's file rel, at to, a hard link to the earlier copy's
+// (Reuse) when that holds the workspace file's content as it is now: the
+// file had the stamp it has now when the earlier copy's last pass looked
+// at it, and had last changed before that pass began. It reports whether
+// it linked; anything else (no such file there, another filesystem, too
+// many links) leaves the file to be copied.
+func (c *Copying) link(rel, to string, now fileStamp) bool {
+	if c.base == nil {
 		return false
 	}
-	changed := time.Unix(now.ctime.Unix())
-	return changed.Before(c.began.Add(-stampSlack))
+	was, ok := c.base.stamps.Files[rel]
+	if !ok || was != now || !now.olderThan(c.base.stamps.Began) {
+		return false
+	}
+	from := filepath.Join(c.base.dir, rel)
+	if fi, err := os.Lstat(from); err != nil || !fi.Mode().IsRegular() || fi.Size() != now.Size {
+		return false
+	}
+	return os.Link(from, to) == nil
 }
 
 // errChanged is a file that changed kind while it was copied.

@@ -236,9 +236,9 @@ func TestCopyingInterrupted(t *testing.T) {
 // Precopy began.
 func TestCopyingTrustsOnlyOldUnchangedFiles(t *testing.T) {
 	began := time.Unix(1000, 0)
-	old := fileStamp{dev: 1, ino: 2, size: 3, mtime: syscall.Timespec{Sec: 900}, ctime: syscall.Timespec{Sec: 900}, mode: 0o100644, uid: 4, gid: 5}
+	old := fileStamp{Dev: 1, Ino: 2, Size: 3, Mtime: syscall.Timespec{Sec: 900}, Ctime: syscall.Timespec{Sec: 900}, Mode: 0o100644, UID: 4, GID: 5}
 	young := old
-	young.ctime = syscall.Timespec{Sec: 999, Nsec: 500} // within stampSlack of the start
+	young.Ctime = syscall.Timespec{Sec: 999, Nsec: 500} // within stampSlack of the start
 	c := &Copying{began: began, seen: map[string]fileStamp{"old": old, "young": young}}
 	for _, tc := range []struct {
 		rel  string
@@ -248,17 +248,139 @@ func TestCopyingTrustsOnlyOldUnchangedFiles(t *testing.T) {
 		{"old", func(s fileStamp) fileStamp { return s }, true},
 		{"young", func(s fileStamp) fileStamp { return s }, false},
 		{"never seen", func(s fileStamp) fileStamp { return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.ino++; return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.dev++; return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.size++; return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.mtime.Nsec++; return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.ctime.Nsec++; return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.mode ^= 0o100; return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.uid++; return s }, false},
-		{"old", func(s fileStamp) fileStamp { s.gid++; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.Ino++; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.Dev++; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.Size++; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.Mtime.Nsec++; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.Ctime.Nsec++; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.Mode ^= 0o100; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.UID++; return s }, false},
+		{"old", func(s fileStamp) fileStamp { s.GID++; return s }, false},
 	} {
 		if got := c.unchanged(tc.rel, tc.now(old)); got != tc.want {
 			t.Errorf("%s, %+v: unchanged %v, want %v", tc.rel, tc.now(old), got, tc.want)
 		}
 	}
+}
+
+// A copy given an earlier one (Reuse) links the files unchanged since,
+// and copies the rest: also a file linked by Precopy that changes before
+// Finish, whose new content goes into a file of the copy's own, never
+// into the earlier copy's. The earlier copy stays as it was. A file that
+// changed within the slack of the earlier copy's pass is never linked.
+func TestCopyingLinksWhatAnEarlierCopyHolds(t *testing.T) {
+	defer func(s time.Duration) { stampSlack = s }(stampSlack)
+	stampSlack = -time.Hour // the stamps alone must tell the changes
+	ctx := context.Background()
+	ws := tu.Repo(t, false)
+	for f, c := range map[string]string{"keep.txt": "keep\n", "edit.txt": "before\n", "late.txt": "late before\n",
+		"chmod.sh": "#!/bin/sh\n", "gone.txt": "x\n", "dir/a.txt": "a\n"} {
+		tu.WriteFile(t, filepath.Join(ws, f), c)
+	}
+	tmp := t.TempDir()
+	first, stamps := filepath.Join(tmp, "first"), filepath.Join(tmp, "first.stamps")
+	c1, err := New(execx.OS{}).NewCopying(ws, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.WriteStamps(stamps); err != nil {
+		t.Fatal(err)
+	}
+
+	// A tick of the coarse clock on, edit.txt gets content of the same size.
+	time.Sleep(50 * time.Millisecond)
+	tu.WriteFile(t, filepath.Join(ws, "edit.txt"), "after!\n")
+	for _, step := range []error{
+		os.Chmod(filepath.Join(ws, "chmod.sh"), 0o755),
+		os.Remove(filepath.Join(ws, "gone.txt")),
+		os.WriteFile(filepath.Join(ws, "new.txt"), []byte("new\n"), 0o644),
+	} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	second := filepath.Join(tmp, "second")
+	c2, err := New(execx.OS{}).NewCopying(ws, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Reuse(first, stamps); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Precopy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if linked(t, first, second, "late.txt") != true {
+		t.Fatal("Precopy did not link late.txt, unchanged since the first copy")
+	}
+	time.Sleep(50 * time.Millisecond)
+	tu.WriteFile(t, filepath.Join(ws, "late.txt"), "late after!\n")
+	res, err := c2.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range sameTree(t, ws, second) {
+		t.Error(d)
+	}
+	for rel, want := range map[string]bool{"keep.txt": true, "dir/a.txt": true, ".git/HEAD": true,
+		"edit.txt": false, "late.txt": false, "chmod.sh": false, "new.txt": false} {
+		if got := linked(t, first, second, rel); got != want {
+			t.Errorf("%s linked to the first copy's: %v, want %v", rel, got, want)
+		}
+	}
+	for rel, want := range map[string]string{"edit.txt": "before\n", "late.txt": "late before\n", "gone.txt": "x\n"} {
+		if b, err := os.ReadFile(filepath.Join(first, rel)); err != nil || string(b) != want {
+			t.Errorf("the first copy's %s is now %q (%v), want %q as it was", rel, b, err, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(first, "chmod.sh")); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("the first copy's chmod.sh: %v, %v, want mode 0644 as it was", fi.Mode(), err)
+	}
+	if res.Linked < 3 || res.Linked >= res.Files || res.LinkedBytes <= 0 {
+		t.Errorf("linked %d of %d files (%d bytes), want the unchanged ones", res.Linked, res.Files, res.LinkedBytes)
+	}
+
+	// With the slack, files made just before the first copy's pass are
+	// too young to link: their stamps could hide a change in that tick.
+	stampSlack = 3 * time.Second
+	c3, err := New(execx.OS{}).NewCopying(ws, filepath.Join(tmp, "third"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c3.Reuse(first, stamps); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c3.Finish(ctx); err != nil || res.Linked != 0 {
+		t.Errorf("linked %d files changed within the slack of the first copy (%v), want none", res.Linked, err)
+	}
+
+	// No stamps: nothing to reuse. Stamps that cannot be read: an error.
+	c4, err := New(execx.OS{}).NewCopying(ws, filepath.Join(tmp, "fourth"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c4.Reuse(first, filepath.Join(tmp, "none")); err != nil || c4.base != nil {
+		t.Errorf("Reuse without a stamps file: %v, base %v; want nothing to reuse", err, c4.base)
+	}
+	tu.WriteFile(t, filepath.Join(tmp, "bad.stamps"), "not gob")
+	if err := c4.Reuse(first, filepath.Join(tmp, "bad.stamps")); err == nil || !strings.Contains(err.Error(), "bad.stamps") {
+		t.Errorf("Reuse of a broken stamps file: %v, want an error naming it", err)
+	}
+}
+
+// linked reports whether the copies a and b share their file rel.
+func linked(t *testing.T, a, b, rel string) bool {
+	t.Helper()
+	fa, err := os.Lstat(filepath.Join(a, rel))
+	if err != nil {
+		return false
+	}
+	fb, err := os.Lstat(filepath.Join(b, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(fa, fb)
 }

@@ -18,6 +18,10 @@ type ForkResult struct {
 	Files  int
 	Bytes  int64
 	Copied int
+	// Linked, LinkedBytes: of the files, those that are links to an
+	// earlier copy's (Copying.Reuse), and their size.
+	Linked      int
+	LinkedBytes int64
 	// Skipped are the entries a copy cannot carry (sockets, FIFOs, device
 	// nodes), relative to the workspace: what listened or waited on them
 	// is a process, which the fork's memory brings, not its files.

@@ -3,12 +3,14 @@ package vm_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agent-vm/agent-vm/internal/debian"
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -46,10 +48,9 @@ func writeDisk(t *testing.T, disk, pattern string) {
 func TestCheckpointAndRollback(t *testing.T) {
 	m := debianManager(t)
 	ctx := context.Background()
-	_, ws := stoppedVM(t, m, "feat")
-	head := forkWork(t, ws)
-	e, _ := m.Find(ctx, "feat")
-	forkDisk(t, e.Layout)
+	w := newWorkedVM(t, m, "feat")
+	e, ws := w.e, w.ws
+	head := w.head
 	disk := filepath.Join(e.Layout.Dir, debian.DiskFile)
 
 	c, err := forks(m).Checkpoint(ctx, "feat", "one", 0)
@@ -111,6 +112,85 @@ func TestCheckpointAndRollback(t *testing.T) {
 	}
 }
 
+// A checkpoint links the workspace's files unchanged since the one before
+// to that one's, and copies the rest; neither is written through the
+// other, nor does a rollback's workspace share a file with a checkpoint.
+// checkpoint list counts a shared file once in all.
+func TestCheckpointsShareUnchangedFiles(t *testing.T) {
+	m := debianManager(t)
+	ctx := context.Background()
+	w := newWorkedVM(t, m, "feat")
+	e, ws := w.e, w.ws
+	// Files changed within a few seconds of a copy are never linked (their
+	// stamps could hide a change in the same tick of the clock).
+	time.Sleep(3500 * time.Millisecond)
+	one, err := forks(m).Checkpoint(ctx, "feat", "one", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Shared != 0 || one.Space != one.Bytes {
+		t.Errorf("the first checkpoint shares %d bytes, space %d of %d; want none shared", one.Shared, one.Space, one.Bytes)
+	}
+	tu.WriteFile(t, filepath.Join(ws, "README.md"), "changed again after one\n")
+	tu.WriteFile(t, filepath.Join(ws, "new.txt"), "new\n")
+	two, err := forks(m).Checkpoint(ctx, "feat", "two", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if two.Shared == 0 || two.Shared >= two.Bytes {
+		t.Errorf("the second checkpoint shares %d of %d bytes; want the unchanged files", two.Shared, two.Bytes)
+	}
+	cp := func(name, rel string) string {
+		return filepath.Join(e.Layout.Dir, fork.CheckpointsDir, name, state.WorkspaceDir, rel)
+	}
+	for rel, want := range map[string]bool{"notes.txt": true, "build/out.bin": true, "done.txt": true, "README.md": false} {
+		a, errA := os.Stat(cp("one", rel))
+		b, errB := os.Stat(cp("two", rel))
+		if errA != nil || errB != nil || os.SameFile(a, b) != want {
+			t.Errorf("%s: one and two share it %v (%v, %v), want %v", rel, errA == nil && errB == nil && os.SameFile(a, b), errA, errB, want)
+		}
+	}
+	if got, _ := os.ReadFile(cp("one", "README.md")); string(got) != "changed, not committed\n" {
+		t.Errorf("checkpoint one's README.md is now %q", got)
+	}
+	cs, err := forks(m).Checkpoints(ctx, "feat")
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("checkpoints: %+v, %v", cs, err)
+	}
+	// Each shared file is counted once in all (halves rounded down).
+	if all, want := cs[0].Space+cs[1].Space, one.Bytes+two.Bytes-two.Shared; cs[0].Shared != two.Shared || all > want || all < want-int64(two.Files) {
+		t.Errorf("listed: one shares %d (want %d), space %d in all, want about %d", cs[0].Shared, two.Shared, all, want)
+	}
+
+	if _, err := forks(m).Rollback(ctx, "feat", "one"); err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(ws, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil && fi.Sys().(*syscall.Stat_t).Nlink != 1 {
+			t.Errorf("%s of the rolled-back workspace has %d links: it must be a file of its own", path, fi.Sys().(*syscall.Stat_t).Nlink)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ = forks(m).Checkpoints(ctx, "feat")
+	for _, c := range cs {
+		if c.Name != "two" {
+			if err := forks(m).RemoveCheckpoint(ctx, "feat", c.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if cs, err := forks(m).Checkpoints(ctx, "feat"); err != nil || len(cs) != 1 || cs[0].Shared != 0 || cs[0].Space != cs[0].Bytes {
+		t.Errorf("two alone: %+v, %v; want nothing shared", cs, err)
+	}
+}
+
 // A running VM's checkpoint pauses it for the copy and continues it; a
 // running VM is not rolled back. Labelled fake: QEMU is qemutest's.
 func TestCheckpointOfARunningVM(t *testing.T) {
@@ -141,10 +221,9 @@ func TestCheckpointOfARunningVM(t *testing.T) {
 func TestCheckpointRefuses(t *testing.T) {
 	m := debianManager(t)
 	ctx := context.Background()
-	_, ws := stoppedVM(t, m, "feat")
-	forkWork(t, ws)
-	e, _ := m.Find(ctx, "feat")
-	base := forkDisk(t, e.Layout)
+	w := newWorkedVM(t, m, "feat")
+	e := w.e
+	base := w.base
 	if _, err := forks(m).Checkpoint(ctx, "feat", "one", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -188,10 +267,8 @@ func TestCheckpointLeavesNothingWhenTheDiskFills(t *testing.T) {
 	tu.Need(t, os.Geteuid() == 0, "mounts a tmpfs: needs root")
 	m := debianManager(t)
 	ctx := context.Background()
-	_, ws := stoppedVM(t, m, "feat")
-	forkWork(t, ws)
-	e, _ := m.Find(ctx, "feat")
-	forkDisk(t, e.Layout)
+	w := newWorkedVM(t, m, "feat")
+	e := w.e
 	dir := filepath.Join(e.Layout.Dir, fork.CheckpointsDir)
 	os.MkdirAll(dir, 0o700)
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m,mode=0700"); err != nil {

@@ -59,6 +59,25 @@ func forkWork(t *testing.T, ws string) (head string) {
 	return tu.Git(t, ws, "rev-parse", "HEAD")
 }
 
+// workedVM is a stopped VM of m on branch whose agent has worked
+// (forkWork: its HEAD head) and that has a root disk (forkDisk, on base).
+type workedVM struct {
+	e              state.Entry
+	ws, head, base string
+}
+
+func newWorkedVM(t *testing.T, m *vm.Manager, branch string) workedVM {
+	t.Helper()
+	_, ws := stoppedVM(t, m, branch)
+	w := workedVM{ws: ws, head: forkWork(t, ws)}
+	var err error
+	if w.e, err = m.Find(context.Background(), branch); err != nil {
+		t.Fatal(err)
+	}
+	w.base = forkDisk(t, w.e.Layout)
+	return w
+}
+
 // forkDisk gives the VM in l a root disk as the qemu backend makes one: a
 // qcow2 overlay on a base (here a small qcow2 of the test's own) and its
 // disk.json, with a pattern written in it.
@@ -396,11 +415,8 @@ func TestForkLeavesNothingWhenItFails(t *testing.T) {
 	t.Run("the base image is gone", func(t *testing.T) {
 		m := debianManager(t)
 		ctx := context.Background()
-		_, ws := stoppedVM(t, m, "feat")
-		forkWork(t, ws)
-		e, _ := m.Find(ctx, "feat")
-		base := forkDisk(t, e.Layout)
-		os.Remove(base)
+		w := newWorkedVM(t, m, "feat")
+		os.Remove(w.base)
 		_, err := forks(m).Fork(ctx, "feat", []string{"a", "b"})
 		if err == nil || !strings.Contains(err.Error(), "is gone") {
 			t.Fatalf("got %v, want the base named as gone", err)
@@ -411,10 +427,7 @@ func TestForkLeavesNothingWhenItFails(t *testing.T) {
 		tu.Need(t, os.Geteuid() == 0, "mounts a tmpfs: needs root")
 		m := debianManager(t)
 		ctx := context.Background()
-		_, ws := stoppedVM(t, m, "feat")
-		forkWork(t, ws)
-		e, _ := m.Find(ctx, "feat")
-		forkDisk(t, e.Layout)
+		newWorkedVM(t, m, "feat")
 		smallStaging(t, m)
 		_, err := forks(m).Fork(ctx, "feat", []string{"a"})
 		if err == nil || !strings.Contains(err.Error(), "no space left") {
@@ -494,10 +507,8 @@ func noForks(t *testing.T, m *vm.Manager, branches ...string) {
 func TestTwoForksOfOneVMAtOnce(t *testing.T) {
 	m := debianManager(t)
 	ctx := context.Background()
-	_, ws := stoppedVM(t, m, "feat")
-	forkWork(t, ws)
-	e, _ := m.Find(ctx, "feat")
-	forkDisk(t, e.Layout)
+	w := newWorkedVM(t, m, "feat")
+	e := w.e
 	errs := make(chan error, 2)
 	for _, b := range []string{"one", "two"} {
 		go func() {
