@@ -517,10 +517,23 @@ func rollbackToIt(ctx context.Context, s *harness.S, ref harness.VMRef, track fu
 	if !strings.Contains(res.Stdout, "before-rollback-") {
 		return harness.Failf(res, "rollback does not name the checkpoint it kept of what the VM had")
 	}
+	// What the VM had shares the files unchanged since with the checkpoint.
+	res, err := s.OK(ctx, "checkpoint", "list", ref.Branch, "--json")
+	if err != nil {
+		return err
+	}
+	var cs []struct {
+		Name   string `json:"name"`
+		Bytes  int64  `json:"bytes"`
+		Shared int64  `json:"shared_bytes"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &cs); err != nil || len(cs) != 2 || cs[0].Shared <= 0 || cs[1].Shared != cs[0].Shared || cs[0].Shared >= cs[0].Bytes {
+		return harness.Failf(res, "checkpoint list --json: %+v (%v); want %s and the one kept before the rollback sharing their unchanged files", cs, err, atWork)
+	}
 	if _, err := s.Start(ctx, ref.Branch); err != nil {
 		return err
 	}
-	res, err := s.ExecOK(ctx, ref.Branch, "sh", "-c", `cat checkpointed.txt; for f in made-after.txt ~/made-after; do test ! -e "$f" || echo "$f is there"; done; git branch --show-current`)
+	res, err = s.ExecOK(ctx, ref.Branch, "sh", "-c", `cat checkpointed.txt; for f in made-after.txt ~/made-after; do test ! -e "$f" || echo "$f is there"; done; git branch --show-current`)
 	if err != nil {
 		return err
 	}
