@@ -68,8 +68,9 @@ type Checkpoint struct {
 	// next is one file on the host's disk, linked from both); Space is
 	// this checkpoint's part of the space the checkpoints' workspaces
 	// take (a shared file counted in equal parts), so that the Spaces and
-	// DiskBytes of a VM's checkpoints add up to what they take. Both as
-	// the checkpoints are now: checkpoint list reads them from the files.
+	// DiskBytes of a VM's checkpoints add up to what they take. checkpoint
+	// list reads both from the files as they are then; when a checkpoint
+	// is taken, Shared is what it linked and Space what it added.
 	Shared int64 `json:"shared_bytes"`
 	Space  int64 `json:"space_bytes"`
 	// Skipped are the workspace's entries a copy cannot carry (sockets,
