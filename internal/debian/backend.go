@@ -346,6 +346,11 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s S
 				return nil, fmt.Errorf("the disk %s this VM's disk is made on is gone (was it pruned or moved?) (hint: put it back, or destroy and recreate the VM)", f)
 			}
 		}
+		// Again at every start: a disk made before its template kept
+		// records of its users gets one.
+		if err := markUsed(info, overlay); err != nil && b.Log != nil {
+			b.Log.Warn("could not record the VM's disk as a user of the disks it is made on; another state directory's template build or image prune could remove them", "error", err)
+		}
 		return &madeDisk{DiskInfo: info}, nil
 	}
 	info, err := b.base(ctx, s, o)
@@ -364,7 +369,7 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s S
 	if err := image.CreateOverlay(ctx, b.Run, on, format, overlay, int64(r.Resources.DiskGiB)<<30); err != nil {
 		return nil, err
 	}
-	if err := image.MarkUsed(info.Base, overlay); err != nil {
+	if err := markUsed(*info, overlay); err != nil {
 		os.Remove(overlay)
 		return nil, err
 	}
@@ -374,6 +379,21 @@ func (b *Backend) disk(ctx context.Context, l state.Layout, r *state.Record, s S
 		return nil, err
 	}
 	return &madeDisk{DiskInfo: *info, made: true}, nil
+}
+
+// markUsed records overlay as a user of the disks it is made on (info's
+// base image and template), where every state directory's template
+// removal and image prune look: a VM of another state directory sharing
+// the cache (integration-test's, bench's, another --state-dir) must not
+// have them removed under it.
+func markUsed(info DiskInfo, overlay string) error {
+	if err := image.MarkUsed(info.Base, overlay); err != nil {
+		return err
+	}
+	if info.Template != "" {
+		return image.MarkUser(info.Template, overlay)
+	}
+	return nil
 }
 
 // fitsTemplate checks that a template's disk is an overlay on the base

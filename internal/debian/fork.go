@@ -54,7 +54,7 @@ func (b *Backend) ForkDisk(ctx context.Context, from state.Layout, r *state.Reco
 	}
 	// The base keeps the fork's disk as a user where the fork will live
 	// (nr.Paths.Dir), not in the staging directory it is made in.
-	if err := image.MarkUsed(info.Base, filepath.Join(nr.Paths.Dir, DiskFile)); err != nil {
+	if err := markUsed(*info, filepath.Join(nr.Paths.Dir, DiskFile)); err != nil {
 		os.Remove(overlay)
 		return backend.DiskFork{}, err
 	}
@@ -117,7 +117,7 @@ func (b *Backend) RestoreDisk(ctx context.Context, from state.Layout, r *state.R
 	if err != nil {
 		return backend.DiskFork{}, err
 	}
-	if err := image.MarkUsed(info.Base, overlay); err != nil {
+	if err := markUsed(*info, overlay); err != nil {
 		os.Remove(staged)
 		return backend.DiskFork{}, err
 	}

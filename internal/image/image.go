@@ -321,31 +321,49 @@ func versionInUse(dir string, inUse func(disk string) bool) bool {
 			return true
 		}
 	}
+	return LiveUsers(dir) > 0
+}
+
+// LiveUsers counts the overlays recorded as made on a disk in dir
+// (MarkUsed, MarkUser) that still exist, wherever their VMs live; a record
+// that cannot be read counts, since in doubt a disk must be kept.
+func LiveUsers(dir string) int {
+	n := 0
 	users, _ := filepath.Glob(filepath.Join(dir, usersDir, "*"))
 	for _, u := range users {
 		b, err := os.ReadFile(u)
 		if err != nil {
-			return true // unreadable: in doubt, keep
+			n++
+			continue
 		}
 		if _, err := os.Stat(strings.TrimSpace(string(b))); err == nil {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
-// usersDir, in an image version's directory, has one file per overlay made
-// on that version's disk, holding the overlay's path.
+// usersDir, in an image version's directory (or a template's), has one
+// file per overlay made on that directory's disk, holding the overlay's
+// path.
 const usersDir = ".users"
 
 // MarkUsed records that overlay is based on disk (an image version's disk),
 // so Prune keeps that version while the overlay exists, whichever state
 // directory its VM lives in. Disks outside the cache are not recorded.
 func MarkUsed(disk, overlay string) error {
-	dir := filepath.Dir(disk)
-	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(disk), ManifestFile)); err != nil {
 		return nil // not a cached image version
 	}
+	return MarkUser(disk, overlay)
+}
+
+// MarkUser records that overlay is based on disk, in a directory of
+// agent-vm's own that more than one state directory's VMs use (a
+// template's, which LiveUsers then reads), so that the disk is kept while
+// the overlay exists.
+func MarkUser(disk, overlay string) error {
+	dir := filepath.Dir(disk)
 	abs, err := filepath.Abs(overlay)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/state"
 	tu "github.com/agent-vm/agent-vm/internal/testutil"
 )
@@ -119,18 +120,7 @@ func TestFindPrefersTheTemplateWithThePackages(t *testing.T) {
 // that disk while any VM uses it.
 func TestListCountsTheVMsOnATemplate(t *testing.T) {
 	dir := t.TempDir()
-	k := Key{Contract: Contract}
-	tdir := filepath.Join(dir, k.Prefix()+"20261101t000000")
-	if err := os.MkdirAll(tdir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := Write(tdir, Record{Key: k, For: "vm"}); err != nil {
-		t.Fatal(err)
-	}
-	disk := filepath.Join(tdir, "disk.qcow2")
-	if err := os.WriteFile(disk, nil, 0o400); err != nil {
-		t.Fatal(err)
-	}
+	_, disk := aTemplate(t, dir)
 	used := map[string]int{disk: 2, "/elsewhere/base.qcow2": 5}
 	ts, err := list(dir, used)
 	if err != nil || len(ts) != 1 || ts[0].UsedBy != 2 || !ts[0].Ready {
@@ -145,4 +135,79 @@ func TestListCountsTheVMsOnATemplate(t *testing.T) {
 	if ts, err := list(dir, used); err != nil || len(ts) != 1 || ts[0].Ready || ts[0].UsedBy != 2 {
 		t.Errorf("after Retire: %+v %v, want its disk alone, used by 2 VMs", ts, err)
 	}
+}
+
+// localVMs is the VMs of a state directory whose own VMs use no disk: a
+// fake at the boundary to vm.Manager, answering DisksInUse only (any other
+// call panics through the nil interface).
+type localVMs struct{ VMs }
+
+func (localVMs) DisksInUse() map[string]int { return map[string]int{} }
+
+// TestADiskAnotherStateDirUsesIsKept: a template whose disk a VM of
+// another state directory sharing the templates is made on (recorded in
+// the template's directory as the backend makes that VM's disk) keeps its
+// disk through a retirement here, where no VM uses it, until that VM's
+// disk is gone.
+func TestADiskAnotherStateDirUsesIsKept(t *testing.T) {
+	dir := t.TempDir()
+	tdir, disk := aTemplate(t, dir)
+	overlay := filepath.Join(t.TempDir(), "other-state", "vm", "disk.qcow2")
+	os.MkdirAll(filepath.Dir(overlay), 0o700)
+	if err := os.WriteFile(overlay, []byte("overlay"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := image.MarkUser(disk, overlay); err != nil {
+		t.Fatal(err)
+	}
+	tm := Templates{VMs: localVMs{}, Dir: &hostdir.Dir{Path: dir}}
+	used := tm.disksInUse()
+	if used[disk] != 1 {
+		t.Fatalf("disks in use: %v, want %s used by the other directory's VM", used, disk)
+	}
+	ts, err := list(dir, used)
+	if err != nil || len(ts) != 1 || ts[0].UsedBy != 1 {
+		t.Fatalf("list: %+v %v, want one template used by 1 VM", ts, err)
+	}
+	if err := Retire(&state.Root{Dir: dir}, ts[0], used); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(disk); err != nil {
+		t.Fatalf("the retired template's disk, which another state directory's VM uses, is gone: %v", err)
+	}
+	os.Remove(overlay) // that VM destroyed
+	used = tm.disksInUse()
+	if used[disk] != 0 {
+		t.Fatalf("disks in use after the other VM went: %v", used)
+	}
+	ts, _ = list(dir, used)
+	root, err := state.Open(&hostdir.Dir{Path: dir, Mode: 0o700, Place: hostdir.InXDG})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Retire(root, ts[0], used); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tdir); err == nil {
+		t.Errorf("the template's directory stays once nothing uses its disk")
+	}
+}
+
+// aTemplate makes a ready template in the templates' directory dir, with
+// an empty disk; it returns the template's directory and disk.
+func aTemplate(t *testing.T, dir string) (tdir, disk string) {
+	t.Helper()
+	k := Key{Contract: Contract}
+	tdir = filepath.Join(dir, k.Prefix()+"20261101t000000")
+	if err := os.MkdirAll(tdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(tdir, Record{Key: k, For: "vm"}); err != nil {
+		t.Fatal(err)
+	}
+	disk = filepath.Join(tdir, "disk.qcow2")
+	if err := os.WriteFile(disk, nil, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	return tdir, disk
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
 	"github.com/agent-vm/agent-vm/internal/portbook"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -126,7 +127,7 @@ func (t Templates) Build(ctx context.Context, name, agentList string, boot Boot)
 	if now == nil {
 		now = time.Now
 	}
-	n := New{Site: *site, From: r, Branch: branch, Now: now, Agents: agents, Used: t.VMs.DisksInUse,
+	n := New{Site: *site, From: r, Branch: branch, Now: now, Agents: agents, Used: t.disksInUse,
 		Section: func() (any, error) { return be.TemplateSection(r) }}
 	return build(ctx, n, k, t.Log)
 }
@@ -137,7 +138,7 @@ func (t Templates) List(ctx context.Context) ([]Info, error) {
 	if t.Dir == nil {
 		return nil, nil
 	}
-	ts, err := list(t.Dir.Path, t.VMs.DisksInUse())
+	ts, err := list(t.Dir.Path, t.disksInUse())
 	if err != nil || len(ts) == 0 {
 		return ts, err
 	}
@@ -170,7 +171,34 @@ func (t Templates) Remove(ctx context.Context, slug string) error {
 	if err != nil {
 		return err
 	}
-	return remove(ctx, site.Root, picked, slug == "all", t.VMs.DisksInUse(), site.Builder.Stop)
+	return remove(ctx, site.Root, picked, slug == "all", t.disksInUse(), site.Builder.Stop)
+}
+
+// disksInUse are the disks VMs' disks are made on (the VMs' DisksInUse),
+// with a template's disk counting too the users its directory records
+// (image.MarkUser, written by the backend as it makes a VM's disk on
+// it): VMs of other state directories that share these templates
+// (another --state-dir, integration-test's, bench's) must not lose it to
+// a build or a removal here. Each count may miss some (VMs made before
+// the records were kept, until they start again; VMs elsewhere), so a
+// disk has the larger of the two.
+func (t Templates) disksInUse() map[string]int {
+	used := t.VMs.DisksInUse()
+	if t.Dir == nil {
+		return used
+	}
+	dirs, _ := filepath.Glob(filepath.Join(t.Dir.Path, "t-*"))
+	for _, dir := range dirs {
+		n := image.LiveUsers(dir)
+		if n == 0 {
+			continue
+		}
+		disks, _ := filepath.Glob(filepath.Join(dir, "*.qcow2")) // a template's disk is a qcow2 overlay
+		for _, d := range disks {
+			used[d] = max(used[d], n)
+		}
+	}
+	return used
 }
 
 // Check is doctor's line about the templates (check).

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/qemu"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -152,6 +153,12 @@ func TestTemplate(t *testing.T) {
 	code, out, _ := run(t, m, "tmpl-a", "sh", "-c", "cat /etc/machine-id; cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; cat /var/lib/agent-vm/reprovision-tried 2>/dev/null; cat /workspace/from-host")
 	if want := fa.machineID + "\n" + fa.hostKey + "\ntmpl-a\n"; code != 0 || out != want {
 		t.Errorf("tmpl-a after a cold boot: %q, want its machine-id, host key and workspace, and no re-provisioning: %q", out, want)
+	}
+	// The template's directory records tmpl-a's disk (and tmpl-b's) as
+	// users, which keeps the template's disk through a build or removal
+	// by another state directory sharing the templates.
+	if n := image.LiveUsers(build.Dir); n < 1 {
+		t.Errorf("the template's directory records %d users of its disk, want tmpl-a's at least", n)
 	}
 
 	// A template another QEMU made: refused, and the new VM boots cold.
