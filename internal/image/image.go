@@ -329,7 +329,7 @@ func versionInUse(dir string, inUse func(disk string) bool) bool {
 // that cannot be read counts, since in doubt a disk must be kept.
 func LiveUsers(dir string) int {
 	n := 0
-	users, _ := filepath.Glob(filepath.Join(dir, usersDir, "*"))
+	users, _ := filepath.Glob(filepath.Join(dir, UsersDir, "*"))
 	for _, u := range users {
 		b, err := os.ReadFile(u)
 		if err != nil {
@@ -343,10 +343,10 @@ func LiveUsers(dir string) int {
 	return n
 }
 
-// usersDir, in an image version's directory (or a template's), has one
+// UsersDir, in an image version's directory (or a template's), has one
 // file per overlay made on that directory's disk, holding the overlay's
 // path.
-const usersDir = ".users"
+const UsersDir = ".users"
 
 // MarkUsed records that overlay is based on disk (an image version's disk),
 // so Prune keeps that version while the overlay exists, whichever state
@@ -368,9 +368,9 @@ func MarkUser(disk, overlay string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, usersDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, UsersDir), 0o755); err != nil {
 		return fmt.Errorf("recording that %s uses %s: %w", overlay, disk, err)
 	}
 	sum := sha256.Sum256([]byte(abs))
-	return atomicfile.Write(filepath.Join(dir, usersDir, hex.EncodeToString(sum[:8])), []byte(abs+"\n"), 0o644)
+	return atomicfile.Write(filepath.Join(dir, UsersDir, hex.EncodeToString(sum[:8])), []byte(abs+"\n"), 0o644)
 }

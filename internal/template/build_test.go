@@ -175,6 +175,9 @@ func TestADiskAnotherStateDirUsesIsKept(t *testing.T) {
 	if _, err := os.Stat(disk); err != nil {
 		t.Fatalf("the retired template's disk, which another state directory's VM uses, is gone: %v", err)
 	}
+	if used := tm.disksInUse(); used[disk] != 1 {
+		t.Fatalf("after the template was retired, disks in use: %v, want %s still used by the other directory's VM", used, disk)
+	}
 	os.Remove(overlay) // that VM destroyed
 	used = tm.disksInUse()
 	if used[disk] != 0 {

@@ -101,6 +101,7 @@ import (
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
+	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -290,13 +291,18 @@ func list(dir string, used map[string]int) ([]Info, error) {
 // Retire removes a template but for its disks that VMs' disks are made
 // on (they name their backing file by its path): those stay in the
 // template's directory, which is then no template any more (no
-// template.json, no saved state, no keys), until no VM uses them.
+// template.json, no saved state, no keys), until no VM uses them. The
+// records of those VMs' disks (image.UsersDir) stay with them, so that
+// the other state directories' VMs keep them too.
 func Retire(root *state.Root, t Info, used map[string]int) error {
 	var keep []string
 	for d := range used {
 		if filepath.Dir(d) == t.Dir {
 			keep = append(keep, filepath.Base(d))
 		}
+	}
+	if len(keep) > 0 {
+		keep = append(keep, image.UsersDir)
 	}
 	if len(keep) == 0 {
 		return root.Remove(t.Slug)
