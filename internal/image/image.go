@@ -372,5 +372,9 @@ func MarkUser(disk, overlay string) error {
 		return fmt.Errorf("recording that %s uses %s: %w", overlay, disk, err)
 	}
 	sum := sha256.Sum256([]byte(abs))
-	return atomicfile.Write(filepath.Join(dir, UsersDir, hex.EncodeToString(sum[:8])), []byte(abs+"\n"), 0o644)
+	record := filepath.Join(dir, UsersDir, hex.EncodeToString(sum[:8]))
+	if b, err := os.ReadFile(record); err == nil && string(b) == abs+"\n" {
+		return nil // recorded already (the debian backend records at every start)
+	}
+	return atomicfile.Write(record, []byte(abs+"\n"), 0o644)
 }

@@ -301,12 +301,10 @@ func Retire(root *state.Root, t Info, used map[string]int) error {
 			keep = append(keep, filepath.Base(d))
 		}
 	}
-	if len(keep) > 0 {
-		keep = append(keep, image.UsersDir)
-	}
 	if len(keep) == 0 {
 		return root.Remove(t.Slug)
 	}
+	keep = append(keep, image.UsersDir)
 	entries, err := os.ReadDir(t.Dir)
 	if err != nil {
 		return err
