@@ -48,7 +48,11 @@ func Setup(c SetupConfig) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("internal error: embedded guest file: %w", err)
 	}
-	cmds := append(caCmds, script(string(env), "agent-vm-secret-env", placeholders), script(string(git), "agent-vm-git-https", c.GitCredentials))
+	gitConfig, err := gitHTTPSConfig(c.GitCredentials)
+	if err != nil {
+		return "", err
+	}
+	cmds := append(caCmds, script(string(env), "agent-vm-secret-env", placeholders), []string{"sh", "-c", string(git), "agent-vm-git-https", gitConfig})
 	for _, c := range cmds {
 		q := make([]string, len(c))
 		for i, a := range c {
@@ -67,4 +71,29 @@ func script(text, name string, kv map[string]string) []string {
 		cmd = append(cmd, k+"="+kv[k])
 	}
 	return cmd
+}
+
+// gitHTTPSConfig is the git configuration guest/git-https writes for the
+// hosts of creds (each a host, with a port if any, and its token's
+// placeholder), sorted: a remote of the host in ssh form goes over https,
+// and git's credential helper for it answers the placeholder (an empty
+// helper first drops any configured before). It is what `git config
+// --add` wrote in the guest for the same settings, four processes a host
+// under TCG; rendered here, a start writes it only when it changed.
+func gitHTTPSConfig(creds map[string]string) (string, error) {
+	var b strings.Builder
+	for _, host := range slices.Sorted(maps.Keys(creds)) {
+		if host == "" || strings.ContainsAny(host, "\n\x00\"\\/ ") {
+			return "", fmt.Errorf("the git host %q (of a secret's upstream) cannot go in the guest's git configuration: it holds a quote, a backslash, a slash, a space or a line break (hint: bind the secret to an https URL with a plain host name)", host)
+		}
+		fmt.Fprintf(&b, "[url \"https://%s/\"]\n\tinsteadOf = %s\n\tinsteadOf = %s\n", host, gitValue("git@"+host+":"), gitValue("ssh://git@"+host+"/"))
+		helper := `!f() { test "$1" = get && printf 'username=agent-vm\npassword=%s\n' ` + execx.ShellQuote(creds[host]) + `; }; f`
+		fmt.Fprintf(&b, "[credential \"https://%s\"]\n\thelper =\n\thelper = %s\n", host, gitValue(helper))
+	}
+	return b.String(), nil
+}
+
+// gitValue quotes s as a value in a git configuration file.
+func gitValue(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\t", `\t`).Replace(s) + `"`
 }

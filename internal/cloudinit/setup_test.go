@@ -22,7 +22,7 @@ func TestSecretEnvScript(t *testing.T) {
 	if !strings.Contains(script, envLine) {
 		t.Fatalf("guest/secret-env does not set %q", envLine)
 	}
-	if !strings.Contains(script, "="+secret.PlaceholderPrefix+"'") {
+	if !strings.Contains(script, "placeholder="+secret.PlaceholderPrefix+"\n") {
 		t.Fatalf("guest/secret-env does not recognise placeholders by %q", secret.PlaceholderPrefix)
 	}
 	dir := t.TempDir()
@@ -66,8 +66,17 @@ func TestSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if lines[0] != "set -eu" || !strings.Contains(s, "agent-vm-ca-certs") || !strings.Contains(s, " agent-vm-secret-env A=pa B=pb\n") || !strings.HasSuffix(s, " agent-vm-git-https github.com=pg\n") {
-		t.Errorf("Setup's script, names sorted after the CA step:\n%s", s)
+	git, err := gitHTTPSConfig(map[string]string{"github.com": "pg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines[0] != "set -eu" || !strings.Contains(s, "agent-vm-ca-certs") || !strings.Contains(s, " agent-vm-secret-env A=pa B=pb\n") || !strings.HasSuffix(s, " agent-vm-git-https "+execx.ShellQuote(git)+"\n") {
+		t.Errorf("Setup's script, names sorted after the CA step, git's configuration rendered:\n%s", s)
+	}
+	for _, bad := range []string{"git\nhub.com", `git"hub.com`, "github.com/x", "git hub.com"} {
+		if _, err := Setup(SetupConfig{GitCredentials: map[string]string{bad: "pg"}}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) {
+			t.Errorf("Setup with the git host %q: %v, want an error naming it", bad, err)
+		}
 	}
 }
 
@@ -102,17 +111,55 @@ func TestGitHTTPSScript(t *testing.T) {
 		}
 		return out
 	}
-	run := func(args ...string) {
+	run := func(creds map[string]string) {
 		t.Helper()
-		if _, err := cmd("", "sh", append([]string{"-c", script, "agent-vm-git-https"}, args...)...); err != nil {
+		config, err := gitHTTPSConfig(creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cmd("", "sh", "-c", script, "agent-vm-git-https", config); err != nil {
 			t.Fatalf("git-https: %v", err)
 		}
 	}
 	ph := secret.PlaceholderPrefix + "0123abcd"
-	run("github.com=" + ph)
-	run("github.com=" + ph) // a second start: the include is not added twice
-	if got := git("", "config", "--system", "--get-all", "include.path"); got != filepath.Join(tmp, "agent-vm", "gitconfig") {
-		t.Errorf("include.path = %q", got)
+	// The system configuration as cloud-init leaves it (guest/gitconfig).
+	proxy, err := guestFS.ReadFile("guest/gitconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "gitconfig"), proxy, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(map[string]string{"github.com": ph, "git.example.org:8443": ph + "ef"})
+	file := filepath.Join(tmp, "agent-vm", "gitconfig")
+	written, _ := os.Stat(file)
+	run(map[string]string{"github.com": ph, "git.example.org:8443": ph + "ef"}) // a second start: nothing changes
+	if got := git("", "config", "--system", "--get-all", "include.path"); got != file {
+		t.Errorf("include.path = %q, want %s once", got, file)
+	}
+	if again, err := os.Stat(file); err != nil || !os.SameFile(written, again) {
+		t.Errorf("a second start with the same hosts wrote %s again (%v)", file, err)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("%s: %v, %v; want mode 0644", file, fi.Mode(), err)
+	}
+	if got := git("", "config", "--system", "http.proxy"); got != "http://10.0.2.100:3128" {
+		t.Errorf("the proxy's setting after git-https: %q", got)
+	}
+	// What `git config --add` wrote in the guest before the host rendered it.
+	byGit := filepath.Join(tmp, "by-git")
+	for _, h := range []struct{ host, ph string }{{"git.example.org:8443", ph + "ef"}, {"github.com", ph}} {
+		git("", "config", "--file", byGit, "--add", "url.https://"+h.host+"/.insteadOf", "git@"+h.host+":")
+		git("", "config", "--file", byGit, "--add", "url.https://"+h.host+"/.insteadOf", "ssh://git@"+h.host+"/")
+		git("", "config", "--file", byGit, "--add", "credential.https://"+h.host+".helper", "")
+		git("", "config", "--file", byGit, "--add", "credential.https://"+h.host+".helper",
+			`!f() { test "$1" = get && printf 'username=agent-vm\npassword=%s\n' `+h.ph+`; }; f`)
+	}
+	if ours, theirs := git("", "config", "--file", file, "--list"), git("", "config", "--file", byGit, "--list"); ours != theirs {
+		t.Errorf("git reads the rendered configuration as\n%s\nand what git config --add writes as\n%s", ours, theirs)
+	}
+	if got := git("protocol=https\nhost=git.example.org:8443\npath=o/r.git\n\n", "credential", "fill"); !strings.Contains(got, "password="+ph+"ef") {
+		t.Errorf("credential fill for git.example.org:8443:\n%s", got)
 	}
 	for _, remote := range []string{"git@github.com:o/r.git", "ssh://git@github.com/o/r.git", "https://github.com/o/r.git"} {
 		if got := git("", "ls-remote", "--get-url", remote); got != "https://github.com/o/r.git" {
@@ -129,7 +176,7 @@ func TestGitHTTPSScript(t *testing.T) {
 	if out, _ := cmd("protocol=https\nhost=example.org\n\n", "git", "credential", "fill"); strings.Contains(out, ph) {
 		t.Errorf("example.org got the placeholder:\n%s", out)
 	}
-	run() // a start without a git token: no rewrite, no helper
+	run(nil) // a start without a git token: no rewrite, no helper
 	if got := git("", "ls-remote", "--get-url", "git@github.com:o/r.git"); got != "git@github.com:o/r.git" {
 		t.Errorf("after a start without tokens, git uses %q", got)
 	}

@@ -87,10 +87,11 @@ fi
 // saved at, a paused one the time it was paused at. A step, not the host's
 // time: the script starts seconds after it was written on a busy host
 // under TCG (the session, sudo, the shell), and a time set then would be
-// behind by as much. When it is all Ready does, the script's exit status
-// is date's; a failed date does not keep the setup or the share from
-// coming after it.
-const clockScript = `date -u -s "@$(awk -v t="$(date +%s.%N)" -v d="$1" 'BEGIN { printf "%.9f", t + d }')" >/dev/null
+// behind by as much. GNU date reads the step itself ("now + -2.5
+// seconds"): one process, where reading the time, adding and setting were
+// three. When it is all Ready does, the script's exit status is date's; a
+// failed date does not keep the setup or the share from coming after it.
+const clockScript = `date -u -s "now + $1 seconds" >/dev/null
 `
 
 // attachScript mounts the share again once its device is back (as root)
@@ -98,18 +99,21 @@ const clockScript = `date -u -s "@$(awk -v t="$(date +%s.%N)" -v d="$1" 'BEGIN {
 // health; its start, the unit's sandbox set up under TCG and agent-vm's
 // own, takes about two seconds, which the rest of the session, the
 // start's setup, runs beside). A mount that fails sets mount_failed, so
-// that the setup still runs. The devices' ids are read by the shell, not
-// by a process each. The unit's start limit (3 starts a minute, against
+// that the setup still runs. The devices' ids are read and the wait
+// counted by the shell, not by a process each (each is 50-100 ms of a
+// restored guest under TCG). The unit's start limit (3 starts a minute, against
 // a crash loop) is reset first: each suspend stops agent-mcp and each
 // resume starts it, so a fourth resume within a minute would otherwise
 // leave it down.
 const attachScript = `mount_failed=
-for _ in $(seq 1 120); do
+i=0
+while [ "$i" -lt 120 ]; do
 	for d in /sys/bus/virtio/devices/*/device; do
 		read -r id <"$d" 2>/dev/null || continue
 		case $id in 0x001a|0x0009) break 2;; esac
 	done
 	sleep 0.5
+	i=$((i + 1))
 done
 if /usr/local/lib/agent-vm/mount-workspace >/dev/null; then
 	systemctl reset-failed agent-mcp.service 2>/dev/null

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // A busy workspace's refusal names the processes and what to do: end
@@ -35,7 +37,7 @@ func TestBusyError(t *testing.T) {
 // boundary). Time is a fake host clock in a state file, which moves only
 // when a script is asked for: each script starts delay after it was asked
 // for, as on a busy host under TCG. The guest's clock is the host's minus
-// the lag in another file; `date -u -s @T` sets the lag to what T leaves.
+// the lag in another file; `date -u -s "now + D seconds"` takes D off it.
 // No real time passes into the figures, so they are exact on any host.
 type fakeGuest struct {
 	dir   string
@@ -54,8 +56,11 @@ lag=$(cat "$FAKE_GUEST/lag")
 case $1 in
 +%s.%N) awk -v t="$now" -v l="$lag" 'BEGIN { printf "%.9f\n", t - l }' ;;
 -u) [ "$2" = -s ] || exit 2
-	t=${3#@}
-	awk -v t="$t" -v now="$now" 'BEGIN { printf "%.9f\n", now - t }' >"$FAKE_GUEST/lag" ;;
+	case $3 in
+	"now + "*" seconds") d=${3#now + } d=${d% seconds} ;;
+	*) exit 2 ;;
+	esac
+	awk -v l="$lag" -v d="$d" 'BEGIN { printf "%.9f\n", l - d }' >"$FAKE_GUEST/lag" ;;
 *) exit 2 ;;
 esac
 `
@@ -146,6 +151,33 @@ func TestReadySetsTheClockByTheOffset(t *testing.T) {
 	}
 	if lag := g.lag(t); lag != time.Minute {
 		t.Errorf("Ready without a clock moved the guest's clock: lag %s", lag)
+	}
+}
+
+// The step clockScript gives the guest's GNU date ("now + D seconds",
+// D with nanoseconds, negative too) is read as a step by the real date
+// (Debian's coreutils, as in the guest): asked with -d here, which prints
+// the time without setting this host's clock.
+func TestGNUDateReadsTheClockStep(t *testing.T) {
+	date := testutil.Program(t, "date")
+	if !strings.Contains(clockScript, `date -u -s "now + $1 seconds"`) {
+		t.Fatalf("clockScript no longer gives date the form this test reads:\n%s", clockScript)
+	}
+	for _, step := range []float64{-3.25, 215.123456789, -0.5} {
+		before := time.Now()
+		out, err := exec.Command(date, "-u", "-d", fmt.Sprintf("now + %.9f seconds", step), "+%s.%N").Output()
+		after := time.Now()
+		if err != nil {
+			t.Fatalf("date -d 'now + %.9f seconds': %v", step, err)
+		}
+		got, err := parseEpoch(strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := time.Duration(step * float64(time.Second))
+		if got.Before(before.Add(d).Add(-time.Millisecond)) || got.After(after.Add(d).Add(time.Millisecond)) {
+			t.Errorf("date read the step %.9f s as %s, want between %s and %s", step, got, before.Add(d), after.Add(d))
+		}
 	}
 }
 

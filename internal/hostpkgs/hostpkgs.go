@@ -80,6 +80,8 @@ func programs(arch string) []Program {
 		{Name: "chromium", Paths: []string{"/usr/bin/chromium-browser"}, Debian: []string{"chromium"}, Fedora: []string{"chromium"}, Need: Test, Optional: true},
 		{Name: "chroot", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Image | Test},
 		{Name: "curl", Debian: []string{"curl"}, Fedora: []string{"curl"}, Need: Test},
+		// GNU date reads the clock step a restored guest's own date is given.
+		{Name: "date", Debian: []string{"coreutils"}, Fedora: []string{"coreutils"}, Need: Test},
 		{Name: "debugfs", Paths: []string{"/sbin/debugfs", "/usr/sbin/debugfs"}, Debian: []string{"e2fsprogs"}, Fedora: []string{"e2fsprogs"}, Need: Test},
 		// vagrant-libvirt's management network needs dnsmasq for DHCP;
 		// Debian's libvirt only recommends it.
