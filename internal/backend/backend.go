@@ -220,6 +220,11 @@ type Clone struct {
 	Personalize string
 	// FirstRun runs once the workspace is mounted.
 	FirstRun string
+	// Quick: FirstRun installs nothing (the template has the agent CLI
+	// and the packages) and the workspace has no provisioning script, so
+	// it takes a moment and runs in the session that readies the guest,
+	// with no wait that watches its progress.
+	Quick bool
 }
 
 // Check is one thing doctor looked at.

@@ -143,6 +143,12 @@ func planEntry(c Config, f writeFile) (personalize.Entry, error) {
 	return e, nil
 }
 
+// FirstRunInstalls reports whether c's FirstRun installs anything (an
+// agent CLI from npm, Debian packages): minutes under TCG.
+func FirstRunInstalls(c Config) bool {
+	return len(c.NPMPackages) > 0 || len(c.NPMPrograms) > 0 || len(c.ExtraPackages) > 0
+}
+
 // FirstRun renders the root script that finishes a clone once its
 // workspace is mounted: what the first boot's runcmd does after the
 // template's part (the agent CLI, the guidance notes' owner, the

@@ -316,7 +316,9 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		if adopt != "" {
 			plan.Adopt = &backend.Adopt{Keys: filepath.Join(l.Dir, AdoptDir), Personalize: p}
 		} else {
-			plan.Clone = &backend.Clone{Personalize: p, FirstRun: cloudinit.FirstRun(c)}
+			_, err := os.Stat(filepath.Join(l.Workspace(), guest.ProvisionScript))
+			quick := !cloudinit.FirstRunInstalls(c) && errors.Is(err, os.ErrNotExist)
+			plan.Clone = &backend.Clone{Personalize: p, FirstRun: cloudinit.FirstRun(c), Quick: quick}
 		}
 	}
 	return plan, nil

@@ -162,22 +162,34 @@ type Readying struct {
 	Mount bool
 	// Setup is the start's guest setup (backend.Plan.Setup), "" for none.
 	Setup string
+	// FirstRun, when not "", is a root script run last, once the
+	// workspace is mounted: a clone's first run when it installs nothing
+	// (backend.Clone's Quick), which then needs no session and sudo of
+	// its own, nor a wait that watches its progress (Settle).
+	FirstRun string
+}
+
+// Readied is what failed of Ready's steps that do not keep the rest from
+// running, each nil when it did not fail or did not run.
+type Readied struct {
+	SetupErr    error // the setup's (Readying.Setup)
+	FirstRunErr error // the first run's (Readying.FirstRun)
 }
 
 // Ready readies a restored guest (a template's clone, a resumed VM) as r
 // says, in one root session: under TCG the sudo and shell of a session on
-// a guest QEMU has just restored take a second or two each. The setup
-// failing is setupErr, which does not keep the rest from running; err is
-// the rest's failure. Nothing to do (a start whose backend has no setup)
-// is no session.
-func Ready(ctx context.Context, root Root, r Readying) (setupErr, err error) {
-	if r.Clock == nil && r.Now == nil && r.Setup == "" && !r.Mount {
-		return nil, nil
+// a guest QEMU has just restored take a second or two each. The setup and
+// the first run failing is told in Readied, and does not keep the rest
+// from running; err is the rest's failure. Nothing to do (a start whose
+// backend has no setup) is no session.
+func Ready(ctx context.Context, root Root, r Readying) (Readied, error) {
+	if r.Clock == nil && r.Now == nil && r.Setup == "" && !r.Mount && r.FirstRun == "" {
+		return Readied{}, nil
 	}
 	if r.Clock == nil && r.Now != nil {
 		off, err := clockOffset(ctx, root, r.Now)
 		if err != nil {
-			return nil, fmt.Errorf("setting the guest's clock: %w", err)
+			return Readied{}, fmt.Errorf("setting the guest's clock: %w", err)
 		}
 		r.Clock = &off
 	}
@@ -192,42 +204,66 @@ func Ready(ctx context.Context, root Root, r Readying) (setupErr, err error) {
 	if r.Mount {
 		b.WriteString(attachScript)
 	}
-	if r.Setup != "" {
-		if strings.Contains("\n"+r.Setup+"\n", "\n"+setupEnd+"\n") {
-			return nil, fmt.Errorf("internal error: the guest setup holds the line %s that ends it", setupEnd)
-		}
-		// Its output is left out, its errors kept; a failure is told on
-		// stdout, which the rest of the script leaves to it.
-		fmt.Fprintf(&b, "setup_err=$(sh -s 2>&1 >/dev/null <<'%[1]s'\n%[2]s\n%[1]s\n) || printf '%[3]s %%s\n%%s\n' \"$?\" \"$setup_err\"\n",
-			setupEnd, strings.TrimSuffix(r.Setup, "\n"), setupFailed)
+	if err := readyStep(&b, r.Setup, setupEnd, setupFailed); err != nil {
+		return Readied{}, err
 	}
 	if r.Mount {
 		b.WriteString("[ -z \"$mount_failed\" ] || exit 1\n")
+	}
+	if err := readyStep(&b, r.FirstRun, firstRunEnd, firstRunFailed); err != nil {
+		return Readied{}, err
 	}
 	code, out, errOut, err := root(ctx, func() string { return b.String() })
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, termsafe.String(strings.TrimSpace(errOut)))
 	}
-	if _, said, failed := strings.Cut(out, setupFailed+" "); failed {
-		status, said, _ := strings.Cut(said, "\n")
-		setupErr = fmt.Errorf("exit status %s: %s", strings.TrimSpace(status), termsafe.String(execx.TailLines(strings.TrimSpace(said), 3)))
-	}
+	rd := Readied{SetupErr: stepFailure(out, setupFailed), FirstRunErr: stepFailure(out, firstRunFailed)}
 	switch {
 	case err == nil:
-		return setupErr, nil
+		return rd, nil
 	case r.Mount:
-		return setupErr, fmt.Errorf("mounting the workspace in the guest again: %w", err)
+		return rd, fmt.Errorf("mounting the workspace in the guest again: %w", err)
 	case r.Clock != nil:
-		return setupErr, fmt.Errorf("setting the guest's clock: %w", err)
+		return rd, fmt.Errorf("setting the guest's clock: %w", err)
 	}
-	return setupErr, fmt.Errorf("running the guest's setup: %w", err)
+	return rd, fmt.Errorf("running the guest's setup: %w", err)
 }
 
-// setupEnd ends the guest setup's here-document in Ready's script;
-// setupFailed begins the line that tells its failure.
+// readyStep adds script ("" for none) to Ready's script, in a shell of
+// its own (a here-document ended by end) whose output is left out and
+// whose errors are kept: a failure is told on stdout, on a line that
+// begins with failed, which the rest of the script leaves to the steps.
+func readyStep(b *strings.Builder, script, end, failed string) error {
+	if script == "" {
+		return nil
+	}
+	if strings.Contains("\n"+script+"\n", "\n"+end+"\n") {
+		return fmt.Errorf("internal error: a script for the guest holds the line %s that ends it", end)
+	}
+	fmt.Fprintf(b, "step_err=$(sh -s 2>&1 >/dev/null <<'%[1]s'\n%[2]s\n%[1]s\n) || printf '%[3]s %%s\n%%s\n' \"$?\" \"$step_err\"\n",
+		end, strings.TrimSuffix(script, "\n"), failed)
+	return nil
+}
+
+// stepFailure reads what a readyStep whose lines begin with failed told
+// in out (up to the next step's), nil when it did not fail.
+func stepFailure(out, failed string) error {
+	_, said, found := strings.Cut(out, failed+" ")
+	if !found {
+		return nil
+	}
+	said, _, _ = strings.Cut(said, "\n"+firstRunFailed+" ")
+	status, said, _ := strings.Cut(said, "\n")
+	return fmt.Errorf("exit status %s: %s", strings.TrimSpace(status), termsafe.String(execx.TailLines(strings.TrimSpace(said), 3)))
+}
+
+// The ends of the steps' here-documents in Ready's script, and the
+// beginnings of the lines that tell their failures.
 const (
-	setupEnd    = "AGENT_VM_SETUP_END"
-	setupFailed = "agent-vm-setup-failed"
+	setupEnd       = "AGENT_VM_SETUP_END"
+	setupFailed    = "agent-vm-setup-failed"
+	firstRunEnd    = "AGENT_VM_FIRST_RUN_END"
+	firstRunFailed = "agent-vm-first-run-failed"
 )
 
 // ReadClock ends a root script whose output OffsetOf reads: the guest's

@@ -190,8 +190,8 @@ func TestReadyWithNothingToDoRunsNothing(t *testing.T) {
 		called = true
 		return 0, "", "", nil
 	}
-	if setupErr, err := Ready(context.Background(), root, Readying{}); setupErr != nil || err != nil || called {
-		t.Errorf("Ready(nothing) = %v, %v, session opened: %v", setupErr, err, called)
+	if rd, err := Ready(context.Background(), root, Readying{}); rd != (Readied{}) || err != nil || called {
+		t.Errorf("Ready(nothing) = %+v, %v, session opened: %v", rd, err, called)
 	}
 }
 
@@ -225,9 +225,9 @@ func TestReadyRunsTheSetupInTheSameSession(t *testing.T) {
 	// setup may have.
 	setup := "set -eu\necho noise\ncat >" + mark + " <<'EOF'\n$HOME 'quoted' \"double\"\nEOF\nexit 0\n"
 	off := 30 * time.Second
-	setupErr, err := Ready(ctx, g.root, Readying{Clock: &off, Setup: setup})
-	if err != nil || setupErr != nil {
-		t.Fatalf("Ready = %v, %v", setupErr, err)
+	rd, err := Ready(ctx, g.root, Readying{Clock: &off, Setup: setup})
+	if err != nil || rd != (Readied{}) {
+		t.Fatalf("Ready = %+v, %v", rd, err)
 	}
 	if b, err := os.ReadFile(mark); err != nil || string(b) != "$HOME 'quoted' \"double\"\n" {
 		t.Errorf("the setup's file: %q, %v", b, err)
@@ -238,12 +238,12 @@ func TestReadyRunsTheSetupInTheSameSession(t *testing.T) {
 
 	g = newFakeGuest(t, time.Minute, 0)
 	failing := "echo one >&2\necho two >&2\necho three >&2\necho four >&2\nexit 4\n"
-	setupErr, err = Ready(ctx, g.root, Readying{Clock: &off, Setup: failing})
+	rd, err = Ready(ctx, g.root, Readying{Clock: &off, Setup: failing})
 	if err != nil {
 		t.Fatalf("a failed setup failed Ready: %v", err)
 	}
-	if setupErr == nil || setupErr.Error() != `exit status 4: two\nthree\nfour` { // made safe for a terminal: one line
-		t.Errorf("setupErr = %v; want exit status 4 and its last three lines", setupErr)
+	if rd.SetupErr == nil || rd.SetupErr.Error() != `exit status 4: two\nthree\nfour` || rd.FirstRunErr != nil { // made safe for a terminal: one line
+		t.Errorf("Readied = %+v; want the setup's exit status 4 and its last three lines", rd)
 	}
 	if lag := g.lag(t); lag > 30*time.Second+time.Microsecond {
 		t.Errorf("a failed setup kept the clock from being set: lag %s", lag)
@@ -251,6 +251,49 @@ func TestReadyRunsTheSetupInTheSameSession(t *testing.T) {
 
 	if _, err := Ready(ctx, g.root, Readying{Setup: "echo\n" + setupEnd + "\n"}); err == nil || !strings.Contains(err.Error(), setupEnd) {
 		t.Errorf("a setup holding the line that ends it: %v", err)
+	}
+}
+
+// A clone's first run goes last in Ready's session, in a shell of its
+// own: it runs after the setup, only once the workspace is mounted, and
+// its failure is told apart from the setup's, without failing Ready.
+func TestReadyRunsTheFirstRunLast(t *testing.T) {
+	ctx := context.Background()
+	g := newFakeGuest(t, time.Minute, 0)
+	order := filepath.Join(g.dir, "order")
+	setup := "echo setup >>" + order + "\necho setup failed >&2\nexit 2\n"
+	first := "set -eu\necho first >>" + order + "\necho noise\necho it failed >&2\nexit 5\n"
+	rd, err := Ready(ctx, g.root, Readying{Setup: setup, FirstRun: first})
+	if err != nil {
+		t.Fatalf("a failed first run failed Ready: %v", err)
+	}
+	if b, _ := os.ReadFile(order); string(b) != "setup\nfirst\n" {
+		t.Errorf("the steps ran in the order %q, want the setup, then the first run", b)
+	}
+	if rd.SetupErr == nil || rd.SetupErr.Error() != "exit status 2: setup failed" ||
+		rd.FirstRunErr == nil || rd.FirstRunErr.Error() != "exit status 5: it failed" {
+		t.Errorf("Readied = %+v; want the setup's exit 2 and the first run's exit 5, each with its own words", rd)
+	}
+
+	// A workspace that does not mount: no first run. (No virtio device
+	// here: the mount script fails at once.)
+	os.Remove(order)
+	g = newFakeGuest(t, time.Minute, 0)
+	_, err = Ready(ctx, func(ctx context.Context, script func() string) (int, string, string, error) {
+		return g.root(ctx, func() string {
+			s := script()
+			return strings.Replace(s, attachScript, "mount_failed=1\n", 1)
+		})
+	}, Readying{Mount: true, FirstRun: first})
+	if err == nil || !strings.Contains(err.Error(), "mounting the workspace") {
+		t.Errorf("Ready with a failed mount: %v", err)
+	}
+	if _, err := os.Stat(order); !os.IsNotExist(err) {
+		t.Errorf("the first run ran without the workspace (%v)", err)
+	}
+
+	if _, err := Ready(ctx, g.root, Readying{FirstRun: "echo\n" + firstRunEnd + "\n"}); err == nil || !strings.Contains(err.Error(), firstRunEnd) {
+		t.Errorf("a first run holding the line that ends it: %v", err)
 	}
 }
 

@@ -114,24 +114,32 @@ func (m *Manager) startClone(ctx context.Context, e state.Entry, d driver.Driver
 	defer c.Close()
 	res.SSHReady = ready
 	// The clock, the start's setup (as after a cold boot) and the workspace
-	// (plugged in by the restore) in one root session, then the first run,
-	// over the connection that answered: no other login on the way.
-	setupErr, err := w.Ready(guestconn.RootOn(c), guestctl.Readying{Clock: &off, Setup: plan.Setup, Mount: true})
-	m.setupFailed(e, setupErr)
+	// (plugged in by the restore) in one root session, with a quick first
+	// run (see backend.Clone), else the first run then, over the
+	// connection that answered: no other login on the way.
+	readying := guestctl.Readying{Clock: &off, Setup: plan.Setup, Mount: true}
+	if plan.Clone.Quick {
+		readying.FirstRun = plan.Clone.FirstRun
+	}
+	rd, err := w.Ready(guestconn.RootOn(c), readying)
 	m.startHolder(e) // after the setup: its login sees the placeholders
 	if err != nil {
 		return fail("mounting the workspace", err)
 	}
 	log.Debug("the workspace is mounted", "after", time.Since(began))
-	err = w.Settle(ctx, c, guestctl.Settling{Command: guest.RootShell, Input: plan.Clone.FirstRun, Log: guest.ProvisionLog})
+	if err = rd.FirstRunErr; !plan.Clone.Quick {
+		err = w.Settle(ctx, c, guestctl.Settling{Command: guest.RootShell, Input: plan.Clone.FirstRun, Log: guest.ProvisionLog})
+	}
 	m.settled(ctx, r, err, "")
 	if err := m.restoredHealth(ctx, w, e, res, "started from its template"); err != nil {
 		return nil, err
 	}
-	if res.HealthReady > 0 {
+	if res.HealthReady > 0 && !plan.Clone.Quick { // a quick first run had nothing to provision
 		if err := m.checkProvision(ctx, e, began); err != nil {
 			return nil, err
 		}
+	}
+	if res.HealthReady > 0 {
 		m.waitHolder(ctx, e, 10*time.Second)
 	}
 	res.Info = m.Status(ctx, e, true)

@@ -117,8 +117,7 @@ func (m *Manager) resumed(ctx context.Context, e state.Entry, d driver.Driver, m
 		res.SSHReady = ready
 		root, setup = guestconn.RootOn(c), rs.setup
 	}
-	setupErr, err := w.Ready(root, guestctl.Readying{Now: m.Now, Setup: setup, Mount: !rs.keptShare})
-	m.setupFailed(e, setupErr)
+	_, err := w.Ready(root, guestctl.Readying{Now: m.Now, Setup: setup, Mount: !rs.keptShare})
 	m.startHolder(e) // a hibernated VM's holder runs on (nothing is started); else it ended with the suspend
 	if err != nil {
 		return nil, fmt.Errorf("VM %q resumed, but: %w (hint: `agent-vm restart %s` boots it afresh)", r.Branch, err, e.Slug)

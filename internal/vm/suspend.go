@@ -151,8 +151,9 @@ func (m *Manager) save(ctx context.Context, e state.Entry, sus driver.Suspender,
 	hooks := driver.GuestHooks{
 		Detach: func(ctx context.Context) error { return m.detachGuest(ctx, e, instead) },
 		Attach: func(ctx context.Context) error {
-			return errors.Join(guestctl.Ready(ctx, m.rootOf(e), guestctl.Readying{Mount: true}))
-		}, // no setup: the mount's error
+			_, err := guestctl.Ready(ctx, m.rootOf(e), guestctl.Readying{Mount: true}) // no setup: the mount's error
+			return err
+		},
 	}
 	return sus.Suspend(ctx, mach, hooks)
 }

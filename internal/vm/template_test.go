@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/qemu"
@@ -109,6 +110,11 @@ func TestTemplate(t *testing.T) {
 		}
 		if got := sh("systemctl is-active agent-mcp"); got != "active" {
 			t.Errorf("%s: agent-mcp is %s", b, got)
+		}
+		// Its first run ran, with nothing to provision (in the readying
+		// session: nothing installs, no provision.sh), on this boot.
+		if got, boot := sh("head -n 1 "+guest.ProvisionStatus), sh("grep ^boot= "+guest.ProvisionStatus); got != "status=skipped" || boot != "boot="+sh("cat /proc/sys/kernel/random/boot_id") {
+			t.Errorf("%s: the provisioning's status %q, %q; want skipped on this boot", b, got, boot)
 		}
 		// agent-mcp has this VM's token (from its QEMU's fw_cfg), not the
 		// template's.

@@ -52,7 +52,7 @@ func (m *Manager) waitReady(ctx context.Context, e state.Entry, d driver.Driver,
 	}
 	res.SSHReady = ready
 	// The setup on the connection that answered: no other handshake.
-	m.setupFailed(e, errors.Join(w.Ready(guestconn.RootOn(c), guestctl.Readying{Setup: plan.Setup})))
+	w.Ready(guestconn.RootOn(c), guestctl.Readying{Setup: plan.Setup}) // a failure is warned of
 	c.Close()
 	m.startHolder(e)
 	if res.HealthReady, err = w.Health(); err != nil {
@@ -95,16 +95,6 @@ func (m *Manager) restoredHealth(ctx context.Context, w *boot.Wait, e state.Entr
 		m.Log.Warn("the VM "+how+", but agent-mcp does not answer yet", "vm", e.Record.Branch, "error", err)
 	}
 	return nil
-}
-
-// setupFailed warns that the start's guest setup (backend.Plan.Setup,
-// run by guestctl.Ready before the held connection and any session
-// begin, so that they see its placeholders) failed, when err is not nil:
-// the VM works, its secrets do not.
-func (m *Manager) setupFailed(e state.Entry, err error) {
-	if err != nil {
-		m.Log.Warn("the guest did not take the VM's CA and the placeholders of its secrets, so requests that need them fail (hint: `agent-vm stop "+e.Slug+"`, then start it again)", "vm", e.Record.Branch, "error", err)
-	}
 }
 
 // bootingOthers counts this state directory's VMs, other than self, whose
