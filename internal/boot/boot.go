@@ -258,17 +258,13 @@ func (w *Wait) SSH(phase string) (*ssh.Client, time.Duration, error) {
 // Ready readies the guest as r says (guestctl.Ready) within the wait's
 // deadline. Its one root session reports nothing while it runs, so its
 // phase is told as it begins: a start that hangs in it says where. The
-// start's setup failing (run alone: the session failing) is warned of
-// here, and not Ready's error: the VM works, its secrets do not.
+// start's setup failing is warned of here, and not Ready's error: the VM
+// works, its secrets do not.
 func (w *Wait) Ready(root guestctl.Root, r guestctl.Readying) (guestctl.Readied, error) {
-	setupOnly := r.Setup != "" && !r.Mount && r.Clock == nil && r.Now == nil && r.FirstRun == ""
-	if r.Setup != "" || r.Mount || r.Clock != nil || r.Now != nil || r.FirstRun != "" {
+	if !r.Empty() {
 		w.Reporter("setting up the guest for this start")("")
 	}
 	rd, err := guestctl.Ready(w.ctx, root, r)
-	if setupOnly && err != nil {
-		rd.SetupErr, err = errors.Join(rd.SetupErr, err), nil
-	}
 	if rd.SetupErr != nil {
 		w.m.Log.Warn("the guest did not take the VM's CA and the placeholders of its secrets, so requests that need them fail (hint: `agent-vm stop "+w.m.Slug+"`, then start it again)", "vm", w.m.VM, "error", rd.SetupErr)
 	}

@@ -10,6 +10,7 @@ package guestctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -169,6 +170,11 @@ type Readying struct {
 	FirstRun string
 }
 
+// Empty reports whether r asks for nothing (Ready opens no session).
+func (r Readying) Empty() bool {
+	return r.Clock == nil && r.Now == nil && r.Setup == "" && !r.Mount && r.FirstRun == ""
+}
+
 // Readied is what failed of Ready's steps that do not keep the rest from
 // running, each nil when it did not fail or did not run.
 type Readied struct {
@@ -180,10 +186,11 @@ type Readied struct {
 // says, in one root session: under TCG the sudo and shell of a session on
 // a guest QEMU has just restored take a second or two each. The setup and
 // the first run failing is told in Readied, and does not keep the rest
-// from running; err is the rest's failure. Nothing to do (a start whose
+// from running; err is the rest's failure. A session that ran the setup
+// alone and failed is the setup failing. Nothing to do (a start whose
 // backend has no setup) is no session.
 func Ready(ctx context.Context, root Root, r Readying) (Readied, error) {
-	if r.Clock == nil && r.Now == nil && r.Setup == "" && !r.Mount && r.FirstRun == "" {
+	if r.Empty() {
 		return Readied{}, nil
 	}
 	if r.Clock == nil && r.Now != nil {
@@ -225,6 +232,9 @@ func Ready(ctx context.Context, root Root, r Readying) (Readied, error) {
 		return rd, fmt.Errorf("mounting the workspace in the guest again: %w", err)
 	case r.Clock != nil:
 		return rd, fmt.Errorf("setting the guest's clock: %w", err)
+	case r.FirstRun == "":
+		rd.SetupErr = errors.Join(rd.SetupErr, fmt.Errorf("running the guest's setup: %w", err))
+		return rd, nil
 	}
 	return rd, fmt.Errorf("running the guest's setup: %w", err)
 }

@@ -2,6 +2,7 @@ package guestctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -247,6 +248,17 @@ func TestReadyRunsTheSetupInTheSameSession(t *testing.T) {
 	}
 	if lag := g.lag(t); lag > 30*time.Second+time.Microsecond {
 		t.Errorf("a failed setup kept the clock from being set: lag %s", lag)
+	}
+
+	// A session that ran the setup alone and failed is the setup failing.
+	broken := func(context.Context, func() string) (int, string, string, error) {
+		return 0, "", "", errors.New("session lost")
+	}
+	if rd, err := Ready(ctx, broken, Readying{Setup: setup}); err != nil || rd.SetupErr == nil || !strings.Contains(rd.SetupErr.Error(), "running the guest's setup: session lost") {
+		t.Errorf("a failed session with the setup alone: %+v, %v; want the setup's failure", rd, err)
+	}
+	if _, err := Ready(ctx, broken, Readying{Setup: setup, Mount: true}); err == nil || !strings.Contains(err.Error(), "mounting the workspace") {
+		t.Errorf("a failed session with the mount: %v; want Ready's error", err)
 	}
 
 	if _, err := Ready(ctx, g.root, Readying{Setup: "echo\n" + setupEnd + "\n"}); err == nil || !strings.Contains(err.Error(), setupEnd) {
