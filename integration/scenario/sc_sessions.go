@@ -283,6 +283,41 @@ func runSessions(ctx context.Context, s *harness.S) {
 		if !strings.Contains(res.Stdout, "ends with status 7") {
 			return harness.Failf(res, "attach to an ended session does not show its end")
 		}
+		return nil
+	})
+
+	s.Step(ctx, "run of an ended session starts it anew; a program the VM lacks and agent-vm cannot install is refused", func() error {
+		res := track(s.Call(ctx, harness.Call{Args: []string{"run", sessionsBranch, "--agent", "no-such-agent-program"}, Dir: rp.Dir}))
+		if err := harness.Want(res, 1); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, "has no program no-such-agent-program, and it is not an agent agent-vm knows") {
+			return harness.Failf(res, "run of a missing program does not say the VM lacks it")
+		}
+		kbd, done, err := typing(ctx, s, harness.Call{Args: append([]string{"run", sessionsBranch}, agentArgs...), Dir: rp.Dir, Env: canaryEnv})
+		if err != nil {
+			return err
+		}
+		if err := waitAttached(ctx, s, ref, done); err != nil {
+			kbd.Close()
+			return err
+		}
+		kbd.Type("3\r")
+		res = track(<-done)
+		kbd.Close()
+		if err := harness.Want(res, 3); err != nil {
+			return err
+		}
+		if !strings.Contains(res.Stderr, "session "+name+" had ended (exit status 7); starting it again") {
+			return harness.Failf(res, "run does not say it starts the ended session again")
+		}
+		infos, err := sessions(ctx, s, ref)
+		if err != nil {
+			return err
+		}
+		if len(infos) != 1 || infos[0].Name != name || !infos[0].Exited || infos[0].Status != 3 {
+			return harness.Failf(s.LastResult(), "sessions: %+v, want the one session, ended anew with 3", infos)
+		}
 		res = track(s.Call(ctx, harness.Call{Args: []string{"sessions", "rm", sessionsBranch, "--session", name}, Dir: rp.Dir}))
 		return harness.Want(res, 0)
 	})

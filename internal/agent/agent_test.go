@@ -107,6 +107,16 @@ func TestPickSession(t *testing.T) {
 	if got := freeName([]session.Info{{Name: long}}, long); len(got) > 40 || session.CheckName(got) != nil {
 		t.Errorf("freeName of a long name: %q", got)
 	}
+	// --new: a free name stands, a taken one moves on unless the user gave it.
+	if got, err := newName(infos, "codex", true, "main"); err != nil || got != "codex" {
+		t.Errorf("newName of a free name: %q, %v", got, err)
+	}
+	if got, err := newName(infos, "claude", false, "main"); err != nil || got != "claude-3" {
+		t.Errorf("newName of a taken name: %q, %v", got, err)
+	}
+	if _, err := newName(infos, "claude-2", true, "main"); err == nil || !strings.Contains(err.Error(), "`agent-vm attach main --session claude-2`") {
+		t.Errorf("newName of a taken name the user gave: %v", err)
+	}
 }
 
 // TestAgentKey: a contained VM gets no value (its guest holds the

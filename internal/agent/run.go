@@ -148,62 +148,99 @@ func Run(ctx context.Context, vms VMs, p Provisioner, o RunOptions) (*Result, er
 			return nil, err
 		}
 	}
-	infos, err := listSessions(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	step("the sessions listed")
 	name := o.Session
 	if name == "" {
 		name = session.NameFor(argv[0])
 	}
-	if existing, ok := session.Find(infos, name); ok {
-		switch {
-		case o.New && o.Session == "":
-			name = freeName(infos, name)
-		case o.New:
-			return nil, fmt.Errorf("a session called %s exists in VM %s already (hint: pick another --session, or `agent-vm attach %s --session %s`)", name, res.VM, res.VM, name)
-		case existing.Exited:
-			notify(fmt.Sprintf("session %s had ended (%s); starting it again", name, ended(existing)))
-			if _, err := guestRun(ctx, c, session.Remove(name), nil); err != nil {
-				return nil, err
-			}
-		default:
-			if len(o.Env) > 0 || len(o.Args) > 0 || chrome {
-				notify(fmt.Sprintf("session %s is already running: --env, --chrome and the agent's arguments apply only when a session starts (hint: --new starts another)", name))
-			}
-			return attach(ctx, c, res, name, o.Term, notify)
+	if o.New {
+		infos, err := listSessions(ctx, c)
+		if err != nil {
+			return nil, err
 		}
+		if name, err = newName(infos, name, o.Session != "", res.VM); err != nil {
+			return nil, err
+		}
+		step("the sessions listed")
 	}
-	if err := ensureAgent(ctx, vms, c, res.VM, argv[0], o.Term.Err, notify); err != nil {
-		return nil, err
-	}
-	step("the agent's program is there")
 	vars = append(syncMCP(ctx, vms, res.VM, getenv, notify), vars...)
 	step("the host's MCP servers synced")
+	program := argv[0]
 	if chrome {
 		argv = append([]string{argv[0], "--chrome"}, argv[1:]...)
 	}
 	w, h := sshx.TermSize(o.Term.In)
-	cmd, stdin, err := session.Start(session.Spec{Name: name, Argv: argv, Hooks: hooks(filepath.Base(argv[0])), Env: vars, Width: w, Height: h, Heading: res.Branch})
+	// The start looks for the program itself and refuses a name in use,
+	// so the usual run (a new session, its program there) asks the guest
+	// once; only what it refuses is looked at further.
+	installed := false
+	for tries := 0; ; tries++ {
+		err := startSession(ctx, c, session.Spec{Name: name, Argv: argv, Hooks: hooks(filepath.Base(program)), Env: vars, Width: w, Height: h, Heading: res.Branch, Require: true})
+		switch {
+		case err == nil:
+			step("the session started")
+			notify(fmt.Sprintf("started session %s in VM %s: %s", name, res.VM, strings.Join(argv, " ")))
+			return attach(ctx, c, res, name, o.Term, notify)
+		case errors.Is(err, session.ErrNoProgram) && !installed:
+			if err := installAgent(ctx, vms, c, res.VM, program, o.Term.Err, notify); err != nil {
+				return nil, err
+			}
+			installed = true
+			step("the agent's program installed")
+		case errors.Is(err, session.ErrNoProgram):
+			return nil, fmt.Errorf("installed %s in VM %s, but a login shell there does not find it (hint: `agent-vm shell %s`, then `command -v %s` and the PATH)", termsafe.String(program), res.VM, res.VM, termsafe.String(program))
+		case errors.Is(err, session.ErrDuplicate) && tries < 3:
+			infos, err := listSessions(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			existing, ok := session.Find(infos, name)
+			switch {
+			case !ok: // removed since: start it
+			case o.New: // another run took the name a moment ago
+				if name, err = newName(infos, name, o.Session != "", res.VM); err != nil {
+					return nil, err
+				}
+			case existing.Exited:
+				notify(fmt.Sprintf("session %s had ended (%s); starting it again", name, ended(existing)))
+				if _, err := guestRun(ctx, c, session.Remove(name), nil); err != nil {
+					return nil, err
+				}
+			default:
+				if len(o.Env) > 0 || len(o.Args) > 0 || chrome {
+					notify(fmt.Sprintf("session %s is already running: --env, --chrome and the agent's arguments apply only when a session starts (hint: --new starts another)", name))
+				}
+				return attach(ctx, c, res, name, o.Term, notify)
+			}
+		default:
+			return nil, fmt.Errorf("starting session %s in VM %s: %w", name, res.VM, err)
+		}
+	}
+}
+
+// startSession starts s in the guest; its refusals are session's errors.
+func startSession(ctx context.Context, c *ssh.Client, s session.Spec) error {
+	cmd, stdin, err := session.Start(s)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var errOut bytes.Buffer
 	code, err := sshx.Run(ctx, c, cmd, bytes.NewReader(stdin), io.Discard, &errOut)
 	if err != nil {
-		return nil, fmt.Errorf("starting session %s in VM %s: %w", name, res.VM, err)
+		return err
 	}
-	if err := session.StartError(code, errOut.String()); err != nil {
-		if errors.Is(err, session.ErrDuplicate) {
-			// Another run started it a moment ago: join it.
-			return attach(ctx, c, res, name, o.Term, notify)
-		}
-		return nil, fmt.Errorf("starting session %s in VM %s: %w", name, res.VM, err)
+	return session.StartError(code, errOut.String())
+}
+
+// newName is the name a --new session takes: name when no session has it,
+// else the next free one, or an error when the user gave that name.
+func newName(infos []session.Info, name string, given bool, vmName string) (string, error) {
+	if _, ok := session.Find(infos, name); !ok {
+		return name, nil
 	}
-	step("the session started")
-	notify(fmt.Sprintf("started session %s in VM %s: %s", name, res.VM, strings.Join(argv, " ")))
-	return attach(ctx, c, res, name, o.Term, notify)
+	if given {
+		return "", fmt.Errorf("a session called %s exists in VM %s already (hint: pick another --session, or `agent-vm attach %s --session %s`)", name, vmName, vmName, name)
+	}
+	return freeName(infos, name), nil
 }
 
 // syncMCP brings the host's MCP servers into the guest before a session
@@ -223,22 +260,18 @@ func syncMCP(ctx context.Context, vms VMs, vmName string, getenv func(string) st
 	return res.Env
 }
 
-// ensureAgent installs a known agent's CLI from npm when the guest lacks
-// it (a VM created without --agent, or whose first-boot install failed):
-// once per VM, with npm's output on errOut; a failure says what the VM's
-// egress proxy refused meanwhile (netpolicy.WithRefusals). Any other
-// program must be in the guest already.
-func ensureAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program string, errOut io.Writer, notify func(string)) error {
+// installAgent installs a known agent's CLI from npm in a guest that
+// lacks it (a VM created without --agent, or whose first-boot install
+// failed): once per VM, with npm's output on errOut; a failure says what
+// the VM's egress proxy refused meanwhile (netpolicy.WithRefusals). Any
+// other program must be in the guest already.
+func installAgent(ctx context.Context, vms VMs, c *ssh.Client, vmName, program string, errOut io.Writer, notify func(string)) error {
 	var agent guest.Agent
 	known := false
 	for _, a := range guest.Agents {
 		if a.Command == program {
 			agent, known = a, true
 		}
-	}
-	// As the session will run it: a login shell in the workspace.
-	if _, err := guestRun(ctx, c, `bash -lc 'cd `+guest.Workspace+` 2>/dev/null; command -v "$0"' `+sshx.Quote([]string{program}), nil); err == nil {
-		return nil
 	}
 	if !known {
 		return fmt.Errorf("--agent %s: VM %s has no program %s, and it is not an agent agent-vm knows (hint: one of %s, which run installs; or install it in the VM first: `agent-vm shell %s`)",

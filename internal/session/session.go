@@ -42,10 +42,15 @@ const (
 	exitNoTmux    = 90
 	exitNoTmpfs   = 91
 	exitDuplicate = 92
+	exitNoProgram = 93
 )
 
 // ErrDuplicate means a session of that name exists already.
 var ErrDuplicate = errors.New("a session of that name exists")
+
+// ErrNoProgram means the agent's program is not a command where the
+// session would run it (Spec.Require).
+var ErrNoProgram = errors.New("the agent's program is not in the guest")
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$`)
 
@@ -116,6 +121,11 @@ type Spec struct {
 	Height  int
 	Heading string // the status line's left part, e.g. the branch
 	Dir     string // where the agent starts (default: the workspace)
+	// Require has the start look for the program first, as the session
+	// would run it (a login shell in Dir), and fail with ErrNoProgram
+	// without one: a caller that would install it then needs no session of
+	// its own to ask.
+	Require bool
 }
 
 // tmux is a command line for agent-vm's tmux server. -f /dev/null keeps the
@@ -224,15 +234,21 @@ func Start(s Spec) (cmd string, stdin []byte, err error) {
 	// The env file's path is only known in the guest: the placeholder is
 	// replaced by "$f", outside any quotes, so the shell expands it.
 	tm := strings.Replace(tmux(args...), execx.ShellQuote("__ENVFILE__"), `"$f"`, 1)
+	require := ""
+	if s.Require {
+		// The wrapper's login shell, in the session's directory.
+		require = fmt.Sprintf(`"${SHELL:-/bin/sh}" -lc 'cd "$1" 2>/dev/null; command -v "$0" >/dev/null' %s %s </dev/null || exit %d
+`, execx.ShellQuote(s.Argv[0]), execx.ShellQuote(dir), exitNoProgram)
+	}
 	script := fmt.Sprintf(`command -v tmux >/dev/null 2>&1 || exit %[1]d
 d=${XDG_RUNTIME_DIR:-/run/user/$(id -u)}
 [ "$(stat -f -c %%T "$d" 2>/dev/null)" = tmpfs ] || d=/dev/shm
 [ "$(stat -f -c %%T "$d" 2>/dev/null)" = tmpfs ] || exit %[2]d
 %[3]s has-session -t %[4]s 2>/dev/null && exit %[5]d
-f=$(mktemp "$d/agent-vm-session.XXXXXXXX") || exit 1 # mode 0600
+%[7]sf=$(mktemp "$d/agent-vm-session.XXXXXXXX") || exit 1 # mode 0600
 cat > "$f" || { rm -f -- "$f"; exit 1; }
 %[6]s || { rm -f -- "$f"; exit 1; }`,
-		exitNoTmux, exitNoTmpfs, tmux(), execx.ShellQuote("="+s.Name), exitDuplicate, tm)
+		exitNoTmux, exitNoTmpfs, tmux(), execx.ShellQuote("="+s.Name), exitDuplicate, tm, require)
 	return script, []byte(env.String()), nil
 }
 
@@ -252,6 +268,8 @@ func StartError(code int, stderr string) error {
 		return errors.New("the guest has no tmpfs (its XDG_RUNTIME_DIR or /dev/shm) to pass the agent's environment through, and agent-vm will not write secrets to the guest's disk")
 	case exitDuplicate:
 		return ErrDuplicate
+	case exitNoProgram:
+		return ErrNoProgram
 	}
 	stderr = strings.TrimSpace(stderr)
 	if stderr == "" {

@@ -212,7 +212,7 @@ func TestBadSpecsAreRefusedBeforeTheGuest(t *testing.T) {
 }
 
 func TestStartErrorsSayWhatToDo(t *testing.T) {
-	for code, want := range map[int]string{exitNoTmux: "tmux is not installed", exitNoTmpfs: "no tmpfs", 1: "(exit status 1): boom"} {
+	for code, want := range map[int]string{exitNoTmux: "tmux is not installed", exitNoTmpfs: "no tmpfs", exitNoProgram: "program is not in the guest", 1: "(exit status 1): boom"} {
 		if err := StartError(code, "boom\n"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("code %d: %v", code, err)
 		}
@@ -317,5 +317,46 @@ func TestCtrlCReachesTheAgentNotTheWrapper(t *testing.T) {
 	infos := h.waitFor("the agent has exited", func(in []Info) bool { return len(in) == 1 && in[0].Exited })
 	if infos[0].Status != 4 {
 		t.Errorf("status after Ctrl-C: %+v (the wrapper died with the agent?)", infos[0])
+	}
+}
+
+// A start that requires its program looks for it as the session would
+// run it (a login shell in the start directory): a missing one is
+// ErrNoProgram, with no session and no environment file left; one found
+// there, a relative path included, starts.
+func TestRequireLooksForTheProgramWhereTheSessionRuns(t *testing.T) {
+	h := newHost(t)
+	err := h.start(Spec{Name: "missing", Argv: []string{"no-such-agent-program"}, Env: []Var{{"CANARY", "x"}}, Require: true})
+	if !errors.Is(err, ErrNoProgram) {
+		t.Fatalf("start of a missing program: %v, want ErrNoProgram", err)
+	}
+	if got := h.list(); len(got) != 0 {
+		t.Errorf("a refused start left sessions: %+v", got)
+	}
+	if ents, _ := os.ReadDir(h.runtime); len(ents) != 0 {
+		t.Errorf("a refused start left %v", ents)
+	}
+	// Relative to the start directory, not to the caller's.
+	ws := filepath.Join(h.dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "stand-in"), []byte("#!/bin/sh\nexit 4\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd, stdin, err := Start(Spec{Name: "here", Argv: []string{"./stand-in"}, Dir: ws, Require: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := h.sh(cmd, stdin); StartError(code, errOut) != nil {
+		t.Fatalf("start of ./stand-in in %s: %v", ws, StartError(code, errOut))
+	}
+	infos := h.waitFor("the agent has exited", func(in []Info) bool { return len(in) == 1 && in[0].Exited })
+	if infos[0].Status != 4 {
+		t.Errorf("status: %+v", infos[0])
+	}
+	// A duplicate is told before the program is looked for.
+	if err := h.start(Spec{Name: "here", Argv: []string{"no-such-agent-program"}, Require: true}); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("second start: got %v, want ErrDuplicate", err)
 	}
 }
