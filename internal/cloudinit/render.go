@@ -165,7 +165,13 @@ func renderUserData(c Config) ([]byte, error) {
 				"--property=After=cloud-init.service", "--description=agent-vm: enable and start the agent-vm units",
 				"/bin/sh", "-c", "systemctl enable " + strings.Join(units, " ") + " && systemctl start --no-block " + mcpUnit},
 		}, caCerts),
-		WriteFiles: append(files, guidanceFiles(c)...),
+		// cloud-init's /etc/profile.d/Z99-cloud-locale-test.sh runs
+		// `locale` in every login shell (the agent's among them) to warn
+		// of a locale missing from the image, unless this file exists:
+		// the locale is C.UTF-8, which every Debian has, and under TCG
+		// the check is a tenth of a second of each login.
+		WriteFiles: append(append(files, guidanceFiles(c)...),
+			writeFile{Path: homeDir + "/.cloud-locale-test.skip", Owner: UserName + ":" + UserName, Permissions: "0644", Defer: true}),
 		Users: []user{{
 			Name:              UserName,
 			UID:               c.UID,

@@ -236,8 +236,12 @@ func Start(s Spec) (cmd string, stdin []byte, err error) {
 	tm := strings.Replace(tmux(args...), execx.ShellQuote("__ENVFILE__"), `"$f"`, 1)
 	require := ""
 	if s.Require {
-		// The wrapper's login shell, in the session's directory.
-		require = fmt.Sprintf(`"${SHELL:-/bin/sh}" -lc 'cd "$1" 2>/dev/null; command -v "$0" >/dev/null' %s %s </dev/null || exit %d
+		// In the session's directory, on this shell's PATH (a builtin, no
+		// process) or else on the login shell's, as the wrapper runs it: a
+		// login shell is a third of a second under TCG, and an agent
+		// installed where every shell finds it needs none.
+		require = fmt.Sprintf(`cd %[2]s 2>/dev/null
+command -v %[1]s >/dev/null || "${SHELL:-/bin/sh}" -lc 'cd "$1" 2>/dev/null; command -v "$0" >/dev/null' %[1]s %[2]s </dev/null || exit %[3]d
 `, execx.ShellQuote(s.Argv[0]), execx.ShellQuote(dir), exitNoProgram)
 	}
 	script := fmt.Sprintf(`command -v tmux >/dev/null 2>&1 || exit %[1]d

@@ -355,8 +355,31 @@ func TestRequireLooksForTheProgramWhereTheSessionRuns(t *testing.T) {
 	if infos[0].Status != 4 {
 		t.Errorf("status: %+v", infos[0])
 	}
+	// One that only a login shell finds (its profile puts it on the PATH).
+	home := t.TempDir()
+	if err := os.Mkdir(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "bin", "login-only-agent"), []byte("#!/bin/sh\nexit 5\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".profile"), []byte("PATH=$HOME/bin:$PATH\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.sh(tmux("kill-server"), nil) // the server's environment is the agent's: a new one with this HOME
+	h.env = append(h.env, "HOME="+home)
+	if code, _, _ := h.sh("command -v login-only-agent", nil); code == 0 {
+		t.Fatal("the test's plain shell finds login-only-agent already")
+	}
+	if err := h.start(Spec{Name: "login", Argv: []string{"login-only-agent"}, Require: true}); err != nil {
+		t.Fatalf("start of a program on the login shell's PATH: %v", err)
+	}
+	h.waitFor("the login shell's agent has exited", func(in []Info) bool {
+		m, ok := Find(in, "login")
+		return ok && m.Exited && m.Status == 5
+	})
 	// A duplicate is told before the program is looked for.
-	if err := h.start(Spec{Name: "here", Argv: []string{"no-such-agent-program"}, Require: true}); !errors.Is(err, ErrDuplicate) {
+	if err := h.start(Spec{Name: "login", Argv: []string{"no-such-agent-program"}, Require: true}); !errors.Is(err, ErrDuplicate) {
 		t.Errorf("second start: got %v, want ErrDuplicate", err)
 	}
 }
