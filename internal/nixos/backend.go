@@ -362,7 +362,8 @@ const ScriptNetdev = "user.0"
 // shared read-write), QEMU_OPTS, QEMU_NET_OPTS (e.g. a forward on every
 // address), QEMU_KERNEL_PARAMS, NIXPKGS_QEMU_KERNEL_<name> (another
 // kernel), NIX_EFI_VARS, NIX_SWTPM_DIR and NIX_SSL_CERT_FILE, none of which
-// an agent-vm VM may take from whoever runs start, so none is passed. PATH
+// an agent-vm VM may take from whoever runs start, so none is passed (the
+// launcher sets QEMU_NET_OPTS and, under TCG, QEMU_KERNEL_PARAMS itself). PATH
 // is the caller's: the script puts coreutils first and calls QEMU by its
 // store path.
 func scriptEnv(l state.Layout, path string) []string {

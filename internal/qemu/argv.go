@@ -208,8 +208,9 @@ func diskArgs(disks []Disk) []string {
 	return out
 }
 
-// kernelArgs boots a kernel directly, skipping firmware and bootloader.
-func kernelArgs(d *Direct) []string {
+// kernelArgs boots a kernel directly, skipping firmware and bootloader;
+// under TCG with TCGKernelParams.
+func kernelArgs(d *Direct, accel string) []string {
 	if d.Kernel == "" {
 		return nil
 	}
@@ -217,11 +218,29 @@ func kernelArgs(d *Direct) []string {
 	if d.Initrd != "" {
 		out = append(out, "-initrd", d.Initrd)
 	}
-	if d.Append != "" {
-		out = append(out, "-append", d.Append)
+	app := d.Append
+	if accel != "kvm" {
+		app = strings.TrimSpace(app + " " + TCGKernelParams)
 	}
-	return out
+	return append(out, "-append", app)
 }
+
+// TCGKernelParams are the guest kernel's parameters under TCG. norandmaps
+// turns off the randomisation of each process's address space (as
+// kernel.randomize_va_space=0 would): TCG looks up the code it has
+// translated by the guest's addresses, so when a program's code and
+// libraries sit at the same addresses in every process, the next process
+// of it runs what an earlier one translated instead of translating it
+// all again. A guest starts processes all the time (sessions, shells, git,
+// the agent's tools): measured in a clone of the default machine, 20 runs
+// of `id -u` took 1.66 s with randomised maps and 0.67 s without, 10 of
+// `bash -lc true` 4.4 s and 1.5 s. What the guest gives up is the
+// randomisation between its own processes, which guards one guest process
+// against an exploit from another or from outside; in an agent-vm guest
+// whatever runs code there has the agent's reach already (its user has
+// sudo), and the host's side (QEMU, virtiofsd, the proxy) keeps its own.
+// Under KVM, which translates nothing, the guest keeps it.
+const TCGKernelParams = "norandmaps"
 
 // credentialArgs hand secrets to the guest as systemd credentials.
 func credentialArgs(creds []driver.Credential) []string {
@@ -271,7 +290,7 @@ func directArgv(a Arch, m Machine, d *Direct, accel string, mode driver.ShareMod
 	if mode == driver.ShareVirtiofs {
 		argv = append(argv, sharedMemoryArgs(m.MemoryMiB)...)
 	}
-	argv = append(argv, kernelArgs(d)...)
+	argv = append(argv, kernelArgs(d, accel)...)
 	argv = append(argv, diskArgs(d.Disks)...)
 	argv = append(argv, netArgs(m, d.MAC)...)
 	argv = append(argv, shareSlotArgs()...)

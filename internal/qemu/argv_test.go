@@ -3,6 +3,7 @@ package qemu
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -201,5 +202,28 @@ func TestCheckNetwork(t *testing.T) {
 	}
 	if err := checkNetwork(sampleMachine()); err != nil {
 		t.Errorf("the sample network: %v", err)
+	}
+}
+
+// Under TCG the guest's kernel gets norandmaps, on a Direct boot's command
+// line and through a run script's QEMU_KERNEL_PARAMS; under KVM neither.
+func TestTCGGuestsKeepTheirProcessesMapsInPlace(t *testing.T) {
+	a, _ := ArchFor("amd64")
+	d := &Direct{Kernel: "/k/vmlinuz", Append: "root=/dev/vda"}
+	for accel, want := range map[string]string{"tcg": "root=/dev/vda norandmaps", "kvm": "root=/dev/vda"} {
+		argv := DirectArgv(a, sampleMachine(), d, accel, driver.ShareVirtiofs, Hardening{})
+		i := slices.Index(argv, "-append")
+		if i < 0 || argv[i+1] != want {
+			t.Errorf("%s: -append %v, want %q", accel, argv, want)
+		}
+		s := &Script{Path: "/nix/store/x-run-vm", Env: []string{"PATH=/bin"}}
+		env := (&Launcher{}).detached(sampleMachine(), Boot{Script: s}, accel, driver.ShareVirtiofs, Hardening{}, false).Env
+		has := slices.Contains(env, "QEMU_KERNEL_PARAMS=norandmaps")
+		if has != (accel == "tcg") {
+			t.Errorf("%s: the script's environment %v", accel, env)
+		}
+		if len(s.Env) != 1 {
+			t.Errorf("the script's own environment was changed: %v", s.Env)
+		}
 	}
 }

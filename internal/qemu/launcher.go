@@ -226,6 +226,11 @@ func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMo
 	if opts := ScriptNetOpts(m, b.Script); opts != "" {
 		env = append(slices.Clip(env), "QEMU_NET_OPTS="+opts)
 	}
+	if accel != "kvm" {
+		// nixpkgs' run script adds QEMU_KERNEL_PARAMS to the kernel's
+		// command line.
+		env = append(slices.Clip(env), "QEMU_KERNEL_PARAMS="+TCGKernelParams)
+	}
 	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode, h),
 		Env: env, ExactEnv: true, StdoutPath: m.QEMULogPath()}
 }
