@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -234,20 +235,11 @@ func runSessions(ctx context.Context, s *harness.S) {
 	})
 
 	s.Step(ctx, "run again re-attaches to the same agent (the screen comes back); its exit status becomes agent-vm's", func() error {
-		kbd, done, err := typing(ctx, s, harness.Call{Args: append([]string{"run", sessionsBranch}, agentArgs...), Dir: rp.Dir, Env: canaryEnv})
+		res, err := runAndAnswer(ctx, s, ref, harness.Call{Args: append([]string{"run", sessionsBranch}, agentArgs...), Dir: rp.Dir, Env: canaryEnv}, 7)
 		if err != nil {
 			return err
 		}
-		// The agent waits for a line: give it one once the client is
-		// attached (the session shows an attached client).
-		if err := waitAttached(ctx, s, ref, done); err != nil {
-			kbd.Close()
-			return err
-		}
-		kbd.Type("7\r")
-		res := track(<-done)
-		kbd.Close()
-		if err := harness.Want(res, 7); err != nil {
+		if err := harness.Want(track(res), 7); err != nil {
 			return err
 		}
 		if !strings.Contains(res.Stdout, "waiting for an exit status") {
@@ -294,18 +286,11 @@ func runSessions(ctx context.Context, s *harness.S) {
 		if !strings.Contains(res.Stderr, "has no program no-such-agent-program, and it is not an agent agent-vm knows") {
 			return harness.Failf(res, "run of a missing program does not say the VM lacks it")
 		}
-		kbd, done, err := typing(ctx, s, harness.Call{Args: append([]string{"run", sessionsBranch}, agentArgs...), Dir: rp.Dir, Env: canaryEnv})
+		res, err := runAndAnswer(ctx, s, ref, harness.Call{Args: append([]string{"run", sessionsBranch}, agentArgs...), Dir: rp.Dir, Env: canaryEnv}, 3)
 		if err != nil {
 			return err
 		}
-		if err := waitAttached(ctx, s, ref, done); err != nil {
-			kbd.Close()
-			return err
-		}
-		kbd.Type("3\r")
-		res = track(<-done)
-		kbd.Close()
-		if err := harness.Want(res, 3); err != nil {
+		if err := harness.Want(track(res), 3); err != nil {
 			return err
 		}
 		if !strings.Contains(res.Stderr, "session "+name+" had ended (exit status 7); starting it again") {
@@ -579,6 +564,23 @@ func rollbackToIt(ctx context.Context, s *harness.S, ref harness.VMRef, track fu
 }
 
 // typing starts c with a keyboard for its stdin; its result arrives on done.
+// runAndAnswer makes call c (a run that attaches to the stand-in agent) at
+// a terminal and, once the session has an attached client, answers the
+// agent's question for an exit status with status; it returns the run's
+// result.
+func runAndAnswer(ctx context.Context, s *harness.S, ref harness.VMRef, c harness.Call, status int) (*harness.Result, error) {
+	kbd, done, err := typing(ctx, s, c)
+	if err != nil {
+		return nil, err
+	}
+	defer kbd.Close()
+	if err := waitAttached(ctx, s, ref, done); err != nil {
+		return nil, err
+	}
+	kbd.Type(strconv.Itoa(status) + "\r")
+	return <-done, nil
+}
+
 func typing(ctx context.Context, s *harness.S, c harness.Call) (*harness.Keyboard, chan *harness.Result, error) {
 	kbd, err := harness.NewKeyboard()
 	if err != nil {
