@@ -38,6 +38,9 @@ package libvirt
 import (
 	"encoding/xml"
 	"fmt"
+	"strings"
+
+	"github.com/agent-vm/agent-vm/internal/accel"
 )
 
 // Domain is everything a VM's libvirt domain says; XML renders it through
@@ -119,6 +122,15 @@ func (d Domain) XML() (string, error) {
 // guest restored from a saved state to reseed its RNG; QEMU 7.2 has it on
 // x86 only) is an empty <genid/>: libvirt chooses one when the domain is
 // defined and a new one whenever it is restored or reverted to a snapshot.
+// cmdline is the kernel's command line: under TCG (type "qemu") with
+// accel.TCGKernelParams, as the qemu driver boots its guests.
+func (d Domain) cmdline() string {
+	if d.Type == "qemu" && d.Kernel != "" {
+		return strings.TrimSpace(d.Cmdline + " " + accel.TCGKernelParams)
+	}
+	return d.Cmdline
+}
+
 func (d Domain) xml() domainXML {
 	x := domainXML{
 		Type:          d.Type,
@@ -132,7 +144,7 @@ func (d Domain) xml() domainXML {
 			Type:    osTypeXML{Arch: "x86_64", Machine: d.Machine, Value: "hvm"},
 			Kernel:  d.Kernel,
 			Initrd:  d.Initrd,
-			Cmdline: d.Cmdline,
+			Cmdline: d.cmdline(),
 		},
 		Features:   featuresFor(d.Type),
 		CPU:        cpuFor(d.Type),

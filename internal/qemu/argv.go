@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/driver"
 )
 
@@ -209,8 +210,8 @@ func diskArgs(disks []Disk) []string {
 }
 
 // kernelArgs boots a kernel directly, skipping firmware and bootloader;
-// under TCG with TCGKernelParams.
-func kernelArgs(d *Direct, accel string) []string {
+// under TCG with accel.TCGKernelParams.
+func kernelArgs(d *Direct, accelerator string) []string {
 	if d.Kernel == "" {
 		return nil
 	}
@@ -219,28 +220,11 @@ func kernelArgs(d *Direct, accel string) []string {
 		out = append(out, "-initrd", d.Initrd)
 	}
 	app := d.Append
-	if accel != "kvm" {
-		app = strings.TrimSpace(app + " " + TCGKernelParams)
+	if accelerator != accel.KVM {
+		app = strings.TrimSpace(app + " " + accel.TCGKernelParams)
 	}
 	return append(out, "-append", app)
 }
-
-// TCGKernelParams are the guest kernel's parameters under TCG. norandmaps
-// turns off the randomisation of each process's address space (as
-// kernel.randomize_va_space=0 would): TCG looks up the code it has
-// translated by the guest's addresses, so when a program's code and
-// libraries sit at the same addresses in every process, the next process
-// of it runs what an earlier one translated instead of translating it
-// all again. A guest starts processes all the time (sessions, shells, git,
-// the agent's tools): measured in a clone of the default machine, 20 runs
-// of `id -u` took 1.66 s with randomised maps and 0.67 s without, 10 of
-// `bash -lc true` 4.4 s and 1.5 s. What the guest gives up is the
-// randomisation between its own processes, which guards one guest process
-// against an exploit from another or from outside; in an agent-vm guest
-// whatever runs code there has the agent's reach already (its user has
-// sudo), and the host's side (QEMU, virtiofsd, the proxy) keeps its own.
-// Under KVM, which translates nothing, the guest keeps it.
-const TCGKernelParams = "norandmaps"
 
 // credentialArgs hand secrets to the guest as systemd credentials.
 func credentialArgs(creds []driver.Credential) []string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/execx"
@@ -217,21 +218,21 @@ func (l *Launcher) start(ctx context.Context, m Machine, b Boot, o StartOptions)
 }
 
 // detached builds the process description for QEMU or the script.
-func (l *Launcher) detached(m Machine, b Boot, accel string, mode driver.ShareMode, h Hardening, resume bool) execx.Detached {
+func (l *Launcher) detached(m Machine, b Boot, accelerator string, mode driver.ShareMode, h Hardening, resume bool) execx.Detached {
 	if b.Direct != nil {
-		return execx.Detached{Path: l.Arch.Binary, Args: directArgv(l.Arch, m, b.Direct, accel, mode, h, resume),
+		return execx.Detached{Path: l.Arch.Binary, Args: directArgv(l.Arch, m, b.Direct, accelerator, mode, h, resume),
 			StdoutPath: m.QEMULogPath()}
 	}
 	env := b.Script.Env
 	if opts := ScriptNetOpts(m, b.Script); opts != "" {
 		env = append(slices.Clip(env), "QEMU_NET_OPTS="+opts)
 	}
-	if accel != "kvm" {
+	if accelerator != accel.KVM {
 		// nixpkgs' run script adds QEMU_KERNEL_PARAMS to the kernel's
 		// command line.
-		env = append(slices.Clip(env), "QEMU_KERNEL_PARAMS="+TCGKernelParams)
+		env = append(slices.Clip(env), "QEMU_KERNEL_PARAMS="+accel.TCGKernelParams)
 	}
-	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accel, mode, h),
+	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accelerator, mode, h),
 		Env: env, ExactEnv: true, StdoutPath: m.QEMULogPath()}
 }
 
