@@ -136,6 +136,9 @@ func TestNixOSStartHandsTheRunScriptItsArguments(t *testing.T) {
 		// The same containment as the Debian guest's: restrict=on
 		// and the egress proxy's guestfwd rules, appended to the script's netdev.
 		"QEMU_NET_OPTS=restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:" + exe + " __net-relay " + filepath.Join(l.RunDir(), "egress.sock"),
+		// Under TCG, the kernel's parameter that lets TCG reuse its
+		// translations (accel.TCGKernelParams).
+		"QEMU_KERNEL_PARAMS=norandmaps",
 	}
 	if !run.ExactEnv || !slices.Equal(run.Env, wantEnv) {
 		t.Errorf("run script env (exact %v):\n%q\nwant exactly\n%q", run.ExactEnv, run.Env, wantEnv)
