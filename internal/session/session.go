@@ -121,10 +121,11 @@ type Spec struct {
 	Height  int
 	Heading string // the status line's left part, e.g. the branch
 	Dir     string // where the agent starts (default: the workspace)
-	// Require has the start look for the program first, as the session
-	// would run it (a login shell in Dir), and fail with ErrNoProgram
-	// without one: a caller that would install it then needs no session of
-	// its own to ask.
+	// Require has the start look for the program in Dir, on the start's
+	// own PATH and else on a login shell's (where the session runs it),
+	// and fail with ErrNoProgram without one, after a name in use is
+	// refused: a caller that would install it then needs no session of its
+	// own to ask.
 	Require bool
 }
 
