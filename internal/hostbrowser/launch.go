@@ -257,20 +257,19 @@ func listeningTarget(l Launched) (string, bool) {
 // profile for a moment. A helper is a member of the browser's session
 // (the launch started it in a session of its own) or has its profile on
 // its command line, and is waited for, then killed, only while its
-// command line is the one it had. Stop removes the pid file and reports
-// whether a browser ran.
+// command line is the one it had. Those are looked for before the browser
+// is asked to end and again once it has: a browser that is ending may
+// start another helper (seen in a test, writing to the profile after
+// Stop had returned). Stop removes the pid file and reports whether a
+// browser ran.
 func Stop(ctx context.Context, o Options) (bool, error) {
-	helpers := map[int][]string{}
-	for _, pid := range proc.FindAll(usesProfile(o.profile())) {
-		helpers[pid] = proc.Args(pid)
-	}
 	l, ok := Running(o)
+	leader := 0
 	if ok {
-		for _, pid := range proc.FindAll(func([]string) bool { return true }) {
-			if pid != l.Pid && proc.Session(pid) == l.Pid {
-				helpers[pid] = proc.Args(pid)
-			}
-		}
+		leader = l.Pid
+	}
+	helpers := profileProcs(o, leader)
+	if ok {
 		match := isLaunched(l.Profile)
 		proc.Signal(l.Pid, match, syscall.SIGTERM)
 		if !proc.WaitGoneCtx(ctx, l.Pid, match, 10*time.Second) {
@@ -280,16 +279,36 @@ func Stop(ctx context.Context, o Options) (bool, error) {
 			return true, fmt.Errorf("the browser agent-vm launched (pid %d) does not end", l.Pid)
 		}
 	}
-	for pid, args := range helpers {
-		same := func(a []string) bool { return slices.Equal(a, args) }
-		if !proc.WaitGoneCtx(ctx, pid, same, 3*time.Second) {
-			proc.Kill(pid, same)
+	for round := 0; round < 2; round++ {
+		for pid, args := range helpers {
+			same := func(a []string) bool { return slices.Equal(a, args) }
+			if !proc.WaitGoneCtx(ctx, pid, same, 3*time.Second) {
+				proc.Kill(pid, same)
+			}
 		}
+		helpers = profileProcs(o, leader)
 	}
 	if err := os.Remove(o.pidPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return ok, err
 	}
 	return ok, nil
+}
+
+// profileProcs are the processes, but leader itself, that have o's
+// profile on their command line or are members of leader's session (0:
+// none), with their command lines.
+func profileProcs(o Options, leader int) map[int][]string {
+	uses := usesProfile(o.profile())
+	out := map[int][]string{}
+	for _, pid := range proc.FindAll(func([]string) bool { return true }) {
+		if pid == leader {
+			continue
+		}
+		if args := proc.Args(pid); uses(args) || leader > 0 && proc.Session(pid) == leader {
+			out[pid] = args
+		}
+	}
+	return out
 }
 
 // logTail is the last n lines of the log at path (what there is of it).

@@ -85,6 +85,10 @@ func TestLaunchReuseStop(t *testing.T) {
 	if proc.Verified(l.Pid, isLaunched(l.Profile)) {
 		t.Errorf("pid %d still runs after stop", l.Pid)
 	}
+	// Nothing of the browser's is left to write to the profile.
+	if left := profileProcs(o, l.Pid); len(left) > 0 {
+		t.Errorf("processes of the browser's after stop: %v", left)
+	}
 	if _, ok := Running(o); ok {
 		t.Error("still running after stop")
 	}
