@@ -104,6 +104,15 @@ func (d Domain) XML() (string, error) {
 	return string(out) + "\n", nil
 }
 
+// cmdline is the kernel's command line: under TCG (type "qemu") with
+// accel.TCGKernelParams, as the qemu driver boots its guests.
+func (d Domain) cmdline() string {
+	if d.Type == "qemu" && d.Kernel != "" {
+		return strings.TrimSpace(d.Cmdline + " " + accel.TCGKernelParams)
+	}
+	return d.Cmdline
+}
+
 // xml is d as libvirt's domain XML says it (https://libvirt.org/formatdomain.html).
 //
 // What the QEMU driver's command line has and this does not say, libvirt
@@ -122,15 +131,6 @@ func (d Domain) XML() (string, error) {
 // guest restored from a saved state to reseed its RNG; QEMU 7.2 has it on
 // x86 only) is an empty <genid/>: libvirt chooses one when the domain is
 // defined and a new one whenever it is restored or reverted to a snapshot.
-// cmdline is the kernel's command line: under TCG (type "qemu") with
-// accel.TCGKernelParams, as the qemu driver boots its guests.
-func (d Domain) cmdline() string {
-	if d.Type == "qemu" && d.Kernel != "" {
-		return strings.TrimSpace(d.Cmdline + " " + accel.TCGKernelParams)
-	}
-	return d.Cmdline
-}
-
 func (d Domain) xml() domainXML {
 	x := domainXML{
 		Type:          d.Type,
