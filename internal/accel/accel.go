@@ -45,7 +45,8 @@ const (
 // sudo), and the host's side (QEMU, virtiofsd, the proxy) keeps its own.
 // Under KVM, which translates nothing, the guest keeps it. The qemu
 // driver passes it on a Direct boot's command line and in a NixOS run
-// script's QEMU_KERNEL_PARAMS, libvirt's on its domain's.
+// script's QEMU_KERNEL_PARAMS, the libvirt driver on its domain's kernel
+// command line; a Vagrant box boots its own kernel without it.
 const TCGKernelParams = "norandmaps"
 
 // Result is the decision and why.
