@@ -49,6 +49,15 @@ const (
 // command line; a Vagrant box boots its own kernel without it.
 const TCGKernelParams = "norandmaps"
 
+// KernelCmdline is cmdline as a guest's kernel gets it under accelerator
+// (KVM or TCG): under TCG with TCGKernelParams added.
+func KernelCmdline(accelerator, cmdline string) string {
+	if accelerator == KVM {
+		return cmdline
+	}
+	return strings.TrimSpace(cmdline + " " + TCGKernelParams)
+}
+
 // Result is the decision and why.
 type Result struct {
 	Accel  string `json:"accel"`

@@ -208,3 +208,16 @@ func TestKVMModule(t *testing.T) {
 		}
 	}
 }
+
+func TestKernelCmdlineAddsTCGsParamsUnderTCGOnly(t *testing.T) {
+	for _, c := range []struct{ accel, in, want string }{
+		{TCG, "root=/dev/vda", "root=/dev/vda norandmaps"},
+		{TCG, "", "norandmaps"},
+		{KVM, "root=/dev/vda", "root=/dev/vda"},
+		{KVM, "", ""},
+	} {
+		if got := KernelCmdline(c.accel, c.in); got != c.want {
+			t.Errorf("KernelCmdline(%q, %q) = %q, want %q", c.accel, c.in, got, c.want)
+		}
+	}
+}

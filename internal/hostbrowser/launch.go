@@ -279,12 +279,15 @@ func Stop(ctx context.Context, o Options) (bool, error) {
 			return true, fmt.Errorf("the browser agent-vm launched (pid %d) does not end", l.Pid)
 		}
 	}
-	for round := 0; round < 2; round++ {
+	for round := 0; ; round++ {
 		for pid, args := range helpers {
 			same := func(a []string) bool { return slices.Equal(a, args) }
 			if !proc.WaitGoneCtx(ctx, pid, same, 3*time.Second) {
 				proc.Kill(pid, same)
 			}
+		}
+		if round == 2 {
+			break
 		}
 		helpers = profileProcs(o, leader)
 	}

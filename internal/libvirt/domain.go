@@ -38,7 +38,6 @@ package libvirt
 import (
 	"encoding/xml"
 	"fmt"
-	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
 )
@@ -104,13 +103,13 @@ func (d Domain) XML() (string, error) {
 	return string(out) + "\n", nil
 }
 
-// cmdline is the kernel's command line: under TCG (type "qemu") with
-// accel.TCGKernelParams, as the qemu driver boots its guests.
+// cmdline is the kernel's command line: under TCG (type "qemu")
+// accel.KernelCmdline's, as the qemu driver boots its guests.
 func (d Domain) cmdline() string {
-	if d.Type == "qemu" && d.Kernel != "" {
-		return strings.TrimSpace(d.Cmdline + " " + accel.TCGKernelParams)
+	if d.Kernel == "" || d.Type != "qemu" {
+		return d.Cmdline
 	}
-	return d.Cmdline
+	return accel.KernelCmdline(accel.TCG, d.Cmdline)
 }
 
 // xml is d as libvirt's domain XML says it (https://libvirt.org/formatdomain.html).

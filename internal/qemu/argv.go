@@ -210,7 +210,7 @@ func diskArgs(disks []Disk) []string {
 }
 
 // kernelArgs boots a kernel directly, skipping firmware and bootloader;
-// under TCG with accel.TCGKernelParams.
+// its command line is accel.KernelCmdline's.
 func kernelArgs(d *Direct, accelerator string) []string {
 	if d.Kernel == "" {
 		return nil
@@ -219,11 +219,10 @@ func kernelArgs(d *Direct, accelerator string) []string {
 	if d.Initrd != "" {
 		out = append(out, "-initrd", d.Initrd)
 	}
-	app := d.Append
-	if accelerator != accel.KVM {
-		app = strings.TrimSpace(app + " " + accel.TCGKernelParams)
+	if app := accel.KernelCmdline(accelerator, d.Append); app != "" {
+		out = append(out, "-append", app)
 	}
-	return append(out, "-append", app)
+	return out
 }
 
 // credentialArgs hand secrets to the guest as systemd credentials.

@@ -227,10 +227,10 @@ func (l *Launcher) detached(m Machine, b Boot, accelerator string, mode driver.S
 	if opts := ScriptNetOpts(m, b.Script); opts != "" {
 		env = append(slices.Clip(env), "QEMU_NET_OPTS="+opts)
 	}
-	if accelerator != accel.KVM {
+	if params := accel.KernelCmdline(accelerator, ""); params != "" {
 		// nixpkgs' run script adds QEMU_KERNEL_PARAMS to the kernel's
 		// command line.
-		env = append(slices.Clip(env), "QEMU_KERNEL_PARAMS="+accel.TCGKernelParams)
+		env = append(slices.Clip(env), "QEMU_KERNEL_PARAMS="+params)
 	}
 	return execx.Detached{Path: b.Script.Path, Args: ScriptArgs(m, accelerator, mode, h),
 		Env: env, ExactEnv: true, StdoutPath: m.QEMULogPath()}
