@@ -46,7 +46,8 @@ const (
 // Under KVM, which translates nothing, the guest keeps it. The qemu
 // driver passes it on a Direct boot's command line and in a NixOS run
 // script's QEMU_KERNEL_PARAMS, the libvirt driver on its domain's kernel
-// command line; a Vagrant box boots its own kernel without it.
+// command line, the vagrant driver in the Vagrantfile's cmd_line for
+// agent-vm's own box (a box with a bootloader of its own keeps its line).
 const TCGKernelParams = "norandmaps"
 
 // KernelCmdline is cmdline as a guest's kernel gets it under accelerator

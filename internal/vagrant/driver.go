@@ -49,7 +49,11 @@ type Boot struct {
 	BoxVersion string
 	// Guest is the box's guest OS as vagrant names it ("debian"), when
 	// agent-vm knows it; "" has vagrant detect it.
-	Guest   string
+	Guest string
+	// Cmdline is the kernel command line of a box that boots its kernel
+	// directly (agent-vm's own: the image's); "" for a box with a
+	// bootloader of its own, whose command line agent-vm leaves alone.
+	Cmdline string
 	Seed    string // the cloud-init NoCloud seed ISO
 	MAC     string // the management NIC's MAC, which the seed matches
 	SSHUser string // the guest user vagrant logs in as
@@ -267,6 +271,9 @@ func SpecOf(m driver.Machine, b Boot, o driver.StartOptions, uri string) Vagrant
 		Console: filepath.Join(m.LogsDir, ConsoleLog)}
 	if o.Accel == accel.TCG {
 		v.Driver = DomainQEMU
+		if b.Cmdline != "" {
+			v.Cmdline = accel.KernelCmdline(o.Accel, b.Cmdline)
+		}
 	}
 	// vagrant up waits for the guest's SSH as long as the orchestration
 	// would (vagrant's default, 300 s, is too short for a first boot

@@ -29,6 +29,10 @@ type Vagrantfile struct {
 	MemoryMiB int
 	// Driver is the libvirt domain type: "kvm", or "qemu" for TCG.
 	Driver string
+	// Cmdline, when set, replaces the kernel command line the box's own
+	// Vagrantfile gives its directly booted kernel: the same line with
+	// accel's TCG parameters, under TCG. "" leaves the box's.
+	Cmdline string
 	// URI is the libvirt connection ("qemu:///system").
 	URI string
 	// Share is the socket of agent-vm's own virtiofsd serving the
@@ -131,6 +135,11 @@ Vagrant.configure("2") do |config|
       libvirt.default_prefix = ""
       libvirt.cpus = {{.CPUs}}
       libvirt.memory = {{.MemoryMiB}}
+{{- if .Cmdline}}
+      # The box's kernel command line with what a guest under TCG is
+      # given (internal/accel: TCGKernelParams).
+      libvirt.cmd_line = {{rb .Cmdline}}
+{{- end}}
       # No display: the guest's console is the serial file. vagrant-libvirt
       # would add a VGA card (more to boot under TCG) and a VNC server on
       # 127.0.0.1 without a password, open to every local user.
@@ -225,6 +234,7 @@ func (v Vagrantfile) validate() error {
 			errs = append(errs, fmt.Errorf("%s %q holds one of ' \" < > &, which vagrant-libvirt writes unescaped into the libvirt domain XML (hint: move the agent-vm state directory, AGENT_VM_STATE_DIR or XDG_DATA_HOME, to a plainer path)", what, p))
 		}
 	}
+	check("the kernel command line", v.Cmdline)
 	check("the seed ISO", v.Seed)
 	check("the console log", v.Console)
 	check("the workspace's virtiofsd socket", v.Share)

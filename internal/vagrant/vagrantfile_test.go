@@ -12,12 +12,24 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/agent-vm/agent-vm/internal/accel"
+	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 	"github.com/agent-vm/agent-vm/internal/testutil/libvirtd"
 )
 
-// sample is a Vagrantfile with every path under root.
+// sample is a Vagrantfile with every path under root; under TCG (drv
+// qemu) it gives agent-vm's own box's kernel its command line, as SpecOf
+// does.
 func sample(root string, drv string) Vagrantfile {
+	v := sampleOf(root, drv)
+	if drv == DomainQEMU {
+		v.Cmdline = accel.KernelCmdline(accel.TCG, "root=/dev/vda rw console=ttyS0,115200")
+	}
+	return v
+}
+
+func sampleOf(root string, drv string) Vagrantfile {
 	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: "agent-vm/debian-12", BoxVersion: "1767322800.305419896", Guest: "debian", CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
 		Share:    root + "/feat-x/run/virtiofsd.sock",
 		Forwards: []Forward{{ID: "ssh", Host: 2201, Guest: 22}, {ID: "mcp", Host: 8000, Guest: 8000}},
@@ -49,9 +61,43 @@ func TestVagrantfileGolden(t *testing.T) {
 	}
 }
 
+// TestSpecOfGivesTCGsKernelParameters: under TCG, agent-vm's own box
+// (which boots the image's kernel directly) gets its command line with
+// accel's TCG parameters; under KVM, and for a box with a bootloader of
+// its own (no command line known), the Vagrantfile sets none.
+func TestSpecOfGivesTCGsKernelParameters(t *testing.T) {
+	m := driver.Machine{Name: "agent-vm-feat-x", UUID: "0123abcd-0000-4000-8000-000000000000", CPUs: 2, MemoryMiB: 2048, RunDir: "/STATE/run", LogsDir: "/STATE/logs"}
+	own := Boot{Box: "agent-vm/debian-bookworm", Cmdline: "root=/dev/vda rw console=ttyS0,115200", SSHUser: "dev", SSHKey: "/STATE/key"}
+	other := own
+	other.Box, other.Cmdline = "debian/bookworm64", ""
+	for _, c := range []struct {
+		name  string
+		boot  Boot
+		accel string
+		want  string
+	}{
+		{"own box, tcg", own, accel.TCG, "root=/dev/vda rw console=ttyS0,115200 " + accel.TCGKernelParams},
+		{"own box, kvm", own, accel.KVM, ""},
+		{"a bootloader's box, tcg", other, accel.TCG, ""},
+	} {
+		v := SpecOf(m, c.boot, driver.StartOptions{Accel: c.accel, Share: driver.ShareVirtiofs}, DefaultURI)
+		if v.Cmdline != c.want {
+			t.Errorf("%s: the Vagrantfile's kernel command line is %q, want %q", c.name, v.Cmdline, c.want)
+		}
+		b, err := Render(v)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := strings.Contains(string(b), "libvirt.cmd_line"); got != (c.want != "") {
+			t.Errorf("%s: libvirt.cmd_line in the Vagrantfile: %v, want %v:\n%s", c.name, got, c.want != "", b)
+		}
+	}
+}
+
 func TestRenderRefuses(t *testing.T) {
 	for name, mut := range map[string]func(*Vagrantfile){
 		"xml quote in seed": func(v *Vagrantfile) { v.Seed = "/a'b/seed.iso" },
+		"xml in cmdline":    func(v *Vagrantfile) { v.Cmdline = "root=/dev/vda <x>" },
 		"ampersand console": func(v *Vagrantfile) { v.Console = "/a&b/console.log" },
 		"driver":            func(v *Vagrantfile) { v.Driver = "xen" },
 		"no share":          func(v *Vagrantfile) { v.Share = "" },

@@ -165,7 +165,7 @@ func (b *Backend) Provision(ctx context.Context, l state.Layout, r *state.Record
 		boot.Box = "agent-vm/" + image.DefaultBuildName
 		if img, err := image.Lookup(b.ImageDir, image.DefaultBuildName); err == nil {
 			if box, err := vagrantbox.For(img); err == nil {
-				boot.Box, boot.BoxVersion, boot.Guest = box.Name, box.Version, vagrantGuest
+				boot.Box, boot.BoxVersion, boot.Guest, boot.Cmdline = box.Name, box.Version, vagrantGuest, box.Cmdline
 			}
 		}
 	}
@@ -275,7 +275,7 @@ func (b *Backend) Prepare(ctx context.Context, l state.Layout, r *state.Record, 
 		if err != nil {
 			return nil, err
 		}
-		boot.Box, boot.BoxVersion, boot.Guest = box.Name, box.Version, vagrantGuest
+		boot.Box, boot.BoxVersion, boot.Guest, boot.Cmdline = box.Name, box.Version, vagrantGuest, box.Cmdline
 	}
 	setup, err := cloudinit.Setup(cloudinit.SetupConfig{CACerts: o.CACerts, Placeholders: o.Placeholders, GitCredentials: o.GitCredentials})
 	if err != nil {

@@ -42,6 +42,9 @@ var boxVagrantfile []byte
 type Box struct {
 	Name    string // agent-vm/<image name>
 	Version string // see the package doc
+	// Cmdline is the kernel command line the box boots its kernel with
+	// (the image's), "" for an image without a kernel beside its disk.
+	Cmdline string
 }
 
 // String is how vagrant prints it.
@@ -92,10 +95,14 @@ func For(img *image.Image) (Box, error) {
 	if m.Created.IsZero() {
 		return Box{}, fmt.Errorf("image %q: manifest has no creation time (hint: rebuild or re-pull it)", img.Name)
 	}
-	return Box{
+	b := Box{
 		Name:    "agent-vm/" + img.Name,
 		Version: fmt.Sprintf("%d.%d", m.Created.Unix(), binary.BigEndian.Uint32(sum)),
-	}, nil
+	}
+	if img.Kernel != "" {
+		b.Cmdline = img.Cmdline
+	}
+	return b, nil
 }
 
 // Write writes the box file for img to path (an uncompressed tar, mode

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agent-vm/agent-vm/internal/accel"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
 	"github.com/agent-vm/agent-vm/internal/image"
 	"github.com/agent-vm/agent-vm/internal/netpolicy"
@@ -348,6 +349,12 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	}
 	if b, err := os.ReadFile(filepath.Join(e.Layout.Workspace(), "from-guest.txt")); err != nil || string(b) != "from-guest\n" {
 		t.Errorf("the guest's write to /workspace on the host: %q, %v", b, err)
+	}
+	// The box's kernel has accel's TCG parameters from the Vagrantfile
+	// (norandmaps: kernel.randomize_va_space 0), under TCG only.
+	want := map[string]string{accel.TCG: "0\n", accel.KVM: "2\n"}[status().Accel]
+	if code, out, errs := run(t, m, "vg", "cat", "/proc/sys/kernel/randomize_va_space"); code != 0 || out != want {
+		t.Errorf("the vagrant guest's kernel.randomize_va_space under %s: %q (exit %d, %s), want %q", status().Accel, out, code, errs, want)
 	}
 	if s := status(); s.Net == nil || s.Net.Uncontained != "" {
 		t.Errorf("status says the vagrant VM's network is not contained: %+v", s.Net)
