@@ -15,7 +15,7 @@ import (
 func lifecycleScenario() harness.Scenario {
 	return harness.Scenario{
 		Name:    "lifecycle",
-		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, stop, boot again, QEMU killed (status says crashed, no process of the VM left; restart recovers), reset, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, a second boot (restart after its QEMU is killed: status says crashed, no process of the VM left; on another host, stop and start), stop, reset, destroy",
 		NeedsVM: true,
 		// Its VMs' first boot is not what it checks.
 		Template: "none",
@@ -69,25 +69,32 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 	s.Step(ctx, "suspend: status says suspended", func() error { return l.suspend(ctx) })
 	s.Step(ctx, "resume: the same boot goes on, the workspace and exec work", func() error { return l.resume(ctx) })
 	s.Step(ctx, "start on a running VM says so and changes nothing", func() error { return l.startAgain(ctx) })
-	s.Step(ctx, "stop shuts it down and leaves no process behind", func() error { return l.stop(ctx) })
+	// The second boot: where this test can kill the VM's QEMU (not on
+	// another host), the restart after the kill is it, which spares the
+	// run a cold boot, and the stop comes after the reset; elsewhere a
+	// stop and a start. Either way a forward added while the VM is not running
+	// answers after it.
+	onHost, crashSkip := s.Host() != "", ""
+	if onHost {
+		crashSkip = "the VM's QEMU runs on host " + s.Host() + ", not here, where the test kills it"
+		s.Step(ctx, "stop shuts it down and leaves no process behind", func() error { return l.stop(ctx) })
+	}
+	s.StepUnless(ctx, "SIGKILL its QEMU: status says crashed, and its processes go with it", crashSkip, func() error { return l.crash(ctx) })
 	var keptPort int
-	s.StepUnless(ctx, "port add on the stopped VM is kept for the next start", s.Lacks(harness.FeaturePorts), func() error {
+	s.StepUnless(ctx, "port add on the VM while it is not running is kept for the next start", s.Lacks(harness.FeaturePorts), func() error {
 		var err error
 		keptPort, err = portcheck.AddStopped(ctx, s, l.branch)
 		return err
 	})
-	s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx) })
-	s.StepUnless(ctx, "the forward kept while stopped answers after the boot", s.Lacks(harness.FeaturePorts), func() error {
+	if onHost {
+		s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx, "start") })
+	}
+	s.StepUnless(ctx, "restart recovers it, with a healthy agent: a second boot, workspace intact, no first-boot setup again", crashSkip, func() error {
+		return l.secondBoot(ctx, "restart")
+	})
+	s.StepUnless(ctx, "the forward kept while not running answers after the boot", s.Lacks(harness.FeaturePorts), func() error {
 		return portcheck.CheckAfterBoot(ctx, s, l.branch, keptPort)
 	})
-	// The QEMU of a VM on another host is the host's: this test kills
-	// processes of this machine's.
-	crashSkip := ""
-	if s.Host() != "" {
-		crashSkip = "the VM's QEMU runs on host " + s.Host() + ", not here, where the test kills it"
-	}
-	s.StepUnless(ctx, "SIGKILL its QEMU: status says crashed, and its processes go with it", crashSkip, func() error { return l.crash(ctx) })
-	s.StepUnless(ctx, "restart recovers it, with a healthy agent", crashSkip, func() error { return l.restart(ctx) })
 	s.Step(ctx, "reset refuses a running VM, naming stop and --force", func() error { return resetRefusesRunning(ctx, s, l.branch) })
 	var knownHosts string
 	s.Step(ctx, "reset --force, then a failing provision.sh fails start with its log tail", func() (err error) {
@@ -97,6 +104,9 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 	s.Step(ctx, "after reset: same host key, the workspace kept, the rest fresh", func() error {
 		return checkAfterReset(ctx, s, l.branch, knownHosts)
 	})
+	if !onHost {
+		s.Step(ctx, "stop shuts it down and leaves no process behind", func() error { return l.stop(ctx) })
+	}
 	s.Step(ctx, "destroy refuses while the workspace has untracked files", func() error {
 		res := s.AgentVM(ctx, "destroy", l.branch)
 		if err := harness.Want(res, 1); err != nil {
@@ -109,6 +119,10 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 			if err := checkNoCanary(ctx, s, canary, []string{"destroy", l.branch}); err != nil {
 				return err
 			}
+		}
+		if !onHost { // stopped, and left so
+			_, err := s.WaitState(ctx, l.branch, "stopped")
+			return err
 		}
 		_, err := s.Healthy(ctx, l.branch)
 		return err
@@ -228,6 +242,15 @@ func (l *lifecycle) resume(ctx context.Context) error {
 
 // stop notes the boot (its id, cloud-init's last run), then stops the VM.
 func (l *lifecycle) stop(ctx context.Context) error {
+	if err := l.noteBoot(ctx); err != nil {
+		return err
+	}
+	return checkStop(ctx, l.s, l.st)
+}
+
+// noteBoot notes the running guest's boot id and when cloud-init last
+// finished, for the next boot to compare.
+func (l *lifecycle) noteBoot(ctx context.Context) error {
 	var err error
 	if l.bootID, err = bootID(ctx, l.s, l.branch); err != nil {
 		return err
@@ -237,18 +260,23 @@ func (l *lifecycle) stop(ctx context.Context) error {
 		return err
 	}
 	l.cloudInit = strings.TrimSpace(res.Stdout)
-	return checkStop(ctx, l.s, l.st)
+	return nil
 }
 
-// secondBoot starts the VM again: a new boot, the guest's file still
-// there, and cloud-init's first-boot setup not run again.
-func (l *lifecycle) secondBoot(ctx context.Context) error {
-	if _, err := l.s.Start(ctx, l.branch); err != nil {
+// secondBoot boots the VM again with verb (start after a stop, restart
+// after a kill): a new QEMU and a new boot, the agent healthy, the guest's
+// file still there, and cloud-init's first-boot setup not run again.
+func (l *lifecycle) secondBoot(ctx context.Context, verb string) error {
+	before := l.st.Pid
+	if _, err := l.s.Boot(ctx, verb, l.branch); err != nil {
 		return err
 	}
 	st, err := l.s.Healthy(ctx, l.branch)
 	if err != nil {
 		return err
+	}
+	if st.Pid == before {
+		return harness.Failf(nil, "after %s the VM reports its last QEMU's pid %d", verb, before)
 	}
 	l.st = st
 	res, err := l.s.ExecOK(ctx, l.branch, "cat", "from-guest.txt")
@@ -282,6 +310,9 @@ func (l *lifecycle) secondBoot(ctx context.Context) error {
 // crash kills the VM's QEMU (SIGKILL: no clean shutdown) and waits for
 // status to say crashed.
 func (l *lifecycle) crash(ctx context.Context) error {
+	if err := l.noteBoot(ctx); err != nil {
+		return err
+	}
 	pid := l.st.Pid
 	if !harness.IsQEMU(pid) {
 		return harness.Failf(nil, "status --json says pid %d, which is not a QEMU process (%q)", pid, harness.Cmdline(pid))
@@ -311,25 +342,6 @@ func (l *lifecycle) crash(ctx context.Context) error {
 		}
 		return true, nil
 	})
-}
-
-// restart brings the crashed VM back: a new QEMU, a healthy agent, the
-// workspace there.
-func (l *lifecycle) restart(ctx context.Context) error {
-	killed := l.st.Pid
-	if _, err := l.s.Boot(ctx, "restart", l.branch); err != nil {
-		return err
-	}
-	st, err := l.s.Healthy(ctx, l.branch)
-	if err != nil {
-		return err
-	}
-	if st.Pid == killed {
-		return harness.Failf(nil, "the restarted VM reports the killed QEMU's pid %d", killed)
-	}
-	l.st = st
-	_, err = l.s.ExecOK(ctx, l.branch, "cat", "from-guest.txt")
-	return err
 }
 
 // sync: a commit the guest's user makes in the workspace reaches the
