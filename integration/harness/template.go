@@ -12,9 +12,11 @@ import (
 // the default machine first (Suite.Template), in a directory of its own
 // that every agent-vm call of the run is given (AGENT_VM_TEMPLATE_DIR), so
 // no template of the user's is used and none is left. Only the qemu
-// backend's VMs start from templates; other runs build none. A cold first
-// boot is still tested: the template's own build, agent-cli's builds,
-// lifecycle's second boot and reset, and every vagrant and --host run.
+// backend's VMs start from templates; other runs build none. A cold boot
+// is still tested: the template's own build and agent-cli's rebuild (a
+// first boot each), lifecycle's second boot (its restart after the kill:
+// its reset's start is a first start, from the template), and every
+// vagrant and --host run.
 
 // templateDirEnv names the directory agent-vm keeps its templates in.
 const templateDirEnv = "AGENT_VM_TEMPLATE_DIR"
