@@ -72,8 +72,8 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 	// The second boot: where this test can kill the VM's QEMU (not on
 	// another host), the restart after the kill is it, which spares the
 	// run a cold boot, and the stop comes after the reset; elsewhere a
-	// stop and a start. Either way a forward added while the VM is not running
-	// answers after it.
+	// stop and a start. Either way a forward added while the VM is not
+	// running answers after it.
 	onHost, crashSkip := s.Host() != "", ""
 	if onHost {
 		crashSkip = "the VM's QEMU runs on host " + s.Host() + ", not here, where the test kills it"

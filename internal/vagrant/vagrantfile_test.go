@@ -29,6 +29,7 @@ func sample(root string, drv string) Vagrantfile {
 	return v
 }
 
+// sampleOf is sample without a kernel command line of its own.
 func sampleOf(root string, drv string) Vagrantfile {
 	return Vagrantfile{Name: "agent-vm-feat-x-0123abcd", Box: "agent-vm/debian-12", BoxVersion: "1767322800.305419896", Guest: "debian", CPUs: 2, MemoryMiB: 4096, Driver: drv, URI: DefaultURI,
 		Share:    root + "/feat-x/run/virtiofsd.sock",
