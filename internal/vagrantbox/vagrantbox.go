@@ -108,10 +108,11 @@ func For(img *image.Image) (Box, error) {
 // Write writes the box file for img to path (an uncompressed tar, mode
 // 0644: it holds no secret) and returns its sha256.
 func Write(ctx context.Context, img *image.Image, path string) (string, error) {
-	if _, err := For(img); err != nil {
+	box, err := For(img)
+	if err != nil {
 		return "", err
 	}
-	entries, err := boxEntries(img)
+	entries, err := boxEntries(img, box)
 	if err != nil {
 		return "", err
 	}
@@ -124,7 +125,7 @@ func Write(ctx context.Context, img *image.Image, path string) (string, error) {
 
 // boxEntries lists the files of img's box, the disk last (the rest are
 // small, so a reader finds them early).
-func boxEntries(img *image.Image) ([]entry, error) {
+func boxEntries(img *image.Image, box Box) ([]entry, error) {
 	m := img.Manifest
 	meta, err := json.Marshal(metadata{Provider: Provider, Format: "qcow2", VirtualSize: (m.VirtualSizeBytes + 1<<30 - 1) >> 30})
 	if err != nil {
@@ -133,7 +134,7 @@ func boxEntries(img *image.Image) ([]entry, error) {
 	p := params{Image: img.Name, SHA256: m.SHA256}
 	var files []entry
 	if img.Kernel != "" {
-		p.Kernel, p.Cmdline = image.KernelFile, img.Cmdline
+		p.Kernel, p.Cmdline = image.KernelFile, box.Cmdline
 		files = append(files, entry{name: image.KernelFile, source: img.Kernel})
 		if img.Initrd != "" {
 			p.Initrd = image.InitrdFile

@@ -352,9 +352,10 @@ func vagrantLife(t *testing.T, m *vm.Manager, h *hostRoot) {
 	}
 	// The box's kernel has accel's TCG parameters from the Vagrantfile
 	// (norandmaps: kernel.randomize_va_space 0), under TCG only.
-	want := map[string]string{accel.TCG: "0\n", accel.KVM: "2\n"}[status().Accel]
+	acc := status().Accel
+	want := map[string]string{accel.TCG: "0\n", accel.KVM: "2\n"}[acc]
 	if code, out, errs := run(t, m, "vg", "cat", "/proc/sys/kernel/randomize_va_space"); code != 0 || out != want {
-		t.Errorf("the vagrant guest's kernel.randomize_va_space under %s: %q (exit %d, %s), want %q", status().Accel, out, code, errs, want)
+		t.Errorf("the vagrant guest's kernel.randomize_va_space under %s: %q (exit %d, %s), want %q", acc, out, code, errs, want)
 	}
 	if s := status(); s.Net == nil || s.Net.Uncontained != "" {
 		t.Errorf("status says the vagrant VM's network is not contained: %+v", s.Net)
