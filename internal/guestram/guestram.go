@@ -139,8 +139,9 @@ func Release(mem *os.File) error {
 }
 
 // Restore writes the data of the file at path (a Save of mem) back into
-// mem at the same offsets. The file stays; the caller removes it once the
-// guest runs again.
+// mem at the same offsets. The file stays, and so do its pages in the
+// host's cache: the caller removes it once the guest runs again, or keeps
+// it for the next restore (a template's, for its next clone).
 func Restore(mem *os.File, path string) error {
 	in, err := os.Open(path)
 	if err != nil {
@@ -157,7 +158,6 @@ func Restore(mem *os.File, path string) error {
 	if _, err := copyData(mem, in, size); err != nil {
 		return fmt.Errorf("restoring the guest's memory from %s: %w", path, err)
 	}
-	_ = unix.Fadvise(int(in.Fd()), 0, 0, unix.FADV_DONTNEED)
 	return nil
 }
 

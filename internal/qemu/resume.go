@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestram"
 	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
 	"github.com/agent-vm/agent-vm/internal/virtiofsd"
@@ -50,7 +51,7 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 	if err != nil {
 		return nil, err
 	}
-	if err := l.restore(ctx, m, s, m.runFile(StateFile), o.Virtiofsd, launch, nil); err != nil {
+	if err := l.restore(ctx, m, s, m, o.Virtiofsd, launch, nil); err != nil {
 		proc.Kill(launch.QEMUPid, m.isQEMU())
 		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)
@@ -63,10 +64,11 @@ func (l *Launcher) Resume(ctx context.Context, m Machine, b Boot, o StartOptions
 	return launch, nil
 }
 
-// restore loads the state in stateFile into the waiting QEMU, makes the
+// restore loads the state saved in from's run directory (m's own for a
+// resume, a template's for a clone) into m's waiting QEMU, makes the
 // memory edits (a clone's), runs the guest and plugs the share in again;
 // launch.json then says the share's virtiofsd.
-func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateFile string, v *virtiofsd.Binary, launch *Launch, edits []driver.MemoryEdit) error {
+func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, from Machine, v *virtiofsd.Binary, launch *Launch, edits []driver.MemoryEdit) error {
 	qctx, cancel := context.WithTimeout(ctx, suspendQMPTimout)
 	c, err := qmp.Dial(qctx, m.QMPPath())
 	cancel()
@@ -77,50 +79,24 @@ func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateF
 	if c.Version != s.QEMU {
 		return fmt.Errorf("QEMU says it is %s, the state was saved by %s: %w", c.Version, s.QEMU, driver.ErrStaleState)
 	}
+	began := time.Now()
+	if s.RAMApart {
+		if err := l.restoreRAM(ctx, c, m, launch.QEMUPid, from.runFile(RAMFile)); err != nil {
+			return err
+		}
+		l.Log.Debug("wrote the guest's RAM back", "vm", m.Name, "took", time.Since(began))
+	}
+	stateFile := from.runFile(StateFile)
 	f, err := os.Open(stateFile)
 	if err != nil {
 		return fmt.Errorf("opening the saved state: %w", err)
 	}
 	defer f.Close()
-	// QEMU reads the state through a pipe, less the guest RAM's zero
-	// pages (copyWithoutZeroPages says why).
-	pr, pw, err := os.Pipe()
+	dropped, err := loadState(ctx, c, f, !s.RAMApart)
 	if err != nil {
-		return fmt.Errorf("loading the saved state: %w", err)
-	}
-	err = c.SendFD(ctx, "agentvm-state", pr)
-	pr.Close()
-	if err != nil {
-		pw.Close()
-		return err
-	}
-	began := time.Now()
-	type copied struct {
-		dropped int64
-		err     error
-	}
-	done := make(chan copied, 1)
-	go func() {
-		n, err := copyWithoutZeroPages(pw, f, guestRAM)
-		pw.Close()
-		done <- copied{n, err}
-	}()
-	// QEMU's end of the pipe may close before the copy ends (a failed
-	// load): closing ours ends a write that waits on it.
-	finish := func() copied { pw.Close(); return <-done }
-	if _, err := c.Execute(ctx, "migrate-incoming", map[string]string{"uri": "fd:agentvm-state"}); err != nil {
-		finish()
-		return fmt.Errorf("loading the saved state: %w", err)
-	}
-	err = waitMigration(ctx, c)
-	res := finish()
-	if err != nil {
-		if res.err != nil {
-			err = fmt.Errorf("%w (reading %s: %w)", err, stateFile, res.err)
-		}
 		return fmt.Errorf("loading the saved state: %w; QEMU's log %s says: %s", err, m.QEMULogPath(), orNothing(driver.TailFile(m.QEMULogPath(), 3)))
 	}
-	l.Log.Debug("loaded the saved state", "vm", m.Name, "took", time.Since(began), "zero_pages_left_out", res.dropped)
+	l.Log.Debug("loaded the saved state", "vm", m.Name, "took", time.Since(began), "zero_pages_left_out", dropped)
 	if len(edits) > 0 {
 		if err := editMemory(ctx, c, edits); err != nil {
 			return fmt.Errorf("%w: %w", err, driver.ErrStaleState)
@@ -141,6 +117,72 @@ func (l *Launcher) restore(ctx context.Context, m Machine, s *savedState, stateF
 	l.Log.Debug("plugged the share in", "vm", m.Name, "took", time.Since(began))
 	launch.VirtiofsdPid = pid
 	return l.recordVirtiofsd(m, pid)
+}
+
+// restoreRAM writes the guest's RAM, saved apart in file, into the
+// waiting QEMU's fresh memfd and has the load that follows leave it be
+// (x-ignore-shared, as the save had it). Only the file's data is written:
+// the rest of a fresh memfd reads as zeros, as it did in the saved guest,
+// and is not allocated until the guest uses it.
+func (l *Launcher) restoreRAM(ctx context.Context, c *qmp.Client, m Machine, pid int, file string) error {
+	if err := setIgnoreShared(ctx, c, true); err != nil {
+		return err
+	}
+	mem, err := guestram.Open(pid, int64(m.MemoryMiB)<<20)
+	if err != nil {
+		return err
+	}
+	defer mem.Close()
+	return guestram.Restore(mem, file)
+}
+
+// loadState has QEMU load the stream in f. Where it may hold the guest's RAM
+// (zeroPages: saved without RAMFile), QEMU reads it through a pipe, less
+// the RAM's zero pages (copyWithoutZeroPages says why); it returns how
+// many it left out.
+func loadState(ctx context.Context, c *qmp.Client, f *os.File, zeroPages bool) (int64, error) {
+	if !zeroPages {
+		if err := c.SendFD(ctx, "agentvm-state", f); err != nil {
+			return 0, err
+		}
+		if _, err := c.Execute(ctx, "migrate-incoming", map[string]string{"uri": "fd:agentvm-state"}); err != nil {
+			return 0, err
+		}
+		return 0, waitMigration(ctx, c)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	err = c.SendFD(ctx, "agentvm-state", pr)
+	pr.Close()
+	if err != nil {
+		pw.Close()
+		return 0, err
+	}
+	type copied struct {
+		dropped int64
+		err     error
+	}
+	done := make(chan copied, 1)
+	go func() {
+		n, err := copyWithoutZeroPages(pw, f, guestRAM)
+		pw.Close()
+		done <- copied{n, err}
+	}()
+	// QEMU's end of the pipe may close before the copy ends (a failed
+	// load): closing ours ends a write that waits on it.
+	finish := func() copied { pw.Close(); return <-done }
+	if _, err := c.Execute(ctx, "migrate-incoming", map[string]string{"uri": "fd:agentvm-state"}); err != nil {
+		finish()
+		return 0, err
+	}
+	err = waitMigration(ctx, c)
+	res := finish()
+	if err != nil && res.err != nil {
+		err = fmt.Errorf("%w (reading %s: %w)", err, f.Name(), res.err)
+	}
+	return res.dropped, err
 }
 
 // plugVirtiofs starts a virtiofsd for the share, connects to it and hands

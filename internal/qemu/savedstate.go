@@ -23,6 +23,10 @@ import (
 const (
 	StateFile = "suspend.state"
 	StateMeta = "suspend.json"
+	// RAMFile holds the guest's RAM of a state saved with it apart
+	// (savedState.RAMApart): the memfd's data at its offsets, holes and
+	// blocks of zeros left as holes (internal/guestram).
+	RAMFile = "suspend.ram"
 )
 
 // savedState is what a suspend records beside the state file, to refuse a
@@ -43,10 +47,18 @@ type savedState struct {
 	Share   driver.ShareMode `json:"share"`
 	Accel   string           `json:"accel"`
 	SavedAt time.Time        `json:"saved_at"`
-	Bytes   int64            `json:"bytes"`
+	// Bytes are the stream's and RAMFile's together.
+	Bytes int64 `json:"bytes"`
+	// RAMApart: the guest's RAM is in RAMFile and the stream was saved
+	// with x-ignore-shared (version 2; a version 1 state has it in the
+	// stream).
+	RAMApart bool `json:"ram_apart,omitempty"`
 }
 
-const savedStateVersion = 1
+// savedStateVersion is the record's version; this agent-vm reads
+// versions from 1 (an agent-vm before 2 would load a version 2 stream
+// without its RAM, so it must refuse it).
+const savedStateVersion = 2
 
 // diskID identifies a disk file's content without reading it.
 type diskID struct {
@@ -65,8 +77,8 @@ func readSavedState(m Machine) (*savedState, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.runFile(StateMeta), err)
 	}
-	if s.Version != savedStateVersion {
-		return nil, fmt.Errorf("%s: version %d, this agent-vm reads %d", m.runFile(StateMeta), s.Version, savedStateVersion)
+	if s.Version < 1 || s.Version > savedStateVersion {
+		return nil, fmt.Errorf("%s: version %d, this agent-vm reads 1 to %d", m.runFile(StateMeta), s.Version, savedStateVersion)
 	}
 	return &s, nil
 }
@@ -78,7 +90,7 @@ func hasSavedState(m Machine) bool { return exists(m.runFile(StateMeta)) }
 // discardSavedState removes the saved state and its record.
 func discardSavedState(m Machine) error {
 	var errs []error
-	for _, f := range []string{m.runFile(StateMeta), m.runFile(StateFile), m.runFile(StateFile + ".tmp")} {
+	for _, f := range []string{m.runFile(StateMeta), m.runFile(StateFile), m.runFile(StateFile + ".tmp"), m.runFile(RAMFile), m.runFile(RAMFile + ".part")} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

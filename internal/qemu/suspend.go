@@ -22,7 +22,17 @@ package qemu
 //     unplugged), wait for DEVICE_DELETED (the guest ejects it), then
 //     chardev-remove its socket, which ends virtiofsd. 9p: nothing; its
 //     device has no open fid once unmounted and is saved with the rest.
-//  4. QMP stop (the CPUs), then migrate to "fd:": QEMU 7.2 has no "file:"
+//  4. QMP stop (the CPUs). The guest's RAM is saved apart (RAMFile): its
+//     memfd's data copied at its offsets, holes and blocks of zeros left
+//     as holes (internal/guestram, as hibernation does), and the migration
+//     told to leave it out (x-ignore-shared, which before QEMU 8.1 ignores
+//     every shared RAM block). A migration that carries the RAM reads
+//     every page of it to tell zero pages, and reading a page of a memfd
+//     the guest never used allocates it: a save of a 4 GiB guest that used
+//     600 MiB made its QEMU hold 4.2 GiB and took 22 s under TCG, where
+//     the copy of the data takes about half a second. Where agent-vm
+//     cannot open the memfd, or QEMU is 8.1 or newer, the RAM goes into
+//     the stream as before. Then migrate to "fd:": QEMU 7.2 has no "file:"
 //     URI (8.2 does), and "exec:cat > file" would run cat as QEMU's -runas
 //     user, who cannot write the root-owned run directory. agent-vm opens
 //     the file itself (0600, O_EXCL) and hands QEMU the descriptor with
@@ -46,7 +56,9 @@ package qemu
 // but without the virtiofs device and with -incoming defer -S; it refuses
 // first when the QEMU version, the machine's command line or a writable
 // disk differs from the record (ErrStaleState; `start --cold` discards the
-// state). Then getfd + migrate-incoming "fd:", wait for the load, cont;
+// state). A RAM saved apart is written into the new QEMU's fresh memfd
+// (its data only) and x-ignore-shared set as the save had it. Then getfd
+// + migrate-incoming "fd:", wait for the load, cont;
 // virtiofs: a new virtiofsd, connected by agent-vm and handed to QEMU
 // (chardev-add of an fd socket: QEMU, having dropped to the workspace's
 // owner, cannot connect to a socket in the run directory itself), and
@@ -82,6 +94,7 @@ import (
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/guestram"
 	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/qmp"
 	"github.com/agent-vm/agent-vm/internal/virtiofsd"
@@ -147,6 +160,58 @@ type suspension struct {
 	args   []string
 	// What has been done that rollback undoes.
 	unplugged, stopped bool
+	// ramApart: the guest's RAM is in RAMFile, not in the stream.
+	ramApart bool
+}
+
+// saveRAM saves the stopped guest's RAM to RAMFile, apart from the
+// stream, and has the migration leave it out (x-ignore-shared), where it
+// can: the QEMU ignores a shared memfd (ramApartIn) and agent-vm can open
+// it (guestram.Open: the rights hibernation needs). Otherwise the RAM
+// goes into the stream as before, and saveRAM returns 0. It returns the
+// bytes of RAM saved.
+func (s *suspension) saveRAM(ctx context.Context) (int64, error) {
+	if !ramApartIn(s.c.Version) {
+		return 0, nil
+	}
+	mem, err := guestram.Open(s.pid, int64(s.m.MemoryMiB)<<20)
+	if err != nil {
+		s.l.Log.Debug("the guest's RAM goes into the stream", "vm", s.m.Name, "reason", err)
+		return 0, nil
+	}
+	defer mem.Close()
+	if err := setIgnoreShared(ctx, s.c, true); err != nil {
+		return 0, err
+	}
+	s.ramApart = true
+	n, err := guestram.Save(mem, s.m.runFile(RAMFile))
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// setIgnoreShared sets the migration capability x-ignore-shared, which
+// leaves the guest's shared RAM out of the stream (both ends must agree).
+func setIgnoreShared(ctx context.Context, c *qmp.Client, on bool) error {
+	caps := map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}}}
+	if _, err := c.Execute(ctx, "migrate-set-capabilities", caps); err != nil {
+		return fmt.Errorf("setting the migration's x-ignore-shared to %v: %w", on, err)
+	}
+	return nil
+}
+
+// ramApartIn says whether QEMU of this version (its QMP greeting's, as
+// "7.2.22") leaves the guest's RAM, a shared memfd, out of the stream
+// with x-ignore-shared. From 8.1 the capability ignores shared blocks
+// backed by a named file only (ramblock_is_ignored), so a memfd's pages
+// would be in the stream as well as in RAMFile.
+func ramApartIn(version string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major < 8 || major == 8 && minor < 1
 }
 
 // save unplugs the share, saves the state and ends QEMU.
@@ -163,11 +228,16 @@ func (s *suspension) save(ctx context.Context) error {
 	}
 	s.stopped = true
 	saving := time.Now()
+	ram, err := s.saveRAM(ctx)
+	if err != nil {
+		return err
+	}
 	bytes, err := s.migrate(ctx)
 	if err != nil {
 		return err
 	}
-	s.l.Log.Debug("saved the state", "vm", s.m.Name, "bytes", bytes, "took", time.Since(saving))
+	s.l.Log.Debug("saved the state", "vm", s.m.Name, "bytes", bytes, "ram_apart", s.ramApart, "ram_bytes", ram, "took", time.Since(saving))
+	bytes += ram
 	// Past here the state is complete: QEMU goes whatever happens.
 	_, _ = s.c.Execute(ctx, "quit", nil)
 	if !proc.WaitGoneCtx(ctx, s.pid, s.m.isQEMU(), 10*time.Second) {
@@ -182,7 +252,7 @@ func (s *suspension) save(ctx context.Context) error {
 	}
 	key := machineKey(s.args[1:]) // without the binary
 	rec := savedState{Version: savedStateVersion, QEMU: s.c.Version, Machine: hashArgs(key), MachineArgs: key,
-		Disks: disks, Share: s.launch.Share, Accel: s.launch.Accel, SavedAt: time.Now().UTC(), Bytes: bytes}
+		Disks: disks, Share: s.launch.Share, Accel: s.launch.Accel, SavedAt: time.Now().UTC(), Bytes: bytes, RAMApart: s.ramApart}
 	return writeJSON(s.m.runFile(StateMeta), rec)
 }
 
@@ -278,6 +348,12 @@ func (s *suspension) rollback(g driver.GuestHooks) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
+	if s.ramApart {
+		_ = os.Remove(s.m.runFile(RAMFile))
+		if err := setIgnoreShared(ctx, s.c, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.stopped {
 		if _, err := s.c.Execute(ctx, "cont", nil); err != nil {
 			errs = append(errs, err)

@@ -124,8 +124,11 @@ func TestSuspendThenResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.QEMU != qemutest.Version || s.Share != driver.ShareVirtiofs || len(s.Disks) != 1 || s.Disks[0].Path != b.Direct.Disks[0].Path {
+	if s.QEMU != qemutest.Version || s.Share != driver.ShareVirtiofs || len(s.Disks) != 1 || s.Disks[0].Path != b.Direct.Disks[0].Path || s.RAMApart {
 		t.Errorf("saved state's record: %+v", s)
+	}
+	if exists(m.runFile(RAMFile)) {
+		t.Error("QEMU 8.2 would keep the memfd's RAM in the stream, yet it was saved apart too")
 	}
 	if live, _ := l.Inspect(ctx, m); live.State != driver.StateSuspended {
 		t.Errorf("after suspend: state %s, want suspended", live.State)
@@ -154,6 +157,102 @@ func TestSuspendThenResume(t *testing.T) {
 	if hasSavedState(m) || exists(m.runFile(StateFile)) {
 		t.Error("the loaded state is still there")
 	}
+	if head, tail, _ := guestMemory(t, m, resumed.QEMUPid); head != qemutest.MemoryPattern || tail != qemutest.MemoryPattern {
+		t.Errorf("the resumed memory reads %q ... %q", head, tail)
+	}
+}
+
+// With QEMU 7.2, whose x-ignore-shared leaves the memfd out of the stream,
+// a suspend copies the guest's RAM to RAMFile (its data only) and the
+// stream holds the rest; a resume writes the RAM back into the new QEMU's
+// fresh memfd before the load, which must have the capability too (the
+// fake's load fails otherwise, and without it would write the RAM
+// itself).
+func TestSuspendSavesTheRAMApart(t *testing.T) {
+	t.Setenv(qemutest.VersionEnv, "7.2.0")
+	l, m, b, o := fakeDirect(t)
+	ctx := context.Background()
+	startFake(t, l, m, b, o)
+	if err := l.Suspend(ctx, m, (&hooks{}).guest(), o.Virtiofsd); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"device_del", "chardev-remove", "stop", "migrate-set-capabilities", "getfd", "migrate", "quit"}
+	if got := qmpLog(t, m); !slices.Equal(got, want) {
+		t.Errorf("suspend's QMP commands: got %q, want %q", got, want)
+	}
+	if b, _ := os.ReadFile(m.runFile(StateFile)); string(b) != qemutest.StateMagic+m.UUID+" ignore-shared\n" {
+		t.Errorf("state file holds %q, want one saved with x-ignore-shared", b)
+	}
+	fi, err := os.Stat(m.runFile(RAMFile))
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != int64(m.MemoryMiB)<<20 {
+		t.Fatalf("RAM file: %v, %v; want mode 0600 and the memory's size", err, fi)
+	}
+	ram, err := os.ReadFile(m.runFile(RAMFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(qemutest.MemoryPattern); string(ram[:n]) != qemutest.MemoryPattern || string(ram[len(ram)-n:]) != qemutest.MemoryPattern {
+		t.Errorf("the RAM file does not hold the guest's memory: %q ... %q", ram[:n], ram[len(ram)-n:])
+	}
+	s, err := readSavedState(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.RAMApart || s.Version != savedStateVersion || s.QEMU != "7.2.0" {
+		t.Errorf("saved state's record: %+v, want the RAM apart", s)
+	}
+	resumed, err := l.Resume(ctx, m, b, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Kill(resumed.QEMUPid, m.isQEMU()) })
+	want = []string{"migrate-set-capabilities", "getfd", "migrate-incoming", "cont", "getfd", "chardev-remove", "chardev-add", "device_add"}
+	if got := qmpLog(t, m); !slices.Equal(got, want) {
+		t.Errorf("resume's QMP commands: got %q, want %q", got, want)
+	}
+	if head, tail, _ := guestMemory(t, m, resumed.QEMUPid); head != qemutest.MemoryPattern || tail != qemutest.MemoryPattern {
+		t.Errorf("the resumed memory reads %q ... %q, not the saved RAM", head, tail)
+	}
+	if hasSavedState(m) || exists(m.runFile(StateFile)) || exists(m.runFile(RAMFile)) {
+		t.Error("the loaded state or its RAM is still there")
+	}
+}
+
+// A version 1 record (before the RAM was saved apart) still resumes: its
+// stream holds the RAM. One from a newer agent-vm is refused, kept.
+func TestResumeReadsStateVersions(t *testing.T) {
+	l, m, b, o := suspended(t)
+	saved, err := readSavedState(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setVersion := func(t *testing.T, m Machine, v int) {
+		s := *saved
+		s.Version = v
+		b, _ := json.Marshal(s)
+		if err := os.WriteFile(m.runFile(StateMeta), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setVersion(t, m, savedStateVersion+1)
+	_, err = l.Resume(context.Background(), m, b, o)
+	if !errors.Is(err, driver.ErrStaleState) || !strings.Contains(err.Error(), "version 3, this agent-vm reads 1 to 2") || !exists(m.runFile(StateFile)) {
+		t.Errorf("a newer record: got %v, want ErrStaleState naming the versions, the state kept", err)
+	}
+	setVersion(t, m, 1)
+	resumed, err := l.Resume(context.Background(), m, b, o)
+	if err != nil {
+		t.Fatalf("a version 1 record: %v", err)
+	}
+	proc.Kill(resumed.QEMUPid, m.isQEMU())
+}
+
+func TestRAMApartIn(t *testing.T) {
+	for v, want := range map[string]bool{"7.2.22": true, "6.2.0": true, "8.0.5": true, "8.1.0": false, "8.2.2": false, "10.0.3": false, "": false, "x": false} {
+		if got := ramApartIn(v); got != want {
+			t.Errorf("ramApartIn(%q) = %v, want %v", v, got, want)
+		}
+	}
 }
 
 // A failure past the guest's detach puts everything back: the device and
@@ -180,6 +279,27 @@ func TestSuspendFailureRollsBack(t *testing.T) {
 	}
 	if exists(m.runFile(StateFile)) || exists(m.runFile(StateFile+".tmp")) || hasSavedState(m) {
 		t.Error("a failed suspend left a state file")
+	}
+}
+
+// The same with the RAM saved apart: its file goes, and the capability
+// is set back before the CPUs run (a later save into the stream must not
+// leave the RAM out).
+func TestSuspendFailureRollsBackTheRAMApart(t *testing.T) {
+	t.Setenv(qemutest.VersionEnv, "7.2.0")
+	l, m, b, o := fakeDirect(t)
+	t.Setenv(qemutest.FailEnv, "migrate")
+	startFake(t, l, m, b, o)
+	err := l.Suspend(context.Background(), m, (&hooks{}).guest(), o.Virtiofsd)
+	if err == nil || !strings.Contains(err.Error(), "runs on as before") {
+		t.Fatalf("got %v, want a failed suspend that says the VM runs on", err)
+	}
+	want := []string{"device_del", "chardev-remove", "stop", "migrate-set-capabilities", "getfd", "migrate", "migrate_cancel", "migrate-set-capabilities", "cont", "getfd", "chardev-remove", "chardev-add", "device_add"}
+	if got := qmpLog(t, m); !slices.Equal(got, want) {
+		t.Errorf("QMP commands: got %q, want %q", got, want)
+	}
+	if exists(m.runFile(RAMFile)) || exists(m.runFile(RAMFile+".part")) || hasSavedState(m) {
+		t.Error("a failed suspend left its RAM file")
 	}
 }
 

@@ -69,7 +69,7 @@ func (l *Launcher) Clone(ctx context.Context, m Machine, b Boot, o StartOptions,
 		return nil, err
 	}
 	l.Log.Debug("QEMU waits for the template's state", "vm", m.Name, "after", time.Since(began))
-	if err := l.restore(ctx, m, s, from.runFile(StateFile), o.Virtiofsd, launch, edits); err != nil {
+	if err := l.restore(ctx, m, s, from, o.Virtiofsd, launch, edits); err != nil {
 		proc.Kill(launch.QEMUPid, m.isQEMU())
 		l.stopStrayVirtiofsds(m)
 		l.cleanup(m)

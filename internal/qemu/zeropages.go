@@ -12,9 +12,11 @@ import (
 // its RAM block's name in a migration stream.
 const guestRAM = "agentvm-mem"
 
-// copyWithoutZeroPages copies a saved state (a QEMU 7.2 migration stream,
-// as suspend writes it) from src to dst less the records of block's pages
-// that are all zeros and were not sent with data before in the stream.
+// copyWithoutZeroPages copies a saved state (a QEMU 7.2 migration stream
+// that holds the guest's RAM: one saved before the RAM was saved apart,
+// or where agent-vm could not open the memfd) from src to dst less the
+// records of block's pages that are all zeros and were not sent with data
+// before in the stream.
 //
 // Why: loading a zero-page record, QEMU 7.2 reads the destination page to
 // see whether it must clear it (ram_handle_compressed), and a read of a

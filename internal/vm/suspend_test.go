@@ -91,6 +91,22 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 		t.Fatalf("state file: %v %v, want mode 0600", err, fi)
 	}
 	t.Logf("state file: %d MiB", fi.Size()>>20)
+	// Before 8.1, QEMU's x-ignore-shared leaves the guest's RAM (a shared
+	// memfd) out of the stream: agent-vm saved its data apart, and the
+	// stream is the devices' state, well under the RAM the guest uses.
+	var saved struct {
+		QEMU     string `json:"qemu"`
+		RAMApart bool   `json:"ram_apart"`
+	}
+	if b, err := os.ReadFile(filepath.Join(e.Layout.RunDir(), qemu.StateMeta)); err != nil || json.Unmarshal(b, &saved) != nil {
+		t.Fatalf("the saved state's record: %v", err)
+	}
+	if strings.HasPrefix(saved.QEMU, "7.") {
+		ram, err := os.Stat(filepath.Join(e.Layout.RunDir(), qemu.RAMFile))
+		if !saved.RAMApart || err != nil || ram.Mode().Perm() != 0o600 || fi.Size() > 16<<20 {
+			t.Errorf("QEMU %s: RAM apart %v, its file %v (%v), the stream %d bytes; want the RAM in its own 0600 file, the stream the devices' state", saved.QEMU, saved.RAMApart, ram, err, fi.Size())
+		}
+	}
 	if err := os.WriteFile(filepath.Join(e.Layout.Workspace(), "from-host"), []byte("while suspended\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +189,10 @@ func suspendResume(t *testing.T, m *vm.Manager, e state.Entry) {
 	if err != nil || sres.Was != vminfo.StateSuspended {
 		t.Fatalf("stop of a suspended VM: %+v, %v", sres, err)
 	}
-	if _, err := os.Stat(filepath.Join(e.Layout.RunDir(), qemu.StateFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stop kept the state file: %v", err)
+	for _, f := range []string{qemu.StateFile, qemu.RAMFile} {
+		if _, err := os.Stat(filepath.Join(e.Layout.RunDir(), f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stop kept the saved state's %s: %v", f, err)
+		}
 	}
 	if st := m.Status(ctx, e, false).State; st != vminfo.StateStopped {
 		t.Errorf("after stop: %s, want stopped", st)

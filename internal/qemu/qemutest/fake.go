@@ -13,12 +13,17 @@
 // chardev-add and chardev-remove (which closes the virtiofsd connection),
 // migrate to "fd:NAME" (writes StateMagic and the VM's uuid), migrate-incoming
 // from one (reads them back; another VM's state fails the load) and
-// query-migrate; with FailEnv=migrate its migrate fails. With StopWriteEnv
+// query-migrate; with FailEnv=migrate its migrate fails. It takes
+// migrate-set-capabilities' x-ignore-shared: a state saved with it says
+// so, loads only where it is set too, and then leaves the guest memory as
+// the loader wrote it (without it a load writes MemoryPattern, the RAM
+// the stream carried). With StopWriteEnv
 // set, a stop first writes StopWriteContent to the file it names: the
 // guest's last write before the pause. Given a
 // memory-backend-memfd object it holds a memfd of that name and size, as
 // QEMU's guest memory, with MemoryPattern written at its start and its
-// end. Asked --version it prints Version. Given
+// end (not when it starts -incoming: a restore's memory is fresh).
+// Asked --version it prints Version, or VersionEnv's. Given
 // --socket-path it is a virtiofsd instead: it listens on that socket until a
 // signal ends it. Tests that use it say so.
 package qemutest
@@ -48,8 +53,19 @@ const FakeEnv = "AGENT_VM_FAKE_QEMU"
 // FailEnv names a step the fake fails: "migrate".
 const FailEnv = "AGENT_VM_FAKE_QEMU_FAIL"
 
-// Version is the fake's QEMU version (--version and the QMP greeting).
+// Version is the fake's QEMU version (--version and the QMP greeting)
+// unless VersionEnv gives another ("7.2.0").
 const Version = "8.2.0"
+
+// VersionEnv names the variable that sets the fake's version.
+const VersionEnv = "AGENT_VM_FAKE_QEMU_VERSION"
+
+func version() string {
+	if v := os.Getenv(VersionEnv); v != "" {
+		return v
+	}
+	return Version
+}
 
 // StopWriteEnv names a file the fake writes StopWriteContent to when it
 // is stopped, before it answers.
@@ -85,7 +101,7 @@ func Main() {
 	go func() { time.Sleep(lifetime); os.Exit(3) }()
 	args := os.Args[1:]
 	if len(args) == 1 && args[0] == "--version" {
-		fmt.Println("QEMU emulator version " + Version + " (fake)")
+		fmt.Println("QEMU emulator version " + version() + " (fake)")
 		os.Exit(0)
 	}
 	if sock := argAfter(args, "--socket-path"); sock != "" {
@@ -112,8 +128,10 @@ func Script(stubborn bool) (path string, env []string, err error) {
 		mode = "stubborn"
 	}
 	env = []string{FakeEnv + "=" + mode}
-	if p := os.Getenv(StopWriteEnv); p != "" {
-		env = append(env, StopWriteEnv+"="+p)
+	for _, v := range []string{StopWriteEnv, VersionEnv} {
+		if p := os.Getenv(v); p != "" {
+			env = append(env, v+"="+p)
+		}
 	}
 	return exe, env, nil
 }
@@ -141,12 +159,14 @@ func fakeQEMU(args []string, stubborn bool) int {
 		return 1
 	}
 	vm := &machine{uuid: argAfter(args, "-uuid"), status: "running", fds: map[string]*os.File{}}
-	if mem, err := guestMemory(args); err != nil {
+	mem, err := guestMemory(args, argAfter(args, "-incoming") == "")
+	if err != nil {
 		fmt.Println("fake qemu:", err)
 		return 1
 	} else if mem != nil {
 		defer mem.Close()
 	}
+	vm.mem = mem
 	if argAfter(args, "-incoming") != "" {
 		vm.status = "inmigrate"
 	}
@@ -175,8 +195,8 @@ func fakeQEMU(args []string, stubborn bool) int {
 }
 
 // guestMemory makes the memfd of a memory-backend-memfd on the command
-// line (nil when there is none).
-func guestMemory(args []string) (*os.File, error) {
+// line (nil when there is none), MemoryPattern written in it if booted.
+func guestMemory(args []string, booted bool) (*os.File, error) {
 	obj := ""
 	for i, a := range args {
 		if a == "-object" && i+1 < len(args) && strings.HasPrefix(args[i+1], "memory-backend-memfd,") {
@@ -197,15 +217,26 @@ func guestMemory(args []string) (*os.File, error) {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), "memory-backend-memfd")
-	n := int64(mib) << 20
-	if err := f.Truncate(n); err != nil {
+	if err := f.Truncate(int64(mib) << 20); err != nil {
 		return nil, err
 	}
-	if _, err := f.WriteAt([]byte(MemoryPattern), 0); err != nil {
-		return nil, err
+	if !booted {
+		return f, nil
 	}
-	_, err = f.WriteAt([]byte(MemoryPattern), n-int64(len(MemoryPattern)))
-	return f, err
+	return f, writePattern(f)
+}
+
+// writePattern writes MemoryPattern at the start and the end of mem.
+func writePattern(mem *os.File) error {
+	fi, err := mem.Stat()
+	if err != nil {
+		return err
+	}
+	if _, err := mem.WriteAt([]byte(MemoryPattern), 0); err != nil {
+		return err
+	}
+	_, err = mem.WriteAt([]byte(MemoryPattern), fi.Size()-int64(len(MemoryPattern)))
+	return err
 }
 
 // machine is the fake's state across QMP connections.
@@ -216,6 +247,9 @@ type machine struct {
 	chardev   io.Closer
 	fds       map[string]*os.File // getfd, by name
 	pending   []*os.File          // descriptors received, not yet named
+	mem       *os.File            // the guest memory, if any
+	// ignoreShared is the migration capability x-ignore-shared.
+	ignoreShared bool
 }
 
 // serveQMP answers one QMP client; it reports whether QEMU should exit.
@@ -223,7 +257,7 @@ func serveQMP(conn *net.UnixConn, vm *machine, stubborn bool) bool {
 	defer conn.Close()
 	enc := json.NewEncoder(conn)
 	_ = enc.Encode(map[string]any{"QMP": map[string]any{
-		"version":      map[string]any{"qemu": map[string]int{"major": 8, "minor": 2, "micro": 0}},
+		"version":      map[string]any{"qemu": versionJSON()},
 		"capabilities": []string{}}})
 	sc := bufio.NewScanner(&fdReader{conn: conn, vm: vm})
 	for sc.Scan() {
@@ -231,6 +265,14 @@ func serveQMP(conn *net.UnixConn, vm *machine, stubborn bool) bool {
 			Execute   string            `json:"execute"`
 			ID        json.RawMessage   `json:"id"`
 			Arguments map[string]string `json:"arguments"`
+		}
+		var caps struct {
+			Arguments struct {
+				Capabilities []struct {
+					Capability string `json:"capability"`
+					State      bool   `json:"state"`
+				} `json:"capabilities"`
+			} `json:"arguments"`
 		}
 		var chardevFd struct {
 			Arguments struct {
@@ -251,7 +293,7 @@ func serveQMP(conn *net.UnixConn, vm *machine, stubborn bool) bool {
 				Execute string          `json:"execute"`
 				ID      json.RawMessage `json:"id"`
 			}
-			if json.Unmarshal(sc.Bytes(), &loose) != nil || json.Unmarshal(sc.Bytes(), &chardevFd) != nil {
+			if json.Unmarshal(sc.Bytes(), &loose) != nil || json.Unmarshal(sc.Bytes(), &chardevFd) != nil || json.Unmarshal(sc.Bytes(), &caps) != nil {
 				return false
 			}
 			req.Execute, req.ID = loose.Execute, loose.ID
@@ -299,6 +341,14 @@ func serveQMP(conn *net.UnixConn, vm *machine, stubborn bool) bool {
 			vm.migration = vm.load(req.Arguments["uri"])
 		case "query-migrate":
 			reply["return"] = map[string]any{"status": vm.migration}
+		case "migrate-set-capabilities":
+			for _, c := range caps.Arguments.Capabilities {
+				if c.Capability != "x-ignore-shared" {
+					reply = errorReply(req.ID, "GenericError", "fake qemu: no capability "+c.Capability)
+					break
+				}
+				vm.ignoreShared = c.State
+			}
 		default:
 			reply = errorReply(req.ID, "CommandNotFound", "fake qemu: no "+req.Execute)
 		}
@@ -313,6 +363,13 @@ func serveQMP(conn *net.UnixConn, vm *machine, stubborn bool) bool {
 	return false
 }
 
+// versionJSON is version() as the QMP greeting gives it.
+func versionJSON() map[string]int {
+	var major, minor, micro int
+	fmt.Sscanf(version(), "%d.%d.%d", &major, &minor, &micro)
+	return map[string]int{"major": major, "minor": minor, "micro": micro}
+}
+
 func errorReply(id json.RawMessage, class, desc string) map[string]any {
 	return map[string]any{"id": id, "error": map[string]string{"class": class, "desc": desc}}
 }
@@ -324,10 +381,19 @@ func (vm *machine) save(uri string) string {
 	if f == nil || os.Getenv(FailEnv) == "migrate" {
 		return "failed"
 	}
-	if _, err := f.WriteString(StateMagic + vm.uuid + "\n"); err != nil {
+	if _, err := f.WriteString(vm.state()); err != nil {
 		return "failed"
 	}
 	return "completed"
+}
+
+// state is the fake's saved state: StateMagic, the uuid, and whether
+// the RAM was left out.
+func (vm *machine) state() string {
+	if vm.ignoreShared {
+		return StateMagic + vm.uuid + " ignore-shared\n"
+	}
+	return StateMagic + vm.uuid + "\n"
 }
 
 // load reads a fake state back: only this VM's loads.
@@ -337,8 +403,13 @@ func (vm *machine) load(uri string) string {
 		return "failed"
 	}
 	b, err := io.ReadAll(f)
-	if err != nil || string(b) != StateMagic+vm.uuid+"\n" {
+	if err != nil || string(b) != vm.state() {
 		return "failed"
+	}
+	if !vm.ignoreShared && vm.mem != nil {
+		if writePattern(vm.mem) != nil {
+			return "failed"
+		}
 	}
 	vm.status = "paused"
 	return "completed"
