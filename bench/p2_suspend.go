@@ -2,17 +2,35 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/agent-vm/agent-vm/bench/report"
 )
 
-// stateFile is where a suspended VM's memory is, in its directory
-// (internal/qemu's StateFile in the VM's run directory).
-func stateFile(vmDir string) string { return filepath.Join(vmDir, "run", "suspend.state") }
+// savedOnDisk is the disk a suspended VM's saved state takes in its
+// directory: internal/qemu's StateFile (the devices, and the guest's RAM
+// where it is not apart) and RAMFile (the RAM's data, a sparse file whose
+// holes take nothing), by the blocks each has.
+func savedOnDisk(vmDir string) (int64, error) {
+	var n int64
+	for _, f := range []string{"suspend.state", "suspend.ram"} {
+		var st syscall.Stat_t
+		err := syscall.Stat(filepath.Join(vmDir, "run", f), &st)
+		if f == "suspend.ram" && errors.Is(err, os.ErrNotExist) {
+			continue // the RAM is in the stream
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += st.Blocks * 512
+	}
+	return n, nil
+}
 
 // runP2 is P2: per round, the running VM is suspended and
 // resumed (A), then stopped and started cold (B), so resume and a cold
@@ -51,7 +69,7 @@ func (p *p2Samples) rows() []*report.Row {
 		report.NewRow("P2.suspend", "`suspend` of a running VM, until it returns", "s",
 			report.NewSeries("agent-vm suspend", p.suspend), report.Ref("`agent-vm stop` of the same VM (ACPI shutdown)", p.stop), true),
 		report.NewRow("P2.state", "saved state on disk (the suspended VM's cost)", "MiB",
-			report.NewSeries("state file", p.state), report.Ref("guest memory (-m)", p.memory), true),
+			report.NewSeries("state files' blocks", p.state), report.Ref("guest memory (-m)", p.memory), true),
 	}
 }
 
@@ -67,7 +85,7 @@ func p2Round(ctx context.Context, l *lab, v *labVM, dir string, memMiB float64, 
 	if sus.Err != nil {
 		return sus.Err
 	}
-	fi, err := os.Stat(stateFile(dir))
+	saved, err := savedOnDisk(dir)
 	if err != nil {
 		return fmt.Errorf("after suspend: %w", err)
 	}
@@ -90,8 +108,8 @@ func p2Round(ctx context.Context, l *lab, v *labVM, dir string, memMiB float64, 
 	p.resumeSSH, p.resumeHealth = append(p.resumeSSH, res.SSHWall), append(p.resumeHealth, res.Wall)
 	p.coldSSH = append(p.coldSSH, cold.SSHWall)
 	p.suspend, p.stop = append(p.suspend, sus.Seconds()), append(p.stop, stop)
-	p.state, p.memory = append(p.state, float64(fi.Size())/(1<<20)), append(p.memory, memMiB)
+	p.state, p.memory = append(p.state, float64(saved)/(1<<20)), append(p.memory, memMiB)
 	l.log.Printf("P2 round %d: suspend %.1fs (state %d MiB), resume SSH %.1fs healthy %.1fs; stop %.1fs, cold start SSH %.1fs",
-		r, sus.Seconds(), fi.Size()>>20, res.SSHWall, res.Wall, stop, cold.SSHWall)
+		r, sus.Seconds(), saved>>20, res.SSHWall, res.Wall, stop, cold.SSHWall)
 	return nil
 }
