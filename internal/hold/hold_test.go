@@ -411,3 +411,24 @@ func TestInUseNamesTheHeldConnection(t *testing.T) {
 		t.Errorf("no established connection %s -> %s in /proc/net/tcp", own[0], s.Addr)
 	}
 }
+
+// A command that ends at once: the guest's sshd answers exec, sends
+// exit-status and closes the channel in the same breath. The holder
+// passes the answer on on one goroutine and the close on another; with
+// the answer held back (as a busy host's scheduler may), the close must
+// still not overtake it, or the caller's exec is left unanswered.
+func TestAQuickCommandsExitStatusOutrunsNothing(t *testing.T) {
+	beforeReply = func(req string) {
+		if req == "exec" {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { beforeReply = func(string) {} })
+	s := guestSSHD(t)
+	c := dialHolder(t, runHolder(t, s), s)
+	for i := range 10 {
+		if code, err := sshx.Run(context.Background(), c, "exit 3", nil, io.Discard, io.Discard); err != nil || code != 3 {
+			t.Errorf("run %d of `exit 3` through the holder: %d, %v; want 3", i, code, err)
+		}
+	}
+}

@@ -368,7 +368,7 @@ func (g *guests) more(seen int) error {
 	if err != nil {
 		return err
 	}
-	g.log.Debug("the guest capped the sessions of its connections; opened another", "connections", n+1)
+	g.log.Info("the guest capped the sessions of its connections; opened another", "connections", n+1)
 	g.mu.Lock()
 	g.conns = append(g.conns, c)
 	g.note()

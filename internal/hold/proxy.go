@@ -36,28 +36,38 @@ func proxyChannel(nc ssh.NewChannel, open opener) {
 // direction copies data and extended data (stderr) and then sends EOF;
 // requests go across one at a time, in order, with their replies. When a
 // side closes, the other is closed once everything that side sent has
-// been passed on (so an exit-status and the last output arrive before the
-// caller's channel closes). Data and requests travel on separate paths,
-// because x/crypto/ssh hands them over separately: their order relative to
-// each other is not kept (a window-change sent just before a keystroke may
-// reach the guest just after it), while data keeps its order and the
-// requests keep theirs.
+// been passed on: its data, its requests, and its replies to the other
+// side's requests. A guest's sshd answers exec and then, for a command
+// that ends at once, sends exit-status and closes in the same breath;
+// the reply travels on another goroutine than the close, and a close
+// passed on first left the caller's exec unanswered (x/crypto/ssh: a bare
+// EOF, "the SSH session closed before the command started"). Data and
+// requests travel on separate paths, because x/crypto/ssh hands them over
+// separately: their order relative to each other is not kept (a
+// window-change sent just before a keystroke may reach the guest just
+// after it), while data keeps its order and the requests keep theirs.
 func relay(c ssh.Channel, creqs <-chan *ssh.Request, g ssh.Channel, greqs <-chan *ssh.Request) {
 	toCaller := pump(c, g)
 	toGuest := pump(g, c)
+	// Each held while a request is on its way and its reply on the way back.
+	var callers, guests sync.Mutex
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		forward(c, greqs) // until the guest closes its channel
+		forward(c, greqs, &guests) // until the guest closes its channel
 		<-toCaller
+		callers.Lock() // the guest's reply to a caller's request goes first
 		c.Close()
+		callers.Unlock()
 	}()
 	go func() {
 		defer wg.Done()
-		forward(g, creqs) // until the caller closes its channel
+		forward(g, creqs, &callers) // until the caller closes its channel
 		<-toGuest
+		guests.Lock()
 		g.Close()
+		guests.Unlock()
 	}()
 	wg.Wait()
 }
@@ -79,12 +89,21 @@ func pump(dst, src ssh.Channel) <-chan struct{} {
 }
 
 // forward sends each request of reqs on dst and answers it with dst's
-// reply, until reqs is closed (its channel closed).
-func forward(dst ssh.Channel, reqs <-chan *ssh.Request) {
+// reply, until reqs is closed (its channel closed), holding inFlight from
+// a request's send to its answer.
+func forward(dst ssh.Channel, reqs <-chan *ssh.Request, inFlight *sync.Mutex) {
 	for r := range reqs {
+		inFlight.Lock()
 		ok, err := dst.SendRequest(r.Type, r.WantReply, r.Payload)
+		beforeReply(r.Type)
 		if r.WantReply {
 			_ = r.Reply(ok && err == nil, nil)
 		}
+		inFlight.Unlock()
 	}
 }
+
+// beforeReply runs between a request's reply from dst and its answer to
+// the sender; a test delays the reply to exec with it, the interleaving
+// that once lost a quick command's start.
+var beforeReply = func(string) {}

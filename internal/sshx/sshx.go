@@ -168,10 +168,33 @@ func Run(ctx context.Context, c *ssh.Client, cmd string, stdin io.Reader, stdout
 	defer stop()
 	code, err := exitStatus(ctx, s.Run(cmd))
 	var missing *ssh.ExitMissingError
-	if errors.As(err, &missing) {
-		return -1, errors.New("the remote command ended without an exit status (the connection dropped or it was killed by a signal)")
+	switch {
+	case errors.As(err, &missing):
+		return -1, fmt.Errorf("the remote command ended without an exit status (%s)", connectionEnd(c, "it was killed by a signal"))
+	case errors.Is(err, io.EOF):
+		// x/crypto/ssh's bare EOF: the channel closed before the command
+		// was started (its request unanswered).
+		return -1, fmt.Errorf("the SSH session closed before the command started (%s)", connectionEnd(c, "the far end (the guest's sshd, or the VM's holder between) ended the session"))
 	}
 	return code, err
+}
+
+// connectionEnd says whether c's connection has ended, and why (what
+// x/crypto/ssh read or was told last: a peer's disconnect, a MAC failure,
+// a reset), else other: a session's end alone. A connection that ends
+// takes its sessions with it at once, so a short wait tells the two apart.
+func connectionEnd(c *ssh.Client, other string) string {
+	ended := make(chan error, 1)
+	go func() { ended <- c.Wait() }() // returns when c is closed, by its caller at the latest
+	select {
+	case err := <-ended:
+		if err == nil || errors.Is(err, io.EOF) {
+			return "the connection to the guest was closed"
+		}
+		return "the connection to the guest ended: " + err.Error()
+	case <-time.After(200 * time.Millisecond):
+		return "the connection is up: " + other
+	}
 }
 
 // newSession opens a session on c, or gives up when ctx ends: on a

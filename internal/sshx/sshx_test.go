@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx/sshdtest"
@@ -184,4 +187,79 @@ func TestRunGivesUpOnASilentServer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run on a silent server did not return when its context ended")
 	}
+}
+
+// Run on a session whose command is never answered says in words what
+// ended (not x/crypto/ssh's bare EOF): the session alone, its server
+// closing the channel, or the whole connection. The server is a STAND-IN
+// built on x/crypto/ssh: OpenSSH cannot be made to do either.
+func TestRunSaysWhatEndedBeforeTheCommand(t *testing.T) {
+	for name, tc := range map[string]struct {
+		wholeConnection bool
+		want            string
+	}{
+		"the channel":    {false, "the SSH session closed before the command started (the connection is up: the far end (the guest's sshd, or the VM's holder between) ended the session)"},
+		"the connection": {true, "the SSH session closed before the command started (the connection to the guest "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := standInClosing(t, tc.wholeConnection)
+			_, err := Run(context.Background(), c, "true", nil, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// standInClosing is a client of an SSH server that opens sessions and, at
+// their exec request, closes the channel (or the whole connection)
+// without an answer.
+func standInClosing(t *testing.T, wholeConnection bool) *ssh.Client {
+	t.Helper()
+	host, err := sshkeys.Generate("stand-in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostSigner, err := ssh.ParsePrivateKey(host.PrivatePEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(hostSigner)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		sc, chans, reqs, err := ssh.NewServerConn(conn, cfg)
+		if err != nil {
+			return
+		}
+		go ssh.DiscardRequests(reqs)
+		for nc := range chans {
+			ch, creqs, err := nc.Accept()
+			if err != nil {
+				continue
+			}
+			go func() {
+				<-creqs // the exec request, left unanswered
+				if wholeConnection {
+					sc.Close()
+				} else {
+					ch.Close()
+				}
+			}()
+		}
+	}()
+	c, err := ssh.Dial("tcp", ln.Addr().String(), &ssh.ClientConfig{User: "u", HostKeyCallback: ssh.InsecureIgnoreHostKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
