@@ -23,7 +23,6 @@ import (
 	"strings"
 
 	"github.com/agent-vm/agent-vm/internal/execx"
-	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/personalize"
 )
 
@@ -39,9 +38,10 @@ const fwCfgToken = "/sys/firmware/qemu_fw_cfg/by_name/" + MCPTokenFwCfgName + "/
 // instance-id (so that the guest's later cold boots, with c's own seed, do
 // not provision it again), the kernel RNG reseeded with entropy (host
 // randomness), agent-mcp's settings and guidance notes, the MCP token QEMU
-// passes this VM, journald restarted and sshd reloaded: the running
-// session survives, new ones need c's keys. The plan travels as one JSON
-// line in a quoted here-document (nothing in it is expanded); the host's
+// passes this VM, journald restarted, and the SSH connections the saved
+// machine had ended: the running session survives, new ones need c's keys
+// (sshd reads its host key for each connection). The plan travels as one
+// JSON line in a quoted here-document (nothing in it is expanded); the host's
 // private key in it only base64-encoded, over SSH only.
 func Personalize(c Config, entropy []byte) (string, error) {
 	p, err := personalizePlan(c, entropy)
@@ -84,11 +84,11 @@ func personalizePlan(c Config, entropy []byte) (personalize.Plan, error) {
 			file(dev, homeDir+"/.ssh/authorized_keys", 0o600, []byte(strings.Join(c.AuthorizedKeys, "\n")+"\n")),
 			file(root, "/var/lib/cloud/data/instance-id", 0o644, []byte(c.InstanceID+"\n")),
 		},
-		Hostname:    c.Hostname,
-		Token:       personalize.Copy{From: fwCfgToken, To: "/run/agent-vm/mcp-token"},
-		Restart:     []string{"systemd-journald"},
+		Hostname: c.Hostname,
+		Token:    personalize.Copy{From: fwCfgToken, To: "/run/agent-vm/mcp-token"},
+		Restart:  []string{"systemd-journald"},
+		// Debian's sshd writes its listener's pid there.
 		SSHDPidFile: "/run/sshd.pid",
-		SSHDPort:    guest.SSHPort,
 	}
 	// agent-mcp's settings, as the seed writes them.
 	for _, f := range files {

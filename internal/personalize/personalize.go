@@ -9,6 +9,20 @@
 //
 // The plan holds the VM's SSH host private key: it travels over the SSH
 // session only, and is written to the guest's disk where sshd reads it.
+// sshd needs no signal for it: in its default re-exec mode each
+// connection's sshd is a new execution that loads the host keys from
+// their files (OpenSSH 9.2 of Debian 12 checked: a key file replaced under
+// a running sshd is the key its next connection presents). So the
+// caller's session goes on with the template's key, and its next
+// connection meets the VM's.
+//
+// A template's restored memory also holds the SSH connections that were
+// open when it was saved (its build's holder's): their peers are gone,
+// but their sshd processes, logged in as the guest user, would linger
+// until TCP keepalive noticed (two hours), and a new connection from the
+// same host port would meet the old one's state.
+// Apply ends them, every connection but the caller's (a fork's guest,
+// booted from a copy of a disk, has no others to end).
 package personalize
 
 import (
@@ -23,10 +37,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/execx"
+	"github.com/agent-vm/agent-vm/internal/proc"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -60,13 +74,10 @@ type Plan struct {
 	// Restart are units restarted without waiting (journald, which takes
 	// the new machine-id and boot id when it starts).
 	Restart []string `json:"restart,omitempty"`
-	// SSHDPidFile names sshd's pid file: sshd gets SIGHUP, re-executes
-	// itself and presents the new host key to new connections (the
-	// caller's session goes on). Apply returns once sshd listens on
-	// SSHDPort again (a new listening socket), so that the caller's next
-	// connection neither races the re-execution nor waits out a retry.
-	SSHDPidFile string `json:"sshd_pid_file"`
-	SSHDPort    int    `json:"sshd_port"`
+	// SSHDPidFile names the pid file of sshd's listener: each connection
+	// is a child of it, and every one but the caller's (an ancestor of
+	// this process) is ended (SIGTERM), being the saved machine's.
+	SSHDPidFile string `json:"sshd_pid_file,omitempty"`
 }
 
 // Entry is a file or directory with its owner and mode.
@@ -93,15 +104,13 @@ type Kernel interface {
 }
 
 // Applier applies plans to the files under Root ("/" in the guest); Run
-// runs modprobe and systemctl.
+// runs modprobe and systemctl. Self is this process's pid (0: its own),
+// whose ancestors under Root's /proc are the caller's connection.
 type Applier struct {
 	Root   string
 	Kernel Kernel
 	Run    execx.Runner
-	// SSHDWait bounds the wait for sshd's new listening socket (0: 10 s);
-	// past it Apply returns without error (the caller's connection
-	// retries).
-	SSHDWait time.Duration
+	Self   int
 }
 
 // ApplyHere is the guest's command: it applies the plan (JSON) read from
@@ -163,7 +172,42 @@ func (a Applier) Apply(ctx context.Context, p Plan) error {
 			return fmt.Errorf("restarting %s: %w", u, err)
 		}
 	}
-	return a.reloadSSHD(ctx, p.SSHDPidFile, p.SSHDPort)
+	return a.endSavedConnections(p.SSHDPidFile)
+}
+
+// endSavedConnections ends sshd's connections other than the caller's:
+// the children of the listener (pidFile) that are not this process's
+// ancestors. A process gone meanwhile is no error.
+func (a Applier) endSavedConnections(pidFile string) error {
+	if pidFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(a.path(pidFile))
+	if err != nil {
+		return fmt.Errorf("ending the saved machine's SSH connections: %w", err)
+	}
+	listener, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || listener <= 1 {
+		return fmt.Errorf("ending the saved machine's SSH connections: %s holds %q, not a pid", pidFile, strings.TrimSpace(string(b)))
+	}
+	parents := proc.Parents(a.path("/proc"))
+	self := a.Self
+	if self == 0 {
+		self = os.Getpid()
+	}
+	mine := map[int]bool{}
+	for pid := self; pid > 1 && !mine[pid]; pid = parents[pid] {
+		mine[pid] = true
+	}
+	for pid, ppid := range parents {
+		if ppid != listener || mine[pid] {
+			continue
+		}
+		if err := a.Kernel.Signal(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("ending the saved machine's SSH connection (sshd pid %d): %w", pid, err)
+		}
+	}
+	return nil
 }
 
 func (a Applier) path(p string) string { return filepath.Join(a.Root, p) }
@@ -243,58 +287,4 @@ func (a Applier) token(ctx context.Context, c Copy) error {
 		return err
 	}
 	return atomicfile.Write(to, b, 0o600)
-}
-
-// reloadSSHD sends sshd SIGHUP, which re-executes itself and loads the
-// new host key, and waits until it listens on port again.
-func (a Applier) reloadSSHD(ctx context.Context, pidFile string, port int) error {
-	b, err := os.ReadFile(a.path(pidFile))
-	if err != nil {
-		return fmt.Errorf("reloading sshd: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return fmt.Errorf("reloading sshd: %s holds %q, not a pid", pidFile, strings.TrimSpace(string(b)))
-	}
-	before := a.listeners(port)
-	if err := a.Kernel.Signal(pid, syscall.SIGHUP); err != nil {
-		return fmt.Errorf("reloading sshd (pid %d): %w", pid, err)
-	}
-	wait := a.SSHDWait
-	if wait == 0 {
-		wait = 10 * time.Second
-	}
-	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
-		for ino := range a.listeners(port) {
-			if !before[ino] {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// listeners are the inodes of the TCP sockets listening on port, from
-// /proc/net/tcp and tcp6 ("sl local rem st ... inode": local as
-// ADDR:PORT in hex, st 0A = LISTEN, the inode tenth).
-func (a Applier) listeners(port int) map[string]bool {
-	out := map[string]bool{}
-	want := fmt.Sprintf(":%04X", port)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(a.path(f))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			if c := strings.Fields(line); len(c) >= 10 && strings.HasSuffix(c[1], want) && c[3] == "0A" {
-				out[c[9]] = true
-			}
-		}
-	}
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,16 +23,12 @@ type fakeKernel struct {
 	entropy  []byte
 	hostname string
 	signals  []string
-	onSignal func() // sshd re-executing itself
 }
 
 func (k *fakeKernel) AddEntropy(b []byte) error     { k.entropy = b; return nil }
 func (k *fakeKernel) SetHostname(name string) error { k.hostname = name; return nil }
 func (k *fakeKernel) Signal(pid int, s syscall.Signal) error {
 	k.signals = append(k.signals, s.String()+" "+strconv.Itoa(pid))
-	if k.onSignal != nil {
-		k.onSignal()
-	}
 	return nil
 }
 
@@ -47,10 +44,22 @@ func guestRoot(t *testing.T) string {
 		"/etc/machine-id":                 "0123456789abcdef0123456789abcdef\n",
 		"/var/lib/dbus/machine-id":        "0123456789abcdef0123456789abcdef\n",
 		"/sys/fw_cfg/raw":                 "the-vm-token\n",
-		"/run/sshd.pid":                   "7\n",
 		"/home/dev/.ssh/authorized_keys":  "template key\n",
 		"/var/lib/cloud/data/instance-id": "template-0\n",
-		"/proc/net/tcp":                   netTCP("111"),
+		// sshd's listener (470) with two connections: one saved with the
+		// template (520 and its child 534) and the caller's (1092, whose
+		// descendant 1200 applies the plan); an unrelated process (600)
+		// whose name has a parenthesis and spaces.
+		"/run/sshd.pid":   "470\n",
+		"/proc/1/stat":    "1 (systemd) S 0 1 1 0",
+		"/proc/470/stat":  "470 (sshd) S 1 470 470 0",
+		"/proc/520/stat":  "520 (sshd) S 470 520 520 0",
+		"/proc/534/stat":  "534 (sshd) S 520 520 520 0",
+		"/proc/1092/stat": "1092 (sshd) S 470 1092 1092 0",
+		"/proc/1100/stat": "1100 (sshd) S 1092 1092 1092 0",
+		"/proc/1150/stat": "1150 (sudo) S 1100 1150 1150 0",
+		"/proc/1200/stat": "1200 (agent-vm) R 1150 1150 1150 0",
+		"/proc/600/stat":  "600 (a) b (470) S 1 1 1 0",
 	} {
 		p := filepath.Join(root, path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -77,7 +86,6 @@ func samplePlan() Plan {
 		Token:       Copy{From: "/sys/fw_cfg/raw", To: "/run/agent-vm/mcp-token"},
 		Restart:     []string{"systemd-journald"},
 		SSHDPidFile: "/run/sshd.pid",
-		SSHDPort:    22,
 	}
 }
 
@@ -86,16 +94,9 @@ func samplePlan() Plan {
 func TestApply(t *testing.T) {
 	testutil.Need(t, os.Geteuid() == 0, "sets files' owners: runs as root (as CI does)")
 	root := guestRoot(t)
-	// sshd listens on a new socket once it has re-executed itself; Apply
-	// waits for that (were it not to see it, the hour-long wait would
-	// outlast the context, an error).
-	k := &fakeKernel{onSignal: func() {
-		if err := os.WriteFile(filepath.Join(root, "/proc/net/tcp"), []byte(netTCP("222")), 0o644); err != nil {
-			t.Error(err)
-		}
-	}}
+	k := &fakeKernel{}
 	run := execxtest.New(t).On("systemctl", func(execxtest.Call) execxtest.Reply { return execxtest.Reply{} })
-	a := Applier{Root: root, Kernel: k, Run: run, SSHDWait: time.Hour}
+	a := Applier{Root: root, Kernel: k, Run: run, Self: 1200}
 	p := samplePlan()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -151,18 +152,17 @@ func TestApply(t *testing.T) {
 	if !bytes.Equal(k.entropy, p.Entropy) {
 		t.Error("the entropy did not reach the kernel")
 	}
-	if strings.Join(k.signals, ",") != "hangup 7" {
-		t.Errorf("signals %v, want sshd (pid 7) a hangup", k.signals)
+	if !slices.Equal(k.signals, []string{"terminated 520"}) {
+		t.Errorf("signals %v, want the template's connection (sshd 520) alone ended", k.signals)
 	}
 	calls := run.Calls()
 	if len(calls) != 1 || strings.Join(calls[0].Args, " ") != "restart --no-block systemd-journald" {
 		t.Errorf("programs run: %+v", calls)
 	}
 
-	// A second clone of the same template gets another machine-id. Its
-	// sshd never shows a new socket: past the wait, no error.
+	// A second clone of the same template gets another machine-id.
 	root2 := guestRoot(t)
-	if err := (Applier{Root: root2, Kernel: &fakeKernel{}, Run: run, SSHDWait: 50 * time.Millisecond}).Apply(context.Background(), p); err != nil {
+	if err := (Applier{Root: root2, Kernel: &fakeKernel{}, Run: run}).Apply(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(root2, "/etc/machine-id")); string(b) == id {
@@ -217,12 +217,4 @@ func read(t *testing.T, root, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// netTCP is /proc/net/tcp with sshd listening on port 22 (socket inode
-// ino) and a connection to it.
-func netTCP(ino string) string {
-	return "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
-		"   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 " + ino + " 1 0000000000000000 100 0 0 10 0\n" +
-		"   1: 0F02000A:0016 0202000A:D1D2 01 00000000:00000000 02:000AB3F7 00000000     0        0 999 2 0000000000000000 20 4 30 10 -1\n"
 }

@@ -50,12 +50,7 @@ func Session(pid int) int {
 	if err != nil {
 		return 0
 	}
-	// After the command name: state, ppid, pgrp, session.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(stat[i+1:]))
+	f := afterComm(stat)
 	if len(f) < 4 {
 		return 0
 	}
@@ -64,6 +59,40 @@ func Session(pid int) int {
 		return 0
 	}
 	return sid
+}
+
+// afterComm splits /proc/PID/stat's fields after the parenthesised command
+// name (state, ppid, pgrp, session, ...), which may itself hold spaces and
+// parentheses.
+func afterComm(stat []byte) []string {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(stat[i+1:]))
+}
+
+// Parents maps each process under procDir ("/proc", or a test's stand-in
+// tree) to its parent's pid. A process gone while it is read is left out.
+func Parents(procDir string) map[int]int {
+	out := map[int]int{}
+	des, _ := os.ReadDir(procDir)
+	for _, de := range des {
+		pid, err := strconv.Atoi(de.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(procDir + "/" + de.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if f := afterComm(stat); len(f) >= 2 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil {
+				out[pid] = ppid
+			}
+		}
+	}
+	return out
 }
 
 // Args returns a live process's argv, or nil when it is gone, a zombie,
