@@ -592,6 +592,10 @@ in
         PubkeyAuthentication = true;
         AuthenticationMethods = "publickey";
         AllowUsers = [ userName ];
+        # A connection whose client is gone (one from before a suspend)
+        # ends within two minutes, not at TCP keepalive's two hours.
+        ClientAliveInterval = 30;
+        ClientAliveCountMax = 4;
       };
       # The only host key is the one agent-vm pinned at create time.
       hostKeys = lib.mkForce [
