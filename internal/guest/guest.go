@@ -108,10 +108,8 @@ var GuidanceFiles = []string{".claude/CLAUDE.md", ".codex/AGENTS.md", ".gemini/G
 
 // GuidanceInfo is what the guidance says about one VM.
 type GuidanceInfo struct {
-	Branch  string
-	Repo    string // where the repository lives on the host
-	SSHPort int    // host ports forwarded to the guest
-	MCPPort int
+	Branch string
+	Repo   string // where the repository lives on the host
 	// Install says how to install software in this guest (the backend's
 	// words: apt-get for Debian, nix-shell for NixOS).
 	Install string
@@ -129,21 +127,21 @@ the host is protected from what happens here.
   host: what you write there, the user sees at once. Everything outside
   %[3]s is lost when the VM is destroyed.
 - You are the user %[4]s, with passwordless sudo. %[5]s
-- The host reaches this VM on forwarded ports only: SSH (host port
-  %[6]d), agent-mcp (host port %[7]d, guest port %[8]d) and those the user
-  forwards. For the user to reach a server you start here (listening on
-  0.0.0.0, not 127.0.0.1), ask them to run
-  `+"`agent-vm port add --vm %[9]s PORT`"+`: it then answers on 127.0.0.1 on
+- The host reaches this VM on forwarded ports only: SSH, agent-mcp (guest
+  port %[6]d) and those the user forwards; `+"`agent-vm status`"+` on the host
+  shows their host ports. For the user to reach a server you start here
+  (listening on 0.0.0.0, not 127.0.0.1), ask them to run
+  `+"`agent-vm port add --vm %[7]s PORT`"+`: it then answers on 127.0.0.1 on
   the host, on PORT or the port that command prints.
 - The network is reached only through agent-vm's proxy (already set:
   http_proxy, https_proxy, apt, npm, git, pip), which allows the agents'
   APIs, package registries and the repository's git host. A refused
   connection answers 403 with the command the user can run to allow it:
   ask them. The host's own services are unreachable, except ports the
-  user exposed to this VM, at %[10]s.
+  user exposed to this VM, at %[8]s.
 - Commit your work in %[3]s with git. Pushing, and what goes upstream,
   is the user's decision: do not push unless they ask you to.
-`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, g.SSHPort, g.MCPPort, MCPPort, g.Branch, HostAddr)
+`, "`"+g.Branch+"`", g.Repo, Workspace, User, g.Install, MCPPort, g.Branch, HostAddr)
 }
 
 // Agent is a coding-agent CLI a VM can have installed (create --agent).

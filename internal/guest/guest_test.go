@@ -39,10 +39,10 @@ func TestGuestModuleAgrees(t *testing.T) {
 }
 
 func TestGuidanceSaysWhereTheAgentIs(t *testing.T) {
-	g := Guidance(GuidanceInfo{Branch: "feature/x", Repo: "/home/me/project", SSHPort: 2222, MCPPort: 8001,
+	g := Guidance(GuidanceInfo{Branch: "feature/x", Repo: "/home/me/project",
 		Install: "Install packages with `sudo apt-get install NAME`."})
 	for _, want := range []string{"`feature/x`", "/home/me/project", "/workspace", "user dev, with passwordless sudo",
-		"sudo apt-get install NAME", "host port\n  2222", "host port 8001, guest port 8000", "`agent-vm port add --vm feature/x PORT`", "0.0.0.0", "do not push unless they ask",
+		"sudo apt-get install NAME", "agent-mcp (guest\n  port 8000)", "`agent-vm status` on the host\n  shows their host ports", "`agent-vm port add --vm feature/x PORT`", "0.0.0.0", "do not push unless they ask",
 		"only through agent-vm's proxy", "ports the\n  user exposed to this VM, at 10.0.2.100"} {
 		if !strings.Contains(g, want) {
 			t.Errorf("guidance lacks %q:\n%s", want, g)

@@ -159,7 +159,7 @@ func newVMJSON(l state.Layout, r *state.Record, nixpkgs, transport, agentVM stri
 		// Node reads its own bundle, not the system's, unless told.
 		Environment:    map[string]string{"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt"},
 		GitCredentials: map[string]string{},
-		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
+		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source,
 			Install: "For a shell with a program, `nix-shell -p PACKAGE`; what should last belongs in the VM's NixOS configuration (`agent-vm create --config`): ask the user."}),
 	}
 	if agentVM != "" {

@@ -61,7 +61,7 @@ func Config(l state.Layout, r *state.Record, provision int, caCerts []string) (c
 		NPMPackages:    npm,
 		NPMPrograms:    npmPrograms,
 		ExtraPackages:  r.AllPackages(),
-		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source, SSHPort: r.Ports.SSH, MCPPort: r.Ports.MCP,
+		Guidance: guest.Guidance(guest.GuidanceInfo{Branch: r.Branch, Repo: r.Git.Source,
 			Install: "Install software with `sudo apt-get install PACKAGE` (Debian), `npm install -g` or `pip install --user`."}),
 	}, nil
 }
