@@ -321,7 +321,17 @@ func runSockets(t *testing.T, pol Policy) (dir, proxySock, exposedSock string) {
 	go p.Run(ctx, proxySock, exposedSock)
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
-	if err := tu.Poll(wctx, "the exposed ports' socket", func() bool { _, err := os.Stat(exposedSock); return err == nil }); err != nil {
+	// Listening, not only there: a unix socket's file appears at its bind,
+	// a moment before its listen, and a connection between the two is
+	// refused (seen in CI). The exposed ports' socket is made last.
+	listening := func() bool {
+		c, err := net.Dial("unix", exposedSock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	if err := tu.Poll(wctx, "the exposed ports' socket", listening); err != nil {
 		t.Fatal(err)
 	}
 	return dir, proxySock, exposedSock
