@@ -273,6 +273,22 @@ func (s *S) serialTails(ctx context.Context) {
 				writeTail(&sb, fmt.Sprintf("%s of %s (%s)", name, b, p), string(data))
 			}
 		}
+		// The guest's sshd and kernel, from its journal, when the VM still
+		// runs: why a connection or session ended (a peer's reset, a
+		// corrupted MAC, a process that crashed or was killed). sshd's own
+		// lines, not its unit's: without logind sessions, what the
+		// sessions ran (sudo) logs under ssh.service too.
+		if st.State == "running" {
+			jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			matches := []string{"_COMM=sshd", "+", "_TRANSPORT=kernel", "+", "UNIT=ssh.service"}
+			res := s.av.run(jctx, Call{Args: append([]string{"exec", b, "--", "sudo", "-n", "journalctl", "-n", "30", "--no-pager", "-o", "short-monotonic"}, matches...), Dir: v.Dir})
+			cancel()
+			if res.ExitCode == 0 {
+				writeTail(&sb, fmt.Sprintf("the guest's sshd and kernel log of %s (journalctl %s)", b, strings.Join(matches, " ")), res.Stdout)
+			} else {
+				sb.WriteString(fmt.Sprintf("the guest's sshd and kernel log of %s: `%s`: %s %s\n", b, res.Short(), res.Outcome(), LastLine(res.Stderr)))
+			}
+		}
 		s.rep.detail(sb.String())
 	}
 }

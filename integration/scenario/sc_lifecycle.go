@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +16,7 @@ import (
 func lifecycleScenario() harness.Scenario {
 	return harness.Scenario{
 		Name:    "lifecycle",
-		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, a second boot (restart after its QEMU is killed: status says crashed, no process of the VM left; on another host, stop and start), stop, reset, destroy",
+		Summary: "boot with the repository's provisioning, files both ways through the workspace, the share not an escape, exec, a commit made in the guest brought back by sync, a guest port forwarded to the host, suspend and resume, a second boot (restart after its QEMU is killed: status says crashed, no process of the VM left; on another host, stop and start) that moves the SSH port another program took meanwhile, stop, reset, destroy",
 		NeedsVM: true,
 		// Its VMs' first boot is not what it checks.
 		Template: "none",
@@ -86,11 +87,15 @@ func runLifecycle(ctx context.Context, s *harness.S) {
 		keptPort, err = portcheck.AddStopped(ctx, s, l.branch)
 		return err
 	})
+	s.Step(ctx, "another program takes the SSH port agent-vm picked while the VM is down", func() error { return l.takeSSHPort(ctx) })
 	if onHost {
 		s.Step(ctx, "a second boot: workspace intact, no first-boot setup again", func() error { return l.secondBoot(ctx, "start") })
 	}
 	s.StepUnless(ctx, "restart recovers it, with a healthy agent: a second boot, workspace intact, no first-boot setup again", crashSkip, func() error {
 		return l.secondBoot(ctx, "restart")
+	})
+	s.Step(ctx, "the boot moved the taken SSH port: a warning names both, status and ssh-config give the new one, exec uses it", func() error {
+		return l.checkMovedSSHPort(ctx)
 	})
 	s.StepUnless(ctx, "the forward kept while not running answers after the boot", s.Lacks(harness.FeaturePorts), func() error {
 		return portcheck.CheckAfterBoot(ctx, s, l.branch, keptPort)
@@ -156,6 +161,59 @@ type lifecycle struct {
 	// bootID and cloudInit are from the first boot, to compare with the
 	// second.
 	bootID, cloudInit string
+	// taken holds the VM's SSH port from before its second boot, as
+	// another program; lastBoot is that boot's output.
+	taken    net.Listener
+	lastBoot *harness.Result
+}
+
+// takeSSHPort listens on the VM's SSH port while the VM is down, as a
+// VM of another user or state directory would after picking the same
+// port.
+func (l *lifecycle) takeSSHPort(ctx context.Context) error {
+	st, _, err := l.s.Status(ctx, l.branch, nil)
+	if err != nil {
+		return err
+	}
+	if l.taken, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Ports.SSH))); err != nil {
+		return harness.Failf(nil, "the stopped VM's SSH port %d cannot be taken: %v", st.Ports.SSH, err)
+	}
+	l.s.Notef("port %d held", st.Ports.SSH)
+	return nil
+}
+
+// checkMovedSSHPort: the boot after takeSSHPort moved the port agent-vm
+// had picked, said so with both numbers, and the VM answers on the new
+// one (exec through it, the pinned host key at its new port).
+func (l *lifecycle) checkMovedSSHPort(ctx context.Context) error {
+	if l.taken == nil || l.lastBoot == nil {
+		return harness.Failf(nil, "no port was taken, or no second boot ran")
+	}
+	defer l.taken.Close()
+	old := l.taken.Addr().(*net.TCPAddr).Port
+	st, _, err := l.s.Status(ctx, l.branch, nil)
+	if err != nil {
+		return err
+	}
+	if st.Ports.SSH == old {
+		return harness.Failf(l.lastBoot, "the VM still has SSH port %d, which another program holds", old)
+	}
+	if want := fmt.Sprintf("was=%d now=%d", old, st.Ports.SSH); !strings.Contains(l.lastBoot.Stderr, "moved to a free one") || !strings.Contains(l.lastBoot.Stderr, want) {
+		return harness.Failf(l.lastBoot, "the boot did not warn that the SSH port moved (%s)", want)
+	}
+	res, err := l.s.OK(ctx, "ssh-config", l.branch)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(res.Stdout, fmt.Sprintf("\n  Port %d\n", st.Ports.SSH)) {
+		return harness.Failf(res, "ssh-config does not give the new SSH port %d", st.Ports.SSH)
+	}
+	if _, err := l.s.ExecOK(ctx, l.branch, "true"); err != nil {
+		return err
+	}
+	l.st = st
+	l.s.Notef("SSH port %d -> %d", old, st.Ports.SSH)
+	return nil
 }
 
 // firstBoot starts the VM: running, agent healthy, endpoints printed.
@@ -268,7 +326,8 @@ func (l *lifecycle) noteBoot(ctx context.Context) error {
 // file still there, and cloud-init's first-boot setup not run again.
 func (l *lifecycle) secondBoot(ctx context.Context, verb string) error {
 	before := l.st.Pid
-	if _, err := l.s.Boot(ctx, verb, l.branch); err != nil {
+	var err error
+	if l.lastBoot, err = l.s.Boot(ctx, verb, l.branch); err != nil {
 		return err
 	}
 	st, err := l.s.Healthy(ctx, l.branch)

@@ -28,13 +28,11 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/agent-vm/agent-vm/internal/accel"
-	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/guest"
 	"github.com/agent-vm/agent-vm/internal/guestctl"
 	"github.com/agent-vm/agent-vm/internal/hostload"
-	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/sshx"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/termsafe"
@@ -184,17 +182,9 @@ func (w *Wait) Reporter(phase string) func(last string) {
 func (w *Wait) As(other state.Layout, known, script string) (string, error) {
 	m := w.m
 	const phase = "giving the guest its identity"
-	pub, err := os.ReadFile(other.HostPubKey())
-	if err != nil {
-		return "", w.Fail(phase, err)
-	}
-	hk, _, _, _, err := ssh.ParseAuthorizedKey(pub)
-	if err != nil {
-		return "", w.Fail(phase, fmt.Errorf("%s: %w", other.HostPubKey(), err))
-	}
 	_, port, _ := net.SplitHostPort(m.Target.Addr)
 	p, _ := strconv.Atoi(port)
-	if err := atomicfile.Write(known, []byte(sshkeys.KnownHostsLine(p, hk)), 0o600); err != nil {
+	if err := other.PinHostKey(known, p); err != nil {
 		return "", w.Fail(phase, err)
 	}
 	defer os.Remove(known)

@@ -108,7 +108,7 @@ func Add(ctx context.Context, vms VMs, name string, guestPort, hostPort int, log
 	if ch.Forward.Host, err = vms.Book().ForForward(guestPort, hostPort); err != nil {
 		return nil, err
 	}
-	ch.Forward.Guest = guestPort
+	ch.Forward.Guest, ch.Forward.Chosen = guestPort, hostPort != 0
 	d, mach, running, err := vms.Live(ctx, e)
 	if err != nil {
 		return nil, err

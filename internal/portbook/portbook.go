@@ -2,13 +2,15 @@
 // port a VM record (or a create in progress) holds, in a state directory and
 // in this user's other registered ones (state.Registry), since ports are
 // one namespace for the host; the lock that serialises picking new ones;
-// and picking them, for a new VM (Assign) and a forward (ForForward).
+// and picking them, for a new VM (Assign), a forward (ForForward), and
+// again at a start that finds another program on one (Rebind).
 package portbook
 
 import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -34,21 +36,17 @@ type Book struct {
 // writes its staging record, rec in l, at once, so concurrent creates see
 // the ports as taken before this one finishes.
 func (b *Book) Assign(ctx context.Context, mcp, ssh int, rec *state.Record, l state.Layout) error {
-	release, err := b.Lock(ctx)
+	taken, release, err := b.lockTaken(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
-	taken, err := b.Taken()
-	if err != nil {
-		return err
-	}
 	if mcp != 0 {
 		if err := ports.Check(mcp, taken, b.Free); err != nil {
 			return fmt.Errorf("--port: %w", err)
 		}
 		rec.Ports.MCP = mcp
-		taken[mcp] = "this VM"
+		rec.Ports.MCPChosen = true
 	} else if rec.Ports.MCP, err = ports.Pick(ports.MCPRange(), taken, b.Free); err != nil {
 		return err
 	}
@@ -58,6 +56,7 @@ func (b *Book) Assign(ctx context.Context, mcp, ssh int, rec *state.Record, l st
 			return fmt.Errorf("--ssh-port: %w", err)
 		}
 		rec.Ports.SSH = ssh
+		rec.Ports.SSHChosen = true
 	} else if rec.Ports.SSH, err = ports.Pick(ports.SSHRange(), taken, b.Free); err != nil {
 		return err
 	}
@@ -111,6 +110,21 @@ func (b *Book) Taken() (map[int]string, error) {
 		}
 	}
 	return taken, nil
+}
+
+// lockTaken takes the ports lock (Lock) and reads what is taken under it
+// (Taken); the caller releases the lock.
+func (b *Book) lockTaken(ctx context.Context) (map[int]string, func(), error) {
+	release, err := b.Lock(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	taken, err := b.Taken()
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return taken, release, nil
 }
 
 // Lock takes the ports lock of every state directory of this user
@@ -176,3 +190,85 @@ func (b *Book) ForForward(guestPort, hostPort int) (int, error) {
 	}
 	return ports.Pick(ports.ForwardRange(), taken, b.Free)
 }
+
+// Rebind readies the ports r holds for its VM's start (its machine's
+// process gone; l its directory): a port agent-vm picked that another
+// program now listens on is replaced by a free one, in r and in the
+// pinned host key when the SSH port moved; the caller describes its
+// machine again. The book sees the VMs of this user's state directories
+// only: another user's VM, or one of a state directory not registered
+// here (a test's), may have taken the port while this VM was stopped, and
+// whichever started second failed. A port the user chose
+// (Ports.SSHChosen, MCPChosen, Forward.Chosen) is left for the driver's
+// check at the start, which names it and the fix; a foreign guest's
+// forwards are its own configuration's.
+func (b *Book) Rebind(ctx context.Context, r *state.Record, l state.Layout) error {
+	if r.Guest.Foreign != "" {
+		return nil
+	}
+	type slot struct {
+		name string
+		port *int
+		r    ports.Range
+	}
+	var slots []slot
+	if !r.Ports.SSHChosen {
+		slots = append(slots, slot{"ssh", &r.Ports.SSH, ports.SSHRange()})
+	}
+	if !r.Ports.MCPChosen {
+		slots = append(slots, slot{"mcp", &r.Ports.MCP, ports.MCPRange()})
+	}
+	for i, f := range r.Forwards {
+		if !f.Chosen {
+			slots = append(slots, slot{fmt.Sprintf("forward of guest port %d", f.Guest), &r.Forwards[i].Host, ports.ForwardRange()})
+		}
+	}
+	// A port stays when it is free, or comes free within the grace a
+	// process that just exited (this VM's QEMU) may hold it: one grace
+	// for all of them.
+	var held []slot
+	deadline := time.Now().Add(rebindGrace)
+	for _, s := range slots {
+		if ports.CheckForward(*s.port, s.name, b.Free, time.Until(deadline)) != nil {
+			held = append(held, s)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	taken, release, err := b.lockTaken(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	oldSSH, was := r.Ports.SSH, make([]int, len(held))
+	for i, s := range held {
+		p, err := ports.Pick(s.r, taken, b.Free)
+		if err != nil {
+			return fmt.Errorf("port %d (%s) of %q is in use by another program, and no other is free: %w", *s.port, s.name, r.Branch, err)
+		}
+		was[i], *s.port, taken[p] = *s.port, p, "this VM"
+	}
+	if r.Ports.SSH != oldSSH {
+		if err := l.PinHostKey(l.KnownHosts(), r.Ports.SSH); err != nil {
+			return err
+		}
+	}
+	if err := state.WriteRecord(l.Record(), r); err != nil {
+		if r.Ports.SSH != oldSSH {
+			_ = l.PinHostKey(l.KnownHosts(), oldSSH) // the record still names the old port
+		}
+		return err
+	}
+	for i, s := range held {
+		if b.Log != nil {
+			b.Log.Warn("another program listens on a port this VM had; it moved to a free one", "vm", r.Branch, "port", s.name, "was", was[i], "now", *s.port,
+				"hint", "what you pointed at the old port (a copied `agent-vm ssh-config`, an MCP client) needs the new one, which `agent-vm status` shows; --port and --ssh-port at create give ports of your own")
+		}
+	}
+	return nil
+}
+
+// rebindGrace is how long Rebind waits for a port to come free before it
+// moves it; a test shortens it.
+var rebindGrace = 3 * time.Second

@@ -1,12 +1,21 @@
 package portbook
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/ports"
+	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
@@ -157,4 +166,134 @@ func TestForForward(t *testing.T) {
 			t.Errorf("guest %d, host %d: got %d, %v; want %d", tc.guest, tc.host, got, err, tc.want)
 		}
 	}
+}
+
+// A start that finds another program listening on a port agent-vm picked
+// (another user's VM took it while this one was stopped) moves that port,
+// in the record and in the pinned host key; a port the user chose stays,
+// for the driver's check at the start to name, as do a foreign guest's.
+func TestRebindMovesAPickedPortAnotherProgramHolds(t *testing.T) {
+	rebindGrace = 100 * time.Millisecond
+	t.Cleanup(func() { rebindGrace = 3 * time.Second })
+	root, err := state.Open(&hostdir.Dir{Path: t.TempDir(), Mode: 0o700, Place: hostdir.InXDG})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	b := &Book{Root: root, Free: ports.Listenable, Log: hclog.New(&hclog.LoggerOptions{Output: &logged})}
+	ctx := context.Background()
+	st, err := root.BeginCreate("v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &state.Record{Version: state.RecordVersion, Branch: "v", Slug: "v"}
+	if err := b.Assign(ctx, 0, 0, rec, st.Layout); err != nil {
+		t.Fatal(err)
+	}
+	picked, err := b.ForForward(18000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chosen := holdAny(t)
+	chosenPort := chosen.Addr().(*net.TCPAddr).Port
+	chosen.Close()
+	rec.Forwards = []state.Forward{{Guest: 18000, Host: picked}, {Guest: 18001, Host: chosenPort, Chosen: true}}
+	if err := st.Layout.MakeDirs(); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.WriteSecrets(st.Layout, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.WriteRecord(st.Layout.Record(), rec); err != nil {
+		t.Fatal(err)
+	}
+	l, err := st.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Nothing else listens: nothing moves.
+	before := *rec
+	before.Forwards = slices.Clone(rec.Forwards)
+	if err := b.Rebind(ctx, rec, l); err != nil || rec.Ports != before.Ports || !slices.Equal(rec.Forwards, before.Forwards) {
+		t.Fatalf("with its ports free: %v, ports %+v %+v, want %+v %+v", err, rec.Ports, rec.Forwards, before.Ports, before.Forwards)
+	}
+
+	// Another program on the SSH port, the picked forward's and the chosen one's.
+	for _, p := range []int{rec.Ports.SSH, picked, chosenPort} {
+		hold(t, p)
+	}
+	if err := b.Rebind(ctx, rec, l); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Ports.SSH == before.Ports.SSH || rec.Ports.SSH < ports.SSHRange().Lo || rec.Ports.SSH > ports.SSHRange().Hi || !ports.Listenable(rec.Ports.SSH) {
+		t.Errorf("SSH port %d held: it became %d, want a free one of %v", before.Ports.SSH, rec.Ports.SSH, ports.SSHRange())
+	}
+	if want := fmt.Sprintf("port=ssh was=%d now=%d", before.Ports.SSH, rec.Ports.SSH); !strings.Contains(logged.String(), want) {
+		t.Errorf("the warning does not say %q:\n%s", want, logged.String())
+	}
+	if rec.Ports.MCP != before.Ports.MCP {
+		t.Errorf("the free MCP port %d moved to %d", before.Ports.MCP, rec.Ports.MCP)
+	}
+	if f := rec.Forwards[0]; f.Host == picked || f.Host < ports.ForwardRange().Lo || f.Host > ports.ForwardRange().Hi {
+		t.Errorf("picked forward's port %d held: it became %d, want one of %v", picked, f.Host, ports.ForwardRange())
+	}
+	if f := rec.Forwards[1]; f.Host != chosenPort {
+		t.Errorf("the user's port %d moved to %d: the driver's check is to refuse it, naming it", chosenPort, f.Host)
+	}
+	if got, err := state.ReadRecord(l.Record()); err != nil || got.Ports != rec.Ports || !slices.Equal(got.Forwards, rec.Forwards) {
+		t.Errorf("the record on disk: %v, %+v %+v; want %+v %+v", err, got.Ports, got.Forwards, rec.Ports, rec.Forwards)
+	}
+	hk, err := l.HostPublic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := sshkeys.HostKeyCallback(l.KnownHosts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(p int) error {
+		return pinned(fmt.Sprintf("127.0.0.1:%d", p), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p}, hk)
+	}
+	if err := at(rec.Ports.SSH); err != nil {
+		t.Errorf("the host key is not pinned at the new SSH port %d: %v", rec.Ports.SSH, err)
+	}
+	if err := at(before.Ports.SSH); err == nil {
+		t.Errorf("the host key is still pinned at the old SSH port %d, which another program holds", before.Ports.SSH)
+	}
+
+	// The user chose the SSH port: it stays; so do a foreign guest's ports.
+	hold(t, rec.Ports.SSH)
+	for _, tc := range []struct {
+		what string
+		set  func(*state.Record)
+	}{
+		{"--ssh-port", func(r *state.Record) { r.Ports.SSHChosen = true }},
+		{"a foreign guest", func(r *state.Record) { r.Guest.Foreign = "/repo/Vagrantfile" }},
+	} {
+		r := *rec
+		r.Forwards = slices.Clone(rec.Forwards)
+		tc.set(&r)
+		if err := b.Rebind(ctx, &r, l); err != nil || r.Ports.SSH != rec.Ports.SSH {
+			t.Errorf("%s: %v, SSH port %d -> %d, want it kept", tc.what, err, rec.Ports.SSH, r.Ports.SSH)
+		}
+	}
+}
+
+// hold listens on 127.0.0.1:port until the test ends: another program.
+func hold(t *testing.T, port int) {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatalf("holding port %d: %v", port, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+}
+
+// holdAny listens on a port the kernel picks.
+func holdAny(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }

@@ -370,7 +370,7 @@ var hostfwdRE = regexp.MustCompile(`host forwarding rule 'tcp:127\.0\.0\.1:(\d+)
 func (l *Launcher) exitError(m Machine, code int) error {
 	log := driver.TailFile(m.QEMULogPath(), 5)
 	if sm := hostfwdRE.FindStringSubmatch(log); sm != nil {
-		return fmt.Errorf("QEMU could not forward port %s: it is already in use on 127.0.0.1 (hint: stop the program using it, or recreate the VM to get other ports): %w", sm[1], ports.ErrTaken)
+		return fmt.Errorf("QEMU could not forward port %s: it is already in use on 127.0.0.1 (hint: start the VM again, which moves a port agent-vm picked; a port you chose is yours to free): %w", sm[1], ports.ErrTaken)
 	}
 	if strings.Contains(log, "Could not access KVM kernel module") || strings.Contains(log, "failed to initialize kvm") {
 		return fmt.Errorf("QEMU could not use KVM: %s (hint: set AGENT_VM_ACCEL=tcg to run without it)", log)

@@ -181,12 +181,21 @@ func (r *Record) SetSection(v any) error {
 type Ports struct {
 	SSH int `json:"ssh"`
 	MCP int `json:"mcp"`
+	// SSHChosen and MCPChosen: the user gave the port (--ssh-port,
+	// --port). agent-vm picked the others and picks them again at a
+	// start that finds another program on them (portbook.Book.Rebind); a
+	// chosen port is the user's to free.
+	SSHChosen bool `json:"ssh_chosen"`
+	MCPChosen bool `json:"mcp_chosen"`
 }
 
 // Forward forwards 127.0.0.1:Host on the host to Guest in the guest.
 type Forward struct {
 	Guest int `json:"guest"`
 	Host  int `json:"host"`
+	// Chosen: the user gave Host (`port add GUEST HOST`); else agent-vm
+	// picked it, as Ports' own.
+	Chosen bool `json:"chosen"`
 }
 
 // Exposed is a host port the guest may reach, why, and who asked for it.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/agent-vm/agent-vm/internal/atomicfile"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 )
@@ -47,6 +49,30 @@ func WriteSecrets(l Layout, rec *Record) error {
 		return fmt.Errorf("generating the MCP token: %w", err)
 	}
 	return atomicfile.Write(l.MCPToken(), []byte(hex.EncodeToString(token)+"\n"), 0o600)
+}
+
+// HostPublic reads the VM's SSH host public key (WriteSecrets made it).
+func (l Layout) HostPublic() (ssh.PublicKey, error) {
+	pub, err := os.ReadFile(l.HostPubKey())
+	if err != nil {
+		return nil, fmt.Errorf("reading the VM's host key: %w", err)
+	}
+	hk, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", l.HostPubKey(), err)
+	}
+	return hk, nil
+}
+
+// PinHostKey writes, at path, the known_hosts that pins the VM's host key
+// at 127.0.0.1:port: its own (l.KnownHosts()) when its SSH port moved, or
+// one for a wait on a guest that is still this VM (a clone of it).
+func (l Layout) PinHostKey(path string, port int) error {
+	hk, err := l.HostPublic()
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, []byte(sshkeys.KnownHostsLine(port, hk)), 0o600)
 }
 
 // ReadToken reads the VM's MCP bearer token (WriteSecrets made it).

@@ -144,7 +144,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*state.Record, e
 		return nil, err
 	}
 	if m.Contains(rec) && !m.templates {
-		if _, _, err := proxyCA(l, slug); err != nil {
+		if _, _, err := egress.CAFiles(l.ProxyCA(), l.ProxyCAKey(), slug); err != nil {
 			return nil, err
 		}
 	}

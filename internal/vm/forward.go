@@ -3,6 +3,7 @@ package vm
 import (
 	"context"
 
+	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/driver"
 	"github.com/agent-vm/agent-vm/internal/portbook"
 	"github.com/agent-vm/agent-vm/internal/state"
@@ -25,4 +26,16 @@ func (m *Manager) Live(ctx context.Context, e state.Entry) (driver.Driver, drive
 		return nil, driver.Machine{}, false, err
 	}
 	return d, mach, live.HasProcess(), nil
+}
+
+// rebind moves the ports agent-vm picked that another program took while
+// the VM was stopped (portbook.Book.Rebind), before a boot or a resume
+// from a saved state; paused in place, its process holds them.
+func (m *Manager) rebind(ctx context.Context, e state.Entry, mach *driver.Machine, live driver.Live) error {
+	if live.HasProcess() {
+		return nil
+	}
+	err := m.Book().Rebind(ctx, e.Record, e.Layout)
+	mach.Forwards = backend.MachineOf(e.Record, e.Layout).Forwards
+	return err
 }

@@ -34,6 +34,9 @@ func (m *Manager) Resume(ctx context.Context, name string, o StartOptions) (*Sta
 		}
 		return nil, fmt.Errorf("VM %q is %s, not suspended (hint: %s)", e.Record.Branch, live.State, hint)
 	}
+	if err := m.rebind(ctx, e, &h.mach, live); err != nil {
+		return nil, err
+	}
 	return m.resume(ctx, e, h.d, h.mach, live, o)
 }
 

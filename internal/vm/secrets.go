@@ -14,7 +14,7 @@ import (
 // from start to start.
 func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*secret.Start, error) {
 	r, l := e.Record, e.Layout
-	cert, key, err := proxyCA(l, r.Slug)
+	cert, key, err := egress.CAFiles(l.ProxyCA(), l.ProxyCAKey(), r.Slug)
 	if err != nil {
 		return nil, err
 	}
@@ -41,10 +41,4 @@ func (m *Manager) secretsFor(e state.Entry, extra []secret.Secret) (*secret.Star
 		}
 	}
 	return s, nil
-}
-
-// proxyCA returns the VM's CA (certificate and key, PEM), made on first
-// use: at create, or at the first start of a VM made before.
-func proxyCA(l state.Layout, slug string) (cert, key []byte, err error) {
-	return egress.CAFiles(l.ProxyCA(), l.ProxyCAKey(), slug)
 }

@@ -12,31 +12,26 @@ import (
 // SSHConfigFor is `ssh-config [BRANCH]`: the Host block of the VM name
 // means, or of every VM when name is "".
 func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error) {
+	all, err := []state.Entry{{}}, error(nil)
 	if name == "" {
-		all, err := m.List(ctx)
-		if err != nil {
-			return "", err
-		}
-		var b strings.Builder
-		for _, e := range all {
-			if _, foreign := m.Foreign(e.Record); !foreign {
-				b.WriteString(sshconfig.Blocks([]state.Entry{e}))
-				continue
-			}
-			block, err := m.foreignSSHConfig(ctx, e)
-			if err != nil {
-				block = fmt.Sprintf("# %s: skipped, %s\n\n", e.Slug, sshconfig.Comment(err.Error()))
-			}
-			b.WriteString(block)
-		}
-		return b.String(), nil
+		all, err = m.List(ctx)
+	} else {
+		all[0], err = m.Recorded(ctx, name)
 	}
-	e, err := m.Recorded(ctx, name)
 	if err != nil {
 		return "", err
 	}
-	if _, foreign := m.Foreign(e.Record); foreign {
-		return m.foreignSSHConfig(ctx, e)
+	var b strings.Builder
+	for _, e := range all {
+		block := sshconfig.Blocks([]state.Entry{e})
+		if _, foreign := m.Foreign(e.Record); foreign {
+			if block, err = m.foreignSSHConfig(ctx, e); err != nil && name != "" {
+				return "", err
+			} else if err != nil {
+				block = fmt.Sprintf("# %s: skipped, %s\n\n", e.Slug, sshconfig.Comment(err.Error()))
+			}
+		}
+		b.WriteString(block)
 	}
-	return sshconfig.Blocks([]state.Entry{e}), nil
+	return b.String(), nil
 }

@@ -27,22 +27,18 @@ type StartOptions struct {
 	// accelerator (TCG boots are several times slower than KVM).
 	Timeout time.Duration
 	Report  backend.Reporter
-	// Reprovision, Nixpkgs: the backend's own start flags (it refuses
+	// Reprovision, Nixpkgs: the backend's own start flags (each refuses
 	// those that mean nothing for its guests).
 	Reprovision bool
 	Nixpkgs     string
-	// Cold boots a suspended VM afresh, discarding its saved state,
-	// instead of resuming it.
+	// Cold boots a suspended VM afresh, discarding its saved state.
 	Cold bool
-	// Wake: a resume of a hibernated VM by a command that uses it, which
-	// does not wait for agent-mcp.
+	// Wake: a hibernated VM resumed by a command that uses it: no wait for agent-mcp.
 	Wake bool
-	// NoTemplate boots a new VM cold even when a template fits it
-	// (internal/template).
+	// NoTemplate boots a new VM cold even when a template fits it.
 	NoTemplate bool
-	// WorkspaceCache, when set, changes how the guest caches the
-	// workspace (driver.ShareCache*) from this start on (it is saved in
-	// the record).
+	// WorkspaceCache, when set, changes how the guest caches the workspace
+	// (driver.ShareCache*) from this start on; the record keeps it.
 	WorkspaceCache string
 	// Secrets are this start's own, besides the store's (which win over
 	// one of the same name): `run --agent`'s key from the host's
@@ -75,8 +71,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if live.Alive() {
 		info := m.Status(ctx, e, true)
 		if _, foreign := m.Foreign(r); info.State == vminfo.StateRunning && !foreign {
-			// Its holder may have ended with a guest reboot, or an older
-			// agent-vm started it.
+			// Its holder may have ended (a guest reboot), or an older agent-vm started it.
 			m.startHolder(e)
 			m.waitHolder(ctx, e, 10*time.Second)
 			info.SSH.Held = m.guestOf(r, l).Held()
@@ -89,6 +84,9 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	if err := m.setWorkspaceCache(e, &mach, o.WorkspaceCache); err != nil {
 		return nil, err
 	}
+	if err := m.rebind(ctx, e, &mach, live); err != nil {
+		return nil, err
+	}
 	if live.State == vminfo.StateSuspended {
 		if !o.Cold {
 			if o.Reprovision {
@@ -96,8 +94,7 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 			}
 			return m.resume(ctx, e, d, mach, live, o)
 		}
-		// A VM paused in place shuts down cleanly (stopMachine's grace); a
-		// saved state is discarded.
+		// Paused in place: shut down cleanly (stopMachine's grace); saved: discarded.
 		if _, err := m.stopMachine(ctx, d, mach); err != nil {
 			return nil, fmt.Errorf("discarding the saved state of %q: %w", r.Branch, err)
 		}

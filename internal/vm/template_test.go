@@ -61,13 +61,30 @@ func TestTemplate(t *testing.T) {
 	type guestFacts struct{ hostKey, machineID, bootID, random, hostname, instanceID string }
 	facts := map[string]guestFacts{}
 	for _, b := range []string{"tmpl-a", "tmpl-b"} {
-		e := a
+		e, taken := a, 0
 		if b != "tmpl-a" {
 			e = create(t, m, b)
+			// Another program took the SSH port agent-vm picked for it
+			// while it was stopped (another user's VM): the start moves it.
+			taken = e.Record.Ports.SSH
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(taken)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
 		}
+		began := time.Now()
 		res := start(t, m, b)
 		if !res.FromTemplate {
 			t.Fatalf("%s did not start from the template", b)
+		}
+		if taken != 0 {
+			if res.Info.Ports.SSH == taken {
+				t.Errorf("%s started on SSH port %d, which another program holds", b, taken)
+			}
+			if e, err = m.Find(ctx, b); err != nil || e.Record.Ports.SSH != res.Info.Ports.SSH {
+				t.Fatalf("%s's record after the start: %v, SSH port %d; want %d", b, err, e.Record.Ports.SSH, res.Info.Ports.SSH)
+			}
 		}
 		t.Logf("%s from the template: SSH after %s, agent-mcp after %s, load %s", b, res.SSHReady, res.HealthReady, loadavg())
 		sh := guestSh(t, m, b)
@@ -80,6 +97,16 @@ func TestTemplate(t *testing.T) {
 			instanceID: sh("cat /var/lib/cloud/data/instance-id"),
 		}
 		facts[b] = f
+		// The SSH connections the template had when it was saved are
+		// ended: each of sshd's connections now (its listener's children)
+		// was made by this start or after (their ages, from the guest's
+		// uptime, which a restore carries on from the template's).
+		ages := sh("sudo -n ps -o etimes= --ppid \"$(cat /run/sshd.pid)\"")
+		for _, a := range strings.Fields(ages) {
+			if n, err := strconv.Atoi(a); err != nil || float64(n) > time.Since(began).Seconds()+2 {
+				t.Errorf("%s: sshd has a connection %s s old, older than this start (%s): the template's (ages %q)", b, a, time.Since(began).Round(time.Second), ages)
+			}
+		}
 		t.Logf("%s: vmgenid in the guest: %q", b, sh("ls /sys/bus/acpi/drivers/vmgenid 2>/dev/null | head -3; dmesg 2>/dev/null | grep -i -m2 'vmgenid\\|crng' || true"))
 		pub, _ := os.ReadFile(e.Layout.HostPubKey())
 		if want := strings.Fields(string(pub))[1]; f.hostKey != want {

@@ -418,10 +418,12 @@ func lifecycle(t *testing.T, m *vm.Manager, o vm.CreateOptions, started func(sta
 	return e
 }
 
-// Bad inputs that fail before anything boots.
+// Bad inputs that fail before anything boots. A port the user chose
+// (--ssh-port) that another program holds is refused, naming it; one
+// agent-vm picked moves instead (TestTemplate's second VM).
 func TestStartRefusesATakenPort(t *testing.T) {
 	m := newManager(t)
-	e := create(t, m, "taken")
+	e := createWith(t, m, vm.CreateOptions{Branch: "taken", SSHPort: quietPort(t, 2)})
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", e.Record.Ports.SSH))
 	if err != nil {
 		t.Fatal(err)
