@@ -25,7 +25,7 @@ var over = map[string]int{}
 // vmLines is vm's own limit, lower than every other room's: vm is the VM's
 // life and nothing else, and a feature that would push it past this finds
 // a room of its own. Its goal is 3,000. Lower it as it shrinks.
-const vmLines = 3127
+const vmLines = 3126
 
 // TestRoomsStaySmall fails when a package outgrows its room.
 func TestRoomsStaySmall(t *testing.T) {

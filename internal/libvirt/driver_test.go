@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/execx"
 	"github.com/agent-vm/agent-vm/internal/execx/execxtest"
 	"github.com/agent-vm/agent-vm/internal/hostdir"
+	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/testutil"
 	golibvirt "github.com/digitalocean/go-libvirt"
 )
@@ -122,5 +125,36 @@ func TestRemoveForwardWaitsForThePort(t *testing.T) {
 	err = d.RemoveForward(context.Background(), m, driver.Forward{Host: held, Guest: 80})
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("127.0.0.1:%d still listens", held)) {
 		t.Errorf("a port that stays open: %v; want it named", err)
+	}
+}
+
+// A forward is started when its own process says it listens, not when
+// the port answers: a program that took the port after the start's check
+// would answer too, the forwarder would end, and the wait for SSH would
+// knock on that program's port for ever. Real `agent-vm __net-forward`
+// processes: one on a free port is up; one on a port a listener of the
+// test's holds fails the start with ports.ErrTaken, naming the port.
+func TestStartForwardWaitsForItsOwnListener(t *testing.T) {
+	exe := testutil.AgentVMBinary(t)
+	d := &Driver{Run: execx.OS{}, Executable: func() (string, error) { return exe, nil }}
+	m := driver.Machine{RunDir: t.TempDir(), LogsDir: t.TempDir()}
+	t.Cleanup(func() { d.stopForwards(m, 0) })
+	guest := netip.MustParseAddr("127.0.0.1")
+	free := testutil.FreePort(t)
+	if err := d.startForward(context.Background(), m, guest, driver.Forward{Name: "ssh", Host: free, Guest: 22}); err != nil {
+		t.Fatalf("a free port: %v", err)
+	}
+	if d.portFree(free) {
+		t.Errorf("the forward's start returned, and nothing listens on %d", free)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := ln.Addr().(*net.TCPAddr).Port
+	err = d.startForward(context.Background(), m, guest, driver.Forward{Name: "mcp", Host: held, Guest: 8765})
+	if !errors.Is(err, ports.ErrTaken) || !strings.Contains(err.Error(), fmt.Sprintf("port %d (mcp)", held)) {
+		t.Errorf("a port another program holds: %v; want ports.ErrTaken naming it", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agent-vm/agent-vm/internal/driver"
@@ -18,6 +19,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/libvirtnet"
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/proc"
+	"github.com/agent-vm/agent-vm/internal/tcpfwd"
 )
 
 // A VM's guest has an address of its own on its network, which the host
@@ -44,7 +46,9 @@ func isForwarderFor(m driver.Machine, port int) proc.Match {
 }
 
 // startForward starts the forward f of m to guest and returns once its
-// port listens, or with the forwarder's complaint.
+// process listens (it says so: a probe of the port would take another
+// program's listener there for it), or with the forwarder's complaint; a
+// port another program took since the start's check is ports.ErrTaken.
 func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip.Addr, f driver.Forward) error {
 	exe, err := d.executable()
 	if err != nil {
@@ -70,12 +74,16 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 	match := isForwarderFor(m, f.Host)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if !d.portFree(f.Host) {
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), tcpfwd.ListeningLine(f.Host)) {
 			return nil
 		}
 		select {
 		case <-p.Exited():
-			return fmt.Errorf("the %s forward (127.0.0.1:%d) ended at once (code %d): %s", f.Name, f.Host, p.ExitCode(), driver.TailFile(log, 3))
+			said := driver.TailFile(log, 3)
+			if strings.Contains(said, syscall.EADDRINUSE.Error()) {
+				return fmt.Errorf("port %d (%s) is in use on 127.0.0.1 by another program, which took it after the start's check (hint: start the VM again, which moves a port agent-vm picked; `ss -ltnp 'sport = :%d'` shows the program): %w", f.Host, f.Name, f.Host, ports.ErrTaken)
+			}
+			return fmt.Errorf("the %s forward (127.0.0.1:%d) ended at once (code %d): %s", f.Name, f.Host, p.ExitCode(), said)
 		case <-ctx.Done():
 			proc.Kill(p.Pid(), match)
 			return ctx.Err()

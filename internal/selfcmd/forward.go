@@ -82,6 +82,9 @@ func netForwardCommand(stdio cmdline.IO) *cli.Command {
 					return err
 				}
 				defer f.Close()
+				for _, r := range rules {
+					fmt.Fprintln(stdio.Out, tcpfwd.ListeningLine(r.Port))
+				}
 			}
 			ctx := cliCtx.Context
 			if pf := cliCtx.String("pidfile"); pf != "" {

@@ -78,6 +78,11 @@ func Listen(rules []Rule) (*Forwarder, error) {
 	return f, nil
 }
 
+// ListeningLine is the line net-forward prints once it listens on port,
+// for the driver that waits for it: another program on the port answers
+// a probe too, and would be taken for the forward.
+func ListeningLine(port int) string { return "listening on 127.0.0.1:" + strconv.Itoa(port) }
+
 // Close closes the listeners; connections being carried go on until Serve's
 // ctx ends.
 func (f *Forwarder) Close() {

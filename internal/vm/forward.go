@@ -9,11 +9,9 @@ import (
 	"github.com/agent-vm/agent-vm/internal/state"
 )
 
-// A VM's own port forwards (`agent-vm port`) are internal/forward's; it
-// asks the Manager for the port book and a VM's running machine.
-
 // Book is the book of the host ports the VMs of Root and of this user's
-// other state directories hold.
+// other state directories hold (internal/forward, `agent-vm port`, asks
+// for it and for Live).
 func (m *Manager) Book() *portbook.Book {
 	return &portbook.Book{Root: m.Root, Registry: m.Registry, Free: m.PortFree, Log: m.Log}
 }
@@ -22,10 +20,7 @@ func (m *Manager) Book() *portbook.Book {
 // runs (also paused in place: its network, and so its forwards, run on).
 func (m *Manager) Live(ctx context.Context, e state.Entry) (driver.Driver, driver.Machine, bool, error) {
 	d, mach, live, err := m.Inspect(ctx, e)
-	if err != nil {
-		return nil, driver.Machine{}, false, err
-	}
-	return d, mach, live.HasProcess(), nil
+	return d, mach, live.HasProcess(), err
 }
 
 // rebind moves the ports agent-vm picked that another program took while

@@ -84,31 +84,25 @@ type Manager struct {
 	// HostCAs returns the PEM CA certificates the host added to its trust
 	// store, which guests trust too (hostca.Finder outside tests).
 	HostCAs func() ([]string, error)
-
 	// TemplateDir holds the templates new VMs start from
 	// (internal/template), a state directory; nil turns templates off.
 	TemplateDir *hostdir.Dir
-
 	// Secrets is the host's store of credentials (internal/secret), whose
 	// secrets in a VM's scope its start hands the VM's egress proxy; nil
 	// for none.
 	Secrets *secret.Store
-
 	// Hosts is the registry of libvirt hosts (internal/hosts) that
 	// `host` edits and checks and `create --host` places VMs on; nil for
 	// none.
 	Hosts *hosts.Registry
-
 	// Host is this machine as agent-vm sets it up (hostsetup.Host): its
 	// packages, agent-vm's account, the base images, the pins every VM's
 	// policy carries, doctor. New makes it over the Manager's backends and
 	// drivers; wire.Open gives it the image cache, the pins and progress.
 	Host *hostsetup.Host
-
 	// templates: this Manager drives templates (forTemplates), whose
 	// guests get no proxy CA and no secret (their clones get their own).
 	templates bool
-
 	// Dirs are agent-vm's host directories outside the state directory
 	// (hostdir.Table); the zero value has none (no image cache, no
 	// templates, no egress sockets' home).

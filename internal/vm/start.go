@@ -13,6 +13,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/backend"
 	"github.com/agent-vm/agent-vm/internal/boot"
 	"github.com/agent-vm/agent-vm/internal/driver"
+	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/secret"
 	"github.com/agent-vm/agent-vm/internal/state"
 	"github.com/agent-vm/agent-vm/internal/vminfo"
@@ -152,6 +153,15 @@ func (m *Manager) Start(ctx context.Context, name string, o StartOptions) (*Star
 	o.Report.Report("starting the VM ("+d.Name()+")", 0, "")
 	launched := time.Now()
 	launch, err := d.Start(ctx, mach, plan.Boot, so)
+	if errors.Is(err, ports.ErrTaken) && m.rebind(ctx, e, &unprepared, live) == nil && !slices.Equal(mach.Forwards, unprepared.Forwards) {
+		// Another program took a port agent-vm picked after rebind looked:
+		// prepared again (a NixOS build has its ports) on the moved one.
+		mach = unprepared
+		if plan, err = m.prepare(ctx, e, d, o, share, &mach, "start", nil); err == nil {
+			so.FixedShare = plan.FixedShare
+			launch, err = d.Start(ctx, mach, plan.Boot, so)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
