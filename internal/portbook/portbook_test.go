@@ -17,6 +17,7 @@ import (
 	"github.com/agent-vm/agent-vm/internal/ports"
 	"github.com/agent-vm/agent-vm/internal/sshkeys"
 	"github.com/agent-vm/agent-vm/internal/state"
+	"github.com/agent-vm/agent-vm/internal/testutil"
 )
 
 // TestPortsOfACreateThatCommitsMidAllocationAreTaken forces the interleaving
@@ -194,9 +195,7 @@ func TestRebindMovesAPickedPortAnotherProgramHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chosen := holdAny(t)
-	chosenPort := chosen.Addr().(*net.TCPAddr).Port
-	chosen.Close()
+	chosenPort := testutil.FreePort(t)
 	rec.Forwards = []state.Forward{{Guest: 18000, Host: picked}, {Guest: 18001, Host: chosenPort, Chosen: true}}
 	if err := st.Layout.MakeDirs(); err != nil {
 		t.Fatal(err)
@@ -287,13 +286,4 @@ func hold(t *testing.T, port int) {
 		t.Fatalf("holding port %d: %v", port, err)
 	}
 	t.Cleanup(func() { ln.Close() })
-}
-
-// holdAny listens on a port the kernel picks.
-func holdAny(t *testing.T) net.Listener {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
 }
