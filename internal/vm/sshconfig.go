@@ -23,13 +23,13 @@ func (m *Manager) SSHConfigFor(ctx context.Context, name string) (string, error)
 	}
 	var b strings.Builder
 	for _, e := range all {
-		block := sshconfig.Blocks([]state.Entry{e})
-		if _, foreign := m.Foreign(e.Record); foreign {
-			if block, err = m.foreignSSHConfig(ctx, e); err != nil && name != "" {
-				return "", err
-			} else if err != nil {
-				block = fmt.Sprintf("# %s: skipped, %s\n\n", e.Slug, sshconfig.Comment(err.Error()))
-			}
+		var block string
+		if _, foreign := m.Foreign(e.Record); !foreign {
+			block = sshconfig.Blocks([]state.Entry{e})
+		} else if block, err = m.foreignSSHConfig(ctx, e); err != nil && name != "" {
+			return "", err
+		} else if err != nil {
+			block = fmt.Sprintf("# %s: skipped, %s\n\n", e.Slug, sshconfig.Comment(err.Error()))
 		}
 		b.WriteString(block)
 	}
