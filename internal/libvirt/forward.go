@@ -81,7 +81,7 @@ func (d *Driver) startForward(ctx context.Context, m driver.Machine, guest netip
 		case <-p.Exited():
 			said := driver.TailFile(log, 3)
 			if strings.Contains(said, syscall.EADDRINUSE.Error()) {
-				return fmt.Errorf("port %d (%s) is in use on 127.0.0.1 by another program, which took it after the start's check (hint: start the VM again, which moves a port agent-vm picked; `ss -ltnp 'sport = :%d'` shows the program): %w", f.Host, f.Name, f.Host, ports.ErrTaken)
+				return fmt.Errorf("port %d (%s) is in use on 127.0.0.1 by another program, which took it after the start's check (hint: start the VM again, which moves a port agent-vm picked; a port you chose is yours to free: `ss -ltnp 'sport = :%d'` shows the program): %w", f.Host, f.Name, f.Host, ports.ErrTaken)
 			}
 			return fmt.Errorf("the %s forward (127.0.0.1:%d) ended at once (code %d): %s", f.Name, f.Host, p.ExitCode(), said)
 		case <-ctx.Done():
